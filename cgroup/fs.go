@@ -1,0 +1,220 @@
+// Package cgroup finds a process's cgroups and reads their limits and
+// stats, on cgroup v1, v2 and hybrid hosts, inside and outside containers.
+//
+// Every path is read under a root directory passed to NewFS, so tests and
+// `gofit inspect --root DIR` can point at a fixture tree.
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// ErrNoCgroup means the process has no visible cgroup for a controller
+// (for example, a non-Linux host or a /proc without cgroup information).
+var ErrNoCgroup = errors.New("no cgroup found")
+
+// FS reads cgroup and proc files under a root directory.
+type FS struct {
+	root string
+}
+
+// NewFS returns an FS that reads everything under root ("/" on a real host).
+func NewFS(root string) *FS {
+	if root == "" {
+		root = "/"
+	}
+	return &FS{root: root}
+}
+
+// Root is the directory the FS reads under.
+func (f *FS) Root() string { return f.root }
+
+func (f *FS) join(p string) string { return filepath.Join(f.root, p) }
+
+// Node is one process's cgroup in one hierarchy.
+type Node struct {
+	Version int    // 1 or 2
+	Path    string // cgroup path as the kernel names it, e.g. "/kubepods/pod1/abc"
+	Dir     string // its directory on disk (under the FS root)
+	Top     string // the mount point: the highest ancestor visible from here
+}
+
+// ancestors calls fn for the node and each visible ancestor, leaf first,
+// with the ancestor's directory and cgroup path. It stops early when fn
+// returns false.
+func (n *Node) ancestors(fn func(dir, cgPath string) bool) {
+	dir, p := n.Dir, n.Path
+	for {
+		if !fn(dir, p) {
+			return
+		}
+		if dir == n.Top || len(dir) <= len(n.Top) {
+			return
+		}
+		dir = filepath.Dir(dir)
+		p = path.Dir(p)
+	}
+}
+
+// Cgroups holds a process's cgroups for the controllers gofit reads.
+type Cgroups struct {
+	fs      *FS
+	CPU     *Node // cpu (quota, throttling)
+	CPUAcct *Node // cpuacct on v1 (usage); the same as CPU on v2
+	CPUSet  *Node
+	Memory  *Node
+	Unified *Node // the v2 hierarchy on v2 and hybrid hosts, for PSI
+}
+
+// Version is the cgroup version of the controllers in use: that of the
+// memory controller, or the CPU controller when memory has none. It is 1 on
+// a hybrid host with v1 controllers, and 0 when no cgroup is found.
+func (c *Cgroups) Version() int {
+	switch {
+	case c.Memory != nil:
+		return c.Memory.Version
+	case c.CPU != nil:
+		return c.CPU.Version
+	}
+	return 0
+}
+
+// Self finds the cgroups of the calling process (/proc/self).
+func (f *FS) Self() (*Cgroups, error) { return f.process("self") }
+
+// Process finds the cgroups of process pid.
+func (f *FS) Process(pid int) (*Cgroups, error) { return f.process(strconv.Itoa(pid)) }
+
+func (f *FS) process(pid string) (*Cgroups, error) {
+	cgFile := f.join("/proc/" + pid + "/cgroup")
+	miFile := f.join("/proc/" + pid + "/mountinfo")
+	cgText, err := os.ReadFile(cgFile)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%s: %w", cgFile, ErrNoCgroup)
+		}
+		return nil, err
+	}
+	miText, err := os.ReadFile(miFile)
+	if err != nil {
+		return nil, err
+	}
+	entries, err := parseProcCgroup(string(cgText))
+	if err != nil {
+		return nil, withFile(err, cgFile)
+	}
+	mounts, err := parseMountinfo(string(miText))
+	if err != nil {
+		return nil, withFile(err, miFile)
+	}
+	c := &Cgroups{fs: f}
+	for _, e := range entries {
+		if len(e.controllers) == 0 {
+			if c.Unified == nil {
+				c.Unified = f.locate(mounts, e.path, "")
+			}
+			continue
+		}
+		for _, ctrl := range e.controllers {
+			var dst **Node
+			switch ctrl {
+			case "cpu":
+				dst = &c.CPU
+			case "cpuacct":
+				dst = &c.CPUAcct
+			case "cpuset":
+				dst = &c.CPUSet
+			case "memory":
+				dst = &c.Memory
+			default:
+				continue
+			}
+			if *dst == nil {
+				*dst = f.locate(mounts, e.path, ctrl)
+			}
+		}
+	}
+	// Controllers without a v1 hierarchy live in the v2 one.
+	if c.Unified != nil {
+		for _, dst := range []**Node{&c.CPU, &c.CPUAcct, &c.CPUSet, &c.Memory} {
+			if *dst == nil {
+				*dst = c.Unified
+			}
+		}
+	}
+	if c.CPU == nil && c.Memory == nil {
+		return nil, fmt.Errorf("%s, %s: no cpu or memory cgroup mounted: %w", cgFile, miFile, ErrNoCgroup)
+	}
+	return c, nil
+}
+
+// locate maps a cgroup path to a directory through the mount that holds it;
+// ctrl is "" for the v2 hierarchy. It returns nil when no mount holds it.
+func (f *FS) locate(mounts []mount, cgPath, ctrl string) *Node {
+	var fallback *mount
+	for i := range mounts {
+		m := &mounts[i]
+		if (ctrl == "") != m.v2 || (ctrl != "" && !m.has(ctrl)) {
+			continue
+		}
+		rel, ok := within(cgPath, m.root)
+		if !ok {
+			// With a cgroup namespace or a moved process the path may not
+			// start with the mount root; the mount point is then the best
+			// guess for the process's own group.
+			if fallback == nil {
+				fallback = m
+			}
+			continue
+		}
+		return &Node{Version: version(m), Path: cgPath, Dir: f.join(path.Join(m.point, rel)), Top: f.join(m.point)}
+	}
+	if fallback != nil {
+		return &Node{Version: version(fallback), Path: fallback.root, Dir: f.join(fallback.point), Top: f.join(fallback.point)}
+	}
+	return nil
+}
+
+func version(m *mount) int {
+	if m.v2 {
+		return 2
+	}
+	return 1
+}
+
+// within reports whether p lies at or below root, and the rest of it.
+func within(p, root string) (string, bool) {
+	if strings.Contains(p, "/..") {
+		return "", false
+	}
+	if root == "/" {
+		return p, true
+	}
+	if p == root {
+		return "/", true
+	}
+	if strings.HasPrefix(p, root+"/") {
+		return p[len(root):], true
+	}
+	return "", false
+}
+
+// readFile reads a small cgroup file. A missing file returns ok == false and
+// no error: cgroup files come and go with controllers and kernel versions.
+func readFile(file string) (string, bool, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", false, nil
+		}
+		return "", false, err
+	}
+	return string(b), true, nil
+}

@@ -1,0 +1,227 @@
+package cgroup
+
+import (
+	"path/filepath"
+	"time"
+)
+
+// CPULimits is what the CPU controllers allow. Zero values mean no limit.
+type CPULimits struct {
+	Version int
+	Group   string // the process's cpu cgroup path
+
+	// Quota is the tightest CFS bandwidth limit on the way up, in cores
+	// (quota/period), and QuotaGroup the cgroup that imposed it.
+	Quota      float64
+	QuotaGroup string
+	Period     time.Duration // period of the imposing group
+
+	// LeafQuota is the leaf cgroup's own limit, which is all that Go's
+	// runtime (≥ 1.25) reads.
+	LeafQuota float64
+
+	// CPUSet is the number of CPUs in the effective cpuset, 0 if unknown.
+	CPUSet      int
+	CPUSetGroup string
+}
+
+// MemoryLimits is what the memory controller allows. Zero values mean no limit.
+type MemoryLimits struct {
+	Version int
+	Group   string
+
+	Max      int64  // bytes: v2 memory.max, v1 memory.limit_in_bytes
+	MaxGroup string // cgroup that imposed Max
+	High     int64  // bytes: v2 memory.high (throttling, not killing)
+	HighGroup string
+}
+
+// Effective is the smaller of Max and High, or 0 when neither is set: the
+// point past which the process is reclaimed hard, throttled or killed.
+func (m MemoryLimits) Effective() int64 {
+	switch {
+	case m.Max == 0:
+		return m.High
+	case m.High == 0 || m.Max < m.High:
+		return m.Max
+	}
+	return m.High
+}
+
+// Limits holds both.
+type Limits struct {
+	CPU    CPULimits
+	Memory MemoryLimits
+}
+
+// Limits reads the current limits. The tightest visible ancestor wins.
+func (c *Cgroups) Limits() (Limits, error) {
+	var l Limits
+	var err error
+	if l.CPU, err = c.CPULimits(); err != nil {
+		return l, err
+	}
+	l.Memory, err = c.MemoryLimits()
+	return l, err
+}
+
+// CPULimits reads the CPU quota up the hierarchy and the effective cpuset.
+func (c *Cgroups) CPULimits() (CPULimits, error) {
+	var out CPULimits
+	if n := c.CPU; n != nil {
+		out.Version, out.Group = n.Version, n.Path
+		var ferr error
+		leaf := true
+		n.ancestors(func(dir, cgPath string) bool {
+			quota, period, err := readQuota(n.Version, dir)
+			if err != nil {
+				ferr = err
+				return false
+			}
+			if quota > 0 {
+				cores := float64(quota) / float64(period)
+				if leaf {
+					out.LeafQuota = cores
+				}
+				if out.Quota == 0 || cores < out.Quota {
+					out.Quota, out.QuotaGroup, out.Period = cores, cgPath, period
+				}
+			}
+			leaf = false
+			return true
+		})
+		if ferr != nil {
+			return out, ferr
+		}
+	}
+	if n := c.CPUSet; n != nil {
+		names := []string{"cpuset.cpus.effective", "cpuset.cpus"}
+		if n.Version == 1 {
+			names = []string{"cpuset.effective_cpus", "cpuset.cpus"}
+		}
+		for _, name := range names {
+			file := filepath.Join(n.Dir, name)
+			s, ok, err := readFile(file)
+			if err != nil {
+				return out, err
+			}
+			if !ok {
+				continue
+			}
+			cpus, err := parseCPUSet(s)
+			if err != nil {
+				return out, withFile(err, file)
+			}
+			if cpus > 0 {
+				out.CPUSet, out.CPUSetGroup = cpus, n.Path
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+func readQuota(version int, dir string) (quota, period time.Duration, err error) {
+	if version == 2 {
+		file := filepath.Join(dir, "cpu.max")
+		s, ok, err := readFile(file)
+		if !ok || err != nil {
+			return 0, 0, err
+		}
+		q, p, err := parseCPUMax(s)
+		return q, p, withFile(err, file)
+	}
+	qFile := filepath.Join(dir, "cpu.cfs_quota_us")
+	s, ok, err := readFile(qFile)
+	if !ok || err != nil {
+		return 0, 0, err
+	}
+	if quota, err = parseV1Micros(s); err != nil || quota == 0 {
+		return 0, 0, withFile(err, qFile)
+	}
+	pFile := filepath.Join(dir, "cpu.cfs_period_us")
+	s, ok, err = readFile(pFile)
+	if err != nil {
+		return 0, 0, err
+	}
+	period = 100 * time.Millisecond // the kernel default, if the file is hidden
+	if ok {
+		if period, err = parseV1Micros(s); err != nil {
+			return 0, 0, withFile(err, pFile)
+		}
+		if period == 0 {
+			return 0, 0, withFile(lineErr(1, s, errNonPositivePeriod), pFile)
+		}
+	}
+	return quota, period, nil
+}
+
+// MemoryLimits reads memory.max/high (v2) or memory.limit_in_bytes (v1) up
+// the hierarchy. On v1 it also reads hierarchical_memory_limit from the
+// leaf's memory.stat, which includes ancestors the mount hides.
+func (c *Cgroups) MemoryLimits() (MemoryLimits, error) {
+	var out MemoryLimits
+	n := c.Memory
+	if n == nil {
+		return out, nil
+	}
+	out.Version, out.Group = n.Version, n.Path
+	var ferr error
+	tighter := func(file string, cur *int64, src *string, cgPath string) bool {
+		s, ok, err := readFile(file)
+		if err != nil {
+			ferr = err
+			return false
+		}
+		if !ok {
+			return true
+		}
+		v, err := parseBytesLimit(s)
+		if err != nil {
+			ferr = withFile(err, file)
+			return false
+		}
+		if v > 0 && (*cur == 0 || v < *cur) {
+			*cur, *src = v, cgPath
+		}
+		return true
+	}
+	n.ancestors(func(dir, cgPath string) bool {
+		if n.Version == 2 {
+			return tighter(filepath.Join(dir, "memory.max"), &out.Max, &out.MaxGroup, cgPath) &&
+				tighter(filepath.Join(dir, "memory.high"), &out.High, &out.HighGroup, cgPath)
+		}
+		return tighter(filepath.Join(dir, "memory.limit_in_bytes"), &out.Max, &out.MaxGroup, cgPath)
+	})
+	if ferr != nil {
+		return out, ferr
+	}
+	if n.Version == 1 {
+		file := filepath.Join(n.Dir, "memory.stat")
+		s, ok, err := readFile(file)
+		if err != nil {
+			return out, err
+		}
+		if ok {
+			var hier uint64
+			if err := parseFlatKeyed(s, func(k string, v uint64) {
+				if k == "hierarchical_memory_limit" {
+					hier = v
+				}
+			}); err != nil {
+				return out, withFile(err, file)
+			}
+			if hier > 0 && hier < uint64(unlimitedV1) && (out.Max == 0 || int64(hier) < out.Max) {
+				out.Max, out.MaxGroup = int64(hier), "(ancestor above "+topPath(n)+")"
+			}
+		}
+	}
+	return out, nil
+}
+
+// topPath is the cgroup path of the highest visible ancestor.
+func topPath(n *Node) string {
+	p := n.Path
+	n.ancestors(func(_, cgPath string) bool { p = cgPath; return true })
+	return p
+}

@@ -1,0 +1,223 @@
+package cgroup
+
+import (
+	"path/filepath"
+	"time"
+)
+
+// CPUStats are cumulative counters of the process's cpu cgroup.
+type CPUStats struct {
+	Usage            time.Duration // CPU time used (v1 cpuacct.usage, v2 cpu.stat usage_usec)
+	Periods          uint64        // enforcement periods that had runnable tasks
+	ThrottledPeriods uint64        // periods in which the group hit its quota
+	ThrottledTime    time.Duration // total time throttled
+	PSI              *PSI          // cpu.pressure, nil where absent
+}
+
+// MemoryStats describe the process's memory cgroup now.
+type MemoryStats struct {
+	Usage        uint64 // bytes charged (v1 memory.usage_in_bytes, v2 memory.current)
+	WorkingSet   uint64 // Usage minus inactive file pages, as the kubelet computes it
+	Peak         uint64 // high-water mark where the kernel keeps one, else 0
+	Anon         uint64 // anonymous memory (the Go heap lives here)
+	File         uint64 // page cache, including the binary's own code pages
+	InactiveFile uint64
+	Kernel       uint64 // kernel memory (v2 "kernel"; v1 memory.kmem.usage_in_bytes)
+	MajorFaults  uint64 // page faults that read from disk
+
+	OOMKills uint64 // processes killed by the OOM killer in this group
+	OOMs     uint64 // times the group hit its limit and the OOM killer ran (v2) or under_oom now (v1)
+	MaxHits  uint64 // times usage hit the limit (v2 memory.events max, v1 memory.failcnt)
+	HighHits uint64 // times usage went over memory.high (v2 only)
+
+	PSI *PSI // memory.pressure, nil where absent
+}
+
+// Stats holds both.
+type Stats struct {
+	CPU    CPUStats
+	Memory MemoryStats
+}
+
+// Stats reads the current CPU and memory statistics.
+func (c *Cgroups) Stats() (Stats, error) {
+	var s Stats
+	var err error
+	if s.CPU, err = c.CPUStats(); err != nil {
+		return s, err
+	}
+	s.Memory, err = c.MemoryStats()
+	return s, err
+}
+
+// readKeyed reads a flat keyed file; a missing file is not an error.
+func readKeyed(file string, fn func(string, uint64)) error {
+	s, ok, err := readFile(file)
+	if !ok || err != nil {
+		return err
+	}
+	return withFile(parseFlatKeyed(s, fn), file)
+}
+
+func readUint(file string) (uint64, bool, error) {
+	s, ok, err := readFile(file)
+	if !ok || err != nil {
+		return 0, false, err
+	}
+	v, err := parseUint(s)
+	return v, err == nil, withFile(err, file)
+}
+
+// readPSI reads a pressure file from the node's directory or, on a hybrid
+// host whose v1 controllers have none, from the process's v2 group.
+func (c *Cgroups) readPSI(n *Node, name string) (*PSI, error) {
+	for _, m := range []*Node{n, c.Unified} {
+		if m == nil {
+			continue
+		}
+		file := filepath.Join(m.Dir, name)
+		s, ok, err := readFile(file)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		p, err := parsePSI(s)
+		if err != nil {
+			return nil, withFile(err, file)
+		}
+		return &p, nil
+	}
+	return nil, nil
+}
+
+// CPUStats reads usage, throttling and pressure.
+func (c *Cgroups) CPUStats() (CPUStats, error) {
+	var out CPUStats
+	n := c.CPU
+	if n == nil {
+		return out, nil
+	}
+	err := readKeyed(filepath.Join(n.Dir, "cpu.stat"), func(k string, v uint64) {
+		switch k {
+		case "nr_periods":
+			out.Periods = v
+		case "nr_throttled":
+			out.ThrottledPeriods = v
+		case "throttled_time": // v1, nanoseconds
+			out.ThrottledTime = time.Duration(v)
+		case "throttled_usec": // v2
+			out.ThrottledTime = time.Duration(v) * time.Microsecond
+		case "usage_usec": // v2
+			out.Usage = time.Duration(v) * time.Microsecond
+		}
+	})
+	if err != nil {
+		return out, err
+	}
+	if n.Version == 1 && c.CPUAcct != nil && c.CPUAcct.Version == 1 {
+		v, _, err := readUint(filepath.Join(c.CPUAcct.Dir, "cpuacct.usage"))
+		if err != nil {
+			return out, err
+		}
+		out.Usage = time.Duration(v)
+	}
+	out.PSI, err = c.readPSI(n, "cpu.pressure")
+	return out, err
+}
+
+// MemoryStats reads usage, working set, events and pressure.
+func (c *Cgroups) MemoryStats() (MemoryStats, error) {
+	var out MemoryStats
+	n := c.Memory
+	if n == nil {
+		return out, nil
+	}
+	var err error
+	if n.Version == 2 {
+		if out.Usage, _, err = readUint(filepath.Join(n.Dir, "memory.current")); err != nil {
+			return out, err
+		}
+		if out.Peak, _, err = readUint(filepath.Join(n.Dir, "memory.peak")); err != nil {
+			return out, err
+		}
+		err = readKeyed(filepath.Join(n.Dir, "memory.stat"), func(k string, v uint64) {
+			switch k {
+			case "anon":
+				out.Anon = v
+			case "file":
+				out.File = v
+			case "inactive_file":
+				out.InactiveFile = v
+			case "kernel":
+				out.Kernel = v
+			case "pgmajfault":
+				out.MajorFaults = v
+			}
+		})
+		if err != nil {
+			return out, err
+		}
+		err = readKeyed(filepath.Join(n.Dir, "memory.events"), func(k string, v uint64) {
+			switch k {
+			case "oom_kill":
+				out.OOMKills = v
+			case "oom":
+				out.OOMs = v
+			case "max":
+				out.MaxHits = v
+			case "high":
+				out.HighHits = v
+			}
+		})
+	} else {
+		if out.Usage, _, err = readUint(filepath.Join(n.Dir, "memory.usage_in_bytes")); err != nil {
+			return out, err
+		}
+		if out.Peak, _, err = readUint(filepath.Join(n.Dir, "memory.max_usage_in_bytes")); err != nil {
+			return out, err
+		}
+		if out.MaxHits, _, err = readUint(filepath.Join(n.Dir, "memory.failcnt")); err != nil {
+			return out, err
+		}
+		if out.Kernel, _, err = readUint(filepath.Join(n.Dir, "memory.kmem.usage_in_bytes")); err != nil {
+			return out, err
+		}
+		// total_* include descendants, which is what a limit applies to.
+		err = readKeyed(filepath.Join(n.Dir, "memory.stat"), func(k string, v uint64) {
+			switch k {
+			case "total_rss":
+				out.Anon = v
+			case "total_cache":
+				out.File = v
+			case "total_inactive_file":
+				out.InactiveFile = v
+			case "total_pgmajfault":
+				out.MajorFaults = v
+			}
+		})
+		if err != nil {
+			return out, err
+		}
+		err = readKeyed(filepath.Join(n.Dir, "memory.oom_control"), func(k string, v uint64) {
+			switch k {
+			case "oom_kill":
+				out.OOMKills = v
+			case "under_oom":
+				out.OOMs = v
+			}
+		})
+	}
+	if err != nil {
+		return out, err
+	}
+	out.WorkingSet = out.Usage
+	if out.InactiveFile < out.Usage {
+		out.WorkingSet = out.Usage - out.InactiveFile
+	} else {
+		out.WorkingSet = 0
+	}
+	out.PSI, err = c.readPSI(n, "memory.pressure")
+	return out, err
+}

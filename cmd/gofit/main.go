@@ -1,0 +1,107 @@
+// Command gofit makes Go services fit their containers.
+//
+//	gofit inspect [--root DIR] [--json]     what the container allows, uses, and the plan
+//	gofit run [flags] -- CMD [ARGS...]      set GOMAXPROCS/GOMEMLIMIT for any Go binary, then exec it
+//	gofit lab [flags]                       measure a service under real cgroup limits
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+)
+
+// errUsage marks errors that come from bad command-line input (exit 2).
+var errUsage = errors.New("usage")
+
+type command struct {
+	name, args, summary string
+	run                 func(args []string, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"inspect", "[--root DIR] [--json]", "show the container's limits, usage and the plan", runInspect},
+		{"run", "[flags] -- CMD [ARGS...]", "set GOMAXPROCS/GOMEMLIMIT for a Go binary, then exec it", runRun},
+		{"lab", "[flags]", "measure a service under real cgroup limits and recommend settings", runLab},
+		{"version", "", "print the version", runVersion},
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "gofit makes Go services fit their containers.\n\nUsage:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  gofit %-8s %-26s %s\n", c.name, c.args, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun 'gofit COMMAND -h' for a command's flags.")
+}
+
+func main() {
+	os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Main runs gofit with args and returns the exit status.
+func Main(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(args[1:], stdout, stderr)
+		switch {
+		case err == nil:
+			return 0
+		case errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.Is(err, errUsage):
+			fmt.Fprintf(stderr, "gofit %s: %v\n", c.name, err)
+			return 2
+		}
+		var ex exitError
+		if errors.As(err, &ex) {
+			return ex.code
+		}
+		fmt.Fprintf(stderr, "gofit %s: %v\n", c.name, err)
+		return 1
+	}
+	fmt.Fprintf(stderr, "gofit: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+// exitError carries a child's exit status through Main without a message.
+type exitError struct{ code int }
+
+func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
+
+func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("gofit "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// parseFlags parses and turns flag errors into usage errors.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return nil
+}
+
+var version = "dev"
+
+func runVersion(args []string, stdout, stderr io.Writer) error {
+	fmt.Fprintln(stdout, "gofit", version)
+	return nil
+}
