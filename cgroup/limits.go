@@ -30,9 +30,9 @@ type MemoryLimits struct {
 	Version int
 	Group   string
 
-	Max      int64  // bytes: v2 memory.max, v1 memory.limit_in_bytes
-	MaxGroup string // cgroup that imposed Max
-	High     int64  // bytes: v2 memory.high (throttling, not killing)
+	Max       int64  // bytes: v2 memory.max, v1 memory.limit_in_bytes
+	MaxGroup  string // cgroup that imposed Max
+	High      int64  // bytes: v2 memory.high (throttling, not killing)
 	HighGroup string
 }
 

@@ -90,8 +90,12 @@ type Plan struct {
 	Warnings []string
 }
 
-func (p *Plan) reason(format string, a ...any) { p.Reasons = append(p.Reasons, fmt.Sprintf(format, a...)) }
-func (p *Plan) warn(format string, a ...any)   { p.Warnings = append(p.Warnings, fmt.Sprintf(format, a...)) }
+func (p *Plan) reason(format string, a ...any) {
+	p.Reasons = append(p.Reasons, fmt.Sprintf(format, a...))
+}
+func (p *Plan) warn(format string, a ...any) {
+	p.Warnings = append(p.Warnings, fmt.Sprintf(format, a...))
+}
 
 // Compute turns limits into a plan.
 func Compute(in Input, opt Options) Plan {
@@ -255,6 +259,8 @@ const (
 	// The heap gets at least this share of the limit, however much else the
 	// cgroup holds; below it gofit warns that the container is too small.
 	minHeapShare = 0.25
+	// Below this a Go program cannot start: its runtime alone needs more.
+	minGoMemory = 4 << 20
 )
 
 func planMemory(p *Plan, in Input, opt Options) {
@@ -312,7 +318,10 @@ func planMemory(p *Plan, in Input, opt Options) {
 				limit = floor
 				why = fmt.Sprintf("%.0f%% of the %s %s, the least gofit gives the heap", minHeapShare*100, kind, FormatBytes(eff))
 			}
-			limit = min(limit, eff-1) // never at or above the limit
+			if eff < minGoMemory {
+				p.warn("the memory limit %s is too small to run a Go program", FormatBytes(eff))
+			}
+			limit = max(min(limit, eff-1), 1) // never at or above the limit, never "none"
 			p.GOMEMLIMIT = limit
 			p.reason("GOMEMLIMIT=%s: %s", FormatBytes(limit), why)
 		}

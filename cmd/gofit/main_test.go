@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/gofit-dev/gofit/internal/cgtest"
+)
+
+// The test binary doubles as gofit, so integration tests can run it as a
+// real process inside a cgroup without a separate build.
+func TestMain(m *testing.M) {
+	if os.Getenv("GOFIT_TEST_AS_GOFIT") == "1" {
+		os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// gofitCmd returns a command that runs this test binary as gofit.
+func gofitCmd(args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "GOFIT_TEST_AS_GOFIT=1")
+	return cmd
+}
+
+func run(args ...string) (code int, stdout, stderr string) {
+	var o, e bytes.Buffer
+	code = Main(args, &o, &e)
+	return code, o.String(), e.String()
+}
+
+type inspectJSON struct {
+	CgroupVersion int `json:"cgroup_version"`
+	CPU           struct {
+		LimitCores  *float64 `json:"limit_cores"`
+		LimitSource *string  `json:"limit_source"`
+		CPUSetCPUs  *int     `json:"cpuset_cpus"`
+	} `json:"cpu"`
+	Memory struct {
+		MaxBytes       *int64  `json:"max_bytes"`
+		HighBytes      *int64  `json:"high_bytes"`
+		EffectiveBytes *int64  `json:"effective_bytes"`
+		MaxSource      *string `json:"max_source"`
+	} `json:"memory"`
+	Plan struct {
+		GOMAXPROCS      int      `json:"gomaxprocs"`
+		GOMEMLIMITBytes *int64   `json:"gomemlimit_bytes"`
+		Reasons         []string `json:"reasons"`
+		Warnings        []string `json:"warnings"`
+	} `json:"plan"`
+}
+
+func TestInspectRealCgroup(t *testing.T) {
+	g := cgtest.NewGroup(t)
+	if err := g.SetCPU(0.5, 0); err != nil { // cfs_quota_us 50000 of 100000
+		t.Fatal(err)
+	}
+	if err := g.SetMemoryMax(100 << 20); err != nil {
+		t.Fatal(err)
+	}
+	inner := gofitCmd("inspect", "--json")
+	cmd := g.Command(inner.Path, inner.Args[1:]...)
+	cmd.Env = inner.Env
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("gofit inspect --json in a cgroup: %v", err)
+	}
+	var r inspectJSON
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if r.CPU.LimitCores == nil || *r.CPU.LimitCores != 0.5 || r.CPU.LimitSource == nil || *r.CPU.LimitSource != g.CPU.Path {
+		t.Errorf("cpu = %+v, want limit_cores 0.5 from %s", r.CPU, g.CPU.Path)
+	}
+	if r.Memory.MaxBytes == nil || *r.Memory.MaxBytes != 104857600 || *r.Memory.MaxSource != g.Memory.Path {
+		t.Errorf("memory = %+v, want max_bytes 104857600", r.Memory)
+	}
+	if r.Plan.GOMAXPROCS != 1 {
+		t.Errorf("plan gomaxprocs = %d, want 1", r.Plan.GOMAXPROCS)
+	}
+	if r.Plan.GOMEMLIMITBytes == nil || *r.Plan.GOMEMLIMITBytes >= 104857600 || *r.Plan.GOMEMLIMITBytes < 80<<20 {
+		t.Errorf("plan gomemlimit = %v, want below 100MiB", r.Plan.GOMEMLIMITBytes)
+	}
+}
+
+func TestInspectFixtures(t *testing.T) {
+	code, out, errOut := run("inspect", "--json", "--cpus", "8", "--root", "../../cgroup/testdata/v2-kubepods-systemd")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var r inspectJSON
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.CgroupVersion != 2 || *r.CPU.LimitCores != 0.5 || r.Memory.MaxBytes == nil || *r.Memory.MaxBytes != 512<<20 || r.Memory.HighBytes != nil ||
+		*r.Memory.EffectiveBytes != 512<<20 || r.Plan.GOMAXPROCS != 1 || *r.CPU.CPUSetCPUs != 16 {
+		t.Errorf("got %s", out)
+	}
+
+	code, out, _ = run("inspect", "--root", "../../cgroup/testdata/v2-cgroupns", "--cpus", "8")
+	if code != 0 || !strings.Contains(out, "GOMAXPROCS=1") || !strings.Contains(out, "limit 1.5 cores") || !strings.Contains(out, "high 192MiB") {
+		t.Errorf("text output (exit %d):\n%s", code, out)
+	}
+}
+
+func TestInspectErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"inspect", "--root", "../../cgroup/testdata/malformed-cpu-max"}, 1, "cgroup/testdata/malformed-cpu-max/sys/fs/cgroup/svc/cpu.max:1: malformed \"fifty 100000\""},
+		{[]string{"inspect", "--root", "../../cgroup/testdata/malformed-mountinfo"}, 1, "proc/self/mountinfo"},
+		{[]string{"inspect", "--root", "/nonexistent-gofit"}, 1, "no cgroup found"},
+		{[]string{"inspect", "--memory-ratio", "2"}, 2, "--memory-ratio"},
+		{[]string{"inspect", "--gogc", "lots"}, 2, "--gogc"},
+		{[]string{"inspect", "extra"}, 2, "unexpected argument"},
+		{[]string{"frobnicate"}, 2, "unknown command"},
+	} {
+		code, _, errOut := run(tc.args...)
+		if code != tc.code || !strings.Contains(errOut, tc.want) {
+			t.Errorf("gofit %v: exit %d, stderr %q; want exit %d mentioning %q", tc.args, code, errOut, tc.code, tc.want)
+		}
+		if tc.code == 1 && strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
+			t.Errorf("gofit %v: error is not one line: %q", tc.args, errOut)
+		}
+	}
+}
