@@ -66,6 +66,7 @@ func (n *Node) ancestors(fn func(dir, cgPath string) bool) {
 // Cgroups holds a process's cgroups for the controllers gofit reads.
 type Cgroups struct {
 	fs      *FS
+	rd      *reader
 	CPU     *Node // cpu (quota, throttling)
 	CPUAcct *Node // cpuacct on v1 (usage); the same as CPU on v2
 	CPUSet  *Node
@@ -85,6 +86,10 @@ func (c *Cgroups) Version() int {
 	}
 	return 0
 }
+
+// Close releases the files kept open for re-reading. The Cgroups remains
+// usable; files are opened again as needed.
+func (c *Cgroups) Close() { c.rd.close() }
 
 // Self finds the cgroups of the calling process (/proc/self).
 func (f *FS) Self() (*Cgroups, error) { return f.process("self") }
@@ -114,7 +119,7 @@ func (f *FS) process(pid string) (*Cgroups, error) {
 	if err != nil {
 		return nil, withFile(err, miFile)
 	}
-	c := &Cgroups{fs: f}
+	c := &Cgroups{fs: f, rd: newReader()}
 	for _, e := range entries {
 		if len(e.controllers) == 0 {
 			if c.Unified == nil {

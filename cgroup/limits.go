@@ -73,7 +73,7 @@ func (c *Cgroups) CPULimits() (CPULimits, error) {
 		var ferr error
 		leaf := true
 		n.ancestors(func(dir, cgPath string) bool {
-			quota, period, err := readQuota(n.Version, dir)
+			quota, period, err := readQuota(c.rd, n.Version, dir)
 			if err != nil {
 				ferr = err
 				return false
@@ -101,7 +101,7 @@ func (c *Cgroups) CPULimits() (CPULimits, error) {
 		}
 		for _, name := range names {
 			file := filepath.Join(n.Dir, name)
-			s, ok, err := readFile(file)
+			s, ok, err := c.rd.read(file)
 			if err != nil {
 				return out, err
 			}
@@ -121,10 +121,10 @@ func (c *Cgroups) CPULimits() (CPULimits, error) {
 	return out, nil
 }
 
-func readQuota(version int, dir string) (quota, period time.Duration, err error) {
+func readQuota(r *reader, version int, dir string) (quota, period time.Duration, err error) {
 	if version == 2 {
 		file := filepath.Join(dir, "cpu.max")
-		s, ok, err := readFile(file)
+		s, ok, err := r.read(file)
 		if !ok || err != nil {
 			return 0, 0, err
 		}
@@ -132,7 +132,7 @@ func readQuota(version int, dir string) (quota, period time.Duration, err error)
 		return q, p, withFile(err, file)
 	}
 	qFile := filepath.Join(dir, "cpu.cfs_quota_us")
-	s, ok, err := readFile(qFile)
+	s, ok, err := r.read(qFile)
 	if !ok || err != nil {
 		return 0, 0, err
 	}
@@ -140,7 +140,7 @@ func readQuota(version int, dir string) (quota, period time.Duration, err error)
 		return 0, 0, withFile(err, qFile)
 	}
 	pFile := filepath.Join(dir, "cpu.cfs_period_us")
-	s, ok, err = readFile(pFile)
+	s, ok, err = r.read(pFile)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -168,7 +168,7 @@ func (c *Cgroups) MemoryLimits() (MemoryLimits, error) {
 	out.Version, out.Group = n.Version, n.Path
 	var ferr error
 	tighter := func(file string, cur *int64, src *string, cgPath string) bool {
-		s, ok, err := readFile(file)
+		s, ok, err := c.rd.read(file)
 		if err != nil {
 			ferr = err
 			return false
@@ -198,7 +198,7 @@ func (c *Cgroups) MemoryLimits() (MemoryLimits, error) {
 	}
 	if n.Version == 1 {
 		file := filepath.Join(n.Dir, "memory.stat")
-		s, ok, err := readFile(file)
+		s, ok, err := c.rd.read(file)
 		if err != nil {
 			return out, err
 		}

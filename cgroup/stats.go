@@ -50,24 +50,6 @@ func (c *Cgroups) Stats() (Stats, error) {
 	return s, err
 }
 
-// readKeyed reads a flat keyed file; a missing file is not an error.
-func readKeyed(file string, fn func(string, uint64)) error {
-	s, ok, err := readFile(file)
-	if !ok || err != nil {
-		return err
-	}
-	return withFile(parseFlatKeyed(s, fn), file)
-}
-
-func readUint(file string) (uint64, bool, error) {
-	s, ok, err := readFile(file)
-	if !ok || err != nil {
-		return 0, false, err
-	}
-	v, err := parseUint(s)
-	return v, err == nil, withFile(err, file)
-}
-
 // readPSI reads a pressure file from the node's directory or, on a hybrid
 // host whose v1 controllers have none, from the process's v2 group.
 func (c *Cgroups) readPSI(n *Node, name string) (*PSI, error) {
@@ -76,7 +58,7 @@ func (c *Cgroups) readPSI(n *Node, name string) (*PSI, error) {
 			continue
 		}
 		file := filepath.Join(m.Dir, name)
-		s, ok, err := readFile(file)
+		s, ok, err := c.rd.read(file)
 		if err != nil {
 			return nil, err
 		}
@@ -99,7 +81,7 @@ func (c *Cgroups) CPUStats() (CPUStats, error) {
 	if n == nil {
 		return out, nil
 	}
-	err := readKeyed(filepath.Join(n.Dir, "cpu.stat"), func(k string, v uint64) {
+	err := c.rd.keyed(filepath.Join(n.Dir, "cpu.stat"), func(k string, v uint64) {
 		switch k {
 		case "nr_periods":
 			out.Periods = v
@@ -117,7 +99,7 @@ func (c *Cgroups) CPUStats() (CPUStats, error) {
 		return out, err
 	}
 	if n.Version == 1 && c.CPUAcct != nil && c.CPUAcct.Version == 1 {
-		v, _, err := readUint(filepath.Join(c.CPUAcct.Dir, "cpuacct.usage"))
+		v, _, err := c.rd.uint(filepath.Join(c.CPUAcct.Dir, "cpuacct.usage"))
 		if err != nil {
 			return out, err
 		}
@@ -136,13 +118,13 @@ func (c *Cgroups) MemoryStats() (MemoryStats, error) {
 	}
 	var err error
 	if n.Version == 2 {
-		if out.Usage, _, err = readUint(filepath.Join(n.Dir, "memory.current")); err != nil {
+		if out.Usage, _, err = c.rd.uint(filepath.Join(n.Dir, "memory.current")); err != nil {
 			return out, err
 		}
-		if out.Peak, _, err = readUint(filepath.Join(n.Dir, "memory.peak")); err != nil {
+		if out.Peak, _, err = c.rd.uint(filepath.Join(n.Dir, "memory.peak")); err != nil {
 			return out, err
 		}
-		err = readKeyed(filepath.Join(n.Dir, "memory.stat"), func(k string, v uint64) {
+		err = c.rd.keyed(filepath.Join(n.Dir, "memory.stat"), func(k string, v uint64) {
 			switch k {
 			case "anon":
 				out.Anon = v
@@ -159,7 +141,7 @@ func (c *Cgroups) MemoryStats() (MemoryStats, error) {
 		if err != nil {
 			return out, err
 		}
-		err = readKeyed(filepath.Join(n.Dir, "memory.events"), func(k string, v uint64) {
+		err = c.rd.keyed(filepath.Join(n.Dir, "memory.events"), func(k string, v uint64) {
 			switch k {
 			case "oom_kill":
 				out.OOMKills = v
@@ -172,20 +154,20 @@ func (c *Cgroups) MemoryStats() (MemoryStats, error) {
 			}
 		})
 	} else {
-		if out.Usage, _, err = readUint(filepath.Join(n.Dir, "memory.usage_in_bytes")); err != nil {
+		if out.Usage, _, err = c.rd.uint(filepath.Join(n.Dir, "memory.usage_in_bytes")); err != nil {
 			return out, err
 		}
-		if out.Peak, _, err = readUint(filepath.Join(n.Dir, "memory.max_usage_in_bytes")); err != nil {
+		if out.Peak, _, err = c.rd.uint(filepath.Join(n.Dir, "memory.max_usage_in_bytes")); err != nil {
 			return out, err
 		}
-		if out.MaxHits, _, err = readUint(filepath.Join(n.Dir, "memory.failcnt")); err != nil {
+		if out.MaxHits, _, err = c.rd.uint(filepath.Join(n.Dir, "memory.failcnt")); err != nil {
 			return out, err
 		}
-		if out.Kernel, _, err = readUint(filepath.Join(n.Dir, "memory.kmem.usage_in_bytes")); err != nil {
+		if out.Kernel, _, err = c.rd.uint(filepath.Join(n.Dir, "memory.kmem.usage_in_bytes")); err != nil {
 			return out, err
 		}
 		// total_* include descendants, which is what a limit applies to.
-		err = readKeyed(filepath.Join(n.Dir, "memory.stat"), func(k string, v uint64) {
+		err = c.rd.keyed(filepath.Join(n.Dir, "memory.stat"), func(k string, v uint64) {
 			switch k {
 			case "total_rss":
 				out.Anon = v
@@ -200,7 +182,7 @@ func (c *Cgroups) MemoryStats() (MemoryStats, error) {
 		if err != nil {
 			return out, err
 		}
-		err = readKeyed(filepath.Join(n.Dir, "memory.oom_control"), func(k string, v uint64) {
+		err = c.rd.keyed(filepath.Join(n.Dir, "memory.oom_control"), func(k string, v uint64) {
 			switch k {
 			case "oom_kill":
 				out.OOMKills = v

@@ -29,7 +29,7 @@ func (c *Cgroups) NewChild(name string) (*Group, error) {
 	if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
 		return nil, fmt.Errorf("cgroup name %q: must be a single path element", name)
 	}
-	g := &Group{Cgroups: Cgroups{fs: c.fs}}
+	g := &Group{Cgroups: Cgroups{fs: c.fs, rd: newReader()}}
 	made := map[string]*Node{}
 	child := func(n *Node, enable bool) (*Node, error) {
 		if n == nil {
@@ -242,6 +242,7 @@ func (g *Group) Remove(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 	}
+	g.Close()
 	var last error
 	for {
 		last = nil
