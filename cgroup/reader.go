@@ -15,8 +15,13 @@ type reader struct {
 	mu      sync.Mutex
 	files   map[string]*os.File
 	missing map[string]bool
+	reads   int
 	buf     []byte
 }
+
+// recheckMissing is how many reads a "missing" verdict lasts: files appear
+// when a controller is enabled later.
+const recheckMissing = 256
 
 func newReader() *reader {
 	return &reader{files: map[string]*os.File{}, missing: map[string]bool{}, buf: make([]byte, 4096)}
@@ -29,6 +34,9 @@ func (r *reader) read(file string) (string, bool, error) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.reads++; r.reads%recheckMissing == 0 {
+		clear(r.missing)
+	}
 	if r.missing[file] {
 		return "", false, nil
 	}

@@ -1,0 +1,77 @@
+// Command service is a small HTTP service fitted by gofit: importing auto
+// sets GOMAXPROCS and GOMEMLIMIT from the container's limits before main,
+// and /metrics shows the limits, the throttling and the plan.
+//
+//	go run ./examples/service -addr 127.0.0.1:8080
+//	curl -s 127.0.0.1:8080/work; curl -s 127.0.0.1:8080/metrics | grep ^gofit_
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"expvar"
+	"flag"
+	"fmt"
+	"log"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/gofit-dev/gofit/auto"
+	"github.com/gofit-dev/gofit/metrics"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:8080", "listen address")
+	flag.Parse()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics.NewCollector(auto.Fitter()), collectors.NewGoCollector())
+
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/debug/vars", expvar.Handler())
+	mux.HandleFunc("/work", work)
+
+	srv := &http.Server{Addr: *addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(shutdown)
+	}()
+	log.Printf("listening on %s", *addr)
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Fatal(err)
+	}
+}
+
+// work burns CPU: ?n= rounds of SHA-256 over 1 KiB (default 2000, about 2ms).
+func work(w http.ResponseWriter, r *http.Request) {
+	n := 2000
+	if s := r.URL.Query().Get("n"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 0 || v > 1_000_000 {
+			http.Error(w, "n: want an integer from 0 to 1000000", http.StatusBadRequest)
+			return
+		}
+		n = v
+	}
+	buf := make([]byte, 1024)
+	var sum [32]byte
+	for i := 0; i < n; i++ {
+		sum = sha256.Sum256(buf)
+		copy(buf, sum[:])
+	}
+	fmt.Fprintf(w, "%x\n", sum[:4])
+}

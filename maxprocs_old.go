@@ -1,0 +1,6 @@
+//go:build !go1.25
+
+package gofit
+
+// setDefaultGOMAXPROCS is unavailable before Go 1.25.
+func setDefaultGOMAXPROCS() bool { return false }
