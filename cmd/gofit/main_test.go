@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/gofit-dev/gofit/internal/cgtest"
@@ -127,6 +130,82 @@ func TestInspectErrors(t *testing.T) {
 		}
 		if tc.code == 1 && strings.Count(strings.TrimSpace(errOut), "\n") != 0 {
 			t.Errorf("gofit %v: error is not one line: %q", tc.args, errOut)
+		}
+	}
+}
+
+func TestRunRealCgroup(t *testing.T) {
+	g := cgtest.NewGroup(t)
+	if err := g.SetCPU(0.25, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.SetMemoryMax(64 << 20); err != nil {
+		t.Fatal(err)
+	}
+	inner := gofitCmd("run", "--", "sh", "-c", `echo "$$ $GOMAXPROCS $GOMEMLIMIT"; exit 7`)
+	cmd := g.Command(inner.Path, inner.Args[1:]...)
+	cmd.Env = inner.Env
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 7 {
+		t.Fatalf("exit = %v, want the child's status 7", err)
+	}
+	var pid, procs int
+	var memlimit int64
+	if _, err := fmt.Sscan(out.String(), &pid, &procs, &memlimit); err != nil {
+		t.Fatalf("child printed %q: %v", out.String(), err)
+	}
+	if pid != cmd.Process.Pid {
+		t.Errorf("child PID %d, want gofit's own %d (exec in place)", pid, cmd.Process.Pid)
+	}
+	if procs != 1 {
+		t.Errorf("child GOMAXPROCS=%d, want 1", procs)
+	}
+	if memlimit <= 32<<20 || memlimit >= 64<<20 {
+		t.Errorf("child GOMEMLIMIT=%d, want below 64MiB (and above half of it)", memlimit)
+	}
+}
+
+func TestRunKeepsExplicitEnvAndPassesSignals(t *testing.T) {
+	cmd := gofitCmd("run", "--", "sh", "-c", `echo "$GOMAXPROCS $GOMEMLIMIT"; exec sleep 30`)
+	cmd.Env = append(cmd.Env, "GOMAXPROCS=3", "GOMEMLIMIT=1GiB")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line := make([]byte, 64)
+	n, _ := stdout.Read(line)
+	if got := strings.TrimSpace(string(line[:n])); got != "3 1GiB" {
+		t.Errorf("child saw %q, want the user's own GOMAXPROCS=3 GOMEMLIMIT=1GiB", got)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
+		t.Errorf("wait = %v, want the child killed by SIGTERM", err)
+	}
+}
+
+func TestRunDryRunAndErrors(t *testing.T) {
+	code, out, errOut := run("run", "--dry-run", "--root", "../../cgroup/testdata/v2-kubepods-systemd", "--cpus", "4", "--", "sh")
+	if code != 0 || !strings.Contains(out, "GOMAXPROCS=1\n") || !strings.Contains(out, "GOMEMLIMIT=") || !strings.Contains(out, "# GOMAXPROCS=1: CPU limit 0.5 cores") {
+		t.Errorf("dry run: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run"}, "missing CMD"},
+		{[]string{"run", "--", "/nonexistent/gofit-cmd"}, "/nonexistent/gofit-cmd"},
+		{[]string{"run", "--gogc", "x", "--", "sh"}, "--gogc"},
+	} {
+		if code, _, errOut := run(tc.args...); code == 0 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("gofit %v: exit %d, stderr %q; want an error naming %q", tc.args, code, errOut, tc.want)
 		}
 	}
 }
