@@ -1,0 +1,106 @@
+package lab
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"expvar"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"syscall"
+	"time"
+)
+
+// The embedded sample service: an HTTP handler shaped like a typical API.
+// Each /work request does about 1ms of CPU work (SHA-256 rounds), allocates
+// 128 KiB of garbage, waits 2ms as if on a backend, and replies. The
+// process keeps a 24 MiB live set (a cache) for its whole life.
+const (
+	sampleLiveSet   = 24 << 20
+	sampleGarbage   = 128 << 10
+	sampleHashLoops = 400
+	sampleIOWait    = 2 * time.Millisecond
+)
+
+// SampleCommand is the gofit subcommand that serves the sample.
+const SampleCommand = "lab-sample"
+
+var sampleCache [][]byte
+
+// ServeSample runs the sample service on addr until SIGTERM or SIGINT.
+func ServeSample(addr string) error {
+	for i := 0; i < sampleLiveSet>>20; i++ {
+		b := make([]byte, 1<<20)
+		for j := range b {
+			b[j] = byte(i + j)
+		}
+		sampleCache = append(sampleCache, b)
+	}
+	expvar.Publish("sample", expvar.Func(sampleVars))
+	mux := http.NewServeMux()
+	mux.HandleFunc("/work", sampleWork)
+	mux.Handle("/debug/vars", expvar.Handler())
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+func sampleWork(w http.ResponseWriter, r *http.Request) {
+	garbage := make([]byte, sampleGarbage)
+	for i := 0; i < len(garbage); i += 4096 {
+		garbage[i] = byte(i)
+	}
+	sum := sha256.Sum256(garbage[:1024])
+	for i := 0; i < sampleHashLoops; i++ {
+		sum = sha256.Sum256(append(sum[:], sampleCache[i%len(sampleCache)][:992]...))
+	}
+	time.Sleep(sampleIOWait)
+	fmt.Fprintf(w, "%x\n", sum[:4])
+}
+
+var sampleMetrics = []metrics.Sample{
+	{Name: "/cpu/classes/gc/total:cpu-seconds"},
+	{Name: "/cpu/classes/total:cpu-seconds"},
+}
+
+// RuntimeVars is what a target tells about its Go runtime on /debug/vars,
+// under the key "sample" (the embedded sample) or from "memstats".
+type RuntimeVars struct {
+	GoVersion       string  `json:"go_version"`
+	GOMAXPROCS      int     `json:"gomaxprocs"`
+	GOMEMLIMIT      int64   `json:"gomemlimit"`
+	GCCPUSeconds    float64 `json:"gc_cpu_seconds"`
+	TotalCPUSeconds float64 `json:"total_cpu_seconds"`
+	GCCPUFraction   float64 `json:"gc_cpu_fraction"`
+	NumGC           uint32  `json:"num_gc"`
+}
+
+func sampleVars() any {
+	s := make([]metrics.Sample, len(sampleMetrics))
+	copy(s, sampleMetrics)
+	metrics.Read(s)
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return RuntimeVars{
+		GoVersion:       runtime.Version(),
+		GOMAXPROCS:      runtime.GOMAXPROCS(0),
+		GOMEMLIMIT:      debug.SetMemoryLimit(-1),
+		GCCPUSeconds:    s[0].Value.Float64(),
+		TotalCPUSeconds: s[1].Value.Float64(),
+		GCCPUFraction:   ms.GCCPUFraction,
+		NumGC:           ms.NumGC,
+	}
+}

@@ -1,0 +1,448 @@
+package lab
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gofit-dev/gofit/cgroup"
+)
+
+// ErrNoCgroups means the lab cannot create cgroups here.
+var ErrNoCgroups = errors.New("cannot create cgroups")
+
+// groupPrefix names the lab's parent cgroup, gofit-lab-<pid>; stale ones
+// (whose lab process is gone) are swept at start.
+const groupPrefix = "gofit-lab-"
+
+// Target is the service under study.
+type Target struct {
+	Path string   // executable; its page cache is evicted for cold starts
+	Args []string // arguments; "{port}" is replaced by a free port
+	URL  string   // request URL; "{port}" is replaced too
+	Env  []string // base environment (default: the lab's, without GO* runtime variables)
+}
+
+// Sandbox runs trials in child cgroups of one parent group.
+type Sandbox struct {
+	parent *cgroup.Group
+	mu     sync.Mutex
+	seq    int
+	live   map[*Trial]bool
+}
+
+// NewSandbox sweeps stale lab cgroups and creates this run's parent group.
+func NewSandbox() (*Sandbox, error) {
+	self, err := cgroup.NewFS("/").Self()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoCgroups, err)
+	}
+	Sweep(self)
+	g, err := self.NewChild(groupPrefix + strconv.Itoa(os.Getpid()))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoCgroups, err)
+	}
+	return &Sandbox{parent: g, live: map[*Trial]bool{}}, nil
+}
+
+// Sweep removes lab cgroups left by lab processes that no longer run,
+// killing what is still inside them. It returns the directories removed.
+func Sweep(self *cgroup.Cgroups) []string {
+	var removed []string
+	for _, n := range []*cgroup.Node{self.CPU, self.CPUAcct, self.Memory, self.Unified} {
+		if n == nil {
+			continue
+		}
+		entries, _ := os.ReadDir(n.Dir)
+		for _, e := range entries {
+			name := e.Name()
+			if !e.IsDir() || !strings.HasPrefix(name, groupPrefix) {
+				continue
+			}
+			pid, err := strconv.Atoi(strings.TrimPrefix(name, groupPrefix))
+			if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) == nil {
+				continue // not ours, or its lab is still running
+			}
+			removed = append(removed, removeTree(filepath.Join(n.Dir, name))...)
+		}
+	}
+	return removed
+}
+
+// removeTree kills the processes in a cgroup directory tree and removes it,
+// leaves first.
+func removeTree(dir string) []string {
+	var removed []string
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.IsDir() {
+			removed = append(removed, removeTree(filepath.Join(dir, e.Name()))...)
+		}
+	}
+	for i := 0; i < 100; i++ {
+		if b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs")); err == nil {
+			for _, f := range strings.Fields(string(b)) {
+				if pid, err := strconv.Atoi(f); err == nil {
+					syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		}
+		if err := syscall.Rmdir(dir); err == nil || errors.Is(err, syscall.ENOENT) {
+			return append(removed, dir)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return removed
+}
+
+// Close stops any trial still running and removes the parent group.
+func (s *Sandbox) Close() error {
+	s.mu.Lock()
+	live := make([]*Trial, 0, len(s.live))
+	for t := range s.live {
+		live = append(live, t)
+	}
+	s.mu.Unlock()
+	for _, t := range live {
+		t.Stop()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return s.parent.Remove(ctx)
+}
+
+// Dirs are the parent group's directories (for tests and messages).
+func (s *Sandbox) Dirs() []string { return s.parent.Dirs() }
+
+// TrialConfig is one trial's limits and environment.
+type TrialConfig struct {
+	CPU    float64           // cores; 0 for none
+	Memory int64             // bytes; 0 for none
+	Env    map[string]string // added to the target's environment
+	Warm   bool              // keep the binary's page cache (default: evict it, as in a new container)
+}
+
+// Trial is a running target in its own cgroup.
+type Trial struct {
+	s         *Sandbox
+	g         *cgroup.Group
+	cmd       *exec.Cmd
+	exited    chan struct{}
+	waitErr   error
+	URL       string
+	VarsURL   string
+	Resident  float64 // share of the binary in page cache just before start
+	Ready     time.Duration
+	output    *tail
+	stopOnce  sync.Once
+	final     cgroup.Stats
+	finalErr  error
+	stoppedAt time.Time
+}
+
+// StartError says why a trial never became ready.
+type StartError struct {
+	Outcome string // "oom_killed", "stalled" or "errors"
+	Detail  string
+}
+
+func (e *StartError) Error() string { return e.Outcome + ": " + e.Detail }
+
+// Start starts the target in a new cgroup with cfg's limits and waits until
+// its URL answers. On error nothing is left running.
+func (s *Sandbox) Start(ctx context.Context, t Target, cfg TrialConfig) (*Trial, error) {
+	s.mu.Lock()
+	s.seq++
+	name := "trial-" + strconv.Itoa(s.seq)
+	s.mu.Unlock()
+	g, err := s.parent.NewChild(name)
+	if err != nil {
+		return nil, err
+	}
+	tr := &Trial{s: s, g: g, exited: make(chan struct{}), output: &tail{max: 4096}}
+	fail := func(err error) (*Trial, error) {
+		tr.Stop()
+		return nil, err
+	}
+	if err := g.SetCPU(cfg.CPU, 0); err != nil {
+		return fail(err)
+	}
+	if err := g.SetMemoryMax(cfg.Memory); err != nil {
+		return fail(err)
+	}
+	if !cfg.Warm {
+		evict(t.Path)
+	}
+	tr.Resident = residentShare(t.Path)
+	port, err := freePort()
+	if err != nil {
+		return fail(err)
+	}
+	args := make([]string, len(t.Args))
+	for i, a := range t.Args {
+		args[i] = strings.ReplaceAll(a, "{port}", port)
+	}
+	tr.URL = strings.ReplaceAll(t.URL, "{port}", port)
+	if u, err := url.Parse(tr.URL); err == nil {
+		tr.VarsURL = u.Scheme + "://" + u.Host + "/debug/vars"
+	}
+	cmd := g.Command(t.Path, args...)
+	env := t.Env
+	if env == nil {
+		env = cleanEnv()
+	}
+	for k, v := range cfg.Env {
+		env = append(env, k+"="+v)
+	}
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = tr.output, tr.output
+	// Its own process group, so Ctrl-C reaches the lab, which then stops
+	// the trial itself; and killed with the lab if the lab dies.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	s.mu.Lock()
+	s.live[tr] = true
+	s.mu.Unlock()
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return fail(err)
+	}
+	tr.cmd = cmd
+	go func() {
+		tr.waitErr = cmd.Wait()
+		close(tr.exited)
+	}()
+	if err := tr.waitReady(ctx); err != nil {
+		return fail(err)
+	}
+	tr.Ready = time.Since(start)
+	return tr, nil
+}
+
+// cleanEnv is the lab's environment without the Go runtime variables, so
+// each trial's setting is exactly what it says.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch k {
+		case "GOMAXPROCS", "GOMEMLIMIT", "GOGC", "GODEBUG", "GOFIT":
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// Readiness: poll the URL; a target that stops making progress (no answer
+// while its major faults or limit hits climb) is stalled, not slow.
+const (
+	readyTimeout = 30 * time.Second
+	stallWindow  = 3 * time.Second
+)
+
+func (tr *Trial) waitReady(ctx context.Context) error {
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(readyTimeout)
+	var lastFaults, lastHits uint64
+	lastProgress := time.Now()
+	for {
+		select {
+		case <-tr.exited:
+			return tr.exitError()
+		case <-ctx.Done():
+			return ctx.Err()
+		default:
+		}
+		resp, err := client.Get(tr.URL)
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode < 400 {
+				return nil
+			}
+		}
+		if m, err := tr.g.MemoryStats(); err == nil {
+			if m.MajorFaults > lastFaults || m.MaxHits > lastHits {
+				lastFaults, lastHits = m.MajorFaults, m.MaxHits
+				if time.Since(lastProgress) > stallWindow {
+					return &StartError{"stalled", fmt.Sprintf("not ready after %v while major faults climb to %d and the limit was hit %d times", time.Since(lastProgress).Round(time.Millisecond), m.MajorFaults, m.MaxHits)}
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			return &StartError{"errors", fmt.Sprintf("%s did not answer within %v; output: %s", tr.URL, readyTimeout, tr.output)}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (tr *Trial) exitError() error {
+	if m, err := tr.g.MemoryStats(); err == nil && m.OOMKills > 0 {
+		return &StartError{"oom_killed", fmt.Sprintf("killed by the OOM killer while starting (%v)", tr.waitErr)}
+	}
+	return &StartError{"errors", fmt.Sprintf("exited while starting (%v); output: %s", tr.waitErr, tr.output)}
+}
+
+// Stats reads the trial's cgroup now (or, after Stop, as it was at the end).
+func (tr *Trial) Stats() (cgroup.Stats, error) {
+	if !tr.stoppedAt.IsZero() {
+		return tr.final, tr.finalErr
+	}
+	return tr.g.Stats()
+}
+
+// Exited reports whether the target has exited.
+func (tr *Trial) Exited() bool {
+	select {
+	case <-tr.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// Vars reads the target's /debug/vars, if it has one.
+func (tr *Trial) Vars() (*RuntimeVars, error) {
+	if tr.VarsURL == "" {
+		return nil, errors.New("no /debug/vars URL")
+	}
+	client := &http.Client{Timeout: 2 * time.Second}
+	resp, err := client.Get(tr.VarsURL)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", tr.VarsURL, resp.Status)
+	}
+	var v struct {
+		Sample   *RuntimeVars `json:"sample"`
+		Memstats *struct {
+			GCCPUFraction float64
+			NumGC         uint32
+		} `json:"memstats"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(&v); err != nil {
+		return nil, fmt.Errorf("%s: %w", tr.VarsURL, err)
+	}
+	if v.Sample != nil {
+		return v.Sample, nil
+	}
+	if v.Memstats != nil {
+		return &RuntimeVars{GCCPUFraction: v.Memstats.GCCPUFraction, NumGC: v.Memstats.NumGC}, nil
+	}
+	return nil, fmt.Errorf("%s: no memstats", tr.VarsURL)
+}
+
+// Stop kills the target, reaps it, keeps the final stats and removes the
+// trial's cgroup. It is safe to call more than once.
+func (tr *Trial) Stop() {
+	tr.stopOnce.Do(func() {
+		tr.final, tr.finalErr = tr.g.Stats()
+		tr.g.Kill()
+		if tr.cmd != nil {
+			select {
+			case <-tr.exited:
+			case <-time.After(10 * time.Second):
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		tr.g.Remove(ctx)
+		tr.stoppedAt = time.Now()
+		tr.s.mu.Lock()
+		delete(tr.s.live, tr)
+		tr.s.mu.Unlock()
+	})
+}
+
+// Output is the tail of what the target printed.
+func (tr *Trial) Output() string { return tr.output.String() }
+
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port), nil
+}
+
+// evict drops the file's clean pages from the page cache, so the next start
+// reads (and charges) them afresh, as a new container would.
+func evict(path string) {
+	f, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+}
+
+// residentShare is the share of the file's pages in the page cache.
+func residentShare(path string) float64 {
+	f, err := os.Open(path)
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || st.Size() == 0 {
+		return -1
+	}
+	data, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return -1
+	}
+	defer unix.Munmap(data)
+	page := os.Getpagesize()
+	vec := make([]byte, (len(data)+page-1)/page)
+	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&data[0])), uintptr(len(data)), uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
+		return -1
+	}
+	n := 0
+	for _, v := range vec {
+		n += int(v & 1)
+	}
+	return float64(n) / float64(len(vec))
+}
+
+// tail keeps the last max bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = t.b[len(t.b)-t.max:]
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(bytes.TrimSpace(t.b))
+}
