@@ -51,3 +51,21 @@ func LoadableSize(path string) (int64, error) {
 	}
 	return int64(n), nil
 }
+
+// TargetEnv is what `gofit run` adds to the environment of the binary at
+// path: the plan's variables, except GOMAXPROCS when the target's runtime
+// would choose the same by itself (the variable would stop it following
+// CPU changes). in describes the container; see SelfInput.
+func TargetEnv(in fit.Input, path string, opts fit.Options) (map[string]string, fit.Plan) {
+	tin, err := TargetInput(in, path)
+	if err != nil {
+		tin.Unmanaged = 0 // not ELF (a script, say): plan without the page-cache estimate
+	}
+	p := fit.Compute(tin, opts)
+	env := PlanEnv(p)
+	if p.RuntimeGOMAXPROCS == p.GOMAXPROCS && !p.GOMAXPROCSFromEnv {
+		delete(env, "GOMAXPROCS")
+		p.Reasons = append(p.Reasons, fmt.Sprintf("GOMAXPROCS not set: the Go runtime already chooses %d by itself", p.GOMAXPROCS))
+	}
+	return env, p
+}

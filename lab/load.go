@@ -36,19 +36,24 @@ type StallProbe func() (faults, hits uint64)
 type Loader struct {
 	client *http.Client
 	probe  StallProbe
-	// Stall is how long without a completed request, while the probe's
-	// counters climb, counts as a stall (twice as long without the climb).
-	Stall time.Duration
+	// Stall is the window over which progress is judged, and MinRate the
+	// completions per second below which a window counts as stalled while
+	// the probe's counters climb (see watch).
+	Stall   time.Duration
+	MinRate float64
 }
 
 // NewLoader returns a Loader with keep-alive connections for conc workers.
 func NewLoader(conc int, probe StallProbe) *Loader {
 	tr := &http.Transport{MaxIdleConns: conc * 2, MaxIdleConnsPerHost: conc * 2, IdleConnTimeout: 30 * time.Second}
-	return &Loader{client: &http.Client{Transport: tr, Timeout: 10 * time.Second}, probe: probe, Stall: stallWindow}
+	return &Loader{client: &http.Client{Transport: tr, Timeout: 10 * time.Second}, probe: probe, Stall: loadStallWindow}
 }
 
 // Close drops idle connections.
 func (l *Loader) Close() { l.client.CloseIdleConnections() }
+
+// loadStallWindow is the window of the stall rule during load.
+const loadStallWindow = 2 * time.Second
 
 func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, 120_000_000, 3) } // 1µs..120s
 
@@ -69,16 +74,22 @@ func (l *Loader) begin(ctx context.Context) (*run, context.Context) {
 	return r, ctx
 }
 
-// watch cancels the run when it stops making progress.
+// watch cancels the run when it stalls: in a window of l.Stall, fewer
+// than l.MinRate completions per second (or none) while the probe's
+// counters climb, or no completion at all for two windows. Near its memory
+// limit a Go service rarely dies: it crawls, re-reading its own code pages.
 func (l *Loader) watch(ctx context.Context, r *run) {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
-	last := int64(-1)
-	lastAt := time.Now()
-	var f0, h0 uint64
-	if l.probe != nil {
-		f0, h0 = l.probe()
+	probe := func() (uint64, uint64) {
+		if l.probe == nil {
+			return 0, 0
+		}
+		return l.probe()
 	}
+	winStart, winDone := time.Now(), int64(0)
+	f0, h0 := probe()
+	last, lastAt := int64(0), time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -88,21 +99,22 @@ func (l *Loader) watch(ctx context.Context, r *run) {
 		done := r.ok.Load() + r.errs.Load()
 		if done != last {
 			last, lastAt = done, time.Now()
-			if l.probe != nil {
-				f0, h0 = l.probe()
-			}
-			continue
 		}
-		idle := time.Since(lastAt)
-		climbing := false
-		if l.probe != nil {
-			f, h := l.probe()
-			climbing = f > f0 || h > h0
-		}
-		if (climbing && idle > l.Stall) || idle > 2*l.Stall {
+		if time.Since(lastAt) > 2*l.Stall {
 			r.stalled.Store(true)
 			r.cancel()
 			return
+		}
+		if el := time.Since(winStart); el >= l.Stall {
+			f, h := probe()
+			climbing := f > f0 || h > h0
+			n := done - winDone
+			if climbing && (n == 0 || float64(n)/el.Seconds() < l.MinRate) {
+				r.stalled.Store(true)
+				r.cancel()
+				return
+			}
+			winStart, winDone, f0, h0 = time.Now(), done, f, h
 		}
 	}
 }

@@ -67,24 +67,26 @@ func (s FloorSearch) Find(ctx context.Context, run func(context.Context, int64) 
 		}
 		lo, hi = hi, min(align(hi*2), align(s.Max))
 	}
-	for {
-		// Coarse: bisect between a failure and a pass.
-		for hi-lo > res {
-			mid := align(lo + (hi-lo)/2)
-			if mid >= hi {
-				mid = hi - res
-			}
-			ok, err := try(mid)
-			if err != nil {
-				return 0, trials, err
-			}
-			if ok {
-				hi = mid
-			} else {
-				lo = mid
-			}
+	// Coarse: bisect between a failure and a pass.
+	for hi-lo > res {
+		mid := align(lo + (hi-lo)/2)
+		if mid >= hi {
+			mid = hi - res
 		}
-		// Fine: confirm the edge k of n times; one pass is already in.
+		ok, err := try(mid)
+		if err != nil {
+			return 0, trials, err
+		}
+		if ok {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	// Fine: confirm the edge k of n times (hi has one pass already). Where
+	// it does not hold, the floor is higher: step up by the resolution
+	// until a limit passes, and confirm that one.
+	for {
 		passes, runs := 1, 1
 		for runs < s.Of && passes < s.Need && passes+(s.Of-runs) >= s.Need {
 			ok, err := try(hi)
@@ -99,29 +101,16 @@ func (s FloorSearch) Find(ctx context.Context, run func(context.Context, int64) 
 		if passes >= s.Need || s.Of <= 1 {
 			return hi, trials, nil
 		}
-		// Not reliable here: the floor is higher. Step up and confirm again.
-		if hi >= s.Max {
-			return 0, trials, nil
-		}
-		step := max(res, (hi-s.Lo)/8)
-		lo, hi = hi, min(align(hi+step), align(s.Max))
-		ok, err := try(hi)
-		if err != nil {
-			return 0, trials, err
-		}
-		if !ok {
-			// Keep stepping from here: treat hi as failed.
-			for !ok && hi < s.Max {
-				lo, hi = hi, min(align(hi+step), align(s.Max))
-				if ok, err = try(hi); err != nil {
-					return 0, trials, err
-				}
-			}
-			if !ok {
+		for ok := false; !ok; {
+			if hi >= s.Max {
 				return 0, trials, nil
 			}
+			hi += res
+			var err error
+			if ok, err = try(hi); err != nil {
+				return 0, trials, err
+			}
 		}
-		// Bisect between the unreliable edge and the new pass.
 	}
 }
 

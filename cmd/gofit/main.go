@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/gofit-dev/gofit/lab"
 )
 
 // errUsage marks errors that come from bad command-line input (exit 2).
@@ -51,7 +53,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	for _, c := range commands() {
+	cmds := append(commands(), command{name: lab.SampleCommand, run: runLabSample}) // hidden: the lab's sample service
+	for _, c := range cmds {
 		if c.name != args[0] {
 			continue
 		}

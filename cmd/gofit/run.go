@@ -103,17 +103,6 @@ func runEnv(root, path string, cpus int, opts fit.Options) (map[string]string, f
 	if cpus > 0 {
 		in.CPUs = cpus
 	}
-	if in, err = gofit.TargetInput(in, path); err != nil {
-		// Not ELF (a script, say): plan without the page-cache estimate.
-		in.Unmanaged = 0
-	}
-	p := fit.Compute(in, opts)
-	env := gofit.PlanEnv(p)
-	if p.RuntimeGOMAXPROCS == p.GOMAXPROCS && !p.GOMAXPROCSFromEnv {
-		// The runtime picks the same by itself; the variable would only
-		// stop it from following CPU changes.
-		delete(env, "GOMAXPROCS")
-		p.Reasons = append(p.Reasons, fmt.Sprintf("GOMAXPROCS not set: the Go runtime already chooses %d by itself", p.GOMAXPROCS))
-	}
+	env, p := gofit.TargetEnv(in, path, opts)
 	return env, p, nil
 }
