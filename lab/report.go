@@ -266,7 +266,7 @@ func chart(title, xLabel, yLabel string, ss []series, markers []marker) string {
 		xmin, xmax = math.Min(xmin, m.x), math.Max(xmax, m.x)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, `<figure><svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" role="img" aria-label="%s">`, w, h, w, h, html.EscapeString(title))
+	fmt.Fprintf(&b, `<figure><svg width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" role="img" aria-label="%s">`, w, h, w, h, html.EscapeString(title))
 	fmt.Fprintf(&b, `<text x="%.0f" y="20" font-size="15" font-weight="bold">%s</text>`, ml, html.EscapeString(title))
 	if math.IsInf(xmin, 1) {
 		b.WriteString(`<text x="60" y="120">no data</text></svg></figure>`)
