@@ -176,25 +176,36 @@ func parseCPUSet(s string) (int, error) {
 // (cpu.stat, memory.stat, memory.events, memory.oom_control). Values must be
 // unsigned integers; blank lines are skipped.
 func parseFlatKeyed(s string, fn func(key string, v uint64)) error {
-	line := 0
-	for len(s) > 0 {
-		var l string
-		l, s, _ = strings.Cut(s, "\n")
-		line++
-		if strings.TrimSpace(l) == "" {
-			continue
-		}
+	return eachLine(s, func(line int, l string) error {
 		key, val, ok := strings.Cut(l, " ")
 		if !ok || key == "" {
 			return lineErr(line, l, errors.New("want \"key value\""))
 		}
 		v, err := strconv.ParseUint(strings.TrimSpace(val), 10, 64)
 		if err != nil {
-			// memory.stat values are unsigned; a negative or textual value is
-			// malformed. Large v1 sentinels fit in uint64.
+			// Values are unsigned; a negative or textual value is malformed.
+			// Large v1 sentinels fit in uint64.
 			return lineErr(line, l, errors.New("value is not an unsigned integer"))
 		}
 		fn(key, v)
+		return nil
+	})
+}
+
+// eachLine calls fn with each non-blank line of s and its 1-based number,
+// stopping at the first error.
+func eachLine(s string, fn func(line int, text string) error) error {
+	n := 0
+	for len(s) > 0 {
+		var l string
+		l, s, _ = strings.Cut(s, "\n")
+		n++
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		if err := fn(n, l); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -214,15 +225,8 @@ type PSI struct {
 // parsePSI parses a pressure file. Unknown keys are ignored.
 func parsePSI(s string) (PSI, error) {
 	var p PSI
-	line := 0
-	for len(s) > 0 {
-		var l string
-		l, s, _ = strings.Cut(s, "\n")
-		line++
+	err := eachLine(s, func(line int, l string) error {
 		f := strings.Fields(l)
-		if len(f) == 0 {
-			continue
-		}
 		var dst *PSILine
 		switch f[0] {
 		case "some":
@@ -230,18 +234,18 @@ func parsePSI(s string) (PSI, error) {
 		case "full":
 			dst = &p.Full
 		default:
-			return PSI{}, lineErr(line, l, errors.New("want \"some\" or \"full\""))
+			return lineErr(line, l, errors.New("want \"some\" or \"full\""))
 		}
 		for _, kv := range f[1:] {
 			k, v, ok := strings.Cut(kv, "=")
 			if !ok {
-				return PSI{}, lineErr(line, l, fmt.Errorf("field %q is not key=value", kv))
+				return lineErr(line, l, fmt.Errorf("field %q is not key=value", kv))
 			}
 			switch k {
 			case "avg10", "avg60", "avg300":
 				x, err := strconv.ParseFloat(v, 64)
 				if err != nil || x < 0 || math.IsNaN(x) || math.IsInf(x, 0) {
-					return PSI{}, lineErr(line, l, fmt.Errorf("%s is not a percentage", k))
+					return lineErr(line, l, fmt.Errorf("%s is not a percentage", k))
 				}
 				switch k {
 				case "avg10":
@@ -254,11 +258,15 @@ func parsePSI(s string) (PSI, error) {
 			case "total":
 				x, err := strconv.ParseUint(v, 10, 63)
 				if err != nil {
-					return PSI{}, lineErr(line, l, errors.New("total is not an integer"))
+					return lineErr(line, l, errors.New("total is not an integer"))
 				}
 				dst.Total = time.Duration(x) * time.Microsecond
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return PSI{}, err
 	}
 	return p, nil
 }

@@ -25,29 +25,23 @@ type procEntry struct {
 
 func parseProcCgroup(s string) ([]procEntry, error) {
 	var out []procEntry
-	line := 0
-	for len(s) > 0 {
-		var l string
-		l, s, _ = strings.Cut(s, "\n")
-		line++
-		if strings.TrimSpace(l) == "" {
-			continue
-		}
+	err := eachLine(s, func(line int, l string) error {
 		id, rest, ok1 := strings.Cut(l, ":")
 		ctrls, path, ok2 := strings.Cut(rest, ":")
 		if !ok1 || !ok2 || !strings.HasPrefix(path, "/") {
-			return nil, lineErr(line, l, errors.New("want \"id:controllers:/path\""))
+			return lineErr(line, l, errors.New("want \"id:controllers:/path\""))
 		}
 		if _, err := strconv.ParseUint(id, 10, 32); err != nil {
-			return nil, lineErr(line, l, errors.New("hierarchy id is not a number"))
+			return lineErr(line, l, errors.New("hierarchy id is not a number"))
 		}
 		e := procEntry{path: path}
 		if ctrls != "" {
 			e.controllers = strings.Split(ctrls, ",")
 		}
 		out = append(out, e)
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }
 
 type mount struct {
@@ -69,23 +63,16 @@ func (m mount) has(ctrl string) bool {
 // parseMountinfo returns the cgroup and cgroup2 mounts, in file order.
 func parseMountinfo(s string) ([]mount, error) {
 	var out []mount
-	line := 0
-	for len(s) > 0 {
-		var l string
-		l, s, _ = strings.Cut(s, "\n")
-		line++
-		if strings.TrimSpace(l) == "" {
-			continue
-		}
+	err := eachLine(s, func(line int, l string) error {
 		pre, post, ok := strings.Cut(l, " - ")
 		f := strings.Fields(pre)
 		g := strings.Fields(post)
 		if !ok || len(f) < 6 || len(g) < 2 {
-			return nil, lineErr(line, l, errors.New("want \"id parent maj:min root mountpoint options ... - fstype source superoptions\""))
+			return lineErr(line, l, errors.New("want \"id parent maj:min root mountpoint options ... - fstype source superoptions\""))
 		}
 		fstype := g[0]
 		if fstype != "cgroup" && fstype != "cgroup2" {
-			continue
+			return nil
 		}
 		m := mount{root: unescapeOctal(f[3]), point: unescapeOctal(f[4]), v2: fstype == "cgroup2"}
 		if !m.v2 && len(g) >= 3 {
@@ -98,8 +85,9 @@ func parseMountinfo(s string) ([]mount, error) {
 			}
 		}
 		out = append(out, m)
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }
 
 // unescapeOctal undoes the kernel's \NNN escaping of spaces, tabs,

@@ -52,15 +52,7 @@ func TestGOMAXPROCS(t *testing.T) {
 				t.Errorf("GOMAXPROCS %d runtime %d follows %v; want %d, %d, %v\nreasons %q", p.GOMAXPROCS, p.RuntimeGOMAXPROCS, p.RuntimeFollowsCgroup,
 					tc.want, tc.wantRuntime, tc.follows, p.Reasons)
 			}
-			if tc.reason != "" && !contains(p.Reasons, tc.reason) {
-				t.Errorf("no reason mentions %q: %q", tc.reason, p.Reasons)
-			}
-			if tc.warning == "" && len(p.Warnings) > 0 {
-				t.Errorf("unexpected warnings %q", p.Warnings)
-			}
-			if tc.warning != "" && !contains(p.Warnings, tc.warning) {
-				t.Errorf("no warning mentions %q: %q", tc.warning, p.Warnings)
-			}
+			checkNotes(t, p, tc.reason, tc.warning)
 		})
 	}
 }
@@ -107,15 +99,7 @@ func TestGOMEMLIMIT(t *testing.T) {
 			if eff := tc.mem.Effective(); eff > 0 && p.GOMEMLIMIT >= eff && tc.env["GOMEMLIMIT"] == "" {
 				t.Errorf("GOMEMLIMIT %d at or above the limit %d", p.GOMEMLIMIT, eff)
 			}
-			if tc.reason != "" && !contains(p.Reasons, tc.reason) {
-				t.Errorf("no reason mentions %q: %q", tc.reason, p.Reasons)
-			}
-			if tc.warning == "" && len(p.Warnings) > 0 {
-				t.Errorf("unexpected warnings %q", p.Warnings)
-			}
-			if tc.warning != "" && !contains(p.Warnings, tc.warning) {
-				t.Errorf("no warning mentions %q: %q", tc.warning, p.Warnings)
-			}
+			checkNotes(t, p, tc.reason, tc.warning)
 		})
 	}
 }
@@ -172,6 +156,21 @@ func FuzzCompute(f *testing.F) {
 			t.Fatalf("GOMEMLIMIT %d for limit %d", p.GOMEMLIMIT, eff)
 		}
 	})
+}
+
+// checkNotes asserts that some reason mentions reason (unless empty) and
+// that some warning mentions warning, or that there are no warnings.
+func checkNotes(t *testing.T, p Plan, reason, warning string) {
+	t.Helper()
+	if reason != "" && !contains(p.Reasons, reason) {
+		t.Errorf("no reason mentions %q: %q", reason, p.Reasons)
+	}
+	if warning == "" && len(p.Warnings) > 0 {
+		t.Errorf("unexpected warnings %q", p.Warnings)
+	}
+	if warning != "" && !contains(p.Warnings, warning) {
+		t.Errorf("no warning mentions %q: %q", warning, p.Warnings)
+	}
 }
 
 func contains(list []string, sub string) bool {
