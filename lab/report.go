@@ -259,7 +259,12 @@ var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#
 // chart draws a line chart with min–max whiskers; markers are vertical
 // lines labelled at the top.
 func chart(title, xLabel, yLabel string, ss []series, markers []marker) string {
-	const w, h, ml, mr, mt, mb = 640.0, 340.0, 64.0, 170.0, 36.0, 48.0
+	return chartY(title, xLabel, yLabel, ss, markers, 0)
+}
+
+// chartY is chart with a fixed top of the y axis (0: fit the data).
+func chartY(title, xLabel, yLabel string, ss []series, markers []marker, yTop float64) string {
+	const w, h, ml, mr, mt, mb = 700.0, 340.0, 64.0, 230.0, 36.0, 48.0
 	xmin, xmax, ymax := math.Inf(1), math.Inf(-1), 0.0
 	for _, s := range ss {
 		for _, p := range s.points {
@@ -281,6 +286,9 @@ func chart(title, xLabel, yLabel string, ss []series, markers []marker) string {
 		xmin, xmax = xmin*0.9-0.01, xmax*1.1+0.01
 	}
 	ymax = niceCeil(ymax * 1.05)
+	if yTop > 0 {
+		ymax = yTop
+	}
 	if ymax == 0 {
 		ymax = 1
 	}
@@ -421,7 +429,7 @@ figure{display:inline-block;margin:0.5em}</style></head><body>`)
 		}
 		thr = append(thr, series{m.Setting, tp})
 	}
-	b.WriteString(chart("Survival against memory limit", "memory limit (MiB)", "share of runs that survived", surv, marks))
+	b.WriteString(chartY("Survival against memory limit", "memory limit (MiB)", "share of runs that survived", surv, marks, 1))
 	b.WriteString(chart("Throughput against memory limit", "memory limit (MiB)", "requests/s", thr, marks))
 	b.WriteString("<table><tr><th>setting</th><th>limit</th><th>outcome</th><th>rps</th><th>p99 ms</th><th>peak</th><th>page cache</th><th>major faults</th><th>resident before</th><th>detail</th></tr>")
 	for _, m := range r.Memory {
