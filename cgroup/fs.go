@@ -55,7 +55,7 @@ func (n *Node) ancestors(fn func(dir, cgPath string) bool) {
 		if !fn(dir, p) {
 			return
 		}
-		if dir == n.Top || len(dir) <= len(n.Top) {
+		if len(dir) <= len(n.Top) { // reached the mount point
 			return
 		}
 		dir = filepath.Dir(dir)

@@ -194,11 +194,8 @@ func (c *Cgroups) MemoryStats() (MemoryStats, error) {
 	if err != nil {
 		return out, err
 	}
-	out.WorkingSet = out.Usage
 	if out.InactiveFile < out.Usage {
 		out.WorkingSet = out.Usage - out.InactiveFile
-	} else {
-		out.WorkingSet = 0
 	}
 	out.PSI, err = c.readPSI(n, "memory.pressure")
 	return out, err

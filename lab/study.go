@@ -295,7 +295,7 @@ func (l *Lab) planEnv(cores float64, mem int64) (map[string]string, fit.Plan) {
 func (l *Lab) cpuEnv(setting string, cores float64) (map[string]string, int, string) {
 	env := l.baseEnv()
 	ncpu := gofit.AffinityCPUs()
-	_, plan := l.planEnv(cores, 0)
+	genv, plan := l.planEnv(cores, 0)
 	switch setting {
 	case SetProcs1:
 		env["GOMAXPROCS"] = "1"
@@ -304,11 +304,10 @@ func (l *Lab) cpuEnv(setting string, cores float64) (map[string]string, int, str
 		env["GOMAXPROCS"] = strconv.Itoa(ncpu)
 		return env, ncpu, "env GOMAXPROCS=" + strconv.Itoa(ncpu)
 	case SetGofit:
-		genv, p := l.planEnv(cores, 0)
 		if v, ok := genv["GOMAXPROCS"]; ok {
-			return genv, p.GOMAXPROCS, "gofit run: env GOMAXPROCS=" + v
+			return genv, plan.GOMAXPROCS, "gofit run: env GOMAXPROCS=" + v
 		}
-		return genv, p.GOMAXPROCS, "gofit run: left to the Go runtime, which agrees"
+		return genv, plan.GOMAXPROCS, "gofit run: left to the Go runtime, which agrees"
 	}
 	from := "Go runtime default"
 	if plan.RuntimeFollowsCgroup {
