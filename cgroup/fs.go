@@ -87,6 +87,17 @@ func (c *Cgroups) Version() int {
 	return 0
 }
 
+// FS is the filesystem the cgroups are read from.
+func (c *Cgroups) FS() *FS { return c.fs }
+
+// Bind returns Cgroups for the given nodes (CPU, Memory, ... of nodes; its
+// other fields are ignored), read under f. Package manage uses it to read
+// the limits and stats of a group it created.
+func (f *FS) Bind(nodes Cgroups) *Cgroups {
+	return &Cgroups{fs: f, rd: newReader(), CPU: nodes.CPU, CPUAcct: nodes.CPUAcct,
+		CPUSet: nodes.CPUSet, Memory: nodes.Memory, Unified: nodes.Unified}
+}
+
 // Close releases the files kept open for re-reading. The Cgroups remains
 // usable; files are opened again as needed.
 func (c *Cgroups) Close() { c.rd.close() }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	. "github.com/gofit-dev/gofit/cgroup"
+	"github.com/gofit-dev/gofit/cgroup/manage"
 	"github.com/gofit-dev/gofit/internal/cgtest"
 )
 
@@ -19,7 +20,7 @@ import (
 // real processes in them. They skip, with a reason, where the machine does
 // not allow it, and always remove what they made.
 
-func newTestGroup(t *testing.T) *Group { return cgtest.NewGroup(t) }
+func newTestGroup(t *testing.T) *manage.Group { return cgtest.NewGroup(t) }
 
 // TestMain lets the test binary act as a child process inside a cgroup.
 func TestMain(m *testing.M) {
@@ -55,7 +56,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func helper(g *Group, mode string) *exec.Cmd {
+func helper(g *manage.Group, mode string) *exec.Cmd {
 	cmd := g.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), "GOFIT_CGROUP_HELPER="+mode)
 	return cmd
@@ -98,7 +99,7 @@ func TestRealNestedTighterAncestor(t *testing.T) {
 	if err := parent.SetMemoryMax(80 << 20); err != nil {
 		t.Fatal(err)
 	}
-	child, err := parent.NewChild("leaf")
+	child, err := manage.NewChild(parent.Cgroups, "leaf")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gofit-dev/gofit/cgroup"
+	"github.com/gofit-dev/gofit/cgroup/manage"
 )
 
 // ErrNoCgroups means the lab cannot create cgroups here.
@@ -42,7 +43,7 @@ type Target struct {
 
 // Sandbox runs trials in child cgroups of one parent group.
 type Sandbox struct {
-	parent *cgroup.Group
+	parent *manage.Group
 	mu     sync.Mutex
 	seq    int
 	live   map[*Trial]bool
@@ -55,7 +56,7 @@ func NewSandbox() (*Sandbox, error) {
 		return nil, fmt.Errorf("%w: %v", ErrNoCgroups, err)
 	}
 	Sweep(self)
-	g, err := self.NewChild(groupPrefix + strconv.Itoa(os.Getpid()))
+	g, err := manage.NewChild(self, groupPrefix+strconv.Itoa(os.Getpid()))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoCgroups, err)
 	}
@@ -142,7 +143,7 @@ type TrialConfig struct {
 // Trial is a running target in its own cgroup.
 type Trial struct {
 	s         *Sandbox
-	g         *cgroup.Group
+	g         *manage.Group
 	cmd       *exec.Cmd
 	exited    chan struct{}
 	waitErr   error
@@ -172,7 +173,7 @@ func (s *Sandbox) Start(ctx context.Context, t Target, cfg TrialConfig) (*Trial,
 	s.seq++
 	name := "trial-" + strconv.Itoa(s.seq)
 	s.mu.Unlock()
-	g, err := s.parent.NewChild(name)
+	g, err := manage.NewChild(s.parent.Cgroups, name)
 	if err != nil {
 		return nil, err
 	}

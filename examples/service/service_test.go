@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gofit-dev/gofit/cgroup"
+	"github.com/gofit-dev/gofit/cgroup/manage"
 	"github.com/gofit-dev/gofit/internal/cgtest"
 )
 
@@ -32,7 +32,7 @@ type service struct {
 	cmd  *exec.Cmd
 }
 
-func startService(t *testing.T, g *cgroup.Group, env ...string) *service {
+func startService(t *testing.T, g *manage.Group, env ...string) *service {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

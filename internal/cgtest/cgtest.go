@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gofit-dev/gofit/cgroup"
+	"github.com/gofit-dev/gofit/cgroup/manage"
 )
 
 var seq atomic.Int64
@@ -20,7 +21,7 @@ var seq atomic.Int64
 const Prefix = "gofit-test-"
 
 // NewGroup creates a child of the test process's own cgroups, or skips.
-func NewGroup(t testing.TB) *cgroup.Group {
+func NewGroup(t testing.TB) *manage.Group {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("skipping: creating cgroups needs root")
@@ -29,7 +30,7 @@ func NewGroup(t testing.TB) *cgroup.Group {
 	if err != nil {
 		t.Skipf("skipping: no cgroups here: %v", err)
 	}
-	g, err := self.NewChild(fmt.Sprintf("%s%d-%d", Prefix, os.Getpid(), seq.Add(1)))
+	g, err := manage.NewChild(self, fmt.Sprintf("%s%d-%d", Prefix, os.Getpid(), seq.Add(1)))
 	if err != nil {
 		t.Skipf("skipping: cannot create a cgroup here: %v", err)
 	}

@@ -1,4 +1,4 @@
-package cgroup
+package manage
 
 import (
 	"os/exec"

@@ -1,9 +1,13 @@
-package cgroup
+// Package manage creates, limits, fills, kills and removes cgroups: what the
+// lab, the tests and the node agent need. A service that only reads its
+// limits imports package cgroup alone, which never writes, execs or kills.
+package manage
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -12,12 +16,14 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gofit-dev/gofit/cgroup"
 )
 
 // Group is a cgroup that gofit created (one directory per hierarchy), for
 // the lab and the node agent. It reads limits and stats like any Cgroups.
 type Group struct {
-	Cgroups
+	*cgroup.Cgroups
 	dirs []string // every directory created, leaf-most hierarchy order
 }
 
@@ -25,13 +31,14 @@ type Group struct {
 // cpuacct, memory and (on hybrid hosts, for per-group PSI) v2 cgroups. On
 // cgroup v2 it enables the cpu and memory controllers for children of the
 // parent. If any step fails, what was created is removed.
-func (c *Cgroups) NewChild(name string) (*Group, error) {
+func NewChild(c *cgroup.Cgroups, name string) (*Group, error) {
 	if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
 		return nil, fmt.Errorf("cgroup name %q: must be a single path element", name)
 	}
-	g := &Group{Cgroups: Cgroups{fs: c.fs, rd: newReader()}}
-	made := map[string]*Node{}
-	child := func(n *Node, enable bool) (*Node, error) {
+	var nodes cgroup.Cgroups
+	g := &Group{}
+	made := map[string]*cgroup.Node{}
+	child := func(n *cgroup.Node, enable bool) (*cgroup.Node, error) {
 		if n == nil {
 			return nil, nil
 		}
@@ -50,15 +57,15 @@ func (c *Cgroups) NewChild(name string) (*Group, error) {
 			return nil, fmt.Errorf("create cgroup: %w", err)
 		}
 		g.dirs = append(g.dirs, dir)
-		m := &Node{Version: n.Version, Path: path.Join(n.Path, name), Dir: dir, Top: n.Top}
+		m := &cgroup.Node{Version: n.Version, Path: path.Join(n.Path, name), Dir: dir, Top: n.Top}
 		made[n.Dir] = m
 		return m, nil
 	}
 	var err error
 	for _, p := range []struct {
-		src *Node
-		dst **Node
-	}{{c.CPU, &g.CPU}, {c.CPUAcct, &g.CPUAcct}, {c.Memory, &g.Memory}, {c.Unified, &g.Unified}} {
+		src *cgroup.Node
+		dst **cgroup.Node
+	}{{c.CPU, &nodes.CPU}, {c.CPUAcct, &nodes.CPUAcct}, {c.Memory, &nodes.Memory}, {c.Unified, &nodes.Unified}} {
 		if p.src == nil {
 			continue
 		}
@@ -72,15 +79,17 @@ func (c *Cgroups) NewChild(name string) (*Group, error) {
 			return nil, err
 		}
 	}
+	g.Cgroups = c.FS().Bind(nodes)
 	if g.CPU == nil && g.Memory == nil {
-		return nil, fmt.Errorf("create cgroup %q: %w", name, ErrNoCgroup)
+		g.Remove(context.Background())
+		return nil, fmt.Errorf("create cgroup %q: %w", name, cgroup.ErrNoCgroup)
 	}
 	return g, nil
 }
 
 func enableControllers(dir string, ctrls ...string) error {
 	file := filepath.Join(dir, "cgroup.subtree_control")
-	cur, _, err := readFile(file)
+	cur, _, err := readSmall(file)
 	if err != nil {
 		return err
 	}
@@ -113,7 +122,7 @@ func writeValue(file, v string) error {
 // removes the limit. A zero period means the kernel default of 100ms.
 func (g *Group) SetCPU(cores float64, period time.Duration) error {
 	if g.CPU == nil {
-		return fmt.Errorf("set cpu limit: %w", ErrNoCgroup)
+		return fmt.Errorf("set cpu limit: %w", cgroup.ErrNoCgroup)
 	}
 	if period == 0 {
 		period = 100 * time.Millisecond
@@ -151,7 +160,7 @@ func (g *Group) SetCPU(cores float64, period time.Duration) error {
 // also turns swap off for the group, so the limit means what it says.
 func (g *Group) SetMemoryMax(bytes int64) error {
 	if g.Memory == nil {
-		return fmt.Errorf("set memory limit: %w", ErrNoCgroup)
+		return fmt.Errorf("set memory limit: %w", cgroup.ErrNoCgroup)
 	}
 	if g.Memory.Version == 2 {
 		v := "max"
@@ -201,7 +210,7 @@ func (g *Group) PIDs() ([]int, error) {
 	var out []int
 	for _, dir := range g.dirs {
 		file := filepath.Join(dir, "cgroup.procs")
-		s, ok, err := readFile(file)
+		s, ok, err := readSmall(file)
 		if err != nil {
 			return nil, err
 		}
@@ -211,7 +220,7 @@ func (g *Group) PIDs() ([]int, error) {
 		for i, f := range strings.Fields(s) {
 			pid, err := strconv.Atoi(f)
 			if err != nil {
-				return nil, withFile(lineErr(i+1, f, errors.New("not a pid")), file)
+				return nil, &cgroup.ParseError{File: file, Line: i + 1, Text: f, Err: errors.New("not a pid")}
 			}
 			if !seen[pid] {
 				seen[pid] = true
@@ -242,7 +251,9 @@ func (g *Group) Remove(ctx context.Context) error {
 		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 	}
-	g.Close()
+	if g.Cgroups != nil {
+		g.Close()
+	}
 	var last error
 	for {
 		last = nil
@@ -261,4 +272,29 @@ func (g *Group) Remove(ctx context.Context) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// maxFile bounds what manage reads from a cgroup file (cgroup.procs of a
+// busy group is the largest): a corrupt or hostile file cannot exhaust memory.
+const maxFile = 4 << 20
+
+// readSmall reads a cgroup file of at most maxFile bytes. A missing file
+// returns ok == false and no error.
+func readSmall(file string) (string, bool, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", false, nil
+		}
+		return "", false, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxFile+1))
+	if err != nil {
+		return "", false, err
+	}
+	if len(b) > maxFile {
+		return "", false, fmt.Errorf("%s: larger than %d bytes", file, maxFile)
+	}
+	return string(b), true, nil
 }
