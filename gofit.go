@@ -70,11 +70,11 @@ type config struct {
 
 	// Seams for tests: the Go runtime, the affinity mask, the clock, the
 	// runtime's metrics and the binary's Go version.
-	rt          runtimeAPI
-	cpus        func() int
-	now         func() time.Time
-	goMemory    func() int64
-	self        *target.Binary
+	rt       runtimeAPI
+	cpus     func() int
+	now      func() time.Time
+	goMemory func() int64
+	self     *target.Binary
 }
 
 // Option configures Start and New.

@@ -83,7 +83,7 @@ func TestExport(t *testing.T) {
 		child   []string // the child's environment
 	}{
 		{name: "plain", goVer: "go1.24.3",
-			export: map[string]string{"GOMAXPROCS": "1", "GOMEMLIMIT": "94371840", MarkerVar: "GOMAXPROCS=1,GOMEMLIMIT=94371840"},
+			export:  map[string]string{"GOMAXPROCS": "1", "GOMEMLIMIT": "94371840", MarkerVar: "GOMAXPROCS=1,GOMEMLIMIT=94371840"},
 			environ: []string{"HOME=/root"},
 			child:   []string{"HOME=/root", MarkerVar + "=GOMAXPROCS=1,GOMEMLIMIT=94371840", "GOMAXPROCS=1", "GOMEMLIMIT=94371840"}},
 		{name: "invalid GOMAXPROCS and empty GOMEMLIMIT are replaced, not duplicated", goVer: "go1.24.3",
@@ -151,7 +151,7 @@ func TestPlanContainer(t *testing.T) {
 		{name: "no limits: nothing", c: Container{}, export: map[string]string{}},
 		{name: "small container: the non-Go allowance lowers GOMEMLIMIT", c: Container{MemoryLimit: 64 * mib}, memlimit: 64*mib - DefaultNonGo - 2*mib,
 			export: map[string]string{"GOMEMLIMIT": "48234496", MarkerVar: "GOMEMLIMIT=48234496"}},
-		{name: "explicit allowance", c: Container{MemoryLimit: 64 * mib, NonGo: 4 * mib}, memlimit: 64*mib*9/10,
+		{name: "explicit allowance", c: Container{MemoryLimit: 64 * mib, NonGo: 4 * mib}, memlimit: 64 * mib * 9 / 10,
 			export: map[string]string{"GOMEMLIMIT": "60397977", MarkerVar: "GOMEMLIMIT=60397977"}},
 		{name: "memory limit 1 byte: none", c: Container{MemoryLimit: 1}, export: map[string]string{}, warning: "too small"},
 		{name: "tiny: a quarter", c: Container{MemoryLimit: 8 * mib}, memlimit: 2 * mib, export: map[string]string{"GOMEMLIMIT": "2097152", MarkerVar: "GOMEMLIMIT=2097152"}, warning: "leaves little"},
