@@ -4,12 +4,17 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gofit-dev/gofit/fit"
+	"github.com/gofit-dev/gofit/internal/target"
 )
 
 // tree is a writable cgroup v2 fixture for one process at /pod/ctr.
@@ -24,6 +29,7 @@ func newTree(t *testing.T) *tree {
 	tr.write("proc/self/mountinfo", "25 20 0:22 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n")
 	tr.write("sys/fs/cgroup/pod/ctr/memory.current", "1048576\n")
 	tr.write("sys/fs/cgroup/pod/ctr/memory.stat", "anon 1048576\ninactive_file 0\n")
+	tr.write("proc/self/smaps_rollup", "Rss: 1024 kB\n")
 	return tr
 }
 
@@ -43,18 +49,36 @@ func (tr *tree) cpuMax(s string)    { tr.write("sys/fs/cgroup/pod/ctr/cpu.max", 
 func (tr *tree) memMax(s string)    { tr.write("sys/fs/cgroup/pod/ctr/memory.max", s+"\n") }
 func (tr *tree) podCPUMax(s string) { tr.write("sys/fs/cgroup/pod/cpu.max", s+"\n") }
 
-// fakeRuntime records what gofit asks of the Go runtime.
+// fakeRuntime models what gofit asks of the Go runtime, and what the
+// runtime does by itself: def is its own choice for the current limits,
+// which it applies on a resize when it follows and GOMAXPROCS is not
+// custom (set by a call or, at start, by the environment).
 type fakeRuntime struct {
 	mu        sync.Mutex
 	procs     int
+	custom    bool
+	def       int
+	follows   bool
 	procCalls []int
 	memLimit  int64
 	gcPercent int
 	handBacks int
 }
 
+// newFakeRuntime starts at procs, its own choice, following the cgroup.
 func newFakeRuntime(procs int) *fakeRuntime {
-	return &fakeRuntime{procs: procs, memLimit: NoMemoryLimit, gcPercent: 100}
+	return &fakeRuntime{procs: procs, def: procs, follows: true, memLimit: math.MaxInt64, gcPercent: 100}
+}
+
+// resize is the cgroup's CPU limit changing: the runtime's own choice
+// becomes def, and a following runtime applies it.
+func (r *fakeRuntime) resize(def int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.def = def
+	if r.follows && !r.custom {
+		r.procs = def
+	}
 }
 
 func (r *fakeRuntime) api() runtimeAPI {
@@ -64,7 +88,7 @@ func (r *fakeRuntime) api() runtimeAPI {
 			defer r.mu.Unlock()
 			prev := r.procs
 			if n > 0 {
-				r.procs = n
+				r.procs, r.custom = n, true
 				r.procCalls = append(r.procCalls, n)
 			}
 			return prev
@@ -85,11 +109,11 @@ func (r *fakeRuntime) api() runtimeAPI {
 			r.gcPercent = n
 			return prev
 		},
-		defaultProcs: func() bool {
+		handBack: func() {
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			r.handBacks++
-			return true
+			r.procs, r.custom = r.def, false
 		},
 	}
 }
@@ -101,7 +125,16 @@ func (r *fakeRuntime) state() (procs int, calls []int, mem int64, gc int, handBa
 }
 
 func withRuntime(r *fakeRuntime) Option { return func(c *config) { c.rt = r.api() } }
-func withCPUs(n int) Option             { return func(c *config) { c.cpus = n } }
+func withCPUs(n int) Option             { return func(c *config) { c.cpus = func() int { return n } } }
+
+// withGo makes the process's Go runtime version and built-in GODEBUG
+// defaults what the test says, whatever toolchain builds the test.
+func withGo(version, defaultGODEBUG string) Option {
+	return func(c *config) { c.self = &target.Binary{GoVersion: version, DefaultGODEBUG: defaultGODEBUG} }
+}
+
+// Go versions for withGo: a runtime that reads cgroups, and one that does not.
+const go126, go124 = "go1.26.1", "go1.24.3"
 
 func env(kv ...string) func(string) (string, bool) {
 	m := map[string]string{}
@@ -129,7 +162,8 @@ func TestFollowsCPUAndMemoryBothWays(t *testing.T) {
 	tr.memMax("268435456")
 	rt := newFakeRuntime(8)
 	tk := newManualTicker()
-	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), WithEnv(env()))
+	rt.follows = false // a runtime that does not read cgroups
+	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), WithLookupEnv(env()), withGo(go124, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,13 +193,13 @@ func TestFollowsCPUAndMemoryBothWays(t *testing.T) {
 	tr.memMax("max")
 	tk.tick()
 	procs, _, mem, _, _ = rt.state()
-	if procs != 8 || mem != NoMemoryLimit {
+	if procs != 8 || mem != math.MaxInt64 {
 		t.Errorf("after lifting the limits: GOMAXPROCS %d, memory limit %d; want 8 and none", procs, mem)
 	}
 
 	f.Stop()
 	procs, _, mem, _, _ = rt.state()
-	if procs != 8 || mem != NoMemoryLimit {
+	if procs != 8 || mem != math.MaxInt64 {
 		t.Errorf("after Stop: GOMAXPROCS %d, memory limit %d; want the originals", procs, mem)
 	}
 }
@@ -174,8 +208,8 @@ func TestTighterAncestorWins(t *testing.T) {
 	tr := newTree(t)
 	tr.cpuMax("400000 100000")
 	tr.podCPUMax("100000 100000")
-	rt := newFakeRuntime(8)
-	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), newManualTicker().opt(), WithEnv(env()))
+	rt := newFakeRuntime(4) // Go's own choice: the leaf's 4 cores
+	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), newManualTicker().opt(), WithLookupEnv(env()), withGo(go126, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +227,7 @@ func TestLeavesTheRuntimeAloneWhenItAgrees(t *testing.T) {
 	tr.cpuMax("200000 100000")
 	rt := newFakeRuntime(2)
 	tk := newManualTicker()
-	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), WithEnv(env("GODEBUG", "containermaxprocs=1")))
+	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), WithLookupEnv(env()), withGo(go126, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,14 +236,16 @@ func TestLeavesTheRuntimeAloneWhenItAgrees(t *testing.T) {
 		t.Fatalf("gofit set GOMAXPROCS %v although the runtime already chose 2", calls)
 	}
 	tr.cpuMax("50000 100000")
+	rt.resize(2)
 	tk.tick()
 	if procs, calls, _, _, _ := rt.state(); procs != 1 || len(calls) != 1 {
 		t.Errorf("at 0.5 cores: GOMAXPROCS %d (calls %v), want gofit to set 1", procs, calls)
 	}
 	tr.cpuMax("400000 100000")
+	rt.resize(4)
 	tk.tick()
-	if _, _, _, _, handBacks := rt.state(); handBacks != 1 {
-		t.Errorf("at 4 cores the runtime agrees again, but gofit did not hand GOMAXPROCS back (%d)", handBacks)
+	if procs, _, _, _, handBacks := rt.state(); handBacks != 1 || procs != 4 {
+		t.Errorf("at 4 cores the runtime agrees again: GOMAXPROCS %d, %d hand-backs; want 4 handed back once", procs, handBacks)
 	}
 }
 
@@ -220,12 +256,12 @@ func TestExplicitEnvWins(t *testing.T) {
 	rt := newFakeRuntime(8)
 	var logs logRecorder
 	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), newManualTicker().opt(),
-		WithEnv(env("GOMAXPROCS", "8", "GOMEMLIMIT", "200MiB")), WithLogger(slog.New(&logs)))
+		WithLookupEnv(env("GOMAXPROCS", "8", "GOMEMLIMIT", "200MiB")), WithLogger(slog.New(&logs)), withGo(go126, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Stop()
-	if procs, calls, mem, _, _ := rt.state(); len(calls) != 0 || procs != 8 || mem != NoMemoryLimit {
+	if procs, calls, mem, _, _ := rt.state(); len(calls) != 0 || procs != 8 || mem != math.MaxInt64 {
 		t.Errorf("gofit changed settings the environment fixed: calls %v, memory limit %d", calls, mem)
 	}
 	if !logs.has(slog.LevelWarn, "GOMAXPROCS=8 from the environment is above the CPU limit") || !logs.has(slog.LevelWarn, "GOMEMLIMIT=200MiB from the environment is at or above") {
@@ -238,7 +274,7 @@ func TestUseTheMemoryYouPayFor(t *testing.T) {
 	tr.memMax("104857600")
 	rt := newFakeRuntime(2)
 	tk := newManualTicker()
-	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(2), tk.opt(), WithEnv(env()), WithGOGC("off"))
+	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(2), tk.opt(), WithLookupEnv(env()), WithGOGC("off"), withGo(go126, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +284,7 @@ func TestUseTheMemoryYouPayFor(t *testing.T) {
 	}
 	tr.memMax("max")
 	tk.tick()
-	if _, _, mem, gc, _ := rt.state(); gc != 100 || mem != NoMemoryLimit {
+	if _, _, mem, gc, _ := rt.state(); gc != 100 || mem != math.MaxInt64 {
 		t.Errorf("without a memory limit: GOGC %d, memory limit %d; want both restored", gc, mem)
 	}
 }
@@ -257,9 +293,10 @@ func TestUnreadableKeepsSettingsAndLogsOnce(t *testing.T) {
 	tr := newTree(t)
 	tr.cpuMax("100000 100000")
 	rt := newFakeRuntime(8)
+	rt.follows = false
 	tk := newManualTicker()
 	var logs logRecorder
-	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), WithEnv(env()), WithLogger(slog.New(&logs)))
+	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), WithLookupEnv(env()), WithLogger(slog.New(&logs)), withGo(go124, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,40 +322,301 @@ func TestUnreadableKeepsSettingsAndLogsOnce(t *testing.T) {
 
 func TestDisabledAndBadOptions(t *testing.T) {
 	tr := newTree(t)
-	if _, err := Start(context.Background(), WithRoot(tr.root), WithEnv(env("GOFIT", "off"))); !errors.Is(err, ErrDisabled) {
-		t.Errorf("GOFIT=off: %v, want ErrDisabled", err)
+	for _, v := range []string{"off", "OFF", "false", "0", "No"} {
+		if _, err := Start(context.Background(), WithRoot(tr.root), WithLookupEnv(env("GOFIT", v))); !errors.Is(err, ErrDisabled) {
+			t.Errorf("GOFIT=%s: %v, want ErrDisabled", v, err)
+		}
 	}
-	if _, err := New(WithRoot(tr.root), WithRefresh(0)); err == nil || !strings.Contains(err.Error(), "refresh") {
-		t.Errorf("zero refresh: %v", err)
+	for _, v := range []string{"on", "1", "true", ""} {
+		f, err := New(WithRoot(tr.root), WithLookupEnv(env("GOFIT", v)))
+		if err != nil {
+			t.Errorf("GOFIT=%q: %v", v, err)
+			continue
+		}
+		f.close()
 	}
-	if _, err := New(WithRoot(tr.root), WithMemoryRatio(1.2)); err == nil || !strings.Contains(err.Error(), "memory ratio") {
-		t.Errorf("bad ratio: %v", err)
+	if _, err := New(WithRoot(tr.root), WithLookupEnv(env("GOFIT", "of"))); err == nil || !strings.Contains(err.Error(), "GOFIT") {
+		t.Errorf("GOFIT=of: %v, want an error naming GOFIT", err)
+	}
+	for _, d := range []time.Duration{0, -time.Second, time.Nanosecond, 99 * time.Millisecond} {
+		if _, err := New(WithRoot(tr.root), WithRefresh(d)); err == nil || !strings.Contains(err.Error(), "refresh") {
+			t.Errorf("refresh %v: %v", d, err)
+		}
+	}
+	for _, r := range []float64{1.2, math.NaN(), math.Inf(1), -0.5, 1} {
+		if _, err := New(WithRoot(tr.root), WithMemoryRatio(r)); err == nil || !strings.Contains(err.Error(), "memory ratio") {
+			t.Errorf("ratio %g: %v", r, err)
+		}
+	}
+	if _, err := New(WithRoot(tr.root), WithGOGC("-5")); err == nil || !strings.Contains(err.Error(), "GOGC") {
+		t.Errorf("GOGC -5: %v", err)
 	}
 	if _, err := New(WithRoot(t.TempDir())); err == nil {
 		t.Error("no cgroup: no error")
 	}
 }
 
-func TestEnvOptions(t *testing.T) {
-	opts, errs := EnvOptions(env("GOFIT_REFRESH", "250ms", "GOFIT_MEMORY_RATIO", "0.8", "GOFIT_CPU_ROUNDING", "ceil", "GOFIT_GOGC", "200"))
-	if len(opts) != 4 || len(errs) != 0 {
-		t.Fatalf("%d options, errors %v", len(opts), errs)
+// A main module at go 1.24 run with GODEBUG=containermaxprocs=1: its
+// built-in updatemaxprocs=0 makes the runtime size GOMAXPROCS once. After
+// a resize from 2 to 4 cores it stays at 2 unless gofit sets it.
+func TestFollowsWhenTheRuntimeSizesOnlyOnce(t *testing.T) {
+	tr := newTree(t)
+	tr.cpuMax("200000 100000")
+	rt := newFakeRuntime(2)
+	rt.follows = false
+	tk := newManualTicker()
+	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(),
+		WithLookupEnv(env("GODEBUG", "containermaxprocs=1")), withGo(go126, "containermaxprocs=0,updatemaxprocs=0"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	var c config
-	for _, o := range opts {
-		o(&c)
+	defer f.Stop()
+	if _, calls, _, _, _ := rt.state(); len(calls) != 0 {
+		t.Fatalf("gofit set GOMAXPROCS %v although the runtime already had 2", calls)
 	}
-	if c.refresh != 250*time.Millisecond || c.opts.MemoryRatio != 0.8 || c.opts.Rounding != 1 || c.opts.GOGC != "200" {
-		t.Errorf("config %+v", c)
+	tr.cpuMax("400000 100000")
+	rt.resize(4) // the runtime's choice now, which it does not apply
+	tk.tick()
+	if procs, _, _, _, handBacks := rt.state(); procs != 4 || handBacks != 0 {
+		t.Errorf("after 2 -> 4 cores: GOMAXPROCS %d (%d hand-backs), want gofit to set 4", procs, handBacks)
 	}
-	_, errs = EnvOptions(env("GOFIT_REFRESH", "soon", "GOFIT_MEMORY_RATIO", "90", "GOFIT_CPU_ROUNDING", "up", "GOFIT_GOGC", "-5"))
-	if len(errs) != 4 {
-		t.Fatalf("errors %v, want 4", errs)
+	if a := f.Plan().GOMAXPROCSAction; a != fit.Set {
+		t.Errorf("action %v, want set", a)
 	}
-	for i, name := range []string{"GOFIT_REFRESH", "GOFIT_MEMORY_RATIO", "GOFIT_CPU_ROUNDING", "GOFIT_GOGC"} {
-		if !strings.Contains(errs[i].Error(), name) {
-			t.Errorf("error %q does not name %s", errs[i], name)
+}
+
+// A hand-back whose result differs from the plan (the runtime knows
+// something gofit does not) is undone: gofit keeps GOMAXPROCS.
+func TestHandBackResultIsChecked(t *testing.T) {
+	tr := newTree(t)
+	tr.cpuMax("50000 100000")
+	rt := newFakeRuntime(2)
+	tk := newManualTicker()
+	var logs logRecorder
+	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), WithLookupEnv(env()), withGo(go126, ""), WithLogger(slog.New(&logs)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Stop()
+	if procs, _, _, _, _ := rt.state(); procs != 1 {
+		t.Fatalf("at 0.5 cores GOMAXPROCS %d, want 1", procs)
+	}
+	tr.cpuMax("400000 100000")
+	rt.resize(3) // not the 4 that gofit's model of the runtime expects
+	tk.tick()
+	if procs, _, _, _, handBacks := rt.state(); procs != 4 || handBacks != 1 {
+		t.Errorf("GOMAXPROCS %d after %d hand-backs, want 4 set by gofit after the failed hand-back", procs, handBacks)
+	}
+	if !logs.has(slog.LevelWarn, "chose another GOMAXPROCS") {
+		t.Errorf("no warning: %q", logs.messages())
+	}
+	tr.cpuMax("300000 100000")
+	rt.resize(3)
+	tk.tick()
+	if procs, _, _, _, handBacks := rt.state(); procs != 3 || handBacks != 1 {
+		t.Errorf("GOMAXPROCS %d after %d hand-backs; want 3 set, no second hand-back", procs, handBacks)
+	}
+}
+
+// `gofit run` exported GOMAXPROCS and GOMEMLIMIT and marked them: the
+// library takes them over and follows resizes, instead of treating them as
+// the user's choice.
+func TestTakesOverFromGofitRun(t *testing.T) {
+	tr := newTree(t)
+	tr.cpuMax("200000 100000")
+	tr.memMax("268435456")
+	rt := newFakeRuntime(2)
+	rt.custom = true // the runtime read GOMAXPROCS from the environment
+	rt.memLimit = 241591910
+	tk := newManualTicker()
+	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), withGo(go126, ""),
+		WithLookupEnv(env("GOMAXPROCS", "2", "GOMEMLIMIT", "241591910", fit.MarkerVar, "GOMAXPROCS=2,GOMEMLIMIT=241591910")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Stop()
+	if procs, _, _, _, handBacks := rt.state(); procs != 2 || handBacks != 1 {
+		t.Errorf("at start: GOMAXPROCS %d, %d hand-backs; want the runtime's own updates back on", procs, handBacks)
+	}
+	tr.cpuMax("400000 100000")
+	tr.memMax("134217728")
+	rt.resize(4)
+	tk.tick()
+	if procs, _, mem, _, _ := rt.state(); procs != 4 || mem != 128<<20*9/10 {
+		t.Errorf("after resize: GOMAXPROCS %d, memory limit %d; want 4 and 90%% of 128MiB", procs, mem)
+	}
+	// A value the user changed after gofit run is the user's again.
+	rt2 := newFakeRuntime(3)
+	rt2.custom = true
+	g, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt2), withCPUs(8), newManualTicker().opt(), withGo(go126, ""),
+		WithLookupEnv(env("GOMAXPROCS", "3", fit.MarkerVar, "GOMAXPROCS=2")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Stop()
+	if procs, calls, _, _, handBacks := rt2.state(); procs != 3 || len(calls) != 0 || handBacks != 0 {
+		t.Errorf("user's GOMAXPROCS=3: now %d, calls %v, %d hand-backs; want it left alone", procs, calls, handBacks)
+	}
+}
+
+// Stop restores what Start found: an explicit runtime.GOMAXPROCS(3) made
+// before Start, and a memory limit set before it.
+func TestStopRestoresValuesFoundAtStart(t *testing.T) {
+	tr := newTree(t)
+	tr.cpuMax("100000 100000")
+	tr.memMax("268435456")
+	rt := newFakeRuntime(8)
+	rt.gomaxprocsExplicit(3)
+	rt.memLimit = 500 << 20
+	tk := newManualTicker()
+	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), WithLookupEnv(env()), withGo(go126, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if procs, _, mem, _, _ := rt.state(); procs != 1 || mem != 256<<20*9/10 {
+		t.Fatalf("after Start: GOMAXPROCS %d, memory limit %d", procs, mem)
+	}
+	f.Stop()
+	if procs, _, mem, _, handBacks := rt.state(); procs != 3 || mem != 500<<20 || handBacks != 0 {
+		t.Errorf("after Stop: GOMAXPROCS %d, memory limit %d, %d hand-backs; want 3 and 500MiB restored", procs, mem, handBacks)
+	}
+
+	// GOMAXPROCS was the runtime's own, following choice: Stop hands it
+	// back rather than pinning a number.
+	rt = newFakeRuntime(2)
+	tr.cpuMax("50000 100000")
+	f, err = Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), WithLookupEnv(env()), withGo(go126, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if procs, _, _, _, _ := rt.state(); procs != 1 {
+		t.Fatalf("GOMAXPROCS %d at 0.5 cores", procs)
+	}
+	f.Stop()
+	if procs, _, _, _, handBacks := rt.state(); procs != 2 || handBacks != 1 || rt.custom {
+		t.Errorf("after Stop: GOMAXPROCS %d, %d hand-backs, custom %v; want the runtime's own 2", procs, handBacks, rt.custom)
+	}
+}
+
+func (r *fakeRuntime) gomaxprocsExplicit(n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.procs, r.custom = n, true
+}
+
+func openFiles(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("skipping: cannot count open files: %v", err)
+	}
+	return len(ents)
+}
+
+// A first refresh that fails leaves nothing open.
+func TestStartFailureLeaksNothing(t *testing.T) {
+	tr := newTree(t)
+	tr.cpuMax("garbage")
+	tr.memMax("268435456")
+	before := openFiles(t)
+	for i := 0; i < 5; i++ {
+		if _, err := Start(context.Background(), WithRoot(tr.root), withRuntime(newFakeRuntime(2)), WithLookupEnv(env())); err == nil {
+			t.Fatal("Start succeeded on a malformed cpu.max")
 		}
+	}
+	if after := openFiles(t); after != before {
+		t.Errorf("%d files open before five failed Starts, %d after", before, after)
+	}
+}
+
+// The affinity mask is re-read at every refresh, not only when the
+// limits change.
+func TestAffinityReadEachRefresh(t *testing.T) {
+	tr := newTree(t)
+	rt := newFakeRuntime(4)
+	rt.follows = false
+	var cpus atomic.Int64
+	cpus.Store(4)
+	tk := newManualTicker()
+	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), tk.opt(), WithLookupEnv(env()), withGo(go124, ""),
+		func(c *config) { c.cpus = func() int { return int(cpus.Load()) } })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Stop()
+	cpus.Store(2) // taskset: the limits are unchanged
+	tk.tick()
+	if procs, _, _, _, _ := rt.state(); procs != 2 {
+		t.Errorf("GOMAXPROCS %d after the mask shrank to 2 CPUs", procs)
+	}
+}
+
+// Unmanaged memory is what the process holds outside the Go runtime and
+// the kernel cannot reclaim: page cache the process does not map is not
+// counted, however large.
+func TestUnmanagedMemory(t *testing.T) {
+	const mib = 1 << 20
+	tr := newTree(t)
+	tr.memMax("268435456")
+	tr.write("sys/fs/cgroup/pod/ctr/memory.current", "629145600\n")                                                                          // 600MiB charged,
+	tr.write("sys/fs/cgroup/pod/ctr/memory.stat", "anon 52428800\nfile 524288000\nactive_file 524288000\ninactive_file 0\nkernel 2097152\n") // mostly active page cache
+	tr.write("proc/self/smaps_rollup", "Rss: 40960 kB\nAnonymous: 30720 kB\n")                                                               // the process holds 40MiB
+	rt := newFakeRuntime(2)
+	f, err := New(WithRoot(tr.root), withRuntime(rt), withCPUs(2), WithLookupEnv(env()), withGo(go126, ""),
+		func(c *config) { c.goMemory = func() int64 { return 10 * mib } })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.close()
+	if err := f.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	// 40MiB resident + 2MiB kernel - 10MiB Go = 32MiB; 256MiB - 32MiB - 8MiB margin.
+	if u, p := f.Unmanaged(), f.Plan(); u != 32*mib || p.GOMEMLIMIT != 216*mib || p.GOMEMLIMITReason != fit.ReasonUnmanaged {
+		t.Errorf("unmanaged %s, GOMEMLIMIT %s (%s); want 32MiB and 216MiB", fit.FormatBytes(u), fit.FormatBytes(p.GOMEMLIMIT), p.GOMEMLIMITReason)
+	}
+}
+
+// The unmanaged estimate is the largest of the last minute of wall time,
+// however often the refreshes come.
+func TestUnmanagedWindowIsTimeBased(t *testing.T) {
+	const mib = 1 << 20
+	for _, every := range []time.Duration{100 * time.Millisecond, 10 * time.Second} {
+		tr := newTree(t)
+		tr.memMax("268435456")
+		clock := time.Unix(1_700_000_000, 0)
+		f, err := New(WithRoot(tr.root), withRuntime(newFakeRuntime(2)), withCPUs(2), WithLookupEnv(env()), withGo(go126, ""),
+			func(c *config) {
+				c.goMemory = func() int64 { return 0 }
+				c.now = func() time.Time { return clock }
+			})
+		if err != nil {
+			t.Fatal(err)
+		}
+		refresh := func() int64 {
+			t.Helper()
+			if err := f.Refresh(); err != nil {
+				t.Fatal(err)
+			}
+			return f.Unmanaged()
+		}
+		tr.write("proc/self/smaps_rollup", "Rss: 102400 kB\n") // a 100MiB spike
+		if u := refresh(); u != 100*mib {
+			t.Fatalf("every %v: spike %s", every, fit.FormatBytes(u))
+		}
+		tr.write("proc/self/smaps_rollup", "Rss: 20480 kB\n")
+		start := clock
+		for clock.Add(every).Sub(start) < time.Minute {
+			clock = clock.Add(every)
+			if u := refresh(); u != 100*mib {
+				t.Fatalf("every %v: %v after the spike the estimate is %s, want the spike's 100MiB", every, clock.Sub(start), fit.FormatBytes(u))
+			}
+		}
+		clock = start.Add(61 * time.Second)
+		if u := refresh(); u != 20*mib {
+			t.Errorf("every %v: 61s after the spike the estimate is %s, want 20MiB", every, fit.FormatBytes(u))
+		}
+		f.close()
 	}
 }
 
@@ -327,10 +625,11 @@ func BenchmarkRefresh(b *testing.B) {
 	defer os.RemoveAll(tr.root)
 	tr.cpuMax("150000 100000")
 	tr.memMax("268435456")
-	f, err := New(WithRoot(tr.root), withRuntime(newFakeRuntime(2)), WithEnv(env()))
+	f, err := New(WithRoot(tr.root), withRuntime(newFakeRuntime(2)), WithLookupEnv(env()), withGo(go126, ""))
 	if err != nil {
 		b.Fatal(err)
 	}
+	defer f.close()
 	f.Refresh()
 	b.ReportAllocs()
 	b.ResetTimer()

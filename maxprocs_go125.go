@@ -6,7 +6,4 @@ import "runtime"
 
 // setDefaultGOMAXPROCS hands GOMAXPROCS back to the runtime's own
 // container-aware default, which then follows the cgroup again.
-func setDefaultGOMAXPROCS() bool {
-	runtime.SetDefaultGOMAXPROCS()
-	return true
-}
+var setDefaultGOMAXPROCS = runtime.SetDefaultGOMAXPROCS

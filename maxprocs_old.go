@@ -3,4 +3,4 @@
 package gofit
 
 // setDefaultGOMAXPROCS is unavailable before Go 1.25.
-func setDefaultGOMAXPROCS() bool { return false }
+var setDefaultGOMAXPROCS func()

@@ -3,57 +3,57 @@
 //
 //	import _ "github.com/gofit-dev/gofit/auto"
 //
-// It is configured by environment variables (see gofit.EnvOptions) and logs
-// warnings to stderr (GOFIT_LOG=off silences it). Outside a container, or
-// with GOFIT=off, it does nothing.
+// It is configured by environment variables (GOFIT, GOFIT_REFRESH,
+// GOFIT_MEMORY_RATIO, GOFIT_CPU_ROUNDING, GOFIT_GOGC, GOFIT_LOG; see the
+// README) and logs to stderr at warn level by default (GOFIT_LOG=off
+// silences it). When it cannot fit the process (no cgroup, unreadable
+// limits, a bad GOFIT value) it logs "gofit not active" with the reason
+// and changes nothing. It registers nothing: no HTTP handler, no expvar,
+// no metrics (see packages debugvars and metrics to opt in).
 package auto
 
 import (
 	"context"
-	"expvar"
+	"errors"
+	"io"
 	"log/slog"
 	"os"
 
 	"github.com/gofit-dev/gofit"
+	"github.com/gofit-dev/gofit/internal/envconfig"
 )
 
 var fitter *gofit.Fitter
 
 func init() {
-	level, on, lerr := gofit.EnvLogLevel(nil)
-	var logger *slog.Logger
-	if on {
-		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	fitter = start(context.Background(), os.LookupEnv, os.Stderr)
+}
+
+// start reads the configuration through lookup, logs to w and starts a
+// Fitter; nil when gofit is not active. extra options come last (tests).
+func start(ctx context.Context, lookup func(string) (string, bool), w io.Writer, extra ...gofit.Option) *gofit.Fitter {
+	cfg := envconfig.Read(lookup)
+	logger := slog.New(slog.DiscardHandler)
+	if !cfg.LogOff {
+		logger = slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	}
-	opts, errs := gofit.EnvOptions(nil)
-	if lerr != nil {
-		errs = append(errs, lerr)
+	for _, err := range cfg.Errors {
+		logger.Warn("gofit: ignoring setting", "err", err)
 	}
-	for _, err := range errs {
-		if logger != nil {
-			logger.Warn("gofit: ignoring setting", "err", err)
-		}
-	}
-	if logger != nil {
-		opts = append(opts, gofit.WithLogger(logger))
-	}
-	f, err := gofit.Start(context.Background(), opts...)
+	opts := append(cfg.Options, gofit.WithLogger(logger), gofit.WithLookupEnv(lookup))
+	f, err := gofit.Start(ctx, append(opts, extra...)...)
 	if err != nil {
-		if logger != nil && err != gofit.ErrDisabled {
-			logger.Debug("gofit: not active", "err", err)
+		level := slog.LevelWarn
+		if errors.Is(err, gofit.ErrDisabled) {
+			level = slog.LevelInfo // asked for: not worth a warning
 		}
-		return
+		logger.Log(ctx, level, "gofit not active", "why", err)
+		return nil
 	}
-	fitter = f
-	expvar.Publish("gofit", expvar.Func(func() any {
-		r, err := f.Report()
-		if err != nil {
-			return map[string]string{"error": err.Error()}
-		}
-		return r
-	}))
+	return f
 }
 
 // Fitter is the running Fitter, or nil when gofit is not active (no
-// cgroup, or GOFIT=off). Pass it to metrics.NewCollector.
+// cgroup, or GOFIT=off). Pass it to metrics.NewCollector or
+// debugvars.Publish.
 func Fitter() *gofit.Fitter { return fitter }

@@ -39,6 +39,18 @@ func TestGOMAXPROCS(t *testing.T) {
 		{name: "go.mod 1.24 default GODEBUG", cpu: cpuLimit(1, 1, 0), cpus: 8, goVersion: go126, defGODEBUG: "containermaxprocs=0,updatemaxprocs=0", want: 1, wantRuntime: 8, reason: "containermaxprocs=0"},
 		{name: "GODEBUG env overrides the default", cpu: cpuLimit(1, 1, 0), cpus: 8, goVersion: go126, defGODEBUG: "containermaxprocs=0",
 			env: map[string]string{"GODEBUG": "containermaxprocs=1"}, want: 1, wantRuntime: 2, follows: true},
+		// A main module at go 1.24 run with GODEBUG=containermaxprocs=1: the
+		// runtime sizes GOMAXPROCS from the cgroup once, then never again.
+		{name: "containermaxprocs on, updatemaxprocs off by default", cpu: cpuLimit(4, 4, 0), cpus: 8, goVersion: go126, defGODEBUG: "containermaxprocs=0,updatemaxprocs=0",
+			env: map[string]string{"GODEBUG": "containermaxprocs=1"}, want: 4, wantRuntime: 4, follows: false, reason: "does not follow changes"},
+		{name: "updatemaxprocs off in the env", cpu: cpuLimit(4, 4, 0), cpus: 8, goVersion: go126,
+			env: map[string]string{"GODEBUG": "updatemaxprocs=0"}, want: 4, wantRuntime: 4, follows: false, reason: "updatemaxprocs=0 in the environment"},
+		{name: "gofit's own exported GOMAXPROCS is not the user's", cpu: cpuLimit(4, 4, 0), cpus: 8, goVersion: go126,
+			env: map[string]string{"GOMAXPROCS": "2", MarkerVar: "GOMAXPROCS=2"}, want: 4, wantRuntime: 4, follows: true},
+		{name: "a changed marked value is the user's", cpu: cpuLimit(4, 4, 0), cpus: 8, goVersion: go126,
+			env: map[string]string{"GOMAXPROCS": "3", MarkerVar: "GOMAXPROCS=2"}, want: 3, wantRuntime: 3, reason: "set in the environment"},
+		{name: "empty GOMAXPROCS is unset", cpu: cpuLimit(4, 4, 0), cpus: 8, goVersion: go126, env: map[string]string{"GOMAXPROCS": ""}, want: 4, wantRuntime: 4, follows: true},
+		{name: "absurd limit does not overflow", cpu: cpuLimit(1e300, 1e300, 0), cpus: 8, goVersion: go126, want: 8, wantRuntime: 8, follows: true},
 		{name: "env wins and warns above the limit", cpu: cpuLimit(0.5, 0.5, 0), cpus: 8, goVersion: go126, env: map[string]string{"GOMAXPROCS": "8"},
 			want: 8, wantRuntime: 8, reason: "set in the environment", warning: "GOMAXPROCS=8 from the environment is above the CPU limit of 0.5 cores"},
 		{name: "env within the limit: no warning", cpu: cpuLimit(4, 4, 0), cpus: 8, goVersion: go126, env: map[string]string{"GOMAXPROCS": "4"}, want: 4, wantRuntime: 4},
@@ -47,7 +59,7 @@ func TestGOMAXPROCS(t *testing.T) {
 		{name: "unknown CPUs", cpu: cpuLimit(0, 0, 0), cpus: 0, goVersion: go126, want: 1, wantRuntime: 1, follows: true, warning: "unknown"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := Compute(Input{Limits: cgroup.Limits{CPU: tc.cpu}, CPUs: tc.cpus, Env: tc.env, GoVersion: tc.goVersion, DefaultGODEBUG: tc.defGODEBUG}, tc.opt)
+			p := mustPolicy(t, tc.opt).Plan(Input{Limits: cgroup.Limits{CPU: tc.cpu}, CPUs: tc.cpus, Vars: tc.env, GoVersion: tc.goVersion, DefaultGODEBUG: tc.defGODEBUG})
 			if p.GOMAXPROCS != tc.want || p.RuntimeGOMAXPROCS != tc.wantRuntime || p.RuntimeFollowsCgroup != tc.follows {
 				t.Errorf("GOMAXPROCS %d runtime %d follows %v; want %d, %d, %v\nreasons %q", p.GOMAXPROCS, p.RuntimeGOMAXPROCS, p.RuntimeFollowsCgroup,
 					tc.want, tc.wantRuntime, tc.follows, p.Reasons)
@@ -78,21 +90,26 @@ func TestGOMEMLIMIT(t *testing.T) {
 		{name: "high is tighter", mem: mem(200*mib, 100*mib), want: 90 * mib, reason: "memory.high"},
 		{name: "only high", mem: mem(0, 100*mib), want: 90 * mib},
 		{name: "custom ratio", mem: mem(100*mib, 0), opt: Options{MemoryRatio: 0.75}, want: 75 * mib},
-		{name: "bad ratio falls back", mem: mem(100*mib, 0), opt: Options{MemoryRatio: 1.5}, want: 90 * mib},
 		{name: "small container: unmanaged memory beats the ratio", mem: mem(64*mib, 0), unmanaged: 12 * mib, want: 64*mib - 12*mib - 2*mib, reason: "the runtime does not manage"},
 		{name: "big container: ratio already leaves room", mem: mem(1024*mib, 0), unmanaged: 20 * mib, want: 1024 * mib * 9 / 10},
 		{name: "tiny container: heap keeps a quarter", mem: mem(32*mib, 0), unmanaged: 30 * mib, want: 8 * mib, warning: "leaves little for the Go heap"},
 		{name: "env wins", mem: mem(100*mib, 0), env: map[string]string{"GOMEMLIMIT": "80MiB"}, want: 80 * mib, reason: "set in the environment"},
 		{name: "env at the limit warns", mem: mem(100*mib, 0), env: map[string]string{"GOMEMLIMIT": "100MiB"}, want: 100 * mib, warning: "at or above the memory limit"},
 		{name: "env off warns under a limit", mem: mem(100*mib, 0), env: map[string]string{"GOMEMLIMIT": "off"}, want: 0, warning: "at or above"},
-		{name: "bad env", mem: mem(100*mib, 0), env: map[string]string{"GOMEMLIMIT": "lots"}, want: 90 * mib, warning: "refuse to start"},
+		{name: "bad env", mem: mem(100*mib, 0), env: map[string]string{"GOMEMLIMIT": "lots"}, want: 90 * mib, warning: "refuses to start"},
+		{name: "empty env is unset, as Go treats it", mem: mem(100*mib, 0), env: map[string]string{"GOMEMLIMIT": ""}, want: 90 * mib, reason: "90%"},
+		{name: "gofit's own exported GOMEMLIMIT is replanned", mem: mem(100*mib, 0), env: map[string]string{"GOMEMLIMIT": "1000", MarkerVar: "GOMEMLIMIT=1000"}, want: 90 * mib},
+		{name: "memory.max=1 gives no GOMEMLIMIT", mem: mem(1, 0), want: 0, reason: "below the 4MiB", warning: "too small to run"},
+		{name: "just under the minimum", mem: mem(4*mib-1, 0), want: 0, warning: "too small to run"},
+		{name: "at the minimum", mem: mem(4*mib, 0), want: 4 * mib * 9 / 10},
+		{name: "unmanaged above the limit", mem: mem(64*mib, 0), unmanaged: 1 << 40, want: 16 * mib, warning: "leaves little"},
 		{name: "use what you pay for", mem: mem(100*mib, 0), opt: Options{GOGC: "off"}, want: 90 * mib, gogc: "off", reason: "GOGC=off"},
 		{name: "GOGC needs a limit", mem: mem(0, 0), opt: Options{GOGC: "off"}, want: 0, reason: "GOGC left alone"},
 		{name: "GOGC=off without a limit warns", mem: mem(0, 0), env: map[string]string{"GOGC": "off"}, want: 0, warning: "grows until"},
 		{name: "GOGC env is left alone", mem: mem(100*mib, 0), env: map[string]string{"GOGC": "50"}, opt: Options{GOGC: "off"}, want: 90 * mib},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := Compute(Input{Limits: cgroup.Limits{Memory: tc.mem}, CPUs: 1, Env: tc.env, Unmanaged: tc.unmanaged}, tc.opt)
+			p := mustPolicy(t, tc.opt).Plan(Input{Limits: cgroup.Limits{Memory: tc.mem}, CPUs: 1, Vars: tc.env, Unmanaged: tc.unmanaged})
 			if p.GOMEMLIMIT != tc.want || p.GOGC != tc.gogc {
 				t.Errorf("GOMEMLIMIT %d GOGC %q, want %d %q; reasons %q", p.GOMEMLIMIT, p.GOGC, tc.want, tc.gogc, p.Reasons)
 			}
@@ -110,7 +127,7 @@ func TestParseMemLimit(t *testing.T) {
 			t.Errorf("ParseMemLimit(%q) = %d, %v; want %d", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "1G", "-1", "MiB", "99999999999TiB"} {
+	for _, bad := range []string{"", "1G", "-1", "MiB", "99999999999TiB", " 100MiB", "100MiB "} {
 		if _, err := ParseMemLimit(bad); err == nil {
 			t.Errorf("ParseMemLimit(%q) succeeded", bad)
 		}
@@ -141,21 +158,45 @@ func FuzzCompute(f *testing.F) {
 			t.Skip()
 		}
 		in := Input{Limits: cgroup.Limits{CPU: cgroup.CPULimits{Quota: quota, LeafQuota: leaf}, Memory: cgroup.MemoryLimits{Max: max, High: high}},
-			CPUs: cpus, Env: map[string]string{}, GoVersion: "go1.26.0", Unmanaged: unmanaged}
+			CPUs: cpus, Vars: map[string]string{}, GoVersion: "go1.26.0", Unmanaged: unmanaged}
 		if envProcs != "" {
-			in.Env["GOMAXPROCS"] = envProcs
+			in.Vars["GOMAXPROCS"] = envProcs
 		}
 		if envMem != "" {
-			in.Env["GOMEMLIMIT"] = envMem
+			in.Vars["GOMEMLIMIT"] = envMem
 		}
-		p := Compute(in, Options{})
+		p := Policy{}.Plan(in)
 		if p.GOMAXPROCS < 1 {
 			t.Fatalf("GOMAXPROCS %d", p.GOMAXPROCS)
 		}
-		if eff := in.Limits.Memory.Effective(); !p.GOMEMLIMITFromEnv && eff > 1 && (p.GOMEMLIMIT >= eff || p.GOMEMLIMIT <= 0) {
-			t.Fatalf("GOMEMLIMIT %d for limit %d", p.GOMEMLIMIT, eff)
+		checkMemLimit(t, p, in.Limits.Memory.Effective())
+		c := Policy{}.PlanContainer(Container{CPULimit: quota, MemoryLimit: max, NonGo: unmanaged, Vars: in.Vars})
+		if quota > 0 && !c.GOMAXPROCSFromEnv && c.GOMAXPROCS < 1 {
+			t.Fatalf("container GOMAXPROCS %d for %g cores", c.GOMAXPROCS, quota)
 		}
+		checkMemLimit(t, c, max)
 	})
+}
+
+// checkMemLimit asserts the promise the README makes: a planned
+// GOMEMLIMIT is at least a quarter of the limit and below it.
+func checkMemLimit(t *testing.T, p Plan, eff int64) {
+	t.Helper()
+	if p.GOMEMLIMITFromEnv || p.GOMEMLIMIT == 0 {
+		return
+	}
+	if eff <= 0 || p.GOMEMLIMIT >= eff || p.GOMEMLIMIT < eff/4 {
+		t.Fatalf("GOMEMLIMIT %d for limit %d", p.GOMEMLIMIT, eff)
+	}
+}
+
+func mustPolicy(t *testing.T, o Options) Policy {
+	t.Helper()
+	p, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // checkNotes asserts that some reason mentions reason (unless empty) and

@@ -16,9 +16,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gofit-dev/gofit"
 	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/fit"
+	"github.com/gofit-dev/gofit/internal/affinity"
+	"github.com/gofit-dev/gofit/internal/target"
 )
 
 // CPU settings.
@@ -281,10 +282,14 @@ func (l *Lab) planEnv(cores float64, mem int64) (map[string]string, fit.Plan) {
 			CPU:    cgroup.CPULimits{Quota: cores, LeafQuota: cores, QuotaGroup: "(trial)"},
 			Memory: cgroup.MemoryLimits{Max: mem, MaxGroup: "(trial)"},
 		},
-		CPUs: gofit.AffinityCPUs(),
-		Env:  l.baseEnv(),
+		CPUs: affinity.CPUs(),
+		Vars: l.baseEnv(),
 	}
-	env, p := gofit.TargetEnv(in, l.cfg.Target.Path, fit.Options{})
+	if b, err := target.Read(l.cfg.Target.Path); err == nil {
+		b.Describe(&in)
+	}
+	p := fit.Policy{}.Plan(in)
+	env := p.Export
 	for k, v := range l.baseEnv() {
 		env[k] = v
 	}
@@ -294,7 +299,7 @@ func (l *Lab) planEnv(cores float64, mem int64) (map[string]string, fit.Plan) {
 // cpuEnv is a CPU setting's environment and the GOMAXPROCS it implies.
 func (l *Lab) cpuEnv(setting string, cores float64) (map[string]string, int, string) {
 	env := l.baseEnv()
-	ncpu := gofit.AffinityCPUs()
+	ncpu := affinity.CPUs()
 	genv, plan := l.planEnv(cores, 0)
 	switch setting {
 	case SetProcs1:

@@ -6,14 +6,16 @@
 package metrics
 
 import (
+	"math"
 	"runtime"
+	"runtime/debug"
 	"strconv"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gofit-dev/gofit"
 	"github.com/gofit-dev/gofit/cgroup"
+	"github.com/gofit-dev/gofit/fit"
 )
 
 type desc struct {
@@ -42,11 +44,16 @@ var (
 	pressure        = newDesc("gofit_pressure_stalled_seconds_total", "Pressure stall time (PSI) of the cgroup.", prometheus.CounterValue, "resource", "kind")
 	gomaxprocs      = newDesc("gofit_gomaxprocs", "GOMAXPROCS now.", prometheus.GaugeValue)
 	gomemlimit      = newDesc("gofit_gomemlimit_bytes", "The Go runtime's memory limit now (absent when none).", prometheus.GaugeValue)
-	planInfo        = newDesc("gofit_plan_info", "The plan in force; its labels give the values and the reasons.", prometheus.GaugeValue, "gomaxprocs", "gomemlimit", "gogc", "reasons", "warnings")
+	planProcs       = newDesc("gofit_plan_gomaxprocs", "GOMAXPROCS in the plan in force.", prometheus.GaugeValue)
+	planMemLimit    = newDesc("gofit_plan_gomemlimit_bytes", "GOMEMLIMIT in the plan in force (absent when none).", prometheus.GaugeValue)
+	planGOGC        = newDesc("gofit_plan_gogc_percent", "GOGC in the plan in force, -1 for off (absent when gofit leaves GOGC alone).", prometheus.GaugeValue)
+	planReason      = newDesc("gofit_plan_reason", "1 for where each planned setting comes from: setting is gomaxprocs or gomemlimit, reason one of a fixed set (see fit.Reasons).", prometheus.GaugeValue, "setting", "reason")
+	planWarning     = newDesc("gofit_plan_warning", "1 for each warning in force, by a fixed code (see fit.Warnings).", prometheus.GaugeValue, "warning")
 	readErrors      = newDesc("gofit_read_errors_total", "Refreshes that could not read the cgroup.", prometheus.CounterValue)
 
 	all = []desc{cpuLimit, cpuUsage, cpuPeriods, cpuThrottled, cpuThrottledSec, memLimit, memHigh, memUsage, memWorkingSet,
-		memUnmanaged, majorFaults, oomKills, limitHits, pressure, gomaxprocs, gomemlimit, planInfo, readErrors}
+		memUnmanaged, majorFaults, oomKills, limitHits, pressure, gomaxprocs, gomemlimit, planProcs, planMemLimit, planGOGC,
+		planReason, planWarning, readErrors}
 )
 
 // Collector reads the cgroup at scrape time.
@@ -72,7 +79,7 @@ func emit(ch chan<- prometheus.Metric, d desc, v float64, labels ...string) {
 // Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	emit(ch, gomaxprocs, float64(runtime.GOMAXPROCS(0)))
-	if ml := gofit.CurrentMemoryLimit(); ml != gofit.NoMemoryLimit {
+	if ml := debug.SetMemoryLimit(-1); ml != math.MaxInt64 {
 		emit(ch, gomemlimit, float64(ml))
 	}
 	if c.f == nil {
@@ -90,12 +97,31 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	emit(ch, memUnmanaged, float64(c.f.Unmanaged()))
 	emit(ch, readErrors, float64(c.f.Errors()))
+	// Values are gauges and labels come from fixed sets, so a plan that
+	// moves by a byte does not make a new series.
 	p := c.f.Plan()
-	ml := ""
+	emit(ch, planProcs, float64(p.GOMAXPROCS))
 	if p.GOMEMLIMIT > 0 {
-		ml = strconv.FormatInt(p.GOMEMLIMIT, 10)
+		emit(ch, planMemLimit, float64(p.GOMEMLIMIT))
 	}
-	emit(ch, planInfo, 1, strconv.Itoa(p.GOMAXPROCS), ml, p.GOGC, strings.Join(p.Reasons, "; "), strings.Join(p.Warnings, "; "))
+	if p.GOGC == "off" {
+		emit(ch, planGOGC, -1)
+	} else if n, err := strconv.Atoi(p.GOGC); err == nil {
+		emit(ch, planGOGC, float64(n))
+	}
+	if p.GOMAXPROCSReason != "" {
+		emit(ch, planReason, 1, "gomaxprocs", string(p.GOMAXPROCSReason))
+	}
+	if p.GOMEMLIMITReason != "" {
+		emit(ch, planReason, 1, "gomemlimit", string(p.GOMEMLIMITReason))
+	}
+	seen := map[fit.Warning]bool{}
+	for _, w := range p.WarningCodes {
+		if !seen[w] { // a duplicate label set would fail the whole scrape
+			seen[w] = true
+			emit(ch, planWarning, 1, string(w))
+		}
+	}
 
 	s, err := c.f.Cgroups().Stats()
 	if err != nil {

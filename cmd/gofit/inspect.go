@@ -5,9 +5,13 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/gofit-dev/gofit"
+	"os"
+
 	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/fit"
+	"github.com/gofit-dev/gofit/internal/affinity"
+	"github.com/gofit-dev/gofit/internal/report"
+	"github.com/gofit-dev/gofit/internal/target"
 )
 
 // planFlags are the policy flags shared by inspect and run.
@@ -24,30 +28,34 @@ func (p *planFlags) register(fs interface {
 	StringVar(*string, string, string, string)
 	IntVar(*int, string, int, string)
 }) {
-	fs.Float64Var(&p.ratio, "memory-ratio", fit.DefaultMemoryRatio, "share of the memory limit for GOMEMLIMIT, in (0,1)")
+	fs.Float64Var(&p.ratio, "memory-ratio", fit.DefaultMemoryRatio, "share of the memory limit for GOMEMLIMIT, between 0 and 1")
 	fs.BoolVar(&p.ceil, "ceil", false, "round a fractional CPU limit up instead of down")
 	fs.StringVar(&p.gogc, "gogc", "", "also set GOGC (e.g. off or 200) with GOMEMLIMIT: use the memory you pay for")
 	fs.IntVar(&p.cpus, "cpus", 0, "CPUs the process may use (default: this process's affinity mask)")
 }
 
-func (p *planFlags) options() (fit.Options, error) {
-	if p.ratio <= 0 || p.ratio >= 1 {
-		return fit.Options{}, fmt.Errorf("%w: --memory-ratio %g: must be between 0 and 1", errUsage, p.ratio)
+// policy validates the flags with the policy's own validators.
+func (p *planFlags) policy() (fit.Policy, error) {
+	if err := fit.ValidMemoryRatio(p.ratio); err != nil {
+		return fit.Policy{}, fmt.Errorf("%w: --memory-ratio: %v", errUsage, err)
 	}
 	if p.cpus < 0 {
-		return fit.Options{}, fmt.Errorf("%w: --cpus %d: must be positive", errUsage, p.cpus)
+		return fit.Policy{}, fmt.Errorf("%w: --cpus %d: must be positive", errUsage, p.cpus)
 	}
-	if p.gogc != "" && p.gogc != "off" {
-		var n int
-		if _, err := fmt.Sscanf(p.gogc, "%d", &n); err != nil || n <= 0 || fmt.Sprint(n) != p.gogc {
-			return fit.Options{}, fmt.Errorf("%w: --gogc %q: want off or a positive integer", errUsage, p.gogc)
+	if p.gogc != "" {
+		if err := fit.ValidGOGC(p.gogc); err != nil {
+			return fit.Policy{}, fmt.Errorf("%w: --gogc: %v", errUsage, err)
 		}
 	}
 	o := fit.Options{MemoryRatio: p.ratio, GOGC: p.gogc}
 	if p.ceil {
 		o.Rounding = fit.Ceil
 	}
-	return o, nil
+	pol, err := fit.New(o)
+	if err != nil {
+		return fit.Policy{}, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return pol, nil
 }
 
 func runInspect(args []string, stdout, stderr io.Writer) error {
@@ -62,11 +70,11 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
-	opts, err := pf.options()
+	policy, err := pf.policy()
 	if err != nil {
 		return err
 	}
-	r, err := inspect(*root, pf.cpus, opts)
+	r, err := inspect(*root, pf.cpus, policy)
 	if err != nil {
 		return err
 	}
@@ -78,22 +86,26 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 	return r.WriteText(stdout)
 }
 
-func inspect(root string, cpus int, opts fit.Options) (gofit.Report, error) {
+// inspect reports on this process's container, with the plan for a Go
+// binary like gofit itself started in it (as `gofit run` would plan).
+func inspect(root string, cpus int, policy fit.Policy) (report.Report, error) {
 	c, err := cgroup.NewFS(root).Self()
 	if err != nil {
-		return gofit.Report{}, err
+		return report.Report{}, err
 	}
+	defer c.Close()
 	l, err := c.Limits()
 	if err != nil {
-		return gofit.Report{}, err
+		return report.Report{}, err
 	}
 	s, err := c.Stats()
 	if err != nil {
-		return gofit.Report{}, err
+		return report.Report{}, err
 	}
-	in := gofit.SelfInput(l)
-	if cpus > 0 {
-		in.CPUs = cpus
+	in := fit.Input{Limits: l, CPUs: cpus, Vars: lookupVars(os.LookupEnv)}
+	if in.CPUs == 0 {
+		in.CPUs = affinity.CPUs()
 	}
-	return gofit.NewReport(c, l, s, in, fit.Compute(in, opts)), nil
+	target.Self().Describe(&in)
+	return report.New(c, l, s, in, policy.Plan(in)), nil
 }

@@ -120,6 +120,10 @@ func TestInspectErrors(t *testing.T) {
 		{[]string{"inspect", "--root", "../../cgroup/testdata/malformed-mountinfo"}, 1, "proc/self/mountinfo"},
 		{[]string{"inspect", "--root", "/nonexistent-gofit"}, 1, "no cgroup found"},
 		{[]string{"inspect", "--memory-ratio", "2"}, 2, "--memory-ratio"},
+		{[]string{"inspect", "--memory-ratio", "NaN"}, 2, "--memory-ratio"},
+		{[]string{"run", "--memory-ratio", "NaN", "--", "sh"}, 2, "--memory-ratio"},
+		{[]string{"run", "--memory-ratio", "+Inf", "--", "sh"}, 2, "--memory-ratio"},
+		{[]string{"run", "--json", "--", "sh"}, 2, "--json needs --dry-run"},
 		{[]string{"inspect", "--gogc", "lots"}, 2, "--gogc"},
 		{[]string{"inspect", "extra"}, 2, "unexpected argument"},
 		{[]string{"frobnicate"}, 2, "unknown command"},
@@ -191,10 +195,55 @@ func TestRunKeepsExplicitEnvAndPassesSignals(t *testing.T) {
 	}
 }
 
+// The child sees each variable once: gofit replaces an invalid GOMAXPROCS
+// (Go ignores it) and an empty GOMEMLIMIT (Go treats it as unset) rather
+// than appending after them, since Go reads the first of duplicates.
+func TestRunReplacesInvalidAndEmptyValues(t *testing.T) {
+	g := cgtest.NewGroup(t)
+	if err := g.SetCPU(1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.SetMemoryMax(64 << 20); err != nil {
+		t.Fatal(err)
+	}
+	inner := gofitCmd("run", "--", "env") // env itself: a shell would drop duplicates
+	cmd := g.Command(inner.Path, inner.Args[1:]...)
+	cmd.Env = append(inner.Env, "GOMAXPROCS=abc", "GOMEMLIMIT=")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var procs, memlimit, marker []string
+	for _, line := range strings.Split(string(out), "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		switch k {
+		case "GOMAXPROCS":
+			procs = append(procs, v)
+		case "GOMEMLIMIT":
+			memlimit = append(memlimit, v)
+		case "GOFIT_RUN":
+			marker = append(marker, v)
+		}
+	}
+	if len(procs) != 1 || procs[0] != "1" || len(memlimit) != 1 || memlimit[0] == "" || len(marker) != 1 ||
+		marker[0] != "GOMAXPROCS=1,GOMEMLIMIT="+memlimit[0] {
+		t.Errorf("child saw GOMAXPROCS %q, GOMEMLIMIT %q, GOFIT_RUN %q; want each once, 1, a limit, and the marker naming both", procs, memlimit, marker)
+	}
+}
+
 func TestRunDryRunAndErrors(t *testing.T) {
 	code, out, errOut := run("run", "--dry-run", "--root", "../../cgroup/testdata/v2-kubepods-systemd", "--cpus", "4", "--", "sh")
-	if code != 0 || !strings.Contains(out, "GOMAXPROCS=1\n") || !strings.Contains(out, "GOMEMLIMIT=") || !strings.Contains(out, "# GOMAXPROCS=1: CPU limit 0.5 cores") {
+	if code != 0 || !strings.Contains(out, "GOMAXPROCS=1\n") || !strings.Contains(out, "GOMEMLIMIT=") || !strings.Contains(out, "# GOMAXPROCS=1: CPU limit 0.5 cores") ||
+		!strings.Contains(out, "GOFIT_RUN=GOMAXPROCS=1,GOMEMLIMIT=") {
 		t.Errorf("dry run: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = run("run", "--dry-run", "--json", "--root", "../../cgroup/testdata/v2-kubepods-systemd", "--cpus", "4", "--", "sh")
+	var dry struct {
+		Export map[string]string `json:"export"`
+		Unset  []string          `json:"unset"`
+	}
+	if err := json.Unmarshal([]byte(out), &dry); code != 0 || err != nil || dry.Export["GOMAXPROCS"] != "1" || dry.Unset == nil {
+		t.Errorf("dry run --json: exit %d, %v\n%s%s", code, err, out, errOut)
 	}
 	for _, tc := range []struct {
 		args []string

@@ -7,23 +7,24 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"sort"
+	"slices"
 	"syscall"
 
-	"github.com/gofit-dev/gofit"
 	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/fit"
+	"github.com/gofit-dev/gofit/internal/affinity"
+	"github.com/gofit-dev/gofit/internal/target"
 )
 
 func runRun(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("run", stderr)
 	root := fs.String("root", "/", "read /proc and /sys under this directory")
 	dry := fs.Bool("dry-run", false, "print the environment gofit would set, and why, instead of running CMD")
-	asJSON := fs.Bool("json", false, "with --dry-run, print JSON")
+	asJSON := fs.Bool("json", false, "with --dry-run, print JSON (an error without --dry-run)")
 	var pf planFlags
 	pf.register(fs)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: gofit run [flags] -- CMD [ARGS...]\n\nSets GOMAXPROCS and GOMEMLIMIT (and GOGC with --gogc) for CMD from the container's limits,\nunless already set, then execs CMD in place (same PID, signals and exit status).\n\nFlags:")
+		fmt.Fprintln(stderr, "Usage: gofit run [flags] -- CMD [ARGS...]\n\nSets GOMAXPROCS and GOMEMLIMIT (and GOGC with --gogc) for CMD from the container's limits,\nunless the user already set them, then execs CMD in place (same PID, signals and exit status).\nValues it sets replace any invalid or empty ones and are recorded in "+fit.MarkerVar+".\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if err := parseFlags(fs, args); err != nil {
@@ -33,7 +34,10 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	if len(cmdArgs) == 0 {
 		return fmt.Errorf("%w: missing CMD (gofit run [flags] -- CMD [ARGS...])", errUsage)
 	}
-	opts, err := pf.options()
+	if *asJSON && !*dry {
+		return fmt.Errorf("%w: --json needs --dry-run: gofit run prints nothing of its own when it runs CMD", errUsage)
+	}
+	policy, err := pf.policy()
 	if err != nil {
 		return err
 	}
@@ -41,7 +45,7 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("command %q: %w", cmdArgs[0], err)
 	}
-	env, p, err := runEnv(*root, path, pf.cpus, opts)
+	p, err := runPlan(*root, path, pf.cpus, policy, os.LookupEnv)
 	if err != nil {
 		return err
 	}
@@ -49,15 +53,19 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		if *asJSON {
 			enc := json.NewEncoder(stdout)
 			enc.SetIndent("", "  ")
-			return enc.Encode(map[string]any{"command": path, "env": env, "reasons": nonNil(p.Reasons), "warnings": nonNil(p.Warnings)})
+			return enc.Encode(map[string]any{"command": path, "export": p.Export, "unset": nonNil(p.Unset),
+				"reasons": nonNil(p.Reasons), "warnings": nonNil(p.Warnings)})
 		}
-		keys := make([]string, 0, len(env))
-		for k := range env {
+		keys := make([]string, 0, len(p.Export))
+		for k := range p.Export {
 			keys = append(keys, k)
 		}
-		sort.Strings(keys)
+		slices.Sort(keys)
 		for _, k := range keys {
-			fmt.Fprintf(stdout, "%s=%s\n", k, env[k])
+			fmt.Fprintf(stdout, "%s=%s\n", k, p.Export[k])
+		}
+		for _, k := range p.Unset {
+			fmt.Fprintf(stdout, "# unset %s: a value an earlier gofit exported that this plan does not want\n", k)
 		}
 		for _, r := range p.Reasons {
 			fmt.Fprintf(stdout, "# %s\n", r)
@@ -70,11 +78,7 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	for _, w := range p.Warnings {
 		fmt.Fprintf(stderr, "gofit run: warning: %s\n", w)
 	}
-	environ := os.Environ()
-	for k, v := range env {
-		environ = append(environ, k+"="+v)
-	}
-	err = syscall.Exec(path, cmdArgs, environ)
+	err = syscall.Exec(path, cmdArgs, p.Environ(os.Environ()))
 	return fmt.Errorf("exec %s: %w", path, err)
 }
 
@@ -85,24 +89,42 @@ func nonNil(s []string) []string {
 	return s
 }
 
-// runEnv computes the variables to add for the target binary at path.
-// Outside any cgroup it adds nothing.
-func runEnv(root, path string, cpus int, opts fit.Options) (map[string]string, fit.Plan, error) {
+// runPlan is the plan for the binary at path about to run in this
+// process's container, with the environment lookup gives. Outside any
+// cgroup it changes nothing.
+func runPlan(root, path string, cpus int, policy fit.Policy, lookup func(string) (string, bool)) (fit.Plan, error) {
 	c, err := cgroup.NewFS(root).Self()
 	if errors.Is(err, cgroup.ErrNoCgroup) {
-		return map[string]string{}, fit.Plan{Reasons: []string{"no cgroup found: nothing to set"}}, nil
+		return fit.Plan{Export: map[string]string{}, Reasons: []string{"no cgroup found: nothing to set"}}, nil
 	}
 	if err != nil {
-		return nil, fit.Plan{}, err
+		return fit.Plan{}, err
 	}
+	defer c.Close()
 	l, err := c.Limits()
 	if err != nil {
-		return nil, fit.Plan{}, err
+		return fit.Plan{}, err
 	}
-	in := gofit.SelfInput(l)
-	if cpus > 0 {
-		in.CPUs = cpus
+	in := fit.Input{Limits: l, CPUs: cpus, Vars: lookupVars(lookup)}
+	if in.CPUs == 0 {
+		in.CPUs = affinity.CPUs()
 	}
-	env, p := gofit.TargetEnv(in, path, opts)
-	return env, p, nil
+	b, err := target.Read(path)
+	if err != nil && !errors.Is(err, target.ErrNotELF) {
+		return fit.Plan{}, err
+	}
+	// A script gets an unknown Go version and no page-cache estimate.
+	b.Describe(&in)
+	return policy.Plan(in), nil
+}
+
+// lookupVars reads the Go runtime variables the policy looks at.
+func lookupVars(lookup func(string) (string, bool)) map[string]string {
+	vars := map[string]string{}
+	for _, k := range fit.VarNames {
+		if v, ok := lookup(k); ok {
+			vars[k] = v
+		}
+	}
+	return vars
 }

@@ -1,6 +1,7 @@
 // Command service is a small HTTP service fitted by gofit: importing auto
 // sets GOMAXPROCS and GOMEMLIMIT from the container's limits before main,
-// and /metrics shows the limits, the throttling and the plan.
+// /metrics shows the limits, the throttling and the plan, and /debug/vars
+// the report (published explicitly with debugvars, on this server's own mux).
 //
 //	go run ./examples/service -addr 127.0.0.1:8080
 //	curl -s 127.0.0.1:8080/work; curl -s 127.0.0.1:8080/metrics | grep ^gofit_
@@ -26,6 +27,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gofit-dev/gofit/auto"
+	"github.com/gofit-dev/gofit/debugvars"
 	"github.com/gofit-dev/gofit/metrics"
 )
 
@@ -33,6 +35,9 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "listen address")
 	flag.Parse()
 
+	if err := debugvars.Publish(auto.Fitter()); err != nil {
+		log.Printf("no /debug/vars report: %v", err) // gofit not active here
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics.NewCollector(auto.Fitter()), collectors.NewGoCollector())
 

@@ -1,4 +1,6 @@
-package gofit
+// Package report assembles what `gofit inspect` shows and what the opt-in
+// expvar publishes: a container's limits, its usage and the plan.
+package report
 
 import (
 	"fmt"
@@ -9,9 +11,8 @@ import (
 	"github.com/gofit-dev/gofit/fit"
 )
 
-// Report is what `gofit inspect` shows and what the library publishes on
-// expvar: the container's limits, its usage and the plan. Its JSON form is
-// documented in the README; null means "no limit" or "not available".
+// Report is the container's limits, its usage and the plan. Its JSON form
+// is documented in the README; null means "no limit" or "not available".
 type Report struct {
 	CgroupVersion int          `json:"cgroup_version"`
 	CPU           CPUReport    `json:"cpu"`
@@ -67,16 +68,22 @@ type PSIReport struct {
 	FullTotalSecs float64 `json:"full_total_seconds"`
 }
 
-// PlanReport is the plan, with the environment `gofit run` would set.
+// PlanReport is the plan, with the environment changes `gofit run` would
+// make (export, unset) or, in-process, what gofit does with GOMAXPROCS.
 type PlanReport struct {
 	GOMAXPROCS           int               `json:"gomaxprocs"`
 	GOMEMLIMITBytes      *int64            `json:"gomemlimit_bytes"`
 	GOGC                 *string           `json:"gogc"`
 	RuntimeGOMAXPROCS    int               `json:"runtime_gomaxprocs"`
 	RuntimeFollowsCgroup bool              `json:"runtime_follows_cgroup"`
-	Env                  map[string]string `json:"env"`
+	GOMAXPROCSAction     *string           `json:"gomaxprocs_action,omitempty"`
+	Export               map[string]string `json:"export"`
+	Unset                []string          `json:"unset"`
+	GOMAXPROCSReason     fit.Reason        `json:"gomaxprocs_reason"`
+	GOMEMLIMITReason     fit.Reason        `json:"gomemlimit_reason"`
 	Reasons              []string          `json:"reasons"`
 	Warnings             []string          `json:"warnings"`
+	WarningCodes         []fit.Warning     `json:"warning_codes"`
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -105,24 +112,8 @@ func psiReport(p *cgroup.PSI) *PSIReport {
 	}
 }
 
-// PlanEnv is the environment that applies a plan to a Go process: the
-// values `gofit run` sets when the variable is not already set.
-func PlanEnv(p fit.Plan) map[string]string {
-	env := map[string]string{}
-	if !p.GOMAXPROCSFromEnv && p.GOMAXPROCS > 0 {
-		env["GOMAXPROCS"] = fmt.Sprint(p.GOMAXPROCS)
-	}
-	if !p.GOMEMLIMITFromEnv && p.GOMEMLIMIT > 0 {
-		env["GOMEMLIMIT"] = fit.EnvValue(p.GOMEMLIMIT)
-	}
-	if p.GOGC != "" {
-		env["GOGC"] = p.GOGC
-	}
-	return env
-}
-
-// NewReport assembles a Report.
-func NewReport(c *cgroup.Cgroups, l cgroup.Limits, s cgroup.Stats, in fit.Input, p fit.Plan) Report {
+// New assembles a Report.
+func New(c *cgroup.Cgroups, l cgroup.Limits, s cgroup.Stats, in fit.Input, p fit.Plan) Report {
 	r := Report{CgroupVersion: c.Version()}
 	r.CPU = CPUReport{
 		Version: l.CPU.Version, Cgroup: l.CPU.Group,
@@ -149,7 +140,15 @@ func NewReport(c *cgroup.Cgroups, l cgroup.Limits, s cgroup.Stats, in fit.Input,
 	r.Plan = PlanReport{
 		GOMAXPROCS: p.GOMAXPROCS, GOMEMLIMITBytes: nonZero(p.GOMEMLIMIT), GOGC: nonEmpty(p.GOGC),
 		RuntimeGOMAXPROCS: p.RuntimeGOMAXPROCS, RuntimeFollowsCgroup: p.RuntimeFollowsCgroup,
-		Env: PlanEnv(p), Reasons: append([]string{}, p.Reasons...), Warnings: append([]string{}, p.Warnings...),
+		Export: map[string]string{}, Unset: append([]string{}, p.Unset...),
+		GOMAXPROCSReason: p.GOMAXPROCSReason, GOMEMLIMITReason: p.GOMEMLIMITReason,
+		Reasons: append([]string{}, p.Reasons...), Warnings: append([]string{}, p.Warnings...), WarningCodes: append([]fit.Warning{}, p.WarningCodes...),
+	}
+	for k, v := range p.Export {
+		r.Plan.Export[k] = v
+	}
+	if in.Running != nil {
+		r.Plan.GOMAXPROCSAction = ptr(p.GOMAXPROCSAction.String())
 	}
 	return r
 }

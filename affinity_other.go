@@ -1,8 +1,0 @@
-//go:build !linux
-
-package gofit
-
-import "runtime"
-
-// AffinityCPUs is runtime.NumCPU outside Linux.
-func AffinityCPUs() int { return runtime.NumCPU() }

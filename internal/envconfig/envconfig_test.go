@@ -1,0 +1,43 @@
+package envconfig
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+)
+
+func env(kv ...string) func(string) (string, bool) {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+func TestRead(t *testing.T) {
+	c := Read(env("GOFIT_REFRESH", "250ms", "GOFIT_MEMORY_RATIO", "0.8", "GOFIT_CPU_ROUNDING", "ceil", "GOFIT_GOGC", "200", "GOFIT_LOG", "info"))
+	if len(c.Options) != 4 || len(c.Errors) != 0 || c.LogLevel != slog.LevelInfo || c.LogOff {
+		t.Fatalf("%d options, level %v off %v, errors %v", len(c.Options), c.LogLevel, c.LogOff, c.Errors)
+	}
+	if c := Read(env("GOFIT_LOG", "OFF")); !c.LogOff {
+		t.Error("GOFIT_LOG=OFF does not silence")
+	}
+	if c := Read(env()); c.LogLevel != slog.LevelWarn || c.LogOff || len(c.Options) != 0 {
+		t.Errorf("defaults: %+v", c)
+	}
+}
+
+func TestReadRejects(t *testing.T) {
+	for _, tc := range []struct{ name, value string }{
+		{"GOFIT_REFRESH", "soon"}, {"GOFIT_REFRESH", "1ns"}, {"GOFIT_REFRESH", "0s"}, {"GOFIT_REFRESH", "-1s"},
+		{"GOFIT_MEMORY_RATIO", "90"}, {"GOFIT_MEMORY_RATIO", "NaN"}, {"GOFIT_MEMORY_RATIO", "Inf"}, {"GOFIT_MEMORY_RATIO", "0"},
+		{"GOFIT_CPU_ROUNDING", "up"},
+		{"GOFIT_GOGC", "-5"}, {"GOFIT_GOGC", "lots"},
+		{"GOFIT_LOG", "loud"},
+	} {
+		c := Read(env(tc.name, tc.value))
+		if len(c.Options) != 0 || len(c.Errors) != 1 || !strings.Contains(c.Errors[0].Error(), tc.name) {
+			t.Errorf("%s=%s: %d options, errors %v; want one error naming the variable", tc.name, tc.value, len(c.Options), c.Errors)
+		}
+	}
+}

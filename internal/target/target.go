@@ -1,0 +1,89 @@
+// Package target reads what gofit needs to know about a Go executable
+// before it runs: the Go version and GODEBUG defaults built into it, which
+// decide what its runtime does with GOMAXPROCS by itself, and the size of
+// what the loader maps from it, which bounds the page cache it charges.
+package target
+
+import (
+	"debug/buildinfo"
+	"debug/elf"
+	"errors"
+	"fmt"
+	"runtime"
+	"runtime/debug"
+
+	"github.com/gofit-dev/gofit/fit"
+)
+
+// KernelAllowance is what gofit budgets for kernel memory charged to a
+// small service's cgroup (page tables, socket buffers, slab) when it cannot
+// measure it, as before the process starts.
+const KernelAllowance = 2 << 20
+
+// ErrNotELF is wrapped by Read's error for a file that is not an ELF
+// executable (a shell script, say).
+var ErrNotELF = errors.New("not an ELF executable")
+
+// Binary is what Read learns about an executable.
+type Binary struct {
+	// GoVersion and DefaultGODEBUG are empty for a binary that is not Go.
+	GoVersion      string
+	DefaultGODEBUG string
+	// LoadableBytes is the size of the file's PT_LOAD segments: the most
+	// page cache running it can charge.
+	LoadableBytes int64
+}
+
+// Read inspects the executable at path. For a file that is not ELF the
+// error wraps ErrNotELF; the Binary is then empty.
+func Read(path string) (Binary, error) {
+	var b Binary
+	f, err := elf.Open(path)
+	if err != nil {
+		var fe *elf.FormatError
+		if errors.As(err, &fe) {
+			return b, fmt.Errorf("%s: %w: %v", path, ErrNotELF, err)
+		}
+		return b, fmt.Errorf("%s: %w", path, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD {
+			b.LoadableBytes += int64(min(p.Filesz, 1<<40)) // a corrupt header cannot overflow the sum
+		}
+	}
+	if bi, err := buildinfo.ReadFile(path); err == nil {
+		b.GoVersion = bi.GoVersion
+		b.DefaultGODEBUG = setting(bi, "DefaultGODEBUG")
+	}
+	return b, nil
+}
+
+// Self describes the running binary: its Go runtime's version and built-in
+// GODEBUG defaults (LoadableBytes is left 0: in-process gofit measures).
+func Self() Binary {
+	b := Binary{GoVersion: runtime.Version()}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		b.DefaultGODEBUG = setting(bi, "DefaultGODEBUG")
+	}
+	return b
+}
+
+func setting(bi *debug.BuildInfo, key string) string {
+	for _, s := range bi.Settings {
+		if s.Key == key {
+			return s.Value
+		}
+	}
+	return ""
+}
+
+// Describe fills in what the binary tells the policy about the process it
+// will become: its runtime, and as unmanaged memory its mapped file pages
+// plus KernelAllowance (before it runs nothing better can be measured).
+func (b Binary) Describe(in *fit.Input) {
+	in.GoVersion, in.DefaultGODEBUG = b.GoVersion, b.DefaultGODEBUG
+	if b.LoadableBytes > 0 {
+		in.Unmanaged = b.LoadableBytes + KernelAllowance
+	}
+}
