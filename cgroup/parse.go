@@ -35,7 +35,7 @@ func (e *ParseError) Error() string {
 	if file == "" {
 		file = "<input>"
 	}
-	return fmt.Sprintf("%s:%d: malformed %q: %v", file, e.Line, e.Text, e.Err)
+	return fmt.Sprintf("%s:%d: malformed %q: %v", DisplayPath(file), e.Line, e.Text, e.Err)
 }
 
 func (e *ParseError) Unwrap() error { return e.Err }
@@ -55,7 +55,7 @@ func withFile(err error, file string) error {
 		return pe
 	}
 	if err != nil {
-		return fmt.Errorf("%s: %w", file, err)
+		return fmt.Errorf("%s: %w", DisplayPath(file), err)
 	}
 	return nil
 }
