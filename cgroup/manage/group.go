@@ -317,7 +317,6 @@ func (g *Group) AddProc(pid int) error {
 	return nil
 }
 
-
 // PIDs lists the processes in the group (not in groups below it).
 func (g *Group) PIDs() ([]int, error) {
 	seen := map[int]bool{}
