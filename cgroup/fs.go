@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path"
 	"path/filepath"
 	"strconv"
@@ -111,16 +110,19 @@ func (f *FS) Process(pid int) (*Cgroups, error) { return f.process(strconv.Itoa(
 func (f *FS) process(pid string) (*Cgroups, error) {
 	cgFile := f.join("/proc/" + pid + "/cgroup")
 	miFile := f.join("/proc/" + pid + "/mountinfo")
-	cgText, err := os.ReadFile(cgFile)
+	cgText, ok, err := readBounded(cgFile, maxProcFile)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("%s: %w", cgFile, ErrNoCgroup)
-		}
 		return nil, err
 	}
-	miText, err := os.ReadFile(miFile)
+	if !ok {
+		return nil, fmt.Errorf("%s: %w", DisplayPath(cgFile), ErrNoCgroup)
+	}
+	miText, ok, err := readBounded(miFile, maxProcFile)
 	if err != nil {
 		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("%s: %w", DisplayPath(miFile), fs.ErrNotExist)
 	}
 	entries, err := parseProcCgroup(string(cgText))
 	if err != nil {
@@ -166,7 +168,7 @@ func (f *FS) process(pid string) (*Cgroups, error) {
 		}
 	}
 	if c.CPU == nil && c.Memory == nil {
-		return nil, fmt.Errorf("%s, %s: no cpu or memory cgroup mounted: %w", cgFile, miFile, ErrNoCgroup)
+		return nil, fmt.Errorf("%s, %s: no cpu or memory cgroup mounted: %w", DisplayPath(cgFile), DisplayPath(miFile), ErrNoCgroup)
 	}
 	return c, nil
 }
@@ -222,15 +224,6 @@ func within(p, root string) (string, bool) {
 	return "", false
 }
 
-// readFile reads a small cgroup file. A missing file returns ok == false and
-// no error: cgroup files come and go with controllers and kernel versions.
-func readFile(file string) (string, bool, error) {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return "", false, nil
-		}
-		return "", false, err
-	}
-	return string(b), true, nil
-}
+// readFile reads a cgroup value file (bounded, regular files only). A
+// missing file returns ok == false and no error.
+func readFile(file string) (string, bool, error) { return readBounded(file, maxValueFile) }

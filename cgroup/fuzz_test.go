@@ -1,17 +1,24 @@
 package cgroup
 
-import "testing"
+import (
+	"math"
+	"testing"
+	"time"
+)
 
 // Each parser must return a value or an error for any input, never panic.
 // The seeds run in every plain `go test`; `make fuzz` explores further.
 
 func FuzzParseCPUMax(f *testing.F) {
-	for _, s := range []string{"max 100000", "50000 100000", "", "x", "1 0", "99999999999999999999 1"} {
+	for _, s := range []string{"max 100000", "50000 100000", "", "x", "1 0", "99999999999999999999 1",
+		"8000000000000000000", "18446744073709552 100000", "50000 18446744073709552", "max 9223372036854776"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		q, p, err := parseCPUMax(s)
-		if err == nil && (q < 0 || p <= 0) {
+		// A value that overflowed shows as a negative duration or as a
+		// quota or period too large to be the number written.
+		if err == nil && (q < 0 || p <= 0 || q/time.Microsecond > math.MaxInt64/1000 || p/time.Microsecond > math.MaxInt64/1000) {
 			t.Fatalf("parseCPUMax(%q) = %v, %v without error", s, q, p)
 		}
 	})
@@ -40,11 +47,11 @@ func FuzzParseV1Micros(f *testing.F) {
 }
 
 func FuzzParseCPUSet(f *testing.F) {
-	for _, s := range []string{"0-3,8", "", "5-", "-", ",", "0-65535"} {
+	for _, s := range []string{"0-3,8", "", "5-", "-", ",", "0-65535", "0-3,2-3", "0-65535,0-65535"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if n, err := parseCPUSet(s); err == nil && n < 0 {
+		if n, err := parseCPUSet(s); err == nil && (n < 0 || n > 65536) {
 			t.Fatalf("parseCPUSet(%q) = %d", s, n)
 		}
 	})

@@ -35,7 +35,7 @@ func (e *ParseError) Error() string {
 	if file == "" {
 		file = "<input>"
 	}
-	return fmt.Sprintf("%s:%d: malformed %q: %v", file, e.Line, e.Text, e.Err)
+	return fmt.Sprintf("%s:%d: malformed %q: %v", DisplayPath(file), e.Line, e.Text, e.Err)
 }
 
 func (e *ParseError) Unwrap() error { return e.Err }
@@ -55,7 +55,7 @@ func withFile(err error, file string) error {
 		return pe
 	}
 	if err != nil {
-		return fmt.Errorf("%s: %w", file, err)
+		return fmt.Errorf("%s: %w", DisplayPath(file), err)
 	}
 	return nil
 }
@@ -65,7 +65,11 @@ func withFile(err error, file string) error {
 // so anything at or above 2^62 counts.
 const unlimitedV1 = int64(1) << 62
 
-// parseCPUMax parses v2 cpu.max. quota is 0 when it is "max".
+// maxMicros is the largest microsecond count that fits a time.Duration.
+const maxMicros = math.MaxInt64 / int64(time.Microsecond)
+
+// parseCPUMax parses v2 cpu.max. quota is 0 when it is "max". Numbers too
+// large for a time.Duration are errors, as in v1's files, not wrapped values.
 func parseCPUMax(s string) (quota, period time.Duration, err error) {
 	text := strings.TrimSpace(s)
 	f := strings.Fields(text)
@@ -74,18 +78,18 @@ func parseCPUMax(s string) (quota, period time.Duration, err error) {
 	}
 	period = 100 * time.Millisecond
 	if len(f) == 2 {
-		p, err := strconv.ParseUint(f[1], 10, 63)
-		if err != nil || p == 0 {
-			return 0, 0, lineErr(1, text, errors.New("period is not a positive integer"))
+		p, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil || p <= 0 || p > maxMicros {
+			return 0, 0, lineErr(1, text, fmt.Errorf("period is not an integer between 1 and %d microseconds", maxMicros))
 		}
 		period = time.Duration(p) * time.Microsecond
 	}
 	if f[0] == "max" {
 		return 0, period, nil
 	}
-	q, err := strconv.ParseUint(f[0], 10, 63)
-	if err != nil {
-		return 0, 0, lineErr(1, text, errors.New("quota is neither \"max\" nor an integer"))
+	q, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil || q < 0 || q > maxMicros {
+		return 0, 0, lineErr(1, text, fmt.Errorf("quota is neither \"max\" nor an integer between 0 and %d microseconds", maxMicros))
 	}
 	return time.Duration(q) * time.Microsecond, period, nil
 }
@@ -104,7 +108,7 @@ func parseV1Micros(s string) (time.Duration, error) {
 		}
 		return 0, nil
 	}
-	if v > int64(math.MaxInt64/int64(time.Microsecond)) {
+	if v > maxMicros {
 		return 0, lineErr(1, text, errors.New("out of range"))
 	}
 	return time.Duration(v) * time.Microsecond, nil
@@ -145,12 +149,14 @@ func parseUint(s string) (uint64, error) {
 }
 
 // parseCPUSet counts the CPUs in a list such as "0-3,8,10-11". An empty list
-// returns 0.
+// returns 0. A CPU named twice ("0-3,2-3") counts once.
 func parseCPUSet(s string) (int, error) {
 	text := strings.TrimSpace(s)
 	if text == "" {
 		return 0, nil
 	}
+	// CPU numbers fit 16 bits (checked below): a 8 KiB bitmap holds them all.
+	var seen [(1 << 16) / 64]uint64
 	n := 0
 	for _, part := range strings.Split(text, ",") {
 		lo, hi, isRange := strings.Cut(part, "-")
@@ -167,7 +173,12 @@ func parseCPUSet(s string) (int, error) {
 				return 0, lineErr(1, text, fmt.Errorf("range %q runs backwards", part))
 			}
 		}
-		n += int(b-a) + 1
+		for cpu := a; cpu <= b; cpu++ {
+			if w, bit := cpu/64, uint64(1)<<(cpu%64); seen[w]&bit == 0 {
+				seen[w] |= bit
+				n++
+			}
+		}
 	}
 	return n, nil
 }

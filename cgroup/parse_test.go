@@ -22,6 +22,13 @@ func TestParseCPUMax(t *testing.T) {
 		{in: "", wantErrContain: "want"},
 		{in: "1 2 3", wantErrContain: "want"},
 		{in: "-5 100000", wantErrContain: "quota"},
+		// Values whose microseconds overflow a time.Duration are rejected,
+		// as v1's parser does, instead of wrapping to nonsense.
+		{in: "18446744073709552 100000", wantErrContain: "quota"},
+		{in: "8000000000000000000", wantErrContain: "quota"},
+		{in: "50000 18446744073709552", wantErrContain: "period"},
+		{in: "max 9223372036854776", wantErrContain: "period"},
+		{in: "9223372036854775 100000", quota: 9223372036854775 * time.Microsecond, period: 100 * time.Millisecond},
 	} {
 		q, p, err := parseCPUMax(tc.in)
 		if tc.wantErrContain != "" {
@@ -93,6 +100,10 @@ func TestParseCPUSet(t *testing.T) {
 		{"3-1", 0, true},
 		{"a-b", 0, true},
 		{"0,,1", 0, true},
+		// Overlapping ranges count each CPU once.
+		{"0-3,2-3", 4, false},
+		{"1,1,1", 1, false},
+		{"0-65535,7", 65536, false},
 	} {
 		got, err := parseCPUSet(tc.in)
 		if (err != nil) != tc.wantErr || got != tc.want {

@@ -43,7 +43,7 @@ func (r *reader) read(file string) (string, bool, error) {
 	f := r.files[file]
 	if f == nil {
 		var err error
-		if f, err = os.Open(file); err != nil {
+		if f, err = openRegular(file); err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				r.missing[file] = true
 				return "", false, nil
@@ -64,7 +64,10 @@ func (r *reader) read(file string) (string, bool, error) {
 		if n < len(r.buf) {
 			return string(r.buf[:n]), true, nil
 		}
-		r.buf = make([]byte, 2*len(r.buf))
+		if len(r.buf) > maxValueFile {
+			return "", false, tooLarge(file, maxValueFile)
+		}
+		r.buf = make([]byte, min(2*len(r.buf), maxValueFile+1))
 	}
 }
 

@@ -216,7 +216,7 @@ func (s *Sandbox) Start(ctx context.Context, t Target, cfg TrialConfig) (*Trial,
 	cmd.Stdout, cmd.Stderr = tr.output, tr.output
 	// Its own process group, so Ctrl-C reaches the lab, which then stops
 	// the trial itself; and killed with the lab if the lab dies.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr.Setpgid, cmd.SysProcAttr.Pdeathsig = true, syscall.SIGKILL // add to Command's (clone into the cgroup on v2)
 	s.mu.Lock()
 	s.live[tr] = true
 	s.mu.Unlock()

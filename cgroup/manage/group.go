@@ -12,8 +12,10 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -25,15 +27,37 @@ import (
 type Group struct {
 	*cgroup.Cgroups
 	dirs []string // every directory created, leaf-most hierarchy order
+
+	mu   sync.Mutex
+	cgfd *os.File // the v2 directory, open for clone3 CLONE_INTO_CGROUP
 }
 
+// LeafName is the child cgroup that processes are moved into when a v2
+// cgroup that holds processes must enable controllers for new children
+// (the "no internal processes" rule). It stays after they exit: the group
+// it sits in may be a systemd unit's or a container's.
+const LeafName = "gofit-leaf"
+
+// ErrNotDelegated means the parent of a v2 cgroup does not hand it a
+// controller (it is missing from cgroup.controllers), so no child can get it.
+var ErrNotDelegated = errors.New("controller not delegated")
+
 // NewChild creates a child cgroup called name under the process's cpu,
-// cpuacct, memory and (on hybrid hosts, for per-group PSI) v2 cgroups. On
-// cgroup v2 it enables the cpu and memory controllers for children of the
-// parent. If any step fails, what was created is removed.
+// cpuacct, memory and (on hybrid hosts, for per-group PSI) v2 cgroups.
+//
+// On cgroup v2 it first makes the parent able to give children the cpu and
+// memory controllers (EnableControllers): if the parent holds processes (a
+// systemd service, a container's own cgroup), they are moved into its child
+// LeafName. When the parent is itself such a leaf (the caller was moved by
+// an earlier NewChild), the child is created beside it instead, so repeated
+// calls do not nest deeper and deeper.
+//
+// If any step fails, what was created is removed; errors name the file and
+// keep the kernel's error, so errors.Is(err, fs.ErrPermission) tells a
+// permission problem from the others.
 func NewChild(c *cgroup.Cgroups, name string) (*Group, error) {
-	if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
-		return nil, fmt.Errorf("cgroup name %q: must be a single path element", name)
+	if name == "" || strings.ContainsAny(name, "/\x00") || name == "." || name == ".." || name == LeafName {
+		return nil, fmt.Errorf("cgroup name %s: must be a single path element other than %s", cgroup.DisplayPath(name), LeafName)
 	}
 	var nodes cgroup.Cgroups
 	g := &Group{}
@@ -42,13 +66,14 @@ func NewChild(c *cgroup.Cgroups, name string) (*Group, error) {
 		if n == nil {
 			return nil, nil
 		}
+		if enable {
+			n = besideLeaf(n)
+		}
 		if m, ok := made[n.Dir]; ok {
 			return m, nil
 		}
 		if enable {
-			// v2: controllers must be enabled in the parent's subtree_control
-			// before a child gets cpu.max and memory.max.
-			if err := enableControllers(n.Dir, "cpu", "memory"); err != nil {
+			if _, err := EnableControllers(n, "cpu", "memory"); err != nil {
 				return nil, err
 			}
 		}
@@ -82,30 +107,94 @@ func NewChild(c *cgroup.Cgroups, name string) (*Group, error) {
 	g.Cgroups = c.FS().Bind(nodes)
 	if g.CPU == nil && g.Memory == nil {
 		g.Remove(context.Background())
-		return nil, fmt.Errorf("create cgroup %q: %w", name, cgroup.ErrNoCgroup)
+		return nil, fmt.Errorf("create cgroup %s: %w", cgroup.DisplayPath(name), cgroup.ErrNoCgroup)
 	}
 	return g, nil
 }
 
-func enableControllers(dir string, ctrls ...string) error {
-	file := filepath.Join(dir, "cgroup.subtree_control")
+// besideLeaf returns the parent of a LeafName cgroup, else n itself.
+func besideLeaf(n *cgroup.Node) *cgroup.Node {
+	if path.Base(n.Path) != LeafName || len(n.Dir) <= len(n.Top) {
+		return n
+	}
+	return &cgroup.Node{Version: n.Version, Path: path.Dir(n.Path), Dir: filepath.Dir(n.Dir), Top: n.Top}
+}
+
+// EnableControllers makes the v2 cgroup n give ctrls to its children
+// (cgroup.subtree_control). The kernel refuses that while n holds processes
+// (EBUSY; EOPNOTSUPP once a threaded controller such as cpu is on), unless n
+// is the root: n's processes are then moved into its child LeafName first,
+// as container runtimes do and systemd's delegation rules ask. It returns
+// the leaf's directory when it moved processes, else "". Controllers
+// already enabled are left alone; the missing ones are enabled in one
+// write, so a failure leaves subtree_control as it was.
+func EnableControllers(n *cgroup.Node, ctrls ...string) (leaf string, err error) {
+	if n == nil || n.Version != 2 {
+		return "", errors.New("enable controllers: needs a cgroup v2 directory")
+	}
+	file := filepath.Join(n.Dir, "cgroup.subtree_control")
 	cur, _, err := readSmall(file)
 	if err != nil {
-		return err
+		return "", err
 	}
-	have := strings.Fields(cur)
+	var missing []string
 	for _, c := range ctrls {
-		found := false
-		for _, h := range have {
-			found = found || h == c
+		if !slices.Contains(strings.Fields(cur), c) {
+			missing = append(missing, c)
 		}
-		if !found {
-			if err := os.WriteFile(file, []byte("+"+c), 0); err != nil {
-				return fmt.Errorf("enable %s controller: %w", c, err)
+	}
+	if len(missing) == 0 {
+		return "", nil
+	}
+	avail, _, err := readSmall(filepath.Join(n.Dir, "cgroup.controllers"))
+	if err != nil {
+		return "", err
+	}
+	for _, c := range missing {
+		if !slices.Contains(strings.Fields(avail), c) {
+			return "", fmt.Errorf("enable %s controller in %s: %w by its parent (cgroup.controllers has %q)",
+				c, cgroup.DisplayPath(n.Dir), ErrNotDelegated, strings.TrimSpace(avail))
+		}
+	}
+	what := strings.Join(missing, ", ")
+	v := "+" + strings.Join(missing, " +")
+	err = os.WriteFile(file, []byte(v), 0)
+	if errors.Is(err, syscall.EBUSY) || errors.Is(err, syscall.EOPNOTSUPP) {
+		// The no-internal-processes rule: move them out of the way, retry.
+		if leaf, err = moveToLeaf(n.Dir); err != nil {
+			return leaf, fmt.Errorf("enable %s controllers in %s: %w", what, cgroup.DisplayPath(n.Dir), err)
+		}
+		err = os.WriteFile(file, []byte(v), 0)
+	}
+	if err != nil {
+		return leaf, fmt.Errorf("enable %s controllers: write %q: %w", what, v, err)
+	}
+	return leaf, nil
+}
+
+// moveToLeaf moves every process of dir into dir/LeafName, repeating while
+// new ones appear (a process may fork while its parent is being moved).
+func moveToLeaf(dir string) (string, error) {
+	leaf := filepath.Join(dir, LeafName)
+	if err := os.Mkdir(leaf, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", fmt.Errorf("create a leaf cgroup for its processes: %w", err)
+	}
+	for range 100 {
+		pids, err := readPIDs(filepath.Join(dir, "cgroup.procs"))
+		if err != nil {
+			return leaf, err
+		}
+		if len(pids) == 0 {
+			return leaf, nil
+		}
+		for _, pid := range pids {
+			err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0)
+			if err != nil && !errors.Is(err, syscall.ESRCH) { // ESRCH: it exited meanwhile
+				return leaf, fmt.Errorf("move process %d into %s: %w", pid, cgroup.DisplayPath(leaf), err)
 			}
 		}
 	}
-	return nil
+	return leaf, fmt.Errorf("processes keep appearing in %s; gave up moving them into %s", cgroup.DisplayPath(dir), LeafName)
 }
 
 // Dirs lists the directories of the group, one per hierarchy.
@@ -183,15 +272,39 @@ func (g *Group) SetMemoryMax(bytes int64) error {
 }
 
 // SetMemoryHigh sets v2 memory.high; bytes <= 0 removes it.
-func (g *Group) SetMemoryHigh(bytes int64) error {
+func (g *Group) SetMemoryHigh(bytes int64) error { return g.setV2Bytes("memory.high", bytes, "max") }
+
+// SetMemoryMin sets v2 memory.min, memory the kernel never reclaims from
+// the group (if its ancestors protect as much); bytes <= 0 removes it.
+func (g *Group) SetMemoryMin(bytes int64) error { return g.setV2Bytes("memory.min", bytes, "0") }
+
+// SetMemoryLow sets v2 memory.low, memory reclaimed from the group only
+// when no unprotected memory is left; bytes <= 0 removes it.
+func (g *Group) SetMemoryLow(bytes int64) error { return g.setV2Bytes("memory.low", bytes, "0") }
+
+// SetOOMGroup sets v2 memory.oom.group: when on, an OOM kill in the group
+// kills all of its processes together rather than one of them.
+func (g *Group) SetOOMGroup(on bool) error {
 	if g.Memory == nil || g.Memory.Version != 2 {
-		return errors.New("memory.high needs cgroup v2")
+		return errors.New("memory.oom.group needs cgroup v2")
 	}
-	v := "max"
+	v := "0"
+	if on {
+		v = "1"
+	}
+	return writeValue(filepath.Join(g.Memory.Dir, "memory.oom.group"), v)
+}
+
+// setV2Bytes writes a v2 memory file: bytes, or none for bytes <= 0.
+func (g *Group) setV2Bytes(name string, bytes int64, none string) error {
+	if g.Memory == nil || g.Memory.Version != 2 {
+		return fmt.Errorf("%s needs cgroup v2", name)
+	}
+	v := none
 	if bytes > 0 {
 		v = strconv.FormatInt(bytes, 10)
 	}
-	return writeValue(filepath.Join(g.Memory.Dir, "memory.high"), v)
+	return writeValue(filepath.Join(g.Memory.Dir, name), v)
 }
 
 // AddProc moves process pid into every hierarchy of the group.
@@ -204,29 +317,39 @@ func (g *Group) AddProc(pid int) error {
 	return nil
 }
 
-// PIDs lists the processes in the group.
+// PIDs lists the processes in the group (not in groups below it).
 func (g *Group) PIDs() ([]int, error) {
 	seen := map[int]bool{}
 	var out []int
 	for _, dir := range g.dirs {
-		file := filepath.Join(dir, "cgroup.procs")
-		s, ok, err := readSmall(file)
+		pids, err := readPIDs(filepath.Join(dir, "cgroup.procs"))
 		if err != nil {
 			return nil, err
 		}
-		if !ok {
-			continue
-		}
-		for i, f := range strings.Fields(s) {
-			pid, err := strconv.Atoi(f)
-			if err != nil {
-				return nil, &cgroup.ParseError{File: file, Line: i + 1, Text: f, Err: errors.New("not a pid")}
-			}
+		for _, pid := range pids {
 			if !seen[pid] {
 				seen[pid] = true
 				out = append(out, pid)
 			}
 		}
+	}
+	return out, nil
+}
+
+// readPIDs reads a cgroup.procs file; a missing file (a removed group)
+// holds no processes.
+func readPIDs(file string) ([]int, error) {
+	s, ok, err := readSmall(file)
+	if err != nil || !ok {
+		return nil, err
+	}
+	var out []int
+	for i, f := range strings.Fields(s) {
+		pid, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, &cgroup.ParseError{File: file, Line: i + 1, Text: f, Err: errors.New("not a pid")}
+		}
+		out = append(out, pid)
 	}
 	return out, nil
 }
@@ -242,9 +365,11 @@ func (g *Group) Kill() error {
 	return err
 }
 
-// Remove kills what is left in the group and removes its directories,
-// retrying while tasks drain, until ctx is done (or 5 seconds pass when ctx
-// has no deadline). Removing an already removed group is not an error.
+// Remove kills what is left in the group and below it (such as a LeafName
+// group that NewChild made inside it) and removes its directories, deepest
+// first, retrying while tasks drain, until ctx is done (or 5 seconds pass
+// when ctx has no deadline). Removing an already removed group is not an
+// error.
 func (g *Group) Remove(ctx context.Context) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -254,24 +379,49 @@ func (g *Group) Remove(ctx context.Context) error {
 	if g.Cgroups != nil {
 		g.Close()
 	}
-	var last error
+	g.mu.Lock()
+	if g.cgfd != nil {
+		g.cgfd.Close()
+		g.cgfd = nil
+	}
+	g.mu.Unlock()
 	for {
-		last = nil
+		var errs error
 		for _, dir := range g.dirs {
-			if err := syscall.Rmdir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				last = &fs.PathError{Op: "remove cgroup", Path: dir, Err: err}
-			}
+			errs = errors.Join(errs, removeTree(dir))
 		}
-		if last == nil {
+		if errs == nil {
 			return nil
 		}
-		_ = g.Kill()
 		select {
 		case <-ctx.Done():
-			return last
+			return errs
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// removeTree kills the processes in dir and in the cgroups below it and
+// removes them, deepest first. A missing dir is not an error.
+func removeTree(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	var errs error
+	for _, e := range entries {
+		if e.IsDir() {
+			errs = errors.Join(errs, removeTree(filepath.Join(dir, e.Name())))
+		}
+	}
+	pids, _ := readPIDs(filepath.Join(dir, "cgroup.procs"))
+	for _, pid := range pids {
+		syscall.Kill(pid, syscall.SIGKILL) // best effort: Rmdir says whether it worked
+	}
+	if err := syscall.Rmdir(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		errs = errors.Join(errs, &fs.PathError{Op: "remove cgroup", Path: dir, Err: err})
+	}
+	return errs
 }
 
 // maxFile bounds what manage reads from a cgroup file (cgroup.procs of a

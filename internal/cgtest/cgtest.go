@@ -1,13 +1,18 @@
 // Package cgtest creates real cgroups for integration tests. It skips the
-// test, with a one-line reason, where the machine does not allow it, and
-// removes what it made when the test ends, pass or fail.
+// test, with a one-line reason, only where the machine cannot allow it (not
+// root, no cgroupfs, a read-only or permission-denied cgroupfs); any other
+// failure to create a group fails the test. It removes what it made when the
+// test ends, pass or fail.
 package cgtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,12 +32,18 @@ func NewGroup(t testing.TB) *manage.Group {
 		t.Skip("skipping: creating cgroups needs root")
 	}
 	self, err := cgroup.NewFS("/").Self()
-	if err != nil {
+	if errors.Is(err, cgroup.ErrNoCgroup) {
 		t.Skipf("skipping: no cgroups here: %v", err)
 	}
-	g, err := manage.NewChild(self, fmt.Sprintf("%s%d-%d", Prefix, os.Getpid(), seq.Add(1)))
 	if err != nil {
+		t.Fatalf("find this process's cgroups: %v", err)
+	}
+	g, err := manage.NewChild(self, fmt.Sprintf("%s%d-%d", Prefix, os.Getpid(), seq.Add(1)))
+	if errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS) {
 		t.Skipf("skipping: cannot create a cgroup here: %v", err)
+	}
+	if err != nil {
+		t.Fatalf("create a test cgroup: %v", err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -42,4 +53,14 @@ func NewGroup(t testing.TB) *manage.Group {
 		}
 	})
 	return g
+}
+
+// NeedV2 skips the test, with one line, unless g's memory controller is on
+// cgroup v2 (where memory.min, memory.high, memory.oom.group and per-group
+// PSI exist). `make test-v2` runs such tests on a v2 kernel in a VM.
+func NeedV2(t testing.TB, g *manage.Group) {
+	t.Helper()
+	if g.Memory == nil || g.Memory.Version != 2 {
+		t.Skip("skipping: needs the memory controller on cgroup v2 (make test-v2 runs it in a VM)")
+	}
 }

@@ -1,0 +1,74 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"syscall"
+)
+
+// Files under /proc and /sys are read with a size cap and only when they
+// are regular files: a fixture tree or a --root may hold anything, and a
+// FIFO would block the reader forever, /dev/zero would fill memory.
+var (
+	// ErrNotRegular means a file to read is a FIFO, device, socket or directory.
+	ErrNotRegular = errors.New("not a regular file")
+	// ErrTooLarge means a file is larger than any real one of its kind.
+	ErrTooLarge = errors.New("file too large")
+)
+
+const (
+	// maxValueFile bounds a cgroup value or stat file; the largest real one,
+	// memory.stat, is under 2 KiB.
+	maxValueFile = 64 << 10
+	// maxProcFile bounds /proc/<pid>/{cgroup,mountinfo}; mountinfo on a busy
+	// Kubernetes node runs to a few hundred KiB.
+	maxProcFile = 4 << 20
+)
+
+// openRegular opens file for reading without blocking on a FIFO, and
+// refuses anything but a regular file (cgroupfs and procfs files are).
+func openRegular(file string) (*os.File, error) {
+	f, err := os.OpenFile(file, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s: %w (%v)", DisplayPath(file), ErrNotRegular, st.Mode().Type())
+	}
+	return f, nil
+}
+
+// readBounded reads at most max bytes of a regular file. A missing file
+// returns ok == false and no error: cgroup files come and go with
+// controllers and kernel versions.
+func readBounded(file string, max int) (string, bool, error) {
+	f, err := openRegular(file)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", false, nil
+		}
+		return "", false, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, int64(max)+1))
+	if err != nil {
+		return "", false, err
+	}
+	if len(b) > max {
+		return "", false, tooLarge(file, max)
+	}
+	return string(b), true, nil
+}
+
+func tooLarge(file string, max int) error {
+	return fmt.Errorf("%s: %w: more than %d bytes", DisplayPath(file), ErrTooLarge, max)
+}

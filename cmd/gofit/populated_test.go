@@ -1,0 +1,100 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/gofit-dev/gofit/cgroup/manage"
+	"github.com/gofit-dev/gofit/internal/cgtest"
+	"github.com/gofit-dev/gofit/lab"
+)
+
+// TestLabFromPopulatedCgroup runs `gofit lab --quick` end to end from a
+// non-root cgroup that also holds another process, as a systemd service
+// (or a container) would start it. On cgroup v2 that parent cannot enable
+// controllers for the lab's trial groups until its processes move into a
+// leaf. It checks function only, with the smallest settings that still run
+// every stage, so it also runs in the TCG VM (internal/vmtest), where
+// timings mean nothing.
+func TestLabFromPopulatedCgroup(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping the lab's real study in -short mode")
+	}
+	g := cgtest.NewGroup(t)
+	// The service's other process, which must survive the lab.
+	other := g.Command("sleep", "600")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { other.Process.Kill(); other.Wait() }()
+
+	out := t.TempDir()
+	inner := gofitCmd("lab", "--quick", "--json", "--out", out, "--repeats", "1", "--requests", "40",
+		"--concurrency", "4", "--open-duration", "500ms", "--mem-requests", "60")
+	cmd := g.Command(inner.Path, inner.Args[1:]...)
+	cmd.Env = inner.Env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("gofit lab --quick from %s: %v\n%s", g.Memory, err, stderr.String())
+	}
+	var r labResults
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, stdout.String())
+	}
+	if r.Machine.CgroupVersion != g.Memory.Version {
+		t.Errorf("results say cgroup v%d, the memory controller here is v%d", r.Machine.CgroupVersion, g.Memory.Version)
+	}
+	cells := map[string]bool{}
+	for _, c := range r.CPU {
+		cells[c.Setting+"/"+c.Mode] = true
+		if c.RPS <= 0 || c.Errors > 0 {
+			t.Errorf("CPU cell %s %s: rps %v, %d errors", c.Setting, c.Mode, c.RPS, c.Errors)
+		}
+	}
+	for _, s := range []string{lab.SetProcs1, lab.SetGoDefault, lab.SetGofit} {
+		for _, mode := range []string{"closed", "open"} {
+			if !cells[s+"/"+mode] {
+				t.Errorf("no %s %s-loop cell", s, mode)
+			}
+		}
+	}
+	for _, m := range r.Memory {
+		if m.Floor == nil || len(m.Trials) < 2 {
+			t.Errorf("memory %s: floor %v after %d trials", m.Setting, m.Floor, len(m.Trials))
+		}
+	}
+	if len(r.Memory) != 2 || r.Recommendation.YAML == "" {
+		t.Errorf("%d memory studies, recommendation %+v", len(r.Memory), r.Recommendation)
+	}
+
+	// Nothing of the lab is left: only the leaf that holds the service's
+	// own processes may stay (v2), and the other process still runs there.
+	for _, dir := range g.Dirs() {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entries {
+			if e.IsDir() && e.Name() != manage.LeafName {
+				t.Errorf("left behind: %s", filepath.Join(dir, e.Name()))
+			}
+		}
+	}
+	if err := other.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("the service's other process did not survive the lab: %v", err)
+	}
+	if g.Memory.Version == 2 {
+		b, err := os.ReadFile(filepath.Join(g.Memory.Dir, manage.LeafName, "cgroup.procs"))
+		if err != nil || !slices.Contains(strings.Fields(string(b)), strconv.Itoa(other.Process.Pid)) {
+			t.Errorf("the service's process %d is not in %s: %q, %v", other.Process.Pid, manage.LeafName, b, err)
+		}
+	}
+}

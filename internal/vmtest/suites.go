@@ -1,0 +1,69 @@
+package vmtest
+
+import (
+	"strings"
+	"time"
+)
+
+// Module is the root module's path; suite directories are relative to it.
+const Module = "github.com/gofit-dev/gofit"
+
+// Suite is a package whose tests run inside the VM.
+type Suite struct {
+	Pkg     string        // import path; any package in the workspace (go.work)
+	Skip    string        // -test.skip: tests that measure speed, which TCG makes meaningless
+	Timeout time.Duration // for the whole binary inside the VM
+	// MustPass lists, per layout, tests that must run and pass there: a
+	// skip of one of them is a failure, so a real-kernel test cannot
+	// quietly stop running.
+	MustPass map[Layout][]string
+}
+
+// Dir is the package's directory relative to the repository root: the
+// test binary runs there, as under `go test`, so testdata paths work.
+func (s Suite) Dir() string {
+	if s.Pkg == Module {
+		return "."
+	}
+	return strings.TrimPrefix(s.Pkg, Module+"/")
+}
+
+// Name is a file name for the package's test binary.
+func (s Suite) Name() string {
+	if d := s.Dir(); d != "." {
+		return strings.ReplaceAll(d, "/", "-") + ".test"
+	}
+	return "gofit.test"
+}
+
+// Suites is the one list of packages whose tests run on the VM's kernel:
+// every package with tests that need real cgroups. To add one (the node
+// agent's tests, for example), append it here, with the tests that must
+// not skip on each layout; its tests get cgroups through internal/cgtest
+// like the others, and run as root inside a populated, non-root cgroup
+// (vmtest.service). `make test-v2` then runs it.
+func Suites() []Suite {
+	both := func(names ...string) map[Layout][]string {
+		return map[Layout][]string{V2: names, Hybrid: names}
+	}
+	return []Suite{
+		{Pkg: Module + "/cgroup", Timeout: 3 * time.Minute,
+			MustPass: both("TestRealLimitsInsideGroup", "TestRealNestedTighterAncestor", "TestRealThrottling",
+				"TestRealOOMKill", "TestRealRemoveKillsAndDrains", "TestReadRejectsFIFO", "TestReadRejectsDevice")},
+		{Pkg: Module + "/cgroup/manage", Timeout: 3 * time.Minute,
+			MustPass: map[Layout][]string{
+				V2: {"TestCommandStartsInsideGroup", "TestMemoryValuesV2", "TestOOMGroupKillsAll", "TestCPUPressure",
+					"TestNewChildFromPopulatedCgroup", "TestNewChildControllerNotDelegated"},
+				Hybrid: {"TestCommandStartsInsideGroup", "TestCPUPressure"},
+			}},
+		// The library following resizes of cpu.max and memory.max.
+		{Pkg: Module + "/examples/service", Timeout: 3 * time.Minute,
+			MustPass: both("TestFollowsResize", "TestThrottlingMetrics")},
+		// gofit inspect/run in a real cgroup, and the lab end to end from a
+		// populated non-root cgroup. TestLabQuick checks the lab's physics
+		// and timings, which mean nothing under TCG; TestLabInterrupted waits
+		// for progress with wall-clock deadlines made for real CPUs.
+		{Pkg: Module + "/cmd/gofit", Timeout: 10 * time.Minute, Skip: "^(TestLabQuick|TestLabInterrupted)$",
+			MustPass: both("TestInspectRealCgroup", "TestRunRealCgroup", "TestLabFromPopulatedCgroup")},
+	}
+}

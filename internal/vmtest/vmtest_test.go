@@ -1,0 +1,205 @@
+package vmtest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestVM builds the test binaries of Suites statically, boots a Debian
+// kernel under QEMU once with cgroup v2 and once hybrid, runs them inside,
+// and fails on any failure in there, on a required test that skipped, and
+// on a VM that hung or died.
+func TestVM(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping the cgroup v2 VM in -short mode")
+	}
+	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
+		t.Skipf("skipping: the test VM boots an amd64 Linux kernel; this is %s/%s", runtime.GOOS, runtime.GOARCH)
+	}
+	ctx := context.Background()
+	tools, err := FindTools(ctx, t.Logf)
+	if errors.Is(err, ErrCannot) {
+		t.Skipf("skipping: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache, err := CacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	version := os.Getenv("GOFIT_VM_KERNEL")
+	if version == "" {
+		version = DefaultKernel
+	}
+	start := time.Now()
+	k, err := FetchKernel(ctx, cache, version, t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kernel %s ready in %v (%s)", k.Version, time.Since(start).Round(time.Millisecond), filepath.Dir(k.VMLinux))
+
+	src := sourceRoot(t)
+	start = time.Now()
+	bins := buildSuites(t, src)
+	t.Logf("built %d test binaries in %v", len(bins), time.Since(start).Round(time.Millisecond))
+
+	for _, layout := range []Layout{V2, Hybrid} {
+		t.Run(string(layout), func(t *testing.T) {
+			r := &Run{Kernel: k, Tools: tools, Layout: layout, Source: src, Binaries: bins, Console: &lineLogger{t: t}}
+			rep := r.Boot(ctx)
+			t.Logf("%s: booted in %.1fs; whole run %.1fs", layout, rep.Boot.Seconds(), rep.Wall.Seconds())
+			if rep.Err != nil {
+				t.Errorf("%s: %v; console ends:\n%s", layout, rep.Err, tail(rep.Console, 40))
+			}
+			for i, res := range rep.Results {
+				checkResult(t, layout, Suites()[i], res)
+			}
+		})
+	}
+}
+
+// checkResult fails on a binary that failed or never finished, and on a
+// required test that did not pass; it logs what ran and what skipped.
+func checkResult(t *testing.T, layout Layout, s Suite, res Result) {
+	t.Helper()
+	top := regexp.MustCompile(`^--- (PASS|FAIL|SKIP): (\S+)`)
+	status := map[string]string{}
+	var skipped []string
+	sc := bufio.NewScanner(strings.NewReader(res.Output))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if m := top.FindStringSubmatch(sc.Text()); m != nil {
+			status[m[2]] = m[1]
+			if m[1] == "SKIP" && sc.Scan() {
+				skipped = append(skipped, m[2]+" ("+strings.TrimSpace(sc.Text())+")")
+			}
+		}
+	}
+	count := map[string]int{}
+	for _, st := range status {
+		count[st]++
+	}
+	t.Logf("%s: exit %d in %.1fs: %d passed, %d failed, %d skipped", s.Pkg, res.ExitCode, res.Seconds, count["PASS"], count["FAIL"], count["SKIP"])
+	for _, sk := range skipped {
+		t.Logf("  skipped %s", sk)
+	}
+	switch {
+	case res.ExitCode == -1:
+		t.Errorf("%s (%s): never finished inside the VM (hung and killed, or the VM died); output ends:\n%s", s.Pkg, layout, tail(res.Output, 60))
+	case res.ExitCode != 0:
+		t.Errorf("%s (%s): exit %d; output ends:\n%s", s.Pkg, layout, res.ExitCode, failures(res.Output))
+	}
+	for _, name := range s.MustPass[layout] {
+		if status[name] != "PASS" {
+			t.Errorf("%s (%s): %s must pass on this kernel, got %q", s.Pkg, layout, name, status[name])
+		}
+	}
+}
+
+// sourceRoot is the repository root: the directory holding go.work.
+func sourceRoot(t *testing.T) string {
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			t.Fatalf("no go.work above %s", dir)
+		}
+	}
+}
+
+// buildSuites builds each suite's test binary, statically (CGO_ENABLED=0:
+// the initramfs has no C library), into a temp dir.
+func buildSuites(t *testing.T, src string) []Binary {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	dir := t.TempDir()
+	var bins []Binary
+	for _, s := range Suites() {
+		out := filepath.Join(dir, s.Name())
+		cmd := exec.Command(goTool, "test", "-c", "-o", out, s.Pkg)
+		cmd.Dir = src
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go test -c %s: %v\n%s", s.Pkg, err, b)
+		}
+		args := []string{"-test.v", "-test.count=1"}
+		if s.Skip != "" {
+			args = append(args, "-test.skip", s.Skip)
+		}
+		bins = append(bins, Binary{Name: s.Name(), Path: out, Dir: s.Dir(), Args: args, Timeout: s.Timeout})
+	}
+	return bins
+}
+
+// lineLogger passes the guest's own progress lines to the test log.
+type lineLogger struct {
+	t   *testing.T
+	buf []byte
+}
+
+func (l *lineLogger) Write(p []byte) (int, error) {
+	l.buf = append(l.buf, p...)
+	for {
+		i := slices.Index(l.buf, '\n')
+		if i < 0 {
+			break
+		}
+		line := strings.TrimRight(string(l.buf[:i]), "\r")
+		l.buf = l.buf[i+1:]
+		if strings.HasPrefix(line, "vmtest") {
+			l.t.Log(line)
+		}
+	}
+	return len(p), nil
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// failures picks the failing tests' lines out of a verbose test log.
+func failures(out string) string {
+	var b strings.Builder
+	keep := false
+	for _, l := range strings.Split(out, "\n") {
+		switch {
+		case strings.HasPrefix(l, "=== RUN") || strings.HasPrefix(l, "--- PASS") || strings.HasPrefix(l, "--- SKIP"):
+			keep = false
+		case strings.HasPrefix(l, "--- FAIL") || strings.HasPrefix(l, "panic:") || strings.HasPrefix(l, "FAIL"):
+			keep = true
+		}
+		if keep {
+			fmt.Fprintln(&b, l)
+		}
+	}
+	if b.Len() == 0 {
+		return tail(out, 60)
+	}
+	return b.String()
+}
