@@ -2,7 +2,7 @@
 GO ?= go
 FUZZTIME ?= 20s
 
-.PHONY: build test bench fuzz lab vet
+.PHONY: build test bench fuzz lab vet test-go-min test-race tidy-check
 
 build:
 	$(GO) build -o bin/gofit ./cmd/gofit
@@ -13,12 +13,27 @@ test:
 	$(GO) vet work
 	$(GO) test -count=1 work
 
+# The library's unit tests on the oldest Go its go.mod allows (the toolchain
+# comes from the module proxy), outside the workspace whose go line is newer:
+# test binaries take their GODEBUG defaults from the go version in force.
+GO_MIN_TOOLCHAIN ?= go1.24.10
+test-go-min:
+	GOWORK=off GOTOOLCHAIN=$(GO_MIN_TOOLCHAIN) $(GO) test -count=1 ./...
+
+test-race:
+	$(GO) test -count=1 -race work
+
+# go.mod and go.sum of each module exactly as go mod tidy would write them.
+tidy-check:
+	GOWORK=off $(GO) mod tidy -diff
+	cd cmd/gofit && GOWORK=off $(GO) mod tidy -diff
+
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem work
 
 # Run every fuzz target for FUZZTIME each (go test -fuzz takes one target at a time).
 fuzz:
-	@for pkg in ./cgroup ./fit; do \
+	@for pkg in ./cgroup ./fit ./internal/procmem; do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep ^Fuzz); do \
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 	  done; \

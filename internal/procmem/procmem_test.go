@@ -67,3 +67,14 @@ func TestReader(t *testing.T) {
 		t.Errorf("this process: %+v, %v", u, err)
 	}
 }
+
+func FuzzParse(f *testing.F) {
+	f.Add("Rss: 1724 kB\nAnonymous: 108 kB\n")
+	f.Add("Rss:\n")
+	f.Fuzz(func(t *testing.T, s string) {
+		u, err := Parse(s)
+		if err == nil && (u.Rss < 0 || u.Anonymous < 0) {
+			t.Fatalf("Parse(%q) = %+v", s, u)
+		}
+	})
+}
