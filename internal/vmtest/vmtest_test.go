@@ -66,8 +66,12 @@ func TestVM(t *testing.T) {
 			if rep.Err != nil {
 				t.Errorf("%s: %v; console ends:\n%s", layout, rep.Err, tail(rep.Console, 40))
 			}
-			for i, res := range rep.Results {
-				checkResult(t, layout, Suites()[i], res)
+			for _, res := range rep.Results {
+				for _, s := range Suites() {
+					if s.Name() == res.Name {
+						checkResult(t, layout, s, res)
+					}
+				}
 			}
 		})
 	}
@@ -80,15 +84,17 @@ func checkResult(t *testing.T, layout Layout, s Suite, res Result) {
 	top := regexp.MustCompile(`^--- (PASS|FAIL|SKIP): (\S+)`)
 	status := map[string]string{}
 	var skipped []string
+	last := "" // a skip's reason is the line logged just before "--- SKIP"
 	sc := bufio.NewScanner(strings.NewReader(res.Output))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		if m := top.FindStringSubmatch(sc.Text()); m != nil {
 			status[m[2]] = m[1]
-			if m[1] == "SKIP" && sc.Scan() {
-				skipped = append(skipped, m[2]+" ("+strings.TrimSpace(sc.Text())+")")
+			if m[1] == "SKIP" {
+				skipped = append(skipped, m[2]+" ("+last+")")
 			}
 		}
+		last = strings.TrimSpace(sc.Text())
 	}
 	count := map[string]int{}
 	for _, st := range status {
@@ -137,6 +143,9 @@ func buildSuites(t *testing.T, src string) []Binary {
 	dir := t.TempDir()
 	var bins []Binary
 	for _, s := range Suites() {
+		if only := os.Getenv("GOFIT_VM_PKGS"); only != "" && !regexp.MustCompile(only).MatchString(s.Pkg) {
+			continue
+		}
 		out := filepath.Join(dir, s.Name())
 		cmd := exec.Command(goTool, "test", "-c", "-o", out, s.Pkg)
 		cmd.Dir = src
@@ -183,21 +192,31 @@ func tail(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// failures picks the failing tests' lines out of a verbose test log.
+// failures picks the output of failing tests out of a verbose test log:
+// each test's lines from its "=== RUN" on, where the test ended in FAIL (or
+// the binary panicked), else the end of the log.
 func failures(out string) string {
 	var b strings.Builder
-	keep := false
-	for _, l := range strings.Split(out, "\n") {
-		switch {
-		case strings.HasPrefix(l, "=== RUN") || strings.HasPrefix(l, "--- PASS") || strings.HasPrefix(l, "--- SKIP"):
-			keep = false
-		case strings.HasPrefix(l, "--- FAIL") || strings.HasPrefix(l, "panic:") || strings.HasPrefix(l, "FAIL"):
-			keep = true
-		}
+	var block []string
+	flush := func(keep bool) {
 		if keep {
-			fmt.Fprintln(&b, l)
+			fmt.Fprintln(&b, strings.Join(block, "\n"))
+		}
+		block = block[:0]
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "=== RUN") {
+			flush(false)
+		}
+		block = append(block, l)
+		switch t := strings.TrimSpace(l); {
+		case strings.HasPrefix(t, "--- FAIL"), strings.HasPrefix(t, "panic:"):
+			flush(true)
+		case strings.HasPrefix(t, "--- PASS"), strings.HasPrefix(t, "--- SKIP"):
+			flush(false)
 		}
 	}
+	flush(strings.Contains(strings.Join(block, "\n"), "panic:"))
 	if b.Len() == 0 {
 		return tail(out, 60)
 	}
