@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -60,7 +61,17 @@ func TestVM(t *testing.T) {
 
 	for _, layout := range []Layout{V2, Hybrid} {
 		t.Run(string(layout), func(t *testing.T) {
-			r := &Run{Kernel: k, Tools: tools, Layout: layout, Source: src, Binaries: bins, Console: &lineLogger{t: t}}
+			var run []Binary
+			for _, b := range bins {
+				b.Args = []string{"-test.v", "-test.count=1"}
+				for _, s := range Suites() {
+					if s.Name() == b.Name && s.Skip[layout] != "" {
+						b.Args = append(b.Args, "-test.skip", s.Skip[layout])
+					}
+				}
+				run = append(run, b)
+			}
+			r := &Run{Kernel: k, Tools: tools, Layout: layout, Source: src, Binaries: run, Console: &lineLogger{t: t}}
 			rep := r.Boot(ctx)
 			t.Logf("%s: booted in %.1fs; whole run %.1fs", layout, rep.Boot.Seconds(), rep.Wall.Seconds())
 			if rep.Err != nil {
@@ -81,7 +92,8 @@ func TestVM(t *testing.T) {
 // required test that did not pass; it logs what ran and what skipped.
 func checkResult(t *testing.T, layout Layout, s Suite, res Result) {
 	t.Helper()
-	top := regexp.MustCompile(`^--- (PASS|FAIL|SKIP): (\S+)`)
+	top := regexp.MustCompile(`^--- (PASS|FAIL|SKIP): (\S+) \(([0-9.]+)s\)`)
+	var slow []string
 	status := map[string]string{}
 	var skipped []string
 	last := "" // a skip's reason is the line logged just before "--- SKIP"
@@ -90,6 +102,9 @@ func checkResult(t *testing.T, layout Layout, s Suite, res Result) {
 	for sc.Scan() {
 		if m := top.FindStringSubmatch(sc.Text()); m != nil {
 			status[m[2]] = m[1]
+			if secs, _ := strconv.ParseFloat(m[3], 64); secs >= 5 {
+				slow = append(slow, fmt.Sprintf("%s %.0fs", m[2], secs))
+			}
 			if m[1] == "SKIP" {
 				skipped = append(skipped, m[2]+" ("+last+")")
 			}
@@ -101,6 +116,9 @@ func checkResult(t *testing.T, layout Layout, s Suite, res Result) {
 		count[st]++
 	}
 	t.Logf("%s: exit %d in %.1fs: %d passed, %d failed, %d skipped", s.Pkg, res.ExitCode, res.Seconds, count["PASS"], count["FAIL"], count["SKIP"])
+	if len(slow) > 0 {
+		t.Logf("  slowest: %s", strings.Join(slow, ", "))
+	}
 	for _, sk := range skipped {
 		t.Logf("  skipped %s", sk)
 	}
@@ -153,11 +171,7 @@ func buildSuites(t *testing.T, src string) []Binary {
 		if b, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("go test -c %s: %v\n%s", s.Pkg, err, b)
 		}
-		args := []string{"-test.v", "-test.count=1"}
-		if s.Skip != "" {
-			args = append(args, "-test.skip", s.Skip)
-		}
-		bins = append(bins, Binary{Name: s.Name(), Path: out, Dir: s.Dir(), Args: args, Timeout: s.Timeout})
+		bins = append(bins, Binary{Name: s.Name(), Path: out, Dir: s.Dir(), Timeout: s.Timeout})
 	}
 	return bins
 }
