@@ -10,7 +10,7 @@ const Module = "github.com/gofit-dev/gofit"
 
 // Suite is a package whose tests run inside the VM.
 type Suite struct {
-	Pkg     string        // import path; any package in the workspace (go.work)
+	Pkg     string            // import path; any package in the workspace (go.work)
 	Skip    map[Layout]string // -test.skip per layout, e.g. tests that time things TCG makes meaningless
 	Timeout time.Duration     // for the whole binary inside the VM
 	// MustPass lists, per layout, tests that must run and pass there: a
