@@ -160,7 +160,18 @@ func EnableControllers(n *cgroup.Node, ctrls ...string) (leaf string, err error)
 	v := "+" + strings.Join(missing, " +")
 	err = os.WriteFile(file, []byte(v), 0)
 	if errors.Is(err, syscall.EBUSY) || errors.Is(err, syscall.EOPNOTSUPP) {
-		// The no-internal-processes rule: move them out of the way, retry.
+		// The no-internal-processes rule: move the processes out of the way
+		// and retry. With EOPNOTSUPP, n is a "thread root" (it holds
+		// processes and a threaded controller such as cpu is on, as a
+		// half-done earlier attempt leaves it), and no domain child can
+		// take processes until those controllers are off again.
+		on := strings.Fields(cur)
+		if errors.Is(err, syscall.EOPNOTSUPP) && len(on) > 0 {
+			if werr := os.WriteFile(file, []byte("-"+strings.Join(on, " -")), 0); werr != nil {
+				return "", fmt.Errorf("enable %s controllers: turn off %s first: %w", what, strings.Join(on, ", "), werr)
+			}
+			v = "+" + strings.Join(append(on, missing...), " +")
+		}
 		if leaf, err = moveToLeaf(n.Dir); err != nil {
 			return leaf, fmt.Errorf("enable %s controllers in %s: %w", what, cgroup.DisplayPath(n.Dir), err)
 		}

@@ -270,7 +270,7 @@ func TestNewChildFromPopulatedCgroup(t *testing.T) {
 	}
 	defer func() { sleeper.Process.Kill(); sleeper.Wait() }()
 	if err := os.WriteFile(filepath.Join(parent.Memory.Dir, "cgroup.subtree_control"), []byte("+cpu"), 0); err != nil {
-		t.Logf("could not pre-enable cpu in the populated group: %v", err)
+		t.Fatalf("pre-enable the threaded cpu controller in a populated group: %v", err)
 	}
 	child, err := manage.NewChild(parent.Cgroups, "trial")
 	if err != nil {

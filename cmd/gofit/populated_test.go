@@ -45,6 +45,7 @@ func TestLabFromPopulatedCgroup(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("gofit lab --quick from %s: %v\n%s", g.Memory, err, stderr.String())
 	}
+	t.Logf("lab progress:\n%s", stderr.String())
 	var r labResults
 	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
 		t.Fatalf("--json output: %v\n%s", err, stdout.String())

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -60,14 +61,28 @@ func TestVM(t *testing.T) {
 
 	for _, layout := range []Layout{V2, Hybrid} {
 		t.Run(string(layout), func(t *testing.T) {
-			r := &Run{Kernel: k, Tools: tools, Layout: layout, Source: src, Binaries: bins, Console: &lineLogger{t: t}}
+			var run []Binary
+			for _, b := range bins {
+				b.Args = []string{"-test.v", "-test.count=1"}
+				for _, s := range Suites() {
+					if s.Name() == b.Name && s.Skip[layout] != "" {
+						b.Args = append(b.Args, "-test.skip", s.Skip[layout])
+					}
+				}
+				run = append(run, b)
+			}
+			r := &Run{Kernel: k, Tools: tools, Layout: layout, Source: src, Binaries: run, Console: &lineLogger{t: t}}
 			rep := r.Boot(ctx)
 			t.Logf("%s: booted in %.1fs; whole run %.1fs", layout, rep.Boot.Seconds(), rep.Wall.Seconds())
 			if rep.Err != nil {
 				t.Errorf("%s: %v; console ends:\n%s", layout, rep.Err, tail(rep.Console, 40))
 			}
-			for i, res := range rep.Results {
-				checkResult(t, layout, Suites()[i], res)
+			for _, res := range rep.Results {
+				for _, s := range Suites() {
+					if s.Name() == res.Name {
+						checkResult(t, layout, s, res)
+					}
+				}
 			}
 		})
 	}
@@ -77,24 +92,33 @@ func TestVM(t *testing.T) {
 // required test that did not pass; it logs what ran and what skipped.
 func checkResult(t *testing.T, layout Layout, s Suite, res Result) {
 	t.Helper()
-	top := regexp.MustCompile(`^--- (PASS|FAIL|SKIP): (\S+)`)
+	top := regexp.MustCompile(`^--- (PASS|FAIL|SKIP): (\S+) \(([0-9.]+)s\)`)
+	var slow []string
 	status := map[string]string{}
 	var skipped []string
+	last := "" // a skip's reason is the line logged just before "--- SKIP"
 	sc := bufio.NewScanner(strings.NewReader(res.Output))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		if m := top.FindStringSubmatch(sc.Text()); m != nil {
 			status[m[2]] = m[1]
-			if m[1] == "SKIP" && sc.Scan() {
-				skipped = append(skipped, m[2]+" ("+strings.TrimSpace(sc.Text())+")")
+			if secs, _ := strconv.ParseFloat(m[3], 64); secs >= 5 {
+				slow = append(slow, fmt.Sprintf("%s %.0fs", m[2], secs))
+			}
+			if m[1] == "SKIP" {
+				skipped = append(skipped, m[2]+" ("+last+")")
 			}
 		}
+		last = strings.TrimSpace(sc.Text())
 	}
 	count := map[string]int{}
 	for _, st := range status {
 		count[st]++
 	}
 	t.Logf("%s: exit %d in %.1fs: %d passed, %d failed, %d skipped", s.Pkg, res.ExitCode, res.Seconds, count["PASS"], count["FAIL"], count["SKIP"])
+	if len(slow) > 0 {
+		t.Logf("  slowest: %s", strings.Join(slow, ", "))
+	}
 	for _, sk := range skipped {
 		t.Logf("  skipped %s", sk)
 	}
@@ -137,6 +161,9 @@ func buildSuites(t *testing.T, src string) []Binary {
 	dir := t.TempDir()
 	var bins []Binary
 	for _, s := range Suites() {
+		if only := os.Getenv("GOFIT_VM_PKGS"); only != "" && !regexp.MustCompile(only).MatchString(s.Pkg) {
+			continue
+		}
 		out := filepath.Join(dir, s.Name())
 		cmd := exec.Command(goTool, "test", "-c", "-o", out, s.Pkg)
 		cmd.Dir = src
@@ -144,11 +171,7 @@ func buildSuites(t *testing.T, src string) []Binary {
 		if b, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("go test -c %s: %v\n%s", s.Pkg, err, b)
 		}
-		args := []string{"-test.v", "-test.count=1"}
-		if s.Skip != "" {
-			args = append(args, "-test.skip", s.Skip)
-		}
-		bins = append(bins, Binary{Name: s.Name(), Path: out, Dir: s.Dir(), Args: args, Timeout: s.Timeout})
+		bins = append(bins, Binary{Name: s.Name(), Path: out, Dir: s.Dir(), Timeout: s.Timeout})
 	}
 	return bins
 }
@@ -183,21 +206,31 @@ func tail(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// failures picks the failing tests' lines out of a verbose test log.
+// failures picks the output of failing tests out of a verbose test log:
+// each test's lines from its "=== RUN" on, where the test ended in FAIL (or
+// the binary panicked), else the end of the log.
 func failures(out string) string {
 	var b strings.Builder
-	keep := false
-	for _, l := range strings.Split(out, "\n") {
-		switch {
-		case strings.HasPrefix(l, "=== RUN") || strings.HasPrefix(l, "--- PASS") || strings.HasPrefix(l, "--- SKIP"):
-			keep = false
-		case strings.HasPrefix(l, "--- FAIL") || strings.HasPrefix(l, "panic:") || strings.HasPrefix(l, "FAIL"):
-			keep = true
-		}
+	var block []string
+	flush := func(keep bool) {
 		if keep {
-			fmt.Fprintln(&b, l)
+			fmt.Fprintln(&b, strings.Join(block, "\n"))
+		}
+		block = block[:0]
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "=== RUN") {
+			flush(false)
+		}
+		block = append(block, l)
+		switch t := strings.TrimSpace(l); {
+		case strings.HasPrefix(t, "--- FAIL"), strings.HasPrefix(t, "panic:"):
+			flush(true)
+		case strings.HasPrefix(t, "--- PASS"), strings.HasPrefix(t, "--- SKIP"):
+			flush(false)
 		}
 	}
+	flush(strings.Contains(strings.Join(block, "\n"), "panic:"))
 	if b.Len() == 0 {
 		return tail(out, 60)
 	}
