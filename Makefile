@@ -2,7 +2,7 @@
 GO ?= go
 FUZZTIME ?= 20s
 
-.PHONY: build test bench fuzz lab vet test-go-min test-race tidy-check
+.PHONY: build test test-v2 bench fuzz lab vet test-go-min test-race tidy-check check
 
 build:
 	$(GO) build -o bin/gofit ./cmd/gofit
@@ -11,7 +11,13 @@ build:
 # the Kubernetes parts (kube); "work" names every package in it.
 test:
 	$(GO) vet work
-	$(GO) test -count=1 work
+	$(GO) test -count=1 -timeout 30m work
+
+# The real-cgroup tests on a cgroup v2 and a hybrid kernel in a QEMU VM
+# (internal/vmtest; part of make test too). GOFIT_VM_PKGS=REGEXP narrows the
+# packages, GOFIT_VM_KERNEL=6.1.0-N picks the Debian kernel.
+test-v2:
+	$(GO) test -count=1 -v -timeout 30m -run '^TestVM$$' ./internal/vmtest
 
 # The library's unit tests on the oldest Go its go.mod allows (the toolchain
 # comes from the module proxy), outside the workspace whose go line is newer:

@@ -67,7 +67,7 @@ func NewChild(c *cgroup.Cgroups, name string) (*Group, error) {
 			return nil, nil
 		}
 		if enable {
-			n = besideLeaf(n)
+			n = ParentFor(n)
 		}
 		if m, ok := made[n.Dir]; ok {
 			return m, nil
@@ -112,8 +112,14 @@ func NewChild(c *cgroup.Cgroups, name string) (*Group, error) {
 	return g, nil
 }
 
-// besideLeaf returns the parent of a LeafName cgroup, else n itself.
-func besideLeaf(n *cgroup.Node) *cgroup.Node {
+// ParentFor is the cgroup under which NewChild creates children for a
+// process whose v2 cgroup is n: n's parent when n is a LeafName leaf that
+// NewChild moved processes into, else n. Code that looks for the groups it
+// made earlier (stale lab groups, say) looks there.
+func ParentFor(n *cgroup.Node) *cgroup.Node {
+	if n == nil || n.Version != 2 {
+		return n
+	}
 	if path.Base(n.Path) != LeafName || len(n.Dir) <= len(n.Top) {
 		return n
 	}

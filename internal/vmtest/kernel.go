@@ -65,6 +65,11 @@ func FetchKernel(ctx context.Context, cache, version string, logf func(string, .
 	if k, err := cachedKernel(cache, version); err == nil {
 		return k, nil
 	}
+	for _, tool := range []string{"apt-get", "apt-cache", "dpkg-deb"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return nil, fmt.Errorf("%w: kernel %s is not cached in %s and there is no %s to fetch it", ErrCannot, version, cache, tool)
+		}
+	}
 	tmp, err := os.MkdirTemp(cache, "kernel-fetch-")
 	if err != nil {
 		return nil, err
@@ -165,8 +170,9 @@ func cachedKernel(cache, version string) (*Kernel, error) {
 	return k, nil
 }
 
-// aptDownload fetches a .deb into dir, refreshing the package lists once if
-// apt does not know the package (a fresh machine has none).
+// aptDownload fetches a .deb into dir, refreshing the package lists once
+// when that fails: a fresh machine has none, and old lists name files the
+// archive has since dropped.
 func aptDownload(ctx context.Context, dir, pkg string) error {
 	run := func() ([]byte, error) {
 		cmd := exec.CommandContext(ctx, "apt-get", "download", "-q", pkg)
@@ -174,9 +180,9 @@ func aptDownload(ctx context.Context, dir, pkg string) error {
 		return cmd.CombinedOutput()
 	}
 	out, err := run()
-	if err != nil && bytes.Contains(out, []byte("Unable to locate")) {
+	if err != nil {
 		if uout, uerr := exec.CommandContext(ctx, "apt-get", "update", "-q").CombinedOutput(); uerr != nil {
-			return fmt.Errorf("apt-get update: %w: %s", uerr, lastLines(uout, 3))
+			return fmt.Errorf("apt-get download %s: %w: %s; apt-get update: %v: %s", pkg, err, lastLines(out, 2), uerr, lastLines(uout, 2))
 		}
 		out, err = run()
 	}

@@ -117,8 +117,9 @@ type Run struct {
 	Layout   Layout
 	Source   string // the source tree, shared read-only at /src
 	Binaries []Binary
-	Memory   int // MiB (default 1536)
-	CPUs     int // default 2
+	Memory   int           // MiB (default 1536)
+	CPUs     int           // default 2
+	Limit    time.Duration // for the whole boot (default: the binaries' timeouts plus a minute)
 	Console  io.Writer
 }
 
@@ -146,9 +147,12 @@ func (r *Run) Boot(ctx context.Context) *Report {
 	if rep.Err = r.prepare(share); rep.Err != nil {
 		return rep
 	}
-	limit := time.Minute
-	for _, b := range r.Binaries {
-		limit += b.Timeout + 5*time.Second
+	limit := r.Limit
+	if limit == 0 {
+		limit = time.Minute
+		for _, b := range r.Binaries {
+			limit += b.Timeout + 15*time.Second
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()

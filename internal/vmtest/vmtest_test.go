@@ -3,7 +3,6 @@ package vmtest
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -22,40 +21,12 @@ import (
 // and fails on any failure in there, on a required test that skipped, and
 // on a VM that hung or died.
 func TestVM(t *testing.T) {
-	if testing.Short() {
-		t.Skip("skipping the cgroup v2 VM in -short mode")
-	}
-	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
-		t.Skipf("skipping: the test VM boots an amd64 Linux kernel; this is %s/%s", runtime.GOOS, runtime.GOARCH)
-	}
+	k, tools := bootEnv(t)
 	ctx := context.Background()
-	tools, err := FindTools(ctx, t.Logf)
-	if errors.Is(err, ErrCannot) {
-		t.Skipf("skipping: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	cache, err := CacheDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(cache, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	version := os.Getenv("GOFIT_VM_KERNEL")
-	if version == "" {
-		version = DefaultKernel
-	}
-	start := time.Now()
-	k, err := FetchKernel(ctx, cache, version, t.Logf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("kernel %s ready in %v (%s)", k.Version, time.Since(start).Round(time.Millisecond), filepath.Dir(k.VMLinux))
+	t.Logf("kernel %s (%s)", k.Version, filepath.Dir(k.VMLinux))
 
 	src := sourceRoot(t)
-	start = time.Now()
+	start := time.Now()
 	bins := buildSuites(t, src)
 	t.Logf("built %d test binaries in %v", len(bins), time.Since(start).Round(time.Millisecond))
 
