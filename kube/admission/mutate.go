@@ -217,7 +217,7 @@ func (m *Mutator) Resize(pod *corev1.Pod) Result {
 				continue
 			}
 			now := want.value(name)
-			runtimeEnv[name] = now
+			runtimeSees(runtimeEnv, name, now)
 			if now == pr.Env[name] {
 				continue
 			}
@@ -318,13 +318,13 @@ func (m *Mutator) fitContainer(pod *corev1.Pod, c *corev1.Container, mode Mode, 
 			f.rec.Reasons = append(f.rec.Reasons, fmt.Sprintf("%s not set: no %s limit", name, which))
 		case mode == ModeAuto:
 			f.rec.Reasons = append(f.rec.Reasons, fmt.Sprintf("%s not set: mode auto, gofit/auto sets %s in-process and follows resizes", name, value))
-			runtimeEnv[name] = value
+			runtimeSees(runtimeEnv, name, value)
 		case mode == ModeOff:
 			f.rec.Reasons = append(f.rec.Reasons, name+" not set: mode off")
 		default:
 			inject = true
 			f.rec.Reasons = append(f.rec.Reasons, want.reasons(name)...)
-			runtimeEnv[name] = value
+			runtimeSees(runtimeEnv, name, value)
 		}
 		if (set[name] || mayFrom[name] != "") && known[name] == "" {
 			// Set where the webhook cannot read it (a ConfigMap, a
@@ -356,6 +356,15 @@ func (m *Mutator) fitContainer(pod *corev1.Pod, c *corev1.Container, mode Mode, 
 		f.warnings = append(f.warnings, fmt.Sprintf("container %q: %s", c.Name, w))
 	}
 	return f
+}
+
+// runtimeSees notes a value gofit sets for the warnings' view of the
+// container. GOMEMLIMIT is left out: fit then plans it itself, the same
+// value, and keeps its warnings about a limit too small for the heap.
+func runtimeSees(env map[string]string, name, value string) {
+	if name != "GOMEMLIMIT" {
+		env[name] = value
+	}
 }
 
 // asIs warns about a container's mistakes without fitting it.
