@@ -133,13 +133,11 @@ func (s *Server) loadCert() error {
 		return fmt.Errorf("serving certificate %s, key %s: %w", s.cfg.CertFile, s.cfg.KeyFile, err)
 	}
 	w = w.WithWatchInterval(s.cfg.CertPoll)
+	// Called at once with the certificate just read, then on each change.
 	w.RegisterCallback(func(c tls.Certificate) {
 		s.Metrics.certLoaded(c)
-		s.log.Info("serving certificate reloaded", "cert", s.cfg.CertFile, "not_after", notAfter(c))
+		s.log.Info("serving certificate loaded", "cert", s.cfg.CertFile, "not_after", notAfter(c))
 	})
-	c, _ := w.GetCertificate(nil)
-	s.Metrics.certLoaded(*c)
-	s.log.Info("serving certificate loaded", "cert", s.cfg.CertFile, "not_after", notAfter(*c))
 	s.watcher.Store(w)
 	return nil
 }
