@@ -421,4 +421,3 @@ func gaugeValue(t testing.TB, m *Metrics, name string) float64 {
 	t.Fatalf("no metric %s", name)
 	return 0
 }
-
