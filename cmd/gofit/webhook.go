@@ -31,6 +31,7 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 	ratio := fs.Float64("memory-ratio", 0, "share of the memory limit for GOMEMLIMIT, in (0, 1) (default 0.9)")
 	maxBody := fs.Int64("max-body", admission.DefaultMaxBody, "largest request body in `BYTES`")
 	certPoll := fs.Duration("cert-poll", 10*time.Second, "re-read the certificate files this often, besides file events")
+	shutdownDelay := fs.Duration("shutdown-delay", 5*time.Second, "on SIGTERM, keep serving (not ready) this long while the Service drops the pod")
 	debug := fs.Bool("debug", false, "log every admission")
 	logJSON := fs.Bool("log-json", false, "log JSON lines instead of text")
 	secret := fs.String("self-managed-secret", "", "self-managed certificates: keep a CA and serving certificate in Secret `NAMESPACE/NAME` (needs API access)")
@@ -55,6 +56,8 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: --memory-ratio %v: want a number in (0, 1)", errUsage, *ratio)
 	case *maxBody < 1<<10:
 		return fmt.Errorf("%w: --max-body %d: want at least 1024", errUsage, *maxBody)
+	case *shutdownDelay < 0:
+		return fmt.Errorf("%w: --shutdown-delay %v: want 0 or more", errUsage, *shutdownDelay)
 	case *certPoll < 100*time.Millisecond:
 		return fmt.Errorf("%w: --cert-poll %v: want at least 100ms", errUsage, *certPoll)
 	case *secret == "" && (*whName != "" || *dns != ""):
@@ -98,14 +101,15 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 	klog.SetLogger(lr)
 
 	srv, err := admission.NewServer(admission.Config{
-		Addr:        *addr,
-		CertFile:    *certFile,
-		KeyFile:     *keyFile,
-		WaitForCert: sm != nil, // the rotator writes them after the start
-		CertPoll:    *certPoll,
-		Policy:      admission.Options{Ceil: *ceil, MemoryRatio: *ratio},
-		MaxBody:     *maxBody,
-		Log:         log,
+		Addr:          *addr,
+		CertFile:      *certFile,
+		KeyFile:       *keyFile,
+		WaitForCert:   sm != nil, // the rotator writes them after the start
+		CertPoll:      *certPoll,
+		ShutdownDelay: *shutdownDelay,
+		Policy:        admission.Options{Ceil: *ceil, MemoryRatio: *ratio},
+		MaxBody:       *maxBody,
+		Log:           log,
 	})
 	if err != nil {
 		return err

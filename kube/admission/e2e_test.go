@@ -5,15 +5,21 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
+	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -245,6 +251,56 @@ func TestEndToEnd(t *testing.T) {
 		}
 	})
 
+	t.Run("reinvoked after a later webhook adds a container", func(t *testing.T) {
+		var sawGofit atomic.Bool // gofit had fitted the pod before this one ran
+		late := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { addLateContainer(w, r, &sawGofit) }))
+		defer late.Close()
+		caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: late.Certificate().Raw})
+		// Configurations run in name order: this one after gofit's.
+		fail := admissionregistrationv1.Fail
+		none := admissionregistrationv1.SideEffectClassNone
+		url := late.URL + "/"
+		mwc := &admissionregistrationv1.MutatingWebhookConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Name: "zz-late"},
+			Webhooks: []admissionregistrationv1.MutatingWebhook{{
+				Name:                    "late.example.com",
+				AdmissionReviewVersions: []string{"v1"},
+				ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: caPEM},
+				Rules: []admissionregistrationv1.RuleWithOperations{{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
+				}},
+				ObjectSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"late": "yes"}},
+				FailurePolicy:  &fail,
+				SideEffects:    &none,
+			}},
+		}
+		if err := cl.Create(ctx, mwc); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = cl.Delete(ctx, mwc) }()
+		p := podOf("late", ctr("app", "250m", "1Gi"))
+		p.Labels = map[string]string{"late": "yes"}
+		var got *corev1.Pod
+		eventually(t, "the later webhook to add its container", 30*time.Second, func() bool {
+			got = createPod("fitted", p)
+			return len(got.Spec.Containers) == 2
+		})
+		warn.take()
+		if e := got.Spec.Containers[0].Env; len(e) != 2 || e[0].Value != "1" || e[1].Value != "966367641" {
+			t.Errorf("first container after reinvocation: %v", e)
+		}
+		if e := envOf(got.Spec.Containers[1]); e["GOMAXPROCS"] != "2" || e["GOMEMLIMIT"] != "241591910" || len(e) != 2 {
+			t.Errorf("container added after gofit's first pass: %v", e)
+		}
+		if r := record(t, got); len(r.Containers) != 2 || r.Containers[1].Name != "late" {
+			t.Errorf("record %+v", r)
+		}
+		if !sawGofit.Load() {
+			t.Error("the later webhook ran first: this did not test a reinvocation")
+		}
+	})
+
 	t.Run("unlabelled and own namespaces", func(t *testing.T) {
 		for _, ns := range []string{"plain", "gofit-system"} {
 			got := createPod(ns, app)
@@ -420,4 +476,28 @@ func gaugeValue(t testing.TB, m *Metrics, name string) float64 {
 	}
 	t.Fatalf("no metric %s", name)
 	return 0
+}
+
+// addLateContainer is another team's webhook: it appends a container with
+// limits, once.
+func addLateContainer(w http.ResponseWriter, r *http.Request, sawGofit *atomic.Bool) {
+	var review admissionv1.AdmissionReview
+	if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
+		http.Error(w, "bad review", http.StatusBadRequest)
+		return
+	}
+	var pod corev1.Pod
+	_ = json.Unmarshal(review.Request.Object.Raw, &pod)
+	if _, ok := pod.Annotations[AnnotationPlan]; ok {
+		sawGofit.Store(true)
+	}
+	resp := &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
+	if findContainer(&pod, "late") == nil {
+		c := ctr("late", "2", "256Mi")
+		patch, _ := json.Marshal([]PatchOp{{Op: "add", Path: "/spec/containers/-", Value: c}})
+		pt := admissionv1.PatchTypeJSONPatch
+		resp.Patch, resp.PatchType = patch, &pt
+	}
+	review.Response, review.Request = resp, nil
+	_ = json.NewEncoder(w).Encode(review)
 }

@@ -32,6 +32,12 @@ type Config struct {
 	// (kubelet swaps a Secret volume's symlinks, which inotify can miss).
 	CertPoll time.Duration
 
+	// ShutdownDelay keeps serving, not ready, this long after the context
+	// ends, while the Service's endpoints drop the pod: the API server
+	// would otherwise still send it requests that fail (and the pods they
+	// were for would start unfitted).
+	ShutdownDelay time.Duration
+
 	Policy  Options
 	MaxBody int64 // bytes; 0 means DefaultMaxBody
 	Log     *slog.Logger
@@ -194,6 +200,13 @@ func (s *Server) Run(ctx context.Context) error {
 	case err = <-errc:
 	}
 	s.stopping.Store(true)
+	if err == nil && s.cfg.ShutdownDelay > 0 {
+		s.log.Info("draining before shutdown", "delay", s.cfg.ShutdownDelay)
+		select {
+		case <-time.After(s.cfg.ShutdownDelay):
+		case err = <-errc:
+		}
+	}
 	shut, done := context.WithTimeout(context.Background(), 10*time.Second)
 	defer done()
 	if serr := s.srv.Shutdown(shut); serr != nil && err == nil {

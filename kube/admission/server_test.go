@@ -2,6 +2,7 @@ package admission
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"io"
@@ -101,5 +102,40 @@ func TestServerBadConfig(t *testing.T) {
 		if _, err := NewServer(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: error %v, want %q", c.cfg, err, c.want)
 		}
+	}
+}
+
+// After the context ends the server stays up, not ready, for the delay.
+func TestServerDrains(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	ca, crt, key := newCert(t)
+	writeAtomic(t, certFile, crt)
+	writeAtomic(t, keyFile, key)
+	s, err := NewServer(Config{Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile, ShutdownDelay: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	c := tlsClient(ca)
+	base := "https://" + s.Addr()
+	eventually(t, "ready", 5*time.Second, s.Ready)
+	cancel()
+	eventually(t, "not ready", 5*time.Second, func() bool { return !s.Ready() })
+	if code, _ := get(t, c, base+"/readyz"); code != 503 {
+		t.Errorf("/readyz while draining: %d", code)
+	}
+	resp, err := c.Post(base+"/mutate", "application/json", bytes.NewReader(review(t, podOf("p", ctr("app", "1", "1Gi")), admissionv1.Create, "")))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/mutate while draining: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Get(base + "/healthz"); err == nil {
+		t.Error("still serving after the drain")
 	}
 }
