@@ -141,11 +141,21 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Apply the self-managed overlay as rendered (the cert-manager one is
-	// the same base plus cert-manager's own kinds, which need its CRDs).
+	// Apply the self-managed overlay as rendered.
 	for _, o := range render(t, "self-managed") {
 		if err := cl.Create(ctx, o); err != nil {
 			t.Fatalf("apply %s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+	}
+	// The API server also validates the cert-manager overlay (a dry-run
+	// server-side apply over what is there; its Issuers and Certificates
+	// need cert-manager's CRDs, which are not here).
+	for _, o := range render(t, "cert-manager") {
+		if o.GroupVersionKind().Group == "cert-manager.io" {
+			continue
+		}
+		if err := cl.Patch(ctx, o, client.Apply, client.DryRunAll, client.FieldOwner("gofit-test"), client.ForceOwnership); err != nil {
+			t.Fatalf("cert-manager overlay: %s %s: %v", o.GetKind(), o.GetName(), err)
 		}
 	}
 	for name, labels := range map[string]map[string]string{
@@ -384,7 +394,9 @@ func TestEndToEnd(t *testing.T) {
 		}()
 		go func() {
 			defer wg.Done()
-			err := RunSelfManaged(rctx, cfg, SelfManaged{Secret: secret, WebhookConfig: "gofit-webhook", DNSName: "localhost",
+			// As the Deployment's service account: the overlay's RBAC
+			// must be enough.
+			err := RunSelfManaged(rctx, asServiceAccount(cfg), SelfManaged{Secret: secret, WebhookConfig: "gofit-webhook", DNSName: "localhost",
 				CertFile: certFile, KeyFile: keyFile, LeaderElection: true})
 			if err != nil && rctx.Err() == nil {
 				t.Errorf("rotator: %v", err)
@@ -412,7 +424,35 @@ func TestEndToEnd(t *testing.T) {
 		})
 		eventually(t, "the server to present the rotated certificate", 30*time.Second, func() bool { return servesCA(sm.Addr(), after) })
 		waitFitting("admission after rotation")
+
+		// ...and no more than enough.
+		sa := kubernetes.NewForConfigOrDie(asServiceAccount(cfg))
+		other := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: "gofit-system"}}
+		if _, err := cs.CoreV1().Secrets("gofit-system").Create(ctx, other, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		denied := map[string]error{}
+		_, denied["update another Secret"] = sa.CoreV1().Secrets("gofit-system").Update(ctx, other, metav1.UpdateOptions{})
+		_, denied["create a Secret"] = sa.CoreV1().Secrets("gofit-system").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "new"}}, metav1.CreateOptions{})
+		_, denied["read Secrets elsewhere"] = sa.CoreV1().Secrets("fitted").List(ctx, metav1.ListOptions{})
+		_, denied["list pods"] = sa.CoreV1().Pods("fitted").List(ctx, metav1.ListOptions{})
+		denied["delete its webhook configuration"] = sa.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, "gofit-webhook", metav1.DeleteOptions{})
+		for what, err := range denied {
+			if !apierrors.IsForbidden(err) {
+				t.Errorf("the service account may %s: %v", what, err)
+			}
+		}
 	})
+}
+
+// asServiceAccount is cfg acting as the webhook's service account.
+func asServiceAccount(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:gofit-system:gofit-webhook",
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:gofit-system", "system:authenticated"},
+	}
+	return c
 }
 
 func caBundle(t testing.TB, cl client.Client) []byte {
