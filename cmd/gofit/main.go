@@ -3,6 +3,7 @@
 //	gofit inspect [--root DIR] [--json]     what the container allows, uses, and the plan
 //	gofit run [flags] -- CMD [ARGS...]      set GOMAXPROCS/GOMEMLIMIT for any Go binary, then exec it
 //	gofit lab [flags]                       measure a service under real cgroup limits
+//	gofit webhook --cert-file F --key-file F  admission webhook: fit pods at creation
 package main
 
 import (
@@ -28,6 +29,7 @@ func commands() []command {
 		{"inspect", "[--root DIR] [--json]", "show the container's limits, usage and the plan", runInspect},
 		{"run", "[flags] -- CMD [ARGS...]", "set GOMAXPROCS/GOMEMLIMIT for a Go binary, then exec it", runRun},
 		{"lab", "[flags]", "measure a service under real cgroup limits and recommend settings", runLab},
+		{"webhook", "--cert-file F --key-file F", "serve the admission webhook that fits pods at creation", runWebhook},
 		{"version", "", "print the version", runVersion},
 	}
 }

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/gofit-dev/gofit/kube/admission"
+)
+
+func runWebhook(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("webhook", stderr)
+	addr := fs.String("addr", ":8443", "serve HTTPS on `HOST:PORT` (/mutate, /healthz, /readyz, /metrics)")
+	certFile := fs.String("cert-file", "", "serving certificate `FILE` (PEM), re-read when it changes")
+	keyFile := fs.String("key-file", "", "private key `FILE` (PEM), re-read when it changes")
+	ceil := fs.Bool("ceil", false, "round a fractional CPU limit up instead of down for GOMAXPROCS")
+	ratio := fs.Float64("memory-ratio", 0, "share of the memory limit for GOMEMLIMIT, in (0, 1) (default 0.9)")
+	maxBody := fs.Int64("max-body", admission.DefaultMaxBody, "largest request body in `BYTES`")
+	certPoll := fs.Duration("cert-poll", 10*time.Second, "re-read the certificate files this often, besides file events")
+	shutdownDelay := fs.Duration("shutdown-delay", 5*time.Second, "on SIGTERM, keep serving (not ready) this long while the Service drops the pod")
+	debug := fs.Bool("debug", false, "log every admission")
+	logJSON := fs.Bool("log-json", false, "log JSON lines instead of text")
+	secret := fs.String("self-managed-secret", "", "self-managed certificates: keep a CA and serving certificate in Secret `NAMESPACE/NAME` (needs API access)")
+	whName := fs.String("webhook-config", "", "self-managed certificates: the MutatingWebhookConfiguration `NAME` to write the CA into")
+	dns := fs.String("service-dns", "", "self-managed certificates: the Service's DNS `NAME` the certificate is for (e.g. gofit-webhook.gofit-system.svc)")
+	kubeconfig := fs.String("kubeconfig", "", "self-managed certificates: kubeconfig `FILE` (default: $KUBECONFIG, ~/.kube/config or in-cluster)")
+	leaderElect := fs.Bool("leader-elect", true, "self-managed certificates: elect one replica to write the certificate")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: gofit webhook --cert-file F --key-file F [flags]\n\nServes the admission webhook that adds GOMAXPROCS and GOMEMLIMIT to pods at creation, from\ntheir limits. Serving needs only the certificate files; --self-managed-secret also keeps the\ncertificate (needs API access). Manifests: deploy/webhook.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	switch {
+	case *certFile == "" || *keyFile == "":
+		return fmt.Errorf("%w: --cert-file and --key-file are required", errUsage)
+	case *ratio != 0 && (*ratio <= 0 || *ratio >= 1):
+		return fmt.Errorf("%w: --memory-ratio %v: want a number in (0, 1)", errUsage, *ratio)
+	case *maxBody < 1<<10:
+		return fmt.Errorf("%w: --max-body %d: want at least 1024", errUsage, *maxBody)
+	case *shutdownDelay < 0:
+		return fmt.Errorf("%w: --shutdown-delay %v: want 0 or more", errUsage, *shutdownDelay)
+	case *certPoll < 100*time.Millisecond:
+		return fmt.Errorf("%w: --cert-poll %v: want at least 100ms", errUsage, *certPoll)
+	case *secret == "" && (*whName != "" || *dns != ""):
+		return fmt.Errorf("%w: --webhook-config and --service-dns go with --self-managed-secret", errUsage)
+	}
+	var sm *admission.SelfManaged
+	if *secret != "" {
+		ns, name, ok := strings.Cut(*secret, "/")
+		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+			return fmt.Errorf("%w: --self-managed-secret %q: want NAMESPACE/NAME", errUsage, *secret)
+		}
+		if *whName == "" || *dns == "" {
+			return fmt.Errorf("%w: --self-managed-secret needs --webhook-config and --service-dns", errUsage)
+		}
+		if filepath.Dir(*certFile) != filepath.Dir(*keyFile) {
+			return fmt.Errorf("%w: with --self-managed-secret, --cert-file and --key-file must be in one directory (the Secret's volume)", errUsage)
+		}
+		sm = &admission.SelfManaged{
+			Secret:         types.NamespacedName{Namespace: ns, Name: name},
+			WebhookConfig:  *whName,
+			DNSName:        *dns,
+			CertFile:       *certFile,
+			KeyFile:        *keyFile,
+			LeaderElection: *leaderElect,
+		}
+	}
+
+	level := slog.LevelInfo
+	if *debug {
+		level = slog.LevelDebug
+	}
+	var h slog.Handler = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})
+	if *logJSON {
+		h = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})
+	}
+	log := slog.New(h)
+	// controller-runtime (certificate watcher, rotator) and client-go log
+	// through package-level loggers; send them to ours.
+	lr := logr.FromSlogHandler(h)
+	ctrllog.SetLogger(lr)
+	klog.SetLogger(lr)
+
+	srv, err := admission.NewServer(admission.Config{
+		Addr:          *addr,
+		CertFile:      *certFile,
+		KeyFile:       *keyFile,
+		WaitForCert:   sm != nil, // the rotator writes them after the start
+		CertPoll:      *certPoll,
+		ShutdownDelay: *shutdownDelay,
+		Policy:        admission.Options{Ceil: *ceil, MemoryRatio: *ratio},
+		MaxBody:       *maxBody,
+		Log:           log,
+	})
+	if err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	rotErr := make(chan error, 1)
+	if sm != nil {
+		rules := clientcmd.NewDefaultClientConfigLoadingRules()
+		rules.ExplicitPath = *kubeconfig
+		cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+		if err != nil {
+			return fmt.Errorf("self-managed certificates need API access: %w", err)
+		}
+		sm.Log = &lr
+		go func() {
+			err := admission.RunSelfManaged(ctx, cfg, *sm)
+			if err != nil {
+				cancel() // without a certificate keeper, stop: the Deployment restarts us
+			}
+			rotErr <- err
+		}()
+	} else {
+		rotErr <- nil
+	}
+	err = srv.Run(ctx)
+	cancel()
+	if rerr := <-rotErr; rerr != nil && !errors.Is(rerr, context.Canceled) {
+		return rerr
+	}
+	return err
+}

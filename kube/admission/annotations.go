@@ -1,0 +1,176 @@
+package admission
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Annotations the webhook reads and writes on pods.
+const (
+	// AnnotationInject set to "false" leaves the whole pod alone (warnings
+	// about mistakes are still returned).
+	AnnotationInject = "gofit.dev/inject"
+
+	// AnnotationContainers chooses per container: a comma-separated list of
+	// NAME=MODE, where MODE is env (inject; the default), auto (the binary
+	// imports gofit/auto, which follows resizes in-process: inject nothing)
+	// or off. NAME "*" sets the default for containers not listed. One list
+	// rather than one key per container because a container name (up to 63
+	// characters) does not fit in an annotation key's 63-character name.
+	AnnotationContainers = "gofit.dev/containers"
+
+	// AnnotationNonGoMemory declares memory a container's cgroup is charged
+	// for that the Go heap does not own (cgo, mmapped files, a page cache the
+	// service relies on): NAME=QUANTITY,... GOMEMLIMIT then leaves room for it
+	// below the limit, as `gofit run` does for what it measures.
+	AnnotationNonGoMemory = "gofit.dev/non-go-memory"
+
+	// AnnotationPlan records what the webhook did and why (JSON, Record).
+	AnnotationPlan = "gofit.dev/plan"
+)
+
+// Mode is how the webhook treats one container.
+type Mode string
+
+const (
+	ModeEnv  Mode = "env"
+	ModeAuto Mode = "auto"
+	ModeOff  Mode = "off"
+)
+
+// Record is the value of AnnotationPlan.
+type Record struct {
+	Containers []ContainerRecord `json:"containers"`
+}
+
+// ContainerRecord says what was planned for one container.
+type ContainerRecord struct {
+	Name string `json:"name"`
+	Mode Mode   `json:"mode"`
+	// CPU and Memory are the limits the values were computed for.
+	CPU    string `json:"cpu,omitempty"`
+	Memory string `json:"memory,omitempty"`
+	// Env holds exactly the variables the webhook added; a later pass
+	// recognises them by name and value and leaves them be.
+	Env     map[string]string `json:"env,omitempty"`
+	Reasons []string          `json:"reasons"`
+}
+
+func (r *Record) container(name string) *ContainerRecord {
+	if r == nil {
+		return nil
+	}
+	for i := range r.Containers {
+		if r.Containers[i].Name == name {
+			return &r.Containers[i]
+		}
+	}
+	return nil
+}
+
+func parseRecord(s string) (*Record, error) {
+	var r Record
+	if err := json.Unmarshal([]byte(s), &r); err != nil {
+		return nil, fmt.Errorf("annotation %s: %w", AnnotationPlan, err)
+	}
+	return &r, nil
+}
+
+// parseList splits "a=x, b=y" into pairs, checking names are container
+// names (or "*").
+func parseList(key, s string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		name, val, ok := strings.Cut(item, "=")
+		name, val = strings.TrimSpace(name), strings.TrimSpace(val)
+		if !ok || val == "" {
+			return nil, fmt.Errorf("annotation %s: %q is not NAME=VALUE", key, item)
+		}
+		if name != "*" && len(validation.IsDNS1123Label(name)) > 0 {
+			return nil, fmt.Errorf("annotation %s: %q is not a container name", key, name)
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("annotation %s: container %q listed twice", key, name)
+		}
+		out[name] = val
+	}
+	return out, nil
+}
+
+// modes reads AnnotationContainers.
+type modes struct {
+	def    Mode
+	byName map[string]Mode
+}
+
+func (m modes) of(name string) Mode {
+	if v, ok := m.byName[name]; ok {
+		return v
+	}
+	return m.def
+}
+
+func parseModes(s string) (modes, error) {
+	out := modes{def: ModeEnv, byName: map[string]Mode{}}
+	list, err := parseList(AnnotationContainers, s)
+	if err != nil {
+		return out, err
+	}
+	for name, v := range list {
+		m := Mode(v)
+		if m != ModeEnv && m != ModeAuto && m != ModeOff {
+			return out, fmt.Errorf("annotation %s: mode %q for %q is not env, auto or off", AnnotationContainers, v, name)
+		}
+		if name == "*" {
+			out.def = m
+		} else {
+			out.byName[name] = m
+		}
+	}
+	return out, nil
+}
+
+// parseNonGo reads AnnotationNonGoMemory into bytes per container.
+func parseNonGo(s string) (map[string]int64, error) {
+	list, err := parseList(AnnotationNonGoMemory, s)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for name, v := range list {
+		q, err := resource.ParseQuantity(v)
+		if err != nil || q.Sign() < 0 {
+			return nil, fmt.Errorf("annotation %s: %q for %q is not a memory quantity (e.g. 64Mi)", AnnotationNonGoMemory, v, name)
+		}
+		out[name] = q.Value()
+	}
+	return out, nil
+}
+
+// checkAnnotations reports names in the per-container lists that match no
+// container the webhook looks at: almost always a typo that would silently
+// inject into a container meant to be left alone.
+func checkNames(key string, names []string, pod *corev1.Pod) error {
+	known := map[string]bool{}
+	for _, c := range pod.Spec.Containers {
+		known[c.Name] = true
+	}
+	for _, c := range pod.Spec.InitContainers {
+		known[c.Name] = true
+	}
+	for _, n := range names {
+		if n != "*" && !known[n] {
+			return fmt.Errorf("annotation %s names container %q, which the pod does not have", key, n)
+		}
+	}
+	return nil
+}
