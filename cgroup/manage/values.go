@@ -179,10 +179,11 @@ func ParseValue(file, s string) (int64, error) {
 }
 
 // same reports whether the file's value already is the desired one. v1
-// rounds "unlimited" down to a page, so anything above 2^62 is unlimited.
+// rounds "unlimited" down to a page, so anything above 2^62 is unlimited;
+// -1, how v1 is told "unlimited", counts too where a file echoes it back.
 func same(cur, want int64) bool {
-	if want == Unlimited || cur == Unlimited {
-		return cur >= 1<<62 && want >= 1<<62
+	if want == Unlimited {
+		return cur >= 1<<62 || cur == -1
 	}
 	return cur == want
 }
