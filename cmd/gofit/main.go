@@ -3,6 +3,7 @@
 //	gofit inspect [--root DIR] [--json]     what the container allows, uses, and the plan
 //	gofit run [flags] -- CMD [ARGS...]      set GOMAXPROCS/GOMEMLIMIT for any Go binary, then exec it
 //	gofit lab [flags]                       measure a service under real cgroup limits
+//	gofit node [plan|experiment] [flags]    node memory-QoS agent, its plan mode and experiment
 package main
 
 import (
@@ -28,6 +29,7 @@ func commands() []command {
 		{"inspect", "[--root DIR] [--json]", "show the container's limits, usage and the plan", runInspect},
 		{"run", "[flags] -- CMD [ARGS...]", "set GOMAXPROCS/GOMEMLIMIT for a Go binary, then exec it", runRun},
 		{"lab", "[flags]", "measure a service under real cgroup limits and recommend settings", runLab},
+		{"node", "[plan|experiment] [flags]", "node agent: memory QoS for pod cgroups (DaemonSet)", runNode},
 		{"version", "", "print the version", runVersion},
 	}
 }
