@@ -49,15 +49,11 @@ func Detect(root, cgroupRoot string) (*Layout, error) {
 	if !path.IsAbs(cgroupRoot) || strings.Contains(cgroupRoot, "..") {
 		return nil, fmt.Errorf("cgroup root %q: must be an absolute cgroup path", cgroupRoot)
 	}
-	base := filepath.Join(root, "sys/fs/cgroup")
-	l := &Layout{}
-	if b, err := os.ReadFile(filepath.Join(base, "cgroup.controllers")); err == nil && hasWord(string(b), "memory") {
-		l.Version, l.Mount = 2, base
-	} else if st, err := os.Stat(filepath.Join(base, "memory")); err == nil && st.IsDir() {
-		l.Version, l.Mount = 1, filepath.Join(base, "memory")
-	} else {
-		return nil, fmt.Errorf("%s: neither a cgroup v2 mount with the memory controller nor a v1 memory directory: %w", base, ErrNoKubepods)
+	mount, version, err := MemoryMount(root)
+	if err != nil {
+		return nil, err
 	}
+	l := &Layout{Version: version, Mount: mount}
 	for _, c := range []struct{ name, driver string }{{"kubepods.slice", DriverSystemd}, {"kubepods", DriverCgroupfs}} {
 		p := path.Join(cgroupRoot, c.name)
 		if st, err := os.Stat(l.dir(p)); err == nil && st.IsDir() {
@@ -67,6 +63,19 @@ func Detect(root, cgroupRoot string) (*Layout, error) {
 	}
 	return nil, fmt.Errorf("%s: no kubepods.slice or kubepods directory (is the kubelet running, and is --cgroup-root right?): %w",
 		l.dir(cgroupRoot), ErrNoKubepods)
+}
+
+// MemoryMount finds the memory controller's directory under root and its
+// cgroup version.
+func MemoryMount(root string) (string, int, error) {
+	base := filepath.Join(root, "sys/fs/cgroup")
+	if b, err := os.ReadFile(filepath.Join(base, "cgroup.controllers")); err == nil && hasWord(string(b), "memory") {
+		return base, 2, nil
+	}
+	if st, err := os.Stat(filepath.Join(base, "memory")); err == nil && st.IsDir() {
+		return filepath.Join(base, "memory"), 1, nil
+	}
+	return "", 0, fmt.Errorf("%s: neither a cgroup v2 mount with the memory controller nor a v1 memory directory: %w", base, ErrNoKubepods)
 }
 
 func hasWord(s, w string) bool {
