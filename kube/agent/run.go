@@ -81,11 +81,11 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 		}
 	}
 	stop := make(chan struct{})
-	defer close(stop)
 	for _, f := range []informers.SharedInformerFactory{podF, nodeF, cmF} {
 		f.Start(stop)
 	}
 	defer func() {
+		close(stop) // Shutdown waits for the informers, which wait for stop
 		podF.Shutdown()
 		nodeF.Shutdown()
 		cmF.Shutdown()
