@@ -110,8 +110,8 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			}
 			res.Trials = append(res.Trials, tr)
 			if cfg.Progress != nil {
-				fmt.Fprintf(cfg.Progress, "%-4s rep %d: p50 %.2fms p99 %.2fms %.1f ok/s errors %d hog restarts %d\n",
-					mode, rep+1, tr.P50, tr.P99, tr.RPS, tr.Errors, tr.HogOOMs)
+				fmt.Fprintf(cfg.Progress, "%-4s rep %d: p50 %.2fms p99 %.2fms %.1f ok/s errors %d hog restarts %d LS killed %v\n",
+					mode, rep+1, tr.P50, tr.P99, tr.RPS, tr.Errors, tr.HogOOMs, tr.LSOOMKill)
 			}
 		}
 	}
@@ -417,7 +417,8 @@ func WriteSummary(w io.Writer, r *Results) {
 	fmt.Fprintf(w, "QoS off:  p99 %.2fms, %.1f ok/s (mean of %d)\n", r.Off.P99, r.Off.RPS, len(r.Trials)/2)
 	fmt.Fprintf(w, "QoS auto: p99 %.2fms, %.1f ok/s\n", r.Auto.P99, r.Auto.RPS)
 	verdict := func(c [3]float64) string {
-		if c[1] > 0 || c[2] < 0 {
+		// Half a percent either side is rounding, not a difference.
+		if c[1] > 0.005 || c[2] < -0.005 {
 			return "the interval excludes no change"
 		}
 		return "no difference shown"
