@@ -79,8 +79,8 @@ type Results struct {
 	RPSChange     [3]float64  `json:"rps_change"`
 }
 
-// Run runs Repeats trials per mode, alternating off and auto so drift on a
-// shared machine falls on both alike. Everything it starts and creates is
+// Run runs Repeats trials per mode, interleaved in ABBA order so drift on
+// a shared machine and carry-over from the previous trial fall on both alike. Everything it starts and creates is
 // gone when it returns, also on error or cancellation.
 func Run(ctx context.Context, cfg Config) (*Results, error) {
 	if cfg.Exe == "" || cfg.SampleArgs == nil {
@@ -97,7 +97,13 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		Config: fmt.Sprintf("node %dMiB, LS request %dMiB limit %dMiB, BE hog %dMiB, %.0f req/s open loop for %v, %d repeats",
 			cfg.NodeLimit>>20, cfg.LSRequest>>20, cfg.LSLimit>>20, cfg.HogBytes>>20, cfg.Rate, cfg.Duration, cfg.Repeats)}
 	for rep := 0; rep < cfg.Repeats; rep++ {
-		for _, mode := range []string{"off", "auto"} {
+		// The order flips every repeat: a trial inherits the page cache
+		// and kernel state the one before it left.
+		order := []string{"off", "auto"}
+		if rep%2 == 1 {
+			order = []string{"auto", "off"}
+		}
+		for _, mode := range order {
 			if err := ctx.Err(); err != nil {
 				return res, err
 			}
