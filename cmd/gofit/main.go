@@ -4,6 +4,7 @@
 //	gofit run [flags] -- CMD [ARGS...]      set GOMAXPROCS/GOMEMLIMIT for any Go binary, then exec it
 //	gofit lab [flags]                       measure a service under real cgroup limits
 //	gofit webhook --cert-file F --key-file F  admission webhook: fit pods at creation
+//	gofit node [plan|experiment] [flags]    node memory-QoS agent, its plan mode and experiment
 package main
 
 import (
@@ -30,6 +31,7 @@ func commands() []command {
 		{"run", "[flags] -- CMD [ARGS...]", "set GOMAXPROCS/GOMEMLIMIT for a Go binary, then exec it", runRun},
 		{"lab", "[flags]", "measure a service under real cgroup limits and recommend settings", runLab},
 		{"webhook", "--cert-file F --key-file F", "serve the admission webhook that fits pods at creation", runWebhook},
+		{"node", "[plan|experiment] [flags]", "node agent: memory QoS for pod cgroups (DaemonSet)", runNode},
 		{"version", "", "print the version", runVersion},
 	}
 }

@@ -30,10 +30,11 @@ type Mutator struct {
 
 // NewMutator returns a Mutator with opt.
 func NewMutator(opt Options) (*Mutator, error) {
-	if opt.MemoryRatio < 0 || opt.MemoryRatio >= 1 || math.IsNaN(opt.MemoryRatio) {
-		return nil, fmt.Errorf("memory ratio %v: want a number in (0, 1)", opt.MemoryRatio)
+	po := policyOptions{Ceil: opt.Ceil, MemoryRatio: opt.MemoryRatio}
+	if err := po.validate(); err != nil {
+		return nil, err
 	}
-	return &Mutator{opt: policyOptions{Ceil: opt.Ceil, MemoryRatio: opt.MemoryRatio}}, nil
+	return &Mutator{opt: po}, nil
 }
 
 // PatchOp is one RFC 6902 JSON Patch operation.

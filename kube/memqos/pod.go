@@ -1,0 +1,318 @@
+package memqos
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/gofit-dev/gofit/fit"
+)
+
+// Class is a koordinator QoS class.
+type Class string
+
+// The koordinator QoS classes. SYSTEM pods are left alone.
+const (
+	LSE    Class = "LSE"
+	LSR    Class = "LSR"
+	LS     Class = "LS"
+	BE     Class = "BE"
+	SYSTEM Class = "SYSTEM"
+)
+
+// Policy is a pod's memory-QoS policy (koordinator PodMemoryQOSPolicy).
+type Policy string
+
+// Policies: "default" (or empty) follows the class configuration, "auto"
+// uses gofit's profile that acts on upstream kernels, "none" restores the
+// kernel defaults.
+const (
+	PolicyDefault Policy = "default"
+	PolicyAuto    Policy = "auto"
+	PolicyNone    Policy = "none"
+)
+
+// Pod labels and annotations read, koordinator's and ACK's legacy ones,
+// and the webhook's plan annotation for GOMEMLIMIT.
+const (
+	LabelQoSClass        = "koordinator.sh/qosClass"
+	LabelQoSClassLegacy  = "alibabacloud.com/qosClass"
+	AnnotationMemoryQOS  = "koordinator.sh/memoryQOS"
+	AnnotationMemoryLeg  = "alibabacloud.com/memoryQOS"
+	AnnotationPlan       = "gofit.dev/plan"
+	ResourceBatchMemory  = corev1.ResourceName("kubernetes.io/batch-memory")
+	envGOMEMLIMIT        = "GOMEMLIMIT"
+	maxAnnotationPlanLen = 64 << 10
+)
+
+// PodConfig is the koordinator.sh/memoryQOS annotation: a policy and
+// knobs that override the class configuration for this pod.
+type PodConfig struct {
+	Policy Policy `json:"policy,omitempty"`
+	MemoryQOS
+}
+
+// KubeQoS returns the pod's Kubernetes QoS class: status.qosClass, or
+// computed from the spec as the kubelet does when the status lacks it.
+func KubeQoS(pod *corev1.Pod) corev1.PodQOSClass {
+	if q := pod.Status.QOSClass; q != "" {
+		return q
+	}
+	requests, limits := corev1.ResourceList{}, corev1.ResourceList{}
+	guaranteed := true
+	all := append(append([]corev1.Container(nil), pod.Spec.InitContainers...), pod.Spec.Containers...)
+	for _, c := range all {
+		for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+			req, hasReq := c.Resources.Requests[r]
+			lim, hasLim := c.Resources.Limits[r]
+			if hasReq && !req.IsZero() {
+				requests[r] = req
+			}
+			if hasLim && !lim.IsZero() {
+				limits[r] = lim
+			} else {
+				guaranteed = false
+			}
+			// Requests default to limits; unequal ones make it Burstable.
+			if hasReq && hasLim && req.Cmp(lim) != 0 {
+				guaranteed = false
+			}
+		}
+	}
+	switch {
+	case len(requests) == 0 && len(limits) == 0:
+		return corev1.PodQOSBestEffort
+	case guaranteed && len(limits) == 2:
+		return corev1.PodQOSGuaranteed
+	}
+	return corev1.PodQOSBurstable
+}
+
+// PodClass returns the koordinator class: the koordinator.sh/qosClass label
+// (or the legacy alibabacloud.com one), else Guaranteed→LSR,
+// Burstable→LS, BestEffort→BE. An unknown label value is reported and
+// the default used.
+func PodClass(pod *corev1.Pod) (Class, string) {
+	for _, key := range []string{LabelQoSClass, LabelQoSClassLegacy} {
+		v, ok := pod.Labels[key]
+		if !ok {
+			continue
+		}
+		switch c := Class(strings.ToUpper(v)); c {
+		case LSE, LSR, LS, BE, SYSTEM:
+			return c, ""
+		default:
+			def := defaultClass(KubeQoS(pod))
+			return def, fmt.Sprintf("label %s=%q is not LSE, LSR, LS, BE or SYSTEM; using %s", key, v, def)
+		}
+	}
+	return defaultClass(KubeQoS(pod)), ""
+}
+
+func defaultClass(q corev1.PodQOSClass) Class {
+	switch q {
+	case corev1.PodQOSGuaranteed:
+		return LSR
+	case corev1.PodQOSBestEffort:
+		return BE
+	}
+	return LS
+}
+
+// PodPolicy reads the memoryQOS annotation (koordinator's, else the legacy
+// one). A malformed annotation is reported and ignored, as koordinator does.
+func PodPolicy(pod *corev1.Pod) (*PodConfig, string) {
+	for _, key := range []string{AnnotationMemoryQOS, AnnotationMemoryLeg} {
+		v, ok := pod.Annotations[key]
+		if !ok {
+			continue
+		}
+		var pc PodConfig
+		if err := json.Unmarshal([]byte(v), &pc); err != nil {
+			return nil, fmt.Sprintf("annotation %s: %v; ignored", key, err)
+		}
+		switch pc.Policy {
+		case "", PolicyDefault, PolicyAuto, PolicyNone:
+		default:
+			return nil, fmt.Sprintf("annotation %s: policy %q is not auto, default or none; ignored", key, pc.Policy)
+		}
+		if err := pc.MemoryQOS.check("annotation " + key); err != nil {
+			return nil, err.Error() + "; ignored"
+		}
+		return &pc, ""
+	}
+	return nil, ""
+}
+
+// GoMemLimit returns the GOMEMLIMIT of a container, when it is known: a
+// literal GOMEMLIMIT env var (what the webhook writes), else the webhook's
+// gofit.dev/plan annotation. ok is false when neither names one.
+func GoMemLimit(pod *corev1.Pod, c *corev1.Container) (limit int64, source string, ok bool) {
+	for _, e := range c.Env {
+		if e.Name != envGOMEMLIMIT || e.ValueFrom != nil {
+			continue
+		}
+		if v, err := fit.ParseMemLimit(e.Value); err == nil && v > 0 && v < maxBytes {
+			return v, "env GOMEMLIMIT", true
+		}
+	}
+	if v, ok := planGoMemLimit(pod.Annotations[AnnotationPlan], c.Name); ok {
+		return v, "annotation " + AnnotationPlan, true
+	}
+	return 0, "", false
+}
+
+// planGoMemLimit reads GOMEMLIMIT for container name from the webhook's
+// plan annotation. The format is the webhook's to define, so it reads the
+// shapes a plan is likely to take: {"containers": {NAME: PLAN}} or
+// {"containers": [{"name": NAME, ...PLAN}]}, where PLAN holds GOMEMLIMIT
+// (any case, or gomemlimit_bytes / memLimit) as bytes or a Go-style
+// string, directly or under "env". Anything else is no answer.
+func planGoMemLimit(ann, name string) (int64, bool) {
+	if ann == "" || len(ann) > maxAnnotationPlanLen {
+		return 0, false
+	}
+	var doc map[string]json.RawMessage
+	if json.Unmarshal([]byte(ann), &doc) != nil {
+		return 0, false
+	}
+	raw, ok := lookupFold(doc, "containers")
+	if !ok {
+		return 0, false
+	}
+	var plan map[string]json.RawMessage
+	var byName map[string]json.RawMessage
+	var list []map[string]json.RawMessage
+	switch {
+	case json.Unmarshal(raw, &list) == nil:
+		for _, m := range list {
+			var n string
+			if r, ok := m["name"]; ok && json.Unmarshal(r, &n) == nil && n == name {
+				plan = m
+			}
+		}
+	case json.Unmarshal(raw, &byName) == nil:
+		if r, ok := byName[name]; ok {
+			_ = json.Unmarshal(r, &plan)
+		}
+	}
+	if plan == nil {
+		return 0, false
+	}
+	if v, ok := memLimitField(plan); ok {
+		return v, true
+	}
+	if r, ok := lookupFold(plan, "env"); ok {
+		var env map[string]json.RawMessage
+		if json.Unmarshal(r, &env) == nil {
+			return memLimitField(env)
+		}
+	}
+	return 0, false
+}
+
+func memLimitField(m map[string]json.RawMessage) (int64, bool) {
+	for _, k := range []string{"GOMEMLIMIT", "gomemlimit_bytes", "memLimit", "memory_limit"} {
+		r, ok := lookupFold(m, k)
+		if !ok {
+			continue
+		}
+		var n json.Number
+		if json.Unmarshal(r, &n) == nil {
+			if v, err := strconv.ParseInt(string(n), 10, 64); err == nil && v > 0 && v < maxBytes {
+				return v, true
+			}
+		}
+		var s string
+		if json.Unmarshal(r, &s) == nil {
+			if v, err := fit.ParseMemLimit(s); err == nil && v > 0 && v < maxBytes {
+				return v, true
+			}
+		}
+	}
+	return 0, false
+}
+
+func lookupFold(m map[string]json.RawMessage, key string) (json.RawMessage, bool) {
+	if r, ok := m[key]; ok {
+		return r, true
+	}
+	for k, r := range m {
+		if strings.EqualFold(k, key) {
+			return r, true
+		}
+	}
+	return nil, false
+}
+
+// maxBytes bounds every byte count taken from a pod (1 EiB): sums of 110
+// pods then cannot overflow int64.
+const maxBytes = 1 << 60
+
+func bytesOf(q resource.Quantity) int64 {
+	v := q.Value()
+	if v < 0 {
+		return 0
+	}
+	if v > maxBytes {
+		return maxBytes
+	}
+	return v
+}
+
+// containerMemory returns a container's memory request and limit (0 when
+// unset). BE pods scheduled on koordinator's batch resources carry their
+// memory as kubernetes.io/batch-memory, which then takes precedence.
+func containerMemory(c *corev1.Container, class Class) (req, lim int64) {
+	name := corev1.ResourceMemory
+	if class == BE {
+		if _, ok := c.Resources.Requests[ResourceBatchMemory]; ok {
+			name = ResourceBatchMemory
+		} else if _, ok := c.Resources.Limits[ResourceBatchMemory]; ok {
+			name = ResourceBatchMemory
+		}
+	}
+	if q, ok := c.Resources.Requests[name]; ok {
+		req = bytesOf(q)
+	}
+	if q, ok := c.Resources.Limits[name]; ok {
+		lim = bytesOf(q)
+	}
+	if _, has := c.Resources.Requests[name]; !has && lim > 0 && name == corev1.ResourceMemory {
+		req = lim // the API server defaults a missing request to the limit
+	}
+	return req, lim
+}
+
+// podMemory returns the pod's memory request as the scheduler counts it
+// (the larger of the app containers' sum and any init container, plus the
+// overhead) and its limit (0 unless every app container has one).
+func podMemory(pod *corev1.Pod, class Class) (req, lim int64) {
+	limited := len(pod.Spec.Containers) > 0
+	for i := range pod.Spec.Containers {
+		r, l := containerMemory(&pod.Spec.Containers[i], class)
+		req += r
+		lim += l
+		limited = limited && l > 0
+	}
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		r, _ := containerMemory(c, class)
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			req += r // a sidecar runs beside the app containers
+			continue
+		}
+		req = max(req, r)
+	}
+	if q, ok := pod.Spec.Overhead[corev1.ResourceMemory]; ok {
+		req += bytesOf(q)
+	}
+	if !limited {
+		lim = 0
+	}
+	return req, lim
+}

@@ -1,0 +1,436 @@
+package qoslab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gofit-dev/gofit/cgroup"
+	"github.com/gofit-dev/gofit/cgroup/manage"
+	"github.com/gofit-dev/gofit/kube/memqos"
+)
+
+// Config describes the experiment.
+type Config struct {
+	Exe        string                     // the gofit binary (serves the sample and the hog)
+	SampleArgs func(addr string) []string // arguments that serve the lab's sample on addr
+	NodeLimit  int64                      // the "node" cgroup's memory limit
+	LSRequest  int64                      // the LS service's memory request (for QoS values)
+	LSLimit    int64                      // and its limit
+	HogBytes   int64                      // what the BE hog keeps allocated
+	Rate       float64                    // open-loop requests per second
+	Duration   time.Duration              // load per trial
+	Repeats    int                        // trials per mode, interleaved
+	Progress   io.Writer
+}
+
+// DefaultConfig is sized for a small shared box: a 512MiB node, an LS
+// service with request 96MiB and limit 256MiB, and a hog that wants the
+// whole node.
+func DefaultConfig() Config {
+	return Config{NodeLimit: 512 << 20, LSRequest: 96 << 20, LSLimit: 256 << 20, HogBytes: 512 << 20,
+		Rate: 150, Duration: 8 * time.Second, Repeats: 3}
+}
+
+// Trial is one run of the service under load beside the hog.
+type Trial struct {
+	Mode      string  `json:"mode"` // "off" or "auto"
+	Rep       int     `json:"rep"`
+	P50       float64 `json:"p50_ms"`
+	P99       float64 `json:"p99_ms"`
+	RPS       float64 `json:"rps"` // successful responses per second
+	Errors    int     `json:"errors"`
+	HogOOMs   int     `json:"hog_restarts"`
+	LSOOMKill bool    `json:"ls_killed"`
+}
+
+// ModeSummary is the mean of a mode's trials.
+type ModeSummary struct {
+	Mode string  `json:"mode"`
+	P99  float64 `json:"p99_ms"`
+	RPS  float64 `json:"rps"`
+}
+
+// Results is what Run returns.
+type Results struct {
+	CgroupVersion int         `json:"cgroup_version"`
+	Config        string      `json:"config"`
+	Values        []string    `json:"auto_values"` // what auto wrote
+	Trials        []Trial     `json:"trials"`
+	Off, Auto     ModeSummary `json:"-"`
+	P99Change     [3]float64  `json:"p99_change"` // auto vs off: estimate, 95% CI low, high
+	RPSChange     [3]float64  `json:"rps_change"`
+}
+
+// Run runs Repeats trials per mode, interleaved in ABBA order so drift on
+// a shared machine and carry-over from the previous trial fall on both alike. Everything it starts and creates is
+// gone when it returns, also on error or cancellation.
+func Run(ctx context.Context, cfg Config) (*Results, error) {
+	if cfg.Exe == "" || cfg.SampleArgs == nil {
+		return nil, errors.New("qoslab: no binary to run the sample and the hog")
+	}
+	if cfg.Repeats < 1 || cfg.Rate <= 0 || cfg.Duration <= 0 || cfg.NodeLimit <= 0 || cfg.LSLimit <= 0 || cfg.LSRequest <= 0 || cfg.HogBytes <= 0 {
+		return nil, fmt.Errorf("qoslab: sizes, rate, duration and repeats must be positive: %+v", cfg)
+	}
+	self, err := cgroup.NewFS("/").Self()
+	if err != nil {
+		return nil, err
+	}
+	res := &Results{CgroupVersion: self.Version(),
+		Config: fmt.Sprintf("node %dMiB, LS request %dMiB limit %dMiB, BE hog %dMiB, %.0f req/s open loop for %v, %d repeats",
+			cfg.NodeLimit>>20, cfg.LSRequest>>20, cfg.LSLimit>>20, cfg.HogBytes>>20, cfg.Rate, cfg.Duration, cfg.Repeats)}
+	for rep := 0; rep < cfg.Repeats; rep++ {
+		// The order flips every repeat: a trial inherits the page cache
+		// and kernel state the one before it left.
+		order := []string{"off", "auto"}
+		if rep%2 == 1 {
+			order = []string{"auto", "off"}
+		}
+		for _, mode := range order {
+			if err := ctx.Err(); err != nil {
+				return res, err
+			}
+			tr, vals, err := trial(ctx, self, cfg, mode, rep)
+			if err != nil {
+				return res, fmt.Errorf("%s trial %d: %w", mode, rep+1, err)
+			}
+			if mode == "auto" && res.Values == nil {
+				res.Values = vals
+			}
+			res.Trials = append(res.Trials, tr)
+			if cfg.Progress != nil {
+				fmt.Fprintf(cfg.Progress, "%-4s rep %d: p50 %.2fms p99 %.2fms %.1f ok/s errors %d hog restarts %d LS killed %v\n",
+					mode, rep+1, tr.P50, tr.P99, tr.RPS, tr.Errors, tr.HogOOMs, tr.LSOOMKill)
+			}
+		}
+	}
+	var offP, autoP, offR, autoR []float64
+	for _, t := range res.Trials {
+		if t.Mode == "off" {
+			offP, offR = append(offP, t.P99), append(offR, t.RPS)
+		} else {
+			autoP, autoR = append(autoP, t.P99), append(autoR, t.RPS)
+		}
+	}
+	res.Off = ModeSummary{"off", mean(offP), mean(offR)}
+	res.Auto = ModeSummary{"auto", mean(autoP), mean(autoR)}
+	res.P99Change = change(offP, autoP)
+	res.RPSChange = change(offR, autoR)
+	return res, nil
+}
+
+// trial builds node/ls and node/be, applies the mode's values, starts the
+// sample and the hog, drives load, and removes it all.
+func trial(ctx context.Context, self *cgroup.Cgroups, cfg Config, mode string, rep int) (Trial, []string, error) {
+	tr := Trial{Mode: mode, Rep: rep + 1}
+	node, err := manage.NewChild(self, fmt.Sprintf("gofit-memqos-%d-%s-%d", os.Getpid(), mode, rep))
+	if err != nil {
+		return tr, nil, err
+	}
+	var cleanups []func()
+	defer func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
+		}
+		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = node.Remove(rctx)
+	}()
+	if err := node.SetMemoryMax(cfg.NodeLimit); err != nil {
+		return tr, nil, err
+	}
+	ls, err := manage.NewChild(node.Cgroups, "ls")
+	if err != nil {
+		return tr, nil, err
+	}
+	cleanups = append(cleanups, func() { _ = ls.Remove(context.Background()) })
+	be, err := manage.NewChild(node.Cgroups, "be")
+	if err != nil {
+		return tr, nil, err
+	}
+	cleanups = append(cleanups, func() { _ = be.Remove(context.Background()) })
+	if err := ls.SetMemoryMax(cfg.LSLimit); err != nil {
+		return tr, nil, err
+	}
+	var vals []string
+	if mode == "auto" {
+		if vals, err = applyAuto(node, ls, be, cfg); err != nil {
+			return tr, nil, err
+		}
+	}
+
+	addr, err := freeAddr()
+	if err != nil {
+		return tr, nil, err
+	}
+	svc := ls.Command(cfg.Exe, cfg.SampleArgs(addr)...)
+	svc.Env = append(cleanEnv(), fmt.Sprintf("GOMEMLIMIT=%d", cfg.LSLimit*9/10))
+	svc.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := svc.Start(); err != nil {
+		return tr, nil, err
+	}
+	svcDone := make(chan struct{})
+	go func() { _ = svc.Wait(); close(svcDone) }()
+	cleanups = append(cleanups, func() { _ = svc.Process.Kill(); <-svcDone })
+	url := "http://" + addr + "/work"
+	if err := waitReady(ctx, url, svcDone); err != nil {
+		return tr, nil, err
+	}
+
+	// The hog is restarted whenever the OOM killer takes it, so the node
+	// stays overcommitted for the whole window.
+	hctx, stopHog := context.WithCancel(ctx)
+	var hogWG sync.WaitGroup
+	var restarts atomic.Int64
+	hogWG.Add(1)
+	go func() {
+		defer hogWG.Done()
+		for first := true; hctx.Err() == nil; first = false {
+			if !first {
+				restarts.Add(1)
+			}
+			cmd := be.Command(cfg.Exe, "node", HogCommand, "--bytes", fmt.Sprint(cfg.HogBytes))
+			cmd.Env = cleanEnv()
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+			if cmd.Start() != nil {
+				return
+			}
+			done := make(chan struct{})
+			go func() { _ = cmd.Wait(); close(done) }()
+			select {
+			case <-hctx.Done():
+				_ = cmd.Process.Kill()
+				<-done
+				return
+			case <-done:
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+	}()
+	cleanups = append(cleanups, func() { stopHog(); hogWG.Wait() })
+	time.Sleep(2 * time.Second) // let the hog fill the node
+
+	lat, errs, elapsed := openLoop(ctx, url, cfg.Rate, cfg.Duration)
+	sort.Float64s(lat)
+	tr.P50, tr.P99 = quantile(lat, 0.5), quantile(lat, 0.99)
+	tr.RPS = float64(len(lat)) / elapsed.Seconds()
+	tr.Errors = errs
+	tr.HogOOMs = int(restarts.Load())
+	select {
+	case <-svcDone:
+		tr.LSOOMKill = true
+	default:
+	}
+	return tr, vals, nil
+}
+
+// applyAuto writes what the agent's auto policy gives an LS pod (the
+// service) and a BE pod (the hog) on this node, with the node cgroup in
+// the place of kubepods.
+func applyAuto(node, ls, be *manage.Group, cfg Config) ([]string, error) {
+	q := func(v int64) resource.Quantity { return *resource.NewQuantity(v, resource.BinarySI) }
+	lsPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ls", Namespace: "lab", UID: "ls"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "svc",
+			Env:       []corev1.EnvVar{{Name: "GOMEMLIMIT", Value: fmt.Sprint(cfg.LSLimit * 9 / 10)}},
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: q(cfg.LSRequest)}, Limits: corev1.ResourceList{corev1.ResourceMemory: q(cfg.LSLimit)}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	bePod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "be", Namespace: "lab", UID: "be"},
+		Spec:   corev1.PodSpec{Containers: []corev1.Container{{Name: "hog"}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	res := memqos.Compute(memqos.Input{Pods: []*corev1.Pod{lsPod, bePod}, Policy: memqos.PolicyAuto,
+		NodeAllocatable: cfg.NodeLimit, CgroupVersion: node.Version(), PageSize: int64(os.Getpagesize())})
+	var vals []manage.Value
+	add := func(g *manage.Group, level int, ss []memqos.Setting) {
+		for _, s := range ss {
+			vals = append(vals, manage.Value{Dir: g.Memory.Dir, File: s.File, Value: s.Value, Level: level, Reason: s.Reason})
+		}
+	}
+	add(node, 0, res.Kubepods)
+	for _, p := range res.Pods {
+		g := ls
+		if p.Name == "be" {
+			g = be
+		}
+		add(g, 1, p.Containers[0].Settings)
+	}
+	w := manage.NewWriter(nil, node.Version() == 1)
+	ar := w.Apply(vals)
+	if len(ar.Errors) > 0 {
+		return nil, errors.Join(ar.Errors...)
+	}
+	var out []string
+	for _, c := range ar.Changed {
+		out = append(out, fmt.Sprintf("%s/%s=%d (%s)", filepath.Base(c.Dir), c.File, c.Value.Value, c.Reason))
+	}
+	for _, m := range w.MissingFiles() {
+		out = append(out, m+": not on this kernel")
+	}
+	return out, nil
+}
+
+// openLoop sends requests at rate per second for d, each timed from when
+// it was due (not when it went out), so a stalled server is charged for
+// the queue it causes. It returns the latencies of successes in ms.
+func openLoop(ctx context.Context, url string, rate float64, d time.Duration) ([]float64, int, time.Duration) {
+	tr := &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 512, IdleConnTimeout: 30 * time.Second}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	var mu sync.Mutex
+	var lat []float64
+	var errs atomic.Int64
+	var wg sync.WaitGroup
+	var inflight atomic.Int64
+	start := time.Now()
+	n := int(rate * d.Seconds())
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		due := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+		time.Sleep(time.Until(due))
+		if inflight.Load() >= 512 {
+			errs.Add(1) // the server is that far behind: count it, do not queue more
+			continue
+		}
+		inflight.Add(1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer inflight.Add(-1)
+			resp, err := client.Get(url)
+			if err == nil {
+				_, err = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if err == nil && resp.StatusCode != http.StatusOK {
+					err = fmt.Errorf("status %d", resp.StatusCode)
+				}
+			}
+			if err != nil {
+				errs.Add(1)
+				return
+			}
+			ms := float64(time.Since(due).Microseconds()) / 1000
+			mu.Lock()
+			lat = append(lat, ms)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return lat, int(errs.Load()), time.Since(start)
+}
+
+func waitReady(ctx context.Context, url string, exited <-chan struct{}) error {
+	client := &http.Client{Timeout: time.Second}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			return errors.New("the sample exited while starting")
+		case <-ctx.Done():
+			return ctx.Err()
+		default:
+		}
+		if resp, err := client.Get(url); err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("%s did not answer within 30s", url)
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// cleanEnv drops the Go runtime variables so each process gets exactly
+// what the experiment sets.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		switch k, _, _ := strings.Cut(kv, "="); k {
+		case "GOMAXPROCS", "GOMEMLIMIT", "GOGC", "GODEBUG", "GOFIT":
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+func quantile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+func mean(xs []float64) float64 {
+	s := 0.0
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
+}
+
+// change is auto's mean relative to off's, with a 95% bootstrap interval
+// over the trials (each mode resampled on its own).
+func change(off, auto []float64) [3]float64 {
+	est := mean(auto)/mean(off) - 1
+	r := rand.New(rand.NewPCG(1, 2))
+	const n = 2000
+	ds := make([]float64, n)
+	res := func(xs []float64) float64 {
+		s := 0.0
+		for range xs {
+			s += xs[r.IntN(len(xs))]
+		}
+		return s / float64(len(xs))
+	}
+	for i := range ds {
+		ds[i] = res(auto)/res(off) - 1
+	}
+	sort.Float64s(ds)
+	return [3]float64{est, ds[int(0.025*n)], ds[int(0.975*n)-1]}
+}
+
+// WriteSummary prints the comparison beside koordinator's published one.
+func WriteSummary(w io.Writer, r *Results) {
+	fmt.Fprintf(w, "memory QoS experiment on cgroup v%d: %s\n", r.CgroupVersion, r.Config)
+	for _, v := range r.Values {
+		fmt.Fprintf(w, "  auto: %s\n", v)
+	}
+	fmt.Fprintf(w, "QoS off:  p99 %.2fms, %.1f ok/s (mean of %d)\n", r.Off.P99, r.Off.RPS, len(r.Trials)/2)
+	fmt.Fprintf(w, "QoS auto: p99 %.2fms, %.1f ok/s\n", r.Auto.P99, r.Auto.RPS)
+	verdict := func(c [3]float64) string {
+		// Half a percent either side is rounding, not a difference.
+		if c[1] > 0.005 || c[2] < -0.005 {
+			return "the interval excludes no change"
+		}
+		return "no difference shown"
+	}
+	fmt.Fprintf(w, "p99 latency %+.1f%% [95%% CI %+.1f%%, %+.1f%%] (%s); koordinator published -7.9%%\n",
+		100*r.P99Change[0], 100*r.P99Change[1], 100*r.P99Change[2], verdict(r.P99Change))
+	fmt.Fprintf(w, "throughput  %+.1f%% [95%% CI %+.1f%%, %+.1f%%] (%s); koordinator published +8.7%%\n",
+		100*r.RPSChange[0], 100*r.RPSChange[1], 100*r.RPSChange[2], verdict(r.RPSChange))
+}

@@ -1,0 +1,32 @@
+package qoslab
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestHog(t *testing.T) {
+	if err := Hog(context.Background(), 1, 0.2); err == nil {
+		t.Error("tiny size accepted")
+	}
+	if err := Hog(context.Background(), 8<<20, 2); err == nil {
+		t.Error("churn 2 accepted")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := Hog(ctx, 8<<20, 0.5); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("hog ended with %v, want the context's end", err)
+	}
+}
+
+func TestChangeAndQuantile(t *testing.T) {
+	c := change([]float64{10, 11, 9}, []float64{5, 5.5, 4.5})
+	if c[0] != -0.5 || c[1] > c[0] || c[2] < c[0] || c[2] >= 0 {
+		t.Errorf("change %v: want -50%% inside an interval that excludes 0", c)
+	}
+	if q := quantile([]float64{1, 2, 3, 4}, 0.5); q != 2 {
+		t.Errorf("median %v", q)
+	}
+}
