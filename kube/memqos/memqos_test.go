@@ -193,8 +193,9 @@ func TestGoAware(t *testing.T) {
 		{"none", nil, "", (256*mi + 768*mi*80/100) / 4096 * 4096},
 		{"env", map[string]string{"GOMEMLIMIT": "921MiB"}, "", (921*mi + 921*mi/16 + 4095) / 4096 * 4096},
 		{"env-small", map[string]string{"GOMEMLIMIT": "300MiB"}, "", (256*mi + 768*mi*80/100) / 4096 * 4096},
-		{"annotation-map", nil, `{"containers":{"app":{"env":{"GOMEMLIMIT":"900MiB"}}}}`, (900*mi + 900*mi/16 + 4095) / 4096 * 4096},
-		{"annotation-list", nil, `{"containers":[{"name":"other","GOMEMLIMIT":1},{"name":"app","gomemlimit":943718400}]}`, (900*mi + 900*mi/16 + 4095) / 4096 * 4096},
+		{"annotation", nil, `{"containers":[{"name":"other","env":{"GOMEMLIMIT":"1"}},{"name":"app","env":{"GOMEMLIMIT":"943718400"}}]}`, (900*mi + 900*mi/16 + 4095) / 4096 * 4096},
+		{"annotation-suffix", nil, `{"containers":[{"name":"app","env":{"GOMEMLIMIT":"900MiB"}}]}`, (900*mi + 900*mi/16 + 4095) / 4096 * 4096},
+		{"annotation-other-container", nil, `{"containers":[{"name":"other","env":{"GOMEMLIMIT":"900MiB"}}]}`, (256*mi + 768*mi*80/100) / 4096 * 4096},
 		{"annotation-garbage", nil, `{"containers":"x"}`, (256*mi + 768*mi*80/100) / 4096 * 4096},
 		{"at-limit", map[string]string{"GOMEMLIMIT": "1000MiB"}, "", Max},
 	} {

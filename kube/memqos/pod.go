@@ -3,7 +3,6 @@ package memqos
 import (
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -166,87 +165,36 @@ func GoMemLimit(pod *corev1.Pod, c *corev1.Container) (limit int64, source strin
 	return 0, "", false
 }
 
+// planRecord is the part of the webhook's gofit.dev/plan annotation the
+// agent reads (kube/admission.Record): the variables it added per container.
+// agent's TestPlanAnnotationFromWebhook checks the two stay in step.
+type planRecord struct {
+	Containers []struct {
+		Name string            `json:"name"`
+		Env  map[string]string `json:"env"`
+	} `json:"containers"`
+}
+
 // planGoMemLimit reads GOMEMLIMIT for container name from the webhook's
-// plan annotation. The format is the webhook's to define, so it reads the
-// shapes a plan is likely to take: {"containers": {NAME: PLAN}} or
-// {"containers": [{"name": NAME, ...PLAN}]}, where PLAN holds GOMEMLIMIT
-// (any case, or gomemlimit_bytes / memLimit) as bytes or a Go-style
-// string, directly or under "env". Anything else is no answer.
+// plan annotation. A malformed annotation is no answer: the agent then
+// plans as for a container of unknown GOMEMLIMIT.
 func planGoMemLimit(ann, name string) (int64, bool) {
 	if ann == "" || len(ann) > maxAnnotationPlanLen {
 		return 0, false
 	}
-	var doc map[string]json.RawMessage
-	if json.Unmarshal([]byte(ann), &doc) != nil {
+	var rec planRecord
+	if json.Unmarshal([]byte(ann), &rec) != nil {
 		return 0, false
 	}
-	raw, ok := lookupFold(doc, "containers")
-	if !ok {
-		return 0, false
-	}
-	var plan map[string]json.RawMessage
-	var byName map[string]json.RawMessage
-	var list []map[string]json.RawMessage
-	switch {
-	case json.Unmarshal(raw, &list) == nil:
-		for _, m := range list {
-			var n string
-			if r, ok := m["name"]; ok && json.Unmarshal(r, &n) == nil && n == name {
-				plan = m
-			}
-		}
-	case json.Unmarshal(raw, &byName) == nil:
-		if r, ok := byName[name]; ok {
-			_ = json.Unmarshal(r, &plan)
-		}
-	}
-	if plan == nil {
-		return 0, false
-	}
-	if v, ok := memLimitField(plan); ok {
-		return v, true
-	}
-	if r, ok := lookupFold(plan, "env"); ok {
-		var env map[string]json.RawMessage
-		if json.Unmarshal(r, &env) == nil {
-			return memLimitField(env)
-		}
-	}
-	return 0, false
-}
-
-func memLimitField(m map[string]json.RawMessage) (int64, bool) {
-	for _, k := range []string{"GOMEMLIMIT", "gomemlimit_bytes", "memLimit", "memory_limit"} {
-		r, ok := lookupFold(m, k)
-		if !ok {
+	for _, c := range rec.Containers {
+		if c.Name != name {
 			continue
 		}
-		var n json.Number
-		if json.Unmarshal(r, &n) == nil {
-			if v, err := strconv.ParseInt(string(n), 10, 64); err == nil && v > 0 && v < maxBytes {
-				return v, true
-			}
-		}
-		var s string
-		if json.Unmarshal(r, &s) == nil {
-			if v, err := fit.ParseMemLimit(s); err == nil && v > 0 && v < maxBytes {
-				return v, true
-			}
+		if v, err := fit.ParseMemLimit(c.Env[envGOMEMLIMIT]); err == nil && v > 0 && v < maxBytes {
+			return v, true
 		}
 	}
 	return 0, false
-}
-
-func lookupFold(m map[string]json.RawMessage, key string) (json.RawMessage, bool) {
-	if r, ok := m[key]; ok {
-		return r, true
-	}
-	for k, r := range m {
-		if strings.EqualFold(k, key) {
-			return r, true
-		}
-	}
-	return nil, false
 }
 
 // maxBytes bounds every byte count taken from a pod (1 EiB): sums of 110

@@ -1,0 +1,54 @@
+package agent
+
+import (
+	"encoding/json"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/gofit-dev/gofit/kube/admission"
+	"github.com/gofit-dev/gofit/kube/memqos"
+)
+
+// TestPlanAnnotationFromWebhook: the agent reads the GOMEMLIMIT that the
+// webhook recorded in its plan annotation, for a container whose env
+// variable it cannot see (the variable removed here), so the two packages'
+// formats cannot drift apart unnoticed.
+func TestPlanAnnotationFromWebhook(t *testing.T) {
+	m, err := admission.NewMutator(admission.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{
+		Name: "app",
+		Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
+			corev1.ResourceMemory: resource.MustParse("1Gi"),
+		}},
+	}}}}
+	res := m.Create(pod)
+	if res.Record == nil || len(res.Record.Containers) != 1 {
+		t.Fatalf("webhook recorded %+v", res.Record)
+	}
+	want := res.Record.Containers[0].Env["GOMEMLIMIT"]
+	if want == "" {
+		t.Fatalf("webhook planned no GOMEMLIMIT: %+v", res.Record)
+	}
+	b, err := json.Marshal(res.Record)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Annotations = map[string]string{admission.AnnotationPlan: string(b)}
+	got, src, ok := memqos.GoMemLimit(pod, &pod.Spec.Containers[0])
+	if !ok || src != "annotation "+memqos.AnnotationPlan {
+		t.Fatalf("agent read no GOMEMLIMIT from %s (ok %v, source %q)", b, ok, src)
+	}
+	if want != jsonInt(got) {
+		t.Errorf("agent read GOMEMLIMIT %d, webhook wrote %s", got, want)
+	}
+	if memqos.AnnotationPlan != admission.AnnotationPlan {
+		t.Errorf("annotation names differ: %q vs %q", memqos.AnnotationPlan, admission.AnnotationPlan)
+	}
+}
+
+func jsonInt(v int64) string { b, _ := json.Marshal(v); return string(b) }
