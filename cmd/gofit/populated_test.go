@@ -36,8 +36,10 @@ func TestLabFromPopulatedCgroup(t *testing.T) {
 	defer func() { other.Process.Kill(); other.Wait() }()
 
 	out := t.TempDir()
-	inner := gofitCmd("lab", "--quick", "--json", "--out", out, "--repeats", "1", "--requests", "40",
-		"--concurrency", "4", "--open-duration", "500ms", "--mem-requests", "60")
+	// One core rather than the quick study's 0.25 and few requests: under
+	// TCG a request costs ~50x its real CPU time.
+	inner := gofitCmd("lab", "--quick", "--json", "--out", out, "--quotas", "1", "--repeats", "1", "--requests", "16",
+		"--concurrency", "4", "--open-duration", "500ms", "--mem-requests", "24")
 	cmd := g.Command(inner.Path, inner.Args[1:]...)
 	cmd.Env = inner.Env
 	var stdout, stderr bytes.Buffer
