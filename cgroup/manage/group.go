@@ -445,10 +445,11 @@ func removeTree(dir string) error {
 // busy group is the largest): a corrupt or hostile file cannot exhaust memory.
 const maxFile = 4 << 20
 
-// readSmall reads a cgroup file of at most maxFile bytes. A missing file
-// returns ok == false and no error.
+// readSmall reads a cgroup file of at most maxFile bytes, and only a
+// regular file (cgroupfs files are): a FIFO in its place must not block.
+// A missing file returns ok == false and no error.
 func readSmall(file string) (string, bool, error) {
-	f, err := os.Open(file)
+	f, err := os.OpenFile(file, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return "", false, nil
@@ -456,12 +457,17 @@ func readSmall(file string) (string, bool, error) {
 		return "", false, err
 	}
 	defer f.Close()
+	if st, err := f.Stat(); err != nil {
+		return "", false, err
+	} else if !st.Mode().IsRegular() {
+		return "", false, fmt.Errorf("%s: %w (%v)", cgroup.DisplayPath(file), cgroup.ErrNotRegular, st.Mode().Type())
+	}
 	b, err := io.ReadAll(io.LimitReader(f, maxFile+1))
 	if err != nil {
 		return "", false, err
 	}
 	if len(b) > maxFile {
-		return "", false, fmt.Errorf("%s: larger than %d bytes", file, maxFile)
+		return "", false, fmt.Errorf("%s: %w: more than %d bytes", cgroup.DisplayPath(file), cgroup.ErrTooLarge, maxFile)
 	}
 	return string(b), true, nil
 }

@@ -1,7 +1,11 @@
 package manage
 
 import (
+	"errors"
+	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gofit-dev/gofit/cgroup"
 )
@@ -22,5 +26,22 @@ func TestParentFor(t *testing.T) {
 		if got := ParentFor(&tc.in); got.Dir != tc.want {
 			t.Errorf("ParentFor(%+v) = %s, want %s", tc.in, got.Dir, tc.want)
 		}
+	}
+}
+
+func TestReadSmallRefusesFIFO(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "cgroup.procs")
+	if err := syscall.Mkfifo(p, 0o644); err != nil {
+		t.Skipf("skipping: cannot make a FIFO here: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { _, _, err := readSmall(p); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, cgroup.ErrNotRegular) {
+			t.Errorf("readSmall(FIFO) = %v, want ErrNotRegular", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("readSmall blocked on a FIFO")
 	}
 }

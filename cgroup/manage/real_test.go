@@ -210,6 +210,10 @@ func TestOOMGroupKillsAll(t *testing.T) {
 	if err != nil || m.OOMKills != uint64(ev["oom_kill"]) || m.MaxHits != uint64(ev["max"]) || m.OOMs != uint64(ev["oom"]) {
 		t.Errorf("MemoryStats = %+v, %v; memory.events says %v", m, err, ev)
 	}
+	// The kernel reclaimed before it killed: that stall is memory pressure.
+	if m.PSI == nil || m.PSI.Some.Total <= 0 {
+		t.Errorf("memory.pressure after reclaim and an OOM kill = %+v, want some stall time", m.PSI)
+	}
 }
 
 // Processes competing for the CPUs show up in the group's PSI (v2, or the

@@ -36,8 +36,10 @@ func TestLabFromPopulatedCgroup(t *testing.T) {
 	defer func() { other.Process.Kill(); other.Wait() }()
 
 	out := t.TempDir()
-	inner := gofitCmd("lab", "--quick", "--json", "--out", out, "--repeats", "1", "--requests", "40",
-		"--concurrency", "4", "--open-duration", "500ms", "--mem-requests", "60")
+	// One core rather than the quick study's 0.25 and few requests: under
+	// TCG a request costs ~50x its real CPU time.
+	inner := gofitCmd("lab", "--quick", "--json", "--out", out, "--quotas", "1", "--repeats", "1", "--requests", "16",
+		"--concurrency", "4", "--open-duration", "500ms", "--mem-requests", "24")
 	cmd := g.Command(inner.Path, inner.Args[1:]...)
 	cmd.Env = inner.Env
 	var stdout, stderr bytes.Buffer
@@ -46,7 +48,25 @@ func TestLabFromPopulatedCgroup(t *testing.T) {
 		t.Fatalf("gofit lab --quick from %s: %v\n%s", g.Memory, err, stderr.String())
 	}
 	t.Logf("lab progress:\n%s", stderr.String())
-	var r labResults
+	// Only the fields this test needs, so the lab's schema can grow.
+	var r struct {
+		Machine struct {
+			CgroupVersion int `json:"cgroup_version"`
+		} `json:"machine"`
+		CPU []struct {
+			Setting string  `json:"setting"`
+			Mode    string  `json:"mode"`
+			RPS     float64 `json:"rps"`
+			Errors  int     `json:"errors"`
+		} `json:"cpu"`
+		Memory []struct {
+			Setting string `json:"setting"`
+			Trials  []struct {
+				Limit   int64  `json:"limit_bytes"`
+				Outcome string `json:"outcome"`
+			} `json:"trials"`
+		} `json:"memory"`
+	}
 	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
 		t.Fatalf("--json output: %v\n%s", err, stdout.String())
 	}
@@ -67,13 +87,21 @@ func TestLabFromPopulatedCgroup(t *testing.T) {
 			}
 		}
 	}
+	// The memory limits took hold in the trials' own cgroups: some trials
+	// survived and some, at lower limits, did not.
+	outcomes := map[string]int{}
 	for _, m := range r.Memory {
-		if m.Floor == nil || len(m.Trials) < 2 {
-			t.Errorf("memory %s: floor %v after %d trials", m.Setting, m.Floor, len(m.Trials))
+		for _, tr := range m.Trials {
+			outcomes[tr.Outcome]++
 		}
 	}
-	if len(r.Memory) != 2 || r.Recommendation.YAML == "" {
-		t.Errorf("%d memory studies, recommendation %+v", len(r.Memory), r.Recommendation)
+	if len(r.Memory) == 0 || outcomes["ok"] == 0 || len(outcomes) < 2 {
+		t.Errorf("memory studies %d, trial outcomes %v: want some ok and some failed", len(r.Memory), outcomes)
+	}
+	for _, f := range []string{"results.json", "report.html"} {
+		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
 	}
 
 	// Nothing of the lab is left: only the leaf that holds the service's

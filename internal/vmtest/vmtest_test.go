@@ -93,6 +93,9 @@ func checkResult(t *testing.T, layout Layout, s Suite, res Result) {
 	for _, sk := range skipped {
 		t.Logf("  skipped %s", sk)
 	}
+	if os.Getenv("GOFIT_VM_VERBOSE") != "" {
+		t.Logf("%s output:\n%s", s.Pkg, res.Output)
+	}
 	switch {
 	case res.ExitCode == -1:
 		t.Errorf("%s (%s): never finished inside the VM (hung and killed, or the VM died); output ends:\n%s", s.Pkg, layout, tail(res.Output, 60))
