@@ -30,7 +30,7 @@ func commands() []command {
 		{"inspect", "[--root DIR] [--json]", "show the container's limits, usage and the plan", runInspect},
 		{"run", "[flags] -- CMD [ARGS...]", "set GOMAXPROCS/GOMEMLIMIT for a Go binary, then exec it", runRun},
 		{"lab", "[flags]", "measure a service under real cgroup limits and recommend settings", runLab},
-		{"webhook", "--cert-file F --key-file F", "serve the admission webhook that fits pods at creation", runWebhook},
+		{"webhook", "[flags]", "serve the admission webhook that fits pods at creation (deploy/webhook)", runWebhook},
 		{"node", "[plan|experiment] [flags]", "node agent: memory QoS for pod cgroups (DaemonSet)", runNode},
 		{"version", "", "print the version", runVersion},
 	}

@@ -123,8 +123,6 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request) (*admissionv1.A
 	return &review, nil
 }
 
-var podResource = metav1.GroupVersionResource{Version: "v1", Resource: "pods"}
-
 // review runs the mutator on one request. Whatever goes wrong, including a
 // panic, the pod is admitted unchanged: this webhook must never block one.
 func (h *Handler) review(req *admissionv1.AdmissionRequest) (res Result) {
@@ -134,7 +132,7 @@ func (h *Handler) review(req *admissionv1.AdmissionRequest) (res Result) {
 			res = Result{Outcome: OutcomeError}
 		}
 	}()
-	if req.Resource != podResource {
+	if req.Resource != (metav1.GroupVersionResource{Version: "v1", Resource: "pods"}) {
 		return Result{Outcome: OutcomeIgnored}
 	}
 	switch {

@@ -64,8 +64,9 @@ type Result struct {
 	Record   *Record // what AnnotationPlan now says; nil when the pod was not fitted
 }
 
-// The Go runtime variables the webhook reads from a container's env.
-var goVars = []string{"GOMAXPROCS", "GOMEMLIMIT", "GOGC", "GODEBUG"}
+// goVars are the Go runtime variables the webhook reads from a container's
+// env.
+func goVars() [4]string { return [...]string{"GOMAXPROCS", "GOMEMLIMIT", "GOGC", "GODEBUG"} }
 
 // target is one container the webhook fits: every regular container and
 // every restartable init container (a sidecar, which runs as long as the
@@ -420,7 +421,7 @@ func userEnv(pod *corev1.Pod, c *corev1.Container, owned map[string]int) (known 
 		skip[j] = true
 	}
 	for j, e := range c.Env {
-		if skip[j] || !slices.Contains(goVars, e.Name) {
+		if gv := goVars(); skip[j] || !slices.Contains(gv[:], e.Name) {
 			continue
 		}
 		set[e.Name] = true
@@ -453,7 +454,7 @@ func envFromMaySet(c *corev1.Container) map[string]string {
 		default:
 			what = "source"
 		}
-		for _, v := range goVars {
+		for _, v := range goVars() {
 			if strings.HasPrefix(v, src.Prefix) && out[v] == "" {
 				out[v] = what
 			}

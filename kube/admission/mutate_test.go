@@ -22,6 +22,8 @@ func TestQuantities(t *testing.T) {
 		{cpu: "1.5", ceil: true, want: map[string]string{"GOMAXPROCS": "2"}},
 		{cpu: "2000m", want: map[string]string{"GOMAXPROCS": "2"}},
 		{cpu: "3", want: map[string]string{"GOMAXPROCS": "3"}},
+		// More cores than this machine has: the pod's limit alone decides.
+		{cpu: "64", want: map[string]string{"GOMAXPROCS": "64"}},
 		{mem: "1e9", want: map[string]string{"GOMEMLIMIT": "900000000"}},
 		{mem: "128974848", want: map[string]string{"GOMEMLIMIT": "108167168"}},
 		{mem: "1Gi", want: map[string]string{"GOMEMLIMIT": "966367641"}},

@@ -1,0 +1,95 @@
+package admission
+
+import (
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// FuzzCreate: whatever the limits and the user's Go variables, the pod is
+// admitted, GOMAXPROCS is at least 1 and at most the CPU limit (rounded
+// up), GOMEMLIMIT stays under the memory limit and at or above a quarter
+// of it, user values are kept, and a second pass changes nothing.
+func FuzzCreate(f *testing.F) {
+	for _, s := range [][4]string{
+		{"250m", "1Gi", "", ""}, {"1.5", "1e9", "4", ""}, {"2000m", "128974848", "", "900MiB"},
+		{"1", "1G", "x", "off"}, {"100", "64Mi", "", "lots"}, {"1m", "4Mi", "0", "1"},
+	} {
+		f.Add(s[0], s[1], s[2], s[3])
+	}
+	h := newHandler(f, Options{})
+	f.Fuzz(func(t *testing.T, cpu, mem, userProcs, userLimit string) {
+		if !utf8.ValidString(userProcs) || !utf8.ValidString(userLimit) {
+			return // the API server sends valid UTF-8 JSON only
+		}
+		c := corev1.Container{Name: "app", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{}}}
+		cq, cerr := resource.ParseQuantity(cpu)
+		if cerr == nil && cq.Sign() > 0 && cq.MilliValue() < 1<<30 {
+			c.Resources.Limits[corev1.ResourceCPU] = cq
+		}
+		mq, merr := resource.ParseQuantity(mem)
+		if merr == nil && mq.Sign() > 0 && mq.Value() >= 4<<20 && mq.Value() < 1<<50 {
+			c.Resources.Limits[corev1.ResourceMemory] = mq
+		}
+		if userProcs != "" {
+			c.Env = append(c.Env, env("GOMAXPROCS", userProcs))
+		}
+		if userLimit != "" {
+			c.Env = append(c.Env, env("GOMEMLIMIT", userLimit))
+		}
+		pod := podOf("f", c)
+		got, resp := admit(t, h, pod)
+		e := envOf(got.Spec.Containers[0])
+		if userProcs != "" && e["GOMAXPROCS"] != userProcs || userLimit != "" && e["GOMEMLIMIT"] != userLimit {
+			t.Fatalf("user values changed: %v", e)
+		}
+		if q, ok := c.Resources.Limits[corev1.ResourceCPU]; ok && userProcs == "" {
+			n, err := strconv.Atoi(e["GOMAXPROCS"])
+			if err != nil || n < 1 || float64(n) > math.Ceil(float64(q.MilliValue())/1000) {
+				t.Fatalf("cpu %s: GOMAXPROCS=%q", q.String(), e["GOMAXPROCS"])
+			}
+		}
+		if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok && userLimit == "" {
+			v, err := strconv.ParseInt(e["GOMEMLIMIT"], 10, 64)
+			if err != nil || v >= q.Value() || v < q.Value()/4 {
+				t.Fatalf("memory %s: GOMEMLIMIT=%q", q.String(), e["GOMEMLIMIT"])
+			}
+		}
+		if _, resp2 := admit(t, h, got); len(resp2.Patch) != 0 {
+			t.Fatalf("second pass patched %s (first %s)", resp2.Patch, resp.Patch)
+		}
+	})
+}
+
+// FuzzBody: any body gets an answer, never a panic: 200 with allowed true,
+// or a 4xx with a message.
+func FuzzBody(f *testing.F) {
+	f.Add(string(review(f, podOf("p", ctr("app", "1", "1Gi")), admissionv1.Create, "")))
+	f.Add(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","resource":{"version":"v1","resource":"pods"},"operation":"CREATE","object":{"spec":{"containers":[{"name":"a","resources":{"limits":{"cpu":"-1"}}}]}}}}`)
+	f.Add(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","resource":{"version":"v1","resource":"pods"},"operation":"UPDATE","subResource":"resize","object":{"metadata":{"annotations":{"gofit.dev/plan":"{\"containers\":[{\"name\":\"a\",\"env\":{\"GOMAXPROCS\":\"1\"}}]}"}},"spec":{"containers":[{"name":"a","env":[{"name":"GOMAXPROCS","value":"1"}]}]}}}}`)
+	f.Add(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","resource":{"version":"v1","resource":"pods"},"operation":"CREATE","object":{"metadata":{"annotations":{"gofit.dev/containers":"*=auto,a=off,=x"}}}}}`)
+	f.Add("null")
+	h := newHandler(f, Options{})
+	f.Fuzz(func(t *testing.T, body string) {
+		req := httptest.NewRequest(http.MethodPost, "/mutate", strings.NewReader(body))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		switch {
+		case rec.Code == 200:
+			if !strings.Contains(rec.Body.String(), `"allowed":true`) {
+				t.Fatalf("200 without allowed: %s", rec.Body.String())
+			}
+		case rec.Code >= 400 && rec.Code < 500 && rec.Body.Len() > 1:
+		default:
+			t.Fatalf("status %d %q", rec.Code, rec.Body.String())
+		}
+	})
+}
