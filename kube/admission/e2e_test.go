@@ -383,6 +383,13 @@ func TestEndToEnd(t *testing.T) {
 		}
 		pointAt(sm, nil) // no CA until the rotator writes one
 
+		// A webhook that cannot answer (no certificate yet) blocks nothing:
+		// failurePolicy Ignore admits pods unfitted.
+		eventually(t, "a pod admitted unfitted while the webhook cannot serve", 30*time.Second, func() bool {
+			return !fitted(createPod("fitted", probe))
+		})
+		warn.take()
+
 		rctx, stop := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		t.Cleanup(func() { stop(); wg.Wait() })
