@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -16,6 +18,12 @@ import (
 	"time"
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
 func TestWebhookFlags(t *testing.T) {
@@ -127,5 +135,177 @@ func TestWebhookServes(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("still running 15s after SIGTERM")
+	}
+}
+
+// envtestAssets builds (or finds, cached) kube-apiserver and etcd with the
+// kube module's script; KUBEBUILDER_ASSETS wins when set.
+func envtestAssets(t *testing.T) string {
+	t.Helper()
+	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+		return dir
+	}
+	cmd := exec.Command("bash", filepath.Join("..", "..", "kube", "hack", "envtest-assets.sh"))
+	cmd.Stderr = os.Stderr // progress while a cold build runs
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("build kube-apiserver and etcd for envtest: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return lines[len(lines)-1]
+}
+
+// gofit webhook --self-managed-secret against a real API server: it fills
+// the Secret, writes caBundle, serves the certificate once the Secret's
+// "volume" has it, and the API server's calls get fitted pods.
+func TestWebhookSelfManaged(t *testing.T) {
+	env := &envtest.Environment{BinaryAssetsDirectory: envtestAssets(t)}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stop kube-apiserver: %v", err)
+		}
+	}()
+	user, err := env.AddUser(envtest.User{Name: "gofit-test", Groups: []string{"system:masters"}}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cs := kubernetes.NewForConfigOrDie(cfg)
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	url := "https://localhost:" + addr[strings.LastIndex(addr, ":")+1:] + "/mutate"
+	ignore, none := admissionregistrationv1.Ignore, admissionregistrationv1.SideEffectClassNone
+	for _, obj := range []func() error{
+		func() error {
+			_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "gofit-system"}}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "apps", Labels: map[string]string{"gofit.dev/inject": "enabled"}}}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := cs.CoreV1().Secrets("gofit-system").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "gofit-webhook-tls"}}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{
+				ObjectMeta: metav1.ObjectMeta{Name: "gofit-webhook"},
+				Webhooks: []admissionregistrationv1.MutatingWebhook{{
+					Name:                    "pods.gofit.dev",
+					AdmissionReviewVersions: []string{"v1"},
+					ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: &url},
+					Rules: []admissionregistrationv1.RuleWithOperations{{
+						Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+						Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
+					}},
+					NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"gofit.dev/inject": "enabled"}},
+					FailurePolicy:     &ignore,
+					SideEffects:       &none,
+				}},
+			}, metav1.CreateOptions{})
+			return err
+		},
+	} {
+		if err := obj(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	certs := filepath.Join(dir, "certs")
+	if err := os.Mkdir(certs, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cmd := gofitCmd("webhook", "--addr", addr, "--cert-file", filepath.Join(certs, "tls.crt"), "--key-file", filepath.Join(certs, "tls.key"),
+		"--self-managed-secret", "gofit-system/gofit-webhook-tls", "--webhook-config", "gofit-webhook", "--service-dns", "localhost",
+		"--kubeconfig", kubeconfig, "--cert-poll", "200ms", "--shutdown-delay", "0")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+
+	// The kubelet's part: show the Secret's keys as files.
+	var caPEM []byte
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		s, err := cs.CoreV1().Secrets("gofit-system").Get(ctx, "gofit-webhook-tls", metav1.GetOptions{})
+		if err == nil && len(s.Data["tls.crt"]) > 0 {
+			for _, k := range []string{"tls.key", "tls.crt"} {
+				if err := os.WriteFile(filepath.Join(certs, k), s.Data[k], 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			caPEM = s.Data["ca.crt"]
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the Secret was not filled: %v\n%s", err, stderr.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	c := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "localhost"}}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "p-"}, Spec: corev1.PodSpec{Containers: []corev1.Container{{
+		Name: "app", Image: "app", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1500m")}}}}}}
+	for deadline = time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		resp, err := c.Get("https://" + addr + "/readyz")
+		ready := err == nil && resp.StatusCode == 200
+		if err == nil {
+			resp.Body.Close()
+		}
+		var env []corev1.EnvVar
+		if ready {
+			got, err := cs.CoreV1().Pods("apps").Create(ctx, pod, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			env = got.Spec.Containers[0].Env
+		}
+		if len(env) == 1 && env[0].Name == "GOMAXPROCS" && env[0].Value == "1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no fitted pod (ready %v, env %v)\n%s", ready, env, stderr.String())
+		}
+	}
+	mwc, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "gofit-webhook", metav1.GetOptions{})
+	if err != nil || !bytes.Equal(mwc.Webhooks[0].ClientConfig.CABundle, caPEM) {
+		t.Errorf("caBundle is not the Secret's CA: %v", err)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("exit after SIGTERM: %v\n%s", err, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("still running 30s after SIGTERM\n%s", stderr.String())
 	}
 }

@@ -156,8 +156,8 @@ func parseNonGo(s string) (map[string]int64, error) {
 	return out, nil
 }
 
-// checkAnnotations reports names in the per-container lists that match no
-// container the webhook looks at: almost always a typo that would silently
+// checkNames reports names in the per-container lists that match no
+// container in the pod: almost always a typo that would silently
 // inject into a container meant to be left alone.
 func checkNames(key string, names []string, pod *corev1.Pod) error {
 	known := map[string]bool{}

@@ -136,7 +136,9 @@ func TestEndToEnd(t *testing.T) {
 	wcfg := rest.CopyConfig(cfg)
 	wcfg.WarningHandler = warn
 	cs := kubernetes.NewForConfigOrDie(wcfg)
-	cl, err := client.New(cfg, client.Options{})
+	ccfg := rest.CopyConfig(cfg)
+	ccfg.WarningHandler = warn
+	cl, err := client.New(ccfg, client.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,6 +148,11 @@ func TestEndToEnd(t *testing.T) {
 		if err := cl.Create(ctx, o); err != nil {
 			t.Fatalf("apply %s %s: %v", o.GetKind(), o.GetName(), err)
 		}
+	}
+	// The namespace enforces the restricted Pod Security Standard, and
+	// the Deployment meets it: the API server warned about nothing.
+	if ws := warn.take(); len(ws) != 0 {
+		t.Errorf("applying the overlay: warnings %q", ws)
 	}
 	// The API server also validates the cert-manager overlay (a dry-run
 	// server-side apply over what is there; its Issuers and Certificates
@@ -194,7 +201,7 @@ func TestEndToEnd(t *testing.T) {
 		}
 	}
 	n := 0
-	createPod := func(ns string, pod *corev1.Pod) *corev1.Pod {
+	createPod := func(t *testing.T, ns string, pod *corev1.Pod) *corev1.Pod {
 		t.Helper()
 		n++
 		pod = pod.DeepCopy()
@@ -207,9 +214,9 @@ func TestEndToEnd(t *testing.T) {
 	}
 	fitted := func(p *corev1.Pod) bool { _, ok := p.Annotations[AnnotationPlan]; return ok }
 	probe := podOf("probe", ctr("app", "1", "1Gi"))
-	waitFitting := func(what string) {
+	waitFitting := func(t *testing.T, what string) {
 		t.Helper()
-		eventually(t, what, 60*time.Second, func() bool { return fitted(createPod("fitted", probe)) })
+		eventually(t, what, 60*time.Second, func() bool { return fitted(createPod(t, "fitted", probe)) })
 		warn.take()
 	}
 
@@ -222,7 +229,7 @@ func TestEndToEnd(t *testing.T) {
 	writeAtomic(t, keyFile, key)
 	srv := startServer(t, Config{Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile, CertPoll: 200 * time.Millisecond})
 	pointAt(srv, ca1)
-	waitFitting("the API server to call the webhook")
+	waitFitting(t, "the API server to call the webhook")
 
 	always := corev1.ContainerRestartPolicyAlways
 	app := podOf("app",
@@ -232,7 +239,7 @@ func TestEndToEnd(t *testing.T) {
 	app.Spec.InitContainers[1].RestartPolicy = &always
 
 	t.Run("labelled namespace", func(t *testing.T) {
-		got := createPod("fitted", app)
+		got := createPod(t, "fitted", app)
 		ws := warn.take()
 		stored, err := cs.CoreV1().Pods("fitted").Get(ctx, got.Name, metav1.GetOptions{})
 		if err != nil {
@@ -293,7 +300,7 @@ func TestEndToEnd(t *testing.T) {
 		p.Labels = map[string]string{"late": "yes"}
 		var got *corev1.Pod
 		eventually(t, "the later webhook to add its container", 30*time.Second, func() bool {
-			got = createPod("fitted", p)
+			got = createPod(t, "fitted", p)
 			return len(got.Spec.Containers) == 2
 		})
 		warn.take()
@@ -313,7 +320,7 @@ func TestEndToEnd(t *testing.T) {
 
 	t.Run("unlabelled and own namespaces", func(t *testing.T) {
 		for _, ns := range []string{"plain", "gofit-system"} {
-			got := createPod(ns, app)
+			got := createPod(t, ns, restricted(app))
 			if fitted(got) || len(got.Spec.Containers[0].Env) != 0 {
 				t.Errorf("%s: pod fitted: %v", ns, got.Spec.Containers[0].Env)
 			}
@@ -324,7 +331,7 @@ func TestEndToEnd(t *testing.T) {
 	})
 
 	t.Run("opt-out still warns", func(t *testing.T) {
-		got := createPod("fitted", optOut(podOf("out", ctr("app", "500m", "1Gi", env("GOMEMLIMIT", "2GiB")))))
+		got := createPod(t, "fitted", optOut(podOf("out", ctr("app", "500m", "1Gi", env("GOMEMLIMIT", "2GiB")))))
 		ws := warn.take()
 		if fitted(got) || len(got.Spec.Containers[0].Env) != 1 {
 			t.Errorf("opted-out pod changed: %v", got.Spec.Containers[0].Env)
@@ -335,7 +342,7 @@ func TestEndToEnd(t *testing.T) {
 	})
 
 	t.Run("in-place resize", func(t *testing.T) {
-		got := createPod("fitted", podOf("resize", ctr("app", "1500m", "1Gi")))
+		got := createPod(t, "fitted", podOf("resize", ctr("app", "1500m", "1Gi")))
 		warn.take()
 		// Requests follow limits so the QoS class (Guaranteed) stays.
 		got.Spec.Containers[0].Resources.Limits[corev1.ResourceCPU] = resource.MustParse("3")
@@ -360,7 +367,7 @@ func TestEndToEnd(t *testing.T) {
 		writeAtomic(t, certFile, crt2)
 		eventually(t, "the server to present the renewed certificate", 10*time.Second, func() bool { return servesCA(srv.Addr(), ca2) })
 		pointAt(srv, ca2) // what cainjector does; the old CA is no longer trusted
-		waitFitting("admission with the renewed certificate")
+		waitFitting(t, "admission with the renewed certificate")
 		if servesCA(srv.Addr(), ca1) {
 			t.Error("still serving the old certificate")
 		}
@@ -383,6 +390,13 @@ func TestEndToEnd(t *testing.T) {
 		}
 		pointAt(sm, nil) // no CA until the rotator writes one
 
+		// A webhook that cannot answer (no certificate yet) blocks nothing:
+		// failurePolicy Ignore admits pods unfitted.
+		eventually(t, "a pod admitted unfitted while the webhook cannot serve", 30*time.Second, func() bool {
+			return !fitted(createPod(t, "fitted", probe))
+		})
+		warn.take()
+
 		rctx, stop := context.WithCancel(ctx)
 		var wg sync.WaitGroup
 		t.Cleanup(func() { stop(); wg.Wait() })
@@ -403,7 +417,7 @@ func TestEndToEnd(t *testing.T) {
 			}
 		}()
 		eventually(t, "a certificate in the Secret and the server ready", 60*time.Second, sm.Ready)
-		waitFitting("admission with the self-managed certificate")
+		waitFitting(t, "admission with the self-managed certificate")
 		before := caBundle(t, cl)
 
 		// Rotation: empty the Secret, as if the CA had expired. The
@@ -423,7 +437,7 @@ func TestEndToEnd(t *testing.T) {
 			return len(after) > 0 && !bytes.Equal(after, before)
 		})
 		eventually(t, "the server to present the rotated certificate", 30*time.Second, func() bool { return servesCA(sm.Addr(), after) })
-		waitFitting("admission after rotation")
+		waitFitting(t, "admission after rotation")
 
 		// ...and no more than enough.
 		sa := kubernetes.NewForConfigOrDie(asServiceAccount(cfg))
@@ -443,6 +457,20 @@ func TestEndToEnd(t *testing.T) {
 			}
 		}
 	})
+}
+
+// restricted makes a pod meet the restricted Pod Security Standard, which
+// the webhook's own namespace enforces.
+func restricted(p *corev1.Pod) *corev1.Pod {
+	p = p.DeepCopy()
+	yes, no := true, false
+	p.Spec.SecurityContext = &corev1.PodSecurityContext{RunAsNonRoot: &yes, SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
+	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for i := range cs {
+			cs[i].SecurityContext = &corev1.SecurityContext{AllowPrivilegeEscalation: &no, Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
+		}
+	}
+	return p
 }
 
 // asServiceAccount is cfg acting as the webhook's service account.

@@ -127,6 +127,3 @@ func plan(l limits, nonGo int64, opt policyOptions) planned {
 func mistakes(l limits, env map[string]string, nonGo int64, opt policyOptions) []string {
 	return opt.policy().Plan(l.input(env, nonGo)).Warnings
 }
-
-// parseMemLimit reads a GOMEMLIMIT value as Go's runtime does.
-func parseMemLimit(s string) (int64, error) { return fit.ParseMemLimit(s) }
