@@ -70,10 +70,7 @@ func (pol Policy) PlanContainer(c Container) Plan {
 		if v.valid {
 			p.GOMAXPROCS, p.GOMAXPROCSFromEnv, p.GOMAXPROCSReason = int(v.n), true, ReasonEnv
 			p.Reasons[0] = "GOMAXPROCS=" + v.raw + ": set in the environment, which wins"
-			if cores > 0 && float64(v.n) > math.Ceil(cores-1e-9) {
-				p.warn(WarnGOMAXPROCSAboveLimit, "GOMAXPROCS=%d from the environment is above the CPU limit of %s cores: %d threads spend each period's quota in %.0f%% of the period, then the whole process is throttled",
-					v.n, fmtCores(cores), v.n, 100*cores/float64(v.n))
-			}
+			p.warnUserAboveLimit(int(v.n), cores)
 		} else {
 			p.warn(WarnGOMAXPROCSInvalid, "GOMAXPROCS=%q is not a positive integer; Go's runtime ignores it", v.raw)
 		}

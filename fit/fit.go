@@ -266,6 +266,17 @@ func (p *Plan) reason(format string, a ...any) {
 	p.Reasons = append(p.Reasons, fmt.Sprintf(format, a...))
 }
 
+// warnUserAboveLimit warns when the user's GOMAXPROCS=n runs more threads
+// than a CPU limit of cores allows: 2 at 1.5 cores (what a resourceFieldRef
+// on limits.cpu gives) burns each period's quota in 75% of it. 1 is never
+// above a limit, since no lower value exists.
+func (p *Plan) warnUserAboveLimit(n int, cores float64) {
+	if cores > 0 && n > 1 && float64(n) > cores+1e-9 {
+		p.warn(WarnGOMAXPROCSAboveLimit, "GOMAXPROCS=%d from the environment is above the CPU limit of %s cores: %d threads spend each period's quota in %.0f%% of the period, then the whole process is throttled",
+			n, fmtCores(cores), n, 100*cores/float64(n))
+	}
+}
+
 func (p *Plan) warn(code Warning, format string, a ...any) {
 	p.Warnings = append(p.Warnings, fmt.Sprintf(format, a...))
 	p.WarningCodes = append(p.WarningCodes, code)
@@ -323,10 +334,7 @@ func planCPU(p *Plan, in Input, vars vars, opt Options) {
 			n := int(v.n)
 			p.GOMAXPROCS, p.GOMAXPROCSFromEnv, p.GOMAXPROCSReason = n, true, ReasonEnv
 			p.Reasons[len(p.Reasons)-1] = fmt.Sprintf("GOMAXPROCS=%d: set in the environment, which wins (gofit would choose %d)", n, want)
-			if cpu.Quota > 0 && float64(n) > math.Ceil(cpu.Quota-1e-9) {
-				p.warn(WarnGOMAXPROCSAboveLimit, "GOMAXPROCS=%d from the environment is above the CPU limit of %s cores: %d threads spend each period's quota in %.0f%% of the period, then the whole process is throttled",
-					n, fmtCores(cpu.Quota), n, 100*cpu.Quota/float64(n))
-			}
+			p.warnUserAboveLimit(n, cpu.Quota)
 			return
 		}
 		p.warn(WarnGOMAXPROCSInvalid, "GOMAXPROCS=%q is not a positive integer; Go's runtime ignores it", v.raw)

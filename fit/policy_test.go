@@ -156,6 +156,8 @@ func TestPlanContainer(t *testing.T) {
 		{name: "memory limit 1 byte: none", c: Container{MemoryLimit: 1}, export: map[string]string{}, warning: "too small"},
 		{name: "tiny: a quarter", c: Container{MemoryLimit: 8 * mib}, memlimit: 2 * mib, export: map[string]string{"GOMEMLIMIT": "2097152", MarkerVar: "GOMEMLIMIT=2097152"}, warning: "leaves little"},
 		{name: "user's GOMAXPROCS wins", c: Container{CPULimit: 0.5, Vars: map[string]string{"GOMAXPROCS": "4"}}, procs: 4, export: map[string]string{}, warning: "above the CPU limit"},
+		// resourceFieldRef limits.cpu rounds 1500m up to 2: above the limit.
+		{name: "resourceFieldRef rounding up", c: Container{CPULimit: 1.5, Vars: map[string]string{"GOMAXPROCS": "2"}}, procs: 2, export: map[string]string{}, warning: "GOMAXPROCS=2 from the environment is above the CPU limit of 1.5 cores"},
 		{name: "NaN limit is no limit", c: Container{CPULimit: math.NaN()}, export: map[string]string{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
