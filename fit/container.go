@@ -70,7 +70,7 @@ func (pol Policy) PlanContainer(c Container) Plan {
 		if v.valid {
 			p.GOMAXPROCS, p.GOMAXPROCSFromEnv, p.GOMAXPROCSReason = int(v.n), true, ReasonEnv
 			p.Reasons[0] = "GOMAXPROCS=" + v.raw + ": set in the environment, which wins"
-			p.warnUserAboveLimit(int(v.n), cores)
+			p.warnUserAboveLimit(int(v.n), want, cores)
 		} else {
 			p.warn(WarnGOMAXPROCSInvalid, "GOMAXPROCS=%q is not a positive integer; Go's runtime ignores it", v.raw)
 		}

@@ -269,9 +269,10 @@ func (p *Plan) reason(format string, a ...any) {
 // warnUserAboveLimit warns when the user's GOMAXPROCS=n runs more threads
 // than a CPU limit of cores allows: 2 at 1.5 cores (what a resourceFieldRef
 // on limits.cpu gives) burns each period's quota in 75% of it. 1 is never
-// above a limit, since no lower value exists.
-func (p *Plan) warnUserAboveLimit(n int, cores float64) {
-	if cores > 0 && n > 1 && float64(n) > cores+1e-9 {
+// above a limit, since no lower value exists, and neither is what the
+// policy itself would choose (want: 2 at 1.5 cores with Ceil rounding).
+func (p *Plan) warnUserAboveLimit(n, want int, cores float64) {
+	if cores > 0 && n > 1 && n > want && float64(n) > cores+1e-9 {
 		p.warn(WarnGOMAXPROCSAboveLimit, "GOMAXPROCS=%d from the environment is above the CPU limit of %s cores: %d threads spend each period's quota in %.0f%% of the period, then the whole process is throttled",
 			n, fmtCores(cores), n, 100*cores/float64(n))
 	}
@@ -334,7 +335,7 @@ func planCPU(p *Plan, in Input, vars vars, opt Options) {
 			n := int(v.n)
 			p.GOMAXPROCS, p.GOMAXPROCSFromEnv, p.GOMAXPROCSReason = n, true, ReasonEnv
 			p.Reasons[len(p.Reasons)-1] = fmt.Sprintf("GOMAXPROCS=%d: set in the environment, which wins (gofit would choose %d)", n, want)
-			p.warnUserAboveLimit(n, cpu.Quota)
+			p.warnUserAboveLimit(n, want, cpu.Quota)
 			return
 		}
 		p.warn(WarnGOMAXPROCSInvalid, "GOMAXPROCS=%q is not a positive integer; Go's runtime ignores it", v.raw)
