@@ -234,7 +234,13 @@ func (l *Lab) recommend() Recommendation {
 		}
 		rec.Env = env
 		for _, r := range plan.Reasons {
+			if rec.Setting != SetGofit && rec.Setting != "" && strings.Contains(r, "GOMAXPROCS") {
+				continue // gofit's GOMAXPROCS reasoning, overruled by the measurement
+			}
 			rec.Reasons = append(rec.Reasons, "env: "+r)
+		}
+		if v, ok := env["GOMAXPROCS"]; ok && rec.Setting != SetGofit {
+			rec.Reasons = append(rec.Reasons, "env: GOMAXPROCS="+v+": the measured setting "+rec.Setting)
 		}
 	}
 	if cpu.cores == 0 {

@@ -14,6 +14,9 @@ import (
 // spans ten CFS periods and several GC cycles of the sample.
 const blockSeconds = 1.0
 
+// minBlocks is the fewest blocks per side a comparison needs.
+const minBlocks = 8
+
 // Block is one stretch of a load window: what completed in it (closed
 // loop) or what was sent in it (open loop), with every latency in ms,
 // failed and cancelled requests included.
@@ -24,15 +27,29 @@ type Block struct {
 	Lat     []float32 // latency of every request counted, ms
 }
 
-// Sample is the pooled measurements of one summary cell: the blocks of all
-// its repeats.
-type Sample []Block
+// Sample is the measurements of one summary cell: the blocks of each of
+// its repeats (runs). The bootstrap resamples at both levels, runs and
+// then blocks within them, because on a shared machine one run can differ
+// from the next (a neighbour's build, a migration) by more than the
+// requests within a run suggest; resampling blocks alone would call such
+// a run's excursion significant.
+type Sample [][]Block
+
+func (s Sample) blocks() int {
+	n := 0
+	for _, r := range s {
+		n += len(r)
+	}
+	return n
+}
 
 func (s Sample) rps() float64 {
 	var n, sec float64
-	for _, b := range s {
-		n += float64(b.OK)
-		sec += b.Seconds
+	for _, r := range s {
+		for _, b := range r {
+			n += float64(b.OK)
+			sec += b.Seconds
+		}
 	}
 	if sec == 0 {
 		return 0
@@ -42,8 +59,10 @@ func (s Sample) rps() float64 {
 
 func (s Sample) count() int {
 	n := 0
-	for _, b := range s {
-		n += len(b.Lat)
+	for _, r := range s {
+		for _, b := range r {
+			n += len(b.Lat)
+		}
 	}
 	return n
 }
@@ -52,11 +71,17 @@ func (s Sample) count() int {
 func (s Sample) p99() float64 { return s.quantile(0.99) }
 
 func (s Sample) quantile(q float64) float64 {
+	return quantile32(s.latencies(), q)
+}
+
+func (s Sample) latencies() []float32 {
 	all := make([]float32, 0, s.count())
-	for _, b := range s {
-		all = append(all, b.Lat...)
+	for _, r := range s {
+		for _, b := range r {
+			all = append(all, b.Lat...)
+		}
 	}
-	return quantile32(all, q)
+	return all
 }
 
 // quantile32 sorts xs in place and returns the nearest-rank quantile.
@@ -109,23 +134,31 @@ func NewBootstrap(n int, seed int64) *Bootstrap {
 	return &Bootstrap{Resamples: n, rng: rand.New(rand.NewSource(seed))}
 }
 
+// resample draws runs with replacement, then blocks within each drawn run.
 func (b *Bootstrap) resample(s Sample, buf Sample) Sample {
-	buf = buf[:0]
-	for range s {
-		buf = append(buf, s[b.rng.Intn(len(s))])
+	buf = buf[:len(s)]
+	for i := range s {
+		run := s[b.rng.Intn(len(s))]
+		out := buf[i][:0]
+		for range run {
+			out = append(out, run[b.rng.Intn(len(run))])
+		}
+		buf[i] = out
 	}
 	return buf
 }
 
+func newBuf(s Sample) Sample { return make(Sample, len(s)) }
+
 // CI is the percentile interval of st over block resamples of s.
 func (b *Bootstrap) CI(s Sample, st Stat) Interval {
 	iv := Interval{Value: st.of(s)}
-	if len(s) < 2 {
+	if s.blocks() < 2 {
 		iv.Low, iv.High = iv.Value, iv.Value
 		return iv
 	}
 	xs := make([]float64, b.Resamples)
-	var buf Sample
+	buf := newBuf(s)
 	for i := range xs {
 		buf = b.resample(s, buf)
 		xs[i] = st.of(buf)
@@ -138,12 +171,15 @@ func (b *Bootstrap) CI(s Sample, st Stat) Interval {
 func (b *Bootstrap) Ratio(a, base Sample, st Stat) Interval {
 	va, vb := st.of(a), st.of(base)
 	iv := Interval{Value: safeDiv(va, vb)}
-	if len(a) < 2 || len(base) < 2 {
-		iv.Low, iv.High = math.Inf(-1), math.Inf(1) // cannot tell
+	if len(a) < 2 || len(base) < 2 || a.blocks() < minBlocks || base.blocks() < minBlocks {
+		// One run cannot show how runs differ, and a handful of blocks
+		// has a handful of distinct resamples: an interval from either
+		// would look sure and mean nothing.
+		iv.Low, iv.High = math.Inf(-1), math.Inf(1)
 		return iv
 	}
 	xs := make([]float64, b.Resamples)
-	var ba, bb Sample
+	ba, bb := newBuf(a), newBuf(base)
 	for i := range xs {
 		ba, bb = b.resample(a, ba), b.resample(base, bb)
 		xs[i] = safeDiv(st.of(ba), st.of(bb))

@@ -114,8 +114,8 @@ func DefaultConfig(quick bool) Config {
 		c.Budget = 4 * time.Minute
 		c.MemSettings = []string{SetNone, SetGofit, SetAutoMemLimit}
 		c.MemRequests = 800
-		c.Multiples = []float64{1, 2}
-		c.Resolution = 2 << 20
+		c.Multiples = []float64{2}
+		c.Resolution = 4 << 20
 		c.ConfirmNeed, c.ConfirmOf = 1, 1
 	}
 	return c
@@ -521,9 +521,9 @@ func (l *Lab) runsOf(k cellKey) []CPUCell {
 }
 
 func pooled(cs []CPUCell) Sample {
-	var s Sample
+	s := make(Sample, 0, len(cs))
 	for _, c := range cs {
-		s = append(s, c.blocks...)
+		s = append(s, c.blocks)
 	}
 	return s
 }
@@ -629,7 +629,7 @@ func (l *Lab) cpuStudy(ctx context.Context) error {
 		for _, t := range todo {
 			est += l.runCost(t.key)
 		}
-		if time.Since(l.started)+est > l.cpuBudget() {
+		if l.now().Sub(l.started)+est > l.cpuBudget() {
 			l.warn("the CPU study's budget (%v of %v) ran out with %d cells undecided or short of samples; their verdicts stay \"same\" on intervals too wide to tell (more time: --budget)", l.cpuBudget().Round(time.Second), l.cfg.Budget, len(todo))
 			return nil
 		}
@@ -850,10 +850,7 @@ func settingRank(s string) int {
 var pctLevels = []float64{50, 75, 90, 95, 99, 99.5, 99.9, 99.95, 99.99}
 
 func percentileCurve(s Sample) []PctPoint {
-	all := make([]float32, 0, s.count())
-	for _, b := range s {
-		all = append(all, b.Lat...)
-	}
+	all := s.latencies()
 	if len(all) == 0 {
 		return nil
 	}
@@ -868,4 +865,3 @@ func percentileCurve(s Sample) []PctPoint {
 	}
 	return out
 }
-
