@@ -6,6 +6,7 @@ import (
 	"image/color"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -109,6 +110,8 @@ func chartSVG(title string, x, y axisSpec, lines []line) string {
 	if y.log {
 		p.Y.Scale = plot.LogScale{}
 		p.Y.Tick.Marker = logTicks{}
+	} else {
+		p.Y.Tick.Marker = linTicks{}
 	}
 	if x.log {
 		p.X.Scale = plot.LogScale{}
@@ -164,7 +167,7 @@ func chartSVG(title string, x, y axisSpec, lines []line) string {
 		p.Legend.Add(l.name, ln, sc)
 	}
 	var buf bytes.Buffer
-	c := vgsvg.New(7*vg.Inch, 3.6*vg.Inch)
+	c := vgsvg.New(6.2*vg.Inch, 3.4*vg.Inch)
 	p.Draw(draw.New(c))
 	if _, err := c.WriteTo(&buf); err != nil {
 		return ""
@@ -206,6 +209,35 @@ func (logTicks) Ticks(min, max float64) []plot.Tick {
 			if v := m * base; v >= min && v <= max {
 				ts = append(ts, plot.Tick{Value: v})
 			}
+		}
+	}
+	return ts
+}
+
+// linTicks are gonum's default positions, labelled with as many
+// decimals as their step needs (the default can print 0.95 and 1 as "1").
+type linTicks struct{}
+
+func (linTicks) Ticks(lo, hi float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(lo, hi)
+	step := math.Inf(1)
+	prev := math.NaN()
+	for _, t := range ts {
+		if t.Label == "" {
+			continue
+		}
+		if !math.IsNaN(prev) {
+			step = math.Min(step, t.Value-prev)
+		}
+		prev = t.Value
+	}
+	dec := 0
+	if step > 0 && !math.IsInf(step, 1) {
+		dec = max(0, int(math.Ceil(-math.Log10(step)+1e-9)))
+	}
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = strconv.FormatFloat(ts[i].Value, 'f', dec, 64)
 		}
 	}
 	return ts

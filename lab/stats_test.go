@@ -239,13 +239,20 @@ func TestBlocksOf(t *testing.T) {
 	}
 }
 
-func TestGCShareUsesCPUUsed(t *testing.T) {
-	// 0.1 s of GC in 0.5 s of CPU is 20%, whatever GOMAXPROCS was.
-	if s := gcShare(1.0, 1.1, 0.5); s == nil || math.Abs(*s-0.2) > 1e-9 {
-		t.Errorf("gcShare = %v, want 0.2", s)
+func TestGCShareExcludesIdlePs(t *testing.T) {
+	// The same work, 0.1 s of GC in 0.5 s of busy P time, over 1 s of
+	// wall: with GOMAXPROCS 1 (0.5 s idle) and 4 (3.5 s idle). The
+	// runtime's total is GOMAXPROCS × wall; a share of it would read 10%
+	// and 2.5%.
+	for _, procs := range []float64{1, 4} {
+		a := RuntimeVars{GCCPUSeconds: 1, TotalCPUSeconds: 10, IdleCPUSeconds: 5}
+		b := RuntimeVars{GCCPUSeconds: 1.1, TotalCPUSeconds: 10 + procs, IdleCPUSeconds: 5 + procs - 0.5}
+		if s := gcShare(a, b); s == nil || math.Abs(*s-0.2) > 1e-9 {
+			t.Errorf("GOMAXPROCS %v: gcShare = %v, want 0.2", procs, s)
+		}
 	}
-	if gcShare(1, 1.1, 0) != nil {
-		t.Error("a share of no CPU")
+	if gcShare(RuntimeVars{}, RuntimeVars{GCCPUSeconds: 1, TotalCPUSeconds: 1}) != nil {
+		t.Error("a share without the idle class")
 	}
 }
 

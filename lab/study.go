@@ -569,13 +569,22 @@ func (l *Lab) cpuStudy(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
+			var se *StartError
+			if errors.As(err, &se) {
+				// With no memory limit, a start that fails is the target's
+				// fault, and nothing measured after it would be trusted.
+				return fmt.Errorf("%w: cpu trial %s %s %s-loop: %v", ErrTargetFailed, millicores(c.quota), c.setting, mode, err)
+			}
 			return fmt.Errorf("cpu trial %s %s %s-loop: %w", millicores(c.quota), c.setting, mode, err)
-		}
-		if cell.TargetExited {
-			l.exited = true
 		}
 		l.res.CPU = append(l.res.CPU, cell)
 		l.progress("cpu %-5s %-15s %-6s rep %d: %5.0f rps, p99 %6.1fms", millicores(c.quota), c.setting, mode, rep, cell.RPS, cell.P99)
+		if cell.TargetExited {
+			// No memory limit here: an exit is a crash. Stop rather than
+			// measure a dead service for minutes.
+			l.exited = true
+			return fmt.Errorf("%w: it exited during the %s %s %s-loop window (%d errors: %s)", ErrTargetFailed, millicores(c.quota), c.setting, mode, cell.Errors, errorKinds(cell.ErrorKinds))
+		}
 		return nil
 	}
 	round := func(cs []cpuConfig, mode string, rep int) error {

@@ -138,7 +138,7 @@ func (l *Lab) sandboxMeasure(ctx context.Context, c cpuConfig, mode string, offe
 	}
 	cell.CPUEfficiency = efficiency(used, cpuWin.Seconds(), c.quota)
 	if verr0 == nil && verr1 == nil {
-		cell.GCCPUShare = gcShare(v0.GCCPUSeconds, v1.GCCPUSeconds, used)
+		cell.GCCPUShare = gcShare(*v0, *v1)
 	}
 	if l.place != nil && len(l.place.Generator) > 0 {
 		cell.OverlapShare = overlapShare(pc0, pc1, l.place.Generator)
@@ -154,15 +154,17 @@ func efficiency(used, window, quota float64) float64 {
 	return used / (window * quota)
 }
 
-// gcShare is the GC's share of the CPU the target really used. The
-// runtime's /cpu/classes/total is GOMAXPROCS × wall time, so a share of
-// it would shrink with GOMAXPROCS at the same work; the cgroup's usage is
-// the same yardstick for every setting.
-func gcShare(gc0, gc1, used float64) *float64 {
-	if used <= 0 || gc1 < gc0 {
-		return nil
+// gcShare is the GC's share of the time the target's Ps were busy. The
+// runtime counts its CPU classes as GOMAXPROCS × wall time, idle Ps
+// included, so a share of that total shrinks as GOMAXPROCS grows at the
+// same work; without the idle time, every setting is measured alike.
+func gcShare(a, b RuntimeVars) *float64 {
+	busy := (b.TotalCPUSeconds - a.TotalCPUSeconds) - (b.IdleCPUSeconds - a.IdleCPUSeconds)
+	gc := b.GCCPUSeconds - a.GCCPUSeconds
+	if busy <= 0 || gc < 0 || b.IdleCPUSeconds == 0 {
+		return nil // a target without the idle class (not the sample) cannot say
 	}
-	s := (gc1 - gc0) / used
+	s := gc / busy
 	return &s
 }
 
