@@ -300,7 +300,13 @@ func percentileX(p float64) float64 { return math.Log10(100 / (100 - p)) }
 func percentileTicks() []plot.Tick {
 	var ts []plot.Tick
 	for _, p := range pctLevels {
-		ts = append(ts, plot.Tick{Value: percentileX(p), Label: "p" + strings.TrimSuffix(fmt.Sprintf("%g", p), ".0")})
+		t := plot.Tick{Value: percentileX(p)}
+		// Label the nines; the steps between are minor ticks.
+		switch p {
+		case 50, 90, 99, 99.9, 99.99:
+			t.Label = fmt.Sprintf("p%g", p)
+		}
+		ts = append(ts, t)
 	}
 	return ts
 }

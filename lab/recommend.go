@@ -306,6 +306,9 @@ func mebi(b int64) string         { return fmt.Sprintf("%dMi", (b+(1<<20)-1)>>20
 
 func deploymentYAML(r Recommendation) string {
 	var b strings.Builder
+	if r.CPULimitCores == 0 && r.MemoryLimitBytes == 0 {
+		return "# no recommendation: see the reasons above\n"
+	}
 	b.WriteString("# container spec fragment from gofit lab\nresources:\n")
 	for _, part := range []string{"requests", "limits"} {
 		fmt.Fprintf(&b, "  %s:\n", part)

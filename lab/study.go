@@ -72,6 +72,7 @@ type Config struct {
 	Budget        time.Duration // wall time the adaptive repeats must fit in
 	MemSettings   []string      // of SetNone, SetGofit, SetLimitGCOff, SetAutoMemLimit
 	MemRequests   int           // requests per memory trial
+	Probes        int           // unlimited memory probes; their median is the healthy reference
 	Multiples     []float64     // of the no-knob floor, for throughput
 	Resolution    int64         // of the floor, bytes
 	ConfirmNeed   int           // k of n at the floor's edge
@@ -96,7 +97,8 @@ func DefaultConfig(quick bool) Config {
 		OpenSamples:   5000,
 		MinOpenWindow: minPeriods * cfsPeriod,
 		Budget:        15 * time.Minute,
-		MemSettings:   []string{SetNone, SetGofit, SetLimitGCOff, SetAutoMemLimit},
+		MemSettings:   []string{SetGofit, SetNone, SetAutoMemLimit, SetLimitGCOff},
+		Probes:        3,
 		MemRequests:   1200,
 		Multiples:     []float64{1, 1.5, 2},
 		Resolution:    1 << 20,
@@ -112,9 +114,12 @@ func DefaultConfig(quick bool) Config {
 		c.CPUSettings = []string{SetProcs1, SetGoDefault, SetGofit}
 		c.MaxRepeats = 3
 		c.Budget = 4 * time.Minute
-		c.MemSettings = []string{SetNone, SetGofit, SetAutoMemLimit}
+		// gofit against the peer users would pick instead; the no-knob
+		// floor and its multiples are the default study's.
+		c.MemSettings = []string{SetGofit, SetAutoMemLimit}
 		c.MemRequests = 800
-		c.Multiples = []float64{2}
+		c.Multiples = nil
+		c.Probes = 2
 		c.Resolution = 4 << 20
 		c.ConfirmNeed, c.ConfirmOf = 1, 1
 	}

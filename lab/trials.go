@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gofit-dev/gofit"
@@ -256,19 +257,31 @@ func (l *Lab) memoryStudy(ctx context.Context) error {
 	l.res.CPUSummary = l.summarizeCPU()
 	cpu := l.recommendCPU(&Recommendation{}).cores
 	l.res.Target.ProbeCPU = cpu
-	probe, r := l.memTrial(ctx, l.memEnv(SetNone, 0), cpu, 0, l.cfg.MemRequests)
-	if err := ctx.Err(); err != nil {
-		return err
+	// The healthy reference is the median of a few unlimited probes: one
+	// probe that met a quiet moment would make every later trial look
+	// unhealthy.
+	var rpss, p99s, peaks []float64
+	for i := 0; i < max(l.cfg.Probes, 1); i++ {
+		probe, r := l.memTrial(ctx, l.memEnv(SetNone, 0), cpu, 0, l.cfg.MemRequests)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		l.progress("memory probe %d at %s CPU, no memory limit: peak %s, %.0f rps, p99 %.1fms", i+1, cpuLabel(cpu), fit.FormatBytes(int64(probe.PeakBytes)), r.RPS, r.P99)
+		if probe.Outcome != OK {
+			return fmt.Errorf("%w: even without a memory limit: %s %s", ErrTargetFailed, probe.Outcome, probe.Detail)
+		}
+		rpss, p99s, peaks = append(rpss, r.RPS), append(p99s, r.P99), append(peaks, float64(probe.PeakBytes))
 	}
-	l.progress("memory probe at %s CPU, no memory limit: peak %s, %.0f rps", cpuLabel(cpu), fit.FormatBytes(int64(probe.PeakBytes)), r.RPS)
-	if probe.Outcome != OK {
-		return fmt.Errorf("%w: even without a memory limit: %s %s", ErrTargetFailed, probe.Outcome, probe.Detail)
-	}
-	l.res.Target.PeakBytes, l.res.Target.ProbeRPS, l.res.Target.ProbeP99 = probe.PeakBytes, r.RPS, r.P99
-	peak := int64(probe.PeakBytes)
+	l.res.Target.PeakBytes = uint64(Summarize(peaks).Max)
+	l.res.Target.ProbeRPS, l.res.Target.ProbeP99 = Summarize(rpss).Median, Summarize(p99s).Median
+	peak := int64(l.res.Target.PeakBytes)
 	search := FloorSearch{Lo: peak / 4, Hi: peak * 3 / 2, Max: peak * 8, Resolution: l.cfg.Resolution, Need: l.cfg.ConfirmNeed, Of: l.cfg.ConfirmOf, MaxTrials: 16}
 	var noKnobFloor int64
-	for _, setting := range l.cfg.MemSettings {
+	for i, setting := range l.cfg.MemSettings {
+		if i > 0 && l.now().Sub(l.started) > l.cfg.Budget {
+			l.warn("the budget (%v) ran out before the memory study of %s", l.cfg.Budget, strings.Join(l.cfg.MemSettings[i:], ", "))
+			break
+		}
 		run := func(label string) func(ctx context.Context, limit int64) MemTrial {
 			return func(ctx context.Context, limit int64) MemTrial {
 				t, _ := l.memTrial(ctx, l.memEnv(setting, limit), cpu, limit, l.cfg.MemRequests)

@@ -265,10 +265,10 @@ func TestLabQuick(t *testing.T) {
 			t.Errorf("%s: healthy floor %d under the survival floor %d", m.Setting, *m.Healthy, *m.Floor)
 		}
 	}
-	if floors[lab.SetNone] == 0 || floors[lab.SetGofit] == 0 || floors[lab.SetAutoMemLimit] == 0 {
-		t.Errorf("floors %v: want none, gofit and automemlimit", floors)
+	if floors[lab.SetGofit] == 0 || floors[lab.SetAutoMemLimit] == 0 {
+		t.Errorf("floors %v: want gofit's and automemlimit's", floors)
 	}
-	t.Logf("floors: none %dMiB, gofit %dMiB, automemlimit %dMiB", floors[lab.SetNone]>>20, floors[lab.SetGofit]>>20, floors[lab.SetAutoMemLimit]>>20)
+	t.Logf("floors: gofit %dMiB, automemlimit %dMiB", floors[lab.SetGofit]>>20, floors[lab.SetAutoMemLimit]>>20)
 	rec := r.Recommendation
 	if rec.MemoryLimit < floors[lab.SetGofit] || rec.CPULimit <= 0 || rec.Env["GOMEMLIMIT"] == "" || !strings.Contains(rec.YAML, "memory: ") {
 		t.Errorf("recommendation %+v", rec)
