@@ -271,6 +271,9 @@ func (l *Lab) cpuVerdicts() []string {
 			if s.Mode == "open" {
 				what = "open-loop p99"
 			}
+			if s.VerdictRatio == nil {
+				continue
+			}
 			parts = append(parts, fmt.Sprintf("%s %s on %s (×%.2f, 95%% CI %.2f–%.2f)", label(s), *s.Verdict, what, s.VerdictRatio.Value, s.VerdictRatio.Low, s.VerdictRatio.High))
 		}
 		if len(parts) == 0 {

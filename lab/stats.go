@@ -122,6 +122,15 @@ type Interval struct {
 	Value, Low, High float64
 }
 
+func (iv Interval) finite() bool {
+	for _, v := range []float64{iv.Value, iv.Low, iv.High} {
+		if math.IsInf(v, 0) || math.IsNaN(v) {
+			return false
+		}
+	}
+	return true
+}
+
 // Bootstrap draws resamples of blocks with a fixed seed, so a report can
 // be reproduced from its results.
 type Bootstrap struct {

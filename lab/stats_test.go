@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"encoding/json"
 	"math"
 	"math/rand"
 	"strings"
@@ -196,9 +197,13 @@ func TestAdaptiveRepeatsStopAtBudget(t *testing.T) {
 	if len(l.res.Lab.Warnings) == 0 || !strings.Contains(l.res.Lab.Warnings[0], "budget") {
 		t.Errorf("no warning that the budget ran out: %v", l.res.Lab.Warnings)
 	}
+	l.finish()
+	if _, err := json.Marshal(l.res); err != nil {
+		t.Errorf("results.json: %v", err)
+	}
 	for _, s := range l.summarizeCPU() {
 		if s.Setting == SetGofit && s.Mode == "closed" && (s.Decided || s.Verdict == nil || *s.Verdict != Same) {
-			t.Errorf("gofit closed: verdict %v decided %v ratio %+v; an interval too wide to tell must stay an undecided \"same\"", *s.Verdict, s.Decided, *s.VerdictRatio)
+			t.Errorf("gofit closed: verdict %v decided %v ratio %+v; an interval too wide to tell must stay an undecided \"same\"", *s.Verdict, s.Decided, s.VerdictRatio)
 		}
 	}
 }

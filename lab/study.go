@@ -827,7 +827,10 @@ func (l *Lab) summarizeCPU() []CPUSummary {
 				st := headline(k.mode)
 				r := l.boot.Ratio(p, pooled(base), st)
 				v, d := Verdict(r, st, margin(st))
-				s.Verdict, s.VerdictRatio, s.Decided = &v, &r, d
+				s.Verdict, s.Decided = &v, d
+				if r.finite() {
+					s.VerdictRatio = &r
+				}
 				if !d {
 					s.Notes = append(s.Notes, "undecided: the interval is too wide to tell from go-default")
 				}
