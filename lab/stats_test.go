@@ -121,7 +121,7 @@ func newFakeLab(t *testing.T, budget time.Duration) (*Lab, *fakeCPU) {
 	cfg.Quotas = []float64{0.5}
 	cfg.CPUSettings = []string{SetGoDefault, SetGofit, SetProcs1, SetProcsNCPU}
 	cfg.Budget = budget
-	cfg.Resamples = 200
+	cfg.Resamples = 150
 	l := newLab(cfg)
 	l.ncpu = 4
 	f := &fakeCPU{rng: rand.New(rand.NewSource(11)), now: time.Unix(0, 0), runs: map[string]int{}, rates: map[float64][]float64{},
@@ -293,5 +293,32 @@ func TestStartWatch(t *testing.T) {
 	}
 	if !stalled {
 		t.Error("a start faulting with flat memory for 6 s is not stalled")
+	}
+}
+
+func TestRecommendForTargetRPS(t *testing.T) {
+	l, f := newFakeLab(t, time.Hour)
+	l.cfg.Quotas = []float64{0.25, 0.5}
+	l.cfg.TargetRPS, l.cfg.SLOP99 = 300, 20*time.Millisecond
+	inner := f.measure
+	l.measure = func(ctx context.Context, c cpuConfig, mode string, offered float64, window time.Duration, rep int) (CPUCell, error) {
+		if offered != 0 && offered != 300 {
+			t.Errorf("open loop at %v rps, want the target rate 300", offered)
+		}
+		// 250m is too slow for the SLO: five times the latency.
+		if c.quota == 0.25 {
+			f.ms = map[string]float64{SetGoDefault: 50, SetGofit: 25, SetProcsNCPU: 150}
+		} else {
+			f.ms = map[string]float64{SetGoDefault: 10, SetGofit: 2, SetProcsNCPU: 30}
+		}
+		return inner(ctx, c, mode, offered, window, rep)
+	}
+	if err := l.cpuStudy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	l.finish()
+	rec := l.res.Recommendation
+	if rec.CPULimitCores != 0.5 || rec.Setting != SetGofit || rec.TargetRPS != 300 || rec.SLOP99Ms != 20 || !rec.Confident {
+		t.Errorf("recommendation %+v, want gofit at 500m for 300 rps within 20ms", rec)
 	}
 }
