@@ -42,11 +42,13 @@ func (e errPts) YError(i int) (float64, float64) {
 }
 
 type axisSpec struct {
-	label string
-	log   bool
-	ticks []plot.Tick // nil: the default ticker
-	min   float64     // 0: from the data
-	max   float64
+	legendLeft   bool // on the x spec: the legend goes top left, where rising lines leave room
+	legendBottom bool // on the x spec: bottom, where lines that plateau high leave room
+	label        string
+	log          bool
+	ticks        []plot.Tick // nil: the default ticker
+	min          float64     // 0: from the data
+	max          float64
 }
 
 // chartSVG draws lines with interval whiskers. The y range comes from the
@@ -57,8 +59,15 @@ func chartSVG(title string, x, y axisSpec, lines []line) string {
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text, p.Y.Label.Text = x.label, y.label
-	p.Legend.Top = true
-	p.Legend.Left = false
+	p.Legend.Top = !x.legendBottom
+	p.Legend.Left = x.legendLeft
+	if x.legendBottom {
+		p.Legend.YOffs = vg.Points(6)
+	}
+	p.Legend.XOffs = vg.Points(-4)
+	if x.legendLeft {
+		p.Legend.XOffs = vg.Points(4)
+	}
 	var ymin, ymax = math.Inf(1), math.Inf(-1)
 	var xmin, xmax = math.Inf(1), math.Inf(-1)
 	for _, l := range lines {
@@ -265,8 +274,14 @@ func quotaTicks(qs []float64) []plot.Tick {
 }
 
 // mibTicks are labelled ticks at the limits in labelled, and minor ticks
-// at the other limits tested.
+// at the other limits tested. A label closer to the previous one than
+// 6% of the axis would overprint it, and becomes a minor tick.
 func mibTicks(labelled, minor []float64) []plot.Tick {
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, v := range append(append([]float64(nil), labelled...), minor...) {
+		lo, hi = math.Min(lo, v), math.Max(hi, v)
+	}
+	gap := 0.06 * (hi - lo)
 	seen := map[float64]bool{}
 	var ts []plot.Tick
 	sort.Float64s(labelled)
@@ -276,8 +291,7 @@ func mibTicks(labelled, minor []float64) []plot.Tick {
 			continue
 		}
 		seen[v] = true
-		// Labels closer than 3% of the value would overprint.
-		if v-last < 0.03*v {
+		if v-last < gap {
 			ts = append(ts, plot.Tick{Value: v})
 			continue
 		}

@@ -350,7 +350,7 @@ func HTML(r *Results) ([]byte, error) {
 			ls = append(ls, line{label(s), pts})
 		}
 		sort.Slice(ls, func(i, j int) bool { return settingRank(ls[i].name) < settingRank(ls[j].name) })
-		d.HDRPlot = template.HTML(chartSVG("Latency by percentile at "+d.SmallestQuota+", open loop", axisSpec{label: "percentile", ticks: percentileTicks()},
+		d.HDRPlot = template.HTML(chartSVG("Latency by percentile at "+d.SmallestQuota+", open loop", axisSpec{label: "percentile", ticks: percentileTicks(), legendLeft: true},
 			axisSpec{label: "latency (ms, log scale)", log: true}, ls))
 	}
 	// Memory.
@@ -400,7 +400,7 @@ func HTML(r *Results) ([]byte, error) {
 	for _, t := range r.Throughput {
 		multLimits = append(multLimits, mibf(t.LimitBytes))
 	}
-	mx := axisSpec{label: "memory limit (MiB); labelled: floors found", ticks: mibTicks(floors, tested)}
+	mx := axisSpec{label: "memory limit (MiB); labelled: floors found", ticks: mibTicks(floors, tested), legendBottom: true}
 	d.MemPlots = []template.HTML{
 		template.HTML(chartSVG("Survival against memory limit", mx, axisSpec{label: "share of runs that survived", min: -0.05, max: 1.1}, surv)),
 		template.HTML(chartSVG("Throughput against memory limit (survivors)", mx, axisSpec{label: "rps ÷ unlimited probe's rps"}, hl)),
