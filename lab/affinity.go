@@ -163,18 +163,3 @@ func (p *Placement) startOnTargetCPUs(start func() error) error {
 	p.mu.Unlock()
 	return serr
 }
-
-// taskCPUs is the affinity mask of a running process.
-func taskCPUs(pid int) []int {
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(pid, &set); err != nil {
-		return nil
-	}
-	var out []int
-	for c := 0; c < 1024 && len(out) < set.Count(); c++ {
-		if set.IsSet(c) {
-			out = append(out, c)
-		}
-	}
-	return out
-}
