@@ -633,21 +633,18 @@ func (l *Lab) cpuStudy(ctx context.Context) error {
 		}
 	}
 	// Adaptive: repeat what is still undecided, or short of samples, while
-	// the budget lasts.
+	// the budget lasts; when it cannot fit a whole round, as many cells of
+	// it as fit, comparisons in order (each with its go-default).
 	for {
 		todo := l.undecided(all)
 		if len(todo) == 0 {
 			return nil
 		}
-		est := time.Duration(0)
+		ran := 0
 		for _, t := range todo {
-			est += l.runCost(t.key)
-		}
-		if l.now().Sub(l.started)+est > l.cpuBudget() {
-			l.warn("the CPU study's budget (%v of %v) ran out with %d cells undecided or short of samples; their verdicts stay \"same\" on intervals too wide to tell (more time: --budget)", l.cpuBudget().Round(time.Second), l.cfg.Budget, len(todo))
-			return nil
-		}
-		for _, t := range todo {
+			if l.now().Sub(l.started)+l.runCost(t.key) > l.cpuBudget() {
+				break
+			}
 			var c cpuConfig
 			for _, x := range all[t.key.q] {
 				if x.setting == t.key.setting {
@@ -657,6 +654,14 @@ func (l *Lab) cpuStudy(ctx context.Context) error {
 			if err := runOne(c, t.key.mode, t.rep); err != nil {
 				return err
 			}
+			ran++
+		}
+		if ran < len(todo) {
+			left := len(l.undecided(all))
+			if left > 0 {
+				l.warn("the CPU study's budget (%v of %v) ran out with %d cells undecided or short of samples; their verdicts stay \"same\" on intervals too wide to tell (more time: --budget)", l.cpuBudget().Round(time.Second), l.cfg.Budget, left)
+			}
+			return nil
 		}
 	}
 }
