@@ -3,6 +3,7 @@ package lab
 import (
 	"bytes"
 	"fmt"
+	"html/template"
 	"image/color"
 	"math"
 	"sort"
@@ -42,13 +43,11 @@ func (e errPts) YError(i int) (float64, float64) {
 }
 
 type axisSpec struct {
-	legendLeft   bool // on the x spec: the legend goes top left, where rising lines leave room
-	legendBottom bool // on the x spec: bottom, where lines that plateau high leave room
-	label        string
-	log          bool
-	ticks        []plot.Tick // nil: the default ticker
-	min          float64     // 0: from the data
-	max          float64
+	label string
+	log   bool
+	ticks []plot.Tick // nil: the default ticker
+	min   float64     // 0: from the data
+	max   float64
 }
 
 // chartSVG draws lines with interval whiskers. The y range comes from the
@@ -59,15 +58,6 @@ func chartSVG(title string, x, y axisSpec, lines []line) string {
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text, p.Y.Label.Text = x.label, y.label
-	p.Legend.Top = !x.legendBottom
-	p.Legend.Left = x.legendLeft
-	if x.legendBottom {
-		p.Legend.YOffs = vg.Points(6)
-	}
-	p.Legend.XOffs = vg.Points(-4)
-	if x.legendLeft {
-		p.Legend.XOffs = vg.Points(4)
-	}
 	var ymin, ymax = math.Inf(1), math.Inf(-1)
 	var xmin, xmax = math.Inf(1), math.Inf(-1)
 	for _, l := range lines {
@@ -141,6 +131,8 @@ func chartSVG(title string, x, y axisSpec, lines []line) string {
 	}
 	p.X.Min, p.X.Max = xmin, xmax
 	p.Add(plotter.NewGrid())
+	// The legend is HTML above the plot: inside it, it would cover data.
+	var legend []string
 	for i, l := range lines {
 		pts := append(errPts(nil), l.pts...)
 		sort.Slice(pts, func(a, b int) bool { return pts[a].x < pts[b].x })
@@ -173,7 +165,8 @@ func chartSVG(title string, x, y axisSpec, lines []line) string {
 			p.Add(eb)
 		}
 		p.Add(ln, sc)
-		p.Legend.Add(l.name, ln, sc)
+		r, g, b, _ := c.RGBA()
+		legend = append(legend, fmt.Sprintf(`<span class="key"><span class="sw" style="background:#%02x%02x%02x"></span>%s %s</span>`, r>>8, g>>8, b>>8, glyphNames[i%len(glyphNames)], template.HTMLEscapeString(l.name)))
 	}
 	var buf bytes.Buffer
 	c := vgsvg.New(6.2*vg.Inch, 3.4*vg.Inch)
@@ -181,19 +174,21 @@ func chartSVG(title string, x, y axisSpec, lines []line) string {
 	if _, err := c.WriteTo(&buf); err != nil {
 		return ""
 	}
-	return inlineSVG(buf.String(), title)
+	return inlineSVG(buf.String(), title, strings.Join(legend, " "))
 }
+
+var glyphNames = []string{"●", "□", "△", "▲", "✕", "+"}
 
 var shapes = []draw.GlyphDrawer{draw.CircleGlyph{}, draw.SquareGlyph{}, draw.TriangleGlyph{}, draw.PyramidGlyph{}, draw.CrossGlyph{}, draw.PlusGlyph{}}
 
 // inlineSVG drops the XML prologue so the SVG can sit inside HTML, and
 // names it for screen readers and tests.
-func inlineSVG(s, title string) string {
+func inlineSVG(s, title, legend string) string {
 	if i := strings.Index(s, "<svg"); i >= 0 {
 		s = s[i:]
 	}
 	s = strings.Replace(s, "<svg", fmt.Sprintf(`<svg role="img" aria-label=%q`, title), 1)
-	return `<figure class="plot">` + s + `</figure>`
+	return `<figure class="plot"><figcaption>` + legend + `</figcaption>` + s + `</figure>`
 }
 
 // logTicks labels 1-2-5 steps of each decade, so a log axis over less
@@ -215,9 +210,25 @@ func (logTicks) Ticks(min, max float64) []plot.Tick {
 			ts = append(ts, plot.Tick{Value: v, Label: fmtNum(v)})
 		}
 		for m := 2.0; m < 10; m++ {
-			if v := m * base; v >= min && v <= max {
+			if v := m * base; v >= min && v <= max && m != 2 && m != 3 && m != 5 {
 				ts = append(ts, plot.Tick{Value: v})
 			}
+		}
+	}
+	// Under a third of a decade may hold one label or none: label every
+	// tick then.
+	labelled := 0
+	for _, t := range ts {
+		if t.Label != "" {
+			labelled++
+		}
+	}
+	if labelled < 2 {
+		for i := range ts {
+			ts[i].Label = fmtNum(ts[i].Value)
+		}
+		if len(ts) < 2 {
+			return plot.DefaultTicks{}.Ticks(min, max)
 		}
 	}
 	return ts
@@ -274,14 +285,9 @@ func quotaTicks(qs []float64) []plot.Tick {
 }
 
 // mibTicks are labelled ticks at the limits in labelled, and minor ticks
-// at the other limits tested. A label closer to the previous one than
-// 6% of the axis would overprint it, and becomes a minor tick.
+// at the other limits tested. On the log axis they go on, a label within
+// 8% of the previous one would overprint it, and becomes a minor tick.
 func mibTicks(labelled, minor []float64) []plot.Tick {
-	lo, hi := math.Inf(1), math.Inf(-1)
-	for _, v := range append(append([]float64(nil), labelled...), minor...) {
-		lo, hi = math.Min(lo, v), math.Max(hi, v)
-	}
-	gap := 0.06 * (hi - lo)
 	seen := map[float64]bool{}
 	var ts []plot.Tick
 	sort.Float64s(labelled)
@@ -291,7 +297,7 @@ func mibTicks(labelled, minor []float64) []plot.Tick {
 			continue
 		}
 		seen[v] = true
-		if v-last < gap {
+		if v < last*1.08 {
 			ts = append(ts, plot.Tick{Value: v})
 			continue
 		}

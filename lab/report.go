@@ -202,7 +202,8 @@ pre{background:#f6f6f6;padding:.6em;font-size:12px;margin:.3em 0}
 .alert{background:#fadcdc;border:1px solid #d66;padding:.5em .8em;margin:.4em 0}
 .warn{background:#fff2cc;border:1px solid #d6b656;padding:.4em .8em;margin:.4em 0;font-size:13px}
 ul.reasons{font-size:12.5px;padding-left:1.2em;margin:.3em 0}
-figure.plot{display:inline-block;margin:.3em}figcaption{font-size:12px;color:#555}
+figure.plot{display:inline-block;margin:.3em;vertical-align:top}figcaption{font-size:12px;color:#333;max-width:600px}
+.key{white-space:nowrap;margin-right:.8em}.sw{display:inline-block;width:10px;height:10px;margin-right:3px}
 details{margin:.5em 0}summary{cursor:pointer;font-weight:600}
 </style></head><body>
 <h1>gofit lab report</h1>
@@ -301,24 +302,20 @@ func HTML(r *Results) ([]byte, error) {
 	}
 	sort.Float64s(quotas)
 	qx := axisSpec{label: "CPU quota (log scale)", log: true, ticks: quotaTicks(quotas)}
+	// One line per setting, through every cell it names (a cell shared by
+	// two settings is on both lines).
 	cpuLines := func(mode string, f func(CPUSummary) pt) []line {
-		by := map[string][]pt{}
-		var names []string
-		for _, s := range r.CPUSummary {
-			if s.Mode != mode {
-				continue
+		var out []line
+		for _, setting := range []string{SetGoDefault, SetGofit, SetProcs1, SetProcsNCPU} {
+			var pts []pt
+			for _, s := range r.CPUSummary {
+				if s.Mode == mode && s.is(setting) {
+					pts = append(pts, f(s))
+				}
 			}
-			n := label(s)
-			if _, ok := by[s.Setting]; !ok {
-				names = append(names, s.Setting)
+			if len(pts) > 0 {
+				out = append(out, line{setting, pts})
 			}
-			_ = n
-			by[s.Setting] = append(by[s.Setting], f(s))
-		}
-		sort.Slice(names, func(i, j int) bool { return settingRank(names[i]) < settingRank(names[j]) })
-		out := make([]line, len(names))
-		for i, n := range names {
-			out[i] = line{n, by[n]}
 		}
 		return out
 	}
@@ -350,7 +347,7 @@ func HTML(r *Results) ([]byte, error) {
 			ls = append(ls, line{label(s), pts})
 		}
 		sort.Slice(ls, func(i, j int) bool { return settingRank(ls[i].name) < settingRank(ls[j].name) })
-		d.HDRPlot = template.HTML(chartSVG("Latency by percentile at "+d.SmallestQuota+", open loop", axisSpec{label: "percentile", ticks: percentileTicks(), legendLeft: true},
+		d.HDRPlot = template.HTML(chartSVG("Latency by percentile at "+d.SmallestQuota+", open loop", axisSpec{label: "percentile", ticks: percentileTicks()},
 			axisSpec{label: "latency (ms, log scale)", log: true}, ls))
 	}
 	// Memory.
@@ -400,11 +397,11 @@ func HTML(r *Results) ([]byte, error) {
 	for _, t := range r.Throughput {
 		multLimits = append(multLimits, mibf(t.LimitBytes))
 	}
-	mx := axisSpec{label: "memory limit (MiB); labelled: floors found", ticks: mibTicks(floors, tested), legendBottom: true}
+	mx := axisSpec{label: "memory limit (MiB, log scale); labelled: floors found", log: true, ticks: mibTicks(floors, tested)}
 	d.MemPlots = []template.HTML{
 		template.HTML(chartSVG("Survival against memory limit", mx, axisSpec{label: "share of runs that survived", min: -0.05, max: 1.1}, surv)),
 		template.HTML(chartSVG("Throughput against memory limit (survivors)", mx, axisSpec{label: "rps ÷ unlimited probe's rps"}, hl)),
-		template.HTML(chartSVG("p99 at multiples of the no-knob floor", axisSpec{label: "memory limit (MiB)", ticks: mibTicks(multLimits, nil)}, axisSpec{label: "p99 (ms, log scale)", log: true}, thr)),
+		template.HTML(chartSVG("p99 at multiples of the no-knob floor", axisSpec{label: "memory limit (MiB, log scale)", log: true, ticks: mibTicks(multLimits, nil)}, axisSpec{label: "p99 (ms, log scale)", log: true}, thr)),
 	}
 	var buf bytes.Buffer
 	if err := reportTmpl.Execute(&buf, d); err != nil {

@@ -825,6 +825,9 @@ func (l *Lab) summarizeCPU() []CPUSummary {
 			if periods > 0 && periods < minPeriods {
 				s.Notes = append(s.Notes, fmt.Sprintf("closed-loop windows of %d CFS periods, under %d", periods, minPeriods))
 			}
+			if e := s.CPUEfficiency.Median; e > 0 && e < 0.9 {
+				s.Notes = append(s.Notes, fmt.Sprintf("not CPU-bound: the closed loop used %.0f%% of the quota, so its throughput is limited by something else (the load generator, other load on the machine, the target's own waits), not by the quota", e*100))
+			}
 		}
 		if k.setting != SetGoDefault {
 			base := l.runsOf(cellKey{k.q, SetGoDefault, k.mode})
