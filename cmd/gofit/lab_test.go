@@ -83,6 +83,7 @@ type labMetric struct {
 
 type labResults struct {
 	Machine struct {
+		LoadAvg       string `json:"loadavg_at_start"`
 		CPUs          int    `json:"cpus"`
 		CgroupVersion int    `json:"cgroup_version"`
 		GoVersion     string `json:"go_version"`
@@ -238,7 +239,7 @@ func TestLabQuick(t *testing.T) {
 		// Physics: over 50 periods a cgroup saturated at a sub-core quota
 		// uses that quota, no more and hardly less.
 		if s.Mode == "closed" && (s.Efficiency.Median < 0.9 || s.Efficiency.Median > 1.05) {
-			t.Errorf("%s closed loop at 250m: CPU used ÷ quota %.3f, want within [0.9, 1.05]", s.Setting, s.Efficiency.Median)
+			t.Errorf("%s closed loop at 250m: CPU used ÷ quota %.3f, want within [0.9, 1.05] (load average at start: %s)", s.Setting, s.Efficiency.Median, r.Machine.LoadAvg)
 		}
 		if s.Setting == lab.SetGofit && (len(s.SameAs) != 1 || s.SameAs[0] != lab.SetProcs1) {
 			t.Errorf("gofit at 250m: same_as %v, want [%s]", s.SameAs, lab.SetProcs1)
