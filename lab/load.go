@@ -198,9 +198,9 @@ func (l *Loader) do(ctx context.Context, url string) string {
 
 const errCancelled = "cancelled"
 
-// record counts one request sent at sent (offset from the window's start
-// for the bootstrap blocks: the completion time in the closed loop, the
-// intended send time in the open loop) that took lat.
+// record counts one request that took lat; at is its place in the window
+// for the bootstrap blocks (the completion time in the closed loop, the
+// intended send time in the open loop).
 func (r *run) record(fail string, at time.Duration, lat time.Duration) {
 	ok := fail == ""
 	switch {

@@ -228,7 +228,7 @@ Target <code>{{.R.Target.Command}}</code>. {{.R.Lab.Trials}} trials in {{printf 
 </div>
 </div>
 <h2>CPU</h2>
-<p class="meta">Closed loop: {{.R.CPUSummaryConcurrency}} Open loop: every setting at a quota gets the same rate (offered_rps), each latency timed from its intended send time. Points are the estimate over all requests; whiskers its 95% interval (cut at the plot's edge).</p>
+<p class="meta">Closed loop: a fixed number of workers, each sending its next request when the previous returns, over windows of at least 50 CFS periods; CPU and throttling are read at the window's edges, after a warm-up. Open loop: every setting at a quota gets the same rate (offered_rps), each latency timed from its intended send time. Points are the estimate over all requests; whiskers its 95% interval (cut at the plot's edge).</p>
 {{range .CPUPlots}}{{.}}{{end}}
 <h2>Latency percentiles at {{.SmallestQuota}} (open loop)</h2>
 {{.HDRPlot}}
@@ -259,11 +259,6 @@ type floorRow struct {
 type memTrialRow struct {
 	Setting, Search, Limit, Peak, Cache string
 	T                                   MemTrial
-}
-
-// CPUSummaryConcurrency describes the closed loop for the report.
-func (r *Results) CPUSummaryConcurrency() string {
-	return "a fixed number of workers, each sending its next request when the previous returns, over windows of at least 50 CFS periods; CPU and throttling are read at the window's edges, after a warm-up."
 }
 
 // HTML renders report.html.

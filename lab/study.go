@@ -288,8 +288,7 @@ type Lab struct {
 	// measure runs one CPU window; tests replace it with a fake.
 	measure func(ctx context.Context, c cpuConfig, mode string, offered float64, window time.Duration, rep int) (CPUCell, error)
 	now     func() time.Time
-	// check runs the recommendation as one trial; tests leave it nil.
-	exited bool
+	exited  bool // the target exited during a CPU window: a crash
 }
 
 // ErrTargetFailed means the target crashed or answered with errors where

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -47,27 +48,31 @@ func canLab(t *testing.T) {
 	sb.Close()
 }
 
-// leftovers lists lab cgroups and sample processes that outlived a run.
-func leftovers(t *testing.T) []string {
+// leftovers lists what the lab with this PID left behind: its cgroups,
+// its temporary directory and sample processes started from it. Only
+// that lab's: other labs may run on the machine at the same time.
+func leftovers(t *testing.T, pid int) []string {
 	t.Helper()
 	var out []string
 	self, err := cgroup.NewFS("/").Self()
 	if err != nil {
 		t.Fatal(err)
 	}
+	name := "gofit-lab-" + strconv.Itoa(pid)
 	for _, n := range []*cgroup.Node{self.CPU, self.CPUAcct, self.Memory, self.Unified} {
 		if n == nil {
 			continue
 		}
-		m, _ := filepath.Glob(filepath.Join(n.Dir, "gofit-lab-*"))
-		out = append(out, m...)
+		if _, err := os.Stat(filepath.Join(n.Dir, name)); err == nil {
+			out = append(out, filepath.Join(n.Dir, name))
+		}
 	}
-	tmp, _ := filepath.Glob(filepath.Join(os.TempDir(), "gofit-lab-*"))
+	tmp, _ := filepath.Glob(filepath.Join(os.TempDir(), name+"-*"))
 	out = append(out, tmp...)
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		b, _ := os.ReadFile(p)
-		if bytes.Contains(b, []byte(lab.SampleCommand)) {
+		if bytes.Contains(b, []byte(lab.SampleCommand)) && bytes.Contains(b, []byte(name+"-")) {
 			out = append(out, p+": "+strings.ReplaceAll(string(b), "\x00", " "))
 		}
 	}
@@ -297,7 +302,7 @@ func TestLabQuick(t *testing.T) {
 			t.Errorf("report.html is not self-contained: it has %q", ref)
 		}
 	}
-	if left := leftovers(t); len(left) > 0 {
+	if left := leftovers(t, cmd.Process.Pid); len(left) > 0 {
 		t.Errorf("left behind: %v", left)
 	}
 }
@@ -344,7 +349,7 @@ func TestLabInterrupted(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(out, "results.json")); err != nil {
 		t.Errorf("no partial results: %v", err)
 	}
-	if left := leftovers(t); len(left) > 0 {
+	if left := leftovers(t, cmd.Process.Pid); len(left) > 0 {
 		t.Errorf("left behind after SIGINT: %v", left)
 	}
 }
@@ -428,7 +433,7 @@ func TestLabFailingTarget(t *testing.T) {
 			if strings.Contains(stdout.String(), "cpu: ") {
 				t.Errorf("a failing target got a CPU recommendation:\n%s", stdout.String())
 			}
-			if left := leftovers(t); len(left) > 0 {
+			if left := leftovers(t, cmd.Process.Pid); len(left) > 0 {
 				t.Errorf("left behind: %v", left)
 			}
 		})
