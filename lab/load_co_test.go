@@ -62,7 +62,7 @@ func TestClosedLoopOmitsTheStall(t *testing.T) {
 	defer srv.Close()
 	l := NewLoader(1, nil)
 	defer l.Close()
-	res := l.Closed(context.Background(), srv.URL, 200, 1)
+	res := l.Closed(context.Background(), srv.URL, 200, 0, 1)
 	if res.Requests != 200 || res.Max < 450 {
 		t.Errorf("%d requests, max %.1fms: want 200 and the stalled one near 500ms", res.Requests, res.Max)
 	}

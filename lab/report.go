@@ -1,11 +1,11 @@
 package lab
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
-	"html"
+	"html/template"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -14,168 +14,71 @@ import (
 	"github.com/gofit-dev/gofit/fit"
 )
 
-// headroom above the measured floor for the recommended memory limit:
-// floors move with traffic mix and Go versions.
-const memHeadroom = 1.25
-
-// p99Slack is how far above the best p99 a quota may be and still count as
-// good enough: short open-loop runs on a small machine vary by this much
-// between identical configurations.
-const p99Slack = 10.0
-
-func (l *Lab) recommend() Recommendation {
-	var rec Recommendation
-	// CPU: the smallest quota whose open-loop p99 under gofit's plan stays
-	// within twice (or p99Slack ms of) the best p99 seen at any quota.
-	byQuota := map[float64]CPUSummary{}
-	for _, s := range l.res.CPUSummary {
-		if s.Mode == "open" && s.Setting == SetGofit {
-			byQuota[s.QuotaCores] = s
-		}
+// CheckOut makes sure results can be written to dir before a study
+// spends minutes: it creates dir if needed and writes and removes a file
+// there.
+func CheckOut(dir string) error {
+	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+		return fmt.Errorf("--out %s: not a directory", dir)
 	}
-	if len(byQuota) > 0 {
-		best := math.Inf(1)
-		for _, s := range byQuota {
-			best = math.Min(best, s.P99.Median)
-		}
-		var quotas []float64
-		for q := range byQuota {
-			quotas = append(quotas, q)
-		}
-		sort.Float64s(quotas)
-		for _, q := range quotas {
-			if byQuota[q].P99.Median <= max(2*best, best+p99Slack) {
-				s := byQuota[q]
-				rec.CPURequestCores, rec.CPULimitCores = q, q
-				rec.Reasons = append(rec.Reasons, fmt.Sprintf("CPU %s: the smallest quota tested whose open-loop p99 with gofit's plan (%.1fms at %.0f rps offered) is within 2x or 10ms of the best p99 at any quota (%.1fms)",
-					millicores(q), s.P99.Median, l.offered(q), best))
-				break
-			}
-		}
-		rec.Reasons = append(rec.Reasons, l.cpuVerdicts()...)
-	}
-	// Memory: the floor under gofit's plan (else without knobs), plus headroom.
-	floor, from := int64(0), ""
-	for _, want := range []string{SetGofit, SetNone} {
-		for _, m := range l.res.Memory {
-			if m.Setting == want && m.FloorBytes != nil && floor == 0 {
-				floor, from = *m.FloorBytes, want
-			}
-		}
-	}
-	if floor > 0 {
-		const step = 4 << 20
-		rec.MemoryLimitBytes = int64(math.Ceil(float64(floor)*memHeadroom/step)) * step
-		rec.MemoryRequestBytes = rec.MemoryLimitBytes
-		rec.Reasons = append(rec.Reasons, fmt.Sprintf("memory %s: the floor with setting %q (%s) plus %.0f%% headroom; request = limit so the pod is not reclaimed before others",
-			mebi(rec.MemoryLimitBytes), from, fit.FormatBytes(floor), (memHeadroom-1)*100))
-		rec.Reasons = append(rec.Reasons, l.memVerdicts()...)
-	}
-	env, plan := l.planEnv(rec.CPULimitCores, rec.MemoryLimitBytes)
-	delete(env, "GODEBUG") // the sample's lab setting, not advice
-	rec.Env = env
-	for _, r := range plan.Reasons {
-		rec.Reasons = append(rec.Reasons, "env: "+r)
-	}
-	rec.YAML = deploymentYAML(rec)
-	return rec
-}
-
-func (l *Lab) offered(q float64) float64 {
-	var xs []float64
-	for _, c := range l.res.CPU {
-		if c.QuotaCores == q && c.Setting == SetGofit && c.Mode == "open" {
-			xs = append(xs, c.OfferedRPS)
-		}
-	}
-	return Summarize(xs).Median
-}
-
-// cpuVerdicts compares the settings at each quota by open-loop p99.
-func (l *Lab) cpuVerdicts() []string {
-	var out []string
-	byQuota := map[float64][]CPUSummary{}
-	var quotas []float64
-	for _, s := range l.res.CPUSummary {
-		if s.Mode != "open" {
-			continue
-		}
-		if _, ok := byQuota[s.QuotaCores]; !ok {
-			quotas = append(quotas, s.QuotaCores)
-		}
-		byQuota[s.QuotaCores] = append(byQuota[s.QuotaCores], s)
-	}
-	sort.Float64s(quotas)
-	for _, q := range quotas {
-		ss := byQuota[q]
-		sort.Slice(ss, func(i, j int) bool { return ss[i].P99.Median < ss[j].P99.Median })
-		parts := make([]string, len(ss))
-		for i, s := range ss {
-			parts[i] = fmt.Sprintf("%s (GOMAXPROCS %d) %.1fms", s.Setting, s.GOMAXPROCS, s.P99.Median)
-		}
-		out = append(out, fmt.Sprintf("at %s open-loop p99, best first: %s", millicores(q), strings.Join(parts, ", ")))
-	}
-	return out
-}
-
-func (l *Lab) memVerdicts() []string {
-	var parts []string
-	for _, m := range l.res.Memory {
-		f := "none found"
-		if m.FloorBytes != nil {
-			f = fit.FormatBytes(*m.FloorBytes)
-		}
-		parts = append(parts, fmt.Sprintf("%s %s (%d trials)", m.Setting, f, len(m.Trials)))
-	}
-	return []string{"memory floors: " + strings.Join(parts, ", ")}
-}
-
-func millicores(c float64) string { return fmt.Sprintf("%dm", int(math.Round(c*1000))) }
-func mebi(b int64) string         { return fmt.Sprintf("%dMi", (b+(1<<20)-1)>>20) }
-
-func deploymentYAML(r Recommendation) string {
-	var b strings.Builder
-	b.WriteString("# container spec fragment from gofit lab\nresources:\n")
-	for _, part := range []string{"requests", "limits"} {
-		fmt.Fprintf(&b, "  %s:\n", part)
-		cpu := r.CPURequestCores
-		if part == "limits" {
-			cpu = r.CPULimitCores
-		}
-		if cpu > 0 {
-			fmt.Fprintf(&b, "    cpu: %s\n", millicores(cpu))
-		}
-		if r.MemoryLimitBytes > 0 {
-			fmt.Fprintf(&b, "    memory: %s\n", mebi(r.MemoryLimitBytes))
-		}
-	}
-	if len(r.Env) > 0 {
-		b.WriteString("env:\n")
-		keys := make([]string, 0, len(r.Env))
-		for k := range r.Env {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			fmt.Fprintf(&b, "  - name: %s\n    value: %q\n", k, r.Env[k])
-		}
-	}
-	return b.String()
-}
-
-// WriteFiles writes results.json and report.html into dir.
-func WriteFiles(dir string, r *Results) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+		return fmt.Errorf("--out: %w", err)
+	}
+	f, err := os.CreateTemp(dir, ".gofit-check-*")
+	if err != nil {
+		return fmt.Errorf("--out %s: cannot write there: %w", dir, err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
+// Empty reports whether a study measured nothing at all.
+func (r *Results) Empty() bool {
+	if len(r.CPU) > 0 || len(r.Throughput) > 0 {
+		return false
+	}
+	for _, m := range r.Memory {
+		if len(m.Trials) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// WriteFiles writes results.json and report.html into dir, each through
+// a temporary file and a rename. A study that measured nothing does not
+// replace earlier results: it is written as results-empty.json and
+// report-empty.html beside them. It returns the paths written.
+func WriteFiles(dir string, r *Results) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
 	}
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := writeAtomic(filepath.Join(dir, "results.json"), append(b, '\n')); err != nil {
-		return err
+	rj, rh := "results.json", "report.html"
+	if r.Empty() {
+		if _, err := os.Stat(filepath.Join(dir, rj)); err == nil {
+			rj, rh = "results-empty.json", "report-empty.html"
+		}
 	}
-	return writeAtomic(filepath.Join(dir, "report.html"), []byte(HTML(r)))
+	html, err := HTML(r)
+	if err != nil {
+		return nil, err
+	}
+	var paths []string
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{{rj, append(b, '\n')}, {rh, html}} {
+		p := filepath.Join(dir, f.name)
+		if err := writeAtomic(p, f.data); err != nil {
+			return paths, err
+		}
+		paths = append(paths, p)
+	}
+	return paths, nil
 }
 
 // writeAtomic writes via a temporary file, so an interrupted run never
@@ -190,256 +93,377 @@ func writeAtomic(path string, data []byte) error {
 		tmp.Close()
 		return err
 	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
 	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
 }
 
-// WriteSummary prints the terminal summary.
-func WriteSummary(w io.Writer, r *Results) {
-	fmt.Fprintf(w, "\ngofit lab: %d CPUs, cgroup v%d, %s, kernel %s\n", r.Machine.CPUs, r.Machine.CgroupVersion, r.Machine.GoVersion, r.Machine.Kernel)
-	fmt.Fprintf(w, "target: %s\n", r.Target.Command)
-	if len(r.CPUSummary) > 0 {
-		fmt.Fprintf(w, "\nCPU (median of repeats; open loop at a share of closed-loop capacity)\n")
-		fmt.Fprintf(w, "  %-6s %-16s %5s %10s %10s %11s %10s %9s\n", "quota", "setting", "procs", "closed rps", "open p99", "throttled s", "cpu ms/req", "")
-		for _, s := range r.CPUSummary {
-			if s.Mode != "closed" {
-				continue
-			}
-			var open CPUSummary
-			for _, o := range r.CPUSummary {
-				if o.Mode == "open" && o.QuotaCores == s.QuotaCores && o.Setting == s.Setting {
-					open = o
-				}
-			}
-			fmt.Fprintf(w, "  %-6s %-16s %5d %10.0f %8.1fms %11.2f %10.2f\n", millicores(s.QuotaCores), s.Setting, s.GOMAXPROCS, s.RPS.Median, open.P99.Median, open.ThrottledSeconds.Median, s.CPUMsPerRequest.Median)
-		}
-	}
-	if len(r.Memory) > 0 {
-		fmt.Fprintf(w, "\nMemory floors (page cache %s at start; peak without a limit %s)\n", r.Target.PageCache, fit.FormatBytes(int64(r.Target.PeakBytes)))
-		for _, m := range r.Memory {
-			f := "none up to the largest limit tried"
-			if m.FloorBytes != nil {
-				f = fit.FormatBytes(*m.FloorBytes)
-			}
-			fmt.Fprintf(w, "  %-26s %-12s %d trials\n", m.Setting, f, len(m.Trials))
-		}
-	}
-	if len(r.Throughput) > 0 {
-		fmt.Fprintf(w, "\nThroughput at multiples of the no-knob floor\n")
-		for _, t := range r.Throughput {
-			fmt.Fprintf(w, "  %-26s %4gx %-9s %-10s %7.0f rps  p99 %.1fms\n", t.Setting, t.Multiple, fit.FormatBytes(t.LimitBytes), t.Outcome, t.RPS, t.P99)
-		}
-	}
-	fmt.Fprintf(w, "\nRecommendation\n")
-	for _, s := range r.Recommendation.Reasons {
-		fmt.Fprintf(w, "  - %s\n", s)
-	}
-	fmt.Fprintf(w, "\n%s\n", r.Recommendation.YAML)
-	fmt.Fprintf(w, "lab: %d trials in %.0fs; load generator used %.1f CPU-seconds\n", r.Lab.Trials, r.Lab.WallSeconds, r.Lab.GeneratorCPUSeconds)
+// verdictRow is one setting across the quotas, for the verdict tables.
+type verdictRow struct {
+	Label string
+	Cells []verdictCell
 }
 
-// --- HTML report with inline SVG plots (no scripts, no external files) ---
-
-type point struct{ x, y, lo, hi float64 }
-
-type series struct {
-	name   string
-	points []point
+type verdictCell struct {
+	Text, Interval, Verdict, Class, Note string
 }
 
-type marker struct {
-	x     float64
-	label string
+type verdictTable struct {
+	Mode, What string
+	Quotas     []string
+	Rows       []verdictRow
 }
 
-var palette = []string{"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"}
-
-// chart draws a line chart with min–max whiskers; markers are vertical
-// lines labelled at the top.
-func chart(title, xLabel, yLabel string, ss []series, markers []marker) string {
-	return chartY(title, xLabel, yLabel, ss, markers, 0)
-}
-
-// chartY is chart with a fixed top of the y axis (0: fit the data).
-func chartY(title, xLabel, yLabel string, ss []series, markers []marker, yTop float64) string {
-	const w, h, ml, mr, mt, mb = 700.0, 340.0, 64.0, 230.0, 36.0, 48.0
-	xmin, xmax, ymax := math.Inf(1), math.Inf(-1), 0.0
-	for _, s := range ss {
-		for _, p := range s.points {
-			xmin, xmax = math.Min(xmin, p.x), math.Max(xmax, p.x)
-			ymax = math.Max(ymax, math.Max(p.y, p.hi))
-		}
-	}
-	for _, m := range markers {
-		xmin, xmax = math.Min(xmin, m.x), math.Max(xmax, m.x)
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, `<figure><svg width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" role="img" aria-label="%s">`, w, h, w, h, html.EscapeString(title))
-	fmt.Fprintf(&b, `<text x="%.0f" y="20" font-size="15" font-weight="bold">%s</text>`, ml, html.EscapeString(title))
-	if math.IsInf(xmin, 1) {
-		b.WriteString(`<text x="60" y="120">no data</text></svg></figure>`)
-		return b.String()
-	}
-	if xmax == xmin {
-		xmin, xmax = xmin*0.9-0.01, xmax*1.1+0.01
-	}
-	ymax = niceCeil(ymax * 1.05)
-	if yTop > 0 {
-		ymax = yTop
-	}
-	if ymax == 0 {
-		ymax = 1
-	}
-	pw, ph := w-ml-mr, h-mt-mb
-	X := func(x float64) float64 { return ml + (x-xmin)/(xmax-xmin)*pw }
-	Y := func(y float64) float64 { return mt + ph - y/ymax*ph }
-	fmt.Fprintf(&b, `<rect x="%.0f" y="%.0f" width="%.0f" height="%.0f" fill="none" stroke="#999"/>`, ml, mt, pw, ph)
-	for i := 0; i <= 4; i++ {
-		y := ymax * float64(i) / 4
-		fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#eee"/><text x="%.1f" y="%.1f" font-size="11" text-anchor="end">%s</text>`,
-			ml, ml+pw, Y(y), Y(y), ml-4, Y(y)+4, fmtNum(y))
-	}
-	for i := 0; i <= 4; i++ {
-		x := xmin + (xmax-xmin)*float64(i)/4
-		fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="11" text-anchor="middle">%s</text>`, X(x), mt+ph+16, fmtNum(x))
-	}
-	fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="12" text-anchor="middle">%s</text>`, ml+pw/2, h-10, html.EscapeString(xLabel))
-	fmt.Fprintf(&b, `<text x="14" y="%.1f" font-size="12" text-anchor="middle" transform="rotate(-90 14 %.1f)">%s</text>`, mt+ph/2, mt+ph/2, html.EscapeString(yLabel))
-	for i, m := range markers {
-		c := palette[i%len(palette)]
-		fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%.0f" y2="%.0f" stroke="%s" stroke-dasharray="4 3"/><text x="%.1f" y="%.0f" font-size="10" fill="%s">%s</text>`,
-			X(m.x), X(m.x), mt, mt+ph, c, X(m.x)+3, mt+12+float64(i)*12, c, html.EscapeString(m.label))
-	}
-	for i, s := range ss {
-		c := palette[i%len(palette)]
-		pts := append([]point(nil), s.points...)
-		sort.Slice(pts, func(a, b int) bool { return pts[a].x < pts[b].x })
-		var path []string
-		for _, p := range pts {
-			path = append(path, fmt.Sprintf("%.1f,%.1f", X(p.x), Y(p.y)))
-			if p.hi > p.lo {
-				fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="%s" stroke-width="1"/>`, X(p.x), X(p.x), Y(p.lo), Y(p.hi), c)
-			}
-			fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"/>`, X(p.x), Y(p.y), c)
-		}
-		fmt.Fprintf(&b, `<polyline class="series" fill="none" stroke="%s" stroke-width="2" points="%s"/>`, c, strings.Join(path, " "))
-		fmt.Fprintf(&b, `<rect x="%.0f" y="%.0f" width="12" height="12" fill="%s"/><text x="%.0f" y="%.0f" font-size="12">%s</text>`,
-			w-mr+12, mt+float64(i)*18, c, w-mr+28, mt+10+float64(i)*18, html.EscapeString(s.name))
-	}
-	b.WriteString(`</svg></figure>`)
-	return b.String()
-}
-
-func niceCeil(v float64) float64 {
-	if v <= 0 {
-		return 0
-	}
-	p := math.Pow(10, math.Floor(math.Log10(v)))
-	for _, m := range []float64{1, 2, 2.5, 5, 10} {
-		if v <= m*p {
-			return m * p
-		}
-	}
-	return 10 * p
-}
-
-func fmtNum(v float64) string {
-	switch {
-	case v == 0:
-		return "0"
-	case math.Abs(v) >= 100:
-		return fmt.Sprintf("%.0f", v)
-	case math.Abs(v) >= 10:
-		return fmt.Sprintf("%.1f", v)
-	}
-	return fmt.Sprintf("%.2g", v)
-}
-
-func cpuSeries(r *Results, mode string, f func(CPUSummary) Summary) []series {
-	by := map[string][]point{}
-	var names []string
+func verdictTables(r *Results) []verdictTable {
+	var quotas []float64
+	seenQ := map[float64]bool{}
 	for _, s := range r.CPUSummary {
-		if s.Mode != mode {
-			continue
+		if !seenQ[s.QuotaCores] {
+			seenQ[s.QuotaCores] = true
+			quotas = append(quotas, s.QuotaCores)
 		}
-		if _, ok := by[s.Setting]; !ok {
-			names = append(names, s.Setting)
-		}
-		v := f(s)
-		by[s.Setting] = append(by[s.Setting], point{s.QuotaCores, v.Median, v.Min, v.Max})
 	}
-	sort.Strings(names)
-	out := make([]series, len(names))
-	for i, n := range names {
-		out[i] = series{n, by[n]}
+	sort.Float64s(quotas)
+	var out []verdictTable
+	for _, mode := range []string{"open", "closed"} {
+		t := verdictTable{Mode: mode, What: "open-loop p99 at equal offered load (lower is better)"}
+		if mode == "closed" {
+			t.What = "closed-loop throughput (higher is better)"
+		}
+		for _, q := range quotas {
+			t.Quotas = append(t.Quotas, millicores(q))
+		}
+		for _, setting := range []string{SetGoDefault, SetGofit, SetProcs1, SetProcsNCPU} {
+			row := verdictRow{Label: setting}
+			found := false
+			for _, q := range quotas {
+				c := verdictCell{Text: "–"}
+				for _, s := range r.CPUSummary {
+					if s.Mode != mode || s.QuotaCores != q || !s.is(setting) {
+						continue
+					}
+					found = true
+					m, unit := s.P99, "ms"
+					if mode == "closed" {
+						m, unit = s.RPS, " rps"
+					}
+					c.Text = fmtNum(m.Value) + unit
+					c.Interval = fmt.Sprintf("[%s–%s]", fmtNum(m.CILow), fmtNum(m.CIHigh))
+					switch {
+					case s.Failed:
+						c.Verdict, c.Class = "FAILED", "failed"
+					case s.Setting == SetGoDefault:
+						c.Verdict, c.Class = "baseline", "base"
+					case s.Verdict != nil:
+						c.Verdict, c.Class = *s.Verdict, *s.Verdict
+						if !s.Decided {
+							c.Verdict, c.Class = "same (undecided)", "undecided"
+						}
+					}
+					if s.Setting != setting {
+						c.Note = "same cell as " + s.Setting
+					}
+					if mode == "open" && s.OfferedRPS > 0 {
+						c.Note = strings.TrimPrefix(c.Note+fmt.Sprintf("; at %.0f rps", s.OfferedRPS), "; ")
+					}
+				}
+				row.Cells = append(row.Cells, c)
+			}
+			if found {
+				t.Rows = append(t.Rows, row)
+			}
+		}
+		out = append(out, t)
 	}
 	return out
 }
 
+var reportTmpl = template.Must(template.New("report").Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>gofit lab report</title>
+<style>
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1320px;margin:1em auto;color:#222;padding:0 1em}
+h1{font-size:1.4em;margin:.2em 0}h2{font-size:1.15em;margin:1em 0 .3em}
+.meta{color:#555;font-size:13px;margin:0 0 .5em}
+.top{display:flex;gap:1.5em;flex-wrap:wrap;align-items:flex-start}
+.top>div{flex:1 1 560px;min-width:0}
+table{border-collapse:collapse;font-size:12.5px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right;vertical-align:top}
+th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}
+.better{background:#dff3df}.worse{background:#fadcdc}.same{background:#f3f3f3}.undecided{background:#fff2cc}.failed{background:#f4b4b4;font-weight:bold}.base{background:#e8eefa}
+.ci{color:#555;font-size:11px}.v{font-size:11px;font-weight:600}.n{color:#777;font-size:10.5px}
+pre{background:#f6f6f6;padding:.6em;font-size:12px;margin:.3em 0}
+.alert{background:#fadcdc;border:1px solid #d66;padding:.5em .8em;margin:.4em 0}
+.warn{background:#fff2cc;border:1px solid #d6b656;padding:.4em .8em;margin:.4em 0;font-size:13px}
+ul.reasons{font-size:12.5px;padding-left:1.2em;margin:.3em 0}
+figure.plot{display:inline-block;margin:.3em;vertical-align:top}figcaption{font-size:12px;color:#333;max-width:600px}
+.key{white-space:nowrap;margin-right:.8em}.sw{display:inline-block;width:10px;height:10px;margin-right:3px}
+details{margin:.5em 0}summary{cursor:pointer;font-weight:600}
+</style></head><body>
+<h1>gofit lab report</h1>
+<p class="meta">{{.R.Machine.CPUs}} CPUs, cgroup v{{.R.Machine.CgroupVersion}}, {{.R.Machine.GoVersion}}, kernel {{.R.Machine.Kernel}}, load average at start {{.R.Machine.LoadAvg}}.
+Target <code>{{.R.Target.Command}}</code>. {{.R.Lab.Trials}} trials in {{printf "%.0f" .R.Lab.WallSeconds}} s (budget {{printf "%.0f" .R.Lab.BudgetSeconds}} s).</p>
+{{if .R.Lab.Failed}}<div class="alert"><b>Not a trustworthy result:</b> {{.R.Lab.Failed}}.</div>{{end}}
+{{if .Placement}}<div class="{{if .R.Placement.Isolated}}meta{{else}}warn{{end}}"><b>Isolation:</b> {{.R.Placement.Note}}.{{if .Overlap}} Measured: {{.Overlap}}{{end}}</div>{{end}}
+{{range .R.Lab.Warnings}}<div class="warn">{{.}}</div>{{end}}
+<div class="top">
+<div>
+<h2>Verdicts against go-default</h2>
+<p class="meta">Each cell: the estimate over every request of every repeat, its 95% bootstrap interval, and the verdict: better or worse only when the interval of the ratio to go-default excludes 1.</p>
+{{range .Tables}}<table style="margin-bottom:.6em"><tr><th>{{.What}}</th>{{range .Quotas}}<th>{{.}}</th>{{end}}</tr>
+{{range .Rows}}<tr><td>{{.Label}}</td>{{range .Cells}}<td class="{{.Class}}">{{.Text}} <span class="ci">{{.Interval}}</span><br><span class="v">{{.Verdict}}</span>{{if .Note}}<br><span class="n">{{.Note}}</span>{{end}}</td>{{end}}</tr>{{end}}
+</table>{{end}}
+</div>
+<div>
+<h2>Recommendation{{if not .R.Recommendation.Confident}} (not confident){{end}}</h2>
+<pre>{{.R.Recommendation.YAML}}</pre>
+{{with .R.Recommendation.Check}}<p class="meta"><b>Check trial</b> (the pair run together): {{.Outcome}}{{if .Healthy}}, healthy{{else}}, not healthy{{end}}: {{printf "%.0f" .RPS}} rps, p99 {{printf "%.1f" .P99}} ms, against {{printf "%.0f" .ProbeRPS}} rps, p99 {{printf "%.1f" .ProbeP99}} ms without a memory limit.</p>{{end}}
+<ul class="reasons">{{range .R.Recommendation.Reasons}}<li>{{.}}</li>{{end}}</ul>
+</div>
+</div>
+<h2>CPU</h2>
+<p class="meta">Closed loop: a fixed number of workers, each sending its next request when the previous returns, over windows of at least 50 CFS periods; CPU and throttling are read at the window's edges, after a warm-up. Open loop: every setting at a quota gets the same rate (offered_rps), each latency timed from its intended send time. Points are the estimate over all requests; whiskers its 95% interval (cut at the plot's edge).</p>
+{{range .CPUPlots}}{{.}}{{end}}
+<h2>Latency percentiles at {{.SmallestQuota}} (open loop)</h2>
+{{.HDRPlot}}
+<h2>Memory</h2>
+<p class="meta">Each trial starts the target with its binary's page cache {{.R.Target.PageCache}}, under a memory limit and the CPU limit {{.ProbeCPU}}, and drives a fixed closed-loop load. Survives: no OOM kill, errors at most 1%, no stall. Healthy: survives with at least 90% of the unlimited probe's throughput ({{printf "%.0f" .R.Target.ProbeRPS}} rps) and p99 at most twice its p99 ({{printf "%.1f" .R.Target.ProbeP99}} ms). Peak without a limit: {{.Peak}}.</p>
+<table><tr><th>setting</th><th>survival floor</th><th>healthy floor</th><th>trials</th></tr>
+{{range .Floors}}<tr><td>{{.Setting}}</td><td>{{.Floor}}</td><td>{{.Healthy}}</td><td>{{.Trials}}</td></tr>{{end}}</table>
+{{range .MemPlots}}{{.}}{{end}}
+<details><summary>Every CPU summary cell</summary>
+<table><tr><th>quota</th><th>setting</th><th>mode</th><th>GOMAXPROCS</th><th>offered rps</th><th>rps [95% CI]</th><th>p99 ms [95% CI]</th><th>repeats</th><th>samples</th><th>CPU efficiency</th><th>throttled s</th><th>errors</th><th>isolated</th><th>notes</th></tr>
+{{range .R.CPUSummary}}<tr{{if .Failed}} class="failed"{{end}}><td>{{printf "%.2f" .QuotaCores}}</td><td>{{.Setting}}{{range .SameAs}} = {{.}}{{end}}</td><td>{{.Mode}}</td><td>{{.GOMAXPROCS}}</td><td>{{if .OfferedRPS}}{{printf "%.0f" .OfferedRPS}}{{end}}</td>
+<td>{{printf "%.0f" .RPS.Value}} [{{printf "%.0f" .RPS.CILow}}–{{printf "%.0f" .RPS.CIHigh}}]</td><td>{{printf "%.1f" .P99.Value}} [{{printf "%.1f" .P99.CILow}}–{{printf "%.1f" .P99.CIHigh}}]</td>
+<td>{{.Repeats}}</td><td>{{.Samples}}</td><td>{{printf "%.2f" .CPUEfficiency.Median}}</td><td>{{printf "%.2f" .ThrottledSeconds.Median}}</td><td>{{printf "%.2f" .ErrorShare}}</td><td>{{.Isolated}}</td><td>{{range .Notes}}{{.}}. {{end}}</td></tr>{{end}}
+</table></details>
+<details><summary>Every memory trial</summary>
+<table><tr><th>setting</th><th>search</th><th>limit</th><th>outcome</th><th>healthy</th><th>rps</th><th>p99 ms</th><th>peak</th><th>page cache</th><th>major faults</th><th>detail</th></tr>
+{{range .MemTrials}}<tr><td>{{.Setting}}</td><td>{{.Search}}</td><td>{{.Limit}}</td><td>{{.T.Outcome}}</td><td>{{.T.Healthy}}</td><td>{{printf "%.0f" .T.RPS}}</td><td>{{printf "%.1f" .T.P99}}</td><td>{{.Peak}}</td><td>{{.Cache}}</td><td>{{.T.MajorFaults}}</td><td>{{.T.Detail}}</td></tr>{{end}}
+</table></details>
+<p class="meta">The lab: {{.R.Lab.Trials}} trials in {{printf "%.0f" .R.Lab.WallSeconds}} s; the load generator used {{printf "%.1f" .R.Lab.GeneratorCPUSeconds}} CPU-seconds outside the target's cgroup. {{.R.Lab.Undecided}} comparisons stayed undecided.</p>
+</body></html>
+`))
+
+type floorRow struct {
+	Setting, Floor, Healthy string
+	Trials                  int
+}
+
+type memTrialRow struct {
+	Setting, Search, Limit, Peak, Cache string
+	T                                   MemTrial
+}
+
 // HTML renders report.html.
-func HTML(r *Results) string {
-	var b strings.Builder
-	b.WriteString(`<!doctype html><html><head><meta charset="utf-8"><title>gofit lab report</title><style>
-body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;color:#222}
-table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}
-th{background:#f4f4f4}td:nth-child(-n+2){text-align:left}pre{background:#f6f6f6;padding:1em}
-figure{display:inline-block;margin:0.5em}</style></head><body>`)
-	fmt.Fprintf(&b, "<h1>gofit lab report</h1><p>%d CPUs, cgroup v%d, %s, kernel %s. Target: <code>%s</code>. %s.</p>",
-		r.Machine.CPUs, r.Machine.CgroupVersion, html.EscapeString(r.Machine.GoVersion), html.EscapeString(r.Machine.Kernel),
-		html.EscapeString(r.Target.Command), html.EscapeString(r.Target.GoDefaultNote))
-	b.WriteString("<h2>Recommendation</h2><ul>")
-	for _, s := range r.Recommendation.Reasons {
-		fmt.Fprintf(&b, "<li>%s</li>", html.EscapeString(s))
-	}
-	fmt.Fprintf(&b, "</ul><pre>%s</pre>", html.EscapeString(r.Recommendation.YAML))
-
-	b.WriteString("<h2>CPU</h2><p>Median of repeats, whiskers min–max. Closed loop: fixed requests at fixed concurrency. Open loop: a fixed rate at a share of the closed-loop capacity, latency from the intended send time.</p>")
-	b.WriteString(chart("Throughput (closed loop)", "CPU quota (cores)", "requests/s", cpuSeries(r, "closed", func(s CPUSummary) Summary { return s.RPS }), nil))
-	b.WriteString(chart("p99 latency (open loop)", "CPU quota (cores)", "p99 ms", cpuSeries(r, "open", func(s CPUSummary) Summary { return s.P99 }), nil))
-	b.WriteString(chart("Throttled time (open loop)", "CPU quota (cores)", "throttled seconds", cpuSeries(r, "open", func(s CPUSummary) Summary { return s.ThrottledSeconds }), nil))
-	b.WriteString(chart("CPU per request (closed loop)", "CPU quota (cores)", "CPU ms / request", cpuSeries(r, "closed", func(s CPUSummary) Summary { return s.CPUMsPerRequest }), nil))
-	b.WriteString("<table><tr><th>quota</th><th>setting</th><th>mode</th><th>GOMAXPROCS</th><th>rps (min/med/max)</th><th>p99 ms (min/med/max)</th><th>throttled s</th><th>CPU ms/req</th></tr>")
-	for _, s := range r.CPUSummary {
-		fmt.Fprintf(&b, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%d</td><td>%.0f / %.0f / %.0f</td><td>%.1f / %.1f / %.1f</td><td>%.2f</td><td>%.2f</td></tr>",
-			millicores(s.QuotaCores), html.EscapeString(s.Setting), s.Mode, s.GOMAXPROCS, s.RPS.Min, s.RPS.Median, s.RPS.Max, s.P99.Min, s.P99.Median, s.P99.Max, s.ThrottledSeconds.Median, s.CPUMsPerRequest.Median)
-	}
-	b.WriteString("</table>")
-
-	b.WriteString("<h2>Memory</h2>")
-	fmt.Fprintf(&b, "<p>Each trial starts the target with its binary's page cache %s (evicted, as in a new container), under a memory limit, and drives a fixed load. A trial fails on an OOM kill, on errors, or on a stall (no progress while major faults or limit hits climb). Peak without a limit: %s.</p>",
-		r.Target.PageCache, fit.FormatBytes(int64(r.Target.PeakBytes)))
-	var surv, thr []series
-	var marks []marker
-	for _, m := range r.Memory {
-		var pts []point
-		for _, s := range m.Survival {
-			pts = append(pts, point{x: float64(s.LimitBytes) / (1 << 20), y: float64(s.Passed) / float64(s.Runs)})
-		}
-		surv = append(surv, series{m.Setting, pts})
-		if m.FloorBytes != nil {
-			marks = append(marks, marker{float64(*m.FloorBytes) / (1 << 20), "floor " + m.Setting + " " + fit.FormatBytes(*m.FloorBytes)})
-		}
-		var tp []point
-		for _, t := range r.Throughput {
-			if t.Setting == m.Setting {
-				tp = append(tp, point{x: float64(t.LimitBytes) / (1 << 20), y: t.RPS})
+func HTML(r *Results) ([]byte, error) {
+	d := struct {
+		R                       *Results
+		Tables                  []verdictTable
+		Placement               bool
+		Overlap                 string
+		CPUPlots, MemPlots      []template.HTML
+		HDRPlot                 template.HTML
+		SmallestQuota, ProbeCPU string
+		Peak                    string
+		Floors                  []floorRow
+		MemTrials               []memTrialRow
+	}{R: r, Tables: verdictTables(r), Placement: r.Placement != nil, ProbeCPU: cpuLabel(r.Target.ProbeCPU), Peak: fit.FormatBytes(int64(r.Target.PeakBytes))}
+	if r.Placement != nil && len(r.Placement.Generator) > 0 {
+		var xs []float64
+		for _, c := range r.CPU {
+			if c.OverlapShare != nil {
+				xs = append(xs, *c.OverlapShare)
 			}
 		}
-		thr = append(thr, series{m.Setting, tp})
-	}
-	b.WriteString(chartY("Survival against memory limit", "memory limit (MiB)", "share of runs that survived", surv, marks, 1))
-	b.WriteString(chart("Throughput against memory limit", "memory limit (MiB)", "requests/s", thr, marks))
-	b.WriteString("<table><tr><th>setting</th><th>limit</th><th>outcome</th><th>rps</th><th>p99 ms</th><th>peak</th><th>page cache</th><th>major faults</th><th>resident before</th><th>detail</th></tr>")
-	for _, m := range r.Memory {
-		for _, t := range m.Trials {
-			fmt.Fprintf(&b, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%.0f</td><td>%.1f</td><td>%s</td><td>%s</td><td>%d</td><td>%.0f%%</td><td>%s</td></tr>",
-				html.EscapeString(m.Setting), fit.FormatBytes(t.LimitBytes), t.Outcome, t.RPS, t.P99, fit.FormatBytes(int64(t.PeakBytes)), fit.FormatBytes(int64(t.PageCacheBytes)), t.MajorFaults, t.ResidentBefore*100, html.EscapeString(t.Detail))
+		if len(xs) > 0 {
+			s := Summarize(xs)
+			d.Overlap = fmt.Sprintf("the target spent %.0f%% (median; %.0f–%.0f%%) of its CPU time on the generator's CPU %s.", s.Median*100, s.Min*100, s.Max*100, cpuList(r.Placement.Generator))
 		}
 	}
-	b.WriteString("</table>")
-	fmt.Fprintf(&b, "<h2>The lab itself</h2><p>%d trials in %.0f s; the load generator used %.1f CPU-seconds outside the target's cgroup.</p></body></html>\n",
-		r.Lab.Trials, r.Lab.WallSeconds, r.Lab.GeneratorCPUSeconds)
-	return b.String()
+	var quotas []float64
+	seen := map[float64]bool{}
+	for _, s := range r.CPUSummary {
+		if !seen[s.QuotaCores] {
+			seen[s.QuotaCores] = true
+			quotas = append(quotas, s.QuotaCores)
+		}
+	}
+	sort.Float64s(quotas)
+	qx := axisSpec{label: "CPU quota (log scale)", log: true, ticks: quotaTicks(quotas)}
+	// One line per setting, through every cell it names (a cell shared by
+	// two settings is on both lines).
+	cpuLines := func(mode string, f func(CPUSummary) pt) []line {
+		var out []line
+		for _, setting := range []string{SetGoDefault, SetGofit, SetProcs1, SetProcsNCPU} {
+			var pts []pt
+			for _, s := range r.CPUSummary {
+				if s.Mode == mode && s.is(setting) {
+					pts = append(pts, f(s))
+				}
+			}
+			if len(pts) > 0 {
+				out = append(out, line{setting, pts})
+			}
+		}
+		return out
+	}
+	d.CPUPlots = []template.HTML{
+		template.HTML(chartSVG("p99 latency, open loop at equal offered load", qx, axisSpec{label: "p99 (ms, log scale)", log: true},
+			cpuLines("open", func(s CPUSummary) pt { return pt{s.QuotaCores, s.P99.Value, s.P99.CILow, s.P99.CIHigh} }))),
+		template.HTML(chartSVG("Throughput, closed loop", qx, axisSpec{label: "requests/s"},
+			cpuLines("closed", func(s CPUSummary) pt { return pt{s.QuotaCores, s.RPS.Value, s.RPS.CILow, s.RPS.CIHigh} }))),
+		template.HTML(chartSVG("Throttled time per window, open loop (median, min–max)", qx, axisSpec{label: "throttled seconds"},
+			cpuLines("open", func(s CPUSummary) pt {
+				return pt{s.QuotaCores, s.ThrottledSeconds.Median, s.ThrottledSeconds.Min, s.ThrottledSeconds.Max}
+			}))),
+		template.HTML(chartSVG("CPU used ÷ quota, closed loop (median, min–max)", qx, axisSpec{label: "CPU efficiency"},
+			cpuLines("closed", func(s CPUSummary) pt {
+				return pt{s.QuotaCores, s.CPUEfficiency.Median, s.CPUEfficiency.Min, s.CPUEfficiency.Max}
+			}))),
+	}
+	if len(quotas) > 0 {
+		d.SmallestQuota = millicores(quotas[0])
+		var ls []line
+		for _, s := range r.CPUSummary {
+			if s.Mode != "open" || s.QuotaCores != quotas[0] {
+				continue
+			}
+			var pts []pt
+			for _, p := range s.Percentiles {
+				pts = append(pts, pt{percentileX(p.Percentile), p.Ms, p.Ms, p.Ms})
+			}
+			ls = append(ls, line{label(s), pts})
+		}
+		sort.Slice(ls, func(i, j int) bool { return settingRank(ls[i].name) < settingRank(ls[j].name) })
+		d.HDRPlot = template.HTML(chartSVG("Latency by percentile at "+d.SmallestQuota+", open loop", axisSpec{label: "percentile", ticks: percentileTicks()},
+			axisSpec{label: "latency (ms, log scale)", log: true}, ls))
+	}
+	// Memory.
+	var surv, thr, hl []line
+	var floors, tested []float64
+	for _, m := range r.Memory {
+		row := floorRow{Setting: m.Setting, Floor: "none found", Healthy: "none found", Trials: len(m.Trials) + len(m.HealthyTrials)}
+		if m.FloorBytes != nil {
+			row.Floor = fit.FormatBytes(*m.FloorBytes)
+			floors = append(floors, mibf(*m.FloorBytes))
+		}
+		if m.HealthyFloorBytes != nil {
+			row.Healthy = fit.FormatBytes(*m.HealthyFloorBytes)
+			floors = append(floors, mibf(*m.HealthyFloorBytes))
+		}
+		d.Floors = append(d.Floors, row)
+		var sp []pt
+		for _, s := range m.Survival {
+			y := float64(s.Passed) / float64(s.Runs)
+			sp = append(sp, pt{mibf(s.LimitBytes), y, y, y})
+			tested = append(tested, mibf(s.LimitBytes))
+		}
+		surv = append(surv, line{m.Setting, sp})
+		var hp []pt
+		for _, t := range append(append([]MemTrial(nil), m.Trials...), m.HealthyTrials...) {
+			if t.Outcome == OK && r.Target.ProbeRPS > 0 {
+				y := t.RPS / r.Target.ProbeRPS
+				hp = append(hp, pt{mibf(t.LimitBytes), y, y, y})
+			}
+		}
+		hl = append(hl, line{m.Setting, hp})
+		var tp []pt
+		for _, t := range r.Throughput {
+			if t.Setting == m.Setting && t.Outcome == OK {
+				tp = append(tp, pt{mibf(t.LimitBytes), t.P99, t.P99, t.P99})
+			}
+		}
+		thr = append(thr, line{m.Setting, tp})
+		for _, t := range m.Trials {
+			d.MemTrials = append(d.MemTrials, memTrialRow{m.Setting, "survival", fit.FormatBytes(t.LimitBytes), fit.FormatBytes(int64(t.PeakBytes)), fit.FormatBytes(int64(t.PageCacheBytes)), t})
+		}
+		for _, t := range m.HealthyTrials {
+			d.MemTrials = append(d.MemTrials, memTrialRow{m.Setting, "healthy", fit.FormatBytes(t.LimitBytes), fit.FormatBytes(int64(t.PeakBytes)), fit.FormatBytes(int64(t.PageCacheBytes)), t})
+		}
+	}
+	var multLimits []float64
+	for _, t := range r.Throughput {
+		multLimits = append(multLimits, mibf(t.LimitBytes))
+	}
+	mx := axisSpec{label: "memory limit (MiB, log scale); labelled: floors found", log: true, ticks: mibTicks(floors, tested)}
+	d.MemPlots = []template.HTML{
+		template.HTML(chartSVG("Survival against memory limit", mx, axisSpec{label: "share of runs that survived", min: -0.05, max: 1.1}, surv)),
+		template.HTML(chartSVG("Throughput against memory limit (survivors)", mx, axisSpec{label: "rps ÷ unlimited probe's rps"}, hl)),
+		template.HTML(chartSVG("p99 at multiples of the no-knob floor", axisSpec{label: "memory limit (MiB, log scale)", log: true, ticks: mibTicks(multLimits, nil)}, axisSpec{label: "p99 (ms, log scale)", log: true}, thr)),
+	}
+	var buf bytes.Buffer
+	if err := reportTmpl.Execute(&buf, d); err != nil {
+		return nil, fmt.Errorf("report.html: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+func mibf(b int64) float64 { return float64(b) / (1 << 20) }
+
+// WriteSummary prints the terminal summary: the verdicts and the
+// recommendation first.
+func WriteSummary(w io.Writer, r *Results) {
+	fmt.Fprintf(w, "\ngofit lab: %d CPUs, cgroup v%d, %s, kernel %s, load average %s\n", r.Machine.CPUs, r.Machine.CgroupVersion, r.Machine.GoVersion, r.Machine.Kernel, r.Machine.LoadAvg)
+	fmt.Fprintf(w, "target: %s\n", r.Target.Command)
+	if r.Lab.Failed != "" {
+		fmt.Fprintf(w, "\n!! NOT TRUSTWORTHY: %s\n", r.Lab.Failed)
+	}
+	if r.Placement != nil {
+		fmt.Fprintf(w, "isolation: %s\n", r.Placement.Note)
+	}
+	for _, t := range verdictTables(r) {
+		if len(t.Rows) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s: estimate [95%% CI] verdict vs go-default\n", t.What)
+		fmt.Fprintf(w, "  %-16s", "setting")
+		for _, q := range t.Quotas {
+			fmt.Fprintf(w, " %-30s", q)
+		}
+		fmt.Fprintln(w)
+		for _, row := range t.Rows {
+			fmt.Fprintf(w, "  %-16s", row.Label)
+			for _, c := range row.Cells {
+				fmt.Fprintf(w, " %-30s", strings.TrimSpace(c.Text+" "+c.Interval+" "+c.Verdict))
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	if len(r.Memory) > 0 {
+		fmt.Fprintf(w, "\nMemory floors at %s CPU (page cache %s at start; peak without a limit %s; unlimited %.0f rps, p99 %.1fms)\n",
+			cpuLabel(r.Target.ProbeCPU), r.Target.PageCache, fit.FormatBytes(int64(r.Target.PeakBytes)), r.Target.ProbeRPS, r.Target.ProbeP99)
+		for _, m := range r.Memory {
+			f, h := "none found", "none found"
+			if m.FloorBytes != nil {
+				f = fit.FormatBytes(*m.FloorBytes)
+			}
+			if m.HealthyFloorBytes != nil {
+				h = fit.FormatBytes(*m.HealthyFloorBytes)
+			}
+			fmt.Fprintf(w, "  %-26s survives from %-10s healthy from %-10s %d trials\n", m.Setting, f, h, len(m.Trials)+len(m.HealthyTrials))
+		}
+	}
+	conf := ""
+	if !r.Recommendation.Confident {
+		conf = " (not confident)"
+	}
+	fmt.Fprintf(w, "\nRecommendation%s\n", conf)
+	for _, s := range r.Recommendation.Reasons {
+		fmt.Fprintf(w, "  - %s\n", s)
+	}
+	if c := r.Recommendation.Check; c != nil {
+		fmt.Fprintf(w, "  - check trial (the pair together): %s, %.0f rps, p99 %.1fms\n", c.verdict(), c.RPS, c.P99)
+	}
+	fmt.Fprintf(w, "\n%s\n", r.Recommendation.YAML)
+	for _, x := range r.Lab.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", x)
+	}
+	fmt.Fprintf(w, "lab: %d trials in %.0fs (budget %.0fs); %d comparisons undecided; load generator used %.1f CPU-seconds\n", r.Lab.Trials, r.Lab.WallSeconds, r.Lab.BudgetSeconds, r.Lab.Undecided, r.Lab.GeneratorCPUSeconds)
 }

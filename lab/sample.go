@@ -74,6 +74,7 @@ func sampleWork(w http.ResponseWriter, r *http.Request) {
 var sampleMetrics = []metrics.Sample{
 	{Name: "/cpu/classes/gc/total:cpu-seconds"},
 	{Name: "/cpu/classes/total:cpu-seconds"},
+	{Name: "/cpu/classes/idle:cpu-seconds"},
 }
 
 // RuntimeVars is what a target tells about its Go runtime on /debug/vars,
@@ -83,7 +84,8 @@ type RuntimeVars struct {
 	GOMAXPROCS      int     `json:"gomaxprocs"`
 	GOMEMLIMIT      int64   `json:"gomemlimit"`
 	GCCPUSeconds    float64 `json:"gc_cpu_seconds"`
-	TotalCPUSeconds float64 `json:"total_cpu_seconds"`
+	TotalCPUSeconds float64 `json:"total_cpu_seconds"` // GOMAXPROCS × wall time, as the runtime counts it
+	IdleCPUSeconds  float64 `json:"idle_cpu_seconds"`  // of which Ps sat idle
 	GCCPUFraction   float64 `json:"gc_cpu_fraction"`
 	NumGC           uint32  `json:"num_gc"`
 }
@@ -100,6 +102,7 @@ func sampleVars() any {
 		GOMEMLIMIT:      debug.SetMemoryLimit(-1),
 		GCCPUSeconds:    s[0].Value.Float64(),
 		TotalCPUSeconds: s[1].Value.Float64(),
+		IdleCPUSeconds:  s[2].Value.Float64(),
 		GCCPUFraction:   ms.GCCPUFraction,
 		NumGC:           ms.NumGC,
 	}

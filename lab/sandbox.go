@@ -47,20 +47,89 @@ type Sandbox struct {
 	mu     sync.Mutex
 	seq    int
 	live   map[*Trial]bool
+	cpus   []int // the lab's affinity at start: what a container here sees
+	place  *Placement
 }
 
-// NewSandbox sweeps stale lab cgroups and creates this run's parent group.
+// NewSandbox sweeps stale lab cgroups and temporary directories and
+// creates this run's parent group.
 func NewSandbox() (*Sandbox, error) {
 	self, err := cgroup.NewFS("/").Self()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrNoCgroups, err)
+		return nil, fmt.Errorf("%w: %w", ErrNoCgroups, err)
 	}
 	Sweep(self)
-	g, err := manage.NewChild(self, groupPrefix+strconv.Itoa(os.Getpid()))
+	SweepTemp(os.TempDir())
+	g, err := newParentGroup(self)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrNoCgroups, err)
+		return nil, fmt.Errorf("%w: %w", ErrNoCgroups, err)
 	}
-	return &Sandbox{parent: g, live: map[*Trial]bool{}}, nil
+	return &Sandbox{parent: g, live: map[*Trial]bool{}, cpus: affinityCPUs()}, nil
+}
+
+// newParentGroup is the one place the lab creates its parent cgroup.
+func newParentGroup(self *cgroup.Cgroups) (*manage.Group, error) {
+	return manage.NewChild(self, groupPrefix+strconv.Itoa(os.Getpid()))
+}
+
+// Isolate pins the load generator (this process) to CPUs of its own
+// where the target can do without them (it needs need CPUs to keep every
+// setting's GOMAXPROCS), else to one CPU it shares with the target. Trials
+// started afterwards get the target's CPUs.
+func (s *Sandbox) Isolate(need int) (*Placement, error) {
+	p := planPlacement(s.cpus, need, 1)
+	if len(s.cpus) < 2 {
+		p.Generator, p.Overlap = nil, len(s.cpus)
+		p.Note = "not isolated: one CPU; the load generator and the target share it"
+		return p, nil
+	}
+	if err := p.pin(); err != nil {
+		p.Isolated, p.Overlap, p.Target = false, len(s.cpus), s.cpus
+		p.Note = "not isolated: " + err.Error()
+		return p, nil
+	}
+	s.place = p
+	return p, nil
+}
+
+// Repin pins threads the runtime started since Isolate.
+func (s *Sandbox) Repin() {
+	if s.place != nil {
+		s.place.pin()
+	}
+}
+
+// tempPrefix names the lab's temporary directories, gofit-lab-<pid>-*.
+const tempPrefix = "gofit-lab-"
+
+// TempDir creates this run's temporary directory under os.TempDir(),
+// named so that SweepTemp can remove it once this process is gone.
+func TempDir() (string, error) {
+	return os.MkdirTemp("", tempPrefix+strconv.Itoa(os.Getpid())+"-")
+}
+
+// SweepTemp removes the temporary directories of lab processes that no
+// longer run (a SIGKILLed lab cannot clean up after itself). It returns
+// the directories removed.
+func SweepTemp(dir string) []string {
+	var removed []string
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), tempPrefix)
+		if !e.IsDir() || !ok {
+			continue
+		}
+		pidStr, _, _ := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidStr)
+		if err != nil || pid <= 0 || pid == os.Getpid() || syscall.Kill(pid, 0) == nil {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		if os.RemoveAll(p) == nil {
+			removed = append(removed, p)
+		}
+	}
+	return removed
 }
 
 // Sweep removes lab cgroups left by lab processes that no longer run,
@@ -68,7 +137,9 @@ func NewSandbox() (*Sandbox, error) {
 func Sweep(self *cgroup.Cgroups) []string {
 	var removed []string
 	for _, n := range []*cgroup.Node{self.CPU, self.CPUAcct, self.Memory, self.Unified} {
-		if n == nil {
+		// On v2 a populated cgroup's processes were moved into a leaf and
+		// the lab's groups sit beside it.
+		if n = manage.ParentFor(n); n == nil {
 			continue
 		}
 		entries, _ := os.ReadDir(n.Dir)
@@ -124,6 +195,7 @@ func (s *Sandbox) Close() error {
 	for _, t := range live {
 		t.Stop()
 	}
+	s.place.unpin(s.cpus)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return s.parent.Remove(ctx)
@@ -149,6 +221,7 @@ type Trial struct {
 	waitErr   error
 	URL       string
 	VarsURL   string
+	Pid       int
 	Resident  float64 // share of the binary in page cache just before start
 	Ready     time.Duration
 	output    *tail
@@ -221,10 +294,11 @@ func (s *Sandbox) Start(ctx context.Context, t Target, cfg TrialConfig) (*Trial,
 	s.live[tr] = true
 	s.mu.Unlock()
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	if err := s.place.startOnTargetCPUs(cmd.Start); err != nil {
 		return fail(err)
 	}
 	tr.cmd = cmd
+	tr.Pid = cmd.Process.Pid
 	go func() {
 		tr.waitErr = cmd.Wait()
 		close(tr.exited)
@@ -261,8 +335,9 @@ const (
 func (tr *Trial) waitReady(ctx context.Context) error {
 	client := &http.Client{Timeout: time.Second}
 	deadline := time.Now().Add(readyTimeout)
-	var lastFaults, lastHits uint64
-	lastProgress := time.Now()
+	w := startWatch{window: stallWindow}
+	var badSince time.Time
+	lastAnswer := "no answer"
 	for {
 		select {
 		case <-tr.exited:
@@ -278,27 +353,75 @@ func (tr *Trial) waitReady(ctx context.Context) error {
 			if resp.StatusCode < 400 {
 				return nil
 			}
+			// It is up but refuses the request: say which status, and do
+			// not wait the full timeout for a wrong URL or a broken handler.
+			lastAnswer = "HTTP " + resp.Status
+			if badSince.IsZero() {
+				badSince = time.Now()
+			}
+			if time.Since(badSince) > badAnswerWindow {
+				return &StartError{Errored, fmt.Sprintf("%s answered %s for %v; check --url", tr.URL, lastAnswer, badAnswerWindow)}
+			}
+		} else {
+			badSince = time.Time{}
+			lastAnswer = err.Error()
 		}
 		if m, err := tr.g.MemoryStats(); err == nil {
-			if m.MajorFaults > lastFaults || m.MaxHits > lastHits {
-				lastFaults, lastHits = m.MajorFaults, m.MaxHits
-				if time.Since(lastProgress) > stallWindow {
-					return &StartError{"stalled", fmt.Sprintf("not ready after %v while major faults climb to %d and the limit was hit %d times", time.Since(lastProgress).Round(time.Millisecond), m.MajorFaults, m.MaxHits)}
-				}
+			if w.observe(time.Now(), m.MajorFaults, m.MaxHits, m.Anon) {
+				return &StartError{Stalled, fmt.Sprintf("not ready, and for %v no progress (resident memory flat) while major faults climb to %d and the limit was hit %d times", stallWindow, m.MajorFaults, m.MaxHits)}
 			}
 		}
 		if time.Now().After(deadline) {
-			return &StartError{"errors", fmt.Sprintf("%s did not answer within %v; output: %s", tr.URL, readyTimeout, tr.output)}
+			return &StartError{Errored, fmt.Sprintf("%s did not answer within %v (last: %s); output: %s", tr.URL, readyTimeout, lastAnswer, tr.output)}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 }
 
+// badAnswerWindow is how long a target may answer its URL with an HTTP
+// error before the start fails.
+const badAnswerWindow = 3 * time.Second
+
+// startWatch tells a slow cold start from a stall. A start makes progress
+// while its anonymous memory grows (the heap being built) or while it
+// faults nothing in; it is stalled when major faults or limit hits climb
+// at every look for a whole window and its memory does not grow: it is
+// re-reading its own code pages, evicted as soon as they are read.
+type startWatch struct {
+	window       time.Duration
+	started      bool
+	faults, hits uint64
+	anon         uint64
+	lastProgress time.Time
+}
+
+func (w *startWatch) observe(now time.Time, faults, hits, anon uint64) (stalled bool) {
+	if !w.started {
+		w.started, w.lastProgress = true, now
+		w.faults, w.hits, w.anon = faults, hits, anon
+		return false
+	}
+	climbing := faults > w.faults || hits > w.hits
+	grew := anon > w.anon+startGrowth
+	if !climbing || grew {
+		w.lastProgress = now
+	}
+	w.faults, w.hits = faults, hits
+	if grew || anon < w.anon {
+		w.anon = anon
+	}
+	return now.Sub(w.lastProgress) > w.window
+}
+
+// startGrowth is the anonymous-memory growth between looks that counts as
+// progress.
+const startGrowth = 64 << 10
+
 func (tr *Trial) exitError() error {
 	if m, err := tr.g.MemoryStats(); err == nil && m.OOMKills > 0 {
-		return &StartError{"oom_killed", fmt.Sprintf("killed by the OOM killer while starting (%v)", tr.waitErr)}
+		return &StartError{OOMKilled, fmt.Sprintf("killed by the OOM killer while starting (%v)", tr.waitErr)}
 	}
-	return &StartError{"errors", fmt.Sprintf("exited while starting (%v); output: %s", tr.waitErr, tr.output)}
+	return &StartError{Errored, fmt.Sprintf("exited while starting (%v); output: %s", tr.waitErr, tr.output)}
 }
 
 // Stats reads the trial's cgroup now (or, after Stop, as it was at the end).
@@ -372,6 +495,27 @@ func (tr *Trial) Stop() {
 		delete(tr.s.live, tr)
 		tr.s.mu.Unlock()
 	})
+}
+
+// CPUOn is the CPU time the trial's cgroup spent on each CPU (cgroup v1
+// cpuacct.usage_percpu), or nil where the kernel does not keep it.
+func (tr *Trial) CPUOn() []uint64 {
+	if tr.g.CPUAcct == nil {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(tr.g.CPUAcct.Dir, "cpuacct.usage_percpu"))
+	if err != nil {
+		return nil
+	}
+	var out []uint64
+	for _, f := range strings.Fields(string(b)) {
+		v, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return nil
+		}
+		out = append(out, v)
+	}
+	return out
 }
 
 // Output is the tail of what the target printed.

@@ -47,6 +47,10 @@ func TestFloorSearch(t *testing.T) {
 			&fake{floor: 52 * mib, flaky: map[int64][]bool{48 * mib: {true, false, true}}}, 52 * mib, 20},
 		{"2 of 3 tolerates one flake at the floor", FloorSearch{Lo: 10 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: mib, Need: 2, Of: 3},
 			&fake{floor: 30 * mib, flaky: map[int64][]bool{30 * mib: {true, false, true}}}, 30 * mib, 12},
+		{"floor below Lo is found, not reported as Lo + 1 MiB", FloorSearch{Lo: 40 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: mib, Need: 1, Of: 1},
+			&fake{floor: 13 * mib}, 13 * mib, 12},
+		{"an edge that never confirms climbs in doubling steps, bounded", FloorSearch{Lo: 10 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: mib, Need: 2, Of: 2, MaxTrials: 30},
+			&fake{floor: 90 * mib, flaky: map[int64][]bool{20 * mib: {true, false}}}, 90 * mib, 30},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			floor, trials, err := tc.s.Find(context.Background(), tc.f.run)
@@ -63,10 +67,22 @@ func TestFloorSearch(t *testing.T) {
 	}
 }
 
+func TestFloorSearchHealthyPredicate(t *testing.T) {
+	// Healthy from 60 MiB although it survives from 30 MiB.
+	run := func(_ context.Context, limit int64) MemTrial {
+		return MemTrial{LimitBytes: limit, Outcome: OK, Healthy: limit >= 60*mib}
+	}
+	s := FloorSearch{Lo: 30 * mib, Hi: 90 * mib, Max: 800 * mib, Resolution: mib, Need: 1, Of: 1, Pass: func(t MemTrial) bool { return t.Healthy }}
+	floor, _, err := s.Find(context.Background(), run)
+	if err != nil || floor != 60*mib {
+		t.Errorf("healthy floor %d MiB, %v; want 60 MiB", floor/mib, err)
+	}
+}
+
 func TestFloorSearchCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	n := 0
-	_, trials, err := FloorSearch{Lo: mib, Hi: 64 * mib, Max: 64 * mib, Resolution: mib, Need: 1, Of: 1}.Find(ctx, func(context.Context, int64) MemTrial {
+	_, trials, err := FloorSearch{Lo: 16 * mib, Hi: 64 * mib, Max: 64 * mib, Resolution: mib, Need: 1, Of: 1}.Find(ctx, func(context.Context, int64) MemTrial {
 		n++
 		if n == 3 {
 			cancel()

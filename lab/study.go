@@ -5,6 +5,7 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -12,14 +13,10 @@ import (
 	"os"
 	"runtime"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gofit-dev/gofit/cgroup"
-	"github.com/gofit-dev/gofit/fit"
-	"github.com/gofit-dev/gofit/internal/affinity"
-	"github.com/gofit-dev/gofit/internal/target"
 )
 
 // CPU settings.
@@ -32,13 +29,23 @@ const (
 
 // Memory settings.
 const (
-	SetNone        = "none"
-	SetLimitGCOff  = "gomemlimit=limit,gogc=off"
-	sampleGODEBUG  = "containermaxprocs=1,updatemaxprocs=1"
-	memConcurrency = 8
+	SetNone         = "none"
+	SetLimitGCOff   = "gomemlimit=limit,gogc=off"
+	SetAutoMemLimit = "automemlimit" // GOMEMLIMIT = 0.9 × limit, as KimMachineGun/automemlimit and Prometheus' --auto-gomemlimit set
+	sampleGODEBUG   = "containermaxprocs=1,updatemaxprocs=1"
+	memConcurrency  = 8
 	// A memory trial whose throughput falls below this share of the
 	// unlimited probe's, while it faults pages in, is stalled.
 	stallShare = 0.1
+	// automemlimitRatio is the share of the limit automemlimit gives GOMEMLIMIT.
+	automemlimitRatio = 0.9
+	// cfsPeriod is the kernel's default CFS period; a closed-loop window
+	// spans at least minPeriods of them, so a burst of one period moves
+	// throughput by at most 2%.
+	cfsPeriod  = 100 * time.Millisecond
+	minPeriods = 50
+	// maxErrorShare is the error rate above which a cell is marked failed.
+	maxErrorShare = 0.01
 )
 
 // Config is a study.
@@ -48,40 +55,56 @@ type Config struct {
 	// is run with Go ≥ 1.25's GOMAXPROCS default (see README).
 	Sample bool
 
-	Quotas         []float64     // CPU quotas in cores
-	CPUSettings    []string      // of SetProcs1, SetGoDefault, SetGofit, SetProcsNCPU
-	Repeats        int           // of each CPU cell, interleaved
-	Requests       int           // closed loop: requests per cell
-	Concurrency    int           // closed loop: workers
-	OpenFraction   float64       // open loop: share of the measured closed-loop capacity
-	OpenDuration   time.Duration // open loop: duration per cell
-	MemSettings    []string      // of SetNone, SetGofit, SetLimitGCOff
-	MemRequests    int           // requests per memory trial
-	Multiples      []float64     // of the no-knob floor, for throughput
-	Resolution     int64         // of the floor, bytes
-	ConfirmNeed    int           // k of n at the floor's edge
-	ConfirmOf      int
-	Progress       io.Writer // progress lines; nil for none
-	GoVersionLabel string    // how the target's Go default is described
+	Quotas        []float64     // CPU quotas in cores
+	CPUSettings   []string      // of SetProcs1, SetGoDefault, SetGofit, SetProcsNCPU
+	MinRepeats    int           // of each CPU cell, interleaved
+	MaxRepeats    int           // adaptive repeats stop here
+	Requests      int           // closed loop: requests per window (0: ClosedWindow decides)
+	ClosedWindow  time.Duration // closed loop: window length (≥ 50 CFS periods)
+	Concurrency   int           // closed loop: workers
+	Warmup        time.Duration // before every window; excluded from every figure
+	OpenFraction  float64       // open loop: share of the quota's median closed-loop capacity
+	OpenSamples   int           // open loop: latencies per summary cell, pooled over repeats
+	OpenDuration  time.Duration // open loop: fixed window per run (0: OpenSamples decides)
+	MinOpenWindow time.Duration
+	TargetRPS     float64       // open loop at this rate at every quota, and recommend for it
+	SLOP99        time.Duration // with TargetRPS: the p99 the recommendation must meet
+	Budget        time.Duration // wall time the adaptive repeats must fit in
+	MemSettings   []string      // of SetNone, SetGofit, SetLimitGCOff, SetAutoMemLimit
+	MemRequests   int           // requests per memory trial
+	Probes        int           // unlimited memory probes; their median is the healthy reference
+	Multiples     []float64     // of the no-knob floor, for throughput
+	Resolution    int64         // of the floor, bytes
+	ConfirmNeed   int           // k of n at the floor's edge
+	ConfirmOf     int
+	Resamples     int       // bootstrap resamples
+	Warnings      []string  // minimums the user overrode (from the command line)
+	Progress      io.Writer // progress lines; nil for none
 }
 
 // DefaultConfig is the default study, or with quick the reduced one.
 func DefaultConfig(quick bool) Config {
 	ncpu := float64(runtime.NumCPU())
 	c := Config{
-		Quotas:       []float64{0.25, 0.5, 1, ncpu},
-		CPUSettings:  []string{SetProcs1, SetGoDefault, SetGofit, SetProcsNCPU},
-		Repeats:      3,
-		Requests:     600,
-		Concurrency:  16,
-		OpenFraction: 0.6,
-		OpenDuration: 3 * time.Second,
-		MemSettings:  []string{SetNone, SetGofit, SetLimitGCOff},
-		MemRequests:  1500,
-		Multiples:    []float64{1, 1.5, 2, 4},
-		Resolution:   1 << 20,
-		ConfirmNeed:  3,
-		ConfirmOf:    3,
+		Quotas:        []float64{0.25, 0.5, 1, ncpu},
+		CPUSettings:   []string{SetProcs1, SetGoDefault, SetGofit, SetProcsNCPU},
+		MinRepeats:    2,
+		MaxRepeats:    5,
+		ClosedWindow:  minPeriods * cfsPeriod,
+		Concurrency:   16,
+		Warmup:        time.Second,
+		OpenFraction:  0.6,
+		OpenSamples:   5000,
+		MinOpenWindow: minPeriods * cfsPeriod,
+		Budget:        15 * time.Minute,
+		MemSettings:   []string{SetGofit, SetNone, SetAutoMemLimit, SetLimitGCOff},
+		Probes:        3,
+		MemRequests:   1200,
+		Multiples:     []float64{1, 1.5, 2},
+		Resolution:    1 << 20,
+		ConfirmNeed:   2,
+		ConfirmOf:     3,
+		Resamples:     1000,
 	}
 	if ncpu <= 1 {
 		c.Quotas = []float64{0.25, 0.5, 1}
@@ -89,12 +112,16 @@ func DefaultConfig(quick bool) Config {
 	if quick {
 		c.Quotas = []float64{0.25}
 		c.CPUSettings = []string{SetProcs1, SetGoDefault, SetGofit}
-		c.Repeats = 2
-		c.Requests = 300
-		c.OpenDuration = 2 * time.Second
-		c.MemSettings = []string{SetNone, SetGofit}
-		c.Multiples = []float64{1, 2}
-		c.ConfirmNeed, c.ConfirmOf = 2, 2
+		c.MaxRepeats = 3
+		c.Budget = 4 * time.Minute
+		// gofit against the peer users would pick instead; the no-knob
+		// floor and its multiples are the default study's.
+		c.MemSettings = []string{SetGofit, SetAutoMemLimit}
+		c.MemRequests = 800
+		c.Multiples = nil
+		c.Probes = 2
+		c.Resolution = 4 << 20
+		c.ConfirmNeed, c.ConfirmOf = 1, 1
 	}
 	return c
 }
@@ -103,6 +130,7 @@ func DefaultConfig(quick bool) Config {
 type Results struct {
 	Machine        Machine          `json:"machine"`
 	Target         TargetInfo       `json:"target"`
+	Placement      *Placement       `json:"placement"`
 	CPU            []CPUCell        `json:"cpu"`
 	CPUSummary     []CPUSummary     `json:"cpu_summary"`
 	Memory         []MemResult      `json:"memory"`
@@ -117,6 +145,7 @@ type Machine struct {
 	CgroupVersion int    `json:"cgroup_version"`
 	GoVersion     string `json:"go_version"`
 	Kernel        string `json:"kernel"`
+	LoadAvg       string `json:"loadavg_at_start"` // /proc/loadavg: other work on the machine
 }
 
 // TargetInfo describes the service studied.
@@ -128,59 +157,109 @@ type TargetInfo struct {
 	PageCache     string  `json:"page_cache"` // "cold" or "warm" at each memory trial's start
 	PeakBytes     uint64  `json:"peak_unlimited_bytes"`
 	ProbeRPS      float64 `json:"probe_rps"`
+	ProbeP99      float64 `json:"probe_p99_ms"`
+	ProbeCPU      float64 `json:"probe_cpu_cores"` // the CPU limit of every memory trial (0: none)
 	GoDefaultNote string  `json:"go_default"`
 }
 
-// LabInfo is the lab's own cost.
+// LabInfo is the lab's own cost, and what it could not do.
 type LabInfo struct {
-	WallSeconds         float64 `json:"wall_seconds"`
-	GeneratorCPUSeconds float64 `json:"generator_cpu_seconds"`
-	Trials              int     `json:"trials"`
+	WallSeconds         float64  `json:"wall_seconds"`
+	BudgetSeconds       float64  `json:"budget_seconds"`
+	GeneratorCPUSeconds float64  `json:"generator_cpu_seconds"`
+	Trials              int      `json:"trials"`
+	Warnings            []string `json:"warnings"`
+	Undecided           int      `json:"undecided"` // comparisons left "same" on an interval too wide to tell
+	Failed              string   `json:"failed,omitempty"`
 }
 
-// CPUCell is one CPU trial in one load mode.
+// CPUCell is one CPU trial (one repeat) in one load mode.
 type CPUCell struct {
-	QuotaCores       float64  `json:"quota_cores"`
-	Setting          string   `json:"setting"`
-	Repeat           int      `json:"repeat"`
-	GOMAXPROCS       int      `json:"gomaxprocs"`
-	GOMAXPROCSFrom   string   `json:"gomaxprocs_from"`
-	Mode             string   `json:"mode"` // "closed" or "open"
-	OfferedRPS       float64  `json:"offered_rps,omitempty"`
-	RPS              float64  `json:"rps"`
-	P50              float64  `json:"p50_ms"`
-	P90              float64  `json:"p90_ms"`
-	P99              float64  `json:"p99_ms"`
-	P999             float64  `json:"p999_ms"`
-	Periods          uint64   `json:"periods"`
-	ThrottledPeriods uint64   `json:"throttled_periods"`
-	ThrottledSeconds float64  `json:"throttled_seconds"`
-	CPUMsPerRequest  float64  `json:"cpu_ms_per_request"`
-	GCCPUShare       *float64 `json:"gc_cpu_share"`
-	Requests         int      `json:"requests"`
-	Errors           int      `json:"errors"`
-	Seconds          float64  `json:"seconds"`
-	GeneratorCPUSec  float64  `json:"generator_cpu_seconds"`
+	QuotaCores       float64        `json:"quota_cores"`
+	Setting          string         `json:"setting"`
+	SameAs           []string       `json:"same_as"` // settings that give the target the same environment, measured here once
+	Repeat           int            `json:"repeat"`
+	GOMAXPROCS       int            `json:"gomaxprocs"`
+	GOMAXPROCSFrom   string         `json:"gomaxprocs_from"`
+	Mode             string         `json:"mode"` // "closed" or "open"
+	OfferedRPS       float64        `json:"offered_rps,omitempty"`
+	Isolated         bool           `json:"isolated"`
+	OverlapShare     *float64       `json:"overlap_share"` // the target's CPU time on the generator's CPUs ÷ all of it (cgroup v1 only)
+	RPS              float64        `json:"rps"`
+	P50              float64        `json:"p50_ms"`
+	P90              float64        `json:"p90_ms"`
+	P99              float64        `json:"p99_ms"`
+	P999             float64        `json:"p999_ms"`
+	Periods          uint64         `json:"periods"`
+	ThrottledPeriods uint64         `json:"throttled_periods"`
+	ThrottledSeconds float64        `json:"throttled_seconds"`
+	CPUSeconds       float64        `json:"cpu_seconds"`
+	CPUWindowSeconds float64        `json:"cpu_window_seconds"`
+	CPUMsPerRequest  float64        `json:"cpu_ms_per_request"`
+	CPUEfficiency    float64        `json:"cpu_efficiency"` // cpu_seconds ÷ (cpu_window_seconds × quota)
+	GCCPUShare       *float64       `json:"gc_cpu_share"`   // GC CPU ÷ the cgroup's CPU time in the window
+	Requests         int            `json:"requests"`
+	Errors           int            `json:"errors"`
+	Cancelled        int            `json:"cancelled"`
+	ErrorKinds       map[string]int `json:"error_kinds,omitempty"`
+	TargetExited     bool           `json:"target_exited"`
+	Seconds          float64        `json:"seconds"`
+	GeneratorCPUSec  float64        `json:"generator_cpu_seconds"`
+
+	blocks []Block
 }
 
-// CPUSummary is min/median/max over repeats of one (quota, setting, mode).
+// Metric is a figure over repeats (min/median/max of the per-repeat
+// values) and over the pooled requests of all repeats (value, with its 95%
+// bootstrap interval ci_low..ci_high).
+type Metric struct {
+	Min    float64 `json:"min"`
+	Median float64 `json:"median"`
+	Max    float64 `json:"max"`
+	Value  float64 `json:"value,omitempty"`
+	CILow  float64 `json:"ci_low,omitempty"`
+	CIHigh float64 `json:"ci_high,omitempty"`
+}
+
+// CPUSummary is one (quota, setting, mode) over its repeats.
 type CPUSummary struct {
-	QuotaCores       float64 `json:"quota_cores"`
-	Setting          string  `json:"setting"`
-	Mode             string  `json:"mode"`
-	GOMAXPROCS       int     `json:"gomaxprocs"`
-	RPS              Summary `json:"rps"`
-	P99              Summary `json:"p99_ms"`
-	ThrottledSeconds Summary `json:"throttled_seconds"`
-	CPUMsPerRequest  Summary `json:"cpu_ms_per_request"`
+	QuotaCores       float64    `json:"quota_cores"`
+	Setting          string     `json:"setting"`
+	SameAs           []string   `json:"same_as"`
+	Mode             string     `json:"mode"`
+	GOMAXPROCS       int        `json:"gomaxprocs"`
+	OfferedRPS       float64    `json:"offered_rps,omitempty"`
+	Isolated         bool       `json:"isolated"`
+	Repeats          int        `json:"repeats"`
+	Samples          int        `json:"samples"` // latencies pooled
+	RPS              Metric     `json:"rps"`
+	P99              Metric     `json:"p99_ms"`
+	ThrottledSeconds Metric     `json:"throttled_seconds"`
+	CPUMsPerRequest  Metric     `json:"cpu_ms_per_request"`
+	CPUEfficiency    Metric     `json:"cpu_efficiency"`
+	ErrorShare       float64    `json:"error_share"`
+	Failed           bool       `json:"failed"`  // over 1% errors, or the target exited
+	Verdict          *string    `json:"verdict"` // vs go-default at the same quota and mode; null for go-default
+	VerdictRatio     *Interval  `json:"verdict_ratio"`
+	Decided          bool       `json:"decided"`
+	Notes            []string   `json:"notes"`
+	Percentiles      []PctPoint `json:"percentiles,omitempty"` // open loop: the latency distribution, p50..p99.99
 }
 
-// MemResult is one memory setting's floor search.
+// PctPoint is one point of a latency-percentile curve.
+type PctPoint struct {
+	Percentile float64 `json:"percentile"`
+	Ms         float64 `json:"ms"`
+}
+
+// MemResult is one memory setting's floor searches.
 type MemResult struct {
-	Setting    string     `json:"setting"`
-	FloorBytes *int64     `json:"floor_bytes"` // null: failed at every limit tried
-	Trials     []MemTrial `json:"trials"`
-	Survival   []Survival `json:"survival"`
+	Setting           string     `json:"setting"`
+	FloorBytes        *int64     `json:"floor_bytes"`         // survives; null: failed at every limit tried
+	HealthyFloorBytes *int64     `json:"healthy_floor_bytes"` // ≥ 90% of unlimited rps with p99 ≤ 2× unlimited
+	Trials            []MemTrial `json:"trials"`
+	HealthyTrials     []MemTrial `json:"healthy_trials"`
+	Survival          []Survival `json:"survival"`
 }
 
 // ThroughputCell is rps and latency at a multiple of the no-knob floor.
@@ -194,17 +273,6 @@ type ThroughputCell struct {
 	P99        float64 `json:"p99_ms"`
 }
 
-// Recommendation is what the lab suggests for a Deployment's container.
-type Recommendation struct {
-	CPURequestCores    float64           `json:"cpu_request_cores"`
-	CPULimitCores      float64           `json:"cpu_limit_cores"`
-	MemoryRequestBytes int64             `json:"memory_request_bytes"`
-	MemoryLimitBytes   int64             `json:"memory_limit_bytes"`
-	Env                map[string]string `json:"env"`
-	Reasons            []string          `json:"reasons"`
-	YAML               string            `json:"yaml"`
-}
-
 // Lab runs a study in a sandbox.
 type Lab struct {
 	cfg     Config
@@ -214,12 +282,25 @@ type Lab struct {
 	total   int
 	started time.Time
 	rng     *rand.Rand
+	boot    *Bootstrap
+	ncpu    int // CPUs the target sees
+	place   *Placement
+	// measure runs one CPU window; tests replace it with a fake.
+	measure func(ctx context.Context, c cpuConfig, mode string, offered float64, window time.Duration, rep int) (CPUCell, error)
+	now     func() time.Time
+	exited  bool // the target exited during a CPU window: a crash
 }
+
+// ErrTargetFailed means the target crashed or answered with errors where
+// the recommendation would rest; the results say where.
+var ErrTargetFailed = errors.New("the target failed")
 
 // Run runs the study. It stops early, returning ctx's error and what was
 // measured so far, when ctx ends.
 func Run(ctx context.Context, sb *Sandbox, cfg Config) (*Results, error) {
-	l := &Lab{cfg: cfg, sb: sb, started: time.Now(), rng: rand.New(rand.NewSource(1))}
+	l := newLab(cfg)
+	l.sb = sb
+	l.measure = l.sandboxMeasure
 	l.res.Machine = machine()
 	l.res.Target = TargetInfo{Command: strings.Join(append([]string{cfg.Target.Path}, cfg.Target.Args...), " "), URL: cfg.Target.URL, Sample: cfg.Sample, PageCache: "cold"}
 	if st, err := os.Stat(cfg.Target.Path); err == nil {
@@ -230,17 +311,61 @@ func Run(ctx context.Context, sb *Sandbox, cfg Config) (*Results, error) {
 	} else {
 		l.res.Target.GoDefaultNote = "whatever the target's build gives (its go.mod go line decides containermaxprocs)"
 	}
-	cells := len(cfg.Quotas) * len(cfg.CPUSettings) * cfg.Repeats
-	l.total = cells + 1 + len(cfg.MemSettings)*11 + len(cfg.MemSettings)*len(cfg.Multiples)
+	need := 2 // Go ≥ 1.25 never defaults below 2
+	for _, q := range cfg.Quotas {
+		need = max(need, int(math.Ceil(q-1e-9)))
+	}
+	place, err := sb.Isolate(need)
+	if err != nil {
+		return &l.res, err
+	}
+	l.place, l.res.Placement, l.ncpu = place, place, max(len(place.Target), 1)
+	if len(place.Target) == 0 {
+		l.ncpu = runtime.NumCPU()
+	}
 	genStart := selfCPU()
-	err := l.cpuStudy(ctx)
+	err = l.cpuStudy(ctx)
 	if err == nil {
 		err = l.memoryStudy(ctx)
 	}
-	l.res.CPUSummary = summarizeCPU(l.res.CPU)
-	l.res.Recommendation = l.recommend()
-	l.res.Lab = LabInfo{WallSeconds: time.Since(l.started).Seconds(), GeneratorCPUSeconds: (selfCPU() - genStart).Seconds(), Trials: l.done}
+	l.finish()
+	if err == nil {
+		err = l.checkRecommendation(ctx)
+	}
+	l.res.Lab.WallSeconds = time.Since(l.started).Seconds()
+	l.res.Lab.GeneratorCPUSeconds = (selfCPU() - genStart).Seconds()
+	if err == nil && l.res.Lab.Failed != "" {
+		err = fmt.Errorf("%w: %s", ErrTargetFailed, l.res.Lab.Failed)
+	}
 	return &l.res, err
+}
+
+func newLab(cfg Config) *Lab {
+	cfg.MinRepeats = max(cfg.MinRepeats, 1)
+	cfg.MaxRepeats = max(cfg.MaxRepeats, cfg.MinRepeats)
+	if cfg.Resamples <= 0 {
+		cfg.Resamples = 1000
+	}
+	l := &Lab{cfg: cfg, started: time.Now(), rng: rand.New(rand.NewSource(1)), boot: NewBootstrap(cfg.Resamples, 1), ncpu: runtime.NumCPU(), now: time.Now}
+	l.res.Lab.Warnings = append([]string{}, cfg.Warnings...)
+	l.res.Lab.BudgetSeconds = cfg.Budget.Seconds()
+	cells := len(cfg.Quotas) * len(cfg.CPUSettings) * cfg.MinRepeats * 2
+	l.total = cells + 1 + len(cfg.MemSettings)*16 + len(cfg.MemSettings)*len(cfg.Multiples) + 1
+	return l
+}
+
+// finish computes what depends on everything measured.
+func (l *Lab) finish() {
+	l.res.CPUSummary = l.summarizeCPU()
+	l.res.Recommendation = l.recommend()
+	l.res.Lab.Trials = l.done
+	l.res.Lab.Undecided = 0
+	for _, s := range l.res.CPUSummary {
+		if s.Verdict != nil && !s.Decided {
+			l.res.Lab.Undecided++
+		}
+	}
+	l.res.Lab.Failed = l.failure()
 }
 
 func machine() Machine {
@@ -251,6 +376,9 @@ func machine() Machine {
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = strings.TrimSpace(string(b))
 	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		m.LoadAvg = strings.TrimSpace(string(b))
+	}
 	return m
 }
 
@@ -259,12 +387,63 @@ func (l *Lab) progress(format string, a ...any) {
 	if l.cfg.Progress == nil {
 		return
 	}
-	if l.done > l.total {
+	if l.done >= l.total {
 		l.total = l.done + 1
 	}
 	el := time.Since(l.started)
 	eta := time.Duration(float64(el) / float64(l.done) * float64(l.total-l.done))
-	fmt.Fprintf(l.cfg.Progress, "lab [%3d/%3d] %-58s elapsed %s, ETA %s\n", l.done, l.total, fmt.Sprintf(format, a...), el.Round(time.Second), eta.Round(time.Second))
+	fmt.Fprintf(l.cfg.Progress, "lab [%3d/%3d] %-62s elapsed %s, ETA %s\n", l.done, l.total, fmt.Sprintf(format, a...), el.Round(time.Second), eta.Round(time.Second))
+}
+
+func (l *Lab) warn(format string, a ...any) {
+	w := fmt.Sprintf(format, a...)
+	for _, x := range l.res.Lab.Warnings {
+		if x == w {
+			return
+		}
+	}
+	l.res.Lab.Warnings = append(l.res.Lab.Warnings, w)
+	if l.cfg.Progress != nil {
+		fmt.Fprintf(l.cfg.Progress, "lab: warning: %s\n", w)
+	}
+}
+
+// failure says why the study cannot be trusted, or "".
+func (l *Lab) failure() string {
+	var why []string
+	if l.exited {
+		why = append(why, "the target exited during a load window")
+	}
+	failed, total := 0, 0
+	example := ""
+	for _, c := range l.res.CPU {
+		total++
+		if cellFailed(c) {
+			failed++
+			if example == "" {
+				example = fmt.Sprintf("%s at %s %s-loop: %d errors in %d requests (%s)", c.Setting, millicores(c.QuotaCores), c.Mode, c.Errors, c.Errors+c.Requests, errorKinds(c.ErrorKinds))
+			}
+		}
+	}
+	if failed > 0 && failed*2 >= total {
+		why = append(why, fmt.Sprintf("%d of %d CPU windows had over 1%% errors, e.g. %s", failed, total, example))
+	}
+	if r := l.res.Recommendation; r.CPULimitCores == 0 && len(l.res.CPU) > 0 {
+		why = append(why, "no CPU quota had error-free cells to recommend")
+	}
+	if c := l.res.Recommendation.Check; c != nil && c.Outcome != OK {
+		why = append(why, "the check trial of the recommendation failed: "+c.Outcome+" "+c.Detail)
+	}
+	return strings.Join(why, "; ")
+}
+
+func errorKinds(k map[string]int) string {
+	return LoadResult{ErrorKinds: k}.ErrorSummary()
+}
+
+func cellFailed(c CPUCell) bool {
+	n := c.Requests + c.Errors
+	return c.TargetExited || n == 0 || float64(c.Errors) > maxErrorShare*float64(n)
 }
 
 // baseEnv is every trial's extra environment.
@@ -275,281 +454,438 @@ func (l *Lab) baseEnv() map[string]string {
 	return map[string]string{}
 }
 
-// planEnv is what `gofit run` would hand the target under these limits.
-func (l *Lab) planEnv(cores float64, mem int64) (map[string]string, fit.Plan) {
-	in := fit.Input{
-		Limits: cgroup.Limits{
-			CPU:    cgroup.CPULimits{Quota: cores, LeafQuota: cores, QuotaGroup: "(trial)"},
-			Memory: cgroup.MemoryLimits{Max: mem, MaxGroup: "(trial)"},
-		},
-		CPUs: affinity.CPUs(),
-		Vars: l.baseEnv(),
-	}
-	if b, err := target.Read(l.cfg.Target.Path); err == nil {
-		b.Describe(&in)
-	}
-	p := fit.Policy{}.Plan(in)
-	env := p.Export
-	for k, v := range l.baseEnv() {
-		env[k] = v
-	}
-	return env, p
+// cpuConfig is one distinct environment at one quota, with every setting
+// that produces it.
+type cpuConfig struct {
+	quota   float64
+	setting string
+	sameAs  []string
+	env     map[string]string
+	procs   int
+	from    string
 }
 
-// cpuEnv is a CPU setting's environment and the GOMAXPROCS it implies.
-func (l *Lab) cpuEnv(setting string, cores float64) (map[string]string, int, string) {
-	env := l.baseEnv()
-	ncpu := affinity.CPUs()
-	genv, plan := l.planEnv(cores, 0)
-	switch setting {
-	case SetProcs1:
-		env["GOMAXPROCS"] = "1"
-		return env, 1, "env GOMAXPROCS=1"
-	case SetProcsNCPU:
-		env["GOMAXPROCS"] = strconv.Itoa(ncpu)
-		return env, ncpu, "env GOMAXPROCS=" + strconv.Itoa(ncpu)
-	case SetGofit:
-		if v, ok := genv["GOMAXPROCS"]; ok {
-			return genv, plan.GOMAXPROCS, "gofit run: env GOMAXPROCS=" + v
-		}
-		return genv, plan.GOMAXPROCS, "gofit run: left to the Go runtime, which agrees"
+func envKey(env map[string]string) string {
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
 	}
-	from := "Go runtime default"
-	if plan.RuntimeFollowsCgroup {
-		from += " (container-aware, Go >= 1.25)"
-	} else {
-		from += " (CPU count)"
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(k + "=" + env[k] + "\x00")
 	}
-	return env, plan.RuntimeGOMAXPROCS, from
+	return b.String()
 }
+
+// configs are the distinct environments at a quota. Settings giving the
+// target the same environment are one cell: measuring both would only
+// measure the noise twice. go-default, then gofit, names a shared cell.
+func (l *Lab) configs(q float64) []cpuConfig {
+	var out []cpuConfig
+	idx := map[string]int{}
+	order := append([]string(nil), l.cfg.CPUSettings...)
+	rank := func(s string) int {
+		switch s {
+		case SetGoDefault:
+			return 0
+		case SetGofit:
+			return 1
+		}
+		return 2
+	}
+	sort.SliceStable(order, func(i, j int) bool { return rank(order[i]) < rank(order[j]) })
+	for _, s := range order {
+		env, procs, from := l.cpuEnv(s, q)
+		k := envKey(env)
+		if i, ok := idx[k]; ok {
+			out[i].sameAs = append(out[i].sameAs, s)
+			continue
+		}
+		idx[k] = len(out)
+		out = append(out, cpuConfig{quota: q, setting: s, sameAs: []string{}, env: env, procs: procs, from: from})
+	}
+	return out
+}
+
+type cellKey struct {
+	q       float64
+	setting string
+	mode    string
+}
+
+func (l *Lab) runsOf(k cellKey) []CPUCell {
+	var out []CPUCell
+	for _, c := range l.res.CPU {
+		if c.QuotaCores == k.q && c.Setting == k.setting && c.Mode == k.mode {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func pooled(cs []CPUCell) Sample {
+	s := make(Sample, 0, len(cs))
+	for _, c := range cs {
+		s = append(s, c.blocks)
+	}
+	return s
+}
+
+// closedWindow is the closed loop's window: by time unless --requests
+// fixed a count.
+func (l *Lab) closedWindow() time.Duration {
+	if l.cfg.Requests > 0 {
+		return 0
+	}
+	return l.cfg.ClosedWindow
+}
+
+// openWindow is the open loop's window per run at rate: long enough that
+// the minimum repeats pool OpenSamples latencies.
+func (l *Lab) openWindow(rate float64) time.Duration {
+	if l.cfg.OpenDuration > 0 {
+		return l.cfg.OpenDuration
+	}
+	need := float64(l.cfg.OpenSamples) / rate / float64(l.cfg.MinRepeats)
+	d := time.Duration(math.Ceil(need*10) / 10 * float64(time.Second))
+	return max(d, l.cfg.MinOpenWindow)
+}
+
+// cpuBudget is the part of the budget the CPU study may spend, adaptive
+// repeats included; the memory study needs the rest.
+func (l *Lab) cpuBudget() time.Duration { return l.cfg.Budget * 55 / 100 }
 
 func (l *Lab) cpuStudy(ctx context.Context) error {
-	type combo struct {
-		q float64
-		s string
-	}
-	var combos []combo
-	for _, q := range l.cfg.Quotas {
-		for _, s := range l.cfg.CPUSettings {
-			combos = append(combos, combo{q, s})
+	offered := map[float64]float64{}
+	windows := map[float64]time.Duration{}
+	all := map[float64][]cpuConfig{}
+	runOne := func(c cpuConfig, mode string, rep int) error {
+		if err := ctx.Err(); err != nil {
+			return err
 		}
+		win := l.closedWindow()
+		if mode == "open" {
+			win = windows[c.quota]
+		}
+		cell, err := l.measure(ctx, c, mode, offered[c.quota], win, rep)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			var se *StartError
+			if errors.As(err, &se) {
+				// With no memory limit, a start that fails is the target's
+				// fault, and nothing measured after it would be trusted.
+				return fmt.Errorf("%w: cpu trial %s %s %s-loop: %v", ErrTargetFailed, millicores(c.quota), c.setting, mode, err)
+			}
+			return fmt.Errorf("cpu trial %s %s %s-loop: %w", millicores(c.quota), c.setting, mode, err)
+		}
+		l.res.CPU = append(l.res.CPU, cell)
+		l.progress("cpu %-5s %-15s %-6s rep %d: %5.0f rps, p99 %6.1fms", millicores(c.quota), c.setting, mode, rep, cell.RPS, cell.P99)
+		if cell.TargetExited {
+			// No memory limit here: an exit is a crash. Stop rather than
+			// measure a dead service for minutes.
+			l.exited = true
+			return fmt.Errorf("%w: it exited during the %s %s %s-loop window (%d errors: %s)", ErrTargetFailed, millicores(c.quota), c.setting, mode, cell.Errors, errorKinds(cell.ErrorKinds))
+		}
+		return nil
 	}
-	for rep := 1; rep <= l.cfg.Repeats; rep++ {
-		// Interleave: a fresh order each round, so drift (thermal, noisy
-		// neighbours) spreads over all configurations.
-		order := append([]combo(nil), combos...)
+	round := func(cs []cpuConfig, mode string, rep int) error {
+		order := append([]cpuConfig(nil), cs...)
+		// A fresh order each round, so drift (thermal, noisy neighbours)
+		// spreads over all configurations.
 		l.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
 		for _, c := range order {
-			if err := ctx.Err(); err != nil {
+			if err := runOne(c, mode, rep); err != nil {
 				return err
 			}
-			cells, err := l.cpuCell(ctx, c.q, c.s, rep)
-			if err != nil {
+		}
+		return nil
+	}
+	for _, q := range l.cfg.Quotas {
+		cs := l.configs(q)
+		all[q] = cs
+		for rep := 1; rep <= l.cfg.MinRepeats; rep++ {
+			if err := round(cs, "closed", rep); err != nil {
 				return err
 			}
-			l.res.CPU = append(l.res.CPU, cells...)
-			closed := cells[0]
-			l.progress("cpu %.2g cores %-15s rep %d: %.0f rps, p99 %.1fms", c.q, c.s, rep, closed.RPS, cells[len(cells)-1].P99)
+		}
+		// Equal load: every setting at this quota gets the same rate, a
+		// share of the median capacity over settings (or --target-rps).
+		if l.cfg.TargetRPS > 0 {
+			offered[q] = l.cfg.TargetRPS
+		} else {
+			var caps []float64
+			for _, c := range cs {
+				if r := pooled(l.runsOf(cellKey{q, c.setting, "closed"})).rps(); r > 0 {
+					caps = append(caps, r)
+				}
+			}
+			offered[q] = math.Max(1, math.Round(l.cfg.OpenFraction*Summarize(caps).Median))
+		}
+		windows[q] = l.openWindow(offered[q])
+		for rep := 1; rep <= l.cfg.MinRepeats; rep++ {
+			if err := round(cs, "open", rep); err != nil {
+				return err
+			}
 		}
 	}
-	return nil
+	// Adaptive: repeat what is still undecided, or short of samples, while
+	// the budget lasts; when it cannot fit a whole round, as many cells of
+	// it as fit, comparisons in order (each with its go-default).
+	for {
+		todo := l.undecided(all)
+		if len(todo) == 0 {
+			return nil
+		}
+		ran := 0
+		for _, t := range todo {
+			if l.now().Sub(l.started)+l.runCost(t.key) > l.cpuBudget() {
+				break
+			}
+			var c cpuConfig
+			for _, x := range all[t.key.q] {
+				if x.setting == t.key.setting {
+					c = x
+				}
+			}
+			if err := runOne(c, t.key.mode, t.rep); err != nil {
+				return err
+			}
+			ran++
+		}
+		if ran < len(todo) {
+			left := len(l.undecided(all))
+			if left > 0 {
+				l.warn("the CPU study's budget (%v of %v) ran out with %d cells undecided or short of samples; their verdicts stay \"same\" on intervals too wide to tell (more time: --budget)", l.cpuBudget().Round(time.Second), l.cfg.Budget, left)
+			}
+			return nil
+		}
+	}
 }
 
-func (l *Lab) cpuCell(ctx context.Context, cores float64, setting string, rep int) ([]CPUCell, error) {
-	env, procs, from := l.cpuEnv(setting, cores)
-	tr, err := l.sb.Start(ctx, l.cfg.Target, TrialConfig{CPU: cores, Env: env, Warm: true})
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("cpu trial %.2g cores %s: %w", cores, setting, err)
-	}
-	defer tr.Stop()
-	ld := NewLoader(l.cfg.Concurrency, nil)
-	defer ld.Close()
-	ld.Closed(ctx, tr.URL, min(50, l.cfg.Requests/4), l.cfg.Concurrency) // warm up connections and caches
-	if v, err := tr.Vars(); err == nil && v.GOMAXPROCS > 0 {
-		procs = v.GOMAXPROCS // what the target really runs with
-	}
-	measure := func(mode string, offered float64, load func() LoadResult) CPUCell {
-		s0, _ := tr.Stats()
-		v0, verr0 := tr.Vars()
-		r := load()
-		s1, _ := tr.Stats()
-		v1, verr1 := tr.Vars()
-		c := CPUCell{QuotaCores: cores, Setting: setting, Repeat: rep, GOMAXPROCS: procs, GOMAXPROCSFrom: from, Mode: mode, OfferedRPS: offered,
-			RPS: r.RPS, P50: r.P50, P90: r.P90, P99: r.P99, P999: r.P999, Requests: r.Requests, Errors: r.Errors, Seconds: r.Seconds, GeneratorCPUSec: r.GenCPUSec,
-			Periods: s1.CPU.Periods - s0.CPU.Periods, ThrottledPeriods: s1.CPU.ThrottledPeriods - s0.CPU.ThrottledPeriods,
-			ThrottledSeconds: (s1.CPU.ThrottledTime - s0.CPU.ThrottledTime).Seconds()}
-		if r.Requests > 0 {
-			c.CPUMsPerRequest = float64((s1.CPU.Usage - s0.CPU.Usage).Microseconds()) / 1000 / float64(r.Requests)
-		}
-		if verr0 == nil && verr1 == nil && v1.TotalCPUSeconds > v0.TotalCPUSeconds {
-			share := (v1.GCCPUSeconds - v0.GCCPUSeconds) / (v1.TotalCPUSeconds - v0.TotalCPUSeconds)
-			c.GCCPUShare = &share
-		}
-		return c
-	}
-	closed := measure("closed", 0, func() LoadResult { return ld.Closed(ctx, tr.URL, l.cfg.Requests, l.cfg.Concurrency) })
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
-	rate := closed.RPS * l.cfg.OpenFraction
-	if rate < 1 {
-		rate = 1
-	}
-	open := measure("open", rate, func() LoadResult { return ld.Open(ctx, tr.URL, rate, l.cfg.OpenDuration) })
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
-	return []CPUCell{closed, open}, nil
+type repeatTask struct {
+	key cellKey
+	rep int
 }
 
-func summarizeCPU(cells []CPUCell) []CPUSummary {
-	type key struct {
-		q    float64
-		s, m string
+// undecided lists the cells to repeat: both sides of every comparison
+// with go-default that is neither decided nor at MaxRepeats, and open
+// cells short of OpenSamples.
+func (l *Lab) undecided(all map[float64][]cpuConfig) []repeatTask {
+	want := map[cellKey]bool{}
+	var order []cellKey
+	add := func(k cellKey) {
+		if !want[k] && len(l.runsOf(k)) < l.cfg.MaxRepeats {
+			want[k] = true
+			order = append(order, k)
+		}
 	}
-	groups := map[key][]CPUCell{}
-	var keys []key
-	for _, c := range cells {
-		k := key{c.QuotaCores, c.Setting, c.Mode}
-		if _, ok := groups[k]; !ok {
+	for _, q := range l.cfg.Quotas {
+		for _, mode := range []string{"closed", "open"} {
+			base := cellKey{q, SetGoDefault, mode}
+			baseRuns := l.runsOf(base)
+			for _, c := range all[q] {
+				k := cellKey{q, c.setting, mode}
+				runs := l.runsOf(k)
+				if mode == "open" && pooled(runs).count() < l.cfg.OpenSamples && l.cfg.OpenDuration == 0 {
+					add(k)
+				}
+				if c.setting == SetGoDefault || len(baseRuns) == 0 || anyFailed(runs) || anyFailed(baseRuns) {
+					continue
+				}
+				st := headline(mode)
+				_, decided := Verdict(l.boot.Ratio(pooled(runs), pooled(baseRuns), st), st, margin(st))
+				if !decided {
+					add(k)
+					add(base)
+				}
+			}
+		}
+	}
+	out := make([]repeatTask, len(order))
+	for i, k := range order {
+		out[i] = repeatTask{k, len(l.runsOf(k)) + 1}
+	}
+	return out
+}
+
+func anyFailed(cs []CPUCell) bool {
+	for _, c := range cs {
+		if cellFailed(c) {
+			return true
+		}
+	}
+	return false
+}
+
+// runCost estimates one more run of k from the runs so far.
+func (l *Lab) runCost(k cellKey) time.Duration {
+	runs := l.runsOf(k)
+	if len(runs) == 0 {
+		return l.cfg.ClosedWindow + l.cfg.Warmup
+	}
+	var s float64
+	for _, r := range runs {
+		s += r.Seconds
+	}
+	return time.Duration((s/float64(len(runs)))*float64(time.Second)) + l.cfg.Warmup + 300*time.Millisecond
+}
+
+// headline is the statistic a mode's verdict is about.
+func headline(mode string) Stat {
+	if mode == "open" {
+		return StatP99
+	}
+	return StatRPS
+}
+
+// margin is how close to 1 a ratio's whole interval must lie for "same"
+// to count as decided: p99 is the noisier statistic.
+func margin(st Stat) float64 {
+	if st == StatP99 {
+		return 0.10
+	}
+	return 0.05
+}
+
+func (l *Lab) summarizeCPU() []CPUSummary {
+	var keys []cellKey
+	seen := map[cellKey]bool{}
+	for _, c := range l.res.CPU {
+		k := cellKey{c.QuotaCores, c.Setting, c.Mode}
+		if !seen[k] {
+			seen[k] = true
 			keys = append(keys, k)
 		}
-		groups[k] = append(groups[k], c)
 	}
 	sort.Slice(keys, func(i, j int) bool {
 		a, b := keys[i], keys[j]
 		if a.q != b.q {
 			return a.q < b.q
 		}
-		if a.s != b.s {
-			return a.s < b.s
+		if a.mode != b.mode {
+			return a.mode < b.mode
 		}
-		return a.m < b.m
+		return settingRank(a.setting) < settingRank(b.setting)
 	})
 	var out []CPUSummary
 	for _, k := range keys {
-		g := groups[k]
-		pick := func(f func(CPUCell) float64) Summary {
+		g := l.runsOf(k)
+		pick := func(f func(CPUCell) float64) Metric {
 			xs := make([]float64, len(g))
 			for i, c := range g {
 				xs[i] = f(c)
 			}
-			return Summarize(xs)
+			s := Summarize(xs)
+			return Metric{Min: s.Min, Median: s.Median, Max: s.Max}
 		}
-		out = append(out, CPUSummary{QuotaCores: k.q, Setting: k.s, Mode: k.m, GOMAXPROCS: g[0].GOMAXPROCS,
+		s := CPUSummary{QuotaCores: k.q, Setting: k.setting, SameAs: g[0].SameAs, Mode: k.mode, GOMAXPROCS: g[0].GOMAXPROCS, OfferedRPS: g[0].OfferedRPS,
+			Isolated: g[0].Isolated, Repeats: len(g), Notes: []string{},
 			RPS:              pick(func(c CPUCell) float64 { return c.RPS }),
 			P99:              pick(func(c CPUCell) float64 { return c.P99 }),
 			ThrottledSeconds: pick(func(c CPUCell) float64 { return c.ThrottledSeconds }),
-			CPUMsPerRequest:  pick(func(c CPUCell) float64 { return c.CPUMsPerRequest })})
+			CPUMsPerRequest:  pick(func(c CPUCell) float64 { return c.CPUMsPerRequest }),
+			CPUEfficiency:    pick(func(c CPUCell) float64 { return c.CPUEfficiency })}
+		p := pooled(g)
+		s.Samples = p.count()
+		rps, p99 := l.boot.CI(p, StatRPS), l.boot.CI(p, StatP99)
+		s.RPS.Value, s.RPS.CILow, s.RPS.CIHigh = rps.Value, rps.Low, rps.High
+		s.P99.Value, s.P99.CILow, s.P99.CIHigh = p99.Value, p99.Low, p99.High
+		var errs, n int
+		for _, c := range g {
+			errs += c.Errors
+			n += c.Errors + c.Requests
+		}
+		if n > 0 {
+			s.ErrorShare = float64(errs) / float64(n)
+		}
+		s.Failed = anyFailed(g)
+		if s.Failed {
+			s.Notes = append(s.Notes, fmt.Sprintf("FAILED: %.1f%% errors (%s)", s.ErrorShare*100, errorKinds(mergeKinds(g))))
+		}
+		if k.mode == "open" {
+			if s.Samples < l.cfg.OpenSamples {
+				s.Notes = append(s.Notes, fmt.Sprintf("p99 from %d latencies, under the %d wanted: the budget ran out first", s.Samples, l.cfg.OpenSamples))
+			}
+			if s.OfferedRPS > 0 && s.RPS.Value < 0.95*s.OfferedRPS {
+				s.Notes = append(s.Notes, fmt.Sprintf("saturated: served %.0f of %.0f rps offered", s.RPS.Value, s.OfferedRPS))
+			}
+			s.Percentiles = percentileCurve(p)
+		} else {
+			var periods uint64
+			for _, c := range g {
+				periods = min(periods, c.Periods)
+				if periods == 0 {
+					periods = c.Periods
+				}
+			}
+			if periods > 0 && periods < minPeriods {
+				s.Notes = append(s.Notes, fmt.Sprintf("closed-loop windows of %d CFS periods, under %d", periods, minPeriods))
+			}
+			if e := s.CPUEfficiency.Median; e > 0 && e < 0.9 {
+				s.Notes = append(s.Notes, fmt.Sprintf("not CPU-bound: the closed loop used %.0f%% of the quota, so its throughput is limited by something else (the load generator, other load on the machine, the target's own waits), not by the quota", e*100))
+			}
+		}
+		if k.setting != SetGoDefault {
+			base := l.runsOf(cellKey{k.q, SetGoDefault, k.mode})
+			if len(base) > 0 && !s.Failed && !anyFailed(base) {
+				st := headline(k.mode)
+				r := l.boot.Ratio(p, pooled(base), st)
+				v, d := Verdict(r, st, margin(st))
+				s.Verdict, s.Decided = &v, d
+				if r.finite() {
+					s.VerdictRatio = &r
+				}
+				if !d {
+					s.Notes = append(s.Notes, "undecided: the interval is too wide to tell from go-default")
+				}
+			}
+		}
+		out = append(out, s)
 	}
 	return out
 }
 
-// memEnv is a memory setting's environment at a limit.
-func (l *Lab) memEnv(setting string, limit int64) map[string]string {
-	switch setting {
+func mergeKinds(cs []CPUCell) map[string]int {
+	m := map[string]int{}
+	for _, c := range cs {
+		for k, v := range c.ErrorKinds {
+			m[k] += v
+		}
+	}
+	return m
+}
+
+func settingRank(s string) int {
+	switch s {
+	case SetGoDefault:
+		return 0
 	case SetGofit:
-		env, _ := l.planEnv(0, limit)
-		return env
-	case SetLimitGCOff:
-		env := l.baseEnv()
-		env["GOMEMLIMIT"] = strconv.FormatInt(limit, 10)
-		env["GOGC"] = "off"
-		return env
+		return 1
+	case SetProcs1:
+		return 2
 	}
-	return l.baseEnv()
+	return 3
 }
 
-// memTrial starts the target cold under a memory limit and drives a fixed
-// load; it fails on an OOM kill, on errors, or on a stall.
-func (l *Lab) memTrial(ctx context.Context, setting string, limit int64, requests int) (MemTrial, LoadResult) {
-	start := time.Now()
-	t := MemTrial{LimitBytes: limit}
-	tr, err := l.sb.Start(ctx, l.cfg.Target, TrialConfig{Memory: limit, Env: l.memEnv(setting, limit)})
-	if err != nil {
-		t.Outcome, t.Detail = Errored, err.Error()
-		if se, ok := err.(*StartError); ok {
-			t.Outcome = se.Outcome
-		}
-		t.Seconds = time.Since(start).Seconds()
-		return t, LoadResult{}
-	}
-	defer tr.Stop()
-	t.ResidentBefore = tr.Resident
-	probe := func() (uint64, uint64) {
-		m, _ := tr.g.MemoryStats()
-		return m.MajorFaults, m.MaxHits
-	}
-	ld := NewLoader(memConcurrency, probe)
-	ld.MinRate = l.res.Target.ProbeRPS * stallShare
-	defer ld.Close()
-	r := ld.Closed(ctx, tr.URL, requests, memConcurrency)
-	tr.Stop()
-	s, _ := tr.Stats()
-	t.RPS, t.P99 = r.RPS, r.P99
-	t.PeakBytes, t.PageCacheBytes, t.MajorFaults, t.LimitHits = s.Memory.Peak, s.Memory.File, s.Memory.MajorFaults, s.Memory.MaxHits
-	t.Seconds = time.Since(start).Seconds()
-	switch {
-	case s.Memory.OOMKills > 0:
-		t.Outcome, t.Detail = OOMKilled, fmt.Sprintf("%d OOM kills", s.Memory.OOMKills)
-	case r.Stalled:
-		t.Outcome, t.Detail = Stalled, fmt.Sprintf("under %.0f rps (%.0f%% of the unlimited rate) for %v while major faults reached %d", ld.MinRate, stallShare*100, ld.Stall, s.Memory.MajorFaults)
-	case r.Errors > r.Requests/100 || r.Requests == 0:
-		t.Outcome, t.Detail = Errored, fmt.Sprintf("%d errors in %d requests", r.Errors, r.Errors+r.Requests)
-	default:
-		t.Outcome = OK
-	}
-	return t, r
-}
+// pctLevels are the HDR-style percentiles of the latency plot.
+var pctLevels = []float64{50, 75, 90, 95, 99, 99.5, 99.9, 99.95, 99.99}
 
-func (l *Lab) memoryStudy(ctx context.Context) error {
-	// Probe without a limit: the peak brackets the search.
-	probe, r := l.memTrial(ctx, SetNone, 0, l.cfg.MemRequests)
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	l.progress("memory probe, no limit: peak %s, %.0f rps", fit.FormatBytes(int64(probe.PeakBytes)), r.RPS)
-	if probe.Outcome != OK {
-		return fmt.Errorf("the target fails even without a memory limit: %s", probe.Detail)
-	}
-	l.res.Target.PeakBytes, l.res.Target.ProbeRPS = probe.PeakBytes, r.RPS
-	peak := int64(probe.PeakBytes)
-	search := FloorSearch{Lo: peak / 4, Hi: peak * 3 / 2, Max: peak * 8, Resolution: l.cfg.Resolution, Need: l.cfg.ConfirmNeed, Of: l.cfg.ConfirmOf}
-	var noKnobFloor int64
-	for _, setting := range l.cfg.MemSettings {
-		floor, trials, err := search.Find(ctx, func(ctx context.Context, limit int64) MemTrial {
-			t, _ := l.memTrial(ctx, setting, limit, l.cfg.MemRequests)
-			l.progress("memory %-26s at %-8s %s", setting, fit.FormatBytes(limit), t.Outcome)
-			return t
-		})
-		m := MemResult{Setting: setting, Trials: trials, Survival: SurvivalCurve(trials)}
-		if floor > 0 {
-			m.FloorBytes = &floor
-		}
-		l.res.Memory = append(l.res.Memory, m)
-		if err != nil {
-			return err
-		}
-		if setting == SetNone {
-			noKnobFloor = floor
-		}
-	}
-	if noKnobFloor == 0 {
+func percentileCurve(s Sample) []PctPoint {
+	all := s.latencies()
+	if len(all) == 0 {
 		return nil
 	}
-	for _, mult := range l.cfg.Multiples {
-		for _, setting := range l.cfg.MemSettings {
-			limit := int64(math.Ceil(float64(noKnobFloor)*mult/float64(l.cfg.Resolution))) * l.cfg.Resolution
-			t, r := l.memTrial(ctx, setting, limit, l.cfg.MemRequests)
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			l.res.Throughput = append(l.res.Throughput, ThroughputCell{Setting: setting, Multiple: mult, LimitBytes: limit, Outcome: t.Outcome, RPS: r.RPS, P50: r.P50, P99: r.P99})
-			l.progress("throughput %-26s at %gx floor (%s): %.0f rps", setting, mult, fit.FormatBytes(limit), r.RPS)
+	var out []PctPoint
+	for _, p := range pctLevels {
+		// A percentile beyond 1/n of the samples would be the maximum
+		// again: stop where the data stops.
+		if (100-p)/100*float64(len(all)) < 1 && p > 99 {
+			break
 		}
+		out = append(out, PctPoint{p, quantile32(all, p/100)})
 	}
-	return nil
+	return out
 }

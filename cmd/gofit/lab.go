@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
+	iofs "io/fs"
+	"math"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -20,68 +23,122 @@ import (
 
 func runLab(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("lab", stderr)
-	quick := fs.Bool("quick", false, "a reduced study that finishes within 3 minutes on 2 cores")
+	quick := fs.Bool("quick", false, "a reduced study: one quota, within 4 minutes on 2 cores")
 	cmdFlag := fs.String("cmd", "", "your service's command; {port} is replaced by a free port (no shell quoting: use sh -c '...' for that)")
 	urlFlag := fs.String("url", "", "URL to load, e.g. http://127.0.0.1:{port}/api; readiness is polled here")
 	out := fs.String("out", "gofit-lab", "directory for report.html and results.json")
 	asJSON := fs.Bool("json", false, "print results.json to stdout instead of the summary")
 	quotas := fs.String("quotas", "", "CPU quotas in cores, comma-separated (default 0.25,0.5,1,<CPUs>; --quick 0.25)")
-	repeats := fs.Int("repeats", 0, "repeats of each CPU configuration (default 3; --quick 2)")
-	requests := fs.Int("requests", 0, "closed-loop requests per CPU trial (default 600; --quick 300)")
-	conc := fs.Int("concurrency", 0, "closed-loop concurrency (default 16)")
-	openFrac := fs.Float64("open-fraction", 0, "open-loop rate as a share of measured capacity (default 0.6)")
-	openDur := fs.Duration("open-duration", 0, "open-loop duration per CPU trial (default 3s; --quick 2s)")
-	memReq := fs.Int("mem-requests", 0, "requests per memory trial (default 1500)")
+	repeats := fs.Int("repeats", 0, "repeats of each CPU cell before adaptive ones (default 2)")
+	maxRepeats := fs.Int("max-repeats", 0, "adaptive repeats stop here (default 5; --quick 3)")
+	requests := fs.Int("requests", 0, "closed loop: requests per window instead of 50 CFS periods of time (overrides the minimum)")
+	conc := fs.Int("concurrency", 0, "closed-loop workers (default 16)")
+	openFrac := fs.Float64("open-fraction", 0, "open-loop rate as a share of the quota's median closed-loop capacity (default 0.6)")
+	openDur := fs.Duration("open-duration", 0, "open loop: fixed window per run (overrides the 5000-latency minimum)")
+	memReq := fs.Int("mem-requests", 0, "requests per memory trial (default 1200; --quick 800)")
+	budget := fs.Duration("budget", 0, "wall time the adaptive repeats must fit in (default 15m; --quick 4m)")
+	targetRPS := fs.Float64("target-rps", 0, "recommend the cheapest quota × setting that serves this many requests/s (open loop at this rate)")
+	slo := fs.Duration("slo-p99", 0, "with --target-rps: the p99 latency the recommendation must meet, e.g. 50ms")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	cfg := lab.DefaultConfig(*quick)
-	if *quotas != "" {
+	if set["quotas"] {
 		cfg.Quotas = nil
 		for _, s := range strings.Split(*quotas, ",") {
 			q, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-			if err != nil || q < 0.01 || q > 1024 {
+			if err != nil || q < 0.01 || q > 1024 || math.IsNaN(q) {
 				return fmt.Errorf("%w: --quotas: %q is not a number of cores between 0.01 and 1024", errUsage, s)
 			}
 			cfg.Quotas = append(cfg.Quotas, q)
 		}
 	}
+	// A count the user typed must be a count: 0 or less is a mistake, not
+	// a request for the default.
 	for _, c := range []struct {
 		name string
 		v    int
 		dst  *int
-	}{{"--repeats", *repeats, &cfg.Repeats}, {"--requests", *requests, &cfg.Requests}, {"--concurrency", *conc, &cfg.Concurrency}, {"--mem-requests", *memReq, &cfg.MemRequests}} {
-		if c.v < 0 {
-			return fmt.Errorf("%w: %s %d: must be positive", errUsage, c.name, c.v)
+	}{{"repeats", *repeats, &cfg.MinRepeats}, {"max-repeats", *maxRepeats, &cfg.MaxRepeats}, {"requests", *requests, &cfg.Requests},
+		{"concurrency", *conc, &cfg.Concurrency}, {"mem-requests", *memReq, &cfg.MemRequests}} {
+		if !set[c.name] {
+			continue
 		}
-		if c.v > 0 {
-			*c.dst = c.v
+		if c.v <= 0 {
+			return fmt.Errorf("%w: --%s %d: must be at least 1", errUsage, c.name, c.v)
 		}
+		*c.dst = c.v
 	}
-	if *openFrac < 0 || *openFrac > 1 {
-		return fmt.Errorf("%w: --open-fraction %g: must be between 0 and 1", errUsage, *openFrac)
+	if set["repeats"] && !set["max-repeats"] {
+		cfg.MaxRepeats = max(cfg.MaxRepeats, cfg.MinRepeats)
 	}
-	if *openFrac > 0 {
+	if cfg.MaxRepeats < cfg.MinRepeats {
+		return fmt.Errorf("%w: --max-repeats %d is under --repeats %d", errUsage, cfg.MaxRepeats, cfg.MinRepeats)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+		dst  *time.Duration
+	}{{"open-duration", *openDur, &cfg.OpenDuration}, {"budget", *budget, &cfg.Budget}, {"slo-p99", *slo, &cfg.SLOP99}} {
+		if !set[d.name] {
+			continue
+		}
+		if d.v <= 0 {
+			return fmt.Errorf("%w: --%s %v: must be positive", errUsage, d.name, d.v)
+		}
+		*d.dst = d.v
+	}
+	if set["open-fraction"] {
+		if !(*openFrac > 0 && *openFrac <= 1) {
+			return fmt.Errorf("%w: --open-fraction %g: must be above 0 and at most 1", errUsage, *openFrac)
+		}
 		cfg.OpenFraction = *openFrac
 	}
-	if *openDur < 0 {
-		return fmt.Errorf("%w: --open-duration %v: must be positive", errUsage, *openDur)
+	if set["target-rps"] {
+		if !(*targetRPS > 0 && *targetRPS <= 1e6) {
+			return fmt.Errorf("%w: --target-rps %g: must be above 0 and at most 1e6", errUsage, *targetRPS)
+		}
+		cfg.TargetRPS = *targetRPS
 	}
-	if *openDur > 0 {
-		cfg.OpenDuration = *openDur
+	if set["slo-p99"] && !set["target-rps"] {
+		return fmt.Errorf("%w: --slo-p99 needs --target-rps", errUsage)
+	}
+	if set["requests"] {
+		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("--requests %d overrides the closed-loop minimum of 50 CFS periods per window; short windows make throughput and CPU efficiency noisy (see periods per cell)", cfg.Requests))
+	}
+	if set["open-duration"] {
+		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("--open-duration %v overrides the minimum of 5000 latencies per open-loop cell; p99 may rest on fewer (see samples per cell)", cfg.OpenDuration))
+	}
+	if set["open-fraction"] && set["target-rps"] {
+		cfg.Warnings = append(cfg.Warnings, "--target-rps sets the open-loop rate; --open-fraction is ignored")
 	}
 	if (*cmdFlag == "") != (*urlFlag == "") {
 		return fmt.Errorf("%w: --cmd and --url go together", errUsage)
+	}
+	var words []string
+	if set["cmd"] {
+		words = strings.Fields(*cmdFlag)
+		if len(words) == 0 {
+			return fmt.Errorf("%w: --cmd %q: no command", errUsage, *cmdFlag)
+		}
+		if !strings.HasPrefix(*urlFlag, "http://") && !strings.HasPrefix(*urlFlag, "https://") {
+			return fmt.Errorf("%w: --url %q: want an http:// or https:// URL", errUsage, *urlFlag)
+		}
+	}
+	// Before any minute is spent: can the results be written at all?
+	if err := lab.CheckOut(*out); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	if *cmdFlag != "" {
-		words := strings.Fields(*cmdFlag)
+	if words != nil {
 		path, err := exec.LookPath(words[0])
 		if err != nil {
 			return fmt.Errorf("--cmd: %w", err)
@@ -90,10 +147,22 @@ func runLab(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintln(stderr, "gofit lab: note: neither --cmd nor --url contains {port}; every trial will use the same port")
 		}
 		cfg.Target = lab.Target{Path: path, Args: words[1:], URL: *urlFlag}
-	} else {
+	}
+
+	sb, err := lab.NewSandbox()
+	if err != nil {
+		if errors.Is(err, iofs.ErrPermission) {
+			return fmt.Errorf("%w; the lab needs root on Linux with cgroupfs mounted writable (try: sudo gofit lab)", err)
+		}
+		return err
+	}
+	defer sb.Close()
+	if words == nil {
 		// The embedded sample: this very binary, copied so its page cache
-		// can be evicted before each trial without touching the running lab.
-		dir, err := os.MkdirTemp("", "gofit-lab-")
+		// can be evicted before each trial without touching the running
+		// lab. The directory is named for this process, so a later lab
+		// sweeps it if this one is killed.
+		dir, err := lab.TempDir()
 		if err != nil {
 			return err
 		}
@@ -106,20 +175,21 @@ func runLab(args []string, stdout, stderr io.Writer) error {
 		cfg.Sample = true
 	}
 	cfg.Progress = stderr
-
-	sb, err := lab.NewSandbox()
-	if err != nil {
-		return fmt.Errorf("%v; the lab needs root on Linux with cgroupfs mounted writable (try: sudo gofit lab)", err)
+	for _, w := range cfg.Warnings {
+		fmt.Fprintf(stderr, "gofit lab: warning: %s\n", w)
 	}
-	defer sb.Close()
 
 	start := time.Now()
 	res, runErr := lab.Run(ctx, sb, cfg)
-	if errors.Is(runErr, context.Canceled) {
-		fmt.Fprintf(stderr, "gofit lab: interrupted after %v; writing what was measured\n", time.Since(start).Round(time.Second))
+	interrupted := ctx.Err() != nil
+	paths, werr := lab.WriteFiles(*out, res)
+	if werr != nil {
+		return errors.Join(runErr, fmt.Errorf("write results: %w", werr))
 	}
-	if err := lab.WriteFiles(*out, res); err != nil {
-		return errors.Join(runErr, err)
+	if interrupted {
+		// One line, and the shell's code for SIGINT.
+		fmt.Fprintf(stderr, "gofit lab: interrupted after %v; partial results in %s\n", time.Since(start).Round(time.Second), strings.Join(paths, ", "))
+		return exitError{130}
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
@@ -129,9 +199,12 @@ func runLab(args []string, stdout, stderr io.Writer) error {
 		}
 	} else {
 		lab.WriteSummary(stdout, res)
-		fmt.Fprintf(stdout, "report: %s\nresults: %s\n", filepath.Join(*out, "report.html"), filepath.Join(*out, "results.json"))
+		fmt.Fprintf(stdout, "written: %s\n", strings.Join(paths, ", "))
 	}
-	return runErr
+	if runErr != nil {
+		return fmt.Errorf("%w (results: %s)", runErr, strings.Join(paths, ", "))
+	}
+	return nil
 }
 
 func copySelf(dir string) (string, error) {

@@ -5,14 +5,36 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gofit-dev/gofit/cgroup"
+	"github.com/gofit-dev/gofit/cgroup/manage"
 	"github.com/gofit-dev/gofit/lab"
 )
+
+// syncBuffer is a bytes.Buffer that os/exec's copying goroutine may
+// write while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
 
 // canLab skips unless this machine lets the lab create cgroups.
 func canLab(t *testing.T) {
@@ -27,50 +49,88 @@ func canLab(t *testing.T) {
 	sb.Close()
 }
 
-// leftovers lists lab cgroups and sample processes that outlived a run.
-func leftovers(t *testing.T) []string {
+// leftovers lists what the lab with this PID left behind: its cgroups,
+// its temporary directory and sample processes started from it. Only
+// that lab's: other labs may run on the machine at the same time.
+func leftovers(t *testing.T, pid int) []string {
 	t.Helper()
 	var out []string
 	self, err := cgroup.NewFS("/").Self()
 	if err != nil {
 		t.Fatal(err)
 	}
+	name := "gofit-lab-" + strconv.Itoa(pid)
 	for _, n := range []*cgroup.Node{self.CPU, self.CPUAcct, self.Memory, self.Unified} {
-		if n == nil {
+		if n = manage.ParentFor(n); n == nil {
 			continue
 		}
-		m, _ := filepath.Glob(filepath.Join(n.Dir, "gofit-lab-*"))
-		out = append(out, m...)
+		if _, err := os.Stat(filepath.Join(n.Dir, name)); err == nil {
+			out = append(out, filepath.Join(n.Dir, name))
+		}
 	}
+	tmp, _ := filepath.Glob(filepath.Join(os.TempDir(), name+"-*"))
+	out = append(out, tmp...)
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		b, _ := os.ReadFile(p)
-		if bytes.Contains(b, []byte(lab.SampleCommand)) {
+		if bytes.Contains(b, []byte(lab.SampleCommand)) && bytes.Contains(b, []byte(name+"-")) {
 			out = append(out, p+": "+strings.ReplaceAll(string(b), "\x00", " "))
 		}
 	}
 	return out
 }
 
+type labMetric struct {
+	Value  float64 `json:"value"`
+	Median float64 `json:"median"`
+	CILow  float64 `json:"ci_low"`
+	CIHigh float64 `json:"ci_high"`
+}
+
 type labResults struct {
 	Machine struct {
+		LoadAvg       string `json:"loadavg_at_start"`
 		CPUs          int    `json:"cpus"`
 		CgroupVersion int    `json:"cgroup_version"`
 		GoVersion     string `json:"go_version"`
 	} `json:"machine"`
+	Placement struct {
+		Isolated  bool   `json:"isolated"`
+		Generator []int  `json:"generator_cpus"`
+		Target    []int  `json:"target_cpus"`
+		Note      string `json:"note"`
+	} `json:"placement"`
 	CPU []struct {
-		Quota      float64 `json:"quota_cores"`
-		Setting    string  `json:"setting"`
-		Mode       string  `json:"mode"`
-		GOMAXPROCS int     `json:"gomaxprocs"`
-		RPS        float64 `json:"rps"`
-		P99        float64 `json:"p99_ms"`
-		CPUms      float64 `json:"cpu_ms_per_request"`
-		Errors     int     `json:"errors"`
+		Quota      float64  `json:"quota_cores"`
+		Setting    string   `json:"setting"`
+		SameAs     []string `json:"same_as"`
+		Mode       string   `json:"mode"`
+		GOMAXPROCS int      `json:"gomaxprocs"`
+		Offered    float64  `json:"offered_rps"`
+		Isolated   *bool    `json:"isolated"`
+		RPS        float64  `json:"rps"`
+		P99        float64  `json:"p99_ms"`
+		Periods    int      `json:"periods"`
+		Efficiency float64  `json:"cpu_efficiency"`
+		Errors     int      `json:"errors"`
 	} `json:"cpu"`
+	Summary []struct {
+		Quota      float64   `json:"quota_cores"`
+		Setting    string    `json:"setting"`
+		SameAs     []string  `json:"same_as"`
+		Mode       string    `json:"mode"`
+		Offered    float64   `json:"offered_rps"`
+		RPS        labMetric `json:"rps"`
+		P99        labMetric `json:"p99_ms"`
+		Efficiency labMetric `json:"cpu_efficiency"`
+		Samples    int       `json:"samples"`
+		Verdict    *string   `json:"verdict"`
+		Failed     bool      `json:"failed"`
+	} `json:"cpu_summary"`
 	Memory []struct {
 		Setting string `json:"setting"`
 		Floor   *int64 `json:"floor_bytes"`
+		Healthy *int64 `json:"healthy_floor_bytes"`
 		Trials  []struct {
 			Limit   int64  `json:"limit_bytes"`
 			Outcome string `json:"outcome"`
@@ -81,7 +141,16 @@ type labResults struct {
 		CPULimit    float64           `json:"cpu_limit_cores"`
 		Env         map[string]string `json:"env"`
 		YAML        string            `json:"yaml"`
+		Check       *struct {
+			Outcome string  `json:"outcome"`
+			RPS     float64 `json:"rps"`
+		} `json:"check"`
 	} `json:"recommendation"`
+	Lab struct {
+		Wall     float64  `json:"wall_seconds"`
+		Warnings []string `json:"warnings"`
+		Failed   string   `json:"failed"`
+	} `json:"lab"`
 }
 
 func TestLabQuick(t *testing.T) {
@@ -91,7 +160,7 @@ func TestLabQuick(t *testing.T) {
 	canLab(t)
 	out := t.TempDir()
 	cmd := gofitCmd("lab", "--quick", "--json", "--out", out)
-	var stdout, stderr bytes.Buffer
+	var stdout, stderr syncBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	start := time.Now()
 	if err := cmd.Run(); err != nil {
@@ -102,32 +171,49 @@ func TestLabQuick(t *testing.T) {
 		t.Errorf("no progress with an ETA on stderr:\n%s", stderr.String())
 	}
 	var r labResults
-	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+	if err := json.Unmarshal([]byte(stdout.String()), &r); err != nil {
 		t.Fatalf("--json output: %v\n%s", err, stdout.String())
 	}
 	onDisk, err := os.ReadFile(filepath.Join(out, "results.json"))
-	if err != nil || !bytes.Equal(bytes.TrimSpace(onDisk), bytes.TrimSpace(stdout.Bytes())) {
+	if err != nil || !bytes.Equal(bytes.TrimSpace(onDisk), bytes.TrimSpace([]byte(stdout.String()))) {
 		t.Errorf("results.json differs from --json output (%v)", err)
 	}
 	if r.Machine.CPUs < 1 || r.Machine.CgroupVersion == 0 || r.Machine.GoVersion == "" {
 		t.Errorf("machine %+v", r.Machine)
 	}
+	if r.Lab.Failed != "" {
+		t.Errorf("the sample's study failed: %s", r.Lab.Failed)
+	}
+	// Isolation: the generator is pinned; on 2 CPUs it must share one
+	// with the target, which keeps both (its GOMAXPROCS depends on them).
+	if r.Machine.CPUs >= 2 && (len(r.Placement.Generator) == 0 || r.Placement.Note == "") {
+		t.Errorf("placement %+v: the generator was not pinned", r.Placement)
+	}
+	if r.Machine.CPUs == 2 && (r.Placement.Isolated || len(r.Placement.Target) != 2) {
+		t.Errorf("placement %+v: on 2 CPUs the target keeps both and nothing is isolated", r.Placement)
+	}
 
-	// CPU: the quick grid, and physics: a cgroup cannot use more CPU than
-	// its quota, so rps × CPU per request ÷ quota stays at or below 1
-	// (plus slack for the period boundary), and above 0.
-	seen := map[string]bool{}
+	// CPU: the quick grid, one rate per quota, same_as for identical
+	// environments, and Go's default really at 2.
+	offered := map[float64]float64{}
 	for _, c := range r.CPU {
-		seen[c.Setting+"/"+c.Mode] = true
 		if c.Quota != 0.25 {
 			t.Errorf("quick CPU study ran quota %v", c.Quota)
 		}
-		eff := c.RPS * c.CPUms / 1000 / c.Quota
-		if eff <= 0.05 || eff > 1.1 {
-			t.Errorf("%s %s: rps %.0f × %.2f CPU ms/request ÷ %.2f cores = %.2f, outside (0.05, 1.1]", c.Setting, c.Mode, c.RPS, c.CPUms, c.Quota, eff)
+		if c.Isolated == nil || *c.Isolated != r.Placement.Isolated {
+			t.Errorf("%s %s: isolated %v, placement says %v", c.Setting, c.Mode, c.Isolated, r.Placement.Isolated)
 		}
 		if c.Errors > 0 {
 			t.Errorf("%s %s: %d errors", c.Setting, c.Mode, c.Errors)
+		}
+		if c.Mode == "open" {
+			if o, ok := offered[c.Quota]; ok && o != c.Offered {
+				t.Errorf("open-loop rates at %v differ: %v and %v", c.Quota, o, c.Offered)
+			}
+			offered[c.Quota] = c.Offered
+		}
+		if c.Mode == "closed" && c.Periods < 50 {
+			t.Errorf("%s closed-loop window spans %d CFS periods, want at least 50", c.Setting, c.Periods)
 		}
 		if c.Setting == lab.SetGofit && c.GOMAXPROCS != 1 {
 			t.Errorf("gofit's plan ran with GOMAXPROCS %d at 0.25 cores, want 1", c.GOMAXPROCS)
@@ -135,54 +221,89 @@ func TestLabQuick(t *testing.T) {
 		if c.Setting == lab.SetGoDefault && r.Machine.CPUs >= 2 && c.GOMAXPROCS != 2 {
 			t.Errorf("Go's default ran with GOMAXPROCS %d at 0.25 cores, want 2 (Go ≥ 1.25 never goes below 2)", c.GOMAXPROCS)
 		}
+		if c.Setting == lab.SetProcs1 {
+			t.Errorf("gomaxprocs=1 measured on its own; at 0.25 cores it is gofit's environment")
+		}
 	}
-	for _, want := range []string{lab.SetProcs1, lab.SetGoDefault, lab.SetGofit} {
+	seen := map[string]bool{}
+	for _, s := range r.Summary {
+		seen[s.Setting+"/"+s.Mode] = true
+		if s.Failed {
+			t.Errorf("%s %s failed", s.Setting, s.Mode)
+		}
+		for name, m := range map[string]labMetric{"rps": s.RPS, "p99": s.P99} {
+			if !(m.CILow > 0 && m.CILow <= m.Value && m.Value <= m.CIHigh) {
+				t.Errorf("%s %s %s: %v outside its interval [%v, %v]", s.Setting, s.Mode, name, m.Value, m.CILow, m.CIHigh)
+			}
+		}
+		if (s.Verdict == nil) != (s.Setting == lab.SetGoDefault) {
+			t.Errorf("%s %s: verdict %v; want one for every setting but go-default", s.Setting, s.Mode, s.Verdict)
+		}
+		if s.Mode == "open" && s.Samples < 5000 {
+			t.Errorf("%s open-loop p99 from %d latencies, want at least 5000", s.Setting, s.Samples)
+		}
+		// Physics: over 50 periods a cgroup saturated at a sub-core quota
+		// uses that quota, no more and hardly less.
+		if s.Mode == "closed" && (s.Efficiency.Median < 0.9 || s.Efficiency.Median > 1.05) {
+			t.Errorf("%s closed loop at 250m: CPU used ÷ quota %.3f, want within [0.9, 1.05] (load average at start: %s)", s.Setting, s.Efficiency.Median, r.Machine.LoadAvg)
+		}
+		if s.Setting == lab.SetGofit && (len(s.SameAs) != 1 || s.SameAs[0] != lab.SetProcs1) {
+			t.Errorf("gofit at 250m: same_as %v, want [%s]", s.SameAs, lab.SetProcs1)
+		}
+	}
+	for _, want := range []string{lab.SetGoDefault, lab.SetGofit} {
 		for _, mode := range []string{"closed", "open"} {
 			if !seen[want+"/"+mode] {
-				t.Errorf("no %s %s-loop cell", want, mode)
+				t.Errorf("no %s %s-loop summary", want, mode)
 			}
 		}
 	}
 
-	// Memory: both floors found; gofit's plan survives at or below the no-knob floor.
+	// Memory: floors for every setting, healthy at or above surviving;
+	// automemlimit side by side.
 	floors := map[string]int64{}
 	for _, m := range r.Memory {
-		if m.Floor == nil {
-			t.Errorf("%s: no floor found in %d trials", m.Setting, len(m.Trials))
+		if m.Floor == nil || m.Healthy == nil {
+			t.Errorf("%s: floor %v, healthy floor %v in %d trials", m.Setting, m.Floor, m.Healthy, len(m.Trials))
 			continue
 		}
 		floors[m.Setting] = *m.Floor
-		if *m.Floor%(1<<20) != 0 {
-			t.Errorf("%s floor %d is not whole MiB", m.Setting, *m.Floor)
+		if *m.Healthy < *m.Floor {
+			t.Errorf("%s: healthy floor %d under the survival floor %d", m.Setting, *m.Healthy, *m.Floor)
 		}
 	}
-	if floors[lab.SetNone] == 0 || floors[lab.SetGofit] == 0 || floors[lab.SetGofit] > floors[lab.SetNone] {
-		t.Errorf("floors %v: want gofit's at or below the no-knob one", floors)
+	if floors[lab.SetGofit] == 0 || floors[lab.SetAutoMemLimit] == 0 {
+		t.Errorf("floors %v: want gofit's and automemlimit's", floors)
 	}
-	t.Logf("floors: none %dMiB, gofit %dMiB", floors[lab.SetNone]>>20, floors[lab.SetGofit]>>20)
-	if r.Recommendation.MemoryLimit < floors[lab.SetGofit] || r.Recommendation.CPULimit <= 0 || r.Recommendation.Env["GOMEMLIMIT"] == "" ||
-		!strings.Contains(r.Recommendation.YAML, "memory: ") {
-		t.Errorf("recommendation %+v", r.Recommendation)
+	t.Logf("floors: gofit %dMiB, automemlimit %dMiB", floors[lab.SetGofit]>>20, floors[lab.SetAutoMemLimit]>>20)
+	rec := r.Recommendation
+	if rec.MemoryLimit < floors[lab.SetGofit] || rec.CPULimit <= 0 || rec.Env["GOMEMLIMIT"] == "" || !strings.Contains(rec.YAML, "memory: ") {
+		t.Errorf("recommendation %+v", rec)
+	}
+	if rec.Check == nil || rec.Check.Outcome != "ok" {
+		t.Errorf("check trial of the recommended pair: %+v", rec.Check)
 	}
 
 	html, err := os.ReadFile(filepath.Join(out, "report.html"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, title := range []string{"Throughput (closed loop)", "p99 latency (open loop)", "Throttled time (open loop)", "Survival against memory limit", "Throughput against memory limit"} {
+	for _, title := range []string{"p99 latency, open loop at equal offered load", "Throughput, closed loop", "Latency by percentile at 250m, open loop", "Survival against memory limit"} {
 		if !bytes.Contains(html, []byte(`aria-label="`+title+`"`)) {
 			t.Errorf("report.html has no plot %q", title)
 		}
 	}
-	if n := bytes.Count(html, []byte(`<polyline class="series"`)); n < 7 {
-		t.Errorf("report.html draws %d data series, want at least 7", n)
+	// The verdicts and the recommendation come before any plot.
+	v, rc, p := bytes.Index(html, []byte("Verdicts against go-default")), bytes.Index(html, []byte("container spec fragment")), bytes.Index(html, []byte("<svg"))
+	if v < 0 || rc < 0 || p < 0 || v > p || rc > p {
+		t.Errorf("verdicts at %d, recommendation at %d, first plot at %d: want both before the plots", v, rc, p)
 	}
 	for _, ref := range []string{"<script", "src=", "href=", "@import", "url("} {
 		if bytes.Contains(html, []byte(ref)) {
 			t.Errorf("report.html is not self-contained: it has %q", ref)
 		}
 	}
-	if left := leftovers(t); len(left) > 0 {
+	if left := leftovers(t, cmd.Process.Pid); len(left) > 0 {
 		t.Errorf("left behind: %v", left)
 	}
 }
@@ -194,7 +315,7 @@ func TestLabInterrupted(t *testing.T) {
 	canLab(t)
 	out := t.TempDir()
 	cmd := gofitCmd("lab", "--quick", "--out", out)
-	var stderr bytes.Buffer
+	var stderr syncBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -210,37 +331,132 @@ func TestLabInterrupted(t *testing.T) {
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
-		if err == nil {
-			t.Error("an interrupted lab exited 0")
+		if code := cmd.ProcessState.ExitCode(); code != 130 {
+			t.Errorf("an interrupted lab exited %d (%v), want 130", code, err)
 		}
 	case <-time.After(30 * time.Second):
 		cmd.Process.Kill()
 		t.Fatal("the lab did not stop within 30s of SIGINT")
 	}
-	if !strings.Contains(stderr.String(), "interrupted") {
-		t.Errorf("stderr does not say it was interrupted:\n%s", stderr.String())
+	var tail []string
+	for _, line := range strings.Split(strings.TrimSpace(stderr.String()), "\n") {
+		if !strings.HasPrefix(line, "lab [") {
+			tail = append(tail, line)
+		}
+	}
+	if len(tail) != 1 || !strings.Contains(tail[0], "interrupted") {
+		t.Errorf("after the progress lines, want one line saying it was interrupted; got %q", tail)
 	}
 	if _, err := os.Stat(filepath.Join(out, "results.json")); err != nil {
 		t.Errorf("no partial results: %v", err)
 	}
-	if left := leftovers(t); len(left) > 0 {
+	if left := leftovers(t, cmd.Process.Pid); len(left) > 0 {
 		t.Errorf("left behind after SIGINT: %v", left)
 	}
 }
 
 func TestLabErrors(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "a-file")
+	os.WriteFile(file, nil, 0o644)
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"lab", "--cmd", "x"}, "--cmd and --url go together"},
+		{[]string{"lab", "--cmd", " ", "--url", "http://127.0.0.1:{port}/"}, "--cmd \" \": no command"},
 		{[]string{"lab", "--quotas", "0.5,fast"}, "--quotas"},
 		{[]string{"lab", "--open-fraction", "2"}, "--open-fraction"},
+		{[]string{"lab", "--open-fraction", "0"}, "--open-fraction"},
 		{[]string{"lab", "--repeats", "-1"}, "--repeats"},
+		{[]string{"lab", "--requests", "0"}, "--requests 0"},
+		{[]string{"lab", "--concurrency", "0"}, "--concurrency 0"},
+		{[]string{"lab", "--mem-requests", "0"}, "--mem-requests 0"},
+		{[]string{"lab", "--max-repeats", "0"}, "--max-repeats 0"},
+		{[]string{"lab", "--open-duration", "0s"}, "--open-duration"},
+		{[]string{"lab", "--budget", "-1m"}, "--budget"},
+		{[]string{"lab", "--target-rps", "-5"}, "--target-rps"},
+		{[]string{"lab", "--slo-p99", "50ms"}, "--slo-p99 needs --target-rps"},
+		{[]string{"lab", "--out", file}, "not a directory"},
 		{[]string{"lab", "--cmd", "/nonexistent/svc {port}", "--url", "http://127.0.0.1:{port}/"}, "/nonexistent/svc"},
 	} {
-		if code, _, errOut := run(tc.args...); code == 0 || !strings.Contains(errOut, tc.want) {
+		if code, _, errOut := run(tc.args...); code == 0 || !strings.Contains(errOut, tc.want) || strings.Contains(errOut, "panic") {
 			t.Errorf("gofit %v: exit %d, stderr %q; want an error naming %q", tc.args, code, errOut, tc.want)
 		}
+	}
+}
+
+// An --out the lab cannot write fails before any trial runs.
+func TestLabOutReadOnly(t *testing.T) {
+	if os.Geteuid() == 0 {
+		// root writes through permission bits; a read-only mount is the
+		// real case: /proc is one everywhere.
+		start := time.Now()
+		code, _, errOut := run("lab", "--out", "/proc/gofit-lab-out")
+		if code == 0 || !strings.Contains(errOut, "--out") || time.Since(start) > 10*time.Second {
+			t.Errorf("--out on a read-only filesystem: exit %d after %v, stderr %q", code, time.Since(start), errOut)
+		}
+		return
+	}
+	t.Skip("skipping: needs root for the lab's flags to get this far")
+}
+
+// A target that crashes, or answers every request with an error, never
+// yields a recommendation, and the exit status says so.
+func TestLabFailingTarget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping in -short mode")
+	}
+	canLab(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, cmd, url, want string
+	}{
+		// The test binary serves the sample (GOFIT_TEST_AS_GOFIT passes
+		// through the lab's environment) and is killed after 2 s.
+		{"crashes after 2s", "timeout -s KILL 2 " + self + " lab-sample 127.0.0.1:{port}", "http://127.0.0.1:{port}/work", "the target failed"},
+		{"answers 404", self + " lab-sample 127.0.0.1:{port}", "http://127.0.0.1:{port}/nope", "HTTP 404 Not Found"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out := t.TempDir()
+			cmd := gofitCmd("lab", "--quick", "--out", out, "--cmd", tc.cmd, "--url", tc.url)
+			var stdout, stderr syncBuffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			if code := cmd.ProcessState.ExitCode(); code != 1 {
+				t.Errorf("exit %d (%v), want 1\n%s", code, err, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tc.want) {
+				t.Errorf("stderr does not say %q:\n%s", tc.want, stderr.String())
+			}
+			if strings.Contains(stdout.String(), "cpu: ") {
+				t.Errorf("a failing target got a CPU recommendation:\n%s", stdout.String())
+			}
+			if left := leftovers(t, cmd.Process.Pid); len(left) > 0 {
+				t.Errorf("left behind: %v", left)
+			}
+		})
+	}
+}
+
+// A study that measured nothing does not replace earlier good results.
+func TestLabKeepsGoodResults(t *testing.T) {
+	dir := t.TempDir()
+	good := []byte(`{"cpu":[{"rps":1}]}`)
+	os.WriteFile(filepath.Join(dir, "results.json"), good, 0o644)
+	paths, err := lab.WriteFiles(dir, &lab.Results{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "results.json")); !bytes.Equal(b, good) {
+		t.Errorf("an empty run replaced results.json: %s", b)
+	}
+	if len(paths) != 2 || !strings.Contains(paths[0], "results-empty.json") {
+		t.Errorf("wrote %v", paths)
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, ".gofit-*")); len(m) > 0 {
+		t.Errorf("temporary files left: %v", m)
 	}
 }

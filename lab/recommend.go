@@ -1,0 +1,341 @@
+package lab
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/gofit-dev/gofit/fit"
+)
+
+// memHeadroom above the healthy floor for the recommended memory limit:
+// floors move with traffic mix and Go versions.
+const memHeadroom = 1.25
+
+// Recommendation is what the lab suggests for a Deployment's container.
+type Recommendation struct {
+	CPURequestCores    float64           `json:"cpu_request_cores"`
+	CPULimitCores      float64           `json:"cpu_limit_cores"`
+	MemoryRequestBytes int64             `json:"memory_request_bytes"`
+	MemoryLimitBytes   int64             `json:"memory_limit_bytes"`
+	Setting            string            `json:"setting"` // the CPU setting whose environment is recommended
+	Env                map[string]string `json:"env"`
+	TargetRPS          float64           `json:"target_rps,omitempty"`
+	SLOP99Ms           float64           `json:"slo_p99_ms,omitempty"`
+	Confident          bool              `json:"confident"` // every figure it rests on is error-free and its interval meets the rule
+	Reasons            []string          `json:"reasons"`
+	Check              *CheckTrial       `json:"check"` // the recommended pair run together once
+	YAML               string            `json:"yaml"`
+}
+
+// CheckTrial is the recommendation run as one trial.
+type CheckTrial struct {
+	MemTrial
+	P50      float64 `json:"p50_ms"`
+	ProbeRPS float64 `json:"probe_rps"`
+	ProbeP99 float64 `json:"probe_p99_ms"`
+}
+
+type cpuChoice struct {
+	cores   float64
+	setting string
+	sum     *CPUSummary
+}
+
+// openCells are the open-loop summaries at q that a recommendation may
+// rest on: no errors, not saturated.
+func (l *Lab) openAt(q float64) []CPUSummary {
+	var out []CPUSummary
+	for _, s := range l.res.CPUSummary {
+		if s.Mode == "open" && s.QuotaCores == q {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (s CPUSummary) is(setting string) bool {
+	if s.Setting == setting {
+		return true
+	}
+	for _, x := range s.SameAs {
+		if x == setting {
+			return true
+		}
+	}
+	return false
+}
+
+func usable(s CPUSummary) bool {
+	return !s.Failed && (s.OfferedRPS == 0 || s.RPS.Value >= 0.95*s.OfferedRPS)
+}
+
+func (l *Lab) quotas() []float64 {
+	seen := map[float64]bool{}
+	var qs []float64
+	for _, s := range l.res.CPUSummary {
+		if !seen[s.QuotaCores] {
+			seen[s.QuotaCores] = true
+			qs = append(qs, s.QuotaCores)
+		}
+	}
+	sort.Float64s(qs)
+	return qs
+}
+
+// recommendCPU picks the quota and setting, appending its reasons to rec.
+func (l *Lab) recommendCPU(rec *Recommendation) cpuChoice {
+	if l.cfg.TargetRPS > 0 {
+		return l.recommendForTarget(rec)
+	}
+	// The smallest quota whose open-loop p99 under gofit's plan is not
+	// significantly more than twice the best such p99 at any quota: its
+	// interval's low end is at most twice the best one's high end.
+	var best *CPUSummary
+	cands := map[float64]CPUSummary{}
+	for _, q := range l.quotas() {
+		for _, s := range l.openAt(q) {
+			if s.is(SetGofit) && usable(s) {
+				cands[q] = s
+				if best == nil || s.P99.Value < best.P99.Value {
+					b := s
+					best = &b
+				}
+			}
+		}
+	}
+	if best == nil {
+		rec.Reasons = append(rec.Reasons, "CPU: no quota has an error-free, unsaturated open-loop cell for gofit's plan; no CPU recommendation")
+		return cpuChoice{}
+	}
+	for _, q := range l.quotas() {
+		s, ok := cands[q]
+		if !ok || s.P99.CILow > 2*best.P99.CIHigh {
+			continue
+		}
+		c := cpuChoice{cores: q, setting: SetGofit, sum: &s}
+		// gofit's plan unless go-default is significantly better here.
+		if s.Verdict != nil && *s.Verdict == Worse {
+			for _, o := range l.openAt(q) {
+				if o.Setting == SetGoDefault && usable(o) {
+					c.setting = SetGoDefault
+					c.sum = &o
+				}
+			}
+		}
+		rec.Confident = s.P99.CIHigh <= 2*best.P99.CIHigh
+		rec.Reasons = append(rec.Reasons, fmt.Sprintf("CPU %s: the smallest quota whose open-loop p99 with gofit's plan, %s at %.0f rps offered, is not significantly over twice the best at any quota (%s at %s)",
+			millicores(q), msCI(s.P99), s.OfferedRPS, msCI(best.P99), millicores(best.QuotaCores)))
+		if c.setting != SetGofit {
+			rec.Reasons = append(rec.Reasons, fmt.Sprintf("setting go-default: at %s gofit's plan is significantly worse than Go's default", millicores(q)))
+		}
+		return c
+	}
+	return cpuChoice{}
+}
+
+// recommendForTarget picks the cheapest quota × setting whose open-loop
+// p99 at the target rate meets the SLO (or, without one, stays within
+// twice the best p99 seen at that rate).
+func (l *Lab) recommendForTarget(rec *Recommendation) cpuChoice {
+	rec.TargetRPS = l.cfg.TargetRPS
+	slo := l.cfg.SLOP99.Seconds() * 1000
+	rule := fmt.Sprintf("p99 ≤ %.1fms (--slo-p99)", slo)
+	if slo <= 0 {
+		best := math.Inf(1)
+		for _, s := range l.res.CPUSummary {
+			if s.Mode == "open" && usable(s) {
+				best = math.Min(best, s.P99.Value)
+			}
+		}
+		slo = 2 * best
+		rule = fmt.Sprintf("p99 ≤ %.1fms, twice the best p99 at this rate (no --slo-p99)", slo)
+	} else {
+		rec.SLOP99Ms = slo
+	}
+	for _, q := range l.quotas() {
+		var meet []CPUSummary
+		for _, s := range l.openAt(q) {
+			if usable(s) && s.P99.Value <= slo {
+				meet = append(meet, s)
+			}
+		}
+		if len(meet) == 0 {
+			continue
+		}
+		sort.SliceStable(meet, func(i, j int) bool {
+			gi, gj := meet[i].is(SetGofit), meet[j].is(SetGofit)
+			if gi != gj {
+				return gi
+			}
+			return meet[i].P99.Value < meet[j].P99.Value
+		})
+		s := meet[0]
+		setting := s.Setting
+		if s.is(SetGofit) {
+			setting = SetGofit
+		}
+		rec.Confident = s.P99.CIHigh <= slo
+		conf := "its whole 95% interval meets it"
+		if !rec.Confident {
+			conf = "NOT confidently: the interval's high end does not"
+		}
+		rec.Reasons = append(rec.Reasons, fmt.Sprintf("CPU %s with %s: the cheapest quota × setting serving %.0f rps (served %s) with %s: p99 %s, %s",
+			millicores(q), setting, l.cfg.TargetRPS, rpsCI(s.RPS), rule, msCI(s.P99), conf))
+		return cpuChoice{cores: q, setting: setting, sum: &s}
+	}
+	rec.Reasons = append(rec.Reasons, fmt.Sprintf("CPU: no quota tested serves %.0f rps with %s; try larger --quotas", l.cfg.TargetRPS, rule))
+	return cpuChoice{}
+}
+
+func (l *Lab) recommend() Recommendation {
+	rec := Recommendation{Env: map[string]string{}, Reasons: []string{}}
+	cpu := l.recommendCPU(&rec)
+	rec.CPURequestCores, rec.CPULimitCores, rec.Setting = cpu.cores, cpu.cores, cpu.setting
+	rec.Reasons = append(rec.Reasons, l.cpuVerdicts()...)
+	// Memory: the healthy floor under the recommended setting's memory
+	// plan (gofit's), else the no-knob one, plus headroom.
+	floor, from, kind := int64(0), "", ""
+	for _, want := range []string{SetGofit, SetNone} {
+		for _, m := range l.res.Memory {
+			if m.Setting == want && m.HealthyFloorBytes != nil && floor == 0 {
+				floor, from, kind = *m.HealthyFloorBytes, want, "healthy floor"
+			}
+		}
+	}
+	if floor == 0 {
+		for _, m := range l.res.Memory {
+			if m.Setting == SetGofit && m.FloorBytes != nil {
+				floor, from, kind = *m.FloorBytes, SetGofit, "survival floor (NO healthy floor was found: expect degraded service near it)"
+				rec.Confident = false
+			}
+		}
+	}
+	if floor > 0 {
+		const step = 4 << 20
+		rec.MemoryLimitBytes = int64(math.Ceil(float64(floor)*memHeadroom/step)) * step
+		rec.MemoryRequestBytes = rec.MemoryLimitBytes
+		rec.Reasons = append(rec.Reasons, fmt.Sprintf("memory %s: the %s with setting %q (%s, at %s CPU) plus %.0f%% headroom; request = limit so the pod is not reclaimed before others",
+			mebi(rec.MemoryLimitBytes), kind, from, fit.FormatBytes(floor), cpuLabel(l.res.Target.ProbeCPU), (memHeadroom-1)*100))
+		rec.Reasons = append(rec.Reasons, l.memVerdicts()...)
+	}
+	if cpu.cores > 0 || floor > 0 {
+		env, plan := l.planEnv(rec.CPULimitCores, rec.MemoryLimitBytes)
+		delete(env, "GODEBUG") // the sample's lab setting, not advice
+		switch rec.Setting {
+		case SetGoDefault:
+			delete(env, "GOMAXPROCS")
+		case SetProcs1:
+			env["GOMAXPROCS"] = "1"
+		case SetProcsNCPU:
+			env["GOMAXPROCS"] = strconv.Itoa(l.ncpu)
+		}
+		rec.Env = env
+		for _, r := range plan.Reasons {
+			if rec.Setting != SetGofit && rec.Setting != "" && strings.Contains(r, "GOMAXPROCS") {
+				continue // gofit's GOMAXPROCS reasoning, overruled by the measurement
+			}
+			rec.Reasons = append(rec.Reasons, "env: "+r)
+		}
+		if v, ok := env["GOMAXPROCS"]; ok && rec.Setting != SetGofit {
+			rec.Reasons = append(rec.Reasons, "env: GOMAXPROCS="+v+": the measured setting "+rec.Setting)
+		}
+	}
+	if cpu.cores == 0 {
+		rec.Confident = false
+	}
+	rec.YAML = deploymentYAML(rec)
+	return rec
+}
+
+func msCI(m Metric) string {
+	return fmt.Sprintf("%.1fms [%.1f–%.1f]", m.Value, m.CILow, m.CIHigh)
+}
+
+func rpsCI(m Metric) string {
+	return fmt.Sprintf("%.0f rps [%.0f–%.0f]", m.Value, m.CILow, m.CIHigh)
+}
+
+// cpuVerdicts states the significant differences from go-default.
+func (l *Lab) cpuVerdicts() []string {
+	var out []string
+	for _, q := range l.quotas() {
+		var parts []string
+		for _, s := range l.res.CPUSummary {
+			if s.QuotaCores != q || s.Verdict == nil || *s.Verdict == Same {
+				continue
+			}
+			what := "closed-loop rps"
+			if s.Mode == "open" {
+				what = "open-loop p99"
+			}
+			if s.VerdictRatio == nil {
+				continue
+			}
+			parts = append(parts, fmt.Sprintf("%s %s on %s (×%.2f, 95%% CI %.2f–%.2f)", label(s), *s.Verdict, what, s.VerdictRatio.Value, s.VerdictRatio.Low, s.VerdictRatio.High))
+		}
+		if len(parts) == 0 {
+			parts = []string{"no setting differs significantly"}
+		}
+		out = append(out, fmt.Sprintf("at %s against go-default: %s", millicores(q), strings.Join(parts, "; ")))
+	}
+	return out
+}
+
+// label names a summary row with every setting it stands for.
+func label(s CPUSummary) string {
+	return strings.Join(append([]string{s.Setting}, s.SameAs...), " = ")
+}
+
+func (l *Lab) memVerdicts() []string {
+	var parts []string
+	for _, m := range l.res.Memory {
+		f, h := "none found", "none found"
+		if m.FloorBytes != nil {
+			f = fit.FormatBytes(*m.FloorBytes)
+		}
+		if m.HealthyFloorBytes != nil {
+			h = fit.FormatBytes(*m.HealthyFloorBytes)
+		}
+		parts = append(parts, fmt.Sprintf("%s survives from %s, healthy from %s (%d trials)", m.Setting, f, h, len(m.Trials)+len(m.HealthyTrials)))
+	}
+	return []string{"memory floors: " + strings.Join(parts, "; ")}
+}
+
+func millicores(c float64) string { return fmt.Sprintf("%dm", int(math.Round(c*1000))) }
+func mebi(b int64) string         { return fmt.Sprintf("%dMi", (b+(1<<20)-1)>>20) }
+
+func deploymentYAML(r Recommendation) string {
+	var b strings.Builder
+	if r.CPULimitCores == 0 && r.MemoryLimitBytes == 0 {
+		return "# no recommendation: see the reasons above\n"
+	}
+	b.WriteString("# container spec fragment from gofit lab\nresources:\n")
+	for _, part := range []string{"requests", "limits"} {
+		fmt.Fprintf(&b, "  %s:\n", part)
+		cpu := r.CPURequestCores
+		if part == "limits" {
+			cpu = r.CPULimitCores
+		}
+		if cpu > 0 {
+			fmt.Fprintf(&b, "    cpu: %s\n", millicores(cpu))
+		}
+		if r.MemoryLimitBytes > 0 {
+			fmt.Fprintf(&b, "    memory: %s\n", mebi(r.MemoryLimitBytes))
+		}
+	}
+	if len(r.Env) > 0 {
+		b.WriteString("env:\n")
+		keys := make([]string, 0, len(r.Env))
+		for k := range r.Env {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(&b, "  - name: %s\n    value: %q\n", k, r.Env[k])
+		}
+	}
+	return b.String()
+}

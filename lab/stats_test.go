@@ -1,0 +1,338 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"math/rand"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fakeBlocks makes n one-second blocks whose throughput is rps with a
+// relative spread, and whose latencies are exponential with mean ms.
+func fakeBlocks(rng *rand.Rand, n int, rps, spread, ms float64) []Block {
+	bs := make([]Block, n)
+	for i := range bs {
+		k := int(math.Max(1, rps*(1+spread*rng.NormFloat64())))
+		b := Block{Seconds: 1, OK: k}
+		for j := 0; j < k; j++ {
+			b.Lat = append(b.Lat, float32(rng.ExpFloat64()*ms))
+		}
+		bs[i] = b
+	}
+	return bs
+}
+
+// runs splits blocks into n runs.
+func runs(n int, bs []Block) Sample {
+	var s Sample
+	per := len(bs) / n
+	for i := 0; i < n; i++ {
+		s = append(s, bs[i*per:(i+1)*per])
+	}
+	return s
+}
+
+func TestBootstrapIntervalNarrowsWithData(t *testing.T) {
+	rng := rand.New(rand.NewSource(7))
+	b := NewBootstrap(500, 1)
+	small := runs(2, fakeBlocks(rng, 6, 200, 0.2, 5))
+	large := runs(6, fakeBlocks(rng, 60, 200, 0.2, 5))
+	for _, st := range []Stat{StatRPS, StatP99} {
+		s, l := b.CI(small, st), b.CI(large, st)
+		if !(s.Low <= s.Value && s.Value <= s.High) || !(l.Low <= l.Value && l.Value <= l.High) {
+			t.Errorf("stat %d: estimate outside its interval: %+v %+v", st, s, l)
+		}
+		if l.High-l.Low >= s.High-s.Low {
+			t.Errorf("stat %d: interval from 60 blocks [%.2f, %.2f] is not narrower than from 6 [%.2f, %.2f]", st, l.Low, l.High, s.Low, s.High)
+		}
+	}
+	// The true rps (200) and p99 (5 ms × ln 100 ≈ 23 ms) lie in the large
+	// sample's intervals.
+	if iv := b.CI(large, StatRPS); iv.Low > 200 || iv.High < 200 {
+		t.Errorf("rps interval %+v misses 200", iv)
+	}
+	if iv := b.CI(large, StatP99); iv.Low > 23.03 || iv.High < 23.03 {
+		t.Errorf("p99 interval %+v misses 23.0", iv)
+	}
+}
+
+func TestVerdicts(t *testing.T) {
+	rng := rand.New(rand.NewSource(3))
+	b := NewBootstrap(500, 1)
+	base := runs(3, fakeBlocks(rng, 30, 500, 0.05, 4))
+	for _, tc := range []struct {
+		name    string
+		s       Sample
+		st      Stat
+		want    string
+		decided bool
+	}{
+		{"same distribution, many blocks", runs(3, fakeBlocks(rng, 30, 500, 0.05, 4)), StatRPS, Same, true},
+		{"20% less throughput", runs(3, fakeBlocks(rng, 30, 400, 0.05, 4)), StatRPS, Worse, true},
+		{"20% more throughput", runs(3, fakeBlocks(rng, 30, 600, 0.05, 4)), StatRPS, Better, true},
+		{"half the latency", runs(3, fakeBlocks(rng, 30, 500, 0.05, 2)), StatP99, Better, true},
+		{"twice the latency", runs(3, fakeBlocks(rng, 30, 500, 0.05, 8)), StatP99, Worse, true},
+		{"same, one run: undecided", runs(1, fakeBlocks(rng, 30, 500, 0.05, 4)), StatRPS, Same, false},
+		{"runs that disagree: undecided", append(runs(2, fakeBlocks(rng, 20, 500, 0.05, 4)), fakeBlocks(rng, 10, 650, 0.05, 4)), StatRPS, Same, false},
+	} {
+		r := b.Ratio(tc.s, base, tc.st)
+		v, d := Verdict(r, tc.st, margin(tc.st))
+		if v != tc.want || d != tc.decided {
+			t.Errorf("%s: verdict %s decided %v (ratio %.3f [%.3f, %.3f]), want %s decided %v", tc.name, v, d, r.Value, r.Low, r.High, tc.want, tc.decided)
+		}
+	}
+}
+
+// fakeCPU is a CPU study's runner with scripted distributions per
+// setting and a clock that advances by each window.
+type fakeCPU struct {
+	rng   *rand.Rand
+	now   time.Time
+	rps   map[string]float64 // closed-loop capacity per setting
+	noise map[string]float64
+	ms    map[string]float64 // mean latency per setting, open loop
+	runs  map[string]int
+	rates map[float64][]float64
+}
+
+func (f *fakeCPU) measure(_ context.Context, c cpuConfig, mode string, offered float64, window time.Duration, rep int) (CPUCell, error) {
+	f.runs[c.setting+"/"+mode]++
+	secs := window.Seconds()
+	f.now = f.now.Add(window + time.Second)
+	n := int(secs)
+	var bs []Block
+	if mode == "closed" {
+		bs = fakeBlocks(f.rng, n, f.rps[c.setting], f.noise[c.setting], 1)
+	} else {
+		f.rates[c.quota] = append(f.rates[c.quota], offered)
+		bs = fakeBlocks(f.rng, n, offered, 0.01, f.ms[c.setting])
+	}
+	s := Sample{bs}
+	return CPUCell{QuotaCores: c.quota, Setting: c.setting, SameAs: c.sameAs, Mode: mode, Repeat: rep, OfferedRPS: offered, RPS: s.rps(), P99: s.p99(),
+		Requests: int(s.rps() * secs), Seconds: secs, blocks: bs}, nil
+}
+
+func newFakeLab(t *testing.T, budget time.Duration) (*Lab, *fakeCPU) {
+	t.Helper()
+	cfg := DefaultConfig(false)
+	cfg.Quotas = []float64{0.5}
+	cfg.CPUSettings = []string{SetGoDefault, SetGofit, SetProcs1, SetProcsNCPU}
+	cfg.Budget = budget
+	cfg.Resamples = 150
+	l := newLab(cfg)
+	l.ncpu = 4
+	f := &fakeCPU{rng: rand.New(rand.NewSource(11)), now: time.Unix(0, 0), runs: map[string]int{}, rates: map[float64][]float64{},
+		// gofit (= gomaxprocs=1 at 500m) is truly 10% faster than
+		// go-default but noisy; gomaxprocs=ncpu is clearly slower.
+		rps:   map[string]float64{SetGoDefault: 1000, SetGofit: 1100, SetProcsNCPU: 600},
+		noise: map[string]float64{SetGoDefault: 0.15, SetGofit: 0.15, SetProcsNCPU: 0.02},
+		ms:    map[string]float64{SetGoDefault: 10, SetGofit: 5, SetProcsNCPU: 30}}
+	l.started = f.now
+	l.now = func() time.Time { return f.now }
+	l.measure = f.measure
+	return l, f
+}
+
+func TestAdaptiveRepeats(t *testing.T) {
+	l, f := newFakeLab(t, time.Hour)
+	if err := l.cpuStudy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	sums := l.summarizeCPU()
+	got := map[string]CPUSummary{}
+	for _, s := range sums {
+		got[s.Setting+"/"+s.Mode] = s
+	}
+	// Identical environments are one cell with both names.
+	if g := got[SetGofit+"/closed"]; len(g.SameAs) != 1 || g.SameAs[0] != SetProcs1 {
+		t.Errorf("gofit at 500m on 4 CPUs: same_as %v, want [%s]", g.SameAs, SetProcs1)
+	}
+	if f.runs[SetProcs1+"/closed"] != 0 {
+		t.Errorf("gomaxprocs=1 measured on its own %d times; it is gofit's cell", f.runs[SetProcs1+"/closed"])
+	}
+	// Equal load: one offered rate at the quota.
+	for _, r := range f.rates[0.5] {
+		if r != f.rates[0.5][0] {
+			t.Errorf("open-loop rates at 500m differ: %v", f.rates[0.5])
+			break
+		}
+	}
+	for k, want := range map[string]string{SetGofit + "/closed": Better, SetProcsNCPU + "/closed": Worse, SetGofit + "/open": Better, SetProcsNCPU + "/open": Worse} {
+		s := got[k]
+		if s.Verdict == nil || *s.Verdict != want {
+			t.Errorf("%s: verdict %v, want %s (ratio %+v, %d repeats)", k, s.Verdict, want, s.VerdictRatio, s.Repeats)
+		}
+		if s.RPS.CILow > s.RPS.Value || s.RPS.CIHigh < s.RPS.Value {
+			t.Errorf("%s: rps %.0f outside [%.0f, %.0f]", k, s.RPS.Value, s.RPS.CILow, s.RPS.CIHigh)
+		}
+	}
+	if got[SetGoDefault+"/closed"].Verdict != nil {
+		t.Errorf("go-default has a verdict against itself")
+	}
+	// The clear difference stops at the minimum; the noisy one was
+	// repeated until decided.
+	if n := f.runs[SetProcsNCPU+"/closed"]; n != l.cfg.MinRepeats {
+		t.Errorf("gomaxprocs=ncpu closed loop ran %d times; decided at once, want %d", n, l.cfg.MinRepeats)
+	}
+	if n := f.runs[SetGofit+"/closed"]; n <= l.cfg.MinRepeats || n > l.cfg.MaxRepeats {
+		t.Errorf("gofit closed loop ran %d times, want adaptive repeats in (%d, %d]", n, l.cfg.MinRepeats, l.cfg.MaxRepeats)
+	}
+	if s := got[SetGofit+"/open"]; s.Samples < l.cfg.OpenSamples {
+		t.Errorf("gofit open loop pooled %d latencies, want at least %d", s.Samples, l.cfg.OpenSamples)
+	}
+}
+
+func TestAdaptiveRepeatsStopAtBudget(t *testing.T) {
+	l, f := newFakeLab(t, time.Minute)    // the minimum repeats alone exceed it
+	f.rps[SetGofit] = f.rps[SetGoDefault] // no true difference: only more data could show "same"
+	if err := l.cpuStudy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.runs[SetGofit+"/closed"]; n != l.cfg.MinRepeats {
+		t.Errorf("gofit closed loop ran %d times with no budget left, want %d", n, l.cfg.MinRepeats)
+	}
+	if len(l.res.Lab.Warnings) == 0 || !strings.Contains(l.res.Lab.Warnings[0], "budget") {
+		t.Errorf("no warning that the budget ran out: %v", l.res.Lab.Warnings)
+	}
+	l.finish()
+	if _, err := json.Marshal(l.res); err != nil {
+		t.Errorf("results.json: %v", err)
+	}
+	for _, s := range l.summarizeCPU() {
+		if s.Setting == SetGofit && s.Mode == "closed" && (s.Decided || s.Verdict == nil || *s.Verdict != Same) {
+			t.Errorf("gofit closed: verdict %v decided %v ratio %+v; an interval too wide to tell must stay an undecided \"same\"", *s.Verdict, s.Decided, s.VerdictRatio)
+		}
+	}
+}
+
+func TestRecommendationRefusesFailedCells(t *testing.T) {
+	l, _ := newFakeLab(t, time.Hour)
+	l.measure = func(_ context.Context, c cpuConfig, mode string, offered float64, window time.Duration, rep int) (CPUCell, error) {
+		bs := []Block{{Seconds: 1, OK: 10, Errors: 400}, {Seconds: 1, OK: 10, Errors: 400}}
+		for i := range bs {
+			for j := 0; j < 410; j++ {
+				bs[i].Lat = append(bs[i].Lat, 1)
+			}
+		}
+		return CPUCell{QuotaCores: c.quota, Setting: c.setting, Mode: mode, RPS: 10, Requests: 20, Errors: 800, ErrorKinds: map[string]int{"HTTP 500 Internal Server Error": 800}, Seconds: 2, blocks: bs}, nil
+	}
+	if err := l.cpuStudy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	l.finish()
+	if l.res.Recommendation.CPULimitCores != 0 || l.res.Recommendation.Confident {
+		t.Errorf("recommended %v cores (confident %v) from cells that are 98%% errors", l.res.Recommendation.CPULimitCores, l.res.Recommendation.Confident)
+	}
+	if !strings.Contains(l.res.Lab.Failed, "HTTP 500 Internal Server Error") {
+		t.Errorf("failure %q does not name the HTTP status", l.res.Lab.Failed)
+	}
+	for _, s := range l.res.CPUSummary {
+		if !s.Failed {
+			t.Errorf("%s %s not marked failed", s.Setting, s.Mode)
+		}
+	}
+}
+
+func TestBlocksOf(t *testing.T) {
+	bs := blocksOf([]stamp{{0.1, 1, true}, {0.9, 2, false}, {1.5, 3, true}, {2.1, 4, true}}, 2.2)
+	// 2.2 s: blocks of 1 s, 1.2 s (the 0.2 s tail merged in).
+	if len(bs) != 2 || bs[0].OK != 1 || bs[0].Errors != 1 || bs[1].OK != 2 || math.Abs(bs[1].Seconds-1.2) > 1e-9 || len(bs[0].Lat) != 2 {
+		t.Errorf("blocks %+v", bs)
+	}
+}
+
+func TestGCShareExcludesIdlePs(t *testing.T) {
+	// The same work, 0.1 s of GC in 0.5 s of busy P time, over 1 s of
+	// wall: with GOMAXPROCS 1 (0.5 s idle) and 4 (3.5 s idle). The
+	// runtime's total is GOMAXPROCS × wall; a share of it would read 10%
+	// and 2.5%.
+	for _, procs := range []float64{1, 4} {
+		a := RuntimeVars{GCCPUSeconds: 1, TotalCPUSeconds: 10, IdleCPUSeconds: 5}
+		b := RuntimeVars{GCCPUSeconds: 1.1, TotalCPUSeconds: 10 + procs, IdleCPUSeconds: 5 + procs - 0.5}
+		if s := gcShare(a, b); s == nil || math.Abs(*s-0.2) > 1e-9 {
+			t.Errorf("GOMAXPROCS %v: gcShare = %v, want 0.2", procs, s)
+		}
+	}
+	if gcShare(RuntimeVars{}, RuntimeVars{GCCPUSeconds: 1, TotalCPUSeconds: 1}) != nil {
+		t.Error("a share without the idle class")
+	}
+}
+
+func TestPlacement(t *testing.T) {
+	p := planPlacement([]int{0, 1}, 2, 1)
+	if p.Isolated || p.Overlap != 1 || len(p.Target) != 2 || len(p.Generator) != 1 || p.Generator[0] != 1 || !strings.Contains(p.Note, "not isolated") {
+		t.Errorf("2 CPUs, target needs 2: %+v", p)
+	}
+	p = planPlacement([]int{0, 1, 2, 3}, 2, 1)
+	if !p.Isolated || p.Overlap != 0 || len(p.Target) != 3 || p.Generator[0] != 3 {
+		t.Errorf("4 CPUs, target needs 2: %+v", p)
+	}
+	p = planPlacement([]int{0, 1, 2, 3}, 4, 1)
+	if p.Isolated || len(p.Target) != 4 {
+		t.Errorf("4 CPUs, target needs 4: %+v", p)
+	}
+}
+
+func TestStartWatch(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	// A slow cold start: faults climb for 6 s while the heap grows.
+	w := startWatch{window: 3 * time.Second}
+	for i := 0; i <= 120; i++ {
+		if w.observe(t0.Add(time.Duration(i)*50*time.Millisecond), uint64(i*10), 0, uint64(i)*256<<10) {
+			t.Fatalf("slow cold start called stalled at %v", time.Duration(i)*50*time.Millisecond)
+		}
+	}
+	// Thrashing: faults climb, memory flat.
+	w = startWatch{window: 3 * time.Second}
+	stalled := false
+	for i := 0; i <= 120 && !stalled; i++ {
+		stalled = w.observe(t0.Add(time.Duration(i)*50*time.Millisecond), uint64(i*10), uint64(i), 30<<20)
+	}
+	if !stalled {
+		t.Error("a start faulting with flat memory for 6 s is not stalled")
+	}
+}
+
+func TestRecommendForTargetRPS(t *testing.T) {
+	l, f := newFakeLab(t, time.Hour)
+	l.cfg.Quotas = []float64{0.25, 0.5}
+	l.cfg.TargetRPS, l.cfg.SLOP99 = 300, 20*time.Millisecond
+	inner := f.measure
+	l.measure = func(ctx context.Context, c cpuConfig, mode string, offered float64, window time.Duration, rep int) (CPUCell, error) {
+		if offered != 0 && offered != 300 {
+			t.Errorf("open loop at %v rps, want the target rate 300", offered)
+		}
+		// 250m is too slow for the SLO: five times the latency.
+		if c.quota == 0.25 {
+			f.ms = map[string]float64{SetGoDefault: 50, SetGofit: 25, SetProcsNCPU: 150}
+		} else {
+			f.ms = map[string]float64{SetGoDefault: 10, SetGofit: 2, SetProcsNCPU: 30}
+		}
+		return inner(ctx, c, mode, offered, window, rep)
+	}
+	if err := l.cpuStudy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	l.finish()
+	rec := l.res.Recommendation
+	if rec.CPULimitCores != 0.5 || rec.Setting != SetGofit || rec.TargetRPS != 300 || rec.SLOP99Ms != 20 || !rec.Confident {
+		t.Errorf("recommendation %+v, want gofit at 500m for 300 rps within 20ms", rec)
+	}
+}
+
+func TestLogTicksLabelNarrowRanges(t *testing.T) {
+	for _, r := range [][2]float64{{70, 100}, {1, 1000}, {4.2, 4.9}} {
+		n := 0
+		for _, tk := range (logTicks{}).Ticks(r[0], r[1]) {
+			if tk.Label != "" {
+				n++
+			}
+		}
+		if n < 2 {
+			t.Errorf("log axis %v: %d labelled ticks, want at least 2", r, n)
+		}
+	}
+}
