@@ -29,6 +29,12 @@ func (l *Lab) planEnv(cores float64, mem int64) (map[string]string, fit.Plan) {
 	}
 	p := fit.Policy{}.Plan(in)
 	env := p.Export
+	// The marker only tells a target that imports gofit's library which
+	// values are gofit's; under the lab's fixed limits that library would
+	// choose the same values, so the marker changes nothing the target does.
+	// Leaving it out lets identical environments be recognised as one
+	// (same_as) and keeps it out of the recommended YAML.
+	delete(env, fit.MarkerVar)
 	for k, v := range l.baseEnv() {
 		env[k] = v
 	}
