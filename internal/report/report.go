@@ -160,11 +160,11 @@ func (r Report) WriteText(w io.Writer) error {
 		if s == nil {
 			return "-"
 		}
-		return *s
+		return cgroup.DisplayPath(*s)
 	}
 	fmt.Fprintf(&b, "cgroup v%d\n\n", r.CgroupVersion)
 	c := r.CPU
-	fmt.Fprintf(&b, "CPU      cgroup %s (v%d)\n", c.Cgroup, c.Version)
+	fmt.Fprintf(&b, "CPU      cgroup %s (v%d)\n", cgroup.DisplayPath(c.Cgroup), c.Version)
 	if c.LimitCores != nil {
 		fmt.Fprintf(&b, "         limit %g cores, period %dus, set on %s\n", *c.LimitCores, *c.PeriodUS, none(c.LimitSource))
 	} else {
@@ -180,7 +180,7 @@ func (r Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "         pressure some %.2f%% (10s) %.2f%% (60s)\n", c.Pressure.SomeAvg10, c.Pressure.SomeAvg60)
 	}
 	m := r.Memory
-	fmt.Fprintf(&b, "\nMemory   cgroup %s (v%d)\n", m.Cgroup, m.Version)
+	fmt.Fprintf(&b, "\nMemory   cgroup %s (v%d)\n", cgroup.DisplayPath(m.Cgroup), m.Version)
 	bytes := func(v *int64) string {
 		if v == nil {
 			return "none"
