@@ -16,20 +16,43 @@ import (
 
 // CheckOut makes sure results can be written to dir before a study
 // spends minutes: it creates dir if needed and writes and removes a file
-// there.
-func CheckOut(dir string) error {
+// there. undo removes the directories it created while they are still
+// empty, so a run that fails before writing results leaves nothing behind.
+func CheckOut(dir string) (undo func(), err error) {
 	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
-		return fmt.Errorf("--out %s: not a directory", dir)
+		return nil, fmt.Errorf("--out %s: not a directory", dir)
+	}
+	// The directories MkdirAll is about to create, deepest last, so that
+	// undo can take them away again if the run writes nothing into them.
+	var made []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil || filepath.Dir(d) == d {
+			break
+		}
+		made = append([]string{d}, made...)
+	}
+	undo = func() {
+		for i := len(made) - 1; i >= 0; i-- {
+			if os.Remove(made[i]) != nil { // not empty: results are there
+				return
+			}
+		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("--out: %w", err)
+		undo()
+		return nil, fmt.Errorf("--out: %w", err)
 	}
 	f, err := os.CreateTemp(dir, ".gofit-check-*")
 	if err != nil {
-		return fmt.Errorf("--out %s: cannot write there: %w", dir, err)
+		undo()
+		return nil, fmt.Errorf("--out %s: cannot write there: %w", dir, err)
 	}
 	f.Close()
-	return os.Remove(f.Name())
+	if err := os.Remove(f.Name()); err != nil {
+		undo()
+		return nil, err
+	}
+	return undo, nil
 }
 
 // Empty reports whether a study measured nothing at all.

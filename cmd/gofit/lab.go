@@ -131,9 +131,12 @@ func runLab(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	// Before any minute is spent: can the results be written at all?
-	if err := lab.CheckOut(*out); err != nil {
+	undoOut, err := lab.CheckOut(*out)
+	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
+	// A run that ends before writing anything leaves no new directory.
+	defer undoOut()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
