@@ -2,10 +2,15 @@
 GO ?= go
 FUZZTIME ?= 20s
 
-.PHONY: build test test-v2 bench fuzz lab vet test-go-min test-race tidy-check check
+.PHONY: build build-nokube test test-v2 bench fuzz lab vet test-go-min test-race tidy-check check
 
 build:
 	$(GO) build -o bin/gofit ./cmd/gofit
+
+# gofit without the webhook and the node agent (no client-go): for images
+# that only need `gofit run` or `gofit inspect`.
+build-nokube:
+	$(GO) build -tags nokube -trimpath -ldflags='-s -w' -o bin/gofit ./cmd/gofit
 
 # The workspace (go.work) holds the library (.), the command (cmd/gofit) and
 # the Kubernetes parts (kube); "work" names every package in it. -p 1 runs
@@ -35,6 +40,7 @@ test-race:
 
 # What CI runs after make test.
 check: test-race test-go-min tidy-check
+	$(GO) vet -tags nokube ./cmd/gofit
 	$(MAKE) fuzz FUZZTIME=5s
 
 # go.mod and go.sum of each module exactly as go mod tidy would write them.
