@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -448,26 +447,4 @@ const maxFile = 4 << 20
 // readSmall reads a cgroup file of at most maxFile bytes, and only a
 // regular file (cgroupfs files are): a FIFO in its place must not block.
 // A missing file returns ok == false and no error.
-func readSmall(file string) (string, bool, error) {
-	f, err := os.OpenFile(file, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return "", false, nil
-		}
-		return "", false, err
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err != nil {
-		return "", false, err
-	} else if !st.Mode().IsRegular() {
-		return "", false, fmt.Errorf("%s: %w (%v)", cgroup.DisplayPath(file), cgroup.ErrNotRegular, st.Mode().Type())
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxFile+1))
-	if err != nil {
-		return "", false, err
-	}
-	if len(b) > maxFile {
-		return "", false, fmt.Errorf("%s: %w: more than %d bytes", cgroup.DisplayPath(file), cgroup.ErrTooLarge, maxFile)
-	}
-	return string(b), true, nil
-}
+func readSmall(file string) (string, bool, error) { return cgroup.ReadBounded(file, maxFile) }
