@@ -24,6 +24,7 @@ import (
 
 	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/cgroup/manage"
+	"github.com/gofit-dev/gofit/fit"
 )
 
 // ErrNoCgroups means the lab cannot create cgroups here.
@@ -311,13 +312,15 @@ func (s *Sandbox) Start(ctx context.Context, t Target, cfg TrialConfig) (*Trial,
 }
 
 // cleanEnv is the lab's environment without the Go runtime variables, so
-// each trial's setting is exactly what it says.
+// each trial's setting is exactly what it says. GOFIT_RUN goes too: a lab
+// started under `gofit run` carries one, and a target importing auto would
+// take a trial's GOMAXPROCS=1 for gofit's own value and follow the cgroup.
 func cleanEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case "GOMAXPROCS", "GOMEMLIMIT", "GOGC", "GODEBUG", "GOFIT":
+		case "GOMAXPROCS", "GOMEMLIMIT", "GOGC", "GODEBUG", "GOFIT", fit.MarkerVar:
 			continue
 		}
 		env = append(env, kv)
