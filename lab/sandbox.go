@@ -153,34 +153,13 @@ func Sweep(self *cgroup.Cgroups) []string {
 			if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) == nil {
 				continue // not ours, or its lab is still running
 			}
-			removed = append(removed, removeTree(filepath.Join(n.Dir, name))...)
-		}
-	}
-	return removed
-}
-
-// removeTree kills the processes in a cgroup directory tree and removes it,
-// leaves first.
-func removeTree(dir string) []string {
-	var removed []string
-	entries, _ := os.ReadDir(dir)
-	for _, e := range entries {
-		if e.IsDir() {
-			removed = append(removed, removeTree(filepath.Join(dir, e.Name()))...)
-		}
-	}
-	for i := 0; i < 100; i++ {
-		if b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs")); err == nil {
-			for _, f := range strings.Fields(string(b)) {
-				if pid, err := strconv.Atoi(f); err == nil {
-					syscall.Kill(pid, syscall.SIGKILL)
-				}
+			dir := filepath.Join(n.Dir, name)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			if manage.RemoveTree(ctx, dir) == nil {
+				removed = append(removed, dir)
 			}
+			cancel()
 		}
-		if err := syscall.Rmdir(dir); err == nil || errors.Is(err, syscall.ENOENT) {
-			return append(removed, dir)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	return removed
 }

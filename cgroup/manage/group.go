@@ -401,9 +401,27 @@ func (g *Group) Remove(ctx context.Context) error {
 		g.cgfd = nil
 	}
 	g.mu.Unlock()
+	return removeDirs(ctx, g.dirs...)
+}
+
+// RemoveTree kills the processes in the cgroup directory tree dir and
+// removes it, leaves first, trying again until ctx ends (5 s when it has
+// no deadline): a killed process leaves its cgroup only once it is gone.
+// A missing dir is no error. It is for groups no Group value describes,
+// such as those a killed lab left behind.
+func RemoveTree(ctx context.Context, dir string) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	return removeDirs(ctx, dir)
+}
+
+func removeDirs(ctx context.Context, dirs ...string) error {
 	for {
 		var errs error
-		for _, dir := range g.dirs {
+		for _, dir := range dirs {
 			errs = errors.Join(errs, removeTree(dir))
 		}
 		if errs == nil {

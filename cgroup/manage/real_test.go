@@ -356,3 +356,43 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// RemoveTree kills what runs in a nested group it did not create and
+// removes the whole tree, as the lab's sweep of a killed lab's groups needs.
+func TestRemoveTree(t *testing.T) {
+	g := cgtest.NewGroup(t)
+	top := g.Dirs()[0]
+	leaf := filepath.Join(top, "stale", "trial-1")
+	if err := os.MkdirAll(leaf, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Skipf("skipping: cannot start sleep: %v", err)
+	}
+	defer cmd.Process.Kill()
+	if err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte(fmt.Sprint(cmd.Process.Pid)), 0o644); err != nil {
+		t.Fatalf("move sleep into %s: %v", leaf, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := manage.RemoveTree(ctx, filepath.Join(top, "stale")); err != nil {
+		t.Fatalf("RemoveTree: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(top, "stale")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s still there: %v", filepath.Join(top, "stale"), err)
+	}
+	select {
+	case err := <-exited:
+		if err == nil {
+			t.Error("sleep exited cleanly; want it killed")
+		}
+	case <-ctx.Done():
+		t.Error("sleep still running after RemoveTree")
+	}
+	if err := manage.RemoveTree(ctx, filepath.Join(top, "missing")); err != nil {
+		t.Errorf("RemoveTree of a missing dir: %v", err)
+	}
+}
