@@ -38,12 +38,9 @@ func TestMain(m *testing.M) {
 		time.Sleep(time.Minute)
 		os.Exit(0)
 	case "spin":
-		// Spin for a second of wall time and at least 300ms of CPU time,
-		// so the group's usage grows by a known amount however busy the
-		// machine is (other work may take the CPUs away for a while).
-		start := time.Now()
-		for time.Since(start) < time.Second || cpuTime() < 300*time.Millisecond && time.Since(start) < time.Minute {
-		}
+		// A second of wall time and at least 300ms of CPU time, so the
+		// group's usage grows by a known amount however busy the machine is.
+		cgtest.Spin(time.Second, 300*time.Millisecond)
 		os.Exit(0)
 	case "hog": // grows to 256 MiB, touching every page
 		var keep [][]byte
@@ -346,15 +343,6 @@ func TestNewChildControllerNotDelegated(t *testing.T) {
 	if _, serr := os.Stat(filepath.Join(inner, "x")); !errors.Is(serr, os.ErrNotExist) {
 		t.Errorf("a failed NewChild left %s/x behind", inner)
 	}
-}
-
-// cpuTime is the CPU time the calling process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // RemoveTree kills what runs in a nested group it did not create and
