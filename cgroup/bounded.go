@@ -47,10 +47,12 @@ func openRegular(file string) (*os.File, error) {
 	return f, nil
 }
 
-// readBounded reads at most max bytes of a regular file. A missing file
-// returns ok == false and no error: cgroup files come and go with
-// controllers and kernel versions.
-func readBounded(file string, max int) (string, bool, error) {
+// ReadBounded reads a regular file of at most max bytes: a larger one fails
+// with ErrTooLarge, anything but a regular file (a FIFO, a device) with
+// ErrNotRegular, without blocking. A missing file returns ok == false and no
+// error: cgroup files come and go with controllers and kernel versions.
+// cgroup/manage reads through it too, so there is one bounded reader.
+func ReadBounded(file string, max int) (string, bool, error) {
 	f, err := openRegular(file)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {

@@ -110,14 +110,14 @@ func (f *FS) Process(pid int) (*Cgroups, error) { return f.process(strconv.Itoa(
 func (f *FS) process(pid string) (*Cgroups, error) {
 	cgFile := f.join("/proc/" + pid + "/cgroup")
 	miFile := f.join("/proc/" + pid + "/mountinfo")
-	cgText, ok, err := readBounded(cgFile, maxProcFile)
+	cgText, ok, err := ReadBounded(cgFile, maxProcFile)
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
 		return nil, fmt.Errorf("%s: %w", DisplayPath(cgFile), ErrNoCgroup)
 	}
-	miText, ok, err := readBounded(miFile, maxProcFile)
+	miText, ok, err := ReadBounded(miFile, maxProcFile)
 	if err != nil {
 		return nil, err
 	}
@@ -226,4 +226,4 @@ func within(p, root string) (string, bool) {
 
 // readFile reads a cgroup value file (bounded, regular files only). A
 // missing file returns ok == false and no error.
-func readFile(file string) (string, bool, error) { return readBounded(file, maxValueFile) }
+func readFile(file string) (string, bool, error) { return ReadBounded(file, maxValueFile) }

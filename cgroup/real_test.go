@@ -37,9 +37,10 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(3)
 	case "spin":
-		end := time.Now().Add(600 * time.Millisecond)
-		for time.Now().Before(end) {
-		}
+		// At 0.2 cores, 300ms of CPU time spans several periods and is
+		// throttled, however busy the machine is (a 600ms wall-clock loop
+		// could be scheduled out for most of it on a loaded machine).
+		cgtest.Spin(600*time.Millisecond, 300*time.Millisecond)
 		os.Exit(0)
 	case "hog":
 		var keep [][]byte

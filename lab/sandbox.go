@@ -24,6 +24,7 @@ import (
 
 	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/cgroup/manage"
+	"github.com/gofit-dev/gofit/fit"
 )
 
 // ErrNoCgroups means the lab cannot create cgroups here.
@@ -152,34 +153,13 @@ func Sweep(self *cgroup.Cgroups) []string {
 			if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) == nil {
 				continue // not ours, or its lab is still running
 			}
-			removed = append(removed, removeTree(filepath.Join(n.Dir, name))...)
-		}
-	}
-	return removed
-}
-
-// removeTree kills the processes in a cgroup directory tree and removes it,
-// leaves first.
-func removeTree(dir string) []string {
-	var removed []string
-	entries, _ := os.ReadDir(dir)
-	for _, e := range entries {
-		if e.IsDir() {
-			removed = append(removed, removeTree(filepath.Join(dir, e.Name()))...)
-		}
-	}
-	for i := 0; i < 100; i++ {
-		if b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs")); err == nil {
-			for _, f := range strings.Fields(string(b)) {
-				if pid, err := strconv.Atoi(f); err == nil {
-					syscall.Kill(pid, syscall.SIGKILL)
-				}
+			dir := filepath.Join(n.Dir, name)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			if manage.RemoveTree(ctx, dir) == nil {
+				removed = append(removed, dir)
 			}
+			cancel()
 		}
-		if err := syscall.Rmdir(dir); err == nil || errors.Is(err, syscall.ENOENT) {
-			return append(removed, dir)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	return removed
 }
@@ -311,13 +291,15 @@ func (s *Sandbox) Start(ctx context.Context, t Target, cfg TrialConfig) (*Trial,
 }
 
 // cleanEnv is the lab's environment without the Go runtime variables, so
-// each trial's setting is exactly what it says.
+// each trial's setting is exactly what it says. GOFIT_RUN goes too: a lab
+// started under `gofit run` carries one, and a target importing auto would
+// take a trial's GOMAXPROCS=1 for gofit's own value and follow the cgroup.
 func cleanEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
-		case "GOMAXPROCS", "GOMEMLIMIT", "GOGC", "GODEBUG", "GOFIT":
+		case "GOMAXPROCS", "GOMEMLIMIT", "GOGC", "GODEBUG", "GOFIT", fit.MarkerVar:
 			continue
 		}
 		env = append(env, kv)

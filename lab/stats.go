@@ -119,7 +119,10 @@ const (
 
 // Interval is a point estimate and its 95% bootstrap interval.
 type Interval struct {
-	Value, Low, High float64
+	// snake_case like the rest of results.json (verdict_ratio is one).
+	Value float64 `json:"value"`
+	Low   float64 `json:"ci_low"`
+	High  float64 `json:"ci_high"`
 }
 
 func (iv Interval) finite() bool {

@@ -336,3 +336,15 @@ func TestLogTicksLabelNarrowRanges(t *testing.T) {
 		}
 	}
 }
+
+// An interval in results.json (verdict_ratio) uses the schema's
+// snake_case names, as the metric objects' ci_low/ci_high do.
+func TestIntervalJSON(t *testing.T) {
+	b, err := json.Marshal(Interval{Value: 1.5, Low: 1.25, High: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(b), `{"value":1.5,"ci_low":1.25,"ci_high":2}`; got != want {
+		t.Errorf("Interval as JSON = %s, want %s", got, want)
+	}
+}

@@ -37,7 +37,7 @@ var (
 	memHigh         = newDesc("gofit_memory_high_bytes", "Tightest memory.high on the cgroup path (absent when unset).", prometheus.GaugeValue)
 	memUsage        = newDesc("gofit_memory_usage_bytes", "Memory charged to the cgroup.", prometheus.GaugeValue)
 	memWorkingSet   = newDesc("gofit_memory_working_set_bytes", "Usage minus inactive page cache, as the kubelet computes it.", prometheus.GaugeValue)
-	memUnmanaged    = newDesc("gofit_memory_unmanaged_bytes", "Memory charged to the cgroup outside the Go runtime (page cache, kernel, cgo), as gofit estimates it.", prometheus.GaugeValue)
+	memUnmanaged    = newDesc("gofit_memory_unmanaged_bytes", "Memory this process holds outside the Go runtime that cannot be reclaimed (anonymous and mapped file pages, the cgroup's kernel memory), the largest of the last minute, as gofit estimates it; reclaimable page cache is not counted.", prometheus.GaugeValue)
 	majorFaults     = newDesc("gofit_memory_major_faults_total", "Page faults that read from disk; a climb near the limit means the binary's code is being re-read.", prometheus.CounterValue)
 	oomKills        = newDesc("gofit_oom_kills_total", "Processes killed by the OOM killer in the cgroup.", prometheus.CounterValue)
 	limitHits       = newDesc("gofit_memory_limit_hits_total", "Times memory usage hit the limit.", prometheus.CounterValue)

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -402,9 +401,27 @@ func (g *Group) Remove(ctx context.Context) error {
 		g.cgfd = nil
 	}
 	g.mu.Unlock()
+	return removeDirs(ctx, g.dirs...)
+}
+
+// RemoveTree kills the processes in the cgroup directory tree dir and
+// removes it, leaves first, trying again until ctx ends (5 s when it has
+// no deadline): a killed process leaves its cgroup only once it is gone.
+// A missing dir is no error. It is for groups no Group value describes,
+// such as those a killed lab left behind.
+func RemoveTree(ctx context.Context, dir string) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	return removeDirs(ctx, dir)
+}
+
+func removeDirs(ctx context.Context, dirs ...string) error {
 	for {
 		var errs error
-		for _, dir := range g.dirs {
+		for _, dir := range dirs {
 			errs = errors.Join(errs, removeTree(dir))
 		}
 		if errs == nil {
@@ -448,26 +465,4 @@ const maxFile = 4 << 20
 // readSmall reads a cgroup file of at most maxFile bytes, and only a
 // regular file (cgroupfs files are): a FIFO in its place must not block.
 // A missing file returns ok == false and no error.
-func readSmall(file string) (string, bool, error) {
-	f, err := os.OpenFile(file, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return "", false, nil
-		}
-		return "", false, err
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err != nil {
-		return "", false, err
-	} else if !st.Mode().IsRegular() {
-		return "", false, fmt.Errorf("%s: %w (%v)", cgroup.DisplayPath(file), cgroup.ErrNotRegular, st.Mode().Type())
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxFile+1))
-	if err != nil {
-		return "", false, err
-	}
-	if len(b) > maxFile {
-		return "", false, fmt.Errorf("%s: %w: more than %d bytes", cgroup.DisplayPath(file), cgroup.ErrTooLarge, maxFile)
-	}
-	return string(b), true, nil
-}
+func readSmall(file string) (string, bool, error) { return cgroup.ReadBounded(file, maxFile) }

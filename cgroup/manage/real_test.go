@@ -38,12 +38,9 @@ func TestMain(m *testing.M) {
 		time.Sleep(time.Minute)
 		os.Exit(0)
 	case "spin":
-		// Spin for a second of wall time and at least 300ms of CPU time,
-		// so the group's usage grows by a known amount however busy the
-		// machine is (other work may take the CPUs away for a while).
-		start := time.Now()
-		for time.Since(start) < time.Second || cpuTime() < 300*time.Millisecond && time.Since(start) < time.Minute {
-		}
+		// A second of wall time and at least 300ms of CPU time, so the
+		// group's usage grows by a known amount however busy the machine is.
+		cgtest.Spin(time.Second, 300*time.Millisecond)
 		os.Exit(0)
 	case "hog": // grows to 256 MiB, touching every page
 		var keep [][]byte
@@ -348,11 +345,42 @@ func TestNewChildControllerNotDelegated(t *testing.T) {
 	}
 }
 
-// cpuTime is the CPU time the calling process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+// RemoveTree kills what runs in a nested group it did not create and
+// removes the whole tree, as the lab's sweep of a killed lab's groups needs.
+func TestRemoveTree(t *testing.T) {
+	g := cgtest.NewGroup(t)
+	top := g.Dirs()[0]
+	leaf := filepath.Join(top, "stale", "trial-1")
+	if err := os.MkdirAll(leaf, 0o755); err != nil {
+		t.Fatal(err)
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Skipf("skipping: cannot start sleep: %v", err)
+	}
+	defer cmd.Process.Kill()
+	if err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte(fmt.Sprint(cmd.Process.Pid)), 0o644); err != nil {
+		t.Fatalf("move sleep into %s: %v", leaf, err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := manage.RemoveTree(ctx, filepath.Join(top, "stale")); err != nil {
+		t.Fatalf("RemoveTree: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(top, "stale")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s still there: %v", filepath.Join(top, "stale"), err)
+	}
+	select {
+	case err := <-exited:
+		if err == nil {
+			t.Error("sleep exited cleanly; want it killed")
+		}
+	case <-ctx.Done():
+		t.Error("sleep still running after RemoveTree")
+	}
+	if err := manage.RemoveTree(ctx, filepath.Join(top, "missing")); err != nil {
+		t.Errorf("RemoveTree of a missing dir: %v", err)
+	}
 }

@@ -159,7 +159,13 @@ func runLab(args []string, stdout, stderr io.Writer) error {
 		}
 		return err
 	}
-	defer sb.Close()
+	defer func() {
+		// A trial group that would not go away is left behind: say so,
+		// naming it, rather than exit as if all was clean.
+		if err := sb.Close(); err != nil {
+			fmt.Fprintf(stderr, "gofit lab: warning: cleanup: %v\n", err)
+		}
+	}()
 	if words == nil {
 		// The embedded sample: this very binary, copied so its page cache
 		// can be evicted before each trial without touching the running

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -191,6 +192,9 @@ func runNodeHog(args []string, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := qoslab.Hog(ctx, *size, *churn)
@@ -213,6 +217,26 @@ func runNodeExperiment(args []string, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	// Each bad value named by its flag, before any cgroup is made; NaN
+	// fails the positive checks too.
+	for _, f := range []struct {
+		name string
+		ok   bool
+		v    any
+	}{
+		{"node-memory", *nodeMem > 0, *nodeMem}, {"ls-request", *lsReq > 0, *lsReq}, {"ls-limit", *lsLim > 0, *lsLim},
+		{"hog", *hog > 0, *hog}, {"rate", *rate > 0 && !math.IsInf(*rate, 0), *rate}, {"duration", *dur > 0, *dur}, {"repeats", *reps > 0, *reps},
+	} {
+		if !f.ok {
+			return fmt.Errorf("%w: --%s %v: must be positive", errUsage, f.name, f.v)
+		}
+	}
+	if *lsReq > *lsLim {
+		return fmt.Errorf("%w: --ls-request %d is above --ls-limit %d", errUsage, *lsReq, *lsLim)
 	}
 	if os.Geteuid() != 0 {
 		return errors.New("the experiment creates cgroups: run it as root")

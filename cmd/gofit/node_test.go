@@ -57,3 +57,23 @@ func TestNodePlan(t *testing.T) {
 		}
 	}
 }
+
+// The experiment's flags are checked, each named, before it needs root or
+// makes a cgroup.
+func TestNodeExperimentFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"node", "experiment", "--rate", "NaN"}, "--rate NaN"},
+		{[]string{"node", "experiment", "--rate", "0"}, "--rate 0"},
+		{[]string{"node", "experiment", "--repeats", "0"}, "--repeats 0"},
+		{[]string{"node", "experiment", "--hog", "-1"}, "--hog -1"},
+		{[]string{"node", "experiment", "--duration", "0s"}, "--duration 0s"},
+		{[]string{"node", "experiment", "extra"}, `unexpected argument "extra"`},
+	} {
+		if code, _, errOut := run(tc.args...); code != 2 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("gofit %v: exit %d, stderr %q; want exit 2 naming %q", tc.args, code, errOut, tc.want)
+		}
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"k8s.io/klog/v2"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/gofit-dev/gofit/fit"
 	"github.com/gofit-dev/gofit/kube/admission"
 )
 
@@ -30,7 +31,7 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 	certFile := fs.String("cert-file", "", "serving certificate `FILE` (PEM), re-read when it changes")
 	keyFile := fs.String("key-file", "", "private key `FILE` (PEM), re-read when it changes")
 	ceil := fs.Bool("ceil", false, "round a fractional CPU limit up instead of down for GOMAXPROCS")
-	ratio := fs.Float64("memory-ratio", 0, "share of the memory limit for GOMEMLIMIT, in (0, 1) (default 0.9)")
+	ratio := fs.Float64("memory-ratio", fit.DefaultMemoryRatio, "share of the memory limit for GOMEMLIMIT, between 0 and 1")
 	maxBody := fs.Int64("max-body", admission.DefaultMaxBody, "largest request body in `BYTES`")
 	certPoll := fs.Duration("cert-poll", 10*time.Second, "re-read the certificate files this often, besides file events")
 	shutdownDelay := fs.Duration("shutdown-delay", 5*time.Second, "on SIGTERM, keep serving (not ready) this long while the Service drops the pod")
@@ -51,11 +52,14 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
+	// fit's own validator, as gofit run and inspect use: a hand-written
+	// range check here let NaN through.
+	if err := fit.ValidMemoryRatio(*ratio); err != nil {
+		return fmt.Errorf("%w: --memory-ratio: %v", errUsage, err)
+	}
 	switch {
 	case *certFile == "" || *keyFile == "":
 		return fmt.Errorf("%w: --cert-file and --key-file are required", errUsage)
-	case *ratio != 0 && (*ratio <= 0 || *ratio >= 1):
-		return fmt.Errorf("%w: --memory-ratio %v: want a number in (0, 1)", errUsage, *ratio)
 	case *maxBody < 1<<10:
 		return fmt.Errorf("%w: --max-body %d: want at least 1024", errUsage, *maxBody)
 	case *shutdownDelay < 0:

@@ -37,7 +37,9 @@ func TestWebhookFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"webhook"}, 2, "--cert-file and --key-file are required"},
-		{[]string{"webhook", "--cert-file", crt, "--key-file", key, "--memory-ratio", "1.5"}, 2, "--memory-ratio 1.5"},
+		{[]string{"webhook", "--cert-file", crt, "--key-file", key, "--memory-ratio", "1.5"}, 2, "--memory-ratio: bad option: memory ratio 1.5"},
+		{[]string{"webhook", "--cert-file", crt, "--key-file", key, "--memory-ratio", "NaN"}, 2, "--memory-ratio: bad option: memory ratio NaN"},
+		{[]string{"webhook", "--cert-file", crt, "--key-file", key, "--memory-ratio", "0"}, 2, "--memory-ratio: bad option: memory ratio 0"},
 		{[]string{"webhook", "--cert-file", crt, "--key-file", key, "--self-managed-secret", "nons"}, 2, "want NAMESPACE/NAME"},
 		{[]string{"webhook", "--cert-file", crt, "--key-file", key, "--self-managed-secret", "a/b"}, 2, "needs --webhook-config and --service-dns"},
 		{[]string{"webhook", "--cert-file", crt, "--key-file", key, "--webhook-config", "x"}, 2, "go with --self-managed-secret"},

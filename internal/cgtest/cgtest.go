@@ -64,3 +64,24 @@ func NeedV2(t testing.TB, g *manage.Group) {
 		t.Skip("skipping: needs the memory controller on cgroup v2 (make test-v2 runs it in a VM)")
 	}
 }
+
+// Spin keeps one CPU busy for at least wall of wall time and at least cpu
+// of this process's CPU time, giving up after a minute. A helper process
+// spinning in a test group then uses a known amount of CPU however busy
+// the machine is: other work may take the CPUs away for a while, and a
+// loop timed by the wall clock alone would then use too little to be
+// throttled or counted.
+func Spin(wall, cpu time.Duration) {
+	start := time.Now()
+	for time.Since(start) < wall || cpuTime() < cpu && time.Since(start) < time.Minute {
+	}
+}
+
+// cpuTime is this process's user and system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

@@ -25,16 +25,16 @@ type Options struct {
 // Mutator fits pods. It is pure: a pod in, a patch, a record and warnings
 // out. The zero value uses the default options.
 type Mutator struct {
-	opt policyOptions
+	pol policy
 }
 
 // NewMutator returns a Mutator with opt.
 func NewMutator(opt Options) (*Mutator, error) {
-	po := policyOptions{Ceil: opt.Ceil, MemoryRatio: opt.MemoryRatio}
-	if err := po.validate(); err != nil {
+	pol, err := newPolicy(opt)
+	if err != nil {
 		return nil, err
 	}
-	return &Mutator{opt: po}, nil
+	return &Mutator{pol: pol}, nil
 }
 
 // PatchOp is one RFC 6902 JSON Patch operation.
@@ -210,7 +210,7 @@ func (m *Mutator) Resize(pod *corev1.Pod) Result {
 			continue
 		}
 		lim := containerLimits(pod, c)
-		want := plan(lim, nonGo[c.Name], m.opt)
+		want := plan(lim, nonGo[c.Name], m.pol)
 		owned := ownedEnv(c, pr)
 		stale := false
 		runtimeEnv, _ := userEnv(pod, c, owned)
@@ -231,7 +231,7 @@ func (m *Mutator) Resize(pod *corev1.Pod) Result {
 				c.Name, name, pr.Env[name], limitsText(pr.CPU, pr.Memory), now))
 		}
 		if !stale {
-			for _, w := range mistakes(lim, withoutEmpty(runtimeEnv), nonGo[c.Name], m.opt) {
+			for _, w := range mistakes(lim, withoutEmpty(runtimeEnv), nonGo[c.Name], m.pol) {
 				warn = append(warn, fmt.Sprintf("container %q: %s", c.Name, w))
 			}
 		}
@@ -301,7 +301,7 @@ func (m *Mutator) fitContainer(pod *corev1.Pod, c *corev1.Container, mode Mode, 
 	owned := ownedEnv(c, prev)
 	known, set := userEnv(pod, c, owned)
 	mayFrom := envFromMaySet(c)
-	want := plan(lim, nonGo, m.opt)
+	want := plan(lim, nonGo, m.pol)
 	runtimeEnv := known // what the Go runtime will see, for the warnings
 
 	for _, name := range []string{"GOMAXPROCS", "GOMEMLIMIT"} {
@@ -354,7 +354,7 @@ func (m *Mutator) fitContainer(pod *corev1.Pod, c *corev1.Container, mode Mode, 
 			f.rec.Env[name] = value
 		}
 	}
-	for _, w := range mistakes(lim, withoutEmpty(runtimeEnv), nonGo, m.opt) {
+	for _, w := range mistakes(lim, withoutEmpty(runtimeEnv), nonGo, m.pol) {
 		f.warnings = append(f.warnings, fmt.Sprintf("container %q: %s", c.Name, w))
 	}
 	return f
@@ -374,14 +374,14 @@ func (m *Mutator) asIs(pod *corev1.Pod, c *corev1.Container) []string {
 	lim := containerLimits(pod, c)
 	known, set := userEnv(pod, c, nil)
 	mayFrom := envFromMaySet(c)
-	want := plan(lim, 0, m.opt)
+	want := plan(lim, 0, m.pol)
 	for _, name := range []string{"GOMAXPROCS", "GOMEMLIMIT"} {
 		if (set[name] || mayFrom[name] != "") && known[name] == "" && want.value(name) != "" {
 			known[name] = want.value(name)
 		}
 	}
 	var out []string
-	for _, w := range mistakes(lim, withoutEmpty(known), 0, m.opt) {
+	for _, w := range mistakes(lim, withoutEmpty(known), 0, m.pol) {
 		out = append(out, fmt.Sprintf("container %q: %s", c.Name, w))
 	}
 	return out

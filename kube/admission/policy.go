@@ -33,12 +33,6 @@ type limits struct {
 	MemorySource string
 }
 
-// policyOptions mirror `gofit run`'s flags.
-type policyOptions struct {
-	Ceil        bool
-	MemoryRatio float64 // 0 means fit's default
-}
-
 // planned is what the policy would set for a container with no Go runtime
 // variables of its own. An empty value means none.
 type planned struct {
@@ -66,32 +60,26 @@ func (l limits) input(env map[string]string, nonGo int64) fit.Input {
 	return in
 }
 
-// policy is fit's policy for these options. The options are validated
-// once, when the webhook starts (see validate); an invalid ratio here falls
-// back to fit's defaults rather than failing an admission.
-func (o policyOptions) policy() fit.Policy {
+// policy is fit's policy as the Mutator holds it; the alias keeps the fit
+// import in this file.
+type policy = fit.Policy
+
+// newPolicy is fit's policy for the webhook's options, validated once when
+// the Mutator is built: an admission never meets an invalid option, so
+// nothing falls back to defaults behind the operator's back.
+func newPolicy(o Options) (fit.Policy, error) {
 	opt := fit.Options{MemoryRatio: o.MemoryRatio}
 	if o.Ceil {
 		opt.Rounding = fit.Ceil
 	}
-	pol, err := fit.New(opt)
-	if err != nil {
-		return fit.Policy{}
-	}
-	return pol
-}
-
-// validate reports options fit would reject, for the webhook's flags.
-func (o policyOptions) validate() error {
-	_, err := fit.New(fit.Options{MemoryRatio: o.MemoryRatio})
-	return err
+	return fit.New(opt)
 }
 
 // plan asks fit what it would set for these limits. Each variable is planned
 // only where its limit exists: with no CPU limit fit would fall back to the
 // (assumed) CPU count, which means nothing in a pod spec.
-func plan(l limits, nonGo int64, opt policyOptions) planned {
-	p := opt.policy().PlanContainer(fit.Container{
+func plan(l limits, nonGo int64, pol fit.Policy) planned {
+	p := pol.PlanContainer(fit.Container{
 		CPULimit:    float64(l.CPUMilli) / 1000,
 		MemoryLimit: l.Memory,
 		NonGo:       nonGo,
@@ -124,6 +112,6 @@ func plan(l limits, nonGo int64, opt policyOptions) planned {
 // CPU limit, a GOMEMLIMIT at or above the memory limit, GOGC=off with no
 // memory limit, a sub-core limit Go alone would run at GOMAXPROCS=2, and
 // malformed values.
-func mistakes(l limits, env map[string]string, nonGo int64, opt policyOptions) []string {
-	return opt.policy().Plan(l.input(env, nonGo)).Warnings
+func mistakes(l limits, env map[string]string, nonGo int64, pol fit.Policy) []string {
+	return pol.Plan(l.input(env, nonGo)).Warnings
 }

@@ -24,7 +24,7 @@ func Hog(ctx context.Context, size int64, churn float64) error {
 	if size < hogChunk {
 		return fmt.Errorf("--bytes %d: want at least %d", size, hogChunk)
 	}
-	if churn < 0 || churn > 1 {
+	if !(churn >= 0 && churn <= 1) { // NaN fails here too
 		return fmt.Errorf("--churn %v: want a share in [0, 1]", churn)
 	}
 	n := int(size / hogChunk)

@@ -3,6 +3,7 @@ package qoslab
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 )
@@ -13,6 +14,12 @@ func TestHog(t *testing.T) {
 	}
 	if err := Hog(context.Background(), 8<<20, 2); err == nil {
 		t.Error("churn 2 accepted")
+	}
+	// A NaN churn must be refused at once, not run until the context ends.
+	nanCtx, nanCancel := context.WithTimeout(context.Background(), time.Second)
+	defer nanCancel()
+	if err := Hog(nanCtx, 8<<20, math.NaN()); err == nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("churn NaN: %v, want a --churn error", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
