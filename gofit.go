@@ -382,12 +382,12 @@ func (f *Fitter) Refresh() error {
 		f.errors++
 		if msg := err.Error(); msg != f.lastErr {
 			f.lastErr = msg
-			f.log.Warn("gofit: cannot read cgroup limits; keeping current settings", "err", err)
+			f.log.Warn("gofit: cannot read cgroup limits or memory use; keeping current settings", "err", err)
 		}
 		return err
 	}
 	if f.lastErr != "" {
-		f.log.Info("gofit: cgroup limits readable again")
+		f.log.Info("gofit: cgroup limits and memory use readable again")
 		f.lastErr = ""
 	}
 	rt := f.cfg.rt

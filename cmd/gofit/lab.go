@@ -192,6 +192,11 @@ func runLab(args []string, stdout, stderr io.Writer) error {
 	res, runErr := lab.Run(ctx, sb, cfg)
 	interrupted := ctx.Err() != nil
 	paths, werr := lab.WriteFiles(*out, res)
+	if werr != nil && interrupted {
+		// Still one line and the shell's code for SIGINT.
+		fmt.Fprintf(stderr, "gofit lab: interrupted after %v; could not write partial results: %v\n", time.Since(start).Round(time.Second), werr)
+		return exitError{130}
+	}
 	if werr != nil {
 		return errors.Join(runErr, fmt.Errorf("write results: %w", werr))
 	}
