@@ -122,15 +122,67 @@ func SweepTemp(dir string) []string {
 		}
 		pidStr, _, _ := strings.Cut(rest, "-")
 		pid, err := strconv.Atoi(pidStr)
-		if err != nil || pid <= 0 || pid == os.Getpid() || syscall.Kill(pid, 0) == nil {
+		p := filepath.Join(dir, e.Name())
+		if err != nil || pid <= 0 || pid == os.Getpid() || labRunning(pid, p) {
 			continue
 		}
-		p := filepath.Join(dir, e.Name())
 		if os.RemoveAll(p) == nil {
 			removed = append(removed, p)
 		}
 	}
 	return removed
+}
+
+// labRunning reports whether the lab process pid that made path is still
+// running. A live process with that pid that started after path was made
+// is another program that was handed a recycled pid: the lab is gone.
+func labRunning(pid int, path string) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return true
+	}
+	started, ok := processStart(pid)
+	return !ok || !started.After(st.ModTime().Add(time.Second))
+}
+
+// processStart is when process pid started, from /proc: its start time in
+// clock ticks after boot (field 22 of /proc/PID/stat) and the boot time.
+func processStart(pid int) (time.Time, bool) {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return time.Time{}, false
+	}
+	// The command name (field 2) may hold spaces; fields count from after it.
+	i := strings.LastIndexByte(string(stat), ')')
+	if i < 0 {
+		return time.Time{}, false
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 20 {
+		return time.Time{}, false
+	}
+	ticks, err := strconv.ParseInt(f[19], 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	procStat, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return time.Time{}, false
+	}
+	for _, line := range strings.Split(string(procStat), "\n") {
+		if v, ok := strings.CutPrefix(line, "btime "); ok {
+			boot, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return time.Time{}, false
+			}
+			// USER_HZ is 100 on every Linux ABI Go supports.
+			return time.Unix(boot, 0).Add(time.Duration(ticks) * 10 * time.Millisecond), true
+		}
+	}
+	return time.Time{}, false
 }
 
 // Sweep removes lab cgroups left by lab processes that no longer run,
@@ -150,10 +202,10 @@ func Sweep(self *cgroup.Cgroups) []string {
 				continue
 			}
 			pid, err := strconv.Atoi(strings.TrimPrefix(name, groupPrefix))
-			if err != nil || pid == os.Getpid() || syscall.Kill(pid, 0) == nil {
+			dir := filepath.Join(n.Dir, name)
+			if err != nil || pid <= 0 || pid == os.Getpid() || labRunning(pid, dir) {
 				continue // not ours, or its lab is still running
 			}
-			dir := filepath.Join(n.Dir, name)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			if manage.RemoveTree(ctx, dir) == nil {
 				removed = append(removed, dir)

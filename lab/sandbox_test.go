@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gofit-dev/gofit/fit"
 )
@@ -58,5 +59,44 @@ func TestCleanEnv(t *testing.T) {
 	}
 	if !kept {
 		t.Error("cleanEnv dropped an unrelated variable")
+	}
+}
+
+// TestSweepTempRecycledPID: a temp directory named for a live process that
+// started after the directory was made (a recycled pid) is swept.
+func TestSweepTempRecycledPID(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command("sleep", "30")
+	old := filepath.Join(dir, tempPrefix+"PID-x")
+	if err := os.Mkdir(old, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The directory is made well before the process starts.
+	past := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(old, past, past); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	pid := strconv.Itoa(cmd.Process.Pid)
+	recycled := filepath.Join(dir, tempPrefix+pid+"-x")
+	if err := os.Rename(old, recycled); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(recycled, past, past); err != nil {
+		t.Fatal(err)
+	}
+	live := filepath.Join(dir, tempPrefix+pid+"-y") // made after the process started
+	if err := os.Mkdir(live, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	got := SweepTemp(dir)
+	if len(got) != 1 || got[0] != recycled {
+		t.Errorf("swept %v, want only %s", got, recycled)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("the live lab's directory was swept: %v", err)
 	}
 }
