@@ -326,8 +326,18 @@ func (l *Lab) memoryStudy(ctx context.Context) error {
 	if noKnobFloor == 0 {
 		return nil
 	}
+	measured := make([]string, 0, len(l.res.Memory))
+	for _, m := range l.res.Memory {
+		measured = append(measured, m.Setting)
+	}
 	for _, mult := range l.cfg.Multiples {
-		for _, setting := range l.cfg.MemSettings {
+		// The table at multiples of the floor is the first thing to give
+		// up when time is short: the floors and the check trial matter more.
+		if l.now().Sub(l.started) > l.cfg.Budget {
+			l.warn("the budget (%v) ran out before the throughput table at %gx the floor", l.cfg.Budget, mult)
+			break
+		}
+		for _, setting := range measured {
 			limit := int64(math.Ceil(float64(noKnobFloor)*mult/float64(l.cfg.Resolution))) * l.cfg.Resolution
 			t, r := l.memTrial(ctx, l.memEnv(setting, limit), cpu, limit, l.cfg.MemRequests)
 			if err := ctx.Err(); err != nil {
