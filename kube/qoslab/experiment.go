@@ -59,6 +59,20 @@ type Trial struct {
 	Errors    int     `json:"errors"`
 	HogOOMs   int     `json:"hog_restarts"`
 	LSOOMKill bool    `json:"ls_killed"`
+	// What the kernel counted in each cgroup over the trial: on v2 from
+	// memory.events; v1 has no memory.high, so High stays 0 there.
+	LS   Events `json:"ls_events"`
+	BE   Events `json:"be_events"`
+	Node Events `json:"node_events"`
+}
+
+// Events are a memory cgroup's counters: times usage went over memory.high
+// (and was throttled), times it hit memory.max, and processes the OOM
+// killer took.
+type Events struct {
+	High     uint64 `json:"high"`
+	Max      uint64 `json:"max"`
+	OOMKills uint64 `json:"oom_kill"`
 }
 
 // ModeSummary is the mean of a mode's trials.
@@ -116,8 +130,9 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			}
 			res.Trials = append(res.Trials, tr)
 			if cfg.Progress != nil {
-				fmt.Fprintf(cfg.Progress, "%-4s rep %d: p50 %.2fms p99 %.2fms %.1f ok/s errors %d hog restarts %d LS killed %v\n",
-					mode, rep+1, tr.P50, tr.P99, tr.RPS, tr.Errors, tr.HogOOMs, tr.LSOOMKill)
+				fmt.Fprintf(cfg.Progress, "%-4s rep %d: p50 %.2fms p99 %.2fms %.1f ok/s errors %d hog restarts %d LS killed %v; events high/max/oom_kill: LS %d/%d/%d BE %d/%d/%d node %d/%d/%d\n",
+					mode, rep+1, tr.P50, tr.P99, tr.RPS, tr.Errors, tr.HogOOMs, tr.LSOOMKill,
+					tr.LS.High, tr.LS.Max, tr.LS.OOMKills, tr.BE.High, tr.BE.Max, tr.BE.OOMKills, tr.Node.High, tr.Node.Max, tr.Node.OOMKills)
 			}
 		}
 	}
@@ -233,6 +248,17 @@ func trial(ctx context.Context, self *cgroup.Cgroups, cfg Config, mode string, r
 	tr.RPS = float64(len(lat)) / elapsed.Seconds()
 	tr.Errors = errs
 	tr.HogOOMs = int(restarts.Load())
+	// The groups were made for this trial, so their counters are its own.
+	for _, c := range []struct {
+		g   *manage.Group
+		out *Events
+	}{{ls, &tr.LS}, {be, &tr.BE}, {node, &tr.Node}} {
+		ms, err := c.g.MemoryStats()
+		if err != nil {
+			return tr, nil, fmt.Errorf("read memory events: %w", err)
+		}
+		*c.out = Events{High: ms.HighHits, Max: ms.MaxHits, OOMKills: ms.OOMKills}
+	}
 	select {
 	case <-svcDone:
 		tr.LSOOMKill = true
@@ -274,6 +300,17 @@ func applyAuto(node, ls, be *manage.Group, cfg Config) ([]string, error) {
 	ar := w.Apply(vals)
 	if len(ar.Errors) > 0 {
 		return nil, errors.Join(ar.Errors...)
+	}
+	// Read everything back: a value the kernel did not keep would make
+	// the "auto" trials silently measure something else.
+	check := manage.NewWriter(nil, node.Version() == 1)
+	check.DryRun = true
+	if again := check.Apply(vals); len(again.Changed) > 0 || len(again.Errors) > 0 {
+		var errs []error
+		for _, c := range again.Changed {
+			errs = append(errs, fmt.Errorf("%s holds %d after writing %d", c.Path(), c.Old, c.Value.Value))
+		}
+		return nil, errors.Join(append(errs, again.Errors...)...)
 	}
 	var out []string
 	for _, c := range ar.Changed {
