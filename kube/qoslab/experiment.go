@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -197,7 +198,9 @@ func trial(ctx context.Context, self *cgroup.Cgroups, cfg Config, mode string, r
 	}
 	svc := ls.Command(cfg.Exe, cfg.SampleArgs(addr)...)
 	svc.Env = append(cleanEnv(), fmt.Sprintf("GOMEMLIMIT=%d", cfg.LSLimit*9/10))
-	svc.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// Added to, not replaced: on v2 Command starts the process in the
+	// group through these attributes (CLONE_INTO_CGROUP).
+	svc.SysProcAttr.Setpgid, svc.SysProcAttr.Pdeathsig = true, syscall.SIGKILL
 	if err := svc.Start(); err != nil {
 		return tr, nil, err
 	}
@@ -208,12 +211,17 @@ func trial(ctx context.Context, self *cgroup.Cgroups, cfg Config, mode string, r
 	if err := waitReady(ctx, url, svcDone); err != nil {
 		return tr, nil, err
 	}
+	// The service must run in its own group, or the trial measures nothing.
+	if pids, err := ls.PIDs(); err != nil || !slices.Contains(pids, svc.Process.Pid) {
+		return tr, nil, fmt.Errorf("the LS service (pid %d) is not in %s: %v %v", svc.Process.Pid, ls.Memory.Dir, pids, err)
+	}
 
 	// The hog is restarted whenever the OOM killer takes it, so the node
 	// stays overcommitted for the whole window.
 	hctx, stopHog := context.WithCancel(ctx)
 	var hogWG sync.WaitGroup
 	var restarts atomic.Int64
+	hogErr := make(chan error, 1)
 	hogWG.Add(1)
 	go func() {
 		defer hogWG.Done()
@@ -223,8 +231,9 @@ func trial(ctx context.Context, self *cgroup.Cgroups, cfg Config, mode string, r
 			}
 			cmd := be.Command(cfg.Exe, "node", HogCommand, "--bytes", fmt.Sprint(cfg.HogBytes))
 			cmd.Env = cleanEnv()
-			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-			if cmd.Start() != nil {
+			cmd.SysProcAttr.Setpgid, cmd.SysProcAttr.Pdeathsig = true, syscall.SIGKILL
+			if err := cmd.Start(); err != nil {
+				hogErr <- fmt.Errorf("start the BE hog: %w", err)
 				return
 			}
 			done := make(chan struct{})
@@ -241,6 +250,15 @@ func trial(ctx context.Context, self *cgroup.Cgroups, cfg Config, mode string, r
 	}()
 	cleanups = append(cleanups, func() { stopHog(); hogWG.Wait() })
 	time.Sleep(2 * time.Second) // let the hog fill the node
+	// Both must run in their own groups, or the trial measures nothing.
+	select {
+	case err := <-hogErr:
+		return tr, nil, err
+	default:
+	}
+	if ms, err := be.MemoryStats(); err != nil || ms.Peak < uint64(min(cfg.HogBytes, cfg.NodeLimit)/4) {
+		return tr, nil, fmt.Errorf("the BE hog is not filling %s: peak %d bytes (%v)", be.Memory.Dir, ms.Peak, err)
+	}
 
 	lat, errs, elapsed := openLoop(ctx, url, cfg.Rate, cfg.Duration)
 	sort.Float64s(lat)
