@@ -249,15 +249,31 @@ func trial(ctx context.Context, self *cgroup.Cgroups, cfg Config, mode string, r
 		}
 	}()
 	cleanups = append(cleanups, func() { stopHog(); hogWG.Wait() })
-	time.Sleep(2 * time.Second) // let the hog fill the node
-	// Both must run in their own groups, or the trial measures nothing.
-	select {
-	case err := <-hogErr:
-		return tr, nil, err
-	default:
-	}
-	if ms, err := be.MemoryStats(); err != nil || ms.Peak < uint64(min(cfg.HogBytes, cfg.NodeLimit)/4) {
-		return tr, nil, fmt.Errorf("the BE hog is not filling %s: peak %d bytes (%v)", be.Memory.Dir, ms.Peak, err)
+	// Let the hog fill the node: at least 2s, and until it holds a
+	// quarter of what it can (memory.high may stop it at half the node),
+	// however slow the machine (an emulated one is ~50x slower). A hog
+	// that never gets there is not running in its group, and the trial
+	// would measure nothing.
+	fill := uint64(min(cfg.HogBytes, cfg.NodeLimit) / 4)
+	time.Sleep(2 * time.Second)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(250 * time.Millisecond) {
+		select {
+		case err := <-hogErr:
+			return tr, nil, err
+		case <-ctx.Done():
+			return tr, nil, ctx.Err()
+		default:
+		}
+		ms, err := be.MemoryStats()
+		if err != nil {
+			return tr, nil, fmt.Errorf("the BE hog's group: %w", err)
+		}
+		if ms.Peak >= fill {
+			break
+		}
+		if time.Now().After(deadline) {
+			return tr, nil, fmt.Errorf("the BE hog did not fill %s: peak %d bytes after a minute, want %d", be.Memory.Dir, ms.Peak, fill)
+		}
 	}
 
 	lat, errs, elapsed := openLoop(ctx, url, cfg.Rate, cfg.Duration)

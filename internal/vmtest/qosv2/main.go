@@ -96,7 +96,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 
 	cmdArgs := append([]string{"node", "experiment"}, expArgs...)
-	logf("kernel %s, cgroup v2, TCG; running: gofit %s", k.Version, strings.Join(cmdArgs, " "))
+	logf("kernel %s, cgroup v2, TCG; running: gofit %s (its output comes back when the VM ends)", k.Version, strings.Join(cmdArgs, " "))
 	r := &vmtest.Run{Kernel: k, Tools: tools, Layout: vmtest.V2, Source: src,
 		Binaries: []vmtest.Binary{{Name: "gofit", Path: exe, Dir: ".", Args: cmdArgs, Timeout: *timeout, Plain: true}}}
 	start := time.Now()
