@@ -277,6 +277,11 @@ func trial(ctx context.Context, self *cgroup.Cgroups, cfg Config, mode string, r
 	}
 
 	lat, errs, elapsed := openLoop(ctx, url, cfg.Rate, cfg.Duration)
+	select {
+	case err := <-hogErr: // a restart failed: the node was not kept full
+		return tr, nil, err
+	default:
+	}
 	sort.Float64s(lat)
 	tr.P50, tr.P99 = quantile(lat, 0.5), quantile(lat, 0.99)
 	if len(lat) == 0 {
