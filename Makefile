@@ -2,7 +2,7 @@
 GO ?= go
 FUZZTIME ?= 20s
 
-.PHONY: build build-nokube test test-v2 bench fuzz lab vet test-go-min test-race tidy-check check
+.PHONY: build build-nokube test test-v2 qos-v2 bench fuzz lab vet test-go-min test-race tidy-check check
 
 build:
 	$(GO) build -o bin/gofit ./cmd/gofit
@@ -25,6 +25,13 @@ test:
 # packages, GOFIT_VM_KERNEL=6.1.0-N picks the Debian kernel.
 test-v2:
 	$(GO) test -count=1 -v -timeout 30m -run '^TestVM$$' ./internal/vmtest
+
+# The node agent's memory-QoS experiment (gofit node experiment) on cgroup v2
+# in the test VM, where memory.low/high exist: about 6 minutes. TCG slows
+# everything alike, so compare its ratios only. QOS_ARGS replaces its
+# TCG-sized settings, e.g. QOS_ARGS='--repeats 3 --duration 10s --rate 10'.
+qos-v2:
+	$(GO) run ./internal/vmtest/qosv2 $(if $(QOS_ARGS),-- $(QOS_ARGS))
 
 # The library's unit tests on the oldest Go its go.mod allows (the toolchain
 # comes from the module proxy), outside the workspace whose go line is newer:

@@ -59,23 +59,32 @@ func Suites() []Suite {
 		// The library following resizes of cpu.max and memory.max.
 		{Pkg: Module + "/examples/service", Timeout: 3 * time.Minute,
 			MustPass: both("TestFollowsResize", "TestThrottlingMetrics")},
-		// gofit inspect/run in a real cgroup, and the lab end to end from a
-		// populated non-root cgroup. TestLabQuick checks the lab's physics
-		// and timings, which mean nothing under TCG; TestLabInterrupted waits
-		// for progress with wall-clock deadlines made for real CPUs. The
-		// lab's run (about 2 minutes under TCG) is v2's: the host runs it
-		// on v1 controllers already.
-		// TestWebhookSelfManaged needs a kube-apiserver (the host runs it),
-		// and TestLabErrors checks flag errors with the default --out in the
-		// working directory, which is the read-only source share here.
+		// gofit inspect/run in a real cgroup, the lab end to end from a
+		// populated non-root cgroup, and the node agent's memory-QoS
+		// experiment with one repeat (function: auto's values are kept and
+		// memory.high throttles the BE hog). TestLabQuick checks the lab's
+		// physics and timings, which mean nothing under TCG;
+		// TestLabInterrupted waits for progress with wall-clock deadlines
+		// made for real CPUs. TestWebhookSelfManaged needs a kube-apiserver
+		// and etcd, built on the host; TestLabErrors checks flag errors with
+		// the default --out in the working directory, the read-only share here. The lab's run (about 2 minutes under
+		// TCG) and the experiment's are v2's: the host runs both on v1
+		// controllers already. `make qos-v2` runs the whole experiment.
 		{Pkg: Module + "/cmd/gofit", Timeout: 8 * time.Minute,
 			Skip: map[Layout]string{
 				V2:     "^(TestLabQuick|TestLabInterrupted|TestLabErrors|TestWebhookSelfManaged)$",
-				Hybrid: "^(TestLabQuick|TestLabInterrupted|TestLabErrors|TestWebhookSelfManaged|TestLabFromPopulatedCgroup)$",
+				Hybrid: "^(TestLabQuick|TestLabInterrupted|TestLabErrors|TestWebhookSelfManaged|TestLabFromPopulatedCgroup|TestNodeExperiment)$",
 			},
 			MustPass: map[Layout][]string{
-				V2:     {"TestInspectRealCgroup", "TestRunRealCgroup", "TestLabFromPopulatedCgroup"},
+				V2:     {"TestInspectRealCgroup", "TestRunRealCgroup", "TestLabFromPopulatedCgroup", "TestNodeExperiment"},
 				Hybrid: {"TestInspectRealCgroup", "TestRunRealCgroup"},
 			}},
+		// The node agent (kube module) on a kubelet-like tree of real memory
+		// cgroups with live processes: memory.min/low/high read back on v2,
+		// soft limits on hybrid's v1 memory. TestEnvtest needs a
+		// kube-apiserver and etcd, which the VM has not got; the host runs it.
+		{Pkg: Module + "/kube/agent", Timeout: 2 * time.Minute,
+			Skip:     map[Layout]string{V2: "^TestEnvtest$", Hybrid: "^TestEnvtest$"},
+			MustPass: both("TestRealCgroups", "TestRealCgroups/cgroupfs", "TestRealCgroups/systemd")},
 	}
 }

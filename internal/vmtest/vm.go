@@ -100,6 +100,9 @@ type Binary struct {
 	Dir     string        // working directory, relative to the source tree (for testdata)
 	Args    []string      // test flags
 	Timeout time.Duration // killed after this, and reported as failed
+	// Plain is a program, not a Go test binary: it gets Args only, no
+	// -test.timeout (the outer timeout still kills it).
+	Plain bool
 }
 
 // Result is what one binary did inside the VM.
@@ -224,8 +227,12 @@ func (r *Run) prepare(share string) error {
 		fmt.Fprintf(&sh, "t0=$(cut -d' ' -f1 /proc/uptime)\n")
 		// -test.timeout makes Go print every goroutine's stack; the outer
 		// timeout kills a binary that hangs anyway.
-		fmt.Fprintf(&sh, "(cd %s && timeout -s KILL %d /share/bin/%s -test.timeout=%ds %s) > /share/out/%s.log 2>&1\n",
-			shellQuote(filepath.Join("/src", b.Dir)), secs+10, b.Name, secs, shellJoin(b.Args), b.Name)
+		args := shellJoin(b.Args)
+		if !b.Plain {
+			args = fmt.Sprintf("-test.timeout=%ds %s", secs, args)
+		}
+		fmt.Fprintf(&sh, "(cd %s && timeout -s KILL %d /share/bin/%s %s) > /share/out/%s.log 2>&1\n",
+			shellQuote(filepath.Join("/src", b.Dir)), secs+10, b.Name, args, b.Name)
 		fmt.Fprintf(&sh, "rc=$?; t1=$(cut -d' ' -f1 /proc/uptime)\n")
 		fmt.Fprintf(&sh, "echo \"$rc $(awk \"BEGIN{print $t1-$t0}\")\" > /share/out/%s.rc\n", b.Name)
 		fmt.Fprintf(&sh, "echo \"vmtest: %s exit $rc\"\n", b.Name)

@@ -3,6 +3,7 @@ package agent
 import (
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,14 +15,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gofit-dev/gofit/cgroup/manage"
 	"github.com/gofit-dev/gofit/internal/cgtest"
 	"github.com/gofit-dev/gofit/kube/memqos"
 )
 
-// kubeletTree builds a cgroupfs-driver kubelet layout under dir (a real
+// kubeletTree builds the kubelet's layout for driver under dir (a real
 // cgroup), with one live process in each container cgroup, and removes it
-// all when the test ends. It returns the container dirs by pod name.
-func kubeletTree(t *testing.T, dir string, v2 bool, pods []*corev1.Pod) map[string]string {
+// all when the test ends. It returns the layout's cgroup root below the
+// mount's root (to hand to Detect) and the container dirs by pod name.
+func kubeletTree(t *testing.T, dir string, v2 bool, driver string, pods []*corev1.Pod) map[string]string {
 	t.Helper()
 	var made []string
 	var procs []*exec.Cmd
@@ -36,27 +39,43 @@ func kubeletTree(t *testing.T, dir string, v2 bool, pods []*corev1.Pod) map[stri
 			}
 		}
 	})
-	mk := func(parent, name string) string {
+	mk := func(p string) string {
+		d := filepath.Join(dir, filepath.FromSlash(p))
 		if v2 {
 			// v2 hands the memory controller down one level at a time.
+			parent := filepath.Dir(d)
 			if err := os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("+memory"), 0); err != nil {
 				t.Fatalf("enable memory in %s: %v", parent, err)
 			}
 		}
-		d := filepath.Join(parent, name)
 		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 		made = append(made, d)
 		return d
 	}
-	kp := mk(dir, "kubepods")
-	qos := map[corev1.PodQOSClass]string{corev1.PodQOSGuaranteed: kp, corev1.PodQOSBurstable: mk(kp, "burstable"), corev1.PodQOSBestEffort: mk(kp, "besteffort")}
+	// The layout's own path functions name the cgroups, so the tree is
+	// what Detect and Reconcile look for with either driver.
+	l := &Layout{Driver: driver, Kubepods: "/kubepods"}
+	if driver == DriverSystemd {
+		l.Kubepods = "/kubepods.slice"
+	}
+	mk(l.Kubepods)
+	mk(l.QoSPath(corev1.PodQOSBurstable))
+	mk(l.QoSPath(corev1.PodQOSBestEffort))
 	out := map[string]string{}
 	for _, p := range pods {
-		pd := mk(qos[memqos.KubeQoS(p)], "pod"+string(p.UID))
-		_, id, _ := strings.Cut(p.Status.ContainerStatuses[0].ContainerID, "://")
-		cd := mk(pd, id)
+		pp := l.PodPath(memqos.KubeQoS(p), p.UID)
+		mk(pp)
+		runtime, id, _ := strings.Cut(p.Status.ContainerStatuses[0].ContainerID, "://")
+		name := id
+		if driver == DriverSystemd {
+			name = "cri-containerd-" + id + ".scope"
+			if runtime == "cri-o" {
+				name = "crio-" + id + ".scope"
+			}
+		}
+		cd := mk(path.Join(pp, name))
 		cmd := exec.Command("sleep", "600")
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -86,20 +105,58 @@ func realPod(name, uid, id, req, lim string) *corev1.Pod {
 	}
 }
 
+// readValue reads a cgroup number file as the agent's values are
+// expressed: bytes, or memqos.Max for "max" and v1's page-rounded
+// unlimited.
+func readValue(t *testing.T, dir, file string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := manage.ParseValue(file, string(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v >= 1<<62 {
+		return memqos.Max
+	}
+	return v
+}
+
 // TestRealCgroups runs the agent on real memory cgroups laid out as the
-// kubelet does (cgroupfs driver) under the test's own cgroup, with live
-// processes: on v1 it sets soft limits, on v2 memory.min/low/high; a pod
-// that goes away gets kernel defaults back.
+// kubelet does, with either driver, under the test's own cgroup (in the
+// VM, a populated non-root one), with a live process in every container
+// cgroup. On v2 it reads back memory.min, memory.low and memory.high at
+// every level, on v1 the soft limits; then a second pass must find
+// nothing to change (the kernel keeps what was written, page-rounded),
+// and a pod that goes away gets kernel defaults back.
 func TestRealCgroups(t *testing.T) {
+	for _, driver := range []string{DriverCgroupfs, DriverSystemd} {
+		t.Run(driver, func(t *testing.T) { testRealCgroups(t, driver) })
+	}
+}
+
+func testRealCgroups(t *testing.T, driver string) {
 	g := cgtest.NewGroup(t)
 	if g.Memory == nil {
 		t.Skip("skipping: no memory cgroup")
 	}
 	v2 := g.Memory.Version == 2
+	// A Guaranteed pod following the ConfigMap, with a request that is not
+	// a whole number of pages (100M), so min and low must be page-rounded
+	// as the kernel stores them; a Burstable Go service under auto, with a
+	// GOMEMLIMIT that lifts its memory.high; a BestEffort hog under auto.
+	lsr := realPod("lsr", "cccc-3", "c3lsr", "100M", "100M")
+	lsr.Annotations = map[string]string{memqos.AnnotationMemoryQOS: `{"policy":"default"}`}
+	for _, rl := range []corev1.ResourceList{lsr.Spec.Containers[0].Resources.Requests, lsr.Spec.Containers[0].Resources.Limits} {
+		rl[corev1.ResourceCPU] = resource.MustParse("100m") // Guaranteed: CPU too
+	}
 	ls := realPod("ls", "aaaa-1", "c1ls", "64Mi", "256Mi")
+	ls.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "GOMEMLIMIT", Value: "230MiB"}}
 	be := realPod("be", "bbbb-2", "c2be", "", "")
-	pods := []*corev1.Pod{ls, be}
-	dirs := kubeletTree(t, g.Memory.Dir, v2, pods)
+	pods := []*corev1.Pod{lsr, ls, be}
+	dirs := kubeletTree(t, g.Memory.Dir, v2, driver, pods)
 
 	mount, _, err := MemoryMount("/")
 	if err != nil {
@@ -113,65 +170,137 @@ func TestRealCgroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Driver != DriverCgroupfs {
-		t.Fatalf("driver %s", l.Driver)
+	if l.Driver != driver || l.Version != g.Memory.Version {
+		t.Fatalf("detected driver %s v%d, want %s v%d", l.Driver, l.Version, driver, g.Memory.Version)
+	}
+	cfg, err := memqos.ParseConfig([]byte(`{"clusterStrategy": {"lsrClass": {"memoryQOS":
+		{"enable": true, "minLimitPercent": 50, "lowLimitPercent": 75, "throttlingPercent": 0}}}}`))
+	if err != nil {
+		t.Fatal(err)
 	}
 	a := New(l, Options{Policy: memqos.PolicyAuto})
-	st := State{Pods: pods, Config: &memqos.Config{}, NodeAllocatable: 1 << 30}
+	st := State{Pods: pods, Config: cfg, NodeAllocatable: 1 << 30}
 	rep := a.Reconcile(st)
 	if len(rep.Apply.Errors) > 0 {
 		t.Fatalf("errors: %v", rep.Apply.Errors)
 	}
-	read := func(dir, file string) int64 {
-		t.Helper()
-		b, err := os.ReadFile(filepath.Join(dir, file))
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := strings.TrimSpace(string(b))
-		if s == "max" {
-			return memqos.Max
-		}
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
+	for _, w := range rep.Warnings {
+		t.Logf("warning: %s", w)
 	}
+	kp, burst, bestEffort := l.dir(l.Kubepods), l.dir(l.QoSPath(corev1.PodQOSBurstable)), l.dir(l.QoSPath(corev1.PodQOSBestEffort))
+	if want := filepath.Join(g.Memory.Dir, filepath.Base(kp)); kp != want {
+		t.Fatalf("kubepods found at %s, made at %s", kp, want)
+	}
+	page := int64(os.Getpagesize())
+	floor := func(v int64) int64 { return v / page * page }
+	lsrMin, lsrLow := floor(50_000_000), floor(75_000_000)
+	// The Go service: 64Mi + 80% of the way to 256Mi is below GOMEMLIMIT
+	// 230Mi plus its non-Go budget (230Mi/16), which memory.high is raised to.
+	lsHigh := (230<<20 + 230<<20/16 + page - 1) / page * page
+
+	type want struct {
+		dir, file string
+		v         int64
+	}
+	var wants []want
 	if v2 {
-		if got := read(dirs["ls"], "memory.low"); got != 64<<20 {
-			t.Errorf("ls memory.low %d, want the request", got)
-		}
-		if got := read(dirs["ls"], "memory.high"); got != (64<<20+(192<<20)*80/100)/4096*4096 {
-			t.Errorf("ls memory.high %d", got)
-		}
-		if got := read(dirs["be"], "memory.high"); got != 512<<20 {
-			t.Errorf("be memory.high %d, want half of node allocatable", got)
-		}
-		if got := read(filepath.Join(g.Memory.Dir, "kubepods"), "memory.low"); got != 64<<20 {
-			t.Errorf("kubepods memory.low %d", got)
+		wants = []want{
+			{dirs["lsr"], "memory.min", lsrMin}, {dirs["lsr"], "memory.low", lsrLow}, {dirs["lsr"], "memory.high", memqos.Max},
+			{filepath.Dir(dirs["lsr"]), "memory.min", lsrMin}, {filepath.Dir(dirs["lsr"]), "memory.low", lsrLow},
+			{dirs["ls"], "memory.min", 0}, {dirs["ls"], "memory.low", 64 << 20}, {dirs["ls"], "memory.high", lsHigh},
+			{filepath.Dir(dirs["ls"]), "memory.low", 64 << 20},
+			{dirs["be"], "memory.low", 0}, {dirs["be"], "memory.high", 512 << 20},
+			{burst, "memory.min", 0}, {burst, "memory.low", 64 << 20},
+			{bestEffort, "memory.min", 0}, {bestEffort, "memory.low", 0},
+			{kp, "memory.min", lsrMin}, {kp, "memory.low", lsrLow + 64<<20},
 		}
 	} else {
-		if got := read(dirs["ls"], "memory.soft_limit_in_bytes"); got != 64<<20 {
-			t.Errorf("ls soft limit %d, want the request", got)
-		}
-		if got := read(dirs["be"], "memory.soft_limit_in_bytes"); got != 0 {
-			t.Errorf("be soft limit %d, want 0", got)
+		wants = []want{
+			{dirs["lsr"], "memory.soft_limit_in_bytes", floor(100_000_000)},
+			{dirs["ls"], "memory.soft_limit_in_bytes", 64 << 20},
+			{dirs["be"], "memory.soft_limit_in_bytes", 0},
 		}
 	}
-	if rep := a.Reconcile(st); len(rep.Apply.Changed) != 0 {
-		t.Errorf("second pass changed %d values", len(rep.Apply.Changed))
+	for _, w := range wants {
+		if got := readValue(t, w.dir, w.file); got != w.v {
+			t.Errorf("%s/%s = %s, want %s", w.dir, w.file, FormatValue(got), FormatValue(w.v))
+		}
 	}
-	// The LS pod leaves the API: its cgroup gets kernel defaults back.
-	a.Reconcile(State{Pods: []*corev1.Pod{be}, Config: &memqos.Config{}, NodeAllocatable: 1 << 30})
+	// Everything the agent planned is what the kernel now holds.
+	checkHolds(t, rep.Values, v2)
 	if v2 {
-		if got := read(dirs["ls"], "memory.low"); got != 0 {
-			t.Errorf("removed pod memory.low %d, want 0", got)
+		checkNested(t, kp)
+	}
+
+	// The kernel stores what was written (page-rounded values, "max"): a
+	// second pass writes nothing.
+	if rep := a.Reconcile(st); len(rep.Apply.Changed) != 0 || len(rep.Apply.Errors) != 0 {
+		for _, c := range rep.Apply.Changed {
+			t.Errorf("second pass changed %s from %s to %s", c.Path(), FormatValue(c.Old), FormatValue(c.Value.Value))
 		}
-		if got := read(dirs["ls"], "memory.high"); got != memqos.Max {
-			t.Errorf("removed pod memory.high %d, want max", got)
+		t.Errorf("second pass errors: %v", rep.Apply.Errors)
+	}
+
+	// The LS pod leaves the API: its cgroup gets kernel defaults back and
+	// the sums above it shrink, children first.
+	rep = a.Reconcile(State{Pods: []*corev1.Pod{lsr, be}, Config: cfg, NodeAllocatable: 1 << 30})
+	if len(rep.Apply.Errors) > 0 {
+		t.Fatalf("errors: %v", rep.Apply.Errors)
+	}
+	if v2 {
+		for _, w := range []want{
+			{dirs["ls"], "memory.low", 0}, {dirs["ls"], "memory.high", memqos.Max}, {filepath.Dir(dirs["ls"]), "memory.low", 0},
+			{burst, "memory.low", 0}, {kp, "memory.low", lsrLow}, {kp, "memory.min", lsrMin},
+		} {
+			if got := readValue(t, w.dir, w.file); got != w.v {
+				t.Errorf("after the LS pod left: %s/%s = %s, want %s", w.dir, w.file, FormatValue(got), FormatValue(w.v))
+			}
 		}
-	} else if got := read(dirs["ls"], "memory.soft_limit_in_bytes"); got < 1<<62 {
-		t.Errorf("removed pod soft limit %d, want unlimited", got)
+		checkNested(t, kp)
+	} else if got := readValue(t, dirs["ls"], "memory.soft_limit_in_bytes"); got != memqos.Max {
+		t.Errorf("removed pod soft limit %s, want unlimited", FormatValue(got))
+	}
+	checkHolds(t, rep.Values, v2)
+}
+
+// checkHolds reads back every planned value. On v1 the v2-only files are
+// absent, and the agent skips them.
+func checkHolds(t *testing.T, vals []manage.Value, v2 bool) {
+	t.Helper()
+	for _, v := range vals {
+		if _, err := os.Stat(v.Path()); !v2 && os.IsNotExist(err) {
+			continue
+		}
+		if got := readValue(t, v.Dir, v.File); got != v.Value {
+			t.Errorf("%s holds %s, the agent planned %s (%s)", v.Path(), FormatValue(got), FormatValue(v.Value), v.Reason)
+		}
+	}
+}
+
+// checkNested walks a v2 tree and fails where a cgroup's memory.min or
+// memory.low is below the sum of its children's: the agent's values must
+// be consistent at every level, as the kernel distributes protection
+// top-down in proportion.
+func checkNested(t *testing.T, dir string) {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sumMin, sumLow int64
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		c := filepath.Join(dir, e.Name())
+		sumMin += readValue(t, c, "memory.min")
+		sumLow += readValue(t, c, "memory.low")
+		checkNested(t, c)
+	}
+	if mn := readValue(t, dir, "memory.min"); mn < sumMin {
+		t.Errorf("%s: memory.min %d below its children's sum %d", dir, mn, sumMin)
+	}
+	if lo := readValue(t, dir, "memory.low"); lo < sumLow {
+		t.Errorf("%s: memory.low %d below its children's sum %d", dir, lo, sumLow)
 	}
 }

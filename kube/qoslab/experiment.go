@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -59,6 +60,20 @@ type Trial struct {
 	Errors    int     `json:"errors"`
 	HogOOMs   int     `json:"hog_restarts"`
 	LSOOMKill bool    `json:"ls_killed"`
+	// What the kernel counted in each cgroup over the trial: on v2 from
+	// memory.events; v1 has no memory.high, so High stays 0 there.
+	LS   Events `json:"ls_events"`
+	BE   Events `json:"be_events"`
+	Node Events `json:"node_events"`
+}
+
+// Events are a memory cgroup's counters: times usage went over memory.high
+// (and was throttled), times it hit memory.max, and processes the OOM
+// killer took.
+type Events struct {
+	High     uint64 `json:"high"`
+	Max      uint64 `json:"max"`
+	OOMKills uint64 `json:"oom_kill"`
 }
 
 // ModeSummary is the mean of a mode's trials.
@@ -116,8 +131,9 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 			}
 			res.Trials = append(res.Trials, tr)
 			if cfg.Progress != nil {
-				fmt.Fprintf(cfg.Progress, "%-4s rep %d: p50 %.2fms p99 %.2fms %.1f ok/s errors %d hog restarts %d LS killed %v\n",
-					mode, rep+1, tr.P50, tr.P99, tr.RPS, tr.Errors, tr.HogOOMs, tr.LSOOMKill)
+				fmt.Fprintf(cfg.Progress, "%-4s rep %d: p50 %.2fms p99 %.2fms %.1f ok/s errors %d hog restarts %d LS killed %v; events high/max/oom_kill: LS %d/%d/%d BE %d/%d/%d node %d/%d/%d\n",
+					mode, rep+1, tr.P50, tr.P99, tr.RPS, tr.Errors, tr.HogOOMs, tr.LSOOMKill,
+					tr.LS.High, tr.LS.Max, tr.LS.OOMKills, tr.BE.High, tr.BE.Max, tr.BE.OOMKills, tr.Node.High, tr.Node.Max, tr.Node.OOMKills)
 			}
 		}
 	}
@@ -182,7 +198,9 @@ func trial(ctx context.Context, self *cgroup.Cgroups, cfg Config, mode string, r
 	}
 	svc := ls.Command(cfg.Exe, cfg.SampleArgs(addr)...)
 	svc.Env = append(cleanEnv(), fmt.Sprintf("GOMEMLIMIT=%d", cfg.LSLimit*9/10))
-	svc.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// Added to, not replaced: on v2 Command starts the process in the
+	// group through these attributes (CLONE_INTO_CGROUP).
+	svc.SysProcAttr.Setpgid, svc.SysProcAttr.Pdeathsig = true, syscall.SIGKILL
 	if err := svc.Start(); err != nil {
 		return tr, nil, err
 	}
@@ -193,12 +211,17 @@ func trial(ctx context.Context, self *cgroup.Cgroups, cfg Config, mode string, r
 	if err := waitReady(ctx, url, svcDone); err != nil {
 		return tr, nil, err
 	}
+	// The service must run in its own group, or the trial measures nothing.
+	if pids, err := ls.PIDs(); err != nil || !slices.Contains(pids, svc.Process.Pid) {
+		return tr, nil, fmt.Errorf("the LS service (pid %d) is not in %s: %v %v", svc.Process.Pid, ls.Memory.Dir, pids, err)
+	}
 
 	// The hog is restarted whenever the OOM killer takes it, so the node
 	// stays overcommitted for the whole window.
 	hctx, stopHog := context.WithCancel(ctx)
 	var hogWG sync.WaitGroup
 	var restarts atomic.Int64
+	hogErr := make(chan error, 1)
 	hogWG.Add(1)
 	go func() {
 		defer hogWG.Done()
@@ -208,8 +231,9 @@ func trial(ctx context.Context, self *cgroup.Cgroups, cfg Config, mode string, r
 			}
 			cmd := be.Command(cfg.Exe, "node", HogCommand, "--bytes", fmt.Sprint(cfg.HogBytes))
 			cmd.Env = cleanEnv()
-			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-			if cmd.Start() != nil {
+			cmd.SysProcAttr.Setpgid, cmd.SysProcAttr.Pdeathsig = true, syscall.SIGKILL
+			if err := cmd.Start(); err != nil {
+				hogErr <- fmt.Errorf("start the BE hog: %w", err)
 				return
 			}
 			done := make(chan struct{})
@@ -225,14 +249,61 @@ func trial(ctx context.Context, self *cgroup.Cgroups, cfg Config, mode string, r
 		}
 	}()
 	cleanups = append(cleanups, func() { stopHog(); hogWG.Wait() })
-	time.Sleep(2 * time.Second) // let the hog fill the node
+	// Let the hog fill the node: at least 2s, and until it holds a
+	// quarter of what it can (memory.high may stop it at half the node),
+	// however slow the machine (an emulated one is ~50x slower). A hog
+	// that never gets there is not running in its group, and the trial
+	// would measure nothing.
+	fill := uint64(min(cfg.HogBytes, cfg.NodeLimit) / 4)
+	time.Sleep(2 * time.Second)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(250 * time.Millisecond) {
+		select {
+		case err := <-hogErr:
+			return tr, nil, err
+		case <-ctx.Done():
+			return tr, nil, ctx.Err()
+		default:
+		}
+		ms, err := be.MemoryStats()
+		if err != nil {
+			return tr, nil, fmt.Errorf("the BE hog's group: %w", err)
+		}
+		if ms.Peak >= fill {
+			break
+		}
+		if time.Now().After(deadline) {
+			return tr, nil, fmt.Errorf("the BE hog did not fill %s: peak %d bytes after a minute, want %d", be.Memory.Dir, ms.Peak, fill)
+		}
+	}
 
 	lat, errs, elapsed := openLoop(ctx, url, cfg.Rate, cfg.Duration)
+	select {
+	case err := <-hogErr: // a restart failed: the node was not kept full
+		return tr, nil, err
+	default:
+	}
 	sort.Float64s(lat)
 	tr.P50, tr.P99 = quantile(lat, 0.5), quantile(lat, 0.99)
+	if len(lat) == 0 {
+		// A service that answered nothing (killed at once) is as slow as
+		// the client's patience: a finite, censored latency keeps the
+		// trial in the means and the JSON valid.
+		tr.P50, tr.P99 = float64(clientTimeout.Milliseconds()), float64(clientTimeout.Milliseconds())
+	}
 	tr.RPS = float64(len(lat)) / elapsed.Seconds()
 	tr.Errors = errs
 	tr.HogOOMs = int(restarts.Load())
+	// The groups were made for this trial, so their counters are its own.
+	for _, c := range []struct {
+		g   *manage.Group
+		out *Events
+	}{{ls, &tr.LS}, {be, &tr.BE}, {node, &tr.Node}} {
+		ms, err := c.g.MemoryStats()
+		if err != nil {
+			return tr, nil, fmt.Errorf("read memory events: %w", err)
+		}
+		*c.out = Events{High: ms.HighHits, Max: ms.MaxHits, OOMKills: ms.OOMKills}
+	}
 	select {
 	case <-svcDone:
 		tr.LSOOMKill = true
@@ -275,6 +346,17 @@ func applyAuto(node, ls, be *manage.Group, cfg Config) ([]string, error) {
 	if len(ar.Errors) > 0 {
 		return nil, errors.Join(ar.Errors...)
 	}
+	// Read everything back: a value the kernel did not keep would make
+	// the "auto" trials silently measure something else.
+	check := manage.NewWriter(nil, node.Version() == 1)
+	check.DryRun = true
+	if again := check.Apply(vals); len(again.Changed) > 0 || len(again.Errors) > 0 {
+		var errs []error
+		for _, c := range again.Changed {
+			errs = append(errs, fmt.Errorf("%s holds %d after writing %d", c.Path(), c.Old, c.Value.Value))
+		}
+		return nil, errors.Join(append(errs, again.Errors...)...)
+	}
 	var out []string
 	for _, c := range ar.Changed {
 		out = append(out, fmt.Sprintf("%s/%s=%d (%s)", filepath.Base(c.Dir), c.File, c.Value.Value, c.Reason))
@@ -285,13 +367,16 @@ func applyAuto(node, ls, be *manage.Group, cfg Config) ([]string, error) {
 	return out, nil
 }
 
+// clientTimeout bounds each request of the load.
+const clientTimeout = 5 * time.Second
+
 // openLoop sends requests at rate per second for d, each timed from when
 // it was due (not when it went out), so a stalled server is charged for
 // the queue it causes. It returns the latencies of successes in ms.
 func openLoop(ctx context.Context, url string, rate float64, d time.Duration) ([]float64, int, time.Duration) {
 	tr := &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 512, IdleConnTimeout: 30 * time.Second}
 	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	client := &http.Client{Transport: tr, Timeout: clientTimeout}
 	var mu sync.Mutex
 	var lat []float64
 	var errs atomic.Int64
@@ -394,9 +479,13 @@ func mean(xs []float64) float64 {
 }
 
 // change is auto's mean relative to off's, with a 95% bootstrap interval
-// over the trials (each mode resampled on its own).
+// over the trials (each mode resampled on its own). With one trial in a
+// mode there is no interval: both ends are the estimate.
 func change(off, auto []float64) [3]float64 {
 	est := mean(auto)/mean(off) - 1
+	if len(off) < 2 || len(auto) < 2 {
+		return [3]float64{est, est, est}
+	}
 	r := rand.New(rand.NewPCG(1, 2))
 	const n = 2000
 	ds := make([]float64, n)
@@ -422,10 +511,30 @@ func WriteSummary(w io.Writer, r *Results) {
 	}
 	fmt.Fprintf(w, "QoS off:  p99 %.2fms, %.1f ok/s (mean of %d)\n", r.Off.P99, r.Off.RPS, len(r.Trials)/2)
 	fmt.Fprintf(w, "QoS auto: p99 %.2fms, %.1f ok/s\n", r.Auto.P99, r.Auto.RPS)
+	for _, mode := range []string{"off", "auto"} {
+		var n, killed, hogKills int
+		var beHigh uint64
+		for _, t := range r.Trials {
+			if t.Mode != mode {
+				continue
+			}
+			n++
+			if t.LSOOMKill {
+				killed++
+			}
+			hogKills += t.HogOOMs
+			beHigh += t.BE.High
+		}
+		fmt.Fprintf(w, "  %-4s kernel: LS OOM-killed in %d of %d trials; hog OOM-killed %d times; BE over memory.high %d times\n",
+			mode, killed, n, hogKills, beHigh)
+	}
 	verdict := func(c [3]float64) string {
+		if len(r.Trials) < 4 {
+			return "one trial per mode: no interval, no conclusion"
+		}
 		// Half a percent either side is rounding, not a difference.
 		if c[1] > 0.005 || c[2] < -0.005 {
-			return "the interval excludes no change"
+			return "the interval excludes zero"
 		}
 		return "no difference shown"
 	}

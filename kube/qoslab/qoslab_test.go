@@ -33,6 +33,10 @@ func TestChangeAndQuantile(t *testing.T) {
 	if c[0] != -0.5 || c[1] > c[0] || c[2] < c[0] || c[2] >= 0 {
 		t.Errorf("change %v: want -50%% inside an interval that excludes 0", c)
 	}
+	// One trial a mode: no interval to speak of.
+	if c := change([]float64{10}, []float64{5}); c != [3]float64{-0.5, -0.5, -0.5} {
+		t.Errorf("change of single trials %v, want the estimate at both ends", c)
+	}
 	if q := quantile([]float64{1, 2, 3, 4}, 0.5); q != 2 {
 		t.Errorf("median %v", q)
 	}
