@@ -554,7 +554,7 @@ func (l *Lab) openWindow(rate float64) time.Duration {
 
 // cpuBudget is the part of the budget the CPU study may spend, adaptive
 // repeats included; the memory study needs the rest.
-func (l *Lab) cpuBudget() time.Duration { return l.cfg.Budget * 50 / 100 }
+func (l *Lab) cpuBudget() time.Duration { return l.cfg.Budget * 45 / 100 }
 
 func (l *Lab) cpuStudy(ctx context.Context) error {
 	offered := map[float64]float64{}

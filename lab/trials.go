@@ -287,11 +287,23 @@ func (l *Lab) memoryStudy(ctx context.Context) error {
 	peak := int64(l.res.Target.PeakBytes)
 	search := FloorSearch{Lo: peak / 4, Hi: peak * 3 / 2, Max: peak * 8, Resolution: l.cfg.Resolution, Need: l.cfg.ConfirmNeed, Of: l.cfg.ConfirmOf, MaxTrials: 16}
 	var noKnobFloor int64
+	var searched time.Duration // the searches so far, to foresee the next
 	for i, setting := range l.cfg.MemSettings {
-		if i > 0 && l.now().Sub(l.started) > l.cfg.Budget {
-			l.warn("the budget (%v) ran out before the memory study of %s", l.cfg.Budget, strings.Join(l.cfg.MemSettings[i:], ", "))
-			break
+		// gofit, no knob and the automemlimit peer are the comparison the
+		// study exists for: each starts while any budget is left. Any other
+		// setting starts only if a search as long as the ones before it
+		// (plus the check trial) still fits.
+		if i > 0 {
+			next := searched/time.Duration(i) + checkReserve
+			if setting == SetGofit || setting == SetNone || setting == SetAutoMemLimit {
+				next = 0
+			}
+			if l.now().Sub(l.started)+next > l.cfg.Budget {
+				l.warn("the budget (%v) ran out before the memory study of %s", l.cfg.Budget, strings.Join(l.cfg.MemSettings[i:], ", "))
+				break
+			}
 		}
+		began := l.now()
 		run := func(label string) func(ctx context.Context, limit int64) MemTrial {
 			return func(ctx context.Context, limit int64) MemTrial {
 				t, _ := l.memTrial(ctx, l.memEnv(setting, limit), cpu, limit, l.cfg.MemRequests)
@@ -322,6 +334,7 @@ func (l *Lab) memoryStudy(ctx context.Context) error {
 		if setting == SetNone {
 			noKnobFloor = floor
 		}
+		searched += l.now().Sub(began)
 	}
 	if noKnobFloor == 0 {
 		return nil
@@ -349,6 +362,9 @@ func (l *Lab) memoryStudy(ctx context.Context) error {
 	}
 	return nil
 }
+
+// checkReserve is the time kept back from the budget for the check trial.
+const checkReserve = 20 * time.Second
 
 // checkRecommendation runs the recommended CPU and memory limits and
 // environment together once, as the pod would get them.
