@@ -343,14 +343,16 @@ func (l *Lab) memoryStudy(ctx context.Context) error {
 	for _, m := range l.res.Memory {
 		measured = append(measured, m.Setting)
 	}
+	// The table at multiples of the floor is the first thing to give up
+	// when time is short: the floors and the check trial matter more.
+	// Checked per cell, keeping the check trial's time back.
+table:
 	for _, mult := range l.cfg.Multiples {
-		// The table at multiples of the floor is the first thing to give
-		// up when time is short: the floors and the check trial matter more.
-		if l.now().Sub(l.started) > l.cfg.Budget {
-			l.warn("the budget (%v) ran out before the throughput table at %gx the floor", l.cfg.Budget, mult)
-			break
-		}
 		for _, setting := range measured {
+			if l.now().Sub(l.started)+checkReserve > l.cfg.Budget {
+				l.warn("the budget (%v) ran out during the throughput table, at %gx the floor", l.cfg.Budget, mult)
+				break table
+			}
 			limit := int64(math.Ceil(float64(noKnobFloor)*mult/float64(l.cfg.Resolution))) * l.cfg.Resolution
 			t, r := l.memTrial(ctx, l.memEnv(setting, limit), cpu, limit, l.cfg.MemRequests)
 			if err := ctx.Err(); err != nil {
