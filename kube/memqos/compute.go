@@ -303,32 +303,14 @@ func computePod(pod *corev1.Pod, in Input, page int64) (*PodResult, []string) {
 
 	// Pod level: min and low from the sum of the requests.
 	preq, plim := podMemory(pod, class)
-	pmin, plow := floorPage(preq*minPct/100, page), floorPage(preq*lowPct/100, page)
-	minWhy := fmt.Sprintf("%s: request %d × minLimitPercent %d%%", why, preq, minPct)
-	if plim > 0 && pmin > plim*minGuardNum/minGuardDen {
-		pmin = floorPage(plim*minGuardNum/minGuardDen, page)
-		minWhy += "; kept at 9/10 of the limit so the pod can still reclaim at its limit"
-	}
-	lowWhy := fmt.Sprintf("%s: request %d × lowLimitPercent %d%%", why, preq, lowPct)
-	if plow < pmin {
-		plow, lowWhy = pmin, lowWhy+"; raised to memory.min"
-	}
+	pmin, plow, minWhy, lowWhy := protection(preq, plim, minPct, lowPct, page, why, "pod")
 	pr.Settings = append([]Setting{{FileMin, pmin, minWhy}, {FileLow, plow, lowWhy}}, knobSettings(knobs, why)...)
 
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
 		cr := ContainerResult{Name: c.Name, ID: containerID(pod, c.Name)}
 		req, lim := containerMemory(c, class)
-		cmin, clow := floorPage(req*minPct/100, page), floorPage(req*lowPct/100, page)
-		cminWhy := fmt.Sprintf("%s: request %d × minLimitPercent %d%%", why, req, minPct)
-		if lim > 0 && cmin > lim*minGuardNum/minGuardDen {
-			cmin = floorPage(lim*minGuardNum/minGuardDen, page)
-			cminWhy += "; kept at 9/10 of the limit so the container can still reclaim at its limit"
-		}
-		clowWhy := fmt.Sprintf("%s: request %d × lowLimitPercent %d%%", why, req, lowPct)
-		if clow < cmin {
-			clow, clowWhy = cmin, clowWhy+"; raised to memory.min"
-		}
+		cmin, clow, cminWhy, clowWhy := protection(req, lim, minPct, lowPct, page, why, "container")
 		high, highWhy := containerHigh(pod, c, class, req, lim, thrPct, cmin, policy, why, in.NodeAllocatable, page)
 		cr.Settings = []Setting{{FileMin, cmin, cminWhy}, {FileLow, clow, clowWhy}, {FileHigh, high, highWhy}}
 		if in.CgroupVersion == 1 {
@@ -420,4 +402,22 @@ func containerID(pod *corev1.Pod, name string) string {
 		}
 	}
 	return ""
+}
+
+// protection is memory.min and memory.low for a pod or a container (who)
+// with request req and limit lim, with the reason for each: koordinator's
+// percentages of the request, page-aligned; min kept at 9/10 of the limit
+// so the kernel can still reclaim at the limit; low at least min.
+func protection(req, lim, minPct, lowPct, page int64, why, who string) (minV, lowV int64, minWhy, lowWhy string) {
+	minV, lowV = floorPage(req*minPct/100, page), floorPage(req*lowPct/100, page)
+	minWhy = fmt.Sprintf("%s: request %d × minLimitPercent %d%%", why, req, minPct)
+	if lim > 0 && minV > lim*minGuardNum/minGuardDen {
+		minV = floorPage(lim*minGuardNum/minGuardDen, page)
+		minWhy += "; kept at 9/10 of the limit so the " + who + " can still reclaim at its limit"
+	}
+	lowWhy = fmt.Sprintf("%s: request %d × lowLimitPercent %d%%", why, req, lowPct)
+	if lowV < minV {
+		lowV, lowWhy = minV, lowWhy+"; raised to memory.min"
+	}
+	return minV, lowV, minWhy, lowWhy
 }
