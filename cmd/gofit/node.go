@@ -25,8 +25,8 @@ import (
 
 	"github.com/gofit-dev/gofit/kube/agent"
 	"github.com/gofit-dev/gofit/kube/memqos"
-	"github.com/gofit-dev/gofit/kube/qoslab"
-	"github.com/gofit-dev/gofit/lab"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/qoslab"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab"
 )
 
 // runNode is `gofit node`: the memory-QoS agent (default), `plan`, the

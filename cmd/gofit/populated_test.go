@@ -13,7 +13,7 @@ import (
 
 	"github.com/gofit-dev/gofit/cgroup/manage"
 	"github.com/gofit-dev/gofit/internal/cgtest"
-	"github.com/gofit-dev/gofit/lab"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab"
 )
 
 // TestLabFromPopulatedCgroup runs `gofit lab --quick` end to end from a
