@@ -12,33 +12,55 @@ import (
 
 func TestJudgeHealth(t *testing.T) {
 	rng := rand.New(rand.NewSource(3))
-	b := NewBootstrap(400, 1)
-	sample := func(runs int, ms float64) Sample {
-		var s Sample
-		for i := 0; i < runs; i++ {
-			s = append(s, fakeBlocks(rng, 4, 200, 0.02, ms))
+	pairs := func(n int, ms float64) []healthPair {
+		var ps []healthPair
+		for i := 0; i < n; i++ {
+			// Each pair meets its own moment of the machine: both of its
+			// runs slower or faster together.
+			mood := math.Exp(0.4 * rng.NormFloat64())
+			ps = append(ps, healthPair{ref: fakeBlocks(rng, 4, 200, 0.02, 10*mood), limited: fakeBlocks(rng, 4, 200, 0.02, ms*mood)})
 		}
-		return s
+		return ps
 	}
-	ref := sample(2, 10)
 	for _, tc := range []struct {
 		name             string
-		trials           Sample
+		pairs            []healthPair
 		healthy, decided bool
 	}{
-		{"as fast as without a limit", sample(2, 10), true, true},
-		{"a fifth slower", sample(2, 12), true, true},
-		{"five times slower", sample(2, 50), false, true},
-		{"no reference", nil, false, false},
+		{"as fast as without a limit", pairs(2, 10), true, true},
+		{"a fifth slower", pairs(2, 12), true, true},
+		{"five times slower", pairs(2, 50), false, true},
+		{"one pair: no interval", pairs(1, 10), true, false},
+		{"no pair", nil, false, false},
 	} {
-		refs := ref
-		if tc.trials == nil {
-			tc.trials, refs = sample(2, 10), nil
-		}
-		h, d, r := judgeHealth(b, tc.trials, refs)
+		h, d, r := judgeHealth(rng, tc.pairs, 400)
 		if h != tc.healthy || d != tc.decided {
 			t.Errorf("%s: healthy %v decided %v (ratio %+v), want %v %v", tc.name, h, d, r, tc.healthy, tc.decided)
 		}
+	}
+}
+
+// Pairs keep a shared moment out of the ratio: with a machine whose mood
+// moves each pair's runs together by ±50%, the paired interval of equal
+// services still decides "healthy", where resampling the two sides
+// independently (Bootstrap.Ratio) cannot tell.
+func TestPairedRatioNarrowerThanIndependent(t *testing.T) {
+	rng := rand.New(rand.NewSource(9))
+	var ps []healthPair
+	var lim, refs Sample
+	for i := 0; i < 3; i++ {
+		mood := []float64{0.5, 1, 2}[i]
+		p := healthPair{ref: fakeBlocks(rng, 4, 200, 0.02, 10*mood), limited: fakeBlocks(rng, 4, 200, 0.02, 10*mood)}
+		ps = append(ps, p)
+		lim, refs = append(lim, p.limited), append(refs, p.ref)
+	}
+	paired := pairedP99Ratio(rng, ps, 1000)
+	indep := NewBootstrap(1000, 1).Ratio(lim, refs, StatP99)
+	if paired.High-paired.Low >= (indep.High-indep.Low)/2 {
+		t.Errorf("paired interval %+v not under half the independent one %+v", paired, indep)
+	}
+	if h, d, _ := judgeHealth(rng, ps, 1000); !h || !d {
+		t.Errorf("equal services under a moody machine: healthy %v decided %v", h, d)
 	}
 }
 
@@ -80,7 +102,7 @@ func (f *fakeMem) run(_ context.Context, _ map[string]string, _ float64, limit i
 	}
 	rate := load.rate
 	if rate == 0 {
-		rate = 200
+		rate = 600
 	}
 	bs := fakeBlocks(f.rng, int(secs), rate, 0.02, ms)
 	s := Sample{bs}
