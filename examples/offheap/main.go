@@ -8,6 +8,10 @@
 //	go build -o /tmp/offheap ./examples/offheap
 //	gofit lab --quick --cmd '/tmp/offheap -addr 127.0.0.1:{port}' --url 'http://127.0.0.1:{port}/work'
 //
+// With -gofit it runs gofit's library in-process, which measures the
+// cache (memory outside the heap) and lowers GOMEMLIMIT by it; without,
+// GOMEMLIMIT is whatever the environment says.
+//
 // Each /work request reads and rewrites a few random cache pages, replaces
 // one slot of the live heap (the old slot becomes garbage), allocates
 // -garbage bytes of short-lived garbage and hashes a little, so the heap
@@ -22,6 +26,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -31,6 +36,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gofit-dev/gofit"
 )
 
 func main() {
@@ -47,6 +54,7 @@ type config struct {
 	garbage     int64 // short-lived bytes per request
 	touchPages  int   // cache pages read and rewritten per request
 	hashRepeats int
+	gofit       bool // run gofit's library in-process
 }
 
 func parse(args []string) (config, error) {
@@ -59,6 +67,7 @@ func parse(args []string) (config, error) {
 	garbageKiB := fs.Int64("garbage-kib", 128, "KiB of short-lived garbage per request")
 	fs.IntVar(&c.touchPages, "touch-pages", 16, "cache pages (4 KiB) read and rewritten per request")
 	fs.IntVar(&c.hashRepeats, "hash", 200, "SHA-256 rounds per request (CPU work)")
+	fs.BoolVar(&c.gofit, "gofit", false, "run gofit's library in-process: it measures the memory outside the Go heap (this cache) and keeps GOMEMLIMIT below the limit by that much, refining what `gofit run` set (the GOFIT_RUN marker); values set by anyone else are left alone")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -179,6 +188,14 @@ func run(args []string) error {
 		return err
 	}
 	defer s.close()
+	if c.gofit {
+		// Started after the cache is filled, so the first plan sees it.
+		f, err := gofit.Start(context.Background(), gofit.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))))
+		if err != nil {
+			return fmt.Errorf("-gofit: %w", err)
+		}
+		defer f.Stop()
+	}
 	expvar.Publish("sample", expvar.Func(vars))
 	mux := http.NewServeMux()
 	mux.HandleFunc("/work", s.work)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gofit-dev/gofit/fit"
 )
 
 func TestJudgeHealth(t *testing.T) {
@@ -246,5 +248,22 @@ func TestRecommendMemoryNeverAboveTheRatio(t *testing.T) {
 				t.Errorf("reasons do not say %s: %q", from, rec.Reasons)
 			}
 		})
+	}
+}
+
+// The gofit memory setting starts a target as `gofit run` does, marker
+// included, so a target importing gofit's library may refine the values
+// in-process; the CPU cells and the recommended env go without it.
+func TestGofitMemoryEnvCarriesTheMarker(t *testing.T) {
+	l := newLab(defaultConfig(true))
+	env := l.memEnv(SetGofit, 256*mib)
+	if m := env[fit.MarkerVar]; !strings.Contains(m, "GOMEMLIMIT="+env["GOMEMLIMIT"]) || env["GOMEMLIMIT"] == "" {
+		t.Errorf("memory env %v: want GOMEMLIMIT and the marker naming it", env)
+	}
+	if env := l.memEnv(SetAutoMemLimit, 256*mib); env[fit.MarkerVar] != "" {
+		t.Errorf("automemlimit env %v carries gofit's marker", env)
+	}
+	if env, _, _ := l.cpuEnv(SetGofit, 0.5); env[fit.MarkerVar] != "" {
+		t.Errorf("cpu env %v carries the marker", env)
 	}
 }
