@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gofit-dev/gofit/kube/podplan"
 )
 
 // review wraps a pod in an AdmissionReview for CREATE (or UPDATE on
@@ -155,13 +157,13 @@ func envOf(c corev1.Container) map[string]string {
 	return out
 }
 
-func record(t testing.TB, pod *corev1.Pod) *Record {
+func record(t testing.TB, pod *corev1.Pod) *podplan.Record {
 	t.Helper()
 	s, ok := pod.Annotations[AnnotationPlan]
 	if !ok {
 		t.Fatalf("no %s annotation", AnnotationPlan)
 	}
-	r, err := parseRecord(s)
+	r, err := podplan.Parse(s)
 	if err != nil {
 		t.Fatal(err)
 	}

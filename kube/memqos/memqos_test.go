@@ -8,6 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gofit-dev/gofit/kube/podplan"
 )
 
 const (
@@ -202,7 +204,7 @@ func TestGoAware(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ann := map[string]string{}
 			if tc.ann != "" {
-				ann[AnnotationPlan] = tc.ann
+				ann[podplan.Annotation] = tc.ann
 			}
 			pod := mkPod("a", nil, ann, corev1.PodRunning, ctr{name: "app", req: "256Mi", lim: "1Gi", env: tc.env})
 			res := Compute(Input{Pods: []*corev1.Pod{pod}, Policy: PolicyAuto, NodeAllocatable: 8 * gi})

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/gofit-dev/gofit/fit"
+	"github.com/gofit-dev/gofit/kube/podplan"
 )
 
 // Class is a koordinator QoS class.
@@ -35,17 +36,15 @@ const (
 	PolicyNone    Policy = "none"
 )
 
-// Pod labels and annotations read, koordinator's and ACK's legacy ones,
-// and the webhook's plan annotation for GOMEMLIMIT.
+// Pod labels and annotations read, koordinator's and ACK's legacy ones
+// (the webhook's plan annotation is podplan.Annotation).
 const (
-	LabelQoSClass        = "koordinator.sh/qosClass"
-	LabelQoSClassLegacy  = "alibabacloud.com/qosClass"
-	AnnotationMemoryQOS  = "koordinator.sh/memoryQOS"
-	AnnotationMemoryLeg  = "alibabacloud.com/memoryQOS"
-	AnnotationPlan       = "gofit.dev/plan"
-	ResourceBatchMemory  = corev1.ResourceName("kubernetes.io/batch-memory")
-	envGOMEMLIMIT        = "GOMEMLIMIT"
-	maxAnnotationPlanLen = 64 << 10
+	LabelQoSClass       = "koordinator.sh/qosClass"
+	LabelQoSClassLegacy = "alibabacloud.com/qosClass"
+	AnnotationMemoryQOS = "koordinator.sh/memoryQOS"
+	AnnotationMemoryLeg = "alibabacloud.com/memoryQOS"
+	ResourceBatchMemory = corev1.ResourceName("kubernetes.io/batch-memory")
+	envGOMEMLIMIT       = "GOMEMLIMIT"
 )
 
 // PodConfig is the koordinator.sh/memoryQOS annotation: a policy and
@@ -159,40 +158,29 @@ func GoMemLimit(pod *corev1.Pod, c *corev1.Container) (limit int64, source strin
 			return v, "env GOMEMLIMIT", true
 		}
 	}
-	if v, ok := planGoMemLimit(pod.Annotations[AnnotationPlan], c.Name); ok {
-		return v, "annotation " + AnnotationPlan, true
+	if v, ok := planGoMemLimit(pod.Annotations[podplan.Annotation], c.Name); ok {
+		return v, "annotation " + podplan.Annotation, true
 	}
 	return 0, "", false
-}
-
-// planRecord is the part of the webhook's gofit.dev/plan annotation the
-// agent reads (kube/admission.Record): the variables it added per container.
-// agent's TestPlanAnnotationFromWebhook checks the two stay in step.
-type planRecord struct {
-	Containers []struct {
-		Name string            `json:"name"`
-		Env  map[string]string `json:"env"`
-	} `json:"containers"`
 }
 
 // planGoMemLimit reads GOMEMLIMIT for container name from the webhook's
 // plan annotation. A malformed annotation is no answer: the agent then
 // plans as for a container of unknown GOMEMLIMIT.
 func planGoMemLimit(ann, name string) (int64, bool) {
-	if ann == "" || len(ann) > maxAnnotationPlanLen {
+	if ann == "" {
 		return 0, false
 	}
-	var rec planRecord
-	if json.Unmarshal([]byte(ann), &rec) != nil {
+	rec, err := podplan.Parse(ann)
+	if err != nil {
 		return 0, false
 	}
-	for _, c := range rec.Containers {
-		if c.Name != name {
-			continue
-		}
-		if v, err := fit.ParseMemLimit(c.Env[envGOMEMLIMIT]); err == nil && v > 0 && v < maxBytes {
-			return v, true
-		}
+	c := rec.Container(name)
+	if c == nil {
+		return 0, false
+	}
+	if v, err := fit.ParseMemLimit(c.Env[envGOMEMLIMIT]); err == nil && v > 0 && v < maxBytes {
+		return v, true
 	}
 	return 0, false
 }
