@@ -1046,4 +1046,3 @@ func sortedLines(m map[int]string) []int {
 	sort.Ints(ns)
 	return ns
 }
-
