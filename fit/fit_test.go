@@ -1,6 +1,7 @@
 package fit
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -134,10 +135,13 @@ func TestParseMemLimit(t *testing.T) {
 	}
 }
 
-func TestAtLeast(t *testing.T) {
-	for v, want := range map[string]bool{"go1.25.0": true, "go1.26rc1": true, "go1.24.9": false, "go2.0": true, "devel +abc": false, "": false, "go1": false} {
-		if AtLeast(v, 1, 25) != want {
-			t.Errorf("AtLeast(%q, 1, 25) = %v", v, !want)
+// Which Go versions read cgroup limits: go/version's order, with
+// GOEXPERIMENT suffixes and unknown strings handled.
+func TestCgroupAwareGoVersions(t *testing.T) {
+	for v, want := range map[string]bool{"go1.25.0": true, "go1.26rc1": true, "go1.25rc1": true, "go1.24.9": false, "go2.0": true,
+		"go1.25.1 X:boringcrypto": true, "devel +abc": false, "": false, "go1": false} {
+		if got := runtimeModel(cpuFacts{goVersion: v, leaf: 1, cpus: 8}, readVars(nil)).cgroupAware; got != want {
+			t.Errorf("Go %q reads cgroups: %v, want %v", v, got, want)
 		}
 	}
 }
@@ -214,9 +218,25 @@ func checkNotes(t *testing.T, p Plan, reason, warning string) {
 	}
 }
 
-func contains(list []string, sub string) bool {
+// checkNoteCodes asserts that every note names a variable and carries a
+// code from the fixed sets.
+func checkNoteCodes(t *testing.T, p Plan) {
+	t.Helper()
+	for _, n := range p.Reasons {
+		if n.Var == "" || !slices.Contains(Reasons(), Reason(n.Code)) || n.Text == "" {
+			t.Errorf("reason note %+v: want a variable, a Reason code and a text", n)
+		}
+	}
+	for _, n := range p.Warnings {
+		if n.Var == "" || !slices.Contains(Warnings(), Warning(n.Code)) || n.Text == "" {
+			t.Errorf("warning note %+v: want a variable, a Warning code and a text", n)
+		}
+	}
+}
+
+func contains(list []Note, sub string) bool {
 	for _, s := range list {
-		if strings.Contains(s, sub) {
+		if strings.Contains(s.Text, sub) {
 			return true
 		}
 	}

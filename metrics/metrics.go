@@ -15,7 +15,6 @@ import (
 
 	"github.com/gofit-dev/gofit"
 	"github.com/gofit-dev/gofit/cgroup"
-	"github.com/gofit-dev/gofit/fit"
 )
 
 type desc struct {
@@ -115,11 +114,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	if p.GOMEMLIMITReason != "" {
 		emit(ch, planReason, 1, "gomemlimit", string(p.GOMEMLIMITReason))
 	}
-	seen := map[fit.Warning]bool{}
-	for _, w := range p.WarningCodes {
-		if !seen[w] { // a duplicate label set would fail the whole scrape
-			seen[w] = true
-			emit(ch, planWarning, 1, string(w))
+	seen := map[string]bool{}
+	for _, w := range p.Warnings {
+		if !seen[w.Code] { // a duplicate label set would fail the whole scrape
+			seen[w.Code] = true
+			emit(ch, planWarning, 1, w.Code)
 		}
 	}
 
