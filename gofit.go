@@ -65,16 +65,18 @@ type Fitter struct {
 	vars   map[string]string // the Go runtime's variables, read once: they were read at start-up
 	self   target.Binary
 
-	mu        sync.Mutex
-	in        fit.Input
-	plan      fit.Plan
-	limits    cgroup.Limits
-	last      inputs
-	planned   bool
-	unmanaged window
-	noRollup  bool // smaps_rollup is missing: unmanaged memory is not measured
-	lastErr   string
-	errors    uint64
+	mu       sync.Mutex
+	in       fit.Input
+	plan     fit.Plan
+	limits   cgroup.Limits
+	last     inputs
+	planned  bool
+	anon     window         // anonymous memory outside the Go runtime, last minute
+	kernel   window         // the cgroup's kernel memory, last minute
+	file     fit.FileBudget // the hot part of the mapped file pages
+	noRollup bool           // smaps_rollup is missing: non-Go memory is not measured
+	lastErr  string
+	errors   uint64
 
 	// What Start found, to restore it.
 	startProcs   int
@@ -261,13 +263,21 @@ func (f *Fitter) Limits() cgroup.Limits {
 	return f.limits
 }
 
-// Unmanaged is the memory charged on the process's behalf outside the Go
-// runtime, the largest measured over the last minute (0 when there is no
+// NonGo is the memory charged on the process's behalf outside the Go
+// runtime that the plan budgets, in its parts (zero when there is no
 // memory limit or it cannot be measured).
-func (f *Fitter) Unmanaged() int64 {
+func (f *Fitter) NonGo() fit.NonGo {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.in.Unmanaged
+	return f.in.NonGo
+}
+
+// FileBudget is the state of the feedback step that budgets the hot part
+// of the mapped file pages.
+func (f *Fitter) FileBudget() fit.FileBudget {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.file
 }
 
 // Errors counts refreshes that failed to read the cgroup.

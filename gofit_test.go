@@ -2,6 +2,7 @@ package gofit
 
 import (
 	"context"
+	"fmt"
 	"errors"
 	"log/slog"
 	"math"
@@ -551,9 +552,9 @@ func TestAffinityReadEachRefresh(t *testing.T) {
 	}
 }
 
-// Unmanaged memory is what the process holds outside the Go runtime and
-// the kernel cannot reclaim: page cache the process does not map is not
-// counted, however large.
+// Non-Go memory is what the process holds outside the Go runtime and the
+// kernel cannot reclaim, by part: page cache the process does not map is
+// not counted, however large.
 func TestUnmanagedMemory(t *testing.T) {
 	const mib = 1 << 20
 	tr := newTree(t)
@@ -571,9 +572,12 @@ func TestUnmanagedMemory(t *testing.T) {
 	if err := f.Refresh(); err != nil {
 		t.Fatal(err)
 	}
-	// 40MiB resident + 2MiB kernel - 10MiB Go = 32MiB; 256MiB - 32MiB - 8MiB margin.
-	if u, p := f.Unmanaged(), f.Plan(); u != 32*mib || p.GOMEMLIMIT != 216*mib || p.GOMEMLIMITReason != fit.ReasonUnmanaged {
-		t.Errorf("unmanaged %s, GOMEMLIMIT %s (%s); want 32MiB and 216MiB", fit.FormatBytes(u), fit.FormatBytes(p.GOMEMLIMIT), p.GOMEMLIMITReason)
+	// 30MiB anonymous - 10MiB Go = 20MiB off-heap; 2MiB kernel; 40-30 =
+	// 10MiB of mapped file pages, all budgeted at first. 256MiB - 32MiB -
+	// 8MiB margin.
+	want := fit.NonGo{Anon: 20 * mib, Kernel: 2 * mib, HotFile: 10 * mib}
+	if n, p := f.NonGo(), f.Plan(); n != want || p.GOMEMLIMIT != 216*mib || p.GOMEMLIMITReason != fit.ReasonUnmanaged {
+		t.Errorf("non-Go %+v, GOMEMLIMIT %s (%s); want %+v and 216MiB", n, fit.FormatBytes(p.GOMEMLIMIT), p.GOMEMLIMITReason, want)
 	}
 }
 
@@ -598,13 +602,13 @@ func TestUnmanagedWindowIsTimeBased(t *testing.T) {
 			if err := f.Refresh(); err != nil {
 				t.Fatal(err)
 			}
-			return f.Unmanaged()
+			return f.NonGo().Anon
 		}
-		tr.write("proc/self/smaps_rollup", "Rss: 102400 kB\n") // a 100MiB spike
+		tr.write("proc/self/smaps_rollup", "Rss: 102400 kB\nAnonymous: 102400 kB\n") // a 100MiB spike
 		if u := refresh(); u != 100*mib {
 			t.Fatalf("every %v: spike %s", every, fit.FormatBytes(u))
 		}
-		tr.write("proc/self/smaps_rollup", "Rss: 20480 kB\n")
+		tr.write("proc/self/smaps_rollup", "Rss: 20480 kB\nAnonymous: 20480 kB\n")
 		start := clock
 		for clock.Add(every).Sub(start) < time.Minute {
 			clock = clock.Add(every)
@@ -617,6 +621,63 @@ func TestUnmanagedWindowIsTimeBased(t *testing.T) {
 			t.Errorf("every %v: 61s after the spike the estimate is %s, want 20MiB", every, fit.FormatBytes(u))
 		}
 		f.close()
+	}
+}
+
+// The hot-file budget gives back a step per quiet hold down to its floor,
+// raising GOMEMLIMIT, and steps up again when the cgroup shows file
+// refaults in two refreshes in a row.
+func TestFileBudgetInProcess(t *testing.T) {
+	const mib = 1 << 20
+	tr := newTree(t)
+	tr.memMax("134217728") // 128MiB
+	tr.write("proc/self/smaps_rollup", "Rss: 40960 kB\nAnonymous: 6144 kB\n") // 34MiB of mapped file pages (the sample's text)
+	clock := time.Unix(1_700_000_000, 0)
+	f, err := New(withRoot(tr.root), withRuntime(newFakeRuntime(2)), withCPUs(2), withLookupEnv(env()), withGo(go126, ""),
+		func(c *config) {
+			c.goMemory = func() int64 { return 6 * mib }
+			c.now = func() time.Time { return clock }
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.close()
+	refresh := func(refaults int) fit.Plan {
+		t.Helper()
+		tr.write("sys/fs/cgroup/pod/ctr/memory.stat", fmt.Sprintf("anon 6291456\ninactive_file 0\nworkingset_refault_file %d\n", refaults))
+		if err := f.Refresh(); err != nil {
+			t.Fatal(err)
+		}
+		return f.Plan()
+	}
+	first := refresh(0)
+	if f.NonGo().HotFile != 34*mib {
+		t.Fatalf("first budget %+v, want every resident file page", f.NonGo())
+	}
+	prev := first.GOMEMLIMIT
+	for range 40 {
+		clock = clock.Add(fit.FileBudgetHold)
+		p := refresh(0)
+		if p.GOMEMLIMIT < prev {
+			t.Fatalf("GOMEMLIMIT fell to %s while no refaults were seen", fit.FormatBytes(p.GOMEMLIMIT))
+		}
+		prev = p.GOMEMLIMIT
+	}
+	if n := f.NonGo(); n.HotFile != fit.HotFileAllowance {
+		t.Errorf("after 20 quiet minutes the budget is %s, want the floor %s", fit.FormatBytes(n.HotFile), fit.FormatBytes(fit.HotFileAllowance))
+	}
+	settled := f.Plan().GOMEMLIMIT
+	if settled <= first.GOMEMLIMIT {
+		t.Errorf("GOMEMLIMIT %s did not rise from %s as the budget fell", fit.FormatBytes(settled), fit.FormatBytes(first.GOMEMLIMIT))
+	}
+	clock = clock.Add(time.Second)
+	refresh(1000) // one burst: a cold path paged in
+	if f.NonGo().HotFile != fit.HotFileAllowance {
+		t.Errorf("one burst moved the budget to %s", fit.FormatBytes(f.NonGo().HotFile))
+	}
+	clock = clock.Add(time.Second)
+	if p := refresh(2000); f.NonGo().HotFile <= fit.HotFileAllowance || p.GOMEMLIMIT >= settled {
+		t.Errorf("refaults in two refreshes: budget %s, GOMEMLIMIT %s (was %s); want both to move", fit.FormatBytes(f.NonGo().HotFile), fit.FormatBytes(p.GOMEMLIMIT), fit.FormatBytes(settled))
 	}
 }
 

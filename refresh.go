@@ -12,12 +12,12 @@ import (
 type inputs struct {
 	limits     cgroup.Limits
 	cpus       int
-	unmanaged  int64
+	nonGo      fit.NonGo
 	gomaxprocs int
 	managed    bool
 }
 
-// Refresh reads the limits, the affinity mask, the unmanaged memory and
+// Refresh reads the limits, the affinity mask, the non-Go memory and
 // the runtime's GOMAXPROCS, and when any changed recomputes the plan and
 // applies it. On a read error the current settings are kept and the error
 // is logged once.
@@ -25,9 +25,9 @@ func (f *Fitter) Refresh() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	l, err := f.cg.Limits()
-	var unmanaged int64
+	var nonGo fit.NonGo
 	if err == nil && l.Memory.Effective() > 0 {
-		unmanaged, err = f.measureUnmanaged()
+		nonGo, err = f.measureNonGo()
 	}
 	if err != nil {
 		f.errors++
@@ -42,15 +42,15 @@ func (f *Fitter) Refresh() error {
 		f.lastErr = ""
 	}
 	rt := f.cfg.rt
-	now := inputs{limits: l, cpus: f.cfg.cpus(), unmanaged: unmanaged, gomaxprocs: rt.gomaxprocs(0), managed: f.managed}
+	now := inputs{limits: l, cpus: f.cfg.cpus(), nonGo: nonGo, gomaxprocs: rt.gomaxprocs(0), managed: f.managed}
 	if f.planned && now == f.last {
 		return nil // steady state: nothing to compute or apply
 	}
 	in := fit.Input{
 		Limits: l, CPUs: now.cpus, Vars: f.vars,
 		GoVersion: f.self.GoVersion, DefaultGODEBUG: f.self.DefaultGODEBUG,
-		Unmanaged: unmanaged,
-		Running:   &fit.Running{GOMAXPROCS: now.gomaxprocs, Managed: f.managed, CanHandBack: rt.handBack != nil && !f.noHandBack},
+		NonGo:   nonGo,
+		Running: &fit.Running{GOMAXPROCS: now.gomaxprocs, Managed: f.managed, CanHandBack: rt.handBack != nil && !f.noHandBack},
 	}
 	p := f.policy.Plan(in)
 	first := !f.planned
@@ -60,14 +60,14 @@ func (f *Fitter) Refresh() error {
 		procsSet := err == nil && n > 0
 		f.startDefault = !procsSet && p.RuntimeFollowsCgroup && f.startProcs == p.RuntimeGOMAXPROCS
 	}
-	f.apply(p, unmanaged, first)
+	f.apply(p, nonGo, first)
 	f.in, f.plan, f.limits, f.planned = in, p, l, true
 	now.gomaxprocs, now.managed = rt.gomaxprocs(0), f.managed
 	f.last = now
 	return nil
 }
 
-func (f *Fitter) apply(p fit.Plan, unmanaged int64, first bool) {
+func (f *Fitter) apply(p fit.Plan, nonGo fit.NonGo, first bool) {
 	rt := f.cfg.rt
 	for _, w := range p.Warnings {
 		if first || !slices.Contains(f.plan.Warnings, w) {
@@ -100,7 +100,7 @@ func (f *Fitter) apply(p fit.Plan, unmanaged int64, first bool) {
 		case want > 0 && want != f.memLimit:
 			rt.setMemoryLimit(want)
 			f.setMemLimit, f.memLimit = true, want
-			f.log.Info("gofit: memory limit set", "gomemlimit", want, "unmanaged", unmanaged, "reason", p.GOMEMLIMITReason)
+			f.log.Info("gofit: memory limit set", "gomemlimit", want, "non_go", nonGo.Total(), "reason", p.GOMEMLIMITReason)
 		case want == 0 && f.setMemLimit:
 			rt.setMemoryLimit(f.startMemLim)
 			f.setMemLimit, f.memLimit = false, 0

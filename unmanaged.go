@@ -5,41 +5,52 @@ import (
 	"runtime/metrics"
 	"time"
 
+	"github.com/gofit-dev/gofit/fit"
 	"github.com/gofit-dev/gofit/internal/procmem"
 )
 
-// unmanagedStep quantises the unmanaged estimate so that small wobbles do
-// not recompute the plan on every refresh.
-const unmanagedStep = 1 << 20
+// nonGoStep quantises each part of the non-Go estimate so that small
+// wobbles do not recompute the plan on every refresh.
+const nonGoStep = 1 << 20
 
-// measureUnmanaged estimates the memory charged on this process's behalf
-// that GOMEMLIMIT does not bound and the kernel cannot simply reclaim:
-// what the process has resident (anonymous memory and the file pages it
-// maps, /proc/self/smaps_rollup Rss) plus the cgroup's kernel memory,
-// less what the Go runtime has mapped and not released. Page cache the
-// process only read through is reclaimable and not counted; another
-// process in the same cgroup is not counted either. The estimate is the
-// largest over the last minute, rounded up to 1 MiB.
-func (f *Fitter) measureUnmanaged() (int64, error) {
+// measureNonGo estimates the memory charged on this process's behalf that
+// GOMEMLIMIT does not bound and the kernel cannot simply reclaim, in its
+// parts (fit.NonGo):
+//
+//   - anonymous memory outside the Go runtime: smaps_rollup Anonymous less
+//     what the Go runtime has mapped and not released (cgo, off-heap mmap,
+//     foreign thread stacks);
+//   - the cgroup's kernel memory;
+//   - the hot part of the file pages the process maps (smaps_rollup Rss
+//     less Anonymous), kept by fit.FileBudget from the cgroup's file
+//     refaults and major faults.
+//
+// Anonymous and kernel memory are the largest of the last minute; each
+// part is rounded up to 1 MiB. Page cache the process only read through is
+// not counted, nor is another process in the same cgroup.
+func (f *Fitter) measureNonGo() (fit.NonGo, error) {
 	if f.noRollup {
-		return 0, nil
+		return fit.NonGo{}, nil
 	}
 	u, err := f.mem.Read()
 	if errors.Is(err, procmem.ErrUnsupported) {
 		f.noRollup = true
-		f.log.Info("gofit: unmanaged memory not measured; GOMEMLIMIT from the memory ratio alone", "err", err)
-		return 0, nil
+		f.log.Info("gofit: memory outside the Go heap not measured; GOMEMLIMIT from the memory ratio alone", "err", err)
+		return fit.NonGo{}, nil
 	}
 	if err != nil {
-		return 0, err
+		return fit.NonGo{}, err
 	}
 	m, err := f.cg.MemoryStats()
 	if err != nil {
-		return 0, err
+		return fit.NonGo{}, err
 	}
-	x := max(u.Rss+int64(min(m.Kernel, 1<<62))-f.cfg.goMemory(), 0)
-	x = f.unmanaged.add(f.cfg.now(), x)
-	return (x + unmanagedStep - 1) / unmanagedStep * unmanagedStep, nil
+	now := f.cfg.now()
+	anon := f.anon.add(now, max(u.Anonymous-f.cfg.goMemory(), 0))
+	kernel := f.kernel.add(now, int64(min(m.Kernel, 1<<60)))
+	f.file = f.file.Next(fit.FileSample{At: now, Resident: max(u.Rss-u.Anonymous, 0), Faults: m.FileRefaults + m.MajorFaults})
+	up := func(x int64) int64 { return (x + nonGoStep - 1) / nonGoStep * nonGoStep }
+	return fit.NonGo{Anon: up(anon), Kernel: up(kernel), HotFile: up(f.file.Bytes)}, nil
 }
 
 // newGoMemory returns a reader of the memory the Go runtime has mapped and

@@ -25,8 +25,10 @@ type Container struct {
 	// reasons ("container app", "the pod"); empty means the container's
 	// resources.limits.
 	CPUSource, MemorySource string
-	// NonGo is the memory the container charges outside the Go heap (the
-	// binary's mapped pages, kernel memory, cgo); 0 means DefaultNonGo.
+	// NonGo is the memory the container charges outside the Go heap that
+	// cannot be reclaimed (cgo, off-heap caches, kernel memory, the hot
+	// part of the binary's pages), as the user states it; 0 means
+	// DefaultNonGo.
 	NonGo int64
 	// Vars holds the container's environment variables as its Go runtime
 	// will see them, with literal values (GOMAXPROCS, GOMEMLIMIT, GOGC,
@@ -41,11 +43,12 @@ type Container struct {
 }
 
 // DefaultNonGo is the allowance PlanContainer makes for memory outside the
-// Go heap when the caller knows no better: the mapped text of a typical
-// service binary (about 14 MiB) plus 2 MiB of kernel memory. It only
-// lowers GOMEMLIMIT below the memory ratio in containers under about
-// 180 MiB; above that the ratio leaves more room.
-const DefaultNonGo = 16 << 20
+// Go heap when the caller knows no better: the rule for a binary that has
+// not run (BinaryNonGo) for one of HotFileAllowance or more, that is
+// 8 MiB of hot file pages and 2 MiB of kernel memory. It only lowers
+// GOMEMLIMIT below the memory ratio in containers under about 110 MiB;
+// above that the ratio leaves more room.
+const DefaultNonGo = HotFileAllowance + KernelAllowance
 
 // PlanContainer is the policy for a container that is not running yet,
 // from its pod spec alone (the admission webhook's entry point):
@@ -84,9 +87,10 @@ func (pol Policy) PlanContainer(c Container) Plan {
 		request: clean(c.CPURequest), goVersion: c.GoVersion,
 	}, vars, opt)
 
-	nonGo := c.NonGo
-	if nonGo <= 0 {
-		nonGo = DefaultNonGo
+	// A stated allowance is taken as memory that cannot be reclaimed.
+	nonGo := NonGo{Anon: c.NonGo}
+	if c.NonGo <= 0 {
+		nonGo = BinaryNonGo(HotFileAllowance)
 	}
 	group := c.MemorySource
 	if group == "" {

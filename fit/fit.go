@@ -50,12 +50,11 @@ type Input struct {
 	GoVersion      string
 	DefaultGODEBUG string
 
-	// Unmanaged is memory charged to the cgroup on the process's behalf
-	// that the Go runtime does not manage and GOMEMLIMIT therefore does not
-	// bound: the binary's mapped file pages, kernel memory, cgo
-	// allocations. 0 means unmeasured; the memory ratio alone then sets the
-	// headroom.
-	Unmanaged int64
+	// NonGo is memory charged to the cgroup on the process's behalf that
+	// the Go runtime does not manage and GOMEMLIMIT therefore does not
+	// bound, in its parts. Zero means unmeasured; the memory ratio alone
+	// then sets the headroom.
+	NonGo NonGo
 
 	// Running describes the Go runtime of the running process the plan is
 	// applied to in-process. Nil means a process about to be started with
@@ -274,7 +273,7 @@ func (pol Policy) Plan(in Input) Plan {
 	vars := readVars(in.Vars)
 	var p Plan
 	planCPU(&p, in.cpuFacts(&p), vars, opt)
-	planMemory(&p, in.Limits.Memory, in.Unmanaged, vars, opt)
+	planMemory(&p, in.Limits.Memory, in.NonGo, vars, opt)
 	planGOGC(&p, vars, opt)
 	if in.Running != nil {
 		p.GOMAXPROCSAction = procsAction(p, in.Running, vars)

@@ -78,7 +78,7 @@ func TestGOMEMLIMIT(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		mem       cgroup.MemoryLimits
-		unmanaged int64
+		nonGo     NonGo
 		env       map[string]string
 		opt       Options
 		want      int64
@@ -91,9 +91,9 @@ func TestGOMEMLIMIT(t *testing.T) {
 		{name: "high is tighter", mem: mem(200*mib, 100*mib), want: 90 * mib, reason: "memory.high"},
 		{name: "only high", mem: mem(0, 100*mib), want: 90 * mib},
 		{name: "custom ratio", mem: mem(100*mib, 0), opt: Options{MemoryRatio: 0.75}, want: 75 * mib},
-		{name: "small container: unmanaged memory beats the ratio", mem: mem(64*mib, 0), unmanaged: 12 * mib, want: 64*mib - 12*mib - 2*mib, reason: "the runtime does not manage"},
-		{name: "big container: ratio already leaves room", mem: mem(1024*mib, 0), unmanaged: 20 * mib, want: 1024 * mib * 9 / 10},
-		{name: "tiny container: heap keeps a quarter", mem: mem(32*mib, 0), unmanaged: 30 * mib, want: 8 * mib, warning: "leaves little for the Go heap"},
+		{name: "small container: unmanaged memory beats the ratio", mem: mem(64*mib, 0), nonGo: NonGo{Anon: 12 * mib}, want: 64*mib - 12*mib - 2*mib, reason: "the Go runtime does not manage"},
+		{name: "big container: ratio already leaves room", mem: mem(1024*mib, 0), nonGo: NonGo{Anon: 20 * mib}, want: 1024 * mib * 9 / 10},
+		{name: "tiny container: heap keeps a quarter", mem: mem(32*mib, 0), nonGo: NonGo{Anon: 30 * mib}, want: 8 * mib, warning: "leaves little for the Go heap"},
 		{name: "env wins", mem: mem(100*mib, 0), env: map[string]string{"GOMEMLIMIT": "80MiB"}, want: 80 * mib, reason: "set in the environment"},
 		{name: "env at the limit warns", mem: mem(100*mib, 0), env: map[string]string{"GOMEMLIMIT": "100MiB"}, want: 100 * mib, warning: "at or above the memory limit"},
 		{name: "env off warns under a limit", mem: mem(100*mib, 0), env: map[string]string{"GOMEMLIMIT": "off"}, want: 0, warning: "at or above"},
@@ -103,14 +103,14 @@ func TestGOMEMLIMIT(t *testing.T) {
 		{name: "memory.max=1 gives no GOMEMLIMIT", mem: mem(1, 0), want: 0, reason: "below the 4MiB", warning: "too small to run"},
 		{name: "just under the minimum", mem: mem(4*mib-1, 0), want: 0, warning: "too small to run"},
 		{name: "at the minimum", mem: mem(4*mib, 0), want: 4 * mib * 9 / 10},
-		{name: "unmanaged above the limit", mem: mem(64*mib, 0), unmanaged: 1 << 40, want: 16 * mib, warning: "leaves little"},
+		{name: "unmanaged above the limit", mem: mem(64*mib, 0), nonGo: NonGo{Anon: 1 << 40, Kernel: 1 << 62, HotFile: 1 << 62}, want: 16 * mib, warning: "leaves little"},
 		{name: "use what you pay for", mem: mem(100*mib, 0), opt: Options{GOGC: "off"}, want: 90 * mib, gogc: "off", reason: "GOGC=off"},
 		{name: "GOGC needs a limit", mem: mem(0, 0), opt: Options{GOGC: "off"}, want: 0, reason: "GOGC left alone"},
 		{name: "GOGC=off without a limit warns", mem: mem(0, 0), env: map[string]string{"GOGC": "off"}, want: 0, warning: "grows until"},
 		{name: "GOGC env is left alone", mem: mem(100*mib, 0), env: map[string]string{"GOGC": "50"}, opt: Options{GOGC: "off"}, want: 90 * mib},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := mustPolicy(t, tc.opt).Plan(Input{Limits: cgroup.Limits{Memory: tc.mem}, CPUs: 1, Vars: tc.env, Unmanaged: tc.unmanaged})
+			p := mustPolicy(t, tc.opt).Plan(Input{Limits: cgroup.Limits{Memory: tc.mem}, CPUs: 1, Vars: tc.env, NonGo: tc.nonGo})
 			if p.GOMEMLIMIT != tc.want || p.GOGC != tc.gogc {
 				t.Errorf("GOMEMLIMIT %d GOGC %q, want %d %q; reasons %q", p.GOMEMLIMIT, p.GOGC, tc.want, tc.gogc, p.Reasons)
 			}
@@ -162,7 +162,7 @@ func FuzzCompute(f *testing.F) {
 			t.Skip()
 		}
 		in := Input{Limits: cgroup.Limits{CPU: cgroup.CPULimits{Quota: quota, LeafQuota: leaf}, Memory: cgroup.MemoryLimits{Max: max, High: high}},
-			CPUs: cpus, Vars: map[string]string{}, GoVersion: "go1.26.0", Unmanaged: unmanaged}
+			CPUs: cpus, Vars: map[string]string{}, GoVersion: "go1.26.0", NonGo: NonGo{Anon: unmanaged, Kernel: unmanaged, HotFile: unmanaged}}
 		if envProcs != "" {
 			in.Vars["GOMAXPROCS"] = envProcs
 		}

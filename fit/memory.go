@@ -6,8 +6,8 @@ import (
 	"github.com/gofit-dev/gofit/cgroup"
 )
 
-// Memory headroom beyond the ratio, when unmanaged memory is known: a
-// margin of 1/32 of the limit, at least 1 MiB, for growth between refreshes.
+// Memory headroom beyond the ratio, when non-Go memory is known: a margin
+// of 1/32 of the limit, at least 1 MiB, for growth between refreshes.
 const (
 	minMargin = 1 << 20
 	// The heap gets at least this share of the limit, however much else the
@@ -19,7 +19,12 @@ const (
 	MinMemoryLimit = 4 << 20
 )
 
-func planMemory(p *Plan, mem cgroup.MemoryLimits, unmanaged int64, vars vars, opt Options) {
+// planMemory plans GOMEMLIMIT = min(ratio × limit, limit − non-Go − margin),
+// never below a quarter of the limit. It is never above what the ratio
+// alone gives, so it cannot let the heap grow into an OOM kill the ratio
+// would have avoided; it is lower only by memory measured or budgeted
+// outside the heap.
+func planMemory(p *Plan, mem cgroup.MemoryLimits, nonGo NonGo, vars vars, opt Options) {
 	const name = "GOMEMLIMIT"
 	eff := mem.Effective()
 	if v := vars.memlimit; v.set && !v.gofits {
@@ -60,16 +65,16 @@ func planMemory(p *Plan, mem cgroup.MemoryLimits, unmanaged int64, vars vars, op
 	limit := int64(float64(eff) * opt.MemoryRatio)
 	p.GOMEMLIMITReason = ReasonRatio
 	why := fmt.Sprintf("%.0f%% of the %s %s on %s", opt.MemoryRatio*100, kind, FormatBytes(eff), src)
-	if unmanaged > 0 {
+	if total := nonGo.Total(); total > 0 {
 		margin := max(int64(minMargin), eff/32)
-		if m := eff - min(unmanaged, eff) - margin; m < limit {
+		if m := eff - min(total, eff) - margin; m < limit {
 			limit, p.GOMEMLIMITReason = m, ReasonUnmanaged
-			why = fmt.Sprintf("the %s %s on %s, less %s the runtime does not manage (mapped files, kernel, cgo) and a %s margin",
-				kind, FormatBytes(eff), src, FormatBytes(unmanaged), FormatBytes(margin))
+			why = fmt.Sprintf("the %s %s on %s, less %s the Go runtime does not manage (%s) and a %s margin",
+				kind, FormatBytes(eff), src, FormatBytes(total), nonGo, FormatBytes(margin))
 		}
 	}
 	if floor := int64(float64(eff) * minHeapShare); limit < floor {
-		p.warn(WarnHeapSqueezed, "the memory limit %s leaves little for the Go heap: %s is charged outside it; raise the limit", FormatBytes(eff), FormatBytes(unmanaged))
+		p.warn(WarnHeapSqueezed, "the memory limit %s leaves little for the Go heap: %s is charged outside it (%s); raise the limit", FormatBytes(eff), FormatBytes(nonGo.Total()), nonGo)
 		limit, p.GOMEMLIMITReason = floor, ReasonHeapFloor
 		why = fmt.Sprintf("%.0f%% of the %s %s, the least gofit gives the heap", minHeapShare*100, kind, FormatBytes(eff))
 	}

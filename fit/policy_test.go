@@ -150,7 +150,7 @@ func TestPlanContainer(t *testing.T) {
 		{name: "more cores than any host here", c: Container{CPULimit: 96}, procs: 96, export: map[string]string{"GOMAXPROCS": "96", MarkerVar: "GOMAXPROCS=96"}},
 		{name: "no limits: nothing", c: Container{}, export: map[string]string{}},
 		{name: "small container: the non-Go allowance lowers GOMEMLIMIT", c: Container{MemoryLimit: 64 * mib}, memlimit: 64*mib - DefaultNonGo - 2*mib,
-			export: map[string]string{"GOMEMLIMIT": "48234496", MarkerVar: "GOMEMLIMIT=48234496"}},
+			export: map[string]string{"GOMEMLIMIT": "54525952", MarkerVar: "GOMEMLIMIT=54525952"}},
 		{name: "explicit allowance", c: Container{MemoryLimit: 64 * mib, NonGo: 4 * mib}, memlimit: 64 * mib * 9 / 10,
 			export: map[string]string{"GOMEMLIMIT": "60397977", MarkerVar: "GOMEMLIMIT=60397977"}},
 		{name: "memory limit 1 byte: none", c: Container{MemoryLimit: 1}, export: map[string]string{}, warning: "too small"},

@@ -123,7 +123,7 @@ func TestPlanLabelsAreBounded(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(NewCollector(f))
-	allowed := map[string]bool{"gomaxprocs": true, "gomemlimit": true, "cpu": true, "memory": true, "some": true, "full": true}
+	allowed := map[string]bool{"gomaxprocs": true, "gomemlimit": true, "cpu": true, "memory": true, "some": true, "full": true, "anon": true, "kernel": true, "hot_file": true}
 	for _, r := range fit.Reasons() {
 		allowed[string(r)] = true
 	}
@@ -154,7 +154,7 @@ func TestPlanLabelsAreBounded(t *testing.T) {
 			}
 		}
 	}
-	if max := len(all) + len(fit.Reasons()) + len(fit.Warnings()); len(series) > max {
+	if max := len(all) + 2 + len(fit.Reasons()) + len(fit.Warnings()); len(series) > max { // 2: unmanaged has three parts
 		keys := make([]string, 0, len(series))
 		for k := range series {
 			keys = append(keys, k)
