@@ -2,8 +2,8 @@ package gofit
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"os"
@@ -630,7 +630,7 @@ func TestUnmanagedWindowIsTimeBased(t *testing.T) {
 func TestFileBudgetInProcess(t *testing.T) {
 	const mib = 1 << 20
 	tr := newTree(t)
-	tr.memMax("134217728") // 128MiB
+	tr.memMax("134217728")                                                    // 128MiB
 	tr.write("proc/self/smaps_rollup", "Rss: 40960 kB\nAnonymous: 6144 kB\n") // 34MiB of mapped file pages (the sample's text)
 	clock := time.Unix(1_700_000_000, 0)
 	f, err := New(withRoot(tr.root), withRuntime(newFakeRuntime(2)), withCPUs(2), withLookupEnv(env()), withGo(go126, ""),

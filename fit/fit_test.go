@@ -76,15 +76,15 @@ func TestGOMEMLIMIT(t *testing.T) {
 		return cgroup.MemoryLimits{Version: 2, Group: "/pod/ctr", Max: max, MaxGroup: "/pod", High: high, HighGroup: "/pod/ctr"}
 	}
 	for _, tc := range []struct {
-		name      string
-		mem       cgroup.MemoryLimits
-		nonGo     NonGo
-		env       map[string]string
-		opt       Options
-		want      int64
-		gogc      string
-		reason    string
-		warning   string
+		name    string
+		mem     cgroup.MemoryLimits
+		nonGo   NonGo
+		env     map[string]string
+		opt     Options
+		want    int64
+		gogc    string
+		reason  string
+		warning string
 	}{
 		{name: "no limit", mem: mem(0, 0), want: 0, reason: "no memory limit"},
 		{name: "90% of max", mem: mem(100*mib, 0), want: 90 * mib, reason: "90% of the memory.max 100MiB on /pod"},

@@ -115,7 +115,7 @@ func run() error {
 	}
 	out := map[string]any{
 		"binary": args[0], "pt_load_bytes": bin.LoadableBytes, "requests": reqs, "failures": fails,
-		"window_s": window.Seconds(),
+		"window_s":         window.Seconds(),
 		"binary_rss_bytes": m.binRss, "binary_referenced_bytes": m.binRef,
 		"file_rss_bytes": m.fileRss, "file_referenced_bytes": m.fileRef,
 		"anon_rss_bytes": m.anonRss,
