@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/gofit-dev/gofit/kube/memqos"
@@ -35,6 +36,10 @@ type Source struct {
 	// not arrive and the API server's last answer, instead of waiting
 	// forever behind a passing health check.
 	SyncTimeout time.Duration
+	// KubeletConfig, when set, is the kubelet's configuration file (as the
+	// agent sees it, e.g. /host/var/lib/kubelet/config.yaml), read once
+	// the node is known for the kubelet's own Memory QoS settings.
+	KubeletConfig string
 }
 
 // DefaultInterval is the reconcile interval when nothing happens.
@@ -173,6 +178,11 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 	if ctx.Err() != nil {
 		return nil
 	}
+	if src.KubeletConfig != "" {
+		if err := a.readKubeletConfig(src.KubeletConfig, nodes.Lister(), src.NodeName); err != nil {
+			return err
+		}
+	}
 	a.log.Info("watching", "node", src.NodeName, "configmap", cmWhere,
 		"cgroup_version", a.layout.Version, "driver", a.layout.Driver, "kubepods", a.layout.Kubepods, "interval", src.Interval)
 	if a.opts.Kubelet.Reason != "" {
@@ -260,4 +270,26 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 		case <-tick.C:
 		}
 	}
+}
+
+// readKubeletConfig reads the kubelet's configuration file with the node's
+// kubelet version (which decides the Memory QoS defaults) and keeps what it
+// says for the passes to come.
+func (a *Agent) readKubeletConfig(file string, nodes corelisters.NodeLister, name string) error {
+	b, err := readBounded(file)
+	if err != nil {
+		return fmt.Errorf("kubelet config: %w", err)
+	}
+	var version string
+	if node, err := nodes.Get(name); err == nil {
+		version = node.Status.NodeInfo.KubeletVersion
+	}
+	k, err := ParseKubeletConfig(file, b, version)
+	if err != nil {
+		return fmt.Errorf("kubelet config: %w", err)
+	}
+	a.mu.Lock()
+	a.opts.Kubelet = k
+	a.mu.Unlock()
+	return nil
 }
