@@ -867,6 +867,9 @@ func (ft *flagTable) check(t *testing.T, where string, args []string, inline boo
 
 // ---- inline code ----
 
+// inlineCommands start the inline code spans that are checked as commands.
+var inlineCommands = []string{"gofit ", "sudo gofit ", "make ", "go run ", "go test ", "go vet ", "go build ", "kubectl "}
+
 var inlineFlagRE = regexp.MustCompile(`^--([a-z0-9][a-z0-9-]*)`)
 
 func checkInline(t *testing.T, pg *mdPage, fl *flagTable, mk *makefile) {
@@ -875,7 +878,7 @@ func checkInline(t *testing.T, pg *mdPage, fl *flagTable, mk *makefile) {
 		where := fmt.Sprintf("%s:%d", pg.path, n)
 		for _, span := range inlineCodeRE.FindAllString(pg.prose[n], -1) {
 			code := strings.Trim(span, "`")
-			if strings.HasPrefix(code, "gofit ") || strings.HasPrefix(code, "sudo gofit ") || strings.HasPrefix(code, "make ") || strings.HasPrefix(code, "go run ./cmd/gofit ") {
+			if slices.ContainsFunc(inlineCommands, func(p string) bool { return strings.HasPrefix(code, p) }) {
 				checkShell(t, where, code, "", fl, mk, true)
 			}
 			m := inlineFlagRE.FindStringSubmatch(code)
