@@ -689,6 +689,11 @@ func checkShell(t *testing.T, where, line, cwd string, fl *flagTable, mk *makefi
 	return cwd
 }
 
+// placeholder tells a synopsis word (CMD, …) from a name to check.
+func placeholder(w string) bool {
+	return strings.Contains(w, "…") || (w != "" && strings.ToUpper(w) == w && strings.ToLower(w) != w)
+}
+
 func isDir(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && st.IsDir()
@@ -732,7 +737,7 @@ func checkGo(t *testing.T, where, cwd string, args []string, fl *flagTable, inli
 		case a == "-o" || a == "-count" || a == "-timeout" || a == "-benchtime" || a == "-tags" || a == "-p":
 			i++
 		case strings.HasPrefix(a, "-"):
-		case a == "work" || a == "all":
+		case a == "work" || a == "all" || placeholder(a):
 		default:
 			pkgs = append(pkgs, a)
 		}
@@ -838,7 +843,7 @@ func (ft *flagTable) check(t *testing.T, where string, args []string, inline boo
 			rest = rest[1:] // a synopsis: gofit node [plan|experiment]
 		}
 	}
-	if ft.hidden[name] {
+	if ft.hidden[name] || placeholder(name) {
 		return
 	}
 	set, ok := ft.flags[name]
@@ -1001,7 +1006,7 @@ func readMakefile(t *testing.T) *makefile {
 
 func (mk *makefile) check(t *testing.T, where string, env, args []string) {
 	for _, a := range args {
-		if strings.HasPrefix(a, "-") {
+		if strings.HasPrefix(a, "-") || placeholder(a) {
 			continue
 		}
 		if name, _, ok := strings.Cut(a, "="); ok {
