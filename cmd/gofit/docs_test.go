@@ -691,7 +691,10 @@ func checkShell(t *testing.T, where, line, cwd string, fl *flagTable, mk *makefi
 
 // placeholder tells a synopsis word (CMD, …) from a name to check.
 func placeholder(w string) bool {
-	return strings.Contains(w, "…") || (w != "" && strings.ToUpper(w) == w && strings.ToLower(w) != w)
+	if strings.Contains(w, "=") {
+		return false // VAR=value
+	}
+	return strings.Contains(w, "…") || (strings.ToUpper(w) == w && strings.ToLower(w) != w)
 }
 
 func isDir(p string) bool {
