@@ -348,8 +348,9 @@ func trimLines(ls []string) []string {
 	return out
 }
 
-// gofitArgs splits "gofit ARGS" (a marker's argument) into arguments,
-// with paths under the repository made relative to this package.
+// gofitArgs splits "gofit ARGS" (a marker's argument) into arguments;
+// paths in the repository, written from its root, are made relative to
+// this package's directory.
 func gofitArgs(t *testing.T, where, s string) []string {
 	args := shellSplit(s)
 	if len(args) == 0 || args[0] != "gofit" {
@@ -358,8 +359,10 @@ func gofitArgs(t *testing.T, where, s string) []string {
 	}
 	args = args[1:]
 	for i, a := range args {
-		if i > 0 && args[i-1] == "--root" {
-			args[i] = filepath.Join(repoRoot, a)
+		if strings.Contains(a, "/") && !strings.HasPrefix(a, "/") && !strings.HasPrefix(a, "-") {
+			if _, err := os.Stat(filepath.Join(repoRoot, a)); err == nil {
+				args[i] = filepath.Join(repoRoot, a) // a path in the repository
+			}
 		}
 	}
 	return args
@@ -416,8 +419,15 @@ func checkKeysOf(t *testing.T, where, cmd string, block []string) {
 }
 
 // diffKeys compares the object keys of two JSON values, recursively where
-// both sides hold an object (a null on one side is a value not shown).
+// both sides hold an object, and in the first elements of arrays (a null
+// on one side is a value not shown).
 func diffKeys(path string, doc, got any) []string {
+	if da, ok := doc.([]any); ok {
+		if ga, ok := got.([]any); ok && len(da) > 0 && len(ga) > 0 {
+			return diffKeys(path+"[0]", da[0], ga[0])
+		}
+		return nil
+	}
 	dm, ok1 := doc.(map[string]any)
 	gm, ok2 := got.(map[string]any)
 	if !ok1 || !ok2 {
