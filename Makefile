@@ -21,6 +21,14 @@ image:
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags='-s -w' -o bin/linux-amd64/gofit ./cmd/gofit
 	$(GO) run ./internal/ociimage/mkimage -o bin/gofit-image.tar -ref $(IMAGE) -entrypoint /gofit /gofit=bin/linux-amd64/gofit
 
+# gofit on a real single-node Kubernetes (kube/e2e): a cgroup v2 kernel in
+# a QEMU VM running etcd, kube-apiserver, controller-manager, scheduler,
+# containerd + runc + CNI and the kubelet; deploy/ applied with kubectl;
+# the webhook, the node agent and the library checked on what the kubelet
+# made. Fails (never skips) when the node cannot start. See docs/e2e.md.
+e2e:
+	$(GO) test -count=1 -v -timeout 60m -run '^(TestNode|TestDeployTogether)$$' ./kube/e2e
+
 # The workspace (go.work) holds the library (.), the command (cmd/gofit) and
 # the Kubernetes parts (kube); "work" names every package in it. -p 1 runs
 # one package at a time: the lab's end-to-end run measures CPU and latency

@@ -87,6 +87,7 @@ if [[ ! -x "$OUT/bin/kube" ]]; then
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -103,7 +104,7 @@ func main() {
 	commands := map[string]func() *cobra.Command{
 		"kube-controller-manager": kcm.NewControllerManagerCommand,
 		"kube-scheduler":          func() *cobra.Command { return scheduler.NewSchedulerCommand() },
-		"kubelet":                 kubelet.NewKubeletCommand,
+		"kubelet":                 func() *cobra.Command { return kubelet.NewKubeletCommand(context.Background()) },
 		"kubectl":                 kubectl.NewDefaultKubectlCommand,
 	}
 	name := filepath.Base(os.Args[0])
@@ -131,7 +132,13 @@ GO
     $GO mod edit -replace "$m=$m@v0.$minor"
   done
   $GO mod tidy >/dev/null
-  progress "kube v$KUBE_VERSION (controller-manager, scheduler, kubelet, kubectl)" bash -c "CGO_ENABLED=0 $GO build -trimpath -ldflags='-s -w' -o '$OUT/bin/kube.tmp' . && mv '$OUT/bin/kube.tmp' '$OUT/bin/kube'"
+  # The version the kubelet reports in the Node's status and kubectl
+  # prints (a module build has no git tree to take it from).
+  v=""
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    v="$v -X $p.gitVersion=v$KUBE_VERSION -X $p.gitMajor=1 -X $p.gitMinor=${minor%%.*} -X $p.gitTreeState=clean"
+  done
+  progress "kube v$KUBE_VERSION (controller-manager, scheduler, kubelet, kubectl)" bash -c "CGO_ENABLED=0 $GO build -trimpath -ldflags='-s -w $v' -o '$OUT/bin/kube.tmp' . && mv '$OUT/bin/kube.tmp' '$OUT/bin/kube'"
 fi
 
 # Debian's runc and CNI plugins, checked against the pinned upstream
