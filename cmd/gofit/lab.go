@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gofit-dev/gofit/lab"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab"
 )
 
 func runLab(args []string, stdout, stderr io.Writer) error {

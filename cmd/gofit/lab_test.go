@@ -14,7 +14,7 @@ import (
 
 	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/cgroup/manage"
-	"github.com/gofit-dev/gofit/lab"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab"
 )
 
 // syncBuffer is a bytes.Buffer that os/exec's copying goroutine may

@@ -14,7 +14,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/gofit-dev/gofit/lab"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab"
 )
 
 // errUsage marks errors that come from bad command-line input (exit 2).

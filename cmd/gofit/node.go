@@ -23,10 +23,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/qoslab"
 	"github.com/gofit-dev/gofit/kube/agent"
 	"github.com/gofit-dev/gofit/kube/memqos"
-	"github.com/gofit-dev/gofit/kube/qoslab"
-	"github.com/gofit-dev/gofit/lab"
 )
 
 // runNode is `gofit node`: the memory-QoS agent (default), `plan`, the

@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/gofit-dev/gofit/cgroup/manage"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab"
 	"github.com/gofit-dev/gofit/internal/cgtest"
-	"github.com/gofit-dev/gofit/lab"
 )
 
 // TestLabFromPopulatedCgroup runs `gofit lab --quick` end to end from a

@@ -1,0 +1,305 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+)
+
+type cpuConfig struct {
+	quota   float64
+	setting string
+	sameAs  []string
+	env     map[string]string
+	procs   int
+	from    string
+}
+
+func envKey(env map[string]string) string {
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		b.WriteString(k + "=" + env[k] + "\x00")
+	}
+	return b.String()
+}
+
+// configs are the distinct environments at a quota. Settings giving the
+// target the same environment are one cell: measuring both would only
+// measure the noise twice. go-default, then gofit, names a shared cell.
+func (l *Lab) configs(q float64) []cpuConfig {
+	var out []cpuConfig
+	idx := map[string]int{}
+	order := append([]string(nil), l.cfg.CPUSettings...)
+	rank := func(s string) int {
+		switch s {
+		case SetGoDefault:
+			return 0
+		case SetGofit:
+			return 1
+		}
+		return 2
+	}
+	sort.SliceStable(order, func(i, j int) bool { return rank(order[i]) < rank(order[j]) })
+	for _, s := range order {
+		env, procs, from := l.cpuEnv(s, q)
+		k := envKey(env)
+		if i, ok := idx[k]; ok {
+			out[i].sameAs = append(out[i].sameAs, s)
+			continue
+		}
+		idx[k] = len(out)
+		out = append(out, cpuConfig{quota: q, setting: s, sameAs: []string{}, env: env, procs: procs, from: from})
+	}
+	return out
+}
+
+type cellKey struct {
+	q       float64
+	setting string
+	mode    string
+}
+
+func (l *Lab) runsOf(k cellKey) []CPUCell {
+	var out []CPUCell
+	for _, c := range l.res.CPU {
+		if c.QuotaCores == k.q && c.Setting == k.setting && c.Mode == k.mode {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func pooled(cs []CPUCell) Sample {
+	s := make(Sample, 0, len(cs))
+	for _, c := range cs {
+		s = append(s, c.blocks)
+	}
+	return s
+}
+
+// closedWindow is the closed loop's window: by time unless --requests
+// fixed a count.
+func (l *Lab) closedWindow() time.Duration {
+	if l.cfg.Requests > 0 {
+		return 0
+	}
+	return l.cfg.ClosedWindow
+}
+
+// openWindow is the open loop's window per run at rate: long enough that
+// the minimum repeats pool OpenSamples latencies.
+func (l *Lab) openWindow(rate float64) time.Duration {
+	if l.cfg.OpenDuration > 0 {
+		return l.cfg.OpenDuration
+	}
+	need := float64(l.cfg.OpenSamples) / rate / float64(l.cfg.MinRepeats)
+	d := time.Duration(math.Ceil(need*10) / 10 * float64(time.Second))
+	return max(d, l.cfg.MinOpenWindow)
+}
+
+// cpuBudget is the part of the budget the CPU study may spend, adaptive
+// repeats included; the memory study needs the rest.
+func (l *Lab) cpuBudget() time.Duration { return l.cfg.Budget * 45 / 100 }
+
+func (l *Lab) cpuStudy(ctx context.Context) error {
+	offered := map[float64]float64{}
+	windows := map[float64]time.Duration{}
+	all := map[float64][]cpuConfig{}
+	runOne := func(c cpuConfig, mode string, rep int) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		win := l.closedWindow()
+		if mode == "open" {
+			win = windows[c.quota]
+		}
+		cell, err := l.measure(ctx, c, mode, offered[c.quota], win, rep)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			var se *StartError
+			if errors.As(err, &se) {
+				// With no memory limit, a start that fails is the target's
+				// fault, and nothing measured after it would be trusted.
+				return fmt.Errorf("%w: cpu trial %s %s %s-loop: %v", ErrTargetFailed, millicores(c.quota), c.setting, mode, err)
+			}
+			return fmt.Errorf("cpu trial %s %s %s-loop: %w", millicores(c.quota), c.setting, mode, err)
+		}
+		l.res.CPU = append(l.res.CPU, cell)
+		l.progress("cpu %-5s %-15s %-6s rep %d: %5.0f rps, p99 %6.1fms", millicores(c.quota), c.setting, mode, rep, cell.RPS, cell.P99)
+		if cell.TargetExited {
+			// No memory limit here: an exit is a crash. Stop rather than
+			// measure a dead service for minutes.
+			l.exited = true
+			return fmt.Errorf("%w: it exited during the %s %s %s-loop window (%d errors: %s)", ErrTargetFailed, millicores(c.quota), c.setting, mode, cell.Errors, errorKinds(cell.ErrorKinds))
+		}
+		return nil
+	}
+	round := func(cs []cpuConfig, mode string, rep int) error {
+		order := append([]cpuConfig(nil), cs...)
+		// A fresh order each round, so drift (thermal, noisy neighbours)
+		// spreads over all configurations.
+		l.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		for _, c := range order {
+			if err := runOne(c, mode, rep); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, q := range l.cfg.Quotas {
+		cs := l.configs(q)
+		all[q] = cs
+		for rep := 1; rep <= l.cfg.MinRepeats; rep++ {
+			if err := round(cs, "closed", rep); err != nil {
+				return err
+			}
+		}
+		// Equal load: every setting at this quota gets the same rate, a
+		// share of the median capacity over settings (or --target-rps).
+		if l.cfg.TargetRPS > 0 {
+			offered[q] = l.cfg.TargetRPS
+		} else {
+			var caps []float64
+			for _, c := range cs {
+				if r := pooled(l.runsOf(cellKey{q, c.setting, "closed"})).rps(); r > 0 {
+					caps = append(caps, r)
+				}
+			}
+			offered[q] = math.Max(1, math.Round(l.cfg.OpenFraction*Summarize(caps).Median))
+		}
+		windows[q] = l.openWindow(offered[q])
+		for rep := 1; rep <= l.cfg.MinRepeats; rep++ {
+			if err := round(cs, "open", rep); err != nil {
+				return err
+			}
+		}
+	}
+	// Adaptive: repeat what is still undecided, or short of samples, while
+	// the budget lasts; when it cannot fit a whole round, as many cells of
+	// it as fit, comparisons in order (each with its go-default).
+	for {
+		todo := l.undecided(all)
+		if len(todo) == 0 {
+			return nil
+		}
+		ran := 0
+		for _, t := range todo {
+			if l.now().Sub(l.started)+l.runCost(t.key) > l.cpuBudget() {
+				break
+			}
+			var c cpuConfig
+			for _, x := range all[t.key.q] {
+				if x.setting == t.key.setting {
+					c = x
+				}
+			}
+			if err := runOne(c, t.key.mode, t.rep); err != nil {
+				return err
+			}
+			ran++
+		}
+		if ran < len(todo) {
+			left := len(l.undecided(all))
+			if left > 0 {
+				l.warn("the CPU study's budget (%v of %v) ran out with %d cells undecided or short of samples; their verdicts stay \"same\" on intervals too wide to tell (more time: --budget)", l.cpuBudget().Round(time.Second), l.cfg.Budget, left)
+			}
+			return nil
+		}
+	}
+}
+
+type repeatTask struct {
+	key cellKey
+	rep int
+}
+
+// undecided lists the cells to repeat: both sides of every comparison
+// with go-default that is neither decided nor at MaxRepeats, and open
+// cells short of OpenSamples.
+func (l *Lab) undecided(all map[float64][]cpuConfig) []repeatTask {
+	want := map[cellKey]bool{}
+	var order []cellKey
+	add := func(k cellKey) {
+		if !want[k] && len(l.runsOf(k)) < l.cfg.MaxRepeats {
+			want[k] = true
+			order = append(order, k)
+		}
+	}
+	for _, q := range l.cfg.Quotas {
+		for _, mode := range []string{"closed", "open"} {
+			base := cellKey{q, SetGoDefault, mode}
+			baseRuns := l.runsOf(base)
+			for _, c := range all[q] {
+				k := cellKey{q, c.setting, mode}
+				runs := l.runsOf(k)
+				if mode == "open" && pooled(runs).count() < l.cfg.OpenSamples && l.cfg.OpenDuration == 0 {
+					add(k)
+				}
+				if c.setting == SetGoDefault || len(baseRuns) == 0 || anyFailed(runs) || anyFailed(baseRuns) {
+					continue
+				}
+				st := headline(mode)
+				_, decided := Verdict(l.boot.Ratio(pooled(runs), pooled(baseRuns), st), st, margin(st))
+				if !decided {
+					add(k)
+					add(base)
+				}
+			}
+		}
+	}
+	out := make([]repeatTask, len(order))
+	for i, k := range order {
+		out[i] = repeatTask{k, len(l.runsOf(k)) + 1}
+	}
+	return out
+}
+
+func anyFailed(cs []CPUCell) bool {
+	for _, c := range cs {
+		if cellFailed(c) {
+			return true
+		}
+	}
+	return false
+}
+
+// runCost estimates one more run of k from the runs so far.
+func (l *Lab) runCost(k cellKey) time.Duration {
+	runs := l.runsOf(k)
+	if len(runs) == 0 {
+		return l.cfg.ClosedWindow + l.cfg.Warmup
+	}
+	var s float64
+	for _, r := range runs {
+		s += r.Seconds
+	}
+	return time.Duration((s/float64(len(runs)))*float64(time.Second)) + l.cfg.Warmup + 300*time.Millisecond
+}
+
+// headline is the statistic a mode's verdict is about.
+func headline(mode string) Stat {
+	if mode == "open" {
+		return StatP99
+	}
+	return StatRPS
+}
+
+// margin is how close to 1 a ratio's whole interval must lie for "same"
+// to count as decided: p99 is the noisier statistic.
+func margin(st Stat) float64 {
+	if st == StatP99 {
+		return 0.10
+	}
+	return 0.05
+}

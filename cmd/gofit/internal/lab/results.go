@@ -1,0 +1,148 @@
+package lab
+
+// Results is results.json; the README documents the schema.
+type Results struct {
+	Machine        Machine          `json:"machine"`
+	Target         TargetInfo       `json:"target"`
+	Placement      *Placement       `json:"placement"`
+	CPU            []CPUCell        `json:"cpu"`
+	CPUSummary     []CPUSummary     `json:"cpu_summary"`
+	Memory         []MemResult      `json:"memory"`
+	Throughput     []ThroughputCell `json:"memory_throughput"`
+	Recommendation Recommendation   `json:"recommendation"`
+	Lab            LabInfo          `json:"lab"`
+}
+
+// Machine describes where the study ran.
+type Machine struct {
+	CPUs          int    `json:"cpus"`
+	CgroupVersion int    `json:"cgroup_version"`
+	GoVersion     string `json:"go_version"`
+	Kernel        string `json:"kernel"`
+	LoadAvg       string `json:"loadavg_at_start"` // /proc/loadavg: other work on the machine
+}
+
+// TargetInfo describes the service studied.
+type TargetInfo struct {
+	Command       string  `json:"command"`
+	URL           string  `json:"url"`
+	Sample        bool    `json:"sample"`
+	BinaryBytes   int64   `json:"binary_bytes"`
+	PageCache     string  `json:"page_cache"` // "cold" or "warm" at each memory trial's start
+	PeakBytes     uint64  `json:"peak_unlimited_bytes"`
+	ProbeRPS      float64 `json:"probe_rps"`
+	ProbeP99      float64 `json:"probe_p99_ms"`
+	ProbeCPU      float64 `json:"probe_cpu_cores"` // the CPU limit of every memory trial (0: none)
+	GoDefaultNote string  `json:"go_default"`
+}
+
+// LabInfo is the lab's own cost, and what it could not do.
+type LabInfo struct {
+	WallSeconds         float64  `json:"wall_seconds"`
+	BudgetSeconds       float64  `json:"budget_seconds"`
+	GeneratorCPUSeconds float64  `json:"generator_cpu_seconds"`
+	Trials              int      `json:"trials"`
+	Warnings            []string `json:"warnings"`
+	Undecided           int      `json:"undecided"` // comparisons left "same" on an interval too wide to tell
+	Failed              string   `json:"failed,omitempty"`
+}
+
+// CPUCell is one CPU trial (one repeat) in one load mode.
+type CPUCell struct {
+	QuotaCores       float64        `json:"quota_cores"`
+	Setting          string         `json:"setting"`
+	SameAs           []string       `json:"same_as"` // settings that give the target the same environment, measured here once
+	Repeat           int            `json:"repeat"`
+	GOMAXPROCS       int            `json:"gomaxprocs"`
+	GOMAXPROCSFrom   string         `json:"gomaxprocs_from"`
+	Mode             string         `json:"mode"` // "closed" or "open"
+	OfferedRPS       float64        `json:"offered_rps,omitempty"`
+	Isolated         bool           `json:"isolated"`
+	OverlapShare     *float64       `json:"overlap_share"` // the target's CPU time on the generator's CPUs ÷ all of it (cgroup v1 only)
+	RPS              float64        `json:"rps"`
+	P50              float64        `json:"p50_ms"`
+	P90              float64        `json:"p90_ms"`
+	P99              float64        `json:"p99_ms"`
+	P999             float64        `json:"p999_ms"`
+	Periods          uint64         `json:"periods"`
+	ThrottledPeriods uint64         `json:"throttled_periods"`
+	ThrottledSeconds float64        `json:"throttled_seconds"`
+	CPUSeconds       float64        `json:"cpu_seconds"`
+	CPUWindowSeconds float64        `json:"cpu_window_seconds"`
+	CPUMsPerRequest  float64        `json:"cpu_ms_per_request"`
+	CPUEfficiency    float64        `json:"cpu_efficiency"` // cpu_seconds ÷ (cpu_window_seconds × quota)
+	GCCPUShare       *float64       `json:"gc_cpu_share"`   // GC CPU ÷ the cgroup's CPU time in the window
+	Requests         int            `json:"requests"`
+	Errors           int            `json:"errors"`
+	Cancelled        int            `json:"cancelled"`
+	ErrorKinds       map[string]int `json:"error_kinds,omitempty"`
+	TargetExited     bool           `json:"target_exited"`
+	Seconds          float64        `json:"seconds"`
+	GeneratorCPUSec  float64        `json:"generator_cpu_seconds"`
+
+	blocks []Block
+}
+
+// Metric is a figure over repeats (min/median/max of the per-repeat
+// values) and over the pooled requests of all repeats (value, with its 95%
+// bootstrap interval ci_low..ci_high).
+type Metric struct {
+	Min    float64 `json:"min"`
+	Median float64 `json:"median"`
+	Max    float64 `json:"max"`
+	Value  float64 `json:"value,omitempty"`
+	CILow  float64 `json:"ci_low,omitempty"`
+	CIHigh float64 `json:"ci_high,omitempty"`
+}
+
+// CPUSummary is one (quota, setting, mode) over its repeats.
+type CPUSummary struct {
+	QuotaCores       float64    `json:"quota_cores"`
+	Setting          string     `json:"setting"`
+	SameAs           []string   `json:"same_as"`
+	Mode             string     `json:"mode"`
+	GOMAXPROCS       int        `json:"gomaxprocs"`
+	OfferedRPS       float64    `json:"offered_rps,omitempty"`
+	Isolated         bool       `json:"isolated"`
+	Repeats          int        `json:"repeats"`
+	Samples          int        `json:"samples"` // latencies pooled
+	RPS              Metric     `json:"rps"`
+	P99              Metric     `json:"p99_ms"`
+	ThrottledSeconds Metric     `json:"throttled_seconds"`
+	CPUMsPerRequest  Metric     `json:"cpu_ms_per_request"`
+	CPUEfficiency    Metric     `json:"cpu_efficiency"`
+	ErrorShare       float64    `json:"error_share"`
+	Failed           bool       `json:"failed"`  // over 1% errors, or the target exited
+	Verdict          *string    `json:"verdict"` // vs go-default at the same quota and mode; null for go-default
+	VerdictRatio     *Interval  `json:"verdict_ratio"`
+	Decided          bool       `json:"decided"`
+	Notes            []string   `json:"notes"`
+	Percentiles      []PctPoint `json:"percentiles,omitempty"` // open loop: the latency distribution, p50..p99.99
+}
+
+// PctPoint is one point of a latency-percentile curve.
+type PctPoint struct {
+	Percentile float64 `json:"percentile"`
+	Ms         float64 `json:"ms"`
+}
+
+// MemResult is one memory setting's floor searches.
+type MemResult struct {
+	Setting           string     `json:"setting"`
+	FloorBytes        *int64     `json:"floor_bytes"`         // survives; null: failed at every limit tried
+	HealthyFloorBytes *int64     `json:"healthy_floor_bytes"` // ≥ 90% of unlimited rps with p99 ≤ 2× unlimited
+	Trials            []MemTrial `json:"trials"`
+	HealthyTrials     []MemTrial `json:"healthy_trials"`
+	Survival          []Survival `json:"survival"`
+}
+
+// ThroughputCell is rps and latency at a multiple of the no-knob floor.
+type ThroughputCell struct {
+	Setting    string  `json:"setting"`
+	Multiple   float64 `json:"multiple"`
+	LimitBytes int64   `json:"limit_bytes"`
+	Outcome    string  `json:"outcome"`
+	RPS        float64 `json:"rps"`
+	P50        float64 `json:"p50_ms"`
+	P99        float64 `json:"p99_ms"`
+}

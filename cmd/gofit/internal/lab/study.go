@@ -1,0 +1,198 @@
+package lab
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/gofit-dev/gofit/cgroup"
+)
+
+// Lab runs a study in a sandbox.
+type Lab struct {
+	cfg     Config
+	sb      *Sandbox
+	res     Results
+	done    int
+	total   int
+	started time.Time
+	rng     *rand.Rand
+	boot    *Bootstrap
+	ncpu    int // CPUs the target sees
+	place   *Placement
+	// measure runs one CPU window; tests replace it with a fake.
+	measure func(ctx context.Context, c cpuConfig, mode string, offered float64, window time.Duration, rep int) (CPUCell, error)
+	now     func() time.Time
+	exited  bool // the target exited during a CPU window: a crash
+}
+
+// ErrTargetFailed means the target crashed or answered with errors where
+// the recommendation would rest; the results say where.
+var ErrTargetFailed = errors.New("the target failed")
+
+// Run runs the study. It stops early, returning ctx's error and what was
+// measured so far, when ctx ends.
+func Run(ctx context.Context, sb *Sandbox, cfg Config) (*Results, error) {
+	l := newLab(cfg)
+	l.sb = sb
+	l.measure = l.sandboxMeasure
+	l.res.Machine = machine()
+	l.res.Target = TargetInfo{Command: strings.Join(append([]string{cfg.Target.Path}, cfg.Target.Args...), " "), URL: cfg.Target.URL, Sample: cfg.Sample, PageCache: "cold"}
+	if st, err := os.Stat(cfg.Target.Path); err == nil {
+		l.res.Target.BinaryBytes = st.Size()
+	}
+	if cfg.Sample {
+		l.res.Target.GoDefaultNote = "the sample runs with GODEBUG=" + sampleGODEBUG + ": the default of a main module at go 1.25 or later on " + runtime.Version()
+	} else {
+		l.res.Target.GoDefaultNote = "whatever the target's build gives (its go.mod go line decides containermaxprocs)"
+	}
+	need := 2 // Go ≥ 1.25 never defaults below 2
+	for _, q := range cfg.Quotas {
+		need = max(need, int(math.Ceil(q-1e-9)))
+	}
+	place, err := sb.Isolate(need)
+	if err != nil {
+		return &l.res, err
+	}
+	l.place, l.res.Placement, l.ncpu = place, place, max(len(place.Target), 1)
+	if len(place.Target) == 0 {
+		l.ncpu = runtime.NumCPU()
+	}
+	genStart := selfCPU()
+	err = l.cpuStudy(ctx)
+	if err == nil {
+		err = l.memoryStudy(ctx)
+	}
+	l.finish()
+	if err == nil {
+		err = l.checkRecommendation(ctx)
+	}
+	l.res.Lab.WallSeconds = time.Since(l.started).Seconds()
+	l.res.Lab.GeneratorCPUSeconds = (selfCPU() - genStart).Seconds()
+	if err == nil && l.res.Lab.Failed != "" {
+		err = fmt.Errorf("%w: %s", ErrTargetFailed, l.res.Lab.Failed)
+	}
+	return &l.res, err
+}
+
+func newLab(cfg Config) *Lab {
+	cfg.MinRepeats = max(cfg.MinRepeats, 1)
+	cfg.MaxRepeats = max(cfg.MaxRepeats, cfg.MinRepeats)
+	if cfg.Resamples <= 0 {
+		cfg.Resamples = 1000
+	}
+	l := &Lab{cfg: cfg, started: time.Now(), rng: rand.New(rand.NewSource(1)), boot: NewBootstrap(cfg.Resamples, 1), ncpu: runtime.NumCPU(), now: time.Now}
+	l.res.Lab.Warnings = append([]string{}, cfg.Warnings...)
+	l.res.Lab.BudgetSeconds = cfg.Budget.Seconds()
+	cells := len(cfg.Quotas) * len(cfg.CPUSettings) * cfg.MinRepeats * 2
+	l.total = cells + 1 + len(cfg.MemSettings)*16 + len(cfg.MemSettings)*len(cfg.Multiples) + 1
+	return l
+}
+
+// finish computes what depends on everything measured.
+func (l *Lab) finish() {
+	l.res.CPUSummary = l.summarizeCPU()
+	l.res.Recommendation = l.recommend()
+	l.res.Lab.Trials = l.done
+	l.res.Lab.Undecided = 0
+	for _, s := range l.res.CPUSummary {
+		if s.Verdict != nil && !s.Decided {
+			l.res.Lab.Undecided++
+		}
+	}
+	l.res.Lab.Failed = l.failure()
+}
+
+func machine() Machine {
+	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}
+	if c, err := cgroup.NewFS("/").Self(); err == nil {
+		m.CgroupVersion = c.Version()
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		m.LoadAvg = strings.TrimSpace(string(b))
+	}
+	return m
+}
+
+func (l *Lab) progress(format string, a ...any) {
+	l.done++
+	if l.cfg.Progress == nil {
+		return
+	}
+	if l.done >= l.total {
+		l.total = l.done + 1
+	}
+	el := time.Since(l.started)
+	eta := time.Duration(float64(el) / float64(l.done) * float64(l.total-l.done))
+	fmt.Fprintf(l.cfg.Progress, "lab [%3d/%3d] %-62s elapsed %s, ETA %s\n", l.done, l.total, fmt.Sprintf(format, a...), el.Round(time.Second), eta.Round(time.Second))
+}
+
+func (l *Lab) warn(format string, a ...any) {
+	w := fmt.Sprintf(format, a...)
+	for _, x := range l.res.Lab.Warnings {
+		if x == w {
+			return
+		}
+	}
+	l.res.Lab.Warnings = append(l.res.Lab.Warnings, w)
+	if l.cfg.Progress != nil {
+		fmt.Fprintf(l.cfg.Progress, "lab: warning: %s\n", w)
+	}
+}
+
+// failure says why the study cannot be trusted, or "".
+func (l *Lab) failure() string {
+	var why []string
+	if l.exited {
+		why = append(why, "the target exited during a load window")
+	}
+	failed, total := 0, 0
+	example := ""
+	for _, c := range l.res.CPU {
+		total++
+		if cellFailed(c) {
+			failed++
+			if example == "" {
+				example = fmt.Sprintf("%s at %s %s-loop: %d errors in %d requests (%s)", c.Setting, millicores(c.QuotaCores), c.Mode, c.Errors, c.Errors+c.Requests, errorKinds(c.ErrorKinds))
+			}
+		}
+	}
+	if failed > 0 && failed*2 >= total {
+		why = append(why, fmt.Sprintf("%d of %d CPU windows had over 1%% errors, e.g. %s", failed, total, example))
+	}
+	if r := l.res.Recommendation; r.CPULimitCores == 0 && len(l.res.CPU) > 0 {
+		why = append(why, "no CPU quota had error-free cells to recommend")
+	}
+	if c := l.res.Recommendation.Check; c != nil && c.Outcome != OK {
+		why = append(why, "the check trial of the recommendation failed: "+c.Outcome+" "+c.Detail)
+	}
+	return strings.Join(why, "; ")
+}
+
+func errorKinds(k map[string]int) string {
+	return LoadResult{ErrorKinds: k}.ErrorSummary()
+}
+
+func cellFailed(c CPUCell) bool {
+	n := c.Requests + c.Errors
+	return c.TargetExited || n == 0 || float64(c.Errors) > maxErrorShare*float64(n)
+}
+
+// baseEnv is every trial's extra environment.
+func (l *Lab) baseEnv() map[string]string {
+	if l.cfg.Sample {
+		return map[string]string{"GODEBUG": sampleGODEBUG}
+	}
+	return map[string]string{}
+}
+
+// cpuConfig is one distinct environment at one quota, with every setting
