@@ -483,9 +483,12 @@ func (c *cluster) ctr(args ...string) ([]byte, error) {
 	return cmd.CombinedOutput()
 }
 
+// importImages loads the tarballs into the namespace the CRI uses. --local
+// unpacks in ctr for the native snapshotter: the transfer service unpacks
+// only for the snapshotters its config names, overlayfs by default.
 func (c *cluster) importImages() error {
 	for _, f := range []string{"pause.tar", "gofit.tar", "service.tar"} {
-		if out, err := c.ctr("images", "import", "--snapshotter", "native", filepath.Join(c.paths.images, f)); err != nil {
+		if out, err := c.ctr("images", "import", "--local", "--snapshotter", "native", filepath.Join(c.paths.images, f)); err != nil {
 			return fmt.Errorf("ctr images import %s: %w: %s", f, err, out)
 		}
 	}
