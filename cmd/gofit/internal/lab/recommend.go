@@ -214,13 +214,13 @@ func (l *study) recommend() Recommendation {
 		}
 		rec.Env = env
 		for _, r := range plan.Reasons {
-			if mem.setting == SetAutoMemLimit && strings.Contains(r, "GOMEMLIMIT") {
+			if mem.setting == SetAutoMemLimit && r.Var == "GOMEMLIMIT" {
 				continue // gofit's GOMEMLIMIT reasoning, overruled by the measurement
 			}
-			if rec.Setting != SetGofit && rec.Setting != "" && strings.Contains(r, "GOMAXPROCS") {
+			if rec.Setting != SetGofit && rec.Setting != "" && r.Var == "GOMAXPROCS" {
 				continue // gofit's GOMAXPROCS reasoning, overruled by the measurement
 			}
-			rec.Reasons = append(rec.Reasons, "env: "+r)
+			rec.Reasons = append(rec.Reasons, "env: "+r.Text)
 		}
 		if v, ok := env["GOMAXPROCS"]; ok && rec.Setting != SetGofit {
 			rec.Reasons = append(rec.Reasons, "env: GOMAXPROCS="+v+": the measured setting "+rec.Setting)
