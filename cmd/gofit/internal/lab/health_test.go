@@ -267,3 +267,61 @@ func TestGofitMemoryEnvCarriesTheMarker(t *testing.T) {
 		t.Errorf("cpu env %v carries the marker", env)
 	}
 }
+
+// The request row runs without a CPU limit at the request's CPU weight;
+// gofit's GOMAXPROCS there comes from the request (max(2, ceil(R ×
+// factor))), not the CPUs. It gets verdicts like a quota, a column of its
+// own, and no recommendation rests on it.
+func TestRequestRow(t *testing.T) {
+	l, _ := newFakeLab(t, time.Hour)
+	l.cfg.CPURequest, l.cfg.CPURequestFactor = 0.25, 1
+	l.cfg.MaxRepeats = 2
+	var requests []float64
+	measure := l.measure
+	l.measure = func(ctx context.Context, c cpuConfig, mode Mode, offered float64, window time.Duration, rep int) (CPUCell, error) {
+		if c.quota == 0 {
+			requests = append(requests, c.request)
+		}
+		cell, err := measure(ctx, c, mode, offered, window, rep)
+		cell.RequestCores = c.request
+		cell.GOMAXPROCS = c.procs
+		return cell, err
+	}
+	if err := l.cpuStudy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(requests) == 0 {
+		t.Fatal("no cell ran without a limit")
+	}
+	for _, r := range requests {
+		if r != 0.25 {
+			t.Errorf("a request-row cell asked for %g cores, want 0.25", r)
+		}
+	}
+	l.res.CPUSummary = l.summarizeCPU()
+	procs := map[string]int{}
+	for _, s := range l.res.CPUSummary {
+		if s.QuotaCores == 0 {
+			procs[s.Setting] = s.GOMAXPROCS
+			if s.RequestCores != 0.25 {
+				t.Errorf("request row summary %s: request %g", s.Setting, s.RequestCores)
+			}
+			if s.Setting != SetGoDefault && s.Verdict == nil && !s.Failed {
+				t.Errorf("request row %s %s: no verdict against go-default", s.Setting, s.Mode)
+			}
+		}
+	}
+	if procs[SetGofit] != 2 || procs[SetGoDefault] != 4 {
+		t.Errorf("request row GOMAXPROCS %v: want gofit 2 (from the 250m request), go-default 4 (the CPUs)", procs)
+	}
+	if qs := l.quotas(); len(qs) != 1 || qs[0] != 0.5 {
+		t.Errorf("quotas a recommendation may rest on: %v, want [0.5]", qs)
+	}
+	if rec := l.recommend(); rec.CPULimitCores != 0.5 && rec.CPULimitCores != 0 {
+		t.Errorf("recommended %g cores", rec.CPULimitCores)
+	}
+	cols := verdictTables(&l.res)[0].Quotas
+	if len(cols) != 2 || cols[0] != "500m" || cols[1] != "no limit, request 250m" {
+		t.Errorf("verdict table columns %q", cols)
+	}
+}

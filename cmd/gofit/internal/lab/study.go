@@ -169,7 +169,7 @@ func (l *study) failure() string {
 		if cellFailed(c) {
 			failed++
 			if example == "" {
-				example = fmt.Sprintf("%s at %s %s-loop: %d errors in %d requests (%s)", c.Setting, millicores(c.QuotaCores), c.Mode, c.Errors, c.Errors+c.Requests, errorKinds(c.ErrorKinds))
+				example = fmt.Sprintf("%s at %s %s-loop: %d errors in %d requests (%s)", c.Setting, rowLabel(c.QuotaCores, c.RequestCores), c.Mode, c.Errors, c.Errors+c.Requests, errorKinds(c.ErrorKinds))
 			}
 		}
 	}
