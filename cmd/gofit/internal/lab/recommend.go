@@ -368,7 +368,7 @@ func requestOf(ss []CPUSummary) float64 {
 	}
 	return 0
 }
-func mebi(b int64) string         { return fmt.Sprintf("%dMi", (b+(1<<20)-1)>>20) }
+func mebi(b int64) string { return fmt.Sprintf("%dMi", (b+(1<<20)-1)>>20) }
 
 func deploymentYAML(r Recommendation) string {
 	var b strings.Builder
