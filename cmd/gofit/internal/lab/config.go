@@ -56,6 +56,10 @@ const (
 // Config is a study.
 type Config struct {
 	Target Target
+	// RefTarget is Target from its own copy of the binary: the health
+	// trials' reference runs beside the limited one, and one file's page
+	// cache would be charged to whichever touched it first. Zero: Target.
+	RefTarget Target
 	// Sample is set when Target is the embedded sample, whose main module
 	// is run with Go ≥ 1.25's GOMAXPROCS default (see README).
 	Sample bool

@@ -33,8 +33,11 @@ type study struct {
 	measure func(ctx context.Context, c cpuConfig, mode Mode, offered float64, window time.Duration, rep int) (CPUCell, error)
 	// memRun runs one memory trial; tests replace it with a fake.
 	memRun func(ctx context.Context, env map[string]string, cpu float64, limit int64, load memLoad) (MemTrial, LoadResult)
-	now    func() time.Time
-	exited bool // the target exited during a CPU window: a crash
+	// pairRun runs a health trial's reference and limited runs side by
+	// side; tests replace it with a fake.
+	pairRun func(ctx context.Context, ref, env map[string]string, cpu float64, limit int64, load memLoad) (MemTrial, LoadResult, MemTrial, LoadResult)
+	now     func() time.Time
+	exited  bool // the target exited during a CPU window: a crash
 }
 
 // errTargetFailed means the target crashed or answered with errors where
@@ -54,6 +57,7 @@ func runStudy(ctx context.Context, sb *Sandbox, cfg Config) (*Results, error) {
 	l.sb = sb
 	l.measure = l.sandboxMeasure
 	l.memRun = l.memTrial
+	l.pairRun = l.memPair
 	l.res.Machine = machine()
 	l.res.Target = TargetInfo{Command: strings.Join(append([]string{cfg.Target.Path}, cfg.Target.Args...), " "), URL: cfg.Target.URL, Sample: cfg.Sample, PageCache: "cold"}
 	if st, err := os.Stat(cfg.Target.Path); err == nil {
