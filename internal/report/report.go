@@ -22,18 +22,18 @@ type Report struct {
 
 // CPUReport is the CPU part of a Report.
 type CPUReport struct {
-	Version          int        `json:"version"`
-	Cgroup           string     `json:"cgroup"`
-	LimitCores       *float64   `json:"limit_cores"`
-	LimitSource      *string    `json:"limit_source"`
-	PeriodUS         *int64     `json:"period_us"`
-	LeafLimitCores   *float64   `json:"leaf_limit_cores"`
-	CPUSetCPUs       *int       `json:"cpuset_cpus"`
+	Version        int      `json:"version"`
+	Cgroup         string   `json:"cgroup"`
+	LimitCores     *float64 `json:"limit_cores"`
+	LimitSource    *string  `json:"limit_source"`
+	PeriodUS       *int64   `json:"period_us"`
+	LeafLimitCores *float64 `json:"leaf_limit_cores"`
+	CPUSetCPUs     *int     `json:"cpuset_cpus"`
 	// RequestCores is the CPU request read from cpu.shares or cpu.weight
 	// (cgroup.CPULimits.RequestCores), Shares and Weight the raw values.
-	RequestCores *float64 `json:"request_cores"`
-	Shares       *uint64  `json:"shares"`
-	Weight       *uint64  `json:"weight"`
+	RequestCores     *float64   `json:"request_cores"`
+	Shares           *uint64    `json:"shares"`
+	Weight           *uint64    `json:"weight"`
 	AffinityCPUs     int        `json:"affinity_cpus"`
 	UsageSeconds     float64    `json:"usage_seconds"`
 	Periods          uint64     `json:"periods"`
