@@ -52,17 +52,23 @@ func Read(lookup func(string) (string, bool)) Config {
 			c.Options = append(c.Options, gofit.WithRefresh(d))
 		}
 	}
-	if v, ok := lookup("GOFIT_MEMORY_RATIO"); ok {
-		r, err := strconv.ParseFloat(v, 64)
+	// number reads a float variable, validated by the policy's own check.
+	number := func(name string, valid func(float64) error, option func(float64) gofit.Option) {
+		v, ok := lookup(name)
+		if !ok {
+			return
+		}
+		f, err := strconv.ParseFloat(v, 64)
 		if err == nil {
-			err = fit.ValidMemoryRatio(r)
+			err = valid(f)
 		}
 		if err != nil {
-			bad("GOFIT_MEMORY_RATIO", v, err)
+			bad(name, v, err)
 		} else {
-			c.Options = append(c.Options, gofit.WithMemoryRatio(r))
+			c.Options = append(c.Options, option(f))
 		}
 	}
+	number("GOFIT_MEMORY_RATIO", fit.ValidMemoryRatio, gofit.WithMemoryRatio)
 	if v, ok := lookup("GOFIT_CPU_ROUNDING"); ok {
 		switch v {
 		case "floor":
@@ -80,17 +86,7 @@ func Read(lookup func(string) (string, bool)) Config {
 			c.Options = append(c.Options, gofit.WithGOGC(v))
 		}
 	}
-	if v, ok := lookup("GOFIT_CPU_REQUEST_FACTOR"); ok {
-		f, err := strconv.ParseFloat(v, 64)
-		if err == nil {
-			err = fit.ValidCPURequestFactor(f)
-		}
-		if err != nil {
-			bad("GOFIT_CPU_REQUEST_FACTOR", v, err)
-		} else {
-			c.Options = append(c.Options, gofit.WithCPURequestFactor(f))
-		}
-	}
+	number("GOFIT_CPU_REQUEST_FACTOR", fit.ValidCPURequestFactor, gofit.WithCPURequestFactor)
 	if v, ok := lookup("GOFIT_CPU_REQUEST_MIN"); ok {
 		switch v {
 		case "1", "2":

@@ -76,8 +76,8 @@ func Suites() []Suite {
 				Hybrid: "^(TestLabQuick|TestLabInterrupted|TestLabErrors|TestWebhookSelfManaged|TestLabFromPopulatedCgroup|TestNodeExperiment)$",
 			},
 			MustPass: map[Layout][]string{
-				V2:     {"TestInspectRealCgroup", "TestRunRealCgroup", "TestLabFromPopulatedCgroup", "TestNodeExperiment"},
-				Hybrid: {"TestInspectRealCgroup", "TestRunRealCgroup"},
+				V2:     {"TestInspectRealCgroup", "TestInspectCPURequestRealCgroup", "TestRunRealCgroup", "TestLabFromPopulatedCgroup", "TestNodeExperiment"},
+				Hybrid: {"TestInspectRealCgroup", "TestInspectCPURequestRealCgroup", "TestRunRealCgroup"},
 			}},
 		// The node agent (kube module) on a kubelet-like tree of real memory
 		// cgroups with live processes: memory.min/low/high read back on v2,
