@@ -13,6 +13,8 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/gofit-dev/gofit/kube/podplan"
+
 	"github.com/gofit-dev/gofit/fit"
 	"github.com/gofit-dev/gofit/kube/admission/admissiontest"
 )
@@ -128,13 +130,13 @@ func (o *observations) count(op string, outcome Outcome) int {
 	return n
 }
 
-func record(t testing.TB, pod *corev1.Pod) *Record {
+func record(t testing.TB, pod *corev1.Pod) *podplan.Record {
 	t.Helper()
 	s, ok := pod.Annotations[AnnotationPlan]
 	if !ok {
 		t.Fatalf("no %s annotation", AnnotationPlan)
 	}
-	r, err := parseRecord(s)
+	r, err := podplan.Parse(s)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gofit-dev/gofit/kube/admission"
 	"github.com/gofit-dev/gofit/kube/admission/admissiontest"
+	"github.com/gofit-dev/gofit/kube/podplan"
 )
 
 var (
@@ -24,13 +25,13 @@ var (
 	envOf  = admissiontest.EnvOf
 )
 
-func record(t testing.TB, pod *corev1.Pod) *admission.Record {
+func record(t testing.TB, pod *corev1.Pod) *podplan.Record {
 	t.Helper()
 	s, ok := pod.Annotations[admission.AnnotationPlan]
 	if !ok {
 		t.Fatalf("no %s annotation", admission.AnnotationPlan)
 	}
-	var r admission.Record
+	var r podplan.Record
 	if err := json.Unmarshal([]byte(s), &r); err != nil {
 		t.Fatal(err)
 	}
