@@ -1,4 +1,4 @@
-# gofit: make build | test | bench | fuzz | lab
+# gofit: make build | test | check | bench | fuzz | lab | docs (docs/development.md)
 GO ?= go
 FUZZTIME ?= 20s
 
@@ -69,3 +69,10 @@ fuzz:
 
 lab: build
 	./bin/gofit lab
+
+# The doc check alone (it runs in make test too): every sample in README.md
+# and docs/ is checked against the code (cmd/gofit/docs_test.go), and the
+# example tests the docs quote run.
+.PHONY: docs
+docs:
+	$(GO) test -count=1 -run '^(TestDocs|Example.*)$$' . ./fit ./cmd/gofit

@@ -12,31 +12,20 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/gofit-dev/gofit/fit"
 	"github.com/gofit-dev/gofit/kube/podplan"
 )
 
-// Options tune the policy, as `gofit run`'s flags do.
-type Options struct {
-	// Ceil rounds a fractional CPU limit up instead of down.
-	Ceil bool
-	// MemoryRatio is the share of the memory limit given to GOMEMLIMIT; 0
-	// means the library's default (0.9).
-	MemoryRatio float64
-}
-
 // Mutator fits pods. It is pure: a pod in, a patch, a record and warnings
-// out. The zero value uses the default options.
+// out. The zero value uses fit's default policy.
 type Mutator struct {
-	pol policy
+	pol fit.Policy
 }
 
-// NewMutator returns a Mutator with opt.
-func NewMutator(opt Options) (*Mutator, error) {
-	pol, err := newPolicy(opt)
-	if err != nil {
-		return nil, err
-	}
-	return &Mutator{pol: pol}, nil
+// NewMutator returns a Mutator that plans with pol (built and validated by
+// fit.New, so that an admission never meets an invalid option).
+func NewMutator(pol fit.Policy) *Mutator {
+	return &Mutator{pol: pol}
 }
 
 // PatchOp is one RFC 6902 JSON Patch operation.
@@ -55,8 +44,14 @@ const (
 	OutcomeSkipped   Outcome = "skipped"   // the pod opted out
 	OutcomeIgnored   Outcome = "ignored"   // not a request this webhook handles
 	OutcomeWarned    Outcome = "warned"    // a resize that left injected values stale
-	OutcomeError     Outcome = "error"     // an internal error; the pod was admitted unchanged
+	OutcomeError     Outcome = "error"     // an internal error or a bad request; the pod was admitted unchanged
+	OutcomeBusy      Outcome = "busy"      // refused unread: too many reviews in flight
 )
+
+// Outcomes lists every Outcome.
+func Outcomes() []Outcome {
+	return []Outcome{OutcomePatched, OutcomeUnchanged, OutcomeSkipped, OutcomeIgnored, OutcomeWarned, OutcomeError, OutcomeBusy}
+}
 
 // Result is the outcome of one mutation.
 type Result struct {

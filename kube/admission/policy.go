@@ -60,21 +60,6 @@ func (l limits) input(env map[string]string, nonGo int64) fit.Input {
 	return in
 }
 
-// policy is fit's policy as the Mutator holds it; the alias keeps the fit
-// import in this file.
-type policy = fit.Policy
-
-// newPolicy is fit's policy for the webhook's options, validated once when
-// the Mutator is built: an admission never meets an invalid option, so
-// nothing falls back to defaults behind the operator's back.
-func newPolicy(o Options) (fit.Policy, error) {
-	opt := fit.Options{MemoryRatio: o.MemoryRatio}
-	if o.Ceil {
-		opt.Rounding = fit.Ceil
-	}
-	return fit.New(opt)
-}
-
 // plan asks fit what it would set for these limits. Each variable is planned
 // only where its limit exists: with no CPU limit fit would fall back to the
 // (assumed) CPU count, which means nothing in a pod spec.

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/gofit-dev/gofit/fit"
 	"github.com/gofit-dev/gofit/kube/admission"
 	"github.com/gofit-dev/gofit/kube/memqos"
 	"github.com/gofit-dev/gofit/kube/podplan"
@@ -17,10 +18,7 @@ import (
 // for a container whose env variable it cannot see (the variable removed
 // here).
 func TestPlanAnnotationFromWebhook(t *testing.T) {
-	m, err := admission.NewMutator(admission.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := admission.NewMutator(fit.Policy{})
 	pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{
 		Name: "app",
 		Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{

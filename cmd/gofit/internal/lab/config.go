@@ -1,8 +1,13 @@
 package lab
 
 import (
+	"errors"
+	"fmt"
 	"io"
+	"math"
 	"runtime"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -33,6 +38,16 @@ const (
 	minPeriods = 50
 	// maxErrorShare is the error rate above which a cell is marked failed.
 	maxErrorShare = 0.01
+)
+
+// Mode is a load mode: a closed loop measures capacity, an open loop
+// latency at a fixed offered rate.
+type Mode string
+
+// The load modes.
+const (
+	Closed Mode = "closed"
+	Open   Mode = "open"
 )
 
 // Config is a study.
@@ -69,8 +84,8 @@ type Config struct {
 	Progress      io.Writer // progress lines; nil for none
 }
 
-// DefaultConfig is the default study, or with quick the reduced one.
-func DefaultConfig(quick bool) Config {
+// defaultConfig is the default study, or with quick the reduced one.
+func defaultConfig(quick bool) Config {
 	ncpu := float64(runtime.NumCPU())
 	c := Config{
 		Quotas:        []float64{0.25, 0.5, 1, ncpu},
@@ -111,4 +126,186 @@ func DefaultConfig(quick bool) Config {
 		c.ConfirmNeed, c.ConfirmOf = 1, 1
 	}
 	return c
+}
+
+// ErrUsage marks a configuration the command line got wrong; the error
+// names the flag.
+var ErrUsage = errors.New("usage")
+
+// Options are the command line's choices, before defaults and checks.
+type Options struct {
+	Quick        bool
+	Cmd          string // the service's command; {port} is replaced by a free port
+	URL          string // the URL to load; readiness is polled here
+	Out          string // directory for report.html and results.json
+	JSON         bool   // print results.json instead of the summary
+	Quotas       string // CPU quotas in cores, comma-separated
+	Repeats      int
+	MaxRepeats   int
+	Requests     int
+	Concurrency  int
+	MemRequests  int
+	OpenFraction float64
+	OpenDuration time.Duration
+	Budget       time.Duration
+	TargetRPS    float64
+	SLOP99       time.Duration
+	// Given names the options the user set, by flag name ("repeats"): a
+	// count or duration given as 0 is a mistake, not the default.
+	Given map[string]bool
+}
+
+func usagef(format string, a ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrUsage}, a...)...)
+}
+
+// Config is the study the options ask for: the defaults (DefaultConfig)
+// with every given option checked and applied. Errors name the flag.
+func (o Options) Config() (Config, error) {
+	set := func(name string) bool { return o.Given[name] }
+	cfg := defaultConfig(o.Quick)
+	if set("quotas") {
+		cfg.Quotas = nil
+		for _, s := range strings.Split(o.Quotas, ",") {
+			q, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+			if err != nil || !(q >= 0.01 && q <= 1024) {
+				return Config{}, usagef("--quotas: %q is not a number of cores between 0.01 and 1024", s)
+			}
+			cfg.Quotas = append(cfg.Quotas, q)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		v    int
+		dst  *int
+	}{{"repeats", o.Repeats, &cfg.MinRepeats}, {"max-repeats", o.MaxRepeats, &cfg.MaxRepeats}, {"requests", o.Requests, &cfg.Requests},
+		{"concurrency", o.Concurrency, &cfg.Concurrency}, {"mem-requests", o.MemRequests, &cfg.MemRequests}} {
+		if !set(c.name) {
+			continue
+		}
+		if c.v <= 0 {
+			return Config{}, usagef("--%s %d: must be at least 1", c.name, c.v)
+		}
+		*c.dst = c.v
+	}
+	if set("repeats") && !set("max-repeats") {
+		cfg.MaxRepeats = max(cfg.MaxRepeats, cfg.MinRepeats)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+		dst  *time.Duration
+	}{{"open-duration", o.OpenDuration, &cfg.OpenDuration}, {"budget", o.Budget, &cfg.Budget}, {"slo-p99", o.SLOP99, &cfg.SLOP99}} {
+		if !set(d.name) {
+			continue
+		}
+		if d.v <= 0 {
+			return Config{}, usagef("--%s %v: must be positive", d.name, d.v)
+		}
+		*d.dst = d.v
+	}
+	if set("open-fraction") {
+		cfg.OpenFraction = o.OpenFraction
+	}
+	if set("target-rps") {
+		cfg.TargetRPS = o.TargetRPS
+	}
+	if set("slo-p99") && !set("target-rps") {
+		return Config{}, usagef("--slo-p99 needs --target-rps")
+	}
+	if set("requests") {
+		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("--requests %d overrides the closed-loop minimum of 50 CFS periods per window; short windows make throughput and CPU efficiency noisy (see periods per cell)", cfg.Requests))
+	}
+	if set("open-duration") {
+		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("--open-duration %v overrides the minimum of 5000 latencies per open-loop cell; p99 may rest on fewer (see samples per cell)", cfg.OpenDuration))
+	}
+	if set("open-fraction") && set("target-rps") {
+		cfg.Warnings = append(cfg.Warnings, "--target-rps sets the open-loop rate; --open-fraction is ignored")
+	}
+	if (o.Cmd == "") != (o.URL == "") {
+		return Config{}, usagef("--cmd and --url go together")
+	}
+	if set("cmd") || o.Cmd != "" {
+		words := strings.Fields(o.Cmd)
+		if len(words) == 0 {
+			return Config{}, usagef("--cmd %q: no command", o.Cmd)
+		}
+		if !strings.HasPrefix(o.URL, "http://") && !strings.HasPrefix(o.URL, "https://") {
+			return Config{}, usagef("--url %q: want an http:// or https:// URL", o.URL)
+		}
+		cfg.Target = Target{Path: words[0], Args: words[1:], URL: o.URL}
+	}
+	return cfg, cfg.Validate()
+}
+
+// Validate checks a study before it starts: what newLab once clamped in
+// silence is an error naming the flag that sets it (or the field, where
+// no flag does).
+func (c Config) Validate() error {
+	if len(c.Quotas) == 0 {
+		return usagef("--quotas: no quota")
+	}
+	for _, q := range c.Quotas {
+		if !(q >= 0.01 && q <= 1024) {
+			return usagef("--quotas: %g is not a number of cores between 0.01 and 1024", q)
+		}
+	}
+	if len(c.CPUSettings) == 0 {
+		return usagef("Config.CPUSettings: no CPU setting")
+	}
+	for _, s := range c.CPUSettings {
+		switch s {
+		case SetProcs1, SetGoDefault, SetGofit, SetProcsNCPU:
+		default:
+			return usagef("Config.CPUSettings: unknown setting %q", s)
+		}
+	}
+	for _, s := range c.MemSettings {
+		switch s {
+		case SetNone, SetGofit, SetLimitGCOff, SetAutoMemLimit:
+		default:
+			return usagef("Config.MemSettings: unknown setting %q", s)
+		}
+	}
+	for _, n := range []struct {
+		name string
+		v    int
+	}{{"--repeats", c.MinRepeats}, {"--concurrency", c.Concurrency}, {"--mem-requests", c.MemRequests},
+		{"Config.Probes", c.Probes}, {"Config.Resamples", c.Resamples}, {"Config.OpenSamples", c.OpenSamples},
+		{"Config.ConfirmNeed", c.ConfirmNeed}, {"Config.ConfirmOf", c.ConfirmOf}} {
+		if n.v < 1 {
+			return usagef("%s %d: must be at least 1", n.name, n.v)
+		}
+	}
+	if c.Requests < 0 {
+		return usagef("--requests %d: must be at least 1", c.Requests)
+	}
+	if c.MaxRepeats < c.MinRepeats {
+		return usagef("--max-repeats %d is under --repeats %d", c.MaxRepeats, c.MinRepeats)
+	}
+	if c.ConfirmNeed > c.ConfirmOf {
+		return usagef("Config.ConfirmNeed %d is over Config.ConfirmOf %d", c.ConfirmNeed, c.ConfirmOf)
+	}
+	if !(c.OpenFraction > 0 && c.OpenFraction <= 1) {
+		return usagef("--open-fraction %g: must be above 0 and at most 1", c.OpenFraction)
+	}
+	if c.TargetRPS != 0 && !(c.TargetRPS > 0 && c.TargetRPS <= 1e6) || math.IsNaN(c.TargetRPS) {
+		return usagef("--target-rps %g: must be above 0 and at most 1e6", c.TargetRPS)
+	}
+	if c.SLOP99 < 0 || c.SLOP99 > 0 && c.TargetRPS == 0 {
+		return usagef("--slo-p99 %v: must be positive, and needs --target-rps", c.SLOP99)
+	}
+	if c.Budget <= 0 {
+		return usagef("--budget %v: must be positive", c.Budget)
+	}
+	if c.OpenDuration < 0 {
+		return usagef("--open-duration %v: must be positive", c.OpenDuration)
+	}
+	if c.Requests == 0 && c.ClosedWindow <= 0 {
+		return usagef("Config.ClosedWindow %v: must be positive without --requests", c.ClosedWindow)
+	}
+	if c.Resolution <= 0 {
+		return usagef("Config.Resolution %d: must be positive", c.Resolution)
+	}
+	return nil
 }

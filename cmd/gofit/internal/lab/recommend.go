@@ -46,10 +46,10 @@ type cpuChoice struct {
 
 // openCells are the open-loop summaries at q that a recommendation may
 // rest on: no errors, not saturated.
-func (l *Lab) openAt(q float64) []CPUSummary {
+func (l *study) openAt(q float64) []CPUSummary {
 	var out []CPUSummary
 	for _, s := range l.res.CPUSummary {
-		if s.Mode == "open" && s.QuotaCores == q {
+		if s.Mode == Open && s.QuotaCores == q {
 			out = append(out, s)
 		}
 	}
@@ -72,7 +72,7 @@ func usable(s CPUSummary) bool {
 	return !s.Failed && (s.OfferedRPS == 0 || s.RPS.Value >= 0.95*s.OfferedRPS)
 }
 
-func (l *Lab) quotas() []float64 {
+func (l *study) quotas() []float64 {
 	seen := map[float64]bool{}
 	var qs []float64
 	for _, s := range l.res.CPUSummary {
@@ -86,7 +86,7 @@ func (l *Lab) quotas() []float64 {
 }
 
 // recommendCPU picks the quota and setting, appending its reasons to rec.
-func (l *Lab) recommendCPU(rec *Recommendation) cpuChoice {
+func (l *study) recommendCPU(rec *Recommendation) cpuChoice {
 	if l.cfg.TargetRPS > 0 {
 		return l.recommendForTarget(rec)
 	}
@@ -139,14 +139,14 @@ func (l *Lab) recommendCPU(rec *Recommendation) cpuChoice {
 // recommendForTarget picks the cheapest quota × setting whose open-loop
 // p99 at the target rate meets the SLO (or, without one, stays within
 // twice the best p99 seen at that rate).
-func (l *Lab) recommendForTarget(rec *Recommendation) cpuChoice {
+func (l *study) recommendForTarget(rec *Recommendation) cpuChoice {
 	rec.TargetRPS = l.cfg.TargetRPS
 	slo := l.cfg.SLOP99.Seconds() * 1000
 	rule := fmt.Sprintf("p99 ≤ %.1fms (--slo-p99)", slo)
 	if slo <= 0 {
 		best := math.Inf(1)
 		for _, s := range l.res.CPUSummary {
-			if s.Mode == "open" && usable(s) {
+			if s.Mode == Open && usable(s) {
 				best = math.Min(best, s.P99.Value)
 			}
 		}
@@ -190,7 +190,7 @@ func (l *Lab) recommendForTarget(rec *Recommendation) cpuChoice {
 	return cpuChoice{}
 }
 
-func (l *Lab) recommend() Recommendation {
+func (l *study) recommend() Recommendation {
 	rec := Recommendation{Env: map[string]string{}, Reasons: []string{}}
 	cpu := l.recommendCPU(&rec)
 	rec.CPURequestCores, rec.CPULimitCores, rec.Setting = cpu.cores, cpu.cores, cpu.setting
@@ -259,7 +259,7 @@ func rpsCI(m Metric) string {
 }
 
 // cpuVerdicts states the significant differences from go-default.
-func (l *Lab) cpuVerdicts() []string {
+func (l *study) cpuVerdicts() []string {
 	var out []string
 	for _, q := range l.quotas() {
 		var parts []string
@@ -268,7 +268,7 @@ func (l *Lab) cpuVerdicts() []string {
 				continue
 			}
 			what := "closed-loop rps"
-			if s.Mode == "open" {
+			if s.Mode == Open {
 				what = "open-loop p99"
 			}
 			if s.VerdictRatio == nil {
@@ -289,7 +289,7 @@ func label(s CPUSummary) string {
 	return strings.Join(append([]string{s.Setting}, s.SameAs...), " = ")
 }
 
-func (l *Lab) memVerdicts() []string {
+func (l *study) memVerdicts() []string {
 	var parts []string
 	for _, m := range l.res.Memory {
 		f, h := "none found", "none found"

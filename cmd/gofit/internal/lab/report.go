@@ -14,11 +14,11 @@ import (
 	"github.com/gofit-dev/gofit/fit"
 )
 
-// CheckOut makes sure results can be written to dir before a study
+// checkOut makes sure results can be written to dir before a study
 // spends minutes: it creates dir if needed and writes and removes a file
 // there. undo removes the directories it created while they are still
 // empty, so a run that fails before writing results leaves nothing behind.
-func CheckOut(dir string) (undo func(), err error) {
+func checkOut(dir string) (undo func(), err error) {
 	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
 		return nil, fmt.Errorf("--out %s: not a directory", dir)
 	}
@@ -55,8 +55,8 @@ func CheckOut(dir string) (undo func(), err error) {
 	return undo, nil
 }
 
-// Empty reports whether a study measured nothing at all.
-func (r *Results) Empty() bool {
+// empty reports whether a study measured nothing at all.
+func (r *Results) empty() bool {
 	if len(r.CPU) > 0 || len(r.Throughput) > 0 {
 		return false
 	}
@@ -68,11 +68,11 @@ func (r *Results) Empty() bool {
 	return true
 }
 
-// WriteFiles writes results.json and report.html into dir, each through
+// writeFiles writes results.json and report.html into dir, each through
 // a temporary file and a rename. A study that measured nothing does not
 // replace earlier results: it is written as results-empty.json and
 // report-empty.html beside them. It returns the paths written.
-func WriteFiles(dir string, r *Results) ([]string, error) {
+func writeFiles(dir string, r *Results) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -81,12 +81,12 @@ func WriteFiles(dir string, r *Results) ([]string, error) {
 		return nil, err
 	}
 	rj, rh := "results.json", "report.html"
-	if r.Empty() {
+	if r.empty() {
 		if _, err := os.Stat(filepath.Join(dir, rj)); err == nil {
 			rj, rh = "results-empty.json", "report-empty.html"
 		}
 	}
-	html, err := HTML(r)
+	html, err := renderHTML(r)
 	if err != nil {
 		return nil, err
 	}
@@ -140,9 +140,10 @@ type verdictCell struct {
 }
 
 type verdictTable struct {
-	Mode, What string
-	Quotas     []string
-	Rows       []verdictRow
+	Mode   Mode
+	What   string
+	Quotas []string
+	Rows   []verdictRow
 }
 
 func verdictTables(r *Results) []verdictTable {
@@ -156,9 +157,9 @@ func verdictTables(r *Results) []verdictTable {
 	}
 	sort.Float64s(quotas)
 	var out []verdictTable
-	for _, mode := range []string{"open", "closed"} {
+	for _, mode := range []Mode{Open, Closed} {
 		t := verdictTable{Mode: mode, What: "open-loop p99 at equal offered load (lower is better)"}
-		if mode == "closed" {
+		if mode == Closed {
 			t.What = "closed-loop throughput (higher is better)"
 		}
 		for _, q := range quotas {
@@ -175,7 +176,7 @@ func verdictTables(r *Results) []verdictTable {
 					}
 					found = true
 					m, unit := s.P99, "ms"
-					if mode == "closed" {
+					if mode == Closed {
 						m, unit = s.RPS, " rps"
 					}
 					c.Text = fmtNum(m.Value) + unit
@@ -194,7 +195,7 @@ func verdictTables(r *Results) []verdictTable {
 					if s.Setting != setting {
 						c.Note = "same cell as " + s.Setting
 					}
-					if mode == "open" && s.OfferedRPS > 0 {
+					if mode == Open && s.OfferedRPS > 0 {
 						c.Note = strings.TrimPrefix(c.Note+fmt.Sprintf("; at %.0f rps", s.OfferedRPS), "; ")
 					}
 				}
@@ -284,8 +285,8 @@ type memTrialRow struct {
 	T                                   MemTrial
 }
 
-// HTML renders report.html.
-func HTML(r *Results) ([]byte, error) {
+// renderHTML renders report.html.
+func renderHTML(r *Results) ([]byte, error) {
 	d := struct {
 		R                       *Results
 		Tables                  []verdictTable
@@ -306,7 +307,7 @@ func HTML(r *Results) ([]byte, error) {
 			}
 		}
 		if len(xs) > 0 {
-			s := Summarize(xs)
+			s := summarize(xs)
 			d.Overlap = fmt.Sprintf("the target spent %.0f%% (median; %.0f–%.0f%%) of its CPU time on the generator's CPU %s.", s.Median*100, s.Min*100, s.Max*100, cpuList(r.Placement.Generator))
 		}
 	}
@@ -322,7 +323,7 @@ func HTML(r *Results) ([]byte, error) {
 	qx := axisSpec{label: "CPU quota (log scale)", log: true, ticks: quotaTicks(quotas)}
 	// One line per setting, through every cell it names (a cell shared by
 	// two settings is on both lines).
-	cpuLines := func(mode string, f func(CPUSummary) pt) []line {
+	cpuLines := func(mode Mode, f func(CPUSummary) pt) []line {
 		var out []line
 		for _, setting := range []string{SetGoDefault, SetGofit, SetProcs1, SetProcsNCPU} {
 			var pts []pt
@@ -339,15 +340,15 @@ func HTML(r *Results) ([]byte, error) {
 	}
 	d.CPUPlots = []template.HTML{
 		template.HTML(chartSVG("p99 latency, open loop at equal offered load", qx, axisSpec{label: "p99 (ms, log scale)", log: true},
-			cpuLines("open", func(s CPUSummary) pt { return pt{s.QuotaCores, s.P99.Value, s.P99.CILow, s.P99.CIHigh} }))),
+			cpuLines(Open, func(s CPUSummary) pt { return pt{s.QuotaCores, s.P99.Value, s.P99.CILow, s.P99.CIHigh} }))),
 		template.HTML(chartSVG("Throughput, closed loop", qx, axisSpec{label: "requests/s"},
-			cpuLines("closed", func(s CPUSummary) pt { return pt{s.QuotaCores, s.RPS.Value, s.RPS.CILow, s.RPS.CIHigh} }))),
+			cpuLines(Closed, func(s CPUSummary) pt { return pt{s.QuotaCores, s.RPS.Value, s.RPS.CILow, s.RPS.CIHigh} }))),
 		template.HTML(chartSVG("Throttled time per window, open loop (median, min–max)", qx, axisSpec{label: "throttled seconds"},
-			cpuLines("open", func(s CPUSummary) pt {
+			cpuLines(Open, func(s CPUSummary) pt {
 				return pt{s.QuotaCores, s.ThrottledSeconds.Median, s.ThrottledSeconds.Min, s.ThrottledSeconds.Max}
 			}))),
 		template.HTML(chartSVG("CPU used ÷ quota, closed loop (median, min–max)", qx, axisSpec{label: "CPU efficiency"},
-			cpuLines("closed", func(s CPUSummary) pt {
+			cpuLines(Closed, func(s CPUSummary) pt {
 				return pt{s.QuotaCores, s.CPUEfficiency.Median, s.CPUEfficiency.Min, s.CPUEfficiency.Max}
 			}))),
 	}
@@ -355,7 +356,7 @@ func HTML(r *Results) ([]byte, error) {
 		d.SmallestQuota = millicores(quotas[0])
 		var ls []line
 		for _, s := range r.CPUSummary {
-			if s.Mode != "open" || s.QuotaCores != quotas[0] {
+			if s.Mode != Open || s.QuotaCores != quotas[0] {
 				continue
 			}
 			var pts []pt
@@ -430,9 +431,9 @@ func HTML(r *Results) ([]byte, error) {
 
 func mibf(b int64) float64 { return float64(b) / (1 << 20) }
 
-// WriteSummary prints the terminal summary: the verdicts and the
+// writeSummary prints the terminal summary: the verdicts and the
 // recommendation first.
-func WriteSummary(w io.Writer, r *Results) {
+func writeSummary(w io.Writer, r *Results) {
 	fmt.Fprintf(w, "\ngofit lab: %d CPUs, cgroup v%d, %s, kernel %s, load average %s\n", r.Machine.CPUs, r.Machine.CgroupVersion, r.Machine.GoVersion, r.Machine.Kernel, r.Machine.LoadAvg)
 	fmt.Fprintf(w, "target: %s\n", r.Target.Command)
 	if r.Lab.Failed != "" {

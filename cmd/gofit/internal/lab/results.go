@@ -55,7 +55,7 @@ type CPUCell struct {
 	Repeat           int            `json:"repeat"`
 	GOMAXPROCS       int            `json:"gomaxprocs"`
 	GOMAXPROCSFrom   string         `json:"gomaxprocs_from"`
-	Mode             string         `json:"mode"` // "closed" or "open"
+	Mode             Mode           `json:"mode"` // "closed" or "open"
 	OfferedRPS       float64        `json:"offered_rps,omitempty"`
 	Isolated         bool           `json:"isolated"`
 	OverlapShare     *float64       `json:"overlap_share"` // the target's CPU time on the generator's CPUs ÷ all of it (cgroup v1 only)
@@ -100,7 +100,7 @@ type CPUSummary struct {
 	QuotaCores       float64    `json:"quota_cores"`
 	Setting          string     `json:"setting"`
 	SameAs           []string   `json:"same_as"`
-	Mode             string     `json:"mode"`
+	Mode             Mode       `json:"mode"`
 	GOMAXPROCS       int        `json:"gomaxprocs"`
 	OfferedRPS       float64    `json:"offered_rps,omitempty"`
 	Isolated         bool       `json:"isolated"`

@@ -42,8 +42,8 @@ func (t MemTrial) verdict() string {
 	return t.Outcome
 }
 
-// FloorSearch finds the smallest memory limit at which a trial passes.
-type FloorSearch struct {
+// floorSearch finds the smallest memory limit at which a trial passes.
+type floorSearch struct {
 	Lo, Hi     int64 // the bracket to start from; both are tried
 	Max        int64 // never try above this
 	Resolution int64 // the floor is exact to this many bytes
@@ -55,7 +55,7 @@ type FloorSearch struct {
 
 // Find runs the search. floor is 0 when even Max fails. Trials are in the
 // order they ran.
-func (s FloorSearch) Find(ctx context.Context, run func(context.Context, int64) MemTrial) (floor int64, trials []MemTrial, err error) {
+func (s floorSearch) Find(ctx context.Context, run func(context.Context, int64) MemTrial) (floor int64, trials []MemTrial, err error) {
 	res := max(s.Resolution, 1)
 	align := func(v int64) int64 { return max((v+res-1)/res*res, res) }
 	pass := s.Pass
@@ -190,8 +190,8 @@ type Survival struct {
 	Runs       int   `json:"runs"`
 }
 
-// SurvivalCurve groups trials by limit, ascending.
-func SurvivalCurve(trials []MemTrial) []Survival {
+// survivalCurve groups trials by limit, ascending.
+func survivalCurve(trials []MemTrial) []Survival {
 	by := map[int64]*Survival{}
 	for _, t := range trials {
 		s := by[t.LimitBytes]
@@ -212,18 +212,18 @@ func SurvivalCurve(trials []MemTrial) []Survival {
 	return out
 }
 
-// Summary is min/median/max of repeated measurements.
-type Summary struct {
+// summary is min/median/max of repeated measurements.
+type summary struct {
 	Min    float64 `json:"min"`
 	Median float64 `json:"median"`
 	Max    float64 `json:"max"`
 }
 
-// Summarize returns min/median/max; the median of an even count is the
+// summarize returns min/median/max; the median of an even count is the
 // mean of the middle two.
-func Summarize(xs []float64) Summary {
+func summarize(xs []float64) summary {
 	if len(xs) == 0 {
-		return Summary{}
+		return summary{}
 	}
 	s := append([]float64(nil), xs...)
 	sort.Float64s(s)
@@ -231,5 +231,5 @@ func Summarize(xs []float64) Summary {
 	if len(s)%2 == 0 {
 		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
 	}
-	return Summary{Min: s[0], Median: m, Max: s[len(s)-1]}
+	return summary{Min: s[0], Median: m, Max: s[len(s)-1]}
 }

@@ -30,26 +30,26 @@ func (f *fake) run(_ context.Context, limit int64) MemTrial {
 func TestFloorSearch(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
-		s         FloorSearch
+		s         floorSearch
 		f         *fake
 		want      int64
 		maxTrials int
 	}{
-		{"monotonic, within 12 trials", FloorSearch{Lo: 10 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: mib, Need: 3, Of: 3},
+		{"monotonic, within 12 trials", floorSearch{Lo: 10 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: mib, Need: 3, Of: 3},
 			&fake{floor: 47 * mib}, 47 * mib, 12},
-		{"floor at the resolution", FloorSearch{Lo: 10 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: mib, Need: 2, Of: 3},
+		{"floor at the resolution", floorSearch{Lo: 10 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: mib, Need: 2, Of: 3},
 			&fake{floor: 11 * mib}, 11 * mib, 12},
-		{"hi fails: raised by doubling", FloorSearch{Lo: 10 * mib, Hi: 40 * mib, Max: 800 * mib, Resolution: mib, Need: 1, Of: 1},
+		{"hi fails: raised by doubling", floorSearch{Lo: 10 * mib, Hi: 40 * mib, Max: 800 * mib, Resolution: mib, Need: 1, Of: 1},
 			&fake{floor: 150 * mib}, 150 * mib, 12},
-		{"nothing passes up to max", FloorSearch{Lo: 10 * mib, Hi: 40 * mib, Max: 100 * mib, Resolution: mib, Need: 1, Of: 1},
+		{"nothing passes up to max", floorSearch{Lo: 10 * mib, Hi: 40 * mib, Max: 100 * mib, Resolution: mib, Need: 1, Of: 1},
 			&fake{floor: 1000 * mib}, 0, 5},
-		{"non-monotonic edge: a lucky pass is not confirmed", FloorSearch{Lo: 10 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: mib, Need: 3, Of: 3},
+		{"non-monotonic edge: a lucky pass is not confirmed", floorSearch{Lo: 10 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: mib, Need: 3, Of: 3},
 			&fake{floor: 52 * mib, flaky: map[int64][]bool{48 * mib: {true, false, true}}}, 52 * mib, 20},
-		{"2 of 3 tolerates one flake at the floor", FloorSearch{Lo: 10 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: mib, Need: 2, Of: 3},
+		{"2 of 3 tolerates one flake at the floor", floorSearch{Lo: 10 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: mib, Need: 2, Of: 3},
 			&fake{floor: 30 * mib, flaky: map[int64][]bool{30 * mib: {true, false, true}}}, 30 * mib, 12},
-		{"floor below Lo is found, not reported as Lo + 1 MiB", FloorSearch{Lo: 40 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: mib, Need: 1, Of: 1},
+		{"floor below Lo is found, not reported as Lo + 1 MiB", floorSearch{Lo: 40 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: mib, Need: 1, Of: 1},
 			&fake{floor: 13 * mib}, 13 * mib, 12},
-		{"an edge that never confirms climbs in doubling steps, bounded", FloorSearch{Lo: 10 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: mib, Need: 2, Of: 2, MaxTrials: 30},
+		{"an edge that never confirms climbs in doubling steps, bounded", floorSearch{Lo: 10 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: mib, Need: 2, Of: 2, MaxTrials: 30},
 			&fake{floor: 90 * mib, flaky: map[int64][]bool{20 * mib: {true, false}}}, 90 * mib, 30},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -72,7 +72,7 @@ func TestFloorSearchHealthyPredicate(t *testing.T) {
 	run := func(_ context.Context, limit int64) MemTrial {
 		return MemTrial{LimitBytes: limit, Outcome: OK, Healthy: limit >= 60*mib}
 	}
-	s := FloorSearch{Lo: 30 * mib, Hi: 90 * mib, Max: 800 * mib, Resolution: mib, Need: 1, Of: 1, Pass: func(t MemTrial) bool { return t.Healthy }}
+	s := floorSearch{Lo: 30 * mib, Hi: 90 * mib, Max: 800 * mib, Resolution: mib, Need: 1, Of: 1, Pass: func(t MemTrial) bool { return t.Healthy }}
 	floor, _, err := s.Find(context.Background(), run)
 	if err != nil || floor != 60*mib {
 		t.Errorf("healthy floor %d MiB, %v; want 60 MiB", floor/mib, err)
@@ -82,7 +82,7 @@ func TestFloorSearchHealthyPredicate(t *testing.T) {
 func TestFloorSearchCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	n := 0
-	_, trials, err := FloorSearch{Lo: 16 * mib, Hi: 64 * mib, Max: 64 * mib, Resolution: mib, Need: 1, Of: 1}.Find(ctx, func(context.Context, int64) MemTrial {
+	_, trials, err := floorSearch{Lo: 16 * mib, Hi: 64 * mib, Max: 64 * mib, Resolution: mib, Need: 1, Of: 1}.Find(ctx, func(context.Context, int64) MemTrial {
 		n++
 		if n == 3 {
 			cancel()
@@ -95,21 +95,21 @@ func TestFloorSearchCancelled(t *testing.T) {
 }
 
 func TestSurvivalAndSummary(t *testing.T) {
-	c := SurvivalCurve([]MemTrial{{LimitBytes: 2, Outcome: OK}, {LimitBytes: 1, Outcome: Stalled}, {LimitBytes: 2, Outcome: OOMKilled}, {LimitBytes: 3, Outcome: OK}})
+	c := survivalCurve([]MemTrial{{LimitBytes: 2, Outcome: OK}, {LimitBytes: 1, Outcome: Stalled}, {LimitBytes: 2, Outcome: OOMKilled}, {LimitBytes: 3, Outcome: OK}})
 	if len(c) != 3 || c[0] != (Survival{1, 0, 1}) || c[1] != (Survival{2, 1, 2}) || c[2] != (Survival{3, 1, 1}) {
 		t.Errorf("curve %+v", c)
 	}
 	for _, tc := range []struct {
 		in   []float64
-		want Summary
+		want summary
 	}{
-		{[]float64{3, 1, 2}, Summary{1, 2, 3}},
-		{[]float64{4, 1, 2, 3}, Summary{1, 2.5, 4}},
-		{[]float64{5}, Summary{5, 5, 5}},
-		{nil, Summary{}},
+		{[]float64{3, 1, 2}, summary{1, 2, 3}},
+		{[]float64{4, 1, 2, 3}, summary{1, 2.5, 4}},
+		{[]float64{5}, summary{5, 5, 5}},
+		{nil, summary{}},
 	} {
-		if got := Summarize(tc.in); got != tc.want {
-			t.Errorf("Summarize(%v) = %+v, want %+v", tc.in, got, tc.want)
+		if got := summarize(tc.in); got != tc.want {
+			t.Errorf("summarize(%v) = %+v, want %+v", tc.in, got, tc.want)
 		}
 	}
 }

@@ -14,8 +14,8 @@ import (
 	"github.com/gofit-dev/gofit/cgroup"
 )
 
-// Lab runs a study in a sandbox.
-type Lab struct {
+// study runs a study in a sandbox.
+type study struct {
 	cfg     Config
 	sb      *Sandbox
 	res     Results
@@ -27,18 +27,24 @@ type Lab struct {
 	ncpu    int // CPUs the target sees
 	place   *Placement
 	// measure runs one CPU window; tests replace it with a fake.
-	measure func(ctx context.Context, c cpuConfig, mode string, offered float64, window time.Duration, rep int) (CPUCell, error)
+	measure func(ctx context.Context, c cpuConfig, mode Mode, offered float64, window time.Duration, rep int) (CPUCell, error)
 	now     func() time.Time
 	exited  bool // the target exited during a CPU window: a crash
 }
 
-// ErrTargetFailed means the target crashed or answered with errors where
+// errTargetFailed means the target crashed or answered with errors where
 // the recommendation would rest; the results say where.
-var ErrTargetFailed = errors.New("the target failed")
+var errTargetFailed = errors.New("the target failed")
 
-// Run runs the study. It stops early, returning ctx's error and what was
+// runStudy runs the study. It stops early, returning ctx's error and what was
 // measured so far, when ctx ends.
-func Run(ctx context.Context, sb *Sandbox, cfg Config) (*Results, error) {
+func runStudy(ctx context.Context, sb *Sandbox, cfg Config) (*Results, error) {
+	if err := cfg.Validate(); err != nil {
+		return &Results{}, err
+	}
+	if cfg.Target.Path == "" || cfg.Target.URL == "" {
+		return &Results{}, usagef("--cmd and --url: no target")
+	}
 	l := newLab(cfg)
 	l.sb = sb
 	l.measure = l.sandboxMeasure
@@ -56,7 +62,7 @@ func Run(ctx context.Context, sb *Sandbox, cfg Config) (*Results, error) {
 	for _, q := range cfg.Quotas {
 		need = max(need, int(math.Ceil(q-1e-9)))
 	}
-	place, err := sb.Isolate(need)
+	place, err := sb.isolate(need)
 	if err != nil {
 		return &l.res, err
 	}
@@ -76,18 +82,13 @@ func Run(ctx context.Context, sb *Sandbox, cfg Config) (*Results, error) {
 	l.res.Lab.WallSeconds = time.Since(l.started).Seconds()
 	l.res.Lab.GeneratorCPUSeconds = (selfCPU() - genStart).Seconds()
 	if err == nil && l.res.Lab.Failed != "" {
-		err = fmt.Errorf("%w: %s", ErrTargetFailed, l.res.Lab.Failed)
+		err = fmt.Errorf("%w: %s", errTargetFailed, l.res.Lab.Failed)
 	}
 	return &l.res, err
 }
 
-func newLab(cfg Config) *Lab {
-	cfg.MinRepeats = max(cfg.MinRepeats, 1)
-	cfg.MaxRepeats = max(cfg.MaxRepeats, cfg.MinRepeats)
-	if cfg.Resamples <= 0 {
-		cfg.Resamples = 1000
-	}
-	l := &Lab{cfg: cfg, started: time.Now(), rng: rand.New(rand.NewSource(1)), boot: NewBootstrap(cfg.Resamples, 1), ncpu: runtime.NumCPU(), now: time.Now}
+func newLab(cfg Config) *study {
+	l := &study{cfg: cfg, started: time.Now(), rng: rand.New(rand.NewSource(1)), boot: NewBootstrap(cfg.Resamples, 1), ncpu: runtime.NumCPU(), now: time.Now}
 	l.res.Lab.Warnings = append([]string{}, cfg.Warnings...)
 	l.res.Lab.BudgetSeconds = cfg.Budget.Seconds()
 	cells := len(cfg.Quotas) * len(cfg.CPUSettings) * cfg.MinRepeats * 2
@@ -96,7 +97,7 @@ func newLab(cfg Config) *Lab {
 }
 
 // finish computes what depends on everything measured.
-func (l *Lab) finish() {
+func (l *study) finish() {
 	l.res.CPUSummary = l.summarizeCPU()
 	l.res.Recommendation = l.recommend()
 	l.res.Lab.Trials = l.done
@@ -123,7 +124,7 @@ func machine() Machine {
 	return m
 }
 
-func (l *Lab) progress(format string, a ...any) {
+func (l *study) progress(format string, a ...any) {
 	l.done++
 	if l.cfg.Progress == nil {
 		return
@@ -136,7 +137,7 @@ func (l *Lab) progress(format string, a ...any) {
 	fmt.Fprintf(l.cfg.Progress, "lab [%3d/%3d] %-62s elapsed %s, ETA %s\n", l.done, l.total, fmt.Sprintf(format, a...), el.Round(time.Second), eta.Round(time.Second))
 }
 
-func (l *Lab) warn(format string, a ...any) {
+func (l *study) warn(format string, a ...any) {
 	w := fmt.Sprintf(format, a...)
 	for _, x := range l.res.Lab.Warnings {
 		if x == w {
@@ -150,7 +151,7 @@ func (l *Lab) warn(format string, a ...any) {
 }
 
 // failure says why the study cannot be trusted, or "".
-func (l *Lab) failure() string {
+func (l *study) failure() string {
 	var why []string
 	if l.exited {
 		why = append(why, "the target exited during a load window")
@@ -188,7 +189,7 @@ func cellFailed(c CPUCell) bool {
 }
 
 // baseEnv is every trial's extra environment.
-func (l *Lab) baseEnv() map[string]string {
+func (l *study) baseEnv() map[string]string {
 	if l.cfg.Sample {
 		return map[string]string{"GODEBUG": sampleGODEBUG}
 	}

@@ -15,7 +15,7 @@ import (
 
 // planEnv is what `gofit run` would hand the target under these limits.
 // It is the lab's one call into the policy.
-func (l *Lab) planEnv(cores float64, mem int64) (map[string]string, fit.Plan) {
+func (l *study) planEnv(cores float64, mem int64) (map[string]string, fit.Plan) {
 	in := fit.Input{
 		Limits: cgroup.Limits{
 			CPU:    cgroup.CPULimits{Quota: cores, LeafQuota: cores, QuotaGroup: "(trial)"},
@@ -42,7 +42,7 @@ func (l *Lab) planEnv(cores float64, mem int64) (map[string]string, fit.Plan) {
 }
 
 // cpuEnv is a CPU setting's environment and the GOMAXPROCS it implies.
-func (l *Lab) cpuEnv(setting string, cores float64) (map[string]string, int, string) {
+func (l *study) cpuEnv(setting string, cores float64) (map[string]string, int, string) {
 	env := l.baseEnv()
 	genv, plan := l.planEnv(cores, 0)
 	switch setting {
@@ -68,7 +68,7 @@ func (l *Lab) cpuEnv(setting string, cores float64) (map[string]string, int, str
 }
 
 // memEnv is a memory setting's environment at a limit.
-func (l *Lab) memEnv(setting string, limit int64) map[string]string {
+func (l *study) memEnv(setting string, limit int64) map[string]string {
 	switch setting {
 	case SetGofit:
 		env, _ := l.planEnv(l.res.Target.ProbeCPU, limit)
@@ -92,21 +92,21 @@ func (l *Lab) memEnv(setting string, limit int64) map[string]string {
 // warm it up (excluded from everything), then measure with the cgroup's
 // CPU counters read right before and right after the load, so the CPU
 // window is the load window.
-func (l *Lab) sandboxMeasure(ctx context.Context, c cpuConfig, mode string, offered float64, window time.Duration, rep int) (CPUCell, error) {
-	l.sb.Repin()
-	tr, err := l.sb.Start(ctx, l.cfg.Target, TrialConfig{CPU: c.quota, Env: c.env, Warm: true})
+func (l *study) sandboxMeasure(ctx context.Context, c cpuConfig, mode Mode, offered float64, window time.Duration, rep int) (CPUCell, error) {
+	l.sb.repin()
+	tr, err := l.sb.start(ctx, l.cfg.Target, trialConfig{CPU: c.quota, Env: c.env, Warm: true})
 	if err != nil {
 		return CPUCell{}, err
 	}
 	defer tr.Stop()
 	inFlight := l.cfg.Concurrency
-	if mode == "open" {
+	if mode == Open {
 		inFlight = maxOpenInFlight
 	}
 	ld := NewLoader(inFlight, nil)
 	defer ld.Close()
 	// Warm up connections, caches and the heap's size at this load.
-	if mode == "open" {
+	if mode == Open {
 		ld.Open(ctx, tr.URL, offered, l.cfg.Warmup)
 	} else {
 		ld.Closed(ctx, tr.URL, 0, l.cfg.Warmup, l.cfg.Concurrency)
@@ -120,7 +120,7 @@ func (l *Lab) sandboxMeasure(ctx context.Context, c cpuConfig, mode string, offe
 	s0, _ := tr.Stats()
 	t0 := time.Now()
 	var r LoadResult
-	if mode == "open" {
+	if mode == Open {
 		r = ld.Open(ctx, tr.URL, offered, window)
 	} else {
 		r = ld.Closed(ctx, tr.URL, l.cfg.Requests, window, l.cfg.Concurrency)
@@ -136,7 +136,7 @@ func (l *Lab) sandboxMeasure(ctx context.Context, c cpuConfig, mode string, offe
 		Isolated: l.place != nil && l.place.Isolated, RPS: r.RPS, P50: r.P50, P90: r.P90, P99: r.P99, P999: r.P999,
 		Requests: r.Requests, Errors: r.Errors, Cancelled: r.Cancelled, ErrorKinds: r.ErrorKinds, Seconds: r.Seconds, GeneratorCPUSec: r.GenCPUSec,
 		TargetExited: tr.Exited(), blocks: r.Blocks}
-	if mode == "open" {
+	if mode == Open {
 		cell.OfferedRPS = offered
 	}
 	cell.Periods = s1.CPU.Periods - s0.CPU.Periods
@@ -169,7 +169,7 @@ func efficiency(used, window, quota float64) float64 {
 // runtime counts its CPU classes as GOMAXPROCS × wall time, idle Ps
 // included, so a share of that total shrinks as GOMAXPROCS grows at the
 // same work; without the idle time, every setting is measured alike.
-func gcShare(a, b RuntimeVars) *float64 {
+func gcShare(a, b runtimeVars) *float64 {
 	busy := (b.TotalCPUSeconds - a.TotalCPUSeconds) - (b.IdleCPUSeconds - a.IdleCPUSeconds)
 	gc := b.GCCPUSeconds - a.GCCPUSeconds
 	if busy <= 0 || gc < 0 || b.IdleCPUSeconds == 0 {
@@ -205,14 +205,14 @@ func overlapShare(a, b []uint64, gen []int) *float64 {
 // memTrial starts the target cold under a memory limit (and the memory
 // study's CPU limit) and drives a fixed load; it fails on an OOM kill, on
 // errors, or on a stall.
-func (l *Lab) memTrial(ctx context.Context, env map[string]string, cpu float64, limit int64, requests int) (MemTrial, LoadResult) {
-	l.sb.Repin()
+func (l *study) memTrial(ctx context.Context, env map[string]string, cpu float64, limit int64, requests int) (MemTrial, LoadResult) {
+	l.sb.repin()
 	start := time.Now()
 	t := MemTrial{LimitBytes: limit}
-	tr, err := l.sb.Start(ctx, l.cfg.Target, TrialConfig{CPU: cpu, Memory: limit, Env: env})
+	tr, err := l.sb.start(ctx, l.cfg.Target, trialConfig{CPU: cpu, Memory: limit, Env: env})
 	if err != nil {
 		t.Outcome, t.Detail = Errored, err.Error()
-		if se, ok := err.(*StartError); ok {
+		if se, ok := err.(*startError); ok {
 			t.Outcome = se.Outcome
 		}
 		t.Seconds = time.Since(start).Seconds()
@@ -251,7 +251,7 @@ func (l *Lab) memTrial(ctx context.Context, env map[string]string, cpu float64, 
 
 // healthy says whether a trial kept the unlimited probe's service: at
 // least 90% of its throughput with p99 at most twice its p99.
-func (l *Lab) healthy(t MemTrial) bool {
+func (l *study) healthy(t MemTrial) bool {
 	return t.Outcome == OK && t.RPS >= healthyRPSShare*l.res.Target.ProbeRPS && t.P99 <= healthyP99Factor*l.res.Target.ProbeP99
 }
 
@@ -260,7 +260,7 @@ const (
 	healthyP99Factor = 2.0
 )
 
-func (l *Lab) memoryStudy(ctx context.Context) error {
+func (l *study) memoryStudy(ctx context.Context) error {
 	// Memory trials run under the CPU limit the CPU study recommends: a
 	// slower collector under a small quota needs more headroom, and that
 	// is the pair a pod would get.
@@ -278,14 +278,14 @@ func (l *Lab) memoryStudy(ctx context.Context) error {
 		}
 		l.progress("memory probe %d at %s CPU, no memory limit: peak %s, %.0f rps, p99 %.1fms", i+1, cpuLabel(cpu), fit.FormatBytes(int64(probe.PeakBytes)), r.RPS, r.P99)
 		if probe.Outcome != OK {
-			return fmt.Errorf("%w: even without a memory limit: %s %s", ErrTargetFailed, probe.Outcome, probe.Detail)
+			return fmt.Errorf("%w: even without a memory limit: %s %s", errTargetFailed, probe.Outcome, probe.Detail)
 		}
 		rpss, p99s, peaks = append(rpss, r.RPS), append(p99s, r.P99), append(peaks, float64(probe.PeakBytes))
 	}
-	l.res.Target.PeakBytes = uint64(Summarize(peaks).Max)
-	l.res.Target.ProbeRPS, l.res.Target.ProbeP99 = Summarize(rpss).Median, Summarize(p99s).Median
+	l.res.Target.PeakBytes = uint64(summarize(peaks).Max)
+	l.res.Target.ProbeRPS, l.res.Target.ProbeP99 = summarize(rpss).Median, summarize(p99s).Median
 	peak := int64(l.res.Target.PeakBytes)
-	search := FloorSearch{Lo: peak / 4, Hi: peak * 3 / 2, Max: peak * 8, Resolution: l.cfg.Resolution, Need: l.cfg.ConfirmNeed, Of: l.cfg.ConfirmOf, MaxTrials: 16}
+	search := floorSearch{Lo: peak / 4, Hi: peak * 3 / 2, Max: peak * 8, Resolution: l.cfg.Resolution, Need: l.cfg.ConfirmNeed, Of: l.cfg.ConfirmOf, MaxTrials: 16}
 	var noKnobFloor int64
 	var searched time.Duration // the searches so far, to foresee the next
 	for i, setting := range l.cfg.MemSettings {
@@ -313,7 +313,7 @@ func (l *Lab) memoryStudy(ctx context.Context) error {
 			}
 		}
 		floor, trials, err := search.Find(ctx, run("survival"))
-		m := MemResult{Setting: setting, Trials: trials, HealthyTrials: []MemTrial{}, Survival: SurvivalCurve(trials)}
+		m := MemResult{Setting: setting, Trials: trials, HealthyTrials: []MemTrial{}, Survival: survivalCurve(trials)}
 		if floor > 0 {
 			m.FloorBytes = &floor
 		}
@@ -370,7 +370,7 @@ const checkReserve = 20 * time.Second
 
 // checkRecommendation runs the recommended CPU and memory limits and
 // environment together once, as the pod would get them.
-func (l *Lab) checkRecommendation(ctx context.Context) error {
+func (l *study) checkRecommendation(ctx context.Context) error {
 	rec := &l.res.Recommendation
 	if rec.CPULimitCores == 0 || rec.MemoryLimitBytes == 0 || l.sb == nil {
 		return nil
