@@ -267,6 +267,17 @@ func TestRecommendMemoryNeverAboveTheRatio(t *testing.T) {
 			if !strings.Contains(strings.Join(rec.Reasons, "\n"), from) {
 				t.Errorf("reasons do not say %s: %q", from, rec.Reasons)
 			}
+			// gofit's own GOMEMLIMIT carries the marker, so a target with
+			// gofit's library refines it; the ratio's is not gofit's.
+			// (Where the ratio's value is what gofit's plan gives, it is.)
+			planned, _ := l.planEnv(0, rec.MemoryLimitBytes)
+			marked := strings.Contains(rec.Env[fit.MarkerVar], "GOMEMLIMIT="+rec.Env["GOMEMLIMIT"])
+			if want := planned["GOMEMLIMIT"] == rec.Env["GOMEMLIMIT"]; marked != want || !tc.wantRatioGOMEMLIM && !marked {
+				t.Errorf("env %v (gofit's plan %v): GOMEMLIMIT in the marker %v, want %v", rec.Env, planned, marked, want)
+			}
+			if !strings.Contains(rec.YAML, fit.MarkerVar) && !tc.wantRatioGOMEMLIM {
+				t.Errorf("YAML without the marker:\n%s", rec.YAML)
+			}
 		})
 	}
 }

@@ -214,6 +214,15 @@ func (l *study) recommend() Recommendation {
 			// rule, not gofit's GOMEMLIMIT, goes with the limit.
 			env["GOMEMLIMIT"] = strconv.FormatInt(int64(float64(rec.MemoryLimitBytes)*automemlimitRatio), 10)
 		}
+		// The marker names the values that are gofit's plan, as gofit run
+		// and the webhook export it: a target importing gofit's library
+		// then refines them in-process (it measures the memory outside its
+		// heap) instead of keeping them as the user's. Without it, a static
+		// GOMEMLIMIT blind to an off-heap cache OOM-killed the check trial
+		// of examples/offheap -live-mib 64 (docs/results/memory.md).
+		if m := markerOf(env, plan.Export); m != "" {
+			env[fit.MarkerVar] = m
+		}
 		rec.Env = env
 		for _, r := range plan.Reasons {
 			if mem.setting == SetAutoMemLimit && r.Var == "GOMEMLIMIT" {
@@ -233,6 +242,18 @@ func (l *study) recommend() Recommendation {
 	}
 	rec.YAML = deploymentYAML(rec)
 	return rec
+}
+
+// markerOf is the GOFIT_RUN value for the variables of env that hold
+// exactly what the plan exported: the ones gofit may refine.
+func markerOf(env, exported map[string]string) string {
+	var marks []string
+	for _, name := range fit.VarNames() {
+		if v, ok := env[name]; ok && name != fit.MarkerVar && exported[name] == v {
+			marks = append(marks, name+"="+v)
+		}
+	}
+	return strings.Join(marks, ",")
 }
 
 type memChoice struct {

@@ -41,9 +41,9 @@ func (l *study) planEnvRequest(cores, request float64, mem int64) (map[string]st
 	p := pol.Plan(in)
 	env := maps.Clone(p.Export)
 	// The marker only tells a target that imports gofit's library which
-	// values are gofit's (p.Export keeps it, for the memory trials). Left
-	// out here, identical environments are recognised as one (same_as) and
-	// it stays out of the recommended YAML.
+	// values are gofit's (p.Export keeps it, for the memory trials and the
+	// recommendation). Left out here, identical environments are
+	// recognised as one (same_as).
 	delete(env, fit.MarkerVar)
 	for k, v := range l.baseEnv() {
 		env[k] = v
