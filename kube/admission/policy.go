@@ -19,9 +19,12 @@ const assumedGoVersion = "go1.25"
 type limits struct {
 	CPUMilli     int64 // tightest CPU limit (container or pod level), 0 for none
 	LeafCPUMilli int64 // the container's own CPU limit, all Go's runtime reads
-	Memory       int64 // tightest memory limit in bytes, 0 for none
-	CPUSource    string
-	MemorySource string
+	// CPURequestMilli is the container's CPU request, used only without a
+	// CPU limit and when the policy opts in (fit.Options.CPURequestFactor).
+	CPURequestMilli int64
+	Memory          int64 // tightest memory limit in bytes, 0 for none
+	CPUSource       string
+	MemorySource    string
 }
 
 // planned is what the policy would set for a container with no Go runtime
@@ -39,6 +42,7 @@ func (l limits) container(env map[string]string, nonGo int64) fit.Container {
 	return fit.Container{
 		CPULimit:     float64(l.CPUMilli) / 1000,
 		LeafCPULimit: float64(l.LeafCPUMilli) / 1000,
+		CPURequest:   float64(l.CPURequestMilli) / 1000,
 		CPUSource:    l.CPUSource,
 		MemoryLimit:  l.Memory,
 		MemorySource: l.MemorySource,
@@ -58,7 +62,7 @@ func plan(l limits, nonGo int64, pol fit.Policy) planned {
 	// is only ever set beside it.
 	out.GOMAXPROCSReasons = fit.Texts(fit.NotesFor(p.Reasons, "GOMAXPROCS"))
 	out.GOMEMLIMITReasons = append(fit.Texts(fit.NotesFor(p.Reasons, "GOMEMLIMIT")), fit.Texts(fit.NotesFor(p.Reasons, "GOGC"))...)
-	if l.CPUMilli > 0 {
+	if p.GOMAXPROCS > 0 && (p.GOMAXPROCSReason == fit.ReasonCPULimit || p.GOMAXPROCSReason == fit.ReasonCPURequest) {
 		out.GOMAXPROCS = strconv.Itoa(p.GOMAXPROCS)
 	} else {
 		out.GOMAXPROCSReasons = nil
