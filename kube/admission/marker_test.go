@@ -178,3 +178,20 @@ func TestCPURequestFactor(t *testing.T) {
 		})
 	}
 }
+
+// Duplicate env entries: the kubelet passes the last, and the webhook
+// reads the last too (for its decisions and its warnings).
+func TestDuplicateEnvLastWins(t *testing.T) {
+	h := newHandler(t, fit.Options{})
+	got, resp := admit(t, h, podOf("p", ctr("app", "2", "1Gi", env("GOMAXPROCS", "1"), env("GOMAXPROCS", "8"), env("GOMEMLIMIT", "4GiB"), env("GOMEMLIMIT", ""))))
+	if !hasWarning(resp.Warnings, "GOMAXPROCS=8 from the environment is above the CPU limit of 2 cores") {
+		t.Errorf("warnings %q: the last GOMAXPROCS (8) is the one the container gets", resp.Warnings)
+	}
+	if hasWarning(resp.Warnings, "GOMEMLIMIT=4GiB") {
+		t.Errorf("warnings %q: the last GOMEMLIMIT is empty, which Go reads as unset", resp.Warnings)
+	}
+	e := got.Spec.Containers[0].Env
+	if len(e) != 4 {
+		t.Errorf("env %v: the user's entries were changed or a value added beside a name they set", e)
+	}
+}
