@@ -30,10 +30,16 @@ func deployDir() string {
 // library kubectl embeds.
 func render(t testing.TB, overlay string) []*unstructured.Unstructured {
 	t.Helper()
+	return renderDir(t, filepath.Join(deployDir(), overlay))
+}
+
+// renderDir builds the kustomization in dir.
+func renderDir(t testing.TB, dir string) []*unstructured.Unstructured {
+	t.Helper()
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	m, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join(deployDir(), overlay))
+	m, err := k.Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
-		t.Fatalf("kustomize build %s: %v", overlay, err)
+		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
 	var out []*unstructured.Unstructured
 	for _, r := range m.Resources() {
@@ -204,18 +210,7 @@ func TestNetworkPolicy(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
-		if err != nil {
-			t.Fatalf("%s: kustomize build: %v", comp, err)
-		}
-		var objs []*unstructured.Unstructured
-		for _, r := range m.Resources() {
-			obj, err := r.Map()
-			if err != nil {
-				t.Fatal(err)
-			}
-			objs = append(objs, &unstructured.Unstructured{Object: obj})
-		}
+		objs := renderDir(t, dir)
 		check(objs)
 	}
 }
