@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"fmt"
+	goversion "go/version"
 	"io"
 	"log/slog"
 	"os"
@@ -30,6 +31,7 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 	ratio := fs.Float64("memory-ratio", fit.DefaultMemoryRatio, "share of the memory limit for GOMEMLIMIT, between 0 and 1")
 	reqFactor := fs.Float64("cpu-request-factor", 0, "opt in to GOMAXPROCS = max(min, ceil(CPU request × `FACTOR`)) for containers with no CPU limit (0: off; pods can choose with the gofit.dev/cpu-request-factor annotation)")
 	reqMin := fs.Int("cpu-request-min", fit.DefaultCPURequestMin, "the least GOMAXPROCS planned from a CPU request: 1 or 2")
+	goVersion := fs.String("go-version", admission.DefaultGoVersion, "the Go `RELEASE` assumed for images (it decides the warnings about what Go's runtime does alone); empty: unknown")
 	maxBody := fs.Int64("max-body", admission.DefaultMaxBody, "largest request body in `BYTES`")
 	maxInFlight := fs.Int("max-in-flight", admission.DefaultMaxInFlight, "reviews decoded and fitted at once; more wait, then get 503 (memory is bounded by about 2 × max-body per review)")
 	certPoll := fs.Duration("cert-poll", 10*time.Second, "re-read the certificate files this often, besides file events")
@@ -73,6 +75,8 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	switch {
+	case *goVersion != "" && !goversion.IsValid(*goVersion):
+		return fmt.Errorf("%w: --go-version %q: want a Go release such as go1.25", errUsage, *goVersion)
 	case *certFile == "" || *keyFile == "":
 		return fmt.Errorf("%w: --cert-file and --key-file are required", errUsage)
 	case *maxBody < 1<<10:
@@ -122,7 +126,7 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 		KeyFile:       *keyFile,
 		CertPoll:      *certPoll,
 		ShutdownDelay: *shutdownDelay,
-		Policy:        pol,
+		Mutator:       admission.NewMutator(pol, admission.WithGoVersion(*goVersion)),
 		MaxBody:       *maxBody,
 		MaxInFlight:   *maxInFlight,
 		Log:           slog.New(h),

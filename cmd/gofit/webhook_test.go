@@ -44,6 +44,7 @@ func TestWebhookFlags(t *testing.T) {
 		{[]string{"webhook", "--cert-file", crt, "--key-file", key, "--cpu-request-factor", "-1"}, 2, "--cpu-request-factor: bad option: CPU request factor -1"},
 		{[]string{"webhook", "--cert-file", crt, "--key-file", key, "--cpu-request-min", "3"}, 2, "--cpu-request-min 3: want 1 or 2"},
 		{[]string{"webhook", "--cert-file", crt, "--key-file", key, "--max-in-flight", "0"}, 2, "--max-in-flight 0: want at least 1"},
+		{[]string{"webhook", "--cert-file", crt, "--key-file", key, "--go-version", "1.25"}, 2, `--go-version "1.25": want a Go release such as go1.25`},
 		{[]string{"webhook", "--cert-file", crt, "--key-file", key, "--self-managed-secret", "a/b"}, 2, "needs --webhook-config and --service-dns"},
 		{[]string{"webhook", "--cert-file", crt, "--key-file", key, "--webhook-config", "x"}, 2, "go with --self-managed-secret"},
 		{[]string{"webhook", "--cert-file", crt, "--key-file", key, "extra"}, 2, `unexpected argument "extra"`},

@@ -61,7 +61,7 @@ type choices struct {
 	optOut bool
 	modes  modes
 	nonGo  map[string]int64
-	pol    fit.Policy      // the webhook's, or the pod's CPU request factor in it
+	pl     planner         // the webhook's, or with the pod's CPU request factor
 	prev   *podplan.Record // what an earlier pass recorded; nil when none or unreadable
 	// warnings are about annotations read in part; err is an annotation
 	// that makes fitting unsafe (a misread mode or non-Go allowance): the
@@ -72,9 +72,9 @@ type choices struct {
 
 // readChoices reads AnnotationInject, AnnotationContainers,
 // AnnotationNonGoMemory, AnnotationCPURequestFactor and AnnotationPlan.
-func readChoices(pod *corev1.Pod, pol fit.Policy) choices {
+func readChoices(pod *corev1.Pod, pl planner) choices {
 	ann := pod.Annotations
-	ch := choices{modes: modes{def: ModeEnv}, pol: pol}
+	ch := choices{modes: modes{def: ModeEnv}, pl: pl}
 	switch v := ann[AnnotationInject]; v {
 	case "false":
 		ch.optOut = true
@@ -94,11 +94,11 @@ func readChoices(pod *corev1.Pod, pol fit.Policy) choices {
 		ch.err = checkNames(AnnotationNonGoMemory, keys(ch.nonGo), pod)
 	}
 	if v, ok := ann[AnnotationCPURequestFactor]; ok {
-		p, err := requestFactor(pol, v)
+		p, err := requestFactor(pl.pol, v)
 		if err != nil {
 			ch.warnings = append(ch.warnings, fmt.Sprintf("annotation %s: %v; using the webhook's setting", AnnotationCPURequestFactor, err))
 		} else {
-			ch.pol = p
+			ch.pl.pol = p
 		}
 	}
 	if s, ok := ann[AnnotationPlan]; ok {

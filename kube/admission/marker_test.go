@@ -195,3 +195,15 @@ func TestDuplicateEnvLastWins(t *testing.T) {
 		t.Errorf("env %v: the user's entries were changed or a value added beside a name they set", e)
 	}
 }
+
+// The Go release assumed for images is the operator's to state: the
+// sub-core warning is about Go ≥ 1.25's own default of 2.
+func TestGoVersionAssumed(t *testing.T) {
+	pod := optOut(podOf("p", ctr("app", "500m", "")))
+	for v, want := range map[string]bool{DefaultGoVersion: true, "go1.24": false, "": false} {
+		res := NewMutator(fit.Policy{}, WithGoVersion(v)).Create(pod)
+		if got := hasWarning(res.Warnings, "below 1 core but Go's runtime default is 2"); got != want {
+			t.Errorf("assuming %q: sub-core warning %v, want %v (%q)", v, got, want, res.Warnings)
+		}
+	}
+}

@@ -17,16 +17,30 @@ import (
 )
 
 // Mutator fits pods. It is pure: a pod in, a patch, a record and warnings
-// out. The zero value uses fit's default policy.
+// out. The zero value uses fit's default policy and assumes nothing of
+// the images' Go release.
 type Mutator struct {
-	pol fit.Policy
+	pl planner
 }
 
 // NewMutator returns a Mutator that plans with pol (built and validated by
-// fit.New, so that an admission never meets an invalid option).
-func NewMutator(pol fit.Policy) *Mutator {
-	return &Mutator{pol: pol}
+// fit.New, so that an admission never meets an invalid option), assuming
+// images built with DefaultGoVersion unless an option says otherwise.
+func NewMutator(pol fit.Policy, opts ...MutatorOption) *Mutator {
+	m := &Mutator{pl: planner{pol: pol, goVersion: DefaultGoVersion}}
+	for _, o := range opts {
+		o(m)
+	}
+	return m
 }
+
+// MutatorOption configures a Mutator.
+type MutatorOption func(*Mutator)
+
+// WithGoVersion sets the Go release assumed for images ("go1.26"; ""
+// for unknown: a runtime that does not read cgroups). It decides the
+// warnings about what Go's runtime would do alone.
+func WithGoVersion(v string) MutatorOption { return func(m *Mutator) { m.pl.goVersion = v } }
 
 // PatchOp is one RFC 6902 JSON Patch operation.
 type PatchOp struct {
@@ -91,7 +105,7 @@ func targets(pod *corev1.Pod) []target {
 // leaves alone and says so in a warning.
 func (m *Mutator) Create(pod *corev1.Pod) Result {
 	var res Result
-	ch := readChoices(pod, m.pol)
+	ch := readChoices(pod, m.pl)
 	warn := ch.warnings
 	if ch.optOut || ch.err != nil {
 		res.Outcome = OutcomeSkipped
@@ -104,12 +118,12 @@ func (m *Mutator) Create(pod *corev1.Pod) Result {
 		res.Warnings = append(warn, m.allAsIs(pod)...)
 		return res
 	}
-	md, nonGo, prev, pol := ch.modes, ch.nonGo, ch.prev, ch.pol
+	md, nonGo, prev, pl := ch.modes, ch.nonGo, ch.prev, ch.pl
 
 	rec := &podplan.Record{Containers: []podplan.Container{}}
 	var replaces, removes, adds []PatchOp
 	for _, t := range targets(pod) {
-		f := fitContainer(pod, t.c, md.of(t.c.Name), nonGo[t.c.Name], prev.Container(t.c.Name), pol)
+		f := fitContainer(pod, t.c, md.of(t.c.Name), nonGo[t.c.Name], prev.Container(t.c.Name), pl)
 		rec.Containers = append(rec.Containers, f.rec)
 		warn = append(warn, f.warnings...)
 		env := t.path + "/env"
@@ -158,7 +172,7 @@ func (m *Mutator) Create(pod *corev1.Pod) Result {
 // limits would change, naming the fix. It never patches.
 func (m *Mutator) Resize(pod *corev1.Pod) Result {
 	res := Result{Outcome: OutcomeUnchanged}
-	ch := readChoices(pod, m.pol)
+	ch := readChoices(pod, m.pl)
 	if ch.optOut {
 		return res
 	}
@@ -168,19 +182,19 @@ func (m *Mutator) Resize(pod *corev1.Pod) Result {
 		res.Outcome = OutcomeWarned
 		return res
 	}
-	md, nonGo, prev, pol := ch.modes, ch.nonGo, ch.prev, ch.pol
+	md, nonGo, prev, pl := ch.modes, ch.nonGo, ch.prev, ch.pl
 	var warn []string
 	for _, t := range targets(pod) {
 		c := t.c
 		pr := prev.Container(c.Name)
 		if pr == nil || len(pr.Env) == 0 {
 			if md.of(c.Name) != ModeAuto {
-				warn = append(warn, asIs(pod, c, pol)...)
+				warn = append(warn, asIs(pod, c, pl)...)
 			}
 			continue
 		}
 		lim := containerLimits(pod, c)
-		want := plan(lim, nonGo[c.Name], pol)
+		want := plan(lim, nonGo[c.Name], pl)
 		owned := ownedEnv(c, pr)
 		stale := false
 		runtimeEnv, _ := userEnv(pod, c, owned)
@@ -201,7 +215,7 @@ func (m *Mutator) Resize(pod *corev1.Pod) Result {
 				c.Name, name, pr.Env[name], limitsText(pr.CPU, pr.Memory), now, fit.MarkerVar))
 		}
 		if !stale {
-			for _, w := range mistakes(lim, withoutEmpty(runtimeEnv), nonGo[c.Name], pol) {
+			for _, w := range mistakes(lim, withoutEmpty(runtimeEnv), nonGo[c.Name], pl) {
 				warn = append(warn, fmt.Sprintf("container %q: %s", c.Name, w))
 			}
 		}
@@ -259,7 +273,7 @@ type fitted struct {
 
 // fitContainer decides GOMAXPROCS and GOMEMLIMIT for one container, each on
 // its own, and the mistakes to warn about.
-func fitContainer(pod *corev1.Pod, c *corev1.Container, mode Mode, nonGo int64, prev *podplan.Container, pol fit.Policy) fitted {
+func fitContainer(pod *corev1.Pod, c *corev1.Container, mode Mode, nonGo int64, prev *podplan.Container, pl planner) fitted {
 	lim := containerLimits(pod, c)
 	f := fitted{rec: podplan.Container{Name: c.Name, Mode: mode, Reasons: []string{}}}
 	if lim.CPUMilli > 0 {
@@ -271,7 +285,7 @@ func fitContainer(pod *corev1.Pod, c *corev1.Container, mode Mode, nonGo int64, 
 	owned := ownedEnv(c, prev)
 	known, set := userEnv(pod, c, owned)
 	mayFrom := envFromMaySet(c)
-	want := plan(lim, nonGo, pol)
+	want := plan(lim, nonGo, pl)
 	runtimeEnv := known // what the Go runtime will see, for the warnings
 
 	for _, name := range []string{"GOMAXPROCS", "GOMEMLIMIT"} {
@@ -343,7 +357,7 @@ func fitContainer(pod *corev1.Pod, c *corev1.Container, mode Mode, nonGo int64, 
 	case ours:
 		f.remove = append(f.remove, j)
 	}
-	for _, w := range mistakes(lim, withoutEmpty(runtimeEnv), nonGo, pol) {
+	for _, w := range mistakes(lim, withoutEmpty(runtimeEnv), nonGo, pl) {
 		f.warnings = append(f.warnings, fmt.Sprintf("container %q: %s", c.Name, w))
 	}
 	return f
@@ -375,24 +389,24 @@ func runtimeSees(env map[string]string, name, value string) {
 func (m *Mutator) allAsIs(pod *corev1.Pod) []string {
 	var out []string
 	for _, t := range targets(pod) {
-		out = append(out, asIs(pod, t.c, m.pol)...)
+		out = append(out, asIs(pod, t.c, m.pl)...)
 	}
 	return out
 }
 
 // asIs warns about a container's mistakes without fitting it.
-func asIs(pod *corev1.Pod, c *corev1.Container, pol fit.Policy) []string {
+func asIs(pod *corev1.Pod, c *corev1.Container, pl planner) []string {
 	lim := containerLimits(pod, c)
 	known, set := userEnv(pod, c, nil)
 	mayFrom := envFromMaySet(c)
-	want := plan(lim, 0, pol)
+	want := plan(lim, 0, pl)
 	for _, name := range []string{"GOMAXPROCS", "GOMEMLIMIT"} {
 		if (set[name] || mayFrom[name] != "") && known[name] == "" && want.value(name) != "" {
 			known[name] = want.value(name)
 		}
 	}
 	var out []string
-	for _, w := range mistakes(lim, withoutEmpty(known), 0, pol) {
+	for _, w := range mistakes(lim, withoutEmpty(known), 0, pl) {
 		out = append(out, fmt.Sprintf("container %q: %s", c.Name, w))
 	}
 	return out
