@@ -64,9 +64,12 @@ type Config struct {
 	Resolution    int64         // of the floor, bytes
 	ConfirmNeed   int           // k of n at the floor's edge
 	ConfirmOf     int
-	Resamples     int       // bootstrap resamples
-	Warnings      []string  // minimums the user overrode (from the command line)
-	Progress      io.Writer // progress lines; nil for none
+	Resamples     int // bootstrap resamples
+	// Seed orders the CPU cells, the request mix and the bootstrap's
+	// resamples; the same seed replays a run's random choices.
+	Seed     int64
+	Warnings []string  // minimums the user overrode (from the command line)
+	Progress io.Writer // progress lines; nil for none
 }
 
 // DefaultConfig is the default study, or with quick the reduced one.
@@ -92,6 +95,7 @@ func DefaultConfig(quick bool) Config {
 		ConfirmNeed:   2,
 		ConfirmOf:     3,
 		Resamples:     1000,
+		Seed:          1,
 	}
 	if ncpu <= 1 {
 		c.Quotas = []float64{0.25, 0.5, 1}

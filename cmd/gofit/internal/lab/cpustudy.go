@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
 
 type cpuConfig struct {
@@ -78,8 +80,8 @@ func (l *Lab) runsOf(k cellKey) []CPUCell {
 	return out
 }
 
-func pooled(cs []CPUCell) Sample {
-	s := make(Sample, 0, len(cs))
+func pooled(cs []CPUCell) stats.Sample {
+	s := make(stats.Sample, 0, len(cs))
 	for _, c := range cs {
 		s = append(s, c.blocks)
 	}
@@ -172,7 +174,7 @@ func (l *Lab) cpuStudy(ctx context.Context) error {
 		} else {
 			var caps []float64
 			for _, c := range cs {
-				if r := pooled(l.runsOf(cellKey{q, c.setting, "closed"})).rps(); r > 0 {
+				if r := pooled(l.runsOf(cellKey{q, c.setting, "closed"})).RPS(); r > 0 {
 					caps = append(caps, r)
 				}
 			}
@@ -243,14 +245,14 @@ func (l *Lab) undecided(all map[float64][]cpuConfig) []repeatTask {
 			for _, c := range all[q] {
 				k := cellKey{q, c.setting, mode}
 				runs := l.runsOf(k)
-				if mode == "open" && pooled(runs).count() < l.cfg.OpenSamples && l.cfg.OpenDuration == 0 {
+				if mode == "open" && pooled(runs).Count() < l.cfg.OpenSamples && l.cfg.OpenDuration == 0 {
 					add(k)
 				}
 				if c.setting == SetGoDefault || len(baseRuns) == 0 || anyFailed(runs) || anyFailed(baseRuns) {
 					continue
 				}
 				st := headline(mode)
-				_, decided := Verdict(l.boot.Ratio(pooled(runs), pooled(baseRuns), st), st, margin(st))
+				_, decided := stats.Verdict(l.boot.Ratio(pooled(runs), pooled(baseRuns), st), st, st.Margin())
 				if !decided {
 					add(k)
 					add(base)
@@ -288,18 +290,9 @@ func (l *Lab) runCost(k cellKey) time.Duration {
 }
 
 // headline is the statistic a mode's verdict is about.
-func headline(mode string) Stat {
+func headline(mode string) stats.Stat {
 	if mode == "open" {
-		return StatP99
+		return stats.StatP99
 	}
-	return StatRPS
-}
-
-// margin is how close to 1 a ratio's whole interval must lie for "same"
-// to count as decided: p99 is the noisier statistic.
-func margin(st Stat) float64 {
-	if st == StatP99 {
-		return 0.10
-	}
-	return 0.05
+	return stats.StatRPS
 }

@@ -1,5 +1,7 @@
 package lab
 
+import "github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
+
 // Results is results.json; the README documents the schema.
 type Results struct {
 	Machine        Machine          `json:"machine"`
@@ -80,7 +82,7 @@ type CPUCell struct {
 	Seconds          float64        `json:"seconds"`
 	GeneratorCPUSec  float64        `json:"generator_cpu_seconds"`
 
-	blocks []Block
+	blocks []stats.Block
 }
 
 // Metric is a figure over repeats (min/median/max of the per-repeat
@@ -97,27 +99,27 @@ type Metric struct {
 
 // CPUSummary is one (quota, setting, mode) over its repeats.
 type CPUSummary struct {
-	QuotaCores       float64    `json:"quota_cores"`
-	Setting          string     `json:"setting"`
-	SameAs           []string   `json:"same_as"`
-	Mode             string     `json:"mode"`
-	GOMAXPROCS       int        `json:"gomaxprocs"`
-	OfferedRPS       float64    `json:"offered_rps,omitempty"`
-	Isolated         bool       `json:"isolated"`
-	Repeats          int        `json:"repeats"`
-	Samples          int        `json:"samples"` // latencies pooled
-	RPS              Metric     `json:"rps"`
-	P99              Metric     `json:"p99_ms"`
-	ThrottledSeconds Metric     `json:"throttled_seconds"`
-	CPUMsPerRequest  Metric     `json:"cpu_ms_per_request"`
-	CPUEfficiency    Metric     `json:"cpu_efficiency"`
-	ErrorShare       float64    `json:"error_share"`
-	Failed           bool       `json:"failed"`  // over 1% errors, or the target exited
-	Verdict          *string    `json:"verdict"` // vs go-default at the same quota and mode; null for go-default
-	VerdictRatio     *Interval  `json:"verdict_ratio"`
-	Decided          bool       `json:"decided"`
-	Notes            []string   `json:"notes"`
-	Percentiles      []PctPoint `json:"percentiles,omitempty"` // open loop: the latency distribution, p50..p99.99
+	QuotaCores       float64         `json:"quota_cores"`
+	Setting          string          `json:"setting"`
+	SameAs           []string        `json:"same_as"`
+	Mode             string          `json:"mode"`
+	GOMAXPROCS       int             `json:"gomaxprocs"`
+	OfferedRPS       float64         `json:"offered_rps,omitempty"`
+	Isolated         bool            `json:"isolated"`
+	Repeats          int             `json:"repeats"`
+	Samples          int             `json:"samples"` // latencies pooled
+	RPS              Metric          `json:"rps"`
+	P99              Metric          `json:"p99_ms"`
+	ThrottledSeconds Metric          `json:"throttled_seconds"`
+	CPUMsPerRequest  Metric          `json:"cpu_ms_per_request"`
+	CPUEfficiency    Metric          `json:"cpu_efficiency"`
+	ErrorShare       float64         `json:"error_share"`
+	Failed           bool            `json:"failed"`  // over 1% errors, or the target exited
+	Verdict          *string         `json:"verdict"` // vs go-default at the same quota and mode; null for go-default
+	VerdictRatio     *stats.Interval `json:"verdict_ratio"`
+	Decided          bool            `json:"decided"`
+	Notes            []string        `json:"notes"`
+	Percentiles      []PctPoint      `json:"percentiles,omitempty"` // open loop: the latency distribution, p50..p99.99
 }
 
 // PctPoint is one point of a latency-percentile curve.

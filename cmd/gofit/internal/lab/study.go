@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/gofit-dev/gofit/cgroup"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
 
 // Lab runs a study in a sandbox.
@@ -23,7 +25,7 @@ type Lab struct {
 	total   int
 	started time.Time
 	rng     *rand.Rand
-	boot    *Bootstrap
+	boot    *stats.Bootstrap
 	ncpu    int // CPUs the target sees
 	place   *Placement
 	// measure runs one CPU window; tests replace it with a fake.
@@ -64,7 +66,7 @@ func Run(ctx context.Context, sb *Sandbox, cfg Config) (*Results, error) {
 	if len(place.Target) == 0 {
 		l.ncpu = runtime.NumCPU()
 	}
-	genStart := selfCPU()
+	genStart := load.SelfCPU()
 	err = l.cpuStudy(ctx)
 	if err == nil {
 		err = l.memoryStudy(ctx)
@@ -74,7 +76,7 @@ func Run(ctx context.Context, sb *Sandbox, cfg Config) (*Results, error) {
 		err = l.checkRecommendation(ctx)
 	}
 	l.res.Lab.WallSeconds = time.Since(l.started).Seconds()
-	l.res.Lab.GeneratorCPUSeconds = (selfCPU() - genStart).Seconds()
+	l.res.Lab.GeneratorCPUSeconds = (load.SelfCPU() - genStart).Seconds()
 	if err == nil && l.res.Lab.Failed != "" {
 		err = fmt.Errorf("%w: %s", ErrTargetFailed, l.res.Lab.Failed)
 	}
@@ -87,7 +89,7 @@ func newLab(cfg Config) *Lab {
 	if cfg.Resamples <= 0 {
 		cfg.Resamples = 1000
 	}
-	l := &Lab{cfg: cfg, started: time.Now(), rng: rand.New(rand.NewSource(1)), boot: NewBootstrap(cfg.Resamples, 1), ncpu: runtime.NumCPU(), now: time.Now}
+	l := &Lab{cfg: cfg, started: time.Now(), rng: rand.New(rand.NewSource(cfg.Seed)), boot: stats.NewBootstrap(cfg.Resamples, cfg.Seed), ncpu: runtime.NumCPU(), now: time.Now}
 	l.res.Lab.Warnings = append([]string{}, cfg.Warnings...)
 	l.res.Lab.BudgetSeconds = cfg.Budget.Seconds()
 	cells := len(cfg.Quotas) * len(cfg.CPUSettings) * cfg.MinRepeats * 2
@@ -179,13 +181,17 @@ func (l *Lab) failure() string {
 }
 
 func errorKinds(k map[string]int) string {
-	return LoadResult{ErrorKinds: k}.ErrorSummary()
+	return load.Kinds(k)
 }
 
 func cellFailed(c CPUCell) bool {
 	n := c.Requests + c.Errors
 	return c.TargetExited || n == 0 || float64(c.Errors) > maxErrorShare*float64(n)
 }
+
+// mix is the request mix for a window on tr: every window starts the
+// same seeded order, so --seed replays a run's requests.
+func (l *Lab) mix(tr *Trial) *load.Mix { return load.NewMix(tr.Targets, l.cfg.Seed) }
 
 // baseEnv is every trial's extra environment.
 func (l *Lab) baseEnv() map[string]string {

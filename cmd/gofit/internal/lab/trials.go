@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gofit-dev/gofit/cgroup"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 	"github.com/gofit-dev/gofit/fit"
 	"github.com/gofit-dev/gofit/internal/target"
 )
@@ -101,15 +102,15 @@ func (l *Lab) sandboxMeasure(ctx context.Context, c cpuConfig, mode string, offe
 	defer tr.Stop()
 	inFlight := l.cfg.Concurrency
 	if mode == "open" {
-		inFlight = maxOpenInFlight
+		inFlight = load.MaxOpenInFlight
 	}
-	ld := NewLoader(inFlight, nil)
+	ld := load.NewLoader(inFlight, nil)
 	defer ld.Close()
 	// Warm up connections, caches and the heap's size at this load.
 	if mode == "open" {
-		ld.Open(ctx, tr.URL, offered, l.cfg.Warmup)
+		ld.Open(ctx, l.mix(tr), offered, l.cfg.Warmup)
 	} else {
-		ld.Closed(ctx, tr.URL, 0, l.cfg.Warmup, l.cfg.Concurrency)
+		ld.Closed(ctx, l.mix(tr), 0, l.cfg.Warmup, l.cfg.Concurrency)
 	}
 	procs := c.procs
 	if v, err := tr.Vars(); err == nil && v.GOMAXPROCS > 0 {
@@ -119,11 +120,11 @@ func (l *Lab) sandboxMeasure(ctx context.Context, c cpuConfig, mode string, offe
 	pc0 := tr.CPUOn()
 	s0, _ := tr.Stats()
 	t0 := time.Now()
-	var r LoadResult
+	var r load.Result
 	if mode == "open" {
-		r = ld.Open(ctx, tr.URL, offered, window)
+		r = ld.Open(ctx, l.mix(tr), offered, window)
 	} else {
-		r = ld.Closed(ctx, tr.URL, l.cfg.Requests, window, l.cfg.Concurrency)
+		r = ld.Closed(ctx, l.mix(tr), l.cfg.Requests, window, l.cfg.Concurrency)
 	}
 	s1, _ := tr.Stats()
 	cpuWin := time.Since(t0)
@@ -205,7 +206,7 @@ func overlapShare(a, b []uint64, gen []int) *float64 {
 // memTrial starts the target cold under a memory limit (and the memory
 // study's CPU limit) and drives a fixed load; it fails on an OOM kill, on
 // errors, or on a stall.
-func (l *Lab) memTrial(ctx context.Context, env map[string]string, cpu float64, limit int64, requests int) (MemTrial, LoadResult) {
+func (l *Lab) memTrial(ctx context.Context, env map[string]string, cpu float64, limit int64, requests int) (MemTrial, load.Result) {
 	l.sb.Repin()
 	start := time.Now()
 	t := MemTrial{LimitBytes: limit}
@@ -216,7 +217,7 @@ func (l *Lab) memTrial(ctx context.Context, env map[string]string, cpu float64, 
 			t.Outcome = se.Outcome
 		}
 		t.Seconds = time.Since(start).Seconds()
-		return t, LoadResult{}
+		return t, load.Result{}
 	}
 	defer tr.Stop()
 	t.ResidentBefore = tr.Resident
@@ -224,10 +225,10 @@ func (l *Lab) memTrial(ctx context.Context, env map[string]string, cpu float64, 
 		m, _ := tr.g.MemoryStats()
 		return m.MajorFaults, m.MaxHits
 	}
-	ld := NewLoader(memConcurrency, probe)
+	ld := load.NewLoader(memConcurrency, probe)
 	ld.MinRate = l.res.Target.ProbeRPS * stallShare
 	defer ld.Close()
-	r := ld.Closed(ctx, tr.URL, requests, 0, memConcurrency)
+	r := ld.Closed(ctx, l.mix(tr), requests, 0, memConcurrency)
 	exited := tr.Exited()
 	tr.Stop()
 	s, _ := tr.Stats()
