@@ -9,6 +9,7 @@ import (
 	"io"
 	iofs "io/fs"
 	"math"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 )
 
 func runLab(args []string, stdout, stderr io.Writer) error {
@@ -39,6 +41,18 @@ func runLab(args []string, stdout, stderr io.Writer) error {
 	budget := fs.Duration("budget", 0, "wall time the adaptive repeats must fit in (default 15m; --quick 4m)")
 	targetRPS := fs.Float64("target-rps", 0, "recommend the cheapest quota × setting that serves this many requests/s (open loop at this rate)")
 	slo := fs.Duration("slo-p99", 0, "with --target-rps: the p99 latency the recommendation must meet, e.g. 50ms")
+	targetsFile := fs.String("targets", "", "request mix instead of --url: a file in vegeta's format (METHOD URL [weight=N], header lines, @body-file, a blank line between targets); {port} works here too")
+	var headers []string
+	fs.Func("header", "with --url: a header for every request, \"Name: value\" (repeatable)", func(v string) error {
+		if _, _, err := load.ParseHeader(v); err != nil {
+			return err
+		}
+		headers = append(headers, v)
+		return nil
+	})
+	seed := fs.Int64("seed", 1, "seed of the random order of cells, requests and resamples; the same seed replays a run")
+	readyURL := fs.String("ready-url", "", "URL polled until the service is ready (default: --url, or the first GET target); 503 means still starting")
+	readyTimeout := fs.Duration("ready-timeout", 0, "how long the service may take to become ready (default 30s)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -117,17 +131,47 @@ func runLab(args []string, stdout, stderr io.Writer) error {
 	if set["open-fraction"] && set["target-rps"] {
 		cfg.Warnings = append(cfg.Warnings, "--target-rps sets the open-loop rate; --open-fraction is ignored")
 	}
-	if (*cmdFlag == "") != (*urlFlag == "") {
-		return fmt.Errorf("%w: --cmd and --url go together", errUsage)
+	if set["url"] && set["targets"] {
+		return fmt.Errorf("%w: --url and --targets: give one", errUsage)
 	}
+	if (*cmdFlag == "") != (*urlFlag == "" && *targetsFile == "") {
+		return fmt.Errorf("%w: --cmd goes with --url or --targets", errUsage)
+	}
+	if len(headers) > 0 && !set["url"] {
+		return fmt.Errorf("%w: --header goes with --url (put headers in the --targets file)", errUsage)
+	}
+	for _, f := range []string{"ready-url", "ready-timeout"} {
+		if set[f] && !set["cmd"] {
+			return fmt.Errorf("%w: --%s goes with --cmd", errUsage, f)
+		}
+	}
+	if set["ready-timeout"] && *readyTimeout <= 0 {
+		return fmt.Errorf("%w: --ready-timeout %v: must be positive", errUsage, *readyTimeout)
+	}
+	cfg.Seed = *seed
 	var words []string
+	var mix []load.Target
 	if set["cmd"] {
 		words = strings.Fields(*cmdFlag)
 		if len(words) == 0 {
 			return fmt.Errorf("%w: --cmd %q: no command", errUsage, *cmdFlag)
 		}
-		if !strings.HasPrefix(*urlFlag, "http://") && !strings.HasPrefix(*urlFlag, "https://") {
-			return fmt.Errorf("%w: --url %q: want an http:// or https:// URL", errUsage, *urlFlag)
+		if set["url"] {
+			if err := load.CheckURL(*urlFlag); err != nil {
+				return fmt.Errorf("%w: --url %v", errUsage, err)
+			}
+		}
+		if set["targets"] {
+			ts, err := load.ReadTargets(*targetsFile)
+			if err != nil {
+				return fmt.Errorf("%w: %v", errUsage, err)
+			}
+			mix = ts
+		}
+		if set["ready-url"] {
+			if err := load.CheckURL(*readyURL); err != nil {
+				return fmt.Errorf("%w: --ready-url %v", errUsage, err)
+			}
 		}
 	}
 	// Before any minute is spent: can the results be written at all?
@@ -146,10 +190,21 @@ func runLab(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("--cmd: %w", err)
 		}
-		if !strings.Contains(*urlFlag, "{port}") && !strings.Contains(*cmdFlag, "{port}") {
-			fmt.Fprintln(stderr, "gofit lab: note: neither --cmd nor --url contains {port}; every trial will use the same port")
+		if !strings.Contains(*cmdFlag, "{port}") {
+			fmt.Fprintln(stderr, "gofit lab: note: --cmd does not contain {port}; every trial will use the same port")
 		}
-		cfg.Target = lab.Target{Path: path, Args: words[1:], URL: *urlFlag}
+		var h http.Header
+		for _, v := range headers {
+			k, val, _ := load.ParseHeader(v)
+			if h == nil {
+				h = http.Header{}
+			}
+			h.Add(k, val)
+		}
+		cfg.Target = lab.Target{Path: path, Args: words[1:], URL: *urlFlag, Header: h, Requests: mix, ReadyURL: *readyURL, ReadyTimeout: *readyTimeout}
+		if cfg.Target.Ready() == "" {
+			return fmt.Errorf("%w: --targets %s has no GET target to poll for readiness; give --ready-url", errUsage, *targetsFile)
+		}
 	}
 
 	sb, err := lab.NewSandbox()

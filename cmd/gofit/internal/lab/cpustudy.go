@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
 
@@ -108,10 +109,6 @@ func (l *Lab) openWindow(rate float64) time.Duration {
 	return max(d, l.cfg.MinOpenWindow)
 }
 
-// cpuBudget is the part of the budget the CPU study may spend, adaptive
-// repeats included; the memory study needs the rest.
-func (l *Lab) cpuBudget() time.Duration { return l.cfg.Budget * 45 / 100 }
-
 func (l *Lab) cpuStudy(ctx context.Context) error {
 	offered := map[float64]float64{}
 	windows := map[float64]time.Duration{}
@@ -124,7 +121,12 @@ func (l *Lab) cpuStudy(ctx context.Context) error {
 		if mode == "open" {
 			win = windows[c.quota]
 		}
+		began := l.now()
 		cell, err := l.measure(ctx, c, mode, offered[c.quota], win, rep)
+		if err == nil {
+			l.overheadSum += max(l.now().Sub(began)-time.Duration(cell.Seconds*float64(time.Second)), 0)
+			l.overheadRuns++
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -138,6 +140,14 @@ func (l *Lab) cpuStudy(ctx context.Context) error {
 			return fmt.Errorf("cpu trial %s %s %s-loop: %w", millicores(c.quota), c.setting, mode, err)
 		}
 		l.res.CPU = append(l.res.CPU, cell)
+		for i, t := range cell.Targets {
+			if i >= len(l.res.Targets) {
+				// Named as given ({port} and all): each trial has its own port.
+				mix := l.cfg.Target.Mix()
+				l.res.Targets = append(l.res.Targets, load.TargetResult{Method: mix[i].Method, URL: mix[i].URL})
+			}
+			l.res.Targets[i].Merge(t)
+		}
 		l.progress("cpu %-5s %-15s %-6s rep %d: %5.0f rps, p99 %6.1fms", millicores(c.quota), c.setting, mode, rep, cell.RPS, cell.P99)
 		if cell.TargetExited {
 			// No memory limit here: an exit is a crash. Stop rather than
@@ -159,7 +169,7 @@ func (l *Lab) cpuStudy(ctx context.Context) error {
 		}
 		return nil
 	}
-	for _, q := range l.cfg.Quotas {
+	for qi, q := range l.cfg.Quotas {
 		cs := l.configs(q)
 		all[q] = cs
 		for rep := 1; rep <= l.cfg.MinRepeats; rep++ {
@@ -180,7 +190,7 @@ func (l *Lab) cpuStudy(ctx context.Context) error {
 			}
 			offered[q] = math.Max(1, math.Round(l.cfg.OpenFraction*Summarize(caps).Median))
 		}
-		windows[q] = l.openWindow(offered[q])
+		windows[q] = l.planOpenWindow(qi, offered[q], len(cs))
 		for rep := 1; rep <= l.cfg.MinRepeats; rep++ {
 			if err := round(cs, "open", rep); err != nil {
 				return err
@@ -197,7 +207,7 @@ func (l *Lab) cpuStudy(ctx context.Context) error {
 		}
 		ran := 0
 		for _, t := range todo {
-			if l.now().Sub(l.started)+l.runCost(t.key) > l.cpuBudget() {
+			if l.elapsed()+l.runCost(t.key) > l.cpuBudget() {
 				break
 			}
 			var c cpuConfig
@@ -214,7 +224,7 @@ func (l *Lab) cpuStudy(ctx context.Context) error {
 		if ran < len(todo) {
 			left := len(l.undecided(all))
 			if left > 0 {
-				l.warn("the CPU study's budget (%v of %v) ran out with %d cells undecided or short of samples; their verdicts stay \"same\" on intervals too wide to tell (more time: --budget)", l.cpuBudget().Round(time.Second), l.cfg.Budget, left)
+				l.budgetNote("the CPU study's budget (%v of %v) ran out with %d cells undecided or short of samples; their verdicts stay \"same\" on intervals too wide to tell (more time: --budget)", l.cpuBudget().Round(time.Second), l.cfg.Budget, left)
 			}
 			return nil
 		}

@@ -49,6 +49,11 @@ type FloorSearch struct {
 	Resolution int64 // the floor is exact to this many bytes
 	Need, Of   int   // at the edge, Need passes of Of runs (k of n) confirm the floor
 	MaxTrials  int   // stop here with the lowest limit that passed (0: no bound)
+	// Allow is asked before every trial whether one more fits the study's
+	// budget; false ends the search as MaxTrials does, with the lowest
+	// limit that passed. The caller notes that the budget cut it. nil
+	// always allows.
+	Allow func() bool
 	// Pass decides a trial; nil means it survived (outcome ok).
 	Pass func(MemTrial) bool
 }
@@ -67,7 +72,7 @@ func (s FloorSearch) Find(ctx context.Context, run func(context.Context, int64) 
 		if err := ctx.Err(); err != nil {
 			return false, err
 		}
-		if s.MaxTrials > 0 && len(trials) >= s.MaxTrials {
+		if s.MaxTrials > 0 && len(trials) >= s.MaxTrials || s.Allow != nil && !s.Allow() {
 			return false, errBudget
 		}
 		t := run(ctx, limit)

@@ -145,8 +145,8 @@ func TestAdaptiveRepeatsStopAtBudget(t *testing.T) {
 	if n := f.runs[SetGofit+"/closed"]; n != l.cfg.MinRepeats {
 		t.Errorf("gofit closed loop ran %d times with no budget left, want %d", n, l.cfg.MinRepeats)
 	}
-	if len(l.res.Lab.Warnings) == 0 || !strings.Contains(l.res.Lab.Warnings[0], "budget") {
-		t.Errorf("no warning that the budget ran out: %v", l.res.Lab.Warnings)
+	if !l.res.Lab.BudgetLimited || len(l.res.Lab.BudgetNotes) == 0 || !strings.Contains(l.res.Lab.BudgetNotes[len(l.res.Lab.BudgetNotes)-1], "budget") {
+		t.Errorf("no note that the budget ran out: limited %v, notes %v", l.res.Lab.BudgetLimited, l.res.Lab.BudgetNotes)
 	}
 	l.finish()
 	if _, err := json.Marshal(l.res); err != nil {
@@ -156,6 +156,44 @@ func TestAdaptiveRepeatsStopAtBudget(t *testing.T) {
 		if s.Setting == SetGofit && s.Mode == "closed" && (s.Decided || s.Verdict == nil || *s.Verdict != stats.Same) {
 			t.Errorf("gofit closed: verdict %v decided %v ratio %+v; an interval too wide to tell must stay an undecided \"same\"", *s.Verdict, s.Decided, s.VerdictRatio)
 		}
+	}
+}
+
+// A slow target (node_exporter at 250m: ~25 rps closed loop, 15 rps
+// offered) used to wait 333 s per open-loop cell for 5,000 latencies. The
+// planner cuts the open windows to what the CPU study's share of the
+// budget allows, says so, and the study ends within that share plus one
+// run.
+func TestSlowTargetFitsTheBudget(t *testing.T) {
+	l, f := newFakeLab(t, 4*time.Minute)
+	l.cfg.Quotas = []float64{0.25}
+	l.cfg.CPUSettings = []string{SetProcs1, SetGoDefault, SetGofit}
+	f.rps = map[string]float64{SetGoDefault: 25, SetGofit: 25, SetProcsNCPU: 25}
+	var windows []time.Duration
+	inner := f.measure
+	l.measure = func(ctx context.Context, c cpuConfig, mode string, offered float64, window time.Duration, rep int) (CPUCell, error) {
+		if mode == "open" {
+			windows = append(windows, window)
+		}
+		return inner(ctx, c, mode, offered, window, rep)
+	}
+	if err := l.cpuStudy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(windows) == 0 {
+		t.Fatal("no open-loop run")
+	}
+	want := l.openWindow(15)
+	for _, w := range windows {
+		if w >= want {
+			t.Errorf("open window %v: the %v that 5,000 latencies at 15 rps need does not fit a 4m budget", w, want)
+		}
+	}
+	if took, most := l.elapsed(), l.cpuBudget()+l.cfg.ClosedWindow+l.cfg.Warmup+time.Second; took > most {
+		t.Errorf("the CPU study took %v of the fake clock, want at most its share %v plus one run", took, l.cpuBudget())
+	}
+	if !l.res.Lab.BudgetLimited || !strings.Contains(strings.Join(l.res.Lab.BudgetNotes, "\n"), "open loop at 250m") {
+		t.Errorf("budget_limited %v, notes %q: want a note on the open loop", l.res.Lab.BudgetLimited, l.res.Lab.BudgetNotes)
 	}
 }
 

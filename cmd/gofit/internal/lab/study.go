@@ -32,6 +32,14 @@ type Lab struct {
 	measure func(ctx context.Context, c cpuConfig, mode string, offered float64, window time.Duration, rep int) (CPUCell, error)
 	now     func() time.Time
 	exited  bool // the target exited during a CPU window: a crash
+	// The planner's measurements (budget.go).
+	overheadSum     time.Duration
+	overheadRuns    int
+	memTrialSeconds struct {
+		sum float64
+		n   int
+	}
+	mem memPlan
 }
 
 // ErrTargetFailed means the target crashed or answered with errors where
@@ -92,6 +100,9 @@ func newLab(cfg Config) *Lab {
 	l := &Lab{cfg: cfg, started: time.Now(), rng: rand.New(rand.NewSource(cfg.Seed)), boot: stats.NewBootstrap(cfg.Resamples, cfg.Seed), ncpu: runtime.NumCPU(), now: time.Now}
 	l.res.Lab.Warnings = append([]string{}, cfg.Warnings...)
 	l.res.Lab.BudgetSeconds = cfg.Budget.Seconds()
+	l.res.Lab.BudgetNotes = []string{}
+	l.res.Lab.Seed = cfg.Seed
+	l.mem = memPlan{requests: cfg.MemRequests}
 	cells := len(cfg.Quotas) * len(cfg.CPUSettings) * cfg.MinRepeats * 2
 	l.total = cells + 1 + len(cfg.MemSettings)*16 + len(cfg.MemSettings)*len(cfg.Multiples) + 1
 	return l

@@ -136,7 +136,7 @@ func (l *Lab) sandboxMeasure(ctx context.Context, c cpuConfig, mode string, offe
 	cell := CPUCell{QuotaCores: c.quota, Setting: c.setting, SameAs: c.sameAs, Repeat: rep, GOMAXPROCS: procs, GOMAXPROCSFrom: c.from, Mode: mode,
 		Isolated: l.place != nil && l.place.Isolated, RPS: r.RPS, P50: r.P50, P90: r.P90, P99: r.P99, P999: r.P999,
 		Requests: r.Requests, Errors: r.Errors, Cancelled: r.Cancelled, ErrorKinds: r.ErrorKinds, Seconds: r.Seconds, GeneratorCPUSec: r.GenCPUSec,
-		TargetExited: tr.Exited(), blocks: r.Blocks}
+		TargetExited: tr.Exited(), blocks: r.Blocks, Targets: r.Targets}
 	if mode == "open" {
 		cell.OfferedRPS = offered
 	}
@@ -206,7 +206,7 @@ func overlapShare(a, b []uint64, gen []int) *float64 {
 // memTrial starts the target cold under a memory limit (and the memory
 // study's CPU limit) and drives a fixed load; it fails on an OOM kill, on
 // errors, or on a stall.
-func (l *Lab) memTrial(ctx context.Context, env map[string]string, cpu float64, limit int64, requests int) (MemTrial, load.Result) {
+func (l *Lab) memTrial(ctx context.Context, env map[string]string, cpu float64, limit int64, requests int, maxDur time.Duration) (MemTrial, load.Result) {
 	l.sb.Repin()
 	start := time.Now()
 	t := MemTrial{LimitBytes: limit}
@@ -228,13 +228,15 @@ func (l *Lab) memTrial(ctx context.Context, env map[string]string, cpu float64, 
 	ld := load.NewLoader(memConcurrency, probe)
 	ld.MinRate = l.res.Target.ProbeRPS * stallShare
 	defer ld.Close()
-	r := ld.Closed(ctx, l.mix(tr), requests, 0, memConcurrency)
+	r := ld.Closed(ctx, l.mix(tr), requests, maxDur, memConcurrency)
 	exited := tr.Exited()
 	tr.Stop()
 	s, _ := tr.Stats()
 	t.RPS, t.P99, t.Errors = r.RPS, r.P99, r.Errors
 	t.PeakBytes, t.PageCacheBytes, t.MajorFaults, t.LimitHits = s.Memory.Peak, s.Memory.File, s.Memory.MajorFaults, s.Memory.MaxHits
 	t.Seconds = time.Since(start).Seconds()
+	l.memTrialSeconds.sum += t.Seconds
+	l.memTrialSeconds.n++
 	switch {
 	case s.Memory.OOMKills > 0:
 		t.Outcome, t.Detail = OOMKilled, fmt.Sprintf("%d OOM kills", s.Memory.OOMKills)
@@ -271,9 +273,9 @@ func (l *Lab) memoryStudy(ctx context.Context) error {
 	// The healthy reference is the median of a few unlimited probes: one
 	// probe that met a quiet moment would make every later trial look
 	// unhealthy.
-	var rpss, p99s, peaks []float64
+	var rpss, p99s, peaks, secs []float64
 	for i := 0; i < max(l.cfg.Probes, 1); i++ {
-		probe, r := l.memTrial(ctx, l.memEnv(SetNone, 0), cpu, 0, l.cfg.MemRequests)
+		probe, r := l.memTrial(ctx, l.memEnv(SetNone, 0), cpu, 0, l.cfg.MemRequests, l.probeCap())
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -281,10 +283,11 @@ func (l *Lab) memoryStudy(ctx context.Context) error {
 		if probe.Outcome != OK {
 			return fmt.Errorf("%w: even without a memory limit: %s %s", ErrTargetFailed, probe.Outcome, probe.Detail)
 		}
-		rpss, p99s, peaks = append(rpss, r.RPS), append(p99s, r.P99), append(peaks, float64(probe.PeakBytes))
+		rpss, p99s, peaks, secs = append(rpss, r.RPS), append(p99s, r.P99), append(peaks, float64(probe.PeakBytes)), append(secs, probe.Seconds)
 	}
 	l.res.Target.PeakBytes = uint64(Summarize(peaks).Max)
 	l.res.Target.ProbeRPS, l.res.Target.ProbeP99 = Summarize(rpss).Median, Summarize(p99s).Median
+	l.mem = l.planMemory(l.res.Target.ProbeRPS, Summarize(secs).Median)
 	peak := int64(l.res.Target.PeakBytes)
 	search := FloorSearch{Lo: peak / 4, Hi: peak * 3 / 2, Max: peak * 8, Resolution: l.cfg.Resolution, Need: l.cfg.ConfirmNeed, Of: l.cfg.ConfirmOf, MaxTrials: 16}
 	var noKnobFloor int64
@@ -295,19 +298,21 @@ func (l *Lab) memoryStudy(ctx context.Context) error {
 		// setting starts only if a search as long as the ones before it
 		// (plus the check trial) still fits.
 		if i > 0 {
-			next := searched/time.Duration(i) + checkReserve
+			next := searched/time.Duration(i) + l.checkReserve()
 			if setting == SetGofit || setting == SetNone || setting == SetAutoMemLimit {
 				next = 0
 			}
 			if l.now().Sub(l.started)+next > l.cfg.Budget {
-				l.warn("the budget (%v) ran out before the memory study of %s", l.cfg.Budget, strings.Join(l.cfg.MemSettings[i:], ", "))
+				l.budgetNote("the budget (%v) ran out before the memory study of %s", l.cfg.Budget, strings.Join(l.cfg.MemSettings[i:], ", "))
 				break
 			}
 		}
 		began := l.now()
+		// Each setting's searches get an equal share of the time left.
+		search.Allow = l.allowTrial(setting, began.Add(l.mem.end.Sub(began)/time.Duration(len(l.cfg.MemSettings)-i)))
 		run := func(label string) func(ctx context.Context, limit int64) MemTrial {
 			return func(ctx context.Context, limit int64) MemTrial {
-				t, _ := l.memTrial(ctx, l.memEnv(setting, limit), cpu, limit, l.cfg.MemRequests)
+				t, _ := l.memTrial(ctx, l.memEnv(setting, limit), cpu, limit, l.mem.requests, l.mem.maxTrial)
 				t.Healthy = l.healthy(t)
 				l.progress("memory %-13s %-26s at %-8s %s", label, setting, fit.FormatBytes(limit), t.verdict())
 				return t
@@ -350,12 +355,12 @@ func (l *Lab) memoryStudy(ctx context.Context) error {
 table:
 	for _, mult := range l.cfg.Multiples {
 		for _, setting := range measured {
-			if l.now().Sub(l.started)+checkReserve > l.cfg.Budget {
-				l.warn("the budget (%v) ran out during the throughput table, at %gx the floor", l.cfg.Budget, mult)
+			if l.now().Sub(l.started)+2*l.checkReserve() > l.cfg.Budget {
+				l.budgetNote("the budget (%v) ran out during the throughput table, at %gx the floor", l.cfg.Budget, mult)
 				break table
 			}
 			limit := int64(math.Ceil(float64(noKnobFloor)*mult/float64(l.cfg.Resolution))) * l.cfg.Resolution
-			t, r := l.memTrial(ctx, l.memEnv(setting, limit), cpu, limit, l.cfg.MemRequests)
+			t, r := l.memTrial(ctx, l.memEnv(setting, limit), cpu, limit, l.mem.requests, l.mem.maxTrial)
 			if err := ctx.Err(); err != nil {
 				return err
 			}
@@ -365,9 +370,6 @@ table:
 	}
 	return nil
 }
-
-// checkReserve is the time kept back from the budget for the check trial.
-const checkReserve = 20 * time.Second
 
 // checkRecommendation runs the recommended CPU and memory limits and
 // environment together once, as the pod would get them.
@@ -380,7 +382,7 @@ func (l *Lab) checkRecommendation(ctx context.Context) error {
 	for k, v := range rec.Env {
 		env[k] = v
 	}
-	t, r := l.memTrial(ctx, env, rec.CPULimitCores, rec.MemoryLimitBytes, l.cfg.MemRequests)
+	t, r := l.memTrial(ctx, env, rec.CPULimitCores, rec.MemoryLimitBytes, l.mem.requests, l.mem.maxTrial)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
