@@ -40,17 +40,8 @@ func (l *Lab) elapsed() time.Duration { return l.now().Sub(l.started) }
 
 // budgetNote records that the budget cut a phase short.
 func (l *Lab) budgetNote(format string, a ...any) {
-	n := fmt.Sprintf(format, a...)
 	l.res.Lab.BudgetLimited = true
-	for _, x := range l.res.Lab.BudgetNotes {
-		if x == n {
-			return
-		}
-	}
-	l.res.Lab.BudgetNotes = append(l.res.Lab.BudgetNotes, n)
-	if l.cfg.Progress != nil {
-		fmt.Fprintf(l.cfg.Progress, "lab: budget: %s\n", n)
-	}
+	l.note(&l.res.Lab.BudgetNotes, "budget", fmt.Sprintf(format, a...))
 }
 
 // runOverhead is what a CPU run costs besides its window: start, warm-up,

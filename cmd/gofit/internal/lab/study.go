@@ -8,6 +8,7 @@ import (
 	"math/rand"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -150,15 +151,18 @@ func (l *Lab) progress(format string, a ...any) {
 }
 
 func (l *Lab) warn(format string, a ...any) {
-	w := fmt.Sprintf(format, a...)
-	for _, x := range l.res.Lab.Warnings {
-		if x == w {
-			return
-		}
+	l.note(&l.res.Lab.Warnings, "warning", fmt.Sprintf(format, a...))
+}
+
+// note adds a line to a list in results.json once, and says it on the
+// progress stream.
+func (l *Lab) note(list *[]string, kind, line string) {
+	if slices.Contains(*list, line) {
+		return
 	}
-	l.res.Lab.Warnings = append(l.res.Lab.Warnings, w)
+	*list = append(*list, line)
 	if l.cfg.Progress != nil {
-		fmt.Fprintf(l.cfg.Progress, "lab: warning: %s\n", w)
+		fmt.Fprintf(l.cfg.Progress, "lab: %s: %s\n", kind, line)
 	}
 }
 
