@@ -329,6 +329,15 @@ func (l *Lab) memoryStudy(ctx context.Context) error {
 			hs.Lo, hs.Hi, hs.Pass = floor, max(floor, peak*3/2), func(t MemTrial) bool { return t.Healthy }
 			var hf int64
 			hf, m.HealthyTrials, err = hs.Find(ctx, run("healthy"))
+			if hf == 0 && err == nil && len(m.HealthyTrials) == 0 {
+				// The budget left no trial for the healthy search: the
+				// lowest limit the survival search found healthy bounds
+				// the healthy floor from above.
+				hf = lowestHealthy(trials)
+				if hf > 0 {
+					l.budgetNote("no time for the healthy search of %s: its healthy floor is the lowest limit the survival search found healthy, %s, an upper bound", setting, fit.FormatBytes(hf))
+				}
+			}
 			if hf > 0 {
 				m.HealthyFloorBytes = &hf
 			}
@@ -399,4 +408,15 @@ func cpuLabel(c float64) string {
 		return "no"
 	}
 	return millicores(c)
+}
+
+// lowestHealthy is the lowest limit of a healthy trial, or 0.
+func lowestHealthy(trials []MemTrial) int64 {
+	var low int64
+	for _, t := range trials {
+		if t.Healthy && (low == 0 || t.LimitBytes < low) {
+			low = t.LimitBytes
+		}
+	}
+	return low
 }
