@@ -60,3 +60,16 @@ func TestPlanMemoryForASlowTarget(t *testing.T) {
 		t.Errorf("fast target: %d requests, budget_limited %v", p.requests, l2.res.Lab.BudgetLimited)
 	}
 }
+
+// When the budget leaves no trial for the healthy search, the lowest limit
+// the survival search found healthy stands in for the healthy floor.
+func TestLowestHealthy(t *testing.T) {
+	trials := []MemTrial{{LimitBytes: 52 * mib, Outcome: OK, Healthy: true}, {LimitBytes: 12 * mib, Outcome: Stalled},
+		{LimitBytes: 32 * mib, Outcome: OK, Healthy: true}, {LimitBytes: 24 * mib, Outcome: OK}}
+	if got := lowestHealthy(trials); got != 32*mib {
+		t.Errorf("lowest healthy limit %d MiB, want 32", got/mib)
+	}
+	if got := lowestHealthy(trials[1:2]); got != 0 {
+		t.Errorf("no healthy trial: %d", got)
+	}
+}
