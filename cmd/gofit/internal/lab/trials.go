@@ -329,6 +329,9 @@ func (l *Lab) memoryStudy(ctx context.Context) error {
 			hs.Lo, hs.Hi, hs.Pass = floor, max(floor, peak*3/2), func(t MemTrial) bool { return t.Healthy }
 			var hf int64
 			hf, m.HealthyTrials, err = hs.Find(ctx, run("healthy"))
+			if m.HealthyTrials == nil {
+				m.HealthyTrials = []MemTrial{} // [] in results.json, as when no search ran
+			}
 			if hf == 0 && err == nil && len(m.HealthyTrials) == 0 {
 				// The budget left no trial for the healthy search: the
 				// lowest limit the survival search found healthy bounds
