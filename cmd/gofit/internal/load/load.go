@@ -256,6 +256,14 @@ func (l *Loader) do(ctx context.Context, t *Target) (string, int) {
 			return "connection refused", 0
 		case errors.Is(err, syscall.ECONNRESET):
 			return "connection reset", 0
+		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+			return "connection closed before the response", 0
+		}
+		// Name the system error when there is one (EMFILE, EADDRNOTAVAIL
+		// on a loaded box), never the address: kinds are counted.
+		var errno syscall.Errno
+		if errors.As(err, &errno) {
+			return "transport error: " + errno.Error(), 0
 		}
 		return "transport error", 0
 	}

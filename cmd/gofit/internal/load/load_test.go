@@ -85,3 +85,21 @@ func TestErrorsNameTheHTTPStatus(t *testing.T) {
 		t.Errorf("summary %q", r.ErrorSummary())
 	}
 }
+
+// A server that closes the connection without answering is named so, not
+// lumped in with every other transport error.
+func TestErrorsNameAClosedConnection(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			c.Close()
+		}
+	}))
+	defer srv.Close()
+	ld := NewLoader(1, nil)
+	defer ld.Close()
+	r := ld.Closed(context.Background(), NewMix(Get(srv.URL, nil), 1), 5, 0, 1)
+	if r.ErrorKinds["connection closed before the response"] != 5 {
+		t.Errorf("error kinds %v", r.ErrorKinds)
+	}
+}
