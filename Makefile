@@ -1,8 +1,8 @@
-# gofit: make build | test | bench | fuzz | lab
+# gofit: make build | test | check | bench | fuzz | lab | docs (docs/development.md)
 GO ?= go
 FUZZTIME ?= 20s
 
-.PHONY: build build-nokube test test-v2 qos-v2 bench fuzz lab vet test-go-min test-race tidy-check check lab-services lab-real
+.PHONY: build build-nokube image e2e test test-v2 qos-v2 bench fuzz lab vet test-go-min test-race tidy-check check lab-services lab-real
 
 build:
 	$(GO) build -o bin/gofit ./cmd/gofit
@@ -11,6 +11,23 @@ build:
 # that only need `gofit run` or `gofit inspect`.
 build-nokube:
 	$(GO) build -tags nokube -trimpath -ldflags='-s -w' -o bin/gofit ./cmd/gofit
+
+# The gofit image (webhook and node agent) without Docker: a static binary
+# at /gofit, nonroot (65532) by default, the host's CA bundle, written as an
+# OCI layout + docker-save tarball that `ctr images import` and `docker load`
+# take. deploy/webhook/Dockerfile builds the same image with Docker.
+IMAGE ?= ghcr.io/gofit-dev/gofit:dev
+image:
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags='-s -w' -o bin/linux-amd64/gofit ./cmd/gofit
+	$(GO) run ./internal/ociimage/mkimage -o bin/gofit-image.tar -ref $(IMAGE) -entrypoint /gofit /gofit=bin/linux-amd64/gofit
+
+# gofit on a real single-node Kubernetes (kube/e2e): a cgroup v2 kernel in
+# a QEMU VM running etcd, kube-apiserver, controller-manager, scheduler,
+# containerd + runc + CNI and the kubelet; deploy/ applied with kubectl;
+# the webhook, the node agent and the library checked on what the kubelet
+# made. Fails (never skips) when the node cannot start. See docs/e2e.md.
+e2e:
+	$(GO) test -count=1 -v -timeout 60m -run '^(TestNode|TestDeployTogether)$$' ./kube/e2e
 
 # The workspace (go.work) holds the library (.), the command (cmd/gofit) and
 # the Kubernetes parts (kube); "work" names every package in it. -p 1 runs
@@ -61,7 +78,7 @@ bench:
 
 # Run every fuzz target for FUZZTIME each (go test -fuzz takes one target at a time).
 fuzz:
-	@for pkg in ./cgroup ./fit ./internal/procmem ./kube/admission; do \
+	@for pkg in ./cgroup ./fit ./internal/procmem ./kube/admission ./kube/memqos; do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep ^Fuzz); do \
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 	  done; \
@@ -85,3 +102,10 @@ lab-real: build lab-services
 	./bin/gofit lab $(LABFLAGS) --out gofit-lab/httpbin --cmd "$(LABSVC)/go-httpbin -host 127.0.0.1 -port {port}" --targets examples/labservices/httpbin.targets
 	./bin/gofit lab $(LABFLAGS) --out gofit-lab/node_exporter --cmd "$(LABSVC)/node_exporter --web.listen-address=127.0.0.1:{port}" --url 'http://127.0.0.1:{port}/metrics'
 	./bin/gofit lab $(LABFLAGS) --out gofit-lab/caddy --cmd "$(LABSVC)/caddy file-server --templates --listen 127.0.0.1:{port} --root examples/labservices/caddy-site" --targets examples/labservices/caddy.targets
+
+# The doc check alone (it runs in make test too): every sample in README.md
+# and docs/ is checked against the code (cmd/gofit/docs_test.go), and the
+# example tests the docs quote run.
+.PHONY: docs
+docs:
+	$(GO) test -count=1 -run '^(TestDocs|Example.*)$$' . ./fit ./cmd/gofit

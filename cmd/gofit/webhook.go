@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,14 +14,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/klog/v2"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/gofit-dev/gofit/fit"
 	"github.com/gofit-dev/gofit/kube/admission"
+	"github.com/gofit-dev/gofit/kube/webhook"
 )
 
 func runWebhook(args []string, stdout, stderr io.Writer) error {
@@ -33,6 +29,7 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 	ceil := fs.Bool("ceil", false, "round a fractional CPU limit up instead of down for GOMAXPROCS")
 	ratio := fs.Float64("memory-ratio", fit.DefaultMemoryRatio, "share of the memory limit for GOMEMLIMIT, between 0 and 1")
 	maxBody := fs.Int64("max-body", admission.DefaultMaxBody, "largest request body in `BYTES`")
+	maxInFlight := fs.Int("max-in-flight", admission.DefaultMaxInFlight, "reviews decoded and fitted at once; more wait, then get 503 (memory is bounded by about 2 × max-body per review)")
 	certPoll := fs.Duration("cert-poll", 10*time.Second, "re-read the certificate files this often, besides file events")
 	shutdownDelay := fs.Duration("shutdown-delay", 5*time.Second, "on SIGTERM, keep serving (not ready) this long while the Service drops the pod")
 	debug := fs.Bool("debug", false, "log every admission")
@@ -57,11 +54,21 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 	if err := fit.ValidMemoryRatio(*ratio); err != nil {
 		return fmt.Errorf("%w: --memory-ratio: %v", errUsage, err)
 	}
+	opt := fit.Options{MemoryRatio: *ratio}
+	if *ceil {
+		opt.Rounding = fit.Ceil
+	}
+	pol, err := fit.New(opt)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
 	switch {
 	case *certFile == "" || *keyFile == "":
 		return fmt.Errorf("%w: --cert-file and --key-file are required", errUsage)
 	case *maxBody < 1<<10:
 		return fmt.Errorf("%w: --max-body %d: want at least 1024", errUsage, *maxBody)
+	case *maxInFlight < 1:
+		return fmt.Errorf("%w: --max-in-flight %d: want at least 1", errUsage, *maxInFlight)
 	case *shutdownDelay < 0:
 		return fmt.Errorf("%w: --shutdown-delay %v: want 0 or more", errUsage, *shutdownDelay)
 	case *certPoll < 100*time.Millisecond:
@@ -69,7 +76,7 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 	case *secret == "" && (*whName != "" || *dns != ""):
 		return fmt.Errorf("%w: --webhook-config and --service-dns go with --self-managed-secret", errUsage)
 	}
-	var sm *admission.SelfManaged
+	var sm *webhook.SelfManaged
 	if *secret != "" {
 		ns, name, ok := strings.Cut(*secret, "/")
 		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
@@ -81,12 +88,10 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 		if filepath.Dir(*certFile) != filepath.Dir(*keyFile) {
 			return fmt.Errorf("%w: with --self-managed-secret, --cert-file and --key-file must be in one directory (the Secret's volume)", errUsage)
 		}
-		sm = &admission.SelfManaged{
+		sm = &webhook.SelfManaged{
 			Secret:         types.NamespacedName{Namespace: ns, Name: name},
 			WebhookConfig:  *whName,
 			DNSName:        *dns,
-			CertFile:       *certFile,
-			KeyFile:        *keyFile,
 			LeaderElection: *leaderElect,
 		}
 	}
@@ -99,55 +104,19 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 	if *logJSON {
 		h = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})
 	}
-	log := slog.New(h)
-	// controller-runtime (certificate watcher, rotator) and client-go log
-	// through package-level loggers; send them to ours.
-	lr := logr.FromSlogHandler(h)
-	ctrllog.SetLogger(lr)
-	klog.SetLogger(lr)
-
-	srv, err := admission.NewServer(admission.Config{
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return webhook.Run(ctx, webhook.Config{
 		Addr:          *addr,
 		CertFile:      *certFile,
 		KeyFile:       *keyFile,
-		WaitForCert:   sm != nil, // the rotator writes them after the start
 		CertPoll:      *certPoll,
 		ShutdownDelay: *shutdownDelay,
-		Policy:        admission.Options{Ceil: *ceil, MemoryRatio: *ratio},
+		Policy:        pol,
 		MaxBody:       *maxBody,
-		Log:           log,
+		MaxInFlight:   *maxInFlight,
+		Log:           slog.New(h),
+		SelfManaged:   sm,
+		Kubeconfig:    *kubeconfig,
 	})
-	if err != nil {
-		return err
-	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	rotErr := make(chan error, 1)
-	if sm != nil {
-		rules := clientcmd.NewDefaultClientConfigLoadingRules()
-		rules.ExplicitPath = *kubeconfig
-		cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-		if err != nil {
-			return fmt.Errorf("self-managed certificates need API access: %w", err)
-		}
-		sm.Log = &lr
-		go func() {
-			err := admission.RunSelfManaged(ctx, cfg, *sm)
-			if err != nil {
-				cancel() // without a certificate keeper, stop: the Deployment restarts us
-			}
-			rotErr <- err
-		}()
-	} else {
-		rotErr <- nil
-	}
-	err = srv.Run(ctx)
-	cancel()
-	if rerr := <-rotErr; rerr != nil && !errors.Is(rerr, context.Canceled) {
-		return rerr
-	}
-	return err
 }

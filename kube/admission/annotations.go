@@ -1,13 +1,14 @@
 package admission
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/gofit-dev/gofit/kube/podplan"
 )
 
 // Annotations the webhook reads and writes on pods.
@@ -30,56 +31,20 @@ const (
 	// below the limit, as `gofit run` does for what it measures.
 	AnnotationNonGoMemory = "gofit.dev/non-go-memory"
 
-	// AnnotationPlan records what the webhook did and why (JSON, Record).
-	AnnotationPlan = "gofit.dev/plan"
+	// AnnotationPlan records what the webhook did and why (JSON,
+	// podplan.Record).
+	AnnotationPlan = podplan.Annotation
 )
 
-// Mode is how the webhook treats one container.
-type Mode string
+// Mode is how the webhook treats one container (podplan owns the record
+// it is written in).
+type Mode = podplan.Mode
 
 const (
-	ModeEnv  Mode = "env"
-	ModeAuto Mode = "auto"
-	ModeOff  Mode = "off"
+	ModeEnv  = podplan.ModeEnv
+	ModeAuto = podplan.ModeAuto
+	ModeOff  = podplan.ModeOff
 )
-
-// Record is the value of AnnotationPlan.
-type Record struct {
-	Containers []ContainerRecord `json:"containers"`
-}
-
-// ContainerRecord says what was planned for one container.
-type ContainerRecord struct {
-	Name string `json:"name"`
-	Mode Mode   `json:"mode"`
-	// CPU and Memory are the limits the values were computed for.
-	CPU    string `json:"cpu,omitempty"`
-	Memory string `json:"memory,omitempty"`
-	// Env holds exactly the variables the webhook added; a later pass
-	// recognises them by name and value and leaves them be.
-	Env     map[string]string `json:"env,omitempty"`
-	Reasons []string          `json:"reasons"`
-}
-
-func (r *Record) container(name string) *ContainerRecord {
-	if r == nil {
-		return nil
-	}
-	for i := range r.Containers {
-		if r.Containers[i].Name == name {
-			return &r.Containers[i]
-		}
-	}
-	return nil
-}
-
-func parseRecord(s string) (*Record, error) {
-	var r Record
-	if err := json.Unmarshal([]byte(s), &r); err != nil {
-		return nil, fmt.Errorf("annotation %s: %w", AnnotationPlan, err)
-	}
-	return &r, nil
-}
 
 // parseList splits "a=x, b=y" into pairs, checking names are container
 // names (or "*").

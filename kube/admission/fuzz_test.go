@@ -12,6 +12,8 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/gofit-dev/gofit/fit"
 )
 
 // FuzzCreate: whatever the limits and the user's Go variables, the pod is
@@ -25,7 +27,7 @@ func FuzzCreate(f *testing.F) {
 	} {
 		f.Add(s[0], s[1], s[2], s[3])
 	}
-	h := newHandler(f, Options{})
+	h := newHandler(f, fit.Options{})
 	f.Fuzz(func(t *testing.T, cpu, mem, userProcs, userLimit string) {
 		if !utf8.ValidString(userProcs) || !utf8.ValidString(userLimit) {
 			return // the API server sends valid UTF-8 JSON only
@@ -77,7 +79,7 @@ func FuzzBody(f *testing.F) {
 	f.Add(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","resource":{"version":"v1","resource":"pods"},"operation":"UPDATE","subResource":"resize","object":{"metadata":{"annotations":{"gofit.dev/plan":"{\"containers\":[{\"name\":\"a\",\"env\":{\"GOMAXPROCS\":\"1\"}}]}"}},"spec":{"containers":[{"name":"a","env":[{"name":"GOMAXPROCS","value":"1"}]}]}}}}`)
 	f.Add(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","resource":{"version":"v1","resource":"pods"},"operation":"CREATE","object":{"metadata":{"annotations":{"gofit.dev/containers":"*=auto,a=off,=x"}}}}}`)
 	f.Add("null")
-	h := newHandler(f, Options{})
+	h := newHandler(f, fit.Options{})
 	f.Fuzz(func(t *testing.T, body string) {
 		req := httptest.NewRequest(http.MethodPost, "/mutate", strings.NewReader(body))
 		rec := httptest.NewRecorder()

@@ -11,30 +11,21 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/gofit-dev/gofit/fit"
+	"github.com/gofit-dev/gofit/kube/podplan"
 )
 
-// Options tune the policy, as `gofit run`'s flags do.
-type Options struct {
-	// Ceil rounds a fractional CPU limit up instead of down.
-	Ceil bool
-	// MemoryRatio is the share of the memory limit given to GOMEMLIMIT; 0
-	// means the library's default (0.9).
-	MemoryRatio float64
-}
-
 // Mutator fits pods. It is pure: a pod in, a patch, a record and warnings
-// out. The zero value uses the default options.
+// out. The zero value uses fit's default policy.
 type Mutator struct {
-	pol policy
+	pol fit.Policy
 }
 
-// NewMutator returns a Mutator with opt.
-func NewMutator(opt Options) (*Mutator, error) {
-	pol, err := newPolicy(opt)
-	if err != nil {
-		return nil, err
-	}
-	return &Mutator{pol: pol}, nil
+// NewMutator returns a Mutator that plans with pol (built and validated by
+// fit.New, so that an admission never meets an invalid option).
+func NewMutator(pol fit.Policy) *Mutator {
+	return &Mutator{pol: pol}
 }
 
 // PatchOp is one RFC 6902 JSON Patch operation.
@@ -53,15 +44,21 @@ const (
 	OutcomeSkipped   Outcome = "skipped"   // the pod opted out
 	OutcomeIgnored   Outcome = "ignored"   // not a request this webhook handles
 	OutcomeWarned    Outcome = "warned"    // a resize that left injected values stale
-	OutcomeError     Outcome = "error"     // an internal error; the pod was admitted unchanged
+	OutcomeError     Outcome = "error"     // an internal error or a bad request; the pod was admitted unchanged
+	OutcomeBusy      Outcome = "busy"      // refused unread: too many reviews in flight
 )
+
+// Outcomes lists every Outcome.
+func Outcomes() []Outcome {
+	return []Outcome{OutcomePatched, OutcomeUnchanged, OutcomeSkipped, OutcomeIgnored, OutcomeWarned, OutcomeError, OutcomeBusy}
+}
 
 // Result is the outcome of one mutation.
 type Result struct {
 	Outcome  Outcome
 	Patch    []PatchOp
 	Warnings []string
-	Record   *Record // what AnnotationPlan now says; nil when the pod was not fitted
+	Record   *podplan.Record // what AnnotationPlan now says; nil when the pod was not fitted
 }
 
 // goVars are the Go runtime variables the webhook reads from a container's
@@ -131,17 +128,17 @@ func (m *Mutator) Create(pod *corev1.Pod) Result {
 		return res
 	}
 
-	var prev *Record
+	var prev *podplan.Record
 	if s, ok := ann[AnnotationPlan]; ok {
-		if prev, err = parseRecord(s); err != nil {
+		if prev, err = podplan.Parse(s); err != nil {
 			warn = append(warn, fmt.Sprintf("%v; treating every Go variable in the pod as the user's", err))
 		}
 	}
 
-	rec := &Record{Containers: []ContainerRecord{}}
+	rec := &podplan.Record{Containers: []podplan.Container{}}
 	var replaces, removes, adds []PatchOp
 	for _, t := range targets(pod) {
-		f := m.fitContainer(pod, t.c, md.of(t.c.Name), nonGo[t.c.Name], prev.container(t.c.Name))
+		f := m.fitContainer(pod, t.c, md.of(t.c.Name), nonGo[t.c.Name], prev.Container(t.c.Name))
 		rec.Containers = append(rec.Containers, f.rec)
 		warn = append(warn, f.warnings...)
 		env := t.path + "/env"
@@ -193,16 +190,16 @@ func (m *Mutator) Resize(pod *corev1.Pod) Result {
 	if pod.Annotations[AnnotationInject] == "false" {
 		return res
 	}
-	var prev *Record
+	var prev *podplan.Record
 	if s, ok := pod.Annotations[AnnotationPlan]; ok {
-		prev, _ = parseRecord(s) // unreadable: nothing is known to be ours
+		prev, _ = podplan.Parse(s) // unreadable: nothing is known to be ours
 	}
 	nonGo, _ := parseNonGo(pod.Annotations[AnnotationNonGoMemory])
 	md, _ := parseModes(pod.Annotations[AnnotationContainers])
 	var warn []string
 	for _, t := range targets(pod) {
 		c := t.c
-		pr := prev.container(c.Name)
+		pr := prev.Container(c.Name)
 		if pr == nil || len(pr.Env) == 0 {
 			if md.of(c.Name) != ModeAuto {
 				warn = append(warn, m.asIs(pod, c)...)
@@ -280,7 +277,7 @@ type envEdit struct {
 }
 
 type fitted struct {
-	rec      ContainerRecord
+	rec      podplan.Container
 	add      []corev1.EnvVar
 	replace  []envEdit
 	remove   []int
@@ -289,9 +286,9 @@ type fitted struct {
 
 // fitContainer decides GOMAXPROCS and GOMEMLIMIT for one container, each on
 // its own, and the mistakes to warn about.
-func (m *Mutator) fitContainer(pod *corev1.Pod, c *corev1.Container, mode Mode, nonGo int64, prev *ContainerRecord) fitted {
+func (m *Mutator) fitContainer(pod *corev1.Pod, c *corev1.Container, mode Mode, nonGo int64, prev *podplan.Container) fitted {
 	lim := containerLimits(pod, c)
-	f := fitted{rec: ContainerRecord{Name: c.Name, Mode: mode, Reasons: []string{}}}
+	f := fitted{rec: podplan.Container{Name: c.Name, Mode: mode, Reasons: []string{}}}
 	if lim.CPUMilli > 0 {
 		f.rec.CPU = resource.NewMilliQuantity(lim.CPUMilli, resource.DecimalSI).String()
 	}
@@ -390,7 +387,7 @@ func (m *Mutator) asIs(pod *corev1.Pod, c *corev1.Container) []string {
 // ownedEnv finds the env entries a previous pass of the webhook added: the
 // record names them with their values, and an entry counts only while it
 // still has exactly that literal value.
-func ownedEnv(c *corev1.Container, prev *ContainerRecord) map[string]int {
+func ownedEnv(c *corev1.Container, prev *podplan.Container) map[string]int {
 	owned := map[string]int{}
 	if prev == nil {
 		return owned

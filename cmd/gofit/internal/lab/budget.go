@@ -31,22 +31,22 @@ const minOpenWindow = 2 * time.Second
 
 // cpuBudget is the part of the budget the CPU study may spend, adaptive
 // repeats included; the memory study needs the rest.
-func (l *Lab) cpuBudget() time.Duration {
+func (l *study) cpuBudget() time.Duration {
 	return time.Duration(float64(l.cfg.Budget) * cpuShare)
 }
 
 // elapsed is the study's wall time so far, statistics included.
-func (l *Lab) elapsed() time.Duration { return l.now().Sub(l.started) }
+func (l *study) elapsed() time.Duration { return l.now().Sub(l.started) }
 
 // budgetNote records that the budget cut a phase short.
-func (l *Lab) budgetNote(format string, a ...any) {
+func (l *study) budgetNote(format string, a ...any) {
 	l.res.Lab.BudgetLimited = true
 	l.note(&l.res.Lab.BudgetNotes, "budget", fmt.Sprintf(format, a...))
 }
 
 // runOverhead is what a CPU run costs besides its window: start, warm-up,
 // reads, statistics. Measured from the runs so far.
-func (l *Lab) runOverhead() time.Duration {
+func (l *study) runOverhead() time.Duration {
 	if l.overheadRuns == 0 {
 		return l.cfg.Warmup + time.Second
 	}
@@ -57,7 +57,7 @@ func (l *Lab) runOverhead() time.Duration {
 // at index qi: what OpenSamples needs, cut so that the minimum open runs
 // of this and every later quota, and the closed runs of the later ones,
 // fit in the CPU study's time left.
-func (l *Lab) planOpenWindow(qi int, rate float64, configs int) time.Duration {
+func (l *study) planOpenWindow(qi int, rate float64, configs int) time.Duration {
 	want := l.openWindow(rate)
 	if l.cfg.OpenDuration > 0 {
 		return want
@@ -77,80 +77,54 @@ func (l *Lab) planOpenWindow(qi int, rate float64, configs int) time.Duration {
 	return win
 }
 
-// memPlan is the memory study's plan: requests per trial and a time cap
-// per trial.
+// memPlan is the memory study's plan for its closed-loop (survival)
+// trials: requests per trial and a time cap per trial.
 type memPlan struct {
 	requests int
 	maxTrial time.Duration
-	end      time.Time // the memory study's end, the check trial kept back
 }
 
-// memTrialsPlanned is how many trials the memory study expects per
-// setting (survival and healthy searches with their confirmations).
-func (l *Lab) memTrialsPlanned() int {
+// memTrialsPlanned is how many closed-loop trials the memory study
+// expects per setting (the survival search with its confirmations).
+func (l *study) memTrialsPlanned() int {
 	if l.cfg.ConfirmOf <= 1 {
-		return 8
+		return 6
 	}
-	return 12
+	return 9
 }
 
-// planMemory sizes memory trials to the time left, from the probes'
+// planMemory sizes the survival trials to the time left, from the probes'
 // throughput: the same request count for every trial, so their peaks
-// compare, and no more than the time left per planned trial allows.
-func (l *Lab) planMemory(probeRPS float64, probeSeconds float64) memPlan {
-	end := l.started.Add(l.cfg.Budget - l.checkReserve())
-	left := end.Sub(l.now())
+// compare, and no more than a third of each setting's share (the healthy
+// search gets the rest, memory.go) per planned trial allows.
+func (l *study) planMemory(probeRPS, probeSeconds float64) memPlan {
+	p := memPlan{requests: l.cfg.MemRequests}
+	if probeRPS <= 0 {
+		return p
+	}
+	left := l.cfg.Budget - l.elapsed() - checkReserve
 	trials := len(l.cfg.MemSettings) * l.memTrialsPlanned()
-	per := left / time.Duration(max(trials, 1))
-	p := memPlan{requests: l.cfg.MemRequests, end: end}
+	per := left / 3 / time.Duration(max(trials, 1))
 	// A trial's start-up and stop cost what the probes' did beyond their
 	// load.
-	overhead := time.Duration(max(probeSeconds-float64(l.cfg.MemRequests)/max(probeRPS, 1e-9), 0.5) * float64(time.Second))
-	if probeRPS > 0 {
-		if n := int(probeRPS * (per - overhead).Seconds()); n < p.requests {
-			p.requests = max(n, minMemRequests)
-			l.budgetNote("memory trials of %d requests instead of %d: at %.0f rps, %d trials in the %v left need it; peaks and floors rest on a shorter load",
-				p.requests, l.cfg.MemRequests, probeRPS, trials, left.Round(time.Second))
-		}
-		// A trial that takes four times its plan is cut there: a target
-		// that slow at this limit is not healthy.
-		p.maxTrial = max(4*time.Duration(float64(p.requests)/probeRPS*float64(time.Second)), 5*time.Second)
+	overhead := time.Duration(max(probeSeconds-float64(l.cfg.MemRequests)/probeRPS, 0.5) * float64(time.Second))
+	if n := int(probeRPS * (per - overhead).Seconds()); n < p.requests {
+		p.requests = max(n, minMemRequests)
+		l.budgetNote("survival trials of %d requests instead of %d: at %.0f rps, %d trials in a third of the %v left need it; peaks and floors rest on a shorter load",
+			p.requests, l.cfg.MemRequests, probeRPS, trials, left.Round(time.Second))
 	}
+	// A trial that takes four times its plan is cut there: a target that
+	// slow at this limit is not healthy.
+	p.maxTrial = max(4*time.Duration(float64(p.requests)/probeRPS*float64(time.Second)), 5*time.Second)
 	return p
 }
 
-// minMemRequests is the fewest requests a memory trial sends.
+// minMemRequests is the fewest requests a survival trial sends.
 const minMemRequests = 50
 
 // probeCap is the time cap of one unlimited memory probe: a slow target
 // must not spend the memory study on its probes.
-func (l *Lab) probeCap() time.Duration {
-	left := l.cfg.Budget - l.elapsed() - l.checkReserve()
+func (l *study) probeCap() time.Duration {
+	left := l.cfg.Budget - l.elapsed() - checkReserve
 	return max(left/time.Duration(5*max(l.cfg.Probes, 1)), 5*time.Second)
-}
-
-// checkReserve is the time kept back for the check trial: what a memory
-// trial took so far, or a fixed guess before any ran.
-func (l *Lab) checkReserve() time.Duration {
-	if l.memTrialSeconds.n == 0 {
-		return defaultCheckReserve
-	}
-	return max(time.Duration(l.memTrialSeconds.sum/float64(l.memTrialSeconds.n)*1.5*float64(time.Second)), 5*time.Second)
-}
-
-// defaultCheckReserve is the check trial's reserve before any memory trial
-// has shown how long one takes.
-const defaultCheckReserve = 20 * time.Second
-
-// allowTrial is a FloorSearch.Allow: one more memory trial fits before
-// until.
-func (l *Lab) allowTrial(setting string, until time.Time) func() bool {
-	return func() bool {
-		next := l.checkReserve() * 2 / 3 // one trial
-		if l.now().Add(next).After(until) {
-			l.budgetNote("the memory search of %s stopped at its share of the budget; its floor is the lowest limit that passed so far", setting)
-			return false
-		}
-		return true
-	}
 }

@@ -38,7 +38,7 @@ func envKey(env map[string]string) string {
 // configs are the distinct environments at a quota. Settings giving the
 // target the same environment are one cell: measuring both would only
 // measure the noise twice. go-default, then gofit, names a shared cell.
-func (l *Lab) configs(q float64) []cpuConfig {
+func (l *study) configs(q float64) []cpuConfig {
 	var out []cpuConfig
 	idx := map[string]int{}
 	order := append([]string(nil), l.cfg.CPUSettings...)
@@ -68,10 +68,10 @@ func (l *Lab) configs(q float64) []cpuConfig {
 type cellKey struct {
 	q       float64
 	setting string
-	mode    string
+	mode    Mode
 }
 
-func (l *Lab) runsOf(k cellKey) []CPUCell {
+func (l *study) runsOf(k cellKey) []CPUCell {
 	var out []CPUCell
 	for _, c := range l.res.CPU {
 		if c.QuotaCores == k.q && c.Setting == k.setting && c.Mode == k.mode {
@@ -91,7 +91,7 @@ func pooled(cs []CPUCell) stats.Sample {
 
 // closedWindow is the closed loop's window: by time unless --requests
 // fixed a count.
-func (l *Lab) closedWindow() time.Duration {
+func (l *study) closedWindow() time.Duration {
 	if l.cfg.Requests > 0 {
 		return 0
 	}
@@ -100,7 +100,7 @@ func (l *Lab) closedWindow() time.Duration {
 
 // openWindow is the open loop's window per run at rate: long enough that
 // the minimum repeats pool OpenSamples latencies.
-func (l *Lab) openWindow(rate float64) time.Duration {
+func (l *study) openWindow(rate float64) time.Duration {
 	if l.cfg.OpenDuration > 0 {
 		return l.cfg.OpenDuration
 	}
@@ -109,16 +109,16 @@ func (l *Lab) openWindow(rate float64) time.Duration {
 	return max(d, l.cfg.MinOpenWindow)
 }
 
-func (l *Lab) cpuStudy(ctx context.Context) error {
+func (l *study) cpuStudy(ctx context.Context) error {
 	offered := map[float64]float64{}
 	windows := map[float64]time.Duration{}
 	all := map[float64][]cpuConfig{}
-	runOne := func(c cpuConfig, mode string, rep int) error {
+	runOne := func(c cpuConfig, mode Mode, rep int) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		win := l.closedWindow()
-		if mode == "open" {
+		if mode == Open {
 			win = windows[c.quota]
 		}
 		began := l.now()
@@ -131,11 +131,11 @@ func (l *Lab) cpuStudy(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			var se *StartError
+			var se *startError
 			if errors.As(err, &se) {
 				// With no memory limit, a start that fails is the target's
 				// fault, and nothing measured after it would be trusted.
-				return fmt.Errorf("%w: cpu trial %s %s %s-loop: %v", ErrTargetFailed, millicores(c.quota), c.setting, mode, err)
+				return fmt.Errorf("%w: cpu trial %s %s %s-loop: %v", errTargetFailed, millicores(c.quota), c.setting, mode, err)
 			}
 			return fmt.Errorf("cpu trial %s %s %s-loop: %w", millicores(c.quota), c.setting, mode, err)
 		}
@@ -153,11 +153,11 @@ func (l *Lab) cpuStudy(ctx context.Context) error {
 			// No memory limit here: an exit is a crash. Stop rather than
 			// measure a dead service for minutes.
 			l.exited = true
-			return fmt.Errorf("%w: it exited during the %s %s %s-loop window (%d errors: %s)", ErrTargetFailed, millicores(c.quota), c.setting, mode, cell.Errors, errorKinds(cell.ErrorKinds))
+			return fmt.Errorf("%w: it exited during the %s %s %s-loop window (%d errors: %s)", errTargetFailed, millicores(c.quota), c.setting, mode, cell.Errors, errorKinds(cell.ErrorKinds))
 		}
 		return nil
 	}
-	round := func(cs []cpuConfig, mode string, rep int) error {
+	round := func(cs []cpuConfig, mode Mode, rep int) error {
 		order := append([]cpuConfig(nil), cs...)
 		// A fresh order each round, so drift (thermal, noisy neighbours)
 		// spreads over all configurations.
@@ -173,7 +173,7 @@ func (l *Lab) cpuStudy(ctx context.Context) error {
 		cs := l.configs(q)
 		all[q] = cs
 		for rep := 1; rep <= l.cfg.MinRepeats; rep++ {
-			if err := round(cs, "closed", rep); err != nil {
+			if err := round(cs, Closed, rep); err != nil {
 				return err
 			}
 		}
@@ -184,15 +184,15 @@ func (l *Lab) cpuStudy(ctx context.Context) error {
 		} else {
 			var caps []float64
 			for _, c := range cs {
-				if r := pooled(l.runsOf(cellKey{q, c.setting, "closed"})).RPS(); r > 0 {
+				if r := pooled(l.runsOf(cellKey{q, c.setting, Closed})).RPS(); r > 0 {
 					caps = append(caps, r)
 				}
 			}
-			offered[q] = math.Max(1, math.Round(l.cfg.OpenFraction*Summarize(caps).Median))
+			offered[q] = math.Max(1, math.Round(l.cfg.OpenFraction*summarize(caps).Median))
 		}
 		windows[q] = l.planOpenWindow(qi, offered[q], len(cs))
 		for rep := 1; rep <= l.cfg.MinRepeats; rep++ {
-			if err := round(cs, "open", rep); err != nil {
+			if err := round(cs, Open, rep); err != nil {
 				return err
 			}
 		}
@@ -239,7 +239,7 @@ type repeatTask struct {
 // undecided lists the cells to repeat: both sides of every comparison
 // with go-default that is neither decided nor at MaxRepeats, and open
 // cells short of OpenSamples.
-func (l *Lab) undecided(all map[float64][]cpuConfig) []repeatTask {
+func (l *study) undecided(all map[float64][]cpuConfig) []repeatTask {
 	want := map[cellKey]bool{}
 	var order []cellKey
 	add := func(k cellKey) {
@@ -249,13 +249,13 @@ func (l *Lab) undecided(all map[float64][]cpuConfig) []repeatTask {
 		}
 	}
 	for _, q := range l.cfg.Quotas {
-		for _, mode := range []string{"closed", "open"} {
+		for _, mode := range []Mode{Closed, Open} {
 			base := cellKey{q, SetGoDefault, mode}
 			baseRuns := l.runsOf(base)
 			for _, c := range all[q] {
 				k := cellKey{q, c.setting, mode}
 				runs := l.runsOf(k)
-				if mode == "open" && pooled(runs).Count() < l.cfg.OpenSamples && l.cfg.OpenDuration == 0 {
+				if mode == Open && pooled(runs).Count() < l.cfg.OpenSamples && l.cfg.OpenDuration == 0 {
 					add(k)
 				}
 				if c.setting == SetGoDefault || len(baseRuns) == 0 || anyFailed(runs) || anyFailed(baseRuns) {
@@ -287,7 +287,7 @@ func anyFailed(cs []CPUCell) bool {
 }
 
 // runCost estimates one more run of k from the runs so far.
-func (l *Lab) runCost(k cellKey) time.Duration {
+func (l *study) runCost(k cellKey) time.Duration {
 	runs := l.runsOf(k)
 	if len(runs) == 0 {
 		return l.cfg.ClosedWindow + l.cfg.Warmup
@@ -300,8 +300,8 @@ func (l *Lab) runCost(k cellKey) time.Duration {
 }
 
 // headline is the statistic a mode's verdict is about.
-func headline(mode string) stats.Stat {
-	if mode == "open" {
+func headline(mode Mode) stats.Stat {
+	if mode == Open {
 		return stats.StatP99
 	}
 	return stats.StatRPS

@@ -40,6 +40,7 @@ type TargetInfo struct {
 	PeakBytes     uint64  `json:"peak_unlimited_bytes"`
 	ProbeRPS      float64 `json:"probe_rps"`
 	ProbeP99      float64 `json:"probe_p99_ms"`
+	HealthRPS     float64 `json:"health_rps"`      // the health trials' open-loop rate: a share of probe_rps
 	ProbeCPU      float64 `json:"probe_cpu_cores"` // the CPU limit of every memory trial (0: none)
 	GoDefaultNote string  `json:"go_default"`
 }
@@ -68,7 +69,7 @@ type CPUCell struct {
 	Repeat           int                 `json:"repeat"`
 	GOMAXPROCS       int                 `json:"gomaxprocs"`
 	GOMAXPROCSFrom   string              `json:"gomaxprocs_from"`
-	Mode             string              `json:"mode"` // "closed" or "open"
+	Mode             Mode                `json:"mode"` // "closed" or "open"
 	OfferedRPS       float64             `json:"offered_rps,omitempty"`
 	Isolated         bool                `json:"isolated"`
 	OverlapShare     *float64            `json:"overlap_share"` // the target's CPU time on the generator's CPUs ÷ all of it (cgroup v1 only)
@@ -114,7 +115,7 @@ type CPUSummary struct {
 	QuotaCores       float64         `json:"quota_cores"`
 	Setting          string          `json:"setting"`
 	SameAs           []string        `json:"same_as"`
-	Mode             string          `json:"mode"`
+	Mode             Mode            `json:"mode"`
 	GOMAXPROCS       int             `json:"gomaxprocs"`
 	OfferedRPS       float64         `json:"offered_rps,omitempty"`
 	Isolated         bool            `json:"isolated"`
@@ -144,10 +145,14 @@ type PctPoint struct {
 type MemResult struct {
 	Setting           string     `json:"setting"`
 	FloorBytes        *int64     `json:"floor_bytes"`         // survives; null: failed at every limit tried
-	HealthyFloorBytes *int64     `json:"healthy_floor_bytes"` // ≥ 90% of unlimited rps with p99 ≤ 2× unlimited
+	HealthyFloorBytes *int64     `json:"healthy_floor_bytes"` // p99 at health_rps not over twice the unlimited reference's, no errors
 	Trials            []MemTrial `json:"trials"`
 	HealthyTrials     []MemTrial `json:"healthy_trials"`
 	Survival          []Survival `json:"survival"`
+	// The budget cut the search short: its floor is the lowest limit that
+	// passed so far, an upper bound.
+	BudgetLimited        bool `json:"budget_limited"`
+	HealthyBudgetLimited bool `json:"healthy_budget_limited"`
 }
 
 // ThroughputCell is rps and latency at a multiple of the no-knob floor.

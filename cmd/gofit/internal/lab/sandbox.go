@@ -26,8 +26,8 @@ import (
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 )
 
-// ErrNoCgroups means the lab cannot create cgroups here.
-var ErrNoCgroups = errors.New("cannot create cgroups")
+// errNoCgroups means the lab cannot create cgroups here.
+var errNoCgroups = errors.New("cannot create cgroups")
 
 // groupPrefix names the lab's parent cgroup, gofit-lab-<pid>; stale ones
 // (whose lab process is gone) are swept at start.
@@ -77,7 +77,7 @@ type Sandbox struct {
 	parent *manage.Group
 	mu     sync.Mutex
 	seq    int
-	live   map[*Trial]bool
+	live   map[*trial]bool
 	cpus   []int // the lab's affinity at start: what a container here sees
 	place  *Placement
 }
@@ -87,15 +87,15 @@ type Sandbox struct {
 func NewSandbox() (*Sandbox, error) {
 	self, err := cgroup.NewFS("/").Self()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNoCgroups, err)
+		return nil, fmt.Errorf("%w: %w", errNoCgroups, err)
 	}
-	Sweep(self)
-	SweepTemp(os.TempDir())
+	sweep(self)
+	sweepTemp(os.TempDir())
 	g, err := newParentGroup(self)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNoCgroups, err)
+		return nil, fmt.Errorf("%w: %w", errNoCgroups, err)
 	}
-	return &Sandbox{parent: g, live: map[*Trial]bool{}, cpus: affinityCPUs()}, nil
+	return &Sandbox{parent: g, live: map[*trial]bool{}, cpus: affinityCPUs()}, nil
 }
 
 // newParentGroup is the one place the lab creates its parent cgroup.
@@ -103,11 +103,11 @@ func newParentGroup(self *cgroup.Cgroups) (*manage.Group, error) {
 	return manage.NewChild(self, groupPrefix+strconv.Itoa(os.Getpid()))
 }
 
-// Isolate pins the load generator (this process) to CPUs of its own
+// isolate pins the load generator (this process) to CPUs of its own
 // where the target can do without them (it needs need CPUs to keep every
 // setting's GOMAXPROCS), else to one CPU it shares with the target. Trials
 // started afterwards get the target's CPUs.
-func (s *Sandbox) Isolate(need int) (*Placement, error) {
+func (s *Sandbox) isolate(need int) (*Placement, error) {
 	p := planPlacement(s.cpus, need, 1)
 	if len(s.cpus) < 2 {
 		p.Generator, p.Overlap = nil, len(s.cpus)
@@ -123,8 +123,8 @@ func (s *Sandbox) Isolate(need int) (*Placement, error) {
 	return p, nil
 }
 
-// Repin pins threads the runtime started since Isolate.
-func (s *Sandbox) Repin() {
+// repin pins threads the runtime started since isolate.
+func (s *Sandbox) repin() {
 	if s.place != nil {
 		s.place.pin()
 	}
@@ -133,16 +133,16 @@ func (s *Sandbox) Repin() {
 // tempPrefix names the lab's temporary directories, gofit-lab-<pid>-*.
 const tempPrefix = "gofit-lab-"
 
-// TempDir creates this run's temporary directory under os.TempDir(),
-// named so that SweepTemp can remove it once this process is gone.
-func TempDir() (string, error) {
+// tempDir creates this run's temporary directory under os.TempDir(),
+// named so that sweepTemp can remove it once this process is gone.
+func tempDir() (string, error) {
 	return os.MkdirTemp("", tempPrefix+strconv.Itoa(os.Getpid())+"-")
 }
 
-// SweepTemp removes the temporary directories of lab processes that no
+// sweepTemp removes the temporary directories of lab processes that no
 // longer run (a SIGKILLed lab cannot clean up after itself). It returns
 // the directories removed.
-func SweepTemp(dir string) []string {
+func sweepTemp(dir string) []string {
 	var removed []string
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
@@ -215,9 +215,9 @@ func processStart(pid int) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// Sweep removes lab cgroups left by lab processes that no longer run,
+// sweep removes lab cgroups left by lab processes that no longer run,
 // killing what is still inside them. It returns the directories removed.
-func Sweep(self *cgroup.Cgroups) []string {
+func sweep(self *cgroup.Cgroups) []string {
 	var removed []string
 	for _, n := range []*cgroup.Node{self.CPU, self.CPUAcct, self.Memory, self.Unified} {
 		// On v2 a populated cgroup's processes were moved into a leaf and
@@ -249,7 +249,7 @@ func Sweep(self *cgroup.Cgroups) []string {
 // Close stops any trial still running and removes the parent group.
 func (s *Sandbox) Close() error {
 	s.mu.Lock()
-	live := make([]*Trial, 0, len(s.live))
+	live := make([]*trial, 0, len(s.live))
 	for t := range s.live {
 		live = append(live, t)
 	}
@@ -263,19 +263,19 @@ func (s *Sandbox) Close() error {
 	return s.parent.Remove(ctx)
 }
 
-// Dirs are the parent group's directories (for tests and messages).
-func (s *Sandbox) Dirs() []string { return s.parent.Dirs() }
+// dirs are the parent group's directories (for tests and messages).
+func (s *Sandbox) dirs() []string { return s.parent.Dirs() }
 
-// TrialConfig is one trial's limits and environment.
-type TrialConfig struct {
+// trialConfig is one trial's limits and environment.
+type trialConfig struct {
 	CPU    float64           // cores; 0 for none
 	Memory int64             // bytes; 0 for none
 	Env    map[string]string // added to the target's environment
 	Warm   bool              // keep the binary's page cache (default: evict it, as in a new container)
 }
 
-// Trial is a running target in its own cgroup.
-type Trial struct {
+// trial is a running target in its own cgroup.
+type trial struct {
 	s         *Sandbox
 	g         *manage.Group
 	cmd       *exec.Cmd
@@ -294,17 +294,17 @@ type Trial struct {
 	stoppedAt time.Time
 }
 
-// StartError says why a trial never became ready.
-type StartError struct {
+// startError says why a trial never became ready.
+type startError struct {
 	Outcome string // "oom_killed", "stalled" or "errors"
 	Detail  string
 }
 
-func (e *StartError) Error() string { return e.Outcome + ": " + e.Detail }
+func (e *startError) Error() string { return e.Outcome + ": " + e.Detail }
 
-// Start starts the target in a new cgroup with cfg's limits and waits until
+// start starts the target in a new cgroup with cfg's limits and waits until
 // its URL answers. On error nothing is left running.
-func (s *Sandbox) Start(ctx context.Context, t Target, cfg TrialConfig) (*Trial, error) {
+func (s *Sandbox) start(ctx context.Context, t Target, cfg trialConfig) (*trial, error) {
 	s.mu.Lock()
 	s.seq++
 	name := "trial-" + strconv.Itoa(s.seq)
@@ -313,8 +313,8 @@ func (s *Sandbox) Start(ctx context.Context, t Target, cfg TrialConfig) (*Trial,
 	if err != nil {
 		return nil, err
 	}
-	tr := &Trial{s: s, g: g, exited: make(chan struct{}), output: &tail{max: 4096}}
-	fail := func(err error) (*Trial, error) {
+	tr := &trial{s: s, g: g, exited: make(chan struct{}), output: &tail{max: 4096}}
+	fail := func(err error) (*trial, error) {
 		tr.Stop()
 		return nil, err
 	}
@@ -388,11 +388,11 @@ const defaultReadyTimeout = 30 * time.Second
 // waitReady waits for the target's readiness URL. Not answering yet and
 // answering 503 (warming up) are waited out until the timeout; a start
 // that stops making progress while its memory thrashes is stalled.
-func (tr *Trial) waitReady(ctx context.Context, timeout time.Duration) error {
+func (tr *trial) waitReady(ctx context.Context, timeout time.Duration) error {
 	w := startWatch{window: stallWindow}
 	err := load.WaitReady(ctx, load.Readiness{URL: tr.URL, Exited: tr.exited, Timeout: timeout, Check: func() error {
 		if m, err := tr.g.MemoryStats(); err == nil && w.observe(time.Now(), m.MajorFaults, m.MaxHits, m.Anon) {
-			return &StartError{Stalled, fmt.Sprintf("not ready, and for %v no progress (resident memory flat) while major faults climb to %d and the limit was hit %d times", stallWindow, m.MajorFaults, m.MaxHits)}
+			return &startError{Stalled, fmt.Sprintf("not ready, and for %v no progress (resident memory flat) while major faults climb to %d and the limit was hit %d times", stallWindow, m.MajorFaults, m.MaxHits)}
 		}
 		return nil
 	}})
@@ -401,9 +401,9 @@ func (tr *Trial) waitReady(ctx context.Context, timeout time.Duration) error {
 	case errors.Is(err, load.ErrExited):
 		return tr.exitError()
 	case errors.As(err, &nr) && nr.Refused:
-		return &StartError{Errored, nr.Error() + " (--url, --targets or --ready-url)"}
+		return &startError{Errored, nr.Error() + " (--url, --targets or --ready-url)"}
 	case errors.As(err, &nr):
-		return &StartError{Errored, fmt.Sprintf("%v; output: %s", nr, tr.output)}
+		return &startError{Errored, fmt.Sprintf("%v; output: %s", nr, tr.output)}
 	}
 	return err
 }
@@ -443,15 +443,15 @@ func (w *startWatch) observe(now time.Time, faults, hits, anon uint64) (stalled 
 // progress.
 const startGrowth = 64 << 10
 
-func (tr *Trial) exitError() error {
+func (tr *trial) exitError() error {
 	if m, err := tr.g.MemoryStats(); err == nil && m.OOMKills > 0 {
-		return &StartError{OOMKilled, fmt.Sprintf("killed by the OOM killer while starting (%v)", tr.waitErr)}
+		return &startError{OOMKilled, fmt.Sprintf("killed by the OOM killer while starting (%v)", tr.waitErr)}
 	}
-	return &StartError{Errored, fmt.Sprintf("exited while starting (%v); output: %s", tr.waitErr, tr.output)}
+	return &startError{Errored, fmt.Sprintf("exited while starting (%v); output: %s", tr.waitErr, tr.output)}
 }
 
 // Stats reads the trial's cgroup now (or, after Stop, as it was at the end).
-func (tr *Trial) Stats() (cgroup.Stats, error) {
+func (tr *trial) Stats() (cgroup.Stats, error) {
 	if !tr.stoppedAt.IsZero() {
 		return tr.final, tr.finalErr
 	}
@@ -459,7 +459,7 @@ func (tr *Trial) Stats() (cgroup.Stats, error) {
 }
 
 // Exited reports whether the target has exited.
-func (tr *Trial) Exited() bool {
+func (tr *trial) Exited() bool {
 	select {
 	case <-tr.exited:
 		return true
@@ -469,7 +469,7 @@ func (tr *Trial) Exited() bool {
 }
 
 // Vars reads the target's /debug/vars, if it has one.
-func (tr *Trial) Vars() (*RuntimeVars, error) {
+func (tr *trial) Vars() (*runtimeVars, error) {
 	if tr.VarsURL == "" {
 		return nil, errors.New("no /debug/vars URL")
 	}
@@ -483,7 +483,7 @@ func (tr *Trial) Vars() (*RuntimeVars, error) {
 		return nil, fmt.Errorf("%s: %s", tr.VarsURL, resp.Status)
 	}
 	var v struct {
-		Sample   *RuntimeVars `json:"sample"`
+		Sample   *runtimeVars `json:"sample"`
 		Memstats *struct {
 			GCCPUFraction float64
 			NumGC         uint32
@@ -496,14 +496,14 @@ func (tr *Trial) Vars() (*RuntimeVars, error) {
 		return v.Sample, nil
 	}
 	if v.Memstats != nil {
-		return &RuntimeVars{GCCPUFraction: v.Memstats.GCCPUFraction, NumGC: v.Memstats.NumGC}, nil
+		return &runtimeVars{GCCPUFraction: v.Memstats.GCCPUFraction, NumGC: v.Memstats.NumGC}, nil
 	}
 	return nil, fmt.Errorf("%s: no memstats", tr.VarsURL)
 }
 
 // Stop kills the target, reaps it, keeps the final stats and removes the
 // trial's cgroup. It is safe to call more than once.
-func (tr *Trial) Stop() {
+func (tr *trial) Stop() {
 	tr.stopOnce.Do(func() {
 		tr.final, tr.finalErr = tr.g.Stats()
 		tr.g.Kill()
@@ -525,7 +525,7 @@ func (tr *Trial) Stop() {
 
 // CPUOn is the CPU time the trial's cgroup spent on each CPU (cgroup v1
 // cpuacct.usage_percpu), or nil where the kernel does not keep it.
-func (tr *Trial) CPUOn() []uint64 {
+func (tr *trial) CPUOn() []uint64 {
 	if tr.g.CPUAcct == nil {
 		return nil
 	}
@@ -545,7 +545,7 @@ func (tr *Trial) CPUOn() []uint64 {
 }
 
 // Output is the tail of what the target printed.
-func (tr *Trial) Output() string { return tr.output.String() }
+func (tr *trial) Output() string { return tr.output.String() }
 
 // evict drops the file's clean pages from the page cache, so the next start
 // reads (and charges) them afresh, as a new container would.

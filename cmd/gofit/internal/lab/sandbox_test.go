@@ -26,7 +26,7 @@ func TestSweepTemp(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	removed := SweepTemp(root)
+	removed := sweepTemp(root)
 	if len(removed) != 1 || removed[0] != stale {
 		t.Errorf("removed %v, want only %s", removed, stale)
 	}
@@ -67,7 +67,7 @@ func TestSweepTempRecycledPID(t *testing.T) {
 	if err := os.Mkdir(live, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	got := SweepTemp(dir)
+	got := sweepTemp(dir)
 	if len(got) != 1 || got[0] != recycled {
 		t.Errorf("swept %v, want only %s", got, recycled)
 	}

@@ -49,13 +49,13 @@ type fakeCPU struct {
 	rates map[float64][]float64
 }
 
-func (f *fakeCPU) measure(_ context.Context, c cpuConfig, mode string, offered float64, window time.Duration, rep int) (CPUCell, error) {
-	f.runs[c.setting+"/"+mode]++
+func (f *fakeCPU) measure(_ context.Context, c cpuConfig, mode Mode, offered float64, window time.Duration, rep int) (CPUCell, error) {
+	f.runs[c.setting+"/"+string(mode)]++
 	secs := window.Seconds()
 	f.now = f.now.Add(window + time.Second)
 	n := int(secs)
 	var bs []stats.Block
-	if mode == "closed" {
+	if mode == Closed {
 		bs = fakeBlocks(f.rng, n, f.rps[c.setting], f.noise[c.setting], 1)
 	} else {
 		f.rates[c.quota] = append(f.rates[c.quota], offered)
@@ -66,9 +66,9 @@ func (f *fakeCPU) measure(_ context.Context, c cpuConfig, mode string, offered f
 		Requests: int(s.RPS() * secs), Seconds: secs, blocks: bs}, nil
 }
 
-func newFakeLab(t *testing.T, budget time.Duration) (*Lab, *fakeCPU) {
+func newFakeLab(t *testing.T, budget time.Duration) (*study, *fakeCPU) {
 	t.Helper()
-	cfg := DefaultConfig(false)
+	cfg := defaultConfig(false)
 	cfg.Quotas = []float64{0.5}
 	cfg.CPUSettings = []string{SetGoDefault, SetGofit, SetProcs1, SetProcsNCPU}
 	cfg.Budget = budget
@@ -95,7 +95,7 @@ func TestAdaptiveRepeats(t *testing.T) {
 	sums := l.summarizeCPU()
 	got := map[string]CPUSummary{}
 	for _, s := range sums {
-		got[s.Setting+"/"+s.Mode] = s
+		got[s.Setting+"/"+string(s.Mode)] = s
 	}
 	// Identical environments are one cell with both names.
 	if g := got[SetGofit+"/closed"]; len(g.SameAs) != 1 || g.SameAs[0] != SetProcs1 {
@@ -153,53 +153,15 @@ func TestAdaptiveRepeatsStopAtBudget(t *testing.T) {
 		t.Errorf("results.json: %v", err)
 	}
 	for _, s := range l.summarizeCPU() {
-		if s.Setting == SetGofit && s.Mode == "closed" && (s.Decided || s.Verdict == nil || *s.Verdict != stats.Same) {
+		if s.Setting == SetGofit && s.Mode == Closed && (s.Decided || s.Verdict == nil || *s.Verdict != stats.Same) {
 			t.Errorf("gofit closed: verdict %v decided %v ratio %+v; an interval too wide to tell must stay an undecided \"same\"", *s.Verdict, s.Decided, s.VerdictRatio)
 		}
 	}
 }
 
-// A slow target (node_exporter at 250m: ~25 rps closed loop, 15 rps
-// offered) used to wait 333 s per open-loop cell for 5,000 latencies. The
-// planner cuts the open windows to what the CPU study's share of the
-// budget allows, says so, and the study ends within that share plus one
-// run.
-func TestSlowTargetFitsTheBudget(t *testing.T) {
-	l, f := newFakeLab(t, 4*time.Minute)
-	l.cfg.Quotas = []float64{0.25}
-	l.cfg.CPUSettings = []string{SetProcs1, SetGoDefault, SetGofit}
-	f.rps = map[string]float64{SetGoDefault: 25, SetGofit: 25, SetProcsNCPU: 25}
-	var windows []time.Duration
-	inner := f.measure
-	l.measure = func(ctx context.Context, c cpuConfig, mode string, offered float64, window time.Duration, rep int) (CPUCell, error) {
-		if mode == "open" {
-			windows = append(windows, window)
-		}
-		return inner(ctx, c, mode, offered, window, rep)
-	}
-	if err := l.cpuStudy(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if len(windows) == 0 {
-		t.Fatal("no open-loop run")
-	}
-	want := l.openWindow(15)
-	for _, w := range windows {
-		if w >= want {
-			t.Errorf("open window %v: the %v that 5,000 latencies at 15 rps need does not fit a 4m budget", w, want)
-		}
-	}
-	if took, most := l.elapsed(), l.cpuBudget()+l.cfg.ClosedWindow+l.cfg.Warmup+time.Second; took > most {
-		t.Errorf("the CPU study took %v of the fake clock, want at most its share %v plus one run", took, l.cpuBudget())
-	}
-	if !l.res.Lab.BudgetLimited || !strings.Contains(strings.Join(l.res.Lab.BudgetNotes, "\n"), "open loop at 250m") {
-		t.Errorf("budget_limited %v, notes %q: want a note on the open loop", l.res.Lab.BudgetLimited, l.res.Lab.BudgetNotes)
-	}
-}
-
 func TestRecommendationRefusesFailedCells(t *testing.T) {
 	l, _ := newFakeLab(t, time.Hour)
-	l.measure = func(_ context.Context, c cpuConfig, mode string, offered float64, window time.Duration, rep int) (CPUCell, error) {
+	l.measure = func(_ context.Context, c cpuConfig, mode Mode, offered float64, window time.Duration, rep int) (CPUCell, error) {
 		bs := []stats.Block{{Seconds: 1, OK: 10, Errors: 400}, {Seconds: 1, OK: 10, Errors: 400}}
 		for i := range bs {
 			for j := 0; j < 410; j++ {
@@ -231,13 +193,13 @@ func TestGCShareExcludesIdlePs(t *testing.T) {
 	// runtime's total is GOMAXPROCS × wall; a share of it would read 10%
 	// and 2.5%.
 	for _, procs := range []float64{1, 4} {
-		a := RuntimeVars{GCCPUSeconds: 1, TotalCPUSeconds: 10, IdleCPUSeconds: 5}
-		b := RuntimeVars{GCCPUSeconds: 1.1, TotalCPUSeconds: 10 + procs, IdleCPUSeconds: 5 + procs - 0.5}
+		a := runtimeVars{GCCPUSeconds: 1, TotalCPUSeconds: 10, IdleCPUSeconds: 5}
+		b := runtimeVars{GCCPUSeconds: 1.1, TotalCPUSeconds: 10 + procs, IdleCPUSeconds: 5 + procs - 0.5}
 		if s := gcShare(a, b); s == nil || math.Abs(*s-0.2) > 1e-9 {
 			t.Errorf("GOMAXPROCS %v: gcShare = %v, want 0.2", procs, s)
 		}
 	}
-	if gcShare(RuntimeVars{}, RuntimeVars{GCCPUSeconds: 1, TotalCPUSeconds: 1}) != nil {
+	if gcShare(runtimeVars{}, runtimeVars{GCCPUSeconds: 1, TotalCPUSeconds: 1}) != nil {
 		t.Error("a share without the idle class")
 	}
 }
@@ -282,7 +244,7 @@ func TestRecommendForTargetRPS(t *testing.T) {
 	l.cfg.Quotas = []float64{0.25, 0.5}
 	l.cfg.TargetRPS, l.cfg.SLOP99 = 300, 20*time.Millisecond
 	inner := f.measure
-	l.measure = func(ctx context.Context, c cpuConfig, mode string, offered float64, window time.Duration, rep int) (CPUCell, error) {
+	l.measure = func(ctx context.Context, c cpuConfig, mode Mode, offered float64, window time.Duration, rep int) (CPUCell, error) {
 		if offered != 0 && offered != 300 {
 			t.Errorf("open loop at %v rps, want the target rate 300", offered)
 		}

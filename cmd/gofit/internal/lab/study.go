@@ -17,8 +17,8 @@ import (
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
 
-// Lab runs a study in a sandbox.
-type Lab struct {
+// study runs a study in a sandbox.
+type study struct {
 	cfg     Config
 	sb      *Sandbox
 	res     Results
@@ -30,29 +30,34 @@ type Lab struct {
 	ncpu    int // CPUs the target sees
 	place   *Placement
 	// measure runs one CPU window; tests replace it with a fake.
-	measure func(ctx context.Context, c cpuConfig, mode string, offered float64, window time.Duration, rep int) (CPUCell, error)
-	now     func() time.Time
-	exited  bool // the target exited during a CPU window: a crash
+	measure func(ctx context.Context, c cpuConfig, mode Mode, offered float64, window time.Duration, rep int) (CPUCell, error)
+	// memRun runs one memory trial; tests replace it with a fake.
+	memRun func(ctx context.Context, env map[string]string, cpu float64, limit int64, load memLoad) (MemTrial, load.Result)
+	now    func() time.Time
+	exited bool // the target exited during a CPU window: a crash
 	// The planner's measurements (budget.go).
-	overheadSum     time.Duration
-	overheadRuns    int
-	memTrialSeconds struct {
-		sum float64
-		n   int
-	}
-	mem memPlan
+	overheadSum  time.Duration
+	overheadRuns int
+	mem          memPlan
 }
 
-// ErrTargetFailed means the target crashed or answered with errors where
+// errTargetFailed means the target crashed or answered with errors where
 // the recommendation would rest; the results say where.
-var ErrTargetFailed = errors.New("the target failed")
+var errTargetFailed = errors.New("the target failed")
 
-// Run runs the study. It stops early, returning ctx's error and what was
+// runStudy runs the study. It stops early, returning ctx's error and what was
 // measured so far, when ctx ends.
-func Run(ctx context.Context, sb *Sandbox, cfg Config) (*Results, error) {
+func runStudy(ctx context.Context, sb *Sandbox, cfg Config) (*Results, error) {
+	if err := cfg.Validate(); err != nil {
+		return &Results{}, err
+	}
+	if cfg.Target.Path == "" || cfg.Target.URL == "" {
+		return &Results{}, usagef("--cmd and --url: no target")
+	}
 	l := newLab(cfg)
 	l.sb = sb
 	l.measure = l.sandboxMeasure
+	l.memRun = l.memTrial
 	l.res.Machine = machine()
 	l.res.Target = TargetInfo{Command: strings.Join(append([]string{cfg.Target.Path}, cfg.Target.Args...), " "), URL: cfg.Target.URL, Sample: cfg.Sample, PageCache: "cold"}
 	if st, err := os.Stat(cfg.Target.Path); err == nil {
@@ -67,7 +72,7 @@ func Run(ctx context.Context, sb *Sandbox, cfg Config) (*Results, error) {
 	for _, q := range cfg.Quotas {
 		need = max(need, int(math.Ceil(q-1e-9)))
 	}
-	place, err := sb.Isolate(need)
+	place, err := sb.isolate(need)
 	if err != nil {
 		return &l.res, err
 	}
@@ -87,18 +92,13 @@ func Run(ctx context.Context, sb *Sandbox, cfg Config) (*Results, error) {
 	l.res.Lab.WallSeconds = time.Since(l.started).Seconds()
 	l.res.Lab.GeneratorCPUSeconds = (load.SelfCPU() - genStart).Seconds()
 	if err == nil && l.res.Lab.Failed != "" {
-		err = fmt.Errorf("%w: %s", ErrTargetFailed, l.res.Lab.Failed)
+		err = fmt.Errorf("%w: %s", errTargetFailed, l.res.Lab.Failed)
 	}
 	return &l.res, err
 }
 
-func newLab(cfg Config) *Lab {
-	cfg.MinRepeats = max(cfg.MinRepeats, 1)
-	cfg.MaxRepeats = max(cfg.MaxRepeats, cfg.MinRepeats)
-	if cfg.Resamples <= 0 {
-		cfg.Resamples = 1000
-	}
-	l := &Lab{cfg: cfg, started: time.Now(), rng: rand.New(rand.NewSource(cfg.Seed)), boot: stats.NewBootstrap(cfg.Resamples, cfg.Seed), ncpu: runtime.NumCPU(), now: time.Now}
+func newLab(cfg Config) *study {
+	l := &study{cfg: cfg, started: time.Now(), rng: rand.New(rand.NewSource(cfg.Seed)), boot: stats.NewBootstrap(cfg.Resamples, cfg.Seed), ncpu: runtime.NumCPU(), now: time.Now}
 	l.res.Lab.Warnings = append([]string{}, cfg.Warnings...)
 	l.res.Lab.BudgetSeconds = cfg.Budget.Seconds()
 	l.res.Lab.BudgetNotes = []string{}
@@ -110,7 +110,7 @@ func newLab(cfg Config) *Lab {
 }
 
 // finish computes what depends on everything measured.
-func (l *Lab) finish() {
+func (l *study) finish() {
 	l.res.CPUSummary = l.summarizeCPU()
 	l.res.Recommendation = l.recommend()
 	l.res.Lab.Trials = l.done
@@ -137,7 +137,7 @@ func machine() Machine {
 	return m
 }
 
-func (l *Lab) progress(format string, a ...any) {
+func (l *study) progress(format string, a ...any) {
 	l.done++
 	if l.cfg.Progress == nil {
 		return
@@ -147,20 +147,16 @@ func (l *Lab) progress(format string, a ...any) {
 	}
 	el := time.Since(l.started)
 	eta := time.Duration(float64(el) / float64(l.done) * float64(l.total-l.done))
-	// The planner ends the study within the budget: a count of trials
-	// left at the pace so far (a slow target's long windows first) would
-	// say otherwise.
-	eta = max(min(eta, l.cfg.Budget-el), 0)
 	fmt.Fprintf(l.cfg.Progress, "lab [%3d/%3d] %-62s elapsed %s, ETA %s\n", l.done, l.total, fmt.Sprintf(format, a...), el.Round(time.Second), eta.Round(time.Second))
 }
 
-func (l *Lab) warn(format string, a ...any) {
+func (l *study) warn(format string, a ...any) {
 	l.note(&l.res.Lab.Warnings, "warning", fmt.Sprintf(format, a...))
 }
 
 // note adds a line to a list in results.json once, and says it on the
 // progress stream.
-func (l *Lab) note(list *[]string, kind, line string) {
+func (l *study) note(list *[]string, kind, line string) {
 	if slices.Contains(*list, line) {
 		return
 	}
@@ -171,7 +167,7 @@ func (l *Lab) note(list *[]string, kind, line string) {
 }
 
 // failure says why the study cannot be trusted, or "".
-func (l *Lab) failure() string {
+func (l *study) failure() string {
 	var why []string
 	if l.exited {
 		why = append(why, "the target exited during a load window")
@@ -210,10 +206,10 @@ func cellFailed(c CPUCell) bool {
 
 // mix is the request mix for a window on tr: every window starts the
 // same seeded order, so --seed replays a run's requests.
-func (l *Lab) mix(tr *Trial) *load.Mix { return load.NewMix(tr.Targets, l.cfg.Seed) }
+func (l *study) mix(tr *trial) *load.Mix { return load.NewMix(tr.Targets, l.cfg.Seed) }
 
 // baseEnv is every trial's extra environment.
-func (l *Lab) baseEnv() map[string]string {
+func (l *study) baseEnv() map[string]string {
 	if l.cfg.Sample {
 		return map[string]string{"GODEBUG": sampleGODEBUG}
 	}

@@ -7,7 +7,7 @@ import (
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
 
-func (l *Lab) summarizeCPU() []CPUSummary {
+func (l *study) summarizeCPU() []CPUSummary {
 	var keys []cellKey
 	seen := map[cellKey]bool{}
 	for _, c := range l.res.CPU {
@@ -35,7 +35,7 @@ func (l *Lab) summarizeCPU() []CPUSummary {
 			for i, c := range g {
 				xs[i] = f(c)
 			}
-			s := Summarize(xs)
+			s := summarize(xs)
 			return Metric{Min: s.Min, Median: s.Median, Max: s.Max}
 		}
 		s := CPUSummary{QuotaCores: k.q, Setting: k.setting, SameAs: g[0].SameAs, Mode: k.mode, GOMAXPROCS: g[0].GOMAXPROCS, OfferedRPS: g[0].OfferedRPS,
@@ -62,7 +62,7 @@ func (l *Lab) summarizeCPU() []CPUSummary {
 		if s.Failed {
 			s.Notes = append(s.Notes, fmt.Sprintf("FAILED: %.1f%% errors (%s)", s.ErrorShare*100, errorKinds(mergeKinds(g))))
 		}
-		if k.mode == "open" {
+		if k.mode == Open {
 			if s.Samples < l.cfg.OpenSamples {
 				s.Notes = append(s.Notes, fmt.Sprintf("p99 from %d latencies, under the %d wanted: the budget ran out first", s.Samples, l.cfg.OpenSamples))
 			}

@@ -133,8 +133,8 @@ type Loader struct {
 }
 
 const (
-	// stallWindow is the window of the stall rule during load.
-	stallWindow = 2 * time.Second
+	// StallWindow is the window of the stall rule during load.
+	StallWindow = 2 * time.Second
 	// RequestTimeout bounds each request.
 	RequestTimeout = 10 * time.Second
 	// MaxOpenInFlight bounds the open loop's concurrent requests; a
@@ -147,7 +147,7 @@ const (
 func NewLoader(maxInFlight int, probe StallProbe) *Loader {
 	maxInFlight = max(maxInFlight, 1)
 	tr := &http.Transport{MaxIdleConns: maxInFlight, MaxIdleConnsPerHost: maxInFlight, IdleConnTimeout: 30 * time.Second, DisableCompression: true}
-	return &Loader{client: &http.Client{Transport: tr, Timeout: RequestTimeout}, probe: probe, MaxInFlight: maxInFlight, Stall: stallWindow}
+	return &Loader{client: &http.Client{Transport: tr, Timeout: RequestTimeout}, probe: probe, MaxInFlight: maxInFlight, Stall: StallWindow}
 }
 
 // Close drops idle connections.

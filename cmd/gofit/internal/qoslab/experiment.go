@@ -331,21 +331,18 @@ func applyAuto(node, ls, be *manage.Group, cfg Config) ([]string, error) {
 	bePod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "be", Namespace: "lab", UID: "be"},
 		Spec:   corev1.PodSpec{Containers: []corev1.Container{{Name: "hog"}}},
 		Status: corev1.PodStatus{Phase: corev1.PodRunning}}
-	res := memqos.Compute(memqos.Input{Pods: []*corev1.Pod{lsPod, bePod}, Policy: memqos.PolicyAuto,
+	res, err := memqos.Compute(memqos.Input{Pods: []*corev1.Pod{lsPod, bePod}, Policy: memqos.PolicyAuto,
 		NodeAllocatable: cfg.NodeLimit, CgroupVersion: node.Version(), PageSize: int64(os.Getpagesize())})
-	var vals []manage.Value
-	add := func(g *manage.Group, level int, ss []memqos.Setting) {
-		for _, s := range ss {
-			vals = append(vals, manage.Value{Dir: g.Memory.Dir, File: s.File, Value: s.Value, Level: level, Reason: s.Reason})
-		}
+	if err != nil {
+		return nil, err
 	}
-	add(node, 0, res.Kubepods)
+	vals := memqos.Values(node.Memory.Dir, memqos.LevelKubepods, res.Kubepods)
 	for _, p := range res.Pods {
 		g := ls
 		if p.Name == "be" {
 			g = be
 		}
-		add(g, 1, p.Containers[0].Settings)
+		vals = append(vals, memqos.Values(g.Memory.Dir, memqos.LevelQoS, p.Containers[0].Settings)...)
 	}
 	w := manage.NewWriter(nil, node.Version() == 1)
 	ar := w.Apply(vals)

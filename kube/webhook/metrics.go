@@ -1,17 +1,23 @@
-package admission
+package webhook
 
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"slices"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/gofit-dev/gofit/kube/admission"
 )
 
 // Metrics are the webhook's Prometheus metrics, on a registry of their own
-// (never the global one).
+// (never the global one). Every label value comes from a fixed set
+// (admission.Operations, admission.Outcomes, the status codes the handler
+// answers with), whatever a client sends, so the number of series is
+// bounded however many requests arrive.
 type Metrics struct {
 	Registry   *prometheus.Registry
 	admissions *prometheus.CounterVec
@@ -20,6 +26,10 @@ type Metrics struct {
 	certLoads  prometheus.Counter
 }
 
+// codes are the HTTP status codes the handler answers with; any other is
+// counted as "other".
+var codes = []int{200, 400, 405, 413, 415, 500, 503}
+
 // NewMetrics registers the webhook's metrics, plus Go and process metrics,
 // on a new registry.
 func NewMetrics() *Metrics {
@@ -27,7 +37,7 @@ func NewMetrics() *Metrics {
 		Registry: prometheus.NewRegistry(),
 		admissions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gofit_webhook_admissions_total",
-			Help: "Admission requests by operation, outcome (patched, unchanged, skipped, ignored, warned, error) and HTTP status code.",
+			Help: "Admission requests by operation, outcome (patched, unchanged, skipped, ignored, warned, error, busy) and HTTP status code.",
 		}, []string{"operation", "outcome", "code"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "gofit_webhook_admission_duration_seconds",
@@ -50,14 +60,24 @@ func NewMetrics() *Metrics {
 	return m
 }
 
-func (m *Metrics) observe(op string, o Outcome, code int, d time.Duration) {
+// ObserveAdmission counts one answered request (admission.Observer). A
+// value outside its fixed set is counted as "other", never as a new series.
+func (m *Metrics) ObserveAdmission(op string, o admission.Outcome, code int, d time.Duration) {
 	if m == nil {
 		return
 	}
-	if op == "" {
-		op = "unknown"
+	if !slices.Contains(admission.Operations(), op) {
+		op = admission.OperationOther
 	}
-	m.admissions.WithLabelValues(op, string(o), strconv.Itoa(code)).Inc()
+	outcome := string(o)
+	if !slices.Contains(admission.Outcomes(), o) {
+		outcome = "other"
+	}
+	c := "other"
+	if slices.Contains(codes, code) {
+		c = strconv.Itoa(code)
+	}
+	m.admissions.WithLabelValues(op, outcome, c).Inc()
 	m.latency.WithLabelValues(op).Observe(d.Seconds())
 }
 

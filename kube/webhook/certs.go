@@ -1,4 +1,4 @@
-package admission
+package webhook
 
 import (
 	"context"
@@ -50,17 +50,8 @@ const RotatorLeaseName = "gofit-webhook-cert-rotator"
 // list, watch and update on the Secret (in its namespace) and on the
 // MutatingWebhookConfiguration, and Leases for leader election.
 func RunSelfManaged(ctx context.Context, cfg *rest.Config, sm SelfManaged) error {
-	switch {
-	case sm.Secret.Namespace == "" || sm.Secret.Name == "":
-		return errors.New("self-managed certificates: the Secret needs a namespace and a name (NAMESPACE/NAME)")
-	case sm.WebhookConfig == "":
-		return errors.New("self-managed certificates: the MutatingWebhookConfiguration name is required")
-	case sm.DNSName == "":
-		return errors.New("self-managed certificates: the Service DNS name is required")
-	case sm.CertFile == "" || sm.KeyFile == "":
-		return errors.New("self-managed certificates: the certificate and key files are required")
-	case filepath.Dir(sm.CertFile) != filepath.Dir(sm.KeyFile):
-		return fmt.Errorf("self-managed certificates: %s and %s must be in one directory (the Secret's volume)", sm.CertFile, sm.KeyFile)
+	if err := sm.check(); err != nil {
+		return err
 	}
 	log := logr.Discard()
 	if sm.Log != nil {
@@ -105,6 +96,23 @@ func RunSelfManaged(ctx context.Context, cfg *rest.Config, sm SelfManaged) error
 	}
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("self-managed certificates: %w", err)
+	}
+	return nil
+}
+
+// check names the first missing or inconsistent field.
+func (sm SelfManaged) check() error {
+	switch {
+	case sm.Secret.Namespace == "" || sm.Secret.Name == "":
+		return errors.New("self-managed certificates: the Secret needs a namespace and a name (NAMESPACE/NAME)")
+	case sm.WebhookConfig == "":
+		return errors.New("self-managed certificates: the MutatingWebhookConfiguration name is required")
+	case sm.DNSName == "":
+		return errors.New("self-managed certificates: the Service DNS name is required")
+	case sm.CertFile == "" || sm.KeyFile == "":
+		return errors.New("self-managed certificates: the certificate and key files are required")
+	case filepath.Dir(sm.CertFile) != filepath.Dir(sm.KeyFile):
+		return fmt.Errorf("self-managed certificates: %s and %s must be in one directory (the Secret's volume)", sm.CertFile, sm.KeyFile)
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package admission
+package webhook
 
 import (
 	"bytes"
@@ -97,7 +97,6 @@ func TestServerBadConfig(t *testing.T) {
 		{Config{Addr: "127.0.0.1:0", CertFile: filepath.Join(dir, "none"), KeyFile: bad}, "none: no such file"},
 		{Config{Addr: "127.0.0.1:0", CertFile: bad, KeyFile: bad}, "serving certificate " + bad},
 		{Config{Addr: "nowhere:-1", CertFile: bad, KeyFile: bad, WaitForCert: true}, "listen on nowhere:-1"},
-		{Config{Addr: "127.0.0.1:0", CertFile: bad, KeyFile: bad, Policy: Options{MemoryRatio: 2}}, "memory ratio 2"},
 	} {
 		if _, err := NewServer(c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: error %v, want %q", c.cfg, err, c.want)

@@ -1,4 +1,4 @@
-package admission
+package webhook
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,6 +31,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gofit-dev/gofit/kube/admission"
 	"github.com/gofit-dev/gofit/kube/internal/kubetest"
 )
 
@@ -212,7 +214,7 @@ func TestEndToEnd(t *testing.T) {
 		}
 		return got
 	}
-	fitted := func(p *corev1.Pod) bool { _, ok := p.Annotations[AnnotationPlan]; return ok }
+	fitted := func(p *corev1.Pod) bool { _, ok := p.Annotations[admission.AnnotationPlan]; return ok }
 	probe := podOf("probe", ctr("app", "1", "1Gi"))
 	waitFitting := func(t *testing.T, what string) {
 		t.Helper()
@@ -252,7 +254,7 @@ func TestEndToEnd(t *testing.T) {
 			{stored.Spec.Containers[0], map[string]string{"GOMAXPROCS": "1", "GOMEMLIMIT": "966367641"}},
 			{stored.Spec.Containers[1], map[string]string{"GOMAXPROCS": "8", "GOGC": "off", "GOMEMLIMIT": "483183820"}},
 			{stored.Spec.InitContainers[0], map[string]string{}},
-			{stored.Spec.InitContainers[1], map[string]string{"GOMAXPROCS": "1", "GOMEMLIMIT": "108167168"}},
+			{stored.Spec.InitContainers[1], map[string]string{"GOMAXPROCS": "1", "GOMEMLIMIT": "114458624"}},
 		}
 		for _, c := range checks {
 			if e := envOf(c.c); fmt.Sprint(e) != fmt.Sprint(c.want) {
@@ -556,13 +558,13 @@ func addLateContainer(w http.ResponseWriter, r *http.Request, sawGofit *atomic.B
 	}
 	var pod corev1.Pod
 	_ = json.Unmarshal(review.Request.Object.Raw, &pod)
-	if _, ok := pod.Annotations[AnnotationPlan]; ok {
+	if _, ok := pod.Annotations[admission.AnnotationPlan]; ok {
 		sawGofit.Store(true)
 	}
 	resp := &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
-	if findContainer(&pod, "late") == nil {
+	if !slices.ContainsFunc(pod.Spec.Containers, func(c corev1.Container) bool { return c.Name == "late" }) {
 		c := ctr("late", "2", "256Mi")
-		patch, _ := json.Marshal([]PatchOp{{Op: "add", Path: "/spec/containers/-", Value: c}})
+		patch, _ := json.Marshal([]admission.PatchOp{{Op: "add", Path: "/spec/containers/-", Value: c}})
 		pt := admissionv1.PatchTypeJSONPatch
 		resp.Patch, resp.PatchType = patch, &pt
 	}

@@ -1,4 +1,4 @@
-package admission
+package webhook
 
 import (
 	"context"
@@ -15,6 +15,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
+
+	"github.com/gofit-dev/gofit/fit"
+	"github.com/gofit-dev/gofit/kube/admission"
 )
 
 // Config configures a Server.
@@ -38,9 +41,19 @@ type Config struct {
 	// were for would start unfitted).
 	ShutdownDelay time.Duration
 
-	Policy  Options
-	MaxBody int64 // bytes; 0 means DefaultMaxBody
-	Log     *slog.Logger
+	// Policy is fit's policy for the pods (fit.New validates it).
+	Policy fit.Policy
+	// MaxBody and MaxInFlight bound a request body and the reviews
+	// decoded at once (admission.HandlerOptions); 0 means the defaults.
+	MaxBody     int64
+	MaxInFlight int
+	Log         *slog.Logger
+
+	// SelfManaged, for Run, also keeps the certificate (its CertFile and
+	// KeyFile are Config's), reaching the API server through Kubeconfig
+	// ("" means $KUBECONFIG, ~/.kube/config or in-cluster).
+	SelfManaged *SelfManaged
+	Kubeconfig  string
 }
 
 // Server serves /mutate, /healthz, /readyz and /metrics over HTTPS on one
@@ -61,10 +74,6 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.CertFile == "" || cfg.KeyFile == "" {
 		return nil, errors.New("a certificate and key file are required (--cert-file, --key-file)")
 	}
-	m, err := NewMutator(cfg.Policy)
-	if err != nil {
-		return nil, err
-	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
@@ -84,7 +93,9 @@ func NewServer(cfg Config) (*Server, error) {
 	s.ln = ln
 
 	mux := http.NewServeMux()
-	mux.Handle("/mutate", NewHandler(m, cfg.Log, s.Metrics, cfg.MaxBody))
+	mux.Handle("/mutate", admission.NewHandler(admission.NewMutator(cfg.Policy), admission.HandlerOptions{
+		Log: cfg.Log, Observer: s.Metrics, MaxBody: cfg.MaxBody, MaxInFlight: cfg.MaxInFlight,
+	}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		switch {

@@ -1,4 +1,4 @@
-package admission
+package webhook
 
 import (
 	"bytes"
@@ -23,13 +23,16 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/gofit-dev/gofit/fit"
+	"github.com/gofit-dev/gofit/kube/admission"
 )
 
 // benchServerEnv, when set to a directory holding tls.crt and tls.key, makes
 // the test binary run the webhook server instead of the tests, writing its
 // address to addr in that directory: the benchmark measures the server's
 // CPU in a process of its own, apart from the load generator's.
-const benchServerEnv = "GOFIT_ADMISSION_BENCH_SERVER"
+const benchServerEnv = "GOFIT_WEBHOOK_BENCH_SERVER"
 
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(benchServerEnv); dir != "" {
@@ -82,7 +85,7 @@ func cpuTime(pid int) (time.Duration, error) {
 // server's CPU per admission, and the generator's own lateness (lag), which
 // the latencies include. Run with a fixed count, e.g.
 //
-//	go test -run '^$' -bench Admission -benchtime 2000x ./admission
+//	go test -run '^$' -bench Admission -benchtime 2000x ./webhook
 func BenchmarkAdmission(b *testing.B) {
 	const rate = 200
 	dir := b.TempDir()
@@ -192,7 +195,7 @@ func BenchmarkAdmission(b *testing.B) {
 // BenchmarkHandler is the work of one admission without the network:
 // decode, plan, patch, encode.
 func BenchmarkHandler(b *testing.B) {
-	h := newHandler(b, Options{})
+	h := admission.NewHandler(admission.NewMutator(fit.Policy{}), admission.HandlerOptions{Observer: NewMetrics()})
 	always := corev1.ContainerRestartPolicyAlways
 	pod := podOf("bench", ctr("app", "1500m", "1Gi", env("LOG_LEVEL", "info"), env("GOGC", "200")), ctr("worker", "250m", "256Mi"))
 	pod.Spec.InitContainers = []corev1.Container{ctr("proxy", "500m", "128Mi")}
@@ -200,7 +203,7 @@ func BenchmarkHandler(b *testing.B) {
 	body := review(b, pod, admissionv1.Create, "")
 	b.ReportAllocs()
 	for b.Loop() {
-		if code, _, _ := post(b, h, body); code != 200 {
+		if code, _ := post(b, h, body); code != 200 {
 			b.Fatal(code)
 		}
 	}
