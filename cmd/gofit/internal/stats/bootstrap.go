@@ -209,13 +209,9 @@ func (b *Bootstrap) of(bs []*pblock, st Stat) float64 {
 	if st == StatRPS {
 		var n, sec float64
 		for _, x := range bs {
-			n += float64(x.ok)
-			sec += x.sec
+			n, sec = n+float64(x.ok), sec+x.sec
 		}
-		if sec == 0 {
-			return 0
-		}
-		return n / sec
+		return perSecond(n, sec)
 	}
 	if b.counts == nil {
 		b.counts = make([]int32, binCount)

@@ -78,10 +78,14 @@ func (s Sample) RPS() float64 {
 	var n, sec float64
 	for _, r := range s {
 		for _, b := range r {
-			n += float64(b.OK)
-			sec += b.Seconds
+			n, sec = n+float64(b.OK), sec+b.Seconds
 		}
 	}
+	return perSecond(n, sec)
+}
+
+// perSecond is n per second of sec, 0 over no time.
+func perSecond(n, sec float64) float64 {
 	if sec == 0 {
 		return 0
 	}
