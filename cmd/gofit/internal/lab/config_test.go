@@ -117,4 +117,12 @@ func TestOptionsConfig(t *testing.T) {
 	if mix := cfg.Target.Mix(); len(mix) != 3 || mix[1].Method != "POST" || len(mix[1].Body) != 4096 || cfg.Target.Ready() != "http://127.0.0.1:{port}/get" {
 		t.Errorf("httpbin mix: %+v, ready %s", mix, cfg.Target.Ready())
 	}
+	// A mix without --url is a target the study accepts (it refused it
+	// as "no target" once, after the options had passed).
+	if err := cfg.Target.check(); err != nil {
+		t.Errorf("a --targets mix: %v", err)
+	}
+	if err := (Target{Path: "svc"}).check(); err == nil {
+		t.Error("a command without a URL or a mix is a target")
+	}
 }

@@ -50,6 +50,15 @@ type Target struct {
 	Env          []string      // base environment (default: the lab's, without GO* runtime variables)
 }
 
+// check says what a target lacks to be studied: a command, and a URL or a
+// request mix.
+func (t Target) check() error {
+	if t.Path == "" || t.URL == "" && len(t.Requests) == 0 {
+		return usagef("--cmd with --url or --targets: no target")
+	}
+	return nil
+}
+
 // Mix is the requests the target gets, {port} not yet replaced.
 func (t Target) Mix() []load.Target {
 	if len(t.Requests) > 0 {

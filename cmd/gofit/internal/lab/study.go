@@ -51,8 +51,8 @@ func runStudy(ctx context.Context, sb *Sandbox, cfg Config) (*Results, error) {
 	if err := cfg.Validate(); err != nil {
 		return &Results{}, err
 	}
-	if cfg.Target.Path == "" || cfg.Target.URL == "" {
-		return &Results{}, usagef("--cmd and --url: no target")
+	if err := cfg.Target.check(); err != nil {
+		return &Results{}, err
 	}
 	l := newLab(cfg)
 	l.sb = sb
