@@ -147,6 +147,10 @@ func (l *study) progress(format string, a ...any) {
 	}
 	el := time.Since(l.started)
 	eta := time.Duration(float64(el) / float64(l.done) * float64(l.total-l.done))
+	// The planner ends the study within the budget: a count of trials
+	// left at the pace so far (a slow target's long windows first) would
+	// say otherwise.
+	eta = max(min(eta, l.cfg.Budget-el), 0)
 	fmt.Fprintf(l.cfg.Progress, "lab [%3d/%3d] %-62s elapsed %s, ETA %s\n", l.done, l.total, fmt.Sprintf(format, a...), el.Round(time.Second), eta.Round(time.Second))
 }
 
