@@ -26,9 +26,12 @@ type study struct {
 	total   int
 	started time.Time
 	rng     *rand.Rand
-	boot    *stats.Bootstrap
-	ncpu    int // CPUs the target sees
-	place   *Placement
+	// healthBoot draws the health trials' resamples, apart from boot so
+	// that the CPU study's draws do not shift theirs.
+	healthBoot *stats.Bootstrap
+	boot       *stats.Bootstrap
+	ncpu       int // CPUs the target sees
+	place      *Placement
 	// measure runs one CPU window; tests replace it with a fake.
 	measure func(ctx context.Context, c cpuConfig, mode Mode, offered float64, window time.Duration, rep int) (CPUCell, error)
 	// memRun runs one memory trial; tests replace it with a fake.
@@ -98,7 +101,8 @@ func runStudy(ctx context.Context, sb *Sandbox, cfg Config) (*Results, error) {
 }
 
 func newLab(cfg Config) *study {
-	l := &study{cfg: cfg, started: time.Now(), rng: rand.New(rand.NewSource(cfg.Seed)), boot: stats.NewBootstrap(cfg.Resamples, cfg.Seed), ncpu: runtime.NumCPU(), now: time.Now}
+	l := &study{cfg: cfg, started: time.Now(), rng: rand.New(rand.NewSource(cfg.Seed)), boot: stats.NewBootstrap(cfg.Resamples, cfg.Seed),
+		healthBoot: stats.NewBootstrap(cfg.Resamples, cfg.Seed+1), ncpu: runtime.NumCPU(), now: time.Now}
 	l.res.Lab.Warnings = append([]string{}, cfg.Warnings...)
 	l.res.Lab.BudgetSeconds = cfg.Budget.Seconds()
 	l.res.Lab.BudgetNotes = []string{}

@@ -124,6 +124,39 @@ func (b *Bootstrap) Ratio(a, base Sample, st Stat) Interval {
 	return iv
 }
 
+// PairedRatio is the interval of st(a)/st(base) where a[i] and base[i]
+// ran side by side (a reference run and the run under test, one moment of
+// a shared machine): each resample draws whole pairs, then blocks within
+// each run, so that moment stays out of the ratio's spread, as in a paired
+// test. Unequal lengths, fewer than two pairs or fewer than MinBlocks
+// blocks a side give (-Inf, +Inf).
+func (b *Bootstrap) PairedRatio(a, base Sample, st Stat) Interval {
+	pa, pb := prepare(a, st), prepare(base, st)
+	iv := Interval{Value: safeDiv(b.of(pa.all(), st), b.of(pb.all(), st))}
+	if len(a) != len(base) || len(a) < 2 || a.Blocks() < MinBlocks || base.Blocks() < MinBlocks {
+		iv.Low, iv.High = math.Inf(-1), math.Inf(1)
+		return iv
+	}
+	xs := make([]float64, b.Resamples)
+	ba := make([]*pblock, 0, a.Blocks())
+	bb := make([]*pblock, 0, base.Blocks())
+	for i := range xs {
+		ba, bb = ba[:0], bb[:0]
+		for range pa {
+			k := b.rng.Intn(len(pa))
+			for range pa[k] {
+				ba = append(ba, pa[k][b.rng.Intn(len(pa[k]))])
+			}
+			for range pb[k] {
+				bb = append(bb, pb[k][b.rng.Intn(len(pb[k]))])
+			}
+		}
+		xs[i] = safeDiv(b.of(ba, st), b.of(bb, st))
+	}
+	iv.Low, iv.High = percentiles(xs)
+	return iv
+}
+
 // Latency quantiles in resamples are read from a histogram of log-spaced
 // bins 0.5% wide, not by sorting every resample's latencies: at 16,000
 // requests a second a cell pools ~10⁵ latencies, and a thousand sorts of

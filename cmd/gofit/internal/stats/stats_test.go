@@ -168,3 +168,27 @@ func BenchmarkRatioP99(b *testing.B) {
 		bt.Ratio(a, base, StatP99)
 	}
 }
+
+// Pairs that share a moment of the machine (both runs slow together) are
+// told apart by the paired interval where the unpaired one cannot: the
+// machine's mood cancels in each pair.
+func TestPairedRatio(t *testing.T) {
+	rng := rand.New(rand.NewSource(4))
+	var a, base Sample
+	for i := 0; i < 4; i++ {
+		mood := math.Exp(0.5 * rng.NormFloat64())
+		base = append(base, fakeBlocks(rng, 4, 200, 0.02, 10*mood))
+		a = append(a, fakeBlocks(rng, 4, 200, 0.02, 13*mood))
+	}
+	b := NewBootstrap(500, 1)
+	p := b.PairedRatio(a, base, StatP99)
+	if v, d := Verdict(p, StatP99, StatP99.Margin()); v != Worse || !d {
+		t.Errorf("paired: 30%% slower in every pair, ratio %+v: %s decided %v, want worse", p, v, d)
+	}
+	if u := b.Ratio(a, base, StatP99); u.High-u.Low <= p.High-p.Low {
+		t.Errorf("unpaired interval [%.2f, %.2f] not wider than paired [%.2f, %.2f]", u.Low, u.High, p.Low, p.High)
+	}
+	if iv := b.PairedRatio(a[:1], base[:1], StatP99); !math.IsInf(iv.Low, -1) {
+		t.Errorf("one pair: %+v, want no interval", iv)
+	}
+}
