@@ -2,7 +2,7 @@
 GO ?= go
 FUZZTIME ?= 20s
 
-.PHONY: build build-nokube test test-v2 qos-v2 bench fuzz lab vet test-go-min test-race tidy-check check
+.PHONY: build build-nokube image e2e test test-v2 qos-v2 bench fuzz lab vet test-go-min test-race tidy-check check
 
 build:
 	$(GO) build -o bin/gofit ./cmd/gofit
@@ -11,6 +11,23 @@ build:
 # that only need `gofit run` or `gofit inspect`.
 build-nokube:
 	$(GO) build -tags nokube -trimpath -ldflags='-s -w' -o bin/gofit ./cmd/gofit
+
+# The gofit image (webhook and node agent) without Docker: a static binary
+# at /gofit, nonroot (65532) by default, the host's CA bundle, written as an
+# OCI layout + docker-save tarball that `ctr images import` and `docker load`
+# take. deploy/webhook/Dockerfile builds the same image with Docker.
+IMAGE ?= ghcr.io/gofit-dev/gofit:dev
+image:
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags='-s -w' -o bin/linux-amd64/gofit ./cmd/gofit
+	$(GO) run ./internal/ociimage/mkimage -o bin/gofit-image.tar -ref $(IMAGE) -entrypoint /gofit /gofit=bin/linux-amd64/gofit
+
+# gofit on a real single-node Kubernetes (kube/e2e): a cgroup v2 kernel in
+# a QEMU VM running etcd, kube-apiserver, controller-manager, scheduler,
+# containerd + runc + CNI and the kubelet; deploy/ applied with kubectl;
+# the webhook, the node agent and the library checked on what the kubelet
+# made. Fails (never skips) when the node cannot start. See docs/e2e.md.
+e2e:
+	$(GO) test -count=1 -v -timeout 60m -run '^(TestNode|TestDeployTogether)$$' ./kube/e2e
 
 # The workspace (go.work) holds the library (.), the command (cmd/gofit) and
 # the Kubernetes parts (kube); "work" names every package in it. -p 1 runs

@@ -21,6 +21,7 @@ import (
 
 	"github.com/gofit-dev/gofit"
 	"github.com/gofit-dev/gofit/internal/envconfig"
+	"github.com/gofit-dev/gofit/internal/seam"
 )
 
 var fitter *gofit.Fitter
@@ -40,7 +41,10 @@ func start(ctx context.Context, lookup func(string) (string, bool), w io.Writer,
 	for _, err := range cfg.Errors {
 		logger.Warn("gofit: ignoring setting", "err", err)
 	}
-	opts := append(cfg.Options, gofit.WithLogger(logger), gofit.WithLookupEnv(lookup))
+	// The environment gofit reads (GOFIT, GOMAXPROCS, ...) comes through the
+	// same lookup as the configuration.
+	env := seam.Option(seam.Seams{LookupEnv: lookup}).(gofit.Option)
+	opts := append(cfg.Options, gofit.WithLogger(logger), env)
 	f, err := gofit.Start(ctx, append(opts, extra...)...)
 	if err != nil {
 		level := slog.LevelWarn

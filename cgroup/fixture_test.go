@@ -82,7 +82,7 @@ func TestFixtureStats(t *testing.T) {
 		t.Errorf("v1 CPU stats = %+v, want %+v", s.CPU, wantCPU)
 	}
 	wantMem := MemoryStats{Usage: 50 << 20, WorkingSet: 48 << 20, Peak: 60 << 20, Anon: 40 << 20, File: 8 << 20, InactiveFile: 2 << 20,
-		Kernel: 1 << 20, MajorFaults: 17, OOMKills: 2, MaxHits: 3}
+		Kernel: 1 << 20, MajorFaults: 17, FileRefaults: 99, OOMKills: 2, MaxHits: 3}
 	if s.Memory != wantMem {
 		t.Errorf("v1 memory stats\n got %+v\nwant %+v", s.Memory, wantMem)
 	}
@@ -102,7 +102,7 @@ func TestFixtureStats(t *testing.T) {
 	}
 	m := s.Memory
 	if m.Usage != 96<<20 || m.WorkingSet != 92<<20 || m.Peak != 128<<20 || m.Anon != 80<<20 || m.File != 16<<20 || m.Kernel != 2<<20 ||
-		m.MajorFaults != 5 || m.OOMKills != 1 || m.OOMs != 1 || m.MaxHits != 1 || m.HighHits != 4 {
+		m.MajorFaults != 5 || m.FileRefaults != 321 || m.OOMKills != 1 || m.OOMs != 1 || m.MaxHits != 1 || m.HighHits != 4 {
 		t.Errorf("v2 memory stats = %+v", m)
 	}
 

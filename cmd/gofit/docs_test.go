@@ -348,8 +348,9 @@ func trimLines(ls []string) []string {
 	return out
 }
 
-// gofitArgs splits "gofit ARGS" (a marker's argument) into arguments,
-// with paths under the repository made relative to this package.
+// gofitArgs splits "gofit ARGS" (a marker's argument) into arguments;
+// paths in the repository, written from its root, are made relative to
+// this package's directory.
 func gofitArgs(t *testing.T, where, s string) []string {
 	args := shellSplit(s)
 	if len(args) == 0 || args[0] != "gofit" {
@@ -358,8 +359,10 @@ func gofitArgs(t *testing.T, where, s string) []string {
 	}
 	args = args[1:]
 	for i, a := range args {
-		if i > 0 && args[i-1] == "--root" {
-			args[i] = filepath.Join(repoRoot, a)
+		if strings.Contains(a, "/") && !strings.HasPrefix(a, "/") && !strings.HasPrefix(a, "-") {
+			if _, err := os.Stat(filepath.Join(repoRoot, a)); err == nil {
+				args[i] = filepath.Join(repoRoot, a) // a path in the repository
+			}
 		}
 	}
 	return args
@@ -416,8 +419,15 @@ func checkKeysOf(t *testing.T, where, cmd string, block []string) {
 }
 
 // diffKeys compares the object keys of two JSON values, recursively where
-// both sides hold an object (a null on one side is a value not shown).
+// both sides hold an object, and in the first elements of arrays (a null
+// on one side is a value not shown).
 func diffKeys(path string, doc, got any) []string {
+	if da, ok := doc.([]any); ok {
+		if ga, ok := got.([]any); ok && len(da) > 0 && len(ga) > 0 {
+			return diffKeys(path+"[0]", da[0], ga[0])
+		}
+		return nil
+	}
 	dm, ok1 := doc.(map[string]any)
 	gm, ok2 := got.(map[string]any)
 	if !ok1 || !ok2 {
@@ -689,6 +699,14 @@ func checkShell(t *testing.T, where, line, cwd string, fl *flagTable, mk *makefi
 	return cwd
 }
 
+// placeholder tells a synopsis word (CMD, …) from a name to check.
+func placeholder(w string) bool {
+	if strings.Contains(w, "=") {
+		return false // VAR=value
+	}
+	return strings.Contains(w, "…") || (strings.ToUpper(w) == w && strings.ToLower(w) != w)
+}
+
 func isDir(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && st.IsDir()
@@ -732,7 +750,7 @@ func checkGo(t *testing.T, where, cwd string, args []string, fl *flagTable, inli
 		case a == "-o" || a == "-count" || a == "-timeout" || a == "-benchtime" || a == "-tags" || a == "-p":
 			i++
 		case strings.HasPrefix(a, "-"):
-		case a == "work" || a == "all":
+		case a == "work" || a == "all" || placeholder(a):
 		default:
 			pkgs = append(pkgs, a)
 		}
@@ -838,7 +856,7 @@ func (ft *flagTable) check(t *testing.T, where string, args []string, inline boo
 			rest = rest[1:] // a synopsis: gofit node [plan|experiment]
 		}
 	}
-	if ft.hidden[name] {
+	if ft.hidden[name] || placeholder(name) {
 		return
 	}
 	set, ok := ft.flags[name]
@@ -867,6 +885,9 @@ func (ft *flagTable) check(t *testing.T, where string, args []string, inline boo
 
 // ---- inline code ----
 
+// inlineCommands start the inline code spans that are checked as commands.
+var inlineCommands = []string{"gofit ", "sudo gofit ", "make ", "go run ", "go test ", "go vet ", "go build ", "kubectl "}
+
 var inlineFlagRE = regexp.MustCompile(`^--([a-z0-9][a-z0-9-]*)`)
 
 func checkInline(t *testing.T, pg *mdPage, fl *flagTable, mk *makefile) {
@@ -875,7 +896,7 @@ func checkInline(t *testing.T, pg *mdPage, fl *flagTable, mk *makefile) {
 		where := fmt.Sprintf("%s:%d", pg.path, n)
 		for _, span := range inlineCodeRE.FindAllString(pg.prose[n], -1) {
 			code := strings.Trim(span, "`")
-			if strings.HasPrefix(code, "gofit ") || strings.HasPrefix(code, "sudo gofit ") || strings.HasPrefix(code, "make ") || strings.HasPrefix(code, "go run ./cmd/gofit ") {
+			if slices.ContainsFunc(inlineCommands, func(p string) bool { return strings.HasPrefix(code, p) }) {
 				checkShell(t, where, code, "", fl, mk, true)
 			}
 			m := inlineFlagRE.FindStringSubmatch(code)
@@ -998,7 +1019,7 @@ func readMakefile(t *testing.T) *makefile {
 
 func (mk *makefile) check(t *testing.T, where string, env, args []string) {
 	for _, a := range args {
-		if strings.HasPrefix(a, "-") {
+		if strings.HasPrefix(a, "-") || placeholder(a) {
 			continue
 		}
 		if name, _, ok := strings.Cut(a, "="); ok {

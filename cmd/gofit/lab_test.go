@@ -277,7 +277,9 @@ func TestLabQuick(t *testing.T) {
 	}
 	t.Logf("floors: gofit %dMiB, automemlimit %dMiB", floors[lab.SetGofit]>>20, floors[lab.SetAutoMemLimit]>>20)
 	rec := r.Recommendation
-	if rec.MemoryLimit < floors[lab.SetGofit] || rec.CPULimit <= 0 || rec.Env["GOMEMLIMIT"] == "" || !strings.Contains(rec.YAML, "memory: ") {
+	// The recommendation rests on gofit's floor or the ratio's, whichever
+	// is lower.
+	if rec.MemoryLimit < min(floors[lab.SetGofit], floors[lab.SetAutoMemLimit]) || rec.CPULimit <= 0 || rec.Env["GOMEMLIMIT"] == "" || !strings.Contains(rec.YAML, "memory: ") {
 		t.Errorf("recommendation %+v", rec)
 	}
 	if rec.Check == nil || rec.Check.Outcome != "ok" {

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/gofit-dev/gofit/fit"
 	"github.com/gofit-dev/gofit/internal/cgtest"
 )
 
@@ -50,10 +51,10 @@ type inspectJSON struct {
 		MaxSource      *string `json:"max_source"`
 	} `json:"memory"`
 	Plan struct {
-		GOMAXPROCS      int      `json:"gomaxprocs"`
-		GOMEMLIMITBytes *int64   `json:"gomemlimit_bytes"`
-		Reasons         []string `json:"reasons"`
-		Warnings        []string `json:"warnings"`
+		GOMAXPROCS      int        `json:"gomaxprocs"`
+		GOMEMLIMITBytes *int64     `json:"gomemlimit_bytes"`
+		Reasons         []fit.Note `json:"reasons"`
+		Warnings        []fit.Note `json:"warnings"`
 	} `json:"plan"`
 }
 

@@ -81,9 +81,8 @@ type PlanReport struct {
 	Unset                []string          `json:"unset"`
 	GOMAXPROCSReason     fit.Reason        `json:"gomaxprocs_reason"`
 	GOMEMLIMITReason     fit.Reason        `json:"gomemlimit_reason"`
-	Reasons              []string          `json:"reasons"`
-	Warnings             []string          `json:"warnings"`
-	WarningCodes         []fit.Warning     `json:"warning_codes"`
+	Reasons              []fit.Note        `json:"reasons"`
+	Warnings             []fit.Note        `json:"warnings"`
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -142,7 +141,7 @@ func New(c *cgroup.Cgroups, l cgroup.Limits, s cgroup.Stats, in fit.Input, p fit
 		RuntimeGOMAXPROCS: p.RuntimeGOMAXPROCS, RuntimeFollowsCgroup: p.RuntimeFollowsCgroup,
 		Export: map[string]string{}, Unset: append([]string{}, p.Unset...),
 		GOMAXPROCSReason: p.GOMAXPROCSReason, GOMEMLIMITReason: p.GOMEMLIMITReason,
-		Reasons: append([]string{}, p.Reasons...), Warnings: append([]string{}, p.Warnings...), WarningCodes: append([]fit.Warning{}, p.WarningCodes...),
+		Reasons: append([]fit.Note{}, p.Reasons...), Warnings: append([]fit.Note{}, p.Warnings...),
 	}
 	for k, v := range p.Export {
 		r.Plan.Export[k] = v
@@ -199,11 +198,11 @@ func (r Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "  GOGC=%s", *p.GOGC)
 	}
 	fmt.Fprintf(&b, "\n")
-	for _, s := range p.Reasons {
-		fmt.Fprintf(&b, "         - %s\n", s)
+	for _, n := range p.Reasons {
+		fmt.Fprintf(&b, "         - %s\n", n.Text)
 	}
-	for _, s := range p.Warnings {
-		fmt.Fprintf(&b, "warning: %s\n", s)
+	for _, n := range p.Warnings {
+		fmt.Fprintf(&b, "warning: %s [%s]\n", n.Text, n.Code)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -44,7 +44,14 @@ mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 share /share || fail "
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000,ro src /src || fail "mount src"
 ip link set lo up || fail "lo up"
 layout=v2
-for w in $(cat /proc/cmdline); do case "$w" in gofit.layout=*) layout=${w#gofit.layout=};; esac; done
+shares=
+for w in $(cat /proc/cmdline); do case "$w" in
+	gofit.layout=*) layout=${w#gofit.layout=};;
+	gofit.shares=*) shares=$(echo ${w#gofit.shares=} | tr , ' ');;
+esac; done
+for s in $shares; do
+	mkdir -p /mnt/$s && mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000,ro $s /mnt/$s || fail "mount $s"
+done
 case "$layout" in
 v2)
 	mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup || fail "mount cgroup2"

@@ -62,7 +62,20 @@ func CacheDir() (string, error) {
 // FetchKernel returns the kernel version from the cache, fetching and
 // unpacking it first if needed. logf reports slow steps.
 func FetchKernel(ctx context.Context, cache, version string, logf func(string, ...any)) (*Kernel, error) {
-	if k, err := cachedKernel(cache, version); err == nil {
+	return FetchKernelWith(ctx, cache, version, nil, logf)
+}
+
+// NodeModules are the modules a Kubernetes node needs beside the share's:
+// the CNI bridge plugin's Linux bridge (with its stp and llc) and the veth
+// pairs that join each pod to it. Debian builds them as modules.
+func NodeModules() []string { return []string{"llc", "stp", "bridge", "veth"} }
+
+// FetchKernelWith is FetchKernel with extra modules (each listed after what
+// it depends on, or an error names the missing one), cached apart from the
+// plain kernel's.
+func FetchKernelWith(ctx context.Context, cache, version string, extra []string, logf func(string, ...any)) (*Kernel, error) {
+	kdir := kernelDir(cache, version, extra)
+	if k, err := cachedKernel(kdir, version); err == nil {
 		return k, nil
 	}
 	for _, tool := range []string{"apt-get", "apt-cache", "dpkg-deb"} {
@@ -80,7 +93,8 @@ func FetchKernel(ctx context.Context, cache, version string, logf func(string, .
 	if err := aptDownload(ctx, tmp, pkg); err != nil {
 		if v, lerr := newestKernel(ctx); lerr == nil && v != version {
 			logf("%v; trying %s, the newest in the archive", err, v)
-			if k, err := cachedKernel(cache, v); err == nil {
+			kdir = kernelDir(cache, v, extra)
+			if k, err := cachedKernel(kdir, v); err == nil {
 				return k, nil
 			}
 			version, pkg = v, "linux-image-"+v+"-amd64"
@@ -106,7 +120,7 @@ func FetchKernel(ctx context.Context, cache, version string, logf func(string, .
 	if err := extractVMLinux(ctx, vmlinuz, filepath.Join(stage, "vmlinux")); err != nil {
 		return nil, err
 	}
-	modules := shareModules()
+	modules := append(shareModules(), extra...)
 	found := map[string]string{}
 	filepath.WalkDir(filepath.Join(root, "lib", "modules"), func(p string, d os.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".ko") {
@@ -139,23 +153,29 @@ func FetchKernel(ctx context.Context, cache, version string, logf func(string, .
 	if err := os.WriteFile(filepath.Join(stage, "modules.order"), []byte(strings.Join(order, "\n")+"\n"), 0o644); err != nil {
 		return nil, err
 	}
-	dst := kernelDir(cache, version)
+	dst := kdir
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return nil, err
 	}
 	if err := os.Rename(stage, dst); err != nil && !errors.Is(err, os.ErrExist) {
 		// Another run may have won the race; its copy is as good.
-		if _, cerr := cachedKernel(cache, version); cerr != nil {
+		if _, cerr := cachedKernel(dst, version); cerr != nil {
 			return nil, err
 		}
 	}
-	return cachedKernel(cache, version)
+	return cachedKernel(dst, version)
 }
 
-func kernelDir(cache, version string) string { return filepath.Join(cache, "vm", "linux-"+version) }
+// kernelDir is where a kernel with the share's modules and extra is cached.
+func kernelDir(cache, version string, extra []string) string {
+	d := filepath.Join(cache, "vm", "linux-"+version)
+	if len(extra) > 0 {
+		d += "+" + strings.Join(extra, "+")
+	}
+	return d
+}
 
-func cachedKernel(cache, version string) (*Kernel, error) {
-	dir := kernelDir(cache, version)
+func cachedKernel(dir, version string) (*Kernel, error) {
 	order, err := os.ReadFile(filepath.Join(dir, "modules.order"))
 	if err != nil {
 		return nil, err

@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -124,6 +126,9 @@ type Run struct {
 	CPUs     int           // default 2
 	Limit    time.Duration // for the whole boot (default: the binaries' timeouts plus a minute)
 	Console  io.Writer
+	// Shares are host directories shared read-only at /mnt/<tag> (tags are
+	// lowercase words), e.g. prebuilt node components too big to copy.
+	Shares map[string]string
 }
 
 // Report is the outcome of a boot.
@@ -166,12 +171,28 @@ func (r *Run) Boot(ctx context.Context) *Report {
 	if cpus == 0 {
 		cpus = 2
 	}
+	tags := make([]string, 0, len(r.Shares))
+	for tag := range r.Shares {
+		if !shareTag.MatchString(tag) {
+			rep.Err = fmt.Errorf("share tag %q: want a lowercase word", tag)
+			return rep
+		}
+		tags = append(tags, tag)
+	}
+	sort.Strings(tags)
+	cmdline := "console=ttyS0 quiet loglevel=0 panic=-1 gofit.layout=" + string(r.Layout)
+	if len(tags) > 0 {
+		cmdline += " gofit.shares=" + strings.Join(tags, ",")
+	}
 	args := []string{"-accel", "tcg", "-m", strconv.Itoa(mem), "-smp", strconv.Itoa(cpus),
 		"-nographic", "-no-reboot", "-net", "none", "-nodefaults", "-serial", "stdio",
 		"-kernel", r.Kernel.VMLinux, "-initrd", filepath.Join(share, "initrd"),
-		"-append", "console=ttyS0 quiet loglevel=0 panic=-1 gofit.layout=" + string(r.Layout),
+		"-append", cmdline,
 		"-virtfs", "local,path=" + share + ",security_model=none,mount_tag=share",
 		"-virtfs", "local,path=" + r.Source + ",security_model=none,readonly=on,mount_tag=src",
+	}
+	for _, tag := range tags {
+		args = append(args, "-virtfs", "local,path="+r.Shares[tag]+",security_model=none,readonly=on,mount_tag="+tag)
 	}
 	cmd := exec.CommandContext(ctx, r.Tools.QEMU, args...)
 	cmd.WaitDelay = 5 * time.Second
@@ -203,6 +224,8 @@ func (r *Run) Boot(ctx context.Context) *Report {
 	}
 	return rep
 }
+
+var shareTag = regexp.MustCompile(`^[a-z][a-z0-9]*$`)
 
 // prepare fills the share: the initramfs, the binaries and run.sh.
 func (r *Run) prepare(share string) error {

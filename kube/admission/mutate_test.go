@@ -27,7 +27,7 @@ func TestQuantities(t *testing.T) {
 		// More cores than this machine has: the pod's limit alone decides.
 		{cpu: "64", want: map[string]string{"GOMAXPROCS": "64"}},
 		{mem: "1e9", want: map[string]string{"GOMEMLIMIT": "900000000"}},
-		{mem: "128974848", want: map[string]string{"GOMEMLIMIT": "108167168"}},
+		{mem: "128974848", want: map[string]string{"GOMEMLIMIT": "114458624"}},
 		{mem: "1Gi", want: map[string]string{"GOMEMLIMIT": "966367641"}},
 		{mem: "1G", want: map[string]string{"GOMEMLIMIT": "900000000"}},
 		{cpu: "250m", mem: "512Mi", want: map[string]string{"GOMAXPROCS": "1", "GOMEMLIMIT": "483183820"}},
@@ -96,7 +96,7 @@ func TestInitContainersAndSidecars(t *testing.T) {
 	if e := envOf(got.Spec.InitContainers[0]); len(e) != 0 {
 		t.Errorf("run-to-completion init container got %v", e)
 	}
-	if e := envOf(got.Spec.InitContainers[1]); e["GOMAXPROCS"] != "1" || e["GOMEMLIMIT"] != "113246208" {
+	if e := envOf(got.Spec.InitContainers[1]); e["GOMAXPROCS"] != "1" || e["GOMEMLIMIT"] != "119537664" {
 		t.Errorf("sidecar env %v", e)
 	}
 	if e := envOf(got.Spec.Containers[0]); e["GOMAXPROCS"] != "2" || e["GOMEMLIMIT"] != "966367641" {

@@ -6,18 +6,9 @@ package admission
 
 import (
 	"strconv"
-	"strings"
 
-	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/fit"
 )
-
-// assumedCPUs stands in for the node's CPU count, which the webhook cannot
-// know and which must play no part: fit caps GOMAXPROCS at the usable CPUs
-// (and warns when they are unknown), so the webhook passes a count no CPU
-// limit reaches. The plan then follows the pod's limits alone, never the
-// CPUs of the machine the webhook itself runs on.
-const assumedCPUs = 1 << 16
 
 // assumedGoVersion is the runtime the webhook assumes a container runs: it
 // cannot see inside the image. Go ≥ 1.25 reads the CPU limit on its own and
@@ -42,43 +33,31 @@ type planned struct {
 	GOMEMLIMITReasons []string
 }
 
-func (l limits) input(env map[string]string, nonGo int64) fit.Input {
-	in := fit.Input{
-		CPUs:      assumedCPUs,
-		Vars:      env,
-		GoVersion: assumedGoVersion,
-		Unmanaged: nonGo,
+// container is the pod spec's view of a container for fit: its limits,
+// the environment its Go runtime will see, and the Go release assumed.
+func (l limits) container(env map[string]string, nonGo int64) fit.Container {
+	return fit.Container{
+		CPULimit:     float64(l.CPUMilli) / 1000,
+		LeafCPULimit: float64(l.LeafCPUMilli) / 1000,
+		CPUSource:    l.CPUSource,
+		MemoryLimit:  l.Memory,
+		MemorySource: l.MemorySource,
+		NonGo:        nonGo,
+		Vars:         env,
+		GoVersion:    assumedGoVersion,
 	}
-	if l.CPUMilli > 0 {
-		in.Limits.CPU.Quota = float64(l.CPUMilli) / 1000
-		in.Limits.CPU.QuotaGroup = l.CPUSource
-		in.Limits.CPU.LeafQuota = float64(l.LeafCPUMilli) / 1000
-	}
-	if l.Memory > 0 {
-		in.Limits.Memory = cgroup.MemoryLimits{Version: 2, Max: l.Memory, MaxGroup: l.MemorySource}
-	}
-	return in
 }
 
 // plan asks fit what it would set for these limits. Each variable is planned
 // only where its limit exists: with no CPU limit fit would fall back to the
 // (assumed) CPU count, which means nothing in a pod spec.
 func plan(l limits, nonGo int64, pol fit.Policy) planned {
-	p := pol.PlanContainer(fit.Container{
-		CPULimit:    float64(l.CPUMilli) / 1000,
-		MemoryLimit: l.Memory,
-		NonGo:       nonGo,
-	})
+	p := pol.PlanContainer(l.container(nil, nonGo))
 	var out planned
-	for _, r := range p.Reasons {
-		// fit's reasons name the variable they explain first; the ones
-		// about Go's own default belong to GOMAXPROCS.
-		if strings.HasPrefix(r, "GOMEMLIMIT") || strings.HasPrefix(r, "GOGC") {
-			out.GOMEMLIMITReasons = append(out.GOMEMLIMITReasons, r)
-		} else {
-			out.GOMAXPROCSReasons = append(out.GOMAXPROCSReasons, r)
-		}
-	}
+	// fit's notes name their variable; GOGC goes with GOMEMLIMIT, as it
+	// is only ever set beside it.
+	out.GOMAXPROCSReasons = fit.Texts(fit.NotesFor(p.Reasons, "GOMAXPROCS"))
+	out.GOMEMLIMITReasons = append(fit.Texts(fit.NotesFor(p.Reasons, "GOMEMLIMIT")), fit.Texts(fit.NotesFor(p.Reasons, "GOGC"))...)
 	if l.CPUMilli > 0 {
 		out.GOMAXPROCS = strconv.Itoa(p.GOMAXPROCS)
 	} else {
@@ -98,5 +77,5 @@ func plan(l limits, nonGo int64, pol fit.Policy) planned {
 // memory limit, a sub-core limit Go alone would run at GOMAXPROCS=2, and
 // malformed values.
 func mistakes(l limits, env map[string]string, nonGo int64, pol fit.Policy) []string {
-	return pol.Plan(l.input(env, nonGo)).Warnings
+	return fit.Texts(pol.PlanContainer(l.container(env, nonGo)).Warnings)
 }

@@ -57,56 +57,68 @@ type Config struct {
 	// is run with Go ≥ 1.25's GOMAXPROCS default (see README).
 	Sample bool
 
-	Quotas        []float64     // CPU quotas in cores
-	CPUSettings   []string      // of SetProcs1, SetGoDefault, SetGofit, SetProcsNCPU
-	MinRepeats    int           // of each CPU cell, interleaved
-	MaxRepeats    int           // adaptive repeats stop here
-	Requests      int           // closed loop: requests per window (0: ClosedWindow decides)
-	ClosedWindow  time.Duration // closed loop: window length (≥ 50 CFS periods)
-	Concurrency   int           // closed loop: workers
-	Warmup        time.Duration // before every window; excluded from every figure
-	OpenFraction  float64       // open loop: share of the quota's median closed-loop capacity
-	OpenSamples   int           // open loop: latencies per summary cell, pooled over repeats
-	OpenDuration  time.Duration // open loop: fixed window per run (0: OpenSamples decides)
-	MinOpenWindow time.Duration
-	TargetRPS     float64       // open loop at this rate at every quota, and recommend for it
-	SLOP99        time.Duration // with TargetRPS: the p99 the recommendation must meet
-	Budget        time.Duration // wall time the adaptive repeats must fit in
-	MemSettings   []string      // of SetNone, SetGofit, SetLimitGCOff, SetAutoMemLimit
-	MemRequests   int           // requests per memory trial
-	Probes        int           // unlimited memory probes; their median is the healthy reference
-	Multiples     []float64     // of the no-knob floor, for throughput
-	Resolution    int64         // of the floor, bytes
-	ConfirmNeed   int           // k of n at the floor's edge
-	ConfirmOf     int
-	Resamples     int       // bootstrap resamples
-	Warnings      []string  // minimums the user overrode (from the command line)
-	Progress      io.Writer // progress lines; nil for none
+	Quotas         []float64     // CPU quotas in cores
+	CPUSettings    []string      // of SetProcs1, SetGoDefault, SetGofit, SetProcsNCPU
+	MinRepeats     int           // of each CPU cell, interleaved
+	MaxRepeats     int           // adaptive repeats stop here
+	Requests       int           // closed loop: requests per window (0: ClosedWindow decides)
+	ClosedWindow   time.Duration // closed loop: window length (≥ 50 CFS periods)
+	Concurrency    int           // closed loop: workers
+	Warmup         time.Duration // before every window; excluded from every figure
+	OpenFraction   float64       // open loop: share of the quota's median closed-loop capacity
+	OpenSamples    int           // open loop: latencies per summary cell, pooled over repeats
+	OpenDuration   time.Duration // open loop: fixed window per run (0: OpenSamples decides)
+	MinOpenWindow  time.Duration
+	TargetRPS      float64       // open loop at this rate at every quota, and recommend for it
+	SLOP99         time.Duration // with TargetRPS: the p99 the recommendation must meet
+	Budget         time.Duration // wall time the adaptive repeats must fit in
+	MemSettings    []string      // of SetNone, SetGofit, SetLimitGCOff, SetAutoMemLimit
+	MemRequests    int           // requests per memory trial
+	Probes         int           // unlimited memory probes: the peak, and the capacity HealthShare is of
+	HealthShare    float64       // health trials: open-loop rate as a share of the probes' median rps
+	HealthWindow   time.Duration // health trials: each run's window
+	HealthPairs    int           // health trials: pairs (reference, limited) before the interval may decide
+	HealthMaxPairs int           // health trials: pairs at most; then the estimate decides
+	// HealthResolution is the healthy floor's step: the step the
+	// recommendation rounds to, and about what its run-to-run noise allows.
+	HealthResolution int64
+	Multiples        []float64 // of the no-knob floor, for throughput
+	Resolution       int64     // of the floor, bytes
+	ConfirmNeed      int       // k of n at the floor's edge
+	ConfirmOf        int
+	Resamples        int       // bootstrap resamples
+	Warnings         []string  // minimums the user overrode (from the command line)
+	Progress         io.Writer // progress lines; nil for none
 }
 
 // defaultConfig is the default study, or with quick the reduced one.
 func defaultConfig(quick bool) Config {
 	ncpu := float64(runtime.NumCPU())
 	c := Config{
-		Quotas:        []float64{0.25, 0.5, 1, ncpu},
-		CPUSettings:   []string{SetProcs1, SetGoDefault, SetGofit, SetProcsNCPU},
-		MinRepeats:    2,
-		MaxRepeats:    5,
-		ClosedWindow:  minPeriods * cfsPeriod,
-		Concurrency:   16,
-		Warmup:        time.Second,
-		OpenFraction:  0.6,
-		OpenSamples:   5000,
-		MinOpenWindow: minPeriods * cfsPeriod,
-		Budget:        15 * time.Minute,
-		MemSettings:   []string{SetGofit, SetNone, SetAutoMemLimit, SetLimitGCOff},
-		Probes:        3,
-		MemRequests:   1200,
-		Multiples:     []float64{1, 1.5, 2},
-		Resolution:    1 << 20,
-		ConfirmNeed:   2,
-		ConfirmOf:     3,
-		Resamples:     1000,
+		Quotas:           []float64{0.25, 0.5, 1, ncpu},
+		CPUSettings:      []string{SetProcs1, SetGoDefault, SetGofit, SetProcsNCPU},
+		MinRepeats:       2,
+		MaxRepeats:       5,
+		ClosedWindow:     minPeriods * cfsPeriod,
+		Concurrency:      16,
+		Warmup:           time.Second,
+		OpenFraction:     0.6,
+		OpenSamples:      5000,
+		MinOpenWindow:    minPeriods * cfsPeriod,
+		Budget:           15 * time.Minute,
+		MemSettings:      []string{SetGofit, SetNone, SetAutoMemLimit, SetLimitGCOff},
+		Probes:           3,
+		HealthShare:      0.5,
+		HealthWindow:     4 * time.Second,
+		HealthPairs:      2,
+		HealthMaxPairs:   4,
+		HealthResolution: 4 << 20,
+		MemRequests:      1200,
+		Multiples:        []float64{1, 1.5, 2},
+		Resolution:       1 << 20,
+		ConfirmNeed:      2,
+		ConfirmOf:        3,
+		Resamples:        1000,
 	}
 	if ncpu <= 1 {
 		c.Quotas = []float64{0.25, 0.5, 1}
@@ -122,6 +134,7 @@ func defaultConfig(quick bool) Config {
 		c.MemRequests = 800
 		c.Multiples = nil
 		c.Probes = 2
+		c.HealthMaxPairs = 3
 		c.Resolution = 4 << 20
 		c.ConfirmNeed, c.ConfirmOf = 1, 1
 	}
@@ -272,7 +285,7 @@ func (c Config) Validate() error {
 		v    int
 	}{{"--repeats", c.MinRepeats}, {"--concurrency", c.Concurrency}, {"--mem-requests", c.MemRequests},
 		{"Config.Probes", c.Probes}, {"Config.Resamples", c.Resamples}, {"Config.OpenSamples", c.OpenSamples},
-		{"Config.ConfirmNeed", c.ConfirmNeed}, {"Config.ConfirmOf", c.ConfirmOf}} {
+		{"Config.ConfirmNeed", c.ConfirmNeed}, {"Config.ConfirmOf", c.ConfirmOf}, {"Config.HealthPairs", c.HealthPairs}} {
 		if n.v < 1 {
 			return usagef("%s %d: must be at least 1", n.name, n.v)
 		}
@@ -282,6 +295,16 @@ func (c Config) Validate() error {
 	}
 	if c.MaxRepeats < c.MinRepeats {
 		return usagef("--max-repeats %d is under --repeats %d", c.MaxRepeats, c.MinRepeats)
+	}
+	if c.HealthMaxPairs < c.HealthPairs {
+		return usagef("Config.HealthMaxPairs %d is under Config.HealthPairs %d", c.HealthMaxPairs, c.HealthPairs)
+	}
+	if !(c.HealthShare > 0 && c.HealthShare <= 1) {
+		return usagef("Config.HealthShare %g: must be above 0 and at most 1", c.HealthShare)
+	}
+	if float64(c.HealthPairs)*c.HealthWindow.Seconds() < minBlocks*blockSeconds {
+		// Fewer blocks a side and the bootstrap cannot tell anything.
+		return usagef("Config.HealthWindow %v × Config.HealthPairs %d: under the %d blocks of %gs a comparison needs", c.HealthWindow, c.HealthPairs, minBlocks, blockSeconds)
 	}
 	if c.ConfirmNeed > c.ConfirmOf {
 		return usagef("Config.ConfirmNeed %d is over Config.ConfirmOf %d", c.ConfirmNeed, c.ConfirmOf)
@@ -304,8 +327,8 @@ func (c Config) Validate() error {
 	if c.Requests == 0 && c.ClosedWindow <= 0 {
 		return usagef("Config.ClosedWindow %v: must be positive without --requests", c.ClosedWindow)
 	}
-	if c.Resolution <= 0 {
-		return usagef("Config.Resolution %d: must be positive", c.Resolution)
+	if c.Resolution <= 0 || c.HealthResolution <= 0 {
+		return usagef("Config.Resolution %d, Config.HealthResolution %d: must be positive", c.Resolution, c.HealthResolution)
 	}
 	return nil
 }

@@ -33,7 +33,6 @@ type Recommendation struct {
 // CheckTrial is the recommendation run as one trial.
 type CheckTrial struct {
 	MemTrial
-	P50      float64 `json:"p50_ms"`
 	ProbeRPS float64 `json:"probe_rps"`
 	ProbeP99 float64 `json:"probe_p99_ms"`
 }
@@ -195,32 +194,8 @@ func (l *study) recommend() Recommendation {
 	cpu := l.recommendCPU(&rec)
 	rec.CPURequestCores, rec.CPULimitCores, rec.Setting = cpu.cores, cpu.cores, cpu.setting
 	rec.Reasons = append(rec.Reasons, l.cpuVerdicts()...)
-	// Memory: the healthy floor under the recommended setting's memory
-	// plan (gofit's), else the no-knob one, plus headroom.
-	floor, from, kind := int64(0), "", ""
-	for _, want := range []string{SetGofit, SetNone} {
-		for _, m := range l.res.Memory {
-			if m.Setting == want && m.HealthyFloorBytes != nil && floor == 0 {
-				floor, from, kind = *m.HealthyFloorBytes, want, "healthy floor"
-			}
-		}
-	}
-	if floor == 0 {
-		for _, m := range l.res.Memory {
-			if m.Setting == SetGofit && m.FloorBytes != nil {
-				floor, from, kind = *m.FloorBytes, SetGofit, "survival floor (NO healthy floor was found: expect degraded service near it)"
-				rec.Confident = false
-			}
-		}
-	}
-	if floor > 0 {
-		const step = 4 << 20
-		rec.MemoryLimitBytes = int64(math.Ceil(float64(floor)*memHeadroom/step)) * step
-		rec.MemoryRequestBytes = rec.MemoryLimitBytes
-		rec.Reasons = append(rec.Reasons, fmt.Sprintf("memory %s: the %s with setting %q (%s, at %s CPU) plus %.0f%% headroom; request = limit so the pod is not reclaimed before others",
-			mebi(rec.MemoryLimitBytes), kind, from, fit.FormatBytes(floor), cpuLabel(l.res.Target.ProbeCPU), (memHeadroom-1)*100))
-		rec.Reasons = append(rec.Reasons, l.memVerdicts()...)
-	}
+	mem := l.recommendMemory(&rec)
+	floor := mem.floor
 	if cpu.cores > 0 || floor > 0 {
 		env, plan := l.planEnv(rec.CPULimitCores, rec.MemoryLimitBytes)
 		delete(env, "GODEBUG") // the sample's lab setting, not advice
@@ -232,12 +207,20 @@ func (l *study) recommend() Recommendation {
 		case SetProcsNCPU:
 			env["GOMAXPROCS"] = strconv.Itoa(l.ncpu)
 		}
+		if mem.setting == SetAutoMemLimit {
+			// The ratio needed less memory than gofit's accounting: its
+			// rule, not gofit's GOMEMLIMIT, goes with the limit.
+			env["GOMEMLIMIT"] = strconv.FormatInt(int64(float64(rec.MemoryLimitBytes)*automemlimitRatio), 10)
+		}
 		rec.Env = env
 		for _, r := range plan.Reasons {
-			if rec.Setting != SetGofit && rec.Setting != "" && strings.Contains(r, "GOMAXPROCS") {
+			if mem.setting == SetAutoMemLimit && r.Var == "GOMEMLIMIT" {
+				continue // gofit's GOMEMLIMIT reasoning, overruled by the measurement
+			}
+			if rec.Setting != SetGofit && rec.Setting != "" && r.Var == "GOMAXPROCS" {
 				continue // gofit's GOMAXPROCS reasoning, overruled by the measurement
 			}
-			rec.Reasons = append(rec.Reasons, "env: "+r)
+			rec.Reasons = append(rec.Reasons, "env: "+r.Text)
 		}
 		if v, ok := env["GOMAXPROCS"]; ok && rec.Setting != SetGofit {
 			rec.Reasons = append(rec.Reasons, "env: GOMAXPROCS="+v+": the measured setting "+rec.Setting)
@@ -248,6 +231,59 @@ func (l *study) recommend() Recommendation {
 	}
 	rec.YAML = deploymentYAML(rec)
 	return rec
+}
+
+type memChoice struct {
+	floor   int64
+	setting string
+}
+
+// recommendMemory picks the memory limit: the healthy floor plus
+// headroom, of gofit's plan, unless the 0.9 ratio (automemlimit's rule)
+// was healthy lower, in which case the ratio and its floor: gofit never
+// recommends more memory than the ratio needs. Without gofit or the ratio
+// measured, the no-knob floor; without any healthy floor, gofit's
+// survival floor, not confidently.
+func (l *study) recommendMemory(rec *Recommendation) memChoice {
+	healthy := map[string]int64{}
+	for _, m := range l.res.Memory {
+		if m.HealthyFloorBytes != nil {
+			healthy[m.Setting] = *m.HealthyFloorBytes
+		}
+	}
+	var c memChoice
+	kind := "healthy floor"
+	switch g, a := healthy[SetGofit], healthy[SetAutoMemLimit]; {
+	case g > 0 && (a == 0 || g <= a):
+		c = memChoice{g, SetGofit}
+	case a > 0:
+		c = memChoice{a, SetAutoMemLimit}
+		if g > 0 {
+			rec.Reasons = append(rec.Reasons, fmt.Sprintf("memory: gofit's plan was healthy from %s, the 0.9 ratio (automemlimit's rule) from %s: the ratio needs less, so it is what is recommended", fit.FormatBytes(g), fit.FormatBytes(a)))
+		} else {
+			rec.Reasons = append(rec.Reasons, fmt.Sprintf("memory: no healthy floor for gofit's plan; the 0.9 ratio (automemlimit's rule) was healthy from %s, so it is what is recommended", fit.FormatBytes(a)))
+		}
+	case healthy[SetNone] > 0:
+		c = memChoice{healthy[SetNone], SetNone}
+	default:
+		for _, m := range l.res.Memory {
+			if m.Setting == SetGofit && m.FloorBytes != nil {
+				c = memChoice{*m.FloorBytes, SetGofit}
+				kind = "survival floor (NO healthy floor was found: expect degraded service near it)"
+				rec.Confident = false
+			}
+		}
+	}
+	if c.floor == 0 {
+		return c
+	}
+	const step = 4 << 20
+	rec.MemoryLimitBytes = int64(math.Ceil(float64(c.floor)*memHeadroom/step)) * step
+	rec.MemoryRequestBytes = rec.MemoryLimitBytes
+	rec.Reasons = append(rec.Reasons, fmt.Sprintf("memory %s: the %s with setting %q (%s, at %s CPU) plus %.0f%% headroom; request = limit so the pod is not reclaimed before others",
+		mebi(rec.MemoryLimitBytes), kind, c.setting, fit.FormatBytes(c.floor), cpuLabel(l.res.Target.ProbeCPU), (memHeadroom-1)*100))
+	rec.Reasons = append(rec.Reasons, l.memVerdicts()...)
+	return c
 }
 
 func msCI(m Metric) string {

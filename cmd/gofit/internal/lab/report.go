@@ -247,7 +247,7 @@ Target <code>{{.R.Target.Command}}</code>. {{.R.Lab.Trials}} trials in {{printf 
 <div>
 <h2>Recommendation{{if not .R.Recommendation.Confident}} (not confident){{end}}</h2>
 <pre>{{.R.Recommendation.YAML}}</pre>
-{{with .R.Recommendation.Check}}<p class="meta"><b>Check trial</b> (the pair run together): {{.Outcome}}{{if .Healthy}}, healthy{{else}}, not healthy{{end}}: {{printf "%.0f" .RPS}} rps, p99 {{printf "%.1f" .P99}} ms, against {{printf "%.0f" .ProbeRPS}} rps, p99 {{printf "%.1f" .ProbeP99}} ms without a memory limit.</p>{{end}}
+{{with .R.Recommendation.Check}}<p class="meta"><b>Check trial</b> (the pair run together, judged as the health trials are): {{.Outcome}}{{if .Healthy}}, healthy{{else}}, not healthy{{end}}: p99 {{printf "%.1f" .P99}} ms at {{printf "%.0f" .OfferedRPS}} rps, against {{printf "%.1f" .RefP99}} ms without a memory limit{{with .P99Ratio}} (×{{printf "%.2f" .Value}}, 95% interval {{printf "%.2f" .Low}}–{{printf "%.2f" .High}}){{end}}, {{.Pairs}} pairs.</p>{{end}}
 <ul class="reasons">{{range .R.Recommendation.Reasons}}<li>{{.}}</li>{{end}}</ul>
 </div>
 </div>
@@ -257,7 +257,7 @@ Target <code>{{.R.Target.Command}}</code>. {{.R.Lab.Trials}} trials in {{printf 
 <h2>Latency percentiles at {{.SmallestQuota}} (open loop)</h2>
 {{.HDRPlot}}
 <h2>Memory</h2>
-<p class="meta">Each trial starts the target with its binary's page cache {{.R.Target.PageCache}}, under a memory limit and the CPU limit {{.ProbeCPU}}, and drives a fixed closed-loop load. Survives: no OOM kill, errors at most 1%, no stall. Healthy: survives with at least 90% of the unlimited probe's throughput ({{printf "%.0f" .R.Target.ProbeRPS}} rps) and p99 at most twice its p99 ({{printf "%.1f" .R.Target.ProbeP99}} ms). Peak without a limit: {{.Peak}}.</p>
+<p class="meta">Each trial starts the target with its binary's page cache {{.R.Target.PageCache}}, under a memory limit and the CPU limit {{.ProbeCPU}}, and drives load. Survival trials: a fixed closed-loop load; survives: no OOM kill, errors at most 1%, no stall. Health trials: a fixed open-loop rate of {{printf "%.0f" .R.Target.HealthRPS}} rps (a share of the unlimited probes' {{printf "%.0f" .R.Target.ProbeRPS}} rps), in pairs of runs alternating the same setting without a memory limit (the reference) and at the limit; healthy: it survives and the 95% interval of its p99 ÷ the reference's lies at or under 2 (pairs are added while the interval straddles 2; at the most pairs the estimate decides). Peak without a limit: {{.Peak}}.</p>
 <table><tr><th>setting</th><th>survival floor</th><th>healthy floor</th><th>trials</th></tr>
 {{range .Floors}}<tr><td>{{.Setting}}</td><td>{{.Floor}}</td><td>{{.Healthy}}</td><td>{{.Trials}}</td></tr>{{end}}</table>
 {{range .MemPlots}}{{.}}{{end}}
@@ -391,10 +391,9 @@ func renderHTML(r *Results) ([]byte, error) {
 		}
 		surv = append(surv, line{m.Setting, sp})
 		var hp []pt
-		for _, t := range append(append([]MemTrial(nil), m.Trials...), m.HealthyTrials...) {
-			if t.Outcome == OK && r.Target.ProbeRPS > 0 {
-				y := t.RPS / r.Target.ProbeRPS
-				hp = append(hp, pt{mibf(t.LimitBytes), y, y, y})
+		for _, t := range m.HealthyTrials {
+			if r := t.P99Ratio; t.Outcome == OK && r != nil {
+				hp = append(hp, pt{mibf(t.LimitBytes), r.Value, r.Low, r.High})
 			}
 		}
 		hl = append(hl, line{m.Setting, hp})
@@ -419,7 +418,7 @@ func renderHTML(r *Results) ([]byte, error) {
 	mx := axisSpec{label: "memory limit (MiB, log scale); labelled: floors found", log: true, ticks: mibTicks(floors, tested)}
 	d.MemPlots = []template.HTML{
 		template.HTML(chartSVG("Survival against memory limit", mx, axisSpec{label: "share of runs that survived", min: -0.05, max: 1.1}, surv)),
-		template.HTML(chartSVG("Throughput against memory limit (survivors)", mx, axisSpec{label: "rps ÷ unlimited probe's rps"}, hl)),
+		template.HTML(chartSVG("Health trials: p99 ÷ the unlimited reference's (healthy at or under 2)", mx, axisSpec{label: "p99 ratio (log scale), 95% interval", log: true}, hl)),
 		template.HTML(chartSVG("p99 at multiples of the no-knob floor", axisSpec{label: "memory limit (MiB, log scale)", log: true, ticks: mibTicks(multLimits, nil)}, axisSpec{label: "p99 (ms, log scale)", log: true}, thr)),
 	}
 	var buf bytes.Buffer
@@ -461,8 +460,8 @@ func writeSummary(w io.Writer, r *Results) {
 		}
 	}
 	if len(r.Memory) > 0 {
-		fmt.Fprintf(w, "\nMemory floors at %s CPU (page cache %s at start; peak without a limit %s; unlimited %.0f rps, p99 %.1fms)\n",
-			cpuLabel(r.Target.ProbeCPU), r.Target.PageCache, fit.FormatBytes(int64(r.Target.PeakBytes)), r.Target.ProbeRPS, r.Target.ProbeP99)
+		fmt.Fprintf(w, "\nMemory floors at %s CPU (page cache %s at start; peak without a limit %s; unlimited %.0f rps, p99 %.1fms; health judged at %.0f rps against the same setting without a limit)\n",
+			cpuLabel(r.Target.ProbeCPU), r.Target.PageCache, fit.FormatBytes(int64(r.Target.PeakBytes)), r.Target.ProbeRPS, r.Target.ProbeP99, r.Target.HealthRPS)
 		for _, m := range r.Memory {
 			f, h := "none found", "none found"
 			if m.FloorBytes != nil {
@@ -483,7 +482,7 @@ func writeSummary(w io.Writer, r *Results) {
 		fmt.Fprintf(w, "  - %s\n", s)
 	}
 	if c := r.Recommendation.Check; c != nil {
-		fmt.Fprintf(w, "  - check trial (the pair together): %s, %.0f rps, p99 %.1fms\n", c.verdict(), c.RPS, c.P99)
+		fmt.Fprintf(w, "  - check trial (the pair together): %s\n", c.verdict())
 	}
 	fmt.Fprintf(w, "\n%s\n", r.Recommendation.YAML)
 	for _, x := range r.Lab.Warnings {

@@ -32,6 +32,7 @@ type TargetInfo struct {
 	PeakBytes     uint64  `json:"peak_unlimited_bytes"`
 	ProbeRPS      float64 `json:"probe_rps"`
 	ProbeP99      float64 `json:"probe_p99_ms"`
+	HealthRPS     float64 `json:"health_rps"`      // the health trials' open-loop rate: a share of probe_rps
 	ProbeCPU      float64 `json:"probe_cpu_cores"` // the CPU limit of every memory trial (0: none)
 	GoDefaultNote string  `json:"go_default"`
 }
@@ -130,10 +131,14 @@ type PctPoint struct {
 type MemResult struct {
 	Setting           string     `json:"setting"`
 	FloorBytes        *int64     `json:"floor_bytes"`         // survives; null: failed at every limit tried
-	HealthyFloorBytes *int64     `json:"healthy_floor_bytes"` // ≥ 90% of unlimited rps with p99 ≤ 2× unlimited
+	HealthyFloorBytes *int64     `json:"healthy_floor_bytes"` // p99 at health_rps not over twice the unlimited reference's, no errors
 	Trials            []MemTrial `json:"trials"`
 	HealthyTrials     []MemTrial `json:"healthy_trials"`
 	Survival          []Survival `json:"survival"`
+	// The budget cut the search short: its floor is the lowest limit that
+	// passed so far, an upper bound.
+	BudgetLimited        bool `json:"budget_limited"`
+	HealthyBudgetLimited bool `json:"healthy_budget_limited"`
 }
 
 // ThroughputCell is rps and latency at a multiple of the no-knob floor.

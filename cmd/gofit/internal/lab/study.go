@@ -28,8 +28,10 @@ type study struct {
 	place   *Placement
 	// measure runs one CPU window; tests replace it with a fake.
 	measure func(ctx context.Context, c cpuConfig, mode Mode, offered float64, window time.Duration, rep int) (CPUCell, error)
-	now     func() time.Time
-	exited  bool // the target exited during a CPU window: a crash
+	// memRun runs one memory trial; tests replace it with a fake.
+	memRun func(ctx context.Context, env map[string]string, cpu float64, limit int64, load memLoad) (MemTrial, LoadResult)
+	now    func() time.Time
+	exited bool // the target exited during a CPU window: a crash
 }
 
 // errTargetFailed means the target crashed or answered with errors where
@@ -48,6 +50,7 @@ func runStudy(ctx context.Context, sb *Sandbox, cfg Config) (*Results, error) {
 	l := newLab(cfg)
 	l.sb = sb
 	l.measure = l.sandboxMeasure
+	l.memRun = l.memTrial
 	l.res.Machine = machine()
 	l.res.Target = TargetInfo{Command: strings.Join(append([]string{cfg.Target.Path}, cfg.Target.Args...), " "), URL: cfg.Target.URL, Sample: cfg.Sample, PageCache: "cold"}
 	if st, err := os.Stat(cfg.Target.Path); err == nil {

@@ -1,0 +1,584 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// The guest's fixed addresses. The node has no network card: its address
+// sits on lo, and so does the kubernetes Service's ClusterIP. With the API
+// server listening on :443 (the Service's port), a pod that dials
+// 10.96.0.1:443 reaches it through the bridge's gateway without kube-proxy,
+// which would need iptables or nftables in the guest. The API server
+// reaches the webhook by endpoint IP (--enable-aggregator-routing).
+const (
+	nodeName  = "e2e-node"
+	nodeIP    = "10.0.2.15"
+	serviceIP = "10.96.0.1"
+	podCIDR   = "10.244.0.0/24"
+	// Image references as the tarballs name them; a tag other than
+	// latest keeps the kubelet from trying to pull.
+	gofitImage   = "ghcr.io/gofit-dev/gofit:e2e"
+	serviceImage = "ghcr.io/gofit-dev/gofit-service:e2e"
+	pauseImage   = "registry.k8s.io/pause:e2e"
+)
+
+// guestPaths are where TestNode shares things into the guest.
+type guestPaths struct {
+	node    string // node-assets.sh's directory: bin/, cni/, lib/
+	envtest string // envtest-assets.sh's: kube-apiserver, etcd
+	images  string // the image tarballs and a static gofit binary
+}
+
+// cluster is the running node: its processes and an admin client.
+type cluster struct {
+	t       *testing.T
+	paths   guestPaths
+	dir     string // /etc/kubernetes
+	logs    string // one log file per component
+	procs   []*exec.Cmd
+	names   []string
+	cs      *kubernetes.Clientset
+	rest    *rest.Config
+	kubectl []string // argv prefix
+	ready   time.Duration
+}
+
+// startCluster brings the node up or fails the test: a node that cannot
+// start is a failure, never a skip.
+func startCluster(t *testing.T, p guestPaths) *cluster {
+	start := time.Now()
+	c := &cluster{t: t, paths: p, dir: "/etc/kubernetes", logs: "/var/log/e2e"}
+	t.Cleanup(c.stop)
+	step := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			c.dumpLogs()
+			t.Fatalf("node: %s: %v", what, err)
+		}
+		t.Logf("node: %s (%.1fs)", what, time.Since(start).Seconds())
+	}
+	step("host setup", c.setupHost())
+	step("certificates and kubeconfigs", c.writePKI())
+	// Everything starts at once and waits for what it needs by retrying,
+	// as on a real node; under TCG the API server's first start is the long
+	// pole (minutes), and the rest overlaps with it.
+	step("etcd", c.startEtcd())
+	step("containerd started", c.startContainerd())
+	step("kube-apiserver started", c.startAPIServer())
+	step("controller-manager and scheduler started", c.startControllers())
+	step("kubelet started", c.startKubelet())
+	step("containerd answering", c.waitContainerd())
+	step("images imported", c.importImages())
+	step("kube-apiserver ready", c.waitAPIServer(12*time.Minute))
+	step("node Ready", c.waitNodeReady(8*time.Minute))
+	c.ready = time.Since(start)
+	return c
+}
+
+func (c *cluster) setupHost() error {
+	for _, d := range []string{c.logs, "/run", "/etc/cni/net.d", c.dir + "/manifests", "/var/lib"} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	// The initramfs root (rootfs) cannot be pivot_root'ed from and cAdvisor
+	// finds no filesystem stats for it: state lives on tmpfs mounts.
+	for _, d := range []string{"/var/lib", "/run"} {
+		if err := syscall.Mount("tmpfs", d, "tmpfs", 0, "mode=755"); err != nil {
+			return fmt.Errorf("mount tmpfs on %s: %w", d, err)
+		}
+	}
+	// runc and the CNI plugins are Debian's: dynamically linked.
+	if err := copyTree(filepath.Join(c.paths.node, "lib"), "/"); err != nil {
+		return fmt.Errorf("shared libraries: %w", err)
+	}
+	// The API server labels its identity lease with the hostname, and
+	// "(none)" (an initramfs's) is not a valid label value.
+	if err := syscall.Sethostname([]byte(nodeName)); err != nil {
+		return fmt.Errorf("sethostname: %w", err)
+	}
+	for f, data := range map[string]string{
+		"/etc/resolv.conf": "", // the kubelet copies it into pods; no DNS here
+		"/etc/machine-id":  "e2e0000000000000000000000000e2e0\n",
+		"/etc/hosts":       "127.0.0.1 localhost\n" + nodeIP + " " + nodeName + "\n",
+	} {
+		if err := os.WriteFile(f, []byte(data), 0o644); err != nil {
+			return err
+		}
+	}
+	for _, args := range [][]string{
+		{"ip", "addr", "add", nodeIP + "/32", "dev", "lo"},
+		{"ip", "addr", "add", serviceIP + "/32", "dev", "lo"},
+	} {
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			return fmt.Errorf("%s: %w: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	// Every controller the kernel has, handed down from the root as
+	// systemd does (the kubelet needs cpu, cpuset, memory, pids; hugetlb
+	// when present).
+	ctrls, err := os.ReadFile("/sys/fs/cgroup/cgroup.controllers")
+	if err != nil {
+		return err
+	}
+	var plus []string
+	for _, f := range strings.Fields(string(ctrls)) {
+		plus = append(plus, "+"+f)
+	}
+	if err := os.WriteFile("/sys/fs/cgroup/cgroup.subtree_control", []byte(strings.Join(plus, " ")), 0o644); err != nil {
+		return fmt.Errorf("root cgroup.subtree_control %v: %w", plus, err)
+	}
+	return nil
+}
+
+// copyTree copies the regular files and symlinks under src into dst,
+// keeping their relative paths.
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		to := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(to, 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(to, b, 0o755)
+	})
+}
+
+// pki is the cluster's certificate authority and credentials.
+type pki struct {
+	caPEM      []byte
+	adminToken string
+}
+
+var thePKI pki
+
+func (c *cluster) writePKI() error {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	now := time.Now().Add(-time.Hour)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "e2e-ca"},
+		NotBefore: now, NotAfter: now.Add(48 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	srvKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	srvTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "kube-apiserver"},
+		NotBefore: now, NotAfter: now.Add(48 * time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:    []string{"localhost", nodeName, "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(nodeIP), net.ParseIP(serviceIP)}}
+	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, ca, &srvKey.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	keyPEM := func(k *ecdsa.PrivateKey) []byte {
+		b, _ := x509.MarshalECPrivateKey(k)
+		return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: b})
+	}
+	saPub, _ := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
+	thePKI = pki{caPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), adminToken: randomToken()}
+	kubeletToken := randomToken()
+	files := map[string][]byte{
+		"ca.crt":        thePKI.caPEM,
+		"apiserver.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srvDER}),
+		"apiserver.key": keyPEM(srvKey),
+		"sa.key":        keyPEM(saKey),
+		"sa.pub":        pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: saPub}),
+		// Static tokens: the admin (controllers and tests) and the kubelet,
+		// which the Node authorizer and NodeRestriction know by its group.
+		"tokens.csv": []byte(fmt.Sprintf("%s,admin,admin,system:masters\n%s,system:node:%s,kubelet,system:nodes\n",
+			thePKI.adminToken, kubeletToken, nodeName)),
+		"admin.kubeconfig":   kubeconfig(thePKI.caPEM, thePKI.adminToken),
+		"kubelet.kubeconfig": kubeconfig(thePKI.caPEM, kubeletToken),
+	}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(c.dir, name), b, 0o600); err != nil {
+			return err
+		}
+	}
+	c.rest = &rest.Config{Host: "https://127.0.0.1:443", BearerToken: thePKI.adminToken,
+		TLSClientConfig: rest.TLSClientConfig{CAData: thePKI.caPEM}, QPS: 50, Burst: 100}
+	c.cs, err = kubernetes.NewForConfig(c.rest)
+	c.kubectl = []string{filepath.Join(c.paths.node, "bin", "kube"), "kubectl", "--kubeconfig", filepath.Join(c.dir, "admin.kubeconfig")}
+	return err
+}
+
+func randomToken() string {
+	b := make([]byte, 16)
+	rand.Read(b)
+	return fmt.Sprintf("%x", b)
+}
+
+func kubeconfig(ca []byte, token string) []byte {
+	return []byte(fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: e2e
+  cluster:
+    server: https://127.0.0.1:443
+    certificate-authority-data: %s
+users:
+- name: e2e
+  user:
+    token: %s
+contexts:
+- name: e2e
+  context: {cluster: e2e, user: e2e}
+current-context: e2e
+`, b64(ca), token))
+}
+
+// start runs a component in the background with its output in its log.
+func (c *cluster) start(name, bin string, args ...string) error {
+	f, err := os.Create(filepath.Join(c.logs, name+".log"))
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Join(c.paths.node, "bin")+":"+os.Getenv("PATH"))
+	// Its own process group, so that stopping it takes its children along.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("start %s: %w", name, err)
+	}
+	c.procs, c.names = append(c.procs, cmd), append(c.names, name)
+	go func() { cmd.Wait(); f.Close() }()
+	return nil
+}
+
+// stop ends the components in reverse order of their start.
+func (c *cluster) stop() {
+	if c.t.Failed() {
+		c.dumpLogs()
+	}
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		p := c.procs[i]
+		if p.Process != nil {
+			syscall.Kill(-p.Process.Pid, syscall.SIGTERM)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, p := range c.procs {
+		for p.ProcessState == nil && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if p.ProcessState == nil && p.Process != nil {
+			syscall.Kill(-p.Process.Pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// dumpLogs prints the end of each component's log (once).
+func (c *cluster) dumpLogs() {
+	if c.logs == "" {
+		return
+	}
+	for _, n := range c.names {
+		b, _ := os.ReadFile(filepath.Join(c.logs, n+".log"))
+		c.t.Logf("---- %s.log (end) ----\n%s", n, tailLines(string(b), 40))
+	}
+	c.logs = ""
+}
+
+func tailLines(s string, n int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
+}
+
+// poll calls f until it returns true, an error that is not errRetry, or
+// the timeout passes; the last error says what it waited for.
+func poll(timeout time.Duration, what string, f func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for {
+		ok, err := f()
+		if ok {
+			return nil
+		}
+		if err != nil {
+			last = err
+		}
+		if time.Now().After(deadline) {
+			if last != nil {
+				return fmt.Errorf("%s: not within %v: %w", what, timeout, last)
+			}
+			return fmt.Errorf("%s: not within %v", what, timeout)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func (c *cluster) startEtcd() error {
+	if err := c.start("etcd", filepath.Join(c.paths.envtest, "etcd"), "--data-dir=/var/lib/etcd",
+		"--listen-client-urls=http://127.0.0.1:2379", "--advertise-client-urls=http://127.0.0.1:2379",
+		"--listen-peer-urls=http://127.0.0.1:2380", "--unsafe-no-fsync"); err != nil {
+		return err
+	}
+	return poll(3*time.Minute, "etcd /health", func() (bool, error) {
+		resp, err := http.Get("http://127.0.0.1:2379/health")
+		if err != nil {
+			return false, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200, nil
+	})
+}
+
+func (c *cluster) startAPIServer() error {
+	d := c.dir
+	return c.start("kube-apiserver", filepath.Join(c.paths.envtest, "kube-apiserver"),
+		"--etcd-servers=http://127.0.0.1:2379",
+		"--bind-address=0.0.0.0", "--secure-port=443", "--advertise-address="+nodeIP,
+		"--service-cluster-ip-range=10.96.0.0/16",
+		"--tls-cert-file="+d+"/apiserver.crt", "--tls-private-key-file="+d+"/apiserver.key",
+		"--client-ca-file="+d+"/ca.crt", "--token-auth-file="+d+"/tokens.csv",
+		"--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file="+d+"/sa.pub", "--service-account-signing-key-file="+d+"/sa.key",
+		// No kube-proxy: webhooks and aggregated APIs by endpoint IP.
+		"--enable-aggregator-routing=true",
+		// API Priority and Fairness only slows the first start under TCG.
+		"--enable-priority-and-fairness=false",
+		"--profiling=false")
+}
+
+func (c *cluster) waitAPIServer(timeout time.Duration) error {
+	return poll(timeout, "kube-apiserver /readyz", func() (bool, error) {
+		body, err := c.cs.RESTClient().Get().AbsPath("/readyz").DoRaw(context.Background())
+		if err != nil {
+			return false, fmt.Errorf("%w: %s", err, body)
+		}
+		return true, nil
+	})
+}
+
+func (c *cluster) startControllers() error {
+	kube := filepath.Join(c.paths.node, "bin", "kube")
+	admin := filepath.Join(c.dir, "admin.kubeconfig")
+	if err := c.start("kube-controller-manager", kube, "kube-controller-manager", "--kubeconfig="+admin,
+		"--authentication-kubeconfig="+admin, "--authorization-kubeconfig="+admin,
+		"--service-account-private-key-file="+c.dir+"/sa.key", "--root-ca-file="+c.dir+"/ca.crt",
+		"--use-service-account-credentials=false", "--leader-elect=false", "--bind-address=127.0.0.1"); err != nil {
+		return err
+	}
+	return c.start("kube-scheduler", kube, "kube-scheduler", "--kubeconfig="+admin,
+		"--authentication-kubeconfig="+admin, "--authorization-kubeconfig="+admin,
+		"--leader-elect=false", "--bind-address=127.0.0.1")
+}
+
+// containerdConfig: CRI with runc (no pivot_root: the guest's root is the
+// initramfs), the native snapshotter (no overlay module needed; the
+// images are small), Debian's CNI plugins and the local pause image.
+func (c *cluster) containerdConfig() string {
+	return fmt.Sprintf(`version = 3
+root = "/var/lib/containerd"
+state = "/run/containerd"
+[grpc]
+  address = "/run/containerd/containerd.sock"
+[plugins]
+  [plugins.'io.containerd.cri.v1.images']
+    snapshotter = 'native'
+    [plugins.'io.containerd.cri.v1.images'.pinned_images]
+      sandbox = '%s'
+  [plugins.'io.containerd.cri.v1.runtime']
+    [plugins.'io.containerd.cri.v1.runtime'.containerd]
+      default_runtime_name = 'runc'
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+        runtime_type = 'io.containerd.runc.v2'
+        [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+          BinaryName = '%s'
+          NoPivotRoot = true
+          SystemdCgroup = false
+    [plugins.'io.containerd.cri.v1.runtime'.cni]
+      bin_dirs = ['%s']
+      conf_dir = '/etc/cni/net.d'
+`, pauseImage, filepath.Join(c.paths.node, "bin", "runc"), filepath.Join(c.paths.node, "cni"))
+}
+
+const cniConfig = `{
+  "cniVersion": "1.0.0",
+  "name": "e2e",
+  "plugins": [{
+    "type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+    "ipam": {"type": "host-local", "ranges": [[{"subnet": "` + podCIDR + `"}]], "routes": [{"dst": "0.0.0.0/0"}]}
+  }]
+}
+`
+
+func (c *cluster) startContainerd() error {
+	if err := os.WriteFile("/etc/cni/net.d/10-e2e.conflist", []byte(cniConfig), 0o644); err != nil {
+		return err
+	}
+	cfg := filepath.Join(c.dir, "containerd.toml")
+	if err := os.WriteFile(cfg, []byte(c.containerdConfig()), 0o644); err != nil {
+		return err
+	}
+	return c.start("containerd", filepath.Join(c.paths.node, "bin", "containerd"), "--config", cfg)
+}
+
+func (c *cluster) waitContainerd() error {
+	return poll(3*time.Minute, "containerd socket", func() (bool, error) {
+		out, err := c.ctr("version")
+		if err != nil {
+			return false, fmt.Errorf("%w: %s", err, out)
+		}
+		return true, nil
+	})
+}
+
+func (c *cluster) ctr(args ...string) ([]byte, error) {
+	cmd := exec.Command(filepath.Join(c.paths.node, "bin", "ctr"), append([]string{"--address", "/run/containerd/containerd.sock", "--namespace", "k8s.io"}, args...)...)
+	cmd.Env = append(os.Environ(), "CONTAINERD_SNAPSHOTTER=native")
+	return cmd.CombinedOutput()
+}
+
+// importImages loads the tarballs into the namespace the CRI uses. --local
+// unpacks in ctr for the native snapshotter: the transfer service unpacks
+// only for the snapshotters its config names, overlayfs by default.
+func (c *cluster) importImages() error {
+	for _, f := range []string{"pause.tar", "gofit.tar", "service.tar"} {
+		if out, err := c.ctr("images", "import", "--local", "--snapshotter", "native", filepath.Join(c.paths.images, f)); err != nil {
+			return fmt.Errorf("ctr images import %s: %w: %s", f, err, out)
+		}
+	}
+	out, err := c.ctr("images", "list", "-q")
+	if err != nil {
+		return err
+	}
+	for _, want := range []string{pauseImage, gofitImage, serviceImage} {
+		if !bytes.Contains(out, []byte(want)) {
+			return fmt.Errorf("after import, containerd has no %s; it has:\n%s", want, out)
+		}
+	}
+	return nil
+}
+
+const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: cgroupfs
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+staticPodPath: /etc/kubernetes/manifests
+fileCheckFrequency: 5s
+# The API server reaches the kubelet without client certificates here
+# (logs, exec); the VM has no other users.
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+failSwapOn: false
+resolvConf: /etc/resolv.conf
+# The node's filesystems are tmpfs: no disk-based eviction or ephemeral
+# storage accounting.
+localStorageCapacityIsolation: false
+evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+`
+
+func (c *cluster) startKubelet() error {
+	cfg := filepath.Join(c.dir, "kubelet.yaml")
+	if err := os.WriteFile(cfg, []byte(kubeletConfig), 0o644); err != nil {
+		return err
+	}
+	return c.start("kubelet", filepath.Join(c.paths.node, "bin", "kube"), "kubelet", "--config="+cfg,
+		"--kubeconfig="+filepath.Join(c.dir, "kubelet.kubeconfig"), "--hostname-override="+nodeName,
+		"--node-ip="+nodeIP, "--root-dir=/var/lib/kubelet", "--v=1")
+}
+
+func (c *cluster) waitNodeReady(timeout time.Duration) error {
+	return poll(timeout, "node "+nodeName+" Ready", func() (bool, error) {
+		n, err := c.cs.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady {
+				if cond.Status == corev1.ConditionTrue {
+					return true, nil
+				}
+				return false, fmt.Errorf("Ready=%s: %s", cond.Status, cond.Message)
+			}
+		}
+		return false, errors.New("no Ready condition yet")
+	})
+}
+
+// run runs kubectl with args and returns stdout and stderr apart: the
+// webhook's warnings arrive on stderr.
+func (c *cluster) run(args ...string) (stdout, stderr string, err error) {
+	argv := append(append([]string{}, c.kubectl...), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err = cmd.Run()
+	if err != nil {
+		err = fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, e.String())
+	}
+	return o.String(), e.String(), err
+}
+
+// httpGet fetches a URL with a short timeout.
+func httpGet(url string) (string, error) {
+	cl := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{}}}
+	resp, err := cl.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if resp.StatusCode != 200 {
+		return string(b), fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return string(b), err
+}

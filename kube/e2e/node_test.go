@@ -1,0 +1,218 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gofit-dev/gofit/internal/ociimage"
+	"github.com/gofit-dev/gofit/internal/vmtest"
+)
+
+// guest is set when this binary runs inside the VM (TestNode passes it).
+var guest = flag.Bool("e2e.guest", false, "run TestGuest: this is the VM TestNode booted")
+
+// mustPass are the guest's subtests that must run and pass: the rest may
+// skip (saying why) when a component cannot do its part in the VM.
+var mustPass = []string{"TestGuest", "TestGuest/webhook", "TestGuest/agent", "TestGuest/service", "TestGuest/injected",
+	"TestGuest/protected", "TestGuest/fixtures", "TestGuest/plan"}
+
+// TestNode boots a cgroup v2 kernel with a single-node Kubernetes inside
+// and runs TestGuest there. Everything it needs is built or fetched here
+// (cached by version); if any of it or the node itself cannot start, it
+// fails: this test exists to run on a real node, and skips only where no
+// VM can boot at all (not linux/amd64, -short).
+func TestNode(t *testing.T) {
+	if *guest {
+		t.Skip("inside the VM: TestGuest is the test here")
+	}
+	if testing.Short() {
+		t.Skip("skipping the Kubernetes node VM in -short mode")
+	}
+	if runtime.GOOS != "linux" || runtime.GOARCH != "amd64" {
+		t.Skipf("skipping: the node VM boots an amd64 Linux kernel; this is %s/%s", runtime.GOOS, runtime.GOARCH)
+	}
+	ctx := context.Background()
+	src := repoRoot(t)
+	start := time.Now()
+	tools, err := vmtest.FindTools(ctx, t.Logf)
+	if err != nil {
+		t.Fatal(err) // ErrCannot too: make e2e promises a node
+	}
+	cache, err := vmtest.CacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(cache, 0o755)
+	version := os.Getenv("GOFIT_VM_KERNEL")
+	if version == "" {
+		version = vmtest.DefaultKernel
+	}
+	k, err := vmtest.FetchKernelWith(ctx, cache, version, vmtest.NodeModules(), t.Logf)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t0 := time.Now()
+	envtest := os.Getenv("KUBEBUILDER_ASSETS")
+	if envtest == "" {
+		envtest = script(t, src, "kube/hack/envtest-assets.sh")
+	}
+	node := script(t, src, "kube/hack/node-assets.sh")
+	t.Logf("node components ready in %v (envtest %s, node %s)", time.Since(t0).Round(time.Second), envtest, node)
+
+	t0 = time.Now()
+	images := t.TempDir()
+	buildImages(t, src, images)
+	bin := filepath.Join(t.TempDir(), "e2e.test")
+	gobuild(t, filepath.Join(src, "kube"), "test", "-c", "-o", bin, "./e2e")
+	t.Logf("images and the test binary built in %v", time.Since(t0).Round(time.Second))
+
+	r := &vmtest.Run{Kernel: k, Tools: tools, Layout: vmtest.V2, Source: src, Memory: 5120, CPUs: 2,
+		Shares: map[string]string{"node": node, "envtest": envtest, "images": images},
+		Binaries: []vmtest.Binary{{Name: "e2e.test", Path: bin, Dir: "kube/e2e", Timeout: 40 * time.Minute,
+			Args: []string{"-test.v", "-test.count=1", "-test.run", "^TestGuest$", "-e2e.guest"}}},
+		Console: &lineLog{t: t, prefix: "console: "}}
+	rep := r.Boot(ctx)
+	t.Logf("VM booted in %.1fs; the whole run took %.1fs (%v since the test started)", rep.Boot.Seconds(), rep.Wall.Seconds(), time.Since(start).Round(time.Second))
+	if rep.Err != nil {
+		t.Errorf("VM: %v; console ends:\n%s", rep.Err, tailLines(rep.Console, 40))
+	}
+	if len(rep.Results) != 1 {
+		t.Fatalf("no result from the guest")
+	}
+	res := rep.Results[0]
+	status := map[string]string{}
+	re := regexp.MustCompile(`^\s*--- (PASS|FAIL|SKIP): (\S+) \(([0-9.]+)s\)`)
+	sc := bufio.NewScanner(strings.NewReader(res.Output))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		t.Log("guest: " + sc.Text())
+		if m := re.FindStringSubmatch(sc.Text()); m != nil {
+			status[m[2]] = m[1]
+		}
+	}
+	if res.ExitCode != 0 {
+		t.Errorf("the guest's tests exited %d after %.0fs", res.ExitCode, res.Seconds)
+	}
+	for _, name := range mustPass {
+		if status[name] != "PASS" {
+			t.Errorf("%s must pass on the node, got %q", name, status[name])
+		}
+	}
+}
+
+// script runs one of kube/hack's asset scripts: its last line is the
+// directory it built or found.
+func script(t *testing.T, src, name string) string {
+	t.Helper()
+	cmd := exec.Command("bash", filepath.Join(src, name))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &lineLog{t: t, prefix: filepath.Base(name) + ": "}
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	return lines[len(lines)-1]
+}
+
+// buildImages writes the three image tarballs the guest imports (the
+// gofit image as `make image` builds it, examples/service, and a pause
+// image) and a static gofit binary for `gofit node plan` in the guest.
+func buildImages(t *testing.T, src, dir string) {
+	t.Helper()
+	cmd := exec.Command("make", "-C", src, "image", "IMAGE="+gofitImage)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make image: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(filepath.Join(src, "bin", "gofit-image.tar"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "gofit.tar"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gofitBin, err := os.ReadFile(filepath.Join(src, "bin", "linux-amd64", "gofit"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "gofit"), gofitBin, 0o755)
+	for _, img := range []struct{ tar, ref, pkg, user string }{
+		{"service.tar", serviceImage, "./examples/service", ociimage.NonRoot},
+		{"pause.tar", pauseImage, "./internal/ociimage/pause", "65535:65535"},
+	} {
+		exe := filepath.Join(t.TempDir(), "app")
+		gobuild(t, src, "build", "-trimpath", "-ldflags=-s -w", "-o", exe, img.pkg)
+		data, err := os.ReadFile(exe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		if err := ociimage.Write(&buf, ociimage.Image{Ref: img.ref, User: img.user, Entrypoint: []string{"/app"},
+			Files: append(ociimage.Base(nil), ociimage.File{Path: "/app", Mode: 0o755, Data: data})}); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, img.tar), buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// gobuild runs the go command statically for linux/amd64 in dir.
+func gobuild(t *testing.T, dir string, args ...string) {
+	t.Helper()
+	cmd := exec.Command("go", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// repoRoot is the directory holding go.work.
+func repoRoot(t *testing.T) string {
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			t.Fatalf("no go.work above %s", dir)
+		}
+	}
+}
+
+// lineLog passes whole lines to t.Log.
+type lineLog struct {
+	t      *testing.T
+	prefix string
+	buf    []byte
+}
+
+func (l *lineLog) Write(p []byte) (int, error) {
+	l.buf = append(l.buf, p...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 {
+			break
+		}
+		l.t.Log(l.prefix + strings.TrimRight(string(l.buf[:i]), "\r"))
+		l.buf = l.buf[i+1:]
+	}
+	return len(p), nil
+}
+
+func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
