@@ -28,6 +28,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io/fs"
 	"os"
@@ -48,6 +49,10 @@ import (
 
 // repoRoot is the repository's root, seen from this package's directory.
 const repoRoot = "../.."
+
+// updateDocs rewrites the output-of blocks with what gofit prints now
+// (make docs-update); every other check still fails the test.
+var updateDocs = flag.Bool("update", false, "rewrite the docs' output-of blocks with gofit's output")
 
 // commandPages maps a manual page to the gofit commands it documents: an
 // inline `--flag` there must be a flag of one of them.
@@ -79,6 +84,8 @@ type mdBlock struct {
 type mdPage struct {
 	path    string // relative to the repository root, slash-separated
 	lines   []string
+	changed bool           // lines rewritten by -update
+	shift   int            // lines added by -update so far, before the next block
 	prose   map[int]string // line number -> text outside code fences
 	blocks  []mdBlock
 	anchors map[string]bool
@@ -195,6 +202,11 @@ func TestDocs(t *testing.T) {
 		checkLinks(t, pg, byPath)
 		checkBlocks(t, pg, fl, mk)
 		checkInline(t, pg, fl, mk)
+		if pg.changed {
+			if err := os.WriteFile(filepath.Join(repoRoot, pg.path), []byte(strings.Join(pg.lines, "\n")), 0o644); err != nil {
+				t.Fatalf("%s: %v", pg.path, err)
+			}
+		}
 	}
 	checkNames(t, pages)
 	checkMakeTargetsDocumented(t, pages, mk)
@@ -248,7 +260,12 @@ func checkBlocks(t *testing.T, pg *mdPage, fl *flagTable, mk *makefile) {
 		case "from":
 			checkFrom(t, where, arg, b.lines)
 		case "output-of":
-			checkOutputOf(t, where, arg, b.lines)
+			if got, ok := checkOutputOf(t, where, arg, b.lines); !ok && *updateDocs {
+				at, out := b.line+pg.shift, strings.Split(got, "\n")
+				pg.lines = slices.Concat(pg.lines[:at+1], out, pg.lines[at+len(b.lines):])
+				pg.shift += len(out) - (len(b.lines) - 1)
+				pg.changed = true
+			}
 		case "keys-of":
 			checkKeysOf(t, where, arg, b.lines)
 		case "schema":
@@ -368,22 +385,30 @@ func gofitArgs(t *testing.T, where, s string) []string {
 	return args
 }
 
-func checkOutputOf(t *testing.T, where, cmd string, block []string) {
+// checkOutputOf returns what gofit prints now, and whether the block
+// shows it.
+func checkOutputOf(t *testing.T, where, cmd string, block []string) (string, bool) {
 	args := gofitArgs(t, where, cmd)
 	if args == nil {
-		return
+		return "", true
 	}
 	if len(block) == 0 || strings.TrimSpace(block[0]) != "$ "+cmd {
 		t.Errorf("%s: the block must start with the command it shows, \"$ %s\"", where, cmd)
-		return
+		return "", true
 	}
 	var o, e bytes.Buffer
 	Main(args, &o, &e)
 	got := strings.TrimRight(o.String()+e.String(), "\n")
 	want := strings.TrimRight(strings.Join(block[1:], "\n"), "\n")
-	if rtrimLines(got) != rtrimLines(want) {
-		t.Errorf("%s: `%s` prints something else now; replace the block's output with:\n%s", where, cmd, got)
+	if rtrimLines(got) == rtrimLines(want) {
+		return got, true
 	}
+	if *updateDocs {
+		t.Logf("%s: `%s`: output rewritten", where, cmd)
+	} else {
+		t.Errorf("%s: `%s` prints something else now; replace the block's output with the lines below, or run make docs-update:\n%s", where, cmd, got)
+	}
+	return got, false
 }
 
 func rtrimLines(s string) string {
@@ -624,7 +649,7 @@ func shellSplit(s string) []string {
 // checkShell checks one command line and returns the working directory
 // (relative to the repository root) after it.
 func checkShell(t *testing.T, where, line, cwd string, fl *flagTable, mk *makefile, inline bool) string {
-	words := shellSplit(line)
+	words := shellSplit(angleRE.ReplaceAllString(line, "VALUE"))
 	// split on && ; | & and redirections
 	var cmds [][]string
 	var cur []string
@@ -676,6 +701,10 @@ func checkShell(t *testing.T, where, line, cwd string, fl *flagTable, mk *makefi
 			}
 		case c[0] == "gofit" || c[0] == "./bin/gofit" || c[0] == "bin/gofit" || c[0] == "/gofit":
 			fl.check(t, where, c[1:], inline)
+		case testBinaries[c[0]] != "":
+			checkTestBinary(t, where, testBinaries[c[0]], c[1:])
+		case c[0] == "chrt" && len(c) > 3 && testBinaries[c[3]] != "":
+			checkTestBinary(t, where, testBinaries[c[3]], c[4:]) // chrt -f PRIO BIN ...
 		case c[0] == "go" && len(c) > 1:
 			checkGo(t, where, cwd, c[1:], fl, inline)
 		case c[0] == "make":
@@ -698,6 +727,9 @@ func checkShell(t *testing.T, where, line, cwd string, fl *flagTable, mk *makefi
 	}
 	return cwd
 }
+
+// angleRE matches a <placeholder>, which may hold words of its own.
+var angleRE = regexp.MustCompile(`<[^<>]*>`)
 
 // placeholder tells a synopsis word (CMD, …) from a name to check.
 func placeholder(w string) bool {
@@ -738,6 +770,7 @@ func checkGo(t *testing.T, where, cwd string, args []string, fl *flagTable, inli
 		return
 	}
 	var pkgs []string
+	var bin string
 	patterns := map[string]string{}
 	for i := 0; i < len(args); i++ {
 		a := args[i]
@@ -747,7 +780,12 @@ func checkGo(t *testing.T, where, cwd string, args []string, fl *flagTable, inli
 				patterns[a] = args[i+1]
 				i++
 			}
-		case a == "-o" || a == "-count" || a == "-timeout" || a == "-benchtime" || a == "-tags" || a == "-p":
+		case a == "-o":
+			if i+1 < len(args) {
+				bin = args[i+1]
+				i++
+			}
+		case a == "-count" || a == "-timeout" || a == "-benchtime" || a == "-tags" || a == "-p":
 			i++
 		case strings.HasPrefix(a, "-"):
 		case a == "work" || a == "all" || placeholder(a):
@@ -767,23 +805,49 @@ func checkGo(t *testing.T, where, cwd string, args []string, fl *flagTable, inli
 		if strings.HasSuffix(p, "...") {
 			continue
 		}
-		for flag, pat := range patterns {
-			first, _, _ := strings.Cut(pat, "/")
-			if first == "^$" || first == "." {
-				continue
-			}
-			re, err := regexp.Compile(first)
-			if err != nil {
-				t.Errorf("%s: go test %s %q: %v", where, flag, pat, err)
-				continue
-			}
-			prefix := "Test"
-			if flag == "-bench" {
-				prefix = "Benchmark"
-			}
-			if !packageHasFunc(filepath.Join(repoRoot, cwd, dir), prefix, re) {
-				t.Errorf("%s: go test %s %q: no %s function in %s matches", where, flag, pat, prefix, p)
-			}
+		checkTestPatterns(t, where, filepath.Join(cwd, dir), patterns)
+		if sub == "test" && bin != "" && len(pkgs) == 1 {
+			testBinaries[bin] = filepath.Join(cwd, dir)
+		}
+	}
+}
+
+// testBinaries maps a test binary a page builds (go test -c -o BIN PKG)
+// to its package, so that BIN -test.run/-test.bench can be checked.
+var testBinaries = map[string]string{}
+
+// checkTestBinary checks the -test.run and -test.bench patterns of a test
+// binary built on the page.
+func checkTestBinary(t *testing.T, where, dir string, args []string) {
+	patterns := map[string]string{}
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "-test.run" || args[i] == "-test.bench" {
+			patterns[strings.TrimPrefix(args[i], "-test.")] = args[i+1]
+		}
+	}
+	checkTestPatterns(t, where, dir, patterns)
+}
+
+// checkTestPatterns: each -run or -bench pattern (its first level) matches
+// a Test or Benchmark function of the package in dir.
+func checkTestPatterns(t *testing.T, where, dir string, patterns map[string]string) {
+	for flag, pat := range patterns {
+		flag = "-" + strings.TrimPrefix(flag, "-")
+		first, _, _ := strings.Cut(pat, "/")
+		if first == "^$" {
+			continue // nothing: the usual way to run only benchmarks
+		}
+		re, err := regexp.Compile(first)
+		if err != nil {
+			t.Errorf("%s: go test %s %q: %v", where, flag, pat, err)
+			continue
+		}
+		prefix := "Test"
+		if flag == "-bench" {
+			prefix = "Benchmark"
+		}
+		if !packageHasFunc(filepath.Join(repoRoot, dir), prefix, re) {
+			t.Errorf("%s: go test %s %q: no %s function in ./%s matches", where, flag, pat, prefix, filepath.ToSlash(dir))
 		}
 	}
 }
