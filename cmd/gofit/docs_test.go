@@ -19,6 +19,7 @@ package main
 //     name commands, flags, make targets and variables, packages, test
 //     names and kustomize paths that exist.
 //   - Inline `--flags` in a command's page are that command's flags.
+//   - Go names in inline code (fit.New, fit.Plan.Environ) exist.
 //   - YAML and JSON blocks parse; gofit_* metric names and GOFIT_*
 //     variables are the code's; every relative link points at a file and,
 //     with #anchor, at a heading of it.
@@ -30,6 +31,9 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -198,7 +202,9 @@ func TestDocs(t *testing.T) {
 	}
 	fl := newFlagTable(t)
 	mk := readMakefile(t)
+	api := goAPI{}
 	for _, pg := range pages {
+		checkIdents(t, pg, api)
 		checkLinks(t, pg, byPath)
 		checkBlocks(t, pg, fl, mk)
 		checkInline(t, pg, fl, mk)
@@ -1130,4 +1136,99 @@ func sortedLines(m map[int]string) []int {
 	}
 	sort.Ints(ns)
 	return ns
+}
+
+// ---- Go names in inline code ----
+
+// goPackages are the package names the docs write as pkg.Name, and where
+// each package lives.
+var goPackages = map[string]string{
+	"gofit": ".", "auto": "auto", "fit": "fit", "metrics": "metrics", "debugvars": "debugvars",
+	"cgroup": "cgroup", "manage": "cgroup/manage", "memqos": "kube/memqos", "agent": "kube/agent",
+	"admission": "kube/admission", "webhook": "kube/webhook", "podplan": "kube/podplan",
+	"lab": "cmd/gofit/internal/lab", "qoslab": "cmd/gofit/internal/qoslab",
+}
+
+var identRE = regexp.MustCompile(`\b([a-z]+)\.([A-Z]\w*)(?:\.([A-Z]\w*))?`)
+
+// goAPI caches each package's exported names: top-level ones, and the
+// fields and methods of each type as "Type.Name".
+type goAPI map[string]map[string]bool
+
+func (api goAPI) names(t *testing.T, dir string) map[string]bool {
+	if n, ok := api[dir]; ok {
+		return n
+	}
+	n := map[string]bool{}
+	api[dir] = n
+	fset := token.NewFileSet()
+	files, _ := filepath.Glob(filepath.Join(repoRoot, dir, "*.go"))
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		af, err := parser.ParseFile(fset, f, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		for _, decl := range af.Decls {
+			switch decl := decl.(type) {
+			case *ast.FuncDecl:
+				if decl.Recv == nil {
+					n[decl.Name.Name] = true
+					continue
+				}
+				rt := decl.Recv.List[0].Type
+				if s, ok := rt.(*ast.StarExpr); ok {
+					rt = s.X
+				}
+				if id, ok := rt.(*ast.Ident); ok {
+					n[id.Name+"."+decl.Name.Name] = true
+				}
+			case *ast.GenDecl:
+				for _, spec := range decl.Specs {
+					switch spec := spec.(type) {
+					case *ast.ValueSpec:
+						for _, id := range spec.Names {
+							n[id.Name] = true
+						}
+					case *ast.TypeSpec:
+						n[spec.Name.Name] = true
+						if st, ok := spec.Type.(*ast.StructType); ok {
+							for _, fld := range st.Fields.List {
+								for _, id := range fld.Names {
+									n[spec.Name.Name+"."+id.Name] = true
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	return n
+}
+
+// checkIdents: a Go name written pkg.Name or pkg.Type.Member in inline
+// code exists in that package.
+func checkIdents(t *testing.T, pg *mdPage, api goAPI) {
+	for _, n := range sortedLines(pg.prose) {
+		for _, span := range inlineCodeRE.FindAllString(pg.prose[n], -1) {
+			for _, m := range identRE.FindAllStringSubmatch(span, -1) {
+				dir, ok := goPackages[m[1]]
+				if !ok {
+					continue
+				}
+				names := api.names(t, dir)
+				if !names[m[2]] {
+					t.Errorf("%s:%d: %s.%s: package %s has no exported %s", pg.path, n, m[1], m[2], dir, m[2])
+					continue
+				}
+				if m[3] != "" && !names[m[2]+"."+m[3]] {
+					t.Errorf("%s:%d: %s.%s.%s: %s has no field or method %s", pg.path, n, m[1], m[2], m[3], m[2], m[3])
+				}
+			}
+		}
+	}
 }
