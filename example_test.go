@@ -20,6 +20,7 @@ func ExampleStart() {
 		gofit.WithRounding(fit.Ceil),     // default fit.Floor
 		gofit.WithRefresh(time.Second),   // default 1s, at least 100ms (gofit.MinRefresh)
 		gofit.WithGOGC("off"),            // opt in: GOGC with GOMEMLIMIT
+		gofit.WithCPURequestFactor(1),    // opt in: no CPU limit, GOMAXPROCS from the request
 	)
 	if err != nil {
 		// not in a cgroup, GOFIT off (gofit.ErrDisabled), a bad option: nothing changed

@@ -35,6 +35,14 @@ import (
 	"github.com/gofit-dev/gofit/internal/target"
 )
 
+// MemoryWatch is how often the memory limit alone is re-read between
+// refreshes: when it drops (an in-place resize lowering memory.max), the
+// refresh runs at once, so GOMEMLIMIT follows before a heap that grows
+// toward the old limit's goal meets the new one. Measured on a real
+// cgroup (docs/results/shrink.md), a 1 s refresh let 8 of 20 such
+// decreases end in an OOM kill; reading the limit costs a few µs.
+const MemoryWatch = 50 * time.Millisecond
+
 // DefaultRefresh is how often limits are re-read: as often as Go's runtime
 // re-reads its own, so a resize takes effect within a second or so.
 const DefaultRefresh = time.Second
@@ -114,7 +122,7 @@ func disabled(v string) (bool, error) {
 // outside a container.
 func New(opts ...Option) (*Fitter, error) {
 	cfg := config{
-		refresh: DefaultRefresh, root: "/", rt: realRuntime, lookup: os.LookupEnv,
+		refresh: DefaultRefresh, root: "/", rt: realRuntime, lookup: os.LookupEnv, watch: realTicker,
 		cpus: affinity.CPUs, now: time.Now, goMemory: newGoMemory(),
 	}
 	for _, o := range opts {
@@ -184,15 +192,18 @@ func (f *Fitter) run(ctx context.Context) {
 	f.done = make(chan struct{})
 	newTicker := f.cfg.ticker
 	if newTicker == nil {
-		newTicker = func(d time.Duration) (<-chan time.Time, func()) {
-			t := time.NewTicker(d)
-			return t.C, t.Stop
-		}
+		newTicker = realTicker
 	}
 	tick, stopTick := newTicker(f.cfg.refresh)
+	var watch <-chan time.Time
+	stopWatch := func() {}
+	if f.cfg.watch != nil {
+		watch, stopWatch = f.cfg.watch(MemoryWatch)
+	}
 	go func() {
 		defer close(f.done)
 		defer stopTick()
+		defer stopWatch()
 		defer func() {
 			// Never take the host program down.
 			if r := recover(); r != nil {
@@ -205,9 +216,16 @@ func (f *Fitter) run(ctx context.Context) {
 				return
 			case <-tick:
 				_ = f.Refresh() // errors are logged once inside
+			case <-watch:
+				f.watchMemory()
 			}
 		}
 	}()
+}
+
+func realTicker(d time.Duration) (<-chan time.Time, func()) {
+	t := time.NewTicker(d)
+	return t.C, t.Stop
 }
 
 // Stop ends the refresh loop and restores the settings found at Start

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gofit-dev/gofit/fit"
+	"github.com/gofit-dev/gofit/internal/seam"
 	"github.com/gofit-dev/gofit/internal/target"
 )
 
@@ -156,6 +157,39 @@ func (m *manualTicker) opt() Option {
 // tick delivers one tick and a second one, which the loop only takes after
 // finishing the refresh the first one started.
 func (m *manualTicker) tick() { m.c <- time.Now(); m.c <- time.Now() }
+
+// A lowered memory limit is followed at the memory watch's pace, without
+// waiting for the refresh; a raised one waits for the refresh.
+func TestMemoryWatchFollowsADecreaseAtOnce(t *testing.T) {
+	tr := newTree(t)
+	tr.memMax("268435456")
+	rt := newFakeRuntime(2)
+	refresh, watch := newManualTicker(), newManualTicker()
+	var watched time.Duration
+	f, err := Start(context.Background(), withRoot(tr.root), withRuntime(rt), withCPUs(2), refresh.opt(), withLookupEnv(env()), withGo(go126, ""),
+		withSeams(seam.Seams{Watch: func(d time.Duration) (<-chan time.Time, func()) { watched = d; return watch.c, func() {} }}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Stop()
+	if watched != MemoryWatch {
+		t.Errorf("the watch ticks every %v, want %v", watched, MemoryWatch)
+	}
+	tr.memMax("167772160") // 160MiB, in place
+	watch.tick()
+	if _, _, mem, _, _ := rt.state(); mem != 160<<20*9/10 {
+		t.Errorf("after the watch saw 160MiB: memory limit %d, want 90%% of 160MiB", mem)
+	}
+	tr.memMax("268435456")
+	watch.tick()
+	if _, _, mem, _, _ := rt.state(); mem != 160<<20*9/10 {
+		t.Errorf("the watch followed a raise: memory limit %d", mem)
+	}
+	refresh.tick()
+	if _, _, mem, _, _ := rt.state(); mem != 256<<20*9/10 {
+		t.Errorf("the refresh did not follow the raise: memory limit %d", mem)
+	}
+}
 
 func TestFollowsCPUAndMemoryBothWays(t *testing.T) {
 	tr := newTree(t)

@@ -17,6 +17,7 @@ type config struct {
 	refresh time.Duration
 	root    string
 	ticker  func(time.Duration) (<-chan time.Time, func())
+	watch   func(time.Duration) (<-chan time.Time, func()) // the memory watch's clock; nil: none
 	lookup  func(string) (string, bool)
 
 	// Seams for tests: the Go runtime, the affinity mask, the clock, the
@@ -48,6 +49,18 @@ func WithRounding(r fit.Rounding) Option { return func(c *config) { c.opts.Round
 // grows into the limit instead of collecting early. Default: GOGC untouched.
 func WithGOGC(v string) Option { return func(c *config) { c.opts.GOGC = v } }
 
+// WithCPURequestFactor opts in to GOMAXPROCS from the CPU request when
+// there is no CPU limit: max(minimum, ceil(request × factor)), capped at the
+// usable CPUs. The request is read from the cgroup's cpu.shares (v1) or
+// cpu.weight (v2), where the kubelet writes it; outside Kubernetes those
+// hold a default (1024 shares, weight 100) that reads as 1 or 2.5 cores.
+// f must pass fit.ValidCPURequestFactor; 0 turns it off (the default).
+func WithCPURequestFactor(f float64) Option { return func(c *config) { c.opts.CPURequestFactor = f } }
+
+// WithCPURequestMin sets the least GOMAXPROCS planned from a CPU request: 1
+// or 2 (default fit.DefaultCPURequestMin).
+func WithCPURequestMin(n int) Option { return func(c *config) { c.opts.CPURequestMin = n } }
+
 // WithRefresh sets how often limits are re-read (default DefaultRefresh,
 // at least MinRefresh).
 func WithRefresh(d time.Duration) Option { return func(c *config) { c.refresh = d } }
@@ -67,7 +80,12 @@ func withSeams(s seam.Seams) Option {
 			c.lookup = s.LookupEnv
 		}
 		if s.Ticker != nil {
-			c.ticker = s.Ticker
+			// A test that drives refreshes by hand gets no memory watch
+			// unless it asks for one.
+			c.ticker, c.watch = s.Ticker, s.Watch
+		}
+		if s.Watch != nil {
+			c.watch = s.Watch
 		}
 	}
 }

@@ -17,6 +17,21 @@ type inputs struct {
 	managed    bool
 }
 
+// watchMemory re-reads the memory limit and refreshes at once when it fell
+// below the one the plan was made for.
+func (f *Fitter) watchMemory() {
+	f.mu.Lock()
+	m, err := f.cg.MemoryLimits()
+	was, planned := f.limits.Memory.Effective(), f.planned
+	f.mu.Unlock()
+	if err != nil || !planned {
+		return // the next refresh reads, and reports, it all
+	}
+	if now := m.Effective(); now > 0 && (was == 0 || now < was) {
+		_ = f.Refresh()
+	}
+}
+
 // Refresh reads the limits, the affinity mask, the non-Go memory and
 // the runtime's GOMAXPROCS, and when any changed recomputes the plan and
 // applies it. On a read error the current settings are kept and the error
@@ -47,7 +62,7 @@ func (f *Fitter) Refresh() error {
 		return nil // steady state: nothing to compute or apply
 	}
 	in := fit.Input{
-		Limits: l, CPUs: now.cpus, Vars: f.vars,
+		Limits: l, CPUs: now.cpus, CPURequest: l.CPU.RequestCores(), Vars: f.vars,
 		GoVersion: f.self.GoVersion, DefaultGODEBUG: f.self.DefaultGODEBUG,
 		NonGo:   nonGo,
 		Running: &fit.Running{GOMAXPROCS: now.gomaxprocs, Managed: f.managed, CanHandBack: rt.handBack != nil && !f.noHandBack},

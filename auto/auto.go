@@ -4,8 +4,9 @@
 //	import _ "github.com/gofit-dev/gofit/auto"
 //
 // It is configured by environment variables (GOFIT, GOFIT_REFRESH,
-// GOFIT_MEMORY_RATIO, GOFIT_CPU_ROUNDING, GOFIT_GOGC, GOFIT_LOG; see the
-// README) and logs to stderr at warn level by default (GOFIT_LOG=off
+// GOFIT_MEMORY_RATIO, GOFIT_CPU_ROUNDING, GOFIT_GOGC,
+// GOFIT_CPU_REQUEST_FACTOR, GOFIT_CPU_REQUEST_MIN, GOFIT_LOG; see
+// docs/library.md) and logs to stderr at warn level by default (GOFIT_LOG=off
 // silences it). When it cannot fit the process (no cgroup, unreadable
 // limits, a bad GOFIT value) it logs "gofit not active" with the reason
 // and changes nothing. It registers nothing: no HTTP handler, no expvar,

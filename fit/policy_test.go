@@ -235,3 +235,45 @@ func TestNotesNameTheirVariable(t *testing.T) {
 		t.Errorf("first GOMAXPROCS note %+v, want code %s", got, ReasonCPULimit)
 	}
 }
+
+// GOMAXPROCS from the CPU request when there is no CPU limit (opt-in):
+// max(min, ceil(request × factor)), capped at the usable CPUs.
+func TestGOMAXPROCSFromRequest(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		opt     Options
+		cpu     cgroup.CPULimits
+		request float64
+		cpus    int
+		env     map[string]string
+		want    int
+		reason  Reason
+	}{
+		{name: "off by default: all CPUs", request: 0.5, cpus: 64, want: 64, reason: ReasonCPUs},
+		{name: "500m, factor 1: the minimum of 2", opt: Options{CPURequestFactor: 1}, request: 0.5, cpus: 64, want: 2, reason: ReasonCPURequest},
+		{name: "500m, factor 1, minimum 1", opt: Options{CPURequestFactor: 1, CPURequestMin: 1}, request: 0.5, cpus: 64, want: 1, reason: ReasonCPURequest},
+		{name: "3.2 cores × 1.5 = 4.8: 5", opt: Options{CPURequestFactor: 1.5}, request: 3.2, cpus: 64, want: 5, reason: ReasonCPURequest},
+		{name: "capped at the CPUs", opt: Options{CPURequestFactor: 2}, request: 6, cpus: 8, want: 8, reason: ReasonCPURequest},
+		{name: "a limit wins over the request", opt: Options{CPURequestFactor: 2}, cpu: cgroup.CPULimits{Quota: 3, LeafQuota: 3, QuotaGroup: "/ctr"}, request: 0.5, cpus: 64, want: 3, reason: ReasonCPULimit},
+		{name: "no request: all CPUs", opt: Options{CPURequestFactor: 1}, cpus: 16, want: 16, reason: ReasonCPUs},
+		{name: "the user's GOMAXPROCS wins", opt: Options{CPURequestFactor: 1}, request: 0.5, cpus: 64, env: map[string]string{"GOMAXPROCS": "6"}, want: 6, reason: ReasonEnv},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := mustPolicy(t, tc.opt).Plan(Input{Limits: cgroup.Limits{CPU: tc.cpu}, CPUs: tc.cpus, CPURequest: tc.request, Vars: tc.env, GoVersion: "go1.26.0"})
+			if p.GOMAXPROCS != tc.want || p.GOMAXPROCSReason != tc.reason {
+				t.Errorf("GOMAXPROCS %d (%s), want %d (%s); %v", p.GOMAXPROCS, p.GOMAXPROCSReason, tc.want, tc.reason, p.Reasons)
+			}
+			checkNoteCodes(t, p)
+		})
+	}
+	// From a pod spec: the node's CPUs are unknown, so nothing caps it.
+	p := mustPolicy(t, Options{CPURequestFactor: 1}).PlanContainer(Container{CPURequest: 3.5})
+	if p.GOMAXPROCS != 4 || p.GOMAXPROCSReason != ReasonCPURequest || p.Export["GOMAXPROCS"] != "4" {
+		t.Errorf("container with a 3500m request: GOMAXPROCS %d (%s), export %v", p.GOMAXPROCS, p.GOMAXPROCSReason, p.Export)
+	}
+	for _, o := range []Options{{CPURequestFactor: -1}, {CPURequestFactor: math.NaN()}, {CPURequestFactor: 17}, {CPURequestFactor: 1, CPURequestMin: 3}} {
+		if _, err := New(o); !errors.Is(err, ErrBadOption) {
+			t.Errorf("New(%+v) = %v, want ErrBadOption", o, err)
+		}
+	}
+}

@@ -105,7 +105,7 @@ func runPlan(root, path string, cpus int, policy fit.Policy, lookup func(string)
 	if err != nil {
 		return fit.Plan{}, err
 	}
-	in := fit.Input{Limits: l, CPUs: cpus, Vars: lookupVars(lookup)}
+	in := fit.Input{Limits: l, CPUs: cpus, CPURequest: l.CPU.RequestCores(), Vars: lookupVars(lookup)}
 	if in.CPUs == 0 {
 		in.CPUs = affinity.CPUs()
 	}

@@ -17,6 +17,9 @@ type Seams struct {
 	// Ticker replaces the clock that drives refreshes: it returns a channel
 	// of ticks and a stop function.
 	Ticker func(time.Duration) (<-chan time.Time, func())
+	// Watch replaces the clock of the memory watch (gofit.MemoryWatch).
+	// Setting Ticker alone turns the watch off.
+	Watch func(time.Duration) (<-chan time.Time, func())
 }
 
 // Option turns seams into a gofit.Option. Package gofit sets it when it is

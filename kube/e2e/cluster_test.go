@@ -75,6 +75,11 @@ type cluster struct {
 func startCluster(t *testing.T, p guestPaths) *cluster {
 	start := time.Now()
 	c := &cluster{t: t, paths: p, dir: "/etc/kubernetes", logs: "/var/log/e2e"}
+	// In the vmtest share the logs can be followed from the host while the
+	// node runs (tail -f /tmp/gofit-vm-share-*/out/node-logs/kubelet.log).
+	if st, err := os.Stat("/share/out"); err == nil && st.IsDir() {
+		c.logs = "/share/out/node-logs"
+	}
 	t.Cleanup(c.stop)
 	step := func(what string, err error) {
 		t.Helper()
@@ -126,6 +131,9 @@ func (c *cluster) setupHost() error {
 	}
 	for f, data := range map[string]string{
 		"/etc/resolv.conf": "", // the kubelet copies it into pods; no DNS here
+		// The kubelet reads users and groups at start (user namespaces).
+		"/etc/passwd": "root:x:0:0:root:/root:/bin/sh\n",
+		"/etc/group":  "root:x:0:\n",
 		"/etc/machine-id":  "e2e0000000000000000000000000e2e0\n",
 		"/etc/hosts":       "127.0.0.1 localhost\n" + nodeIP + " " + nodeName + "\n",
 	} {
@@ -336,7 +344,7 @@ func tailLines(s string, n int) string {
 	return strings.Join(l, "\n")
 }
 
-// poll calls f until it returns true, an error that is not errRetry, or
+// poll calls f until it returns true, an error wrapping errGaveUp, or
 // the timeout passes; the last error says what it waited for.
 func poll(timeout time.Duration, what string, f func() (bool, error)) error {
 	deadline := time.Now().Add(timeout)
@@ -345,6 +353,9 @@ func poll(timeout time.Duration, what string, f func() (bool, error)) error {
 		ok, err := f()
 		if ok {
 			return nil
+		}
+		if errors.Is(err, errGaveUp) {
+			return fmt.Errorf("%s: %w", what, err)
 		}
 		if err != nil {
 			last = err
@@ -393,8 +404,28 @@ func (c *cluster) startAPIServer() error {
 		"--profiling=false")
 }
 
+// dead names a component that has exited: no use waiting for it then.
+func (c *cluster) dead() error {
+	for i, p := range c.procs {
+		if p.ProcessState != nil {
+			return fmt.Errorf("%w: %s exited (%v); its log ends:\n%s", errGaveUp, c.names[i], p.ProcessState, tailLines(readFile(filepath.Join(c.logs, c.names[i]+".log")), 15))
+		}
+	}
+	return nil
+}
+
+var errGaveUp = errors.New("gave up")
+
+func readFile(f string) string {
+	b, _ := os.ReadFile(f)
+	return string(b)
+}
+
 func (c *cluster) waitAPIServer(timeout time.Duration) error {
 	return poll(timeout, "kube-apiserver /readyz", func() (bool, error) {
+		if err := c.dead(); err != nil {
+			return false, err
+		}
 		body, err := c.cs.RESTClient().Get().AbsPath("/readyz").DoRaw(context.Background())
 		if err != nil {
 			return false, fmt.Errorf("%w: %s", err, body)
@@ -538,6 +569,9 @@ func (c *cluster) startKubelet() error {
 
 func (c *cluster) waitNodeReady(timeout time.Duration) error {
 	return poll(timeout, "node "+nodeName+" Ready", func() (bool, error) {
+		if err := c.dead(); err != nil {
+			return false, err
+		}
 		n, err := c.cs.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
 		if err != nil {
 			return false, err

@@ -34,6 +34,10 @@ import (
 // CPU in a process of its own, apart from the load generator's.
 const benchServerEnv = "GOFIT_WEBHOOK_BENCH_SERVER"
 
+// benchAddrEnv, with benchServerEnv, is the address to serve on (default
+// a free loopback port).
+const benchAddrEnv = "GOFIT_WEBHOOK_BENCH_ADDR"
+
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(benchServerEnv); dir != "" {
 		os.Exit(benchServer(dir))
@@ -42,7 +46,11 @@ func TestMain(m *testing.M) {
 }
 
 func benchServer(dir string) int {
-	s, err := NewServer(Config{Addr: "127.0.0.1:0", CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key")})
+	addr := os.Getenv(benchAddrEnv)
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	s, err := NewServer(Config{Addr: addr, CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key")})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

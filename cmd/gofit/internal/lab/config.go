@@ -108,7 +108,7 @@ func defaultConfig(quick bool) Config {
 		Budget:           15 * time.Minute,
 		MemSettings:      []string{SetGofit, SetNone, SetAutoMemLimit, SetLimitGCOff},
 		Probes:           3,
-		HealthShare:      0.5,
+		HealthShare:      0.3,
 		HealthWindow:     4 * time.Second,
 		HealthPairs:      2,
 		HealthMaxPairs:   4,

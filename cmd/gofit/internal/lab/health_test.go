@@ -8,37 +8,61 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gofit-dev/gofit/fit"
 )
 
 func TestJudgeHealth(t *testing.T) {
 	rng := rand.New(rand.NewSource(3))
-	b := NewBootstrap(400, 1)
-	sample := func(runs int, ms float64) Sample {
-		var s Sample
-		for i := 0; i < runs; i++ {
-			s = append(s, fakeBlocks(rng, 4, 200, 0.02, ms))
+	pairs := func(n int, ms float64) []healthPair {
+		var ps []healthPair
+		for i := 0; i < n; i++ {
+			// Each pair meets its own moment of the machine: both of its
+			// runs slower or faster together.
+			mood := math.Exp(0.4 * rng.NormFloat64())
+			ps = append(ps, healthPair{ref: fakeBlocks(rng, 4, 200, 0.02, 10*mood), limited: fakeBlocks(rng, 4, 200, 0.02, ms*mood)})
 		}
-		return s
+		return ps
 	}
-	ref := sample(2, 10)
 	for _, tc := range []struct {
 		name             string
-		trials           Sample
+		pairs            []healthPair
 		healthy, decided bool
 	}{
-		{"as fast as without a limit", sample(2, 10), true, true},
-		{"a fifth slower", sample(2, 12), true, true},
-		{"five times slower", sample(2, 50), false, true},
-		{"no reference", nil, false, false},
+		{"as fast as without a limit", pairs(2, 10), true, true},
+		{"a fifth slower", pairs(2, 12), true, true},
+		{"five times slower", pairs(2, 50), false, true},
+		{"one pair: no interval", pairs(1, 10), true, false},
+		{"no pair", nil, false, false},
 	} {
-		refs := ref
-		if tc.trials == nil {
-			tc.trials, refs = sample(2, 10), nil
-		}
-		h, d, r := judgeHealth(b, tc.trials, refs)
+		h, d, r := judgeHealth(rng, tc.pairs, 400)
 		if h != tc.healthy || d != tc.decided {
 			t.Errorf("%s: healthy %v decided %v (ratio %+v), want %v %v", tc.name, h, d, r, tc.healthy, tc.decided)
 		}
+	}
+}
+
+// Pairs keep a shared moment out of the ratio: with a machine whose mood
+// moves each pair's runs together by ±50%, the paired interval of equal
+// services still decides "healthy", where resampling the two sides
+// independently (Bootstrap.Ratio) cannot tell.
+func TestPairedRatioNarrowerThanIndependent(t *testing.T) {
+	rng := rand.New(rand.NewSource(9))
+	var ps []healthPair
+	var lim, refs Sample
+	for i := 0; i < 3; i++ {
+		mood := []float64{0.5, 1, 2}[i]
+		p := healthPair{ref: fakeBlocks(rng, 4, 200, 0.02, 10*mood), limited: fakeBlocks(rng, 4, 200, 0.02, 10*mood)}
+		ps = append(ps, p)
+		lim, refs = append(lim, p.limited), append(refs, p.ref)
+	}
+	paired := pairedP99Ratio(rng, ps, 1000)
+	indep := NewBootstrap(1000, 1).Ratio(lim, refs, StatP99)
+	if paired.High-paired.Low >= (indep.High-indep.Low)/2 {
+		t.Errorf("paired interval %+v not under half the independent one %+v", paired, indep)
+	}
+	if h, d, _ := judgeHealth(rng, ps, 1000); !h || !d {
+		t.Errorf("equal services under a moody machine: healthy %v decided %v", h, d)
 	}
 }
 
@@ -80,7 +104,7 @@ func (f *fakeMem) run(_ context.Context, _ map[string]string, _ float64, limit i
 	}
 	rate := load.rate
 	if rate == 0 {
-		rate = 200
+		rate = 600
 	}
 	bs := fakeBlocks(f.rng, int(secs), rate, 0.02, ms)
 	s := Sample{bs}
@@ -224,5 +248,22 @@ func TestRecommendMemoryNeverAboveTheRatio(t *testing.T) {
 				t.Errorf("reasons do not say %s: %q", from, rec.Reasons)
 			}
 		})
+	}
+}
+
+// The gofit memory setting starts a target as `gofit run` does, marker
+// included, so a target importing gofit's library may refine the values
+// in-process; the CPU cells and the recommended env go without it.
+func TestGofitMemoryEnvCarriesTheMarker(t *testing.T) {
+	l := newLab(defaultConfig(true))
+	env := l.memEnv(SetGofit, 256*mib)
+	if m := env[fit.MarkerVar]; !strings.Contains(m, "GOMEMLIMIT="+env["GOMEMLIMIT"]) || env["GOMEMLIMIT"] == "" {
+		t.Errorf("memory env %v: want GOMEMLIMIT and the marker naming it", env)
+	}
+	if env := l.memEnv(SetAutoMemLimit, 256*mib); env[fit.MarkerVar] != "" {
+		t.Errorf("automemlimit env %v carries gofit's marker", env)
+	}
+	if env, _, _ := l.cpuEnv(SetGofit, 0.5); env[fit.MarkerVar] != "" {
+		t.Errorf("cpu env %v carries the marker", env)
 	}
 }

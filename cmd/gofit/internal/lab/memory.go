@@ -103,7 +103,7 @@ func (l *study) memoryStudy(ctx context.Context) error {
 	l.res.Target.ProbeRPS, l.res.Target.ProbeP99 = summarize(rpss).Median, summarize(p99s).Median
 	l.res.Target.HealthRPS = math.Max(1, math.Round(l.cfg.HealthShare*l.res.Target.ProbeRPS))
 	peak := int64(l.res.Target.PeakBytes)
-	search := floorSearch{Lo: peak / 4, Hi: peak * 3 / 2, Max: peak * 8, Resolution: l.cfg.Resolution, Need: l.cfg.ConfirmNeed, Of: l.cfg.ConfirmOf, MaxTrials: 16, Now: l.now}
+	search := floorSearch{Lo: peak / 2, Hi: peak * 3 / 2, Max: peak * 8, Resolution: l.cfg.Resolution, Need: l.cfg.ConfirmNeed, Of: l.cfg.ConfirmOf, MaxTrials: 16, Now: l.now}
 	var noKnobFloor int64
 	var searched time.Duration // the searches so far, to foresee the next
 	for i, setting := range l.cfg.MemSettings {
@@ -123,12 +123,12 @@ func (l *study) memoryStudy(ctx context.Context) error {
 		}
 		began := l.now()
 		// This setting's share of what is left of the budget, the check
-		// trial's time kept back: a third for surviving, the rest for the
-		// health trials, which run in pairs.
+		// trial's time kept back: half for surviving, half for the health
+		// trials (fewer, but each is pairs of runs).
 		share := (l.cfg.Budget - l.now().Sub(l.started) - checkReserve) / time.Duration(len(l.cfg.MemSettings)-i)
 		share = max(share, 0)
 		ss := search
-		ss.Deadline = began.Add(share / 3)
+		ss.Deadline = began.Add(share / 2)
 		sr, err := ss.Find(ctx, func(ctx context.Context, limit int64) MemTrial {
 			t, _ := l.memRun(ctx, l.memEnv(setting, limit), cpu, limit, l.survivalLoad())
 			l.progress("memory %-13s %-26s at %-8s %s", "survival", setting, fit.FormatBytes(limit), t.verdict())

@@ -239,6 +239,7 @@ func (s *Sandbox) dirs() []string { return s.parent.Dirs() }
 // trialConfig is one trial's limits and environment.
 type trialConfig struct {
 	CPU    float64           // cores; 0 for none
+	CPUReq float64           // cores requested: the CPU weight the kubelet gives them (cpu.shares); 0 for the default
 	Memory int64             // bytes; 0 for none
 	Env    map[string]string // added to the target's environment
 	Warm   bool              // keep the binary's page cache (default: evict it, as in a new container)
@@ -289,6 +290,11 @@ func (s *Sandbox) start(ctx context.Context, t Target, cfg trialConfig) (*trial,
 	}
 	if err := g.SetCPU(cfg.CPU, 0); err != nil {
 		return fail(err)
+	}
+	if cfg.CPUReq > 0 {
+		if err := g.SetCPURequest(cfg.CPUReq); err != nil {
+			return fail(err)
+		}
 	}
 	if err := g.SetMemoryMax(cfg.Memory); err != nil {
 		return fail(err)

@@ -23,9 +23,12 @@ type study struct {
 	total   int
 	started time.Time
 	rng     *rand.Rand
-	boot    *Bootstrap
-	ncpu    int // CPUs the target sees
-	place   *Placement
+	// healthRng draws the health trials' bootstrap resamples, seeded so a
+	// report can be reproduced.
+	healthRng *rand.Rand
+	boot      *Bootstrap
+	ncpu      int // CPUs the target sees
+	place     *Placement
 	// measure runs one CPU window; tests replace it with a fake.
 	measure func(ctx context.Context, c cpuConfig, mode Mode, offered float64, window time.Duration, rep int) (CPUCell, error)
 	// memRun runs one memory trial; tests replace it with a fake.
@@ -91,7 +94,7 @@ func runStudy(ctx context.Context, sb *Sandbox, cfg Config) (*Results, error) {
 }
 
 func newLab(cfg Config) *study {
-	l := &study{cfg: cfg, started: time.Now(), rng: rand.New(rand.NewSource(1)), boot: NewBootstrap(cfg.Resamples, 1), ncpu: runtime.NumCPU(), now: time.Now}
+	l := &study{cfg: cfg, started: time.Now(), rng: rand.New(rand.NewSource(1)), healthRng: rand.New(rand.NewSource(2)), boot: NewBootstrap(cfg.Resamples, 1), ncpu: runtime.NumCPU(), now: time.Now}
 	l.res.Lab.Warnings = append([]string{}, cfg.Warnings...)
 	l.res.Lab.BudgetSeconds = cfg.Budget.Seconds()
 	cells := len(cfg.Quotas) * len(cfg.CPUSettings) * cfg.MinRepeats * 2

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"maps"
 	"strconv"
 	"time"
 
@@ -25,12 +26,11 @@ func (l *study) planEnv(cores float64, mem int64) (map[string]string, fit.Plan) 
 		b.Describe(&in)
 	}
 	p := fit.Policy{}.Plan(in)
-	env := p.Export
+	env := maps.Clone(p.Export)
 	// The marker only tells a target that imports gofit's library which
-	// values are gofit's; under the lab's fixed limits that library would
-	// choose the same values, so the marker changes nothing the target does.
-	// Leaving it out lets identical environments be recognised as one
-	// (same_as) and keeps it out of the recommended YAML.
+	// values are gofit's (p.Export keeps it, for the memory trials). Left
+	// out here, identical environments are recognised as one (same_as) and
+	// it stays out of the recommended YAML.
 	delete(env, fit.MarkerVar)
 	for k, v := range l.baseEnv() {
 		env[k] = v
@@ -68,7 +68,13 @@ func (l *study) cpuEnv(setting string, cores float64) (map[string]string, int, s
 func (l *study) memEnv(setting string, limit int64) map[string]string {
 	switch setting {
 	case SetGofit:
-		env, _ := l.planEnv(l.res.Target.ProbeCPU, limit)
+		// With the marker, as `gofit run` starts a target: one that
+		// imports gofit's library refines these values in-process (it
+		// measures the memory outside its heap); others ignore it.
+		env, p := l.planEnv(l.res.Target.ProbeCPU, limit)
+		if m, ok := p.Export[fit.MarkerVar]; ok {
+			env[fit.MarkerVar] = m
+		}
 		return env
 	case SetLimitGCOff:
 		env := l.baseEnv()
