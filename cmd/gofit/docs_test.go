@@ -20,7 +20,8 @@ package main
 //     names and kustomize paths that exist.
 //   - Inline `--flags` in a command's page are that command's flags.
 //   - Go names in inline code (fit.New, fit.Plan.Environ) exist.
-//   - YAML and JSON blocks parse; gofit_* metric names and GOFIT_*
+//   - YAML and JSON blocks parse (a gofit.dev/plan annotation in YAML is a
+//     podplan.Record); gofit_* metric names and GOFIT_*
 //     variables are the code's; every relative link points at a file and,
 //     with #anchor, at a heading of it.
 //
@@ -49,6 +50,7 @@ import (
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/qoslab"
+	"github.com/gofit-dev/gofit/kube/podplan"
 )
 
 // repoRoot is the repository's root, seen from this package's directory.
@@ -296,6 +298,7 @@ func checkBlocks(t *testing.T, pg *mdPage, fl *flagTable, mk *makefile) {
 			if err := yaml.Unmarshal([]byte(strings.Join(b.lines, "\n")), &v); err != nil {
 				t.Errorf("%s: YAML does not parse: %v", where, err)
 			}
+			checkPlanAnnotations(t, where, v)
 		case "json":
 			if !json.Valid([]byte(strings.Join(b.lines, "\n"))) {
 				var v any
@@ -313,6 +316,37 @@ func checkBlocks(t *testing.T, pg *mdPage, fl *flagTable, mk *makefile) {
 			for _, cmd := range joinContinued(b.lines, true) {
 				cwd = checkShell(t, fmt.Sprintf("%s:%d", pg.path, b.line+1+cmd.line), cmd.text, cwd, fl, mk, false)
 			}
+		}
+	}
+}
+
+// checkPlanAnnotations: a gofit.dev/plan annotation shown in YAML is a
+// podplan.Record, every field known, every mode one the webhook writes.
+func checkPlanAnnotations(t *testing.T, where string, v any) {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			s, ok := x.(string)
+			if k != podplan.Annotation || !ok {
+				checkPlanAnnotations(t, where, x)
+				continue
+			}
+			dec := json.NewDecoder(strings.NewReader(s))
+			dec.DisallowUnknownFields()
+			var r podplan.Record
+			if err := dec.Decode(&r); err != nil {
+				t.Errorf("%s: the %s annotation is not what the webhook writes (podplan.Record): %v", where, k, err)
+				continue
+			}
+			for _, c := range r.Containers {
+				if c.Mode != podplan.ModeEnv && c.Mode != podplan.ModeAuto && c.Mode != podplan.ModeOff {
+					t.Errorf("%s: %s: container %q has mode %q", where, k, c.Name, c.Mode)
+				}
+			}
+		}
+	case []any:
+		for _, x := range v {
+			checkPlanAnnotations(t, where, x)
 		}
 	}
 }
