@@ -74,6 +74,10 @@ var foreignFlags = map[string]string{
 	"docs/lab.md auto-gomemlimit": "Prometheus' own flag, compared with the lab's automemlimit setting",
 }
 
+// readmeMaxLines keeps the README a front door: what, two commands,
+// install, quick starts, parts, links.
+const readmeMaxLines = 220
+
 // requiredPages are the manual's pages; other engineers' sections live in them.
 var requiredPages = []string{
 	"README.md", "docs/policy.md", "docs/library.md", "docs/run.md", "docs/lab.md",
@@ -202,7 +206,10 @@ func TestDocs(t *testing.T) {
 			t.Errorf("%s: missing (the README links the manual's pages by these names)", p)
 		}
 	}
-	fl := newFlagTable(t)
+	if pg := byPath["README.md"]; pg != nil && len(pg.lines) > readmeMaxLines {
+		t.Errorf("README.md has %d lines: it is the front door (about 200); move reference material to docs/", len(pg.lines))
+	}
+		fl := newFlagTable(t)
 	mk := readMakefile(t)
 	api := goAPI{}
 	for _, pg := range pages {
