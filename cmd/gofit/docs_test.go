@@ -209,7 +209,7 @@ func TestDocs(t *testing.T) {
 	if pg := byPath["README.md"]; pg != nil && len(pg.lines) > readmeMaxLines {
 		t.Errorf("README.md has %d lines: it is the front door (about 200); move reference material to docs/", len(pg.lines))
 	}
-		fl := newFlagTable(t)
+	fl := newFlagTable(t)
 	mk := readMakefile(t)
 	api := goAPI{}
 	for _, pg := range pages {
