@@ -135,10 +135,10 @@ func (c *cluster) setupHost() error {
 	for f, data := range map[string]string{
 		"/etc/resolv.conf": "", // the kubelet copies it into pods; no DNS here
 		// The kubelet reads users and groups at start (user namespaces).
-		"/etc/passwd": "root:x:0:0:root:/root:/bin/sh\n",
-		"/etc/group":  "root:x:0:\n",
-		"/etc/machine-id":  "e2e0000000000000000000000000e2e0\n",
-		"/etc/hosts":       "127.0.0.1 localhost\n" + nodeIP + " " + nodeName + "\n",
+		"/etc/passwd":     "root:x:0:0:root:/root:/bin/sh\n",
+		"/etc/group":      "root:x:0:\n",
+		"/etc/machine-id": "e2e0000000000000000000000000e2e0\n",
+		"/etc/hosts":      "127.0.0.1 localhost\n" + nodeIP + " " + nodeName + "\n",
 	} {
 		if err := os.WriteFile(f, []byte(data), 0o644); err != nil {
 			return err
@@ -218,7 +218,7 @@ func (c *cluster) writePKI() error {
 	srvTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "kube-apiserver"},
 		NotBefore: now, NotAfter: now.Add(48 * time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames: []string{"localhost", nodeName, "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
+		DNSNames:    []string{"localhost", nodeName, "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(nodeIP), net.ParseIP(serviceIP)}}
 	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, ca, &srvKey.PublicKey, caKey)
 	if err != nil {
