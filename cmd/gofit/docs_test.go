@@ -223,6 +223,7 @@ func TestDocs(t *testing.T) {
 			}
 		}
 	}
+	checkResultsPages(t, pages, byPath)
 	checkNames(t, pages)
 	checkMakeTargetsDocumented(t, pages, mk)
 }
@@ -1024,6 +1025,41 @@ func checkInline(t *testing.T, pg *mdPage, fl *flagTable, mk *makefile) {
 			if !found {
 				t.Errorf("%s: `--%s` is not a flag of gofit %s", where, m[1], strings.Join(cmdsHere, ", gofit "))
 			}
+		}
+	}
+}
+
+// ---- docs/results ----
+
+var dateRE = regexp.MustCompile(`\b20\d\d-\d\d-\d\d\b`)
+
+// checkResultsPages: each page of dated measurements is listed in
+// docs/results/README.md and gives a date, the machine and a command.
+func checkResultsPages(t *testing.T, pages []*mdPage, byPath map[string]*mdPage) {
+	index := byPath["docs/results/README.md"]
+	for _, pg := range pages {
+		if !strings.HasPrefix(pg.path, "docs/results/") || pg == index {
+			continue
+		}
+		text := strings.Join(pg.lines, "\n")
+		if index != nil && !strings.Contains(strings.Join(index.lines, "\n"), "("+strings.TrimPrefix(pg.path, "docs/results/")+")") {
+			t.Errorf("%s: not listed in docs/results/README.md", pg.path)
+		}
+		if !dateRE.MatchString(text) {
+			t.Errorf("%s: measurements without a date (YYYY-MM-DD)", pg.path)
+		}
+		if !strings.Contains(strings.ToLower(text), "machine") {
+			t.Errorf("%s: measurements without the machine they ran on", pg.path)
+		}
+		hasCmd := len(pg.blocks) > 0 || strings.Contains(text, "Command")
+		for _, l := range pg.prose {
+			for _, span := range inlineCodeRE.FindAllString(l, -1) {
+				code := strings.TrimPrefix(strings.Trim(span, "`"), "time ")
+				hasCmd = hasCmd || slices.ContainsFunc(inlineCommands, func(p string) bool { return strings.HasPrefix(code, p) })
+			}
+		}
+		if !hasCmd {
+			t.Errorf("%s: measurements without the command that produced them", pg.path)
 		}
 	}
 }
