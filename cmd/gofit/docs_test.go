@@ -21,11 +21,14 @@ package main
 //   - Inline `--flags` in a command's page are that command's flags.
 //   - Go names in inline code (fit.New, fit.Plan.Environ) exist.
 //   - YAML and JSON blocks parse (a gofit.dev/plan annotation in YAML is a
-//     podplan.Record); gofit_* metric names and GOFIT_*
-//     variables are the code's; every relative link points at a file and,
-//     with #anchor, at a heading of it.
+//     podplan.Record); gofit_* metric names and GOFIT_* variables are the
+//     code's; every relative link points at a file and, with #anchor, at a
+//     heading of it; every make target is named somewhere.
+//   - README.md stays short; each docs/results page is indexed and dated,
+//     with its machine and command.
 //
-// Run just this with `make docs`.
+// Run just this with `make docs`; `make docs-update` rewrites the
+// output-of blocks. docs/development.md explains the markers to writers.
 
 import (
 	"bytes"
@@ -315,9 +318,8 @@ func checkBlocks(t *testing.T, pg *mdPage, fl *flagTable, mk *makefile) {
 			}
 		case "sh", "bash", "shell":
 			cwd := ""
-			for i, cmd := range joinContinued(b.lines, false) {
+			for _, cmd := range joinContinued(b.lines, false) {
 				cwd = checkShell(t, fmt.Sprintf("%s:%d", pg.path, b.line+1+cmd.line), cmd.text, cwd, fl, mk, false)
-				_ = i
 			}
 		case "", "console", "text":
 			cwd := ""
