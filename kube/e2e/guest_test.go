@@ -763,12 +763,22 @@ func (g *guestRun) webhookDown(t *testing.T) {
 	if _, _, err := g.c.run("scale", "-n", "gofit-system", "deployment/gofit-webhook", "--replicas=0"); err != nil {
 		t.Fatal(err)
 	}
-	err := poll(3*time.Minute, "no webhook pods", func() (bool, error) {
-		l, err := g.c.cs.CoreV1().Pods("gofit-system").List(g.ctx, metav1.ListOptions{})
+	// The API server finds the webhook through its endpoints: once none is
+	// ready (terminating pods are not), every call fails and is ignored.
+	err := poll(3*time.Minute, "no ready webhook endpoint", func() (bool, error) {
+		l, err := g.c.cs.DiscoveryV1().EndpointSlices("gofit-system").List(g.ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=gofit-webhook"})
 		if err != nil {
 			return false, err
 		}
-		return len(l.Items) == 0, fmt.Errorf("%d pods", len(l.Items))
+		ready := 0
+		for _, sl := range l.Items {
+			for _, ep := range sl.Endpoints {
+				if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+					ready++
+				}
+			}
+		}
+		return ready == 0, fmt.Errorf("%d ready endpoints", ready)
 	})
 	if err != nil {
 		t.Fatal(err)
