@@ -3,6 +3,7 @@ package gofit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gofit-dev/gofit/fit"
+	"github.com/gofit-dev/gofit/internal/seam"
 	"github.com/gofit-dev/gofit/internal/target"
 )
 
@@ -149,12 +151,45 @@ type manualTicker struct{ c chan time.Time }
 
 func newManualTicker() *manualTicker { return &manualTicker{c: make(chan time.Time)} }
 func (m *manualTicker) opt() Option {
-	return WithTicker(func(time.Duration) (<-chan time.Time, func()) { return m.c, func() {} })
+	return withTicker(func(time.Duration) (<-chan time.Time, func()) { return m.c, func() {} })
 }
 
 // tick delivers one tick and a second one, which the loop only takes after
 // finishing the refresh the first one started.
 func (m *manualTicker) tick() { m.c <- time.Now(); m.c <- time.Now() }
+
+// A lowered memory limit is followed at the memory watch's pace, without
+// waiting for the refresh; a raised one waits for the refresh.
+func TestMemoryWatchFollowsADecreaseAtOnce(t *testing.T) {
+	tr := newTree(t)
+	tr.memMax("268435456")
+	rt := newFakeRuntime(2)
+	refresh, watch := newManualTicker(), newManualTicker()
+	var watched time.Duration
+	f, err := Start(context.Background(), withRoot(tr.root), withRuntime(rt), withCPUs(2), refresh.opt(), withLookupEnv(env()), withGo(go126, ""),
+		withSeams(seam.Seams{Watch: func(d time.Duration) (<-chan time.Time, func()) { watched = d; return watch.c, func() {} }}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Stop()
+	if watched != MemoryWatch {
+		t.Errorf("the watch ticks every %v, want %v", watched, MemoryWatch)
+	}
+	tr.memMax("167772160") // 160MiB, in place
+	watch.tick()
+	if _, _, mem, _, _ := rt.state(); mem != 160<<20*9/10 {
+		t.Errorf("after the watch saw 160MiB: memory limit %d, want 90%% of 160MiB", mem)
+	}
+	tr.memMax("268435456")
+	watch.tick()
+	if _, _, mem, _, _ := rt.state(); mem != 160<<20*9/10 {
+		t.Errorf("the watch followed a raise: memory limit %d", mem)
+	}
+	refresh.tick()
+	if _, _, mem, _, _ := rt.state(); mem != 256<<20*9/10 {
+		t.Errorf("the refresh did not follow the raise: memory limit %d", mem)
+	}
+}
 
 func TestFollowsCPUAndMemoryBothWays(t *testing.T) {
 	tr := newTree(t)
@@ -163,7 +198,7 @@ func TestFollowsCPUAndMemoryBothWays(t *testing.T) {
 	rt := newFakeRuntime(8)
 	tk := newManualTicker()
 	rt.follows = false // a runtime that does not read cgroups
-	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), WithLookupEnv(env()), withGo(go124, ""))
+	f, err := Start(context.Background(), withRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), withLookupEnv(env()), withGo(go124, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +244,7 @@ func TestTighterAncestorWins(t *testing.T) {
 	tr.cpuMax("400000 100000")
 	tr.podCPUMax("100000 100000")
 	rt := newFakeRuntime(4) // Go's own choice: the leaf's 4 cores
-	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), newManualTicker().opt(), WithLookupEnv(env()), withGo(go126, ""))
+	f, err := Start(context.Background(), withRoot(tr.root), withRuntime(rt), withCPUs(8), newManualTicker().opt(), withLookupEnv(env()), withGo(go126, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +262,7 @@ func TestLeavesTheRuntimeAloneWhenItAgrees(t *testing.T) {
 	tr.cpuMax("200000 100000")
 	rt := newFakeRuntime(2)
 	tk := newManualTicker()
-	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), WithLookupEnv(env()), withGo(go126, ""))
+	f, err := Start(context.Background(), withRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), withLookupEnv(env()), withGo(go126, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,8 +290,8 @@ func TestExplicitEnvWins(t *testing.T) {
 	tr.memMax("104857600")
 	rt := newFakeRuntime(8)
 	var logs logRecorder
-	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), newManualTicker().opt(),
-		WithLookupEnv(env("GOMAXPROCS", "8", "GOMEMLIMIT", "200MiB")), WithLogger(slog.New(&logs)), withGo(go126, ""))
+	f, err := Start(context.Background(), withRoot(tr.root), withRuntime(rt), withCPUs(8), newManualTicker().opt(),
+		withLookupEnv(env("GOMAXPROCS", "8", "GOMEMLIMIT", "200MiB")), WithLogger(slog.New(&logs)), withGo(go126, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +309,7 @@ func TestUseTheMemoryYouPayFor(t *testing.T) {
 	tr.memMax("104857600")
 	rt := newFakeRuntime(2)
 	tk := newManualTicker()
-	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(2), tk.opt(), WithLookupEnv(env()), WithGOGC("off"), withGo(go126, ""))
+	f, err := Start(context.Background(), withRoot(tr.root), withRuntime(rt), withCPUs(2), tk.opt(), withLookupEnv(env()), WithGOGC("off"), withGo(go126, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +331,7 @@ func TestUnreadableKeepsSettingsAndLogsOnce(t *testing.T) {
 	rt.follows = false
 	tk := newManualTicker()
 	var logs logRecorder
-	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), WithLookupEnv(env()), WithLogger(slog.New(&logs)), withGo(go124, ""))
+	f, err := Start(context.Background(), withRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), withLookupEnv(env()), WithLogger(slog.New(&logs)), withGo(go124, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,35 +358,35 @@ func TestUnreadableKeepsSettingsAndLogsOnce(t *testing.T) {
 func TestDisabledAndBadOptions(t *testing.T) {
 	tr := newTree(t)
 	for _, v := range []string{"off", "OFF", "false", "0", "No"} {
-		if _, err := Start(context.Background(), WithRoot(tr.root), WithLookupEnv(env("GOFIT", v))); !errors.Is(err, ErrDisabled) {
+		if _, err := Start(context.Background(), withRoot(tr.root), withLookupEnv(env("GOFIT", v))); !errors.Is(err, ErrDisabled) {
 			t.Errorf("GOFIT=%s: %v, want ErrDisabled", v, err)
 		}
 	}
 	for _, v := range []string{"on", "1", "true", ""} {
-		f, err := New(WithRoot(tr.root), WithLookupEnv(env("GOFIT", v)))
+		f, err := New(withRoot(tr.root), withLookupEnv(env("GOFIT", v)))
 		if err != nil {
 			t.Errorf("GOFIT=%q: %v", v, err)
 			continue
 		}
 		f.close()
 	}
-	if _, err := New(WithRoot(tr.root), WithLookupEnv(env("GOFIT", "of"))); err == nil || !strings.Contains(err.Error(), "GOFIT") {
+	if _, err := New(withRoot(tr.root), withLookupEnv(env("GOFIT", "of"))); err == nil || !strings.Contains(err.Error(), "GOFIT") {
 		t.Errorf("GOFIT=of: %v, want an error naming GOFIT", err)
 	}
 	for _, d := range []time.Duration{0, -time.Second, time.Nanosecond, 99 * time.Millisecond} {
-		if _, err := New(WithRoot(tr.root), WithRefresh(d)); err == nil || !strings.Contains(err.Error(), "refresh") {
+		if _, err := New(withRoot(tr.root), WithRefresh(d)); err == nil || !strings.Contains(err.Error(), "refresh") {
 			t.Errorf("refresh %v: %v", d, err)
 		}
 	}
 	for _, r := range []float64{1.2, math.NaN(), math.Inf(1), -0.5, 1} {
-		if _, err := New(WithRoot(tr.root), WithMemoryRatio(r)); err == nil || !strings.Contains(err.Error(), "memory ratio") {
+		if _, err := New(withRoot(tr.root), WithMemoryRatio(r)); err == nil || !strings.Contains(err.Error(), "memory ratio") {
 			t.Errorf("ratio %g: %v", r, err)
 		}
 	}
-	if _, err := New(WithRoot(tr.root), WithGOGC("-5")); err == nil || !strings.Contains(err.Error(), "GOGC") {
+	if _, err := New(withRoot(tr.root), WithGOGC("-5")); err == nil || !strings.Contains(err.Error(), "GOGC") {
 		t.Errorf("GOGC -5: %v", err)
 	}
-	if _, err := New(WithRoot(t.TempDir())); err == nil {
+	if _, err := New(withRoot(t.TempDir())); err == nil {
 		t.Error("no cgroup: no error")
 	}
 }
@@ -365,8 +400,8 @@ func TestFollowsWhenTheRuntimeSizesOnlyOnce(t *testing.T) {
 	rt := newFakeRuntime(2)
 	rt.follows = false
 	tk := newManualTicker()
-	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(),
-		WithLookupEnv(env("GODEBUG", "containermaxprocs=1")), withGo(go126, "containermaxprocs=0,updatemaxprocs=0"))
+	f, err := Start(context.Background(), withRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(),
+		withLookupEnv(env("GODEBUG", "containermaxprocs=1")), withGo(go126, "containermaxprocs=0,updatemaxprocs=0"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,7 +428,7 @@ func TestHandBackResultIsChecked(t *testing.T) {
 	rt := newFakeRuntime(2)
 	tk := newManualTicker()
 	var logs logRecorder
-	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), WithLookupEnv(env()), withGo(go126, ""), WithLogger(slog.New(&logs)))
+	f, err := Start(context.Background(), withRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), withLookupEnv(env()), withGo(go126, ""), WithLogger(slog.New(&logs)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,8 +464,8 @@ func TestTakesOverFromGofitRun(t *testing.T) {
 	rt.custom = true // the runtime read GOMAXPROCS from the environment
 	rt.memLimit = 241591910
 	tk := newManualTicker()
-	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), withGo(go126, ""),
-		WithLookupEnv(env("GOMAXPROCS", "2", "GOMEMLIMIT", "241591910", fit.MarkerVar, "GOMAXPROCS=2,GOMEMLIMIT=241591910")))
+	f, err := Start(context.Background(), withRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), withGo(go126, ""),
+		withLookupEnv(env("GOMAXPROCS", "2", "GOMEMLIMIT", "241591910", fit.MarkerVar, "GOMAXPROCS=2,GOMEMLIMIT=241591910")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -448,8 +483,8 @@ func TestTakesOverFromGofitRun(t *testing.T) {
 	// A value the user changed after gofit run is the user's again.
 	rt2 := newFakeRuntime(3)
 	rt2.custom = true
-	g, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt2), withCPUs(8), newManualTicker().opt(), withGo(go126, ""),
-		WithLookupEnv(env("GOMAXPROCS", "3", fit.MarkerVar, "GOMAXPROCS=2")))
+	g, err := Start(context.Background(), withRoot(tr.root), withRuntime(rt2), withCPUs(8), newManualTicker().opt(), withGo(go126, ""),
+		withLookupEnv(env("GOMAXPROCS", "3", fit.MarkerVar, "GOMAXPROCS=2")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -469,7 +504,7 @@ func TestStopRestoresValuesFoundAtStart(t *testing.T) {
 	rt.gomaxprocsExplicit(3)
 	rt.memLimit = 500 << 20
 	tk := newManualTicker()
-	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), WithLookupEnv(env()), withGo(go126, ""))
+	f, err := Start(context.Background(), withRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), withLookupEnv(env()), withGo(go126, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -485,7 +520,7 @@ func TestStopRestoresValuesFoundAtStart(t *testing.T) {
 	// back rather than pinning a number.
 	rt = newFakeRuntime(2)
 	tr.cpuMax("50000 100000")
-	f, err = Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), WithLookupEnv(env()), withGo(go126, ""))
+	f, err = Start(context.Background(), withRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), withLookupEnv(env()), withGo(go126, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -520,7 +555,7 @@ func TestStartFailureLeaksNothing(t *testing.T) {
 	tr.memMax("268435456")
 	before := openFiles(t)
 	for i := 0; i < 5; i++ {
-		if _, err := Start(context.Background(), WithRoot(tr.root), withRuntime(newFakeRuntime(2)), WithLookupEnv(env())); err == nil {
+		if _, err := Start(context.Background(), withRoot(tr.root), withRuntime(newFakeRuntime(2)), withLookupEnv(env())); err == nil {
 			t.Fatal("Start succeeded on a malformed cpu.max")
 		}
 	}
@@ -538,7 +573,7 @@ func TestAffinityReadEachRefresh(t *testing.T) {
 	var cpus atomic.Int64
 	cpus.Store(4)
 	tk := newManualTicker()
-	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), tk.opt(), WithLookupEnv(env()), withGo(go124, ""),
+	f, err := Start(context.Background(), withRoot(tr.root), withRuntime(rt), tk.opt(), withLookupEnv(env()), withGo(go124, ""),
 		func(c *config) { c.cpus = func() int { return int(cpus.Load()) } })
 	if err != nil {
 		t.Fatal(err)
@@ -551,9 +586,9 @@ func TestAffinityReadEachRefresh(t *testing.T) {
 	}
 }
 
-// Unmanaged memory is what the process holds outside the Go runtime and
-// the kernel cannot reclaim: page cache the process does not map is not
-// counted, however large.
+// Non-Go memory is what the process holds outside the Go runtime and the
+// kernel cannot reclaim, by part: page cache the process does not map is
+// not counted, however large.
 func TestUnmanagedMemory(t *testing.T) {
 	const mib = 1 << 20
 	tr := newTree(t)
@@ -562,7 +597,7 @@ func TestUnmanagedMemory(t *testing.T) {
 	tr.write("sys/fs/cgroup/pod/ctr/memory.stat", "anon 52428800\nfile 524288000\nactive_file 524288000\ninactive_file 0\nkernel 2097152\n") // mostly active page cache
 	tr.write("proc/self/smaps_rollup", "Rss: 40960 kB\nAnonymous: 30720 kB\n")                                                               // the process holds 40MiB
 	rt := newFakeRuntime(2)
-	f, err := New(WithRoot(tr.root), withRuntime(rt), withCPUs(2), WithLookupEnv(env()), withGo(go126, ""),
+	f, err := New(withRoot(tr.root), withRuntime(rt), withCPUs(2), withLookupEnv(env()), withGo(go126, ""),
 		func(c *config) { c.goMemory = func() int64 { return 10 * mib } })
 	if err != nil {
 		t.Fatal(err)
@@ -571,9 +606,12 @@ func TestUnmanagedMemory(t *testing.T) {
 	if err := f.Refresh(); err != nil {
 		t.Fatal(err)
 	}
-	// 40MiB resident + 2MiB kernel - 10MiB Go = 32MiB; 256MiB - 32MiB - 8MiB margin.
-	if u, p := f.Unmanaged(), f.Plan(); u != 32*mib || p.GOMEMLIMIT != 216*mib || p.GOMEMLIMITReason != fit.ReasonUnmanaged {
-		t.Errorf("unmanaged %s, GOMEMLIMIT %s (%s); want 32MiB and 216MiB", fit.FormatBytes(u), fit.FormatBytes(p.GOMEMLIMIT), p.GOMEMLIMITReason)
+	// 30MiB anonymous - 10MiB Go = 20MiB off-heap; 2MiB kernel; 40-30 =
+	// 10MiB of mapped file pages, all budgeted at first. 256MiB - 32MiB -
+	// 8MiB margin.
+	want := fit.NonGo{Anon: 20 * mib, Kernel: 2 * mib, HotFile: 10 * mib}
+	if n, p := f.NonGo(), f.Plan(); n != want || p.GOMEMLIMIT != 216*mib || p.GOMEMLIMITReason != fit.ReasonUnmanaged {
+		t.Errorf("non-Go %+v, GOMEMLIMIT %s (%s); want %+v and 216MiB", n, fit.FormatBytes(p.GOMEMLIMIT), p.GOMEMLIMITReason, want)
 	}
 }
 
@@ -585,7 +623,7 @@ func TestUnmanagedWindowIsTimeBased(t *testing.T) {
 		tr := newTree(t)
 		tr.memMax("268435456")
 		clock := time.Unix(1_700_000_000, 0)
-		f, err := New(WithRoot(tr.root), withRuntime(newFakeRuntime(2)), withCPUs(2), WithLookupEnv(env()), withGo(go126, ""),
+		f, err := New(withRoot(tr.root), withRuntime(newFakeRuntime(2)), withCPUs(2), withLookupEnv(env()), withGo(go126, ""),
 			func(c *config) {
 				c.goMemory = func() int64 { return 0 }
 				c.now = func() time.Time { return clock }
@@ -598,13 +636,13 @@ func TestUnmanagedWindowIsTimeBased(t *testing.T) {
 			if err := f.Refresh(); err != nil {
 				t.Fatal(err)
 			}
-			return f.Unmanaged()
+			return f.NonGo().Anon
 		}
-		tr.write("proc/self/smaps_rollup", "Rss: 102400 kB\n") // a 100MiB spike
+		tr.write("proc/self/smaps_rollup", "Rss: 102400 kB\nAnonymous: 102400 kB\n") // a 100MiB spike
 		if u := refresh(); u != 100*mib {
 			t.Fatalf("every %v: spike %s", every, fit.FormatBytes(u))
 		}
-		tr.write("proc/self/smaps_rollup", "Rss: 20480 kB\n")
+		tr.write("proc/self/smaps_rollup", "Rss: 20480 kB\nAnonymous: 20480 kB\n")
 		start := clock
 		for clock.Add(every).Sub(start) < time.Minute {
 			clock = clock.Add(every)
@@ -620,12 +658,69 @@ func TestUnmanagedWindowIsTimeBased(t *testing.T) {
 	}
 }
 
+// The hot-file budget gives back a step per quiet hold down to its floor,
+// raising GOMEMLIMIT, and steps up again when the cgroup shows file
+// refaults in two refreshes in a row.
+func TestFileBudgetInProcess(t *testing.T) {
+	const mib = 1 << 20
+	tr := newTree(t)
+	tr.memMax("134217728")                                                    // 128MiB
+	tr.write("proc/self/smaps_rollup", "Rss: 40960 kB\nAnonymous: 6144 kB\n") // 34MiB of mapped file pages (the sample's text)
+	clock := time.Unix(1_700_000_000, 0)
+	f, err := New(withRoot(tr.root), withRuntime(newFakeRuntime(2)), withCPUs(2), withLookupEnv(env()), withGo(go126, ""),
+		func(c *config) {
+			c.goMemory = func() int64 { return 6 * mib }
+			c.now = func() time.Time { return clock }
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.close()
+	refresh := func(refaults int) fit.Plan {
+		t.Helper()
+		tr.write("sys/fs/cgroup/pod/ctr/memory.stat", fmt.Sprintf("anon 6291456\ninactive_file 0\nworkingset_refault_file %d\n", refaults))
+		if err := f.Refresh(); err != nil {
+			t.Fatal(err)
+		}
+		return f.Plan()
+	}
+	first := refresh(0)
+	if f.NonGo().HotFile != 34*mib {
+		t.Fatalf("first budget %+v, want every resident file page", f.NonGo())
+	}
+	prev := first.GOMEMLIMIT
+	for range 40 {
+		clock = clock.Add(fit.FileBudgetHold)
+		p := refresh(0)
+		if p.GOMEMLIMIT < prev {
+			t.Fatalf("GOMEMLIMIT fell to %s while no refaults were seen", fit.FormatBytes(p.GOMEMLIMIT))
+		}
+		prev = p.GOMEMLIMIT
+	}
+	if n := f.NonGo(); n.HotFile != fit.HotFileAllowance {
+		t.Errorf("after 20 quiet minutes the budget is %s, want the floor %s", fit.FormatBytes(n.HotFile), fit.FormatBytes(fit.HotFileAllowance))
+	}
+	settled := f.Plan().GOMEMLIMIT
+	if settled <= first.GOMEMLIMIT {
+		t.Errorf("GOMEMLIMIT %s did not rise from %s as the budget fell", fit.FormatBytes(settled), fit.FormatBytes(first.GOMEMLIMIT))
+	}
+	clock = clock.Add(time.Second)
+	refresh(1000) // one burst: a cold path paged in
+	if f.NonGo().HotFile != fit.HotFileAllowance {
+		t.Errorf("one burst moved the budget to %s", fit.FormatBytes(f.NonGo().HotFile))
+	}
+	clock = clock.Add(time.Second)
+	if p := refresh(2000); f.NonGo().HotFile <= fit.HotFileAllowance || p.GOMEMLIMIT >= settled {
+		t.Errorf("refaults in two refreshes: budget %s, GOMEMLIMIT %s (was %s); want both to move", fit.FormatBytes(f.NonGo().HotFile), fit.FormatBytes(p.GOMEMLIMIT), fit.FormatBytes(settled))
+	}
+}
+
 func BenchmarkRefresh(b *testing.B) {
 	tr := newTree(&testing.T{})
 	defer os.RemoveAll(tr.root)
 	tr.cpuMax("150000 100000")
 	tr.memMax("268435456")
-	f, err := New(WithRoot(tr.root), withRuntime(newFakeRuntime(2)), WithLookupEnv(env()), withGo(go126, ""))
+	f, err := New(withRoot(tr.root), withRuntime(newFakeRuntime(2)), withLookupEnv(env()), withGo(go126, ""))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -4,8 +4,9 @@
 //	import _ "github.com/gofit-dev/gofit/auto"
 //
 // It is configured by environment variables (GOFIT, GOFIT_REFRESH,
-// GOFIT_MEMORY_RATIO, GOFIT_CPU_ROUNDING, GOFIT_GOGC, GOFIT_LOG; see the
-// README) and logs to stderr at warn level by default (GOFIT_LOG=off
+// GOFIT_MEMORY_RATIO, GOFIT_CPU_ROUNDING, GOFIT_GOGC,
+// GOFIT_CPU_REQUEST_FACTOR, GOFIT_CPU_REQUEST_MIN, GOFIT_LOG; see
+// docs/library.md) and logs to stderr at warn level by default (GOFIT_LOG=off
 // silences it). When it cannot fit the process (no cgroup, unreadable
 // limits, a bad GOFIT value) it logs "gofit not active" with the reason
 // and changes nothing. It registers nothing: no HTTP handler, no expvar,
@@ -21,6 +22,7 @@ import (
 
 	"github.com/gofit-dev/gofit"
 	"github.com/gofit-dev/gofit/internal/envconfig"
+	"github.com/gofit-dev/gofit/internal/seam"
 )
 
 var fitter *gofit.Fitter
@@ -40,7 +42,10 @@ func start(ctx context.Context, lookup func(string) (string, bool), w io.Writer,
 	for _, err := range cfg.Errors {
 		logger.Warn("gofit: ignoring setting", "err", err)
 	}
-	opts := append(cfg.Options, gofit.WithLogger(logger), gofit.WithLookupEnv(lookup))
+	// The environment gofit reads (GOFIT, GOMAXPROCS, ...) comes through the
+	// same lookup as the configuration.
+	env := seam.Option(seam.Seams{LookupEnv: lookup}).(gofit.Option)
+	opts := append(cfg.Options, gofit.WithLogger(logger), env)
 	f, err := gofit.Start(ctx, append(opts, extra...)...)
 	if err != nil {
 		level := slog.LevelWarn

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/gofit-dev/gofit"
+	"github.com/gofit-dev/gofit/internal/seam"
 )
 
 func env(kv ...string) func(string) (string, bool) {
@@ -109,4 +110,4 @@ func TestNoDefaultMuxHandlers(t *testing.T) {
 	}
 }
 
-func gofitRoot(dir string) gofit.Option { return gofit.WithRoot(dir) }
+func gofitRoot(dir string) gofit.Option { return seam.Option(seam.Seams{Root: dir}).(gofit.Option) }

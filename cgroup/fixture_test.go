@@ -24,14 +24,15 @@ func TestFixtureLimits(t *testing.T) {
 		{"v2-kubepods-systemd", 2,
 			CPULimits{Version: 2, Group: "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234.slice/cri-containerd-abc.scope",
 				Quota: 0.5, QuotaGroup: "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234.slice", Period: 100 * time.Millisecond,
-				LeafQuota: 2, CPUSet: 16, CPUSetGroup: "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234.slice/cri-containerd-abc.scope"},
+				LeafQuota: 2, CPUSet: 16, CPUSetGroup: "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234.slice/cri-containerd-abc.scope",
+				Weight: 20},
 			MemoryLimits{Version: 2, Group: "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234.slice/cri-containerd-abc.scope",
 				Max: 512 << 20, MaxGroup: "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234.slice"}},
 		{"hybrid", 1,
 			CPULimits{Version: 1, Group: "/lab/svc", Quota: 0.25, QuotaGroup: "/lab/svc", Period: 100 * time.Millisecond, LeafQuota: 0.25},
 			MemoryLimits{Version: 1, Group: "/lab/svc", Max: 64 << 20, MaxGroup: "/lab/svc"}},
 		{"v1-kubepods-cgroupfs", 1,
-			CPULimits{Version: 1, Group: "/kubepods/burstable/pod5678/abc", Quota: 0.75, QuotaGroup: "/kubepods/burstable/pod5678", Period: 200 * time.Millisecond, LeafQuota: 2},
+			CPULimits{Version: 1, Group: "/kubepods/burstable/pod5678/abc", Quota: 0.75, QuotaGroup: "/kubepods/burstable/pod5678", Period: 200 * time.Millisecond, LeafQuota: 2, Shares: 512},
 			MemoryLimits{Version: 1, Group: "/kubepods/burstable/pod5678/abc", Max: 200 << 20, MaxGroup: "/kubepods/burstable/pod5678"}},
 		{"v1-hidden-ancestor", 1,
 			CPULimits{Version: 1, Group: "/outer/inner"},
@@ -68,6 +69,31 @@ func TestFixtureLimits(t *testing.T) {
 	}
 }
 
+// The CPU request as the kubelet writes it: shares = millicores × 1024 /
+// 1000 on v1; on v2 a weight the runtime converted from the shares, with
+// either of two formulas (read back with the one giving the larger
+// request).
+func TestRequestCores(t *testing.T) {
+	for _, tc := range []struct {
+		l    CPULimits
+		want float64
+	}{
+		{CPULimits{Version: 1, Shares: 512}, 0.5},   // 500m
+		{CPULimits{Version: 1, Shares: 2048}, 2},    // 2000m
+		{CPULimits{Version: 1, Shares: 2}, 0},       // BestEffort: no request
+		{CPULimits{Version: 1}, 0},                  // no file
+		{CPULimits{Version: 2, Weight: 39}, 1.00},   // 1000m, linear formula (runc < 1.3.2)
+		{CPULimits{Version: 2, Weight: 100}, 2.561}, // 1000m with the new formula, or 2.5 CPUs with the old: the larger
+		{CPULimits{Version: 2, Weight: 1}, 0},       // BestEffort
+		{CPULimits{Version: 2, Weight: 10000}, 256}, // the most shares there are
+		{CPULimits{Version: 2, Weight: 20}, 0.514},  // 500m (512 shares), linear
+	} {
+		if got := tc.l.RequestCores(); got < tc.want-0.01 || got > tc.want+0.01 {
+			t.Errorf("RequestCores(%+v) = %.3f, want %.3f", tc.l, got, tc.want)
+		}
+	}
+}
+
 func TestFixtureStats(t *testing.T) {
 	c, err := NewFS("testdata/v1-docker").Self()
 	if err != nil {
@@ -82,7 +108,7 @@ func TestFixtureStats(t *testing.T) {
 		t.Errorf("v1 CPU stats = %+v, want %+v", s.CPU, wantCPU)
 	}
 	wantMem := MemoryStats{Usage: 50 << 20, WorkingSet: 48 << 20, Peak: 60 << 20, Anon: 40 << 20, File: 8 << 20, InactiveFile: 2 << 20,
-		Kernel: 1 << 20, MajorFaults: 17, OOMKills: 2, MaxHits: 3}
+		Kernel: 1 << 20, MajorFaults: 17, FileRefaults: 99, OOMKills: 2, MaxHits: 3}
 	if s.Memory != wantMem {
 		t.Errorf("v1 memory stats\n got %+v\nwant %+v", s.Memory, wantMem)
 	}
@@ -102,7 +128,7 @@ func TestFixtureStats(t *testing.T) {
 	}
 	m := s.Memory
 	if m.Usage != 96<<20 || m.WorkingSet != 92<<20 || m.Peak != 128<<20 || m.Anon != 80<<20 || m.File != 16<<20 || m.Kernel != 2<<20 ||
-		m.MajorFaults != 5 || m.OOMKills != 1 || m.OOMs != 1 || m.MaxHits != 1 || m.HighHits != 4 {
+		m.MajorFaults != 5 || m.FileRefaults != 321 || m.OOMKills != 1 || m.OOMs != 1 || m.MaxHits != 1 || m.HighHits != 4 {
 		t.Errorf("v2 memory stats = %+v", m)
 	}
 
@@ -129,6 +155,8 @@ func TestFixtureMalformed(t *testing.T) {
 		{"malformed-mountinfo", "proc/self/mountinfo", "25 20 0:22 garbage"},
 		{"malformed-proc-cgroup", "proc/self/cgroup", "zero::svc"},
 		{"malformed-period", "sys/fs/cgroup/cpu/svc/cpu.cfs_period_us", "0"},
+		{"malformed-cpu-weight", "sys/fs/cgroup/svc/cpu.weight", "0"},
+		{"malformed-cpu-shares", "sys/fs/cgroup/cpu/svc/cpu.shares", "1024 shares"},
 	} {
 		t.Run(tc.dir, func(t *testing.T) {
 			root := filepath.Join("testdata", tc.dir)

@@ -23,6 +23,37 @@ type CPULimits struct {
 	// CPUSet is the number of CPUs in the effective cpuset, 0 if unknown.
 	CPUSet      int
 	CPUSetGroup string
+
+	// Shares (v1 cpu.shares, 2..262144) or Weight (v2 cpu.weight,
+	// 1..10000) of the leaf cgroup: where a container runtime writes the
+	// CPU request. 0 where the file is absent.
+	Shares uint64
+	Weight uint64
+}
+
+// RequestCores is the CPU request the leaf's shares or weight encode, in
+// cores; 0 for none (no file, or the kubelet's 2 shares for a pod without
+// a request). The kubelet writes shares = millicores × 1024 / 1000. On v2
+// the runtime converts shares to a weight, with a formula that changed in
+// 2025 (runc 1.3.2, crun 1.23: 1024 shares became weight 100 instead of
+// 39); the weight is read back as the most shares the older, linear
+// formula maps to it, the larger request of the two, so a request is
+// never read as smaller than it is (a weight from a newer runtime reads up
+// to 2.5 times larger).
+func (c CPULimits) RequestCores() float64 {
+	shares := c.Shares
+	if c.Version == 2 || shares == 0 {
+		if c.Weight <= 1 {
+			return 0 // none, or the 2 shares of a pod without a request
+		}
+		// The most shares the linear formula, weight = 1 + (shares-2) ×
+		// 9999 / 262142 rounded down, maps to this weight.
+		shares = min(2+(min(c.Weight, 10000)*262142-1)/9999, 262144)
+	}
+	if shares <= 2 {
+		return 0
+	}
+	return float64(shares) / 1024
 }
 
 // MemoryLimits is what the memory controller allows. Zero values mean no limit.
@@ -92,6 +123,22 @@ func (c *Cgroups) CPULimits() (CPULimits, error) {
 		})
 		if ferr != nil {
 			return out, ferr
+		}
+	}
+	if n := c.CPU; n != nil {
+		name, lo, hi, dst := "cpu.weight", uint64(1), uint64(10000), &out.Weight
+		if n.Version == 1 {
+			name, lo, hi, dst = "cpu.shares", 2, 262144, &out.Shares
+		}
+		file := filepath.Join(n.Dir, name)
+		text, ok, err := c.rd.read(file)
+		if err != nil {
+			return out, err
+		}
+		if ok {
+			if *dst, err = parseBounded(text, lo, hi); err != nil {
+				return out, withFile(err, file)
+			}
 		}
 	}
 	if n := c.CPUSet; n != nil {

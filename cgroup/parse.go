@@ -148,6 +148,17 @@ func parseUint(s string) (uint64, error) {
 	return v, nil
 }
 
+// parseBounded parses one unsigned integer between lo and hi, such as
+// cpu.shares (2..262144) or cpu.weight (1..10000).
+func parseBounded(s string, lo, hi uint64) (uint64, error) {
+	text := strings.TrimSpace(s)
+	v, err := strconv.ParseUint(text, 10, 64)
+	if err != nil || v < lo || v > hi {
+		return 0, lineErr(1, text, fmt.Errorf("not an integer between %d and %d", lo, hi))
+	}
+	return v, nil
+}
+
 // parseCPUSet counts the CPUs in a list such as "0-3,8,10-11". An empty list
 // returns 0. A CPU named twice ("0-3,2-3") counts once.
 func parseCPUSet(s string) (int, error) {

@@ -207,3 +207,18 @@ func BenchmarkLimitsReal(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkMemoryLimitsReal is the runtime library's memory watch: the
+// memory limit alone, read every gofit.MemoryWatch.
+func BenchmarkMemoryLimitsReal(b *testing.B) {
+	c, err := NewFS("/").Self()
+	if err != nil {
+		b.Skip(err)
+	}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := c.MemoryLimits(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -24,6 +24,11 @@ type MemoryStats struct {
 	InactiveFile uint64
 	Kernel       uint64 // kernel memory (v2 "kernel"; v1 memory.kmem.usage_in_bytes)
 	MajorFaults  uint64 // page faults that read from disk
+	// FileRefaults counts file pages read back soon after the kernel
+	// evicted them (memory.stat workingset_refault_file, or
+	// workingset_refault before Linux 5.9): the file working set does not
+	// fit. 0 where the kernel does not count them.
+	FileRefaults uint64
 
 	OOMKills uint64 // processes killed by the OOM killer in this group
 	OOMs     uint64 // times the group hit its limit and the OOM killer ran (v2) or under_oom now (v1)
@@ -136,6 +141,8 @@ func (c *Cgroups) MemoryStats() (MemoryStats, error) {
 				out.Kernel = v
 			case "pgmajfault":
 				out.MajorFaults = v
+			case "workingset_refault_file", "workingset_refault":
+				out.FileRefaults = v
 			}
 		})
 		if err != nil {
@@ -177,6 +184,8 @@ func (c *Cgroups) MemoryStats() (MemoryStats, error) {
 				out.InactiveFile = v
 			case "total_pgmajfault":
 				out.MajorFaults = v
+			case "total_workingset_refault_file", "total_workingset_refault":
+				out.FileRefaults = v
 			}
 		})
 		if err != nil {

@@ -1,6 +1,7 @@
 package fit
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -75,24 +76,24 @@ func TestGOMEMLIMIT(t *testing.T) {
 		return cgroup.MemoryLimits{Version: 2, Group: "/pod/ctr", Max: max, MaxGroup: "/pod", High: high, HighGroup: "/pod/ctr"}
 	}
 	for _, tc := range []struct {
-		name      string
-		mem       cgroup.MemoryLimits
-		unmanaged int64
-		env       map[string]string
-		opt       Options
-		want      int64
-		gogc      string
-		reason    string
-		warning   string
+		name    string
+		mem     cgroup.MemoryLimits
+		nonGo   NonGo
+		env     map[string]string
+		opt     Options
+		want    int64
+		gogc    string
+		reason  string
+		warning string
 	}{
 		{name: "no limit", mem: mem(0, 0), want: 0, reason: "no memory limit"},
 		{name: "90% of max", mem: mem(100*mib, 0), want: 90 * mib, reason: "90% of the memory.max 100MiB on /pod"},
 		{name: "high is tighter", mem: mem(200*mib, 100*mib), want: 90 * mib, reason: "memory.high"},
 		{name: "only high", mem: mem(0, 100*mib), want: 90 * mib},
 		{name: "custom ratio", mem: mem(100*mib, 0), opt: Options{MemoryRatio: 0.75}, want: 75 * mib},
-		{name: "small container: unmanaged memory beats the ratio", mem: mem(64*mib, 0), unmanaged: 12 * mib, want: 64*mib - 12*mib - 2*mib, reason: "the runtime does not manage"},
-		{name: "big container: ratio already leaves room", mem: mem(1024*mib, 0), unmanaged: 20 * mib, want: 1024 * mib * 9 / 10},
-		{name: "tiny container: heap keeps a quarter", mem: mem(32*mib, 0), unmanaged: 30 * mib, want: 8 * mib, warning: "leaves little for the Go heap"},
+		{name: "small container: unmanaged memory beats the ratio", mem: mem(64*mib, 0), nonGo: NonGo{Anon: 12 * mib}, want: 64*mib - 12*mib - 2*mib, reason: "the Go runtime does not manage"},
+		{name: "big container: ratio already leaves room", mem: mem(1024*mib, 0), nonGo: NonGo{Anon: 20 * mib}, want: 1024 * mib * 9 / 10},
+		{name: "tiny container: heap keeps a quarter", mem: mem(32*mib, 0), nonGo: NonGo{Anon: 30 * mib}, want: 8 * mib, warning: "leaves little for the Go heap"},
 		{name: "env wins", mem: mem(100*mib, 0), env: map[string]string{"GOMEMLIMIT": "80MiB"}, want: 80 * mib, reason: "set in the environment"},
 		{name: "env at the limit warns", mem: mem(100*mib, 0), env: map[string]string{"GOMEMLIMIT": "100MiB"}, want: 100 * mib, warning: "at or above the memory limit"},
 		{name: "env off warns under a limit", mem: mem(100*mib, 0), env: map[string]string{"GOMEMLIMIT": "off"}, want: 0, warning: "at or above"},
@@ -102,14 +103,14 @@ func TestGOMEMLIMIT(t *testing.T) {
 		{name: "memory.max=1 gives no GOMEMLIMIT", mem: mem(1, 0), want: 0, reason: "below the 4MiB", warning: "too small to run"},
 		{name: "just under the minimum", mem: mem(4*mib-1, 0), want: 0, warning: "too small to run"},
 		{name: "at the minimum", mem: mem(4*mib, 0), want: 4 * mib * 9 / 10},
-		{name: "unmanaged above the limit", mem: mem(64*mib, 0), unmanaged: 1 << 40, want: 16 * mib, warning: "leaves little"},
+		{name: "unmanaged above the limit", mem: mem(64*mib, 0), nonGo: NonGo{Anon: 1 << 40, Kernel: 1 << 62, HotFile: 1 << 62}, want: 16 * mib, warning: "leaves little"},
 		{name: "use what you pay for", mem: mem(100*mib, 0), opt: Options{GOGC: "off"}, want: 90 * mib, gogc: "off", reason: "GOGC=off"},
 		{name: "GOGC needs a limit", mem: mem(0, 0), opt: Options{GOGC: "off"}, want: 0, reason: "GOGC left alone"},
 		{name: "GOGC=off without a limit warns", mem: mem(0, 0), env: map[string]string{"GOGC": "off"}, want: 0, warning: "grows until"},
 		{name: "GOGC env is left alone", mem: mem(100*mib, 0), env: map[string]string{"GOGC": "50"}, opt: Options{GOGC: "off"}, want: 90 * mib},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := mustPolicy(t, tc.opt).Plan(Input{Limits: cgroup.Limits{Memory: tc.mem}, CPUs: 1, Vars: tc.env, Unmanaged: tc.unmanaged})
+			p := mustPolicy(t, tc.opt).Plan(Input{Limits: cgroup.Limits{Memory: tc.mem}, CPUs: 1, Vars: tc.env, NonGo: tc.nonGo})
 			if p.GOMEMLIMIT != tc.want || p.GOGC != tc.gogc {
 				t.Errorf("GOMEMLIMIT %d GOGC %q, want %d %q; reasons %q", p.GOMEMLIMIT, p.GOGC, tc.want, tc.gogc, p.Reasons)
 			}
@@ -134,10 +135,13 @@ func TestParseMemLimit(t *testing.T) {
 	}
 }
 
-func TestAtLeast(t *testing.T) {
-	for v, want := range map[string]bool{"go1.25.0": true, "go1.26rc1": true, "go1.24.9": false, "go2.0": true, "devel +abc": false, "": false, "go1": false} {
-		if AtLeast(v, 1, 25) != want {
-			t.Errorf("AtLeast(%q, 1, 25) = %v", v, !want)
+// Which Go versions read cgroup limits: go/version's order, with
+// GOEXPERIMENT suffixes and unknown strings handled.
+func TestCgroupAwareGoVersions(t *testing.T) {
+	for v, want := range map[string]bool{"go1.25.0": true, "go1.26rc1": true, "go1.25rc1": true, "go1.24.9": false, "go2.0": true,
+		"go1.25.1 X:boringcrypto": true, "devel +abc": false, "": false, "go1": false} {
+		if got := runtimeModel(cpuFacts{goVersion: v, leaf: 1, cpus: 8}, readVars(nil)).cgroupAware; got != want {
+			t.Errorf("Go %q reads cgroups: %v, want %v", v, got, want)
 		}
 	}
 }
@@ -158,7 +162,7 @@ func FuzzCompute(f *testing.F) {
 			t.Skip()
 		}
 		in := Input{Limits: cgroup.Limits{CPU: cgroup.CPULimits{Quota: quota, LeafQuota: leaf}, Memory: cgroup.MemoryLimits{Max: max, High: high}},
-			CPUs: cpus, Vars: map[string]string{}, GoVersion: "go1.26.0", Unmanaged: unmanaged}
+			CPUs: cpus, Vars: map[string]string{}, GoVersion: "go1.26.0", NonGo: NonGo{Anon: unmanaged, Kernel: unmanaged, HotFile: unmanaged}}
 		if envProcs != "" {
 			in.Vars["GOMAXPROCS"] = envProcs
 		}
@@ -214,9 +218,25 @@ func checkNotes(t *testing.T, p Plan, reason, warning string) {
 	}
 }
 
-func contains(list []string, sub string) bool {
+// checkNoteCodes asserts that every note names a variable and carries a
+// code from the fixed sets.
+func checkNoteCodes(t *testing.T, p Plan) {
+	t.Helper()
+	for _, n := range p.Reasons {
+		if n.Var == "" || !slices.Contains(Reasons(), Reason(n.Code)) || n.Text == "" {
+			t.Errorf("reason note %+v: want a variable, a Reason code and a text", n)
+		}
+	}
+	for _, n := range p.Warnings {
+		if n.Var == "" || !slices.Contains(Warnings(), Warning(n.Code)) || n.Text == "" {
+			t.Errorf("warning note %+v: want a variable, a Warning code and a text", n)
+		}
+	}
+}
+
+func contains(list []Note, sub string) bool {
 	for _, s := range list {
-		if strings.Contains(s, sub) {
+		if strings.Contains(s.Text, sub) {
 			return true
 		}
 	}

@@ -150,7 +150,7 @@ func TestPlanContainer(t *testing.T) {
 		{name: "more cores than any host here", c: Container{CPULimit: 96}, procs: 96, export: map[string]string{"GOMAXPROCS": "96", MarkerVar: "GOMAXPROCS=96"}},
 		{name: "no limits: nothing", c: Container{}, export: map[string]string{}},
 		{name: "small container: the non-Go allowance lowers GOMEMLIMIT", c: Container{MemoryLimit: 64 * mib}, memlimit: 64*mib - DefaultNonGo - 2*mib,
-			export: map[string]string{"GOMEMLIMIT": "48234496", MarkerVar: "GOMEMLIMIT=48234496"}},
+			export: map[string]string{"GOMEMLIMIT": "54525952", MarkerVar: "GOMEMLIMIT=54525952"}},
 		{name: "explicit allowance", c: Container{MemoryLimit: 64 * mib, NonGo: 4 * mib}, memlimit: 64 * mib * 9 / 10,
 			export: map[string]string{"GOMEMLIMIT": "60397977", MarkerVar: "GOMEMLIMIT=60397977"}},
 		{name: "memory limit 1 byte: none", c: Container{MemoryLimit: 1}, export: map[string]string{}, warning: "too small"},
@@ -167,9 +167,113 @@ func TestPlanContainer(t *testing.T) {
 			}
 			checkNotes(t, p, "", tc.warning)
 			checkMemLimit(t, p, tc.c.MemoryLimit)
-			if len(p.Warnings) != len(p.WarningCodes) {
-				t.Errorf("warnings %q, codes %v", p.Warnings, p.WarningCodes)
+			checkNoteCodes(t, p)
+		})
+	}
+}
+
+// PlanContainer warns about a container's own mistakes from its spec and
+// the Go release assumed, with no stand-in CPU count or process input.
+func TestPlanContainerWarnings(t *testing.T) {
+	const go125 = "go1.25"
+	for _, tc := range []struct {
+		name    string
+		c       Container
+		code    Warning // "" means no warnings
+		reason  string
+		procs   int
+		runtime int
+	}{
+		{name: "sub-core limit: Go 1.25 alone would run 2", c: Container{CPULimit: 0.5, LeafCPULimit: 0.5, GoVersion: go125},
+			code: WarnRuntimeAboveLimit, reason: "never goes below 2", procs: 1, runtime: 2},
+		{name: "sub-core limit, Go unknown: nothing to warn about", c: Container{CPULimit: 0.5, LeafCPULimit: 0.5}, procs: 1},
+		{name: "sub-core limit, gofit's GOMAXPROCS=1 in the env: no warning", c: Container{CPULimit: 0.5, LeafCPULimit: 0.5, GoVersion: go125,
+			Vars: map[string]string{"GOMAXPROCS": "1"}}, procs: 1, runtime: 1},
+		{name: "pod limit tighter than the container's", c: Container{CPULimit: 1, LeafCPULimit: 4, CPUSource: "the pod", GoVersion: go125},
+			reason: "reads only the leaf cgroup", procs: 1, runtime: 4},
+		{name: "GOMEMLIMIT at the limit", c: Container{MemoryLimit: 256 << 20, Vars: map[string]string{"GOMEMLIMIT": "256MiB"}}, code: WarnGOMEMLIMITAtLimit},
+		{name: "GOGC=off without a memory limit", c: Container{Vars: map[string]string{"GOGC": "off"}}, code: WarnGOGCOffWithoutMemLimit},
+		{name: "bad GOMAXPROCS", c: Container{CPULimit: 2, Vars: map[string]string{"GOMAXPROCS": "two"}}, code: WarnGOMAXPROCSInvalid, procs: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := mustPolicy(t, Options{}).PlanContainer(tc.c)
+			checkNoteCodes(t, p)
+			var codes []Warning
+			for _, w := range p.Warnings {
+				codes = append(codes, Warning(w.Code))
+			}
+			if tc.code == "" && len(codes) > 0 || tc.code != "" && !slices.Contains(codes, tc.code) {
+				t.Errorf("warnings %v, want %q", p.Warnings, tc.code)
+			}
+			if tc.reason != "" && !contains(p.Reasons, tc.reason) {
+				t.Errorf("reasons %v, want one with %q", p.Reasons, tc.reason)
+			}
+			if p.GOMAXPROCS != tc.procs || p.RuntimeGOMAXPROCS != tc.runtime {
+				t.Errorf("GOMAXPROCS %d, runtime %d; want %d, %d", p.GOMAXPROCS, p.RuntimeGOMAXPROCS, tc.procs, tc.runtime)
 			}
 		})
+	}
+}
+
+// Each note names the variable it is about, so callers split them without
+// reading the text.
+func TestNotesNameTheirVariable(t *testing.T) {
+	p := mustPolicy(t, Options{GOGC: "off"}).PlanContainer(Container{CPULimit: 0.5, LeafCPULimit: 0.5, MemoryLimit: 256 << 20, GoVersion: "go1.26"})
+	checkNoteCodes(t, p)
+	for _, name := range []string{"GOMAXPROCS", "GOMEMLIMIT", "GOGC"} {
+		notes := NotesFor(p.Reasons, name)
+		if len(notes) == 0 {
+			t.Errorf("no reason about %s in %v", name, p.Reasons)
+		}
+		for _, n := range notes {
+			if !strings.Contains(n.Text, name) && n.Code != string(ReasonRuntime) {
+				t.Errorf("note %+v is filed under %s", n, name)
+			}
+		}
+	}
+	if got := NotesFor(p.Reasons, "GOMAXPROCS")[0]; got.Code != string(ReasonCPULimit) {
+		t.Errorf("first GOMAXPROCS note %+v, want code %s", got, ReasonCPULimit)
+	}
+}
+
+// GOMAXPROCS from the CPU request when there is no CPU limit (opt-in):
+// max(min, ceil(request × factor)), capped at the usable CPUs.
+func TestGOMAXPROCSFromRequest(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		opt     Options
+		cpu     cgroup.CPULimits
+		request float64
+		cpus    int
+		env     map[string]string
+		want    int
+		reason  Reason
+	}{
+		{name: "off by default: all CPUs", request: 0.5, cpus: 64, want: 64, reason: ReasonCPUs},
+		{name: "500m, factor 1: the minimum of 2", opt: Options{CPURequestFactor: 1}, request: 0.5, cpus: 64, want: 2, reason: ReasonCPURequest},
+		{name: "500m, factor 1, minimum 1", opt: Options{CPURequestFactor: 1, CPURequestMin: 1}, request: 0.5, cpus: 64, want: 1, reason: ReasonCPURequest},
+		{name: "3.2 cores × 1.5 = 4.8: 5", opt: Options{CPURequestFactor: 1.5}, request: 3.2, cpus: 64, want: 5, reason: ReasonCPURequest},
+		{name: "capped at the CPUs", opt: Options{CPURequestFactor: 2}, request: 6, cpus: 8, want: 8, reason: ReasonCPURequest},
+		{name: "a limit wins over the request", opt: Options{CPURequestFactor: 2}, cpu: cgroup.CPULimits{Quota: 3, LeafQuota: 3, QuotaGroup: "/ctr"}, request: 0.5, cpus: 64, want: 3, reason: ReasonCPULimit},
+		{name: "no request: all CPUs", opt: Options{CPURequestFactor: 1}, cpus: 16, want: 16, reason: ReasonCPUs},
+		{name: "the user's GOMAXPROCS wins", opt: Options{CPURequestFactor: 1}, request: 0.5, cpus: 64, env: map[string]string{"GOMAXPROCS": "6"}, want: 6, reason: ReasonEnv},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := mustPolicy(t, tc.opt).Plan(Input{Limits: cgroup.Limits{CPU: tc.cpu}, CPUs: tc.cpus, CPURequest: tc.request, Vars: tc.env, GoVersion: "go1.26.0"})
+			if p.GOMAXPROCS != tc.want || p.GOMAXPROCSReason != tc.reason {
+				t.Errorf("GOMAXPROCS %d (%s), want %d (%s); %v", p.GOMAXPROCS, p.GOMAXPROCSReason, tc.want, tc.reason, p.Reasons)
+			}
+			checkNoteCodes(t, p)
+		})
+	}
+	// From a pod spec: the node's CPUs are unknown, so nothing caps it.
+	p := mustPolicy(t, Options{CPURequestFactor: 1}).PlanContainer(Container{CPURequest: 3.5})
+	if p.GOMAXPROCS != 4 || p.GOMAXPROCSReason != ReasonCPURequest || p.Export["GOMAXPROCS"] != "4" {
+		t.Errorf("container with a 3500m request: GOMAXPROCS %d (%s), export %v", p.GOMAXPROCS, p.GOMAXPROCSReason, p.Export)
+	}
+	for _, o := range []Options{{CPURequestFactor: -1}, {CPURequestFactor: math.NaN()}, {CPURequestFactor: 17}, {CPURequestFactor: 1, CPURequestMin: 3}} {
+		if _, err := New(o); !errors.Is(err, ErrBadOption) {
+			t.Errorf("New(%+v) = %v, want ErrBadOption", o, err)
+		}
 	}
 }

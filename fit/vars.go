@@ -17,8 +17,9 @@ const MarkerVar = "GOFIT_RUN"
 // The Go runtime variables the policy reads and may export, in export order.
 var goVars = []string{"GOMAXPROCS", "GOMEMLIMIT", "GOGC"}
 
-// VarNames are the environment variables the policy reads (Input.Vars).
-var VarNames = []string{"GOMAXPROCS", "GOMEMLIMIT", "GOGC", "GODEBUG", MarkerVar}
+// VarNames are the environment variables the policy reads (Input.Vars), in
+// a new slice.
+func VarNames() []string { return []string{"GOMAXPROCS", "GOMEMLIMIT", "GOGC", "GODEBUG", MarkerVar} }
 
 // varState is one Go runtime variable as Go's runtime would read it.
 type varState struct {
@@ -78,13 +79,15 @@ func parseMarker(s string) map[string]string {
 	return m
 }
 
-// export fills Export and Unset for a process about to start.
-func export(p *Plan, v vars) {
+// export fills Export and Unset for a process about to start. GOMAXPROCS
+// is left out when the runtime is known (knownRuntime: the binary was read,
+// not assumed) to choose the same value by itself.
+func export(p *Plan, v vars, knownRuntime bool) {
 	p.Export = map[string]string{}
 	if !p.GOMAXPROCSFromEnv && p.GOMAXPROCS > 0 {
-		if p.RuntimeGOMAXPROCS == p.GOMAXPROCS {
+		if knownRuntime && p.RuntimeGOMAXPROCS == p.GOMAXPROCS {
 			// Setting it would only switch the runtime's own updates off.
-			p.reason("GOMAXPROCS not exported: the Go runtime already chooses %d by itself", p.GOMAXPROCS)
+			p.reason("GOMAXPROCS", ReasonRuntime, "GOMAXPROCS not exported: the Go runtime already chooses %d by itself", p.GOMAXPROCS)
 		} else {
 			p.Export["GOMAXPROCS"] = strconv.Itoa(p.GOMAXPROCS)
 		}

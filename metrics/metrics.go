@@ -15,7 +15,6 @@ import (
 
 	"github.com/gofit-dev/gofit"
 	"github.com/gofit-dev/gofit/cgroup"
-	"github.com/gofit-dev/gofit/fit"
 )
 
 type desc struct {
@@ -37,7 +36,7 @@ var (
 	memHigh         = newDesc("gofit_memory_high_bytes", "Tightest memory.high on the cgroup path (absent when unset).", prometheus.GaugeValue)
 	memUsage        = newDesc("gofit_memory_usage_bytes", "Memory charged to the cgroup.", prometheus.GaugeValue)
 	memWorkingSet   = newDesc("gofit_memory_working_set_bytes", "Usage minus inactive page cache, as the kubelet computes it.", prometheus.GaugeValue)
-	memUnmanaged    = newDesc("gofit_memory_unmanaged_bytes", "Memory this process holds outside the Go runtime that cannot be reclaimed (anonymous and mapped file pages, the cgroup's kernel memory), the largest of the last minute, as gofit estimates it; reclaimable page cache is not counted.", prometheus.GaugeValue)
+	memUnmanaged    = newDesc("gofit_memory_unmanaged_bytes", "Memory charged on this process's behalf outside the Go runtime that cannot be reclaimed, as gofit budgets it, by part: anon (anonymous memory outside the Go heap), kernel (the cgroup's kernel memory), hot_file (the hot part of the mapped file pages).", prometheus.GaugeValue, "part")
 	majorFaults     = newDesc("gofit_memory_major_faults_total", "Page faults that read from disk; a climb near the limit means the binary's code is being re-read.", prometheus.CounterValue)
 	oomKills        = newDesc("gofit_oom_kills_total", "Processes killed by the OOM killer in the cgroup.", prometheus.CounterValue)
 	limitHits       = newDesc("gofit_memory_limit_hits_total", "Times memory usage hit the limit.", prometheus.CounterValue)
@@ -95,7 +94,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	if l.Memory.High > 0 {
 		emit(ch, memHigh, float64(l.Memory.High))
 	}
-	emit(ch, memUnmanaged, float64(c.f.Unmanaged()))
+	n := c.f.NonGo()
+	emit(ch, memUnmanaged, float64(n.Anon), "anon")
+	emit(ch, memUnmanaged, float64(n.Kernel), "kernel")
+	emit(ch, memUnmanaged, float64(n.HotFile), "hot_file")
 	emit(ch, readErrors, float64(c.f.Errors()))
 	// Values are gauges and labels come from fixed sets, so a plan that
 	// moves by a byte does not make a new series.
@@ -115,11 +117,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	if p.GOMEMLIMITReason != "" {
 		emit(ch, planReason, 1, "gomemlimit", string(p.GOMEMLIMITReason))
 	}
-	seen := map[fit.Warning]bool{}
-	for _, w := range p.WarningCodes {
-		if !seen[w] { // a duplicate label set would fail the whole scrape
-			seen[w] = true
-			emit(ch, planWarning, 1, string(w))
+	seen := map[string]bool{}
+	for _, w := range p.Warnings {
+		if !seen[w.Code] { // a duplicate label set would fail the whole scrape
+			seen[w.Code] = true
+			emit(ch, planWarning, 1, w.Code)
 		}
 	}
 

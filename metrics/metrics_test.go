@@ -12,6 +12,7 @@ import (
 
 	"github.com/gofit-dev/gofit"
 	"github.com/gofit-dev/gofit/fit"
+	"github.com/gofit-dev/gofit/internal/seam"
 )
 
 type tree string
@@ -68,7 +69,7 @@ func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 
 func TestCollector(t *testing.T) {
 	tr := newTree(t)
-	f, err := gofit.Start(context.Background(), gofit.WithRoot(string(tr)), gofit.WithLookupEnv(func(string) (string, bool) { return "", false }))
+	f, err := gofit.Start(context.Background(), seam.Option(seam.Seams{Root: string(tr), LookupEnv: func(string) (string, bool) { return "", false }}).(gofit.Option))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,17 +117,17 @@ func TestCollector(t *testing.T) {
 // that moves by a megabyte must not make a new series.
 func TestPlanLabelsAreBounded(t *testing.T) {
 	tr := newTree(t)
-	f, err := gofit.New(gofit.WithRoot(string(tr)), gofit.WithLookupEnv(func(string) (string, bool) { return "", false }))
+	f, err := gofit.New(seam.Option(seam.Seams{Root: string(tr), LookupEnv: func(string) (string, bool) { return "", false }}).(gofit.Option))
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(NewCollector(f))
-	allowed := map[string]bool{"gomaxprocs": true, "gomemlimit": true, "cpu": true, "memory": true, "some": true, "full": true}
-	for _, r := range fit.Reasons {
+	allowed := map[string]bool{"gomaxprocs": true, "gomemlimit": true, "cpu": true, "memory": true, "some": true, "full": true, "anon": true, "kernel": true, "hot_file": true}
+	for _, r := range fit.Reasons() {
 		allowed[string(r)] = true
 	}
-	for _, w := range fit.Warnings {
+	for _, w := range fit.Warnings() {
 		allowed[string(w)] = true
 	}
 	series := map[string]bool{}
@@ -153,7 +154,7 @@ func TestPlanLabelsAreBounded(t *testing.T) {
 			}
 		}
 	}
-	if max := len(all) + len(fit.Reasons) + len(fit.Warnings); len(series) > max {
+	if max := len(all) + 2 + len(fit.Reasons()) + len(fit.Warnings()); len(series) > max { // 2: unmanaged has three parts
 		keys := make([]string, 0, len(series))
 		for k := range series {
 			keys = append(keys, k)

@@ -18,6 +18,18 @@ import (
 // and -1 on v1.
 const Unlimited int64 = math.MaxInt64
 
+// ErrOutOfRange marks a memory value the Writer refused: negative, above
+// its MaxMemory, or memory.min/low/high of one group out of order.
+var ErrOutOfRange = errors.New("memory value out of range")
+
+// memoryBytes are the files that hold a byte count, where a negative value
+// can only be an arithmetic error (memory.wmark_min_adj, say, is signed).
+var memoryBytes = map[string]bool{
+	"memory.min": true, "memory.low": true, "memory.high": true, "memory.max": true,
+	"memory.swap.max": true, "memory.limit_in_bytes": true, "memory.soft_limit_in_bytes": true,
+	"memory.memsw.limit_in_bytes": true,
+}
+
 // Value is one cgroup file's desired content. Level orders the writes:
 // 0 is the top of the tree (kubepods), larger is deeper.
 type Value struct {
@@ -54,7 +66,12 @@ type ApplyResult struct {
 type Writer struct {
 	V1     bool // format Unlimited as -1
 	DryRun bool // read and compare, write nothing
-	Log    *slog.Logger
+	// MaxMemory, when positive, bounds every memory byte value (memory.min,
+	// low, high, max, soft limit; Unlimited aside): the node agent sets it
+	// to the node's allocatable memory. Negative byte values are refused
+	// whatever it is.
+	MaxMemory int64
+	Log       *slog.Logger
 
 	mu      sync.Mutex
 	missing map[string]bool
@@ -69,10 +86,17 @@ func NewWriter(log *slog.Logger, v1 bool) *Writer {
 }
 
 // Apply brings the files to vals. It goes on past errors and reports them.
+// Memory values out of range (see MaxMemory), and all of memory.min, low
+// and high of a group whose values are out of order, are refused with
+// ErrOutOfRange and not written.
 func (w *Writer) Apply(vals []Value) ApplyResult {
 	var res ApplyResult
 	var raise, lower []Change
+	refused := w.refuse(vals, &res)
 	for _, v := range vals {
+		if refused[v.Path()] {
+			continue
+		}
 		cur, err := w.read(v)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
@@ -115,6 +139,83 @@ func (w *Writer) Apply(vals []Value) ApplyResult {
 	return res
 }
 
+// refuse checks the memory values of vals and returns the paths not to
+// write, recording an error for each reason. One bad value holds back the
+// memory.min, low and high of its whole group: they were planned together.
+func (w *Writer) refuse(vals []Value, res *ApplyResult) map[string]bool {
+	out := map[string]bool{}
+	badDirs := map[string]bool{}
+	type order struct{ min, low, high *Value }
+	groups := map[string]*order{}
+	for i := range vals {
+		v := &vals[i]
+		if !memoryBytes[v.File] || v.Value == Unlimited {
+			continue
+		}
+		if v.Value < 0 || (w.MaxMemory > 0 && v.Value > w.MaxMemory) {
+			res.Errors = append(res.Errors, fmt.Errorf("%s: %d refused, outside [0, %s]: %w", v.Path(), v.Value, FormatValue(w.bound()), ErrOutOfRange))
+			out[v.Path()] = true
+			badDirs[v.Dir] = true
+			continue
+		}
+		g := groups[v.Dir]
+		if g == nil {
+			g = &order{}
+			groups[v.Dir] = g
+		}
+		switch v.File {
+		case "memory.min":
+			g.min = v
+		case "memory.low":
+			g.low = v
+		case "memory.high":
+			g.high = v
+		}
+	}
+	dirs := make([]string, 0, len(groups))
+	for d := range groups {
+		dirs = append(dirs, d)
+	}
+	sort.Strings(dirs)
+	for _, d := range dirs {
+		g := groups[d]
+		if badDirs[d] {
+			for _, v := range []*Value{g.min, g.low, g.high} {
+				if v != nil {
+					out[v.Path()] = true
+				}
+			}
+			continue
+		}
+		var bad *Value
+		switch {
+		case g.min != nil && g.low != nil && g.min.Value > g.low.Value:
+			bad = g.min
+		case g.low != nil && g.high != nil && g.low.Value > g.high.Value:
+			bad = g.low
+		case g.min != nil && g.high != nil && g.min.Value > g.high.Value:
+			bad = g.min
+		}
+		if bad == nil {
+			continue
+		}
+		res.Errors = append(res.Errors, fmt.Errorf("%s: %d refused, memory.min ≤ memory.low ≤ memory.high does not hold for %s: %w", bad.Path(), bad.Value, d, ErrOutOfRange))
+		for _, v := range []*Value{g.min, g.low, g.high} {
+			if v != nil {
+				out[v.Path()] = true
+			}
+		}
+	}
+	return out
+}
+
+func (w *Writer) bound() int64 {
+	if w.MaxMemory > 0 {
+		return w.MaxMemory
+	}
+	return Unlimited
+}
+
 // MissingFiles lists the file names found missing so far, sorted.
 func (w *Writer) MissingFiles() []string {
 	w.mu.Lock()
@@ -142,25 +243,36 @@ func (w *Writer) noteMissing(v Value) {
 	}
 }
 
-func (w *Writer) format(v int64) string {
+// FormatValue prints a value as cgroup v2 takes it and people read it:
+// decimal bytes, or "max" for Unlimited.
+func FormatValue(v int64) string {
 	if v == Unlimited {
-		if w.V1 {
-			return "-1"
-		}
 		return "max"
 	}
 	return strconv.FormatInt(v, 10)
 }
 
-func (w *Writer) read(v Value) (int64, error) {
-	s, ok, err := readSmall(v.Path())
+// format is what the Writer writes: v1 is told "unlimited" as -1.
+func (w *Writer) format(v int64) string {
+	if v == Unlimited && w.V1 {
+		return "-1"
+	}
+	return FormatValue(v)
+}
+
+func (w *Writer) read(v Value) (int64, error) { return ReadValue(v.Path()) }
+
+// ReadValue reads a cgroup number file with a bounded read and parses it
+// (ParseValue). A missing file is an error wrapping fs.ErrNotExist.
+func ReadValue(file string) (int64, error) {
+	s, ok, err := readSmall(file)
 	if err != nil {
 		return 0, err
 	}
 	if !ok {
-		return 0, &fs.PathError{Op: "read", Path: v.Path(), Err: fs.ErrNotExist}
+		return 0, &fs.PathError{Op: "read", Path: file, Err: fs.ErrNotExist}
 	}
-	return ParseValue(v.Path(), s)
+	return ParseValue(file, s)
 }
 
 // ParseValue parses a cgroup number file: a decimal (possibly negative,

@@ -20,6 +20,9 @@ type planFlags struct {
 	ceil  bool
 	gogc  string
 	cpus  int
+
+	requestFactor float64
+	requestMin    int
 }
 
 func (p *planFlags) register(fs interface {
@@ -32,6 +35,8 @@ func (p *planFlags) register(fs interface {
 	fs.BoolVar(&p.ceil, "ceil", false, "round a fractional CPU limit up instead of down")
 	fs.StringVar(&p.gogc, "gogc", "", "also set GOGC (e.g. off or 200) with GOMEMLIMIT: use the memory you pay for")
 	fs.IntVar(&p.cpus, "cpus", 0, "CPUs the process may use (default: this process's affinity mask)")
+	fs.Float64Var(&p.requestFactor, "cpu-request-factor", 0, "without a CPU limit, GOMAXPROCS = ceil(CPU request × factor), the request read from cpu.shares/cpu.weight (0: off)")
+	fs.IntVar(&p.requestMin, "cpu-request-min", fit.DefaultCPURequestMin, "the least GOMAXPROCS from a CPU request: 1 or 2")
 }
 
 // policy validates the flags with the policy's own validators.
@@ -47,7 +52,15 @@ func (p *planFlags) policy() (fit.Policy, error) {
 			return fit.Policy{}, fmt.Errorf("%w: --gogc: %v", errUsage, err)
 		}
 	}
-	o := fit.Options{MemoryRatio: p.ratio, GOGC: p.gogc}
+	if p.requestFactor != 0 {
+		if err := fit.ValidCPURequestFactor(p.requestFactor); err != nil {
+			return fit.Policy{}, fmt.Errorf("%w: --cpu-request-factor: %v", errUsage, err)
+		}
+	}
+	if p.requestMin != 1 && p.requestMin != 2 {
+		return fit.Policy{}, fmt.Errorf("%w: --cpu-request-min %d: want 1 or 2", errUsage, p.requestMin)
+	}
+	o := fit.Options{MemoryRatio: p.ratio, GOGC: p.gogc, CPURequestFactor: p.requestFactor, CPURequestMin: p.requestMin}
 	if p.ceil {
 		o.Rounding = fit.Ceil
 	}
@@ -102,7 +115,7 @@ func inspect(root string, cpus int, policy fit.Policy) (report.Report, error) {
 	if err != nil {
 		return report.Report{}, err
 	}
-	in := fit.Input{Limits: l, CPUs: cpus, Vars: lookupVars(os.LookupEnv)}
+	in := fit.Input{Limits: l, CPUs: cpus, CPURequest: l.CPU.RequestCores(), Vars: lookupVars(os.LookupEnv)}
 	if in.CPUs == 0 {
 		in.CPUs = affinity.CPUs()
 	}

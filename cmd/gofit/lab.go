@@ -2,251 +2,70 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	iofs "io/fs"
-	"math"
 	"os"
-	"os/exec"
 	"os/signal"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
-	"time"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab"
 )
 
 func runLab(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("lab", stderr)
-	quick := fs.Bool("quick", false, "a reduced study: one quota, within 4 minutes on 2 cores")
-	cmdFlag := fs.String("cmd", "", "your service's command; {port} is replaced by a free port (no shell quoting: use sh -c '...' for that)")
-	urlFlag := fs.String("url", "", "URL to load, e.g. http://127.0.0.1:{port}/api; readiness is polled here")
-	out := fs.String("out", "gofit-lab", "directory for report.html and results.json")
-	asJSON := fs.Bool("json", false, "print results.json to stdout instead of the summary")
-	quotas := fs.String("quotas", "", "CPU quotas in cores, comma-separated (default 0.25,0.5,1,<CPUs>; --quick 0.25)")
-	repeats := fs.Int("repeats", 0, "repeats of each CPU cell before adaptive ones (default 2)")
-	maxRepeats := fs.Int("max-repeats", 0, "adaptive repeats stop here (default 5; --quick 3)")
-	requests := fs.Int("requests", 0, "closed loop: requests per window instead of 50 CFS periods of time (overrides the minimum)")
-	conc := fs.Int("concurrency", 0, "closed-loop workers (default 16)")
-	openFrac := fs.Float64("open-fraction", 0, "open-loop rate as a share of the quota's median closed-loop capacity (default 0.6)")
-	openDur := fs.Duration("open-duration", 0, "open loop: fixed window per run (overrides the 5000-latency minimum)")
-	memReq := fs.Int("mem-requests", 0, "requests per memory trial (default 1200; --quick 800)")
-	budget := fs.Duration("budget", 0, "wall time the adaptive repeats must fit in (default 15m; --quick 4m)")
-	targetRPS := fs.Float64("target-rps", 0, "recommend the cheapest quota × setting that serves this many requests/s (open loop at this rate)")
-	slo := fs.Duration("slo-p99", 0, "with --target-rps: the p99 latency the recommendation must meet, e.g. 50ms")
+	var o lab.Options
+	fs.BoolVar(&o.Quick, "quick", false, "a reduced study: one quota, within 4 minutes on 2 cores")
+	fs.StringVar(&o.Cmd, "cmd", "", "your service's command; {port} is replaced by a free port (no shell quoting: use sh -c '...' for that)")
+	fs.StringVar(&o.URL, "url", "", "URL to load, e.g. http://127.0.0.1:{port}/api; readiness is polled here")
+	fs.StringVar(&o.Out, "out", "gofit-lab", "directory for report.html and results.json")
+	fs.BoolVar(&o.JSON, "json", false, "print results.json to stdout instead of the summary")
+	fs.StringVar(&o.Quotas, "quotas", "", "CPU quotas in cores, comma-separated (default 0.25,0.5,1,<CPUs>; --quick 0.25)")
+	fs.IntVar(&o.Repeats, "repeats", 0, "repeats of each CPU cell before adaptive ones (default 2)")
+	fs.IntVar(&o.MaxRepeats, "max-repeats", 0, "adaptive repeats stop here (default 5; --quick 3)")
+	fs.IntVar(&o.Requests, "requests", 0, "closed loop: requests per window instead of 50 CFS periods of time (overrides the minimum)")
+	fs.IntVar(&o.Concurrency, "concurrency", 0, "closed-loop workers (default 16)")
+	fs.Float64Var(&o.OpenFraction, "open-fraction", 0, "open-loop rate as a share of the quota's median closed-loop capacity (default 0.6)")
+	fs.DurationVar(&o.OpenDuration, "open-duration", 0, "open loop: fixed window per run (overrides the 5000-latency minimum)")
+	fs.IntVar(&o.MemRequests, "mem-requests", 0, "requests per memory trial (default 1200; --quick 800)")
+	fs.DurationVar(&o.Budget, "budget", 0, "wall time the adaptive repeats must fit in (default 15m; --quick 4m)")
+	fs.Float64Var(&o.TargetRPS, "target-rps", 0, "recommend the cheapest quota × setting that serves this many requests/s (open loop at this rate)")
+	fs.DurationVar(&o.SLOP99, "slo-p99", 0, "with --target-rps: the p99 latency the recommendation must meet, e.g. 50ms")
+	fs.StringVar(&o.Targets, "targets", "", "request mix instead of --url: a file in vegeta's format (METHOD URL [weight=N], header lines, @body-file, a blank line between targets); {port} works here too")
+	fs.Func("header", "with --url: a header for every request, \"Name: value\" (repeatable)", func(v string) error {
+		o.Headers = append(o.Headers, v)
+		return nil
+	})
+	fs.Int64Var(&o.Seed, "seed", 1, "seed of the random order of cells, requests and resamples; the same seed replays a run")
+	fs.StringVar(&o.ReadyURL, "ready-url", "", "URL polled until the service is ready (default: --url, or the first GET target); 503 means still starting")
+	fs.DurationVar(&o.ReadyTimeout, "ready-timeout", 0, "how long the service may take to become ready (default 30s)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	cfg := lab.DefaultConfig(*quick)
-	if set["quotas"] {
-		cfg.Quotas = nil
-		for _, s := range strings.Split(*quotas, ",") {
-			q, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-			if err != nil || q < 0.01 || q > 1024 || math.IsNaN(q) {
-				return fmt.Errorf("%w: --quotas: %q is not a number of cores between 0.01 and 1024", errUsage, s)
-			}
-			cfg.Quotas = append(cfg.Quotas, q)
-		}
-	}
-	// A count the user typed must be a count: 0 or less is a mistake, not
-	// a request for the default.
-	for _, c := range []struct {
-		name string
-		v    int
-		dst  *int
-	}{{"repeats", *repeats, &cfg.MinRepeats}, {"max-repeats", *maxRepeats, &cfg.MaxRepeats}, {"requests", *requests, &cfg.Requests},
-		{"concurrency", *conc, &cfg.Concurrency}, {"mem-requests", *memReq, &cfg.MemRequests}} {
-		if !set[c.name] {
-			continue
-		}
-		if c.v <= 0 {
-			return fmt.Errorf("%w: --%s %d: must be at least 1", errUsage, c.name, c.v)
-		}
-		*c.dst = c.v
-	}
-	if set["repeats"] && !set["max-repeats"] {
-		cfg.MaxRepeats = max(cfg.MaxRepeats, cfg.MinRepeats)
-	}
-	if cfg.MaxRepeats < cfg.MinRepeats {
-		return fmt.Errorf("%w: --max-repeats %d is under --repeats %d", errUsage, cfg.MaxRepeats, cfg.MinRepeats)
-	}
-	for _, d := range []struct {
-		name string
-		v    time.Duration
-		dst  *time.Duration
-	}{{"open-duration", *openDur, &cfg.OpenDuration}, {"budget", *budget, &cfg.Budget}, {"slo-p99", *slo, &cfg.SLOP99}} {
-		if !set[d.name] {
-			continue
-		}
-		if d.v <= 0 {
-			return fmt.Errorf("%w: --%s %v: must be positive", errUsage, d.name, d.v)
-		}
-		*d.dst = d.v
-	}
-	if set["open-fraction"] {
-		if !(*openFrac > 0 && *openFrac <= 1) {
-			return fmt.Errorf("%w: --open-fraction %g: must be above 0 and at most 1", errUsage, *openFrac)
-		}
-		cfg.OpenFraction = *openFrac
-	}
-	if set["target-rps"] {
-		if !(*targetRPS > 0 && *targetRPS <= 1e6) {
-			return fmt.Errorf("%w: --target-rps %g: must be above 0 and at most 1e6", errUsage, *targetRPS)
-		}
-		cfg.TargetRPS = *targetRPS
-	}
-	if set["slo-p99"] && !set["target-rps"] {
-		return fmt.Errorf("%w: --slo-p99 needs --target-rps", errUsage)
-	}
-	if set["requests"] {
-		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("--requests %d overrides the closed-loop minimum of 50 CFS periods per window; short windows make throughput and CPU efficiency noisy (see periods per cell)", cfg.Requests))
-	}
-	if set["open-duration"] {
-		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("--open-duration %v overrides the minimum of 5000 latencies per open-loop cell; p99 may rest on fewer (see samples per cell)", cfg.OpenDuration))
-	}
-	if set["open-fraction"] && set["target-rps"] {
-		cfg.Warnings = append(cfg.Warnings, "--target-rps sets the open-loop rate; --open-fraction is ignored")
-	}
-	if (*cmdFlag == "") != (*urlFlag == "") {
-		return fmt.Errorf("%w: --cmd and --url go together", errUsage)
-	}
-	var words []string
-	if set["cmd"] {
-		words = strings.Fields(*cmdFlag)
-		if len(words) == 0 {
-			return fmt.Errorf("%w: --cmd %q: no command", errUsage, *cmdFlag)
-		}
-		if !strings.HasPrefix(*urlFlag, "http://") && !strings.HasPrefix(*urlFlag, "https://") {
-			return fmt.Errorf("%w: --url %q: want an http:// or https:// URL", errUsage, *urlFlag)
-		}
-	}
-	// Before any minute is spent: can the results be written at all?
-	undoOut, err := lab.CheckOut(*out)
-	if err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
-	}
-	// A run that ends before writing anything leaves no new directory.
-	defer undoOut()
-
+	o.Given = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { o.Given[f.Name] = true })
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-
-	if words != nil {
-		path, err := exec.LookPath(words[0])
-		if err != nil {
-			return fmt.Errorf("--cmd: %w", err)
-		}
-		if !strings.Contains(*urlFlag, "{port}") && !strings.Contains(*cmdFlag, "{port}") {
-			fmt.Fprintln(stderr, "gofit lab: note: neither --cmd nor --url contains {port}; every trial will use the same port")
-		}
-		cfg.Target = lab.Target{Path: path, Args: words[1:], URL: *urlFlag}
+	err := lab.Main(ctx, o, stdout, stderr)
+	switch {
+	case errors.Is(err, lab.ErrInterrupted):
+		return exitError{130} // the shell's code for SIGINT; lab.Main said the rest
+	case errors.Is(err, lab.ErrUsage):
+		return usageError{err}
 	}
-
-	sb, err := lab.NewSandbox()
-	if err != nil {
-		if errors.Is(err, iofs.ErrPermission) {
-			return fmt.Errorf("%w; the lab needs root on Linux with cgroupfs mounted writable (try: sudo gofit lab)", err)
-		}
-		return err
-	}
-	defer func() {
-		// A trial group that would not go away is left behind: say so,
-		// naming it, rather than exit as if all was clean.
-		if err := sb.Close(); err != nil {
-			fmt.Fprintf(stderr, "gofit lab: warning: cleanup: %v\n", err)
-		}
-	}()
-	if words == nil {
-		// The embedded sample: this very binary, copied so its page cache
-		// can be evicted before each trial without touching the running
-		// lab. The directory is named for this process, so a later lab
-		// sweeps it if this one is killed.
-		dir, err := lab.TempDir()
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		path, err := copySelf(dir)
-		if err != nil {
-			return err
-		}
-		cfg.Target = lab.Target{Path: path, Args: []string{lab.SampleCommand, "127.0.0.1:{port}"}, URL: "http://127.0.0.1:{port}/work"}
-		cfg.Sample = true
-	}
-	cfg.Progress = stderr
-	for _, w := range cfg.Warnings {
-		fmt.Fprintf(stderr, "gofit lab: warning: %s\n", w)
-	}
-
-	start := time.Now()
-	res, runErr := lab.Run(ctx, sb, cfg)
-	interrupted := ctx.Err() != nil
-	paths, werr := lab.WriteFiles(*out, res)
-	if werr != nil && interrupted {
-		// Still one line and the shell's code for SIGINT.
-		fmt.Fprintf(stderr, "gofit lab: interrupted after %v; could not write partial results: %v\n", time.Since(start).Round(time.Second), werr)
-		return exitError{130}
-	}
-	if werr != nil {
-		return errors.Join(runErr, fmt.Errorf("write results: %w", werr))
-	}
-	if interrupted {
-		// One line, and the shell's code for SIGINT.
-		fmt.Fprintf(stderr, "gofit lab: interrupted after %v; partial results in %s\n", time.Since(start).Round(time.Second), strings.Join(paths, ", "))
-		return exitError{130}
-	}
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(res); err != nil {
-			return err
-		}
-	} else {
-		lab.WriteSummary(stdout, res)
-		fmt.Fprintf(stdout, "written: %s\n", strings.Join(paths, ", "))
-	}
-	if runErr != nil {
-		return fmt.Errorf("%w (results: %s)", runErr, strings.Join(paths, ", "))
-	}
-	return nil
+	return err
 }
 
-func copySelf(dir string) (string, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return "", err
-	}
-	src, err := os.Open(self)
-	if err != nil {
-		return "", err
-	}
-	defer src.Close()
-	path := filepath.Join(dir, "gofit-sample")
-	dst, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		return "", err
-	}
-	if _, err := io.Copy(dst, src); err != nil {
-		dst.Close()
-		return "", err
-	}
-	// Flush, so the page cache of the copy can be dropped before each trial.
-	if err := dst.Sync(); err != nil {
-		dst.Close()
-		return "", err
-	}
-	return path, dst.Close()
-}
+// usageError marks a lab error as bad command-line input (exit 2); its
+// text already says "usage".
+type usageError struct{ error }
+
+func (e usageError) Is(target error) bool { return target == errUsage }
+func (e usageError) Unwrap() error        { return e.error }
 
 func runLabSample(args []string, stdout, stderr io.Writer) error {
 	if len(args) != 1 {

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/gofit-dev/gofit/fit"
 	"github.com/gofit-dev/gofit/internal/cgtest"
 )
 
@@ -50,10 +52,10 @@ type inspectJSON struct {
 		MaxSource      *string `json:"max_source"`
 	} `json:"memory"`
 	Plan struct {
-		GOMAXPROCS      int      `json:"gomaxprocs"`
-		GOMEMLIMITBytes *int64   `json:"gomemlimit_bytes"`
-		Reasons         []string `json:"reasons"`
-		Warnings        []string `json:"warnings"`
+		GOMAXPROCS      int        `json:"gomaxprocs"`
+		GOMEMLIMITBytes *int64     `json:"gomemlimit_bytes"`
+		Reasons         []fit.Note `json:"reasons"`
+		Warnings        []fit.Note `json:"warnings"`
 	} `json:"plan"`
 }
 
@@ -87,6 +89,42 @@ func TestInspectRealCgroup(t *testing.T) {
 	}
 	if r.Plan.GOMEMLIMITBytes == nil || *r.Plan.GOMEMLIMITBytes >= 104857600 || *r.Plan.GOMEMLIMITBytes < 80<<20 {
 		t.Errorf("plan gomemlimit = %v, want below 100MiB", r.Plan.GOMEMLIMITBytes)
+	}
+}
+
+// GOMAXPROCS from the CPU request on a real cgroup without a CPU limit:
+// the request is what the kubelet writes for 500m (512 shares on v1, the
+// weight runc's linear formula gives on v2).
+func TestInspectCPURequestRealCgroup(t *testing.T) {
+	g := cgtest.NewGroup(t)
+	file, value := "cpu.shares", "512"
+	if g.CPU.Version == 2 {
+		file, value = "cpu.weight", "20"
+	}
+	if err := os.WriteFile(filepath.Join(g.CPU.Dir, file), []byte(value), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	inner := gofitCmd("inspect", "--json", "--cpus", "64", "--cpu-request-factor", "1", "--cpu-request-min", "1")
+	cmd := g.Command(inner.Path, inner.Args[1:]...)
+	cmd.Env = inner.Env
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("gofit inspect in a cgroup: %v", err)
+	}
+	var r struct {
+		CPU struct {
+			RequestCores *float64 `json:"request_cores"`
+		} `json:"cpu"`
+		Plan struct {
+			GOMAXPROCS       int    `json:"gomaxprocs"`
+			GOMAXPROCSReason string `json:"gomaxprocs_reason"`
+		} `json:"plan"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if r.CPU.RequestCores == nil || *r.CPU.RequestCores < 0.5 || *r.CPU.RequestCores > 0.52 || r.Plan.GOMAXPROCS != 1 || r.Plan.GOMAXPROCSReason != "cpu_request" {
+		t.Errorf("request %v, GOMAXPROCS %d (%s); want about 0.5 cores, 1 (cpu_request)\n%s", r.CPU.RequestCores, r.Plan.GOMAXPROCS, r.Plan.GOMAXPROCSReason, out)
 	}
 }
 

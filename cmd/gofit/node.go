@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/qoslab"
@@ -51,12 +52,16 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	}
 	root := fs.String("root", "/", "host root: cgroups are read at ROOT/sys/fs/cgroup")
 	cgRoot := fs.String("cgroup-root", "/", "the kubelet's --cgroup-root")
+	driver := fs.String("cgroup-driver", "", "the kubelet's cgroup driver, systemd or cgroupfs (default: whichever pod root exists)")
 	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME, from the downward API)")
 	cmNS := fs.String("configmap-namespace", "koordinator-system", "namespace of the koordinator ConfigMap")
 	cmName := fs.String("configmap-name", "slo-controller-config", "name of the ConfigMap with resource-qos-config and memory-qos")
 	policy := fs.String("policy", "default", "policy for pods without a memoryQOS annotation: default (follow the ConfigMap) or auto")
 	ratio := fs.Float64("max-protected-ratio", 0.8, "cap on the node's total memory.min, as a share of allocatable memory")
 	interval := fs.Duration("interval", agent.DefaultInterval, "reconcile interval when nothing changes")
+	syncTimeout := fs.Duration("sync-timeout", agent.DefaultSyncTimeout, "how long to wait for the first list of the node's pods and the node before failing")
+	kubeletConfig := fs.String("kubelet-config", "", "the kubelet's config file as mounted (e.g. /host/var/lib/kubelet/config.yaml), read for its own Memory QoS")
+	takeOver := fs.Bool("take-over-kubelet-memory-qos", false, "write memory.min/low/high even where the kubelet's own Memory QoS does (default: stand aside)")
 	metricsAddr := fs.String("metrics-addr", ":9464", "address for /metrics and /healthz (empty: off)")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster config)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
@@ -76,13 +81,26 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	if *interval < time.Second {
 		return fmt.Errorf("%w: --interval %v: must be at least 1s", errUsage, *interval)
 	}
+	if *syncTimeout < time.Second {
+		return fmt.Errorf("%w: --sync-timeout %v: must be at least 1s", errUsage, *syncTimeout)
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("%w: --log-level %q: %v", errUsage, *logLevel, err)
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	// client-go reports list and watch failures (a forbidden ConfigMap,
+	// say) through klog: the same JSON log, not a second format.
+	klog.SetSlogLogger(log)
 
-	layout, err := agent.Detect(*root, *cgRoot)
+	layout, err := agent.DetectDriver(*root, *cgRoot, *driver)
+	if err != nil {
+		return err
+	}
+	if err := layout.Writable(); err != nil {
+		return err
+	}
+	kernel, err := agent.KernelRelease()
 	if err != nil {
 		return err
 	}
@@ -102,6 +120,7 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	a := agent.New(layout, agent.Options{Policy: pol, MaxProtectedRatio: *ratio, KernelRelease: kernel, TakeOverKubelet: *takeOver, Log: log, Metrics: m})
 	if *metricsAddr != "" {
 		ln, err := net.Listen("tcp", *metricsAddr)
 		if err != nil {
@@ -109,13 +128,23 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+		// Healthy while reconcile passes complete: before the first one
+		// (the API not listed yet) and after three missed intervals it
+		// says why with a 503, so the probes stop passing a stuck agent.
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+			text, err := a.Health(time.Now(), 3**interval)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			io.WriteString(w, text+"\n")
+		})
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go srv.Serve(ln)
 		defer srv.Close()
 	}
-	a := agent.New(layout, agent.Options{Policy: pol, MaxProtectedRatio: *ratio, Log: log, Metrics: m})
-	return a.Run(ctx, cs, agent.Source{NodeName: *nodeName, ConfigMapNamespace: *cmNS, ConfigMapName: *cmName, Interval: *interval})
+	return a.Run(ctx, cs, agent.Source{NodeName: *nodeName, ConfigMapNamespace: *cmNS, ConfigMapName: *cmName, Interval: *interval,
+		SyncTimeout: *syncTimeout, KubeletConfig: *kubeletConfig})
 }
 
 func parsePolicy(s string) (memqos.Policy, error) {
@@ -139,7 +168,9 @@ func runNodePlan(args []string, stdout, stderr io.Writer) error {
 	cfgFile := fs.String("config", "", "content of the resource-qos-config key, or the whole ConfigMap as JSON")
 	root := fs.String("root", "/", "host root: cgroups are read at ROOT/sys/fs/cgroup")
 	cgRoot := fs.String("cgroup-root", "/", "the kubelet's --cgroup-root")
+	driver := fs.String("cgroup-driver", "", "the kubelet's cgroup driver, systemd or cgroupfs (default: whichever pod root exists)")
 	nodeMem := fs.String("node-memory", "", "the node's allocatable memory in bytes (required)")
+	kernel := fs.String("kernel", "", "the node's kernel release, uname -r (default: this machine's); below 5.9 memory.high stays max")
 	policy := fs.String("policy", "default", "policy for pods without a memoryQOS annotation: default or auto")
 	ratio := fs.Float64("max-protected-ratio", 0.8, "cap on the node's total memory.min, as a share of allocatable memory")
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -170,12 +201,21 @@ func runNodePlan(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--config: %w", err)
 		}
 	}
-	layout, err := agent.Detect(*root, *cgRoot)
+	layout, err := agent.DetectDriver(*root, *cgRoot, *driver)
 	if err != nil {
 		return fmt.Errorf("--root: %w", err)
 	}
-	a := agent.New(layout, agent.Options{Policy: pol, MaxProtectedRatio: *ratio, DryRun: true})
-	plan := a.PlanOf(a.Reconcile(agent.State{Pods: pods, Config: cfg, Namespaces: nss, NodeAllocatable: mem}))
+	if *kernel == "" {
+		if *kernel, err = agent.KernelRelease(); err != nil {
+			return err
+		}
+	}
+	a := agent.New(layout, agent.Options{Policy: pol, MaxProtectedRatio: *ratio, KernelRelease: *kernel, DryRun: true})
+	rep := a.Reconcile(agent.State{Pods: pods, Config: cfg, Namespaces: nss, NodeAllocatable: mem})
+	if rep.Skip == agent.SkipBadInput {
+		return fmt.Errorf("%w: %s", errUsage, rep.SkipReason)
+	}
+	plan := a.PlanOf(rep)
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")

@@ -68,23 +68,23 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stdout, "# unset %s: a value an earlier gofit exported that this plan does not want\n", k)
 		}
 		for _, r := range p.Reasons {
-			fmt.Fprintf(stdout, "# %s\n", r)
+			fmt.Fprintf(stdout, "# %s\n", r.Text)
 		}
 		for _, w := range p.Warnings {
-			fmt.Fprintf(stdout, "# warning: %s\n", w)
+			fmt.Fprintf(stdout, "# warning: %s\n", w.Text)
 		}
 		return nil
 	}
 	for _, w := range p.Warnings {
-		fmt.Fprintf(stderr, "gofit run: warning: %s\n", w)
+		fmt.Fprintf(stderr, "gofit run: warning: %s\n", w.Text)
 	}
 	err = syscall.Exec(path, cmdArgs, p.Environ(os.Environ()))
 	return fmt.Errorf("exec %s: %w", path, err)
 }
 
-func nonNil(s []string) []string {
+func nonNil[T any](s []T) []T {
 	if s == nil {
-		return []string{}
+		return []T{}
 	}
 	return s
 }
@@ -95,7 +95,7 @@ func nonNil(s []string) []string {
 func runPlan(root, path string, cpus int, policy fit.Policy, lookup func(string) (string, bool)) (fit.Plan, error) {
 	c, err := cgroup.NewFS(root).Self()
 	if errors.Is(err, cgroup.ErrNoCgroup) {
-		return fit.Plan{Export: map[string]string{}, Reasons: []string{"no cgroup found: nothing to set"}}, nil
+		return fit.Plan{Export: map[string]string{}, Reasons: []fit.Note{{Var: "GOMAXPROCS", Code: string(fit.ReasonNoLimit), Text: "no cgroup found: nothing to set"}}}, nil
 	}
 	if err != nil {
 		return fit.Plan{}, err
@@ -105,7 +105,7 @@ func runPlan(root, path string, cpus int, policy fit.Policy, lookup func(string)
 	if err != nil {
 		return fit.Plan{}, err
 	}
-	in := fit.Input{Limits: l, CPUs: cpus, Vars: lookupVars(lookup)}
+	in := fit.Input{Limits: l, CPUs: cpus, CPURequest: l.CPU.RequestCores(), Vars: lookupVars(lookup)}
 	if in.CPUs == 0 {
 		in.CPUs = affinity.CPUs()
 	}
@@ -121,7 +121,7 @@ func runPlan(root, path string, cpus int, policy fit.Policy, lookup func(string)
 // lookupVars reads the Go runtime variables the policy looks at.
 func lookupVars(lookup func(string) (string, bool)) map[string]string {
 	vars := map[string]string{}
-	for _, k := range fit.VarNames {
+	for _, k := range fit.VarNames() {
 		if v, ok := lookup(k); ok {
 			vars[k] = v
 		}

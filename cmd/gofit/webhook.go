@@ -4,8 +4,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	goversion "go/version"
 	"io"
 	"log/slog"
 	"os"
@@ -15,14 +15,11 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/klog/v2"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/gofit-dev/gofit/fit"
 	"github.com/gofit-dev/gofit/kube/admission"
+	"github.com/gofit-dev/gofit/kube/webhook"
 )
 
 func runWebhook(args []string, stdout, stderr io.Writer) error {
@@ -32,7 +29,11 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 	keyFile := fs.String("key-file", "", "private key `FILE` (PEM), re-read when it changes")
 	ceil := fs.Bool("ceil", false, "round a fractional CPU limit up instead of down for GOMAXPROCS")
 	ratio := fs.Float64("memory-ratio", fit.DefaultMemoryRatio, "share of the memory limit for GOMEMLIMIT, between 0 and 1")
+	reqFactor := fs.Float64("cpu-request-factor", 0, "opt in to GOMAXPROCS = max(min, ceil(CPU request × `FACTOR`)) for containers with no CPU limit (0: off; pods can choose with the gofit.dev/cpu-request-factor annotation)")
+	reqMin := fs.Int("cpu-request-min", fit.DefaultCPURequestMin, "the least GOMAXPROCS planned from a CPU request: 1 or 2")
+	goVersion := fs.String("go-version", admission.DefaultGoVersion, "the Go `RELEASE` assumed for images (it decides the warnings about what Go's runtime does alone); empty: unknown")
 	maxBody := fs.Int64("max-body", admission.DefaultMaxBody, "largest request body in `BYTES`")
+	maxInFlight := fs.Int("max-in-flight", admission.DefaultMaxInFlight, "reviews decoded and fitted at once; more wait, then get 503 (memory is bounded by about 2 × max-body per review)")
 	certPoll := fs.Duration("cert-poll", 10*time.Second, "re-read the certificate files this often, besides file events")
 	shutdownDelay := fs.Duration("shutdown-delay", 5*time.Second, "on SIGTERM, keep serving (not ready) this long while the Service drops the pod")
 	debug := fs.Bool("debug", false, "log every admission")
@@ -57,11 +58,31 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 	if err := fit.ValidMemoryRatio(*ratio); err != nil {
 		return fmt.Errorf("%w: --memory-ratio: %v", errUsage, err)
 	}
+	if *reqFactor != 0 {
+		if err := fit.ValidCPURequestFactor(*reqFactor); err != nil {
+			return fmt.Errorf("%w: --cpu-request-factor: %v", errUsage, err)
+		}
+	}
+	if *reqMin != 1 && *reqMin != 2 {
+		return fmt.Errorf("%w: --cpu-request-min %d: want 1 or 2", errUsage, *reqMin)
+	}
+	opt := fit.Options{MemoryRatio: *ratio, CPURequestFactor: *reqFactor, CPURequestMin: *reqMin}
+	if *ceil {
+		opt.Rounding = fit.Ceil
+	}
+	pol, err := fit.New(opt)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
 	switch {
+	case *goVersion != "" && !goversion.IsValid(*goVersion):
+		return fmt.Errorf("%w: --go-version %q: want a Go release such as go1.25", errUsage, *goVersion)
 	case *certFile == "" || *keyFile == "":
 		return fmt.Errorf("%w: --cert-file and --key-file are required", errUsage)
 	case *maxBody < 1<<10:
 		return fmt.Errorf("%w: --max-body %d: want at least 1024", errUsage, *maxBody)
+	case *maxInFlight < 1:
+		return fmt.Errorf("%w: --max-in-flight %d: want at least 1", errUsage, *maxInFlight)
 	case *shutdownDelay < 0:
 		return fmt.Errorf("%w: --shutdown-delay %v: want 0 or more", errUsage, *shutdownDelay)
 	case *certPoll < 100*time.Millisecond:
@@ -69,7 +90,7 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 	case *secret == "" && (*whName != "" || *dns != ""):
 		return fmt.Errorf("%w: --webhook-config and --service-dns go with --self-managed-secret", errUsage)
 	}
-	var sm *admission.SelfManaged
+	var sm *webhook.SelfManaged
 	if *secret != "" {
 		ns, name, ok := strings.Cut(*secret, "/")
 		if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
@@ -81,12 +102,10 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 		if filepath.Dir(*certFile) != filepath.Dir(*keyFile) {
 			return fmt.Errorf("%w: with --self-managed-secret, --cert-file and --key-file must be in one directory (the Secret's volume)", errUsage)
 		}
-		sm = &admission.SelfManaged{
+		sm = &webhook.SelfManaged{
 			Secret:         types.NamespacedName{Namespace: ns, Name: name},
 			WebhookConfig:  *whName,
 			DNSName:        *dns,
-			CertFile:       *certFile,
-			KeyFile:        *keyFile,
 			LeaderElection: *leaderElect,
 		}
 	}
@@ -99,55 +118,19 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 	if *logJSON {
 		h = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})
 	}
-	log := slog.New(h)
-	// controller-runtime (certificate watcher, rotator) and client-go log
-	// through package-level loggers; send them to ours.
-	lr := logr.FromSlogHandler(h)
-	ctrllog.SetLogger(lr)
-	klog.SetLogger(lr)
-
-	srv, err := admission.NewServer(admission.Config{
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return webhook.Run(ctx, webhook.Config{
 		Addr:          *addr,
 		CertFile:      *certFile,
 		KeyFile:       *keyFile,
-		WaitForCert:   sm != nil, // the rotator writes them after the start
 		CertPoll:      *certPoll,
 		ShutdownDelay: *shutdownDelay,
-		Policy:        admission.Options{Ceil: *ceil, MemoryRatio: *ratio},
+		Mutator:       admission.NewMutator(pol, admission.WithGoVersion(*goVersion)),
 		MaxBody:       *maxBody,
-		Log:           log,
+		MaxInFlight:   *maxInFlight,
+		Log:           slog.New(h),
+		SelfManaged:   sm,
+		Kubeconfig:    *kubeconfig,
 	})
-	if err != nil {
-		return err
-	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	rotErr := make(chan error, 1)
-	if sm != nil {
-		rules := clientcmd.NewDefaultClientConfigLoadingRules()
-		rules.ExplicitPath = *kubeconfig
-		cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-		if err != nil {
-			return fmt.Errorf("self-managed certificates need API access: %w", err)
-		}
-		sm.Log = &lr
-		go func() {
-			err := admission.RunSelfManaged(ctx, cfg, *sm)
-			if err != nil {
-				cancel() // without a certificate keeper, stop: the Deployment restarts us
-			}
-			rotErr <- err
-		}()
-	} else {
-		rotErr <- nil
-	}
-	err = srv.Run(ctx)
-	cancel()
-	if rerr := <-rotErr; rerr != nil && !errors.Is(rerr, context.Canceled) {
-		return rerr
-	}
-	return err
 }

@@ -21,6 +21,8 @@ import (
 //	GOFIT_MEMORY_RATIO=0.9    share of the memory limit for GOMEMLIMIT
 //	GOFIT_CPU_ROUNDING=floor  floor or ceil for a fractional CPU limit
 //	GOFIT_GOGC=off            opt in: set GOGC (off or a percentage) with GOMEMLIMIT
+//	GOFIT_CPU_REQUEST_FACTOR=1  opt in: without a CPU limit, GOMAXPROCS = ceil(request × factor)
+//	GOFIT_CPU_REQUEST_MIN=2   the least GOMAXPROCS from a request (1 or 2)
 //	GOFIT_LOG=warn            log level on stderr (debug, info, warn, error, off)
 type Config struct {
 	Options  []gofit.Option
@@ -50,17 +52,23 @@ func Read(lookup func(string) (string, bool)) Config {
 			c.Options = append(c.Options, gofit.WithRefresh(d))
 		}
 	}
-	if v, ok := lookup("GOFIT_MEMORY_RATIO"); ok {
-		r, err := strconv.ParseFloat(v, 64)
+	// number reads a float variable, validated by the policy's own check.
+	number := func(name string, valid func(float64) error, option func(float64) gofit.Option) {
+		v, ok := lookup(name)
+		if !ok {
+			return
+		}
+		f, err := strconv.ParseFloat(v, 64)
 		if err == nil {
-			err = fit.ValidMemoryRatio(r)
+			err = valid(f)
 		}
 		if err != nil {
-			bad("GOFIT_MEMORY_RATIO", v, err)
+			bad(name, v, err)
 		} else {
-			c.Options = append(c.Options, gofit.WithMemoryRatio(r))
+			c.Options = append(c.Options, option(f))
 		}
 	}
+	number("GOFIT_MEMORY_RATIO", fit.ValidMemoryRatio, gofit.WithMemoryRatio)
 	if v, ok := lookup("GOFIT_CPU_ROUNDING"); ok {
 		switch v {
 		case "floor":
@@ -76,6 +84,15 @@ func Read(lookup func(string) (string, bool)) Config {
 			bad("GOFIT_GOGC", v, err)
 		} else {
 			c.Options = append(c.Options, gofit.WithGOGC(v))
+		}
+	}
+	number("GOFIT_CPU_REQUEST_FACTOR", fit.ValidCPURequestFactor, gofit.WithCPURequestFactor)
+	if v, ok := lookup("GOFIT_CPU_REQUEST_MIN"); ok {
+		switch v {
+		case "1", "2":
+			c.Options = append(c.Options, gofit.WithCPURequestMin(int(v[0]-'0')))
+		default:
+			bad("GOFIT_CPU_REQUEST_MIN", v, fmt.Errorf("want 1 or 2"))
 		}
 	}
 	if v, ok := lookup("GOFIT_LOG"); ok && v != "" {

@@ -19,6 +19,9 @@ func TestRead(t *testing.T) {
 	if len(c.Options) != 4 || len(c.Errors) != 0 || c.LogLevel != slog.LevelInfo || c.LogOff {
 		t.Fatalf("%d options, level %v off %v, errors %v", len(c.Options), c.LogLevel, c.LogOff, c.Errors)
 	}
+	if c := Read(env("GOFIT_CPU_REQUEST_FACTOR", "1.5", "GOFIT_CPU_REQUEST_MIN", "1")); len(c.Options) != 2 || len(c.Errors) != 0 {
+		t.Errorf("request factor and minimum: %d options, errors %v", len(c.Options), c.Errors)
+	}
 	if c := Read(env("GOFIT_LOG", "OFF")); !c.LogOff {
 		t.Error("GOFIT_LOG=OFF does not silence")
 	}
@@ -34,6 +37,8 @@ func TestReadRejects(t *testing.T) {
 		{"GOFIT_CPU_ROUNDING", "up"},
 		{"GOFIT_GOGC", "-5"}, {"GOFIT_GOGC", "lots"},
 		{"GOFIT_LOG", "loud"},
+		{"GOFIT_CPU_REQUEST_FACTOR", "0"}, {"GOFIT_CPU_REQUEST_FACTOR", "-1"}, {"GOFIT_CPU_REQUEST_FACTOR", "NaN"}, {"GOFIT_CPU_REQUEST_FACTOR", "100"},
+		{"GOFIT_CPU_REQUEST_MIN", "0"}, {"GOFIT_CPU_REQUEST_MIN", "3"},
 	} {
 		c := Read(env(tc.name, tc.value))
 		if len(c.Options) != 0 || len(c.Errors) != 1 || !strings.Contains(c.Errors[0].Error(), tc.name) {

@@ -22,13 +22,18 @@ type Report struct {
 
 // CPUReport is the CPU part of a Report.
 type CPUReport struct {
-	Version          int        `json:"version"`
-	Cgroup           string     `json:"cgroup"`
-	LimitCores       *float64   `json:"limit_cores"`
-	LimitSource      *string    `json:"limit_source"`
-	PeriodUS         *int64     `json:"period_us"`
-	LeafLimitCores   *float64   `json:"leaf_limit_cores"`
-	CPUSetCPUs       *int       `json:"cpuset_cpus"`
+	Version        int      `json:"version"`
+	Cgroup         string   `json:"cgroup"`
+	LimitCores     *float64 `json:"limit_cores"`
+	LimitSource    *string  `json:"limit_source"`
+	PeriodUS       *int64   `json:"period_us"`
+	LeafLimitCores *float64 `json:"leaf_limit_cores"`
+	CPUSetCPUs     *int     `json:"cpuset_cpus"`
+	// RequestCores is the CPU request read from cpu.shares or cpu.weight
+	// (cgroup.CPULimits.RequestCores), Shares and Weight the raw values.
+	RequestCores     *float64   `json:"request_cores"`
+	Shares           *uint64    `json:"shares"`
+	Weight           *uint64    `json:"weight"`
 	AffinityCPUs     int        `json:"affinity_cpus"`
 	UsageSeconds     float64    `json:"usage_seconds"`
 	Periods          uint64     `json:"periods"`
@@ -81,14 +86,13 @@ type PlanReport struct {
 	Unset                []string          `json:"unset"`
 	GOMAXPROCSReason     fit.Reason        `json:"gomaxprocs_reason"`
 	GOMEMLIMITReason     fit.Reason        `json:"gomemlimit_reason"`
-	Reasons              []string          `json:"reasons"`
-	Warnings             []string          `json:"warnings"`
-	WarningCodes         []fit.Warning     `json:"warning_codes"`
+	Reasons              []fit.Note        `json:"reasons"`
+	Warnings             []fit.Note        `json:"warnings"`
 }
 
 func ptr[T any](v T) *T { return &v }
 
-func nonZero[T int | int64 | float64](v T) *T {
+func nonZero[T int | int64 | uint64 | float64](v T) *T {
 	if v == 0 {
 		return nil
 	}
@@ -119,6 +123,7 @@ func New(c *cgroup.Cgroups, l cgroup.Limits, s cgroup.Stats, in fit.Input, p fit
 		Version: l.CPU.Version, Cgroup: l.CPU.Group,
 		LimitCores: nonZero(l.CPU.Quota), LimitSource: nonEmpty(l.CPU.QuotaGroup),
 		LeafLimitCores: nonZero(l.CPU.LeafQuota), CPUSetCPUs: nonZero(l.CPU.CPUSet),
+		RequestCores: nonZero(l.CPU.RequestCores()), Shares: nonZero(l.CPU.Shares), Weight: nonZero(l.CPU.Weight),
 		AffinityCPUs: in.CPUs,
 		UsageSeconds: s.CPU.Usage.Seconds(), Periods: s.CPU.Periods,
 		ThrottledPeriods: s.CPU.ThrottledPeriods, ThrottledSeconds: s.CPU.ThrottledTime.Seconds(),
@@ -142,7 +147,7 @@ func New(c *cgroup.Cgroups, l cgroup.Limits, s cgroup.Stats, in fit.Input, p fit
 		RuntimeGOMAXPROCS: p.RuntimeGOMAXPROCS, RuntimeFollowsCgroup: p.RuntimeFollowsCgroup,
 		Export: map[string]string{}, Unset: append([]string{}, p.Unset...),
 		GOMAXPROCSReason: p.GOMAXPROCSReason, GOMEMLIMITReason: p.GOMEMLIMITReason,
-		Reasons: append([]string{}, p.Reasons...), Warnings: append([]string{}, p.Warnings...), WarningCodes: append([]fit.Warning{}, p.WarningCodes...),
+		Reasons: append([]fit.Note{}, p.Reasons...), Warnings: append([]fit.Note{}, p.Warnings...),
 	}
 	for k, v := range p.Export {
 		r.Plan.Export[k] = v
@@ -175,6 +180,12 @@ func (r Report) WriteText(w io.Writer) error {
 		cpuset = fmt.Sprint(*c.CPUSetCPUs)
 	}
 	fmt.Fprintf(&b, "         cpuset %s CPUs, affinity %d CPUs\n", cpuset, c.AffinityCPUs)
+	switch {
+	case c.RequestCores != nil && c.Shares != nil:
+		fmt.Fprintf(&b, "         request %g cores (cpu.shares %d)\n", *c.RequestCores, *c.Shares)
+	case c.RequestCores != nil && c.Weight != nil:
+		fmt.Fprintf(&b, "         request at most %.3g cores (cpu.weight %d)\n", *c.RequestCores, *c.Weight)
+	}
 	fmt.Fprintf(&b, "         used %.2fs; throttled in %d of %d periods (%.2fs)\n", c.UsageSeconds, c.ThrottledPeriods, c.Periods, c.ThrottledSeconds)
 	if c.Pressure != nil {
 		fmt.Fprintf(&b, "         pressure some %.2f%% (10s) %.2f%% (60s)\n", c.Pressure.SomeAvg10, c.Pressure.SomeAvg60)
@@ -199,11 +210,11 @@ func (r Report) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "  GOGC=%s", *p.GOGC)
 	}
 	fmt.Fprintf(&b, "\n")
-	for _, s := range p.Reasons {
-		fmt.Fprintf(&b, "         - %s\n", s)
+	for _, n := range p.Reasons {
+		fmt.Fprintf(&b, "         - %s\n", n.Text)
 	}
-	for _, s := range p.Warnings {
-		fmt.Fprintf(&b, "warning: %s\n", s)
+	for _, n := range p.Warnings {
+		fmt.Fprintf(&b, "warning: %s [%s]\n", n.Text, n.Code)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -15,11 +15,6 @@ import (
 	"github.com/gofit-dev/gofit/fit"
 )
 
-// KernelAllowance is what gofit budgets for kernel memory charged to a
-// small service's cgroup (page tables, socket buffers, slab) when it cannot
-// measure it, as before the process starts.
-const KernelAllowance = 2 << 20
-
 // ErrNotELF is wrapped by Read's error for a file that is not an ELF
 // executable (a shell script, say).
 var ErrNotELF = errors.New("not an ELF executable")
@@ -30,7 +25,7 @@ type Binary struct {
 	GoVersion      string
 	DefaultGODEBUG string
 	// LoadableBytes is the size of the file's PT_LOAD segments: the most
-	// page cache running it can charge.
+	// page cache its own mappings can charge (most of it cold).
 	LoadableBytes int64
 }
 
@@ -79,11 +74,11 @@ func setting(bi *debug.BuildInfo, key string) string {
 }
 
 // Describe fills in what the binary tells the policy about the process it
-// will become: its runtime, and as unmanaged memory its mapped file pages
-// plus KernelAllowance (before it runs nothing better can be measured).
+// will become: its runtime, and the non-Go memory fit.BinaryNonGo budgets
+// for it (before it runs nothing better can be measured).
 func (b Binary) Describe(in *fit.Input) {
 	in.GoVersion, in.DefaultGODEBUG = b.GoVersion, b.DefaultGODEBUG
 	if b.LoadableBytes > 0 {
-		in.Unmanaged = b.LoadableBytes + KernelAllowance
+		in.NonGo = fit.BinaryNonGo(b.LoadableBytes)
 	}
 }

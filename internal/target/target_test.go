@@ -21,7 +21,7 @@ func TestRead(t *testing.T) {
 	}
 	var in fit.Input
 	b.Describe(&in)
-	if in.GoVersion != b.GoVersion || in.Unmanaged != b.LoadableBytes+KernelAllowance {
+	if in.GoVersion != b.GoVersion || in.NonGo != fit.BinaryNonGo(b.LoadableBytes) || in.NonGo.HotFile > fit.HotFileAllowance {
 		t.Errorf("Describe: %+v", in)
 	}
 

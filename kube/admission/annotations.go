@@ -1,13 +1,16 @@
 package admission
 
 import (
-	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/gofit-dev/gofit/fit"
+	"github.com/gofit-dev/gofit/kube/podplan"
 )
 
 // Annotations the webhook reads and writes on pods.
@@ -30,55 +33,101 @@ const (
 	// below the limit, as `gofit run` does for what it measures.
 	AnnotationNonGoMemory = "gofit.dev/non-go-memory"
 
-	// AnnotationPlan records what the webhook did and why (JSON, Record).
-	AnnotationPlan = "gofit.dev/plan"
+	// AnnotationCPURequestFactor opts a pod in to GOMAXPROCS from its CPU
+	// request where a container has no CPU limit: max(minimum, ceil(request
+	// × factor)) (fit.Options.CPURequestFactor). A factor such as "1" or
+	// "1.5"; "off" switches off a default the webhook was started with
+	// (--cpu-request-factor).
+	AnnotationCPURequestFactor = "gofit.dev/cpu-request-factor"
+
+	// AnnotationPlan records what the webhook did and why (JSON,
+	// podplan.Record).
+	AnnotationPlan = podplan.Annotation
 )
 
-// Mode is how the webhook treats one container.
-type Mode string
+// Mode is how the webhook treats one container (podplan owns the record
+// it is written in).
+type Mode = podplan.Mode
 
 const (
-	ModeEnv  Mode = "env"
-	ModeAuto Mode = "auto"
-	ModeOff  Mode = "off"
+	ModeEnv  = podplan.ModeEnv
+	ModeAuto = podplan.ModeAuto
+	ModeOff  = podplan.ModeOff
 )
 
-// Record is the value of AnnotationPlan.
-type Record struct {
-	Containers []ContainerRecord `json:"containers"`
+// choices are what a pod's annotations ask of the webhook, read in one
+// place for Create and Resize alike.
+type choices struct {
+	optOut bool
+	modes  modes
+	nonGo  map[string]int64
+	pl     planner         // the webhook's, or with the pod's CPU request factor
+	prev   *podplan.Record // what an earlier pass recorded; nil when none or unreadable
+	// warnings are about annotations read in part; err is an annotation
+	// that makes fitting unsafe (a misread mode or non-Go allowance): the
+	// pod is then left alone.
+	warnings []string
+	err      error
 }
 
-// ContainerRecord says what was planned for one container.
-type ContainerRecord struct {
-	Name string `json:"name"`
-	Mode Mode   `json:"mode"`
-	// CPU and Memory are the limits the values were computed for.
-	CPU    string `json:"cpu,omitempty"`
-	Memory string `json:"memory,omitempty"`
-	// Env holds exactly the variables the webhook added; a later pass
-	// recognises them by name and value and leaves them be.
-	Env     map[string]string `json:"env,omitempty"`
-	Reasons []string          `json:"reasons"`
-}
-
-func (r *Record) container(name string) *ContainerRecord {
-	if r == nil {
-		return nil
+// readChoices reads AnnotationInject, AnnotationContainers,
+// AnnotationNonGoMemory, AnnotationCPURequestFactor and AnnotationPlan.
+func readChoices(pod *corev1.Pod, pl planner) choices {
+	ann := pod.Annotations
+	ch := choices{modes: modes{def: ModeEnv}, pl: pl}
+	switch v := ann[AnnotationInject]; v {
+	case "false":
+		ch.optOut = true
+		return ch
+	case "", "true":
+	default:
+		ch.warnings = append(ch.warnings, fmt.Sprintf("annotation %s=%q: want \"false\" to opt the pod out; fitting it", AnnotationInject, v))
 	}
-	for i := range r.Containers {
-		if r.Containers[i].Name == name {
-			return &r.Containers[i]
+	ch.modes, ch.err = parseModes(ann[AnnotationContainers])
+	if ch.err == nil {
+		ch.err = checkNames(AnnotationContainers, keys(ch.modes.byName), pod)
+	}
+	if ch.err == nil {
+		ch.nonGo, ch.err = parseNonGo(ann[AnnotationNonGoMemory])
+	}
+	if ch.err == nil {
+		ch.err = checkNames(AnnotationNonGoMemory, keys(ch.nonGo), pod)
+	}
+	if v, ok := ann[AnnotationCPURequestFactor]; ok {
+		p, err := requestFactor(pl.pol, v)
+		if err != nil {
+			ch.warnings = append(ch.warnings, fmt.Sprintf("annotation %s: %v; using the webhook's setting", AnnotationCPURequestFactor, err))
+		} else {
+			ch.pl.pol = p
 		}
 	}
-	return nil
+	if s, ok := ann[AnnotationPlan]; ok {
+		prev, err := podplan.Parse(s)
+		if err != nil {
+			ch.warnings = append(ch.warnings, fmt.Sprintf("%v; treating every Go variable in the pod as the user's", err))
+		} else {
+			ch.prev = prev
+		}
+	}
+	return ch
 }
 
-func parseRecord(s string) (*Record, error) {
-	var r Record
-	if err := json.Unmarshal([]byte(s), &r); err != nil {
-		return nil, fmt.Errorf("annotation %s: %w", AnnotationPlan, err)
+// requestFactor is pol with the CPU request factor an annotation names.
+func requestFactor(pol fit.Policy, v string) (fit.Policy, error) {
+	opt := pol.Options()
+	if v = strings.TrimSpace(v); v == "off" {
+		opt.CPURequestFactor = 0
+		return fit.New(opt)
 	}
-	return &r, nil
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return pol, fmt.Errorf("%q is not a number or off", v)
+	}
+	if err := fit.ValidCPURequestFactor(f); err != nil {
+		return pol, err
+	}
+	opt.CPURequestFactor = f
+	return fit.New(opt)
 }
 
 // parseList splits "a=x, b=y" into pairs, checking names are container
@@ -148,8 +197,8 @@ func parseNonGo(s string) (map[string]int64, error) {
 	out := map[string]int64{}
 	for name, v := range list {
 		q, err := resource.ParseQuantity(v)
-		if err != nil || q.Sign() < 0 {
-			return nil, fmt.Errorf("annotation %s: %q for %q is not a memory quantity (e.g. 64Mi)", AnnotationNonGoMemory, v, name)
+		if err != nil || q.Sign() < 0 || q.Cmp(maxMemory) > 0 {
+			return nil, fmt.Errorf("annotation %s: %q for %q is not a memory quantity up to 1Ei (e.g. 64Mi)", AnnotationNonGoMemory, v, name)
 		}
 		out[name] = q.Value()
 	}

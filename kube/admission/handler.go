@@ -1,18 +1,21 @@
 package admission
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"mime"
 	"net/http"
 	"time"
 
+	"golang.org/x/sync/semaphore"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // DefaultMaxBody bounds a request body. The API server caps an object at
@@ -20,25 +23,90 @@ import (
 // most two of them (object and oldObject) plus a little envelope.
 const DefaultMaxBody = 7 << 20
 
+// DefaultMaxInFlight is how many reviews of the largest size (MaxBody) are
+// decoded and fitted at once. A review holds its body and the pod decoded
+// from it (oldObject is skipped, not copied): up to about 3 × its size
+// with the garbage of decoding. The slots are counted in bytes, so one
+// slot of 7 MiB also admits a thousand usual pods of a few kB at once.
+// Two keep the webhook inside the 128Mi limit it ships with (measured in
+// docs/results/webhook-memory.md); more reviews only wait.
+const DefaultMaxInFlight = 2
+
+// defaultQueueWait is how long a review waits for a slot when the API
+// server's request names no timeout.
+const defaultQueueWait = time.Second
+
+// Observer is told about every request the Handler answers: its operation
+// (one of Operations), its Outcome and HTTP status code, and how long it
+// took. kube/webhook's Metrics implement it.
+type Observer interface {
+	ObserveAdmission(operation string, outcome Outcome, code int, d time.Duration)
+}
+
+// The operations a review may carry, as they label observations. Anything
+// else a client sends is OperationOther, and a request whose body could not
+// be read at all is OperationUnknown: a label's values come from this fixed
+// set only, whatever a client writes.
+const (
+	OperationOther   = "other"
+	OperationUnknown = "unknown"
+)
+
+// Operations lists every operation label the Handler reports.
+func Operations() []string {
+	return []string{string(admissionv1.Create), string(admissionv1.Update), string(admissionv1.Delete), string(admissionv1.Connect), OperationOther, OperationUnknown}
+}
+
+func operationLabel(op admissionv1.Operation) string {
+	switch op {
+	case admissionv1.Create, admissionv1.Update, admissionv1.Delete, admissionv1.Connect:
+		return string(op)
+	}
+	return OperationOther
+}
+
+// HandlerOptions configure a Handler. The zero value is usable.
+type HandlerOptions struct {
+	Log      *slog.Logger // nil: silent
+	Observer Observer     // nil: none
+	// MaxBody bounds a request body in bytes; 0 means DefaultMaxBody.
+	MaxBody int64
+	// MaxInFlight bounds the work done at once to MaxInFlight reviews of
+	// MaxBody bytes (counted in bytes: each request weighs its
+	// Content-Length, or MaxBody when it names none); 0 means
+	// DefaultMaxInFlight. The others wait (for half the timeout the API
+	// server names, 1 s if none), first come first served, then get 503:
+	// with failurePolicy Ignore the pod starts unfitted, where an
+	// unbounded webhook would be OOM-killed and fit nothing at all.
+	MaxInFlight int
+}
+
 // Handler is the thin HTTP adapter around a Mutator: it decodes an
-// AdmissionReview, bounds its size, recovers panics and always admits.
+// AdmissionReview, bounds its size and the work done at once, recovers
+// panics and always admits.
 type Handler struct {
 	mutator *Mutator
 	log     *slog.Logger
-	metrics *Metrics
+	obs     Observer
 	maxBody int64
+	budget  int64 // bytes of request bodies in work at once
+	inWork  *semaphore.Weighted
 	now     func() time.Time
 }
 
-// NewHandler returns the /mutate handler. log and metrics may be nil.
-func NewHandler(m *Mutator, log *slog.Logger, metrics *Metrics, maxBody int64) *Handler {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+// NewHandler returns the /mutate handler.
+func NewHandler(m *Mutator, o HandlerOptions) *Handler {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
 	}
-	if maxBody <= 0 {
-		maxBody = DefaultMaxBody
+	if o.MaxBody <= 0 {
+		o.MaxBody = DefaultMaxBody
 	}
-	return &Handler{mutator: m, log: log, metrics: metrics, maxBody: maxBody, now: time.Now}
+	if o.MaxInFlight <= 0 {
+		o.MaxInFlight = DefaultMaxInFlight
+	}
+	budget := o.MaxBody * int64(o.MaxInFlight)
+	return &Handler{mutator: m, log: o.Log, obs: o.Observer, maxBody: o.MaxBody, budget: budget, inWork: semaphore.NewWeighted(budget), now: time.Now}
 }
 
 // httpError is a request the webhook cannot answer with an AdmissionReview.
@@ -49,16 +117,35 @@ type httpError struct {
 
 func (e *httpError) Error() string { return e.msg }
 
+func (h *Handler) observe(op string, o Outcome, code int, start time.Time) {
+	if h.obs != nil {
+		h.obs.ObserveAdmission(op, o, code, h.now().Sub(start))
+	}
+}
+
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := h.now()
+	weight, herr := h.acquire(w, r)
+	if herr != nil {
+		o := OutcomeBusy
+		if herr.code != http.StatusServiceUnavailable {
+			o = OutcomeError
+		}
+		h.observe(OperationUnknown, o, herr.code, start)
+		h.log.Warn("admission request not served", "status", herr.code, "error", herr.msg, "remote", r.RemoteAddr)
+		http.Error(w, herr.msg, herr.code)
+		return
+	}
+	defer h.inWork.Release(weight)
 	review, herr := h.decode(w, r)
 	if herr != nil {
-		h.metrics.observe("", OutcomeError, herr.code, h.now().Sub(start))
+		h.observe(OperationUnknown, OutcomeError, herr.code, start)
 		h.log.Warn("bad admission request", "status", herr.code, "error", herr.msg, "remote", r.RemoteAddr)
 		http.Error(w, herr.msg, herr.code)
 		return
 	}
 	req := review.Request
+	op := operationLabel(req.Operation)
 	res := h.review(req)
 	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true, Warnings: res.Warnings}
 	if len(res.Patch) > 0 {
@@ -75,18 +162,88 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	out := admissionv1.AdmissionReview{TypeMeta: review.TypeMeta, Response: resp}
 	body, err := json.Marshal(out)
 	if err != nil {
-		h.metrics.observe(string(req.Operation), OutcomeError, http.StatusInternalServerError, h.now().Sub(start))
+		h.observe(op, OutcomeError, http.StatusInternalServerError, start)
 		http.Error(w, "encode response: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(body)
-	h.metrics.observe(string(req.Operation), res.Outcome, http.StatusOK, h.now().Sub(start))
-	h.log.Debug("admission", "uid", req.UID, "namespace", req.Namespace, "name", podName(req), "operation", req.Operation,
+	h.observe(op, res.Outcome, http.StatusOK, start)
+	h.log.Debug("admission", "uid", req.UID, "namespace", req.Namespace, "name", podName(req), "operation", op,
 		"subresource", req.SubResource, "outcome", res.Outcome, "patch_ops", len(res.Patch), "warnings", len(res.Warnings))
 }
 
-func (h *Handler) decode(w http.ResponseWriter, r *http.Request) (*admissionv1.AdmissionReview, *httpError) {
+// acquire takes the request's weight (its announced size, or MaxBody)
+// from the in-work budget before anything of the body is read, so that
+// waiting requests hold no decoded memory.
+func (h *Handler) acquire(w http.ResponseWriter, r *http.Request) (int64, *httpError) {
+	if r.ContentLength > h.maxBody {
+		return 0, &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", h.maxBody)}
+	}
+	weight := h.maxBody
+	if r.ContentLength >= 0 {
+		weight = min(r.ContentLength+1, h.maxBody) // an empty body still takes a share
+	}
+	if h.inWork.TryAcquire(weight) {
+		return weight, nil
+	}
+	wait := defaultQueueWait
+	// The API server appends ?timeout=Ns (the webhook's timeoutSeconds):
+	// answer before it gives up, so the refusal is seen and counted.
+	if d, err := time.ParseDuration(r.URL.Query().Get("timeout")); err == nil && d > 0 {
+		wait = min(d/2, 15*time.Second)
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), wait)
+	defer cancel()
+	if err := h.inWork.Acquire(ctx, weight); err != nil {
+		w.Header().Set("Retry-After", "1")
+		return 0, &httpError{http.StatusServiceUnavailable, fmt.Sprintf("%d bytes of admission reviews in work; no room for %d more within %v", h.budget, weight, wait)}
+	}
+	return weight, nil
+}
+
+// reviewIn is the part of an AdmissionReview the webhook reads. oldObject,
+// userInfo and options are not declared, so the decoder steps over them
+// without keeping a byte, and the object is decoded straight into a Pod
+// rather than copied into a RawExtension first: one review holds its body
+// and one decoded pod, never three copies of the object.
+type reviewIn struct {
+	metav1.TypeMeta `json:",inline"`
+	Request         *requestIn `json:"request"`
+}
+
+type requestIn struct {
+	UID         types.UID                   `json:"uid"`
+	Resource    metav1.GroupVersionResource `json:"resource"`
+	SubResource string                      `json:"subResource,omitempty"`
+	Name        string                      `json:"name,omitempty"`
+	Namespace   string                      `json:"namespace,omitempty"`
+	Operation   admissionv1.Operation       `json:"operation"`
+	Object      podObject                   `json:"object"`
+}
+
+// podObject decodes a review's object as a Pod, keeping a decoding error
+// for the mutation to report (an unreadable pod is admitted with a
+// warning, not refused with a 400).
+type podObject struct {
+	pod *corev1.Pod
+	err error
+}
+
+func (p *podObject) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
+	var pod corev1.Pod
+	if err := json.Unmarshal(b, &pod); err != nil {
+		p.err = err
+		return nil
+	}
+	p.pod = &pod
+	return nil
+}
+
+func (h *Handler) decode(w http.ResponseWriter, r *http.Request) (*reviewIn, *httpError) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		return nil, &httpError{http.StatusMethodNotAllowed, "method " + r.Method + " not allowed: POST an AdmissionReview"}
@@ -96,19 +253,25 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request) (*admissionv1.A
 			return nil, &httpError{http.StatusUnsupportedMediaType, fmt.Sprintf("content type %q: want application/json", ct)}
 		}
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return nil, &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", h.maxBody)}
+	tooBig := &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", h.maxBody)}
+	// One buffer of the announced size: io.ReadAll would grow it by
+	// doubling, leaving up to twice the body in garbage behind.
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength) + bytes.MinRead)
+	}
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, h.maxBody)); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, tooBig
 		}
 		return nil, &httpError{http.StatusBadRequest, "read body: " + err.Error()}
 	}
-	if len(body) == 0 {
+	if buf.Len() == 0 {
 		return nil, &httpError{http.StatusBadRequest, "empty body: POST an AdmissionReview"}
 	}
-	var review admissionv1.AdmissionReview
-	if err := json.Unmarshal(body, &review); err != nil {
+	var review reviewIn
+	if err := json.Unmarshal(buf.Bytes(), &review); err != nil {
 		return nil, &httpError{http.StatusBadRequest, "decode AdmissionReview: " + err.Error()}
 	}
 	if gv := admissionv1.SchemeGroupVersion.String(); review.APIVersion != gv || review.Kind != "AdmissionReview" {
@@ -125,7 +288,7 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request) (*admissionv1.A
 
 // review runs the mutator on one request. Whatever goes wrong, including a
 // panic, the pod is admitted unchanged: this webhook must never block one.
-func (h *Handler) review(req *admissionv1.AdmissionRequest) (res Result) {
+func (h *Handler) review(req *requestIn) (res Result) {
 	defer func() {
 		if p := recover(); p != nil {
 			h.log.Error("panic in admission; pod admitted unchanged", "uid", req.UID, "panic", fmt.Sprint(p))
@@ -141,18 +304,21 @@ func (h *Handler) review(req *admissionv1.AdmissionRequest) (res Result) {
 	default:
 		return Result{Outcome: OutcomeIgnored}
 	}
-	var pod corev1.Pod
-	if err := json.Unmarshal(req.Object.Raw, &pod); err != nil {
+	pod, err := req.Object.pod, req.Object.err
+	if err == nil && pod == nil {
+		err = errors.New("the review has no object")
+	}
+	if err != nil {
 		h.log.Error("decode pod; admitted unchanged", "uid", req.UID, "error", err)
 		return Result{Outcome: OutcomeError, Warnings: []string{"gofit webhook could not read the pod (" + err.Error() + "); nothing injected"}}
 	}
 	if req.Operation == admissionv1.Update {
-		return h.mutator.Resize(&pod)
+		return h.mutator.Resize(pod)
 	}
-	return h.mutator.Create(&pod)
+	return h.mutator.Create(pod)
 }
 
-func podName(req *admissionv1.AdmissionRequest) string {
+func podName(req *requestIn) string {
 	if req.Name != "" {
 		return req.Name
 	}

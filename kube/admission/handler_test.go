@@ -3,17 +3,22 @@ package admission
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/gofit-dev/gofit/fit"
 )
 
 func TestBadRequests(t *testing.T) {
-	h := newHandler(t, Options{})
+	h := newHandler(t, fit.Options{})
 	h.maxBody = 4 << 10
 	good := review(t, podOf("p", ctr("app", "1", "1Gi")), admissionv1.Create, "")
 	cases := []struct {
@@ -52,7 +57,7 @@ func TestBadRequests(t *testing.T) {
 
 // Anything that goes wrong inside still admits the pod, unchanged.
 func TestAlwaysAllowed(t *testing.T) {
-	h := newHandler(t, Options{})
+	h := newHandler(t, fit.Options{})
 	body := review(t, podOf("p", ctr("app", "1", "1Gi")), admissionv1.Create, "")
 
 	// A pod the webhook cannot read.
@@ -68,12 +73,12 @@ func TestAlwaysAllowed(t *testing.T) {
 	}
 
 	// A panic inside the mutator (a nil one panics on first use).
-	broken := NewHandler(nil, nil, NewMetrics(), 0)
+	broken := NewHandler(nil, HandlerOptions{Observer: &observations{}})
 	code, resp, raw = post(t, broken, body)
 	if code != 200 || !resp.Allowed || len(resp.Patch) != 0 || string(resp.UID) != "uid-p" {
 		t.Errorf("panic: %d %s", code, raw)
 	}
-	if got := counter(t, broken.metrics, "CREATE", "error"); got != 1 {
+	if got := broken.obs.(*observations).count("CREATE", OutcomeError); got != 1 {
 		t.Errorf("error outcome counted %v times", got)
 	}
 
@@ -92,38 +97,14 @@ func TestAlwaysAllowed(t *testing.T) {
 			t.Errorf("ignored request: %d %s", code, raw)
 		}
 	}
-	if got := counter(t, h.metrics, "UPDATE", "ignored"); got != 1 {
+	if got := h.obs.(*observations).count("UPDATE", OutcomeIgnored); got != 1 {
 		t.Errorf("ignored UPDATEs counted %v times", got)
 	}
 }
 
-func counter(t *testing.T, m *Metrics, op, outcome string) float64 {
-	t.Helper()
-	fams, err := m.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n float64
-	for _, f := range fams {
-		if f.GetName() != "gofit_webhook_admissions_total" {
-			continue
-		}
-		for _, s := range f.Metric {
-			labels := map[string]string{}
-			for _, l := range s.Label {
-				labels[l.GetName()] = l.GetValue()
-			}
-			if labels["operation"] == op && labels["outcome"] == outcome {
-				n += s.Counter.GetValue()
-			}
-		}
-	}
-	return n
-}
-
 // The response envelope is exactly what the API server expects.
 func TestResponseEnvelope(t *testing.T) {
-	h := newHandler(t, Options{})
+	h := newHandler(t, fit.Options{})
 	req := httptest.NewRequest(http.MethodPost, "/mutate", bytes.NewReader(review(t, podOf("p", ctr("app", "1", "1Gi")), admissionv1.Create, "")))
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
@@ -135,5 +116,85 @@ func TestResponseEnvelope(t *testing.T) {
 	if m["apiVersion"] != "admission.k8s.io/v1" || m["kind"] != "AdmissionReview" || resp["uid"] != "uid-p" ||
 		resp["allowed"] != true || resp["patchType"] != "JSONPatch" || rec.Header().Get("Content-Type") != "application/json" {
 		t.Errorf("envelope %s", rec.Body.String())
+	}
+}
+
+// A client chooses the operation it writes; what the handler reports stays
+// in the fixed set, so no label can grow with made-up values.
+func TestOperationLabelsFixed(t *testing.T) {
+	h := newHandler(t, fit.Options{})
+	obs := h.obs.(*observations)
+	body := review(t, podOf("p", ctr("app", "1", "1Gi")), admissionv1.Create, "")
+	var r admissionv1.AdmissionReview
+	if err := json.Unmarshal(body, &r); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 300 {
+		r.Request.Operation = admissionv1.Operation(fmt.Sprintf("MADE-UP-%d", i))
+		b, _ := json.Marshal(r)
+		if code, resp, raw := post(t, h, b); code != 200 || !resp.Allowed || len(resp.Patch) != 0 {
+			t.Fatalf("made-up operation: %d %s", code, raw)
+		}
+	}
+	seen := map[string]bool{}
+	for _, o := range obs.list {
+		seen[o.op] = true
+		if !slices.Contains(Operations(), o.op) {
+			t.Errorf("reported operation %q, not one of %v", o.op, Operations())
+		}
+	}
+	if got := obs.count(OperationOther, OutcomeIgnored); got != 300 {
+		t.Errorf("%d made-up operations reported as %q, want 300", got, OperationOther)
+	}
+}
+
+// Reviews in work at once are bounded in bytes: while one review of the
+// largest size is being read, another waits for room, and is refused with
+// 503 (counted as busy) when none comes within half the API server's
+// timeout; once the first is done, it is served.
+func TestInFlightBound(t *testing.T) {
+	const maxBody = 64 << 10
+	obs := &observations{}
+	h := NewHandler(NewMutator(fit.Policy{}), HandlerOptions{Observer: obs, MaxBody: maxBody, MaxInFlight: 1})
+	pr, pw := io.Pipe()
+	big := httptest.NewRequest(http.MethodPost, "/mutate", pr)
+	big.ContentLength = maxBody
+	bigDone := make(chan int)
+	go func() {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, big)
+		bigDone <- rec.Code
+	}()
+	// The write returns once the handler reads: it holds its share now.
+	wrote := make(chan error, 1)
+	go func() { _, err := pw.Write([]byte(`{"apiVersion":`)); wrote <- err }()
+	select {
+	case err := <-wrote:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case code := <-bigDone:
+		t.Fatalf("the large review was answered (%d) without reading its body", code)
+	}
+	small := review(t, podOf("p", ctr("app", "1", "1Gi")), admissionv1.Create, "")
+	send := func() *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, "/mutate?timeout=20ms", bytes.NewReader(small))
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	if rec := send(); rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
+		t.Errorf("a review while the budget is taken: %d %q", rec.Code, rec.Body.String())
+	}
+	if n := obs.count(OperationUnknown, OutcomeBusy); n != 1 {
+		t.Errorf("%d busy refusals counted, want 1", n)
+	}
+	_ = pw.CloseWithError(io.ErrUnexpectedEOF)
+	if code := <-bigDone; code != http.StatusBadRequest {
+		t.Errorf("the truncated large review: %d", code)
+	}
+	if rec := send(); rec.Code != http.StatusOK {
+		t.Errorf("a review after the budget is free: %d %q", rec.Code, rec.Body.String())
 	}
 }

@@ -5,44 +5,27 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
+	"time"
 
 	jsonpatch "github.com/evanphx/json-patch/v5"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gofit-dev/gofit/kube/podplan"
+
+	"github.com/gofit-dev/gofit/fit"
+	"github.com/gofit-dev/gofit/kube/admission/admissiontest"
 )
 
-// review wraps a pod in an AdmissionReview for CREATE (or UPDATE on
-// pods/resize when sub is "resize").
-func review(t testing.TB, pod *corev1.Pod, op admissionv1.Operation, sub string) []byte {
-	t.Helper()
-	raw, err := json.Marshal(pod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := admissionv1.AdmissionReview{
-		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
-		Request: &admissionv1.AdmissionRequest{
-			UID:         types.UID("uid-" + pod.Name),
-			Kind:        metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
-			Resource:    metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
-			SubResource: sub,
-			Namespace:   "default",
-			Name:        pod.Name,
-			Operation:   op,
-			Object:      runtime.RawExtension{Raw: raw},
-		},
-	}
-	b, err := json.Marshal(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
+var (
+	review = admissiontest.Review
+	ctr    = admissiontest.Container
+	podOf  = admissiontest.Pod
+	env    = admissiontest.Env
+	envOf  = admissiontest.EnvOf
+)
 
 // post sends body to h and returns the status, the decoded response (nil
 // unless 200) and the raw body.
@@ -107,61 +90,53 @@ func applyPatch(t testing.TB, pod *corev1.Pod, resp *admissionv1.AdmissionRespon
 	return &out
 }
 
-func newHandler(t testing.TB, opt Options) *Handler {
+func newHandler(t testing.TB, opt fit.Options) *Handler {
 	t.Helper()
-	m, err := NewMutator(opt)
+	pol, err := fit.New(opt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return NewHandler(m, nil, NewMetrics(), 0)
+	return NewHandler(NewMutator(pol), HandlerOptions{Observer: &observations{}})
 }
 
-// ctr builds a container with limits ("" for none) and env.
-func ctr(name, cpu, mem string, env ...corev1.EnvVar) corev1.Container {
-	c := corev1.Container{Name: name, Image: "example.com/app:1", Env: env}
-	if cpu != "" || mem != "" {
-		c.Resources.Limits = corev1.ResourceList{}
-	}
-	if cpu != "" {
-		c.Resources.Limits[corev1.ResourceCPU] = resource.MustParse(cpu)
-	}
-	if mem != "" {
-		c.Resources.Limits[corev1.ResourceMemory] = resource.MustParse(mem)
-	}
-	return c
+// observations records what a Handler reports.
+type observations struct {
+	mu   sync.Mutex
+	list []observation
 }
 
-func podOf(name string, cs ...corev1.Container) *corev1.Pod {
-	return &corev1.Pod{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       corev1.PodSpec{Containers: cs},
-	}
+type observation struct {
+	op      string
+	outcome Outcome
+	code    int
 }
 
-func env(name, value string) corev1.EnvVar { return corev1.EnvVar{Name: name, Value: value} }
+func (o *observations) ObserveAdmission(op string, outcome Outcome, code int, _ time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.list = append(o.list, observation{op, outcome, code})
+}
 
-// envOf returns a container's env as a map of literal values; valueFrom
-// entries map to "<from>".
-func envOf(c corev1.Container) map[string]string {
-	out := map[string]string{}
-	for _, e := range c.Env {
-		if e.ValueFrom != nil {
-			out[e.Name] = "<from>"
-		} else {
-			out[e.Name] = e.Value
+// count is how many observations had op and outcome.
+func (o *observations) count(op string, outcome Outcome) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for _, x := range o.list {
+		if x.op == op && x.outcome == outcome {
+			n++
 		}
 	}
-	return out
+	return n
 }
 
-func record(t testing.TB, pod *corev1.Pod) *Record {
+func record(t testing.TB, pod *corev1.Pod) *podplan.Record {
 	t.Helper()
 	s, ok := pod.Annotations[AnnotationPlan]
 	if !ok {
 		t.Fatalf("no %s annotation", AnnotationPlan)
 	}
-	r, err := parseRecord(s)
+	r, err := podplan.Parse(s)
 	if err != nil {
 		t.Fatal(err)
 	}

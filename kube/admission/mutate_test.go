@@ -9,6 +9,8 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/gofit-dev/gofit/fit"
 )
 
 func TestQuantities(t *testing.T) {
@@ -17,23 +19,23 @@ func TestQuantities(t *testing.T) {
 		ceil     bool
 		want     map[string]string
 	}{
-		{cpu: "250m", want: map[string]string{"GOMAXPROCS": "1"}},
-		{cpu: "1.5", want: map[string]string{"GOMAXPROCS": "1"}},
-		{cpu: "1.5", ceil: true, want: map[string]string{"GOMAXPROCS": "2"}},
-		{cpu: "2000m", want: map[string]string{"GOMAXPROCS": "2"}},
-		{cpu: "3", want: map[string]string{"GOMAXPROCS": "3"}},
+		{cpu: "250m", want: map[string]string{"GOMAXPROCS": "1", "GOFIT_RUN": "GOMAXPROCS=1"}},
+		{cpu: "1.5", want: map[string]string{"GOMAXPROCS": "1", "GOFIT_RUN": "GOMAXPROCS=1"}},
+		{cpu: "1.5", ceil: true, want: map[string]string{"GOMAXPROCS": "2", "GOFIT_RUN": "GOMAXPROCS=2"}},
+		{cpu: "2000m", want: map[string]string{"GOMAXPROCS": "2", "GOFIT_RUN": "GOMAXPROCS=2"}},
+		{cpu: "3", want: map[string]string{"GOMAXPROCS": "3", "GOFIT_RUN": "GOMAXPROCS=3"}},
 		// More cores than this machine has: the pod's limit alone decides.
-		{cpu: "64", want: map[string]string{"GOMAXPROCS": "64"}},
-		{mem: "1e9", want: map[string]string{"GOMEMLIMIT": "900000000"}},
-		{mem: "128974848", want: map[string]string{"GOMEMLIMIT": "108167168"}},
-		{mem: "1Gi", want: map[string]string{"GOMEMLIMIT": "966367641"}},
-		{mem: "1G", want: map[string]string{"GOMEMLIMIT": "900000000"}},
-		{cpu: "250m", mem: "512Mi", want: map[string]string{"GOMAXPROCS": "1", "GOMEMLIMIT": "483183820"}},
+		{cpu: "64", want: map[string]string{"GOMAXPROCS": "64", "GOFIT_RUN": "GOMAXPROCS=64"}},
+		{mem: "1e9", want: map[string]string{"GOMEMLIMIT": "900000000", "GOFIT_RUN": "GOMEMLIMIT=900000000"}},
+		{mem: "128974848", want: map[string]string{"GOMEMLIMIT": "114458624", "GOFIT_RUN": "GOMEMLIMIT=114458624"}},
+		{mem: "1Gi", want: map[string]string{"GOMEMLIMIT": "966367641", "GOFIT_RUN": "GOMEMLIMIT=966367641"}},
+		{mem: "1G", want: map[string]string{"GOMEMLIMIT": "900000000", "GOFIT_RUN": "GOMEMLIMIT=900000000"}},
+		{cpu: "250m", mem: "512Mi", want: map[string]string{"GOMAXPROCS": "1", "GOMEMLIMIT": "483183820", "GOFIT_RUN": "GOMAXPROCS=1,GOMEMLIMIT=483183820"}},
 		{want: map[string]string{}}, // no limit, no variable
 	}
 	for _, c := range cases {
 		t.Run(c.cpu+"/"+c.mem, func(t *testing.T) {
-			h := newHandler(t, Options{Ceil: c.ceil})
+			h := newHandler(t, fit.Options{Rounding: rounding(c.ceil)})
 			got, resp := admit(t, h, podOf("p", ctr("app", c.cpu, c.mem)))
 			if e := envOf(got.Spec.Containers[0]); !reflect.DeepEqual(e, c.want) {
 				t.Errorf("env %v, want %v", e, c.want)
@@ -49,8 +51,15 @@ func TestQuantities(t *testing.T) {
 	}
 }
 
+func rounding(ceil bool) fit.Rounding {
+	if ceil {
+		return fit.Ceil
+	}
+	return fit.Floor
+}
+
 func TestMemoryRatioAndNonGo(t *testing.T) {
-	h := newHandler(t, Options{MemoryRatio: 0.8})
+	h := newHandler(t, fit.Options{MemoryRatio: 0.8})
 	got, _ := admit(t, h, podOf("p", ctr("app", "", "1000M")))
 	if v := envOf(got.Spec.Containers[0])["GOMEMLIMIT"]; v != "800000000" {
 		t.Errorf("ratio 0.8 of 1000M: GOMEMLIMIT=%s", v)
@@ -59,7 +68,7 @@ func TestMemoryRatioAndNonGo(t *testing.T) {
 	// 1Gi less 200Mi declared non-Go memory and a 1/32 margin: 792Mi.
 	p := podOf("p", ctr("app", "", "1Gi"), ctr("other", "", "1Gi"))
 	p.Annotations = map[string]string{AnnotationNonGoMemory: "app=200Mi"}
-	got, _ = admit(t, newHandler(t, Options{}), p)
+	got, _ = admit(t, newHandler(t, fit.Options{}), p)
 	if v := envOf(got.Spec.Containers[0])["GOMEMLIMIT"]; v != "830472192" {
 		t.Errorf("non-Go 200Mi of 1Gi: GOMEMLIMIT=%s, want 830472192", v)
 	}
@@ -69,16 +78,12 @@ func TestMemoryRatioAndNonGo(t *testing.T) {
 	// The floor: never below a quarter of the limit.
 	p = podOf("p", ctr("app", "", "1Gi"))
 	p.Annotations = map[string]string{AnnotationNonGoMemory: "app=1000Mi"}
-	got, resp := admit(t, newHandler(t, Options{}), p)
+	got, resp := admit(t, newHandler(t, fit.Options{}), p)
 	if v := envOf(got.Spec.Containers[0])["GOMEMLIMIT"]; v != "268435456" {
 		t.Errorf("non-Go 1000Mi of 1Gi: GOMEMLIMIT=%s, want a quarter", v)
 	}
 	if !hasWarning(resp.Warnings, "little for the Go heap") {
 		t.Errorf("warnings %q", resp.Warnings)
-	}
-
-	if _, err := NewMutator(Options{MemoryRatio: 1.2}); err == nil {
-		t.Error("ratio 1.2 accepted")
 	}
 }
 
@@ -87,11 +92,11 @@ func TestInitContainersAndSidecars(t *testing.T) {
 	p := podOf("p", ctr("app", "2", "1Gi"))
 	p.Spec.InitContainers = []corev1.Container{ctr("migrate", "1", "256Mi"), ctr("proxy", "500m", "128Mi")}
 	p.Spec.InitContainers[1].RestartPolicy = &always
-	got, _ := admit(t, newHandler(t, Options{}), p)
+	got, _ := admit(t, newHandler(t, fit.Options{}), p)
 	if e := envOf(got.Spec.InitContainers[0]); len(e) != 0 {
 		t.Errorf("run-to-completion init container got %v", e)
 	}
-	if e := envOf(got.Spec.InitContainers[1]); e["GOMAXPROCS"] != "1" || e["GOMEMLIMIT"] != "113246208" {
+	if e := envOf(got.Spec.InitContainers[1]); e["GOMAXPROCS"] != "1" || e["GOMEMLIMIT"] != "119537664" {
 		t.Errorf("sidecar env %v", e)
 	}
 	if e := envOf(got.Spec.Containers[0]); e["GOMAXPROCS"] != "2" || e["GOMEMLIMIT"] != "966367641" {
@@ -103,7 +108,7 @@ func TestInitContainersAndSidecars(t *testing.T) {
 }
 
 func TestUserEnvIsTheirs(t *testing.T) {
-	h := newHandler(t, Options{})
+	h := newHandler(t, fit.Options{})
 	// A user GOMAXPROCS does not stop GOMEMLIMIT, and is never overwritten.
 	got, resp := admit(t, h, podOf("p", ctr("app", "2", "1Gi", env("FOO", "1"), env("GOMAXPROCS", "8"))))
 	e := envOf(got.Spec.Containers[0])
@@ -155,7 +160,7 @@ func TestUserEnvIsTheirs(t *testing.T) {
 }
 
 func TestWarnings(t *testing.T) {
-	h := newHandler(t, Options{})
+	h := newHandler(t, fit.Options{})
 	cases := []struct {
 		name string
 		pod  *corev1.Pod
@@ -192,7 +197,7 @@ func TestWarnings(t *testing.T) {
 }
 
 func TestOptOutAndModes(t *testing.T) {
-	h := newHandler(t, Options{})
+	h := newHandler(t, fit.Options{})
 	p := optOut(podOf("p", ctr("app", "2", "1Gi")))
 	got, resp := admit(t, h, p)
 	if len(resp.Patch) != 0 || len(envOf(got.Spec.Containers[0])) != 0 {
@@ -201,7 +206,7 @@ func TestOptOutAndModes(t *testing.T) {
 
 	p = withAnn(podOf("p", ctr("app", "2", "1Gi"), ctr("auto", "2", "1Gi"), ctr("proxy", "1", "64Mi")), AnnotationContainers, "auto=auto, proxy=off")
 	got, _ = admit(t, h, p)
-	if e := envOf(got.Spec.Containers[0]); len(e) != 2 {
+	if e := envOf(got.Spec.Containers[0]); len(e) != 3 || e[fit.MarkerVar] != "GOMAXPROCS=2,GOMEMLIMIT=966367641" {
 		t.Errorf("app env %v", e)
 	}
 	for _, i := range []int{1, 2} {
@@ -216,7 +221,7 @@ func TestOptOutAndModes(t *testing.T) {
 
 	// "*" sets the default.
 	got, _ = admit(t, h, withAnn(podOf("p", ctr("app", "2", "1Gi"), ctr("b", "2", "1Gi")), AnnotationContainers, "*=off,b=env"))
-	if len(envOf(got.Spec.Containers[0])) != 0 || len(envOf(got.Spec.Containers[1])) != 2 {
+	if len(envOf(got.Spec.Containers[0])) != 0 || len(envOf(got.Spec.Containers[1])) != 3 {
 		t.Errorf("*=off,b=env: %v %v", got.Spec.Containers[0].Env, got.Spec.Containers[1].Env)
 	}
 
@@ -241,7 +246,7 @@ func TestPodLevelLimits(t *testing.T) {
 	p := podOf("p", ctr("app", "", ""), ctr("small", "500m", "256Mi"))
 	p.Spec.Resources = &corev1.ResourceRequirements{Limits: corev1.ResourceList{
 		corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("1Gi")}}
-	got, _ := admit(t, newHandler(t, Options{}), p)
+	got, _ := admit(t, newHandler(t, fit.Options{}), p)
 	if e := envOf(got.Spec.Containers[0]); e["GOMAXPROCS"] != "2" || e["GOMEMLIMIT"] != "966367641" {
 		t.Errorf("pod-level limits only: %v", e)
 	}
@@ -251,7 +256,7 @@ func TestPodLevelLimits(t *testing.T) {
 }
 
 func TestIdempotent(t *testing.T) {
-	h := newHandler(t, Options{})
+	h := newHandler(t, fit.Options{})
 	always := corev1.ContainerRestartPolicyAlways
 	p := podOf("p", ctr("app", "1500m", "1Gi", env("A", "1")), ctr("bare", "", ""), ctr("user", "2", "1Gi", env("GOMAXPROCS", "2")))
 	p.Spec.InitContainers = []corev1.Container{ctr("proxy", "250m", "64Mi")}
@@ -273,7 +278,7 @@ func TestIdempotent(t *testing.T) {
 	// value it added, and only that.
 	once.Spec.Containers[0].Resources.Limits[corev1.ResourceCPU] = resource.MustParse("3")
 	again, resp := admit(t, h, once)
-	if e := envOf(again.Spec.Containers[0]); e["GOMAXPROCS"] != "3" || e["A"] != "1" || len(again.Spec.Containers[0].Env) != 3 {
+	if e := envOf(again.Spec.Containers[0]); e["GOMAXPROCS"] != "3" || e["A"] != "1" || e[fit.MarkerVar] != "GOMAXPROCS=3,GOMEMLIMIT=966367641" || len(again.Spec.Containers[0].Env) != 4 {
 		t.Errorf("after a limit change: %v (patch %s)", again.Spec.Containers[0].Env, resp.Patch)
 	}
 	// ...and a value the user changed afterwards is theirs.
@@ -285,7 +290,7 @@ func TestIdempotent(t *testing.T) {
 }
 
 func TestResize(t *testing.T) {
-	h := newHandler(t, Options{})
+	h := newHandler(t, fit.Options{})
 	created, _ := admit(t, h, podOf("p", ctr("app", "1500m", "1Gi"), ctr("auto", "1", "1Gi")))
 
 	resize := func(pod *corev1.Pod) *admissionv1.AdmissionResponse {
@@ -306,7 +311,7 @@ func TestResize(t *testing.T) {
 	up.Spec.Containers[0].Resources.Limits[corev1.ResourceMemory] = resource.MustParse("512Mi")
 	w := resize(up).Warnings
 	if !hasWarning(w, `container "app": GOMAXPROCS=1 was set for the limits at creation (cpu 1500m, memory 1Gi); gofit would now set 4`) ||
-		!hasWarning(w, "GOMEMLIMIT=966367641 was set") || !hasWarning(w, "recreate the pod") || !hasWarning(w, "gofit/auto") {
+		!hasWarning(w, "GOMEMLIMIT=966367641 was set") || !hasWarning(w, "until the pod is recreated") || !hasWarning(w, "gofit/auto") {
 		t.Errorf("resize warnings %q", w)
 	}
 	for _, s := range w {
@@ -336,7 +341,7 @@ func withAnn(p *corev1.Pod, k, v string) *corev1.Pod {
 }
 
 func TestRecordIsJSON(t *testing.T) {
-	got, _ := admit(t, newHandler(t, Options{}), podOf("p", ctr("app", "250m", "1Gi")))
+	got, _ := admit(t, newHandler(t, fit.Options{}), podOf("p", ctr("app", "250m", "1Gi")))
 	var r map[string]any
 	if err := json.Unmarshal([]byte(got.Annotations[AnnotationPlan]), &r); err != nil {
 		t.Fatal(err)

@@ -1,11 +1,12 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sort"
-	"strconv"
 	"sync"
 	"time"
 
@@ -23,6 +24,15 @@ type Options struct {
 	Policy memqos.Policy
 	// MaxProtectedRatio caps the node's total memory.min (default 0.8).
 	MaxProtectedRatio float64
+	// KernelRelease is the node's kernel (uname -r); below 5.9 memory.high
+	// stays at max. Empty: a kernel known to be 5.9 or later.
+	KernelRelease string
+	// Kubelet is what the kubelet's configuration says of its own Memory
+	// QoS (ParseKubeletConfig). Where it is active, or where the values
+	// the kubelet wrote show it, the agent writes nothing unless
+	// TakeOverKubelet is set.
+	Kubelet         KubeletQoS
+	TakeOverKubelet bool
 	// DryRun plans and compares but writes nothing (plan mode).
 	DryRun bool
 	Log    *slog.Logger // nil: silent
@@ -38,6 +48,7 @@ type Agent struct {
 	opts   Options
 	log    *slog.Logger
 	mu     sync.Mutex // one reconcile at a time
+	health health
 }
 
 // New returns an Agent for the cgroups described by layout.
@@ -60,9 +71,18 @@ type State struct {
 	Config     *memqos.Config
 	Namespaces memqos.Namespaces
 	NodeLabels map[string]string
-	// NodeAllocatable is the node's allocatable memory in bytes.
+	// NodeAllocatable is the node's allocatable memory in bytes; without
+	// it the pass is skipped.
 	NodeAllocatable int64
 }
+
+// Why a pass wrote nothing (Report.Skip, and the reason label of
+// gofit_node_skipped_reconciles_total).
+const (
+	SkipNoAllocatable = "no_allocatable"
+	SkipBadInput      = "bad_input"
+	SkipKubeletQoS    = "kubelet_memory_qos"
+)
 
 // Report is what one reconcile planned and did.
 type Report struct {
@@ -70,6 +90,13 @@ type Report struct {
 	Apply    manage.ApplyResult
 	Result   memqos.Result
 	Strategy string // the node strategy used, if any
+	// Skip is set when the pass wrote nothing (SkipNoAllocatable, ...),
+	// and SkipReason says why in words.
+	Skip       string
+	SkipReason string
+	// Kubelet says why the kubelet's own Memory QoS is taken to be on,
+	// when it is (also when the agent takes over).
+	Kubelet  string
 	Warnings []string
 	Duration time.Duration
 }
@@ -77,14 +104,23 @@ type Report struct {
 // Reconcile plans every value and applies the changed ones. Pods whose
 // cgroups do not exist (yet, or any more) are skipped; pod cgroups the
 // API no longer knows, or whose pod has finished, get kernel defaults back.
+// Without the node's allocatable memory, or where the kubelet's own Memory
+// QoS writes the same files, it writes nothing and says why.
 func (a *Agent) Reconcile(st State) Report {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	start := time.Now()
 	var rep Report
+	defer func() {
+		rep.Duration = time.Since(start)
+		a.health.passed(start, rep.Skip, rep.SkipReason)
+		if m := a.opts.Metrics; m != nil {
+			m.observe(&rep)
+		}
+	}()
 	strategy, name := st.Config.ForNode(st.NodeLabels)
 	rep.Strategy = name
-	res := memqos.Compute(memqos.Input{
+	res, err := memqos.Compute(memqos.Input{
 		Pods:              st.Pods,
 		Strategy:          strategy,
 		Namespaces:        st.Namespaces,
@@ -93,15 +129,23 @@ func (a *Agent) Reconcile(st State) Report {
 		MaxProtectedRatio: a.opts.MaxProtectedRatio,
 		CgroupVersion:     a.layout.Version,
 		PageSize:          int64(os.Getpagesize()),
+		KernelRelease:     a.opts.KernelRelease,
 	})
+	if err != nil {
+		// Fail closed: a plan without the node's size has no cap and no
+		// throttle for pods without a limit.
+		rep.Skip, rep.SkipReason = SkipBadInput, "no values planned: "+err.Error()
+		if errors.Is(err, memqos.ErrNoAllocatable) {
+			rep.Skip = SkipNoAllocatable
+		}
+		return rep
+	}
 	rep.Result = res
 	rep.Warnings = append(rep.Warnings, res.Warnings...)
 
 	l := a.layout
 	add := func(p string, level memqos.Level, ss []memqos.Setting) {
-		for _, s := range ss {
-			rep.Values = append(rep.Values, manage.Value{Dir: l.dir(p), File: s.File, Value: s.Value, Level: int(level), Reason: s.Reason})
-		}
+		rep.Values = append(rep.Values, memqos.Values(l.dir(p), level, ss)...)
 	}
 	add(l.Kubepods, memqos.LevelKubepods, res.Kubepods)
 	for _, q := range []corev1.PodQOSClass{corev1.PodQOSBurstable, corev1.PodQOSBestEffort} {
@@ -119,6 +163,9 @@ func (a *Agent) Reconcile(st State) Report {
 			continue
 		}
 		planned[p.UID] = true
+		if rep.Kubelet == "" {
+			rep.Kubelet = a.kubeletWrote(p, d.path)
+		}
 		add(d.path, memqos.LevelPod, p.Settings)
 		for _, c := range p.Containers {
 			cp, ok := l.ContainerPath(d.path, c.ID)
@@ -131,12 +178,13 @@ func (a *Agent) Reconcile(st State) Report {
 			add(cp, memqos.LevelContainer, c.Settings)
 		}
 	}
-	// Pods the API does not list as running any more, and SYSTEM pods
-	// memqos leaves alone, are told apart by whether the API knows them.
+	// Pods the API does not list as running any more are told apart by
+	// whether the API knows them, under the UID the kubelet names their
+	// cgroup by (a static pod's, not its mirror pod's).
 	known := map[types.UID]bool{}
 	for _, p := range st.Pods {
 		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-			known[p.UID] = true
+			known[memqos.CgroupUID(p)] = true
 		}
 	}
 	uids := make([]string, 0, len(dirs))
@@ -153,32 +201,65 @@ func (a *Agent) Reconcile(st State) Report {
 		why := "pod " + u + " is gone or finished: kernel default"
 		add(d.path, memqos.LevelPod, []memqos.Setting{{File: memqos.FileMin, Value: 0, Reason: why}, {File: memqos.FileLow, Value: 0, Reason: why}})
 		for _, cp := range l.children(d.path) {
-			ss := []memqos.Setting{{File: memqos.FileMin, Value: 0, Reason: why}, {File: memqos.FileLow, Value: 0, Reason: why}, {File: memqos.FileHigh, Value: memqos.Max, Reason: why}}
+			ss := []memqos.Setting{{File: memqos.FileMin, Value: 0, Reason: why}, {File: memqos.FileLow, Value: 0, Reason: why}, {File: memqos.FileHigh, Value: manage.Unlimited, Reason: why}}
 			if l.Version == 1 {
-				ss = append(ss, memqos.Setting{File: memqos.FileSoftLimit, Value: memqos.Max, Reason: why})
+				ss = append(ss, memqos.Setting{File: memqos.FileSoftLimit, Value: manage.Unlimited, Reason: why})
 			}
 			add(cp, memqos.LevelContainer, ss)
 		}
 	}
 
+	if rep.Kubelet == "" && a.opts.Kubelet.Active {
+		rep.Kubelet = a.opts.Kubelet.Reason
+	}
+	if rep.Kubelet != "" {
+		if !a.opts.TakeOverKubelet {
+			rep.Skip, rep.SkipReason = SkipKubeletQoS, "standing aside: "+rep.Kubelet+" (--take-over-kubelet-memory-qos to write anyway)"
+			return rep
+		}
+		rep.Warnings = append(rep.Warnings, "taking over from the kubelet's Memory QoS: "+rep.Kubelet)
+	}
+
+	// The writer checks again what memqos promises: no memory value
+	// outside [0, allocatable] and min ≤ low ≤ high per group.
+	a.writer.MaxMemory = st.NodeAllocatable
 	rep.Apply = a.writer.Apply(rep.Values)
 	for _, f := range a.writer.MissingFiles() {
 		rep.Warnings = append(rep.Warnings, f+": not on this kernel; skipped")
 	}
-	rep.Duration = time.Since(start)
 	if !a.opts.DryRun {
 		for _, c := range rep.Apply.Changed {
-			a.log.Info("set", "cgroup", a.cgroupPath(c.Dir), "file", c.File, "value", FormatValue(c.Value.Value),
-				"old", FormatValue(c.Old), "reason", c.Reason)
+			a.log.Info("set", "cgroup", a.cgroupPath(c.Dir), "file", c.File, "value", manage.FormatValue(c.Value.Value),
+				"old", manage.FormatValue(c.Old), "reason", c.Reason)
 		}
 		for _, e := range rep.Apply.Errors {
 			a.log.Error("cgroup write", "err", e)
 		}
 	}
-	if m := a.opts.Metrics; m != nil {
-		m.observe(&rep)
-	}
 	return rep
+}
+
+// kubeletWrote recognises the kubelet's TieredReservation in what it wrote:
+// a Guaranteed pod's cgroup holding memory.min equal to the pod's whole
+// request. The agent never plans that (memory.min stays at 9/10 of the
+// limit, which a Guaranteed pod's request equals), so someone else did.
+// Only cgroup v2 has memory.min, and only there does the kubelet do this.
+func (a *Agent) kubeletWrote(p memqos.PodResult, podPath string) string {
+	if a.layout.Version != 2 || p.KubeQoS != corev1.PodQOSGuaranteed || p.Request < 1<<20 {
+		return ""
+	}
+	file := filepath.Join(a.layout.dir(podPath), memqos.FileMin)
+	cur, err := manage.ReadValue(file)
+	if err != nil || cur != p.Request {
+		return ""
+	}
+	for _, s := range p.Settings {
+		if s.File == memqos.FileMin && s.Value == cur {
+			return ""
+		}
+	}
+	return fmt.Sprintf("%s holds %d, the Guaranteed pod %s/%s's whole memory request, as the kubelet's memoryReservationPolicy TieredReservation writes it",
+		a.cgroupPath(filepath.Dir(file))+"/"+memqos.FileMin, cur, p.Namespace, p.Name)
 }
 
 // cgroupPath turns a directory back into its path under the mount.
@@ -188,12 +269,4 @@ func (a *Agent) cgroupPath(dir string) string {
 		return dir
 	}
 	return rel
-}
-
-// FormatValue prints a value as plan output shows it: bytes or "max".
-func FormatValue(v int64) string {
-	if v == memqos.Max {
-		return "max"
-	}
-	return strconv.FormatInt(v, 10)
 }

@@ -13,6 +13,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -41,28 +42,58 @@ type Layout struct {
 // when it is a unified mount with the memory controller, v1 or hybrid
 // when root/sys/fs/cgroup/memory exists) and the kubelet's driver from
 // the pod root that exists below cgroupRoot ("/" or the kubelet's
-// --cgroup-root).
-func Detect(root, cgroupRoot string) (*Layout, error) {
+// --cgroup-root). It is DetectDriver with the driver found on disk.
+func Detect(root, cgroupRoot string) (*Layout, error) { return DetectDriver(root, cgroupRoot, "") }
+
+// DetectDriver is Detect with the kubelet's cgroup driver given
+// (DriverSystemd or DriverCgroupfs; empty: whichever pod root exists, and
+// an error when both do, as on a node whose kubelet changed drivers).
+func DetectDriver(root, cgroupRoot, driver string) (*Layout, error) {
 	if cgroupRoot == "" {
 		cgroupRoot = "/"
 	}
 	if !path.IsAbs(cgroupRoot) || strings.Contains(cgroupRoot, "..") {
 		return nil, fmt.Errorf("cgroup root %q: must be an absolute cgroup path", cgroupRoot)
 	}
+	switch driver {
+	case "", DriverSystemd, DriverCgroupfs:
+	default:
+		return nil, fmt.Errorf("cgroup driver %q: want %s or %s", driver, DriverSystemd, DriverCgroupfs)
+	}
 	mount, version, err := MemoryMount(root)
 	if err != nil {
 		return nil, err
 	}
 	l := &Layout{Version: version, Mount: mount}
+	var found []string
 	for _, c := range []struct{ name, driver string }{{"kubepods.slice", DriverSystemd}, {"kubepods", DriverCgroupfs}} {
+		if driver != "" && c.driver != driver {
+			continue
+		}
 		p := path.Join(cgroupRoot, c.name)
 		if st, err := os.Stat(l.dir(p)); err == nil && st.IsDir() {
-			l.Driver, l.Kubepods = c.driver, p
-			return l, nil
+			if l.Kubepods == "" {
+				l.Driver, l.Kubepods = c.driver, p
+			}
+			found = append(found, l.dir(p))
 		}
 	}
-	return nil, fmt.Errorf("%s: no kubepods.slice or kubepods directory (is the kubelet running, and is --cgroup-root right?): %w",
-		l.dir(cgroupRoot), ErrNoKubepods)
+	switch {
+	case len(found) > 1:
+		return nil, fmt.Errorf("both %s exist: name the kubelet's cgroup driver (--cgroup-driver %s or %s)",
+			strings.Join(found, " and "), DriverSystemd, DriverCgroupfs)
+	case len(found) == 0 && driver != "":
+		name := "kubepods.slice"
+		if driver == DriverCgroupfs {
+			name = "kubepods"
+		}
+		return nil, fmt.Errorf("%s: no %s directory for the %s driver (is the kubelet running, and are --cgroup-root and --cgroup-driver right?): %w",
+			l.dir(cgroupRoot), name, driver, ErrNoKubepods)
+	case len(found) == 0:
+		return nil, fmt.Errorf("%s: no kubepods.slice or kubepods directory (is the kubelet running, and is --cgroup-root right?): %w",
+			l.dir(cgroupRoot), ErrNoKubepods)
+	}
+	return l, nil
 }
 
 // MemoryMount finds the memory controller's directory under root and its
@@ -215,4 +246,33 @@ func (l *Layout) children(p string) []string {
 		}
 	}
 	return out
+}
+
+// Writable reports whether the kubepods cgroup can be written: the
+// DaemonSet mounts the cgroup tree read-only and only the kubepods subtree
+// read-write, and a mount that does not match this node's layout should
+// fail at start, not as a write error on every pass.
+func (l *Layout) Writable() error {
+	d := l.dir(l.Kubepods)
+	if err := syscall.Access(d, 2 /* W_OK */); err != nil {
+		return fmt.Errorf("%s: not writable (%w): mount the kubelet's %s subtree read-write (deploy/node/daemonset.yaml)", d, err, l.Kubepods)
+	}
+	return nil
+}
+
+// KernelRelease is the running kernel's release (uname -r); in a container
+// it is the node's.
+func KernelRelease() (string, error) {
+	var u syscall.Utsname
+	if err := syscall.Uname(&u); err != nil {
+		return "", fmt.Errorf("uname: %w", err)
+	}
+	b := make([]byte, 0, len(u.Release))
+	for _, c := range u.Release {
+		if c == 0 {
+			break
+		}
+		b = append(b, byte(c))
+	}
+	return string(b), nil
 }

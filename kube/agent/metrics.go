@@ -7,13 +7,18 @@ import (
 )
 
 // Metrics are the agent's Prometheus metrics, on a registry of the
-// caller's (never the global one).
+// caller's (never the global one). Every label takes values from a fixed
+// set.
 type Metrics struct {
 	writes    *prometheus.CounterVec
 	errors    prometheus.Counter
 	protected *prometheus.GaugeVec
 	duration  prometheus.Histogram
 	missing   prometheus.Gauge
+	skipped   *prometheus.CounterVec
+	kubelet   prometheus.Gauge
+	defaults  prometheus.Gauge
+	lastPass  prometheus.Gauge
 }
 
 // NewMetrics registers the agent's metrics on reg.
@@ -23,7 +28,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "gofit_node_cgroup_writes_total", Help: "cgroup files written, by file name.",
 		}, []string{"file"}),
 		errors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "gofit_node_cgroup_write_errors_total", Help: "cgroup reads or writes that failed.",
+			Name: "gofit_node_cgroup_write_errors_total", Help: "cgroup reads or writes that failed or were refused.",
 		}),
 		protected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gofit_node_protected_bytes", Help: "memory.min (kind=min) and memory.low (kind=low) summed over running pods, by koordinator QoS class.",
@@ -35,8 +40,24 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		missing: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gofit_node_missing_files", Help: "distinct cgroup file names not present on this kernel (skipped).",
 		}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gofit_node_skipped_reconciles_total",
+			Help: "reconcile passes that wrote nothing, by reason: no_allocatable, bad_input, kubelet_memory_qos.",
+		}, []string{"reason"}),
+		kubelet: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gofit_node_kubelet_memory_qos", Help: "1 when the kubelet's own Memory QoS writes memory.min/low/high on this node (the agent stands aside unless told to take over).",
+		}),
+		defaults: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gofit_node_config_defaults", Help: "1 when the QoS ConfigMap is missing or unreadable and the defaults are in force.",
+		}),
+		lastPass: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gofit_node_last_reconcile_timestamp_seconds", Help: "when the last reconcile pass ended (Unix time).",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.writes, m.errors, m.protected, m.duration, m.missing} {
+	for _, r := range []string{SkipNoAllocatable, SkipBadInput, SkipKubeletQoS} {
+		m.skipped.WithLabelValues(r)
+	}
+	for _, c := range []prometheus.Collector{m.writes, m.errors, m.protected, m.duration, m.missing, m.skipped, m.kubelet, m.defaults, m.lastPass} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -47,7 +68,23 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 // Error counts a failure outside a reconcile (a bad ConfigMap, say).
 func (m *Metrics) Error() { m.errors.Inc() }
 
+// ConfigDefaults records whether the defaults stand in for the ConfigMap.
+func (m *Metrics) ConfigDefaults(on bool) { m.defaults.Set(b2f(on)) }
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 func (m *Metrics) observe(r *Report) {
+	m.lastPass.SetToCurrentTime()
+	m.duration.Observe(r.Duration.Seconds())
+	m.kubelet.Set(b2f(r.Kubelet != ""))
+	if r.Skip != "" {
+		m.skipped.WithLabelValues(r.Skip).Inc()
+	}
 	for _, c := range r.Apply.Changed {
 		m.writes.WithLabelValues(c.File).Inc()
 	}
@@ -57,7 +94,6 @@ func (m *Metrics) observe(r *Report) {
 		m.protected.WithLabelValues(string(c), "min").Set(float64(p.Min))
 		m.protected.WithLabelValues(string(c), "low").Set(float64(p.Low))
 	}
-	m.duration.Observe(r.Duration.Seconds())
 	n := 0
 	for _, w := range r.Warnings {
 		if len(w) > 0 && containsNotOnKernel(w) {

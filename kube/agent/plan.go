@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/gofit-dev/gofit/cgroup/manage"
 	"github.com/gofit-dev/gofit/kube/memqos"
 )
 
@@ -33,8 +34,11 @@ type Plan struct {
 // would change, in the order they would be written.
 func (a *Agent) PlanOf(rep Report) Plan {
 	p := Plan{CgroupVersion: a.layout.Version, Driver: a.layout.Driver, Writes: []PlanWrite{}, Warnings: append([]string{}, rep.Warnings...)}
+	if rep.SkipReason != "" {
+		p.Warnings = append(p.Warnings, rep.SkipReason)
+	}
 	for _, c := range rep.Apply.Changed {
-		p.Writes = append(p.Writes, PlanWrite{Cgroup: a.cgroupPath(c.Dir), File: c.File, Value: FormatValue(c.Value.Value), Reason: c.Reason})
+		p.Writes = append(p.Writes, PlanWrite{Cgroup: a.cgroupPath(c.Dir), File: c.File, Value: manage.FormatValue(c.Value.Value), Reason: c.Reason})
 	}
 	for _, e := range rep.Apply.Errors {
 		p.Warnings = append(p.Warnings, e.Error())

@@ -106,7 +106,7 @@ func realPod(name, uid, id, req, lim string) *corev1.Pod {
 }
 
 // readValue reads a cgroup number file as the agent's values are
-// expressed: bytes, or memqos.Max for "max" and v1's page-rounded
+// expressed: bytes, or manage.Unlimited for "max" and v1's page-rounded
 // unlimited.
 func readValue(t *testing.T, dir, file string) int64 {
 	t.Helper()
@@ -119,7 +119,7 @@ func readValue(t *testing.T, dir, file string) int64 {
 		t.Fatal(err)
 	}
 	if v >= 1<<62 {
-		return memqos.Max
+		return manage.Unlimited
 	}
 	return v
 }
@@ -205,7 +205,7 @@ func testRealCgroups(t *testing.T, driver string) {
 	var wants []want
 	if v2 {
 		wants = []want{
-			{dirs["lsr"], "memory.min", lsrMin}, {dirs["lsr"], "memory.low", lsrLow}, {dirs["lsr"], "memory.high", memqos.Max},
+			{dirs["lsr"], "memory.min", lsrMin}, {dirs["lsr"], "memory.low", lsrLow}, {dirs["lsr"], "memory.high", manage.Unlimited},
 			{filepath.Dir(dirs["lsr"]), "memory.min", lsrMin}, {filepath.Dir(dirs["lsr"]), "memory.low", lsrLow},
 			{dirs["ls"], "memory.min", 0}, {dirs["ls"], "memory.low", 64 << 20}, {dirs["ls"], "memory.high", lsHigh},
 			{filepath.Dir(dirs["ls"]), "memory.low", 64 << 20},
@@ -223,7 +223,7 @@ func testRealCgroups(t *testing.T, driver string) {
 	}
 	for _, w := range wants {
 		if got := readValue(t, w.dir, w.file); got != w.v {
-			t.Errorf("%s/%s = %s, want %s", w.dir, w.file, FormatValue(got), FormatValue(w.v))
+			t.Errorf("%s/%s = %s, want %s", w.dir, w.file, manage.FormatValue(got), manage.FormatValue(w.v))
 		}
 	}
 	// Everything the agent planned is what the kernel now holds.
@@ -236,7 +236,7 @@ func testRealCgroups(t *testing.T, driver string) {
 	// second pass writes nothing.
 	if rep := a.Reconcile(st); len(rep.Apply.Changed) != 0 || len(rep.Apply.Errors) != 0 {
 		for _, c := range rep.Apply.Changed {
-			t.Errorf("second pass changed %s from %s to %s", c.Path(), FormatValue(c.Old), FormatValue(c.Value.Value))
+			t.Errorf("second pass changed %s from %s to %s", c.Path(), manage.FormatValue(c.Old), manage.FormatValue(c.Value.Value))
 		}
 		t.Errorf("second pass errors: %v", rep.Apply.Errors)
 	}
@@ -249,16 +249,16 @@ func testRealCgroups(t *testing.T, driver string) {
 	}
 	if v2 {
 		for _, w := range []want{
-			{dirs["ls"], "memory.low", 0}, {dirs["ls"], "memory.high", memqos.Max}, {filepath.Dir(dirs["ls"]), "memory.low", 0},
+			{dirs["ls"], "memory.low", 0}, {dirs["ls"], "memory.high", manage.Unlimited}, {filepath.Dir(dirs["ls"]), "memory.low", 0},
 			{burst, "memory.low", 0}, {kp, "memory.low", lsrLow}, {kp, "memory.min", lsrMin},
 		} {
 			if got := readValue(t, w.dir, w.file); got != w.v {
-				t.Errorf("after the LS pod left: %s/%s = %s, want %s", w.dir, w.file, FormatValue(got), FormatValue(w.v))
+				t.Errorf("after the LS pod left: %s/%s = %s, want %s", w.dir, w.file, manage.FormatValue(got), manage.FormatValue(w.v))
 			}
 		}
 		checkNested(t, kp)
-	} else if got := readValue(t, dirs["ls"], "memory.soft_limit_in_bytes"); got != memqos.Max {
-		t.Errorf("removed pod soft limit %s, want unlimited", FormatValue(got))
+	} else if got := readValue(t, dirs["ls"], "memory.soft_limit_in_bytes"); got != manage.Unlimited {
+		t.Errorf("removed pod soft limit %s, want unlimited", manage.FormatValue(got))
 	}
 	checkHolds(t, rep.Values, v2)
 }
@@ -272,7 +272,7 @@ func checkHolds(t *testing.T, vals []manage.Value, v2 bool) {
 			continue
 		}
 		if got := readValue(t, v.Dir, v.File); got != v.Value {
-			t.Errorf("%s holds %s, the agent planned %s (%s)", v.Path(), FormatValue(got), FormatValue(v.Value), v.Reason)
+			t.Errorf("%s holds %s, the agent planned %s (%s)", v.Path(), manage.FormatValue(got), manage.FormatValue(v.Value), v.Reason)
 		}
 	}
 }

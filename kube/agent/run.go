@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,8 +13,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/gofit-dev/gofit/kube/memqos"
@@ -27,10 +31,47 @@ type Source struct {
 	ConfigMapName      string
 	// Interval between reconciles without events (default 10s).
 	Interval time.Duration
+	// SyncTimeout bounds the wait for the first list of the node's pods
+	// and of the node (default 2m): past it Run fails, naming what did
+	// not arrive and the API server's last answer, instead of waiting
+	// forever behind a passing health check.
+	SyncTimeout time.Duration
+	// KubeletConfig, when set, is the kubelet's configuration file (as the
+	// agent sees it, e.g. /host/var/lib/kubelet/config.yaml), read once
+	// the node is known for the kubelet's own Memory QoS settings.
+	KubeletConfig string
 }
 
 // DefaultInterval is the reconcile interval when nothing happens.
 const DefaultInterval = 10 * time.Second
+
+// DefaultSyncTimeout is how long Run waits for its first lists.
+const DefaultSyncTimeout = 2 * time.Minute
+
+// watchErrors keeps the last list/watch error of each informer, to say why
+// one has not synced.
+type watchErrors struct {
+	mu   sync.Mutex
+	last map[string]error
+}
+
+func (w *watchErrors) handler(name string) cache.WatchErrorHandlerWithContext {
+	return func(ctx context.Context, r *cache.Reflector, err error) {
+		w.mu.Lock()
+		if w.last == nil {
+			w.last = map[string]error{}
+		}
+		w.last[name] = err
+		w.mu.Unlock()
+		cache.DefaultWatchErrorHandler(ctx, r, err)
+	}
+}
+
+func (w *watchErrors) get(name string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.last[name]
+}
 
 // Run watches the node's pods (an informer with the field selector
 // spec.nodeName), the node and the ConfigMap, and reconciles on every
@@ -48,6 +89,9 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 	}
 	if src.Interval <= 0 {
 		src.Interval = DefaultInterval
+	}
+	if src.SyncTimeout <= 0 {
+		src.SyncTimeout = DefaultSyncTimeout
 	}
 	byName := func(name string) informers.SharedInformerOption {
 		return informers.WithTweakListOptions(func(o *metav1.ListOptions) {
@@ -75,8 +119,17 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 		UpdateFunc: func(any, any) { trigger() },
 		DeleteFunc: func(any) { trigger() },
 	}
-	for _, inf := range []cache.SharedIndexInformer{pods.Informer(), nodes.Informer(), cms.Informer()} {
-		if _, err := inf.AddEventHandler(h); err != nil {
+	var werr watchErrors
+	cmWhere := src.ConfigMapNamespace + "/" + src.ConfigMapName
+	named := []struct {
+		name string
+		inf  cache.SharedIndexInformer
+	}{{"pods on node " + src.NodeName, pods.Informer()}, {"node " + src.NodeName, nodes.Informer()}, {"configmap " + cmWhere, cms.Informer()}}
+	for _, n := range named {
+		if _, err := n.inf.AddEventHandler(h); err != nil {
+			return fmt.Errorf("watch: %w", err)
+		}
+		if err := n.inf.SetWatchErrorHandlerWithContext(werr.handler(n.name)); err != nil {
 			return fmt.Errorf("watch: %w", err)
 		}
 	}
@@ -90,17 +143,67 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 		nodeF.Shutdown()
 		cmF.Shutdown()
 	}()
-	if !cache.WaitForCacheSync(ctx.Done(), pods.Informer().HasSynced, nodes.Informer().HasSynced, cms.Informer().HasSynced) {
-		return ctx.Err()
+	// The pods and the node are needed; the ConfigMap is not: when it
+	// cannot be read (no such namespace, or the Role does not cover it)
+	// the defaults apply, with the reason logged, rather than no pass at all.
+	a.health.wait("the first list of pods and of the node")
+	syncCtx, cancelSync := context.WithTimeout(ctx, src.SyncTimeout)
+	synced := cache.WaitForCacheSync(syncCtx.Done(), pods.Informer().HasSynced, nodes.Informer().HasSynced)
+	cancelSync()
+	if !synced {
+		if ctx.Err() != nil {
+			return nil
+		}
+		var missing []string
+		for _, n := range named[:2] {
+			if n.inf.HasSynced() {
+				continue
+			}
+			what := n.name
+			if err := werr.get(n.name); err != nil {
+				what += " (" + err.Error() + ")"
+			}
+			missing = append(missing, what)
+		}
+		return fmt.Errorf("no list of %s from the API server within %v", strings.Join(missing, " and "), src.SyncTimeout)
 	}
-	a.log.Info("watching", "node", src.NodeName, "configmap", src.ConfigMapNamespace+"/"+src.ConfigMapName,
+	// A first pass on the defaults while the ConfigMap is still on its way
+	// would drop every pod's protection for an interval: wait for it too,
+	// until it is listed or the API server has refused it.
+	cmCtx, cancelCM := context.WithTimeout(ctx, src.SyncTimeout)
+	_ = wait.PollUntilContextCancel(cmCtx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
+		return cms.Informer().HasSynced() || werr.get(named[2].name) != nil, nil
+	})
+	cancelCM()
+	if ctx.Err() != nil {
+		return nil
+	}
+	if src.KubeletConfig != "" {
+		if err := a.readKubeletConfig(src.KubeletConfig, nodes.Lister(), src.NodeName); err != nil {
+			return err
+		}
+	}
+	a.log.Info("watching", "node", src.NodeName, "configmap", cmWhere,
 		"cgroup_version", a.layout.Version, "driver", a.layout.Driver, "kubepods", a.layout.Kubepods, "interval", src.Interval)
+	if a.opts.Kubelet.Reason != "" {
+		a.log.Info("kubelet memory QoS", "active", a.opts.Kubelet.Active, "reason", a.opts.Kubelet.Reason)
+	}
 
 	// The last good configuration stays in force when the ConfigMap turns
 	// bad: a typo must not drop every pod's protection.
 	var cfg *memqos.Config
 	var nss memqos.Namespaces
-	var cmVersion string
+	var cmVersion, lastDefaults, lastSkip string
+	useDefaults := func(why string) {
+		cfg, nss, cmVersion = &memqos.Config{}, memqos.Namespaces{}, ""
+		if why != lastDefaults {
+			a.log.Warn("QoS configuration: using the defaults", "configmap", cmWhere, "reason", why)
+			lastDefaults = why
+		}
+		if a.opts.Metrics != nil {
+			a.opts.Metrics.ConfigDefaults(true)
+		}
+	}
 	tick := time.NewTicker(src.Interval)
 	defer tick.Stop()
 	for {
@@ -111,10 +214,15 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 		case err != nil:
 			a.log.Error("get node", "err", err)
 		default:
-			cm, cmErr := cms.Lister().ConfigMaps(src.ConfigMapNamespace).Get(src.ConfigMapName)
-			switch {
+			switch cm, cmErr := cms.Lister().ConfigMaps(src.ConfigMapNamespace).Get(src.ConfigMapName); {
+			case !cms.Informer().HasSynced():
+				why := "not listed yet"
+				if err := werr.get(named[2].name); err != nil {
+					why = err.Error()
+				}
+				useDefaults(why)
 			case apierrors.IsNotFound(cmErr):
-				cfg, nss, cmVersion = &memqos.Config{}, memqos.Namespaces{}, ""
+				useDefaults("no such ConfigMap")
 			case cmErr != nil:
 				a.log.Error("get configmap", "err", cmErr)
 			case cm.ResourceVersion != cmVersion:
@@ -125,7 +233,10 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 						a.opts.Metrics.Error()
 					}
 				} else {
-					cfg, nss = c, n
+					cfg, nss, lastDefaults = c, n, ""
+					if a.opts.Metrics != nil {
+						a.opts.Metrics.ConfigDefaults(false)
+					}
 				}
 				cmVersion = cm.ResourceVersion
 			}
@@ -133,8 +244,19 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 				cfg = &memqos.Config{}
 			}
 			list, _ := pods.Lister().List(labels.Everything())
-			alloc := node.Status.Allocatable[corev1.ResourceMemory]
-			rep := a.Reconcile(State{Pods: list, Config: cfg, Namespaces: nss, NodeLabels: node.Labels, NodeAllocatable: alloc.Value()})
+			var alloc int64
+			if q, ok := node.Status.Allocatable[corev1.ResourceMemory]; ok {
+				alloc = q.Value()
+			}
+			rep := a.Reconcile(State{Pods: list, Config: cfg, Namespaces: nss, NodeLabels: node.Labels, NodeAllocatable: alloc})
+			if rep.SkipReason != lastSkip {
+				if rep.SkipReason != "" {
+					a.log.Warn("reconcile wrote nothing", "reason", rep.Skip, "detail", rep.SkipReason)
+				} else if lastSkip != "" {
+					a.log.Info("reconciling again", "was", lastSkip)
+				}
+				lastSkip = rep.SkipReason
+			}
 			a.log.Debug("reconciled", "pods", len(list), "values", len(rep.Values), "changed", len(rep.Apply.Changed),
 				"errors", len(rep.Apply.Errors), "duration", rep.Duration)
 			for _, w := range rep.Result.Warnings {
@@ -148,4 +270,26 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 		case <-tick.C:
 		}
 	}
+}
+
+// readKubeletConfig reads the kubelet's configuration file with the node's
+// kubelet version (which decides the Memory QoS defaults) and keeps what it
+// says for the passes to come.
+func (a *Agent) readKubeletConfig(file string, nodes corelisters.NodeLister, name string) error {
+	b, err := readBounded(file)
+	if err != nil {
+		return fmt.Errorf("kubelet config: %w", err)
+	}
+	var version string
+	if node, err := nodes.Get(name); err == nil {
+		version = node.Status.NodeInfo.KubeletVersion
+	}
+	k, err := ParseKubeletConfig(file, b, version)
+	if err != nil {
+		return fmt.Errorf("kubelet config: %w", err)
+	}
+	a.mu.Lock()
+	a.opts.Kubelet = k
+	a.mu.Unlock()
+	return nil
 }

@@ -7,19 +7,18 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/gofit-dev/gofit/fit"
 	"github.com/gofit-dev/gofit/kube/admission"
 	"github.com/gofit-dev/gofit/kube/memqos"
+	"github.com/gofit-dev/gofit/kube/podplan"
 )
 
 // TestPlanAnnotationFromWebhook: the agent reads the GOMEMLIMIT that the
-// webhook recorded in its plan annotation, for a container whose env
-// variable it cannot see (the variable removed here), so the two packages'
-// formats cannot drift apart unnoticed.
+// webhook recorded in its plan annotation (one podplan.Record for both),
+// for a container whose env variable it cannot see (the variable removed
+// here).
 func TestPlanAnnotationFromWebhook(t *testing.T) {
-	m, err := admission.NewMutator(admission.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := admission.NewMutator(fit.Policy{})
 	pod := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{
 		Name: "app",
 		Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
@@ -38,16 +37,13 @@ func TestPlanAnnotationFromWebhook(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod.Annotations = map[string]string{admission.AnnotationPlan: string(b)}
+	pod.Annotations = map[string]string{podplan.Annotation: string(b)}
 	got, src, ok := memqos.GoMemLimit(pod, &pod.Spec.Containers[0])
-	if !ok || src != "annotation "+memqos.AnnotationPlan {
+	if !ok || src != "annotation "+podplan.Annotation {
 		t.Fatalf("agent read no GOMEMLIMIT from %s (ok %v, source %q)", b, ok, src)
 	}
 	if want != jsonInt(got) {
 		t.Errorf("agent read GOMEMLIMIT %d, webhook wrote %s", got, want)
-	}
-	if memqos.AnnotationPlan != admission.AnnotationPlan {
-		t.Errorf("annotation names differ: %q vs %q", memqos.AnnotationPlan, admission.AnnotationPlan)
 	}
 }
 

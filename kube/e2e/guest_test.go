@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	gofit "github.com/gofit-dev/gofit"
+	"github.com/gofit-dev/gofit/cgroup/manage"
 	"github.com/gofit-dev/gofit/fit"
 	"github.com/gofit-dev/gofit/kube/agent"
 	"github.com/gofit-dev/gofit/kube/memqos"
@@ -385,7 +386,7 @@ func readValue(t *testing.T, dir, file string) string {
 
 func num(s string) int64 {
 	if s == "max" {
-		return memqos.Max
+		return manage.Unlimited
 	}
 	v, _ := strconv.ParseInt(s, 10, 64)
 	return v

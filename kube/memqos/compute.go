@@ -1,16 +1,23 @@
 package memqos
 
 import (
+	"errors"
 	"fmt"
-	"math"
+	"math/bits"
 	"sort"
+	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gofit-dev/gofit/cgroup/manage"
 )
 
-// Max is the value meaning "no limit": "max" on v2, -1 on v1.
-const Max int64 = math.MaxInt64
+// ErrNoAllocatable means the node's allocatable memory is unknown: without
+// it neither the node-wide cap nor the throttle of pods without a limit can
+// be computed, so no values are planned at all.
+var ErrNoAllocatable = errors.New("node allocatable memory unknown")
 
 // The files memqos manages.
 const (
@@ -40,7 +47,7 @@ const (
 // Setting is one value for one file, with why.
 type Setting struct {
 	File   string
-	Value  int64 // bytes, or Max
+	Value  int64 // bytes, or manage.Unlimited
 	Reason string
 }
 
@@ -54,13 +61,17 @@ type Input struct {
 	// auto profile for every pod.
 	Policy Policy
 	// NodeAllocatable is the node's allocatable memory: it stands in for
-	// a missing limit and bounds the protected total.
+	// a missing limit and bounds every value. Required (ErrNoAllocatable).
 	NodeAllocatable int64
 	// MaxProtectedRatio caps the sum of memory.min at this share of
 	// NodeAllocatable; 0 means 0.8.
 	MaxProtectedRatio float64
 	CgroupVersion     int   // 1 adds memory.soft_limit_in_bytes
 	PageSize          int64 // 0 means 4096
+	// KernelRelease is the node's kernel (uname -r). Below 5.9 memory.high
+	// under the limit can livelock a group, so it is left at max. Empty
+	// means a kernel known to be 5.9 or later.
+	KernelRelease string
 }
 
 // Result is the plan: values per level, protected totals and warnings.
@@ -78,12 +89,15 @@ type Protection struct{ Min, Low int64 }
 
 // PodResult is one pod's values.
 type PodResult struct {
-	UID        types.UID
-	Namespace  string
-	Name       string
-	KubeQoS    corev1.PodQOSClass
-	Class      Class
-	Policy     Policy // what was applied: auto, default or none
+	UID       types.UID
+	Namespace string
+	Name      string
+	KubeQoS   corev1.PodQOSClass
+	Class     Class
+	Policy    Policy // what was applied: auto, default or none
+	// Request is the pod's memory request as the scheduler counts it
+	// (saturating at 1 EiB), whatever was planned from it.
+	Request    int64
 	Settings   []Setting
 	Containers []ContainerResult
 }
@@ -125,14 +139,16 @@ func auto(c Class) MemoryQOS {
 const minGuardNum, minGuardDen = 9, 10
 
 // Compute plans the values for every running pod and the class levels.
-func Compute(in Input) Result {
-	page := in.PageSize
-	if page <= 0 {
-		page = 4096
-	}
-	ratio := in.MaxProtectedRatio
-	if ratio <= 0 {
-		ratio = 0.8
+// Every memory.min, memory.low and memory.high it plans is in
+// [0, NodeAllocatable] (memory.high may be manage.Unlimited), memory.min ≤
+// memory.low ≤ memory.high ≤ the limit at every level, and the node's total
+// memory.min stays within MaxProtectedRatio of allocatable whatever any pod
+// asks. Bad input (no allocatable memory, a ratio outside (0, 1], an
+// unreadable kernel release) is an error and plans nothing.
+func Compute(in Input) (Result, error) {
+	env, err := in.check()
+	if err != nil {
+		return Result{}, err
 	}
 	res := Result{QoS: map[corev1.PodQOSClass][]Setting{}, Protected: map[Class]Protection{}}
 	pods := append([]*corev1.Pod(nil), in.Pods...)
@@ -141,31 +157,27 @@ func Compute(in Input) Result {
 		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue // finished: nothing to protect, out of the sums
 		}
-		pr, warns := computePod(pod, in, page)
+		pr, warns := computePod(pod, in, env)
 		for _, w := range warns {
 			res.Warnings = append(res.Warnings, fmt.Sprintf("pod %s/%s: %s", pod.Namespace, pod.Name, w))
 		}
-		if pr != nil {
-			res.Pods = append(res.Pods, *pr)
-		}
+		res.Pods = append(res.Pods, *pr)
 	}
 
 	// Safety: the node's total memory.min never exceeds its protected share.
-	capBytes := int64(float64(in.NodeAllocatable) * ratio)
 	var total int64
 	for i := range res.Pods {
-		total += value(res.Pods[i].Settings, FileMin)
+		total = addBytes(total, value(res.Pods[i].Settings, FileMin))
 	}
-	if in.NodeAllocatable > 0 && total > capBytes {
-		f := float64(capBytes) / float64(total)
+	if total > env.capMin {
 		res.Warnings = append(res.Warnings, fmt.Sprintf(
 			"memory.min of all pods sums to %d bytes, over %.0f%% of node allocatable (%d); scaled by %.3f",
-			total, ratio*100, capBytes, f))
-		why := fmt.Sprintf("; scaled by %.3f to keep the node's memory.min within %.0f%% of allocatable", f, ratio*100)
+			total, env.ratio*100, env.capMin, float64(env.capMin)/float64(total)))
+		why := fmt.Sprintf("; scaled by %d/%d to keep the node's memory.min within %.0f%% of allocatable", env.capMin, total, env.ratio*100)
 		scale := func(ss []Setting) {
 			for i := range ss {
 				if ss[i].File == FileMin && ss[i].Value > 0 {
-					ss[i].Value = floorPage(int64(float64(ss[i].Value)*f), page)
+					ss[i].Value = floorPage(mulDiv(ss[i].Value, env.capMin, total), env.page)
 					ss[i].Reason += why
 				}
 			}
@@ -180,6 +192,9 @@ func Compute(in Input) Result {
 
 	// Class levels: Burstable and BestEffort cgroups hold their pods' sums;
 	// kubepods (also the Guaranteed class's cgroup) holds the sum over all.
+	// memory.low may sum past allocatable only where pods' requests do
+	// (the kernel then shares the parent's protection out in proportion);
+	// the levels themselves stay within allocatable.
 	sums := map[corev1.PodQOSClass]*Protection{corev1.PodQOSGuaranteed: {}, corev1.PodQOSBurstable: {}, corev1.PodQOSBestEffort: {}}
 	var all Protection
 	for _, p := range res.Pods {
@@ -188,25 +203,111 @@ func Compute(in Input) Result {
 		if s == nil {
 			continue
 		}
-		s.Min += mn
-		s.Low += lo
-		all.Min += mn
-		all.Low += lo
+		s.add(mn, lo)
+		all.add(mn, lo)
 		pc := res.Protected[p.Class]
-		pc.Min += mn
-		pc.Low += lo
+		pc.add(mn, lo)
 		res.Protected[p.Class] = pc
 	}
 	levelSettings := func(p Protection, what string) []Setting {
+		lowWhy := "sum of memory.low of " + what
+		if p.Low > env.alloc {
+			p.Low, lowWhy = env.alloc, lowWhy+fmt.Sprintf(" (%d), kept at node allocatable", p.Low)
+		}
 		return []Setting{
 			{FileMin, p.Min, "sum of memory.min of " + what},
-			{FileLow, p.Low, "sum of memory.low of " + what},
+			{FileLow, p.Low, lowWhy},
 		}
 	}
 	res.Kubepods = levelSettings(all, "all running pods")
 	res.QoS[corev1.PodQOSBurstable] = levelSettings(*sums[corev1.PodQOSBurstable], "running Burstable pods")
 	res.QoS[corev1.PodQOSBestEffort] = levelSettings(*sums[corev1.PodQOSBestEffort], "running BestEffort pods")
-	return res
+	return res, nil
+}
+
+func (p *Protection) add(mn, lo int64) {
+	p.Min = addBytes(p.Min, mn)
+	p.Low = addBytes(p.Low, lo)
+}
+
+// limits is what Compute works with after checking its input.
+type limits struct {
+	page, alloc, capMin int64
+	ratio               float64
+	// oldKernel names a kernel below 5.9, where memory.high stays max.
+	oldKernel string
+}
+
+func (in Input) check() (limits, error) {
+	l := limits{page: in.PageSize, alloc: in.NodeAllocatable, ratio: in.MaxProtectedRatio}
+	if l.page == 0 {
+		l.page = 4096
+	}
+	if l.page < 0 || l.page&(l.page-1) != 0 || l.page > 1<<30 {
+		return l, fmt.Errorf("page size %d: not a power of two up to 1 GiB", in.PageSize)
+	}
+	if l.alloc <= 0 {
+		return l, fmt.Errorf("%w (allocatable %d bytes)", ErrNoAllocatable, l.alloc)
+	}
+	if l.alloc > maxBytes {
+		return l, fmt.Errorf("node allocatable %d bytes: more than 1 EiB", l.alloc)
+	}
+	if l.ratio == 0 {
+		l.ratio = 0.8
+	}
+	if !(l.ratio > 0 && l.ratio <= 1) {
+		return l, fmt.Errorf("max protected ratio %v: want a share in (0, 1]", in.MaxProtectedRatio)
+	}
+	l.capMin = min(int64(float64(l.alloc)*l.ratio), l.alloc)
+	if in.KernelRelease != "" {
+		ok, err := kernelAtLeast(in.KernelRelease, 5, 9)
+		if err != nil {
+			return l, err
+		}
+		if !ok {
+			l.oldKernel = in.KernelRelease
+		}
+	}
+	return l, nil
+}
+
+// kernelAtLeast reports whether a kernel release ("6.1.0-13-amd64",
+// "5.4.0-150-generic") is at least major.minor.
+func kernelAtLeast(release string, major, minor int) (bool, error) {
+	ma, rest, ok := strings.Cut(release, ".")
+	mi := rest
+	if i := strings.IndexFunc(rest, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
+		mi = rest[:i]
+	}
+	a, err1 := strconv.Atoi(ma)
+	b, err2 := strconv.Atoi(mi)
+	if !ok || err1 != nil || err2 != nil || a < 0 || b < 0 {
+		return false, fmt.Errorf("kernel release %q: not MAJOR.MINOR[...]", release)
+	}
+	return a > major || (a == major && b >= minor), nil
+}
+
+// Byte arithmetic that cannot overflow: every input is in [0, maxBytes]
+// (bytesOf, Input.check), and sums saturate there.
+
+// addBytes is a+b, at most maxBytes.
+func addBytes(a, b int64) int64 { return min(a+b, maxBytes) }
+
+// pctOf is v×p/100 for v in [0, maxBytes] and p in [0, 100].
+func pctOf(v, p int64) int64 { return v/100*p + v%100*p/100 }
+
+// mulDiv is v×num/den, rounded down, for 0 ≤ num ≤ den: never above v.
+// The product is taken in 128 bits.
+func mulDiv(v, num, den int64) int64 {
+	if den <= 0 || v <= 0 || num <= 0 {
+		return 0
+	}
+	if num >= den {
+		return v
+	}
+	hi, lo := bits.Mul64(uint64(v), uint64(num))
+	q, _ := bits.Div64(hi, lo, uint64(den)) // hi < den: the quotient is below v
+	return int64(q)
 }
 
 func value(ss []Setting, file string) int64 {
@@ -220,21 +321,20 @@ func value(ss []Setting, file string) int64 {
 
 func floorPage(v, page int64) int64 { return v / page * page }
 
-// computePod returns nil for pods memqos leaves alone (SYSTEM class).
-func computePod(pod *corev1.Pod, in Input, page int64) (*PodResult, []string) {
+// computePod plans one pod. SYSTEM pods, pods of a disabled class or
+// namespace and pods with policy none get the kernel defaults back: a pod
+// relabelled SYSTEM must not keep protection from before, outside the sums.
+func computePod(pod *corev1.Pod, in Input, env limits) (*PodResult, []string) {
 	var warns []string
 	class, w := PodClass(pod)
 	if w != "" {
 		warns = append(warns, w)
 	}
-	if class == SYSTEM {
-		return nil, warns
-	}
 	pc, w := PodPolicy(pod)
 	if w != "" {
 		warns = append(warns, w)
 	}
-	pr := &PodResult{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, KubeQoS: KubeQoS(pod), Class: class}
+	pr := &PodResult{UID: CgroupUID(pod), Namespace: pod.Namespace, Name: pod.Name, KubeQoS: KubeQoS(pod), Class: class}
 
 	policy := in.Policy
 	if policy == "" {
@@ -247,6 +347,8 @@ func computePod(pod *corev1.Pod, in Input, page int64) (*PodResult, []string) {
 	var why string
 	enabled := true
 	switch {
+	case class == SYSTEM:
+		enabled, why = false, "SYSTEM class is left to the kernel"
 	case !in.Namespaces.allowed(pod.Namespace):
 		enabled, why = false, "namespace "+pod.Namespace+" is not enabled for memory QoS"
 	case policy == PolicyNone:
@@ -274,20 +376,23 @@ func computePod(pod *corev1.Pod, in Input, page int64) (*PodResult, []string) {
 		policy = PolicyNone
 	}
 	pr.Policy = policy
+	ctrs := runningContainers(pod)
+	preq, plim := podMemory(pod, class)
+	pr.Request = preq
 
 	if !enabled {
 		restore := func(level Level) []Setting {
 			ss := []Setting{{FileMin, 0, why + ": kernel default"}, {FileLow, 0, why + ": kernel default"}}
 			if level == LevelContainer {
-				ss = append(ss, Setting{FileHigh, Max, why + ": kernel default"})
+				ss = append(ss, Setting{FileHigh, manage.Unlimited, why + ": kernel default"})
 				if in.CgroupVersion == 1 {
-					ss = append(ss, Setting{FileSoftLimit, Max, why + ": kernel default"})
+					ss = append(ss, Setting{FileSoftLimit, manage.Unlimited, why + ": kernel default"})
 				}
 			}
 			return ss
 		}
 		pr.Settings = restore(LevelPod)
-		for _, c := range pod.Spec.Containers {
+		for _, c := range ctrs {
 			pr.Containers = append(pr.Containers, ContainerResult{Name: c.Name, ID: containerID(pod, c.Name), Settings: restore(LevelContainer)})
 		}
 		return pr, warns
@@ -302,26 +407,24 @@ func computePod(pod *corev1.Pod, in Input, page int64) (*PodResult, []string) {
 	minPct, lowPct, thrPct := pct(knobs.MinLimitPercent), pct(knobs.LowLimitPercent), pct(knobs.ThrottlingPercent)
 
 	// Pod level: min and low from the sum of the requests.
-	preq, plim := podMemory(pod, class)
-	pmin, plow, minWhy, lowWhy := protection(preq, plim, minPct, lowPct, page, why, "pod")
-	pr.Settings = append([]Setting{{FileMin, pmin, minWhy}, {FileLow, plow, lowWhy}}, knobSettings(knobs, why)...)
+	pp := protection(preq, plim, minPct, lowPct, env, why, "pod")
+	pr.Settings = append([]Setting{{FileMin, pp.min, pp.minWhy}, {FileLow, pp.low, pp.lowWhy}}, knobSettings(knobs, why)...)
 
-	for i := range pod.Spec.Containers {
-		c := &pod.Spec.Containers[i]
+	for _, c := range ctrs {
 		cr := ContainerResult{Name: c.Name, ID: containerID(pod, c.Name)}
 		req, lim := containerMemory(c, class)
-		cmin, clow, cminWhy, clowWhy := protection(req, lim, minPct, lowPct, page, why, "container")
-		high, highWhy := containerHigh(pod, c, class, req, lim, thrPct, cmin, policy, why, in.NodeAllocatable, page)
-		cr.Settings = []Setting{{FileMin, cmin, cminWhy}, {FileLow, clow, clowWhy}, {FileHigh, high, highWhy}}
+		cp := protection(req, lim, minPct, lowPct, env, why, "container")
+		high, highWhy := containerHigh(pod, c, class, req, lim, thrPct, cp.low, policy, why, env)
+		cr.Settings = []Setting{{FileMin, cp.min, cp.minWhy}, {FileLow, cp.low, cp.lowWhy}, {FileHigh, high, highWhy}}
 		if in.CgroupVersion == 1 {
 			// v1 fallback: global reclaim goes to groups over their soft
 			// limit first, so BE (soft limit 0) gives memory back before LS.
 			if class == BE {
 				cr.Settings = append(cr.Settings, Setting{FileSoftLimit, 0, why + ": BE gives memory back first under node pressure (cgroup v1 fallback)"})
 			} else {
-				soft, softWhy := floorPage(req, page), why+": soft limit at the request, reclaimed after BE (cgroup v1 fallback)"
+				soft, softWhy := floorPage(cp.req, env.page), why+": soft limit at the request, reclaimed after BE (cgroup v1 fallback)"
 				if req == 0 {
-					soft, softWhy = Max, why+": no request, no soft limit (cgroup v1 fallback)"
+					soft, softWhy = manage.Unlimited, why+": no request, no soft limit (cgroup v1 fallback)"
 				}
 				cr.Settings = append(cr.Settings, Setting{FileSoftLimit, soft, softWhy})
 			}
@@ -332,42 +435,75 @@ func computePod(pod *corev1.Pod, in Input, page int64) (*PodResult, []string) {
 	return pr, warns
 }
 
+// runningContainers are the containers that run beside each other once
+// the pod is up: the app containers, then the restartable init containers
+// (sidecars). Run-to-completion init containers are over by then.
+func runningContainers(pod *corev1.Pod) []*corev1.Container {
+	var out []*corev1.Container
+	for i := range pod.Spec.Containers {
+		out = append(out, &pod.Spec.Containers[i])
+	}
+	for i := range pod.Spec.InitContainers {
+		if isSidecar(&pod.Spec.InitContainers[i]) {
+			out = append(out, &pod.Spec.InitContainers[i])
+		}
+	}
+	return out
+}
+
+func isSidecar(c *corev1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+}
+
 // containerHigh is koordinator's memory.high: request plus throttlingPercent
-// of the way to the limit (node allocatable without one), page aligned, no
-// lower than memory.min; 0% means max. It is then made Go-aware.
-func containerHigh(pod *corev1.Pod, c *corev1.Container, class Class, req, lim, thr, cmin int64, policy Policy, why string, alloc, page int64) (int64, string) {
+// of the way to the limit (node allocatable without one, or when the limit
+// is above it), page aligned, no lower than memory.low; 0% means max. It is
+// then made Go-aware, except for BE: a BE pod is throttled by its class,
+// and what it says about itself (env, annotation) cannot lift that.
+func containerHigh(pod *corev1.Pod, c *corev1.Container, class Class, req, lim, thr, low int64, policy Policy, why string, env limits) (int64, string) {
 	if thr == 0 {
-		return Max, why + ": throttlingPercent 0 means no memory.high"
+		return manage.Unlimited, why + ": throttlingPercent 0 means no memory.high"
 	}
-	top, topName := lim, "limit"
-	if top == 0 {
-		top, topName = alloc, "node allocatable"
-	}
-	if top <= 0 {
-		return Max, why + ": no limit and no node allocatable known"
+	if env.oldKernel != "" {
+		return manage.Unlimited, fmt.Sprintf("%s: kernel %s is older than 5.9, where memory.high below the limit can livelock the group (KEP-2570); left at max",
+			why, env.oldKernel)
 	}
 	if policy == PolicyAuto && lim > 0 && req >= lim {
 		// KEP-2570 leaves Guaranteed containers alone: a memory.high at the
 		// limit only adds throttling where the OOM killer already stands.
-		return Max, why + ": request equals the limit, memory.high would only duplicate memory.max"
+		return manage.Unlimited, why + ": request equals the limit, memory.high would only duplicate memory.max"
+	}
+	top, topName := env.alloc, "node allocatable"
+	if lim > 0 && lim < env.alloc {
+		top, topName = lim, "limit"
+	} else if lim > 0 {
+		topName = fmt.Sprintf("node allocatable, below the limit %d", lim)
 	}
 	r := min(req, top)
-	high := floorPage(r+(top-r)*thr/100, page)
+	high := floorPage(r+pctOf(top-r, thr), env.page)
 	highWhy := fmt.Sprintf("%s: request %d + (%s %d − request) × throttlingPercent %d%%", why, req, topName, top, thr)
-	if high < cmin {
-		high, highWhy = cmin, highWhy+"; raised to memory.min"
+	if high < low {
+		high, highWhy = low, highWhy+"; raised to memory.low"
 	}
-	if gml, src, ok := GoMemLimit(pod, c); ok {
-		need := gml + nonGoBudget(gml)
-		switch {
-		case lim > 0 && need >= lim:
-			return Max, fmt.Sprintf("%s; GOMEMLIMIT %d (%s) + non-Go budget %d reaches the limit %d, so memory.high is left at max and the runtime's own limit governs",
-				highWhy, gml, src, nonGoBudget(gml), lim)
-		case high < need:
-			need = (need + page - 1) / page * page
-			return need, fmt.Sprintf("%s; raised to GOMEMLIMIT %d (%s) + non-Go budget %d so the Go heap is not throttled below the limit its runtime was given",
-				highWhy, gml, src, nonGoBudget(gml))
+	gml, src, ok := GoMemLimit(pod, c)
+	if !ok {
+		return high, highWhy
+	}
+	if class == BE {
+		return high, fmt.Sprintf("%s; GOMEMLIMIT %d (%s) does not raise a BE container's memory.high", highWhy, gml, src)
+	}
+	need := addBytes(gml, nonGoBudget(gml))
+	switch {
+	case lim > 0 && need >= lim:
+		return manage.Unlimited, fmt.Sprintf("%s; GOMEMLIMIT %d (%s) + non-Go budget %d reaches the limit %d, so memory.high is left at max and the runtime's own limit governs",
+			highWhy, gml, src, nonGoBudget(gml), lim)
+	case high < need:
+		need = min((need+env.page-1)/env.page*env.page, floorPage(top, env.page))
+		if need <= high {
+			return high, highWhy
 		}
+		return need, fmt.Sprintf("%s; raised to GOMEMLIMIT %d (%s) + non-Go budget %d (at most %s %d) so the Go heap is not throttled below the limit its runtime was given",
+			highWhy, gml, src, nonGoBudget(gml), topName, top)
 	}
 	return high, highWhy
 }
@@ -395,29 +531,59 @@ func knobSettings(k MemoryQOS, why string) []Setting {
 	return ss
 }
 
+// containerID is the runtime's ID of a container or sidecar, from the
+// pod's status.
 func containerID(pod *corev1.Pod, name string) string {
-	for _, st := range pod.Status.ContainerStatuses {
-		if st.Name == name {
-			return st.ContainerID
+	for _, list := range [][]corev1.ContainerStatus{pod.Status.ContainerStatuses, pod.Status.InitContainerStatuses} {
+		for _, st := range list {
+			if st.Name == name {
+				return st.ContainerID
+			}
 		}
 	}
 	return ""
 }
 
+// prot is memory.min and memory.low for a pod or a container, with the
+// request they were computed from (at most the limit and allocatable).
+type prot struct {
+	req, min, low  int64
+	minWhy, lowWhy string
+}
+
 // protection is memory.min and memory.low for a pod or a container (who)
-// with request req and limit lim, with the reason for each: koordinator's
-// percentages of the request, page-aligned; min kept at 9/10 of the limit
-// so the kernel can still reclaim at the limit; low at least min.
-func protection(req, lim, minPct, lowPct, page int64, why, who string) (minV, lowV int64, minWhy, lowWhy string) {
-	minV, lowV = floorPage(req*minPct/100, page), floorPage(req*lowPct/100, page)
-	minWhy = fmt.Sprintf("%s: request %d × minLimitPercent %d%%", why, req, minPct)
-	if lim > 0 && minV > lim*minGuardNum/minGuardDen {
-		minV = floorPage(lim*minGuardNum/minGuardDen, page)
-		minWhy += "; kept at 9/10 of the limit so the " + who + " can still reclaim at its limit"
+// with request req and limit lim: koordinator's percentages of the
+// request, page-aligned; the request counted at most up to the limit and
+// node allocatable; min kept at 9/10 of the limit so the kernel can still
+// reclaim at the limit; low at least min.
+func protection(req, lim, minPct, lowPct int64, env limits, why, who string) prot {
+	r, note := req, ""
+	if r > env.alloc {
+		r, note = env.alloc, fmt.Sprintf(" (above node allocatable %d: counted as that)", env.alloc)
 	}
-	lowWhy = fmt.Sprintf("%s: request %d × lowLimitPercent %d%%", why, req, lowPct)
-	if lowV < minV {
-		lowV, lowWhy = minV, lowWhy+"; raised to memory.min"
+	if lim > 0 && r > lim {
+		r, note = lim, fmt.Sprintf(" (above the limit %d: counted as that)", lim)
 	}
-	return minV, lowV, minWhy, lowWhy
+	p := prot{req: r}
+	p.min, p.low = floorPage(pctOf(r, minPct), env.page), floorPage(pctOf(r, lowPct), env.page)
+	p.minWhy = fmt.Sprintf("%s: request %d%s × minLimitPercent %d%%", why, req, note, minPct)
+	if guard := floorPage(mulDiv(lim, minGuardNum, minGuardDen), env.page); lim > 0 && p.min > guard {
+		p.min = guard
+		p.minWhy += "; kept at 9/10 of the limit so the " + who + " can still reclaim at its limit"
+	}
+	p.lowWhy = fmt.Sprintf("%s: request %d%s × lowLimitPercent %d%%", why, req, note, lowPct)
+	if p.low < p.min {
+		p.low, p.lowWhy = p.min, p.lowWhy+"; raised to memory.min"
+	}
+	return p
+}
+
+// Values turns the settings of one cgroup directory at one level into the
+// writes manage.Writer applies.
+func Values(dir string, level Level, ss []Setting) []manage.Value {
+	out := make([]manage.Value, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, manage.Value{Dir: dir, File: s.File, Value: s.Value, Level: int(level), Reason: s.Reason})
+	}
+	return out
 }

@@ -8,6 +8,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gofit-dev/gofit/cgroup/manage"
+	"github.com/gofit-dev/gofit/kube/podplan"
 )
 
 const (
@@ -80,7 +83,7 @@ func TestKoordinatorFormulas(t *testing.T) {
 	pod := mkPod("a", nil, nil, corev1.PodRunning,
 		ctr{name: "app", req: "100Mi", lim: "200Mi"},
 		ctr{name: "side", req: "50Mi"}) // no limit: node allocatable stands in
-	res := Compute(Input{Pods: []*corev1.Pod{pod}, Strategy: s, NodeAllocatable: 4 * gi, CgroupVersion: 2})
+	res := compute(t, Input{Pods: []*corev1.Pod{pod}, Strategy: s, NodeAllocatable: 4 * gi, CgroupVersion: 2})
 	if len(res.Pods) != 1 {
 		t.Fatalf("pods: %+v", res.Pods)
 	}
@@ -124,8 +127,8 @@ func TestKoordinatorFormulas(t *testing.T) {
 func TestThrottlingZeroMeansMax(t *testing.T) {
 	s := cfg(t, `{"clusterStrategy":{"lsClass":{"memoryQOS":{"enable":true,"throttlingPercent":0,"minLimitPercent":10}}}}`)
 	pod := mkPod("a", nil, nil, corev1.PodRunning, ctr{name: "app", req: "100Mi", lim: "200Mi"})
-	res := Compute(Input{Pods: []*corev1.Pod{pod}, Strategy: s, NodeAllocatable: 4 * gi})
-	if got := get(t, res.Pods[0].Containers[0].Settings, FileHigh); got != Max {
+	res := compute(t, Input{Pods: []*corev1.Pod{pod}, Strategy: s, NodeAllocatable: 4 * gi})
+	if got := get(t, res.Pods[0].Containers[0].Settings, FileHigh); got != manage.Unlimited {
 		t.Errorf("high %d, want max", got)
 	}
 }
@@ -139,7 +142,7 @@ func TestAuto(t *testing.T) {
 	g := mkPod("g", nil, nil, corev1.PodRunning, ctr{name: "db", req: "1Gi", lim: "1Gi"})
 	g.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("1")
 	g.Spec.Containers[0].Resources.Limits[corev1.ResourceCPU] = resource.MustParse("1")
-	res := Compute(Input{Pods: []*corev1.Pod{ls, be, g}, Policy: PolicyAuto, NodeAllocatable: 8 * gi, CgroupVersion: 2})
+	res := compute(t, Input{Pods: []*corev1.Pod{ls, be, g}, Policy: PolicyAuto, NodeAllocatable: 8 * gi, CgroupVersion: 2})
 	byName := map[string]PodResult{}
 	for _, p := range res.Pods {
 		byName[p.Name] = p
@@ -159,7 +162,7 @@ func TestAuto(t *testing.T) {
 		t.Fatalf("g: %s %s", byName["g"].Class, byName["g"].KubeQoS)
 	}
 	gc := byName["g"].Containers[0].Settings
-	if get(t, gc, FileHigh) != Max || get(t, gc, FileMin) >= gi || get(t, gc, FileLow) != gi {
+	if get(t, gc, FileHigh) != manage.Unlimited || get(t, gc, FileMin) >= gi || get(t, gc, FileLow) != gi {
 		t.Errorf("guaranteed: %+v", gc)
 	}
 	if p := res.Protected[LS]; p.Low != 100*mi {
@@ -173,7 +176,7 @@ func TestGuaranteedMinGuard(t *testing.T) {
 	s := cfg(t, `{"clusterStrategy":{"lsrClass":{"memoryQOS":{"enable":true,"minLimitPercent":100,"lowLimitPercent":100}}}}`)
 	g := mkPod("g", nil, nil, corev1.PodRunning, ctr{name: "db", req: "1Gi", lim: "1Gi"})
 	g.Status.QOSClass = corev1.PodQOSGuaranteed
-	res := Compute(Input{Pods: []*corev1.Pod{g}, Strategy: s, NodeAllocatable: 8 * gi})
+	res := compute(t, Input{Pods: []*corev1.Pod{g}, Strategy: s, NodeAllocatable: 8 * gi})
 	c := res.Pods[0].Containers[0].Settings
 	if m := get(t, c, FileMin); m >= gi || m != (gi*9/10)/4096*4096 {
 		t.Errorf("min %d must stay below the limit", m)
@@ -197,15 +200,15 @@ func TestGoAware(t *testing.T) {
 		{"annotation-suffix", nil, `{"containers":[{"name":"app","env":{"GOMEMLIMIT":"900MiB"}}]}`, (900*mi + 900*mi/16 + 4095) / 4096 * 4096},
 		{"annotation-other-container", nil, `{"containers":[{"name":"other","env":{"GOMEMLIMIT":"900MiB"}}]}`, (256*mi + 768*mi*80/100) / 4096 * 4096},
 		{"annotation-garbage", nil, `{"containers":"x"}`, (256*mi + 768*mi*80/100) / 4096 * 4096},
-		{"at-limit", map[string]string{"GOMEMLIMIT": "1000MiB"}, "", Max},
+		{"at-limit", map[string]string{"GOMEMLIMIT": "1000MiB"}, "", manage.Unlimited},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ann := map[string]string{}
 			if tc.ann != "" {
-				ann[AnnotationPlan] = tc.ann
+				ann[podplan.Annotation] = tc.ann
 			}
 			pod := mkPod("a", nil, ann, corev1.PodRunning, ctr{name: "app", req: "256Mi", lim: "1Gi", env: tc.env})
-			res := Compute(Input{Pods: []*corev1.Pod{pod}, Policy: PolicyAuto, NodeAllocatable: 8 * gi})
+			res := compute(t, Input{Pods: []*corev1.Pod{pod}, Policy: PolicyAuto, NodeAllocatable: 8 * gi})
 			var s Setting
 			for _, x := range res.Pods[0].Containers[0].Settings {
 				if x.File == FileHigh {
@@ -215,7 +218,7 @@ func TestGoAware(t *testing.T) {
 			if s.Value != tc.want {
 				t.Errorf("high %d, want %d (%s)", s.Value, tc.want, s.Reason)
 			}
-			if s.Value > gi && s.Value != Max {
+			if s.Value > gi && s.Value != manage.Unlimited {
 				t.Errorf("high %d above the limit", s.Value)
 			}
 			if tc.name == "env" && !strings.Contains(s.Reason, "GOMEMLIMIT") {
@@ -233,14 +236,14 @@ func TestRestore(t *testing.T) {
 	be := mkPod("be", map[string]string{LabelQoSClassLegacy: "BE"}, nil, corev1.PodRunning, ctr{name: "c", req: "100Mi", lim: "200Mi"})
 	ns := mkPod("ns", nil, nil, corev1.PodRunning, ctr{name: "c", req: "100Mi", lim: "200Mi"})
 	ns.Namespace = "blocked"
-	res := Compute(Input{Pods: []*corev1.Pod{none, be, ns}, Strategy: s, NodeAllocatable: 8 * gi, CgroupVersion: 1,
+	res := compute(t, Input{Pods: []*corev1.Pod{none, be, ns}, Strategy: s, NodeAllocatable: 8 * gi, CgroupVersion: 1,
 		Namespaces: Namespaces{Disabled: []string{"blocked"}}})
 	if len(res.Pods) != 3 {
 		t.Fatalf("%d pods", len(res.Pods))
 	}
 	for _, p := range res.Pods {
 		c := p.Containers[0].Settings
-		if p.Policy != PolicyNone || get(t, c, FileMin) != 0 || get(t, c, FileLow) != 0 || get(t, c, FileHigh) != Max || get(t, c, FileSoftLimit) != Max {
+		if p.Policy != PolicyNone || get(t, c, FileMin) != 0 || get(t, c, FileLow) != 0 || get(t, c, FileHigh) != manage.Unlimited || get(t, c, FileSoftLimit) != manage.Unlimited {
 			t.Errorf("%s: policy %s %+v", p.Name, p.Policy, c)
 		}
 	}
@@ -251,12 +254,12 @@ func TestRestore(t *testing.T) {
 
 func TestEnabledNamespaces(t *testing.T) {
 	pod := mkPod("a", nil, nil, corev1.PodRunning, ctr{name: "c", req: "100Mi", lim: "200Mi"})
-	res := Compute(Input{Pods: []*corev1.Pod{pod}, Policy: PolicyAuto, Namespaces: Namespaces{Enabled: []string{"prod"}}, NodeAllocatable: gi})
+	res := compute(t, Input{Pods: []*corev1.Pod{pod}, Policy: PolicyAuto, Namespaces: Namespaces{Enabled: []string{"prod"}}, NodeAllocatable: gi})
 	if res.Pods[0].Policy != PolicyNone {
 		t.Errorf("pod outside enabledNamespaces got %s", res.Pods[0].Policy)
 	}
 	pod.Namespace = "prod"
-	res = Compute(Input{Pods: []*corev1.Pod{pod}, Policy: PolicyAuto, Namespaces: Namespaces{Enabled: []string{"prod"}}, NodeAllocatable: gi})
+	res = compute(t, Input{Pods: []*corev1.Pod{pod}, Policy: PolicyAuto, Namespaces: Namespaces{Enabled: []string{"prod"}}, NodeAllocatable: gi})
 	if res.Pods[0].Policy != PolicyAuto {
 		t.Errorf("pod inside enabledNamespaces got %s", res.Pods[0].Policy)
 	}
@@ -265,7 +268,7 @@ func TestEnabledNamespaces(t *testing.T) {
 func TestV1SoftLimits(t *testing.T) {
 	ls := mkPod("ls", nil, nil, corev1.PodRunning, ctr{name: "c", req: "100Mi", lim: "200Mi"})
 	be := mkPod("be", nil, nil, corev1.PodRunning, ctr{name: "c"})
-	res := Compute(Input{Pods: []*corev1.Pod{ls, be}, Policy: PolicyAuto, NodeAllocatable: gi, CgroupVersion: 1})
+	res := compute(t, Input{Pods: []*corev1.Pod{ls, be}, Policy: PolicyAuto, NodeAllocatable: gi, CgroupVersion: 1})
 	for _, p := range res.Pods {
 		want := 100 * mi
 		if p.Name == "be" {
@@ -287,7 +290,7 @@ func TestProtectedCap(t *testing.T) {
 	for _, n := range []string{"a", "b", "c"} {
 		pods = append(pods, mkPod(n, nil, nil, corev1.PodRunning, ctr{name: "c", req: "1Gi", lim: "2Gi"}))
 	}
-	res := Compute(Input{Pods: pods, Strategy: s, NodeAllocatable: 2 * gi, MaxProtectedRatio: 0.8})
+	res := compute(t, Input{Pods: pods, Strategy: s, NodeAllocatable: 2 * gi, MaxProtectedRatio: 0.8})
 	total := get(t, res.Kubepods, FileMin)
 	if total > 2*gi*8/10 || total < 2*gi*8/10-3*4096*2 {
 		t.Errorf("total min %d, want about %d", total, 2*gi*8/10)
@@ -305,16 +308,18 @@ func TestProtectedCap(t *testing.T) {
 	}
 }
 
-func TestFinishedAndSystemSkipped(t *testing.T) {
+// TestFinishedAndSystem: finished pods are out of the plan; SYSTEM pods are
+// planned back to the kernel defaults (TestSystemRelabel), out of the sums.
+func TestFinishedAndSystem(t *testing.T) {
 	done := mkPod("done", nil, nil, corev1.PodSucceeded, ctr{name: "c", req: "1Gi", lim: "2Gi"})
 	sys := mkPod("sys", map[string]string{LabelQoSClass: "SYSTEM"}, nil, corev1.PodRunning, ctr{name: "c", req: "1Gi", lim: "2Gi"})
 	run := mkPod("run", nil, nil, corev1.PodRunning, ctr{name: "c", req: "1Gi", lim: "2Gi"})
-	res := Compute(Input{Pods: []*corev1.Pod{done, sys, run}, Policy: PolicyAuto, NodeAllocatable: 8 * gi})
-	if len(res.Pods) != 1 || res.Pods[0].Name != "run" {
+	res := compute(t, Input{Pods: []*corev1.Pod{done, sys, run}, Policy: PolicyAuto, NodeAllocatable: 8 * gi})
+	if len(res.Pods) != 2 || res.Pods[0].Name != "run" || res.Pods[1].Name != "sys" || res.Pods[1].Policy != PolicyNone {
 		t.Fatalf("pods %+v", res.Pods)
 	}
 	if get(t, res.Kubepods, FileLow) != gi {
-		t.Errorf("kubepods low %d: finished pod counted", get(t, res.Kubepods, FileLow))
+		t.Errorf("kubepods low %d: finished or SYSTEM pod counted", get(t, res.Kubepods, FileLow))
 	}
 }
 
@@ -338,7 +343,7 @@ func TestPodOverridesAndBadInput(t *testing.T) {
 	s := cfg(t, `{"clusterStrategy":{"lsClass":{"memoryQOS":{"enable":true,"minLimitPercent":10}}}}`)
 	over := mkPod("o", nil, map[string]string{AnnotationMemoryQOS: `{"minLimitPercent":50}`}, corev1.PodRunning, ctr{name: "c", req: "100Mi", lim: "1Gi"})
 	bad := mkPod("b", map[string]string{LabelQoSClass: "GOLD"}, map[string]string{AnnotationMemoryQOS: `{"policy":"fast"}`}, corev1.PodRunning, ctr{name: "c", req: "100Mi", lim: "1Gi"})
-	res := Compute(Input{Pods: []*corev1.Pod{over, bad}, Strategy: s, NodeAllocatable: 8 * gi})
+	res := compute(t, Input{Pods: []*corev1.Pod{over, bad}, Strategy: s, NodeAllocatable: 8 * gi})
 	for _, p := range res.Pods {
 		want := 10 * mi
 		if p.Name == "o" {
@@ -387,7 +392,7 @@ func TestParseConfig(t *testing.T) {
 func TestBatchMemory(t *testing.T) {
 	pod := mkPod("b", map[string]string{LabelQoSClass: "BE"}, nil, corev1.PodRunning, ctr{name: "c"})
 	pod.Spec.Containers[0].Resources.Limits[ResourceBatchMemory] = resource.MustParse("1Gi")
-	res := Compute(Input{Pods: []*corev1.Pod{pod}, Policy: PolicyAuto, NodeAllocatable: 8 * gi})
+	res := compute(t, Input{Pods: []*corev1.Pod{pod}, Policy: PolicyAuto, NodeAllocatable: 8 * gi})
 	if h := get(t, res.Pods[0].Containers[0].Settings, FileHigh); h != gi/2 {
 		t.Errorf("high %d: batch-memory limit not used", h)
 	}

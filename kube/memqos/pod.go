@@ -7,8 +7,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gofit-dev/gofit/fit"
+	"github.com/gofit-dev/gofit/kube/podplan"
 )
 
 // Class is a koordinator QoS class.
@@ -35,17 +37,15 @@ const (
 	PolicyNone    Policy = "none"
 )
 
-// Pod labels and annotations read, koordinator's and ACK's legacy ones,
-// and the webhook's plan annotation for GOMEMLIMIT.
+// Pod labels and annotations read, koordinator's and ACK's legacy ones
+// (the webhook's plan annotation is podplan.Annotation).
 const (
-	LabelQoSClass        = "koordinator.sh/qosClass"
-	LabelQoSClassLegacy  = "alibabacloud.com/qosClass"
-	AnnotationMemoryQOS  = "koordinator.sh/memoryQOS"
-	AnnotationMemoryLeg  = "alibabacloud.com/memoryQOS"
-	AnnotationPlan       = "gofit.dev/plan"
-	ResourceBatchMemory  = corev1.ResourceName("kubernetes.io/batch-memory")
-	envGOMEMLIMIT        = "GOMEMLIMIT"
-	maxAnnotationPlanLen = 64 << 10
+	LabelQoSClass       = "koordinator.sh/qosClass"
+	LabelQoSClassLegacy = "alibabacloud.com/qosClass"
+	AnnotationMemoryQOS = "koordinator.sh/memoryQOS"
+	AnnotationMemoryLeg = "alibabacloud.com/memoryQOS"
+	ResourceBatchMemory = corev1.ResourceName("kubernetes.io/batch-memory")
+	envGOMEMLIMIT       = "GOMEMLIMIT"
 )
 
 // PodConfig is the koordinator.sh/memoryQOS annotation: a policy and
@@ -147,52 +147,67 @@ func PodPolicy(pod *corev1.Pod) (*PodConfig, string) {
 	return nil, ""
 }
 
-// GoMemLimit returns the GOMEMLIMIT of a container, when it is known: a
-// literal GOMEMLIMIT env var (what the webhook writes), else the webhook's
+// GoMemLimit returns the GOMEMLIMIT of a container, when it is known: the
+// container's env decides where it names GOMEMLIMIT (the last entry, as the
+// kubelet passes the last of duplicates; one set from a secret, a
+// ConfigMap or the downward API is unknown), else the webhook's
 // gofit.dev/plan annotation. ok is false when neither names one.
 func GoMemLimit(pod *corev1.Pod, c *corev1.Container) (limit int64, source string, ok bool) {
-	for _, e := range c.Env {
-		if e.Name != envGOMEMLIMIT || e.ValueFrom != nil {
+	for i := len(c.Env) - 1; i >= 0; i-- {
+		e := c.Env[i]
+		if e.Name != envGOMEMLIMIT {
 			continue
 		}
-		if v, err := fit.ParseMemLimit(e.Value); err == nil && v > 0 && v < maxBytes {
+		if v, err := fit.ParseMemLimit(e.Value); e.ValueFrom == nil && err == nil && v > 0 && v < maxBytes {
 			return v, "env GOMEMLIMIT", true
 		}
+		return 0, "", false
 	}
-	if v, ok := planGoMemLimit(pod.Annotations[AnnotationPlan], c.Name); ok {
-		return v, "annotation " + AnnotationPlan, true
+	if v, ok := planGoMemLimit(pod.Annotations[podplan.Annotation], c.Name); ok {
+		return v, "annotation " + podplan.Annotation, true
 	}
 	return 0, "", false
 }
 
-// planRecord is the part of the webhook's gofit.dev/plan annotation the
-// agent reads (kube/admission.Record): the variables it added per container.
-// agent's TestPlanAnnotationFromWebhook checks the two stay in step.
-type planRecord struct {
-	Containers []struct {
-		Name string            `json:"name"`
-		Env  map[string]string `json:"env"`
-	} `json:"containers"`
+// AnnotationMirror is set by the kubelet on the mirror pod it creates in
+// the API for a static pod: its value is the static pod's own UID, which
+// names the pod's cgroup.
+const AnnotationMirror = "kubernetes.io/config.mirror"
+
+// CgroupUID is the UID the kubelet names a pod's cgroup after: the API UID,
+// or for a mirror pod the static pod's UID from AnnotationMirror. A value
+// the kubelet cannot have written (not 1-64 letters, digits and dashes)
+// is ignored.
+func CgroupUID(pod *corev1.Pod) types.UID {
+	h, ok := pod.Annotations[AnnotationMirror]
+	if !ok || len(h) == 0 || len(h) > 64 {
+		return pod.UID
+	}
+	for _, r := range h {
+		if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r == '-') {
+			return pod.UID
+		}
+	}
+	return types.UID(h)
 }
 
 // planGoMemLimit reads GOMEMLIMIT for container name from the webhook's
 // plan annotation. A malformed annotation is no answer: the agent then
 // plans as for a container of unknown GOMEMLIMIT.
 func planGoMemLimit(ann, name string) (int64, bool) {
-	if ann == "" || len(ann) > maxAnnotationPlanLen {
+	if ann == "" {
 		return 0, false
 	}
-	var rec planRecord
-	if json.Unmarshal([]byte(ann), &rec) != nil {
+	rec, err := podplan.Parse(ann)
+	if err != nil {
 		return 0, false
 	}
-	for _, c := range rec.Containers {
-		if c.Name != name {
-			continue
-		}
-		if v, err := fit.ParseMemLimit(c.Env[envGOMEMLIMIT]); err == nil && v > 0 && v < maxBytes {
-			return v, true
-		}
+	c := rec.Container(name)
+	if c == nil {
+		return 0, false
+	}
+	if v, err := fit.ParseMemLimit(c.Env[envGOMEMLIMIT]); err == nil && v > 0 && v < maxBytes {
+		return v, true
 	}
 	return 0, false
 }
@@ -237,27 +252,28 @@ func containerMemory(c *corev1.Container, class Class) (req, lim int64) {
 }
 
 // podMemory returns the pod's memory request as the scheduler counts it
-// (the larger of the app containers' sum and any init container, plus the
-// overhead) and its limit (0 unless every app container has one).
+// (the larger of the running containers' sum and any init container, plus
+// the overhead) and its limit (0 unless every running container has one).
+// Sums saturate at maxBytes.
 func podMemory(pod *corev1.Pod, class Class) (req, lim int64) {
-	limited := len(pod.Spec.Containers) > 0
-	for i := range pod.Spec.Containers {
-		r, l := containerMemory(&pod.Spec.Containers[i], class)
-		req += r
-		lim += l
+	ctrs := runningContainers(pod)
+	limited := len(ctrs) > 0
+	for _, c := range ctrs {
+		r, l := containerMemory(c, class)
+		req = addBytes(req, r)
+		lim = addBytes(lim, l)
 		limited = limited && l > 0
 	}
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
-		r, _ := containerMemory(c, class)
-		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
-			req += r // a sidecar runs beside the app containers
-			continue
+		if isSidecar(c) {
+			continue // counted with the running containers
 		}
+		r, _ := containerMemory(c, class)
 		req = max(req, r)
 	}
 	if q, ok := pod.Spec.Overhead[corev1.ResourceMemory]; ok {
-		req += bytesOf(q)
+		req = addBytes(req, bytesOf(q))
 	}
 	if !limited {
 		lim = 0

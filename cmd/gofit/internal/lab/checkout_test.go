@@ -1,15 +1,17 @@
 package lab
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
 func TestCheckOutUndo(t *testing.T) {
 	base := t.TempDir()
 	dir := filepath.Join(base, "a", "b")
-	undo, err := CheckOut(dir)
+	undo, err := checkOut(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,7 +24,7 @@ func TestCheckOutUndo(t *testing.T) {
 	}
 
 	// Once results are written, undo keeps them.
-	undo, err = CheckOut(dir)
+	undo, err = checkOut(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +37,7 @@ func TestCheckOutUndo(t *testing.T) {
 	}
 
 	// A directory that existed before is never removed.
-	undo, err = CheckOut(base)
+	undo, err = checkOut(base)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +51,27 @@ func TestCheckOutUndo(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := CheckOut(filepath.Join(file, "x")); err == nil {
+	if _, err := checkOut(filepath.Join(file, "x")); err == nil {
 		t.Error("CheckOut under a file: want an error")
+	}
+}
+
+// A study that measured nothing does not replace earlier good results.
+func TestLabKeepsGoodResults(t *testing.T) {
+	dir := t.TempDir()
+	good := []byte(`{"cpu":[{"rps":1}]}`)
+	os.WriteFile(filepath.Join(dir, "results.json"), good, 0o644)
+	paths, err := writeFiles(dir, &Results{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "results.json")); !bytes.Equal(b, good) {
+		t.Errorf("an empty run replaced results.json: %s", b)
+	}
+	if len(paths) != 2 || !strings.Contains(paths[0], "results-empty.json") {
+		t.Errorf("wrote %v", paths)
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, ".gofit-*")); len(m) > 0 {
+		t.Errorf("temporary files left: %v", m)
 	}
 }

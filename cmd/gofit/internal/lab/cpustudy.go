@@ -8,6 +8,9 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
 
 type cpuConfig struct {
@@ -35,7 +38,7 @@ func envKey(env map[string]string) string {
 // configs are the distinct environments at a quota. Settings giving the
 // target the same environment are one cell: measuring both would only
 // measure the noise twice. go-default, then gofit, names a shared cell.
-func (l *Lab) configs(q float64) []cpuConfig {
+func (l *study) configs(q float64) []cpuConfig {
 	var out []cpuConfig
 	idx := map[string]int{}
 	order := append([]string(nil), l.cfg.CPUSettings...)
@@ -65,10 +68,10 @@ func (l *Lab) configs(q float64) []cpuConfig {
 type cellKey struct {
 	q       float64
 	setting string
-	mode    string
+	mode    Mode
 }
 
-func (l *Lab) runsOf(k cellKey) []CPUCell {
+func (l *study) runsOf(k cellKey) []CPUCell {
 	var out []CPUCell
 	for _, c := range l.res.CPU {
 		if c.QuotaCores == k.q && c.Setting == k.setting && c.Mode == k.mode {
@@ -78,8 +81,8 @@ func (l *Lab) runsOf(k cellKey) []CPUCell {
 	return out
 }
 
-func pooled(cs []CPUCell) Sample {
-	s := make(Sample, 0, len(cs))
+func pooled(cs []CPUCell) stats.Sample {
+	s := make(stats.Sample, 0, len(cs))
 	for _, c := range cs {
 		s = append(s, c.blocks)
 	}
@@ -88,7 +91,7 @@ func pooled(cs []CPUCell) Sample {
 
 // closedWindow is the closed loop's window: by time unless --requests
 // fixed a count.
-func (l *Lab) closedWindow() time.Duration {
+func (l *study) closedWindow() time.Duration {
 	if l.cfg.Requests > 0 {
 		return 0
 	}
@@ -97,7 +100,7 @@ func (l *Lab) closedWindow() time.Duration {
 
 // openWindow is the open loop's window per run at rate: long enough that
 // the minimum repeats pool OpenSamples latencies.
-func (l *Lab) openWindow(rate float64) time.Duration {
+func (l *study) openWindow(rate float64) time.Duration {
 	if l.cfg.OpenDuration > 0 {
 		return l.cfg.OpenDuration
 	}
@@ -106,46 +109,55 @@ func (l *Lab) openWindow(rate float64) time.Duration {
 	return max(d, l.cfg.MinOpenWindow)
 }
 
-// cpuBudget is the part of the budget the CPU study may spend, adaptive
-// repeats included; the memory study needs the rest.
-func (l *Lab) cpuBudget() time.Duration { return l.cfg.Budget * 45 / 100 }
-
-func (l *Lab) cpuStudy(ctx context.Context) error {
+func (l *study) cpuStudy(ctx context.Context) error {
 	offered := map[float64]float64{}
 	windows := map[float64]time.Duration{}
 	all := map[float64][]cpuConfig{}
-	runOne := func(c cpuConfig, mode string, rep int) error {
+	runOne := func(c cpuConfig, mode Mode, rep int) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		win := l.closedWindow()
-		if mode == "open" {
+		if mode == Open {
 			win = windows[c.quota]
 		}
+		began := l.now()
 		cell, err := l.measure(ctx, c, mode, offered[c.quota], win, rep)
+		if err == nil {
+			l.overheadSum += max(l.now().Sub(began)-time.Duration(cell.Seconds*float64(time.Second)), 0)
+			l.overheadRuns++
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			var se *StartError
+			var se *startError
 			if errors.As(err, &se) {
 				// With no memory limit, a start that fails is the target's
 				// fault, and nothing measured after it would be trusted.
-				return fmt.Errorf("%w: cpu trial %s %s %s-loop: %v", ErrTargetFailed, millicores(c.quota), c.setting, mode, err)
+				return fmt.Errorf("%w: cpu trial %s %s %s-loop: %v", errTargetFailed, millicores(c.quota), c.setting, mode, err)
 			}
 			return fmt.Errorf("cpu trial %s %s %s-loop: %w", millicores(c.quota), c.setting, mode, err)
 		}
 		l.res.CPU = append(l.res.CPU, cell)
+		for i, t := range cell.Targets {
+			if i >= len(l.res.Targets) {
+				// Named as given ({port} and all): each trial has its own port.
+				mix := l.cfg.Target.Mix()
+				l.res.Targets = append(l.res.Targets, load.TargetResult{Method: mix[i].Method, URL: mix[i].URL})
+			}
+			l.res.Targets[i].Merge(t)
+		}
 		l.progress("cpu %-5s %-15s %-6s rep %d: %5.0f rps, p99 %6.1fms", millicores(c.quota), c.setting, mode, rep, cell.RPS, cell.P99)
 		if cell.TargetExited {
 			// No memory limit here: an exit is a crash. Stop rather than
 			// measure a dead service for minutes.
 			l.exited = true
-			return fmt.Errorf("%w: it exited during the %s %s %s-loop window (%d errors: %s)", ErrTargetFailed, millicores(c.quota), c.setting, mode, cell.Errors, errorKinds(cell.ErrorKinds))
+			return fmt.Errorf("%w: it exited during the %s %s %s-loop window (%d errors: %s)", errTargetFailed, millicores(c.quota), c.setting, mode, cell.Errors, errorKinds(cell.ErrorKinds))
 		}
 		return nil
 	}
-	round := func(cs []cpuConfig, mode string, rep int) error {
+	round := func(cs []cpuConfig, mode Mode, rep int) error {
 		order := append([]cpuConfig(nil), cs...)
 		// A fresh order each round, so drift (thermal, noisy neighbours)
 		// spreads over all configurations.
@@ -157,11 +169,11 @@ func (l *Lab) cpuStudy(ctx context.Context) error {
 		}
 		return nil
 	}
-	for _, q := range l.cfg.Quotas {
+	for qi, q := range l.cfg.Quotas {
 		cs := l.configs(q)
 		all[q] = cs
 		for rep := 1; rep <= l.cfg.MinRepeats; rep++ {
-			if err := round(cs, "closed", rep); err != nil {
+			if err := round(cs, Closed, rep); err != nil {
 				return err
 			}
 		}
@@ -172,15 +184,15 @@ func (l *Lab) cpuStudy(ctx context.Context) error {
 		} else {
 			var caps []float64
 			for _, c := range cs {
-				if r := pooled(l.runsOf(cellKey{q, c.setting, "closed"})).rps(); r > 0 {
+				if r := pooled(l.runsOf(cellKey{q, c.setting, Closed})).RPS(); r > 0 {
 					caps = append(caps, r)
 				}
 			}
-			offered[q] = math.Max(1, math.Round(l.cfg.OpenFraction*Summarize(caps).Median))
+			offered[q] = math.Max(1, math.Round(l.cfg.OpenFraction*summarize(caps).Median))
 		}
-		windows[q] = l.openWindow(offered[q])
+		windows[q] = l.planOpenWindow(qi, offered[q], len(cs))
 		for rep := 1; rep <= l.cfg.MinRepeats; rep++ {
-			if err := round(cs, "open", rep); err != nil {
+			if err := round(cs, Open, rep); err != nil {
 				return err
 			}
 		}
@@ -195,7 +207,7 @@ func (l *Lab) cpuStudy(ctx context.Context) error {
 		}
 		ran := 0
 		for _, t := range todo {
-			if l.now().Sub(l.started)+l.runCost(t.key) > l.cpuBudget() {
+			if l.elapsed()+l.runCost(t.key) > l.cpuBudget() {
 				break
 			}
 			var c cpuConfig
@@ -212,7 +224,7 @@ func (l *Lab) cpuStudy(ctx context.Context) error {
 		if ran < len(todo) {
 			left := len(l.undecided(all))
 			if left > 0 {
-				l.warn("the CPU study's budget (%v of %v) ran out with %d cells undecided or short of samples; their verdicts stay \"same\" on intervals too wide to tell (more time: --budget)", l.cpuBudget().Round(time.Second), l.cfg.Budget, left)
+				l.budgetNote("the CPU study's budget (%v of %v) ran out with %d cells undecided or short of samples; their verdicts stay \"same\" on intervals too wide to tell (more time: --budget)", l.cpuBudget().Round(time.Second), l.cfg.Budget, left)
 			}
 			return nil
 		}
@@ -227,7 +239,7 @@ type repeatTask struct {
 // undecided lists the cells to repeat: both sides of every comparison
 // with go-default that is neither decided nor at MaxRepeats, and open
 // cells short of OpenSamples.
-func (l *Lab) undecided(all map[float64][]cpuConfig) []repeatTask {
+func (l *study) undecided(all map[float64][]cpuConfig) []repeatTask {
 	want := map[cellKey]bool{}
 	var order []cellKey
 	add := func(k cellKey) {
@@ -237,20 +249,20 @@ func (l *Lab) undecided(all map[float64][]cpuConfig) []repeatTask {
 		}
 	}
 	for _, q := range l.cfg.Quotas {
-		for _, mode := range []string{"closed", "open"} {
+		for _, mode := range []Mode{Closed, Open} {
 			base := cellKey{q, SetGoDefault, mode}
 			baseRuns := l.runsOf(base)
 			for _, c := range all[q] {
 				k := cellKey{q, c.setting, mode}
 				runs := l.runsOf(k)
-				if mode == "open" && pooled(runs).count() < l.cfg.OpenSamples && l.cfg.OpenDuration == 0 {
+				if mode == Open && pooled(runs).Count() < l.cfg.OpenSamples && l.cfg.OpenDuration == 0 {
 					add(k)
 				}
 				if c.setting == SetGoDefault || len(baseRuns) == 0 || anyFailed(runs) || anyFailed(baseRuns) {
 					continue
 				}
 				st := headline(mode)
-				_, decided := Verdict(l.boot.Ratio(pooled(runs), pooled(baseRuns), st), st, margin(st))
+				_, decided := stats.Verdict(l.boot.Ratio(pooled(runs), pooled(baseRuns), st), st, st.Margin())
 				if !decided {
 					add(k)
 					add(base)
@@ -275,7 +287,7 @@ func anyFailed(cs []CPUCell) bool {
 }
 
 // runCost estimates one more run of k from the runs so far.
-func (l *Lab) runCost(k cellKey) time.Duration {
+func (l *study) runCost(k cellKey) time.Duration {
 	runs := l.runsOf(k)
 	if len(runs) == 0 {
 		return l.cfg.ClosedWindow + l.cfg.Warmup
@@ -288,18 +300,9 @@ func (l *Lab) runCost(k cellKey) time.Duration {
 }
 
 // headline is the statistic a mode's verdict is about.
-func headline(mode string) Stat {
-	if mode == "open" {
-		return StatP99
+func headline(mode Mode) stats.Stat {
+	if mode == Open {
+		return stats.StatP99
 	}
-	return StatRPS
-}
-
-// margin is how close to 1 a ratio's whole interval must lie for "same"
-// to count as decided: p99 is the noisier statistic.
-func margin(st Stat) float64 {
-	if st == StatP99 {
-		return 0.10
-	}
-	return 0.05
+	return stats.StatRPS
 }

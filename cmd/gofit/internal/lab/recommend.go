@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 	"github.com/gofit-dev/gofit/fit"
 )
 
@@ -33,7 +34,6 @@ type Recommendation struct {
 // CheckTrial is the recommendation run as one trial.
 type CheckTrial struct {
 	MemTrial
-	P50      float64 `json:"p50_ms"`
 	ProbeRPS float64 `json:"probe_rps"`
 	ProbeP99 float64 `json:"probe_p99_ms"`
 }
@@ -46,10 +46,10 @@ type cpuChoice struct {
 
 // openCells are the open-loop summaries at q that a recommendation may
 // rest on: no errors, not saturated.
-func (l *Lab) openAt(q float64) []CPUSummary {
+func (l *study) openAt(q float64) []CPUSummary {
 	var out []CPUSummary
 	for _, s := range l.res.CPUSummary {
-		if s.Mode == "open" && s.QuotaCores == q {
+		if s.Mode == Open && s.QuotaCores == q {
 			out = append(out, s)
 		}
 	}
@@ -72,7 +72,7 @@ func usable(s CPUSummary) bool {
 	return !s.Failed && (s.OfferedRPS == 0 || s.RPS.Value >= 0.95*s.OfferedRPS)
 }
 
-func (l *Lab) quotas() []float64 {
+func (l *study) quotas() []float64 {
 	seen := map[float64]bool{}
 	var qs []float64
 	for _, s := range l.res.CPUSummary {
@@ -86,7 +86,7 @@ func (l *Lab) quotas() []float64 {
 }
 
 // recommendCPU picks the quota and setting, appending its reasons to rec.
-func (l *Lab) recommendCPU(rec *Recommendation) cpuChoice {
+func (l *study) recommendCPU(rec *Recommendation) cpuChoice {
 	if l.cfg.TargetRPS > 0 {
 		return l.recommendForTarget(rec)
 	}
@@ -117,7 +117,7 @@ func (l *Lab) recommendCPU(rec *Recommendation) cpuChoice {
 		}
 		c := cpuChoice{cores: q, setting: SetGofit, sum: &s}
 		// gofit's plan unless go-default is significantly better here.
-		if s.Verdict != nil && *s.Verdict == Worse {
+		if s.Verdict != nil && *s.Verdict == stats.Worse {
 			for _, o := range l.openAt(q) {
 				if o.Setting == SetGoDefault && usable(o) {
 					c.setting = SetGoDefault
@@ -139,14 +139,14 @@ func (l *Lab) recommendCPU(rec *Recommendation) cpuChoice {
 // recommendForTarget picks the cheapest quota × setting whose open-loop
 // p99 at the target rate meets the SLO (or, without one, stays within
 // twice the best p99 seen at that rate).
-func (l *Lab) recommendForTarget(rec *Recommendation) cpuChoice {
+func (l *study) recommendForTarget(rec *Recommendation) cpuChoice {
 	rec.TargetRPS = l.cfg.TargetRPS
 	slo := l.cfg.SLOP99.Seconds() * 1000
 	rule := fmt.Sprintf("p99 ≤ %.1fms (--slo-p99)", slo)
 	if slo <= 0 {
 		best := math.Inf(1)
 		for _, s := range l.res.CPUSummary {
-			if s.Mode == "open" && usable(s) {
+			if s.Mode == Open && usable(s) {
 				best = math.Min(best, s.P99.Value)
 			}
 		}
@@ -190,37 +190,13 @@ func (l *Lab) recommendForTarget(rec *Recommendation) cpuChoice {
 	return cpuChoice{}
 }
 
-func (l *Lab) recommend() Recommendation {
+func (l *study) recommend() Recommendation {
 	rec := Recommendation{Env: map[string]string{}, Reasons: []string{}}
 	cpu := l.recommendCPU(&rec)
 	rec.CPURequestCores, rec.CPULimitCores, rec.Setting = cpu.cores, cpu.cores, cpu.setting
 	rec.Reasons = append(rec.Reasons, l.cpuVerdicts()...)
-	// Memory: the healthy floor under the recommended setting's memory
-	// plan (gofit's), else the no-knob one, plus headroom.
-	floor, from, kind := int64(0), "", ""
-	for _, want := range []string{SetGofit, SetNone} {
-		for _, m := range l.res.Memory {
-			if m.Setting == want && m.HealthyFloorBytes != nil && floor == 0 {
-				floor, from, kind = *m.HealthyFloorBytes, want, "healthy floor"
-			}
-		}
-	}
-	if floor == 0 {
-		for _, m := range l.res.Memory {
-			if m.Setting == SetGofit && m.FloorBytes != nil {
-				floor, from, kind = *m.FloorBytes, SetGofit, "survival floor (NO healthy floor was found: expect degraded service near it)"
-				rec.Confident = false
-			}
-		}
-	}
-	if floor > 0 {
-		const step = 4 << 20
-		rec.MemoryLimitBytes = int64(math.Ceil(float64(floor)*memHeadroom/step)) * step
-		rec.MemoryRequestBytes = rec.MemoryLimitBytes
-		rec.Reasons = append(rec.Reasons, fmt.Sprintf("memory %s: the %s with setting %q (%s, at %s CPU) plus %.0f%% headroom; request = limit so the pod is not reclaimed before others",
-			mebi(rec.MemoryLimitBytes), kind, from, fit.FormatBytes(floor), cpuLabel(l.res.Target.ProbeCPU), (memHeadroom-1)*100))
-		rec.Reasons = append(rec.Reasons, l.memVerdicts()...)
-	}
+	mem := l.recommendMemory(&rec)
+	floor := mem.floor
 	if cpu.cores > 0 || floor > 0 {
 		env, plan := l.planEnv(rec.CPULimitCores, rec.MemoryLimitBytes)
 		delete(env, "GODEBUG") // the sample's lab setting, not advice
@@ -232,12 +208,20 @@ func (l *Lab) recommend() Recommendation {
 		case SetProcsNCPU:
 			env["GOMAXPROCS"] = strconv.Itoa(l.ncpu)
 		}
+		if mem.setting == SetAutoMemLimit {
+			// The ratio needed less memory than gofit's accounting: its
+			// rule, not gofit's GOMEMLIMIT, goes with the limit.
+			env["GOMEMLIMIT"] = strconv.FormatInt(int64(float64(rec.MemoryLimitBytes)*automemlimitRatio), 10)
+		}
 		rec.Env = env
 		for _, r := range plan.Reasons {
-			if rec.Setting != SetGofit && rec.Setting != "" && strings.Contains(r, "GOMAXPROCS") {
+			if mem.setting == SetAutoMemLimit && r.Var == "GOMEMLIMIT" {
+				continue // gofit's GOMEMLIMIT reasoning, overruled by the measurement
+			}
+			if rec.Setting != SetGofit && rec.Setting != "" && r.Var == "GOMAXPROCS" {
 				continue // gofit's GOMAXPROCS reasoning, overruled by the measurement
 			}
-			rec.Reasons = append(rec.Reasons, "env: "+r)
+			rec.Reasons = append(rec.Reasons, "env: "+r.Text)
 		}
 		if v, ok := env["GOMAXPROCS"]; ok && rec.Setting != SetGofit {
 			rec.Reasons = append(rec.Reasons, "env: GOMAXPROCS="+v+": the measured setting "+rec.Setting)
@@ -250,6 +234,59 @@ func (l *Lab) recommend() Recommendation {
 	return rec
 }
 
+type memChoice struct {
+	floor   int64
+	setting string
+}
+
+// recommendMemory picks the memory limit: the healthy floor plus
+// headroom, of gofit's plan, unless the 0.9 ratio (automemlimit's rule)
+// was healthy lower, in which case the ratio and its floor: gofit never
+// recommends more memory than the ratio needs. Without gofit or the ratio
+// measured, the no-knob floor; without any healthy floor, gofit's
+// survival floor, not confidently.
+func (l *study) recommendMemory(rec *Recommendation) memChoice {
+	healthy := map[string]int64{}
+	for _, m := range l.res.Memory {
+		if m.HealthyFloorBytes != nil {
+			healthy[m.Setting] = *m.HealthyFloorBytes
+		}
+	}
+	var c memChoice
+	kind := "healthy floor"
+	switch g, a := healthy[SetGofit], healthy[SetAutoMemLimit]; {
+	case g > 0 && (a == 0 || g <= a):
+		c = memChoice{g, SetGofit}
+	case a > 0:
+		c = memChoice{a, SetAutoMemLimit}
+		if g > 0 {
+			rec.Reasons = append(rec.Reasons, fmt.Sprintf("memory: gofit's plan was healthy from %s, the 0.9 ratio (automemlimit's rule) from %s: the ratio needs less, so it is what is recommended", fit.FormatBytes(g), fit.FormatBytes(a)))
+		} else {
+			rec.Reasons = append(rec.Reasons, fmt.Sprintf("memory: no healthy floor for gofit's plan; the 0.9 ratio (automemlimit's rule) was healthy from %s, so it is what is recommended", fit.FormatBytes(a)))
+		}
+	case healthy[SetNone] > 0:
+		c = memChoice{healthy[SetNone], SetNone}
+	default:
+		for _, m := range l.res.Memory {
+			if m.Setting == SetGofit && m.FloorBytes != nil {
+				c = memChoice{*m.FloorBytes, SetGofit}
+				kind = "survival floor (NO healthy floor was found: expect degraded service near it)"
+				rec.Confident = false
+			}
+		}
+	}
+	if c.floor == 0 {
+		return c
+	}
+	const step = 4 << 20
+	rec.MemoryLimitBytes = int64(math.Ceil(float64(c.floor)*memHeadroom/step)) * step
+	rec.MemoryRequestBytes = rec.MemoryLimitBytes
+	rec.Reasons = append(rec.Reasons, fmt.Sprintf("memory %s: the %s with setting %q (%s, at %s CPU) plus %.0f%% headroom; request = limit so the pod is not reclaimed before others",
+		mebi(rec.MemoryLimitBytes), kind, c.setting, fit.FormatBytes(c.floor), cpuLabel(l.res.Target.ProbeCPU), (memHeadroom-1)*100))
+	rec.Reasons = append(rec.Reasons, l.memVerdicts()...)
+	return c
+}
+
 func msCI(m Metric) string {
 	return fmt.Sprintf("%.1fms [%.1f–%.1f]", m.Value, m.CILow, m.CIHigh)
 }
@@ -259,16 +296,16 @@ func rpsCI(m Metric) string {
 }
 
 // cpuVerdicts states the significant differences from go-default.
-func (l *Lab) cpuVerdicts() []string {
+func (l *study) cpuVerdicts() []string {
 	var out []string
 	for _, q := range l.quotas() {
 		var parts []string
 		for _, s := range l.res.CPUSummary {
-			if s.QuotaCores != q || s.Verdict == nil || *s.Verdict == Same {
+			if s.QuotaCores != q || s.Verdict == nil || *s.Verdict == stats.Same {
 				continue
 			}
 			what := "closed-loop rps"
-			if s.Mode == "open" {
+			if s.Mode == Open {
 				what = "open-loop p99"
 			}
 			if s.VerdictRatio == nil {
@@ -289,7 +326,7 @@ func label(s CPUSummary) string {
 	return strings.Join(append([]string{s.Setting}, s.SameAs...), " = ")
 }
 
-func (l *Lab) memVerdicts() []string {
+func (l *study) memVerdicts() []string {
 	var parts []string
 	for _, m := range l.res.Memory {
 		f, h := "none found", "none found"

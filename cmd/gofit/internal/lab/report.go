@@ -11,14 +11,15 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 	"github.com/gofit-dev/gofit/fit"
 )
 
-// CheckOut makes sure results can be written to dir before a study
+// checkOut makes sure results can be written to dir before a study
 // spends minutes: it creates dir if needed and writes and removes a file
 // there. undo removes the directories it created while they are still
 // empty, so a run that fails before writing results leaves nothing behind.
-func CheckOut(dir string) (undo func(), err error) {
+func checkOut(dir string) (undo func(), err error) {
 	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
 		return nil, fmt.Errorf("--out %s: not a directory", dir)
 	}
@@ -55,8 +56,8 @@ func CheckOut(dir string) (undo func(), err error) {
 	return undo, nil
 }
 
-// Empty reports whether a study measured nothing at all.
-func (r *Results) Empty() bool {
+// empty reports whether a study measured nothing at all.
+func (r *Results) empty() bool {
 	if len(r.CPU) > 0 || len(r.Throughput) > 0 {
 		return false
 	}
@@ -68,11 +69,11 @@ func (r *Results) Empty() bool {
 	return true
 }
 
-// WriteFiles writes results.json and report.html into dir, each through
+// writeFiles writes results.json and report.html into dir, each through
 // a temporary file and a rename. A study that measured nothing does not
 // replace earlier results: it is written as results-empty.json and
 // report-empty.html beside them. It returns the paths written.
-func WriteFiles(dir string, r *Results) ([]string, error) {
+func writeFiles(dir string, r *Results) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -81,12 +82,12 @@ func WriteFiles(dir string, r *Results) ([]string, error) {
 		return nil, err
 	}
 	rj, rh := "results.json", "report.html"
-	if r.Empty() {
+	if r.empty() {
 		if _, err := os.Stat(filepath.Join(dir, rj)); err == nil {
 			rj, rh = "results-empty.json", "report-empty.html"
 		}
 	}
-	html, err := HTML(r)
+	html, err := renderHTML(r)
 	if err != nil {
 		return nil, err
 	}
@@ -140,9 +141,10 @@ type verdictCell struct {
 }
 
 type verdictTable struct {
-	Mode, What string
-	Quotas     []string
-	Rows       []verdictRow
+	Mode   Mode
+	What   string
+	Quotas []string
+	Rows   []verdictRow
 }
 
 func verdictTables(r *Results) []verdictTable {
@@ -156,9 +158,9 @@ func verdictTables(r *Results) []verdictTable {
 	}
 	sort.Float64s(quotas)
 	var out []verdictTable
-	for _, mode := range []string{"open", "closed"} {
+	for _, mode := range []Mode{Open, Closed} {
 		t := verdictTable{Mode: mode, What: "open-loop p99 at equal offered load (lower is better)"}
-		if mode == "closed" {
+		if mode == Closed {
 			t.What = "closed-loop throughput (higher is better)"
 		}
 		for _, q := range quotas {
@@ -175,7 +177,7 @@ func verdictTables(r *Results) []verdictTable {
 					}
 					found = true
 					m, unit := s.P99, "ms"
-					if mode == "closed" {
+					if mode == Closed {
 						m, unit = s.RPS, " rps"
 					}
 					c.Text = fmtNum(m.Value) + unit
@@ -194,7 +196,7 @@ func verdictTables(r *Results) []verdictTable {
 					if s.Setting != setting {
 						c.Note = "same cell as " + s.Setting
 					}
-					if mode == "open" && s.OfferedRPS > 0 {
+					if mode == Open && s.OfferedRPS > 0 {
 						c.Note = strings.TrimPrefix(c.Note+fmt.Sprintf("; at %.0f rps", s.OfferedRPS), "; ")
 					}
 				}
@@ -209,7 +211,7 @@ func verdictTables(r *Results) []verdictTable {
 	return out
 }
 
-var reportTmpl = template.Must(template.New("report").Parse(`<!doctype html>
+var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{"statuses": statuses}).Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>gofit lab report</title>
 <style>
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1320px;margin:1em auto;color:#222;padding:0 1em}
@@ -235,6 +237,7 @@ Target <code>{{.R.Target.Command}}</code>. {{.R.Lab.Trials}} trials in {{printf 
 {{if .R.Lab.Failed}}<div class="alert"><b>Not a trustworthy result:</b> {{.R.Lab.Failed}}.</div>{{end}}
 {{if .Placement}}<div class="{{if .R.Placement.Isolated}}meta{{else}}warn{{end}}"><b>Isolation:</b> {{.R.Placement.Note}}.{{if .Overlap}} Measured: {{.Overlap}}{{end}}</div>{{end}}
 {{range .R.Lab.Warnings}}<div class="warn">{{.}}</div>{{end}}
+{{if .R.Lab.BudgetLimited}}<div class="warn"><b>budget_limited:</b> the budget cut the study short of its sample minimums; intervals are wider and floors rest on shorter loads.<ul class="reasons">{{range .R.Lab.BudgetNotes}}<li>{{.}}</li>{{end}}</ul></div>{{end}}
 <div class="top">
 <div>
 <h2>Verdicts against go-default</h2>
@@ -246,7 +249,7 @@ Target <code>{{.R.Target.Command}}</code>. {{.R.Lab.Trials}} trials in {{printf 
 <div>
 <h2>Recommendation{{if not .R.Recommendation.Confident}} (not confident){{end}}</h2>
 <pre>{{.R.Recommendation.YAML}}</pre>
-{{with .R.Recommendation.Check}}<p class="meta"><b>Check trial</b> (the pair run together): {{.Outcome}}{{if .Healthy}}, healthy{{else}}, not healthy{{end}}: {{printf "%.0f" .RPS}} rps, p99 {{printf "%.1f" .P99}} ms, against {{printf "%.0f" .ProbeRPS}} rps, p99 {{printf "%.1f" .ProbeP99}} ms without a memory limit.</p>{{end}}
+{{with .R.Recommendation.Check}}<p class="meta"><b>Check trial</b> (the pair run together, judged as the health trials are): {{.Outcome}}{{if .Healthy}}, healthy{{else}}, not healthy{{end}}: p99 {{printf "%.1f" .P99}} ms at {{printf "%.0f" .OfferedRPS}} rps, against {{printf "%.1f" .RefP99}} ms without a memory limit{{with .P99Ratio}} (×{{printf "%.2f" .Value}}, 95% interval {{printf "%.2f" .Low}}–{{printf "%.2f" .High}}){{end}}, {{.Pairs}} pairs.</p>{{end}}
 <ul class="reasons">{{range .R.Recommendation.Reasons}}<li>{{.}}</li>{{end}}</ul>
 </div>
 </div>
@@ -256,7 +259,7 @@ Target <code>{{.R.Target.Command}}</code>. {{.R.Lab.Trials}} trials in {{printf 
 <h2>Latency percentiles at {{.SmallestQuota}} (open loop)</h2>
 {{.HDRPlot}}
 <h2>Memory</h2>
-<p class="meta">Each trial starts the target with its binary's page cache {{.R.Target.PageCache}}, under a memory limit and the CPU limit {{.ProbeCPU}}, and drives a fixed closed-loop load. Survives: no OOM kill, errors at most 1%, no stall. Healthy: survives with at least 90% of the unlimited probe's throughput ({{printf "%.0f" .R.Target.ProbeRPS}} rps) and p99 at most twice its p99 ({{printf "%.1f" .R.Target.ProbeP99}} ms). Peak without a limit: {{.Peak}}.</p>
+<p class="meta">Each trial starts the target with its binary's page cache {{.R.Target.PageCache}}, under a memory limit and the CPU limit {{.ProbeCPU}}, and drives load. Survival trials: a fixed closed-loop load; survives: no OOM kill, errors at most 1%, no stall. Health trials: a fixed open-loop rate of {{printf "%.0f" .R.Target.HealthRPS}} rps (a share of the unlimited probes' {{printf "%.0f" .R.Target.ProbeRPS}} rps), in pairs of runs alternating the same setting without a memory limit (the reference) and at the limit; healthy: it survives and the 95% interval of its p99 ÷ the reference's lies at or under 2 (pairs are added while the interval straddles 2; at the most pairs the estimate decides). Peak without a limit: {{.Peak}}.</p>
 <table><tr><th>setting</th><th>survival floor</th><th>healthy floor</th><th>trials</th></tr>
 {{range .Floors}}<tr><td>{{.Setting}}</td><td>{{.Floor}}</td><td>{{.Healthy}}</td><td>{{.Trials}}</td></tr>{{end}}</table>
 {{range .MemPlots}}{{.}}{{end}}
@@ -270,6 +273,11 @@ Target <code>{{.R.Target.Command}}</code>. {{.R.Lab.Trials}} trials in {{printf 
 <table><tr><th>setting</th><th>search</th><th>limit</th><th>outcome</th><th>healthy</th><th>rps</th><th>p99 ms</th><th>peak</th><th>page cache</th><th>major faults</th><th>detail</th></tr>
 {{range .MemTrials}}<tr><td>{{.Setting}}</td><td>{{.Search}}</td><td>{{.Limit}}</td><td>{{.T.Outcome}}</td><td>{{.T.Healthy}}</td><td>{{printf "%.0f" .T.RPS}}</td><td>{{printf "%.1f" .T.P99}}</td><td>{{.Peak}}</td><td>{{.Cache}}</td><td>{{.T.MajorFaults}}</td><td>{{.T.Detail}}</td></tr>{{end}}
 </table></details>
+{{if .R.Targets}}<h2>Requests per target</h2>
+<p class="meta">Over every CPU window (seed {{.R.Lab.Seed}}).</p>
+<table><tr><th>method</th><th>URL</th><th>requests</th><th>status</th><th>p50 ms</th><th>p99 ms</th></tr>
+{{range .R.Targets}}<tr><td>{{.Method}}</td><td><code>{{.URL}}</code></td><td>{{.Requests}}</td><td>{{statuses .Status}}</td><td>{{printf "%.2f" .P50}}</td><td>{{printf "%.2f" .P99}}</td></tr>{{end}}
+</table>{{end}}
 <p class="meta">The lab: {{.R.Lab.Trials}} trials in {{printf "%.0f" .R.Lab.WallSeconds}} s; the load generator used {{printf "%.1f" .R.Lab.GeneratorCPUSeconds}} CPU-seconds outside the target's cgroup. {{.R.Lab.Undecided}} comparisons stayed undecided.</p>
 </body></html>
 `))
@@ -284,8 +292,8 @@ type memTrialRow struct {
 	T                                   MemTrial
 }
 
-// HTML renders report.html.
-func HTML(r *Results) ([]byte, error) {
+// renderHTML renders report.html.
+func renderHTML(r *Results) ([]byte, error) {
 	d := struct {
 		R                       *Results
 		Tables                  []verdictTable
@@ -306,7 +314,7 @@ func HTML(r *Results) ([]byte, error) {
 			}
 		}
 		if len(xs) > 0 {
-			s := Summarize(xs)
+			s := summarize(xs)
 			d.Overlap = fmt.Sprintf("the target spent %.0f%% (median; %.0f–%.0f%%) of its CPU time on the generator's CPU %s.", s.Median*100, s.Min*100, s.Max*100, cpuList(r.Placement.Generator))
 		}
 	}
@@ -322,7 +330,7 @@ func HTML(r *Results) ([]byte, error) {
 	qx := axisSpec{label: "CPU quota (log scale)", log: true, ticks: quotaTicks(quotas)}
 	// One line per setting, through every cell it names (a cell shared by
 	// two settings is on both lines).
-	cpuLines := func(mode string, f func(CPUSummary) pt) []line {
+	cpuLines := func(mode Mode, f func(CPUSummary) pt) []line {
 		var out []line
 		for _, setting := range []string{SetGoDefault, SetGofit, SetProcs1, SetProcsNCPU} {
 			var pts []pt
@@ -339,15 +347,15 @@ func HTML(r *Results) ([]byte, error) {
 	}
 	d.CPUPlots = []template.HTML{
 		template.HTML(chartSVG("p99 latency, open loop at equal offered load", qx, axisSpec{label: "p99 (ms, log scale)", log: true},
-			cpuLines("open", func(s CPUSummary) pt { return pt{s.QuotaCores, s.P99.Value, s.P99.CILow, s.P99.CIHigh} }))),
+			cpuLines(Open, func(s CPUSummary) pt { return pt{s.QuotaCores, s.P99.Value, s.P99.CILow, s.P99.CIHigh} }))),
 		template.HTML(chartSVG("Throughput, closed loop", qx, axisSpec{label: "requests/s"},
-			cpuLines("closed", func(s CPUSummary) pt { return pt{s.QuotaCores, s.RPS.Value, s.RPS.CILow, s.RPS.CIHigh} }))),
+			cpuLines(Closed, func(s CPUSummary) pt { return pt{s.QuotaCores, s.RPS.Value, s.RPS.CILow, s.RPS.CIHigh} }))),
 		template.HTML(chartSVG("Throttled time per window, open loop (median, min–max)", qx, axisSpec{label: "throttled seconds"},
-			cpuLines("open", func(s CPUSummary) pt {
+			cpuLines(Open, func(s CPUSummary) pt {
 				return pt{s.QuotaCores, s.ThrottledSeconds.Median, s.ThrottledSeconds.Min, s.ThrottledSeconds.Max}
 			}))),
 		template.HTML(chartSVG("CPU used ÷ quota, closed loop (median, min–max)", qx, axisSpec{label: "CPU efficiency"},
-			cpuLines("closed", func(s CPUSummary) pt {
+			cpuLines(Closed, func(s CPUSummary) pt {
 				return pt{s.QuotaCores, s.CPUEfficiency.Median, s.CPUEfficiency.Min, s.CPUEfficiency.Max}
 			}))),
 	}
@@ -355,7 +363,7 @@ func HTML(r *Results) ([]byte, error) {
 		d.SmallestQuota = millicores(quotas[0])
 		var ls []line
 		for _, s := range r.CPUSummary {
-			if s.Mode != "open" || s.QuotaCores != quotas[0] {
+			if s.Mode != Open || s.QuotaCores != quotas[0] {
 				continue
 			}
 			var pts []pt
@@ -390,10 +398,9 @@ func HTML(r *Results) ([]byte, error) {
 		}
 		surv = append(surv, line{m.Setting, sp})
 		var hp []pt
-		for _, t := range append(append([]MemTrial(nil), m.Trials...), m.HealthyTrials...) {
-			if t.Outcome == OK && r.Target.ProbeRPS > 0 {
-				y := t.RPS / r.Target.ProbeRPS
-				hp = append(hp, pt{mibf(t.LimitBytes), y, y, y})
+		for _, t := range m.HealthyTrials {
+			if r := t.P99Ratio; t.Outcome == OK && r != nil {
+				hp = append(hp, pt{mibf(t.LimitBytes), r.Value, r.Low, r.High})
 			}
 		}
 		hl = append(hl, line{m.Setting, hp})
@@ -418,7 +425,7 @@ func HTML(r *Results) ([]byte, error) {
 	mx := axisSpec{label: "memory limit (MiB, log scale); labelled: floors found", log: true, ticks: mibTicks(floors, tested)}
 	d.MemPlots = []template.HTML{
 		template.HTML(chartSVG("Survival against memory limit", mx, axisSpec{label: "share of runs that survived", min: -0.05, max: 1.1}, surv)),
-		template.HTML(chartSVG("Throughput against memory limit (survivors)", mx, axisSpec{label: "rps ÷ unlimited probe's rps"}, hl)),
+		template.HTML(chartSVG("Health trials: p99 ÷ the unlimited reference's (healthy at or under 2)", mx, axisSpec{label: "p99 ratio (log scale), 95% interval", log: true}, hl)),
 		template.HTML(chartSVG("p99 at multiples of the no-knob floor", axisSpec{label: "memory limit (MiB, log scale)", log: true, ticks: mibTicks(multLimits, nil)}, axisSpec{label: "p99 (ms, log scale)", log: true}, thr)),
 	}
 	var buf bytes.Buffer
@@ -430,9 +437,9 @@ func HTML(r *Results) ([]byte, error) {
 
 func mibf(b int64) float64 { return float64(b) / (1 << 20) }
 
-// WriteSummary prints the terminal summary: the verdicts and the
+// writeSummary prints the terminal summary: the verdicts and the
 // recommendation first.
-func WriteSummary(w io.Writer, r *Results) {
+func writeSummary(w io.Writer, r *Results) {
 	fmt.Fprintf(w, "\ngofit lab: %d CPUs, cgroup v%d, %s, kernel %s, load average %s\n", r.Machine.CPUs, r.Machine.CgroupVersion, r.Machine.GoVersion, r.Machine.Kernel, r.Machine.LoadAvg)
 	fmt.Fprintf(w, "target: %s\n", r.Target.Command)
 	if r.Lab.Failed != "" {
@@ -460,8 +467,8 @@ func WriteSummary(w io.Writer, r *Results) {
 		}
 	}
 	if len(r.Memory) > 0 {
-		fmt.Fprintf(w, "\nMemory floors at %s CPU (page cache %s at start; peak without a limit %s; unlimited %.0f rps, p99 %.1fms)\n",
-			cpuLabel(r.Target.ProbeCPU), r.Target.PageCache, fit.FormatBytes(int64(r.Target.PeakBytes)), r.Target.ProbeRPS, r.Target.ProbeP99)
+		fmt.Fprintf(w, "\nMemory floors at %s CPU (page cache %s at start; peak without a limit %s; unlimited %.0f rps, p99 %.1fms; health judged at %.0f rps against the same setting without a limit)\n",
+			cpuLabel(r.Target.ProbeCPU), r.Target.PageCache, fit.FormatBytes(int64(r.Target.PeakBytes)), r.Target.ProbeRPS, r.Target.ProbeP99, r.Target.HealthRPS)
 		for _, m := range r.Memory {
 			f, h := "none found", "none found"
 			if m.FloorBytes != nil {
@@ -482,11 +489,23 @@ func WriteSummary(w io.Writer, r *Results) {
 		fmt.Fprintf(w, "  - %s\n", s)
 	}
 	if c := r.Recommendation.Check; c != nil {
-		fmt.Fprintf(w, "  - check trial (the pair together): %s, %.0f rps, p99 %.1fms\n", c.verdict(), c.RPS, c.P99)
+		fmt.Fprintf(w, "  - check trial (the pair together): %s\n", c.verdict())
 	}
 	fmt.Fprintf(w, "\n%s\n", r.Recommendation.YAML)
 	for _, x := range r.Lab.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", x)
 	}
+	if len(r.Targets) > 1 || len(r.Targets) == 1 && len(r.Targets[0].Status) > 1 {
+		fmt.Fprintf(w, "requests per target (every CPU window, seed %d):\n", r.Lab.Seed)
+		for _, t := range r.Targets {
+			fmt.Fprintf(w, "  %-6s %-50s %8d requests  p50 %7.2fms  p99 %7.2fms  %s\n", t.Method, t.URL, t.Requests, t.P50, t.P99, statuses(t.Status))
+		}
+	}
+	for _, x := range r.Lab.BudgetNotes {
+		fmt.Fprintf(w, "budget_limited: %s\n", x)
+	}
 	fmt.Fprintf(w, "lab: %d trials in %.0fs (budget %.0fs); %d comparisons undecided; load generator used %.1f CPU-seconds\n", r.Lab.Trials, r.Lab.WallSeconds, r.Lab.BudgetSeconds, r.Lab.Undecided, r.Lab.GeneratorCPUSeconds)
 }
+
+// statuses formats status counts, commonest first: "950 × 200, 3 × 503".
+func statuses(m map[string]int) string { return load.Kinds(m) }

@@ -77,9 +77,9 @@ var sampleMetrics = []metrics.Sample{
 	{Name: "/cpu/classes/idle:cpu-seconds"},
 }
 
-// RuntimeVars is what a target tells about its Go runtime on /debug/vars,
+// runtimeVars is what a target tells about its Go runtime on /debug/vars,
 // under the key "sample" (the embedded sample) or from "memstats".
-type RuntimeVars struct {
+type runtimeVars struct {
 	GoVersion       string  `json:"go_version"`
 	GOMAXPROCS      int     `json:"gomaxprocs"`
 	GOMEMLIMIT      int64   `json:"gomemlimit"`
@@ -96,7 +96,7 @@ func sampleVars() any {
 	metrics.Read(s)
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return RuntimeVars{
+	return runtimeVars{
 		GoVersion:       runtime.Version(),
 		GOMAXPROCS:      runtime.GOMAXPROCS(0),
 		GOMEMLIMIT:      debug.SetMemoryLimit(-1),

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -24,11 +23,11 @@ import (
 
 	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/cgroup/manage"
-	"github.com/gofit-dev/gofit/fit"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 )
 
-// ErrNoCgroups means the lab cannot create cgroups here.
-var ErrNoCgroups = errors.New("cannot create cgroups")
+// errNoCgroups means the lab cannot create cgroups here.
+var errNoCgroups = errors.New("cannot create cgroups")
 
 // groupPrefix names the lab's parent cgroup, gofit-lab-<pid>; stale ones
 // (whose lab process is gone) are swept at start.
@@ -38,8 +37,48 @@ const groupPrefix = "gofit-lab-"
 type Target struct {
 	Path string   // executable; its page cache is evicted for cold starts
 	Args []string // arguments; "{port}" is replaced by a free port
-	URL  string   // request URL; "{port}" is replaced too
-	Env  []string // base environment (default: the lab's, without GO* runtime variables)
+	URL  string   // request URL when Requests is empty; "{port}" is replaced too
+	// Header is sent with every request to URL (--header).
+	Header http.Header
+	// Requests is the request mix (--targets); "{port}" is replaced in
+	// URLs and headers. Empty: GET URL.
+	Requests []load.Target
+	// ReadyURL is polled until the target is ready (default: URL, or the
+	// mix's first GET target).
+	ReadyURL     string
+	ReadyTimeout time.Duration // default 30s
+	Env          []string      // base environment (default: the lab's, without GO* runtime variables)
+}
+
+// check says what a target lacks to be studied: a command, and a URL or a
+// request mix.
+func (t Target) check() error {
+	if t.Path == "" || t.URL == "" && len(t.Requests) == 0 {
+		return usagef("--cmd with --url or --targets: no target")
+	}
+	return nil
+}
+
+// Mix is the requests the target gets, {port} not yet replaced.
+func (t Target) Mix() []load.Target {
+	if len(t.Requests) > 0 {
+		return t.Requests
+	}
+	return load.Get(t.URL, t.Header)
+}
+
+// Ready is the URL polled for readiness, {port} not yet replaced; "" when
+// there is none to guess (a mix without GET targets).
+func (t Target) Ready() string {
+	if t.ReadyURL != "" {
+		return t.ReadyURL
+	}
+	for _, r := range t.Mix() {
+		if r.Method == http.MethodGet {
+			return r.URL
+		}
+	}
+	return ""
 }
 
 // Sandbox runs trials in child cgroups of one parent group.
@@ -47,7 +86,7 @@ type Sandbox struct {
 	parent *manage.Group
 	mu     sync.Mutex
 	seq    int
-	live   map[*Trial]bool
+	live   map[*trial]bool
 	cpus   []int // the lab's affinity at start: what a container here sees
 	place  *Placement
 }
@@ -57,15 +96,15 @@ type Sandbox struct {
 func NewSandbox() (*Sandbox, error) {
 	self, err := cgroup.NewFS("/").Self()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNoCgroups, err)
+		return nil, fmt.Errorf("%w: %w", errNoCgroups, err)
 	}
-	Sweep(self)
-	SweepTemp(os.TempDir())
+	sweep(self)
+	sweepTemp(os.TempDir())
 	g, err := newParentGroup(self)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNoCgroups, err)
+		return nil, fmt.Errorf("%w: %w", errNoCgroups, err)
 	}
-	return &Sandbox{parent: g, live: map[*Trial]bool{}, cpus: affinityCPUs()}, nil
+	return &Sandbox{parent: g, live: map[*trial]bool{}, cpus: affinityCPUs()}, nil
 }
 
 // newParentGroup is the one place the lab creates its parent cgroup.
@@ -73,11 +112,11 @@ func newParentGroup(self *cgroup.Cgroups) (*manage.Group, error) {
 	return manage.NewChild(self, groupPrefix+strconv.Itoa(os.Getpid()))
 }
 
-// Isolate pins the load generator (this process) to CPUs of its own
+// isolate pins the load generator (this process) to CPUs of its own
 // where the target can do without them (it needs need CPUs to keep every
 // setting's GOMAXPROCS), else to one CPU it shares with the target. Trials
 // started afterwards get the target's CPUs.
-func (s *Sandbox) Isolate(need int) (*Placement, error) {
+func (s *Sandbox) isolate(need int) (*Placement, error) {
 	p := planPlacement(s.cpus, need, 1)
 	if len(s.cpus) < 2 {
 		p.Generator, p.Overlap = nil, len(s.cpus)
@@ -93,8 +132,8 @@ func (s *Sandbox) Isolate(need int) (*Placement, error) {
 	return p, nil
 }
 
-// Repin pins threads the runtime started since Isolate.
-func (s *Sandbox) Repin() {
+// repin pins threads the runtime started since isolate.
+func (s *Sandbox) repin() {
 	if s.place != nil {
 		s.place.pin()
 	}
@@ -103,16 +142,16 @@ func (s *Sandbox) Repin() {
 // tempPrefix names the lab's temporary directories, gofit-lab-<pid>-*.
 const tempPrefix = "gofit-lab-"
 
-// TempDir creates this run's temporary directory under os.TempDir(),
-// named so that SweepTemp can remove it once this process is gone.
-func TempDir() (string, error) {
+// tempDir creates this run's temporary directory under os.TempDir(),
+// named so that sweepTemp can remove it once this process is gone.
+func tempDir() (string, error) {
 	return os.MkdirTemp("", tempPrefix+strconv.Itoa(os.Getpid())+"-")
 }
 
-// SweepTemp removes the temporary directories of lab processes that no
+// sweepTemp removes the temporary directories of lab processes that no
 // longer run (a SIGKILLed lab cannot clean up after itself). It returns
 // the directories removed.
-func SweepTemp(dir string) []string {
+func sweepTemp(dir string) []string {
 	var removed []string
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
@@ -185,9 +224,9 @@ func processStart(pid int) (time.Time, bool) {
 	return time.Time{}, false
 }
 
-// Sweep removes lab cgroups left by lab processes that no longer run,
+// sweep removes lab cgroups left by lab processes that no longer run,
 // killing what is still inside them. It returns the directories removed.
-func Sweep(self *cgroup.Cgroups) []string {
+func sweep(self *cgroup.Cgroups) []string {
 	var removed []string
 	for _, n := range []*cgroup.Node{self.CPU, self.CPUAcct, self.Memory, self.Unified} {
 		// On v2 a populated cgroup's processes were moved into a leaf and
@@ -219,7 +258,7 @@ func Sweep(self *cgroup.Cgroups) []string {
 // Close stops any trial still running and removes the parent group.
 func (s *Sandbox) Close() error {
 	s.mu.Lock()
-	live := make([]*Trial, 0, len(s.live))
+	live := make([]*trial, 0, len(s.live))
 	for t := range s.live {
 		live = append(live, t)
 	}
@@ -233,25 +272,27 @@ func (s *Sandbox) Close() error {
 	return s.parent.Remove(ctx)
 }
 
-// Dirs are the parent group's directories (for tests and messages).
-func (s *Sandbox) Dirs() []string { return s.parent.Dirs() }
+// dirs are the parent group's directories (for tests and messages).
+func (s *Sandbox) dirs() []string { return s.parent.Dirs() }
 
-// TrialConfig is one trial's limits and environment.
-type TrialConfig struct {
+// trialConfig is one trial's limits and environment.
+type trialConfig struct {
 	CPU    float64           // cores; 0 for none
+	CPUReq float64           // cores requested: the CPU weight the kubelet gives them (cpu.shares); 0 for the default
 	Memory int64             // bytes; 0 for none
 	Env    map[string]string // added to the target's environment
 	Warm   bool              // keep the binary's page cache (default: evict it, as in a new container)
 }
 
-// Trial is a running target in its own cgroup.
-type Trial struct {
+// trial is a running target in its own cgroup.
+type trial struct {
 	s         *Sandbox
 	g         *manage.Group
 	cmd       *exec.Cmd
 	exited    chan struct{}
 	waitErr   error
-	URL       string
+	URL       string        // the readiness URL
+	Targets   []load.Target // the request mix, ports filled in
 	VarsURL   string
 	Pid       int
 	Resident  float64 // share of the binary in page cache just before start
@@ -263,17 +304,17 @@ type Trial struct {
 	stoppedAt time.Time
 }
 
-// StartError says why a trial never became ready.
-type StartError struct {
+// startError says why a trial never became ready.
+type startError struct {
 	Outcome string // "oom_killed", "stalled" or "errors"
 	Detail  string
 }
 
-func (e *StartError) Error() string { return e.Outcome + ": " + e.Detail }
+func (e *startError) Error() string { return e.Outcome + ": " + e.Detail }
 
-// Start starts the target in a new cgroup with cfg's limits and waits until
+// start starts the target in a new cgroup with cfg's limits and waits until
 // its URL answers. On error nothing is left running.
-func (s *Sandbox) Start(ctx context.Context, t Target, cfg TrialConfig) (*Trial, error) {
+func (s *Sandbox) start(ctx context.Context, t Target, cfg trialConfig) (*trial, error) {
 	s.mu.Lock()
 	s.seq++
 	name := "trial-" + strconv.Itoa(s.seq)
@@ -282,13 +323,18 @@ func (s *Sandbox) Start(ctx context.Context, t Target, cfg TrialConfig) (*Trial,
 	if err != nil {
 		return nil, err
 	}
-	tr := &Trial{s: s, g: g, exited: make(chan struct{}), output: &tail{max: 4096}}
-	fail := func(err error) (*Trial, error) {
+	tr := &trial{s: s, g: g, exited: make(chan struct{}), output: &tail{max: 4096}}
+	fail := func(err error) (*trial, error) {
 		tr.Stop()
 		return nil, err
 	}
 	if err := g.SetCPU(cfg.CPU, 0); err != nil {
 		return fail(err)
+	}
+	if cfg.CPUReq > 0 {
+		if err := g.SetCPURequest(cfg.CPUReq); err != nil {
+			return fail(err)
+		}
 	}
 	if err := g.SetMemoryMax(cfg.Memory); err != nil {
 		return fail(err)
@@ -297,7 +343,7 @@ func (s *Sandbox) Start(ctx context.Context, t Target, cfg TrialConfig) (*Trial,
 		evict(t.Path)
 	}
 	tr.Resident = residentShare(t.Path)
-	port, err := freePort()
+	port, err := load.FreePort()
 	if err != nil {
 		return fail(err)
 	}
@@ -305,14 +351,15 @@ func (s *Sandbox) Start(ctx context.Context, t Target, cfg TrialConfig) (*Trial,
 	for i, a := range t.Args {
 		args[i] = strings.ReplaceAll(a, "{port}", port)
 	}
-	tr.URL = strings.ReplaceAll(t.URL, "{port}", port)
-	if u, err := url.Parse(tr.URL); err == nil {
+	tr.URL = strings.ReplaceAll(t.Ready(), "{port}", port)
+	tr.Targets = load.WithPort(t.Mix(), port)
+	if u, err := url.Parse(tr.Targets[0].URL); err == nil {
 		tr.VarsURL = u.Scheme + "://" + u.Host + "/debug/vars"
 	}
 	cmd := g.Command(t.Path, args...)
 	env := t.Env
 	if env == nil {
-		env = cleanEnv()
+		env = load.CleanEnv()
 	}
 	for k, v := range cfg.Env {
 		env = append(env, k+"="+v)
@@ -335,86 +382,46 @@ func (s *Sandbox) Start(ctx context.Context, t Target, cfg TrialConfig) (*Trial,
 		tr.waitErr = cmd.Wait()
 		close(tr.exited)
 	}()
-	if err := tr.waitReady(ctx); err != nil {
+	timeout := t.ReadyTimeout
+	if timeout <= 0 {
+		timeout = defaultReadyTimeout
+	}
+	if err := tr.waitReady(ctx, timeout); err != nil {
 		return fail(err)
 	}
 	tr.Ready = time.Since(start)
 	return tr, nil
 }
 
-// cleanEnv is the lab's environment without the Go runtime variables, so
-// each trial's setting is exactly what it says. GOFIT_RUN goes too: a lab
-// started under `gofit run` carries one, and a target importing auto would
-// take a trial's GOMAXPROCS=1 for gofit's own value and follow the cgroup.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		switch k {
-		case "GOMAXPROCS", "GOMEMLIMIT", "GOGC", "GODEBUG", "GOFIT", fit.MarkerVar:
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
-}
+// stallWindow is how long a start may go without progress while its
+// major faults or limit hits climb before it counts as stalled, not slow.
+const stallWindow = 3 * time.Second
 
-// Readiness: poll the URL; a target that stops making progress (no answer
-// while its major faults or limit hits climb) is stalled, not slow.
-const (
-	readyTimeout = 30 * time.Second
-	stallWindow  = 3 * time.Second
-)
+// defaultReadyTimeout is how long a target may take to become ready.
+const defaultReadyTimeout = 30 * time.Second
 
-func (tr *Trial) waitReady(ctx context.Context) error {
-	client := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(readyTimeout)
+// waitReady waits for the target's readiness URL. Not answering yet and
+// answering 503 (warming up) are waited out until the timeout; a start
+// that stops making progress while its memory thrashes is stalled.
+func (tr *trial) waitReady(ctx context.Context, timeout time.Duration) error {
 	w := startWatch{window: stallWindow}
-	var badSince time.Time
-	lastAnswer := "no answer"
-	for {
-		select {
-		case <-tr.exited:
-			return tr.exitError()
-		case <-ctx.Done():
-			return ctx.Err()
-		default:
+	err := load.WaitReady(ctx, load.Readiness{URL: tr.URL, Exited: tr.exited, Timeout: timeout, Check: func() error {
+		if m, err := tr.g.MemoryStats(); err == nil && w.observe(time.Now(), m.MajorFaults, m.MaxHits, m.Anon) {
+			return &startError{Stalled, fmt.Sprintf("not ready, and for %v no progress (resident memory flat) while major faults climb to %d and the limit was hit %d times", stallWindow, m.MajorFaults, m.MaxHits)}
 		}
-		resp, err := client.Get(tr.URL)
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode < 400 {
-				return nil
-			}
-			// It is up but refuses the request: say which status, and do
-			// not wait the full timeout for a wrong URL or a broken handler.
-			lastAnswer = "HTTP " + resp.Status
-			if badSince.IsZero() {
-				badSince = time.Now()
-			}
-			if time.Since(badSince) > badAnswerWindow {
-				return &StartError{Errored, fmt.Sprintf("%s answered %s for %v; check --url", tr.URL, lastAnswer, badAnswerWindow)}
-			}
-		} else {
-			badSince = time.Time{}
-			lastAnswer = err.Error()
-		}
-		if m, err := tr.g.MemoryStats(); err == nil {
-			if w.observe(time.Now(), m.MajorFaults, m.MaxHits, m.Anon) {
-				return &StartError{Stalled, fmt.Sprintf("not ready, and for %v no progress (resident memory flat) while major faults climb to %d and the limit was hit %d times", stallWindow, m.MajorFaults, m.MaxHits)}
-			}
-		}
-		if time.Now().After(deadline) {
-			return &StartError{Errored, fmt.Sprintf("%s did not answer within %v (last: %s); output: %s", tr.URL, readyTimeout, lastAnswer, tr.output)}
-		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
+	}})
+	var nr *load.NotReadyError
+	switch {
+	case errors.Is(err, load.ErrExited):
+		return tr.exitError()
+	case errors.As(err, &nr) && nr.Refused:
+		return &startError{Errored, nr.Error() + " (--url, --targets or --ready-url)"}
+	case errors.As(err, &nr):
+		return &startError{Errored, fmt.Sprintf("%v; output: %s", nr, tr.output)}
 	}
+	return err
 }
-
-// badAnswerWindow is how long a target may answer its URL with an HTTP
-// error before the start fails.
-const badAnswerWindow = 3 * time.Second
 
 // startWatch tells a slow cold start from a stall. A start makes progress
 // while its anonymous memory grows (the heap being built) or while it
@@ -451,15 +458,15 @@ func (w *startWatch) observe(now time.Time, faults, hits, anon uint64) (stalled 
 // progress.
 const startGrowth = 64 << 10
 
-func (tr *Trial) exitError() error {
+func (tr *trial) exitError() error {
 	if m, err := tr.g.MemoryStats(); err == nil && m.OOMKills > 0 {
-		return &StartError{OOMKilled, fmt.Sprintf("killed by the OOM killer while starting (%v)", tr.waitErr)}
+		return &startError{OOMKilled, fmt.Sprintf("killed by the OOM killer while starting (%v)", tr.waitErr)}
 	}
-	return &StartError{Errored, fmt.Sprintf("exited while starting (%v); output: %s", tr.waitErr, tr.output)}
+	return &startError{Errored, fmt.Sprintf("exited while starting (%v); output: %s", tr.waitErr, tr.output)}
 }
 
 // Stats reads the trial's cgroup now (or, after Stop, as it was at the end).
-func (tr *Trial) Stats() (cgroup.Stats, error) {
+func (tr *trial) Stats() (cgroup.Stats, error) {
 	if !tr.stoppedAt.IsZero() {
 		return tr.final, tr.finalErr
 	}
@@ -467,7 +474,7 @@ func (tr *Trial) Stats() (cgroup.Stats, error) {
 }
 
 // Exited reports whether the target has exited.
-func (tr *Trial) Exited() bool {
+func (tr *trial) Exited() bool {
 	select {
 	case <-tr.exited:
 		return true
@@ -477,7 +484,7 @@ func (tr *Trial) Exited() bool {
 }
 
 // Vars reads the target's /debug/vars, if it has one.
-func (tr *Trial) Vars() (*RuntimeVars, error) {
+func (tr *trial) Vars() (*runtimeVars, error) {
 	if tr.VarsURL == "" {
 		return nil, errors.New("no /debug/vars URL")
 	}
@@ -491,7 +498,7 @@ func (tr *Trial) Vars() (*RuntimeVars, error) {
 		return nil, fmt.Errorf("%s: %s", tr.VarsURL, resp.Status)
 	}
 	var v struct {
-		Sample   *RuntimeVars `json:"sample"`
+		Sample   *runtimeVars `json:"sample"`
 		Memstats *struct {
 			GCCPUFraction float64
 			NumGC         uint32
@@ -504,14 +511,14 @@ func (tr *Trial) Vars() (*RuntimeVars, error) {
 		return v.Sample, nil
 	}
 	if v.Memstats != nil {
-		return &RuntimeVars{GCCPUFraction: v.Memstats.GCCPUFraction, NumGC: v.Memstats.NumGC}, nil
+		return &runtimeVars{GCCPUFraction: v.Memstats.GCCPUFraction, NumGC: v.Memstats.NumGC}, nil
 	}
 	return nil, fmt.Errorf("%s: no memstats", tr.VarsURL)
 }
 
 // Stop kills the target, reaps it, keeps the final stats and removes the
 // trial's cgroup. It is safe to call more than once.
-func (tr *Trial) Stop() {
+func (tr *trial) Stop() {
 	tr.stopOnce.Do(func() {
 		tr.final, tr.finalErr = tr.g.Stats()
 		tr.g.Kill()
@@ -533,7 +540,7 @@ func (tr *Trial) Stop() {
 
 // CPUOn is the CPU time the trial's cgroup spent on each CPU (cgroup v1
 // cpuacct.usage_percpu), or nil where the kernel does not keep it.
-func (tr *Trial) CPUOn() []uint64 {
+func (tr *trial) CPUOn() []uint64 {
 	if tr.g.CPUAcct == nil {
 		return nil
 	}
@@ -553,16 +560,7 @@ func (tr *Trial) CPUOn() []uint64 {
 }
 
 // Output is the tail of what the target printed.
-func (tr *Trial) Output() string { return tr.output.String() }
-
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port), nil
-}
+func (tr *trial) Output() string { return tr.output.String() }
 
 // evict drops the file's clean pages from the page cache, so the next start
 // reads (and charges) them afresh, as a new container would.

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"time"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
 
 // Outcomes of a memory trial.
@@ -15,107 +18,191 @@ const (
 	Errored   = "errors"
 )
 
-// MemTrial is one run of the target under a memory limit.
+// MemTrial is one run of the target under a memory limit (a survival
+// trial), or one judgement of a limit's health from pairs of runs (a
+// health trial: the offered_rps .. pairs fields).
 type MemTrial struct {
-	LimitBytes     int64   `json:"limit_bytes"`
-	Outcome        string  `json:"outcome"`
-	Healthy        bool    `json:"healthy"` // ok, ≥ 90% of the unlimited probe's rps, p99 ≤ 2× its p99
-	RPS            float64 `json:"rps"`
-	P99            float64 `json:"p99_ms"`
-	Errors         int     `json:"errors"`
-	PeakBytes      uint64  `json:"peak_bytes"`
-	PageCacheBytes uint64  `json:"page_cache_bytes"` // file pages charged to the trial at the end
-	ResidentBefore float64 `json:"binary_resident_before"`
-	MajorFaults    uint64  `json:"major_faults"`
-	LimitHits      uint64  `json:"limit_hits"`
-	Seconds        float64 `json:"seconds"`
-	Detail         string  `json:"detail,omitempty"`
+	LimitBytes     int64           `json:"limit_bytes"`
+	Outcome        string          `json:"outcome"`
+	Healthy        bool            `json:"healthy"` // health trials: p99 not over twice the reference's, no errors (see the p99 ratio)
+	RPS            float64         `json:"rps"`
+	P99            float64         `json:"p99_ms"`
+	Errors         int             `json:"errors"`
+	PeakBytes      uint64          `json:"peak_bytes"`
+	PageCacheBytes uint64          `json:"page_cache_bytes"` // file pages charged to the trial at the end
+	ResidentBefore float64         `json:"binary_resident_before"`
+	MajorFaults    uint64          `json:"major_faults"`
+	LimitHits      uint64          `json:"limit_hits"`
+	Seconds        float64         `json:"seconds"`
+	OfferedRPS     float64         `json:"offered_rps,omitempty"`      // health trials: the fixed open-loop rate
+	RefP99         float64         `json:"reference_p99_ms,omitempty"` // health trials: p99 of the runs without a memory limit
+	P99Ratio       *stats.Interval `json:"p99_ratio,omitempty"`        // health trials: p99 ÷ the reference's, with its 95% interval
+	Pairs          int             `json:"pairs,omitempty"`            // health trials: reference and limited runs, alternating
+	Decided        bool            `json:"decided,omitempty"`          // health trials: the interval lay wholly on one side of 2 (else judged on the estimate)
+	Detail         string          `json:"detail,omitempty"`
 }
 
 func (t MemTrial) verdict() string {
-	if t.Outcome == OK && t.Healthy {
-		return "ok, healthy"
+	switch {
+	case t.Outcome != OK:
+		return t.Outcome
+	case t.Pairs == 0:
+		return OK
 	}
-	if t.Outcome == OK {
-		return fmt.Sprintf("ok, not healthy (%.0f rps, p99 %.1fms)", t.RPS, t.P99)
+	v := "healthy"
+	if !t.Healthy {
+		v = "not healthy"
 	}
-	return t.Outcome
+	if !t.Decided {
+		v += " (undecided)"
+	}
+	r := "-"
+	if t.P99Ratio != nil {
+		r = fmt.Sprintf("×%.2f [%.2f–%.2f]", t.P99Ratio.Value, t.P99Ratio.Low, t.P99Ratio.High)
+	}
+	return fmt.Sprintf("%s: p99 %.1fms vs %.1fms unlimited, %s, %d pairs", v, t.P99, t.RefP99, r, t.Pairs)
 }
 
-// FloorSearch finds the smallest memory limit at which a trial passes.
-type FloorSearch struct {
+// floorSearch finds the smallest memory limit at which a trial passes.
+type floorSearch struct {
 	Lo, Hi     int64 // the bracket to start from; both are tried
+	Min        int64 // never try below this (0: the resolution)
 	Max        int64 // never try above this
 	Resolution int64 // the floor is exact to this many bytes
 	Need, Of   int   // at the edge, Need passes of Of runs (k of n) confirm the floor
-	MaxTrials  int   // stop here with the lowest limit that passed (0: no bound)
+	// FailConfirm is how many runs must fail before a limit counts as
+	// failed where a failure costs a climb (raising Hi, or stepping up
+	// after an edge that did not hold): one unlucky trial must not send
+	// the search up in doubling steps. ≤ 1: one failure is enough.
+	FailConfirm int
+	MaxTrials   int // stop here with the lowest limit that passed (0: no bound)
+	// Deadline bounds the search's wall time: no trial starts that the
+	// trials so far say would end after it (zero: no bound). Now is the
+	// clock (nil: time.Now).
+	Deadline time.Time
+	Now      func() time.Time
 	// Pass decides a trial; nil means it survived (outcome ok).
 	Pass func(MemTrial) bool
 }
 
-// Find runs the search. floor is 0 when even Max fails. Trials are in the
-// order they ran.
-func (s FloorSearch) Find(ctx context.Context, run func(context.Context, int64) MemTrial) (floor int64, trials []MemTrial, err error) {
+// searchResult is a finished search. Floor is 0 when even Max failed, or
+// when the search was cut before any limit passed. BudgetLimited says the
+// search was cut (by Deadline or MaxTrials) before it finished: Floor is
+// then the lowest limit that passed so far, an upper bound on the floor.
+type searchResult struct {
+	Floor         int64
+	Trials        []MemTrial // in the order they ran
+	BudgetLimited bool
+}
+
+// errCut stops a search whose budget is spent.
+var errCut = errors.New("search budget spent")
+
+// Find runs the search.
+func (s floorSearch) Find(ctx context.Context, run func(context.Context, int64) MemTrial) (searchResult, error) {
 	res := max(s.Resolution, 1)
 	align := func(v int64) int64 { return max((v+res-1)/res*res, res) }
 	pass := s.Pass
 	if pass == nil {
 		pass = func(t MemTrial) bool { return t.Outcome == OK }
 	}
-	errBudget := errors.New("trial budget spent")
+	now := s.Now
+	if now == nil {
+		now = time.Now
+	}
+	var out searchResult
+	var spent time.Duration
+	passed := map[int64]bool{} // limits with at least one pass
 	try := func(limit int64) (bool, error) {
 		if err := ctx.Err(); err != nil {
 			return false, err
 		}
-		if s.MaxTrials > 0 && len(trials) >= s.MaxTrials {
-			return false, errBudget
+		if s.MaxTrials > 0 && len(out.Trials) >= s.MaxTrials {
+			return false, errCut
+		}
+		t0 := now()
+		if n := len(out.Trials); !s.Deadline.IsZero() && (t0.After(s.Deadline) || n > 0 && t0.Add(spent/time.Duration(n)).After(s.Deadline)) {
+			return false, errCut
 		}
 		t := run(ctx, limit)
 		if err := ctx.Err(); err != nil {
 			return false, err
 		}
-		trials = append(trials, t)
-		return pass(t), nil
+		spent += now().Sub(t0)
+		out.Trials = append(out.Trials, t)
+		ok := pass(t)
+		if ok {
+			passed[limit] = true
+		}
+		return ok, nil
 	}
-	maxLimit := align(s.Max)
-	lo, hi := align(s.Lo), min(align(s.Hi), maxLimit)
+	// lowestAbove is the lowest limit above lo that passed: where a climb
+	// that was cut leaves the floor.
+	lowestAbove := func(lo int64) int64 {
+		best := int64(0)
+		for l := range passed {
+			if l > lo && (best == 0 || l < best) {
+				best = l
+			}
+		}
+		return best
+	}
+	// tryClimb is try where a failure sends the search up: it counts only
+	// once FailConfirm runs failed.
+	tryClimb := func(limit int64) (bool, error) {
+		for i := 0; ; i++ {
+			ok, err := try(limit)
+			if ok || err != nil || i+1 >= s.FailConfirm {
+				return ok, err
+			}
+		}
+	}
+	// done ends the search: a cut keeps the best limit so far.
+	done := func(floor int64, err error) (searchResult, error) {
+		if err == errCut {
+			out.BudgetLimited = true
+			err = nil
+		}
+		out.Floor = floor
+		if err != nil {
+			out.Floor = 0
+		}
+		return out, err
+	}
+	minLimit := align(max(s.Min, res))
+	maxLimit := max(align(s.Max), minLimit)
+	lo, hi := max(align(s.Lo), minLimit), min(max(align(s.Hi), minLimit), maxLimit)
 	loFails := false
 	// A passing upper bound: raise Hi until a trial passes.
 	for {
-		ok, err := try(hi)
-		if err == errBudget {
-			return 0, trials, nil
-		}
+		ok, err := tryClimb(hi)
 		if err != nil {
-			return 0, trials, err
+			return done(0, err)
 		}
 		if ok {
 			break
 		}
 		if hi >= maxLimit {
-			return 0, trials, nil
+			return done(0, nil)
 		}
 		lo, hi, loFails = hi, min(align(hi*2), maxLimit), true
 	}
 	// A failing lower bound: the floor may lie below Lo, so Lo is tried
-	// too, and halved while it passes.
+	// too, and halved while it passes (never below Min).
 	for !loFails && lo < hi {
 		ok, err := try(lo)
-		if err == errBudget {
-			return hi, trials, nil
-		}
 		if err != nil {
-			return 0, trials, err
+			return done(hi, err)
 		}
 		if !ok {
 			loFails = true
 			break
 		}
 		hi = lo
-		if lo <= res {
-			return hi, trials, nil
+		if lo <= minLimit {
+			return done(hi, nil)
 		}
-		lo = align(lo / 2)
+		lo = max(align(lo/2), minLimit)
 		if lo >= hi {
 			lo = hi - res
 		}
@@ -128,11 +215,8 @@ func (s FloorSearch) Find(ctx context.Context, run func(context.Context, int64) 
 				mid = hi - res
 			}
 			ok, err := try(mid)
-			if err == errBudget {
-				return hi, trials, nil
-			}
 			if err != nil {
-				return 0, trials, err
+				return done(hi, err)
 			}
 			if ok {
 				hi = mid
@@ -144,11 +228,8 @@ func (s FloorSearch) Find(ctx context.Context, run func(context.Context, int64) 
 		passes, runs := 1, 1
 		for runs < s.Of && passes < s.Need && passes+(s.Of-runs) >= s.Need {
 			ok, err := try(hi)
-			if err == errBudget {
-				return hi, trials, nil
-			}
 			if err != nil {
-				return 0, trials, err
+				return done(hi, err)
 			}
 			runs++
 			if ok {
@@ -156,7 +237,7 @@ func (s FloorSearch) Find(ctx context.Context, run func(context.Context, int64) 
 			}
 		}
 		if passes >= s.Need || s.Of <= 1 {
-			return hi, trials, nil
+			return done(hi, nil)
 		}
 		// It does not hold: the floor is higher. Step up in doubling steps
 		// (so the climb costs log trials, not one per resolution step) to
@@ -164,15 +245,12 @@ func (s FloorSearch) Find(ctx context.Context, run func(context.Context, int64) 
 		lo = hi
 		for step := res; ; step *= 2 {
 			if lo >= maxLimit {
-				return 0, trials, nil
+				return done(0, nil)
 			}
 			next := min(lo+step, maxLimit)
-			ok, err := try(next)
-			if err == errBudget {
-				return 0, trials, nil
-			}
+			ok, err := tryClimb(next)
 			if err != nil {
-				return 0, trials, err
+				return done(lowestAbove(lo), err)
 			}
 			if ok {
 				hi = next
@@ -190,8 +268,8 @@ type Survival struct {
 	Runs       int   `json:"runs"`
 }
 
-// SurvivalCurve groups trials by limit, ascending.
-func SurvivalCurve(trials []MemTrial) []Survival {
+// survivalCurve groups trials by limit, ascending.
+func survivalCurve(trials []MemTrial) []Survival {
 	by := map[int64]*Survival{}
 	for _, t := range trials {
 		s := by[t.LimitBytes]
@@ -212,18 +290,18 @@ func SurvivalCurve(trials []MemTrial) []Survival {
 	return out
 }
 
-// Summary is min/median/max of repeated measurements.
-type Summary struct {
+// summary is min/median/max of repeated measurements.
+type summary struct {
 	Min    float64 `json:"min"`
 	Median float64 `json:"median"`
 	Max    float64 `json:"max"`
 }
 
-// Summarize returns min/median/max; the median of an even count is the
+// summarize returns min/median/max; the median of an even count is the
 // mean of the middle two.
-func Summarize(xs []float64) Summary {
+func summarize(xs []float64) summary {
 	if len(xs) == 0 {
-		return Summary{}
+		return summary{}
 	}
 	s := append([]float64(nil), xs...)
 	sort.Float64s(s)
@@ -231,5 +309,5 @@ func Summarize(xs []float64) Summary {
 	if len(s)%2 == 0 {
 		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
 	}
-	return Summary{Min: s[0], Median: m, Max: s[len(s)-1]}
+	return summary{Min: s[0], Median: m, Max: s[len(s)-1]}
 }

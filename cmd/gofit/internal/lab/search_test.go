@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"testing"
+	"time"
 )
 
 const mib = 1 << 20
@@ -30,30 +31,31 @@ func (f *fake) run(_ context.Context, limit int64) MemTrial {
 func TestFloorSearch(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
-		s         FloorSearch
+		s         floorSearch
 		f         *fake
 		want      int64
 		maxTrials int
 	}{
-		{"monotonic, within 12 trials", FloorSearch{Lo: 10 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: mib, Need: 3, Of: 3},
+		{"monotonic, within 12 trials", floorSearch{Lo: 10 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: mib, Need: 3, Of: 3},
 			&fake{floor: 47 * mib}, 47 * mib, 12},
-		{"floor at the resolution", FloorSearch{Lo: 10 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: mib, Need: 2, Of: 3},
+		{"floor at the resolution", floorSearch{Lo: 10 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: mib, Need: 2, Of: 3},
 			&fake{floor: 11 * mib}, 11 * mib, 12},
-		{"hi fails: raised by doubling", FloorSearch{Lo: 10 * mib, Hi: 40 * mib, Max: 800 * mib, Resolution: mib, Need: 1, Of: 1},
+		{"hi fails: raised by doubling", floorSearch{Lo: 10 * mib, Hi: 40 * mib, Max: 800 * mib, Resolution: mib, Need: 1, Of: 1},
 			&fake{floor: 150 * mib}, 150 * mib, 12},
-		{"nothing passes up to max", FloorSearch{Lo: 10 * mib, Hi: 40 * mib, Max: 100 * mib, Resolution: mib, Need: 1, Of: 1},
+		{"nothing passes up to max", floorSearch{Lo: 10 * mib, Hi: 40 * mib, Max: 100 * mib, Resolution: mib, Need: 1, Of: 1},
 			&fake{floor: 1000 * mib}, 0, 5},
-		{"non-monotonic edge: a lucky pass is not confirmed", FloorSearch{Lo: 10 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: mib, Need: 3, Of: 3},
+		{"non-monotonic edge: a lucky pass is not confirmed", floorSearch{Lo: 10 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: mib, Need: 3, Of: 3},
 			&fake{floor: 52 * mib, flaky: map[int64][]bool{48 * mib: {true, false, true}}}, 52 * mib, 20},
-		{"2 of 3 tolerates one flake at the floor", FloorSearch{Lo: 10 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: mib, Need: 2, Of: 3},
+		{"2 of 3 tolerates one flake at the floor", floorSearch{Lo: 10 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: mib, Need: 2, Of: 3},
 			&fake{floor: 30 * mib, flaky: map[int64][]bool{30 * mib: {true, false, true}}}, 30 * mib, 12},
-		{"floor below Lo is found, not reported as Lo + 1 MiB", FloorSearch{Lo: 40 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: mib, Need: 1, Of: 1},
+		{"floor below Lo is found, not reported as Lo + 1 MiB", floorSearch{Lo: 40 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: mib, Need: 1, Of: 1},
 			&fake{floor: 13 * mib}, 13 * mib, 12},
-		{"an edge that never confirms climbs in doubling steps, bounded", FloorSearch{Lo: 10 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: mib, Need: 2, Of: 2, MaxTrials: 30},
+		{"an edge that never confirms climbs in doubling steps, bounded", floorSearch{Lo: 10 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: mib, Need: 2, Of: 2, MaxTrials: 30},
 			&fake{floor: 90 * mib, flaky: map[int64][]bool{20 * mib: {true, false}}}, 90 * mib, 30},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			floor, trials, err := tc.s.Find(context.Background(), tc.f.run)
+			r, err := tc.s.Find(context.Background(), tc.f.run)
+			floor, trials := r.Floor, r.Trials
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -72,9 +74,9 @@ func TestFloorSearchHealthyPredicate(t *testing.T) {
 	run := func(_ context.Context, limit int64) MemTrial {
 		return MemTrial{LimitBytes: limit, Outcome: OK, Healthy: limit >= 60*mib}
 	}
-	s := FloorSearch{Lo: 30 * mib, Hi: 90 * mib, Max: 800 * mib, Resolution: mib, Need: 1, Of: 1, Pass: func(t MemTrial) bool { return t.Healthy }}
-	floor, _, err := s.Find(context.Background(), run)
-	if err != nil || floor != 60*mib {
+	s := floorSearch{Lo: 30 * mib, Hi: 90 * mib, Max: 800 * mib, Resolution: mib, Need: 1, Of: 1, Pass: func(t MemTrial) bool { return t.Healthy }}
+	r, err := s.Find(context.Background(), run)
+	if floor := r.Floor; err != nil || floor != 60*mib {
 		t.Errorf("healthy floor %d MiB, %v; want 60 MiB", floor/mib, err)
 	}
 }
@@ -82,34 +84,111 @@ func TestFloorSearchHealthyPredicate(t *testing.T) {
 func TestFloorSearchCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	n := 0
-	_, trials, err := FloorSearch{Lo: 16 * mib, Hi: 64 * mib, Max: 64 * mib, Resolution: mib, Need: 1, Of: 1}.Find(ctx, func(context.Context, int64) MemTrial {
+	r, err := floorSearch{Lo: 16 * mib, Hi: 64 * mib, Max: 64 * mib, Resolution: mib, Need: 1, Of: 1}.Find(ctx, func(context.Context, int64) MemTrial {
 		n++
 		if n == 3 {
 			cancel()
 		}
 		return MemTrial{Outcome: OK}
 	})
-	if err == nil || len(trials) != 2 {
-		t.Errorf("err %v, %d trials recorded; want the cancellation and the 2 trials before it", err, len(trials))
+	if err == nil || len(r.Trials) != 2 {
+		t.Errorf("err %v, %d trials recorded; want the cancellation and the 2 trials before it", err, len(r.Trials))
+	}
+}
+
+// One unlucky failure where a failure costs a climb (the upper bound, or
+// the step after an edge that did not hold) is run again before the search
+// goes up: issue 15's healthy floor climbed from 192 to 759 MiB on such
+// coin flips. Without FailConfirm the same script climbs.
+func TestFloorSearchConfirmsFailureBeforeClimbing(t *testing.T) {
+	for _, confirm := range []int{0, 2} {
+		f := &fake{floor: 40 * mib, flaky: map[int64][]bool{120 * mib: {false}}}
+		s := floorSearch{Lo: 40 * mib, Min: 40 * mib, Hi: 120 * mib, Max: 960 * mib, Resolution: 4 * mib, Need: 1, Of: 1, FailConfirm: confirm}
+		r, err := s.Find(context.Background(), f.run)
+		if err != nil {
+			t.Fatal(err)
+		}
+		climbed := false
+		for _, l := range f.runs {
+			climbed = climbed || l > 120*mib
+		}
+		if want := confirm < 2; climbed != want {
+			t.Errorf("FailConfirm %d: runs %v MiB; climbed above the first bound: %v, want %v", confirm, mibs(f.runs), climbed, want)
+		}
+		if confirm == 2 && (r.Floor != 40*mib || len(r.Trials) != 3) {
+			t.Errorf("FailConfirm 2: floor %d MiB in %d trials (%v), want 40 MiB in 3 (120 twice, then Min)", r.Floor/mib, len(r.Trials), mibs(f.runs))
+		}
+	}
+	// Two failures are a failure: it climbs.
+	f := &fake{floor: 200 * mib}
+	r, _ := floorSearch{Lo: 40 * mib, Hi: 120 * mib, Max: 960 * mib, Resolution: 4 * mib, Need: 1, Of: 1, FailConfirm: 2}.Find(context.Background(), f.run)
+	if r.Floor != 200*mib {
+		t.Errorf("floor %d MiB (runs %v), want 200", r.Floor/mib, mibs(f.runs))
+	}
+}
+
+// Min bounds the search from below: a healthy search never tries under
+// the survival floor.
+func TestFloorSearchMin(t *testing.T) {
+	f := &fake{floor: 0}
+	r, err := floorSearch{Lo: 64 * mib, Min: 48 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: 4 * mib, Need: 1, Of: 1}.Find(context.Background(), f.run)
+	if err != nil || r.Floor != 48*mib {
+		t.Errorf("floor %d MiB, %v; want 48 (Min)", r.Floor/mib, err)
+	}
+	for _, l := range f.runs {
+		if l < 48*mib {
+			t.Errorf("tried %d MiB, under Min: %v", l/mib, mibs(f.runs))
+		}
+	}
+}
+
+// A search with a deadline starts no trial the trials so far say would
+// end after it, and says it was cut; so does one that hits MaxTrials. The
+// floor is then the lowest limit that passed.
+func TestFloorSearchBudget(t *testing.T) {
+	clock := time.Unix(0, 0)
+	f := &fake{floor: 47 * mib}
+	run := func(ctx context.Context, limit int64) MemTrial {
+		clock = clock.Add(10 * time.Second)
+		return f.run(ctx, limit)
+	}
+	s := floorSearch{Lo: 10 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: mib, Need: 1, Of: 1,
+		Deadline: clock.Add(35 * time.Second), Now: func() time.Time { return clock }}
+	r, err := s.Find(context.Background(), run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.BudgetLimited || len(r.Trials) != 3 || r.Floor != 55*mib {
+		t.Errorf("cut %v after %d trials (%v), floor %d MiB; want cut after 3 (the 4th would end at 40s), floor 55 MiB (100 passed, 10 failed, 55 passed)", r.BudgetLimited, len(r.Trials), mibs(f.runs), r.Floor/mib)
+	}
+	f = &fake{floor: 47 * mib}
+	r, _ = floorSearch{Lo: 10 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: mib, Need: 1, Of: 1, MaxTrials: 4}.Find(context.Background(), f.run)
+	if !r.BudgetLimited || len(r.Trials) != 4 || r.Floor == 0 || r.Floor < 47*mib {
+		t.Errorf("MaxTrials 4: cut %v, %d trials, floor %d MiB", r.BudgetLimited, len(r.Trials), r.Floor/mib)
+	}
+	f = &fake{floor: 47 * mib}
+	r, _ = floorSearch{Lo: 10 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: mib, Need: 1, Of: 1}.Find(context.Background(), f.run)
+	if r.BudgetLimited || r.Floor != 47*mib {
+		t.Errorf("no bound: cut %v, floor %d MiB", r.BudgetLimited, r.Floor/mib)
 	}
 }
 
 func TestSurvivalAndSummary(t *testing.T) {
-	c := SurvivalCurve([]MemTrial{{LimitBytes: 2, Outcome: OK}, {LimitBytes: 1, Outcome: Stalled}, {LimitBytes: 2, Outcome: OOMKilled}, {LimitBytes: 3, Outcome: OK}})
+	c := survivalCurve([]MemTrial{{LimitBytes: 2, Outcome: OK}, {LimitBytes: 1, Outcome: Stalled}, {LimitBytes: 2, Outcome: OOMKilled}, {LimitBytes: 3, Outcome: OK}})
 	if len(c) != 3 || c[0] != (Survival{1, 0, 1}) || c[1] != (Survival{2, 1, 2}) || c[2] != (Survival{3, 1, 1}) {
 		t.Errorf("curve %+v", c)
 	}
 	for _, tc := range []struct {
 		in   []float64
-		want Summary
+		want summary
 	}{
-		{[]float64{3, 1, 2}, Summary{1, 2, 3}},
-		{[]float64{4, 1, 2, 3}, Summary{1, 2.5, 4}},
-		{[]float64{5}, Summary{5, 5, 5}},
-		{nil, Summary{}},
+		{[]float64{3, 1, 2}, summary{1, 2, 3}},
+		{[]float64{4, 1, 2, 3}, summary{1, 2.5, 4}},
+		{[]float64{5}, summary{5, 5, 5}},
+		{nil, summary{}},
 	} {
-		if got := Summarize(tc.in); got != tc.want {
-			t.Errorf("Summarize(%v) = %+v, want %+v", tc.in, got, tc.want)
+		if got := summarize(tc.in); got != tc.want {
+			t.Errorf("summarize(%v) = %+v, want %+v", tc.in, got, tc.want)
 		}
 	}
 }

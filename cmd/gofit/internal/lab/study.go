@@ -8,14 +8,17 @@ import (
 	"math/rand"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/gofit-dev/gofit/cgroup"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
 
-// Lab runs a study in a sandbox.
-type Lab struct {
+// study runs a study in a sandbox.
+type study struct {
 	cfg     Config
 	sb      *Sandbox
 	res     Results
@@ -23,25 +26,41 @@ type Lab struct {
 	total   int
 	started time.Time
 	rng     *rand.Rand
-	boot    *Bootstrap
-	ncpu    int // CPUs the target sees
-	place   *Placement
+	// healthBoot draws the health trials' resamples, apart from boot so
+	// that the CPU study's draws do not shift theirs.
+	healthBoot *stats.Bootstrap
+	boot       *stats.Bootstrap
+	ncpu       int // CPUs the target sees
+	place      *Placement
 	// measure runs one CPU window; tests replace it with a fake.
-	measure func(ctx context.Context, c cpuConfig, mode string, offered float64, window time.Duration, rep int) (CPUCell, error)
-	now     func() time.Time
-	exited  bool // the target exited during a CPU window: a crash
+	measure func(ctx context.Context, c cpuConfig, mode Mode, offered float64, window time.Duration, rep int) (CPUCell, error)
+	// memRun runs one memory trial; tests replace it with a fake.
+	memRun func(ctx context.Context, env map[string]string, cpu float64, limit int64, load memLoad) (MemTrial, load.Result)
+	now    func() time.Time
+	exited bool // the target exited during a CPU window: a crash
+	// The planner's measurements (budget.go).
+	overheadSum  time.Duration
+	overheadRuns int
+	mem          memPlan
 }
 
-// ErrTargetFailed means the target crashed or answered with errors where
+// errTargetFailed means the target crashed or answered with errors where
 // the recommendation would rest; the results say where.
-var ErrTargetFailed = errors.New("the target failed")
+var errTargetFailed = errors.New("the target failed")
 
-// Run runs the study. It stops early, returning ctx's error and what was
+// runStudy runs the study. It stops early, returning ctx's error and what was
 // measured so far, when ctx ends.
-func Run(ctx context.Context, sb *Sandbox, cfg Config) (*Results, error) {
+func runStudy(ctx context.Context, sb *Sandbox, cfg Config) (*Results, error) {
+	if err := cfg.Validate(); err != nil {
+		return &Results{}, err
+	}
+	if err := cfg.Target.check(); err != nil {
+		return &Results{}, err
+	}
 	l := newLab(cfg)
 	l.sb = sb
 	l.measure = l.sandboxMeasure
+	l.memRun = l.memTrial
 	l.res.Machine = machine()
 	l.res.Target = TargetInfo{Command: strings.Join(append([]string{cfg.Target.Path}, cfg.Target.Args...), " "), URL: cfg.Target.URL, Sample: cfg.Sample, PageCache: "cold"}
 	if st, err := os.Stat(cfg.Target.Path); err == nil {
@@ -56,7 +75,7 @@ func Run(ctx context.Context, sb *Sandbox, cfg Config) (*Results, error) {
 	for _, q := range cfg.Quotas {
 		need = max(need, int(math.Ceil(q-1e-9)))
 	}
-	place, err := sb.Isolate(need)
+	place, err := sb.isolate(need)
 	if err != nil {
 		return &l.res, err
 	}
@@ -64,7 +83,7 @@ func Run(ctx context.Context, sb *Sandbox, cfg Config) (*Results, error) {
 	if len(place.Target) == 0 {
 		l.ncpu = runtime.NumCPU()
 	}
-	genStart := selfCPU()
+	genStart := load.SelfCPU()
 	err = l.cpuStudy(ctx)
 	if err == nil {
 		err = l.memoryStudy(ctx)
@@ -74,29 +93,28 @@ func Run(ctx context.Context, sb *Sandbox, cfg Config) (*Results, error) {
 		err = l.checkRecommendation(ctx)
 	}
 	l.res.Lab.WallSeconds = time.Since(l.started).Seconds()
-	l.res.Lab.GeneratorCPUSeconds = (selfCPU() - genStart).Seconds()
+	l.res.Lab.GeneratorCPUSeconds = (load.SelfCPU() - genStart).Seconds()
 	if err == nil && l.res.Lab.Failed != "" {
-		err = fmt.Errorf("%w: %s", ErrTargetFailed, l.res.Lab.Failed)
+		err = fmt.Errorf("%w: %s", errTargetFailed, l.res.Lab.Failed)
 	}
 	return &l.res, err
 }
 
-func newLab(cfg Config) *Lab {
-	cfg.MinRepeats = max(cfg.MinRepeats, 1)
-	cfg.MaxRepeats = max(cfg.MaxRepeats, cfg.MinRepeats)
-	if cfg.Resamples <= 0 {
-		cfg.Resamples = 1000
-	}
-	l := &Lab{cfg: cfg, started: time.Now(), rng: rand.New(rand.NewSource(1)), boot: NewBootstrap(cfg.Resamples, 1), ncpu: runtime.NumCPU(), now: time.Now}
+func newLab(cfg Config) *study {
+	l := &study{cfg: cfg, started: time.Now(), rng: rand.New(rand.NewSource(cfg.Seed)), boot: stats.NewBootstrap(cfg.Resamples, cfg.Seed),
+		healthBoot: stats.NewBootstrap(cfg.Resamples, cfg.Seed+1), ncpu: runtime.NumCPU(), now: time.Now}
 	l.res.Lab.Warnings = append([]string{}, cfg.Warnings...)
 	l.res.Lab.BudgetSeconds = cfg.Budget.Seconds()
+	l.res.Lab.BudgetNotes = []string{}
+	l.res.Lab.Seed = cfg.Seed
+	l.mem = memPlan{requests: cfg.MemRequests}
 	cells := len(cfg.Quotas) * len(cfg.CPUSettings) * cfg.MinRepeats * 2
 	l.total = cells + 1 + len(cfg.MemSettings)*16 + len(cfg.MemSettings)*len(cfg.Multiples) + 1
 	return l
 }
 
 // finish computes what depends on everything measured.
-func (l *Lab) finish() {
+func (l *study) finish() {
 	l.res.CPUSummary = l.summarizeCPU()
 	l.res.Recommendation = l.recommend()
 	l.res.Lab.Trials = l.done
@@ -123,7 +141,7 @@ func machine() Machine {
 	return m
 }
 
-func (l *Lab) progress(format string, a ...any) {
+func (l *study) progress(format string, a ...any) {
 	l.done++
 	if l.cfg.Progress == nil {
 		return
@@ -133,24 +151,31 @@ func (l *Lab) progress(format string, a ...any) {
 	}
 	el := time.Since(l.started)
 	eta := time.Duration(float64(el) / float64(l.done) * float64(l.total-l.done))
+	// The planner ends the study within the budget: a count of trials
+	// left at the pace so far (a slow target's long windows first) would
+	// say otherwise.
+	eta = max(min(eta, l.cfg.Budget-el), 0)
 	fmt.Fprintf(l.cfg.Progress, "lab [%3d/%3d] %-62s elapsed %s, ETA %s\n", l.done, l.total, fmt.Sprintf(format, a...), el.Round(time.Second), eta.Round(time.Second))
 }
 
-func (l *Lab) warn(format string, a ...any) {
-	w := fmt.Sprintf(format, a...)
-	for _, x := range l.res.Lab.Warnings {
-		if x == w {
-			return
-		}
+func (l *study) warn(format string, a ...any) {
+	l.note(&l.res.Lab.Warnings, "warning", fmt.Sprintf(format, a...))
+}
+
+// note adds a line to a list in results.json once, and says it on the
+// progress stream.
+func (l *study) note(list *[]string, kind, line string) {
+	if slices.Contains(*list, line) {
+		return
 	}
-	l.res.Lab.Warnings = append(l.res.Lab.Warnings, w)
+	*list = append(*list, line)
 	if l.cfg.Progress != nil {
-		fmt.Fprintf(l.cfg.Progress, "lab: warning: %s\n", w)
+		fmt.Fprintf(l.cfg.Progress, "lab: %s: %s\n", kind, line)
 	}
 }
 
 // failure says why the study cannot be trusted, or "".
-func (l *Lab) failure() string {
+func (l *study) failure() string {
 	var why []string
 	if l.exited {
 		why = append(why, "the target exited during a load window")
@@ -179,7 +204,7 @@ func (l *Lab) failure() string {
 }
 
 func errorKinds(k map[string]int) string {
-	return LoadResult{ErrorKinds: k}.ErrorSummary()
+	return load.Kinds(k)
 }
 
 func cellFailed(c CPUCell) bool {
@@ -187,8 +212,12 @@ func cellFailed(c CPUCell) bool {
 	return c.TargetExited || n == 0 || float64(c.Errors) > maxErrorShare*float64(n)
 }
 
+// mix is the request mix for a window on tr: every window starts the
+// same seeded order, so --seed replays a run's requests.
+func (l *study) mix(tr *trial) *load.Mix { return load.NewMix(tr.Targets, l.cfg.Seed) }
+
 // baseEnv is every trial's extra environment.
-func (l *Lab) baseEnv() map[string]string {
+func (l *study) baseEnv() map[string]string {
 	if l.cfg.Sample {
 		return map[string]string{"GODEBUG": sampleGODEBUG}
 	}

@@ -1,0 +1,143 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	iofs "io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// ErrInterrupted means ctx ended the study; partial results were written
+// (or could not be) and one line on stderr said which.
+var ErrInterrupted = errors.New("interrupted")
+
+// Main is `gofit lab`: it checks the options, runs the study in a fresh
+// sandbox, writes results.json and report.html into o.Out and prints the
+// summary (or, with o.JSON, results.json) to stdout. Errors from bad
+// options wrap ErrUsage; an interrupted study returns ErrInterrupted.
+func Main(ctx context.Context, o Options, stdout, stderr io.Writer) error {
+	cfg, err := o.Config()
+	if err != nil {
+		return err
+	}
+	// Before any minute is spent: can the results be written at all?
+	undoOut, err := checkOut(o.Out)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	// A run that ends before writing anything leaves no new directory.
+	defer undoOut()
+
+	if cfg.Target.Path != "" {
+		path, err := exec.LookPath(cfg.Target.Path)
+		if err != nil {
+			return fmt.Errorf("--cmd: %w", err)
+		}
+		if !strings.Contains(o.URL, "{port}") && !strings.Contains(o.Cmd, "{port}") {
+			fmt.Fprintln(stderr, "gofit lab: note: neither --cmd nor --url contains {port}; every trial will use the same port")
+		}
+		cfg.Target.Path = path
+	}
+
+	sb, err := NewSandbox()
+	if err != nil {
+		if errors.Is(err, iofs.ErrPermission) {
+			return fmt.Errorf("%w; the lab needs root on Linux with cgroupfs mounted writable (try: sudo gofit lab)", err)
+		}
+		return err
+	}
+	defer func() {
+		// A trial group that would not go away is left behind: say so,
+		// naming it, rather than exit as if all was clean.
+		if err := sb.Close(); err != nil {
+			fmt.Fprintf(stderr, "gofit lab: warning: cleanup: %v\n", err)
+		}
+	}()
+	if cfg.Target.Path == "" {
+		// The embedded sample: this very binary, copied so its page cache
+		// can be evicted before each trial without touching the running
+		// lab. The directory is named for this process, so a later lab
+		// sweeps it if this one is killed.
+		dir, err := tempDir()
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		path, err := copySelf(dir)
+		if err != nil {
+			return err
+		}
+		cfg.Target = Target{Path: path, Args: []string{SampleCommand, "127.0.0.1:{port}"}, URL: "http://127.0.0.1:{port}/work"}
+		cfg.Sample = true
+	}
+	cfg.Progress = stderr
+	for _, w := range cfg.Warnings {
+		fmt.Fprintf(stderr, "gofit lab: warning: %s\n", w)
+	}
+
+	start := time.Now()
+	res, runErr := runStudy(ctx, sb, cfg)
+	interrupted := ctx.Err() != nil
+	paths, werr := writeFiles(o.Out, res)
+	if werr != nil && interrupted {
+		// Still one line and the shell's code for SIGINT.
+		fmt.Fprintf(stderr, "gofit lab: interrupted after %v; could not write partial results: %v\n", time.Since(start).Round(time.Second), werr)
+		return ErrInterrupted
+	}
+	if werr != nil {
+		return errors.Join(runErr, fmt.Errorf("write results: %w", werr))
+	}
+	if interrupted {
+		fmt.Fprintf(stderr, "gofit lab: interrupted after %v; partial results in %s\n", time.Since(start).Round(time.Second), strings.Join(paths, ", "))
+		return ErrInterrupted
+	}
+	if o.JSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return err
+		}
+	} else {
+		writeSummary(stdout, res)
+		fmt.Fprintf(stdout, "written: %s\n", strings.Join(paths, ", "))
+	}
+	if runErr != nil {
+		return fmt.Errorf("%w (results: %s)", runErr, strings.Join(paths, ", "))
+	}
+	return nil
+}
+
+// copySelf copies the running executable into dir, for the sample.
+func copySelf(dir string) (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	src, err := os.Open(self)
+	if err != nil {
+		return "", err
+	}
+	defer src.Close()
+	path := filepath.Join(dir, "gofit-sample")
+	dst, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		return "", err
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		dst.Close()
+		return "", err
+	}
+	// Flush, so the page cache of the copy can be dropped before each trial.
+	if err := dst.Sync(); err != nil {
+		dst.Close()
+		return "", err
+	}
+	return path, dst.Close()
+}

@@ -1,0 +1,133 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
+)
+
+// Health: is a memory limit one the service runs well at, not merely one
+// it survives? Judged at a fixed open-loop rate (a share of the unlimited
+// service's capacity, so it serves the rate comfortably), on p99 and
+// errors, against a reference run of the same setting without a memory
+// limit. Reference and limited runs alternate in pairs (ABBA), so drift on
+// a shared machine reaches both alike; pairs are added until the
+// bootstrap interval of the p99 ratio (limited ÷ reference) lies wholly on
+// one side of healthP99Factor, as the CPU study's verdicts do.
+
+// healthP99Factor is the p99 ratio to the reference above which a limit
+// is unhealthy: the latency a memory limit may cost before it is the
+// limit, not the load, that sets it.
+const healthP99Factor = 2.0
+
+// healthLoad is the health trials' load.
+func (l *study) healthLoad() memLoad {
+	return memLoad{rate: l.res.Target.HealthRPS, window: l.cfg.HealthWindow}
+}
+
+// healthTrial judges one limit: pairs of runs, the reference environment
+// without a memory limit and env at limit, both at the health rate. A
+// limited run that does not survive ends the judgement at once.
+func (l *study) healthTrial(ctx context.Context, ref, env map[string]string, cpu float64, limit int64) MemTrial {
+	t := MemTrial{LimitBytes: limit, Outcome: OK, OfferedRPS: l.res.Target.HealthRPS}
+	var pairs []healthPair
+	refFailed := 0
+	limited := func() ([]stats.Block, bool) {
+		lt, r := l.memRun(ctx, env, cpu, limit, l.healthLoad())
+		t.Seconds += lt.Seconds
+		t.PeakBytes = max(t.PeakBytes, lt.PeakBytes)
+		t.PageCacheBytes, t.MajorFaults, t.LimitHits = lt.PageCacheBytes, t.MajorFaults+lt.MajorFaults, t.LimitHits+lt.LimitHits
+		t.Errors += lt.Errors
+		if t.Pairs == 0 {
+			t.ResidentBefore = lt.ResidentBefore
+		}
+		if lt.Outcome != OK {
+			t.Outcome, t.Detail = lt.Outcome, lt.Detail
+			return nil, false
+		}
+		return r.Blocks, true
+	}
+	reference := func() []stats.Block {
+		rt, r := l.memRun(ctx, ref, cpu, 0, l.healthLoad())
+		t.Seconds += rt.Seconds
+		if rt.Outcome != OK {
+			// Not the limit's fault: the pair is left out, and the report
+			// says how many were.
+			refFailed++
+			return nil
+		}
+		return r.Blocks
+	}
+	for t.Pairs < l.cfg.HealthMaxPairs && ctx.Err() == nil {
+		var p healthPair
+		ok := true
+		if t.Pairs%2 == 0 {
+			if p.ref = reference(); ctx.Err() == nil {
+				p.limited, ok = limited()
+			}
+		} else {
+			if p.limited, ok = limited(); ok && ctx.Err() == nil {
+				p.ref = reference()
+			}
+		}
+		if !ok || ctx.Err() != nil {
+			break
+		}
+		t.Pairs++
+		if p.ref != nil {
+			pairs = append(pairs, p)
+		}
+		if t.Pairs >= l.cfg.HealthPairs {
+			if _, decided, _ := judgeHealth(l.healthBoot, pairs); decided {
+				break
+			}
+		}
+	}
+	if refFailed > 0 {
+		t.Detail = fmt.Sprintf("%d reference runs without a memory limit failed; their pairs were left out", refFailed)
+	}
+	if t.Outcome != OK || ctx.Err() != nil {
+		t.Decided = true
+		return t
+	}
+	healthy, decided, ratio := judgeHealth(l.healthBoot, pairs)
+	t.Healthy, t.Decided = healthy, decided
+	lim, refs := pairSamples(pairs)
+	t.RPS, t.P99, t.RefP99 = lim.RPS(), lim.Quantile(0.99), refs.Quantile(0.99)
+	if ratio.Finite() {
+		t.P99Ratio = &ratio
+	}
+	return t
+}
+
+// healthPair is a reference run and the limited run beside it.
+type healthPair struct {
+	ref, limited []stats.Block
+}
+
+// pairSamples splits pairs into the limited runs and the references, in
+// pair order (stats.Bootstrap.PairedRatio keeps them paired).
+func pairSamples(pairs []healthPair) (lim, refs stats.Sample) {
+	for _, p := range pairs {
+		lim, refs = append(lim, p.limited), append(refs, p.ref)
+	}
+	return lim, refs
+}
+
+// judgeHealth reads the p99 ratio (limited ÷ reference): unhealthy when
+// its interval lies wholly above healthP99Factor, healthy when wholly at
+// or below it; otherwise undecided, and judged on the estimate.
+func judgeHealth(boot *stats.Bootstrap, pairs []healthPair) (healthy, decided bool, ratio stats.Interval) {
+	lim, refs := pairSamples(pairs)
+	ratio = boot.PairedRatio(lim, refs, stats.StatP99)
+	switch {
+	case len(pairs) == 0:
+		return false, false, ratio
+	case ratio.Low > healthP99Factor:
+		return false, true, ratio
+	case ratio.High <= healthP99Factor:
+		return true, true, ratio
+	}
+	return ratio.Value <= healthP99Factor, false, ratio
+}

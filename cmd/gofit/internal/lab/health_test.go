@@ -1,0 +1,271 @@
+package lab
+
+import (
+	"context"
+	"math"
+	"math/rand"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
+	"github.com/gofit-dev/gofit/fit"
+)
+
+func TestJudgeHealth(t *testing.T) {
+	rng := rand.New(rand.NewSource(3))
+	pairs := func(n int, ms float64) []healthPair {
+		var ps []healthPair
+		for i := 0; i < n; i++ {
+			// Each pair meets its own moment of the machine: both of its
+			// runs slower or faster together.
+			mood := math.Exp(0.4 * rng.NormFloat64())
+			ps = append(ps, healthPair{ref: fakeBlocks(rng, 4, 200, 0.02, 10*mood), limited: fakeBlocks(rng, 4, 200, 0.02, ms*mood)})
+		}
+		return ps
+	}
+	for _, tc := range []struct {
+		name             string
+		pairs            []healthPair
+		healthy, decided bool
+	}{
+		{"as fast as without a limit", pairs(2, 10), true, true},
+		{"a fifth slower", pairs(2, 12), true, true},
+		{"five times slower", pairs(2, 50), false, true},
+		{"one pair: no interval", pairs(1, 10), true, false},
+		{"no pair", nil, false, false},
+	} {
+		h, d, r := judgeHealth(stats.NewBootstrap(400, 1), tc.pairs)
+		if h != tc.healthy || d != tc.decided {
+			t.Errorf("%s: healthy %v decided %v (ratio %+v), want %v %v", tc.name, h, d, r, tc.healthy, tc.decided)
+		}
+	}
+}
+
+// Pairs keep a shared moment out of the ratio: with a machine whose mood
+// moves each pair's runs together by ±50%, the paired interval of equal
+// services still decides "healthy", where resampling the two sides
+// independently (Bootstrap.Ratio) cannot tell.
+func TestPairedRatioNarrowerThanIndependent(t *testing.T) {
+	rng := rand.New(rand.NewSource(9))
+	var ps []healthPair
+	var lim, refs stats.Sample
+	for i := 0; i < 3; i++ {
+		mood := []float64{0.5, 1, 2}[i]
+		p := healthPair{ref: fakeBlocks(rng, 4, 200, 0.02, 10*mood), limited: fakeBlocks(rng, 4, 200, 0.02, 10*mood)}
+		ps = append(ps, p)
+		lim, refs = append(lim, p.limited), append(refs, p.ref)
+	}
+	paired := stats.NewBootstrap(1000, 1).PairedRatio(lim, refs, stats.StatP99)
+	indep := stats.NewBootstrap(1000, 1).Ratio(lim, refs, stats.StatP99)
+	if paired.High-paired.Low >= (indep.High-indep.Low)/2 {
+		t.Errorf("paired interval %+v not under half the independent one %+v", paired, indep)
+	}
+	if h, d, _ := judgeHealth(stats.NewBootstrap(1000, 1), ps); !h || !d {
+		t.Errorf("equal services under a moody machine: healthy %v decided %v", h, d)
+	}
+}
+
+// fakeMem is a service whose memory behaviour is scripted: it is OOM
+// killed under floor; above it, latency at the health rate is
+// base × (1 + ((edge−floor)/(limit−floor))³), twice base at edge. Every
+// run (with or without a limit) meets the machine's mood: a factor drawn
+// per run, as a neighbour's build on a shared machine would be.
+type fakeMem struct {
+	rng         *rand.Rand
+	floor, edge int64
+	peak        int64
+	base        float64 // ms, mean latency without a limit
+	mood        float64 // σ of the per-run log factor
+	clock       *time.Time
+	runs        int
+	maxRunLimit int64
+}
+
+func (f *fakeMem) run(_ context.Context, _ map[string]string, _ float64, limit int64, ml memLoad) (MemTrial, load.Result) {
+	f.runs++
+	f.maxRunLimit = max(f.maxRunLimit, limit)
+	secs := ml.window.Seconds()
+	if ml.rate == 0 {
+		secs = 2
+	}
+	*f.clock = f.clock.Add(time.Duration(secs+1) * time.Second)
+	t := MemTrial{LimitBytes: limit, Outcome: OK, PeakBytes: uint64(f.peak)}
+	if limit > 0 && limit < f.floor {
+		t.Outcome = OOMKilled
+		return t, load.Result{}
+	}
+	if limit > 0 {
+		t.PeakBytes = uint64(min(limit, f.peak))
+	}
+	ms := f.base * math.Exp(f.mood*f.rng.NormFloat64())
+	if limit > 0 {
+		ms *= 1 + math.Pow(float64(f.edge-f.floor)/float64(limit-f.floor+1), 3)
+	}
+	rate := ml.rate
+	if rate == 0 {
+		rate = 600
+	}
+	bs := fakeBlocks(f.rng, int(secs), rate, 0.02, ms)
+	s := stats.Sample{bs}
+	r := load.Result{Requests: int(rate * secs), RPS: s.RPS(), P99: s.Quantile(0.99), Blocks: bs}
+	t.RPS, t.P99 = r.RPS, r.P99
+	return t, r
+}
+
+func newFakeMemLab(t *testing.T, seed int64, quick bool) (*study, *fakeMem) {
+	t.Helper()
+	cfg := defaultConfig(quick)
+	cfg.Resamples = 200
+	cfg.Budget = 10 * time.Hour
+	cfg.Multiples = nil
+	l := newLab(cfg)
+	clock := time.Unix(0, 0)
+	f := &fakeMem{rng: rand.New(rand.NewSource(seed)), floor: 60 * mib, edge: 80 * mib, peak: 100 * mib, base: 5, mood: 0.15, clock: &clock}
+	l.started = clock
+	l.now = func() time.Time { return clock }
+	l.memRun = f.run
+	return l, f
+}
+
+// Two studies of the same service, meeting different noise, find healthy
+// floors within one resolution step of each other, never above 1.25 × the
+// peak plus a step, and never under the survival floor: issue 15's two
+// default runs gave automemlimit 88 and 759 MiB.
+func TestHealthyFloorRepeats(t *testing.T) {
+	for _, quick := range []bool{false, true} {
+		floors := map[string][]int64{}
+		var res int64
+		seeds := []int64{1, 2, 3}
+		if !quick {
+			seeds = seeds[:2]
+		}
+		for _, seed := range seeds {
+			l, f := newFakeMemLab(t, seed, quick)
+			res = l.cfg.HealthResolution
+			if err := l.memoryStudy(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if l.res.Target.HealthRPS != math.Round(l.cfg.HealthShare*l.res.Target.ProbeRPS) {
+				t.Errorf("health rate %.0f, want %g × %.0f", l.res.Target.HealthRPS, l.cfg.HealthShare, l.res.Target.ProbeRPS)
+			}
+			if f.maxRunLimit > 2*f.peak {
+				t.Errorf("seed %d: a trial ran at %d MiB, over twice the peak", seed, f.maxRunLimit/mib)
+			}
+			for _, m := range l.res.Memory {
+				if m.HealthyFloorBytes == nil || m.FloorBytes == nil {
+					t.Fatalf("seed %d, %s: no floor (%v, %v); trials %+v", seed, m.Setting, m.FloorBytes, m.HealthyFloorBytes, m.HealthyTrials)
+				}
+				h := *m.HealthyFloorBytes
+				if h < *m.FloorBytes || h > f.peak*5/4+res {
+					t.Errorf("seed %d, %s: healthy floor %d MiB outside [survival %d, 1.25 × peak + step]", seed, m.Setting, h>>20, *m.FloorBytes>>20)
+				}
+				for _, ht := range m.HealthyTrials {
+					if ht.Pairs < l.cfg.HealthPairs && ht.Outcome == OK || ht.Pairs > l.cfg.HealthMaxPairs {
+						t.Errorf("seed %d: a health trial of %d pairs (min %d, max %d)", seed, ht.Pairs, l.cfg.HealthPairs, l.cfg.HealthMaxPairs)
+					}
+				}
+				floors[m.Setting] = append(floors[m.Setting], h)
+			}
+		}
+		for s, fs := range floors {
+			lo, hi := fs[0], fs[0]
+			for _, x := range fs {
+				lo, hi = min(lo, x), max(hi, x)
+			}
+			if hi-lo > res {
+				t.Errorf("quick %v, %s: healthy floors %v MiB differ by more than one step (%d MiB)", quick, s, mibs(fs), res>>20)
+			}
+		}
+	}
+}
+
+// The health trials alternate the reference and the limited run (ABBA),
+// and a limited run that is OOM killed ends the judgement at once.
+func TestHealthTrialPairs(t *testing.T) {
+	l, f := newFakeMemLab(t, 5, false)
+	l.res.Target.HealthRPS, l.res.Target.ProbeRPS = 200, 400
+	var limits []int64
+	run := f.run
+	l.memRun = func(ctx context.Context, env map[string]string, cpu float64, limit int64, ml memLoad) (MemTrial, load.Result) {
+		limits = append(limits, limit)
+		if ml.rate != 200 || ml.window != l.cfg.HealthWindow {
+			t.Errorf("health run at %g rps for %v, want 200 for %v", ml.rate, ml.window, l.cfg.HealthWindow)
+		}
+		return run(ctx, env, cpu, limit, ml)
+	}
+	tr := l.healthTrial(context.Background(), nil, nil, 0.5, 96*mib)
+	if !tr.Healthy || !tr.Decided || tr.Pairs != 2 || tr.P99Ratio == nil {
+		t.Errorf("far above the edge: %+v", tr)
+	}
+	if want := []int64{0, 96 * mib, 96 * mib, 0}; len(limits) != 4 || limits[0] != want[0] || limits[1] != want[1] || limits[2] != want[2] || limits[3] != want[3] {
+		t.Errorf("runs at %v, want ABBA %v", mibs(limits), mibs(want))
+	}
+	limits = nil
+	tr = l.healthTrial(context.Background(), nil, nil, 0.5, 40*mib)
+	if tr.Healthy || tr.Outcome != OOMKilled || len(limits) != 2 {
+		t.Errorf("under the floor: %+v after runs %v; want OOM killed after one pair", tr, mibs(limits))
+	}
+}
+
+// The recommendation never needs more memory than the 0.9 ratio: where
+// automemlimit's rule was healthy lower than gofit's plan, the ratio and
+// its floor are recommended (before, gofit's floor was, whatever the
+// ratio's).
+func TestRecommendMemoryNeverAboveTheRatio(t *testing.T) {
+	p := func(v int64) *int64 { return &v }
+	for _, tc := range []struct {
+		name              string
+		gofit, ratio      int64
+		wantLimit         int64
+		wantRatioGOMEMLIM bool
+	}{
+		{"gofit lower", 80 * mib, 96 * mib, 100 * mib, false},
+		{"ratio lower", 120 * mib, 96 * mib, 120 * mib, true},
+		{"tie: gofit", 96 * mib, 96 * mib, 120 * mib, false},
+		{"gofit none found", 0, 96 * mib, 120 * mib, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLab(defaultConfig(true))
+			g := MemResult{Setting: SetGofit, FloorBytes: p(64 * mib)}
+			if tc.gofit > 0 {
+				g.HealthyFloorBytes = p(tc.gofit)
+			}
+			l.res.Memory = []MemResult{g, {Setting: SetAutoMemLimit, FloorBytes: p(64 * mib), HealthyFloorBytes: p(tc.ratio)}}
+			rec := l.recommend()
+			if rec.MemoryLimitBytes != tc.wantLimit {
+				t.Errorf("limit %d MiB, want %d MiB; reasons %q", rec.MemoryLimitBytes/mib, tc.wantLimit/mib, rec.Reasons)
+			}
+			ratio := strconv.FormatInt(int64(float64(rec.MemoryLimitBytes)*automemlimitRatio), 10)
+			if tc.wantRatioGOMEMLIM && rec.Env["GOMEMLIMIT"] != ratio {
+				t.Errorf("GOMEMLIMIT %q, want the ratio's %s", rec.Env["GOMEMLIMIT"], ratio)
+			}
+			from := `with setting "gofit"`
+			if tc.wantRatioGOMEMLIM {
+				from = `with setting "automemlimit"`
+			}
+			if !strings.Contains(strings.Join(rec.Reasons, "\n"), from) {
+				t.Errorf("reasons do not say %s: %q", from, rec.Reasons)
+			}
+		})
+	}
+}
+
+// The gofit memory setting starts a target as `gofit run` does, marker
+// included, so a target importing gofit's library may refine the values
+// in-process; the CPU cells and the recommended env go without it.
+func TestGofitMemoryEnvCarriesTheMarker(t *testing.T) {
+	l := newLab(defaultConfig(true))
+	env := l.memEnv(SetGofit, 256*mib)
+	if m := env[fit.MarkerVar]; !strings.Contains(m, "GOMEMLIMIT="+env["GOMEMLIMIT"]) || env["GOMEMLIMIT"] == "" {
+		t.Errorf("memory env %v: want GOMEMLIMIT and the marker naming it", env)
+	}
+	if env := l.memEnv(SetAutoMemLimit, 256*mib); env[fit.MarkerVar] != "" {
+		t.Errorf("automemlimit env %v carries gofit's marker", env)
+	}
+	if env, _, _ := l.cpuEnv(SetGofit, 0.5); env[fit.MarkerVar] != "" {
+		t.Errorf("cpu env %v carries the marker", env)
+	}
+}

@@ -1,0 +1,253 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
+	"github.com/gofit-dev/gofit/fit"
+)
+
+// memLoad is a memory trial's load: a closed loop of requests (the
+// survival trials: as much load as the target takes), or an open loop at
+// rate for window (the health trials: the same load at every limit).
+type memLoad struct {
+	requests int
+	maxDur   time.Duration // closed loop: stop here even short of requests (0: no bound)
+	rate     float64
+	window   time.Duration
+}
+
+// memTrial starts the target cold under a memory limit (and the memory
+// study's CPU limit) and drives load; it fails on an OOM kill, on errors,
+// or on a stall.
+func (l *study) memTrial(ctx context.Context, env map[string]string, cpu float64, limit int64, ml memLoad) (MemTrial, load.Result) {
+	l.sb.repin()
+	start := time.Now()
+	t := MemTrial{LimitBytes: limit}
+	tr, err := l.sb.start(ctx, l.cfg.Target, trialConfig{CPU: cpu, Memory: limit, Env: env})
+	if err != nil {
+		t.Outcome, t.Detail = Errored, err.Error()
+		if se, ok := err.(*startError); ok {
+			t.Outcome = se.Outcome
+		}
+		t.Seconds = time.Since(start).Seconds()
+		return t, load.Result{}
+	}
+	defer tr.Stop()
+	t.ResidentBefore = tr.Resident
+	probe := func() (uint64, uint64) {
+		m, _ := tr.g.MemoryStats()
+		return m.MajorFaults, m.MaxHits
+	}
+	var r load.Result
+	if ml.rate > 0 {
+		ld := load.NewLoader(load.MaxOpenInFlight, probe)
+		ld.MinRate = l.res.Target.ProbeRPS * stallShare
+		defer ld.Close()
+		r = ld.Open(ctx, l.mix(tr), ml.rate, ml.window)
+	} else {
+		ld := load.NewLoader(memConcurrency, probe)
+		ld.MinRate = l.res.Target.ProbeRPS * stallShare
+		defer ld.Close()
+		r = ld.Closed(ctx, l.mix(tr), ml.requests, ml.maxDur, memConcurrency)
+	}
+	exited := tr.Exited()
+	tr.Stop()
+	s, _ := tr.Stats()
+	t.RPS, t.P99, t.Errors = r.RPS, r.P99, r.Errors
+	t.PeakBytes, t.PageCacheBytes, t.MajorFaults, t.LimitHits = s.Memory.Peak, s.Memory.File, s.Memory.MajorFaults, s.Memory.MaxHits
+	t.Seconds = time.Since(start).Seconds()
+	switch {
+	case s.Memory.OOMKills > 0:
+		t.Outcome, t.Detail = OOMKilled, fmt.Sprintf("%d OOM kills", s.Memory.OOMKills)
+	case r.Stalled:
+		t.Outcome, t.Detail = Stalled, fmt.Sprintf("under %.0f rps (%.0f%% of the unlimited rate) for %v while major faults reached %d", l.res.Target.ProbeRPS*stallShare, stallShare*100, load.StallWindow, s.Memory.MajorFaults)
+	case exited:
+		t.Outcome, t.Detail = Errored, "the target exited during the load: "+tr.Output()
+	case float64(r.Errors) > maxErrorShare*float64(r.Errors+r.Requests) || r.Requests == 0:
+		t.Outcome, t.Detail = Errored, fmt.Sprintf("%d errors in %d requests (%s)", r.Errors, r.Errors+r.Requests, r.ErrorSummary())
+	default:
+		t.Outcome = OK
+	}
+	return t, r
+}
+
+// survivalLoad is the survival trials' load.
+func (l *study) survivalLoad() memLoad {
+	return memLoad{requests: l.mem.requests, maxDur: l.mem.maxTrial}
+}
+
+func (l *study) memoryStudy(ctx context.Context) error {
+	// Memory trials run under the CPU limit the CPU study recommends: a
+	// slower collector under a small quota needs more headroom, and that
+	// is the pair a pod would get.
+	l.res.CPUSummary = l.summarizeCPU()
+	cpu := l.recommendCPU(&Recommendation{}).cores
+	l.res.Target.ProbeCPU = cpu
+	// The unlimited probes give the peak (the searches' bracket) and the
+	// capacity the health trials' fixed rate is a share of. Their median,
+	// not one probe: one that met a quiet moment would set the rate high.
+	var rpss, p99s, peaks, secs []float64
+	for i := 0; i < l.cfg.Probes; i++ {
+		probe, r := l.memRun(ctx, l.memEnv(SetNone, 0), cpu, 0, memLoad{requests: l.cfg.MemRequests, maxDur: l.probeCap()})
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		l.progress("memory probe %d at %s CPU, no memory limit: peak %s, %.0f rps, p99 %.1fms", i+1, cpuLabel(cpu), fit.FormatBytes(int64(probe.PeakBytes)), r.RPS, r.P99)
+		if probe.Outcome != OK {
+			return fmt.Errorf("%w: even without a memory limit: %s %s", errTargetFailed, probe.Outcome, probe.Detail)
+		}
+		rpss, p99s, peaks, secs = append(rpss, r.RPS), append(p99s, r.P99), append(peaks, float64(probe.PeakBytes)), append(secs, probe.Seconds)
+	}
+	l.res.Target.PeakBytes = uint64(summarize(peaks).Max)
+	l.res.Target.ProbeRPS, l.res.Target.ProbeP99 = summarize(rpss).Median, summarize(p99s).Median
+	l.res.Target.HealthRPS = math.Max(1, math.Round(l.cfg.HealthShare*l.res.Target.ProbeRPS))
+	l.mem = l.planMemory(l.res.Target.ProbeRPS, summarize(secs).Median)
+	peak := int64(l.res.Target.PeakBytes)
+	search := floorSearch{Lo: peak / 2, Hi: peak * 3 / 2, Max: peak * 8, Resolution: l.cfg.Resolution, Need: l.cfg.ConfirmNeed, Of: l.cfg.ConfirmOf, MaxTrials: 16, Now: l.now}
+	var noKnobFloor int64
+	var searched time.Duration // the searches so far, to foresee the next
+	for i, setting := range l.cfg.MemSettings {
+		// gofit, no knob and the automemlimit peer are the comparison the
+		// study exists for: each starts while any budget is left. Any other
+		// setting starts only if a search as long as the ones before it
+		// (plus the check trial) still fits.
+		if i > 0 {
+			next := searched/time.Duration(i) + checkReserve
+			if setting == SetGofit || setting == SetNone || setting == SetAutoMemLimit {
+				next = 0
+			}
+			if l.now().Sub(l.started)+next > l.cfg.Budget {
+				l.budgetNote("the budget (%v) ran out before the memory study of %s", l.cfg.Budget, strings.Join(l.cfg.MemSettings[i:], ", "))
+				break
+			}
+		}
+		began := l.now()
+		// This setting's share of what is left of the budget, the check
+		// trial's time kept back: half for surviving, half for the health
+		// trials (fewer, but each is pairs of runs).
+		share := (l.cfg.Budget - l.now().Sub(l.started) - checkReserve) / time.Duration(len(l.cfg.MemSettings)-i)
+		share = max(share, 0)
+		ss := search
+		ss.Deadline = began.Add(share / 2)
+		sr, err := ss.Find(ctx, func(ctx context.Context, limit int64) MemTrial {
+			t, _ := l.memRun(ctx, l.memEnv(setting, limit), cpu, limit, l.survivalLoad())
+			l.progress("memory %-13s %-26s at %-8s %s", "survival", setting, fit.FormatBytes(limit), t.verdict())
+			return t
+		})
+		m := MemResult{Setting: setting, Trials: sr.Trials, HealthyTrials: []MemTrial{}, Survival: survivalCurve(sr.Trials), BudgetLimited: sr.BudgetLimited}
+		if sr.BudgetLimited {
+			l.budgetNote("the budget cut the survival search of %s short: its floor is the lowest limit that passed so far", setting)
+		}
+		if sr.Floor > 0 {
+			m.FloorBytes = &sr.Floor
+		}
+		if err == nil && sr.Floor > 0 {
+			// Healthy is at or above surviving: search up from the floor,
+			// below which no trial can be healthy. Above 1.25 × the peak
+			// memory is no constraint, so the search starts there and a
+			// failure there is confirmed before it climbs.
+			hs := search
+			hs.Lo, hs.Min, hs.Hi = sr.Floor, sr.Floor, max(sr.Floor, peak*5/4)
+			hs.Max = max(hs.Hi, peak*2)
+			// Each health trial is already a judgement over pairs of runs:
+			// the edge needs no k of n on top, only a failure that would
+			// send the search up needs a second look.
+			hs.Resolution, hs.Need, hs.Of, hs.FailConfirm = l.cfg.HealthResolution, 1, 1, 2
+			hs.Pass = func(t MemTrial) bool { return t.Healthy }
+			hs.Deadline = began.Add(share)
+			ref := l.memEnv(setting, 0)
+			hr, herr := hs.Find(ctx, func(ctx context.Context, limit int64) MemTrial {
+				t := l.healthTrial(ctx, ref, l.memEnv(setting, limit), cpu, limit)
+				l.progress("memory %-13s %-26s at %-8s %s", "healthy", setting, fit.FormatBytes(limit), t.verdict())
+				return t
+			})
+			err = herr
+			m.HealthyTrials = hr.Trials
+			if hr.Floor > 0 {
+				m.HealthyFloorBytes = &hr.Floor
+			}
+			if hr.BudgetLimited {
+				m.HealthyBudgetLimited = true
+				l.budgetNote("the budget cut the healthy search of %s short: its healthy floor is the lowest limit judged healthy so far", setting)
+			}
+		}
+		l.res.Memory = append(l.res.Memory, m)
+		if err != nil {
+			return err
+		}
+		if setting == SetNone {
+			noKnobFloor = sr.Floor
+		}
+		searched += l.now().Sub(began)
+	}
+	if noKnobFloor == 0 {
+		return nil
+	}
+	measured := make([]string, 0, len(l.res.Memory))
+	for _, m := range l.res.Memory {
+		measured = append(measured, m.Setting)
+	}
+	// The table at multiples of the floor is the first thing to give up
+	// when time is short: the floors and the check trial matter more.
+	// Checked per cell, keeping the check trial's time back.
+table:
+	for _, mult := range l.cfg.Multiples {
+		for _, setting := range measured {
+			if l.now().Sub(l.started)+checkReserve > l.cfg.Budget {
+				l.budgetNote("the budget (%v) ran out during the throughput table, at %gx the floor", l.cfg.Budget, mult)
+				break table
+			}
+			limit := int64(math.Ceil(float64(noKnobFloor)*mult/float64(l.cfg.Resolution))) * l.cfg.Resolution
+			t, r := l.memRun(ctx, l.memEnv(setting, limit), cpu, limit, l.survivalLoad())
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			l.res.Throughput = append(l.res.Throughput, ThroughputCell{Setting: setting, Multiple: mult, LimitBytes: limit, Outcome: t.Outcome, RPS: r.RPS, P50: r.P50, P99: r.P99})
+			l.progress("throughput %-26s at %gx floor (%s): %.0f rps", setting, mult, fit.FormatBytes(limit), r.RPS)
+		}
+	}
+	return nil
+}
+
+// checkReserve is the time kept back from the budget for the check trial.
+const checkReserve = 20 * time.Second
+
+// checkRecommendation runs the recommended CPU and memory limits and
+// environment together, as the pod would get them, judged healthy as the
+// health trials are: against the same environment without a memory limit.
+func (l *study) checkRecommendation(ctx context.Context) error {
+	rec := &l.res.Recommendation
+	if rec.CPULimitCores == 0 || rec.MemoryLimitBytes == 0 || l.sb == nil {
+		return nil
+	}
+	env := l.baseEnv()
+	for k, v := range rec.Env {
+		env[k] = v
+	}
+	ref := make(map[string]string, len(env))
+	for k, v := range env {
+		ref[k] = v
+	}
+	delete(ref, "GOMEMLIMIT")
+	t := l.healthTrial(ctx, ref, env, rec.CPULimitCores, rec.MemoryLimitBytes)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	rec.Check = &CheckTrial{MemTrial: t, ProbeRPS: l.res.Target.ProbeRPS, ProbeP99: l.res.Target.ProbeP99}
+	l.progress("check: %s CPU + %s memory together: %s", cpuLabel(rec.CPULimitCores), mebi(rec.MemoryLimitBytes), t.verdict())
+	l.res.Lab.Trials = l.done
+	l.res.Lab.Failed = l.failure()
+	return nil
+}
+
+func cpuLabel(c float64) string {
+	if c == 0 {
+		return "no"
+	}
+	return millicores(c)
+}

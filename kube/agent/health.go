@@ -1,0 +1,59 @@
+package agent
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// health is what /healthz reports: whether reconcile passes complete, and
+// what the agent is waiting for when they do not.
+type health struct {
+	mu      sync.Mutex
+	last    time.Time // end of the last completed pass
+	skip    string    // why that pass wrote nothing, if it did not
+	waiting string    // what Run waits for before the first pass
+}
+
+func (h *health) passed(at time.Time, skip, reason string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.last, h.waiting = at, ""
+	h.skip = skip
+	if reason != "" {
+		h.skip = reason
+	}
+}
+
+func (h *health) wait(what string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.waiting = what
+}
+
+// Health says whether the agent is doing its job: nil when a reconcile pass
+// has completed within maxAge of now. The text says what it did last, or
+// what it waits for. A pass that stood aside or skipped for want of the
+// node's allocatable memory still completed: the loop is alive, and the
+// reason is in the text, the log and the metrics.
+func (a *Agent) Health(now time.Time, maxAge time.Duration) (string, error) {
+	h := &a.health
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.last.IsZero() {
+		what := h.waiting
+		if what == "" {
+			what = "the first reconcile"
+		}
+		return "", fmt.Errorf("no reconcile pass yet: waiting for %s", what)
+	}
+	age := now.Sub(h.last).Round(time.Millisecond)
+	if age > maxAge {
+		return "", fmt.Errorf("last reconcile pass %v ago, more than %v", age, maxAge)
+	}
+	text := fmt.Sprintf("ok: last reconcile pass %v ago", age)
+	if h.skip != "" {
+		text += "; it wrote nothing: " + h.skip
+	}
+	return text, nil
+}

@@ -1,0 +1,118 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/open-policy-agent/cert-controller/pkg/rotator"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+)
+
+// SelfManaged configures the self-managed certificates: a CA and a serving
+// certificate kept in a Secret by open-policy-agent/cert-controller, which
+// also writes the CA into the MutatingWebhookConfiguration's caBundle and
+// renews both before they expire. The server reads the certificate from
+// the Secret's volume, so a renewal reaches it without a restart.
+type SelfManaged struct {
+	Secret        types.NamespacedName // must exist (the manifests create it empty)
+	WebhookConfig string               // MutatingWebhookConfiguration name
+	DNSName       string               // the Service's DNS name, e.g. gofit-webhook.gofit-system.svc
+
+	// CertFile and KeyFile are where the Secret's volume shows the
+	// certificate; their directory is where cert-controller looks for it.
+	CertFile, KeyFile string
+
+	// LeaderElection makes one replica of several do the writing.
+	LeaderElection bool
+
+	// Validity of the CA and the serving certificate, how long before
+	// expiry to renew, and how often to check; 0 means cert-controller's
+	// defaults (CA 10 years, serving certificate 1 year, renewed 90 days
+	// ahead, checked every 12 hours).
+	CAValidity, CertValidity, RenewBefore, CheckEvery time.Duration
+
+	Log *logr.Logger
+}
+
+// RotatorLeaseName is the Lease the replicas elect a rotator with.
+const RotatorLeaseName = "gofit-webhook-cert-rotator"
+
+// RunSelfManaged runs the rotator until ctx ends. It needs API access: get,
+// list, watch and update on the Secret (in its namespace) and on the
+// MutatingWebhookConfiguration, and Leases for leader election.
+func RunSelfManaged(ctx context.Context, cfg *rest.Config, sm SelfManaged) error {
+	if err := sm.check(); err != nil {
+		return err
+	}
+	log := logr.Discard()
+	if sm.Log != nil {
+		log = *sm.Log
+	}
+	ns := sm.Secret.Namespace
+	mgr, err := ctrl.NewManager(cfg, manager.Options{
+		Logger:                  log,
+		Metrics:                 metricsserver.Options{BindAddress: "0"}, // the webhook serves its own
+		HealthProbeBindAddress:  "0",
+		LeaderElection:          sm.LeaderElection,
+		LeaderElectionID:        RotatorLeaseName,
+		LeaderElectionNamespace: ns,
+		// Whatever the manager's own cache reads stays in our namespace.
+		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
+	})
+	if err != nil {
+		return fmt.Errorf("self-managed certificates: %w", err)
+	}
+	cr := &rotator.CertRotator{
+		SecretKey:              sm.Secret,
+		CertDir:                filepath.Dir(sm.CertFile),
+		CertName:               filepath.Base(sm.CertFile),
+		KeyName:                filepath.Base(sm.KeyFile),
+		CAName:                 "gofit-webhook-ca",
+		CAOrganization:         "gofit",
+		DNSName:                sm.DNSName,
+		IsReady:                make(chan struct{}),
+		Webhooks:               []rotator.WebhookInfo{{Name: sm.WebhookConfig, Type: rotator.Mutating}},
+		FieldOwner:             "gofit-webhook",
+		RequireLeaderElection:  sm.LeaderElection,
+		CaCertDuration:         sm.CAValidity,
+		ServerCertDuration:     sm.CertValidity,
+		LookaheadInterval:      sm.RenewBefore,
+		RotationCheckFrequency: sm.CheckEvery,
+		// The server follows the files; restarting would drop in-flight
+		// admissions for nothing.
+		RestartOnSecretRefresh: false,
+	}
+	if err := rotator.AddRotator(mgr, cr); err != nil {
+		return fmt.Errorf("self-managed certificates: %w", err)
+	}
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("self-managed certificates: %w", err)
+	}
+	return nil
+}
+
+// check names the first missing or inconsistent field.
+func (sm SelfManaged) check() error {
+	switch {
+	case sm.Secret.Namespace == "" || sm.Secret.Name == "":
+		return errors.New("self-managed certificates: the Secret needs a namespace and a name (NAMESPACE/NAME)")
+	case sm.WebhookConfig == "":
+		return errors.New("self-managed certificates: the MutatingWebhookConfiguration name is required")
+	case sm.DNSName == "":
+		return errors.New("self-managed certificates: the Service DNS name is required")
+	case sm.CertFile == "" || sm.KeyFile == "":
+		return errors.New("self-managed certificates: the certificate and key files are required")
+	case filepath.Dir(sm.CertFile) != filepath.Dir(sm.KeyFile):
+		return fmt.Errorf("self-managed certificates: %s and %s must be in one directory (the Secret's volume)", sm.CertFile, sm.KeyFile)
+	}
+	return nil
+}
