@@ -261,6 +261,28 @@ func (g *Group) SetCPU(cores float64, period time.Duration) error {
 	return writeValue(filepath.Join(g.CPU.Dir, "cpu.cfs_quota_us"), strconv.FormatInt(quotaUS, 10))
 }
 
+// SetCPURequest gives the group the CPU weight the kubelet gives a
+// container requesting cores: cpu.shares = cores × 1024 (2 to 262144) on
+// v1, and those shares as cpu.weight on v2 (1 + (shares−2) × 9999 ÷ 262142,
+// the kubelet's conversion). cores <= 0 restores the default weight.
+func (g *Group) SetCPURequest(cores float64) error {
+	if g.CPU == nil {
+		return fmt.Errorf("set cpu request: %w", cgroup.ErrNoCgroup)
+	}
+	shares := int64(1024)
+	if cores > 0 {
+		shares = min(max(int64(cores*1024), 2), 262144)
+	}
+	if g.CPU.Version == 2 {
+		weight := int64(100)
+		if cores > 0 {
+			weight = 1 + (shares-2)*9999/262142
+		}
+		return writeValue(filepath.Join(g.CPU.Dir, "cpu.weight"), strconv.FormatInt(weight, 10))
+	}
+	return writeValue(filepath.Join(g.CPU.Dir, "cpu.shares"), strconv.FormatInt(shares, 10))
+}
+
 // SetMemoryMax sets the hard memory limit; bytes <= 0 removes it. On v2 it
 // also turns swap off for the group, so the limit means what it says.
 func (g *Group) SetMemoryMax(bytes int64) error {

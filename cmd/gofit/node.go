@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/qoslab"
@@ -88,6 +89,9 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: --log-level %q: %v", errUsage, *logLevel, err)
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	// client-go reports list and watch failures (a forbidden ConfigMap,
+	// say) through klog: the same JSON log, not a second format.
+	klog.SetSlogLogger(log)
 
 	layout, err := agent.DetectDriver(*root, *cgRoot, *driver)
 	if err != nil {

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"time"
 
+	"golang.org/x/sync/semaphore"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,12 +23,13 @@ import (
 // most two of them (object and oldObject) plus a little envelope.
 const DefaultMaxBody = 7 << 20
 
-// DefaultMaxInFlight is how many reviews are decoded and fitted at once.
-// One review of DefaultMaxBody holds at most its body and the pod decoded
-// from it (oldObject is skipped, not copied): about 2 × 7 MiB, plus the
-// garbage of decoding. Two at a time keep the webhook well inside the
-// 128Mi limit it ships with; more only queue, and an admission takes well
-// under a millisecond for a usual pod.
+// DefaultMaxInFlight is how many reviews of the largest size (MaxBody) are
+// decoded and fitted at once. A review holds its body and the pod decoded
+// from it (oldObject is skipped, not copied): up to about 3 × its size
+// with the garbage of decoding. The slots are counted in bytes, so one
+// slot of 7 MiB also admits a thousand usual pods of a few kB at once.
+// Two keep the webhook inside the 128Mi limit it ships with (measured in
+// docs/results/webhook-memory.md); more reviews only wait.
 const DefaultMaxInFlight = 2
 
 // defaultQueueWait is how long a review waits for a slot when the API
@@ -68,11 +71,13 @@ type HandlerOptions struct {
 	Observer Observer     // nil: none
 	// MaxBody bounds a request body in bytes; 0 means DefaultMaxBody.
 	MaxBody int64
-	// MaxInFlight bounds the reviews read and fitted at once; 0 means
-	// DefaultMaxInFlight. The others wait for a slot (for half the
-	// timeout the API server names, 1 s if none) and then get 503: with
-	// failurePolicy Ignore the pod starts unfitted, where an unbounded
-	// webhook would be OOM-killed and fit nothing at all.
+	// MaxInFlight bounds the work done at once to MaxInFlight reviews of
+	// MaxBody bytes (counted in bytes: each request weighs its
+	// Content-Length, or MaxBody when it names none); 0 means
+	// DefaultMaxInFlight. The others wait (for half the timeout the API
+	// server names, 1 s if none), first come first served, then get 503:
+	// with failurePolicy Ignore the pod starts unfitted, where an
+	// unbounded webhook would be OOM-killed and fit nothing at all.
 	MaxInFlight int
 }
 
@@ -84,7 +89,8 @@ type Handler struct {
 	log     *slog.Logger
 	obs     Observer
 	maxBody int64
-	slots   chan struct{}
+	budget  int64 // bytes of request bodies in work at once
+	inWork  *semaphore.Weighted
 	now     func() time.Time
 }
 
@@ -99,7 +105,8 @@ func NewHandler(m *Mutator, o HandlerOptions) *Handler {
 	if o.MaxInFlight <= 0 {
 		o.MaxInFlight = DefaultMaxInFlight
 	}
-	return &Handler{mutator: m, log: o.Log, obs: o.Observer, maxBody: o.MaxBody, slots: make(chan struct{}, o.MaxInFlight), now: time.Now}
+	budget := o.MaxBody * int64(o.MaxInFlight)
+	return &Handler{mutator: m, log: o.Log, obs: o.Observer, maxBody: o.MaxBody, budget: budget, inWork: semaphore.NewWeighted(budget), now: time.Now}
 }
 
 // httpError is a request the webhook cannot answer with an AdmissionReview.
@@ -118,13 +125,18 @@ func (h *Handler) observe(op string, o Outcome, code int, start time.Time) {
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := h.now()
-	if herr := h.acquire(w, r); herr != nil {
-		h.observe(OperationUnknown, OutcomeBusy, herr.code, start)
+	weight, herr := h.acquire(w, r)
+	if herr != nil {
+		o := OutcomeBusy
+		if herr.code != http.StatusServiceUnavailable {
+			o = OutcomeError
+		}
+		h.observe(OperationUnknown, o, herr.code, start)
 		h.log.Warn("admission request not served", "status", herr.code, "error", herr.msg, "remote", r.RemoteAddr)
 		http.Error(w, herr.msg, herr.code)
 		return
 	}
-	defer func() { <-h.slots }()
+	defer h.inWork.Release(weight)
 	review, herr := h.decode(w, r)
 	if herr != nil {
 		h.observe(OperationUnknown, OutcomeError, herr.code, start)
@@ -161,13 +173,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		"subresource", req.SubResource, "outcome", res.Outcome, "patch_ops", len(res.Patch), "warnings", len(res.Warnings))
 }
 
-// acquire takes one of the in-flight slots before anything of the body is
-// read, so that waiting requests hold no decoded memory.
-func (h *Handler) acquire(w http.ResponseWriter, r *http.Request) *httpError {
-	select {
-	case h.slots <- struct{}{}:
-		return nil
-	default:
+// acquire takes the request's weight (its announced size, or MaxBody)
+// from the in-work budget before anything of the body is read, so that
+// waiting requests hold no decoded memory.
+func (h *Handler) acquire(w http.ResponseWriter, r *http.Request) (int64, *httpError) {
+	if r.ContentLength > h.maxBody {
+		return 0, &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", h.maxBody)}
+	}
+	weight := h.maxBody
+	if r.ContentLength >= 0 {
+		weight = min(r.ContentLength+1, h.maxBody) // an empty body still takes a share
+	}
+	if h.inWork.TryAcquire(weight) {
+		return weight, nil
 	}
 	wait := defaultQueueWait
 	// The API server appends ?timeout=Ns (the webhook's timeoutSeconds):
@@ -175,16 +193,13 @@ func (h *Handler) acquire(w http.ResponseWriter, r *http.Request) *httpError {
 	if d, err := time.ParseDuration(r.URL.Query().Get("timeout")); err == nil && d > 0 {
 		wait = min(d/2, 15*time.Second)
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case h.slots <- struct{}{}:
-		return nil
-	case <-t.C:
-	case <-r.Context().Done():
+	ctx, cancel := context.WithTimeout(r.Context(), wait)
+	defer cancel()
+	if err := h.inWork.Acquire(ctx, weight); err != nil {
+		w.Header().Set("Retry-After", "1")
+		return 0, &httpError{http.StatusServiceUnavailable, fmt.Sprintf("%d bytes of admission reviews in work; no room for %d more within %v", h.budget, weight, wait)}
 	}
-	w.Header().Set("Retry-After", "1")
-	return &httpError{http.StatusServiceUnavailable, fmt.Sprintf("%d admission reviews in flight; none finished within %v", cap(h.slots), wait)}
+	return weight, nil
 }
 
 // reviewIn is the part of an AdmissionReview the webhook reads. oldObject,
@@ -239,9 +254,6 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request) (*reviewIn, *ht
 		}
 	}
 	tooBig := &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", h.maxBody)}
-	if r.ContentLength > h.maxBody {
-		return nil, tooBig
-	}
 	// One buffer of the announced size: io.ReadAll would grow it by
 	// doubling, leaving up to twice the body in garbage behind.
 	var buf bytes.Buffer

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -144,5 +145,56 @@ func TestOperationLabelsFixed(t *testing.T) {
 	}
 	if got := obs.count(OperationOther, OutcomeIgnored); got != 300 {
 		t.Errorf("%d made-up operations reported as %q, want 300", got, OperationOther)
+	}
+}
+
+// Reviews in work at once are bounded in bytes: while one review of the
+// largest size is being read, another waits for room, and is refused with
+// 503 (counted as busy) when none comes within half the API server's
+// timeout; once the first is done, it is served.
+func TestInFlightBound(t *testing.T) {
+	const maxBody = 64 << 10
+	obs := &observations{}
+	h := NewHandler(NewMutator(fit.Policy{}), HandlerOptions{Observer: obs, MaxBody: maxBody, MaxInFlight: 1})
+	pr, pw := io.Pipe()
+	big := httptest.NewRequest(http.MethodPost, "/mutate", pr)
+	big.ContentLength = maxBody
+	bigDone := make(chan int)
+	go func() {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, big)
+		bigDone <- rec.Code
+	}()
+	// The write returns once the handler reads: it holds its share now.
+	wrote := make(chan error, 1)
+	go func() { _, err := pw.Write([]byte(`{"apiVersion":`)); wrote <- err }()
+	select {
+	case err := <-wrote:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case code := <-bigDone:
+		t.Fatalf("the large review was answered (%d) without reading its body", code)
+	}
+	small := review(t, podOf("p", ctr("app", "1", "1Gi")), admissionv1.Create, "")
+	send := func() *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, "/mutate?timeout=20ms", bytes.NewReader(small))
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	if rec := send(); rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
+		t.Errorf("a review while the budget is taken: %d %q", rec.Code, rec.Body.String())
+	}
+	if n := obs.count(OperationUnknown, OutcomeBusy); n != 1 {
+		t.Errorf("%d busy refusals counted, want 1", n)
+	}
+	_ = pw.CloseWithError(io.ErrUnexpectedEOF)
+	if code := <-bigDone; code != http.StatusBadRequest {
+		t.Errorf("the truncated large review: %d", code)
+	}
+	if rec := send(); rec.Code != http.StatusOK {
+		t.Errorf("a review after the budget is free: %d %q", rec.Code, rec.Body.String())
 	}
 }

@@ -58,11 +58,11 @@ func rbacEnv(t *testing.T, rules []rbacv1.PolicyRule) (admin, agent kubernetes.I
 	return admin, agent
 }
 
-// TestConfigMapForbidden: with a Role that does not cover the ConfigMap's
+// TestEnvtestConfigMapForbidden: with a Role that does not cover the ConfigMap's
 // namespace (here: a namespace that does not exist) the agent waited for
 // a cache that never synced, while /healthz said ok. It now reconciles on
 // the defaults and says why.
-func TestConfigMapForbidden(t *testing.T) {
+func TestEnvtestConfigMapForbidden(t *testing.T) {
 	admin, cs := rbacEnv(t, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods", "nodes"}, Verbs: []string{"get", "list", "watch"}}})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -123,10 +123,10 @@ func TestConfigMapForbidden(t *testing.T) {
 	}
 }
 
-// TestSyncTimeout: without the right to list pods the agent waited
+// TestEnvtestSyncTimeout: without the right to list pods the agent waited
 // forever; it now fails after SyncTimeout, naming what it could not list
 // and the API server's answer.
-func TestSyncTimeout(t *testing.T) {
+func TestEnvtestSyncTimeout(t *testing.T) {
 	_, cs := rbacEnv(t, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}})
 	layout := &Layout{Version: 2, Driver: DriverCgroupfs, Mount: t.TempDir(), Kubepods: "/kubepods"}
 	a := New(layout, Options{})

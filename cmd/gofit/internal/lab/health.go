@@ -3,6 +3,8 @@ package lab
 import (
 	"context"
 	"fmt"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
 
 // Health: is a memory limit one the service runs well at, not merely one
@@ -29,9 +31,9 @@ func (l *study) healthLoad() memLoad {
 // limited run that does not survive ends the judgement at once.
 func (l *study) healthTrial(ctx context.Context, ref, env map[string]string, cpu float64, limit int64) MemTrial {
 	t := MemTrial{LimitBytes: limit, Outcome: OK, OfferedRPS: l.res.Target.HealthRPS}
-	var trials, refs Sample
+	var pairs []healthPair
 	refFailed := 0
-	limited := func() bool {
+	limited := func() ([]stats.Block, bool) {
 		lt, r := l.memRun(ctx, env, cpu, limit, l.healthLoad())
 		t.Seconds += lt.Seconds
 		t.PeakBytes = max(t.PeakBytes, lt.PeakBytes)
@@ -42,69 +44,86 @@ func (l *study) healthTrial(ctx context.Context, ref, env map[string]string, cpu
 		}
 		if lt.Outcome != OK {
 			t.Outcome, t.Detail = lt.Outcome, lt.Detail
-			return false
+			return nil, false
 		}
-		trials = append(trials, r.Blocks)
-		return true
+		return r.Blocks, true
 	}
-	reference := func() {
+	reference := func() []stats.Block {
 		rt, r := l.memRun(ctx, ref, cpu, 0, l.healthLoad())
 		t.Seconds += rt.Seconds
 		if rt.Outcome != OK {
-			// Not the limit's fault: the pair is judged on the other
-			// references, and the report says how many failed.
+			// Not the limit's fault: the pair is left out, and the report
+			// says how many were.
 			refFailed++
-			return
+			return nil
 		}
-		refs = append(refs, r.Blocks)
+		return r.Blocks
 	}
-	for t.Pairs < l.cfg.HealthMaxPairs {
+	for t.Pairs < l.cfg.HealthMaxPairs && ctx.Err() == nil {
+		var p healthPair
+		ok := true
 		if t.Pairs%2 == 0 {
-			reference()
-			if ctx.Err() != nil || !limited() {
-				break
+			if p.ref = reference(); ctx.Err() == nil {
+				p.limited, ok = limited()
 			}
 		} else {
-			if !limited() || ctx.Err() != nil {
-				break
+			if p.limited, ok = limited(); ok && ctx.Err() == nil {
+				p.ref = reference()
 			}
-			reference()
 		}
-		t.Pairs++
-		if ctx.Err() != nil {
+		if !ok || ctx.Err() != nil {
 			break
 		}
+		t.Pairs++
+		if p.ref != nil {
+			pairs = append(pairs, p)
+		}
 		if t.Pairs >= l.cfg.HealthPairs {
-			if _, decided, _ := judgeHealth(l.boot, trials, refs); decided {
+			if _, decided, _ := judgeHealth(l.healthBoot, pairs); decided {
 				break
 			}
 		}
 	}
 	if refFailed > 0 {
-		t.Detail = fmt.Sprintf("%d reference runs without a memory limit failed and were left out", refFailed)
+		t.Detail = fmt.Sprintf("%d reference runs without a memory limit failed; their pairs were left out", refFailed)
 	}
 	if t.Outcome != OK || ctx.Err() != nil {
 		t.Decided = true
 		return t
 	}
-	healthy, decided, ratio := judgeHealth(l.boot, trials, refs)
+	healthy, decided, ratio := judgeHealth(l.healthBoot, pairs)
 	t.Healthy, t.Decided = healthy, decided
-	t.RPS, t.P99, t.RefP99 = trials.rps(), trials.p99(), refs.p99()
-	if ratio.finite() {
+	lim, refs := pairSamples(pairs)
+	t.RPS, t.P99, t.RefP99 = lim.RPS(), lim.Quantile(0.99), refs.Quantile(0.99)
+	if ratio.Finite() {
 		t.P99Ratio = &ratio
 	}
 	return t
 }
 
+// healthPair is a reference run and the limited run beside it.
+type healthPair struct {
+	ref, limited []stats.Block
+}
+
+// pairSamples splits pairs into the limited runs and the references, in
+// pair order (stats.Bootstrap.PairedRatio keeps them paired).
+func pairSamples(pairs []healthPair) (lim, refs stats.Sample) {
+	for _, p := range pairs {
+		lim, refs = append(lim, p.limited), append(refs, p.ref)
+	}
+	return lim, refs
+}
+
 // judgeHealth reads the p99 ratio (limited ÷ reference): unhealthy when
 // its interval lies wholly above healthP99Factor, healthy when wholly at
 // or below it; otherwise undecided, and judged on the estimate.
-func judgeHealth(boot *Bootstrap, trials, refs Sample) (healthy, decided bool, ratio Interval) {
-	if len(refs) == 0 || len(trials) == 0 {
-		return false, false, Interval{}
-	}
-	ratio = boot.Ratio(trials, refs, StatP99)
+func judgeHealth(boot *stats.Bootstrap, pairs []healthPair) (healthy, decided bool, ratio stats.Interval) {
+	lim, refs := pairSamples(pairs)
+	ratio = boot.PairedRatio(lim, refs, stats.StatP99)
 	switch {
+	case len(pairs) == 0:
+		return false, false, ratio
 	case ratio.Low > healthP99Factor:
 		return false, true, ratio
 	case ratio.High <= healthP99Factor:

@@ -8,37 +8,63 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
+	"github.com/gofit-dev/gofit/fit"
 )
 
 func TestJudgeHealth(t *testing.T) {
 	rng := rand.New(rand.NewSource(3))
-	b := NewBootstrap(400, 1)
-	sample := func(runs int, ms float64) Sample {
-		var s Sample
-		for i := 0; i < runs; i++ {
-			s = append(s, fakeBlocks(rng, 4, 200, 0.02, ms))
+	pairs := func(n int, ms float64) []healthPair {
+		var ps []healthPair
+		for i := 0; i < n; i++ {
+			// Each pair meets its own moment of the machine: both of its
+			// runs slower or faster together.
+			mood := math.Exp(0.4 * rng.NormFloat64())
+			ps = append(ps, healthPair{ref: fakeBlocks(rng, 4, 200, 0.02, 10*mood), limited: fakeBlocks(rng, 4, 200, 0.02, ms*mood)})
 		}
-		return s
+		return ps
 	}
-	ref := sample(2, 10)
 	for _, tc := range []struct {
 		name             string
-		trials           Sample
+		pairs            []healthPair
 		healthy, decided bool
 	}{
-		{"as fast as without a limit", sample(2, 10), true, true},
-		{"a fifth slower", sample(2, 12), true, true},
-		{"five times slower", sample(2, 50), false, true},
-		{"no reference", nil, false, false},
+		{"as fast as without a limit", pairs(2, 10), true, true},
+		{"a fifth slower", pairs(2, 12), true, true},
+		{"five times slower", pairs(2, 50), false, true},
+		{"one pair: no interval", pairs(1, 10), true, false},
+		{"no pair", nil, false, false},
 	} {
-		refs := ref
-		if tc.trials == nil {
-			tc.trials, refs = sample(2, 10), nil
-		}
-		h, d, r := judgeHealth(b, tc.trials, refs)
+		h, d, r := judgeHealth(stats.NewBootstrap(400, 1), tc.pairs)
 		if h != tc.healthy || d != tc.decided {
 			t.Errorf("%s: healthy %v decided %v (ratio %+v), want %v %v", tc.name, h, d, r, tc.healthy, tc.decided)
 		}
+	}
+}
+
+// Pairs keep a shared moment out of the ratio: with a machine whose mood
+// moves each pair's runs together by ±50%, the paired interval of equal
+// services still decides "healthy", where resampling the two sides
+// independently (Bootstrap.Ratio) cannot tell.
+func TestPairedRatioNarrowerThanIndependent(t *testing.T) {
+	rng := rand.New(rand.NewSource(9))
+	var ps []healthPair
+	var lim, refs stats.Sample
+	for i := 0; i < 3; i++ {
+		mood := []float64{0.5, 1, 2}[i]
+		p := healthPair{ref: fakeBlocks(rng, 4, 200, 0.02, 10*mood), limited: fakeBlocks(rng, 4, 200, 0.02, 10*mood)}
+		ps = append(ps, p)
+		lim, refs = append(lim, p.limited), append(refs, p.ref)
+	}
+	paired := stats.NewBootstrap(1000, 1).PairedRatio(lim, refs, stats.StatP99)
+	indep := stats.NewBootstrap(1000, 1).Ratio(lim, refs, stats.StatP99)
+	if paired.High-paired.Low >= (indep.High-indep.Low)/2 {
+		t.Errorf("paired interval %+v not under half the independent one %+v", paired, indep)
+	}
+	if h, d, _ := judgeHealth(stats.NewBootstrap(1000, 1), ps); !h || !d {
+		t.Errorf("equal services under a moody machine: healthy %v decided %v", h, d)
 	}
 }
 
@@ -58,18 +84,18 @@ type fakeMem struct {
 	maxRunLimit int64
 }
 
-func (f *fakeMem) run(_ context.Context, _ map[string]string, _ float64, limit int64, load memLoad) (MemTrial, LoadResult) {
+func (f *fakeMem) run(_ context.Context, _ map[string]string, _ float64, limit int64, ml memLoad) (MemTrial, load.Result) {
 	f.runs++
 	f.maxRunLimit = max(f.maxRunLimit, limit)
-	secs := load.window.Seconds()
-	if load.rate == 0 {
+	secs := ml.window.Seconds()
+	if ml.rate == 0 {
 		secs = 2
 	}
 	*f.clock = f.clock.Add(time.Duration(secs+1) * time.Second)
 	t := MemTrial{LimitBytes: limit, Outcome: OK, PeakBytes: uint64(f.peak)}
 	if limit > 0 && limit < f.floor {
 		t.Outcome = OOMKilled
-		return t, LoadResult{}
+		return t, load.Result{}
 	}
 	if limit > 0 {
 		t.PeakBytes = uint64(min(limit, f.peak))
@@ -78,13 +104,13 @@ func (f *fakeMem) run(_ context.Context, _ map[string]string, _ float64, limit i
 	if limit > 0 {
 		ms *= 1 + math.Pow(float64(f.edge-f.floor)/float64(limit-f.floor+1), 3)
 	}
-	rate := load.rate
+	rate := ml.rate
 	if rate == 0 {
-		rate = 200
+		rate = 600
 	}
 	bs := fakeBlocks(f.rng, int(secs), rate, 0.02, ms)
-	s := Sample{bs}
-	r := LoadResult{Requests: int(rate * secs), RPS: s.rps(), P99: s.p99(), Blocks: bs}
+	s := stats.Sample{bs}
+	r := load.Result{Requests: int(rate * secs), RPS: s.RPS(), P99: s.Quantile(0.99), Blocks: bs}
 	t.RPS, t.P99 = r.RPS, r.P99
 	return t, r
 }
@@ -163,12 +189,12 @@ func TestHealthTrialPairs(t *testing.T) {
 	l.res.Target.HealthRPS, l.res.Target.ProbeRPS = 200, 400
 	var limits []int64
 	run := f.run
-	l.memRun = func(ctx context.Context, env map[string]string, cpu float64, limit int64, load memLoad) (MemTrial, LoadResult) {
+	l.memRun = func(ctx context.Context, env map[string]string, cpu float64, limit int64, ml memLoad) (MemTrial, load.Result) {
 		limits = append(limits, limit)
-		if load.rate != 200 || load.window != l.cfg.HealthWindow {
-			t.Errorf("health run at %g rps for %v, want 200 for %v", load.rate, load.window, l.cfg.HealthWindow)
+		if ml.rate != 200 || ml.window != l.cfg.HealthWindow {
+			t.Errorf("health run at %g rps for %v, want 200 for %v", ml.rate, ml.window, l.cfg.HealthWindow)
 		}
-		return run(ctx, env, cpu, limit, load)
+		return run(ctx, env, cpu, limit, ml)
 	}
 	tr := l.healthTrial(context.Background(), nil, nil, 0.5, 96*mib)
 	if !tr.Healthy || !tr.Decided || tr.Pairs != 2 || tr.P99Ratio == nil {
@@ -224,5 +250,22 @@ func TestRecommendMemoryNeverAboveTheRatio(t *testing.T) {
 				t.Errorf("reasons do not say %s: %q", from, rec.Reasons)
 			}
 		})
+	}
+}
+
+// The gofit memory setting starts a target as `gofit run` does, marker
+// included, so a target importing gofit's library may refine the values
+// in-process; the CPU cells and the recommended env go without it.
+func TestGofitMemoryEnvCarriesTheMarker(t *testing.T) {
+	l := newLab(defaultConfig(true))
+	env := l.memEnv(SetGofit, 256*mib)
+	if m := env[fit.MarkerVar]; !strings.Contains(m, "GOMEMLIMIT="+env["GOMEMLIMIT"]) || env["GOMEMLIMIT"] == "" {
+		t.Errorf("memory env %v: want GOMEMLIMIT and the marker naming it", env)
+	}
+	if env := l.memEnv(SetAutoMemLimit, 256*mib); env[fit.MarkerVar] != "" {
+		t.Errorf("automemlimit env %v carries gofit's marker", env)
+	}
+	if env, _, _ := l.cpuEnv(SetGofit, 0.5); env[fit.MarkerVar] != "" {
+		t.Errorf("cpu env %v carries the marker", env)
 	}
 }

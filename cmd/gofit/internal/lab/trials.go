@@ -2,10 +2,12 @@ package lab
 
 import (
 	"context"
+	"maps"
 	"strconv"
 	"time"
 
 	"github.com/gofit-dev/gofit/cgroup"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 	"github.com/gofit-dev/gofit/fit"
 	"github.com/gofit-dev/gofit/internal/target"
 )
@@ -25,12 +27,11 @@ func (l *study) planEnv(cores float64, mem int64) (map[string]string, fit.Plan) 
 		b.Describe(&in)
 	}
 	p := fit.Policy{}.Plan(in)
-	env := p.Export
+	env := maps.Clone(p.Export)
 	// The marker only tells a target that imports gofit's library which
-	// values are gofit's; under the lab's fixed limits that library would
-	// choose the same values, so the marker changes nothing the target does.
-	// Leaving it out lets identical environments be recognised as one
-	// (same_as) and keeps it out of the recommended YAML.
+	// values are gofit's (p.Export keeps it, for the memory trials). Left
+	// out here, identical environments are recognised as one (same_as) and
+	// it stays out of the recommended YAML.
 	delete(env, fit.MarkerVar)
 	for k, v := range l.baseEnv() {
 		env[k] = v
@@ -68,7 +69,13 @@ func (l *study) cpuEnv(setting string, cores float64) (map[string]string, int, s
 func (l *study) memEnv(setting string, limit int64) map[string]string {
 	switch setting {
 	case SetGofit:
-		env, _ := l.planEnv(l.res.Target.ProbeCPU, limit)
+		// With the marker, as `gofit run` starts a target: one that
+		// imports gofit's library refines these values in-process (it
+		// measures the memory outside its heap); others ignore it.
+		env, p := l.planEnv(l.res.Target.ProbeCPU, limit)
+		if m, ok := p.Export[fit.MarkerVar]; ok {
+			env[fit.MarkerVar] = m
+		}
 		return env
 	case SetLimitGCOff:
 		env := l.baseEnv()
@@ -98,15 +105,15 @@ func (l *study) sandboxMeasure(ctx context.Context, c cpuConfig, mode Mode, offe
 	defer tr.Stop()
 	inFlight := l.cfg.Concurrency
 	if mode == Open {
-		inFlight = maxOpenInFlight
+		inFlight = load.MaxOpenInFlight
 	}
-	ld := NewLoader(inFlight, nil)
+	ld := load.NewLoader(inFlight, nil)
 	defer ld.Close()
 	// Warm up connections, caches and the heap's size at this load.
 	if mode == Open {
-		ld.Open(ctx, tr.URL, offered, l.cfg.Warmup)
+		ld.Open(ctx, l.mix(tr), offered, l.cfg.Warmup)
 	} else {
-		ld.Closed(ctx, tr.URL, 0, l.cfg.Warmup, l.cfg.Concurrency)
+		ld.Closed(ctx, l.mix(tr), 0, l.cfg.Warmup, l.cfg.Concurrency)
 	}
 	procs := c.procs
 	if v, err := tr.Vars(); err == nil && v.GOMAXPROCS > 0 {
@@ -116,11 +123,11 @@ func (l *study) sandboxMeasure(ctx context.Context, c cpuConfig, mode Mode, offe
 	pc0 := tr.CPUOn()
 	s0, _ := tr.Stats()
 	t0 := time.Now()
-	var r LoadResult
+	var r load.Result
 	if mode == Open {
-		r = ld.Open(ctx, tr.URL, offered, window)
+		r = ld.Open(ctx, l.mix(tr), offered, window)
 	} else {
-		r = ld.Closed(ctx, tr.URL, l.cfg.Requests, window, l.cfg.Concurrency)
+		r = ld.Closed(ctx, l.mix(tr), l.cfg.Requests, window, l.cfg.Concurrency)
 	}
 	s1, _ := tr.Stats()
 	cpuWin := time.Since(t0)
@@ -132,7 +139,7 @@ func (l *study) sandboxMeasure(ctx context.Context, c cpuConfig, mode Mode, offe
 	cell := CPUCell{QuotaCores: c.quota, Setting: c.setting, SameAs: c.sameAs, Repeat: rep, GOMAXPROCS: procs, GOMAXPROCSFrom: c.from, Mode: mode,
 		Isolated: l.place != nil && l.place.Isolated, RPS: r.RPS, P50: r.P50, P90: r.P90, P99: r.P99, P999: r.P999,
 		Requests: r.Requests, Errors: r.Errors, Cancelled: r.Cancelled, ErrorKinds: r.ErrorKinds, Seconds: r.Seconds, GeneratorCPUSec: r.GenCPUSec,
-		TargetExited: tr.Exited(), blocks: r.Blocks}
+		TargetExited: tr.Exited(), blocks: r.Blocks, Targets: r.Targets}
 	if mode == Open {
 		cell.OfferedRPS = offered
 	}
