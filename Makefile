@@ -113,6 +113,11 @@ shrink:
 # The doc check alone (it runs in make test too): every sample in README.md
 # and docs/ is checked against the code (cmd/gofit/docs_test.go), and the
 # example tests the docs quote run.
-.PHONY: docs
+.PHONY: docs docs-update
 docs:
 	$(GO) test -count=1 -run '^(TestDocs|Example.*)$$' . ./fit ./cmd/gofit
+
+# Rewrite the docs' gofit output samples (<!-- output-of: ... -->) with what
+# gofit prints now; review the diff. Every other doc check still applies.
+docs-update:
+	$(GO) test -count=1 -run '^TestDocs$$' ./cmd/gofit -args -update
