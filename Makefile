@@ -2,7 +2,7 @@
 GO ?= go
 FUZZTIME ?= 20s
 
-.PHONY: build build-nokube image e2e test test-v2 qos-v2 bench fuzz lab vet test-go-min test-race tidy-check check
+.PHONY: build build-nokube image e2e test test-v2 qos-v2 bench fuzz lab vet test-go-min test-race tidy-check check lab-services lab-real
 
 build:
 	$(GO) build -o bin/gofit ./cmd/gofit
@@ -87,6 +87,22 @@ fuzz:
 lab: build
 	./bin/gofit lab
 
+# Real services no one here wrote, by version from the Go module proxy, for
+# the lab (examples/labservices). Installed into bin/lab-services.
+LABSVC := $(CURDIR)/bin/lab-services
+lab-services:
+	mkdir -p $(LABSVC)
+	GOBIN=$(LABSVC) GOWORK=off $(GO) install github.com/mccutchen/go-httpbin/v2/cmd/go-httpbin@v2.26.0
+	GOBIN=$(LABSVC) GOWORK=off $(GO) install github.com/prometheus/node_exporter@v1.12.1
+	GOBIN=$(LABSVC) GOWORK=off $(GO) install github.com/caddyserver/caddy/v2/cmd/caddy@v2.11.9
+
+# gofit lab --quick on each real service; results in gofit-lab/<service>.
+LABFLAGS ?= --quick
+lab-real: build lab-services
+	./bin/gofit lab $(LABFLAGS) --out gofit-lab/httpbin --cmd "$(LABSVC)/go-httpbin -host 127.0.0.1 -port {port}" --targets examples/labservices/httpbin.targets
+	./bin/gofit lab $(LABFLAGS) --out gofit-lab/node_exporter --cmd "$(LABSVC)/node_exporter --web.listen-address=127.0.0.1:{port}" --url 'http://127.0.0.1:{port}/metrics'
+	./bin/gofit lab $(LABFLAGS) --out gofit-lab/caddy --cmd "$(LABSVC)/caddy file-server --templates --listen 127.0.0.1:{port} --root examples/labservices/caddy-site" --targets examples/labservices/caddy.targets
+
 # In-place memory limit decreases (256 -> 160 MiB, 20 per setting) on a real
 # cgroup while the heap grows: gofit, the 0.9 ratio and nothing set. Needs
 # root; about 30 minutes. Results: docs/results/shrink.md.
@@ -97,6 +113,11 @@ shrink:
 # The doc check alone (it runs in make test too): every sample in README.md
 # and docs/ is checked against the code (cmd/gofit/docs_test.go), and the
 # example tests the docs quote run.
-.PHONY: docs
+.PHONY: docs docs-update
 docs:
 	$(GO) test -count=1 -run '^(TestDocs|Example.*)$$' . ./fit ./cmd/gofit
+
+# Rewrite the docs' gofit output samples (<!-- output-of: ... -->) with what
+# gofit prints now; review the diff. Every other doc check still applies.
+docs-update:
+	$(GO) test -count=1 -run '^TestDocs$$' ./cmd/gofit -args -update

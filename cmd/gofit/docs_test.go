@@ -19,16 +19,25 @@ package main
 //     name commands, flags, make targets and variables, packages, test
 //     names and kustomize paths that exist.
 //   - Inline `--flags` in a command's page are that command's flags.
-//   - YAML and JSON blocks parse; gofit_* metric names and GOFIT_*
-//     variables are the code's; every relative link points at a file and,
-//     with #anchor, at a heading of it.
+//   - Go names in inline code (fit.New, fit.Plan.Environ) exist.
+//   - YAML and JSON blocks parse (a gofit.dev/plan annotation in YAML is a
+//     podplan.Record); gofit_* metric names and GOFIT_* variables are the
+//     code's; every relative link points at a file and, with #anchor, at a
+//     heading of it; every make target is named somewhere.
+//   - README.md stays short; each docs/results page is indexed and dated,
+//     with its machine and command.
 //
-// Run just this with `make docs`.
+// Run just this with `make docs`; `make docs-update` rewrites the
+// output-of blocks. docs/development.md explains the markers to writers.
 
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -44,10 +53,15 @@ import (
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/qoslab"
+	"github.com/gofit-dev/gofit/kube/podplan"
 )
 
 // repoRoot is the repository's root, seen from this package's directory.
 const repoRoot = "../.."
+
+// updateDocs rewrites the output-of blocks with what gofit prints now
+// (make docs-update); every other check still fails the test.
+var updateDocs = flag.Bool("update", false, "rewrite the docs' output-of blocks with gofit's output")
 
 // commandPages maps a manual page to the gofit commands it documents: an
 // inline `--flag` there must be a flag of one of them.
@@ -62,6 +76,10 @@ var commandPages = map[string][]string{
 var foreignFlags = map[string]string{
 	"docs/lab.md auto-gomemlimit": "Prometheus' own flag, compared with the lab's automemlimit setting",
 }
+
+// readmeMaxLines keeps the README a front door: what, two commands,
+// install, quick starts, parts, links.
+const readmeMaxLines = 220
 
 // requiredPages are the manual's pages; other engineers' sections live in them.
 var requiredPages = []string{
@@ -79,6 +97,8 @@ type mdBlock struct {
 type mdPage struct {
 	path    string // relative to the repository root, slash-separated
 	lines   []string
+	changed bool           // lines rewritten by -update
+	shift   int            // lines added by -update so far, before the next block
 	prose   map[int]string // line number -> text outside code fences
 	blocks  []mdBlock
 	anchors map[string]bool
@@ -189,13 +209,24 @@ func TestDocs(t *testing.T) {
 			t.Errorf("%s: missing (the README links the manual's pages by these names)", p)
 		}
 	}
+	if pg := byPath["README.md"]; pg != nil && len(pg.lines) > readmeMaxLines {
+		t.Errorf("README.md has %d lines: it is the front door (about 200); move reference material to docs/", len(pg.lines))
+	}
 	fl := newFlagTable(t)
 	mk := readMakefile(t)
+	api := goAPI{}
 	for _, pg := range pages {
+		checkIdents(t, pg, api)
 		checkLinks(t, pg, byPath)
 		checkBlocks(t, pg, fl, mk)
 		checkInline(t, pg, fl, mk)
+		if pg.changed {
+			if err := os.WriteFile(filepath.Join(repoRoot, pg.path), []byte(strings.Join(pg.lines, "\n")), 0o644); err != nil {
+				t.Fatalf("%s: %v", pg.path, err)
+			}
+		}
 	}
+	checkResultsPages(t, pages, byPath)
 	checkNames(t, pages)
 	checkMakeTargetsDocumented(t, pages, mk)
 }
@@ -248,7 +279,12 @@ func checkBlocks(t *testing.T, pg *mdPage, fl *flagTable, mk *makefile) {
 		case "from":
 			checkFrom(t, where, arg, b.lines)
 		case "output-of":
-			checkOutputOf(t, where, arg, b.lines)
+			if got, ok := checkOutputOf(t, where, arg, b.lines); !ok && *updateDocs {
+				at, out := b.line+pg.shift, strings.Split(got, "\n")
+				pg.lines = slices.Concat(pg.lines[:at+1], out, pg.lines[at+len(b.lines):])
+				pg.shift += len(out) - (len(b.lines) - 1)
+				pg.changed = true
+			}
 		case "keys-of":
 			checkKeysOf(t, where, arg, b.lines)
 		case "schema":
@@ -273,6 +309,7 @@ func checkBlocks(t *testing.T, pg *mdPage, fl *flagTable, mk *makefile) {
 			if err := yaml.Unmarshal([]byte(strings.Join(b.lines, "\n")), &v); err != nil {
 				t.Errorf("%s: YAML does not parse: %v", where, err)
 			}
+			checkPlanAnnotations(t, where, v)
 		case "json":
 			if !json.Valid([]byte(strings.Join(b.lines, "\n"))) {
 				var v any
@@ -281,15 +318,45 @@ func checkBlocks(t *testing.T, pg *mdPage, fl *flagTable, mk *makefile) {
 			}
 		case "sh", "bash", "shell":
 			cwd := ""
-			for i, cmd := range joinContinued(b.lines, false) {
+			for _, cmd := range joinContinued(b.lines, false) {
 				cwd = checkShell(t, fmt.Sprintf("%s:%d", pg.path, b.line+1+cmd.line), cmd.text, cwd, fl, mk, false)
-				_ = i
 			}
 		case "", "console", "text":
 			cwd := ""
 			for _, cmd := range joinContinued(b.lines, true) {
 				cwd = checkShell(t, fmt.Sprintf("%s:%d", pg.path, b.line+1+cmd.line), cmd.text, cwd, fl, mk, false)
 			}
+		}
+	}
+}
+
+// checkPlanAnnotations: a gofit.dev/plan annotation shown in YAML is a
+// podplan.Record, every field known, every mode one the webhook writes.
+func checkPlanAnnotations(t *testing.T, where string, v any) {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, x := range v {
+			s, ok := x.(string)
+			if k != podplan.Annotation || !ok {
+				checkPlanAnnotations(t, where, x)
+				continue
+			}
+			dec := json.NewDecoder(strings.NewReader(s))
+			dec.DisallowUnknownFields()
+			var r podplan.Record
+			if err := dec.Decode(&r); err != nil {
+				t.Errorf("%s: the %s annotation is not what the webhook writes (podplan.Record): %v", where, k, err)
+				continue
+			}
+			for _, c := range r.Containers {
+				if c.Mode != podplan.ModeEnv && c.Mode != podplan.ModeAuto && c.Mode != podplan.ModeOff {
+					t.Errorf("%s: %s: container %q has mode %q", where, k, c.Name, c.Mode)
+				}
+			}
+		}
+	case []any:
+		for _, x := range v {
+			checkPlanAnnotations(t, where, x)
 		}
 	}
 }
@@ -368,22 +435,30 @@ func gofitArgs(t *testing.T, where, s string) []string {
 	return args
 }
 
-func checkOutputOf(t *testing.T, where, cmd string, block []string) {
+// checkOutputOf returns what gofit prints now, and whether the block
+// shows it.
+func checkOutputOf(t *testing.T, where, cmd string, block []string) (string, bool) {
 	args := gofitArgs(t, where, cmd)
 	if args == nil {
-		return
+		return "", true
 	}
 	if len(block) == 0 || strings.TrimSpace(block[0]) != "$ "+cmd {
 		t.Errorf("%s: the block must start with the command it shows, \"$ %s\"", where, cmd)
-		return
+		return "", true
 	}
 	var o, e bytes.Buffer
 	Main(args, &o, &e)
 	got := strings.TrimRight(o.String()+e.String(), "\n")
 	want := strings.TrimRight(strings.Join(block[1:], "\n"), "\n")
-	if rtrimLines(got) != rtrimLines(want) {
-		t.Errorf("%s: `%s` prints something else now; replace the block's output with:\n%s", where, cmd, got)
+	if rtrimLines(got) == rtrimLines(want) {
+		return got, true
 	}
+	if *updateDocs {
+		t.Logf("%s: `%s`: output rewritten", where, cmd)
+	} else {
+		t.Errorf("%s: `%s` prints something else now; replace the block's output with the lines below, or run make docs-update:\n%s", where, cmd, got)
+	}
+	return got, false
 }
 
 func rtrimLines(s string) string {
@@ -624,7 +699,7 @@ func shellSplit(s string) []string {
 // checkShell checks one command line and returns the working directory
 // (relative to the repository root) after it.
 func checkShell(t *testing.T, where, line, cwd string, fl *flagTable, mk *makefile, inline bool) string {
-	words := shellSplit(line)
+	words := shellSplit(angleRE.ReplaceAllString(line, "VALUE"))
 	// split on && ; | & and redirections
 	var cmds [][]string
 	var cur []string
@@ -676,6 +751,10 @@ func checkShell(t *testing.T, where, line, cwd string, fl *flagTable, mk *makefi
 			}
 		case c[0] == "gofit" || c[0] == "./bin/gofit" || c[0] == "bin/gofit" || c[0] == "/gofit":
 			fl.check(t, where, c[1:], inline)
+		case testBinaries[c[0]] != "":
+			checkTestBinary(t, where, testBinaries[c[0]], c[1:])
+		case c[0] == "chrt" && len(c) > 3 && testBinaries[c[3]] != "":
+			checkTestBinary(t, where, testBinaries[c[3]], c[4:]) // chrt -f PRIO BIN ...
 		case c[0] == "go" && len(c) > 1:
 			checkGo(t, where, cwd, c[1:], fl, inline)
 		case c[0] == "make":
@@ -698,6 +777,9 @@ func checkShell(t *testing.T, where, line, cwd string, fl *flagTable, mk *makefi
 	}
 	return cwd
 }
+
+// angleRE matches a <placeholder>, which may hold words of its own.
+var angleRE = regexp.MustCompile(`<[^<>]*>`)
 
 // placeholder tells a synopsis word (CMD, …) from a name to check.
 func placeholder(w string) bool {
@@ -738,6 +820,7 @@ func checkGo(t *testing.T, where, cwd string, args []string, fl *flagTable, inli
 		return
 	}
 	var pkgs []string
+	var bin string
 	patterns := map[string]string{}
 	for i := 0; i < len(args); i++ {
 		a := args[i]
@@ -747,7 +830,12 @@ func checkGo(t *testing.T, where, cwd string, args []string, fl *flagTable, inli
 				patterns[a] = args[i+1]
 				i++
 			}
-		case a == "-o" || a == "-count" || a == "-timeout" || a == "-benchtime" || a == "-tags" || a == "-p":
+		case a == "-o":
+			if i+1 < len(args) {
+				bin = args[i+1]
+				i++
+			}
+		case a == "-count" || a == "-timeout" || a == "-benchtime" || a == "-tags" || a == "-p":
 			i++
 		case strings.HasPrefix(a, "-"):
 		case a == "work" || a == "all" || placeholder(a):
@@ -767,23 +855,49 @@ func checkGo(t *testing.T, where, cwd string, args []string, fl *flagTable, inli
 		if strings.HasSuffix(p, "...") {
 			continue
 		}
-		for flag, pat := range patterns {
-			first, _, _ := strings.Cut(pat, "/")
-			if first == "^$" || first == "." {
-				continue
-			}
-			re, err := regexp.Compile(first)
-			if err != nil {
-				t.Errorf("%s: go test %s %q: %v", where, flag, pat, err)
-				continue
-			}
-			prefix := "Test"
-			if flag == "-bench" {
-				prefix = "Benchmark"
-			}
-			if !packageHasFunc(filepath.Join(repoRoot, cwd, dir), prefix, re) {
-				t.Errorf("%s: go test %s %q: no %s function in %s matches", where, flag, pat, prefix, p)
-			}
+		checkTestPatterns(t, where, filepath.Join(cwd, dir), patterns)
+		if sub == "test" && bin != "" && len(pkgs) == 1 {
+			testBinaries[bin] = filepath.Join(cwd, dir)
+		}
+	}
+}
+
+// testBinaries maps a test binary a page builds (go test -c -o BIN PKG)
+// to its package, so that BIN -test.run/-test.bench can be checked.
+var testBinaries = map[string]string{}
+
+// checkTestBinary checks the -test.run and -test.bench patterns of a test
+// binary built on the page.
+func checkTestBinary(t *testing.T, where, dir string, args []string) {
+	patterns := map[string]string{}
+	for i := 0; i+1 < len(args); i++ {
+		if args[i] == "-test.run" || args[i] == "-test.bench" {
+			patterns[strings.TrimPrefix(args[i], "-test.")] = args[i+1]
+		}
+	}
+	checkTestPatterns(t, where, dir, patterns)
+}
+
+// checkTestPatterns: each -run or -bench pattern (its first level) matches
+// a Test or Benchmark function of the package in dir.
+func checkTestPatterns(t *testing.T, where, dir string, patterns map[string]string) {
+	for flag, pat := range patterns {
+		flag = "-" + strings.TrimPrefix(flag, "-")
+		first, _, _ := strings.Cut(pat, "/")
+		if first == "^$" {
+			continue // nothing: the usual way to run only benchmarks
+		}
+		re, err := regexp.Compile(first)
+		if err != nil {
+			t.Errorf("%s: go test %s %q: %v", where, flag, pat, err)
+			continue
+		}
+		prefix := "Test"
+		if flag == "-bench" {
+			prefix = "Benchmark"
+		}
+		if !packageHasFunc(filepath.Join(repoRoot, dir), prefix, re) {
+			t.Errorf("%s: go test %s %q: no %s function in ./%s matches", where, flag, pat, prefix, filepath.ToSlash(dir))
 		}
 	}
 }
@@ -913,6 +1027,41 @@ func checkInline(t *testing.T, pg *mdPage, fl *flagTable, mk *makefile) {
 			if !found {
 				t.Errorf("%s: `--%s` is not a flag of gofit %s", where, m[1], strings.Join(cmdsHere, ", gofit "))
 			}
+		}
+	}
+}
+
+// ---- docs/results ----
+
+var dateRE = regexp.MustCompile(`\b20\d\d-\d\d-\d\d\b`)
+
+// checkResultsPages: each page of dated measurements is listed in
+// docs/results/README.md and gives a date, the machine and a command.
+func checkResultsPages(t *testing.T, pages []*mdPage, byPath map[string]*mdPage) {
+	index := byPath["docs/results/README.md"]
+	for _, pg := range pages {
+		if !strings.HasPrefix(pg.path, "docs/results/") || pg == index {
+			continue
+		}
+		text := strings.Join(pg.lines, "\n")
+		if index != nil && !strings.Contains(strings.Join(index.lines, "\n"), "("+strings.TrimPrefix(pg.path, "docs/results/")+")") {
+			t.Errorf("%s: not listed in docs/results/README.md", pg.path)
+		}
+		if !dateRE.MatchString(text) {
+			t.Errorf("%s: measurements without a date (YYYY-MM-DD)", pg.path)
+		}
+		if !strings.Contains(strings.ToLower(text), "machine") {
+			t.Errorf("%s: measurements without the machine they ran on", pg.path)
+		}
+		hasCmd := len(pg.blocks) > 0 || strings.Contains(text, "Command")
+		for _, l := range pg.prose {
+			for _, span := range inlineCodeRE.FindAllString(l, -1) {
+				code := strings.TrimPrefix(strings.Trim(span, "`"), "time ")
+				hasCmd = hasCmd || slices.ContainsFunc(inlineCommands, func(p string) bool { return strings.HasPrefix(code, p) })
+			}
+		}
+		if !hasCmd {
+			t.Errorf("%s: measurements without the command that produced them", pg.path)
 		}
 	}
 }
@@ -1066,4 +1215,99 @@ func sortedLines(m map[int]string) []int {
 	}
 	sort.Ints(ns)
 	return ns
+}
+
+// ---- Go names in inline code ----
+
+// goPackages are the package names the docs write as pkg.Name, and where
+// each package lives.
+var goPackages = map[string]string{
+	"gofit": ".", "auto": "auto", "fit": "fit", "metrics": "metrics", "debugvars": "debugvars",
+	"cgroup": "cgroup", "manage": "cgroup/manage", "memqos": "kube/memqos", "agent": "kube/agent",
+	"admission": "kube/admission", "webhook": "kube/webhook", "podplan": "kube/podplan",
+	"lab": "cmd/gofit/internal/lab", "qoslab": "cmd/gofit/internal/qoslab",
+}
+
+var identRE = regexp.MustCompile(`\b([a-z]+)\.([A-Z]\w*)(?:\.([A-Z]\w*))?`)
+
+// goAPI caches each package's exported names: top-level ones, and the
+// fields and methods of each type as "Type.Name".
+type goAPI map[string]map[string]bool
+
+func (api goAPI) names(t *testing.T, dir string) map[string]bool {
+	if n, ok := api[dir]; ok {
+		return n
+	}
+	n := map[string]bool{}
+	api[dir] = n
+	fset := token.NewFileSet()
+	files, _ := filepath.Glob(filepath.Join(repoRoot, dir, "*.go"))
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		af, err := parser.ParseFile(fset, f, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Errorf("%s: %v", f, err)
+			continue
+		}
+		for _, decl := range af.Decls {
+			switch decl := decl.(type) {
+			case *ast.FuncDecl:
+				if decl.Recv == nil {
+					n[decl.Name.Name] = true
+					continue
+				}
+				rt := decl.Recv.List[0].Type
+				if s, ok := rt.(*ast.StarExpr); ok {
+					rt = s.X
+				}
+				if id, ok := rt.(*ast.Ident); ok {
+					n[id.Name+"."+decl.Name.Name] = true
+				}
+			case *ast.GenDecl:
+				for _, spec := range decl.Specs {
+					switch spec := spec.(type) {
+					case *ast.ValueSpec:
+						for _, id := range spec.Names {
+							n[id.Name] = true
+						}
+					case *ast.TypeSpec:
+						n[spec.Name.Name] = true
+						if st, ok := spec.Type.(*ast.StructType); ok {
+							for _, fld := range st.Fields.List {
+								for _, id := range fld.Names {
+									n[spec.Name.Name+"."+id.Name] = true
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	return n
+}
+
+// checkIdents: a Go name written pkg.Name or pkg.Type.Member in inline
+// code exists in that package.
+func checkIdents(t *testing.T, pg *mdPage, api goAPI) {
+	for _, n := range sortedLines(pg.prose) {
+		for _, span := range inlineCodeRE.FindAllString(pg.prose[n], -1) {
+			for _, m := range identRE.FindAllStringSubmatch(span, -1) {
+				dir, ok := goPackages[m[1]]
+				if !ok {
+					continue
+				}
+				names := api.names(t, dir)
+				if !names[m[2]] {
+					t.Errorf("%s:%d: %s.%s: package %s has no exported %s", pg.path, n, m[1], m[2], dir, m[2])
+					continue
+				}
+				if m[3] != "" && !names[m[2]+"."+m[3]] {
+					t.Errorf("%s:%d: %s.%s.%s: %s has no field or method %s", pg.path, n, m[1], m[2], m[3], m[2], m[3])
+				}
+			}
+		}
+	}
 }

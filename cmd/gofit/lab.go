@@ -32,6 +32,14 @@ func runLab(args []string, stdout, stderr io.Writer) error {
 	fs.DurationVar(&o.Budget, "budget", 0, "wall time the adaptive repeats must fit in (default 15m; --quick 4m)")
 	fs.Float64Var(&o.TargetRPS, "target-rps", 0, "recommend the cheapest quota × setting that serves this many requests/s (open loop at this rate)")
 	fs.DurationVar(&o.SLOP99, "slo-p99", 0, "with --target-rps: the p99 latency the recommendation must meet, e.g. 50ms")
+	fs.StringVar(&o.Targets, "targets", "", "request mix instead of --url: a file in vegeta's format (METHOD URL [weight=N], header lines, @body-file, a blank line between targets); {port} works here too")
+	fs.Func("header", "with --url: a header for every request, \"Name: value\" (repeatable)", func(v string) error {
+		o.Headers = append(o.Headers, v)
+		return nil
+	})
+	fs.Int64Var(&o.Seed, "seed", 1, "seed of the random order of cells, requests and resamples; the same seed replays a run")
+	fs.StringVar(&o.ReadyURL, "ready-url", "", "URL polled until the service is ready (default: --url, or the first GET target); 503 means still starting")
+	fs.DurationVar(&o.ReadyTimeout, "ready-timeout", 0, "how long the service may take to become ready (default 30s)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -364,7 +364,7 @@ func TestLabErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"lab", "--cmd", "x"}, "--cmd and --url go together"},
+		{[]string{"lab", "--cmd", "x"}, "--cmd goes with --url or --targets"},
 		{[]string{"lab", "--cmd", " ", "--url", "http://127.0.0.1:{port}/"}, "--cmd \" \": no command"},
 		{[]string{"lab", "--quotas", "0.5,fast"}, "--quotas"},
 		{[]string{"lab", "--open-fraction", "2"}, "--open-fraction"},

@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"fmt"
+	goversion "go/version"
 	"io"
 	"log/slog"
 	"os"
@@ -28,6 +29,9 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 	keyFile := fs.String("key-file", "", "private key `FILE` (PEM), re-read when it changes")
 	ceil := fs.Bool("ceil", false, "round a fractional CPU limit up instead of down for GOMAXPROCS")
 	ratio := fs.Float64("memory-ratio", fit.DefaultMemoryRatio, "share of the memory limit for GOMEMLIMIT, between 0 and 1")
+	reqFactor := fs.Float64("cpu-request-factor", 0, "opt in to GOMAXPROCS = max(min, ceil(CPU request × `FACTOR`)) for containers with no CPU limit (0: off; pods can choose with the gofit.dev/cpu-request-factor annotation)")
+	reqMin := fs.Int("cpu-request-min", fit.DefaultCPURequestMin, "the least GOMAXPROCS planned from a CPU request: 1 or 2")
+	goVersion := fs.String("go-version", admission.DefaultGoVersion, "the Go `RELEASE` assumed for images (it decides the warnings about what Go's runtime does alone); empty: unknown")
 	maxBody := fs.Int64("max-body", admission.DefaultMaxBody, "largest request body in `BYTES`")
 	maxInFlight := fs.Int("max-in-flight", admission.DefaultMaxInFlight, "reviews decoded and fitted at once; more wait, then get 503 (memory is bounded by about 2 × max-body per review)")
 	certPoll := fs.Duration("cert-poll", 10*time.Second, "re-read the certificate files this often, besides file events")
@@ -54,7 +58,15 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 	if err := fit.ValidMemoryRatio(*ratio); err != nil {
 		return fmt.Errorf("%w: --memory-ratio: %v", errUsage, err)
 	}
-	opt := fit.Options{MemoryRatio: *ratio}
+	if *reqFactor != 0 {
+		if err := fit.ValidCPURequestFactor(*reqFactor); err != nil {
+			return fmt.Errorf("%w: --cpu-request-factor: %v", errUsage, err)
+		}
+	}
+	if *reqMin != 1 && *reqMin != 2 {
+		return fmt.Errorf("%w: --cpu-request-min %d: want 1 or 2", errUsage, *reqMin)
+	}
+	opt := fit.Options{MemoryRatio: *ratio, CPURequestFactor: *reqFactor, CPURequestMin: *reqMin}
 	if *ceil {
 		opt.Rounding = fit.Ceil
 	}
@@ -63,6 +75,8 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	switch {
+	case *goVersion != "" && !goversion.IsValid(*goVersion):
+		return fmt.Errorf("%w: --go-version %q: want a Go release such as go1.25", errUsage, *goVersion)
 	case *certFile == "" || *keyFile == "":
 		return fmt.Errorf("%w: --cert-file and --key-file are required", errUsage)
 	case *maxBody < 1<<10:
@@ -112,7 +126,7 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 		KeyFile:       *keyFile,
 		CertPoll:      *certPoll,
 		ShutdownDelay: *shutdownDelay,
-		Policy:        pol,
+		Mutator:       admission.NewMutator(pol, admission.WithGoVersion(*goVersion)),
 		MaxBody:       *maxBody,
 		MaxInFlight:   *maxInFlight,
 		Log:           slog.New(h),

@@ -41,6 +41,10 @@ func TestWebhookFlags(t *testing.T) {
 		{[]string{"webhook", "--cert-file", crt, "--key-file", key, "--memory-ratio", "NaN"}, 2, "--memory-ratio: bad option: memory ratio NaN"},
 		{[]string{"webhook", "--cert-file", crt, "--key-file", key, "--memory-ratio", "0"}, 2, "--memory-ratio: bad option: memory ratio 0"},
 		{[]string{"webhook", "--cert-file", crt, "--key-file", key, "--self-managed-secret", "nons"}, 2, "want NAMESPACE/NAME"},
+		{[]string{"webhook", "--cert-file", crt, "--key-file", key, "--cpu-request-factor", "-1"}, 2, "--cpu-request-factor: bad option: CPU request factor -1"},
+		{[]string{"webhook", "--cert-file", crt, "--key-file", key, "--cpu-request-min", "3"}, 2, "--cpu-request-min 3: want 1 or 2"},
+		{[]string{"webhook", "--cert-file", crt, "--key-file", key, "--max-in-flight", "0"}, 2, "--max-in-flight 0: want at least 1"},
+		{[]string{"webhook", "--cert-file", crt, "--key-file", key, "--go-version", "1.25"}, 2, `--go-version "1.25": want a Go release such as go1.25`},
 		{[]string{"webhook", "--cert-file", crt, "--key-file", key, "--self-managed-secret", "a/b"}, 2, "needs --webhook-config and --service-dns"},
 		{[]string{"webhook", "--cert-file", crt, "--key-file", key, "--webhook-config", "x"}, 2, "go with --self-managed-secret"},
 		{[]string{"webhook", "--cert-file", crt, "--key-file", key, "extra"}, 2, `unexpected argument "extra"`},
@@ -287,7 +291,7 @@ func TestWebhookSelfManaged(t *testing.T) {
 			}
 			env = got.Spec.Containers[0].Env
 		}
-		if len(env) == 1 && env[0].Name == "GOMAXPROCS" && env[0].Value == "1" {
+		if len(env) == 2 && env[0].Name == "GOMAXPROCS" && env[0].Value == "1" && env[1].Name == "GOFIT_RUN" && env[1].Value == "GOMAXPROCS=1" {
 			break
 		}
 		if time.Now().After(deadline) {

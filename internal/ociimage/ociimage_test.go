@@ -148,4 +148,3 @@ func mustJSON(t *testing.T, b []byte, v any) {
 		t.Fatalf("%v in %s", err, b)
 	}
 }
-

@@ -80,6 +80,8 @@ func (s setting) String() string {
 		return "none"
 	case s.mode == "ratio" && s.refresh == 0:
 		return "ratio 0.9, set once (automemlimit's default)"
+	case s.mode == "gofit":
+		return fmt.Sprintf("gofit, refresh %v, memory watch %v", s.refresh, gofit.MemoryWatch)
 	}
 	return fmt.Sprintf("%s, refresh %v", s.mode, s.refresh)
 }

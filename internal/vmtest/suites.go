@@ -85,6 +85,6 @@ func Suites() []Suite {
 		// kube-apiserver and etcd, which the VM has not got; the host runs them.
 		{Pkg: Module + "/kube/agent", Timeout: 4 * time.Minute,
 			Skip:     map[Layout]string{V2: "^TestEnvtest", Hybrid: "^TestEnvtest"},
-			MustPass: both("TestRealCgroups", "TestRealCgroups/cgroupfs", "TestRealCgroups/systemd")},
+			MustPass: both("TestRealCgroups", "TestRealCgroups/cgroupfs", "TestRealCgroups/systemd", "TestRealReadOnlyMount")},
 	}
 }

@@ -2,12 +2,14 @@ package admission
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/gofit-dev/gofit/fit"
 	"github.com/gofit-dev/gofit/kube/podplan"
 )
 
@@ -31,6 +33,13 @@ const (
 	// below the limit, as `gofit run` does for what it measures.
 	AnnotationNonGoMemory = "gofit.dev/non-go-memory"
 
+	// AnnotationCPURequestFactor opts a pod in to GOMAXPROCS from its CPU
+	// request where a container has no CPU limit: max(minimum, ceil(request
+	// × factor)) (fit.Options.CPURequestFactor). A factor such as "1" or
+	// "1.5"; "off" switches off a default the webhook was started with
+	// (--cpu-request-factor).
+	AnnotationCPURequestFactor = "gofit.dev/cpu-request-factor"
+
 	// AnnotationPlan records what the webhook did and why (JSON,
 	// podplan.Record).
 	AnnotationPlan = podplan.Annotation
@@ -45,6 +54,81 @@ const (
 	ModeAuto = podplan.ModeAuto
 	ModeOff  = podplan.ModeOff
 )
+
+// choices are what a pod's annotations ask of the webhook, read in one
+// place for Create and Resize alike.
+type choices struct {
+	optOut bool
+	modes  modes
+	nonGo  map[string]int64
+	pl     planner         // the webhook's, or with the pod's CPU request factor
+	prev   *podplan.Record // what an earlier pass recorded; nil when none or unreadable
+	// warnings are about annotations read in part; err is an annotation
+	// that makes fitting unsafe (a misread mode or non-Go allowance): the
+	// pod is then left alone.
+	warnings []string
+	err      error
+}
+
+// readChoices reads AnnotationInject, AnnotationContainers,
+// AnnotationNonGoMemory, AnnotationCPURequestFactor and AnnotationPlan.
+func readChoices(pod *corev1.Pod, pl planner) choices {
+	ann := pod.Annotations
+	ch := choices{modes: modes{def: ModeEnv}, pl: pl}
+	switch v := ann[AnnotationInject]; v {
+	case "false":
+		ch.optOut = true
+		return ch
+	case "", "true":
+	default:
+		ch.warnings = append(ch.warnings, fmt.Sprintf("annotation %s=%q: want \"false\" to opt the pod out; fitting it", AnnotationInject, v))
+	}
+	ch.modes, ch.err = parseModes(ann[AnnotationContainers])
+	if ch.err == nil {
+		ch.err = checkNames(AnnotationContainers, keys(ch.modes.byName), pod)
+	}
+	if ch.err == nil {
+		ch.nonGo, ch.err = parseNonGo(ann[AnnotationNonGoMemory])
+	}
+	if ch.err == nil {
+		ch.err = checkNames(AnnotationNonGoMemory, keys(ch.nonGo), pod)
+	}
+	if v, ok := ann[AnnotationCPURequestFactor]; ok {
+		p, err := requestFactor(pl.pol, v)
+		if err != nil {
+			ch.warnings = append(ch.warnings, fmt.Sprintf("annotation %s: %v; using the webhook's setting", AnnotationCPURequestFactor, err))
+		} else {
+			ch.pl.pol = p
+		}
+	}
+	if s, ok := ann[AnnotationPlan]; ok {
+		prev, err := podplan.Parse(s)
+		if err != nil {
+			ch.warnings = append(ch.warnings, fmt.Sprintf("%v; treating every Go variable in the pod as the user's", err))
+		} else {
+			ch.prev = prev
+		}
+	}
+	return ch
+}
+
+// requestFactor is pol with the CPU request factor an annotation names.
+func requestFactor(pol fit.Policy, v string) (fit.Policy, error) {
+	opt := pol.Options()
+	if v = strings.TrimSpace(v); v == "off" {
+		opt.CPURequestFactor = 0
+		return fit.New(opt)
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return pol, fmt.Errorf("%q is not a number or off", v)
+	}
+	if err := fit.ValidCPURequestFactor(f); err != nil {
+		return pol, err
+	}
+	opt.CPURequestFactor = f
+	return fit.New(opt)
+}
 
 // parseList splits "a=x, b=y" into pairs, checking names are container
 // names (or "*").
@@ -113,8 +197,8 @@ func parseNonGo(s string) (map[string]int64, error) {
 	out := map[string]int64{}
 	for name, v := range list {
 		q, err := resource.ParseQuantity(v)
-		if err != nil || q.Sign() < 0 {
-			return nil, fmt.Errorf("annotation %s: %q for %q is not a memory quantity (e.g. 64Mi)", AnnotationNonGoMemory, v, name)
+		if err != nil || q.Sign() < 0 || q.Cmp(maxMemory) > 0 {
+			return nil, fmt.Errorf("annotation %s: %q for %q is not a memory quantity up to 1Ei (e.g. 64Mi)", AnnotationNonGoMemory, v, name)
 		}
 		out[name] = q.Value()
 	}

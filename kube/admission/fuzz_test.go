@@ -27,20 +27,27 @@ func FuzzCreate(f *testing.F) {
 	} {
 		f.Add(s[0], s[1], s[2], s[3])
 	}
+	for _, s := range [][2]string{{"1Ei", "16Ei"}, {"1e30", "99999999999999999999"}, {"9000", "1Ei"}, {"8192", "1e18"}} {
+		f.Add(s[0], s[1], "", "")
+	}
 	h := newHandler(f, fit.Options{})
 	f.Fuzz(func(t *testing.T, cpu, mem, userProcs, userLimit string) {
 		if !utf8.ValidString(userProcs) || !utf8.ValidString(userLimit) {
 			return // the API server sends valid UTF-8 JSON only
 		}
 		c := corev1.Container{Name: "app", Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{}}}
+		// Any quantity a tenant can write, absurd ones included: Kubernetes
+		// admits limits far beyond any node.
 		cq, cerr := resource.ParseQuantity(cpu)
-		if cerr == nil && cq.Sign() > 0 && cq.MilliValue() < 1<<30 {
+		if cerr == nil {
 			c.Resources.Limits[corev1.ResourceCPU] = cq
 		}
 		mq, merr := resource.ParseQuantity(mem)
-		if merr == nil && mq.Sign() > 0 && mq.Value() >= 4<<20 && mq.Value() < 1<<50 {
+		if merr == nil {
 			c.Resources.Limits[corev1.ResourceMemory] = mq
 		}
+		cpuOK := cerr == nil && cq.Sign() > 0 && cq.Cmp(maxCPU) <= 0 && cq.MilliValue() > 0
+		memOK := merr == nil && mq.Sign() > 0 && mq.Cmp(maxMemory) <= 0 && mq.Value() >= 4<<20
 		if userProcs != "" {
 			c.Env = append(c.Env, env("GOMAXPROCS", userProcs))
 		}
@@ -53,17 +60,35 @@ func FuzzCreate(f *testing.F) {
 		if userProcs != "" && e["GOMAXPROCS"] != userProcs || userLimit != "" && e["GOMEMLIMIT"] != userLimit {
 			t.Fatalf("user values changed: %v", e)
 		}
-		if q, ok := c.Resources.Limits[corev1.ResourceCPU]; ok && userProcs == "" {
-			n, err := strconv.Atoi(e["GOMAXPROCS"])
-			if err != nil || n < 1 || float64(n) > math.Ceil(float64(q.MilliValue())/1000) {
-				t.Fatalf("cpu %s: GOMAXPROCS=%q", q.String(), e["GOMAXPROCS"])
+		if userProcs == "" {
+			v, set := e["GOMAXPROCS"]
+			n, err := strconv.Atoi(v)
+			switch {
+			case !cpuOK && set:
+				t.Fatalf("cpu %q beyond any machine: GOMAXPROCS=%q, want none", cpu, v)
+			case cpuOK && (err != nil || n < 1 || float64(n) > math.Ceil(float64(cq.MilliValue())/1000)):
+				t.Fatalf("cpu %s: GOMAXPROCS=%q", cq.String(), v)
 			}
 		}
-		if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok && userLimit == "" {
-			v, err := strconv.ParseInt(e["GOMEMLIMIT"], 10, 64)
-			if err != nil || v >= q.Value() || v < q.Value()/4 {
-				t.Fatalf("memory %s: GOMEMLIMIT=%q", q.String(), e["GOMEMLIMIT"])
+		if userLimit == "" {
+			v, set := e["GOMEMLIMIT"]
+			n, err := strconv.ParseInt(v, 10, 64)
+			switch {
+			case !memOK && set && (merr != nil || mq.Cmp(maxMemory) > 0 || mq.Sign() <= 0):
+				t.Fatalf("memory %q: GOMEMLIMIT=%q, want none", mem, v)
+			case memOK && (err != nil || n >= mq.Value() || n < mq.Value()/4):
+				t.Fatalf("memory %s: GOMEMLIMIT=%q", mq.String(), v)
 			}
+		}
+		// The marker names exactly the values the webhook added.
+		var added []string
+		for _, name := range []string{"GOMAXPROCS", "GOMEMLIMIT"} {
+			if v, ok := e[name]; ok && (name == "GOMAXPROCS" && userProcs == "" || name == "GOMEMLIMIT" && userLimit == "") {
+				added = append(added, name+"="+v)
+			}
+		}
+		if e[fit.MarkerVar] != strings.Join(added, ",") {
+			t.Fatalf("marker %q, added %v", e[fit.MarkerVar], added)
 		}
 		if _, resp2 := admit(t, h, got); len(resp2.Patch) != 0 {
 			t.Fatalf("second pass patched %s (first %s)", resp2.Patch, resp.Patch)

@@ -17,16 +17,30 @@ import (
 )
 
 // Mutator fits pods. It is pure: a pod in, a patch, a record and warnings
-// out. The zero value uses fit's default policy.
+// out. The zero value uses fit's default policy and assumes nothing of
+// the images' Go release.
 type Mutator struct {
-	pol fit.Policy
+	pl planner
 }
 
 // NewMutator returns a Mutator that plans with pol (built and validated by
-// fit.New, so that an admission never meets an invalid option).
-func NewMutator(pol fit.Policy) *Mutator {
-	return &Mutator{pol: pol}
+// fit.New, so that an admission never meets an invalid option), assuming
+// images built with DefaultGoVersion unless an option says otherwise.
+func NewMutator(pol fit.Policy, opts ...MutatorOption) *Mutator {
+	m := &Mutator{pl: planner{pol: pol, goVersion: DefaultGoVersion}}
+	for _, o := range opts {
+		o(m)
+	}
+	return m
 }
+
+// MutatorOption configures a Mutator.
+type MutatorOption func(*Mutator)
+
+// WithGoVersion sets the Go release assumed for images ("go1.26"; ""
+// for unknown: a runtime that does not read cgroups). It decides the
+// warnings about what Go's runtime would do alone.
+func WithGoVersion(v string) MutatorOption { return func(m *Mutator) { m.pl.goVersion = v } }
 
 // PatchOp is one RFC 6902 JSON Patch operation.
 type PatchOp struct {
@@ -91,54 +105,25 @@ func targets(pod *corev1.Pod) []target {
 // leaves alone and says so in a warning.
 func (m *Mutator) Create(pod *corev1.Pod) Result {
 	var res Result
-	var warn []string
-	ann := pod.Annotations
-
-	switch v := ann[AnnotationInject]; v {
-	case "false":
+	ch := readChoices(pod, m.pl)
+	warn := ch.warnings
+	if ch.optOut || ch.err != nil {
 		res.Outcome = OutcomeSkipped
-		for _, t := range targets(pod) {
-			res.Warnings = append(res.Warnings, m.asIs(pod, t.c)...)
+		if ch.err != nil {
+			// A misread choice could freeze a gofit/auto container or
+			// leave too little room for non-Go memory: fit nothing, say
+			// why.
+			warn = append(warn, fmt.Sprintf("%v; gofit injected nothing", ch.err))
 		}
-		return res
-	case "", "true":
-	default:
-		warn = append(warn, fmt.Sprintf("annotation %s=%q: want \"false\" to opt the pod out; fitting it", AnnotationInject, v))
-	}
-
-	md, err := parseModes(ann[AnnotationContainers])
-	if err == nil {
-		err = checkNames(AnnotationContainers, keys(md.byName), pod)
-	}
-	var nonGo map[string]int64
-	if err == nil {
-		nonGo, err = parseNonGo(ann[AnnotationNonGoMemory])
-	}
-	if err == nil {
-		err = checkNames(AnnotationNonGoMemory, keys(nonGo), pod)
-	}
-	if err != nil {
-		// A misread choice could freeze a gofit/auto container or leave
-		// too little room for non-Go memory: fit nothing, say why.
-		res.Outcome = OutcomeSkipped
-		res.Warnings = append(warn, fmt.Sprintf("%v; gofit injected nothing", err))
-		for _, t := range targets(pod) {
-			res.Warnings = append(res.Warnings, m.asIs(pod, t.c)...)
-		}
+		res.Warnings = append(warn, m.allAsIs(pod)...)
 		return res
 	}
-
-	var prev *podplan.Record
-	if s, ok := ann[AnnotationPlan]; ok {
-		if prev, err = podplan.Parse(s); err != nil {
-			warn = append(warn, fmt.Sprintf("%v; treating every Go variable in the pod as the user's", err))
-		}
-	}
+	md, nonGo, prev, pl := ch.modes, ch.nonGo, ch.prev, ch.pl
 
 	rec := &podplan.Record{Containers: []podplan.Container{}}
 	var replaces, removes, adds []PatchOp
 	for _, t := range targets(pod) {
-		f := m.fitContainer(pod, t.c, md.of(t.c.Name), nonGo[t.c.Name], prev.Container(t.c.Name))
+		f := fitContainer(pod, t.c, md.of(t.c.Name), nonGo[t.c.Name], prev.Container(t.c.Name), pl)
 		rec.Containers = append(rec.Containers, f.rec)
 		warn = append(warn, f.warnings...)
 		env := t.path + "/env"
@@ -166,8 +151,8 @@ func (m *Mutator) Create(pod *corev1.Pod) Result {
 	if err != nil { // cannot happen with these types; admit the pod unchanged
 		return Result{Outcome: OutcomeError, Warnings: []string{fmt.Sprintf("gofit: encode plan: %v", err)}}
 	}
-	if s, ok := ann[AnnotationPlan]; !ok || s != string(b) {
-		if ann == nil {
+	if s, ok := pod.Annotations[AnnotationPlan]; !ok || s != string(b) {
+		if pod.Annotations == nil {
 			res.Patch = append(res.Patch, PatchOp{Op: "add", Path: "/metadata/annotations", Value: map[string]string{AnnotationPlan: string(b)}})
 		} else {
 			res.Patch = append(res.Patch, PatchOp{Op: "add", Path: "/metadata/annotations/" + escapePointer(AnnotationPlan), Value: string(b)})
@@ -187,32 +172,34 @@ func (m *Mutator) Create(pod *corev1.Pod) Result {
 // limits would change, naming the fix. It never patches.
 func (m *Mutator) Resize(pod *corev1.Pod) Result {
 	res := Result{Outcome: OutcomeUnchanged}
-	if pod.Annotations[AnnotationInject] == "false" {
+	ch := readChoices(pod, m.pl)
+	if ch.optOut {
 		return res
 	}
-	var prev *podplan.Record
-	if s, ok := pod.Annotations[AnnotationPlan]; ok {
-		prev, _ = podplan.Parse(s) // unreadable: nothing is known to be ours
+	if ch.err != nil {
+		// Nothing was injected at creation either.
+		res.Warnings = dedupe(append(append(ch.warnings, fmt.Sprintf("%v; gofit injected nothing", ch.err)), m.allAsIs(pod)...))
+		res.Outcome = OutcomeWarned
+		return res
 	}
-	nonGo, _ := parseNonGo(pod.Annotations[AnnotationNonGoMemory])
-	md, _ := parseModes(pod.Annotations[AnnotationContainers])
+	md, nonGo, prev, pl := ch.modes, ch.nonGo, ch.prev, ch.pl
 	var warn []string
 	for _, t := range targets(pod) {
 		c := t.c
 		pr := prev.Container(c.Name)
 		if pr == nil || len(pr.Env) == 0 {
 			if md.of(c.Name) != ModeAuto {
-				warn = append(warn, m.asIs(pod, c)...)
+				warn = append(warn, asIs(pod, c, pl)...)
 			}
 			continue
 		}
 		lim := containerLimits(pod, c)
-		want := plan(lim, nonGo[c.Name], m.pol)
+		want := plan(lim, nonGo[c.Name], pl)
 		owned := ownedEnv(c, pr)
 		stale := false
 		runtimeEnv, _ := userEnv(pod, c, owned)
 		for _, name := range sortedKeys(pr.Env) {
-			if _, ours := owned[name]; !ours {
+			if _, ours := owned[name]; !ours || name == fit.MarkerVar {
 				continue
 			}
 			now := want.value(name)
@@ -224,11 +211,11 @@ func (m *Mutator) Resize(pod *corev1.Pod) Result {
 			if now == "" {
 				now = "nothing"
 			}
-			warn = append(warn, fmt.Sprintf("container %q: %s=%s was set for the limits at creation (%s); gofit would now set %s, but env vars do not follow a resize: recreate the pod (e.g. kubectl rollout restart) or import github.com/gofit-dev/gofit/auto",
-				c.Name, name, pr.Env[name], limitsText(pr.CPU, pr.Memory), now))
+			warn = append(warn, fmt.Sprintf("container %q: %s=%s was set for the limits at creation (%s); gofit would now set %s. A binary that imports github.com/gofit-dev/gofit/auto follows the resize itself (the %s marker hands it the value); any other keeps the old value until the pod is recreated (e.g. kubectl rollout restart)",
+				c.Name, name, pr.Env[name], limitsText(pr.CPU, pr.Memory), now, fit.MarkerVar))
 		}
 		if !stale {
-			for _, w := range mistakes(lim, withoutEmpty(runtimeEnv), nonGo[c.Name], m.pol) {
+			for _, w := range mistakes(lim, withoutEmpty(runtimeEnv), nonGo[c.Name], pl) {
 				warn = append(warn, fmt.Sprintf("container %q: %s", c.Name, w))
 			}
 		}
@@ -286,7 +273,7 @@ type fitted struct {
 
 // fitContainer decides GOMAXPROCS and GOMEMLIMIT for one container, each on
 // its own, and the mistakes to warn about.
-func (m *Mutator) fitContainer(pod *corev1.Pod, c *corev1.Container, mode Mode, nonGo int64, prev *podplan.Container) fitted {
+func fitContainer(pod *corev1.Pod, c *corev1.Container, mode Mode, nonGo int64, prev *podplan.Container, pl planner) fitted {
 	lim := containerLimits(pod, c)
 	f := fitted{rec: podplan.Container{Name: c.Name, Mode: mode, Reasons: []string{}}}
 	if lim.CPUMilli > 0 {
@@ -298,7 +285,7 @@ func (m *Mutator) fitContainer(pod *corev1.Pod, c *corev1.Container, mode Mode, 
 	owned := ownedEnv(c, prev)
 	known, set := userEnv(pod, c, owned)
 	mayFrom := envFromMaySet(c)
-	want := plan(lim, nonGo, m.pol)
+	want := plan(lim, nonGo, pl)
 	runtimeEnv := known // what the Go runtime will see, for the warnings
 
 	for _, name := range []string{"GOMAXPROCS", "GOMEMLIMIT"} {
@@ -351,10 +338,42 @@ func (m *Mutator) fitContainer(pod *corev1.Pod, c *corev1.Container, mode Mode, 
 			f.rec.Env[name] = value
 		}
 	}
-	for _, w := range mistakes(lim, withoutEmpty(runtimeEnv), nonGo, m.pol) {
+	// The marker names exactly the values injected, so the runtime
+	// library (gofit/auto) inside treats them as gofit's, not the user's,
+	// and follows the limits from there: an in-place resize included.
+	j, ours := owned[fit.MarkerVar]
+	switch {
+	case len(f.rec.Env) > 0:
+		mark := marker(f.rec.Env)
+		f.rec.Env[fit.MarkerVar] = mark
+		switch {
+		case !ours:
+			// After any entry of the user's: the kubelet passes the
+			// last of duplicate names.
+			f.add = append(f.add, corev1.EnvVar{Name: fit.MarkerVar, Value: mark})
+		case c.Env[j].Value != mark:
+			f.replace = append(f.replace, envEdit{j, mark})
+		}
+	case ours:
+		f.remove = append(f.remove, j)
+	}
+	for _, w := range mistakes(lim, withoutEmpty(runtimeEnv), nonGo, pl) {
 		f.warnings = append(f.warnings, fmt.Sprintf("container %q: %s", c.Name, w))
 	}
 	return f
+}
+
+// marker is the value of fit.MarkerVar for the variables injected
+// ("GOMAXPROCS=2,GOMEMLIMIT=966367641"), in the order fit writes it;
+// TestMarkerIsFits checks that fit reads it back as gofit's.
+func marker(env map[string]string) string {
+	var parts []string
+	for _, name := range []string{"GOMAXPROCS", "GOMEMLIMIT", "GOGC"} {
+		if v, ok := env[name]; ok {
+			parts = append(parts, name+"="+v)
+		}
+	}
+	return strings.Join(parts, ",")
 }
 
 // runtimeSees notes a value gofit sets for the warnings' view of the
@@ -366,19 +385,28 @@ func runtimeSees(env map[string]string, name, value string) {
 	}
 }
 
+// allAsIs warns about every container's mistakes without fitting any.
+func (m *Mutator) allAsIs(pod *corev1.Pod) []string {
+	var out []string
+	for _, t := range targets(pod) {
+		out = append(out, asIs(pod, t.c, m.pl)...)
+	}
+	return out
+}
+
 // asIs warns about a container's mistakes without fitting it.
-func (m *Mutator) asIs(pod *corev1.Pod, c *corev1.Container) []string {
+func asIs(pod *corev1.Pod, c *corev1.Container, pl planner) []string {
 	lim := containerLimits(pod, c)
 	known, set := userEnv(pod, c, nil)
 	mayFrom := envFromMaySet(c)
-	want := plan(lim, 0, m.pol)
+	want := plan(lim, 0, pl)
 	for _, name := range []string{"GOMAXPROCS", "GOMEMLIMIT"} {
 		if (set[name] || mayFrom[name] != "") && known[name] == "" && want.value(name) != "" {
 			known[name] = want.value(name)
 		}
 	}
 	var out []string
-	for _, w := range mistakes(lim, withoutEmpty(known), 0, m.pol) {
+	for _, w := range mistakes(lim, withoutEmpty(known), 0, pl) {
 		out = append(out, fmt.Sprintf("container %q: %s", c.Name, w))
 	}
 	return out
@@ -511,24 +539,57 @@ func findContainer(pod *corev1.Pod, name string) *corev1.Container {
 	return nil
 }
 
+// Bounds on pod-spec quantities. Quantity's int64 accessors wrap or give 0
+// past int64, so every figure is compared against its bound first. No
+// Linux machine has more CPUs than NR_CPUS allows (8192) or more memory
+// than 1 EiB: a limit above either is no limit on any node, and Go's
+// runtime sizes itself there better than a figure from the spec would.
+var (
+	maxCPU    = resource.MustParse("8192")
+	maxMemory = resource.MustParse("1Ei")
+)
+
+// milliCPU is a CPU quantity in millicores; false for none, zero,
+// negative or beyond maxCPU.
+func milliCPU(list corev1.ResourceList) (int64, bool) {
+	q, ok := list[corev1.ResourceCPU]
+	if !ok || q.Sign() <= 0 || q.Cmp(maxCPU) > 0 {
+		return 0, false
+	}
+	return q.MilliValue(), q.MilliValue() > 0
+}
+
+// memoryBytes is a memory quantity in bytes; false for none, zero,
+// negative or beyond maxMemory.
+func memoryBytes(list corev1.ResourceList) (int64, bool) {
+	q, ok := list[corev1.ResourceMemory]
+	if !ok || q.Sign() <= 0 || q.Cmp(maxMemory) > 0 {
+		return 0, false
+	}
+	return q.Value(), q.Value() > 0
+}
+
 // containerLimits reads a container's limits, tightened by pod-level
 // limits (spec.resources) where the pod sets them: the pod cgroup bounds
 // every container in it.
 func containerLimits(pod *corev1.Pod, c *corev1.Container) limits {
 	l := limits{}
 	name := fmt.Sprintf("container %s", c.Name)
-	if q, ok := c.Resources.Limits[corev1.ResourceCPU]; ok && q.Sign() > 0 {
-		l.CPUMilli, l.LeafCPUMilli, l.CPUSource = q.MilliValue(), q.MilliValue(), name
+	if v, ok := milliCPU(c.Resources.Limits); ok {
+		l.CPUMilli, l.LeafCPUMilli, l.CPUSource = v, v, name
 	}
-	if q, ok := c.Resources.Limits[corev1.ResourceMemory]; ok && q.Sign() > 0 {
-		l.Memory, l.MemorySource = q.Value(), name
+	if v, ok := milliCPU(c.Resources.Requests); ok {
+		l.CPURequestMilli = v
+	}
+	if v, ok := memoryBytes(c.Resources.Limits); ok {
+		l.Memory, l.MemorySource = v, name
 	}
 	if pr := pod.Spec.Resources; pr != nil {
-		if q, ok := pr.Limits[corev1.ResourceCPU]; ok && q.Sign() > 0 && (l.CPUMilli == 0 || q.MilliValue() < l.CPUMilli) {
-			l.CPUMilli, l.CPUSource = q.MilliValue(), "the pod"
+		if v, ok := milliCPU(pr.Limits); ok && (l.CPUMilli == 0 || v < l.CPUMilli) {
+			l.CPUMilli, l.CPUSource = v, "the pod"
 		}
-		if q, ok := pr.Limits[corev1.ResourceMemory]; ok && q.Sign() > 0 && (l.Memory == 0 || q.Value() < l.Memory) {
-			l.Memory, l.MemorySource = q.Value(), "the pod"
+		if v, ok := memoryBytes(pr.Limits); ok && (l.Memory == 0 || v < l.Memory) {
+			l.Memory, l.MemorySource = v, "the pod"
 		}
 	}
 	return l

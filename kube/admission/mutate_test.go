@@ -19,18 +19,18 @@ func TestQuantities(t *testing.T) {
 		ceil     bool
 		want     map[string]string
 	}{
-		{cpu: "250m", want: map[string]string{"GOMAXPROCS": "1"}},
-		{cpu: "1.5", want: map[string]string{"GOMAXPROCS": "1"}},
-		{cpu: "1.5", ceil: true, want: map[string]string{"GOMAXPROCS": "2"}},
-		{cpu: "2000m", want: map[string]string{"GOMAXPROCS": "2"}},
-		{cpu: "3", want: map[string]string{"GOMAXPROCS": "3"}},
+		{cpu: "250m", want: map[string]string{"GOMAXPROCS": "1", "GOFIT_RUN": "GOMAXPROCS=1"}},
+		{cpu: "1.5", want: map[string]string{"GOMAXPROCS": "1", "GOFIT_RUN": "GOMAXPROCS=1"}},
+		{cpu: "1.5", ceil: true, want: map[string]string{"GOMAXPROCS": "2", "GOFIT_RUN": "GOMAXPROCS=2"}},
+		{cpu: "2000m", want: map[string]string{"GOMAXPROCS": "2", "GOFIT_RUN": "GOMAXPROCS=2"}},
+		{cpu: "3", want: map[string]string{"GOMAXPROCS": "3", "GOFIT_RUN": "GOMAXPROCS=3"}},
 		// More cores than this machine has: the pod's limit alone decides.
-		{cpu: "64", want: map[string]string{"GOMAXPROCS": "64"}},
-		{mem: "1e9", want: map[string]string{"GOMEMLIMIT": "900000000"}},
-		{mem: "128974848", want: map[string]string{"GOMEMLIMIT": "114458624"}},
-		{mem: "1Gi", want: map[string]string{"GOMEMLIMIT": "966367641"}},
-		{mem: "1G", want: map[string]string{"GOMEMLIMIT": "900000000"}},
-		{cpu: "250m", mem: "512Mi", want: map[string]string{"GOMAXPROCS": "1", "GOMEMLIMIT": "483183820"}},
+		{cpu: "64", want: map[string]string{"GOMAXPROCS": "64", "GOFIT_RUN": "GOMAXPROCS=64"}},
+		{mem: "1e9", want: map[string]string{"GOMEMLIMIT": "900000000", "GOFIT_RUN": "GOMEMLIMIT=900000000"}},
+		{mem: "128974848", want: map[string]string{"GOMEMLIMIT": "114458624", "GOFIT_RUN": "GOMEMLIMIT=114458624"}},
+		{mem: "1Gi", want: map[string]string{"GOMEMLIMIT": "966367641", "GOFIT_RUN": "GOMEMLIMIT=966367641"}},
+		{mem: "1G", want: map[string]string{"GOMEMLIMIT": "900000000", "GOFIT_RUN": "GOMEMLIMIT=900000000"}},
+		{cpu: "250m", mem: "512Mi", want: map[string]string{"GOMAXPROCS": "1", "GOMEMLIMIT": "483183820", "GOFIT_RUN": "GOMAXPROCS=1,GOMEMLIMIT=483183820"}},
 		{want: map[string]string{}}, // no limit, no variable
 	}
 	for _, c := range cases {
@@ -206,7 +206,7 @@ func TestOptOutAndModes(t *testing.T) {
 
 	p = withAnn(podOf("p", ctr("app", "2", "1Gi"), ctr("auto", "2", "1Gi"), ctr("proxy", "1", "64Mi")), AnnotationContainers, "auto=auto, proxy=off")
 	got, _ = admit(t, h, p)
-	if e := envOf(got.Spec.Containers[0]); len(e) != 2 {
+	if e := envOf(got.Spec.Containers[0]); len(e) != 3 || e[fit.MarkerVar] != "GOMAXPROCS=2,GOMEMLIMIT=966367641" {
 		t.Errorf("app env %v", e)
 	}
 	for _, i := range []int{1, 2} {
@@ -221,7 +221,7 @@ func TestOptOutAndModes(t *testing.T) {
 
 	// "*" sets the default.
 	got, _ = admit(t, h, withAnn(podOf("p", ctr("app", "2", "1Gi"), ctr("b", "2", "1Gi")), AnnotationContainers, "*=off,b=env"))
-	if len(envOf(got.Spec.Containers[0])) != 0 || len(envOf(got.Spec.Containers[1])) != 2 {
+	if len(envOf(got.Spec.Containers[0])) != 0 || len(envOf(got.Spec.Containers[1])) != 3 {
 		t.Errorf("*=off,b=env: %v %v", got.Spec.Containers[0].Env, got.Spec.Containers[1].Env)
 	}
 
@@ -278,7 +278,7 @@ func TestIdempotent(t *testing.T) {
 	// value it added, and only that.
 	once.Spec.Containers[0].Resources.Limits[corev1.ResourceCPU] = resource.MustParse("3")
 	again, resp := admit(t, h, once)
-	if e := envOf(again.Spec.Containers[0]); e["GOMAXPROCS"] != "3" || e["A"] != "1" || len(again.Spec.Containers[0].Env) != 3 {
+	if e := envOf(again.Spec.Containers[0]); e["GOMAXPROCS"] != "3" || e["A"] != "1" || e[fit.MarkerVar] != "GOMAXPROCS=3,GOMEMLIMIT=966367641" || len(again.Spec.Containers[0].Env) != 4 {
 		t.Errorf("after a limit change: %v (patch %s)", again.Spec.Containers[0].Env, resp.Patch)
 	}
 	// ...and a value the user changed afterwards is theirs.
@@ -311,7 +311,7 @@ func TestResize(t *testing.T) {
 	up.Spec.Containers[0].Resources.Limits[corev1.ResourceMemory] = resource.MustParse("512Mi")
 	w := resize(up).Warnings
 	if !hasWarning(w, `container "app": GOMAXPROCS=1 was set for the limits at creation (cpu 1500m, memory 1Gi); gofit would now set 4`) ||
-		!hasWarning(w, "GOMEMLIMIT=966367641 was set") || !hasWarning(w, "recreate the pod") || !hasWarning(w, "gofit/auto") {
+		!hasWarning(w, "GOMEMLIMIT=966367641 was set") || !hasWarning(w, "until the pod is recreated") || !hasWarning(w, "gofit/auto") {
 		t.Errorf("resize warnings %q", w)
 	}
 	for _, s := range w {

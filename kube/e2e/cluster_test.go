@@ -64,6 +64,7 @@ type cluster struct {
 	logs    string // one log file per component
 	procs   []*exec.Cmd
 	names   []string
+	exited  []chan struct{} // closed when the component's process has exited
 	cs      *kubernetes.Clientset
 	rest    *rest.Config
 	kubectl []string // argv prefix
@@ -97,12 +98,14 @@ func startCluster(t *testing.T, p guestPaths) *cluster {
 	step("etcd", c.startEtcd())
 	step("containerd started", c.startContainerd())
 	step("kube-apiserver started", c.startAPIServer())
-	step("controller-manager and scheduler started", c.startControllers())
 	step("kubelet started", c.startKubelet())
 	step("containerd answering", c.waitContainerd())
 	step("images imported", c.importImages())
-	step("kube-apiserver ready", c.waitAPIServer(12*time.Minute))
-	step("node Ready", c.waitNodeReady(8*time.Minute))
+	step("kube-apiserver ready", c.waitAPIServer(15*time.Minute))
+	// These two exit when the API server does not answer at their start
+	// (they read their authentication ConfigMap once).
+	step("controller-manager and scheduler started", c.startControllers())
+	step("node Ready", c.waitNodeReady(10*time.Minute))
 	c.ready = time.Since(start)
 	return c
 }
@@ -132,10 +135,10 @@ func (c *cluster) setupHost() error {
 	for f, data := range map[string]string{
 		"/etc/resolv.conf": "", // the kubelet copies it into pods; no DNS here
 		// The kubelet reads users and groups at start (user namespaces).
-		"/etc/passwd": "root:x:0:0:root:/root:/bin/sh\n",
-		"/etc/group":  "root:x:0:\n",
-		"/etc/machine-id":  "e2e0000000000000000000000000e2e0\n",
-		"/etc/hosts":       "127.0.0.1 localhost\n" + nodeIP + " " + nodeName + "\n",
+		"/etc/passwd":     "root:x:0:0:root:/root:/bin/sh\n",
+		"/etc/group":      "root:x:0:\n",
+		"/etc/machine-id": "e2e0000000000000000000000000e2e0\n",
+		"/etc/hosts":      "127.0.0.1 localhost\n" + nodeIP + " " + nodeName + "\n",
 	} {
 		if err := os.WriteFile(f, []byte(data), 0o644); err != nil {
 			return err
@@ -297,8 +300,9 @@ func (c *cluster) start(name, bin string, args ...string) error {
 		f.Close()
 		return fmt.Errorf("start %s: %w", name, err)
 	}
-	c.procs, c.names = append(c.procs, cmd), append(c.names, name)
-	go func() { cmd.Wait(); f.Close() }()
+	done := make(chan struct{})
+	c.procs, c.names, c.exited = append(c.procs, cmd), append(c.names, name), append(c.exited, done)
+	go func() { cmd.Wait(); f.Close(); close(done) }()
 	return nil
 }
 
@@ -313,12 +317,21 @@ func (c *cluster) stop() {
 			syscall.Kill(-p.Process.Pid, syscall.SIGTERM)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for _, p := range c.procs {
-		for p.ProcessState == nil && time.Now().Before(deadline) {
-			time.Sleep(100 * time.Millisecond)
+	// Ten seconds for all of them together, then SIGKILL to the rest.
+	deadline := time.After(10 * time.Second)
+	late := false
+	for i, p := range c.procs {
+		if !late {
+			select {
+			case <-c.exited[i]:
+				continue
+			case <-deadline:
+				late = true
+			}
 		}
-		if p.ProcessState == nil && p.Process != nil {
+		select {
+		case <-c.exited[i]:
+		default:
 			syscall.Kill(-p.Process.Pid, syscall.SIGKILL)
 		}
 	}
@@ -406,9 +419,11 @@ func (c *cluster) startAPIServer() error {
 
 // dead names a component that has exited: no use waiting for it then.
 func (c *cluster) dead() error {
-	for i, p := range c.procs {
-		if p.ProcessState != nil {
-			return fmt.Errorf("%w: %s exited (%v); its log ends:\n%s", errGaveUp, c.names[i], p.ProcessState, tailLines(readFile(filepath.Join(c.logs, c.names[i]+".log")), 15))
+	for i, done := range c.exited {
+		select {
+		case <-done:
+			return fmt.Errorf("%w: %s exited (%v); its log ends:\n%s", errGaveUp, c.names[i], c.procs[i].ProcessState, tailLines(readFile(filepath.Join(c.logs, c.names[i]+".log")), 15))
+		default:
 		}
 	}
 	return nil

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,7 +18,6 @@ import (
 
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -272,11 +272,7 @@ func (g *guestRun) service(t *testing.T) {
 	// The namespace first, then a server-side dry run until the webhook
 	// injects: its certificate and caBundle arrive after it is Ready, and
 	// with failurePolicy Ignore a pod admitted before would start unfitted.
-	if _, _, err := c.run("apply", "-f", "/src/kube/e2e/testdata/service.yaml", "--dry-run=server"); err != nil && !strings.Contains(err.Error(), "not found") {
-		t.Logf("dry run before the namespace exists: %v", err)
-	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop", Labels: map[string]string{"gofit.dev/inject": "enabled", "pod-security.kubernetes.io/enforce": "restricted"}}}
-	if _, err := c.cs.CoreV1().Namespaces().Create(g.ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if _, _, err := c.run("apply", "-f", "/src/kube/e2e/testdata/namespace.yaml"); err != nil {
 		t.Fatal(err)
 	}
 	probe := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "shop"}, Spec: corev1.PodSpec{
@@ -561,6 +557,37 @@ func (g *guestRun) fixtures(t *testing.T) {
 		}
 		return nil
 	})
+	// The sandbox (pause) container has a cgroup of its own beside the
+	// pod's containers, which the pod's status does not list: the agent
+	// must leave it alone, and the fixture has one (pod1111…/f00111).
+	if g.svc != nil {
+		dir := podCgroup(g.svc, string(g.svc.UID))
+		kids := subdirs(dir)
+		_, id, _ := strings.Cut(g.svc.Status.ContainerStatuses[0].ContainerID, "://")
+		if len(kids) != 2 || !slices.Contains(kids, id) {
+			t.Errorf("the service pod's cgroup %s holds %v; want its container %s and the sandbox's", dir, kids, id)
+		}
+	}
+	fixPods, err := agent.ReadPodList("/src/kube/agent/testdata/pods.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sandbox := false
+	for _, p := range fixPods {
+		known := map[string]bool{}
+		for _, cs := range p.Status.ContainerStatuses {
+			_, id, _ := strings.Cut(cs.ContainerID, "://")
+			known[id] = true
+		}
+		for _, k := range subdirs(filepath.Join(fix, "kubepods", strings.ToLower(string(p.Status.QOSClass)), "pod"+string(p.UID))) {
+			if !known[k] {
+				sandbox = true
+			}
+		}
+	}
+	if !sandbox {
+		t.Errorf("no pod in %s has a sandbox cgroup beside its containers, as this kubelet makes", fix)
+	}
 	// Which container cgroup names the fixture models.
 	var fixNames []string
 	filepath.WalkDir(filepath.Join(fix, "kubepods"), func(p string, d fs.DirEntry, err error) error {
@@ -579,11 +606,10 @@ func (g *guestRun) fixtures(t *testing.T) {
 // plan runs `gofit node plan` as a user would against the live node: the
 // running agent has already written everything, so nothing is pending.
 func (g *guestRun) plan(t *testing.T) {
-	pods, alloc := g.nodePods(t)
-	_ = pods
+	_, alloc := g.nodePods(t)
 	file := filepath.Join(g.tmp, "pods.json")
 	var out []byte
-	err := poll(45*time.Second, "gofit node plan with no writes", func() (bool, error) {
+	err := poll(3*time.Minute, "gofit node plan with no writes", func() (bool, error) {
 		o, _, err := g.c.run("get", "pods", "-A", "--field-selector", "spec.nodeName="+nodeName, "-o", "json")
 		if err != nil {
 			return false, err
@@ -593,9 +619,14 @@ func (g *guestRun) plan(t *testing.T) {
 		}
 		cmd := exec.Command(filepath.Join(g.c.paths.images, "gofit"), "node", "plan", "--pods", file,
 			"--node-memory", strconv.FormatInt(alloc, 10), "--json")
-		out, err = cmd.CombinedOutput()
+		// JSON on stdout only: under TCG the binary's package init can take
+		// over 30s, after which controller-runtime prints a warning and a
+		// stack to stderr about its logger never being set.
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		out, err = cmd.Output()
 		if err != nil {
-			return false, fmt.Errorf("gofit node plan: %w: %s", err, out)
+			return false, fmt.Errorf("gofit node plan: %w: %s", err, stderr.String())
 		}
 		var p agent.Plan
 		if err := json.Unmarshal(out, &p); err != nil {
@@ -618,13 +649,33 @@ func (g *guestRun) resize(t *testing.T) {
 	ctr := containerCgroup(g.svc, pod)
 	before := g.metrics(t)
 	patch := `{"spec":{"containers":[{"name":"service","resources":{"limits":{"cpu":"2","memory":"256Mi"}}}]}}`
-	_, stderr, err := g.c.run("patch", "pod", "-n", "shop", g.svc.Name, "--subresource", "resize", "--type", "strategic", "-p", patch)
+	resize := []string{"patch", "pod", "-n", "shop", g.svc.Name, "--subresource", "resize", "--type", "strategic", "-p", patch}
+	warned := func(stderr string) bool {
+		return strings.Contains(stderr, "Warning:") && strings.Contains(stderr, "GOMAXPROCS")
+	}
+	// A server-side dry run goes through the webhook (sideEffects None)
+	// and changes nothing: wait until the webhook answers one, so that a
+	// webhook restarting under TCG (failurePolicy Ignore) is not mistaken
+	// for one that does not warn.
+	g.waitDeployment(t, "gofit-system", "gofit-webhook", 2, 5*time.Minute)
+	var dry string
+	err := poll(3*time.Minute, "the webhook's warning on a dry-run resize", func() (bool, error) {
+		_, stderr, err := g.c.run(append(resize, "--dry-run=server")...)
+		dry = stderr
+		return err == nil && warned(stderr), fmt.Errorf("stderr %q, err %v", stderr, err)
+	})
+	if err != nil {
+		t.Error(err)
+	} else {
+		t.Logf("kubectl patch --subresource resize --dry-run=server: %s", strings.TrimSpace(dry))
+	}
+	_, stderr, err := g.c.run(resize...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("kubectl patch --subresource resize: stderr %q", stderr)
-	if !strings.Contains(stderr, "Warning:") || !strings.Contains(stderr, "GOMAXPROCS") {
-		t.Errorf("the webhook's resize warning did not reach kubectl (stderr %q)", stderr)
+	if !warned(stderr) {
+		t.Errorf("the webhook's resize warning did not reach kubectl on the real resize (stderr %q)", stderr)
 	}
 	var seen time.Time
 	err = poll(2*time.Minute, "cpu.max and memory.max after the resize", func() (bool, error) {
@@ -713,12 +764,22 @@ func (g *guestRun) webhookDown(t *testing.T) {
 	if _, _, err := g.c.run("scale", "-n", "gofit-system", "deployment/gofit-webhook", "--replicas=0"); err != nil {
 		t.Fatal(err)
 	}
-	err := poll(3*time.Minute, "no webhook pods", func() (bool, error) {
-		l, err := g.c.cs.CoreV1().Pods("gofit-system").List(g.ctx, metav1.ListOptions{})
+	// The API server finds the webhook through its endpoints: once none is
+	// ready (terminating pods are not), every call fails and is ignored.
+	err := poll(3*time.Minute, "no ready webhook endpoint", func() (bool, error) {
+		l, err := g.c.cs.DiscoveryV1().EndpointSlices("gofit-system").List(g.ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=gofit-webhook"})
 		if err != nil {
 			return false, err
 		}
-		return len(l.Items) == 0, fmt.Errorf("%d pods", len(l.Items))
+		ready := 0
+		for _, sl := range l.Items {
+			for _, ep := range sl.Endpoints {
+				if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+					ready++
+				}
+			}
+		}
+		return ready == 0, fmt.Errorf("%d ready endpoints", ready)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -764,11 +825,13 @@ func (g *guestRun) deleted(t *testing.T) {
 		dirs = append(dirs, podCgroup(p, string(p.UID)))
 	}
 	os.Remove("/etc/kubernetes/manifests/static-service.yaml")
-	if _, _, err := g.c.run("delete", "-f", "/src/kube/e2e/testdata/service.yaml", "--wait=true", "--timeout=3m"); err != nil {
+	// Foreground: the Deployment goes only after its pods, so that the wait
+	// below measures the kubelet, not the garbage collector's queue.
+	if _, _, err := g.c.run("delete", "-f", "/src/kube/e2e/testdata/service.yaml", "--cascade=foreground", "--wait=true", "--timeout=5m"); err != nil {
 		t.Error(err)
 	}
-	g.c.run("delete", "pod", "-n", "shop", "unfitted", "--ignore-not-found", "--wait=true", "--timeout=2m")
-	err := poll(3*time.Minute, "the deleted pods' cgroups gone", func() (bool, error) {
+	g.c.run("delete", "pod", "-n", "shop", "unfitted", "--ignore-not-found", "--wait=true", "--timeout=3m")
+	err := poll(5*time.Minute, "the deleted pods' cgroups gone", func() (bool, error) {
 		for _, d := range dirs {
 			if _, err := os.Stat(d); err == nil {
 				return false, fmt.Errorf("%s still there", d)
@@ -780,7 +843,7 @@ func (g *guestRun) deleted(t *testing.T) {
 		t.Error(err)
 	}
 	levels := []string{"/sys/fs/cgroup/kubepods", "/sys/fs/cgroup/kubepods/burstable", "/sys/fs/cgroup/kubepods/besteffort"}
-	err = poll(time.Minute, "no memory.min/low left at any level", func() (bool, error) {
+	err = poll(2*time.Minute, "no memory.min/low left at any level", func() (bool, error) {
 		var left []string
 		for _, d := range levels {
 			for _, f := range []string{"memory.min", "memory.low"} {
@@ -798,6 +861,18 @@ func (g *guestRun) deleted(t *testing.T) {
 	if rep := g.dryRun(t); len(rep.Apply.Changed) != 0 {
 		t.Errorf("after the deletes the agent still has %d writes pending", len(rep.Apply.Changed))
 	}
+}
+
+// subdirs lists the directories in dir.
+func subdirs(dir string) []string {
+	ents, _ := os.ReadDir(dir)
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() {
+			out = append(out, e.Name())
+		}
+	}
+	return out
 }
 
 func mustQuantity(s string) resource.Quantity { return resource.MustParse(s) }

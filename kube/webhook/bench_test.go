@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -29,37 +30,27 @@ import (
 )
 
 // benchServerEnv, when set to a directory holding tls.crt and tls.key, makes
-// the test binary run the webhook server instead of the tests, writing its
-// address to addr in that directory: the benchmark measures the server's
-// CPU in a process of its own, apart from the load generator's.
-const benchServerEnv = "GOFIT_WEBHOOK_BENCH_SERVER"
-
-// benchAddrEnv, with benchServerEnv, is the address to serve on (default
-// a free loopback port).
-const benchAddrEnv = "GOFIT_WEBHOOK_BENCH_ADDR"
+// the test binary run the webhook server instead of the tests, on the
+// address in benchAddrEnv: the benchmarks measure the server in a process
+// of its own, apart from the load generator.
+const (
+	benchServerEnv = "GOFIT_WEBHOOK_BENCH_SERVER"
+	benchAddrEnv   = "GOFIT_WEBHOOK_BENCH_ADDR"
+)
 
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(benchServerEnv); dir != "" {
-		os.Exit(benchServer(dir))
+		os.Exit(benchServer(dir, os.Getenv(benchAddrEnv)))
 	}
 	os.Exit(m.Run())
 }
 
-func benchServer(dir string) int {
-	addr := os.Getenv(benchAddrEnv)
-	if addr == "" {
-		addr = "127.0.0.1:0"
-	}
+func benchServer(dir, addr string) int {
 	s, err := NewServer(Config{Addr: addr, CertFile: filepath.Join(dir, "tls.crt"), KeyFile: filepath.Join(dir, "tls.key")})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if err := os.WriteFile(filepath.Join(dir, "addr.tmp"), []byte(s.Addr()), 0o600); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	_ = os.Rename(filepath.Join(dir, "addr.tmp"), filepath.Join(dir, "addr"))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
 	if err := s.Run(ctx); err != nil {
@@ -67,6 +58,59 @@ func benchServer(dir string) int {
 		return 1
 	}
 	return 0
+}
+
+// benchProcess starts the webhook as a process of its own, with env added
+// to this one's: this test binary's server, or `bin webhook` when bin names
+// a gofit binary. It returns the process, the base URL and an HTTP/2 client
+// that trusts it (the API server talks HTTP/2 to webhooks: one connection,
+// many streams, no handshake per burst), once /readyz answers. The process
+// is stopped when the benchmark ends.
+func benchProcess(b *testing.B, bin string, env ...string) (*exec.Cmd, string, *http.Client) {
+	dir := b.TempDir()
+	ca, crt, key := newCert(b)
+	writeAtomic(b, filepath.Join(dir, "tls.crt"), crt)
+	writeAtomic(b, filepath.Join(dir, "tls.key"), key)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	var cmd *exec.Cmd
+	if bin != "" {
+		cmd = exec.Command(bin, "webhook", "--addr", addr, "--cert-file", filepath.Join(dir, "tls.crt"), "--key-file", filepath.Join(dir, "tls.key"), "--shutdown-delay", "0")
+		cmd.Env = os.Environ()
+	} else {
+		cmd = exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), benchServerEnv+"="+dir, benchAddrEnv+"="+addr)
+	}
+	cmd.Env = append(cmd.Env, env...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		TLSClientConfig:     &tls.Config{RootCAs: pool, ServerName: "localhost"},
+		MaxIdleConnsPerHost: 64,
+		ForceAttemptHTTP2:   true,
+	}}
+	base := "https://" + addr
+	eventually(b, "the webhook process", 20*time.Second, func() bool {
+		resp, err := client.Get(base + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	return cmd, base, client
 }
 
 // cpuTime is a process's user+system CPU time from /proc/PID/stat.
@@ -96,40 +140,13 @@ func cpuTime(pid int) (time.Duration, error) {
 //	go test -run '^$' -bench Admission -benchtime 2000x ./webhook
 func BenchmarkAdmission(b *testing.B) {
 	const rate = 200
-	dir := b.TempDir()
-	ca, crt, key := newCert(b)
-	writeAtomic(b, filepath.Join(dir, "tls.crt"), crt)
-	writeAtomic(b, filepath.Join(dir, "tls.key"), key)
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), benchServerEnv+"="+dir, "GOMAXPROCS=1")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-	}()
-	var addr []byte
-	eventually(b, "the benchmark server", 10*time.Second, func() bool {
-		addr, _ = os.ReadFile(filepath.Join(dir, "addr"))
-		return len(addr) > 0
-	})
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca)
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		TLSClientConfig:     &tls.Config{RootCAs: pool, ServerName: "localhost"},
-		MaxIdleConnsPerHost: 64,
-		// The API server talks HTTP/2 to webhooks: one connection, many
-		// streams, no handshake per burst.
-		ForceAttemptHTTP2: true,
-	}}
+	cmd, base, client := benchProcess(b, "", "GOMAXPROCS=1")
 	always := corev1.ContainerRestartPolicyAlways
 	pod := podOf("bench", ctr("app", "1500m", "1Gi", env("LOG_LEVEL", "info"), env("GOGC", "200")), ctr("worker", "250m", "256Mi"))
 	pod.Spec.InitContainers = []corev1.Container{ctr("proxy", "500m", "128Mi")}
 	pod.Spec.InitContainers[0].RestartPolicy = &always
 	body := review(b, pod, admissionv1.Create, "")
-	url := "https://" + string(addr) + "/mutate"
+	url := base + "/mutate"
 	send := func() error {
 		resp, err := client.Post(url, "application/json", bytes.NewReader(body))
 		if err != nil {

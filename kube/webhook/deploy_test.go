@@ -1,13 +1,17 @@
 package webhook
 
 import (
+	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
@@ -26,10 +30,16 @@ func deployDir() string {
 // library kubectl embeds.
 func render(t testing.TB, overlay string) []*unstructured.Unstructured {
 	t.Helper()
+	return renderDir(t, filepath.Join(deployDir(), overlay))
+}
+
+// renderDir builds the kustomization in dir.
+func renderDir(t testing.TB, dir string) []*unstructured.Unstructured {
+	t.Helper()
 	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	m, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join(deployDir(), overlay))
+	m, err := k.Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
-		t.Fatalf("kustomize build %s: %v", overlay, err)
+		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
 	var out []*unstructured.Unstructured
 	for _, r := range m.Resources() {
@@ -144,5 +154,63 @@ func TestManifests(t *testing.T) {
 			b, _ := yaml.Marshal(mwc)
 			t.Logf("%s webhook configuration:\n%s", overlay, b)
 		})
+	}
+}
+
+// The webhook's NetworkPolicy opens only its HTTPS port and no egress,
+// except the API server for the self-managed rotator; the components that
+// narrow ingress to the API server render over either overlay.
+func TestNetworkPolicy(t *testing.T) {
+	for overlay, egress := range map[string][]int32{"cert-manager": nil, "self-managed": {443, 6443}} {
+		var np networkingv1.NetworkPolicy
+		find(t, render(t, overlay), "NetworkPolicy", "gofit-webhook", &np)
+		if np.Namespace != "gofit-system" || np.Spec.PodSelector.MatchLabels["app.kubernetes.io/name"] != "gofit-webhook" ||
+			len(np.Spec.PolicyTypes) != 2 {
+			t.Errorf("%s: policy %+v", overlay, np.Spec)
+		}
+		if in := np.Spec.Ingress; len(in) != 1 || len(in[0].Ports) != 1 || in[0].Ports[0].Port.IntValue() != 8443 || len(in[0].From) != 0 {
+			t.Errorf("%s: ingress %+v", overlay, in)
+		}
+		var ports []int32
+		for _, r := range np.Spec.Egress {
+			for _, p := range r.Ports {
+				ports = append(ports, int32(p.Port.IntValue()))
+			}
+		}
+		if !slices.Equal(ports, egress) {
+			t.Errorf("%s: egress ports %v, want %v", overlay, ports, egress)
+		}
+	}
+
+	// An operator's overlay with each component.
+	for comp, check := range map[string]func([]*unstructured.Unstructured){
+		"apiserver-cidr": func(objs []*unstructured.Unstructured) {
+			var np networkingv1.NetworkPolicy
+			find(t, objs, "NetworkPolicy", "gofit-webhook", &np)
+			if from := np.Spec.Ingress[0].From; len(from) != 2 || from[0].IPBlock == nil || from[1].IPBlock == nil {
+				t.Errorf("apiserver-cidr: ingress from %+v", from)
+			}
+		},
+		"cilium": func(objs []*unstructured.Unstructured) {
+			cnp := find(t, objs, "CiliumNetworkPolicy", "gofit-webhook-apiserver-only", nil)
+			ents, _, _ := unstructured.NestedSlice(cnp.Object, "spec", "ingress")
+			if len(ents) != 1 || !strings.Contains(fmt.Sprint(ents[0]), "kube-apiserver") {
+				t.Errorf("cilium: ingress %v", ents)
+			}
+		},
+	} {
+		dir := t.TempDir()
+		// kustomize takes relative paths only.
+		base, err1 := filepath.Rel(dir, filepath.Join(deployDir(), "cert-manager"))
+		c, err2 := filepath.Rel(dir, filepath.Join(deployDir(), comp))
+		if err1 != nil || err2 != nil {
+			t.Fatal(err1, err2)
+		}
+		k := fmt.Sprintf("resources: [%s]\ncomponents: [%s]\n", base, c)
+		if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		objs := renderDir(t, dir)
+		check(objs)
 	}
 }

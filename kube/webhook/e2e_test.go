@@ -251,10 +251,10 @@ func TestEndToEnd(t *testing.T) {
 			c    corev1.Container
 			want map[string]string
 		}{
-			{stored.Spec.Containers[0], map[string]string{"GOMAXPROCS": "1", "GOMEMLIMIT": "966367641"}},
-			{stored.Spec.Containers[1], map[string]string{"GOMAXPROCS": "8", "GOGC": "off", "GOMEMLIMIT": "483183820"}},
+			{stored.Spec.Containers[0], map[string]string{"GOMAXPROCS": "1", "GOMEMLIMIT": "966367641", "GOFIT_RUN": "GOMAXPROCS=1,GOMEMLIMIT=966367641"}},
+			{stored.Spec.Containers[1], map[string]string{"GOMAXPROCS": "8", "GOGC": "off", "GOMEMLIMIT": "483183820", "GOFIT_RUN": "GOMEMLIMIT=483183820"}},
 			{stored.Spec.InitContainers[0], map[string]string{}},
-			{stored.Spec.InitContainers[1], map[string]string{"GOMAXPROCS": "1", "GOMEMLIMIT": "114458624"}},
+			{stored.Spec.InitContainers[1], map[string]string{"GOMAXPROCS": "1", "GOMEMLIMIT": "114458624", "GOFIT_RUN": "GOMAXPROCS=1,GOMEMLIMIT=114458624"}},
 		}
 		for _, c := range checks {
 			if e := envOf(c.c); fmt.Sprint(e) != fmt.Sprint(c.want) {
@@ -306,10 +306,10 @@ func TestEndToEnd(t *testing.T) {
 			return len(got.Spec.Containers) == 2
 		})
 		warn.take()
-		if e := got.Spec.Containers[0].Env; len(e) != 2 || e[0].Value != "1" || e[1].Value != "966367641" {
+		if e := got.Spec.Containers[0].Env; len(e) != 3 || e[0].Value != "1" || e[1].Value != "966367641" || e[2].Value != "GOMAXPROCS=1,GOMEMLIMIT=966367641" {
 			t.Errorf("first container after reinvocation: %v", e)
 		}
-		if e := envOf(got.Spec.Containers[1]); e["GOMAXPROCS"] != "2" || e["GOMEMLIMIT"] != "241591910" || len(e) != 2 {
+		if e := envOf(got.Spec.Containers[1]); e["GOMAXPROCS"] != "2" || e["GOMEMLIMIT"] != "241591910" || len(e) != 3 {
 			t.Errorf("container added after gofit's first pass: %v", e)
 		}
 		if r := record(t, got); len(r.Containers) != 2 || r.Containers[1].Name != "late" {
@@ -355,7 +355,7 @@ func TestEndToEnd(t *testing.T) {
 		}
 		ws := warn.take()
 		if len(ws) != 1 || !strings.Contains(ws[0], "GOMAXPROCS=1 was set for the limits at creation (cpu 1500m, memory 1Gi); gofit would now set 3") ||
-			!strings.Contains(ws[0], "recreate the pod") {
+			!strings.Contains(ws[0], "until the pod is recreated") {
 			t.Errorf("resize warnings %q", ws)
 		}
 		if q := resized.Spec.Containers[0].Resources.Limits[corev1.ResourceCPU]; q.String() != "3" || envOf(resized.Spec.Containers[0])["GOMAXPROCS"] != "1" {

@@ -3,20 +3,13 @@ package webhook
 import (
 	"bufio"
 	"bytes"
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -81,49 +74,7 @@ func procStatus(pid int, field string) (int64, error) {
 // and set GOFIT_WEBHOOK_BIN to a gofit binary to measure that build.
 func BenchmarkReviewMemory(b *testing.B) {
 	const clients = 16
-	dir := b.TempDir()
-	ca, crt, key := newCert(b)
-	writeAtomic(b, filepath.Join(dir, "tls.crt"), crt)
-	writeAtomic(b, filepath.Join(dir, "tls.key"), key)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-
-	var cmd *exec.Cmd
-	if bin := os.Getenv(memBinEnv); bin != "" {
-		cmd = exec.Command(bin, "webhook", "--addr", addr, "--cert-file", filepath.Join(dir, "tls.crt"), "--key-file", filepath.Join(dir, "tls.key"), "--shutdown-delay", "0")
-	} else {
-		cmd = exec.Command(os.Args[0])
-		cmd.Env = append(cmd.Env, benchServerEnv+"="+dir, benchAddrEnv+"="+addr)
-	}
-	cmd.Env = append(append(cmd.Env, os.Environ()...), "GOMAXPROCS=1", "GOMEMLIMIT=115MiB")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		_ = cmd.Wait()
-	}()
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca)
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-		TLSClientConfig:   &tls.Config{RootCAs: pool, ServerName: "localhost"},
-		ForceAttemptHTTP2: true, // as the API server talks to webhooks
-	}}
-	base := "https://" + addr
-	eventually(b, "the server", 20*time.Second, func() bool {
-		resp, err := client.Get(base + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	})
+	cmd, base, client := benchProcess(b, os.Getenv(memBinEnv), "GOMAXPROCS=1", "GOMEMLIMIT=115MiB")
 	idle, err := procStatus(cmd.Process.Pid, "VmHWM")
 	if err != nil {
 		b.Fatal(err)
@@ -178,7 +129,7 @@ func BenchmarkReviewMemory(b *testing.B) {
 	<-sampled
 	peak, err := procStatus(cmd.Process.Pid, "VmHWM")
 	if err != nil {
-		b.Fatalf("%v (server exited? %s)", err, stderr.String())
+		b.Fatalf("%v (the server exited?)", err)
 	}
 	if firstErr != nil {
 		b.Logf("a request failed: %v", firstErr)

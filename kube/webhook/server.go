@@ -41,8 +41,9 @@ type Config struct {
 	// were for would start unfitted).
 	ShutdownDelay time.Duration
 
-	// Policy is fit's policy for the pods (fit.New validates it).
-	Policy fit.Policy
+	// Mutator fits the pods; nil means admission.NewMutator with fit's
+	// default policy.
+	Mutator *admission.Mutator
 	// MaxBody and MaxInFlight bound a request body and the reviews
 	// decoded at once (admission.HandlerOptions); 0 means the defaults.
 	MaxBody     int64
@@ -93,7 +94,10 @@ func NewServer(cfg Config) (*Server, error) {
 	s.ln = ln
 
 	mux := http.NewServeMux()
-	mux.Handle("/mutate", admission.NewHandler(admission.NewMutator(cfg.Policy), admission.HandlerOptions{
+	if cfg.Mutator == nil {
+		cfg.Mutator = admission.NewMutator(fit.Policy{})
+	}
+	mux.Handle("/mutate", admission.NewHandler(cfg.Mutator, admission.HandlerOptions{
 		Log: cfg.Log, Observer: s.Metrics, MaxBody: cfg.MaxBody, MaxInFlight: cfg.MaxInFlight,
 	}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })

@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 	"github.com/gofit-dev/gofit/fit"
 )
 
@@ -99,9 +102,12 @@ type Config struct {
 	Resolution       int64     // of the floor, bytes
 	ConfirmNeed      int       // k of n at the floor's edge
 	ConfirmOf        int
-	Resamples        int       // bootstrap resamples
-	Warnings         []string  // minimums the user overrode (from the command line)
-	Progress         io.Writer // progress lines; nil for none
+	Resamples        int // bootstrap resamples
+	// Seed orders the CPU cells, the request mix and the bootstrap's
+	// resamples; the same seed replays a run's random choices.
+	Seed     int64
+	Warnings []string  // minimums the user overrode (from the command line)
+	Progress io.Writer // progress lines; nil for none
 }
 
 // defaultConfig is the default study, or with quick the reduced one.
@@ -134,6 +140,7 @@ func defaultConfig(quick bool) Config {
 		ConfirmNeed:      2,
 		ConfirmOf:        3,
 		Resamples:        1000,
+		Seed:             1,
 	}
 	if ncpu <= 1 {
 		c.Quotas = []float64{0.25, 0.5, 1}
@@ -182,6 +189,11 @@ type Options struct {
 	Budget       time.Duration
 	TargetRPS    float64
 	SLOP99       time.Duration
+	Targets      string   // a targets file (the request mix) instead of URL
+	Headers      []string // with URL: "Name: value" headers for every request
+	Seed         int64
+	ReadyURL     string        // polled for readiness instead of URL
+	ReadyTimeout time.Duration // how long a start may take
 	// Given names the options the user set, by flag name ("repeats"): a
 	// count or duration given as 0 is a mistake, not the default.
 	Given map[string]bool
@@ -257,20 +269,74 @@ func (o Options) Config() (Config, error) {
 	if set("open-fraction") && set("target-rps") {
 		cfg.Warnings = append(cfg.Warnings, "--target-rps sets the open-loop rate; --open-fraction is ignored")
 	}
-	if (o.Cmd == "") != (o.URL == "") {
-		return Config{}, usagef("--cmd and --url go together")
+	if set("seed") {
+		cfg.Seed = o.Seed
 	}
-	if set("cmd") || o.Cmd != "" {
-		words := strings.Fields(o.Cmd)
-		if len(words) == 0 {
-			return Config{}, usagef("--cmd %q: no command", o.Cmd)
-		}
-		if !strings.HasPrefix(o.URL, "http://") && !strings.HasPrefix(o.URL, "https://") {
-			return Config{}, usagef("--url %q: want an http:// or https:// URL", o.URL)
-		}
-		cfg.Target = Target{Path: words[0], Args: words[1:], URL: o.URL}
+	if err := o.target(&cfg); err != nil {
+		return Config{}, err
 	}
 	return cfg, cfg.Validate()
+}
+
+// target fills cfg.Target from --cmd and --url or --targets, --header,
+// --ready-url and --ready-timeout.
+func (o Options) target(cfg *Config) error {
+	set := func(name string) bool { return o.Given[name] }
+	if o.URL != "" && o.Targets != "" {
+		return usagef("--url and --targets: give one")
+	}
+	if (o.Cmd == "") != (o.URL == "" && o.Targets == "") {
+		return usagef("--cmd goes with --url or --targets")
+	}
+	if len(o.Headers) > 0 && o.URL == "" {
+		return usagef("--header goes with --url (put headers in the --targets file)")
+	}
+	if (o.ReadyURL != "" || set("ready-timeout")) && o.Cmd == "" {
+		return usagef("--ready-url and --ready-timeout go with --cmd")
+	}
+	if set("ready-timeout") && o.ReadyTimeout <= 0 {
+		return usagef("--ready-timeout %v: must be positive", o.ReadyTimeout)
+	}
+	if o.Cmd == "" {
+		return nil
+	}
+	words := strings.Fields(o.Cmd)
+	if len(words) == 0 {
+		return usagef("--cmd %q: no command", o.Cmd)
+	}
+	t := Target{Path: words[0], Args: words[1:], URL: o.URL, ReadyURL: o.ReadyURL, ReadyTimeout: o.ReadyTimeout}
+	if o.URL != "" {
+		if err := load.CheckURL(o.URL); err != nil {
+			return usagef("--url %v", err)
+		}
+	}
+	for _, h := range o.Headers {
+		k, v, err := load.ParseHeader(h)
+		if err != nil {
+			return usagef("%v", err)
+		}
+		if t.Header == nil {
+			t.Header = http.Header{}
+		}
+		t.Header.Add(k, v)
+	}
+	if o.Targets != "" {
+		ts, err := load.ReadTargets(o.Targets)
+		if err != nil {
+			return usagef("%v", err)
+		}
+		t.Requests = ts
+	}
+	if o.ReadyURL != "" {
+		if err := load.CheckURL(o.ReadyURL); err != nil {
+			return usagef("--ready-url %v", err)
+		}
+	}
+	if t.Ready() == "" {
+		return usagef("--targets %s has no GET target to poll for readiness; give --ready-url", o.Targets)
+	}
+	cfg.Target = t
+	return nil
 }
 
 // Validate checks a study before it starts: what newLab once clamped in
@@ -332,9 +398,9 @@ func (c Config) Validate() error {
 	if !(c.HealthShare > 0 && c.HealthShare <= 1) {
 		return usagef("Config.HealthShare %g: must be above 0 and at most 1", c.HealthShare)
 	}
-	if float64(c.HealthPairs)*c.HealthWindow.Seconds() < minBlocks*blockSeconds {
+	if float64(c.HealthPairs)*c.HealthWindow.Seconds() < stats.MinBlocks*stats.BlockSeconds {
 		// Fewer blocks a side and the bootstrap cannot tell anything.
-		return usagef("Config.HealthWindow %v × Config.HealthPairs %d: under the %d blocks of %gs a comparison needs", c.HealthWindow, c.HealthPairs, minBlocks, blockSeconds)
+		return usagef("Config.HealthWindow %v × Config.HealthPairs %d: under the %d blocks of %gs a comparison needs", c.HealthWindow, c.HealthPairs, stats.MinBlocks, stats.BlockSeconds)
 	}
 	if c.ConfirmNeed > c.ConfirmOf {
 		return usagef("Config.ConfirmNeed %d is over Config.ConfirmOf %d", c.ConfirmNeed, c.ConfirmOf)

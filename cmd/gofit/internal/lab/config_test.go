@@ -63,7 +63,7 @@ func TestOptionsConfig(t *testing.T) {
 		o    Options
 		want string
 	}{
-		{Options{Cmd: "x", Given: given("cmd")}, "--cmd and --url go together"},
+		{Options{Cmd: "x", Given: given("cmd")}, "--cmd goes with --url or --targets"},
 		{Options{Cmd: " ", URL: "http://h/", Given: given("cmd", "url")}, `--cmd " ": no command`},
 		{Options{Cmd: "svc", URL: "ftp://h/", Given: given("cmd", "url")}, "--url"},
 		{Options{Quotas: "0.5,fast", Given: given("quotas")}, `--quotas: "fast"`},
@@ -75,6 +75,14 @@ func TestOptionsConfig(t *testing.T) {
 		{Options{OpenDuration: 0, Given: given("open-duration")}, "--open-duration 0s"},
 		{Options{TargetRPS: -5, Given: given("target-rps")}, "--target-rps -5"},
 		{Options{SLOP99: time.Millisecond, Given: given("slo-p99")}, "--slo-p99 needs --target-rps"},
+		{Options{Cmd: "svc", URL: "http://h/", Targets: "t", Given: given("cmd", "url", "targets")}, "--url and --targets: give one"},
+		{Options{Cmd: "svc", Targets: "testdata/missing.targets", Given: given("cmd", "targets")}, "testdata/missing.targets"},
+		{Options{Cmd: "svc", Targets: "../load/testdata/body4k.bin", Given: given("cmd", "targets")}, "body4k.bin:1:"},
+		{Options{Cmd: "svc", URL: "http://h/", Headers: []string{"no colon"}, Given: given("cmd", "url", "header")}, "--header"},
+		{Options{Headers: []string{"A: b"}, Given: given("header")}, "--header goes with --url"},
+		{Options{ReadyURL: "http://h/ready", Given: given("ready-url")}, "--ready-url and --ready-timeout go with --cmd"},
+		{Options{Cmd: "svc", URL: "http://h/", ReadyURL: "h/ready", Given: given("cmd", "url", "ready-url")}, "--ready-url"},
+		{Options{Cmd: "svc", URL: "http://h/", ReadyTimeout: -time.Second, Given: given("cmd", "url", "ready-timeout")}, "--ready-timeout -1s"},
 	} {
 		_, err := tc.o.Config()
 		if err == nil || !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), tc.want) {
@@ -90,5 +98,31 @@ func TestOptionsConfig(t *testing.T) {
 	if len(cfg.Quotas) != 2 || cfg.Quotas[1] != 1 || cfg.MinRepeats != 4 || cfg.MaxRepeats != 4 || cfg.Budget != 8*time.Minute ||
 		cfg.Target.Path != "svc" || strings.Join(cfg.Target.Args, " ") != "-p {port}" || cfg.Resolution != 4<<20 {
 		t.Errorf("config %+v", cfg)
+	}
+	// A request mix, headers, the seed and readiness land in the target.
+	cfg, err = Options{Cmd: "svc", URL: "http://127.0.0.1:{port}/api", Headers: []string{"X-Key: k", "accept: text/plain"}, Seed: 7,
+		ReadyURL: "http://127.0.0.1:{port}/ready", ReadyTimeout: time.Minute, Given: given("cmd", "url", "header", "seed", "ready-url", "ready-timeout")}.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mix := cfg.Target.Mix()
+	if cfg.Seed != 7 || len(mix) != 1 || mix[0].Header.Get("X-Key") != "k" || mix[0].Header.Get("Accept") != "text/plain" ||
+		cfg.Target.Ready() != "http://127.0.0.1:{port}/ready" || cfg.Target.ReadyTimeout != time.Minute {
+		t.Errorf("target %+v, seed %d", cfg.Target, cfg.Seed)
+	}
+	cfg, err = Options{Cmd: "svc", Targets: "../../../../examples/labservices/httpbin.targets", Given: given("cmd", "targets")}.Config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mix := cfg.Target.Mix(); len(mix) != 3 || mix[1].Method != "POST" || len(mix[1].Body) != 4096 || cfg.Target.Ready() != "http://127.0.0.1:{port}/get" {
+		t.Errorf("httpbin mix: %+v, ready %s", mix, cfg.Target.Ready())
+	}
+	// A mix without --url is a target the study accepts (it refused it
+	// as "no target" once, after the options had passed).
+	if err := cfg.Target.check(); err != nil {
+		t.Errorf("a --targets mix: %v", err)
+	}
+	if err := (Target{Path: "svc"}).check(); err == nil {
+		t.Error("a command without a URL or a mix is a target")
 	}
 }

@@ -8,6 +8,9 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
 
 type cpuConfig struct {
@@ -101,8 +104,8 @@ func (l *study) runsOf(k cellKey) []CPUCell {
 	return out
 }
 
-func pooled(cs []CPUCell) Sample {
-	s := make(Sample, 0, len(cs))
+func pooled(cs []CPUCell) stats.Sample {
+	s := make(stats.Sample, 0, len(cs))
 	for _, c := range cs {
 		s = append(s, c.blocks)
 	}
@@ -129,10 +132,6 @@ func (l *study) openWindow(rate float64) time.Duration {
 	return max(d, l.cfg.MinOpenWindow)
 }
 
-// cpuBudget is the part of the budget the CPU study may spend, adaptive
-// repeats included; the memory study needs the rest.
-func (l *study) cpuBudget() time.Duration { return l.cfg.Budget * 45 / 100 }
-
 func (l *study) cpuStudy(ctx context.Context) error {
 	offered := map[float64]float64{}
 	windows := map[float64]time.Duration{}
@@ -145,7 +144,12 @@ func (l *study) cpuStudy(ctx context.Context) error {
 		if mode == Open {
 			win = windows[c.quota]
 		}
+		began := l.now()
 		cell, err := l.measure(ctx, c, mode, offered[c.quota], win, rep)
+		if err == nil {
+			l.overheadSum += max(l.now().Sub(began)-time.Duration(cell.Seconds*float64(time.Second)), 0)
+			l.overheadRuns++
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -159,6 +163,14 @@ func (l *study) cpuStudy(ctx context.Context) error {
 			return fmt.Errorf("cpu trial %s %s %s-loop: %w", rowLabel(c.quota, c.request), c.setting, mode, err)
 		}
 		l.res.CPU = append(l.res.CPU, cell)
+		for i, t := range cell.Targets {
+			if i >= len(l.res.Targets) {
+				// Named as given ({port} and all): each trial has its own port.
+				mix := l.cfg.Target.Mix()
+				l.res.Targets = append(l.res.Targets, load.TargetResult{Method: mix[i].Method, URL: mix[i].URL})
+			}
+			l.res.Targets[i].Merge(t)
+		}
 		l.progress("cpu %-5s %-15s %-6s rep %d: %5.0f rps, p99 %6.1fms", rowLabel(c.quota, c.request), c.setting, mode, rep, cell.RPS, cell.P99)
 		if cell.TargetExited {
 			// No memory limit here: an exit is a crash. Stop rather than
@@ -180,7 +192,7 @@ func (l *study) cpuStudy(ctx context.Context) error {
 		}
 		return nil
 	}
-	for _, q := range l.cpuRows() {
+	for qi, q := range l.cpuRows() {
 		cs := l.configsRequest(q, l.requestAt(q))
 		all[q] = cs
 		for rep := 1; rep <= l.cfg.MinRepeats; rep++ {
@@ -195,13 +207,13 @@ func (l *study) cpuStudy(ctx context.Context) error {
 		} else {
 			var caps []float64
 			for _, c := range cs {
-				if r := pooled(l.runsOf(cellKey{q, c.setting, Closed})).rps(); r > 0 {
+				if r := pooled(l.runsOf(cellKey{q, c.setting, Closed})).RPS(); r > 0 {
 					caps = append(caps, r)
 				}
 			}
 			offered[q] = math.Max(1, math.Round(l.cfg.OpenFraction*summarize(caps).Median))
 		}
-		windows[q] = l.openWindow(offered[q])
+		windows[q] = l.planOpenWindow(qi, offered[q], len(cs))
 		for rep := 1; rep <= l.cfg.MinRepeats; rep++ {
 			if err := round(cs, Open, rep); err != nil {
 				return err
@@ -218,7 +230,7 @@ func (l *study) cpuStudy(ctx context.Context) error {
 		}
 		ran := 0
 		for _, t := range todo {
-			if l.now().Sub(l.started)+l.runCost(t.key) > l.cpuBudget() {
+			if l.elapsed()+l.runCost(t.key) > l.cpuBudget() {
 				break
 			}
 			var c cpuConfig
@@ -235,7 +247,7 @@ func (l *study) cpuStudy(ctx context.Context) error {
 		if ran < len(todo) {
 			left := len(l.undecided(all))
 			if left > 0 {
-				l.warn("the CPU study's budget (%v of %v) ran out with %d cells undecided or short of samples; their verdicts stay \"same\" on intervals too wide to tell (more time: --budget)", l.cpuBudget().Round(time.Second), l.cfg.Budget, left)
+				l.budgetNote("the CPU study's budget (%v of %v) ran out with %d cells undecided or short of samples; their verdicts stay \"same\" on intervals too wide to tell (more time: --budget)", l.cpuBudget().Round(time.Second), l.cfg.Budget, left)
 			}
 			return nil
 		}
@@ -266,14 +278,14 @@ func (l *study) undecided(all map[float64][]cpuConfig) []repeatTask {
 			for _, c := range all[q] {
 				k := cellKey{q, c.setting, mode}
 				runs := l.runsOf(k)
-				if mode == Open && pooled(runs).count() < l.cfg.OpenSamples && l.cfg.OpenDuration == 0 {
+				if mode == Open && pooled(runs).Count() < l.cfg.OpenSamples && l.cfg.OpenDuration == 0 {
 					add(k)
 				}
 				if c.setting == SetGoDefault || len(baseRuns) == 0 || anyFailed(runs) || anyFailed(baseRuns) {
 					continue
 				}
 				st := headline(mode)
-				_, decided := Verdict(l.boot.Ratio(pooled(runs), pooled(baseRuns), st), st, margin(st))
+				_, decided := stats.Verdict(l.boot.Ratio(pooled(runs), pooled(baseRuns), st), st, st.Margin())
 				if !decided {
 					add(k)
 					add(base)
@@ -311,18 +323,9 @@ func (l *study) runCost(k cellKey) time.Duration {
 }
 
 // headline is the statistic a mode's verdict is about.
-func headline(mode Mode) Stat {
+func headline(mode Mode) stats.Stat {
 	if mode == Open {
-		return StatP99
+		return stats.StatP99
 	}
-	return StatRPS
-}
-
-// margin is how close to 1 a ratio's whole interval must lie for "same"
-// to count as decided: p99 is the noisier statistic.
-func margin(st Stat) float64 {
-	if st == StatP99 {
-		return 0.10
-	}
-	return 0.05
+	return stats.StatRPS
 }

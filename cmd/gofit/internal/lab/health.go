@@ -3,8 +3,8 @@ package lab
 import (
 	"context"
 	"fmt"
-	"math"
-	"math/rand"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
 
 // Health: is a memory limit one the service runs well at, not merely one
@@ -58,7 +58,7 @@ func (l *study) healthTrial(ctx context.Context, ref, env map[string]string, cpu
 			pairs = append(pairs, healthPair{ref: rr.Blocks, limited: lr.Blocks})
 		}
 		if t.Pairs >= l.cfg.HealthPairs {
-			if _, decided, _ := judgeHealth(l.healthRng, pairs, l.cfg.Resamples); decided {
+			if _, decided, _ := judgeHealth(l.healthBoot, pairs); decided {
 				break
 			}
 		}
@@ -70,14 +70,11 @@ func (l *study) healthTrial(ctx context.Context, ref, env map[string]string, cpu
 		t.Decided = true
 		return t
 	}
-	healthy, decided, ratio := judgeHealth(l.healthRng, pairs, l.cfg.Resamples)
+	healthy, decided, ratio := judgeHealth(l.healthBoot, pairs)
 	t.Healthy, t.Decided = healthy, decided
-	var lim, refs Sample
-	for _, p := range pairs {
-		lim, refs = append(lim, p.limited), append(refs, p.ref)
-	}
-	t.RPS, t.P99, t.RefP99 = lim.rps(), lim.p99(), refs.p99()
-	if ratio.finite() {
+	lim, refs := pairSamples(pairs)
+	t.RPS, t.P99, t.RefP99 = lim.RPS(), lim.Quantile(0.99), refs.Quantile(0.99)
+	if ratio.Finite() {
 		t.P99Ratio = &ratio
 	}
 	return t
@@ -85,14 +82,24 @@ func (l *study) healthTrial(ctx context.Context, ref, env map[string]string, cpu
 
 // healthPair is a reference run and the limited run beside it.
 type healthPair struct {
-	ref, limited []Block
+	ref, limited []stats.Block
+}
+
+// pairSamples splits pairs into the limited runs and the references, in
+// pair order (stats.Bootstrap.PairedRatio keeps them paired).
+func pairSamples(pairs []healthPair) (lim, refs stats.Sample) {
+	for _, p := range pairs {
+		lim, refs = append(lim, p.limited), append(refs, p.ref)
+	}
+	return lim, refs
 }
 
 // judgeHealth reads the p99 ratio (limited ÷ reference): unhealthy when
 // its interval lies wholly above healthP99Factor, healthy when wholly at
 // or below it; otherwise undecided, and judged on the estimate.
-func judgeHealth(rng *rand.Rand, pairs []healthPair, resamples int) (healthy, decided bool, ratio Interval) {
-	ratio = pairedP99Ratio(rng, pairs, resamples)
+func judgeHealth(boot *stats.Bootstrap, pairs []healthPair) (healthy, decided bool, ratio stats.Interval) {
+	lim, refs := pairSamples(pairs)
+	ratio = boot.PairedRatio(lim, refs, stats.StatP99)
 	switch {
 	case len(pairs) == 0:
 		return false, false, ratio
@@ -102,40 +109,4 @@ func judgeHealth(rng *rand.Rand, pairs []healthPair, resamples int) (healthy, de
 		return true, true, ratio
 	}
 	return ratio.Value <= healthP99Factor, false, ratio
-}
-
-// pairedP99Ratio is the p99 of the limited runs over the p99 of the
-// references, with a 95% interval from resampling whole pairs (and blocks
-// within each run): the two runs of a pair ran at the same time on a
-// shared machine, so resampling them together keeps that moment out of
-// the ratio's spread, as a paired test does. Fewer than two pairs, or
-// under minBlocks blocks a side, give an interval that says nothing.
-func pairedP99Ratio(rng *rand.Rand, pairs []healthPair, resamples int) Interval {
-	var lim, refs Sample
-	for _, p := range pairs {
-		lim, refs = append(lim, p.limited), append(refs, p.ref)
-	}
-	iv := Interval{Value: safeDiv(lim.p99(), refs.p99())}
-	if len(pairs) < 2 || lim.blocks() < minBlocks || refs.blocks() < minBlocks {
-		iv.Low, iv.High = math.Inf(-1), math.Inf(1)
-		return iv
-	}
-	draw := func(run []Block, into []Block) []Block {
-		into = into[:0]
-		for range run {
-			into = append(into, run[rng.Intn(len(run))])
-		}
-		return into
-	}
-	xs := make([]float64, resamples)
-	bl, br := make(Sample, len(pairs)), make(Sample, len(pairs))
-	for i := range xs {
-		for j := range pairs {
-			p := pairs[rng.Intn(len(pairs))]
-			bl[j], br[j] = draw(p.limited, bl[j]), draw(p.ref, br[j])
-		}
-		xs[i] = safeDiv(bl.p99(), br.p99())
-	}
-	iv.Low, iv.High = percentiles(xs)
-	return iv
 }

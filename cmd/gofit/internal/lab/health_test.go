@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 	"github.com/gofit-dev/gofit/fit"
 )
 
@@ -35,7 +37,7 @@ func TestJudgeHealth(t *testing.T) {
 		{"one pair: no interval", pairs(1, 10), true, false},
 		{"no pair", nil, false, false},
 	} {
-		h, d, r := judgeHealth(rng, tc.pairs, 400)
+		h, d, r := judgeHealth(stats.NewBootstrap(400, 1), tc.pairs)
 		if h != tc.healthy || d != tc.decided {
 			t.Errorf("%s: healthy %v decided %v (ratio %+v), want %v %v", tc.name, h, d, r, tc.healthy, tc.decided)
 		}
@@ -49,19 +51,19 @@ func TestJudgeHealth(t *testing.T) {
 func TestPairedRatioNarrowerThanIndependent(t *testing.T) {
 	rng := rand.New(rand.NewSource(9))
 	var ps []healthPair
-	var lim, refs Sample
+	var lim, refs stats.Sample
 	for i := 0; i < 3; i++ {
 		mood := []float64{0.5, 1, 2}[i]
 		p := healthPair{ref: fakeBlocks(rng, 4, 200, 0.02, 10*mood), limited: fakeBlocks(rng, 4, 200, 0.02, 10*mood)}
 		ps = append(ps, p)
 		lim, refs = append(lim, p.limited), append(refs, p.ref)
 	}
-	paired := pairedP99Ratio(rng, ps, 1000)
-	indep := NewBootstrap(1000, 1).Ratio(lim, refs, StatP99)
+	paired := stats.NewBootstrap(1000, 1).PairedRatio(lim, refs, stats.StatP99)
+	indep := stats.NewBootstrap(1000, 1).Ratio(lim, refs, stats.StatP99)
 	if paired.High-paired.Low >= (indep.High-indep.Low)/2 {
 		t.Errorf("paired interval %+v not under half the independent one %+v", paired, indep)
 	}
-	if h, d, _ := judgeHealth(rng, ps, 1000); !h || !d {
+	if h, d, _ := judgeHealth(stats.NewBootstrap(1000, 1), ps); !h || !d {
 		t.Errorf("equal services under a moody machine: healthy %v decided %v", h, d)
 	}
 }
@@ -83,38 +85,38 @@ type fakeMem struct {
 	maxRunLimit int64
 }
 
-func (f *fakeMem) run(_ context.Context, _ map[string]string, _ float64, limit int64, load memLoad) (MemTrial, LoadResult) {
-	secs := load.window.Seconds()
-	if load.rate == 0 {
+func (f *fakeMem) run(_ context.Context, _ map[string]string, _ float64, limit int64, ml memLoad) (MemTrial, load.Result) {
+	secs := ml.window.Seconds()
+	if ml.rate == 0 {
 		secs = 2
 	}
 	*f.clock = f.clock.Add(time.Duration(secs+1) * time.Second)
-	return f.runAt(limit, load, math.Exp(f.mood*f.rng.NormFloat64()))
+	return f.runAt(limit, ml, math.Exp(f.mood*f.rng.NormFloat64()))
 }
 
 // pair runs the reference and the limited run side by side: the moment
 // of the machine (shared) reaches both, and each has a little noise of
 // its own.
-func (f *fakeMem) pair(_ context.Context, _, _ map[string]string, _ float64, limit int64, load memLoad) (MemTrial, LoadResult, MemTrial, LoadResult) {
-	*f.clock = f.clock.Add(load.window + 2*time.Second)
+func (f *fakeMem) pair(_ context.Context, _, _ map[string]string, _ float64, limit int64, ml memLoad) (MemTrial, load.Result, MemTrial, load.Result) {
+	*f.clock = f.clock.Add(ml.window + 2*time.Second)
 	moment := math.Exp(f.mood * f.rng.NormFloat64())
 	own := func() float64 { return moment * math.Exp(f.own*f.rng.NormFloat64()) }
-	rt, rr := f.runAt(0, load, own())
-	lt, lr := f.runAt(limit, load, own())
+	rt, rr := f.runAt(0, ml, own())
+	lt, lr := f.runAt(limit, ml, own())
 	return rt, rr, lt, lr
 }
 
-func (f *fakeMem) runAt(limit int64, load memLoad, mood float64) (MemTrial, LoadResult) {
+func (f *fakeMem) runAt(limit int64, ml memLoad, mood float64) (MemTrial, load.Result) {
 	f.runs++
 	f.maxRunLimit = max(f.maxRunLimit, limit)
-	secs := load.window.Seconds()
-	if load.rate == 0 {
+	secs := ml.window.Seconds()
+	if ml.rate == 0 {
 		secs = 2
 	}
 	t := MemTrial{LimitBytes: limit, Outcome: OK, PeakBytes: uint64(f.peak)}
 	if limit > 0 && limit < f.floor {
 		t.Outcome = OOMKilled
-		return t, LoadResult{}
+		return t, load.Result{}
 	}
 	if limit > 0 {
 		t.PeakBytes = uint64(min(limit, f.peak))
@@ -123,13 +125,13 @@ func (f *fakeMem) runAt(limit int64, load memLoad, mood float64) (MemTrial, Load
 	if limit > 0 {
 		ms *= 1 + math.Pow(float64(f.edge-f.floor)/float64(limit-f.floor+1), 3)
 	}
-	rate := load.rate
+	rate := ml.rate
 	if rate == 0 {
 		rate = 600
 	}
 	bs := fakeBlocks(f.rng, int(secs), rate, 0.02, ms)
-	s := Sample{bs}
-	r := LoadResult{Requests: int(rate * secs), RPS: s.rps(), P99: s.p99(), Blocks: bs}
+	s := stats.Sample{bs}
+	r := load.Result{Requests: int(rate * secs), RPS: s.RPS(), P99: s.Quantile(0.99), Blocks: bs}
 	t.RPS, t.P99 = r.RPS, r.P99
 	return t, r
 }
@@ -210,12 +212,12 @@ func TestHealthTrialPairs(t *testing.T) {
 	l.res.Target.HealthRPS, l.res.Target.ProbeRPS = 200, 400
 	calls := 0
 	pair := f.pair
-	l.pairRun = func(ctx context.Context, ref, env map[string]string, cpu float64, limit int64, load memLoad) (MemTrial, LoadResult, MemTrial, LoadResult) {
+	l.pairRun = func(ctx context.Context, ref, env map[string]string, cpu float64, limit int64, ml memLoad) (MemTrial, load.Result, MemTrial, load.Result) {
 		calls++
-		if load.rate != 200 || load.window != l.cfg.HealthWindow {
-			t.Errorf("health run at %g rps for %v, want 200 for %v", load.rate, load.window, l.cfg.HealthWindow)
+		if ml.rate != 200 || ml.window != l.cfg.HealthWindow {
+			t.Errorf("health run at %g rps for %v, want 200 for %v", ml.rate, ml.window, l.cfg.HealthWindow)
 		}
-		return pair(ctx, ref, env, cpu, limit, load)
+		return pair(ctx, ref, env, cpu, limit, ml)
 	}
 	tr := l.healthTrial(context.Background(), nil, nil, 0.5, 96*mib)
 	if !tr.Healthy || !tr.Decided || tr.Pairs != 2 || calls != 2 || tr.P99Ratio == nil {

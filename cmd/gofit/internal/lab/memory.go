@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 	"github.com/gofit-dev/gofit/fit"
 )
 
@@ -16,6 +17,7 @@ import (
 // rate for window (the health trials: the same load at every limit).
 type memLoad struct {
 	requests int
+	maxDur   time.Duration // closed loop: stop here even short of requests (0: no bound)
 	rate     float64
 	window   time.Duration
 }
@@ -23,7 +25,7 @@ type memLoad struct {
 // memTrial starts the target cold under a memory limit (and the memory
 // study's CPU limit) and drives load; it fails on an OOM kill, on errors,
 // or on a stall.
-func (l *study) memTrial(ctx context.Context, env map[string]string, cpu float64, limit int64, ml memLoad) (MemTrial, LoadResult) {
+func (l *study) memTrial(ctx context.Context, env map[string]string, cpu float64, limit int64, ml memLoad) (MemTrial, load.Result) {
 	return l.memDrive(ctx, l.memStart(ctx, l.cfg.Target, env, cpu, limit), ml)
 }
 
@@ -53,28 +55,28 @@ func (l *study) memStart(ctx context.Context, tgt Target, env map[string]string,
 }
 
 // memDrive drives load at a started target, stops it and judges the run.
-func (l *study) memDrive(ctx context.Context, m *memStarted, ml memLoad) (MemTrial, LoadResult) {
+func (l *study) memDrive(ctx context.Context, m *memStarted, ml memLoad) (MemTrial, load.Result) {
 	t, tr := m.t, m.tr
 	if tr == nil {
 		t.Seconds = time.Since(m.began).Seconds()
-		return t, LoadResult{}
+		return t, load.Result{}
 	}
 	defer tr.Stop()
 	probe := func() (uint64, uint64) {
 		m, _ := tr.g.MemoryStats()
 		return m.MajorFaults, m.MaxHits
 	}
-	var r LoadResult
+	var r load.Result
 	if ml.rate > 0 {
-		ld := NewLoader(maxOpenInFlight, probe)
+		ld := load.NewLoader(load.MaxOpenInFlight, probe)
 		ld.MinRate = l.res.Target.ProbeRPS * stallShare
 		defer ld.Close()
-		r = ld.Open(ctx, tr.URL, ml.rate, ml.window)
+		r = ld.Open(ctx, l.mix(tr), ml.rate, ml.window)
 	} else {
-		ld := NewLoader(memConcurrency, probe)
+		ld := load.NewLoader(memConcurrency, probe)
 		ld.MinRate = l.res.Target.ProbeRPS * stallShare
 		defer ld.Close()
-		r = ld.Closed(ctx, tr.URL, ml.requests, 0, memConcurrency)
+		r = ld.Closed(ctx, l.mix(tr), ml.requests, ml.maxDur, memConcurrency)
 	}
 	exited := tr.Exited()
 	tr.Stop()
@@ -86,7 +88,7 @@ func (l *study) memDrive(ctx context.Context, m *memStarted, ml memLoad) (MemTri
 	case s.Memory.OOMKills > 0:
 		t.Outcome, t.Detail = OOMKilled, fmt.Sprintf("%d OOM kills", s.Memory.OOMKills)
 	case r.Stalled:
-		t.Outcome, t.Detail = Stalled, fmt.Sprintf("under %.0f rps (%.0f%% of the unlimited rate) for %v while major faults reached %d", l.res.Target.ProbeRPS*stallShare, stallShare*100, loadStallWindow, s.Memory.MajorFaults)
+		t.Outcome, t.Detail = Stalled, fmt.Sprintf("under %.0f rps (%.0f%% of the unlimited rate) for %v while major faults reached %d", l.res.Target.ProbeRPS*stallShare, stallShare*100, load.StallWindow, s.Memory.MajorFaults)
 	case exited:
 		t.Outcome, t.Detail = Errored, "the target exited during the load: "+tr.Output()
 	case float64(r.Errors) > maxErrorShare*float64(r.Errors+r.Requests) || r.Requests == 0:
@@ -103,7 +105,7 @@ func (l *study) memDrive(ctx context.Context, m *memStarted, ml memLoad) (MemTri
 // same machine in both. The reference runs from its own copy of the
 // binary (Config.RefTarget), so neither is charged for page cache the
 // other faulted in.
-func (l *study) memPair(ctx context.Context, ref, env map[string]string, cpu float64, limit int64, ml memLoad) (refT MemTrial, refR LoadResult, limT MemTrial, limR LoadResult) {
+func (l *study) memPair(ctx context.Context, ref, env map[string]string, cpu float64, limit int64, ml memLoad) (refT MemTrial, refR load.Result, limT MemTrial, limR load.Result) {
 	lm := l.memStart(ctx, l.cfg.Target, env, cpu, limit)
 	rt := l.cfg.RefTarget
 	if rt.Path == "" {
@@ -122,7 +124,9 @@ func (l *study) memPair(ctx context.Context, ref, env map[string]string, cpu flo
 }
 
 // survivalLoad is the survival trials' load.
-func (l *study) survivalLoad() memLoad { return memLoad{requests: l.cfg.MemRequests} }
+func (l *study) survivalLoad() memLoad {
+	return memLoad{requests: l.mem.requests, maxDur: l.mem.maxTrial}
+}
 
 func (l *study) memoryStudy(ctx context.Context) error {
 	// Memory trials run under the CPU limit the CPU study recommends: a
@@ -134,9 +138,9 @@ func (l *study) memoryStudy(ctx context.Context) error {
 	// The unlimited probes give the peak (the searches' bracket) and the
 	// capacity the health trials' fixed rate is a share of. Their median,
 	// not one probe: one that met a quiet moment would set the rate high.
-	var rpss, p99s, peaks []float64
+	var rpss, p99s, peaks, secs []float64
 	for i := 0; i < l.cfg.Probes; i++ {
-		probe, r := l.memRun(ctx, l.memEnv(SetNone, 0), cpu, 0, l.survivalLoad())
+		probe, r := l.memRun(ctx, l.memEnv(SetNone, 0), cpu, 0, memLoad{requests: l.cfg.MemRequests, maxDur: l.probeCap()})
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -144,11 +148,12 @@ func (l *study) memoryStudy(ctx context.Context) error {
 		if probe.Outcome != OK {
 			return fmt.Errorf("%w: even without a memory limit: %s %s", errTargetFailed, probe.Outcome, probe.Detail)
 		}
-		rpss, p99s, peaks = append(rpss, r.RPS), append(p99s, r.P99), append(peaks, float64(probe.PeakBytes))
+		rpss, p99s, peaks, secs = append(rpss, r.RPS), append(p99s, r.P99), append(peaks, float64(probe.PeakBytes)), append(secs, probe.Seconds)
 	}
 	l.res.Target.PeakBytes = uint64(summarize(peaks).Max)
 	l.res.Target.ProbeRPS, l.res.Target.ProbeP99 = summarize(rpss).Median, summarize(p99s).Median
 	l.res.Target.HealthRPS = math.Max(1, math.Round(l.cfg.HealthShare*l.res.Target.ProbeRPS))
+	l.mem = l.planMemory(l.res.Target.ProbeRPS, summarize(secs).Median)
 	peak := int64(l.res.Target.PeakBytes)
 	search := floorSearch{Lo: peak / 2, Hi: peak * 3 / 2, Max: peak * 8, Resolution: l.cfg.Resolution, Need: l.cfg.ConfirmNeed, Of: l.cfg.ConfirmOf, MaxTrials: 16, Now: l.now}
 	var noKnobFloor int64
@@ -164,7 +169,7 @@ func (l *study) memoryStudy(ctx context.Context) error {
 				next = 0
 			}
 			if l.now().Sub(l.started)+next > l.cfg.Budget {
-				l.warn("the budget (%v) ran out before the memory study of %s", l.cfg.Budget, strings.Join(l.cfg.MemSettings[i:], ", "))
+				l.budgetNote("the budget (%v) ran out before the memory study of %s", l.cfg.Budget, strings.Join(l.cfg.MemSettings[i:], ", "))
 				break
 			}
 		}
@@ -183,7 +188,7 @@ func (l *study) memoryStudy(ctx context.Context) error {
 		})
 		m := MemResult{Setting: setting, Trials: sr.Trials, HealthyTrials: []MemTrial{}, Survival: survivalCurve(sr.Trials), BudgetLimited: sr.BudgetLimited}
 		if sr.BudgetLimited {
-			l.warn("the budget cut the survival search of %s short: its floor is the lowest limit that passed so far", setting)
+			l.budgetNote("the budget cut the survival search of %s short: its floor is the lowest limit that passed so far", setting)
 		}
 		if sr.Floor > 0 {
 			m.FloorBytes = &sr.Floor
@@ -215,7 +220,7 @@ func (l *study) memoryStudy(ctx context.Context) error {
 			}
 			if hr.BudgetLimited {
 				m.HealthyBudgetLimited = true
-				l.warn("the budget cut the healthy search of %s short: its healthy floor is the lowest limit judged healthy so far", setting)
+				l.budgetNote("the budget cut the healthy search of %s short: its healthy floor is the lowest limit judged healthy so far", setting)
 			}
 		}
 		l.res.Memory = append(l.res.Memory, m)
@@ -241,7 +246,7 @@ table:
 	for _, mult := range l.cfg.Multiples {
 		for _, setting := range measured {
 			if l.now().Sub(l.started)+checkReserve > l.cfg.Budget {
-				l.warn("the budget (%v) ran out during the throughput table, at %gx the floor", l.cfg.Budget, mult)
+				l.budgetNote("the budget (%v) ran out during the throughput table, at %gx the floor", l.cfg.Budget, mult)
 				break table
 			}
 			limit := int64(math.Ceil(float64(noKnobFloor)*mult/float64(l.cfg.Resolution))) * l.cfg.Resolution

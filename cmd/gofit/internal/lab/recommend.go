@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 	"github.com/gofit-dev/gofit/fit"
 )
 
@@ -118,7 +119,7 @@ func (l *study) recommendCPU(rec *Recommendation) cpuChoice {
 		}
 		c := cpuChoice{cores: q, setting: SetGofit, sum: &s}
 		// gofit's plan unless go-default is significantly better here.
-		if s.Verdict != nil && *s.Verdict == Worse {
+		if s.Verdict != nil && *s.Verdict == stats.Worse {
 			for _, o := range l.openAt(q) {
 				if o.Setting == SetGoDefault && usable(o) {
 					c.setting = SetGoDefault
@@ -327,7 +328,7 @@ func (l *study) cpuVerdicts() []string {
 	for _, q := range rows {
 		var parts []string
 		for _, s := range l.res.CPUSummary {
-			if s.QuotaCores != q || s.Verdict == nil || *s.Verdict == Same {
+			if s.QuotaCores != q || s.Verdict == nil || *s.Verdict == stats.Same {
 				continue
 			}
 			what := "closed-loop rps"

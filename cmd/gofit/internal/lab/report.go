@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 	"github.com/gofit-dev/gofit/fit"
 )
 
@@ -212,7 +213,7 @@ func verdictTables(r *Results) []verdictTable {
 	return out
 }
 
-var reportTmpl = template.Must(template.New("report").Parse(`<!doctype html>
+var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{"statuses": statuses}).Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>gofit lab report</title>
 <style>
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1320px;margin:1em auto;color:#222;padding:0 1em}
@@ -238,6 +239,7 @@ Target <code>{{.R.Target.Command}}</code>. {{.R.Lab.Trials}} trials in {{printf 
 {{if .R.Lab.Failed}}<div class="alert"><b>Not a trustworthy result:</b> {{.R.Lab.Failed}}.</div>{{end}}
 {{if .Placement}}<div class="{{if .R.Placement.Isolated}}meta{{else}}warn{{end}}"><b>Isolation:</b> {{.R.Placement.Note}}.{{if .Overlap}} Measured: {{.Overlap}}{{end}}</div>{{end}}
 {{range .R.Lab.Warnings}}<div class="warn">{{.}}</div>{{end}}
+{{if .R.Lab.BudgetLimited}}<div class="warn"><b>budget_limited:</b> the budget cut the study short of its sample minimums; intervals are wider and floors rest on shorter loads.<ul class="reasons">{{range .R.Lab.BudgetNotes}}<li>{{.}}</li>{{end}}</ul></div>{{end}}
 <div class="top">
 <div>
 <h2>Verdicts against go-default</h2>
@@ -273,6 +275,11 @@ Target <code>{{.R.Target.Command}}</code>. {{.R.Lab.Trials}} trials in {{printf 
 <table><tr><th>setting</th><th>search</th><th>limit</th><th>outcome</th><th>healthy</th><th>rps</th><th>p99 ms</th><th>peak</th><th>page cache</th><th>major faults</th><th>detail</th></tr>
 {{range .MemTrials}}<tr><td>{{.Setting}}</td><td>{{.Search}}</td><td>{{.Limit}}</td><td>{{.T.Outcome}}</td><td>{{.T.Healthy}}</td><td>{{printf "%.0f" .T.RPS}}</td><td>{{printf "%.1f" .T.P99}}</td><td>{{.Peak}}</td><td>{{.Cache}}</td><td>{{.T.MajorFaults}}</td><td>{{.T.Detail}}</td></tr>{{end}}
 </table></details>
+{{if .R.Targets}}<h2>Requests per target</h2>
+<p class="meta">Over every CPU window (seed {{.R.Lab.Seed}}).</p>
+<table><tr><th>method</th><th>URL</th><th>requests</th><th>status</th><th>p50 ms</th><th>p99 ms</th></tr>
+{{range .R.Targets}}<tr><td>{{.Method}}</td><td><code>{{.URL}}</code></td><td>{{.Requests}}</td><td>{{statuses .Status}}</td><td>{{printf "%.2f" .P50}}</td><td>{{printf "%.2f" .P99}}</td></tr>{{end}}
+</table>{{end}}
 <p class="meta">The lab: {{.R.Lab.Trials}} trials in {{printf "%.0f" .R.Lab.WallSeconds}} s; the load generator used {{printf "%.1f" .R.Lab.GeneratorCPUSeconds}} CPU-seconds outside the target's cgroup. {{.R.Lab.Undecided}} comparisons stayed undecided.</p>
 </body></html>
 `))
@@ -491,5 +498,17 @@ func writeSummary(w io.Writer, r *Results) {
 	for _, x := range r.Lab.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", x)
 	}
+	if len(r.Targets) > 1 || len(r.Targets) == 1 && len(r.Targets[0].Status) > 1 {
+		fmt.Fprintf(w, "requests per target (every CPU window, seed %d):\n", r.Lab.Seed)
+		for _, t := range r.Targets {
+			fmt.Fprintf(w, "  %-6s %-50s %8d requests  p50 %7.2fms  p99 %7.2fms  %s\n", t.Method, t.URL, t.Requests, t.P50, t.P99, statuses(t.Status))
+		}
+	}
+	for _, x := range r.Lab.BudgetNotes {
+		fmt.Fprintf(w, "budget_limited: %s\n", x)
+	}
 	fmt.Fprintf(w, "lab: %d trials in %.0fs (budget %.0fs); %d comparisons undecided; load generator used %.1f CPU-seconds\n", r.Lab.Trials, r.Lab.WallSeconds, r.Lab.BudgetSeconds, r.Lab.Undecided, r.Lab.GeneratorCPUSeconds)
 }
+
+// statuses formats status counts, commonest first: "950 × 200, 3 × 503".
+func statuses(m map[string]int) string { return load.Kinds(m) }

@@ -1,5 +1,10 @@
 package lab
 
+import (
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
+)
+
 // Results is results.json; the README documents the schema.
 type Results struct {
 	Machine        Machine          `json:"machine"`
@@ -10,7 +15,10 @@ type Results struct {
 	Memory         []MemResult      `json:"memory"`
 	Throughput     []ThroughputCell `json:"memory_throughput"`
 	Recommendation Recommendation   `json:"recommendation"`
-	Lab            LabInfo          `json:"lab"`
+	// Targets is each request of the mix over every CPU window: method,
+	// URL, requests, status-code counts, p50/p99.
+	Targets []load.TargetResult `json:"targets"`
+	Lab     LabInfo             `json:"lab"`
 }
 
 // Machine describes where the study ran.
@@ -45,44 +53,50 @@ type LabInfo struct {
 	Trials              int      `json:"trials"`
 	Warnings            []string `json:"warnings"`
 	Undecided           int      `json:"undecided"` // comparisons left "same" on an interval too wide to tell
-	Failed              string   `json:"failed,omitempty"`
+	// BudgetLimited is set when the budget cut a phase short of its sample
+	// minimums (a slow target); BudgetNotes say which, and what it got.
+	BudgetLimited bool     `json:"budget_limited"`
+	BudgetNotes   []string `json:"budget_notes"`
+	Seed          int64    `json:"seed"` // --seed: replays the cell order, the request mix and the resamples
+	Failed        string   `json:"failed,omitempty"`
 }
 
 // CPUCell is one CPU trial (one repeat) in one load mode.
 type CPUCell struct {
-	QuotaCores       float64        `json:"quota_cores"`             // 0: no limit (the request row)
-	RequestCores     float64        `json:"request_cores,omitempty"` // the request row: the CPU request its weight (cpu.shares) stands for
-	Setting          string         `json:"setting"`
-	SameAs           []string       `json:"same_as"` // settings that give the target the same environment, measured here once
-	Repeat           int            `json:"repeat"`
-	GOMAXPROCS       int            `json:"gomaxprocs"`
-	GOMAXPROCSFrom   string         `json:"gomaxprocs_from"`
-	Mode             Mode           `json:"mode"` // "closed" or "open"
-	OfferedRPS       float64        `json:"offered_rps,omitempty"`
-	Isolated         bool           `json:"isolated"`
-	OverlapShare     *float64       `json:"overlap_share"` // the target's CPU time on the generator's CPUs ÷ all of it (cgroup v1 only)
-	RPS              float64        `json:"rps"`
-	P50              float64        `json:"p50_ms"`
-	P90              float64        `json:"p90_ms"`
-	P99              float64        `json:"p99_ms"`
-	P999             float64        `json:"p999_ms"`
-	Periods          uint64         `json:"periods"`
-	ThrottledPeriods uint64         `json:"throttled_periods"`
-	ThrottledSeconds float64        `json:"throttled_seconds"`
-	CPUSeconds       float64        `json:"cpu_seconds"`
-	CPUWindowSeconds float64        `json:"cpu_window_seconds"`
-	CPUMsPerRequest  float64        `json:"cpu_ms_per_request"`
-	CPUEfficiency    float64        `json:"cpu_efficiency"` // cpu_seconds ÷ (cpu_window_seconds × quota)
-	GCCPUShare       *float64       `json:"gc_cpu_share"`   // GC CPU ÷ the cgroup's CPU time in the window
-	Requests         int            `json:"requests"`
-	Errors           int            `json:"errors"`
-	Cancelled        int            `json:"cancelled"`
-	ErrorKinds       map[string]int `json:"error_kinds,omitempty"`
-	TargetExited     bool           `json:"target_exited"`
-	Seconds          float64        `json:"seconds"`
-	GeneratorCPUSec  float64        `json:"generator_cpu_seconds"`
+	QuotaCores       float64             `json:"quota_cores"`             // 0: no limit (the request row)
+	RequestCores     float64             `json:"request_cores,omitempty"` // the request row: the CPU request its weight (cpu.shares) stands for
+	Setting          string              `json:"setting"`
+	SameAs           []string            `json:"same_as"` // settings that give the target the same environment, measured here once
+	Repeat           int                 `json:"repeat"`
+	GOMAXPROCS       int                 `json:"gomaxprocs"`
+	GOMAXPROCSFrom   string              `json:"gomaxprocs_from"`
+	Mode             Mode                `json:"mode"` // "closed" or "open"
+	OfferedRPS       float64             `json:"offered_rps,omitempty"`
+	Isolated         bool                `json:"isolated"`
+	OverlapShare     *float64            `json:"overlap_share"` // the target's CPU time on the generator's CPUs ÷ all of it (cgroup v1 only)
+	RPS              float64             `json:"rps"`
+	P50              float64             `json:"p50_ms"`
+	P90              float64             `json:"p90_ms"`
+	P99              float64             `json:"p99_ms"`
+	P999             float64             `json:"p999_ms"`
+	Periods          uint64              `json:"periods"`
+	ThrottledPeriods uint64              `json:"throttled_periods"`
+	ThrottledSeconds float64             `json:"throttled_seconds"`
+	CPUSeconds       float64             `json:"cpu_seconds"`
+	CPUWindowSeconds float64             `json:"cpu_window_seconds"`
+	CPUMsPerRequest  float64             `json:"cpu_ms_per_request"`
+	CPUEfficiency    float64             `json:"cpu_efficiency"` // cpu_seconds ÷ (cpu_window_seconds × quota)
+	GCCPUShare       *float64            `json:"gc_cpu_share"`   // GC CPU ÷ the cgroup's CPU time in the window
+	Requests         int                 `json:"requests"`
+	Errors           int                 `json:"errors"`
+	Cancelled        int                 `json:"cancelled"`
+	ErrorKinds       map[string]int      `json:"error_kinds,omitempty"`
+	TargetExited     bool                `json:"target_exited"`
+	Seconds          float64             `json:"seconds"`
+	GeneratorCPUSec  float64             `json:"generator_cpu_seconds"`
+	Targets          []load.TargetResult `json:"targets,omitempty"` // per request of the mix
 
-	blocks []Block
+	blocks []stats.Block
 }
 
 // Metric is a figure over repeats (min/median/max of the per-repeat
@@ -99,28 +113,28 @@ type Metric struct {
 
 // CPUSummary is one (quota, setting, mode) over its repeats.
 type CPUSummary struct {
-	QuotaCores       float64    `json:"quota_cores"` // 0: no limit (the request row)
-	RequestCores     float64    `json:"request_cores,omitempty"`
-	Setting          string     `json:"setting"`
-	SameAs           []string   `json:"same_as"`
-	Mode             Mode       `json:"mode"`
-	GOMAXPROCS       int        `json:"gomaxprocs"`
-	OfferedRPS       float64    `json:"offered_rps,omitempty"`
-	Isolated         bool       `json:"isolated"`
-	Repeats          int        `json:"repeats"`
-	Samples          int        `json:"samples"` // latencies pooled
-	RPS              Metric     `json:"rps"`
-	P99              Metric     `json:"p99_ms"`
-	ThrottledSeconds Metric     `json:"throttled_seconds"`
-	CPUMsPerRequest  Metric     `json:"cpu_ms_per_request"`
-	CPUEfficiency    Metric     `json:"cpu_efficiency"`
-	ErrorShare       float64    `json:"error_share"`
-	Failed           bool       `json:"failed"`  // over 1% errors, or the target exited
-	Verdict          *string    `json:"verdict"` // vs go-default at the same quota and mode; null for go-default
-	VerdictRatio     *Interval  `json:"verdict_ratio"`
-	Decided          bool       `json:"decided"`
-	Notes            []string   `json:"notes"`
-	Percentiles      []PctPoint `json:"percentiles,omitempty"` // open loop: the latency distribution, p50..p99.99
+	QuotaCores       float64         `json:"quota_cores"` // 0: no limit (the request row)
+	RequestCores     float64         `json:"request_cores,omitempty"`
+	Setting          string          `json:"setting"`
+	SameAs           []string        `json:"same_as"`
+	Mode             Mode            `json:"mode"`
+	GOMAXPROCS       int             `json:"gomaxprocs"`
+	OfferedRPS       float64         `json:"offered_rps,omitempty"`
+	Isolated         bool            `json:"isolated"`
+	Repeats          int             `json:"repeats"`
+	Samples          int             `json:"samples"` // latencies pooled
+	RPS              Metric          `json:"rps"`
+	P99              Metric          `json:"p99_ms"`
+	ThrottledSeconds Metric          `json:"throttled_seconds"`
+	CPUMsPerRequest  Metric          `json:"cpu_ms_per_request"`
+	CPUEfficiency    Metric          `json:"cpu_efficiency"`
+	ErrorShare       float64         `json:"error_share"`
+	Failed           bool            `json:"failed"`  // over 1% errors, or the target exited
+	Verdict          *string         `json:"verdict"` // vs go-default at the same quota and mode; null for go-default
+	VerdictRatio     *stats.Interval `json:"verdict_ratio"`
+	Decided          bool            `json:"decided"`
+	Notes            []string        `json:"notes"`
+	Percentiles      []PctPoint      `json:"percentiles,omitempty"` // open loop: the latency distribution, p50..p99.99
 }
 
 // PctPoint is one point of a latency-percentile curve.

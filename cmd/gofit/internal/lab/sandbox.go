@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -24,7 +23,7 @@ import (
 
 	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/cgroup/manage"
-	"github.com/gofit-dev/gofit/fit"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 )
 
 // errNoCgroups means the lab cannot create cgroups here.
@@ -38,8 +37,48 @@ const groupPrefix = "gofit-lab-"
 type Target struct {
 	Path string   // executable; its page cache is evicted for cold starts
 	Args []string // arguments; "{port}" is replaced by a free port
-	URL  string   // request URL; "{port}" is replaced too
-	Env  []string // base environment (default: the lab's, without GO* runtime variables)
+	URL  string   // request URL when Requests is empty; "{port}" is replaced too
+	// Header is sent with every request to URL (--header).
+	Header http.Header
+	// Requests is the request mix (--targets); "{port}" is replaced in
+	// URLs and headers. Empty: GET URL.
+	Requests []load.Target
+	// ReadyURL is polled until the target is ready (default: URL, or the
+	// mix's first GET target).
+	ReadyURL     string
+	ReadyTimeout time.Duration // default 30s
+	Env          []string      // base environment (default: the lab's, without GO* runtime variables)
+}
+
+// check says what a target lacks to be studied: a command, and a URL or a
+// request mix.
+func (t Target) check() error {
+	if t.Path == "" || t.URL == "" && len(t.Requests) == 0 {
+		return usagef("--cmd with --url or --targets: no target")
+	}
+	return nil
+}
+
+// Mix is the requests the target gets, {port} not yet replaced.
+func (t Target) Mix() []load.Target {
+	if len(t.Requests) > 0 {
+		return t.Requests
+	}
+	return load.Get(t.URL, t.Header)
+}
+
+// Ready is the URL polled for readiness, {port} not yet replaced; "" when
+// there is none to guess (a mix without GET targets).
+func (t Target) Ready() string {
+	if t.ReadyURL != "" {
+		return t.ReadyURL
+	}
+	for _, r := range t.Mix() {
+		if r.Method == http.MethodGet {
+			return r.URL
+		}
+	}
+	return ""
 }
 
 // Sandbox runs trials in child cgroups of one parent group.
@@ -252,7 +291,8 @@ type trial struct {
 	cmd       *exec.Cmd
 	exited    chan struct{}
 	waitErr   error
-	URL       string
+	URL       string        // the readiness URL
+	Targets   []load.Target // the request mix, ports filled in
 	VarsURL   string
 	Pid       int
 	Resident  float64 // share of the binary in page cache just before start
@@ -303,7 +343,7 @@ func (s *Sandbox) start(ctx context.Context, t Target, cfg trialConfig) (*trial,
 		evict(t.Path)
 	}
 	tr.Resident = residentShare(t.Path)
-	port, err := freePort()
+	port, err := load.FreePort()
 	if err != nil {
 		return fail(err)
 	}
@@ -311,14 +351,15 @@ func (s *Sandbox) start(ctx context.Context, t Target, cfg trialConfig) (*trial,
 	for i, a := range t.Args {
 		args[i] = strings.ReplaceAll(a, "{port}", port)
 	}
-	tr.URL = strings.ReplaceAll(t.URL, "{port}", port)
-	if u, err := url.Parse(tr.URL); err == nil {
+	tr.URL = strings.ReplaceAll(t.Ready(), "{port}", port)
+	tr.Targets = load.WithPort(t.Mix(), port)
+	if u, err := url.Parse(tr.Targets[0].URL); err == nil {
 		tr.VarsURL = u.Scheme + "://" + u.Host + "/debug/vars"
 	}
 	cmd := g.Command(t.Path, args...)
 	env := t.Env
 	if env == nil {
-		env = cleanEnv()
+		env = load.CleanEnv()
 	}
 	for k, v := range cfg.Env {
 		env = append(env, k+"="+v)
@@ -341,86 +382,46 @@ func (s *Sandbox) start(ctx context.Context, t Target, cfg trialConfig) (*trial,
 		tr.waitErr = cmd.Wait()
 		close(tr.exited)
 	}()
-	if err := tr.waitReady(ctx); err != nil {
+	timeout := t.ReadyTimeout
+	if timeout <= 0 {
+		timeout = defaultReadyTimeout
+	}
+	if err := tr.waitReady(ctx, timeout); err != nil {
 		return fail(err)
 	}
 	tr.Ready = time.Since(start)
 	return tr, nil
 }
 
-// cleanEnv is the lab's environment without the Go runtime variables, so
-// each trial's setting is exactly what it says. GOFIT_RUN goes too: a lab
-// started under `gofit run` carries one, and a target importing auto would
-// take a trial's GOMAXPROCS=1 for gofit's own value and follow the cgroup.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		switch k {
-		case "GOMAXPROCS", "GOMEMLIMIT", "GOGC", "GODEBUG", "GOFIT", fit.MarkerVar:
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
-}
+// stallWindow is how long a start may go without progress while its
+// major faults or limit hits climb before it counts as stalled, not slow.
+const stallWindow = 3 * time.Second
 
-// Readiness: poll the URL; a target that stops making progress (no answer
-// while its major faults or limit hits climb) is stalled, not slow.
-const (
-	readyTimeout = 30 * time.Second
-	stallWindow  = 3 * time.Second
-)
+// defaultReadyTimeout is how long a target may take to become ready.
+const defaultReadyTimeout = 30 * time.Second
 
-func (tr *trial) waitReady(ctx context.Context) error {
-	client := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(readyTimeout)
+// waitReady waits for the target's readiness URL. Not answering yet and
+// answering 503 (warming up) are waited out until the timeout; a start
+// that stops making progress while its memory thrashes is stalled.
+func (tr *trial) waitReady(ctx context.Context, timeout time.Duration) error {
 	w := startWatch{window: stallWindow}
-	var badSince time.Time
-	lastAnswer := "no answer"
-	for {
-		select {
-		case <-tr.exited:
-			return tr.exitError()
-		case <-ctx.Done():
-			return ctx.Err()
-		default:
+	err := load.WaitReady(ctx, load.Readiness{URL: tr.URL, Exited: tr.exited, Timeout: timeout, Check: func() error {
+		if m, err := tr.g.MemoryStats(); err == nil && w.observe(time.Now(), m.MajorFaults, m.MaxHits, m.Anon) {
+			return &startError{Stalled, fmt.Sprintf("not ready, and for %v no progress (resident memory flat) while major faults climb to %d and the limit was hit %d times", stallWindow, m.MajorFaults, m.MaxHits)}
 		}
-		resp, err := client.Get(tr.URL)
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode < 400 {
-				return nil
-			}
-			// It is up but refuses the request: say which status, and do
-			// not wait the full timeout for a wrong URL or a broken handler.
-			lastAnswer = "HTTP " + resp.Status
-			if badSince.IsZero() {
-				badSince = time.Now()
-			}
-			if time.Since(badSince) > badAnswerWindow {
-				return &startError{Errored, fmt.Sprintf("%s answered %s for %v; check --url", tr.URL, lastAnswer, badAnswerWindow)}
-			}
-		} else {
-			badSince = time.Time{}
-			lastAnswer = err.Error()
-		}
-		if m, err := tr.g.MemoryStats(); err == nil {
-			if w.observe(time.Now(), m.MajorFaults, m.MaxHits, m.Anon) {
-				return &startError{Stalled, fmt.Sprintf("not ready, and for %v no progress (resident memory flat) while major faults climb to %d and the limit was hit %d times", stallWindow, m.MajorFaults, m.MaxHits)}
-			}
-		}
-		if time.Now().After(deadline) {
-			return &startError{Errored, fmt.Sprintf("%s did not answer within %v (last: %s); output: %s", tr.URL, readyTimeout, lastAnswer, tr.output)}
-		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
+	}})
+	var nr *load.NotReadyError
+	switch {
+	case errors.Is(err, load.ErrExited):
+		return tr.exitError()
+	case errors.As(err, &nr) && nr.Refused:
+		return &startError{Errored, nr.Error() + " (--url, --targets or --ready-url)"}
+	case errors.As(err, &nr):
+		return &startError{Errored, fmt.Sprintf("%v; output: %s", nr, tr.output)}
 	}
+	return err
 }
-
-// badAnswerWindow is how long a target may answer its URL with an HTTP
-// error before the start fails.
-const badAnswerWindow = 3 * time.Second
 
 // startWatch tells a slow cold start from a stall. A start makes progress
 // while its anonymous memory grows (the heap being built) or while it
@@ -560,15 +561,6 @@ func (tr *trial) CPUOn() []uint64 {
 
 // Output is the tail of what the target printed.
 func (tr *trial) Output() string { return tr.output.String() }
-
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port), nil
-}
 
 // evict drops the file's clean pages from the page cache, so the next start
 // reads (and charges) them afresh, as a new container would.

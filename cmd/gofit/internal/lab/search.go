@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
 
 // Outcomes of a memory trial.
@@ -20,24 +22,24 @@ const (
 // trial), or one judgement of a limit's health from pairs of runs (a
 // health trial: the offered_rps .. pairs fields).
 type MemTrial struct {
-	LimitBytes     int64     `json:"limit_bytes"`
-	Outcome        string    `json:"outcome"`
-	Healthy        bool      `json:"healthy"` // health trials: p99 not over twice the reference's, no errors (see the p99 ratio)
-	RPS            float64   `json:"rps"`
-	P99            float64   `json:"p99_ms"`
-	Errors         int       `json:"errors"`
-	PeakBytes      uint64    `json:"peak_bytes"`
-	PageCacheBytes uint64    `json:"page_cache_bytes"` // file pages charged to the trial at the end
-	ResidentBefore float64   `json:"binary_resident_before"`
-	MajorFaults    uint64    `json:"major_faults"`
-	LimitHits      uint64    `json:"limit_hits"`
-	Seconds        float64   `json:"seconds"`
-	OfferedRPS     float64   `json:"offered_rps,omitempty"`      // health trials: the fixed open-loop rate
-	RefP99         float64   `json:"reference_p99_ms,omitempty"` // health trials: p99 of the runs without a memory limit
-	P99Ratio       *Interval `json:"p99_ratio,omitempty"`        // health trials: p99 ÷ the reference's, with its 95% interval
-	Pairs          int       `json:"pairs,omitempty"`            // health trials: reference and limited runs, alternating
-	Decided        bool      `json:"decided,omitempty"`          // health trials: the interval lay wholly on one side of 2 (else judged on the estimate)
-	Detail         string    `json:"detail,omitempty"`
+	LimitBytes     int64           `json:"limit_bytes"`
+	Outcome        string          `json:"outcome"`
+	Healthy        bool            `json:"healthy"` // health trials: p99 not over twice the reference's, no errors (see the p99 ratio)
+	RPS            float64         `json:"rps"`
+	P99            float64         `json:"p99_ms"`
+	Errors         int             `json:"errors"`
+	PeakBytes      uint64          `json:"peak_bytes"`
+	PageCacheBytes uint64          `json:"page_cache_bytes"` // file pages charged to the trial at the end
+	ResidentBefore float64         `json:"binary_resident_before"`
+	MajorFaults    uint64          `json:"major_faults"`
+	LimitHits      uint64          `json:"limit_hits"`
+	Seconds        float64         `json:"seconds"`
+	OfferedRPS     float64         `json:"offered_rps,omitempty"`      // health trials: the fixed open-loop rate
+	RefP99         float64         `json:"reference_p99_ms,omitempty"` // health trials: p99 of the runs without a memory limit
+	P99Ratio       *stats.Interval `json:"p99_ratio,omitempty"`        // health trials: p99 ÷ the reference's, with its 95% interval
+	Pairs          int             `json:"pairs,omitempty"`            // health trials: reference and limited runs, alternating
+	Decided        bool            `json:"decided,omitempty"`          // health trials: the interval lay wholly on one side of 2 (else judged on the estimate)
+	Detail         string          `json:"detail,omitempty"`
 }
 
 func (t MemTrial) verdict() string {

@@ -8,15 +8,17 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
 
 // fakeBlocks makes n one-second blocks whose throughput is rps with a
 // relative spread, and whose latencies are exponential with mean ms.
-func fakeBlocks(rng *rand.Rand, n int, rps, spread, ms float64) []Block {
-	bs := make([]Block, n)
+func fakeBlocks(rng *rand.Rand, n int, rps, spread, ms float64) []stats.Block {
+	bs := make([]stats.Block, n)
 	for i := range bs {
 		k := int(math.Max(1, rps*(1+spread*rng.NormFloat64())))
-		b := Block{Seconds: 1, OK: k}
+		b := stats.Block{Seconds: 1, OK: k}
 		for j := 0; j < k; j++ {
 			b.Lat = append(b.Lat, float32(rng.ExpFloat64()*ms))
 		}
@@ -26,64 +28,13 @@ func fakeBlocks(rng *rand.Rand, n int, rps, spread, ms float64) []Block {
 }
 
 // runs splits blocks into n runs.
-func runs(n int, bs []Block) Sample {
-	var s Sample
+func runs(n int, bs []stats.Block) stats.Sample {
+	var s stats.Sample
 	per := len(bs) / n
 	for i := 0; i < n; i++ {
 		s = append(s, bs[i*per:(i+1)*per])
 	}
 	return s
-}
-
-func TestBootstrapIntervalNarrowsWithData(t *testing.T) {
-	rng := rand.New(rand.NewSource(7))
-	b := NewBootstrap(500, 1)
-	small := runs(2, fakeBlocks(rng, 6, 200, 0.2, 5))
-	large := runs(6, fakeBlocks(rng, 60, 200, 0.2, 5))
-	for _, st := range []Stat{StatRPS, StatP99} {
-		s, l := b.CI(small, st), b.CI(large, st)
-		if !(s.Low <= s.Value && s.Value <= s.High) || !(l.Low <= l.Value && l.Value <= l.High) {
-			t.Errorf("stat %d: estimate outside its interval: %+v %+v", st, s, l)
-		}
-		if l.High-l.Low >= s.High-s.Low {
-			t.Errorf("stat %d: interval from 60 blocks [%.2f, %.2f] is not narrower than from 6 [%.2f, %.2f]", st, l.Low, l.High, s.Low, s.High)
-		}
-	}
-	// The true rps (200) and p99 (5 ms × ln 100 ≈ 23 ms) lie in the large
-	// sample's intervals.
-	if iv := b.CI(large, StatRPS); iv.Low > 200 || iv.High < 200 {
-		t.Errorf("rps interval %+v misses 200", iv)
-	}
-	if iv := b.CI(large, StatP99); iv.Low > 23.03 || iv.High < 23.03 {
-		t.Errorf("p99 interval %+v misses 23.0", iv)
-	}
-}
-
-func TestVerdicts(t *testing.T) {
-	rng := rand.New(rand.NewSource(3))
-	b := NewBootstrap(500, 1)
-	base := runs(3, fakeBlocks(rng, 30, 500, 0.05, 4))
-	for _, tc := range []struct {
-		name    string
-		s       Sample
-		st      Stat
-		want    string
-		decided bool
-	}{
-		{"same distribution, many blocks", runs(3, fakeBlocks(rng, 30, 500, 0.05, 4)), StatRPS, Same, true},
-		{"20% less throughput", runs(3, fakeBlocks(rng, 30, 400, 0.05, 4)), StatRPS, Worse, true},
-		{"20% more throughput", runs(3, fakeBlocks(rng, 30, 600, 0.05, 4)), StatRPS, Better, true},
-		{"half the latency", runs(3, fakeBlocks(rng, 30, 500, 0.05, 2)), StatP99, Better, true},
-		{"twice the latency", runs(3, fakeBlocks(rng, 30, 500, 0.05, 8)), StatP99, Worse, true},
-		{"same, one run: undecided", runs(1, fakeBlocks(rng, 30, 500, 0.05, 4)), StatRPS, Same, false},
-		{"runs that disagree: undecided", append(runs(2, fakeBlocks(rng, 20, 500, 0.05, 4)), fakeBlocks(rng, 10, 650, 0.05, 4)), StatRPS, Same, false},
-	} {
-		r := b.Ratio(tc.s, base, tc.st)
-		v, d := Verdict(r, tc.st, margin(tc.st))
-		if v != tc.want || d != tc.decided {
-			t.Errorf("%s: verdict %s decided %v (ratio %.3f [%.3f, %.3f]), want %s decided %v", tc.name, v, d, r.Value, r.Low, r.High, tc.want, tc.decided)
-		}
-	}
 }
 
 // fakeCPU is a CPU study's runner with scripted distributions per
@@ -103,16 +54,16 @@ func (f *fakeCPU) measure(_ context.Context, c cpuConfig, mode Mode, offered flo
 	secs := window.Seconds()
 	f.now = f.now.Add(window + time.Second)
 	n := int(secs)
-	var bs []Block
+	var bs []stats.Block
 	if mode == Closed {
 		bs = fakeBlocks(f.rng, n, f.rps[c.setting], f.noise[c.setting], 1)
 	} else {
 		f.rates[c.quota] = append(f.rates[c.quota], offered)
 		bs = fakeBlocks(f.rng, n, offered, 0.01, f.ms[c.setting])
 	}
-	s := Sample{bs}
-	return CPUCell{QuotaCores: c.quota, Setting: c.setting, SameAs: c.sameAs, Mode: mode, Repeat: rep, OfferedRPS: offered, RPS: s.rps(), P99: s.p99(),
-		Requests: int(s.rps() * secs), Seconds: secs, blocks: bs}, nil
+	s := stats.Sample{bs}
+	return CPUCell{QuotaCores: c.quota, Setting: c.setting, SameAs: c.sameAs, Mode: mode, Repeat: rep, OfferedRPS: offered, RPS: s.RPS(), P99: s.Quantile(0.99),
+		Requests: int(s.RPS() * secs), Seconds: secs, blocks: bs}, nil
 }
 
 func newFakeLab(t *testing.T, budget time.Duration) (*study, *fakeCPU) {
@@ -161,7 +112,7 @@ func TestAdaptiveRepeats(t *testing.T) {
 			break
 		}
 	}
-	for k, want := range map[string]string{SetGofit + "/closed": Better, SetProcsNCPU + "/closed": Worse, SetGofit + "/open": Better, SetProcsNCPU + "/open": Worse} {
+	for k, want := range map[string]string{SetGofit + "/closed": stats.Better, SetProcsNCPU + "/closed": stats.Worse, SetGofit + "/open": stats.Better, SetProcsNCPU + "/open": stats.Worse} {
 		s := got[k]
 		if s.Verdict == nil || *s.Verdict != want {
 			t.Errorf("%s: verdict %v, want %s (ratio %+v, %d repeats)", k, s.Verdict, want, s.VerdictRatio, s.Repeats)
@@ -173,10 +124,10 @@ func TestAdaptiveRepeats(t *testing.T) {
 	if got[SetGoDefault+"/closed"].Verdict != nil {
 		t.Errorf("go-default has a verdict against itself")
 	}
-	// The clear difference stops at the minimum; the noisy one was
-	// repeated until decided.
-	if n := f.runs[SetProcsNCPU+"/closed"]; n != l.cfg.MinRepeats {
-		t.Errorf("gomaxprocs=ncpu closed loop ran %d times; decided at once, want %d", n, l.cfg.MinRepeats)
+	// The clear difference stops as soon as a verdict may be decided
+	// (stats.MinRuns a side); the noisy one was repeated until decided.
+	if n, want := f.runs[SetProcsNCPU+"/closed"], max(l.cfg.MinRepeats, stats.MinRuns); n != want {
+		t.Errorf("gomaxprocs=ncpu closed loop ran %d times; decided at once, want %d", n, want)
 	}
 	if n := f.runs[SetGofit+"/closed"]; n <= l.cfg.MinRepeats || n > l.cfg.MaxRepeats {
 		t.Errorf("gofit closed loop ran %d times, want adaptive repeats in (%d, %d]", n, l.cfg.MinRepeats, l.cfg.MaxRepeats)
@@ -195,15 +146,15 @@ func TestAdaptiveRepeatsStopAtBudget(t *testing.T) {
 	if n := f.runs[SetGofit+"/closed"]; n != l.cfg.MinRepeats {
 		t.Errorf("gofit closed loop ran %d times with no budget left, want %d", n, l.cfg.MinRepeats)
 	}
-	if len(l.res.Lab.Warnings) == 0 || !strings.Contains(l.res.Lab.Warnings[0], "budget") {
-		t.Errorf("no warning that the budget ran out: %v", l.res.Lab.Warnings)
+	if !l.res.Lab.BudgetLimited || len(l.res.Lab.BudgetNotes) == 0 || !strings.Contains(l.res.Lab.BudgetNotes[len(l.res.Lab.BudgetNotes)-1], "budget") {
+		t.Errorf("no note that the budget ran out: limited %v, notes %v", l.res.Lab.BudgetLimited, l.res.Lab.BudgetNotes)
 	}
 	l.finish()
 	if _, err := json.Marshal(l.res); err != nil {
 		t.Errorf("results.json: %v", err)
 	}
 	for _, s := range l.summarizeCPU() {
-		if s.Setting == SetGofit && s.Mode == Closed && (s.Decided || s.Verdict == nil || *s.Verdict != Same) {
+		if s.Setting == SetGofit && s.Mode == Closed && (s.Decided || s.Verdict == nil || *s.Verdict != stats.Same) {
 			t.Errorf("gofit closed: verdict %v decided %v ratio %+v; an interval too wide to tell must stay an undecided \"same\"", *s.Verdict, s.Decided, s.VerdictRatio)
 		}
 	}
@@ -212,7 +163,7 @@ func TestAdaptiveRepeatsStopAtBudget(t *testing.T) {
 func TestRecommendationRefusesFailedCells(t *testing.T) {
 	l, _ := newFakeLab(t, time.Hour)
 	l.measure = func(_ context.Context, c cpuConfig, mode Mode, offered float64, window time.Duration, rep int) (CPUCell, error) {
-		bs := []Block{{Seconds: 1, OK: 10, Errors: 400}, {Seconds: 1, OK: 10, Errors: 400}}
+		bs := []stats.Block{{Seconds: 1, OK: 10, Errors: 400}, {Seconds: 1, OK: 10, Errors: 400}}
 		for i := range bs {
 			for j := 0; j < 410; j++ {
 				bs[i].Lat = append(bs[i].Lat, 1)
@@ -234,14 +185,6 @@ func TestRecommendationRefusesFailedCells(t *testing.T) {
 		if !s.Failed {
 			t.Errorf("%s %s not marked failed", s.Setting, s.Mode)
 		}
-	}
-}
-
-func TestBlocksOf(t *testing.T) {
-	bs := blocksOf([]stamp{{0.1, 1, true}, {0.9, 2, false}, {1.5, 3, true}, {2.1, 4, true}}, 2.2)
-	// 2.2 s: blocks of 1 s, 1.2 s (the 0.2 s tail merged in).
-	if len(bs) != 2 || bs[0].OK != 1 || bs[0].Errors != 1 || bs[1].OK != 2 || math.Abs(bs[1].Seconds-1.2) > 1e-9 || len(bs[0].Lat) != 2 {
-		t.Errorf("blocks %+v", bs)
 	}
 }
 
@@ -335,17 +278,5 @@ func TestLogTicksLabelNarrowRanges(t *testing.T) {
 		if n < 2 {
 			t.Errorf("log axis %v: %d labelled ticks, want at least 2", r, n)
 		}
-	}
-}
-
-// An interval in results.json (verdict_ratio) uses the schema's
-// snake_case names, as the metric objects' ci_low/ci_high do.
-func TestIntervalJSON(t *testing.T) {
-	b, err := json.Marshal(Interval{Value: 1.5, Low: 1.25, High: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, want := string(b), `{"value":1.5,"ci_low":1.25,"ci_high":2}`; got != want {
-		t.Errorf("Interval as JSON = %s, want %s", got, want)
 	}
 }

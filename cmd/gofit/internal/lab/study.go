@@ -8,10 +8,13 @@ import (
 	"math/rand"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/gofit-dev/gofit/cgroup"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
 
 // study runs a study in a sandbox.
@@ -23,21 +26,25 @@ type study struct {
 	total   int
 	started time.Time
 	rng     *rand.Rand
-	// healthRng draws the health trials' bootstrap resamples, seeded so a
-	// report can be reproduced.
-	healthRng *rand.Rand
-	boot      *Bootstrap
-	ncpu      int // CPUs the target sees
-	place     *Placement
+	// healthBoot draws the health trials' resamples, apart from boot so
+	// that the CPU study's draws do not shift theirs.
+	healthBoot *stats.Bootstrap
+	boot       *stats.Bootstrap
+	ncpu       int // CPUs the target sees
+	place      *Placement
 	// measure runs one CPU window; tests replace it with a fake.
 	measure func(ctx context.Context, c cpuConfig, mode Mode, offered float64, window time.Duration, rep int) (CPUCell, error)
 	// memRun runs one memory trial; tests replace it with a fake.
-	memRun func(ctx context.Context, env map[string]string, cpu float64, limit int64, load memLoad) (MemTrial, LoadResult)
+	memRun func(ctx context.Context, env map[string]string, cpu float64, limit int64, load memLoad) (MemTrial, load.Result)
 	// pairRun runs a health trial's reference and limited runs side by
 	// side; tests replace it with a fake.
-	pairRun func(ctx context.Context, ref, env map[string]string, cpu float64, limit int64, load memLoad) (MemTrial, LoadResult, MemTrial, LoadResult)
+	pairRun func(ctx context.Context, ref, env map[string]string, cpu float64, limit int64, load memLoad) (MemTrial, load.Result, MemTrial, load.Result)
 	now     func() time.Time
 	exited  bool // the target exited during a CPU window: a crash
+	// The planner's measurements (budget.go).
+	overheadSum  time.Duration
+	overheadRuns int
+	mem          memPlan
 }
 
 // errTargetFailed means the target crashed or answered with errors where
@@ -50,8 +57,8 @@ func runStudy(ctx context.Context, sb *Sandbox, cfg Config) (*Results, error) {
 	if err := cfg.Validate(); err != nil {
 		return &Results{}, err
 	}
-	if cfg.Target.Path == "" || cfg.Target.URL == "" {
-		return &Results{}, usagef("--cmd and --url: no target")
+	if err := cfg.Target.check(); err != nil {
+		return &Results{}, err
 	}
 	l := newLab(cfg)
 	l.sb = sb
@@ -80,7 +87,7 @@ func runStudy(ctx context.Context, sb *Sandbox, cfg Config) (*Results, error) {
 	if len(place.Target) == 0 {
 		l.ncpu = runtime.NumCPU()
 	}
-	genStart := selfCPU()
+	genStart := load.SelfCPU()
 	err = l.cpuStudy(ctx)
 	if err == nil {
 		err = l.memoryStudy(ctx)
@@ -90,7 +97,7 @@ func runStudy(ctx context.Context, sb *Sandbox, cfg Config) (*Results, error) {
 		err = l.checkRecommendation(ctx)
 	}
 	l.res.Lab.WallSeconds = time.Since(l.started).Seconds()
-	l.res.Lab.GeneratorCPUSeconds = (selfCPU() - genStart).Seconds()
+	l.res.Lab.GeneratorCPUSeconds = (load.SelfCPU() - genStart).Seconds()
 	if err == nil && l.res.Lab.Failed != "" {
 		err = fmt.Errorf("%w: %s", errTargetFailed, l.res.Lab.Failed)
 	}
@@ -98,9 +105,13 @@ func runStudy(ctx context.Context, sb *Sandbox, cfg Config) (*Results, error) {
 }
 
 func newLab(cfg Config) *study {
-	l := &study{cfg: cfg, started: time.Now(), rng: rand.New(rand.NewSource(1)), healthRng: rand.New(rand.NewSource(2)), boot: NewBootstrap(cfg.Resamples, 1), ncpu: runtime.NumCPU(), now: time.Now}
+	l := &study{cfg: cfg, started: time.Now(), rng: rand.New(rand.NewSource(cfg.Seed)), boot: stats.NewBootstrap(cfg.Resamples, cfg.Seed),
+		healthBoot: stats.NewBootstrap(cfg.Resamples, cfg.Seed+1), ncpu: runtime.NumCPU(), now: time.Now}
 	l.res.Lab.Warnings = append([]string{}, cfg.Warnings...)
 	l.res.Lab.BudgetSeconds = cfg.Budget.Seconds()
+	l.res.Lab.BudgetNotes = []string{}
+	l.res.Lab.Seed = cfg.Seed
+	l.mem = memPlan{requests: cfg.MemRequests}
 	cells := len(cfg.Quotas) * len(cfg.CPUSettings) * cfg.MinRepeats * 2
 	l.total = cells + 1 + len(cfg.MemSettings)*16 + len(cfg.MemSettings)*len(cfg.Multiples) + 1
 	return l
@@ -144,19 +155,26 @@ func (l *study) progress(format string, a ...any) {
 	}
 	el := time.Since(l.started)
 	eta := time.Duration(float64(el) / float64(l.done) * float64(l.total-l.done))
+	// The planner ends the study within the budget: a count of trials
+	// left at the pace so far (a slow target's long windows first) would
+	// say otherwise.
+	eta = max(min(eta, l.cfg.Budget-el), 0)
 	fmt.Fprintf(l.cfg.Progress, "lab [%3d/%3d] %-62s elapsed %s, ETA %s\n", l.done, l.total, fmt.Sprintf(format, a...), el.Round(time.Second), eta.Round(time.Second))
 }
 
 func (l *study) warn(format string, a ...any) {
-	w := fmt.Sprintf(format, a...)
-	for _, x := range l.res.Lab.Warnings {
-		if x == w {
-			return
-		}
+	l.note(&l.res.Lab.Warnings, "warning", fmt.Sprintf(format, a...))
+}
+
+// note adds a line to a list in results.json once, and says it on the
+// progress stream.
+func (l *study) note(list *[]string, kind, line string) {
+	if slices.Contains(*list, line) {
+		return
 	}
-	l.res.Lab.Warnings = append(l.res.Lab.Warnings, w)
+	*list = append(*list, line)
 	if l.cfg.Progress != nil {
-		fmt.Fprintf(l.cfg.Progress, "lab: warning: %s\n", w)
+		fmt.Fprintf(l.cfg.Progress, "lab: %s: %s\n", kind, line)
 	}
 }
 
@@ -190,13 +208,17 @@ func (l *study) failure() string {
 }
 
 func errorKinds(k map[string]int) string {
-	return LoadResult{ErrorKinds: k}.ErrorSummary()
+	return load.Kinds(k)
 }
 
 func cellFailed(c CPUCell) bool {
 	n := c.Requests + c.Errors
 	return c.TargetExited || n == 0 || float64(c.Errors) > maxErrorShare*float64(n)
 }
+
+// mix is the request mix for a window on tr: every window starts the
+// same seeded order, so --seed replays a run's requests.
+func (l *study) mix(tr *trial) *load.Mix { return load.NewMix(tr.Targets, l.cfg.Seed) }
 
 // baseEnv is every trial's extra environment.
 func (l *study) baseEnv() map[string]string {

@@ -3,6 +3,8 @@ package lab
 import (
 	"fmt"
 	"sort"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
 
 func (l *study) summarizeCPU() []CPUSummary {
@@ -44,8 +46,8 @@ func (l *study) summarizeCPU() []CPUSummary {
 			CPUMsPerRequest:  pick(func(c CPUCell) float64 { return c.CPUMsPerRequest }),
 			CPUEfficiency:    pick(func(c CPUCell) float64 { return c.CPUEfficiency })}
 		p := pooled(g)
-		s.Samples = p.count()
-		rps, p99 := l.boot.CI(p, StatRPS), l.boot.CI(p, StatP99)
+		s.Samples = p.Count()
+		rps, p99 := l.boot.CI(p, stats.StatRPS), l.boot.CI(p, stats.StatP99)
 		s.RPS.Value, s.RPS.CILow, s.RPS.CIHigh = rps.Value, rps.Low, rps.High
 		s.P99.Value, s.P99.CILow, s.P99.CIHigh = p99.Value, p99.Low, p99.High
 		var errs, n int
@@ -88,9 +90,9 @@ func (l *study) summarizeCPU() []CPUSummary {
 			if len(base) > 0 && !s.Failed && !anyFailed(base) {
 				st := headline(k.mode)
 				r := l.boot.Ratio(p, pooled(base), st)
-				v, d := Verdict(r, st, margin(st))
+				v, d := stats.Verdict(r, st, st.Margin())
 				s.Verdict, s.Decided = &v, d
-				if r.finite() {
+				if r.Finite() {
 					s.VerdictRatio = &r
 				}
 				if !d {
@@ -128,8 +130,8 @@ func settingRank(s string) int {
 // pctLevels are the HDR-style percentiles of the latency plot.
 var pctLevels = []float64{50, 75, 90, 95, 99, 99.5, 99.9, 99.95, 99.99}
 
-func percentileCurve(s Sample) []PctPoint {
-	all := s.latencies()
+func percentileCurve(s stats.Sample) []PctPoint {
+	all := s.Latencies()
 	if len(all) == 0 {
 		return nil
 	}
@@ -140,7 +142,7 @@ func percentileCurve(s Sample) []PctPoint {
 		if (100-p)/100*float64(len(all)) < 1 && p > 99 {
 			break
 		}
-		out = append(out, PctPoint{p, quantile32(all, p/100)})
+		out = append(out, PctPoint{p, stats.Quantile32(all, p/100)})
 	}
 	return out
 }

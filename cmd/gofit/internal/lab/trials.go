@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gofit-dev/gofit/cgroup"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 	"github.com/gofit-dev/gofit/fit"
 	"github.com/gofit-dev/gofit/internal/target"
 )
@@ -122,15 +123,15 @@ func (l *study) sandboxMeasure(ctx context.Context, c cpuConfig, mode Mode, offe
 	defer tr.Stop()
 	inFlight := l.cfg.Concurrency
 	if mode == Open {
-		inFlight = maxOpenInFlight
+		inFlight = load.MaxOpenInFlight
 	}
-	ld := NewLoader(inFlight, nil)
+	ld := load.NewLoader(inFlight, nil)
 	defer ld.Close()
 	// Warm up connections, caches and the heap's size at this load.
 	if mode == Open {
-		ld.Open(ctx, tr.URL, offered, l.cfg.Warmup)
+		ld.Open(ctx, l.mix(tr), offered, l.cfg.Warmup)
 	} else {
-		ld.Closed(ctx, tr.URL, 0, l.cfg.Warmup, l.cfg.Concurrency)
+		ld.Closed(ctx, l.mix(tr), 0, l.cfg.Warmup, l.cfg.Concurrency)
 	}
 	procs := c.procs
 	if v, err := tr.Vars(); err == nil && v.GOMAXPROCS > 0 {
@@ -140,11 +141,11 @@ func (l *study) sandboxMeasure(ctx context.Context, c cpuConfig, mode Mode, offe
 	pc0 := tr.CPUOn()
 	s0, _ := tr.Stats()
 	t0 := time.Now()
-	var r LoadResult
+	var r load.Result
 	if mode == Open {
-		r = ld.Open(ctx, tr.URL, offered, window)
+		r = ld.Open(ctx, l.mix(tr), offered, window)
 	} else {
-		r = ld.Closed(ctx, tr.URL, l.cfg.Requests, window, l.cfg.Concurrency)
+		r = ld.Closed(ctx, l.mix(tr), l.cfg.Requests, window, l.cfg.Concurrency)
 	}
 	s1, _ := tr.Stats()
 	cpuWin := time.Since(t0)
@@ -156,7 +157,7 @@ func (l *study) sandboxMeasure(ctx context.Context, c cpuConfig, mode Mode, offe
 	cell := CPUCell{QuotaCores: c.quota, RequestCores: c.request, Setting: c.setting, SameAs: c.sameAs, Repeat: rep, GOMAXPROCS: procs, GOMAXPROCSFrom: c.from, Mode: mode,
 		Isolated: l.place != nil && l.place.Isolated, RPS: r.RPS, P50: r.P50, P90: r.P90, P99: r.P99, P999: r.P999,
 		Requests: r.Requests, Errors: r.Errors, Cancelled: r.Cancelled, ErrorKinds: r.ErrorKinds, Seconds: r.Seconds, GeneratorCPUSec: r.GenCPUSec,
-		TargetExited: tr.Exited(), blocks: r.Blocks}
+		TargetExited: tr.Exited(), blocks: r.Blocks, Targets: r.Targets}
 	if mode == Open {
 		cell.OfferedRPS = offered
 	}

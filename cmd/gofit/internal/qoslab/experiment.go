@@ -6,14 +6,9 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/rand/v2"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -25,6 +20,8 @@ import (
 
 	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/cgroup/manage"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 	"github.com/gofit-dev/gofit/kube/memqos"
 )
 
@@ -65,6 +62,8 @@ type Trial struct {
 	LS   Events `json:"ls_events"`
 	BE   Events `json:"be_events"`
 	Node Events `json:"node_events"`
+
+	blocks []stats.Block // the load window, for the intervals
 }
 
 // Events are a memory cgroup's counters: times usage went over memory.high
@@ -92,6 +91,8 @@ type Results struct {
 	Off, Auto     ModeSummary `json:"-"`
 	P99Change     [3]float64  `json:"p99_change"` // auto vs off: estimate, 95% CI low, high
 	RPSChange     [3]float64  `json:"rps_change"`
+	P99Verdict    string      `json:"p99_verdict"` // auto vs off, by the lab's rule: better, worse, same or "" without an interval
+	RPSVerdict    string      `json:"rps_verdict"`
 }
 
 // Run runs Repeats trials per mode, interleaved in ABBA order so drift on
@@ -138,17 +139,19 @@ func Run(ctx context.Context, cfg Config) (*Results, error) {
 		}
 	}
 	var offP, autoP, offR, autoR []float64
+	var off, auto stats.Sample
 	for _, t := range res.Trials {
 		if t.Mode == "off" {
-			offP, offR = append(offP, t.P99), append(offR, t.RPS)
+			offP, offR, off = append(offP, t.P99), append(offR, t.RPS), append(off, t.blocks)
 		} else {
-			autoP, autoR = append(autoP, t.P99), append(autoR, t.RPS)
+			autoP, autoR, auto = append(autoP, t.P99), append(autoR, t.RPS), append(auto, t.blocks)
 		}
 	}
-	res.Off = ModeSummary{"off", mean(offP), mean(offR)}
-	res.Auto = ModeSummary{"auto", mean(autoP), mean(autoR)}
-	res.P99Change = change(offP, autoP)
-	res.RPSChange = change(offR, autoR)
+	res.Off = ModeSummary{"off", stats.Mean(offP), stats.Mean(offR)}
+	res.Auto = ModeSummary{"auto", stats.Mean(autoP), stats.Mean(autoR)}
+	boot := stats.NewBootstrap(2000, 1)
+	res.P99Change, res.P99Verdict = change(boot, auto, off, stats.StatP99)
+	res.RPSChange, res.RPSVerdict = change(boot, auto, off, stats.StatRPS)
 	return res, nil
 }
 
@@ -192,12 +195,13 @@ func trial(ctx context.Context, self *cgroup.Cgroups, cfg Config, mode string, r
 		}
 	}
 
-	addr, err := freeAddr()
+	port, err := load.FreePort()
 	if err != nil {
 		return tr, nil, err
 	}
+	addr := "127.0.0.1:" + port
 	svc := ls.Command(cfg.Exe, cfg.SampleArgs(addr)...)
-	svc.Env = append(cleanEnv(), fmt.Sprintf("GOMEMLIMIT=%d", cfg.LSLimit*9/10))
+	svc.Env = append(load.CleanEnv(), fmt.Sprintf("GOMEMLIMIT=%d", cfg.LSLimit*9/10))
 	// Added to, not replaced: on v2 Command starts the process in the
 	// group through these attributes (CLONE_INTO_CGROUP).
 	svc.SysProcAttr.Setpgid, svc.SysProcAttr.Pdeathsig = true, syscall.SIGKILL
@@ -208,8 +212,8 @@ func trial(ctx context.Context, self *cgroup.Cgroups, cfg Config, mode string, r
 	go func() { _ = svc.Wait(); close(svcDone) }()
 	cleanups = append(cleanups, func() { _ = svc.Process.Kill(); <-svcDone })
 	url := "http://" + addr + "/work"
-	if err := waitReady(ctx, url, svcDone); err != nil {
-		return tr, nil, err
+	if err := load.WaitReady(ctx, load.Readiness{URL: url, Exited: svcDone}); err != nil {
+		return tr, nil, fmt.Errorf("the LS service: %w", err)
 	}
 	// The service must run in its own group, or the trial measures nothing.
 	if pids, err := ls.PIDs(); err != nil || !slices.Contains(pids, svc.Process.Pid) {
@@ -230,7 +234,7 @@ func trial(ctx context.Context, self *cgroup.Cgroups, cfg Config, mode string, r
 				restarts.Add(1)
 			}
 			cmd := be.Command(cfg.Exe, "node", HogCommand, "--bytes", fmt.Sprint(cfg.HogBytes))
-			cmd.Env = cleanEnv()
+			cmd.Env = load.CleanEnv()
 			cmd.SysProcAttr.Setpgid, cmd.SysProcAttr.Pdeathsig = true, syscall.SIGKILL
 			if err := cmd.Start(); err != nil {
 				hogErr <- fmt.Errorf("start the BE hog: %w", err)
@@ -276,22 +280,24 @@ func trial(ctx context.Context, self *cgroup.Cgroups, cfg Config, mode string, r
 		}
 	}
 
-	lat, errs, elapsed := openLoop(ctx, url, cfg.Rate, cfg.Duration)
+	ld := load.NewLoader(load.MaxOpenInFlight, nil)
+	r := ld.Open(ctx, load.NewMix(load.Get(url, nil), 1), cfg.Rate, cfg.Duration)
+	ld.Close()
 	select {
 	case err := <-hogErr: // a restart failed: the node was not kept full
 		return tr, nil, err
 	default:
 	}
-	sort.Float64s(lat)
-	tr.P50, tr.P99 = quantile(lat, 0.5), quantile(lat, 0.99)
-	if len(lat) == 0 {
-		// A service that answered nothing (killed at once) is as slow as
-		// the client's patience: a finite, censored latency keeps the
-		// trial in the means and the JSON valid.
-		tr.P50, tr.P99 = float64(clientTimeout.Milliseconds()), float64(clientTimeout.Milliseconds())
+	// Failed and cut-short requests count in the latencies with the time
+	// they took, so a service the OOM killer took is as slow as the
+	// client's patience, not missing from the figures.
+	tr.P50, tr.P99, tr.RPS, tr.Errors, tr.blocks = r.P50, r.P99, r.RPS, r.Errors, r.Blocks
+	if r.Requests == 0 {
+		// A service that answered nothing (killed at once) refuses
+		// connections fast: it is as slow as the client's patience.
+		ms := float64(load.RequestTimeout.Milliseconds())
+		tr.P50, tr.P99 = ms, ms
 	}
-	tr.RPS = float64(len(lat)) / elapsed.Seconds()
-	tr.Errors = errs
 	tr.HogOOMs = int(restarts.Load())
 	// The groups were made for this trial, so their counters are its own.
 	for _, c := range []struct {
@@ -364,140 +370,21 @@ func applyAuto(node, ls, be *manage.Group, cfg Config) ([]string, error) {
 	return out, nil
 }
 
-// clientTimeout bounds each request of the load.
-const clientTimeout = 5 * time.Second
-
-// openLoop sends requests at rate per second for d, each timed from when
-// it was due (not when it went out), so a stalled server is charged for
-// the queue it causes. It returns the latencies of successes in ms.
-func openLoop(ctx context.Context, url string, rate float64, d time.Duration) ([]float64, int, time.Duration) {
-	tr := &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 512, IdleConnTimeout: 30 * time.Second}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: clientTimeout}
-	var mu sync.Mutex
-	var lat []float64
-	var errs atomic.Int64
-	var wg sync.WaitGroup
-	var inflight atomic.Int64
-	start := time.Now()
-	n := int(rate * d.Seconds())
-	for i := 0; i < n && ctx.Err() == nil; i++ {
-		due := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
-		time.Sleep(time.Until(due))
-		if inflight.Load() >= 512 {
-			errs.Add(1) // the server is that far behind: count it, do not queue more
-			continue
+// change is auto relative to off (ratio - 1) with its 95% bootstrap
+// interval, resampling trials and one-second blocks within them, and the
+// verdict by the lab's rule. With too few trials or blocks for an interval
+// both ends are the estimate and the verdict is "".
+func change(boot *stats.Bootstrap, auto, off stats.Sample, st stats.Stat) ([3]float64, string) {
+	r := boot.Ratio(auto, off, st)
+	if !r.Finite() {
+		est := r.Value - 1
+		if math.IsInf(est, 0) || math.IsNaN(est) {
+			est = 0
 		}
-		inflight.Add(1)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer inflight.Add(-1)
-			resp, err := client.Get(url)
-			if err == nil {
-				_, err = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if err == nil && resp.StatusCode != http.StatusOK {
-					err = fmt.Errorf("status %d", resp.StatusCode)
-				}
-			}
-			if err != nil {
-				errs.Add(1)
-				return
-			}
-			ms := float64(time.Since(due).Microseconds()) / 1000
-			mu.Lock()
-			lat = append(lat, ms)
-			mu.Unlock()
-		}()
+		return [3]float64{est, est, est}, ""
 	}
-	wg.Wait()
-	return lat, int(errs.Load()), time.Since(start)
-}
-
-func waitReady(ctx context.Context, url string, exited <-chan struct{}) error {
-	client := &http.Client{Timeout: time.Second}
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-exited:
-			return errors.New("the sample exited while starting")
-		case <-ctx.Done():
-			return ctx.Err()
-		default:
-		}
-		if resp, err := client.Get(url); err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return fmt.Errorf("%s did not answer within 30s", url)
-}
-
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
-
-// cleanEnv drops the Go runtime variables so each process gets exactly
-// what the experiment sets.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		switch k, _, _ := strings.Cut(kv, "="); k {
-		case "GOMAXPROCS", "GOMEMLIMIT", "GOGC", "GODEBUG", "GOFIT":
-			continue
-		}
-		env = append(env, kv)
-	}
-	return env
-}
-
-func quantile(sorted []float64, q float64) float64 {
-	if len(sorted) == 0 {
-		return math.NaN()
-	}
-	i := int(math.Ceil(q*float64(len(sorted)))) - 1
-	return sorted[max(0, min(i, len(sorted)-1))]
-}
-
-func mean(xs []float64) float64 {
-	s := 0.0
-	for _, x := range xs {
-		s += x
-	}
-	return s / float64(len(xs))
-}
-
-// change is auto's mean relative to off's, with a 95% bootstrap interval
-// over the trials (each mode resampled on its own). With one trial in a
-// mode there is no interval: both ends are the estimate.
-func change(off, auto []float64) [3]float64 {
-	est := mean(auto)/mean(off) - 1
-	if len(off) < 2 || len(auto) < 2 {
-		return [3]float64{est, est, est}
-	}
-	r := rand.New(rand.NewPCG(1, 2))
-	const n = 2000
-	ds := make([]float64, n)
-	res := func(xs []float64) float64 {
-		s := 0.0
-		for range xs {
-			s += xs[r.IntN(len(xs))]
-		}
-		return s / float64(len(xs))
-	}
-	for i := range ds {
-		ds[i] = res(auto)/res(off) - 1
-	}
-	sort.Float64s(ds)
-	return [3]float64{est, ds[int(0.025*n)], ds[int(0.975*n)-1]}
+	v, _ := stats.Verdict(r, st, st.Margin())
+	return [3]float64{r.Value - 1, r.Low - 1, r.High - 1}, v
 }
 
 // WriteSummary prints the comparison beside koordinator's published one.
@@ -525,18 +412,17 @@ func WriteSummary(w io.Writer, r *Results) {
 		fmt.Fprintf(w, "  %-4s kernel: LS OOM-killed in %d of %d trials; hog OOM-killed %d times; BE over memory.high %d times\n",
 			mode, killed, n, hogKills, beHigh)
 	}
-	verdict := func(c [3]float64) string {
-		if len(r.Trials) < 4 {
-			return "one trial per mode: no interval, no conclusion"
+	verdict := func(v string) string {
+		switch v {
+		case "":
+			return "too few trials for an interval: no conclusion"
+		case stats.Same:
+			return "no difference shown: the interval includes zero"
 		}
-		// Half a percent either side is rounding, not a difference.
-		if c[1] > 0.005 || c[2] < -0.005 {
-			return "the interval excludes zero"
-		}
-		return "no difference shown"
+		return v + ": the interval excludes zero"
 	}
 	fmt.Fprintf(w, "p99 latency %+.1f%% [95%% CI %+.1f%%, %+.1f%%] (%s); koordinator published -7.9%%\n",
-		100*r.P99Change[0], 100*r.P99Change[1], 100*r.P99Change[2], verdict(r.P99Change))
+		100*r.P99Change[0], 100*r.P99Change[1], 100*r.P99Change[2], verdict(r.P99Verdict))
 	fmt.Fprintf(w, "throughput  %+.1f%% [95%% CI %+.1f%%, %+.1f%%] (%s); koordinator published +8.7%%\n",
-		100*r.RPSChange[0], 100*r.RPSChange[1], 100*r.RPSChange[2], verdict(r.RPSChange))
+		100*r.RPSChange[0], 100*r.RPSChange[1], 100*r.RPSChange[2], verdict(r.RPSVerdict))
 }

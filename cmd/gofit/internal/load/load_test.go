@@ -1,4 +1,4 @@
-package lab
+package load
 
 import (
 	"context"
@@ -26,11 +26,11 @@ func TestOpenLoopReusesConnections(t *testing.T) {
 	}
 	srv.Start()
 	defer srv.Close()
-	ld := NewLoader(maxOpenInFlight, nil)
+	ld := NewLoader(MaxOpenInFlight, nil)
 	defer ld.Close()
 	// 500 rps × 40 ms ≈ 20 in flight, above the old pool of 32 only in
 	// bursts; 1000 rps keeps ~40 in flight, over it all the time.
-	r := ld.Open(context.Background(), srv.URL, 1000, 1500*time.Millisecond)
+	r := ld.Open(context.Background(), NewMix(Get(srv.URL, nil), 1), 1000, 1500*time.Millisecond)
 	if r.Errors > 0 {
 		t.Fatalf("%d errors: %s", r.Errors, r.ErrorSummary())
 	}
@@ -57,7 +57,7 @@ func TestCancelledRequestsCount(t *testing.T) {
 	defer ld.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	r := ld.Closed(ctx, srv.URL, 0, 5*time.Second, 4)
+	r := ld.Closed(ctx, NewMix(Get(srv.URL, nil), 1), 0, 5*time.Second, 4)
 	if r.Cancelled != 4 || r.Errors != 4 {
 		t.Errorf("cancelled %d, errors %d; want the 4 in-flight requests counted", r.Cancelled, r.Errors)
 	}
@@ -77,11 +77,29 @@ func TestErrorsNameTheHTTPStatus(t *testing.T) {
 	defer srv.Close()
 	ld := NewLoader(2, nil)
 	defer ld.Close()
-	r := ld.Closed(context.Background(), srv.URL, 20, 0, 2)
+	r := ld.Closed(context.Background(), NewMix(Get(srv.URL, nil), 1), 20, 0, 2)
 	if r.Errors != 20 || r.Requests != 0 || r.ErrorKinds["HTTP 500 Internal Server Error"] != 20 {
 		t.Errorf("errors %d ok %d kinds %v", r.Errors, r.Requests, r.ErrorKinds)
 	}
 	if !strings.Contains(r.ErrorSummary(), "20 × HTTP 500 Internal Server Error") {
 		t.Errorf("summary %q", r.ErrorSummary())
+	}
+}
+
+// A server that closes the connection without answering is named so, not
+// lumped in with every other transport error.
+func TestErrorsNameAClosedConnection(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			c.Close()
+		}
+	}))
+	defer srv.Close()
+	ld := NewLoader(1, nil)
+	defer ld.Close()
+	r := ld.Closed(context.Background(), NewMix(Get(srv.URL, nil), 1), 5, 0, 1)
+	if r.ErrorKinds["connection closed before the response"] != 5 {
+		t.Errorf("error kinds %v", r.ErrorKinds)
 	}
 }

@@ -1,4 +1,4 @@
-package lab
+package load
 
 import (
 	"context"
@@ -34,7 +34,7 @@ func TestOpenLoopCountsTheStall(t *testing.T) {
 	defer l.Close()
 	start = time.Now()
 	close(ready)
-	res := l.Open(context.Background(), srv.URL, 100, 1500*time.Millisecond)
+	res := l.Open(context.Background(), NewMix(Get(srv.URL, nil), 1), 100, 1500*time.Millisecond)
 	if res.Errors > 0 || res.Requests < 140 {
 		t.Fatalf("%d requests, %d errors; want about 150 without errors", res.Requests, res.Errors)
 	}
@@ -62,7 +62,7 @@ func TestClosedLoopOmitsTheStall(t *testing.T) {
 	defer srv.Close()
 	l := NewLoader(1, nil)
 	defer l.Close()
-	res := l.Closed(context.Background(), srv.URL, 200, 0, 1)
+	res := l.Closed(context.Background(), NewMix(Get(srv.URL, nil), 1), 200, 0, 1)
 	if res.Requests != 200 || res.Max < 450 {
 		t.Errorf("%d requests, max %.1fms: want 200 and the stalled one near 500ms", res.Requests, res.Max)
 	}

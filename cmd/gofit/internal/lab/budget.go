@@ -1,0 +1,131 @@
+package lab
+
+import (
+	"fmt"
+	"time"
+)
+
+// The budget planner. Every phase is planned against --budget before it
+// starts and cut against it while it runs, so the study ends within the
+// budget plus one trial whatever the target's speed:
+//
+//   - the CPU study gets cpuShare of the budget; each open-loop window is
+//     as long as OpenSamples needs or as the CPU study's time left allows,
+//     whichever is shorter; adaptive repeats run only while one more fits;
+//   - the memory study gets the rest, less the check trial: the probes a
+//     fixed share of it, and each memory trial as many requests as the
+//     planned number of trials leaves time for; each setting's searches
+//     stop (FloorSearch.Allow) at that setting's share of the time left;
+//   - the check trial is kept back from the start.
+//
+// A target too slow to reach the sample minimums within the budget gets
+// the samples it has, wider intervals, and a note in lab.budget_notes
+// (lab.budget_limited is set).
+
+// cpuShare is the part of the budget the CPU study may spend.
+const cpuShare = 0.45
+
+// minOpenWindow is the shortest open-loop window the planner cuts to: 20
+// CFS periods. Below it a window says little about a quota.
+const minOpenWindow = 2 * time.Second
+
+// cpuBudget is the part of the budget the CPU study may spend, adaptive
+// repeats included; the memory study needs the rest.
+func (l *study) cpuBudget() time.Duration {
+	return time.Duration(float64(l.cfg.Budget) * cpuShare)
+}
+
+// elapsed is the study's wall time so far, statistics included.
+func (l *study) elapsed() time.Duration { return l.now().Sub(l.started) }
+
+// budgetNote records that the budget cut a phase short.
+func (l *study) budgetNote(format string, a ...any) {
+	l.res.Lab.BudgetLimited = true
+	l.note(&l.res.Lab.BudgetNotes, "budget", fmt.Sprintf(format, a...))
+}
+
+// runOverhead is what a CPU run costs besides its window: start, warm-up,
+// reads, statistics. Measured from the runs so far.
+func (l *study) runOverhead() time.Duration {
+	if l.overheadRuns == 0 {
+		return l.cfg.Warmup + time.Second
+	}
+	return l.overheadSum / time.Duration(l.overheadRuns)
+}
+
+// planOpenWindow is the open-loop window per run at rate for the quota
+// at index qi of cpuRows: what OpenSamples needs, cut so that the minimum open runs
+// of this and every later quota, and the closed runs of the later ones,
+// fit in the CPU study's time left.
+func (l *study) planOpenWindow(qi int, rate float64, configs int) time.Duration {
+	want := l.openWindow(rate)
+	if l.cfg.OpenDuration > 0 {
+		return want
+	}
+	rows := l.cpuRows()
+	later := len(rows) - qi - 1
+	runs := float64(configs * l.cfg.MinRepeats)
+	closedLater := time.Duration(float64(later)*runs) * (l.cfg.ClosedWindow + l.runOverhead())
+	left := l.cpuBudget() - l.elapsed() - closedLater
+	openRuns := float64(later+1) * runs
+	fit := time.Duration(float64(left)/openRuns) - l.runOverhead()
+	if fit >= want {
+		return want
+	}
+	win := max(fit, minOpenWindow).Round(100 * time.Millisecond)
+	l.budgetNote("open loop at %s: %v windows (%d latencies per cell at %.0f rps) instead of the %v that %d latencies need; p99 intervals are wider",
+		rowLabel(rows[qi], l.requestAt(rows[qi])), win, int(rate*win.Seconds())*l.cfg.MinRepeats, rate, want, l.cfg.OpenSamples)
+	return win
+}
+
+// memPlan is the memory study's plan for its closed-loop (survival)
+// trials: requests per trial and a time cap per trial.
+type memPlan struct {
+	requests int
+	maxTrial time.Duration
+}
+
+// memTrialsPlanned is how many closed-loop trials the memory study
+// expects per setting (the survival search with its confirmations).
+func (l *study) memTrialsPlanned() int {
+	if l.cfg.ConfirmOf <= 1 {
+		return 6
+	}
+	return 9
+}
+
+// planMemory sizes the survival trials to the time left, from the probes'
+// throughput: the same request count for every trial, so their peaks
+// compare, and no more than a third of each setting's share (the healthy
+// search gets the rest, memory.go) per planned trial allows.
+func (l *study) planMemory(probeRPS, probeSeconds float64) memPlan {
+	p := memPlan{requests: l.cfg.MemRequests}
+	if probeRPS <= 0 {
+		return p
+	}
+	left := l.cfg.Budget - l.elapsed() - checkReserve
+	trials := len(l.cfg.MemSettings) * l.memTrialsPlanned()
+	per := left / 3 / time.Duration(max(trials, 1))
+	// A trial's start-up and stop cost what the probes' did beyond their
+	// load.
+	overhead := time.Duration(max(probeSeconds-float64(l.cfg.MemRequests)/probeRPS, 0.5) * float64(time.Second))
+	if n := int(probeRPS * (per - overhead).Seconds()); n < p.requests {
+		p.requests = max(n, minMemRequests)
+		l.budgetNote("survival trials of %d requests instead of %d: at %.0f rps, %d trials in a third of the %v left need it; peaks and floors rest on a shorter load",
+			p.requests, l.cfg.MemRequests, probeRPS, trials, left.Round(time.Second))
+	}
+	// A trial that takes four times its plan is cut there: a target that
+	// slow at this limit is not healthy.
+	p.maxTrial = max(4*time.Duration(float64(p.requests)/probeRPS*float64(time.Second)), 5*time.Second)
+	return p
+}
+
+// minMemRequests is the fewest requests a survival trial sends.
+const minMemRequests = 50
+
+// probeCap is the time cap of one unlimited memory probe: a slow target
+// must not spend the memory study on its probes.
+func (l *study) probeCap() time.Duration {
+	left := l.cfg.Budget - l.elapsed() - checkReserve
+	return max(left/time.Duration(5*max(l.cfg.Probes, 1)), 5*time.Second)
+}

@@ -1,0 +1,71 @@
+package lab
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A slow target (node_exporter at 250m: ~25 rps closed loop, 15 rps
+// offered) used to wait 333 s per open-loop cell for 5,000 latencies. The
+// planner cuts the open windows to what the CPU study's share of the
+// budget allows, says so, and the study ends within that share plus one
+// run.
+func TestSlowTargetFitsTheBudget(t *testing.T) {
+	l, f := newFakeLab(t, 4*time.Minute)
+	l.cfg.Quotas = []float64{0.25}
+	l.cfg.CPUSettings = []string{SetProcs1, SetGoDefault, SetGofit}
+	f.rps = map[string]float64{SetGoDefault: 25, SetGofit: 25, SetProcsNCPU: 25}
+	var windows []time.Duration
+	inner := f.measure
+	l.measure = func(ctx context.Context, c cpuConfig, mode Mode, offered float64, window time.Duration, rep int) (CPUCell, error) {
+		if mode == Open {
+			windows = append(windows, window)
+		}
+		return inner(ctx, c, mode, offered, window, rep)
+	}
+	if err := l.cpuStudy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(windows) == 0 {
+		t.Fatal("no open-loop run")
+	}
+	want := l.openWindow(15)
+	for _, w := range windows {
+		if w >= want {
+			t.Errorf("open window %v: the %v that 5,000 latencies at 15 rps need does not fit a 4m budget", w, want)
+		}
+	}
+	if took, most := l.elapsed(), l.cpuBudget()+l.cfg.ClosedWindow+l.cfg.Warmup+time.Second; took > most {
+		t.Errorf("the CPU study took %v of the fake clock, want at most its share %v plus one run", took, l.cpuBudget())
+	}
+	if !l.res.Lab.BudgetLimited || !strings.Contains(strings.Join(l.res.Lab.BudgetNotes, "\n"), "open loop at 250m") {
+		t.Errorf("budget_limited %v, notes %q: want a note on the open loop", l.res.Lab.BudgetLimited, l.res.Lab.BudgetNotes)
+	}
+}
+
+// Survival trials of a slow target are sized to the time left: fewer
+// requests, the same for every trial, and a note; a fast target keeps
+// them all.
+func TestPlanMemoryForASlowTarget(t *testing.T) {
+	l, f := newFakeLab(t, 4*time.Minute)
+	l.cfg.MemSettings = []string{SetGofit, SetAutoMemLimit}
+	l.cfg.ConfirmNeed, l.cfg.ConfirmOf, l.cfg.MemRequests = 1, 1, 800
+	f.now = f.now.Add(110 * time.Second) // the CPU study's share spent
+	p := l.planMemory(25, 40)            // node_exporter: 25 rps, 800 requests took ~40 s
+	if p.requests >= l.cfg.MemRequests || p.requests < minMemRequests {
+		t.Errorf("%d requests per survival trial at 25 rps with ~110 s left", p.requests)
+	}
+	trials := time.Duration(len(l.cfg.MemSettings) * l.memTrialsPlanned())
+	if total, left := trials*time.Duration(float64(p.requests)/25*float64(time.Second)), l.cfg.Budget-l.elapsed()-checkReserve; total > left/3 {
+		t.Errorf("planned survival trials take %v of load, over a third of the %v left", total, left)
+	}
+	if !l.res.Lab.BudgetLimited {
+		t.Error("no budget note")
+	}
+	l2, _ := newFakeLab(t, 15*time.Minute)
+	if p := l2.planMemory(5000, 1.5); p.requests != l2.cfg.MemRequests || l2.res.Lab.BudgetLimited {
+		t.Errorf("fast target: %d requests, budget_limited %v", p.requests, l2.res.Lab.BudgetLimited)
+	}
+}
