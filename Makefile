@@ -27,7 +27,7 @@ image:
 # the webhook, the node agent and the library checked on what the kubelet
 # made. Fails (never skips) when the node cannot start. See docs/e2e.md.
 e2e:
-	$(GO) test -count=1 -v -timeout 60m -run '^(TestNode|TestDeployTogether)$$' ./kube/e2e
+	GOFIT_E2E=1 $(GO) test -count=1 -v -timeout 60m -run '^(TestNode|TestDeployTogether)$$' ./kube/e2e
 
 # The workspace (go.work) holds the library (.), the command (cmd/gofit) and
 # the Kubernetes parts (kube); "work" names every package in it. -p 1 runs

@@ -70,6 +70,7 @@ func newFakeLab(t *testing.T, budget time.Duration) (*study, *fakeCPU) {
 	t.Helper()
 	cfg := defaultConfig(false)
 	cfg.Quotas = []float64{0.5}
+	cfg.CPURequest = 0 // TestRequestRow has the request row
 	cfg.CPUSettings = []string{SetGoDefault, SetGofit, SetProcs1, SetProcsNCPU}
 	cfg.Budget = budget
 	cfg.Resamples = 150
