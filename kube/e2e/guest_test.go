@@ -825,11 +825,13 @@ func (g *guestRun) deleted(t *testing.T) {
 		dirs = append(dirs, podCgroup(p, string(p.UID)))
 	}
 	os.Remove("/etc/kubernetes/manifests/static-service.yaml")
-	if _, _, err := g.c.run("delete", "-f", "/src/kube/e2e/testdata/service.yaml", "--wait=true", "--timeout=3m"); err != nil {
+	// Foreground: the Deployment goes only after its pods, so that the wait
+	// below measures the kubelet, not the garbage collector's queue.
+	if _, _, err := g.c.run("delete", "-f", "/src/kube/e2e/testdata/service.yaml", "--cascade=foreground", "--wait=true", "--timeout=5m"); err != nil {
 		t.Error(err)
 	}
-	g.c.run("delete", "pod", "-n", "shop", "unfitted", "--ignore-not-found", "--wait=true", "--timeout=2m")
-	err := poll(3*time.Minute, "the deleted pods' cgroups gone", func() (bool, error) {
+	g.c.run("delete", "pod", "-n", "shop", "unfitted", "--ignore-not-found", "--wait=true", "--timeout=3m")
+	err := poll(5*time.Minute, "the deleted pods' cgroups gone", func() (bool, error) {
 		for _, d := range dirs {
 			if _, err := os.Stat(d); err == nil {
 				return false, fmt.Errorf("%s still there", d)
@@ -841,7 +843,7 @@ func (g *guestRun) deleted(t *testing.T) {
 		t.Error(err)
 	}
 	levels := []string{"/sys/fs/cgroup/kubepods", "/sys/fs/cgroup/kubepods/burstable", "/sys/fs/cgroup/kubepods/besteffort"}
-	err = poll(time.Minute, "no memory.min/low left at any level", func() (bool, error) {
+	err = poll(2*time.Minute, "no memory.min/low left at any level", func() (bool, error) {
 		var left []string
 		for _, d := range levels {
 			for _, f := range []string{"memory.min", "memory.low"} {
