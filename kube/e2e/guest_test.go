@@ -115,7 +115,7 @@ func (g *guestRun) webhook(t *testing.T) {
 	if got := ns.Labels["pod-security.kubernetes.io/enforce"]; got != "restricted" {
 		t.Errorf("gofit-system enforces %q, want restricted", got)
 	}
-	pods := g.waitDeployment(t, "gofit-system", "gofit-webhook", 2, 6*time.Minute)
+	pods := g.waitDeployment(t, "gofit-system", "gofit-webhook", 2, 10*time.Minute)
 	for _, p := range pods {
 		if p.Spec.NodeName != nodeName {
 			t.Errorf("webhook pod %s on %q, want %s (the anti-affinity is only preferred)", p.Name, p.Spec.NodeName, nodeName)
