@@ -72,8 +72,8 @@ func Suites() []Suite {
 		// controllers already. `make qos-v2` runs the whole experiment.
 		{Pkg: Module + "/cmd/gofit", Timeout: 8 * time.Minute,
 			Skip: map[Layout]string{
-				V2:     "^(TestLabQuick|TestLabInterrupted|TestLabErrors|TestWebhookSelfManaged)$",
-				Hybrid: "^(TestLabQuick|TestLabInterrupted|TestLabErrors|TestWebhookSelfManaged|TestLabFromPopulatedCgroup|TestNodeExperiment)$",
+				V2:     "^(TestLabQuick|TestLabInterrupted|TestLabErrors|TestWebhookSelfManaged|TestDocs)$",
+				Hybrid: "^(TestLabQuick|TestLabInterrupted|TestLabErrors|TestWebhookSelfManaged|TestLabFromPopulatedCgroup|TestNodeExperiment|TestDocs)$",
 			},
 			MustPass: map[Layout][]string{
 				V2:     {"TestInspectRealCgroup", "TestInspectCPURequestRealCgroup", "TestRunRealCgroup", "TestLabFromPopulatedCgroup", "TestNodeExperiment"},
