@@ -1,6 +1,9 @@
 package vmtest
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -86,5 +89,22 @@ func Suites() []Suite {
 		{Pkg: Module + "/kube/agent", Timeout: 4 * time.Minute,
 			Skip:     map[Layout]string{V2: "^TestEnvtest", Hybrid: "^TestEnvtest"},
 			MustPass: both("TestRealCgroups", "TestRealCgroups/cgroupfs", "TestRealCgroups/systemd", "TestRealReadOnlyMount")},
+	}
+}
+
+// SourceRoot is the repository root, the directory holding go.work, found
+// from the working directory upwards (go test runs in the package's).
+func SourceRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("no go.work in %s or above it", dir)
+		}
 	}
 }

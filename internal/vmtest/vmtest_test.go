@@ -113,18 +113,12 @@ func checkResult(t *testing.T, layout Layout, s Suite, res Result) {
 
 // sourceRoot is the repository root: the directory holding go.work.
 func sourceRoot(t *testing.T) string {
-	dir, err := os.Getwd()
+	t.Helper()
+	root, err := SourceRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for d := dir; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
-			return d
-		}
-		if filepath.Dir(d) == d {
-			t.Fatalf("no go.work above %s", dir)
-		}
-	}
+	return root
 }
 
 // buildSuites builds each suite's test binary, statically (CGO_ENABLED=0:

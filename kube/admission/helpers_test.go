@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	jsonpatch "github.com/evanphx/json-patch/v5"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 
@@ -65,31 +64,6 @@ func admit(t testing.TB, h http.Handler, pod *corev1.Pod) (*corev1.Pod, *admissi
 	return applyPatch(t, pod, resp), resp
 }
 
-func applyPatch(t testing.TB, pod *corev1.Pod, resp *admissionv1.AdmissionResponse) *corev1.Pod {
-	t.Helper()
-	raw, err := json.Marshal(pod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(resp.Patch) > 0 {
-		if resp.PatchType == nil || *resp.PatchType != admissionv1.PatchTypeJSONPatch {
-			t.Fatalf("patch type %v", resp.PatchType)
-		}
-		p, err := jsonpatch.DecodePatch(resp.Patch)
-		if err != nil {
-			t.Fatalf("decode patch %s: %v", resp.Patch, err)
-		}
-		if raw, err = p.Apply(raw); err != nil {
-			t.Fatalf("apply patch %s: %v", resp.Patch, err)
-		}
-	}
-	var out corev1.Pod
-	if err := json.Unmarshal(raw, &out); err != nil {
-		t.Fatal(err)
-	}
-	return &out
-}
-
 func newHandler(t testing.TB, opt fit.Options) *Handler {
 	t.Helper()
 	pol, err := fit.New(opt)
@@ -142,3 +116,6 @@ func record(t testing.TB, pod *corev1.Pod) *podplan.Record {
 	}
 	return r
 }
+
+// applyPatch applies a response's JSON patch to pod.
+var applyPatch = admissiontest.ApplyPatch

@@ -187,18 +187,12 @@ func gobuild(t *testing.T, dir string, args ...string) {
 
 // repoRoot is the directory holding go.work.
 func repoRoot(t *testing.T) string {
-	dir, err := os.Getwd()
+	t.Helper()
+	root, err := vmtest.SourceRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for d := dir; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
-			return d
-		}
-		if filepath.Dir(d) == d {
-			t.Fatalf("no go.work above %s", dir)
-		}
-	}
+	return root
 }
 
 // lineLog passes whole lines to t.Log.

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	jsonpatch "github.com/evanphx/json-patch/v5"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 
@@ -75,24 +74,4 @@ func post(t testing.TB, h http.Handler, body []byte) (int, *admissionv1.Admissio
 }
 
 // applyPatch applies a response's JSON patch to pod.
-func applyPatch(t testing.TB, pod *corev1.Pod, resp *admissionv1.AdmissionResponse) *corev1.Pod {
-	t.Helper()
-	raw, err := json.Marshal(pod)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(resp.Patch) > 0 {
-		p, err := jsonpatch.DecodePatch(resp.Patch)
-		if err != nil {
-			t.Fatalf("decode patch %s: %v", resp.Patch, err)
-		}
-		if raw, err = p.Apply(raw); err != nil {
-			t.Fatalf("apply patch %s: %v", resp.Patch, err)
-		}
-	}
-	var out corev1.Pod
-	if err := json.Unmarshal(raw, &out); err != nil {
-		t.Fatal(err)
-	}
-	return &out
-}
+var applyPatch = admissiontest.ApplyPatch

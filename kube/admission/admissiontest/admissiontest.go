@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	jsonpatch "github.com/evanphx/json-patch/v5"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -84,4 +85,31 @@ func EnvOf(c corev1.Container) map[string]string {
 		}
 	}
 	return out
+}
+
+// ApplyPatch applies a response's JSON patch (which must be a JSON Patch) to
+// pod and returns the patched copy.
+func ApplyPatch(t testing.TB, pod *corev1.Pod, resp *admissionv1.AdmissionResponse) *corev1.Pod {
+	t.Helper()
+	raw, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Patch) > 0 {
+		if resp.PatchType == nil || *resp.PatchType != admissionv1.PatchTypeJSONPatch {
+			t.Fatalf("patch type %v", resp.PatchType)
+		}
+		p, err := jsonpatch.DecodePatch(resp.Patch)
+		if err != nil {
+			t.Fatalf("decode patch %s: %v", resp.Patch, err)
+		}
+		if raw, err = p.Apply(raw); err != nil {
+			t.Fatalf("apply patch %s: %v", resp.Patch, err)
+		}
+	}
+	var out corev1.Pod
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatal(err)
+	}
+	return &out
 }
