@@ -196,6 +196,7 @@ func (r *Run) Boot(ctx context.Context) *Report {
 	}
 	cmd := exec.CommandContext(ctx, r.Tools.QEMU, args...)
 	cmd.WaitDelay = 5 * time.Second
+	dieWithParent(cmd)
 	con := &consoleTail{max: 64 << 10, out: r.Console, ready: func() { rep.Boot = time.Since(start) }}
 	cmd.Stdout, cmd.Stderr = con, con
 	// A sealed stdin: QEMU's stdio serial must not read the test's terminal.
