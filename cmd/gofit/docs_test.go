@@ -21,11 +21,14 @@ package main
 //   - Inline `--flags` in a command's page are that command's flags.
 //   - Go names in inline code (fit.New, fit.Plan.Environ) exist.
 //   - YAML and JSON blocks parse (a gofit.dev/plan annotation in YAML is a
-//     podplan.Record); gofit_* metric names and GOFIT_*
-//     variables are the code's; every relative link points at a file and,
-//     with #anchor, at a heading of it.
+//     podplan.Record); gofit_* metric names and GOFIT_* variables are the
+//     code's; every relative link points at a file and, with #anchor, at a
+//     heading of it; every make target is named somewhere.
+//   - README.md stays short; each docs/results page is indexed and dated,
+//     with its machine and command.
 //
-// Run just this with `make docs`.
+// Run just this with `make docs`; `make docs-update` rewrites the
+// output-of blocks. docs/development.md explains the markers to writers.
 
 import (
 	"bytes"
@@ -223,6 +226,7 @@ func TestDocs(t *testing.T) {
 			}
 		}
 	}
+	checkResultsPages(t, pages, byPath)
 	checkNames(t, pages)
 	checkMakeTargetsDocumented(t, pages, mk)
 }
@@ -314,9 +318,8 @@ func checkBlocks(t *testing.T, pg *mdPage, fl *flagTable, mk *makefile) {
 			}
 		case "sh", "bash", "shell":
 			cwd := ""
-			for i, cmd := range joinContinued(b.lines, false) {
+			for _, cmd := range joinContinued(b.lines, false) {
 				cwd = checkShell(t, fmt.Sprintf("%s:%d", pg.path, b.line+1+cmd.line), cmd.text, cwd, fl, mk, false)
-				_ = i
 			}
 		case "", "console", "text":
 			cwd := ""
@@ -1024,6 +1027,41 @@ func checkInline(t *testing.T, pg *mdPage, fl *flagTable, mk *makefile) {
 			if !found {
 				t.Errorf("%s: `--%s` is not a flag of gofit %s", where, m[1], strings.Join(cmdsHere, ", gofit "))
 			}
+		}
+	}
+}
+
+// ---- docs/results ----
+
+var dateRE = regexp.MustCompile(`\b20\d\d-\d\d-\d\d\b`)
+
+// checkResultsPages: each page of dated measurements is listed in
+// docs/results/README.md and gives a date, the machine and a command.
+func checkResultsPages(t *testing.T, pages []*mdPage, byPath map[string]*mdPage) {
+	index := byPath["docs/results/README.md"]
+	for _, pg := range pages {
+		if !strings.HasPrefix(pg.path, "docs/results/") || pg == index {
+			continue
+		}
+		text := strings.Join(pg.lines, "\n")
+		if index != nil && !strings.Contains(strings.Join(index.lines, "\n"), "("+strings.TrimPrefix(pg.path, "docs/results/")+")") {
+			t.Errorf("%s: not listed in docs/results/README.md", pg.path)
+		}
+		if !dateRE.MatchString(text) {
+			t.Errorf("%s: measurements without a date (YYYY-MM-DD)", pg.path)
+		}
+		if !strings.Contains(strings.ToLower(text), "machine") {
+			t.Errorf("%s: measurements without the machine they ran on", pg.path)
+		}
+		hasCmd := len(pg.blocks) > 0 || strings.Contains(text, "Command")
+		for _, l := range pg.prose {
+			for _, span := range inlineCodeRE.FindAllString(l, -1) {
+				code := strings.TrimPrefix(strings.Trim(span, "`"), "time ")
+				hasCmd = hasCmd || slices.ContainsFunc(inlineCommands, func(p string) bool { return strings.HasPrefix(code, p) })
+			}
+		}
+		if !hasCmd {
+			t.Errorf("%s: measurements without the command that produced them", pg.path)
 		}
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	admissionv1 "k8s.io/api/admission/v1"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -205,5 +207,22 @@ func TestGoVersionAssumed(t *testing.T) {
 		if got := hasWarning(res.Warnings, "below 1 core but Go's runtime default is 2"); got != want {
 			t.Errorf("assuming %q: sub-core warning %v, want %v (%q)", v, got, want, res.Warnings)
 		}
+	}
+}
+
+// Create and Resize read the annotations alike: an unreadable list fits
+// nothing at creation and is said again at a resize (Resize used to drop
+// the error and go on with defaults).
+func TestResizeReadsAnnotationsAsCreate(t *testing.T) {
+	h := newHandler(t, fit.Options{})
+	pod := withAnn(podOf("p", ctr("app", "1", "1Gi")), AnnotationContainers, "app=manual")
+	created, resp := admit(t, h, pod)
+	if !hasWarning(resp.Warnings, `mode "manual"`) || len(envOf(created.Spec.Containers[0])) != 0 {
+		t.Fatalf("create: %q %v", resp.Warnings, created.Spec.Containers[0].Env)
+	}
+	created.Spec.Containers[0].Resources.Limits[corev1.ResourceCPU] = resource.MustParse("3")
+	code, rr, body := post(t, h, review(t, created, admissionv1.Update, "resize"))
+	if code != 200 || len(rr.Patch) != 0 || !hasWarning(rr.Warnings, `mode "manual"`) {
+		t.Errorf("resize: %d %s", code, body)
 	}
 }

@@ -3,6 +3,7 @@ package memqos
 import (
 	"errors"
 	"fmt"
+	"math/big"
 	"math/bits"
 	"sort"
 	"strconv"
@@ -165,19 +166,22 @@ func Compute(in Input) (Result, error) {
 	}
 
 	// Safety: the node's total memory.min never exceeds its protected share.
-	var total int64
+	// The total is exact (a saturated sum would scale too little).
+	total := new(big.Int)
 	for i := range res.Pods {
-		total = addBytes(total, value(res.Pods[i].Settings, FileMin))
+		total.Add(total, big.NewInt(value(res.Pods[i].Settings, FileMin)))
 	}
-	if total > env.capMin {
+	if capMin := big.NewInt(env.capMin); total.Cmp(capMin) > 0 {
+		f, _ := new(big.Rat).SetFrac(capMin, total).Float64()
 		res.Warnings = append(res.Warnings, fmt.Sprintf(
-			"memory.min of all pods sums to %d bytes, over %.0f%% of node allocatable (%d); scaled by %.3f",
-			total, env.ratio*100, env.capMin, float64(env.capMin)/float64(total)))
-		why := fmt.Sprintf("; scaled by %d/%d to keep the node's memory.min within %.0f%% of allocatable", env.capMin, total, env.ratio*100)
+			"memory.min of all pods sums to %s bytes, over %.0f%% of node allocatable (%d); scaled by %.3f",
+			total, env.ratio*100, env.capMin, f))
+		why := fmt.Sprintf("; scaled by %d/%s to keep the node's memory.min within %.0f%% of allocatable", env.capMin, total, env.ratio*100)
 		scale := func(ss []Setting) {
 			for i := range ss {
 				if ss[i].File == FileMin && ss[i].Value > 0 {
-					ss[i].Value = floorPage(mulDiv(ss[i].Value, env.capMin, total), env.page)
+					v := new(big.Int).Mul(big.NewInt(ss[i].Value), capMin)
+					ss[i].Value = floorPage(v.Quo(v, total).Int64(), env.page) // at most the value: capMin < total
 					ss[i].Reason += why
 				}
 			}

@@ -54,7 +54,7 @@ func (l *study) runOverhead() time.Duration {
 }
 
 // planOpenWindow is the open-loop window per run at rate for the quota
-// at index qi: what OpenSamples needs, cut so that the minimum open runs
+// at index qi of cpuRows: what OpenSamples needs, cut so that the minimum open runs
 // of this and every later quota, and the closed runs of the later ones,
 // fit in the CPU study's time left.
 func (l *study) planOpenWindow(qi int, rate float64, configs int) time.Duration {
@@ -62,7 +62,8 @@ func (l *study) planOpenWindow(qi int, rate float64, configs int) time.Duration 
 	if l.cfg.OpenDuration > 0 {
 		return want
 	}
-	later := len(l.cfg.Quotas) - qi - 1
+	rows := l.cpuRows()
+	later := len(rows) - qi - 1
 	runs := float64(configs * l.cfg.MinRepeats)
 	closedLater := time.Duration(float64(later)*runs) * (l.cfg.ClosedWindow + l.runOverhead())
 	left := l.cpuBudget() - l.elapsed() - closedLater
@@ -73,7 +74,7 @@ func (l *study) planOpenWindow(qi int, rate float64, configs int) time.Duration 
 	}
 	win := max(fit, minOpenWindow).Round(100 * time.Millisecond)
 	l.budgetNote("open loop at %s: %v windows (%d latencies per cell at %.0f rps) instead of the %v that %d latencies need; p99 intervals are wider",
-		millicores(l.cfg.Quotas[qi]), win, int(rate*win.Seconds())*l.cfg.MinRepeats, rate, want, l.cfg.OpenSamples)
+		rowLabel(rows[qi], l.requestAt(rows[qi])), win, int(rate*win.Seconds())*l.cfg.MinRepeats, rate, want, l.cfg.OpenSamples)
 	return win
 }
 

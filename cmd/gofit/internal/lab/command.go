@@ -60,22 +60,36 @@ func Main(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stderr, "gofit lab: warning: cleanup: %v\n", err)
 		}
 	}()
+	// A temporary directory named for this process, so a later lab sweeps
+	// it if this one is killed: the sample's binary and the reference's
+	// copy live there.
+	dir, err := tempDir()
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
 	if cfg.Target.Path == "" {
 		// The embedded sample: this very binary, copied so its page cache
 		// can be evicted before each trial without touching the running
-		// lab. The directory is named for this process, so a later lab
-		// sweeps it if this one is killed.
-		dir, err := tempDir()
+		// lab.
+		self, err := os.Executable()
 		if err != nil {
 			return err
 		}
-		defer os.RemoveAll(dir)
-		path, err := copySelf(dir)
-		if err != nil {
+		path := filepath.Join(dir, "gofit-sample")
+		if err := copyFile(self, path); err != nil {
 			return err
 		}
 		cfg.Target = Target{Path: path, Args: []string{SampleCommand, "127.0.0.1:{port}"}, URL: "http://127.0.0.1:{port}/work"}
 		cfg.Sample = true
+	}
+	// The health trials' reference runs beside the limited target: from
+	// its own copy, so neither is charged for the other's page cache.
+	cfg.RefTarget = cfg.Target
+	cfg.RefTarget.Path = filepath.Join(dir, "reference-"+filepath.Base(cfg.Target.Path))
+	if err := copyFile(cfg.Target.Path, cfg.RefTarget.Path); err != nil {
+		cfg.RefTarget = Target{}
+		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("the health trials' reference shares %s with the limited run (%v): page cache one faults in is charged to the other", cfg.Target.Path, err))
 	}
 	cfg.Progress = stderr
 	for _, w := range cfg.Warnings {
@@ -114,30 +128,33 @@ func Main(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// copySelf copies the running executable into dir, for the sample.
-func copySelf(dir string) (string, error) {
-	self, err := os.Executable()
+// maxCopy bounds the executable copied for the reference.
+const maxCopy = 1 << 30
+
+// copyFile copies the executable src to dst, flushed so that dst's page
+// cache can be dropped before each trial.
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
 	if err != nil {
-		return "", err
+		return err
 	}
-	src, err := os.Open(self)
+	defer in.Close()
+	if st, err := in.Stat(); err != nil {
+		return err
+	} else if !st.Mode().IsRegular() || st.Size() > maxCopy {
+		return fmt.Errorf("%s: not a regular file of at most %d bytes", src, maxCopy)
+	}
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
 	if err != nil {
-		return "", err
+		return err
 	}
-	defer src.Close()
-	path := filepath.Join(dir, "gofit-sample")
-	dst, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		return "", err
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
 	}
-	if _, err := io.Copy(dst, src); err != nil {
-		dst.Close()
-		return "", err
+	if err := out.Sync(); err != nil {
+		out.Close()
+		return err
 	}
-	// Flush, so the page cache of the copy can be dropped before each trial.
-	if err := dst.Sync(); err != nil {
-		dst.Close()
-		return "", err
-	}
-	return path, dst.Close()
+	return out.Close()
 }

@@ -7,12 +7,14 @@ import (
 	"math"
 	"net/http"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
+	"github.com/gofit-dev/gofit/fit"
 )
 
 // CPU settings.
@@ -57,32 +59,42 @@ const (
 // Config is a study.
 type Config struct {
 	Target Target
+	// RefTarget is Target from its own copy of the binary: the health
+	// trials' reference runs beside the limited one, and one file's page
+	// cache would be charged to whichever touched it first. Zero: Target.
+	RefTarget Target
 	// Sample is set when Target is the embedded sample, whose main module
 	// is run with Go ≥ 1.25's GOMAXPROCS default (see README).
 	Sample bool
 
-	Quotas         []float64     // CPU quotas in cores
-	CPUSettings    []string      // of SetProcs1, SetGoDefault, SetGofit, SetProcsNCPU
-	MinRepeats     int           // of each CPU cell, interleaved
-	MaxRepeats     int           // adaptive repeats stop here
-	Requests       int           // closed loop: requests per window (0: ClosedWindow decides)
-	ClosedWindow   time.Duration // closed loop: window length (≥ 50 CFS periods)
-	Concurrency    int           // closed loop: workers
-	Warmup         time.Duration // before every window; excluded from every figure
-	OpenFraction   float64       // open loop: share of the quota's median closed-loop capacity
-	OpenSamples    int           // open loop: latencies per summary cell, pooled over repeats
-	OpenDuration   time.Duration // open loop: fixed window per run (0: OpenSamples decides)
-	MinOpenWindow  time.Duration
-	TargetRPS      float64       // open loop at this rate at every quota, and recommend for it
-	SLOP99         time.Duration // with TargetRPS: the p99 the recommendation must meet
-	Budget         time.Duration // wall time the adaptive repeats must fit in
-	MemSettings    []string      // of SetNone, SetGofit, SetLimitGCOff, SetAutoMemLimit
-	MemRequests    int           // requests per memory trial
-	Probes         int           // unlimited memory probes: the peak, and the capacity HealthShare is of
-	HealthShare    float64       // health trials: open-loop rate as a share of the probes' median rps
-	HealthWindow   time.Duration // health trials: each run's window
-	HealthPairs    int           // health trials: pairs (reference, limited) before the interval may decide
-	HealthMaxPairs int           // health trials: pairs at most; then the estimate decides
+	Quotas []float64 // CPU quotas in cores
+	// CPURequest adds the row "no limit, request R": no CPU quota, the CPU
+	// weight the kubelet gives R cores (cpu.shares), and gofit's
+	// GOMAXPROCS from the request times CPURequestFactor (opted in, as
+	// GOFIT_CPU_REQUEST_FACTOR does). 0: no such row.
+	CPURequest       float64
+	CPURequestFactor float64
+	CPUSettings      []string      // of SetProcs1, SetGoDefault, SetGofit, SetProcsNCPU
+	MinRepeats       int           // of each CPU cell, interleaved
+	MaxRepeats       int           // adaptive repeats stop here
+	Requests         int           // closed loop: requests per window (0: ClosedWindow decides)
+	ClosedWindow     time.Duration // closed loop: window length (≥ 50 CFS periods)
+	Concurrency      int           // closed loop: workers
+	Warmup           time.Duration // before every window; excluded from every figure
+	OpenFraction     float64       // open loop: share of the quota's median closed-loop capacity
+	OpenSamples      int           // open loop: latencies per summary cell, pooled over repeats
+	OpenDuration     time.Duration // open loop: fixed window per run (0: OpenSamples decides)
+	MinOpenWindow    time.Duration
+	TargetRPS        float64       // open loop at this rate at every quota, and recommend for it
+	SLOP99           time.Duration // with TargetRPS: the p99 the recommendation must meet
+	Budget           time.Duration // wall time the adaptive repeats must fit in
+	MemSettings      []string      // of SetNone, SetGofit, SetLimitGCOff, SetAutoMemLimit
+	MemRequests      int           // requests per memory trial
+	Probes           int           // unlimited memory probes: the peak, and the capacity HealthShare is of
+	HealthShare      float64       // health trials: open-loop rate as a share of the probes' median rps
+	HealthWindow     time.Duration // health trials: each run's window
+	HealthPairs      int           // health trials: pairs (reference, limited) before the interval may decide
+	HealthMaxPairs   int           // health trials: pairs at most; then the estimate decides
 	// HealthResolution is the healthy floor's step: the step the
 	// recommendation rounds to, and about what its run-to-run noise allows.
 	HealthResolution int64
@@ -104,6 +116,8 @@ func defaultConfig(quick bool) Config {
 	c := Config{
 		Quotas:           []float64{0.25, 0.5, 1, ncpu},
 		CPUSettings:      []string{SetProcs1, SetGoDefault, SetGofit, SetProcsNCPU},
+		CPURequest:       0.25,
+		CPURequestFactor: 1,
 		MinRepeats:       2,
 		MaxRepeats:       5,
 		ClosedWindow:     minPeriods * cfsPeriod,
@@ -133,6 +147,7 @@ func defaultConfig(quick bool) Config {
 	}
 	if quick {
 		c.Quotas = []float64{0.25}
+		c.CPURequest = 0 // the request row costs a quota's cells: not in the reduced study
 		c.CPUSettings = []string{SetProcs1, SetGoDefault, SetGofit}
 		c.MaxRepeats = 3
 		c.Budget = 4 * time.Minute
@@ -144,7 +159,10 @@ func defaultConfig(quick bool) Config {
 		c.Probes = 2
 		c.HealthMaxPairs = 3
 		c.Resolution = 4 << 20
-		c.ConfirmNeed, c.ConfirmOf = 1, 1
+		// The survival edge is confirmed 2 of 3 here too: the healthy floor
+		// rests on it (two --quick runs of the sample gave automemlimit 92
+		// and 100 MiB on one-trial edges).
+		c.ConfirmNeed, c.ConfirmOf = 2, 3
 	}
 	return c
 }
@@ -198,6 +216,9 @@ func (o Options) Config() (Config, error) {
 				return Config{}, usagef("--quotas: %q is not a number of cores between 0.01 and 1024", s)
 			}
 			cfg.Quotas = append(cfg.Quotas, q)
+		}
+		if cfg.CPURequest > 0 {
+			cfg.CPURequest = slices.Min(cfg.Quotas) // the request row asks for the smallest quota
 		}
 	}
 	for _, c := range []struct {
@@ -328,6 +349,14 @@ func (c Config) Validate() error {
 	for _, q := range c.Quotas {
 		if !(q >= 0.01 && q <= 1024) {
 			return usagef("--quotas: %g is not a number of cores between 0.01 and 1024", q)
+		}
+	}
+	if c.CPURequest < 0 || c.CPURequest > 1024 {
+		return usagef("Config.CPURequest %g: want 0 (no request row) to 1024 cores", c.CPURequest)
+	}
+	if c.CPURequest > 0 {
+		if err := fit.ValidCPURequestFactor(c.CPURequestFactor); err != nil {
+			return usagef("Config.CPURequestFactor: %v", err)
 		}
 	}
 	if len(c.CPUSettings) == 0 {

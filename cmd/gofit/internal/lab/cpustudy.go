@@ -15,6 +15,7 @@ import (
 
 type cpuConfig struct {
 	quota   float64
+	request float64 // the request row: no limit (quota 0), CPU weight of this many cores
 	setting string
 	sameAs  []string
 	env     map[string]string
@@ -38,7 +39,11 @@ func envKey(env map[string]string) string {
 // configs are the distinct environments at a quota. Settings giving the
 // target the same environment are one cell: measuring both would only
 // measure the noise twice. go-default, then gofit, names a shared cell.
-func (l *study) configs(q float64) []cpuConfig {
+func (l *study) configs(q float64) []cpuConfig { return l.configsRequest(q, 0) }
+
+// configsRequest is configs for a container with a CPU request: the
+// request row has q 0 (no limit).
+func (l *study) configsRequest(q, request float64) []cpuConfig {
 	var out []cpuConfig
 	idx := map[string]int{}
 	order := append([]string(nil), l.cfg.CPUSettings...)
@@ -53,16 +58,34 @@ func (l *study) configs(q float64) []cpuConfig {
 	}
 	sort.SliceStable(order, func(i, j int) bool { return rank(order[i]) < rank(order[j]) })
 	for _, s := range order {
-		env, procs, from := l.cpuEnv(s, q)
+		env, procs, from := l.cpuEnvRequest(s, q, request)
 		k := envKey(env)
 		if i, ok := idx[k]; ok {
 			out[i].sameAs = append(out[i].sameAs, s)
 			continue
 		}
 		idx[k] = len(out)
-		out = append(out, cpuConfig{quota: q, setting: s, sameAs: []string{}, env: env, procs: procs, from: from})
+		out = append(out, cpuConfig{quota: q, request: request, setting: s, sameAs: []string{}, env: env, procs: procs, from: from})
 	}
 	return out
+}
+
+// cpuRows are the CPU study's rows: its quotas, then, with
+// Config.CPURequest, the request row (no limit, key 0).
+func (l *study) cpuRows() []float64 {
+	if l.cfg.CPURequest > 0 {
+		return append(append([]float64(nil), l.cfg.Quotas...), 0)
+	}
+	return l.cfg.Quotas
+}
+
+// requestAt is the CPU request of row q: Config.CPURequest for the request
+// row, none for a quota.
+func (l *study) requestAt(q float64) float64 {
+	if q == 0 {
+		return l.cfg.CPURequest
+	}
+	return 0
 }
 
 type cellKey struct {
@@ -135,9 +158,9 @@ func (l *study) cpuStudy(ctx context.Context) error {
 			if errors.As(err, &se) {
 				// With no memory limit, a start that fails is the target's
 				// fault, and nothing measured after it would be trusted.
-				return fmt.Errorf("%w: cpu trial %s %s %s-loop: %v", errTargetFailed, millicores(c.quota), c.setting, mode, err)
+				return fmt.Errorf("%w: cpu trial %s %s %s-loop: %v", errTargetFailed, rowLabel(c.quota, c.request), c.setting, mode, err)
 			}
-			return fmt.Errorf("cpu trial %s %s %s-loop: %w", millicores(c.quota), c.setting, mode, err)
+			return fmt.Errorf("cpu trial %s %s %s-loop: %w", rowLabel(c.quota, c.request), c.setting, mode, err)
 		}
 		l.res.CPU = append(l.res.CPU, cell)
 		for i, t := range cell.Targets {
@@ -148,12 +171,12 @@ func (l *study) cpuStudy(ctx context.Context) error {
 			}
 			l.res.Targets[i].Merge(t)
 		}
-		l.progress("cpu %-5s %-15s %-6s rep %d: %5.0f rps, p99 %6.1fms", millicores(c.quota), c.setting, mode, rep, cell.RPS, cell.P99)
+		l.progress("cpu %-5s %-15s %-6s rep %d: %5.0f rps, p99 %6.1fms", rowLabel(c.quota, c.request), c.setting, mode, rep, cell.RPS, cell.P99)
 		if cell.TargetExited {
 			// No memory limit here: an exit is a crash. Stop rather than
 			// measure a dead service for minutes.
 			l.exited = true
-			return fmt.Errorf("%w: it exited during the %s %s %s-loop window (%d errors: %s)", errTargetFailed, millicores(c.quota), c.setting, mode, cell.Errors, errorKinds(cell.ErrorKinds))
+			return fmt.Errorf("%w: it exited during the %s %s %s-loop window (%d errors: %s)", errTargetFailed, rowLabel(c.quota, c.request), c.setting, mode, cell.Errors, errorKinds(cell.ErrorKinds))
 		}
 		return nil
 	}
@@ -169,8 +192,8 @@ func (l *study) cpuStudy(ctx context.Context) error {
 		}
 		return nil
 	}
-	for qi, q := range l.cfg.Quotas {
-		cs := l.configs(q)
+	for qi, q := range l.cpuRows() {
+		cs := l.configsRequest(q, l.requestAt(q))
 		all[q] = cs
 		for rep := 1; rep <= l.cfg.MinRepeats; rep++ {
 			if err := round(cs, Closed, rep); err != nil {
@@ -248,7 +271,7 @@ func (l *study) undecided(all map[float64][]cpuConfig) []repeatTask {
 			order = append(order, k)
 		}
 	}
-	for _, q := range l.cfg.Quotas {
+	for _, q := range l.cpuRows() {
 		for _, mode := range []Mode{Closed, Open} {
 			base := cellKey{q, SetGoDefault, mode}
 			baseRuns := l.runsOf(base)

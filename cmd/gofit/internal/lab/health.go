@@ -11,8 +11,8 @@ import (
 // it survives? Judged at a fixed open-loop rate (a share of the unlimited
 // service's capacity, so it serves the rate comfortably), on p99 and
 // errors, against a reference run of the same setting without a memory
-// limit. Reference and limited runs alternate in pairs (ABBA), so drift on
-// a shared machine reaches both alike; pairs are added until the
+// limit. Reference and limited runs go side by side, loaded at once, so
+// the moments of a shared machine reach both alike; pairs are added until the
 // bootstrap interval of the p99 ratio (limited ÷ reference) lies wholly on
 // one side of healthP99Factor, as the CPU study's verdicts do.
 
@@ -26,16 +26,19 @@ func (l *study) healthLoad() memLoad {
 	return memLoad{rate: l.res.Target.HealthRPS, window: l.cfg.HealthWindow}
 }
 
-// healthTrial judges one limit: pairs of runs, the reference environment
-// without a memory limit and env at limit, both at the health rate. A
-// limited run that does not survive ends the judgement at once.
+// healthTrial judges one limit: pairs of runs side by side, the reference
+// environment without a memory limit and env at limit, both at the
+// health rate. A limited run that does not survive ends the judgement.
 func (l *study) healthTrial(ctx context.Context, ref, env map[string]string, cpu float64, limit int64) MemTrial {
 	t := MemTrial{LimitBytes: limit, Outcome: OK, OfferedRPS: l.res.Target.HealthRPS}
 	var pairs []healthPair
 	refFailed := 0
-	limited := func() ([]stats.Block, bool) {
-		lt, r := l.memRun(ctx, env, cpu, limit, l.healthLoad())
-		t.Seconds += lt.Seconds
+	for t.Pairs < l.cfg.HealthMaxPairs && ctx.Err() == nil {
+		rt, rr, lt, lr := l.pairRun(ctx, ref, env, cpu, limit, l.healthLoad())
+		if ctx.Err() != nil {
+			break
+		}
+		t.Seconds += max(rt.Seconds, lt.Seconds)
 		t.PeakBytes = max(t.PeakBytes, lt.PeakBytes)
 		t.PageCacheBytes, t.MajorFaults, t.LimitHits = lt.PageCacheBytes, t.MajorFaults+lt.MajorFaults, t.LimitHits+lt.LimitHits
 		t.Errors += lt.Errors
@@ -44,39 +47,15 @@ func (l *study) healthTrial(ctx context.Context, ref, env map[string]string, cpu
 		}
 		if lt.Outcome != OK {
 			t.Outcome, t.Detail = lt.Outcome, lt.Detail
-			return nil, false
+			break
 		}
-		return r.Blocks, true
-	}
-	reference := func() []stats.Block {
-		rt, r := l.memRun(ctx, ref, cpu, 0, l.healthLoad())
-		t.Seconds += rt.Seconds
+		t.Pairs++
 		if rt.Outcome != OK {
 			// Not the limit's fault: the pair is left out, and the report
 			// says how many were.
 			refFailed++
-			return nil
-		}
-		return r.Blocks
-	}
-	for t.Pairs < l.cfg.HealthMaxPairs && ctx.Err() == nil {
-		var p healthPair
-		ok := true
-		if t.Pairs%2 == 0 {
-			if p.ref = reference(); ctx.Err() == nil {
-				p.limited, ok = limited()
-			}
 		} else {
-			if p.limited, ok = limited(); ok && ctx.Err() == nil {
-				p.ref = reference()
-			}
-		}
-		if !ok || ctx.Err() != nil {
-			break
-		}
-		t.Pairs++
-		if p.ref != nil {
-			pairs = append(pairs, p)
+			pairs = append(pairs, healthPair{ref: rr.Blocks, limited: lr.Blocks})
 		}
 		if t.Pairs >= l.cfg.HealthPairs {
 			if _, decided, _ := judgeHealth(l.healthBoot, pairs); decided {

@@ -78,20 +78,41 @@ type fakeMem struct {
 	floor, edge int64
 	peak        int64
 	base        float64 // ms, mean latency without a limit
-	mood        float64 // σ of the per-run log factor
+	mood        float64 // σ of the log factor of the machine's moment, per run (or per pair: both runs)
+	own         float64 // σ of each run's own log factor beside its pair
 	clock       *time.Time
 	runs        int
 	maxRunLimit int64
 }
 
 func (f *fakeMem) run(_ context.Context, _ map[string]string, _ float64, limit int64, ml memLoad) (MemTrial, load.Result) {
+	secs := ml.window.Seconds()
+	if ml.rate == 0 {
+		secs = 2
+	}
+	*f.clock = f.clock.Add(time.Duration(secs+1) * time.Second)
+	return f.runAt(limit, ml, math.Exp(f.mood*f.rng.NormFloat64()))
+}
+
+// pair runs the reference and the limited run side by side: the moment
+// of the machine (shared) reaches both, and each has a little noise of
+// its own.
+func (f *fakeMem) pair(_ context.Context, _, _ map[string]string, _ float64, limit int64, ml memLoad) (MemTrial, load.Result, MemTrial, load.Result) {
+	*f.clock = f.clock.Add(ml.window + 2*time.Second)
+	moment := math.Exp(f.mood * f.rng.NormFloat64())
+	own := func() float64 { return moment * math.Exp(f.own*f.rng.NormFloat64()) }
+	rt, rr := f.runAt(0, ml, own())
+	lt, lr := f.runAt(limit, ml, own())
+	return rt, rr, lt, lr
+}
+
+func (f *fakeMem) runAt(limit int64, ml memLoad, mood float64) (MemTrial, load.Result) {
 	f.runs++
 	f.maxRunLimit = max(f.maxRunLimit, limit)
 	secs := ml.window.Seconds()
 	if ml.rate == 0 {
 		secs = 2
 	}
-	*f.clock = f.clock.Add(time.Duration(secs+1) * time.Second)
 	t := MemTrial{LimitBytes: limit, Outcome: OK, PeakBytes: uint64(f.peak)}
 	if limit > 0 && limit < f.floor {
 		t.Outcome = OOMKilled
@@ -100,7 +121,7 @@ func (f *fakeMem) run(_ context.Context, _ map[string]string, _ float64, limit i
 	if limit > 0 {
 		t.PeakBytes = uint64(min(limit, f.peak))
 	}
-	ms := f.base * math.Exp(f.mood*f.rng.NormFloat64())
+	ms := f.base * mood
 	if limit > 0 {
 		ms *= 1 + math.Pow(float64(f.edge-f.floor)/float64(limit-f.floor+1), 3)
 	}
@@ -123,10 +144,11 @@ func newFakeMemLab(t *testing.T, seed int64, quick bool) (*study, *fakeMem) {
 	cfg.Multiples = nil
 	l := newLab(cfg)
 	clock := time.Unix(0, 0)
-	f := &fakeMem{rng: rand.New(rand.NewSource(seed)), floor: 60 * mib, edge: 80 * mib, peak: 100 * mib, base: 5, mood: 0.15, clock: &clock}
+	f := &fakeMem{rng: rand.New(rand.NewSource(seed)), floor: 60 * mib, edge: 80 * mib, peak: 100 * mib, base: 5, mood: 0.3, own: 0.1, clock: &clock}
 	l.started = clock
 	l.now = func() time.Time { return clock }
 	l.memRun = f.run
+	l.pairRun = f.pair
 	return l, f
 }
 
@@ -182,31 +204,29 @@ func TestHealthyFloorRepeats(t *testing.T) {
 	}
 }
 
-// The health trials alternate the reference and the limited run (ABBA),
-// and a limited run that is OOM killed ends the judgement at once.
+// The health trials run the reference (no limit) beside the limited run,
+// both at the health rate; a limited run that is OOM killed ends the
+// judgement at once.
 func TestHealthTrialPairs(t *testing.T) {
 	l, f := newFakeMemLab(t, 5, false)
 	l.res.Target.HealthRPS, l.res.Target.ProbeRPS = 200, 400
-	var limits []int64
-	run := f.run
-	l.memRun = func(ctx context.Context, env map[string]string, cpu float64, limit int64, ml memLoad) (MemTrial, load.Result) {
-		limits = append(limits, limit)
+	calls := 0
+	pair := f.pair
+	l.pairRun = func(ctx context.Context, ref, env map[string]string, cpu float64, limit int64, ml memLoad) (MemTrial, load.Result, MemTrial, load.Result) {
+		calls++
 		if ml.rate != 200 || ml.window != l.cfg.HealthWindow {
 			t.Errorf("health run at %g rps for %v, want 200 for %v", ml.rate, ml.window, l.cfg.HealthWindow)
 		}
-		return run(ctx, env, cpu, limit, ml)
+		return pair(ctx, ref, env, cpu, limit, ml)
 	}
 	tr := l.healthTrial(context.Background(), nil, nil, 0.5, 96*mib)
-	if !tr.Healthy || !tr.Decided || tr.Pairs != 2 || tr.P99Ratio == nil {
-		t.Errorf("far above the edge: %+v", tr)
+	if !tr.Healthy || !tr.Decided || tr.Pairs != 2 || calls != 2 || tr.P99Ratio == nil {
+		t.Errorf("far above the edge: %d pairs run, %+v", calls, tr)
 	}
-	if want := []int64{0, 96 * mib, 96 * mib, 0}; len(limits) != 4 || limits[0] != want[0] || limits[1] != want[1] || limits[2] != want[2] || limits[3] != want[3] {
-		t.Errorf("runs at %v, want ABBA %v", mibs(limits), mibs(want))
-	}
-	limits = nil
+	calls = 0
 	tr = l.healthTrial(context.Background(), nil, nil, 0.5, 40*mib)
-	if tr.Healthy || tr.Outcome != OOMKilled || len(limits) != 2 {
-		t.Errorf("under the floor: %+v after runs %v; want OOM killed after one pair", tr, mibs(limits))
+	if tr.Healthy || tr.Outcome != OOMKilled || calls != 1 {
+		t.Errorf("under the floor: %+v after %d pairs; want OOM killed after one", tr, calls)
 	}
 }
 
@@ -249,6 +269,17 @@ func TestRecommendMemoryNeverAboveTheRatio(t *testing.T) {
 			if !strings.Contains(strings.Join(rec.Reasons, "\n"), from) {
 				t.Errorf("reasons do not say %s: %q", from, rec.Reasons)
 			}
+			// gofit's own GOMEMLIMIT carries the marker, so a target with
+			// gofit's library refines it; the ratio's is not gofit's.
+			// (Where the ratio's value is what gofit's plan gives, it is.)
+			planned, _ := l.planEnv(0, rec.MemoryLimitBytes)
+			marked := strings.Contains(rec.Env[fit.MarkerVar], "GOMEMLIMIT="+rec.Env["GOMEMLIMIT"])
+			if want := planned["GOMEMLIMIT"] == rec.Env["GOMEMLIMIT"]; marked != want || !tc.wantRatioGOMEMLIM && !marked {
+				t.Errorf("env %v (gofit's plan %v): GOMEMLIMIT in the marker %v, want %v", rec.Env, planned, marked, want)
+			}
+			if !strings.Contains(rec.YAML, fit.MarkerVar) && !tc.wantRatioGOMEMLIM {
+				t.Errorf("YAML without the marker:\n%s", rec.YAML)
+			}
 		})
 	}
 }
@@ -267,5 +298,63 @@ func TestGofitMemoryEnvCarriesTheMarker(t *testing.T) {
 	}
 	if env, _, _ := l.cpuEnv(SetGofit, 0.5); env[fit.MarkerVar] != "" {
 		t.Errorf("cpu env %v carries the marker", env)
+	}
+}
+
+// The request row runs without a CPU limit at the request's CPU weight;
+// gofit's GOMAXPROCS there comes from the request (max(2, ceil(R ×
+// factor))), not the CPUs. It gets verdicts like a quota, a column of its
+// own, and no recommendation rests on it.
+func TestRequestRow(t *testing.T) {
+	l, _ := newFakeLab(t, time.Hour)
+	l.cfg.CPURequest, l.cfg.CPURequestFactor = 0.25, 1
+	l.cfg.MaxRepeats = 2
+	var requests []float64
+	measure := l.measure
+	l.measure = func(ctx context.Context, c cpuConfig, mode Mode, offered float64, window time.Duration, rep int) (CPUCell, error) {
+		if c.quota == 0 {
+			requests = append(requests, c.request)
+		}
+		cell, err := measure(ctx, c, mode, offered, window, rep)
+		cell.RequestCores = c.request
+		cell.GOMAXPROCS = c.procs
+		return cell, err
+	}
+	if err := l.cpuStudy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(requests) == 0 {
+		t.Fatal("no cell ran without a limit")
+	}
+	for _, r := range requests {
+		if r != 0.25 {
+			t.Errorf("a request-row cell asked for %g cores, want 0.25", r)
+		}
+	}
+	l.res.CPUSummary = l.summarizeCPU()
+	procs := map[string]int{}
+	for _, s := range l.res.CPUSummary {
+		if s.QuotaCores == 0 {
+			procs[s.Setting] = s.GOMAXPROCS
+			if s.RequestCores != 0.25 {
+				t.Errorf("request row summary %s: request %g", s.Setting, s.RequestCores)
+			}
+			if s.Setting != SetGoDefault && s.Verdict == nil && !s.Failed {
+				t.Errorf("request row %s %s: no verdict against go-default", s.Setting, s.Mode)
+			}
+		}
+	}
+	if procs[SetGofit] != 2 || procs[SetGoDefault] != 4 {
+		t.Errorf("request row GOMAXPROCS %v: want gofit 2 (from the 250m request), go-default 4 (the CPUs)", procs)
+	}
+	if qs := l.quotas(); len(qs) != 1 || qs[0] != 0.5 {
+		t.Errorf("quotas a recommendation may rest on: %v, want [0.5]", qs)
+	}
+	if rec := l.recommend(); rec.CPULimitCores != 0.5 && rec.CPULimitCores != 0 {
+		t.Errorf("recommended %g cores", rec.CPULimitCores)
+	}
+	cols := verdictTables(&l.res)[0].Quotas
+	if len(cols) != 2 || cols[0] != "500m" || cols[1] != "no limit, request 250m" {
+		t.Errorf("verdict table columns %q", cols)
 	}
 }

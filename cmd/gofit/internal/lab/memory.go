@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
@@ -25,20 +26,42 @@ type memLoad struct {
 // study's CPU limit) and drives load; it fails on an OOM kill, on errors,
 // or on a stall.
 func (l *study) memTrial(ctx context.Context, env map[string]string, cpu float64, limit int64, ml memLoad) (MemTrial, load.Result) {
+	return l.memDrive(ctx, l.memStart(ctx, l.cfg.Target, env, cpu, limit), ml)
+}
+
+// memStarted is a memory trial's target, started and not yet loaded.
+type memStarted struct {
+	tr    *trial // nil when the start failed (t says why)
+	t     MemTrial
+	began time.Time
+}
+
+// memStart starts tgt cold (its binary's page cache evicted) under the
+// limits.
+func (l *study) memStart(ctx context.Context, tgt Target, env map[string]string, cpu float64, limit int64) *memStarted {
 	l.sb.repin()
-	start := time.Now()
-	t := MemTrial{LimitBytes: limit}
-	tr, err := l.sb.start(ctx, l.cfg.Target, trialConfig{CPU: cpu, Memory: limit, Env: env})
+	m := &memStarted{t: MemTrial{LimitBytes: limit}, began: time.Now()}
+	tr, err := l.sb.start(ctx, tgt, trialConfig{CPU: cpu, Memory: limit, Env: env})
 	if err != nil {
-		t.Outcome, t.Detail = Errored, err.Error()
+		m.t.Outcome, m.t.Detail = Errored, err.Error()
 		if se, ok := err.(*startError); ok {
-			t.Outcome = se.Outcome
+			m.t.Outcome = se.Outcome
 		}
-		t.Seconds = time.Since(start).Seconds()
+		return m
+	}
+	m.tr = tr
+	m.t.ResidentBefore = tr.Resident
+	return m
+}
+
+// memDrive drives load at a started target, stops it and judges the run.
+func (l *study) memDrive(ctx context.Context, m *memStarted, ml memLoad) (MemTrial, load.Result) {
+	t, tr := m.t, m.tr
+	if tr == nil {
+		t.Seconds = time.Since(m.began).Seconds()
 		return t, load.Result{}
 	}
 	defer tr.Stop()
-	t.ResidentBefore = tr.Resident
 	probe := func() (uint64, uint64) {
 		m, _ := tr.g.MemoryStats()
 		return m.MajorFaults, m.MaxHits
@@ -60,7 +83,7 @@ func (l *study) memTrial(ctx context.Context, env map[string]string, cpu float64
 	s, _ := tr.Stats()
 	t.RPS, t.P99, t.Errors = r.RPS, r.P99, r.Errors
 	t.PeakBytes, t.PageCacheBytes, t.MajorFaults, t.LimitHits = s.Memory.Peak, s.Memory.File, s.Memory.MajorFaults, s.Memory.MaxHits
-	t.Seconds = time.Since(start).Seconds()
+	t.Seconds = time.Since(m.began).Seconds()
 	switch {
 	case s.Memory.OOMKills > 0:
 		t.Outcome, t.Detail = OOMKilled, fmt.Sprintf("%d OOM kills", s.Memory.OOMKills)
@@ -74,6 +97,30 @@ func (l *study) memTrial(ctx context.Context, env map[string]string, cpu float64
 		t.Outcome = OK
 	}
 	return t, r
+}
+
+// memPair runs the reference (env ref, no memory limit) and the limited
+// target (env at limit) side by side: both started cold, the limited one
+// first, then loaded at once, so every second of the window meets the
+// same machine in both. The reference runs from its own copy of the
+// binary (Config.RefTarget), so neither is charged for page cache the
+// other faulted in.
+func (l *study) memPair(ctx context.Context, ref, env map[string]string, cpu float64, limit int64, ml memLoad) (refT MemTrial, refR load.Result, limT MemTrial, limR load.Result) {
+	lm := l.memStart(ctx, l.cfg.Target, env, cpu, limit)
+	rt := l.cfg.RefTarget
+	if rt.Path == "" {
+		rt = l.cfg.Target
+	}
+	rm := l.memStart(ctx, rt, ref, cpu, 0)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		refT, refR = l.memDrive(ctx, rm, ml)
+	}()
+	limT, limR = l.memDrive(ctx, lm, ml)
+	wg.Wait()
+	return refT, refR, limT, limR
 }
 
 // survivalLoad is the survival trials' load.

@@ -72,11 +72,13 @@ func usable(s CPUSummary) bool {
 	return !s.Failed && (s.OfferedRPS == 0 || s.RPS.Value >= 0.95*s.OfferedRPS)
 }
 
+// quotas are the CPU limits studied, ascending; the request row (no
+// limit) is not one: nothing is recommended from it.
 func (l *study) quotas() []float64 {
 	seen := map[float64]bool{}
 	var qs []float64
 	for _, s := range l.res.CPUSummary {
-		if !seen[s.QuotaCores] {
+		if s.QuotaCores > 0 && !seen[s.QuotaCores] {
 			seen[s.QuotaCores] = true
 			qs = append(qs, s.QuotaCores)
 		}
@@ -213,6 +215,15 @@ func (l *study) recommend() Recommendation {
 			// rule, not gofit's GOMEMLIMIT, goes with the limit.
 			env["GOMEMLIMIT"] = strconv.FormatInt(int64(float64(rec.MemoryLimitBytes)*automemlimitRatio), 10)
 		}
+		// The marker names the values that are gofit's plan, as gofit run
+		// and the webhook export it: a target importing gofit's library
+		// then refines them in-process (it measures the memory outside its
+		// heap) instead of keeping them as the user's. Without it, a static
+		// GOMEMLIMIT blind to an off-heap cache OOM-killed the check trial
+		// of examples/offheap -live-mib 64 (docs/results/memory.md).
+		if m := markerOf(env, plan.Export); m != "" {
+			env[fit.MarkerVar] = m
+		}
 		rec.Env = env
 		for _, r := range plan.Reasons {
 			if mem.setting == SetAutoMemLimit && r.Var == "GOMEMLIMIT" {
@@ -232,6 +243,18 @@ func (l *study) recommend() Recommendation {
 	}
 	rec.YAML = deploymentYAML(rec)
 	return rec
+}
+
+// markerOf is the GOFIT_RUN value for the variables of env that hold
+// exactly what the plan exported: the ones gofit may refine.
+func markerOf(env, exported map[string]string) string {
+	var marks []string
+	for _, name := range fit.VarNames() {
+		if v, ok := env[name]; ok && name != fit.MarkerVar && exported[name] == v {
+			marks = append(marks, name+"="+v)
+		}
+	}
+	return strings.Join(marks, ",")
 }
 
 type memChoice struct {
@@ -298,7 +321,11 @@ func rpsCI(m Metric) string {
 // cpuVerdicts states the significant differences from go-default.
 func (l *study) cpuVerdicts() []string {
 	var out []string
-	for _, q := range l.quotas() {
+	rows := l.quotas()
+	if l.requestRow() > 0 {
+		rows = append(rows, 0)
+	}
+	for _, q := range rows {
 		var parts []string
 		for _, s := range l.res.CPUSummary {
 			if s.QuotaCores != q || s.Verdict == nil || *s.Verdict == stats.Same {
@@ -316,7 +343,7 @@ func (l *study) cpuVerdicts() []string {
 		if len(parts) == 0 {
 			parts = []string{"no setting differs significantly"}
 		}
-		out = append(out, fmt.Sprintf("at %s against go-default: %s", millicores(q), strings.Join(parts, "; ")))
+		out = append(out, fmt.Sprintf("at %s against go-default: %s", rowLabel(q, l.requestRow()), strings.Join(parts, "; ")))
 	}
 	return out
 }
@@ -342,7 +369,28 @@ func (l *study) memVerdicts() []string {
 }
 
 func millicores(c float64) string { return fmt.Sprintf("%dm", int(math.Round(c*1000))) }
-func mebi(b int64) string         { return fmt.Sprintf("%dMi", (b+(1<<20)-1)>>20) }
+
+// rowLabel names a CPU study row: its quota, or for the request row (q 0)
+// the request without a limit.
+func rowLabel(q, request float64) string {
+	if q == 0 {
+		return "no limit, request " + millicores(request)
+	}
+	return millicores(q)
+}
+
+// requestRow is the request of the CPU study's request row, 0 if none ran.
+func (l *study) requestRow() float64 { return requestOf(l.res.CPUSummary) }
+
+func requestOf(ss []CPUSummary) float64 {
+	for _, s := range ss {
+		if s.QuotaCores == 0 && s.RequestCores > 0 {
+			return s.RequestCores
+		}
+	}
+	return 0
+}
+func mebi(b int64) string { return fmt.Sprintf("%dMi", (b+(1<<20)-1)>>20) }
 
 func deploymentYAML(r Recommendation) string {
 	var b strings.Builder

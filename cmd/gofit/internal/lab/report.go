@@ -156,7 +156,9 @@ func verdictTables(r *Results) []verdictTable {
 			quotas = append(quotas, s.QuotaCores)
 		}
 	}
-	sort.Float64s(quotas)
+	// Ascending, the request row (no limit, 0) last.
+	sort.Slice(quotas, func(i, j int) bool { return quotas[j] == 0 || quotas[i] != 0 && quotas[i] < quotas[j] })
+	req := requestOf(r.CPUSummary)
 	var out []verdictTable
 	for _, mode := range []Mode{Open, Closed} {
 		t := verdictTable{Mode: mode, What: "open-loop p99 at equal offered load (lower is better)"}
@@ -164,7 +166,7 @@ func verdictTables(r *Results) []verdictTable {
 			t.What = "closed-loop throughput (higher is better)"
 		}
 		for _, q := range quotas {
-			t.Quotas = append(t.Quotas, millicores(q))
+			t.Quotas = append(t.Quotas, rowLabel(q, req))
 		}
 		for _, setting := range []string{SetGoDefault, SetGofit, SetProcs1, SetProcsNCPU} {
 			row := verdictRow{Label: setting}
@@ -265,7 +267,7 @@ Target <code>{{.R.Target.Command}}</code>. {{.R.Lab.Trials}} trials in {{printf 
 {{range .MemPlots}}{{.}}{{end}}
 <details><summary>Every CPU summary cell</summary>
 <table><tr><th>quota</th><th>setting</th><th>mode</th><th>GOMAXPROCS</th><th>offered rps</th><th>rps [95% CI]</th><th>p99 ms [95% CI]</th><th>repeats</th><th>samples</th><th>CPU efficiency</th><th>throttled s</th><th>errors</th><th>isolated</th><th>notes</th></tr>
-{{range .R.CPUSummary}}<tr{{if .Failed}} class="failed"{{end}}><td>{{printf "%.2f" .QuotaCores}}</td><td>{{.Setting}}{{range .SameAs}} = {{.}}{{end}}</td><td>{{.Mode}}</td><td>{{.GOMAXPROCS}}</td><td>{{if .OfferedRPS}}{{printf "%.0f" .OfferedRPS}}{{end}}</td>
+{{range .R.CPUSummary}}<tr{{if .Failed}} class="failed"{{end}}><td>{{if .QuotaCores}}{{printf "%.2f" .QuotaCores}}{{else}}none, request {{printf "%.2f" .RequestCores}}{{end}}</td><td>{{.Setting}}{{range .SameAs}} = {{.}}{{end}}</td><td>{{.Mode}}</td><td>{{.GOMAXPROCS}}</td><td>{{if .OfferedRPS}}{{printf "%.0f" .OfferedRPS}}{{end}}</td>
 <td>{{printf "%.0f" .RPS.Value}} [{{printf "%.0f" .RPS.CILow}}–{{printf "%.0f" .RPS.CIHigh}}]</td><td>{{printf "%.1f" .P99.Value}} [{{printf "%.1f" .P99.CILow}}–{{printf "%.1f" .P99.CIHigh}}]</td>
 <td>{{.Repeats}}</td><td>{{.Samples}}</td><td>{{printf "%.2f" .CPUEfficiency.Median}}</td><td>{{printf "%.2f" .ThrottledSeconds.Median}}</td><td>{{printf "%.2f" .ErrorShare}}</td><td>{{.Isolated}}</td><td>{{range .Notes}}{{.}}. {{end}}</td></tr>{{end}}
 </table></details>
@@ -318,10 +320,11 @@ func renderHTML(r *Results) ([]byte, error) {
 			d.Overlap = fmt.Sprintf("the target spent %.0f%% (median; %.0f–%.0f%%) of its CPU time on the generator's CPU %s.", s.Median*100, s.Min*100, s.Max*100, cpuList(r.Placement.Generator))
 		}
 	}
+	// The plots' x axis is the quota (log scale): the request row has none.
 	var quotas []float64
 	seen := map[float64]bool{}
 	for _, s := range r.CPUSummary {
-		if !seen[s.QuotaCores] {
+		if s.QuotaCores > 0 && !seen[s.QuotaCores] {
 			seen[s.QuotaCores] = true
 			quotas = append(quotas, s.QuotaCores)
 		}
@@ -335,7 +338,7 @@ func renderHTML(r *Results) ([]byte, error) {
 		for _, setting := range []string{SetGoDefault, SetGofit, SetProcs1, SetProcsNCPU} {
 			var pts []pt
 			for _, s := range r.CPUSummary {
-				if s.Mode == mode && s.is(setting) {
+				if s.Mode == mode && s.QuotaCores > 0 && s.is(setting) {
 					pts = append(pts, f(s))
 				}
 			}

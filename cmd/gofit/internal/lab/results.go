@@ -63,7 +63,8 @@ type LabInfo struct {
 
 // CPUCell is one CPU trial (one repeat) in one load mode.
 type CPUCell struct {
-	QuotaCores       float64             `json:"quota_cores"`
+	QuotaCores       float64             `json:"quota_cores"`             // 0: no limit (the request row)
+	RequestCores     float64             `json:"request_cores,omitempty"` // the request row: the CPU request its weight (cpu.shares) stands for
 	Setting          string              `json:"setting"`
 	SameAs           []string            `json:"same_as"` // settings that give the target the same environment, measured here once
 	Repeat           int                 `json:"repeat"`
@@ -112,7 +113,8 @@ type Metric struct {
 
 // CPUSummary is one (quota, setting, mode) over its repeats.
 type CPUSummary struct {
-	QuotaCores       float64         `json:"quota_cores"`
+	QuotaCores       float64         `json:"quota_cores"` // 0: no limit (the request row)
+	RequestCores     float64         `json:"request_cores,omitempty"`
 	Setting          string          `json:"setting"`
 	SameAs           []string        `json:"same_as"`
 	Mode             Mode            `json:"mode"`

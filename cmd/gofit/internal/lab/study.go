@@ -36,8 +36,11 @@ type study struct {
 	measure func(ctx context.Context, c cpuConfig, mode Mode, offered float64, window time.Duration, rep int) (CPUCell, error)
 	// memRun runs one memory trial; tests replace it with a fake.
 	memRun func(ctx context.Context, env map[string]string, cpu float64, limit int64, load memLoad) (MemTrial, load.Result)
-	now    func() time.Time
-	exited bool // the target exited during a CPU window: a crash
+	// pairRun runs a health trial's reference and limited runs side by
+	// side; tests replace it with a fake.
+	pairRun func(ctx context.Context, ref, env map[string]string, cpu float64, limit int64, load memLoad) (MemTrial, load.Result, MemTrial, load.Result)
+	now     func() time.Time
+	exited  bool // the target exited during a CPU window: a crash
 	// The planner's measurements (budget.go).
 	overheadSum  time.Duration
 	overheadRuns int
@@ -61,6 +64,7 @@ func runStudy(ctx context.Context, sb *Sandbox, cfg Config) (*Results, error) {
 	l.sb = sb
 	l.measure = l.sandboxMeasure
 	l.memRun = l.memTrial
+	l.pairRun = l.memPair
 	l.res.Machine = machine()
 	l.res.Target = TargetInfo{Command: strings.Join(append([]string{cfg.Target.Path}, cfg.Target.Args...), " "), URL: cfg.Target.URL, Sample: cfg.Sample, PageCache: "cold"}
 	if st, err := os.Stat(cfg.Target.Path); err == nil {
@@ -187,7 +191,7 @@ func (l *study) failure() string {
 		if cellFailed(c) {
 			failed++
 			if example == "" {
-				example = fmt.Sprintf("%s at %s %s-loop: %d errors in %d requests (%s)", c.Setting, millicores(c.QuotaCores), c.Mode, c.Errors, c.Errors+c.Requests, errorKinds(c.ErrorKinds))
+				example = fmt.Sprintf("%s at %s %s-loop: %d errors in %d requests (%s)", c.Setting, rowLabel(c.QuotaCores, c.RequestCores), c.Mode, c.Errors, c.Errors+c.Requests, errorKinds(c.ErrorKinds))
 			}
 		}
 	}

@@ -38,7 +38,7 @@ func (l *study) summarizeCPU() []CPUSummary {
 			s := summarize(xs)
 			return Metric{Min: s.Min, Median: s.Median, Max: s.Max}
 		}
-		s := CPUSummary{QuotaCores: k.q, Setting: k.setting, SameAs: g[0].SameAs, Mode: k.mode, GOMAXPROCS: g[0].GOMAXPROCS, OfferedRPS: g[0].OfferedRPS,
+		s := CPUSummary{QuotaCores: k.q, RequestCores: g[0].RequestCores, Setting: k.setting, SameAs: g[0].SameAs, Mode: k.mode, GOMAXPROCS: g[0].GOMAXPROCS, OfferedRPS: g[0].OfferedRPS,
 			Isolated: g[0].Isolated, Repeats: len(g), Notes: []string{},
 			RPS:              pick(func(c CPUCell) float64 { return c.RPS }),
 			P99:              pick(func(c CPUCell) float64 { return c.P99 }),

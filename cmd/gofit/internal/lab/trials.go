@@ -15,23 +15,36 @@ import (
 // planEnv is what `gofit run` would hand the target under these limits.
 // It is the lab's one call into the policy.
 func (l *study) planEnv(cores float64, mem int64) (map[string]string, fit.Plan) {
+	return l.planEnvRequest(cores, 0, mem)
+}
+
+// planEnvRequest is planEnv for a container that also requests request
+// cores: without a CPU limit, GOMAXPROCS follows the request times
+// Config.CPURequestFactor (GOFIT_CPU_REQUEST_FACTOR's policy).
+func (l *study) planEnvRequest(cores, request float64, mem int64) (map[string]string, fit.Plan) {
 	in := fit.Input{
 		Limits: cgroup.Limits{
 			CPU:    cgroup.CPULimits{Quota: cores, LeafQuota: cores, QuotaGroup: "(trial)"},
 			Memory: cgroup.MemoryLimits{Max: mem, MaxGroup: "(trial)"},
 		},
-		CPUs: l.ncpu,
-		Vars: l.baseEnv(),
+		CPUs:       l.ncpu,
+		CPURequest: request,
+		Vars:       l.baseEnv(),
 	}
 	if b, err := target.Read(l.cfg.Target.Path); err == nil {
 		b.Describe(&in)
 	}
-	p := fit.Policy{}.Plan(in)
+	pol := fit.Policy{}
+	if request > 0 {
+		// Validated with the config: New cannot fail here.
+		pol, _ = fit.New(fit.Options{CPURequestFactor: l.cfg.CPURequestFactor})
+	}
+	p := pol.Plan(in)
 	env := maps.Clone(p.Export)
 	// The marker only tells a target that imports gofit's library which
-	// values are gofit's (p.Export keeps it, for the memory trials). Left
-	// out here, identical environments are recognised as one (same_as) and
-	// it stays out of the recommended YAML.
+	// values are gofit's (p.Export keeps it, for the memory trials and the
+	// recommendation). Left out here, identical environments are
+	// recognised as one (same_as).
 	delete(env, fit.MarkerVar)
 	for k, v := range l.baseEnv() {
 		env[k] = v
@@ -41,8 +54,13 @@ func (l *study) planEnv(cores float64, mem int64) (map[string]string, fit.Plan) 
 
 // cpuEnv is a CPU setting's environment and the GOMAXPROCS it implies.
 func (l *study) cpuEnv(setting string, cores float64) (map[string]string, int, string) {
+	return l.cpuEnvRequest(setting, cores, 0)
+}
+
+// cpuEnvRequest is cpuEnv for a container requesting request cores.
+func (l *study) cpuEnvRequest(setting string, cores, request float64) (map[string]string, int, string) {
 	env := l.baseEnv()
-	genv, plan := l.planEnv(cores, 0)
+	genv, plan := l.planEnvRequest(cores, request, 0)
 	switch setting {
 	case SetProcs1:
 		env["GOMAXPROCS"] = "1"
@@ -98,7 +116,7 @@ func (l *study) memEnv(setting string, limit int64) map[string]string {
 // window is the load window.
 func (l *study) sandboxMeasure(ctx context.Context, c cpuConfig, mode Mode, offered float64, window time.Duration, rep int) (CPUCell, error) {
 	l.sb.repin()
-	tr, err := l.sb.start(ctx, l.cfg.Target, trialConfig{CPU: c.quota, Env: c.env, Warm: true})
+	tr, err := l.sb.start(ctx, l.cfg.Target, trialConfig{CPU: c.quota, CPUReq: c.request, Env: c.env, Warm: true})
 	if err != nil {
 		return CPUCell{}, err
 	}
@@ -136,7 +154,7 @@ func (l *study) sandboxMeasure(ctx context.Context, c cpuConfig, mode Mode, offe
 	if ctx.Err() != nil {
 		return CPUCell{}, ctx.Err()
 	}
-	cell := CPUCell{QuotaCores: c.quota, Setting: c.setting, SameAs: c.sameAs, Repeat: rep, GOMAXPROCS: procs, GOMAXPROCSFrom: c.from, Mode: mode,
+	cell := CPUCell{QuotaCores: c.quota, RequestCores: c.request, Setting: c.setting, SameAs: c.sameAs, Repeat: rep, GOMAXPROCS: procs, GOMAXPROCSFrom: c.from, Mode: mode,
 		Isolated: l.place != nil && l.place.Isolated, RPS: r.RPS, P50: r.P50, P90: r.P90, P99: r.P99, P999: r.P999,
 		Requests: r.Requests, Errors: r.Errors, Cancelled: r.Cancelled, ErrorKinds: r.ErrorKinds, Seconds: r.Seconds, GeneratorCPUSec: r.GenCPUSec,
 		TargetExited: tr.Exited(), blocks: r.Blocks, Targets: r.Targets}

@@ -15,8 +15,12 @@ import (
 // pool must keep as many idle connections, or requests pay for new TCP
 // connections inside their latency.
 func TestOpenLoopReusesConnections(t *testing.T) {
-	var conns atomic.Int64
+	var conns, inFlight, peak atomic.Int64
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
 		time.Sleep(40 * time.Millisecond)
 	}))
 	srv.Config.ConnState = func(c net.Conn, s http.ConnState) {
@@ -34,10 +38,13 @@ func TestOpenLoopReusesConnections(t *testing.T) {
 	if r.Errors > 0 {
 		t.Fatalf("%d errors: %s", r.Errors, r.ErrorSummary())
 	}
-	// Each connection serves one request at a time: at most the peak in
-	// flight (about 40, say 120 with scheduling jitter) are ever opened.
-	if n := conns.Load(); n > 120 {
-		t.Errorf("%d connections opened for %d requests: idle connections are being dropped", n, r.Requests)
+	// Each connection serves one request at a time, so a pool that keeps
+	// its idle connections opens about as many as were ever in flight at
+	// once (a loaded machine raises both alike); one that drops them opens
+	// one per request or so. The slack covers requests that were dialled
+	// but had not reached the handler when the peak was counted.
+	if n, p := conns.Load(), peak.Load(); n > 2*p+20 {
+		t.Errorf("%d connections opened for %d requests with at most %d in flight: idle connections are being dropped", n, r.Requests, p)
 	}
 }
 

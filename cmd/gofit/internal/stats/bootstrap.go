@@ -102,14 +102,23 @@ func (b *Bootstrap) CI(s Sample, st Stat) Interval {
 	return iv
 }
 
+// MinRuns is the fewest runs a side a verdict may rest on. Two were too
+// few on a shared machine: resampling two runs has three distinct
+// outcomes, so a neighbour's burst that fell on both runs of one setting
+// and neither of the other decided a verdict that the next study reversed
+// (go-httpbin, gomaxprocs=ncpu at 500m, open loop: worse, then better,
+// docs/results/lab-real-services.md). With three, one bursty run widens
+// the interval instead, and the adaptive repeats get their chance.
+const MinRuns = 3
+
 // Ratio is the interval of st(a)/st(base), resampling both independently.
-// With fewer than two runs or MinBlocks blocks on a side the interval is
-// (-Inf, +Inf): one run cannot show how runs differ, and a handful of
-// blocks has a handful of distinct resamples.
+// With fewer than MinRuns runs or MinBlocks blocks on a side the interval
+// is (-Inf, +Inf): too few runs cannot show how runs differ, and a handful
+// of blocks has a handful of distinct resamples.
 func (b *Bootstrap) Ratio(a, base Sample, st Stat) Interval {
 	pa, pb := prepare(a, st), prepare(base, st)
 	iv := Interval{Value: safeDiv(b.of(pa.all(), st), b.of(pb.all(), st))}
-	if len(a) < 2 || len(base) < 2 || a.Blocks() < MinBlocks || base.Blocks() < MinBlocks {
+	if len(a) < MinRuns || len(base) < MinRuns || a.Blocks() < MinBlocks || base.Blocks() < MinBlocks {
 		iv.Low, iv.High = math.Inf(-1), math.Inf(1)
 		return iv
 	}

@@ -106,6 +106,9 @@ func TestVerdicts(t *testing.T) {
 		{"half the latency", runs(3, fakeBlocks(rng, 30, 500, 0.05, 2)), StatP99, Better, true},
 		{"twice the latency", runs(3, fakeBlocks(rng, 30, 500, 0.05, 8)), StatP99, Worse, true},
 		{"same, one run: undecided", runs(1, fakeBlocks(rng, 30, 500, 0.05, 4)), StatRPS, Same, false},
+		// Two runs a side cannot decide, however clear they look: a burst
+		// on a shared machine can fall on both.
+		{"20% less throughput, two runs: undecided", runs(2, fakeBlocks(rng, 30, 400, 0.05, 4)), StatRPS, Same, false},
 		{"runs that disagree: undecided", append(runs(2, fakeBlocks(rng, 20, 500, 0.05, 4)), fakeBlocks(rng, 10, 650, 0.05, 4)), StatRPS, Same, false},
 	} {
 		r := b.Ratio(tc.s, base, tc.st)
