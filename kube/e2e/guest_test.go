@@ -336,9 +336,20 @@ func (g *guestRun) injected(t *testing.T) {
 	if m["gofit_gomaxprocs"] != 1 {
 		t.Errorf("the running service reports gofit_gomaxprocs %v, want 1", m["gofit_gomaxprocs"])
 	}
-	if int64(m["gofit_gomemlimit_bytes"]) != limit {
-		t.Errorf("the running service reports gofit_gomemlimit_bytes %v, want the injected %d", m["gofit_gomemlimit_bytes"], limit)
+	// The webhook marks what it injected (GOFIT_RUN), so the library takes
+	// the values over as gofit's own and refines GOMEMLIMIT with the non-Go
+	// memory it measures in-process, where the webhook could only assume
+	// fit.DefaultNonGo. What it applies is its own plan, never above what
+	// the webhook injected (measuring only lowers it; the ratio caps both)
+	// and never under a quarter of the limit.
+	got := int64(m["gofit_gomemlimit_bytes"])
+	if plan := int64(m["gofit_plan_gomemlimit_bytes"]); got != plan {
+		t.Errorf("the running service reports gofit_gomemlimit_bytes %d but its plan says %d: the library did not take the injected value over", got, plan)
 	}
+	if got <= 0 || got > limit || got < (128<<20)/4 {
+		t.Errorf("the running service reports gofit_gomemlimit_bytes %d: want gofit's own value in [32Mi, the injected %d]", got, limit)
+	}
+	t.Logf("GOMEMLIMIT injected %d, applied in-process %d", limit, got)
 }
 
 var sample = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$`)
