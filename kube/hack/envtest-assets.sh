@@ -20,19 +20,8 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export GOWORK=off GOFLAGS=-mod=mod
 
-progress() { # run "$@" and print a progress line every 30 s while it runs
-  local what=$1; shift
-  local start=$SECONDS
-  "$@" & local pid=$!
-  while kill -0 "$pid" 2>/dev/null; do
-    sleep 5
-    if (( (SECONDS - start) % 30 < 5 )) && kill -0 "$pid" 2>/dev/null; then
-      echo "envtest-assets: building $what... $((SECONDS - start))s" >&2
-    fi
-  done
-  wait "$pid"
-  echo "envtest-assets: built $what in $((SECONDS - start))s" >&2
-}
+# shellcheck source=progress.sh
+source "$(dirname "$0")/progress.sh"
 
 if [[ ! -x "$OUT/etcd" ]]; then
   mkdir -p "$work/etcd"

@@ -77,7 +77,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	src, err := sourceRoot()
+	src, err := vmtest.SourceRoot()
 	if err != nil {
 		return err
 	}
@@ -114,22 +114,6 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("gofit node experiment exited %d", rep.Results[0].ExitCode)
 	}
 	return nil
-}
-
-// sourceRoot is the repository root: the directory holding go.work.
-func sourceRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for d := dir; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.work")); err == nil {
-			return d, nil
-		}
-		if filepath.Dir(d) == d {
-			return "", fmt.Errorf("no go.work above %s: run it from the gofit source tree", dir)
-		}
-	}
 }
 
 func lastLines(s string, n int) string {
