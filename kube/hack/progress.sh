@@ -12,6 +12,11 @@ progress() {
       echo "$name: building $what... $((SECONDS - start))s" >&2
     fi
   done
-  wait "$pid"
+  local rc=0
+  wait "$pid" || rc=$?
+  if (( rc != 0 )); then
+    echo "$name: building $what failed (exit $rc)" >&2
+    return "$rc"
+  fi
   echo "$name: built $what in $((SECONDS - start))s" >&2
 }
