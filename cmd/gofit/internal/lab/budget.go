@@ -103,7 +103,7 @@ func (l *study) planMemory(probeRPS, probeSeconds float64) memPlan {
 	if probeRPS <= 0 {
 		return p
 	}
-	left := l.cfg.Budget - l.elapsed() - checkReserve
+	left := l.cfg.Budget - l.elapsed() - l.checkReserve()
 	trials := len(l.cfg.MemSettings) * l.memTrialsPlanned()
 	per := left / 3 / time.Duration(max(trials, 1))
 	// A trial's start-up and stop cost what the probes' did beyond their
@@ -120,12 +120,33 @@ func (l *study) planMemory(probeRPS, probeSeconds float64) memPlan {
 	return p
 }
 
+// defaultCheckReserve is the time kept back for the check trial until
+// the health trials have measured what a pair costs.
+const defaultCheckReserve = 20 * time.Second
+
+// pairCost is what one health pair (a reference and a limited run side by
+// side, started cold) has cost so far: the mean over every pair run, or
+// the health window plus the probes' start-up before any.
+func (l *study) pairCost() time.Duration {
+	if l.pairN == 0 {
+		return l.cfg.HealthWindow + 2*time.Second
+	}
+	return l.pairSum / time.Duration(l.pairN)
+}
+
+// checkReserve is the time kept back from the budget for the check trial:
+// the pairs it needs before its interval may decide, at what pairs have
+// cost so far (a slow target's start-up makes them dearer).
+func (l *study) checkReserve() time.Duration {
+	return max(defaultCheckReserve, time.Duration(l.cfg.HealthPairs)*l.pairCost())
+}
+
 // minMemRequests is the fewest requests a survival trial sends.
 const minMemRequests = 50
 
 // probeCap is the time cap of one unlimited memory probe: a slow target
 // must not spend the memory study on its probes.
 func (l *study) probeCap() time.Duration {
-	left := l.cfg.Budget - l.elapsed() - checkReserve
+	left := l.cfg.Budget - l.elapsed() - l.checkReserve()
 	return max(left/time.Duration(5*max(l.cfg.Probes, 1)), 5*time.Second)
 }

@@ -58,7 +58,7 @@ func TestPlanMemoryForASlowTarget(t *testing.T) {
 		t.Errorf("%d requests per survival trial at 25 rps with ~110 s left", p.requests)
 	}
 	trials := time.Duration(len(l.cfg.MemSettings) * l.memTrialsPlanned())
-	if total, left := trials*time.Duration(float64(p.requests)/25*float64(time.Second)), l.cfg.Budget-l.elapsed()-checkReserve; total > left/3 {
+	if total, left := trials*time.Duration(float64(p.requests)/25*float64(time.Second)), l.cfg.Budget-l.elapsed()-l.checkReserve(); total > left/3 {
 		t.Errorf("planned survival trials take %v of load, over a third of the %v left", total, left)
 	}
 	if !l.res.Lab.BudgetLimited {

@@ -29,15 +29,25 @@ func (l *study) healthLoad() memLoad {
 // healthTrial judges one limit: pairs of runs side by side, the reference
 // environment without a memory limit and env at limit, both at the
 // health rate. A limited run that does not survive ends the judgement.
+// After the first pair, no pair starts that the pairs so far say would end
+// after the study's budget: the trial is then judged on the pairs it has,
+// and says so (BudgetCut).
 func (l *study) healthTrial(ctx context.Context, ref, env map[string]string, cpu float64, limit int64) MemTrial {
 	t := MemTrial{LimitBytes: limit, Outcome: OK, OfferedRPS: l.res.Target.HealthRPS}
 	var pairs []healthPair
 	refFailed := 0
+	end := l.started.Add(l.cfg.Budget)
 	for t.Pairs < l.cfg.HealthMaxPairs && ctx.Err() == nil {
+		if t.Pairs > 0 && l.now().Add(l.pairCost()).After(end) {
+			t.BudgetCut = true
+			break
+		}
+		t0 := l.now()
 		rt, rr, lt, lr := l.pairRun(ctx, ref, env, cpu, limit, l.healthLoad())
 		if ctx.Err() != nil {
 			break
 		}
+		l.pairSum, l.pairN = l.pairSum+l.now().Sub(t0), l.pairN+1
 		t.Seconds += max(rt.Seconds, lt.Seconds)
 		t.PeakBytes = max(t.PeakBytes, lt.PeakBytes)
 		t.PageCacheBytes, t.MajorFaults, t.LimitHits = lt.PageCacheBytes, t.MajorFaults+lt.MajorFaults, t.LimitHits+lt.LimitHits

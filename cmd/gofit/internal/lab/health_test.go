@@ -358,3 +358,30 @@ func TestRequestRow(t *testing.T) {
 		t.Errorf("verdict table columns %q", cols)
 	}
 }
+
+// A health trial starts no pair that would end after the budget: the
+// check trial runs last, and before it did, --quick ended 10–17 s over its
+// 4 minutes on slow targets (issue 17).
+func TestHealthTrialStopsAtTheBudget(t *testing.T) {
+	l, f := newFakeMemLab(t, 5, true)
+	l.res.Target.HealthRPS, l.res.Target.ProbeRPS = 200, 400
+	f.mood = 1.5 // a noisy machine: the interval would want every pair
+	pair := l.cfg.HealthWindow + 2*time.Second // what the fake's pairs cost
+	// One and a half pairs left.
+	*f.clock = l.started.Add(l.cfg.Budget - pair*3/2)
+	tr := l.healthTrial(context.Background(), nil, nil, 0.5, 96*mib)
+	if tr.Pairs != 1 || !tr.BudgetCut {
+		t.Errorf("%d pairs (cut %v) with one and a half pairs of budget left, want 1 and cut", tr.Pairs, tr.BudgetCut)
+	}
+	if end := l.started.Add(l.cfg.Budget); f.clock.After(end) {
+		t.Errorf("the trial ended %v after the budget", f.clock.Sub(end))
+	}
+	if got := l.checkReserve(); got != max(defaultCheckReserve, time.Duration(l.cfg.HealthPairs)*pair) {
+		t.Errorf("check reserve %v after pairs of %v each", got, pair)
+	}
+	// With time enough it runs its pairs as before.
+	*f.clock = l.started
+	if tr := l.healthTrial(context.Background(), nil, nil, 0.5, 96*mib); tr.BudgetCut || tr.Pairs < l.cfg.HealthPairs {
+		t.Errorf("with the whole budget: %d pairs, cut %v", tr.Pairs, tr.BudgetCut)
+	}
+}

@@ -164,7 +164,7 @@ func (l *study) memoryStudy(ctx context.Context) error {
 		// setting starts only if a search as long as the ones before it
 		// (plus the check trial) still fits.
 		if i > 0 {
-			next := searched/time.Duration(i) + checkReserve
+			next := searched/time.Duration(i) + l.checkReserve()
 			if setting == SetGofit || setting == SetNone || setting == SetAutoMemLimit {
 				next = 0
 			}
@@ -177,7 +177,7 @@ func (l *study) memoryStudy(ctx context.Context) error {
 		// This setting's share of what is left of the budget, the check
 		// trial's time kept back: half for surviving, half for the health
 		// trials (fewer, but each is pairs of runs).
-		share := (l.cfg.Budget - l.now().Sub(l.started) - checkReserve) / time.Duration(len(l.cfg.MemSettings)-i)
+		share := (l.cfg.Budget - l.now().Sub(l.started) - l.checkReserve()) / time.Duration(len(l.cfg.MemSettings)-i)
 		share = max(share, 0)
 		ss := search
 		ss.Deadline = began.Add(share / 2)
@@ -242,10 +242,19 @@ func (l *study) memoryStudy(ctx context.Context) error {
 	// The table at multiples of the floor is the first thing to give up
 	// when time is short: the floors and the check trial matter more.
 	// Checked per cell, keeping the check trial's time back.
+	// A cell costs what a survival trial did.
+	var cellSum float64
+	cells := 0
+	for _, m := range l.res.Memory {
+		for _, t := range m.Trials {
+			cellSum, cells = cellSum+t.Seconds, cells+1
+		}
+	}
+	cell := time.Duration(cellSum / float64(max(cells, 1)) * float64(time.Second))
 table:
 	for _, mult := range l.cfg.Multiples {
 		for _, setting := range measured {
-			if l.now().Sub(l.started)+checkReserve > l.cfg.Budget {
+			if l.now().Sub(l.started)+cell+l.checkReserve() > l.cfg.Budget {
 				l.budgetNote("the budget (%v) ran out during the throughput table, at %gx the floor", l.cfg.Budget, mult)
 				break table
 			}
@@ -260,9 +269,6 @@ table:
 	}
 	return nil
 }
-
-// checkReserve is the time kept back from the budget for the check trial.
-const checkReserve = 20 * time.Second
 
 // checkRecommendation runs the recommended CPU and memory limits and
 // environment together, as the pod would get them, judged healthy as the
@@ -284,6 +290,9 @@ func (l *study) checkRecommendation(ctx context.Context) error {
 	t := l.healthTrial(ctx, ref, env, rec.CPULimitCores, rec.MemoryLimitBytes)
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if t.BudgetCut {
+		l.budgetNote("the budget cut the check trial to %d pairs: its verdict rests on them", t.Pairs)
 	}
 	rec.Check = &CheckTrial{MemTrial: t, ProbeRPS: l.res.Target.ProbeRPS, ProbeP99: l.res.Target.ProbeP99}
 	l.progress("check: %s CPU + %s memory together: %s", cpuLabel(rec.CPULimitCores), mebi(rec.MemoryLimitBytes), t.verdict())

@@ -39,6 +39,7 @@ type MemTrial struct {
 	P99Ratio       *stats.Interval `json:"p99_ratio,omitempty"`        // health trials: p99 ÷ the reference's, with its 95% interval
 	Pairs          int             `json:"pairs,omitempty"`            // health trials: reference and limited runs, alternating
 	Decided        bool            `json:"decided,omitempty"`          // health trials: the interval lay wholly on one side of 2 (else judged on the estimate)
+	BudgetCut      bool            `json:"budget_cut,omitempty"`       // health trials: the budget stopped it before its interval decided or its pairs ran out
 	Detail         string          `json:"detail,omitempty"`
 }
 
@@ -55,6 +56,9 @@ func (t MemTrial) verdict() string {
 	}
 	if !t.Decided {
 		v += " (undecided)"
+	}
+	if t.BudgetCut {
+		v += " (cut by the budget)"
 	}
 	r := "-"
 	if t.P99Ratio != nil {

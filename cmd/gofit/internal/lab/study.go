@@ -45,6 +45,8 @@ type study struct {
 	overheadSum  time.Duration
 	overheadRuns int
 	mem          memPlan
+	pairSum      time.Duration // health pairs run so far, and their wall time
+	pairN        int
 }
 
 // errTargetFailed means the target crashed or answered with errors where
