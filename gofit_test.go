@@ -697,8 +697,8 @@ func TestFileBudgetInProcess(t *testing.T) {
 		}
 		prev = p.GOMEMLIMIT
 	}
-	if n := f.NonGo(); n.HotFile != fit.HotFileAllowance {
-		t.Errorf("after 20 quiet minutes the budget is %s, want the floor %s", fit.FormatBytes(n.HotFile), fit.FormatBytes(fit.HotFileAllowance))
+	if n := f.NonGo(); n.HotFile != fit.FileBudgetFloor {
+		t.Errorf("after 20 quiet minutes the budget is %s, want the floor %s", fit.FormatBytes(n.HotFile), fit.FormatBytes(fit.FileBudgetFloor))
 	}
 	settled := f.Plan().GOMEMLIMIT
 	if settled <= first.GOMEMLIMIT {
@@ -706,11 +706,11 @@ func TestFileBudgetInProcess(t *testing.T) {
 	}
 	clock = clock.Add(time.Second)
 	refresh(1000) // one burst: a cold path paged in
-	if f.NonGo().HotFile != fit.HotFileAllowance {
+	if f.NonGo().HotFile != fit.FileBudgetFloor {
 		t.Errorf("one burst moved the budget to %s", fit.FormatBytes(f.NonGo().HotFile))
 	}
 	clock = clock.Add(time.Second)
-	if p := refresh(2000); f.NonGo().HotFile <= fit.HotFileAllowance || p.GOMEMLIMIT >= settled {
+	if p := refresh(2000); f.NonGo().HotFile <= fit.FileBudgetFloor || p.GOMEMLIMIT >= settled {
 		t.Errorf("refaults in two refreshes: budget %s, GOMEMLIMIT %s (was %s); want both to move", fit.FormatBytes(f.NonGo().HotFile), fit.FormatBytes(p.GOMEMLIMIT), fit.FormatBytes(settled))
 	}
 }

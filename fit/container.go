@@ -27,8 +27,8 @@ type Container struct {
 	CPUSource, MemorySource string
 	// NonGo is the memory the container charges outside the Go heap that
 	// cannot be reclaimed (cgo, off-heap caches, kernel memory, the hot
-	// part of the binary's pages), as the user states it; 0 means
-	// DefaultNonGo.
+	// part of the binary's pages), as the user declares it; 0 or less means
+	// none is known and GOMEMLIMIT is the memory ratio.
 	NonGo int64
 	// Vars holds the container's environment variables as its Go runtime
 	// will see them, with literal values (GOMAXPROCS, GOMEMLIMIT, GOGC,
@@ -41,14 +41,6 @@ type Container struct {
 	// runtime that does not read cgroups.
 	GoVersion string
 }
-
-// DefaultNonGo is the allowance PlanContainer makes for memory outside the
-// Go heap when the caller knows no better: the rule for a binary that has
-// not run (BinaryNonGo) for one of HotFileAllowance or more, that is
-// 8 MiB of hot file pages and 2 MiB of kernel memory. It only lowers
-// GOMEMLIMIT below the memory ratio in containers under about 110 MiB;
-// above that the ratio leaves more room.
-const DefaultNonGo = HotFileAllowance + KernelAllowance
 
 // PlanContainer is the policy for a container that is not running yet,
 // from its pod spec alone (the admission webhook's entry point):
@@ -87,11 +79,10 @@ func (pol Policy) PlanContainer(c Container) Plan {
 		request: clean(c.CPURequest), goVersion: c.GoVersion,
 	}, vars, opt)
 
-	// A stated allowance is taken as memory that cannot be reclaimed.
-	nonGo := NonGo{Anon: c.NonGo}
-	if c.NonGo <= 0 {
-		nonGo = BinaryNonGo(HotFileAllowance)
-	}
+	// A declared allowance is taken as memory that cannot be reclaimed;
+	// without one nothing is known before the process runs, and the plan
+	// is the ratio.
+	nonGo := NonGo{Anon: max(c.NonGo, 0)}
 	group := c.MemorySource
 	if group == "" {
 		group = "the container's resources.limits"

@@ -17,7 +17,7 @@ func ExamplePolicy_PlanContainer() {
 	p := pol.PlanContainer(fit.Container{
 		CPULimit:    0.5,                              // resources.limits.cpu in cores; 0 when unset
 		MemoryLimit: 256 << 20,                        // resources.limits.memory in bytes; 0 when unset
-		NonGo:       0,                                // memory outside the Go heap; 0 means fit.DefaultNonGo
+		NonGo:       0,                                // declared memory outside the Go heap; 0: the ratio
 		Vars:        map[string]string{"GOGC": "200"}, // the container's literal env
 	})
 	fmt.Println(p.Environ(nil)) // the env to add, each variable once, GOFIT_RUN included

@@ -21,8 +21,8 @@ type NonGo struct {
 	Kernel int64
 	// HotFile is the part of the file pages the process maps (its binary's
 	// text and data, mapped files) that must stay resident; the runtime
-	// library keeps it with FileBudget, `gofit run` from the binary's size
-	// (BinaryNonGo).
+	// library keeps it with FileBudget; before a process runs it is not
+	// known and not budgeted.
 	HotFile int64
 }
 
@@ -46,29 +46,24 @@ func (n NonGo) String() string {
 	return strings.Join(parts, ", ")
 }
 
-// The rule for a binary that has not started (`gofit run`, the lab, the
-// webhook's default): nothing can be measured, so
-//
-//	NonGo = {HotFile: min(PT_LOAD size, HotFileAllowance), Kernel: KernelAllowance}
-//
-// Measured on 2026-11-23 with internal/target/hottext (referenced bits
-// cleared after 10 s of load, then 20 s of load): the pages touched were
-// 3.9 MiB of the 61 MB sample (lab-sample), 4.6 MiB of go-httpbin
-// (8.9 MB) and 6.8 MiB of node_exporter (16.7 MB), counting every file
-// the process maps. The rest of a binary's text is cold and reclaimable;
-// budgeting it whole, as gofit did before, gave the 61 MB sample a
-// GOMEMLIMIT of 61 MiB at a 128 MiB limit.
-const (
-	HotFileAllowance = 8 << 20
-	KernelAllowance  = 2 << 20
-)
+// Before a process runs nothing is measured, and gofit budgets no non-Go
+// memory for it: `gofit run`, the lab and the webhook plan the memory
+// ratio unless the user declares non-Go memory (`gofit run --non-go`,
+// GOFIT_NON_GO, the webhook's gofit.dev/non-go-memory annotation). A
+// static estimate from the binary's size (min(PT_LOAD, 8 MiB) of hot file
+// plus 2 MiB of kernel) was measured on 2026-11-23 and did not pay: it
+// only went below the ratio in containers under about 110 MiB, and there
+// it cost go-httpbin its throughput (docs/results/memory.md). The hot text
+// a loaded binary touches, measured with internal/target/hottext, was
+// 3.9 MiB of the 61 MB sample, 4.6 MiB of go-httpbin and 6.8 MiB of
+// node_exporter, within the ratio's headroom; the kernel reclaims and
+// reads back text rather than OOM-killing.
 
-// BinaryNonGo is the non-Go estimate for a binary whose loadable segments
-// (PT_LOAD) are loadable bytes, before it runs; 0 means unknown (not an
-// ELF file) and gives only the kernel allowance.
-func BinaryNonGo(loadable int64) NonGo {
-	return NonGo{HotFile: min(max(loadable, 0), HotFileAllowance), Kernel: KernelAllowance}
-}
+// FileBudgetFloor is the least file memory FileBudget gives back to, unless
+// less is resident: 8 MiB covers the hot text measured in the three
+// services above, so the feedback step never starves a binary's code of
+// the pages it runs.
+const FileBudgetFloor = 8 << 20
 
 // FileBudget keeps NonGo.HotFile for a running process by a bounded
 // feedback step, the way senpai and Meta's TMO probe for the memory a
@@ -81,7 +76,7 @@ func BinaryNonGo(loadable int64) NonGo {
 //
 // It never oscillates: a step up also raises the floor to the new budget,
 // so after the first sign of pressure the budget can only stay or grow. It
-// stays within [min(resident, HotFileAllowance), the most resident ever
+// stays within [min(resident, FileBudgetFloor), the most resident ever
 // seen]. The zero value is ready; Next is pure (time comes in the sample).
 type FileBudget struct {
 	Bytes int64 // the budget now
@@ -120,7 +115,7 @@ const (
 func (b FileBudget) Next(s FileSample) FileBudget {
 	res := max(s.Resident, 0)
 	if !b.started {
-		return FileBudget{Bytes: res, Floor: min(res, HotFileAllowance), Max: res, quietSince: s.At, faults: s.Faults, started: true}
+		return FileBudget{Bytes: res, Floor: min(res, FileBudgetFloor), Max: res, quietSince: s.At, faults: s.Faults, started: true}
 	}
 	b.Max = max(b.Max, res)
 	step := max(int64(minFileStep), b.Max/16)

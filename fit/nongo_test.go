@@ -15,23 +15,47 @@ func memPlan(t *testing.T, limit int64, n NonGo) Plan {
 	return mustPolicy(t, Options{}).Plan(Input{Limits: cgroup.Limits{Memory: cgroup.MemoryLimits{Version: 2, Max: limit, MaxGroup: "/ctr"}}, CPUs: 1, NonGo: n})
 }
 
-// The issue's numbers. A 61 MB binary (the lab's sample) at a 128 MiB
-// limit, before it runs: only its hot text is budgeted, not the whole
-// PT_LOAD size (which gave 61 MiB before: 128 − 58.5 − 2 − 4 MiB).
-func TestLargeBinaryAt128MiB(t *testing.T) {
-	n := BinaryNonGo(61_325_672)
-	if n.HotFile != HotFileAllowance || n.Kernel != KernelAllowance || n.Anon != 0 {
-		t.Fatalf("BinaryNonGo(61 MB) = %+v", n)
-	}
-	p := memPlan(t, 128*mib, n)
-	ratio := int64(float64(128*mib) * Policy{}.Options().MemoryRatio)
-	if want := int64(128*mib - 10*mib - 4*mib); p.GOMEMLIMIT != want || p.GOMEMLIMIT > ratio {
-		t.Errorf("GOMEMLIMIT %s, want %s (ratio %s); %v", FormatBytes(p.GOMEMLIMIT), FormatBytes(want), FormatBytes(ratio), p.Reasons)
-	}
-	// A small binary (go-httpbin, 8.9 MB of PT_LOAD) budgets less than the
-	// allowance: what it has.
-	if n := BinaryNonGo(8_928_120); n.HotFile != HotFileAllowance || BinaryNonGo(4*mib).HotFile != 4*mib || BinaryNonGo(0).HotFile != 0 {
-		t.Errorf("BinaryNonGo: %+v, %+v", n, BinaryNonGo(4*mib))
+// The issue's numbers (issue 15). Before a process runs nothing is
+// measured and nothing is budgeted: the plan is the ratio, whatever the
+// binary's size. Measured in-process, a hot file and kernel memory smaller
+// than the ratio's headroom leave the ratio too.
+func TestNonGoRule(t *testing.T) {
+	ratio := func(limit int64) int64 { return int64(float64(limit) * DefaultMemoryRatio) }
+	for _, tc := range []struct {
+		name   string
+		limit  int64
+		c      Container // before it runs: PlanContainer, as the webhook plans
+		n      *NonGo    // in-process: Plan with what the library measured
+		want   int64
+		reason Reason
+	}{
+		// The lab's 61 MB sample at 128 MiB: 115.2 MiB (the old static
+		// budget gave 114 MiB; budgeting its whole PT_LOAD gave 61 MiB).
+		{name: "61 MB binary at 128MiB before it runs", limit: 128 * mib, c: Container{MemoryLimit: 128 * mib}, want: ratio(128 * mib), reason: ReasonRatio},
+		{name: "61 MB binary at 128MiB measured 4MiB hot + 2MiB kernel", limit: 128 * mib, n: &NonGo{HotFile: 4 * mib, Kernel: 2 * mib}, want: ratio(128 * mib), reason: ReasonRatio},
+		// go-httpbin at 24 MiB: 21.6 MiB. The static budget gave
+		// 24 − 10 − 1 = 13 MiB and served a tenth of the ratio's requests.
+		{name: "go-httpbin at 24MiB before it runs", limit: 24 * mib, c: Container{MemoryLimit: 24 * mib}, want: ratio(24 * mib), reason: ReasonRatio},
+		// 48 MiB declared off-heap at 128 MiB: 128 − 48 − 4 (margin) = 76 MiB.
+		{name: "48MiB declared off-heap at 128MiB", limit: 128 * mib, c: Container{MemoryLimit: 128 * mib, NonGo: 48 * mib}, want: 76 * mib, reason: ReasonUnmanaged},
+		// Measured in-process, with 2 MiB of kernel memory:
+		// 128 − 48 − 2 − 4 (margin) = 74 MiB.
+		{name: "48MiB measured off-heap + 2MiB kernel at 128MiB", limit: 128 * mib, n: &NonGo{Anon: 48 * mib, Kernel: 2 * mib}, want: 74 * mib, reason: ReasonUnmanaged},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var p Plan
+			if tc.n != nil {
+				p = memPlan(t, tc.limit, *tc.n)
+			} else {
+				p = mustPolicy(t, Options{}).PlanContainer(tc.c)
+			}
+			if p.GOMEMLIMIT != tc.want || p.GOMEMLIMITReason != tc.reason {
+				t.Errorf("GOMEMLIMIT %s (%s), want %s (%s); %v", FormatBytes(p.GOMEMLIMIT), p.GOMEMLIMITReason, FormatBytes(tc.want), tc.reason, p.Reasons)
+			}
+			if p.GOMEMLIMIT > ratio(tc.limit) {
+				t.Errorf("GOMEMLIMIT %s above the ratio's %s", FormatBytes(p.GOMEMLIMIT), FormatBytes(ratio(tc.limit)))
+			}
+		})
 	}
 }
 
@@ -150,8 +174,8 @@ func TestFileBudgetConvergesWithoutOscillating(t *testing.T) {
 				t.Errorf("the budget turned %d times; want at most once", c)
 			}
 			last := trace[len(trace)-1]
-			if want := min(max(tc.hot, min(tc.resident, HotFileAllowance)), tc.resident); last < want {
-				t.Errorf("settled at %s, below the hot set %s (floor %s)", FormatBytes(last), FormatBytes(tc.hot), FormatBytes(min(tc.resident, HotFileAllowance)))
+			if want := min(max(tc.hot, min(tc.resident, FileBudgetFloor)), tc.resident); last < want {
+				t.Errorf("settled at %s, below the hot set %s (floor %s)", FormatBytes(last), FormatBytes(tc.hot), FormatBytes(min(tc.resident, FileBudgetFloor)))
 			}
 			// Settled: the last hour does not move.
 			hour := trace[len(trace)-3600:]
@@ -159,7 +183,7 @@ func TestFileBudgetConvergesWithoutOscillating(t *testing.T) {
 				t.Errorf("still moving in the last hour: %s -> %s", FormatBytes(hour[0]), FormatBytes(last))
 			}
 			// Converging costs at most one step of headroom above the hot set.
-			if step := max(int64(minFileStep), tc.resident/16); tc.hot > HotFileAllowance && last > tc.hot+2*step {
+			if step := max(int64(minFileStep), tc.resident/16); tc.hot > FileBudgetFloor && last > tc.hot+2*step {
 				t.Errorf("settled at %s, more than two steps above the hot set %s", FormatBytes(last), FormatBytes(tc.hot))
 			}
 		})
@@ -169,7 +193,7 @@ func TestFileBudgetConvergesWithoutOscillating(t *testing.T) {
 func TestFileBudgetStartsWithEveryResidentPage(t *testing.T) {
 	start := time.Unix(0, 0)
 	b := FileBudget{}.Next(FileSample{At: start, Resident: 30 * mib, Faults: 5})
-	if b.Bytes != 30*mib || b.Floor != HotFileAllowance || b.Max != 30*mib {
+	if b.Bytes != 30*mib || b.Floor != FileBudgetFloor || b.Max != 30*mib {
 		t.Fatalf("first sample: %+v", b)
 	}
 	// Quiet for less than the hold: nothing moves.

@@ -2,8 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"os"
 
@@ -23,7 +25,13 @@ type planFlags struct {
 
 	requestFactor float64
 	requestMin    int
+
+	nonGo string // --non-go, or GOFIT_NON_GO when the flag is not given
 }
+
+// NonGoVar declares non-Go memory for `gofit run` and `gofit inspect`, as
+// the --non-go flag does (the flag wins).
+const NonGoVar = "GOFIT_NON_GO"
 
 func (p *planFlags) register(fs interface {
 	Float64Var(*float64, string, float64, string)
@@ -37,6 +45,45 @@ func (p *planFlags) register(fs interface {
 	fs.IntVar(&p.cpus, "cpus", 0, "CPUs the process may use (default: this process's affinity mask)")
 	fs.Float64Var(&p.requestFactor, "cpu-request-factor", 0, "without a CPU limit, GOMAXPROCS = ceil(CPU request × factor), the request read from cpu.shares/cpu.weight (0: off)")
 	fs.IntVar(&p.requestMin, "cpu-request-min", fit.DefaultCPURequestMin, "the least GOMAXPROCS from a CPU request: 1 or 2")
+	fs.StringVar(&p.nonGo, "non-go", "", "memory the process's cgroup is charged that GOMEMLIMIT does not bound and cannot be reclaimed\n(off-heap caches, cgo), e.g. 48Mi, 64MiB or bytes; GOMEMLIMIT leaves room for it (default: "+NonGoVar+", else none: the ratio)")
+}
+
+// declaredNonGo is the non-Go memory the user declares: --non-go, else
+// lookup's GOFIT_NON_GO, else none.
+func (p *planFlags) declaredNonGo(lookup func(string) (string, bool)) (fit.NonGo, error) {
+	name, v := "--non-go", p.nonGo
+	if v == "" {
+		var ok bool
+		if v, ok = lookup(NonGoVar); !ok || v == "" {
+			return fit.NonGo{}, nil
+		}
+		name = NonGoVar
+	}
+	n, err := parseSize(v)
+	if err != nil {
+		return fit.NonGo{}, fmt.Errorf("%w: %s %q: %v", errUsage, name, v, err)
+	}
+	// Declared memory is taken as anonymous: it cannot be reclaimed.
+	return fit.NonGo{Anon: n}, nil
+}
+
+// parseSize reads a byte count as GOMEMLIMIT writes one (64MiB, 1GiB,
+// 50331648) or as Kubernetes quantities do in binary units (48Mi, 1Gi).
+func parseSize(s string) (int64, error) {
+	for _, u := range []string{"Ki", "Mi", "Gi", "Ti"} {
+		if strings.HasSuffix(s, u) {
+			s += "B"
+			break
+		}
+	}
+	if s == "off" {
+		return 0, errors.New("want a size such as 48Mi, 64MiB or 50331648")
+	}
+	n, err := fit.ParseMemLimit(s)
+	if err != nil {
+		return 0, errors.New("want a size such as 48Mi, 64MiB or 50331648")
+	}
+	return n, nil
 }
 
 // policy validates the flags with the policy's own validators.
@@ -87,7 +134,11 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	r, err := inspect(*root, pf.cpus, policy)
+	nonGo, err := pf.declaredNonGo(os.LookupEnv)
+	if err != nil {
+		return err
+	}
+	r, err := inspect(*root, pf.cpus, policy, nonGo)
 	if err != nil {
 		return err
 	}
@@ -101,7 +152,7 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 
 // inspect reports on this process's container, with the plan for a Go
 // binary like gofit itself started in it (as `gofit run` would plan).
-func inspect(root string, cpus int, policy fit.Policy) (report.Report, error) {
+func inspect(root string, cpus int, policy fit.Policy, nonGo fit.NonGo) (report.Report, error) {
 	c, err := cgroup.NewFS(root).Self()
 	if err != nil {
 		return report.Report{}, err
@@ -120,5 +171,6 @@ func inspect(root string, cpus int, policy fit.Policy) (report.Report, error) {
 		in.CPUs = affinity.CPUs()
 	}
 	target.Self().Describe(&in)
+	in.NonGo = nonGo
 	return report.New(c, l, s, in, policy.Plan(in)), nil
 }

@@ -45,7 +45,11 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("command %q: %w", cmdArgs[0], err)
 	}
-	p, err := runPlan(*root, path, pf.cpus, policy, os.LookupEnv)
+	nonGo, err := pf.declaredNonGo(os.LookupEnv)
+	if err != nil {
+		return err
+	}
+	p, err := runPlan(*root, path, pf.cpus, policy, nonGo, os.LookupEnv)
 	if err != nil {
 		return err
 	}
@@ -90,9 +94,12 @@ func nonNil[T any](s []T) []T {
 }
 
 // runPlan is the plan for the binary at path about to run in this
-// process's container, with the environment lookup gives. Outside any
-// cgroup it changes nothing.
-func runPlan(root, path string, cpus int, policy fit.Policy, lookup func(string) (string, bool)) (fit.Plan, error) {
+// process's container, with the environment lookup gives and the non-Go
+// memory the user declares (none: the plan is the ratio; nothing is
+// measured before the process runs). Outside any cgroup it changes nothing.
+// The declaration is not exported: gofit's library inside the process
+// measures its non-Go memory itself, and what it measures wins.
+func runPlan(root, path string, cpus int, policy fit.Policy, nonGo fit.NonGo, lookup func(string) (string, bool)) (fit.Plan, error) {
 	c, err := cgroup.NewFS(root).Self()
 	if errors.Is(err, cgroup.ErrNoCgroup) {
 		return fit.Plan{Export: map[string]string{}, Reasons: []fit.Note{{Var: "GOMAXPROCS", Code: string(fit.ReasonNoLimit), Text: "no cgroup found: nothing to set"}}}, nil
@@ -113,8 +120,9 @@ func runPlan(root, path string, cpus int, policy fit.Policy, lookup func(string)
 	if err != nil && !errors.Is(err, target.ErrNotELF) {
 		return fit.Plan{}, err
 	}
-	// A script gets an unknown Go version and no page-cache estimate.
+	// A script gets an unknown Go version.
 	b.Describe(&in)
+	in.NonGo = nonGo
 	return policy.Plan(in), nil
 }
 

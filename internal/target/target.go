@@ -74,11 +74,10 @@ func setting(bi *debug.BuildInfo, key string) string {
 }
 
 // Describe fills in what the binary tells the policy about the process it
-// will become: its runtime, and the non-Go memory fit.BinaryNonGo budgets
-// for it (before it runs nothing better can be measured).
+// will become: its runtime. It budgets no non-Go memory: before the
+// process runs nothing is measured, and the size of its loadable segments
+// says little about the text it will touch (fit's FileBudgetFloor notes the
+// measurements); the caller adds what the user declares.
 func (b Binary) Describe(in *fit.Input) {
 	in.GoVersion, in.DefaultGODEBUG = b.GoVersion, b.DefaultGODEBUG
-	if b.LoadableBytes > 0 {
-		in.NonGo = fit.BinaryNonGo(b.LoadableBytes)
-	}
 }

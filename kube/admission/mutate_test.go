@@ -27,7 +27,8 @@ func TestQuantities(t *testing.T) {
 		// More cores than this machine has: the pod's limit alone decides.
 		{cpu: "64", want: map[string]string{"GOMAXPROCS": "64", "GOFIT_RUN": "GOMAXPROCS=64"}},
 		{mem: "1e9", want: map[string]string{"GOMEMLIMIT": "900000000", "GOFIT_RUN": "GOMEMLIMIT=900000000"}},
-		{mem: "128974848", want: map[string]string{"GOMEMLIMIT": "114458624", "GOFIT_RUN": "GOMEMLIMIT=114458624"}},
+		// 123 MiB without a non-go-memory annotation: the ratio (issue 15).
+		{mem: "128974848", want: map[string]string{"GOMEMLIMIT": "116077363", "GOFIT_RUN": "GOMEMLIMIT=116077363"}},
 		{mem: "1Gi", want: map[string]string{"GOMEMLIMIT": "966367641", "GOFIT_RUN": "GOMEMLIMIT=966367641"}},
 		{mem: "1G", want: map[string]string{"GOMEMLIMIT": "900000000", "GOFIT_RUN": "GOMEMLIMIT=900000000"}},
 		{cpu: "250m", mem: "512Mi", want: map[string]string{"GOMAXPROCS": "1", "GOMEMLIMIT": "483183820", "GOFIT_RUN": "GOMAXPROCS=1,GOMEMLIMIT=483183820"}},
@@ -96,7 +97,7 @@ func TestInitContainersAndSidecars(t *testing.T) {
 	if e := envOf(got.Spec.InitContainers[0]); len(e) != 0 {
 		t.Errorf("run-to-completion init container got %v", e)
 	}
-	if e := envOf(got.Spec.InitContainers[1]); e["GOMAXPROCS"] != "1" || e["GOMEMLIMIT"] != "119537664" {
+	if e := envOf(got.Spec.InitContainers[1]); e["GOMAXPROCS"] != "1" || e["GOMEMLIMIT"] != "120795955" {
 		t.Errorf("sidecar env %v", e)
 	}
 	if e := envOf(got.Spec.Containers[0]); e["GOMAXPROCS"] != "2" || e["GOMEMLIMIT"] != "966367641" {

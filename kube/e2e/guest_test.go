@@ -339,7 +339,7 @@ func (g *guestRun) injected(t *testing.T) {
 	// The webhook marks what it injected (GOFIT_RUN), so the library takes
 	// the values over as gofit's own and refines GOMEMLIMIT with the non-Go
 	// memory it measures in-process, where the webhook could only assume
-	// fit.DefaultNonGo. What it applies is its own plan, never above what
+	// the ratio (no static non-Go budget). What it applies is its own plan, never above what
 	// the webhook injected (measuring only lowers it; the ratio caps both)
 	// and never under a quarter of the limit.
 	got := int64(m["gofit_gomemlimit_bytes"])
