@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -87,8 +88,8 @@ func runSelfManaged(ctx context.Context, cfg *rest.Config, sm SelfManaged, lt le
 		log = *sm.Log
 	}
 	wait := lt.RestartMin
-	for run := 0; ; run++ {
-		mgr, err := newRotator(cfg, sm, lt, log, run)
+	for {
+		mgr, err := newRotator(cfg, sm, lt, log, rotators.Add(1))
 		if err != nil {
 			return err
 		}
@@ -114,10 +115,13 @@ func runSelfManaged(ctx context.Context, cfg *rest.Config, sm SelfManaged, lt le
 	}
 }
 
-// newRotator builds a manager with the rotator. Each run registers its
+// rotators numbers the rotators built in this process. Each registers its
 // controller under its own name: controller-runtime refuses a second
-// controller with one name in a process.
-func newRotator(cfg *rest.Config, sm SelfManaged, lt leaseTimings, log logr.Logger, run int) (manager.Manager, error) {
+// controller with one name in a process, even once the first has stopped.
+var rotators atomic.Int64
+
+// newRotator builds a manager with the rotator.
+func newRotator(cfg *rest.Config, sm SelfManaged, lt leaseTimings, log logr.Logger, run int64) (manager.Manager, error) {
 	ns := sm.Secret.Namespace
 	mgr, err := ctrl.NewManager(cfg, manager.Options{
 		Logger:                        log,

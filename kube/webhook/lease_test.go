@@ -59,7 +59,14 @@ func TestRotatorLosesLease(t *testing.T) {
 		ended <- runSelfManaged(rctx, asServiceAccount(cfg), SelfManaged{Secret: secret, WebhookConfig: "gofit-webhook", DNSName: "localhost",
 			CertFile: certFile, KeyFile: keyFile, LeaderElection: true, Metrics: srv.Metrics}, short)
 	}()
-	eventually(t, "a certificate in the Secret and the server ready", 60*time.Second, srv.Ready)
+	running := func() {
+		select {
+		case err := <-ended:
+			t.Fatalf("the rotator gave up: %v", err)
+		default:
+		}
+	}
+	eventually(t, "a certificate in the Secret and the server ready", 60*time.Second, func() bool { running(); return srv.Ready() })
 	ours := holder(t, cs)
 	if ours == "" {
 		t.Fatal("ready without a lease holder")
@@ -80,13 +87,6 @@ func TestRotatorLosesLease(t *testing.T) {
 		return err
 	}); err != nil {
 		t.Fatal(err)
-	}
-	running := func() {
-		select {
-		case err := <-ended:
-			t.Fatalf("the rotator gave up: %v", err)
-		default:
-		}
 	}
 	eventually(t, "the rotator to notice the lost lease and start again", 60*time.Second, func() bool {
 		running()
