@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -41,15 +42,44 @@ type SelfManaged struct {
 	CAValidity, CertValidity, RenewBefore, CheckEvery time.Duration
 
 	Log *logr.Logger
+
+	// Metrics, if set, counts the rotator's restarts.
+	Metrics *Metrics
 }
 
 // RotatorLeaseName is the Lease the replicas elect a rotator with.
 const RotatorLeaseName = "gofit-webhook-cert-rotator"
 
+// leaseTimings are the rotator's leader election timings. The rotator
+// checks every 12 hours, so nothing is lost by a slow hand-over; long
+// timings keep a slow API server (an emulated node, a loaded control
+// plane) from costing the lease. Tests shorten them.
+type leaseTimings struct {
+	Duration, RenewDeadline, RetryPeriod time.Duration
+	// RestartMin and RestartMax bound the wait before a new rotator after
+	// one ended; it doubles from RestartMin per consecutive restart.
+	RestartMin, RestartMax time.Duration
+}
+
+var rotatorLease = leaseTimings{
+	Duration: 60 * time.Second, RenewDeadline: 40 * time.Second, RetryPeriod: 10 * time.Second,
+	RestartMin: time.Second, RestartMax: time.Minute,
+}
+
 // RunSelfManaged runs the rotator until ctx ends. It needs API access: get,
 // list, watch and update on the Secret (in its namespace) and on the
 // MutatingWebhookConfiguration, and Leases for leader election.
+//
+// A rotator that ends with an error once running (a lost leader lease, an
+// API server that stopped answering) is logged and replaced by a fresh one
+// after a capped backoff: the server keeps serving from the Secret's
+// volume meanwhile. Only errors building the first rotator (bad options,
+// a config the manager rejects) end RunSelfManaged.
 func RunSelfManaged(ctx context.Context, cfg *rest.Config, sm SelfManaged) error {
+	return runSelfManaged(ctx, cfg, sm, rotatorLease)
+}
+
+func runSelfManaged(ctx context.Context, cfg *rest.Config, sm SelfManaged, lt leaseTimings) error {
 	if err := sm.check(); err != nil {
 		return err
 	}
@@ -57,21 +87,61 @@ func RunSelfManaged(ctx context.Context, cfg *rest.Config, sm SelfManaged) error
 	if sm.Log != nil {
 		log = *sm.Log
 	}
+	wait := lt.RestartMin
+	for {
+		mgr, err := newRotator(cfg, sm, lt, log, rotators.Add(1))
+		if err != nil {
+			return err
+		}
+		began := time.Now()
+		err = mgr.Start(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err == nil {
+			err = errors.New("stopped without an error")
+		}
+		if time.Since(began) > 10*lt.Duration {
+			wait = lt.RestartMin // it ran well for a while: start over
+		}
+		log.Error(err, "certificate rotator ended; the server keeps serving and a new rotator starts", "after", wait)
+		sm.Metrics.rotatorRestarted()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, lt.RestartMax)
+	}
+}
+
+// rotators numbers the rotators built in this process. Each registers its
+// controller under its own name: controller-runtime refuses a second
+// controller with one name in a process, even once the first has stopped.
+var rotators atomic.Int64
+
+// newRotator builds a manager with the rotator.
+func newRotator(cfg *rest.Config, sm SelfManaged, lt leaseTimings, log logr.Logger, run int64) (manager.Manager, error) {
 	ns := sm.Secret.Namespace
 	mgr, err := ctrl.NewManager(cfg, manager.Options{
-		Logger:                  log,
-		Metrics:                 metricsserver.Options{BindAddress: "0"}, // the webhook serves its own
-		HealthProbeBindAddress:  "0",
-		LeaderElection:          sm.LeaderElection,
-		LeaderElectionID:        RotatorLeaseName,
-		LeaderElectionNamespace: ns,
+		Logger:                        log,
+		Metrics:                       metricsserver.Options{BindAddress: "0"}, // the webhook serves its own
+		HealthProbeBindAddress:        "0",
+		LeaderElection:                sm.LeaderElection,
+		LeaderElectionID:              RotatorLeaseName,
+		LeaderElectionNamespace:       ns,
+		LeaseDuration:                 &lt.Duration,
+		RenewDeadline:                 &lt.RenewDeadline,
+		RetryPeriod:                   &lt.RetryPeriod,
+		LeaderElectionReleaseOnCancel: true, // a rollout hands the lease over at once
 		// Whatever the manager's own cache reads stays in our namespace.
 		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
 	})
 	if err != nil {
-		return fmt.Errorf("self-managed certificates: %w", err)
+		return nil, fmt.Errorf("self-managed certificates: %w", err)
 	}
 	cr := &rotator.CertRotator{
+		ControllerName:         fmt.Sprintf("cert-rotator-%d", run),
 		SecretKey:              sm.Secret,
 		CertDir:                filepath.Dir(sm.CertFile),
 		CertName:               filepath.Base(sm.CertFile),
@@ -92,12 +162,9 @@ func RunSelfManaged(ctx context.Context, cfg *rest.Config, sm SelfManaged) error
 		RestartOnSecretRefresh: false,
 	}
 	if err := rotator.AddRotator(mgr, cr); err != nil {
-		return fmt.Errorf("self-managed certificates: %w", err)
+		return nil, fmt.Errorf("self-managed certificates: %w", err)
 	}
-	if err := mgr.Start(ctx); err != nil {
-		return fmt.Errorf("self-managed certificates: %w", err)
-	}
-	return nil
+	return mgr, nil
 }
 
 // check names the first missing or inconsistent field.

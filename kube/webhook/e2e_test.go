@@ -425,20 +425,7 @@ func TestEndToEnd(t *testing.T) {
 		// Rotation: empty the Secret, as if the CA had expired. The
 		// rotator makes a new CA and certificate and rewrites caBundle; the
 		// server must follow without a restart.
-		s, err := cs.CoreV1().Secrets(secret.Namespace).Get(ctx, secret.Name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.Data = nil
-		if _, err := cs.CoreV1().Secrets(secret.Namespace).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		var after []byte
-		eventually(t, "a new CA in caBundle", 60*time.Second, func() bool {
-			after = caBundle(t, cl)
-			return len(after) > 0 && !bytes.Equal(after, before)
-		})
-		eventually(t, "the server to present the rotated certificate", 30*time.Second, func() bool { return servesCA(sm.Addr(), after) })
+		rotate(t, cs, cl, secret, sm.Addr(), before)
 		waitFitting(t, "admission after rotation")
 
 		// ...and no more than enough.
@@ -515,6 +502,29 @@ func syncSecret(ctx context.Context, cs kubernetes.Interface, key types.Namespac
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// rotate empties the Secret, as if the CA had expired, and waits for the
+// rotator to write a new CA into caBundle (other than before) and for the
+// server at addr to present a certificate from it, which it returns.
+func rotate(t testing.TB, cs kubernetes.Interface, cl client.Client, secret types.NamespacedName, addr string, before []byte) []byte {
+	t.Helper()
+	ctx := context.Background()
+	s, err := cs.CoreV1().Secrets(secret.Namespace).Get(ctx, secret.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Data = nil
+	if _, err := cs.CoreV1().Secrets(secret.Namespace).Update(ctx, s, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var after []byte
+	eventually(t, "a new CA in caBundle", 60*time.Second, func() bool {
+		after = caBundle(t, cl)
+		return len(after) > 0 && !bytes.Equal(after, before)
+	})
+	eventually(t, "the server to present the rotated certificate", 30*time.Second, func() bool { return servesCA(addr, after) })
+	return after
 }
 
 func retryConflict(f func() error) error {

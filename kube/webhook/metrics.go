@@ -24,6 +24,7 @@ type Metrics struct {
 	latency    *prometheus.HistogramVec
 	certExpiry prometheus.Gauge
 	certLoads  prometheus.Counter
+	restarts   prometheus.Counter
 }
 
 // codes are the HTTP status codes the handler answers with; any other is
@@ -54,8 +55,12 @@ func NewMetrics() *Metrics {
 			Name: "gofit_webhook_certificate_loads_total",
 			Help: "Serving certificates loaded (the first and each renewal).",
 		}),
+		restarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gofit_webhook_rotator_restarts_total",
+			Help: "Self-managed certificate rotators that ended (a lost leader lease, an API error) and were started again.",
+		}),
 	}
-	m.Registry.MustRegister(m.admissions, m.latency, m.certExpiry, m.certLoads,
+	m.Registry.MustRegister(m.admissions, m.latency, m.certExpiry, m.certLoads, m.restarts,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -94,4 +99,10 @@ func (m *Metrics) certLoaded(c tls.Certificate) {
 		m.certExpiry.Set(float64(leaf.NotAfter.Unix()))
 	}
 	m.certLoads.Inc()
+}
+
+func (m *Metrics) rotatorRestarted() {
+	if m != nil {
+		m.restarts.Inc()
+	}
 }

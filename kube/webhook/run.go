@@ -46,6 +46,9 @@ func Run(ctx context.Context, cfg Config) error {
 		if err != nil {
 			return fmt.Errorf("self-managed certificates need API access: %w", err)
 		}
+		if sm.Metrics == nil {
+			sm.Metrics = srv.Metrics
+		}
 		if cfg.Log != nil && sm.Log == nil {
 			lr := logr.FromSlogHandler(cfg.Log.Handler())
 			sm.Log = &lr
@@ -53,7 +56,10 @@ func Run(ctx context.Context, cfg Config) error {
 		go func() {
 			err := RunSelfManaged(ctx, rc, *sm)
 			if err != nil {
-				cancel() // without a certificate keeper, stop: the Deployment restarts us
+				// Only a rotator that cannot be built at all ends here
+				// (a lost lease starts a new one): stop, the
+				// Deployment restarts us and the error says why.
+				cancel()
 			}
 			rotErr <- err
 		}()
