@@ -365,7 +365,7 @@ func TestRequestRow(t *testing.T) {
 func TestHealthTrialStopsAtTheBudget(t *testing.T) {
 	l, f := newFakeMemLab(t, 5, true)
 	l.res.Target.HealthRPS, l.res.Target.ProbeRPS = 200, 400
-	f.mood = 1.5 // a noisy machine: the interval would want every pair
+	f.mood = 1.5                               // a noisy machine: the interval would want every pair
 	pair := l.cfg.HealthWindow + 2*time.Second // what the fake's pairs cost
 	// One and a half pairs left.
 	*f.clock = l.started.Add(l.cfg.Budget - pair*3/2)
