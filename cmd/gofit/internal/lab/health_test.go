@@ -184,10 +184,19 @@ func TestHealthyFloorRepeats(t *testing.T) {
 				if h < *m.FloorBytes || h > f.peak*5/4+res {
 					t.Errorf("seed %d, %s: healthy floor %d MiB outside [survival %d, 1.25 × peak + step]", seed, m.Setting, h>>20, *m.FloorBytes>>20)
 				}
+				healthyAt := 0
 				for _, ht := range m.HealthyTrials {
 					if ht.Pairs < l.cfg.HealthPairs && ht.Outcome == OK || ht.Pairs > l.cfg.HealthMaxPairs {
 						t.Errorf("seed %d: a health trial of %d pairs (min %d, max %d)", seed, ht.Pairs, l.cfg.HealthPairs, l.cfg.HealthMaxPairs)
 					}
+					if ht.LimitBytes == h && ht.Healthy {
+						healthyAt++
+					}
+				}
+				// One healthy trial at the edge is a coin flip: the floor
+				// is a limit found healthy twice.
+				if healthyAt < 2 {
+					t.Errorf("seed %d, %s: healthy floor %d MiB rests on %d healthy trial(s) there", seed, m.Setting, h>>20, healthyAt)
 				}
 				floors[m.Setting] = append(floors[m.Setting], h)
 			}

@@ -201,10 +201,13 @@ func (l *study) memoryStudy(ctx context.Context) error {
 			hs := search
 			hs.Lo, hs.Min, hs.Hi = sr.Floor, sr.Floor, max(sr.Floor, peak*5/4)
 			hs.Max = max(hs.Hi, peak*2)
-			// Each health trial is already a judgement over pairs of runs:
-			// the edge needs no k of n on top, only a failure that would
-			// send the search up needs a second look.
-			hs.Resolution, hs.Need, hs.Of, hs.FailConfirm = l.cfg.HealthResolution, 1, 1, 2
+			// Near its edge a service is healthy in some runs and stalls
+			// in others: one healthy trial there is a coin that came up
+			// heads (two default runs of the sample put the no-knob
+			// setting's floor at 88 and 96 MiB). The floor is a limit
+			// healthy twice; a failure that would send the search up
+			// needs a second look as well.
+			hs.Resolution, hs.Need, hs.Of, hs.FailConfirm = l.cfg.HealthResolution, 2, 2, 2
 			hs.Pass = func(t MemTrial) bool { return t.Healthy }
 			hs.Deadline = began.Add(share)
 			ref := l.memEnv(setting, 0)
