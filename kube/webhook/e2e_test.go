@@ -254,7 +254,7 @@ func TestEndToEnd(t *testing.T) {
 			{stored.Spec.Containers[0], map[string]string{"GOMAXPROCS": "1", "GOMEMLIMIT": "966367641", "GOFIT_RUN": "GOMAXPROCS=1,GOMEMLIMIT=966367641"}},
 			{stored.Spec.Containers[1], map[string]string{"GOMAXPROCS": "8", "GOGC": "off", "GOMEMLIMIT": "483183820", "GOFIT_RUN": "GOMEMLIMIT=483183820"}},
 			{stored.Spec.InitContainers[0], map[string]string{}},
-			{stored.Spec.InitContainers[1], map[string]string{"GOMAXPROCS": "1", "GOMEMLIMIT": "114458624", "GOFIT_RUN": "GOMAXPROCS=1,GOMEMLIMIT=114458624"}},
+			{stored.Spec.InitContainers[1], map[string]string{"GOMAXPROCS": "1", "GOMEMLIMIT": "116077363", "GOFIT_RUN": "GOMAXPROCS=1,GOMEMLIMIT=116077363"}},
 		}
 		for _, c := range checks {
 			if e := envOf(c.c); fmt.Sprint(e) != fmt.Sprint(c.want) {
