@@ -76,11 +76,8 @@ func parseSize(s string) (int64, error) {
 			break
 		}
 	}
-	if s == "off" {
-		return 0, errors.New("want a size such as 48Mi, 64MiB or 50331648")
-	}
 	n, err := fit.ParseMemLimit(s)
-	if err != nil {
+	if s == "off" || err != nil {
 		return 0, errors.New("want a size such as 48Mi, 64MiB or 50331648")
 	}
 	return n, nil

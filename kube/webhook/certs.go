@@ -73,8 +73,8 @@ var rotatorLease = leaseTimings{
 // A rotator that ends with an error once running (a lost leader lease, an
 // API server that stopped answering) is logged and replaced by a fresh one
 // after a capped backoff: the server keeps serving from the Secret's
-// volume meanwhile. Only errors building the first rotator (bad options,
-// a config the manager rejects) end RunSelfManaged.
+// volume meanwhile. Only errors building a rotator (bad options, a
+// config the manager rejects) end RunSelfManaged.
 func RunSelfManaged(ctx context.Context, cfg *rest.Config, sm SelfManaged) error {
 	return runSelfManaged(ctx, cfg, sm, rotatorLease)
 }
