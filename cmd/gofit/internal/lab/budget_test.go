@@ -69,3 +69,26 @@ func TestPlanMemoryForASlowTarget(t *testing.T) {
 		t.Errorf("fast target: %d requests, budget_limited %v", p.requests, l2.res.Lab.BudgetLimited)
 	}
 }
+
+// The three settings the study compares get the memory budget first:
+// with equal shares, GOGC=off's climb once cut gofit's healthy search.
+func TestMemShareComparedFirst(t *testing.T) {
+	all := []string{SetGofit, SetNone, SetAutoMemLimit, SetLimitGCOff}
+	for _, c := range []struct {
+		settings []string
+		want     time.Duration
+	}{
+		{all, 30 * time.Minute},     // gofit: a third, not a quarter
+		{all[2:], 90 * time.Minute}, // automemlimit: all, GOGC=off after it
+		{all[3:], 90 * time.Minute}, // GOGC=off: what the others left
+		{[]string{SetLimitGCOff, SetGofit}, 45 * time.Minute},
+		{nil, 90 * time.Minute},
+	} {
+		if got := memShare(90*time.Minute, c.settings); got != c.want {
+			t.Errorf("share of %v: %v, want %v", c.settings, got, c.want)
+		}
+	}
+	if got := memShare(-time.Minute, all); got != 0 {
+		t.Errorf("share of an overspent budget: %v, want 0", got)
+	}
+}

@@ -136,11 +136,15 @@ func defaultConfig(quick bool) Config {
 		HealthResolution: 4 << 20,
 		MemRequests:      1200,
 		Multiples:        []float64{1, 1.5, 2},
-		Resolution:       1 << 20,
-		ConfirmNeed:      2,
-		ConfirmOf:        3,
-		Resamples:        1000,
-		Seed:             1,
+		// 4 MiB, as the healthy floor: the no-knob setting's stall edge
+		// moved 5 MiB between two default runs of the sample (87 and 92
+		// MiB at a 1 MiB step), so a finer step was precision the
+		// floor does not have.
+		Resolution:  4 << 20,
+		ConfirmNeed: 2,
+		ConfirmOf:   3,
+		Resamples:   1000,
+		Seed:        1,
 	}
 	if ncpu <= 1 {
 		c.Quotas = []float64{0.25, 0.5, 1}
@@ -158,7 +162,6 @@ func defaultConfig(quick bool) Config {
 		c.Multiples = nil
 		c.Probes = 2
 		c.HealthMaxPairs = 3
-		c.Resolution = 4 << 20
 		// The survival edge is confirmed 2 of 3 here too: the healthy floor
 		// rests on it (two --quick runs of the sample gave automemlimit 92
 		// and 100 MiB on one-trial edges).

@@ -123,6 +123,26 @@ func (l *study) memPair(ctx context.Context, ref, env map[string]string, cpu flo
 	return refT, refR, limT, limR
 }
 
+// compared says whether a memory setting is one the study exists to
+// compare (gofit, no knob, the automemlimit peer): they get the budget
+// first.
+func compared(setting string) bool {
+	return setting == SetGofit || setting == SetNone || setting == SetAutoMemLimit
+}
+
+// memShare is the first of settings' share of left: the compared
+// settings split it among themselves, and any other setting counts as
+// one more only while compared settings remain after it.
+func memShare(left time.Duration, settings []string) time.Duration {
+	n := 0
+	for i, s := range settings {
+		if compared(s) || i == 0 {
+			n++
+		}
+	}
+	return max(left/time.Duration(max(n, 1)), 0)
+}
+
 // survivalLoad is the survival trials' load.
 func (l *study) survivalLoad() memLoad {
 	return memLoad{requests: l.mem.requests, maxDur: l.mem.maxTrial}
@@ -155,7 +175,13 @@ func (l *study) memoryStudy(ctx context.Context) error {
 	l.res.Target.HealthRPS = math.Max(1, math.Round(l.cfg.HealthShare*l.res.Target.ProbeRPS))
 	l.mem = l.planMemory(l.res.Target.ProbeRPS, summarize(secs).Median)
 	peak := int64(l.res.Target.PeakBytes)
-	search := floorSearch{Lo: peak / 2, Hi: peak * 3 / 2, Max: peak * 8, Resolution: l.cfg.Resolution, Need: l.cfg.ConfirmNeed, Of: l.cfg.ConfirmOf, MaxTrials: 16, Now: l.now}
+	// No search climbs past 4 × the unlimited peak. A setting that needs
+	// more (GOGC=off with GOMEMLIMIT at the limit keeps everything a
+	// trial allocates) has no floor that is a property of the service:
+	// two default runs of the sample put its floor at 638 and 668 MiB,
+	// where each run's trial stopped allocating. "Above 4 × the peak"
+	// repeats, and the climb's trials go to the settings compared.
+	search := floorSearch{Lo: peak / 2, Hi: peak * 3 / 2, Max: peak * 4, Resolution: l.cfg.Resolution, Need: l.cfg.ConfirmNeed, Of: l.cfg.ConfirmOf, MaxTrials: 16, Now: l.now}
 	var noKnobFloor int64
 	var searched time.Duration // the searches so far, to foresee the next
 	for i, setting := range l.cfg.MemSettings {
@@ -165,7 +191,7 @@ func (l *study) memoryStudy(ctx context.Context) error {
 		// (plus the check trial) still fits.
 		if i > 0 {
 			next := searched/time.Duration(i) + l.checkReserve()
-			if setting == SetGofit || setting == SetNone || setting == SetAutoMemLimit {
+			if compared(setting) {
 				next = 0
 			}
 			if l.now().Sub(l.started)+next > l.cfg.Budget {
@@ -176,9 +202,11 @@ func (l *study) memoryStudy(ctx context.Context) error {
 		began := l.now()
 		// This setting's share of what is left of the budget, the check
 		// trial's time kept back: half for surviving, half for the health
-		// trials (fewer, but each is pairs of runs).
-		share := (l.cfg.Budget - l.now().Sub(l.started) - l.checkReserve()) / time.Duration(len(l.cfg.MemSettings)-i)
-		share = max(share, 0)
+		// trials (fewer, but each is pairs of runs). The compared settings
+		// split it among themselves; any other setting gets what they
+		// leave (with equal shares, GOGC=off's climb once cut gofit's
+		// healthy search after one trial).
+		share := memShare(l.cfg.Budget-l.now().Sub(l.started)-l.checkReserve(), l.cfg.MemSettings[i:])
 		ss := search
 		ss.Deadline = began.Add(share / 2)
 		sr, err := ss.Find(ctx, func(ctx context.Context, limit int64) MemTrial {
@@ -186,7 +214,7 @@ func (l *study) memoryStudy(ctx context.Context) error {
 			l.progress("memory %-13s %-26s at %-8s %s", "survival", setting, fit.FormatBytes(limit), t.verdict())
 			return t
 		})
-		m := MemResult{Setting: setting, Trials: sr.Trials, HealthyTrials: []MemTrial{}, Survival: survivalCurve(sr.Trials), BudgetLimited: sr.BudgetLimited}
+		m := MemResult{Setting: setting, Trials: sr.Trials, HealthyTrials: []MemTrial{}, Survival: survivalCurve(sr.Trials), BudgetLimited: sr.BudgetLimited, SearchedToBytes: sr.Max}
 		if sr.BudgetLimited {
 			l.budgetNote("the budget cut the survival search of %s short: its floor is the lowest limit that passed so far", setting)
 		}

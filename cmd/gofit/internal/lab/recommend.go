@@ -356,13 +356,7 @@ func label(s CPUSummary) string {
 func (l *study) memVerdicts() []string {
 	var parts []string
 	for _, m := range l.res.Memory {
-		f, h := "none found", "none found"
-		if m.FloorBytes != nil {
-			f = fit.FormatBytes(*m.FloorBytes)
-		}
-		if m.HealthyFloorBytes != nil {
-			h = fit.FormatBytes(*m.HealthyFloorBytes)
-		}
+		f, h := m.floorLabels()
 		parts = append(parts, fmt.Sprintf("%s survives from %s, healthy from %s (%d trials)", m.Setting, f, h, len(m.Trials)+len(m.HealthyTrials)))
 	}
 	return []string{"memory floors: " + strings.Join(parts, "; ")}

@@ -383,13 +383,12 @@ func renderHTML(r *Results) ([]byte, error) {
 	var surv, thr, hl []line
 	var floors, tested []float64
 	for _, m := range r.Memory {
-		row := floorRow{Setting: m.Setting, Floor: "none found", Healthy: "none found", Trials: len(m.Trials) + len(m.HealthyTrials)}
+		row := floorRow{Setting: m.Setting, Trials: len(m.Trials) + len(m.HealthyTrials)}
+		row.Floor, row.Healthy = m.floorLabels()
 		if m.FloorBytes != nil {
-			row.Floor = fit.FormatBytes(*m.FloorBytes)
 			floors = append(floors, mibf(*m.FloorBytes))
 		}
 		if m.HealthyFloorBytes != nil {
-			row.Healthy = fit.FormatBytes(*m.HealthyFloorBytes)
 			floors = append(floors, mibf(*m.HealthyFloorBytes))
 		}
 		d.Floors = append(d.Floors, row)
@@ -428,7 +427,7 @@ func renderHTML(r *Results) ([]byte, error) {
 	mx := axisSpec{label: "memory limit (MiB, log scale); labelled: floors found", log: true, ticks: mibTicks(floors, tested)}
 	d.MemPlots = []template.HTML{
 		template.HTML(chartSVG("Survival against memory limit", mx, axisSpec{label: "share of runs that survived", min: -0.05, max: 1.1}, surv)),
-		template.HTML(chartSVG("Health trials: p99 ÷ the unlimited reference's (healthy at or under 2)", mx, axisSpec{label: "p99 ratio (log scale), 95% interval", log: true}, hl)),
+		template.HTML(chartSVG("Health trials: p99 ÷ unlimited p99 (healthy ≤ 2)", mx, axisSpec{label: "p99 ratio (log scale), 95% interval", log: true}, hl)),
 		template.HTML(chartSVG("p99 at multiples of the no-knob floor", axisSpec{label: "memory limit (MiB, log scale)", log: true, ticks: mibTicks(multLimits, nil)}, axisSpec{label: "p99 (ms, log scale)", log: true}, thr)),
 	}
 	var buf bytes.Buffer
@@ -473,13 +472,7 @@ func writeSummary(w io.Writer, r *Results) {
 		fmt.Fprintf(w, "\nMemory floors at %s CPU (page cache %s at start; peak without a limit %s; unlimited %.0f rps, p99 %.1fms; health judged at %.0f rps against the same setting without a limit)\n",
 			cpuLabel(r.Target.ProbeCPU), r.Target.PageCache, fit.FormatBytes(int64(r.Target.PeakBytes)), r.Target.ProbeRPS, r.Target.ProbeP99, r.Target.HealthRPS)
 		for _, m := range r.Memory {
-			f, h := "none found", "none found"
-			if m.FloorBytes != nil {
-				f = fit.FormatBytes(*m.FloorBytes)
-			}
-			if m.HealthyFloorBytes != nil {
-				h = fit.FormatBytes(*m.HealthyFloorBytes)
-			}
+			f, h := m.floorLabels()
 			fmt.Fprintf(w, "  %-26s survives from %-10s healthy from %-10s %d trials\n", m.Setting, f, h, len(m.Trials)+len(m.HealthyTrials))
 		}
 	}

@@ -3,6 +3,7 @@ package lab
 import (
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
+	"github.com/gofit-dev/gofit/fit"
 )
 
 // Results is results.json; the README documents the schema.
@@ -155,6 +156,27 @@ type MemResult struct {
 	// passed so far, an upper bound.
 	BudgetLimited        bool `json:"budget_limited"`
 	HealthyBudgetLimited bool `json:"healthy_budget_limited"`
+	// SearchedToBytes is the highest limit the survival search may try.
+	// With no floor (and no budget cut) every limit up to it failed: the
+	// setting needs more memory than that, however much more.
+	SearchedToBytes int64 `json:"searched_to_bytes"`
+}
+
+// floorLabels gives the survival and healthy floors as a person reads
+// them: a size, "above N" when every limit up to the search's ceiling
+// failed, or "none found" when the search ended without one.
+func (m MemResult) floorLabels() (survival, healthy string) {
+	survival, healthy = "none found", "none found"
+	if m.FloorBytes != nil {
+		survival = fit.FormatBytes(*m.FloorBytes)
+	} else if m.SearchedToBytes > 0 && !m.BudgetLimited {
+		survival = "above " + fit.FormatBytes(m.SearchedToBytes)
+		healthy = survival
+	}
+	if m.HealthyFloorBytes != nil {
+		healthy = fit.FormatBytes(*m.HealthyFloorBytes)
+	}
+	return survival, healthy
 }
 
 // ThroughputCell is rps and latency at a multiple of the no-knob floor.

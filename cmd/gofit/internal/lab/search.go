@@ -97,6 +97,7 @@ type searchResult struct {
 	Floor         int64
 	Trials        []MemTrial // in the order they ran
 	BudgetLimited bool
+	Max           int64 // the highest limit the search could try
 }
 
 // errCut stops a search whose budget is spent.
@@ -175,6 +176,7 @@ func (s floorSearch) Find(ctx context.Context, run func(context.Context, int64) 
 	}
 	minLimit := align(max(s.Min, res))
 	maxLimit := max(align(s.Max), minLimit)
+	out.Max = maxLimit
 	lo, hi := max(align(s.Lo), minLimit), min(max(align(s.Hi), minLimit), maxLimit)
 	loFails := false
 	// A passing upper bound: raise Hi until a trial passes.
@@ -204,7 +206,10 @@ func (s floorSearch) Find(ctx context.Context, run func(context.Context, int64) 
 		}
 		hi = lo
 		if lo <= minLimit {
-			return done(hi, nil)
+			// Nothing below Min is tried, so the floor is Min: it is
+			// confirmed as a bisected edge is, below.
+			lo = hi - res
+			break
 		}
 		lo = max(align(lo/2), minLimit)
 		if lo >= hi {

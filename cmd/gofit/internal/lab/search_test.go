@@ -200,3 +200,53 @@ func mibs(v []int64) []int64 {
 	}
 	return out
 }
+
+// A floor at Min is confirmed as a bisected edge is: the healthy search
+// starts at the survival floor, and one healthy trial there is a coin
+// that came up heads. When the confirmation fails, the search climbs.
+func TestFloorSearchConfirmsAtMin(t *testing.T) {
+	s := floorSearch{Lo: 80 * mib, Min: 80 * mib, Hi: 100 * mib, Max: 200 * mib, Resolution: 4 * mib, Need: 2, Of: 2, FailConfirm: 2}
+	f := &fake{floor: 0}
+	r, err := s.Find(context.Background(), f.run)
+	if err != nil || r.Floor != 80*mib {
+		t.Fatalf("floor %d MiB, %v; want 80 (Min); runs %v", r.Floor/mib, err, mibs(f.runs))
+	}
+	at := 0
+	for _, l := range f.runs {
+		if l == 80*mib {
+			at++
+		}
+	}
+	if at < 2 {
+		t.Errorf("the floor at Min rests on %d trial(s) there: %v", at, mibs(f.runs))
+	}
+	// Healthy once at 80, then not: 80 is no floor, and the climb finds 84.
+	f = &fake{floor: 84 * mib, flaky: map[int64][]bool{80 * mib: {true, false}}}
+	r, err = s.Find(context.Background(), f.run)
+	if err != nil || r.Floor != 84*mib {
+		t.Errorf("floor %d MiB, %v; want 84 after 80 failed its confirmation; runs %v", r.Floor/mib, err, mibs(f.runs))
+	}
+}
+
+// A setting that fails at every limit up to Max has no floor, and the
+// result says how far the search looked.
+func TestFloorSearchCeiling(t *testing.T) {
+	f := &fake{floor: 1 << 40}
+	r, err := floorSearch{Lo: 32 * mib, Hi: 96 * mib, Max: 256 * mib, Resolution: 4 * mib, Need: 2, Of: 3}.Find(context.Background(), f.run)
+	if err != nil || r.Floor != 0 || r.BudgetLimited || r.Max != 256*mib {
+		t.Fatalf("floor %d, max %d MiB, cut %v, %v; want no floor, searched to 256 MiB", r.Floor, r.Max/mib, r.BudgetLimited, err)
+	}
+	for _, l := range f.runs {
+		if l > 256*mib {
+			t.Errorf("tried %d MiB, over Max: %v", l/mib, mibs(f.runs))
+		}
+	}
+	m := MemResult{Setting: "x", SearchedToBytes: r.Max}
+	if s, h := m.floorLabels(); s != "above 256MiB" || h != s {
+		t.Errorf("labels %q, %q; want \"above 256MiB\" for both", s, h)
+	}
+	m.BudgetLimited = true
+	if s, _ := m.floorLabels(); s != "none found" {
+		t.Errorf("a search the budget cut is no lower bound, got %q", s)
+	}
+}
