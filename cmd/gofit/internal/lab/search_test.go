@@ -250,3 +250,32 @@ func TestFloorSearchCeiling(t *testing.T) {
 		t.Errorf("a search the budget cut is no lower bound, got %q", s)
 	}
 }
+
+// One failure in bisection just below the edge is taken at face value
+// nowhere else: two default runs put gofit's survival floor at 84 and 92
+// MiB on one stalled trial at 88. The step below a confirmed edge that
+// failed once gets a second look, and when it passes the search goes on
+// below it.
+func TestFloorSearchSecondLookBelowTheEdge(t *testing.T) {
+	s := floorSearch{Lo: 68 * mib, Hi: 200 * mib, Max: 528 * mib, Resolution: 4 * mib, Need: 2, Of: 3}
+	f := &fake{floor: 84 * mib, flaky: map[int64][]bool{88 * mib: {false}}}
+	r, err := s.Find(context.Background(), f.run)
+	if err != nil || r.Floor != 84*mib {
+		t.Errorf("floor %d MiB, %v; want 84 (88 failed once, by chance); runs %v", r.Floor/mib, err, mibs(f.runs))
+	}
+	// A failure that holds on the second look leaves the floor where it was.
+	f = &fake{floor: 92 * mib}
+	r, err = s.Find(context.Background(), f.run)
+	if err != nil || r.Floor != 92*mib {
+		t.Errorf("floor %d MiB, %v; want 92; runs %v", r.Floor/mib, err, mibs(f.runs))
+	}
+	at88 := 0
+	for _, l := range f.runs {
+		if l == 88*mib {
+			at88++
+		}
+	}
+	if at88 != 2 {
+		t.Errorf("88 MiB, under the edge, ran %d times, want 2 (one look, one second look): %v", at88, mibs(f.runs))
+	}
+}
