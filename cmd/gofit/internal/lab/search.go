@@ -117,8 +117,7 @@ func (s floorSearch) Find(ctx context.Context, run func(context.Context, int64) 
 	}
 	var out searchResult
 	var spent time.Duration
-	passed := map[int64]bool{} // limits with at least one pass
-	passes, runs := map[int64]int{}, map[int64]int{}
+	passes, runs := map[int64]int{}, map[int64]int{} // per limit
 	try := func(limit int64) (bool, error) {
 		if err := ctx.Err(); err != nil {
 			return false, err
@@ -139,7 +138,6 @@ func (s floorSearch) Find(ctx context.Context, run func(context.Context, int64) 
 		ok := pass(t)
 		runs[limit]++
 		if ok {
-			passed[limit] = true
 			passes[limit]++
 		}
 		return ok, nil
@@ -148,7 +146,7 @@ func (s floorSearch) Find(ctx context.Context, run func(context.Context, int64) 
 	// that was cut leaves the floor.
 	lowestAbove := func(lo int64) int64 {
 		best := int64(0)
-		for l := range passed {
+		for l := range passes {
 			if l > lo && (best == 0 || l < best) {
 				best = l
 			}

@@ -129,6 +129,17 @@ func TestFloorSearchConfirmsFailureBeforeClimbing(t *testing.T) {
 
 // Min bounds the search from below: a healthy search never tries under
 // the survival floor.
+// count is how many times the search tried limit.
+func (f *fake) count(limit int64) int {
+	n := 0
+	for _, l := range f.runs {
+		if l == limit {
+			n++
+		}
+	}
+	return n
+}
+
 func TestFloorSearchMin(t *testing.T) {
 	f := &fake{floor: 0}
 	r, err := floorSearch{Lo: 64 * mib, Min: 48 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: 4 * mib, Need: 1, Of: 1}.Find(context.Background(), f.run)
@@ -211,13 +222,7 @@ func TestFloorSearchConfirmsAtMin(t *testing.T) {
 	if err != nil || r.Floor != 80*mib {
 		t.Fatalf("floor %d MiB, %v; want 80 (Min); runs %v", r.Floor/mib, err, mibs(f.runs))
 	}
-	at := 0
-	for _, l := range f.runs {
-		if l == 80*mib {
-			at++
-		}
-	}
-	if at < 2 {
+	if at := f.count(80 * mib); at < 2 {
 		t.Errorf("the floor at Min rests on %d trial(s) there: %v", at, mibs(f.runs))
 	}
 	// Healthy once at 80, then not: 80 is no floor, and the climb finds 84.
@@ -269,13 +274,7 @@ func TestFloorSearchSecondLookBelowTheEdge(t *testing.T) {
 	if err != nil || r.Floor != 92*mib {
 		t.Errorf("floor %d MiB, %v; want 92; runs %v", r.Floor/mib, err, mibs(f.runs))
 	}
-	at88 := 0
-	for _, l := range f.runs {
-		if l == 88*mib {
-			at88++
-		}
-	}
-	if at88 != 2 {
+	if at88 := f.count(88 * mib); at88 != 2 {
 		t.Errorf("88 MiB, under the edge, ran %d times, want 2 (one look, one second look): %v", at88, mibs(f.runs))
 	}
 }
