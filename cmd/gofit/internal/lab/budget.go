@@ -86,12 +86,20 @@ type memPlan struct {
 }
 
 // memTrialsPlanned is how many closed-loop trials the memory study
-// expects per setting (the survival search with its confirmations).
+// expects per setting: about six to bracket and bisect, and the runs that
+// confirm the edge (ConfirmOf on each of ConfirmSpan steps, three more
+// than the fewest when a step holds on its first passes).
 func (l *study) memTrialsPlanned() int {
 	if l.cfg.ConfirmOf <= 1 {
 		return 6
 	}
-	return 9
+	return 6 + l.cfg.ConfirmOf*max(l.cfg.ConfirmSpan, 1)
+}
+
+// survivalTrialsMax bounds one survival search: what is planned, and as
+// many again for an edge that does not hold and the climb past it.
+func (l *study) survivalTrialsMax() int {
+	return max(16, 2*l.memTrialsPlanned())
 }
 
 // planMemory sizes the survival trials to the time left, from the probes'

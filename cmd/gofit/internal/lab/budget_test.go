@@ -92,3 +92,27 @@ func TestMemShareComparedFirst(t *testing.T) {
 		t.Errorf("share of an overspent budget: %v, want 0", got)
 	}
 }
+
+// A start under a memory limit waits 4 × the slowest start without one
+// (at least 5 s), never longer than the target's own readiness timeout;
+// without a limit, or before any start without one, the target's own.
+func TestStartWait(t *testing.T) {
+	l := newLab(defaultConfig(false))
+	for _, tc := range []struct {
+		slowest, own time.Duration
+		limit        int64
+		want         time.Duration
+	}{
+		{0, 0, 64 * mib, defaultReadyTimeout},
+		{800 * time.Millisecond, 0, 0, defaultReadyTimeout},
+		{800 * time.Millisecond, 0, 64 * mib, minStartWait},
+		{3 * time.Second, 0, 64 * mib, 12 * time.Second},
+		{3 * time.Second, 10 * time.Second, 64 * mib, 10 * time.Second},
+		{20 * time.Second, 0, 64 * mib, defaultReadyTimeout},
+	} {
+		l.slowestStart = tc.slowest
+		if got := l.startWait(Target{ReadyTimeout: tc.own}, tc.limit); got != tc.want {
+			t.Errorf("slowest start %v, --ready-timeout %v, limit %d MiB: waits %v, want %v", tc.slowest, tc.own, tc.limit/mib, got, tc.want)
+		}
+	}
+}

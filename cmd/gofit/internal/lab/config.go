@@ -100,9 +100,12 @@ type Config struct {
 	HealthResolution int64
 	Multiples        []float64 // of the no-knob floor, for throughput
 	Resolution       int64     // of the floor, bytes
-	ConfirmNeed      int       // k of n at the floor's edge
+	ConfirmNeed      int       // k of n at the survival floor's edge
 	ConfirmOf        int
-	Resamples        int // bootstrap resamples
+	// ConfirmSpan is how many adjacent steps, the survival floor and those
+	// above it, must each hold ConfirmNeed of ConfirmOf (see floorSearch.Span).
+	ConfirmSpan int
+	Resamples   int // bootstrap resamples
 	// Seed orders the CPU cells, the request mix and the bootstrap's
 	// resamples; the same seed replays a run's random choices.
 	Seed     int64
@@ -140,9 +143,19 @@ func defaultConfig(quick bool) Config {
 		// moved 5 MiB between two default runs of the sample (87 and 92
 		// MiB at a 1 MiB step), so a finer step was precision the
 		// floor does not have.
-		Resolution:  4 << 20,
-		ConfirmNeed: 2,
-		ConfirmOf:   3,
+		Resolution: 4 << 20,
+		// Near its stall edge a service survives some runs and stalls in
+		// others, over a band that can be two steps wide: two default runs
+		// of the sample put automemlimit's floor at 96 and 88 MiB on 2 of 3
+		// at one step, each run's k of n landing elsewhere in the band
+		// (88 and 92 MiB survived 4 of 7 runs between them). The floor is
+		// a limit that, with the step above it, survives 12 of 14 runs:
+		// the band's top, where one rare stall (gofit's once at 88 MiB)
+		// does not move it. Survival trials are short (2–4 s on the
+		// sample), so this costs about fourteen more per setting.
+		ConfirmNeed: 6,
+		ConfirmOf:   7,
+		ConfirmSpan: 2,
 		Resamples:   1000,
 		Seed:        1,
 	}
@@ -162,10 +175,13 @@ func defaultConfig(quick bool) Config {
 		c.Multiples = nil
 		c.Probes = 2
 		c.HealthMaxPairs = 3
-		// The survival edge is confirmed 2 of 3 here too: the healthy floor
-		// rests on it (two --quick runs of the sample gave automemlimit 92
-		// and 100 MiB on one-trial edges).
-		c.ConfirmNeed, c.ConfirmOf = 2, 3
+		// The survival edge is confirmed 2 of 3, at one step: the healthy
+		// floor rests on it (two --quick runs of the sample gave
+		// automemlimit 92 and 100 MiB on one-trial edges), but four
+		// minutes leave no time for the default's band top. Where a
+		// service's edge is a band, --quick's survival floor can sit a
+		// step or two under the default's.
+		c.ConfirmNeed, c.ConfirmOf, c.ConfirmSpan = 2, 3, 1
 	}
 	return c
 }
@@ -384,7 +400,7 @@ func (c Config) Validate() error {
 		v    int
 	}{{"--repeats", c.MinRepeats}, {"--concurrency", c.Concurrency}, {"--mem-requests", c.MemRequests},
 		{"Config.Probes", c.Probes}, {"Config.Resamples", c.Resamples}, {"Config.OpenSamples", c.OpenSamples},
-		{"Config.ConfirmNeed", c.ConfirmNeed}, {"Config.ConfirmOf", c.ConfirmOf}, {"Config.HealthPairs", c.HealthPairs}} {
+		{"Config.ConfirmNeed", c.ConfirmNeed}, {"Config.ConfirmOf", c.ConfirmOf}, {"Config.ConfirmSpan", c.ConfirmSpan}, {"Config.HealthPairs", c.HealthPairs}} {
 		if n.v < 1 {
 			return usagef("%s %d: must be at least 1", n.name, n.v)
 		}

@@ -83,6 +83,10 @@ type fakeMem struct {
 	clock       *time.Time
 	runs        int
 	maxRunLimit int64
+	// A band from floor up to floor+band where a run survives with
+	// probability bandP and otherwise stalls (0: a sharp edge).
+	band  int64
+	bandP float64
 }
 
 func (f *fakeMem) run(_ context.Context, _ map[string]string, _ float64, limit int64, ml memLoad) (MemTrial, load.Result) {
@@ -116,6 +120,10 @@ func (f *fakeMem) runAt(limit int64, ml memLoad, mood float64) (MemTrial, load.R
 	t := MemTrial{LimitBytes: limit, Outcome: OK, PeakBytes: uint64(f.peak)}
 	if limit > 0 && limit < f.floor {
 		t.Outcome = OOMKilled
+		return t, load.Result{}
+	}
+	if limit > 0 && limit < f.floor+f.band && f.rng.Float64() >= f.bandP {
+		t.Outcome = Stalled
 		return t, load.Result{}
 	}
 	if limit > 0 {
@@ -215,6 +223,45 @@ func TestHealthyFloorRepeats(t *testing.T) {
 				t.Errorf("quick %v, %s: healthy floors %v MiB: %d of %d back-to-back pairs differ by more than one step (%d MiB)", quick, s, mibs(fs), apart, len(fs)-1, res>>20)
 			}
 		}
+	}
+}
+
+// A service that survives 60 and 64 MiB in only 6 runs of 10 and every
+// run from 68 MiB (an edge two steps wide, as the sample's was under
+// automemlimit: 88 and 92 MiB survived 4 of 7 runs in two default runs)
+// gets survival floors within a step of each other in back-to-back
+// studies, at the band's top. With the edge confirmed 2 of 3 at one step,
+// a third of the pairs were two steps apart (60 against 68 MiB).
+func TestSurvivalFloorRepeatsOverABand(t *testing.T) {
+	var floors []int64
+	apart, pairs := 0, 0
+	for seed := int64(1); seed <= 20; seed++ {
+		l, f := newFakeMemLab(t, seed, false)
+		f.band, f.bandP = 8*mib, 0.6
+		if err := l.memoryStudy(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for i, m := range l.res.Memory {
+			if m.FloorBytes == nil {
+				t.Fatalf("seed %d, %s: no survival floor; trials %v", seed, m.Setting, m.Survival)
+			}
+			fl := *m.FloorBytes
+			if fl < f.floor || fl > f.floor+f.band+l.cfg.Resolution {
+				t.Errorf("seed %d, %s: survival floor %d MiB outside [%d, %d] MiB", seed, m.Setting, fl/mib, f.floor/mib, (f.floor+f.band+l.cfg.Resolution)/mib)
+			}
+			if seed > 1 {
+				prev := floors[len(floors)-len(l.res.Memory)]
+				if d := fl - prev; d > l.cfg.Resolution || -d > l.cfg.Resolution {
+					apart++
+				}
+				pairs++
+			}
+			floors = append(floors, fl)
+			_ = i
+		}
+	}
+	if apart*10 > pairs {
+		t.Errorf("survival floors %v MiB: %d of %d back-to-back pairs differ by more than a step", mibs(floors), apart, pairs)
 	}
 }
 

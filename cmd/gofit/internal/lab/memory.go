@@ -41,17 +41,51 @@ type memStarted struct {
 func (l *study) memStart(ctx context.Context, tgt Target, env map[string]string, cpu float64, limit int64) *memStarted {
 	l.sb.repin()
 	m := &memStarted{t: MemTrial{LimitBytes: limit}, began: time.Now()}
+	wait := l.startWait(tgt, limit)
+	tgt.ReadyTimeout = wait
 	tr, err := l.sb.start(ctx, tgt, trialConfig{CPU: cpu, Memory: limit, Env: env})
 	if err != nil {
 		m.t.Outcome, m.t.Detail = Errored, err.Error()
 		if se, ok := err.(*startError); ok {
 			m.t.Outcome = se.Outcome
+			if se.timedOut && limit > 0 && l.slowestStart > 0 {
+				m.t.Outcome = Stalled
+				m.t.Detail = fmt.Sprintf("not ready within %v, %d × its slowest start without a limit (%v): %s", wait, startSlowdown, l.slowestStart.Round(10*time.Millisecond), se.Detail)
+			}
 		}
 		return m
+	}
+	if limit == 0 {
+		l.slowestStart = max(l.slowestStart, tr.Ready)
 	}
 	m.tr = tr
 	m.t.ResidentBefore = tr.Resident
 	return m
+}
+
+// startSlowdown is how many times longer than its slowest start without
+// a memory limit a target may take to become ready under one: a start
+// that slow is thrashing. On cdac879 caddy and node_exporter spent 12 to
+// 30 s of each survival trial at half their peak waiting for readiness
+// that did not come, a tenth of a four-minute study.
+const startSlowdown = 4
+
+// minStartWait is the least a start under a memory limit is given.
+const minStartWait = 5 * time.Second
+
+// startWait is how long tgt may take to become ready at limit: the
+// target's own readiness timeout without a limit or before any start
+// without one was timed; under a limit, startSlowdown × the slowest start
+// without one (at least minStartWait), if that is shorter.
+func (l *study) startWait(tgt Target, limit int64) time.Duration {
+	wait := tgt.ReadyTimeout
+	if wait <= 0 {
+		wait = defaultReadyTimeout
+	}
+	if limit == 0 || l.slowestStart == 0 {
+		return wait
+	}
+	return min(wait, max(startSlowdown*l.slowestStart, minStartWait))
 }
 
 // memDrive drives load at a started target, stops it and judges the run.
@@ -181,7 +215,7 @@ func (l *study) memoryStudy(ctx context.Context) error {
 	// two default runs of the sample put its floor at 638 and 668 MiB,
 	// where each run's trial stopped allocating. "Above 4 × the peak"
 	// repeats, and the climb's trials go to the settings compared.
-	search := floorSearch{Lo: peak / 2, Hi: peak * 3 / 2, Max: peak * 4, Resolution: l.cfg.Resolution, Need: l.cfg.ConfirmNeed, Of: l.cfg.ConfirmOf, MaxTrials: 16, Now: l.now}
+	search := floorSearch{Lo: peak / 2, Hi: peak * 3 / 2, Max: peak * 4, Resolution: l.cfg.Resolution, Need: l.cfg.ConfirmNeed, Of: l.cfg.ConfirmOf, Span: l.cfg.ConfirmSpan, MaxTrials: l.survivalTrialsMax(), Now: l.now}
 	var noKnobFloor int64
 	var searched time.Duration // the searches so far, to foresee the next
 	for i, setting := range l.cfg.MemSettings {
@@ -235,7 +269,7 @@ func (l *study) memoryStudy(ctx context.Context) error {
 			// setting's floor at 88 and 96 MiB). The floor is a limit
 			// healthy twice; a failure that would send the search up
 			// needs a second look as well.
-			hs.Resolution, hs.Need, hs.Of, hs.FailConfirm = l.cfg.HealthResolution, 2, 2, 2
+			hs.Resolution, hs.Need, hs.Of, hs.Span, hs.FailConfirm, hs.MaxTrials = l.cfg.HealthResolution, 2, 2, 1, 2, 16
 			hs.Pass = func(t MemTrial) bool { return t.Healthy }
 			hs.Deadline = began.Add(share)
 			ref := l.memEnv(setting, 0)

@@ -306,8 +306,9 @@ type trial struct {
 
 // startError says why a trial never became ready.
 type startError struct {
-	Outcome string // "oom_killed", "stalled" or "errors"
-	Detail  string
+	Outcome  string // "oom_killed", "stalled" or "errors"
+	Detail   string
+	timedOut bool // not ready within the readiness timeout, nor refused
 }
 
 func (e *startError) Error() string { return e.Outcome + ": " + e.Detail }
@@ -407,7 +408,7 @@ func (tr *trial) waitReady(ctx context.Context, timeout time.Duration) error {
 	w := startWatch{window: stallWindow}
 	err := load.WaitReady(ctx, load.Readiness{URL: tr.URL, Exited: tr.exited, Timeout: timeout, Check: func() error {
 		if m, err := tr.g.MemoryStats(); err == nil && w.observe(time.Now(), m.MajorFaults, m.MaxHits, m.Anon) {
-			return &startError{Stalled, fmt.Sprintf("not ready, and for %v no progress (resident memory flat) while major faults climb to %d and the limit was hit %d times", stallWindow, m.MajorFaults, m.MaxHits)}
+			return &startError{Outcome: Stalled, Detail: fmt.Sprintf("not ready, and for %v no progress (resident memory flat) while major faults climb to %d and the limit was hit %d times", stallWindow, m.MajorFaults, m.MaxHits)}
 		}
 		return nil
 	}})
@@ -416,9 +417,9 @@ func (tr *trial) waitReady(ctx context.Context, timeout time.Duration) error {
 	case errors.Is(err, load.ErrExited):
 		return tr.exitError()
 	case errors.As(err, &nr) && nr.Refused:
-		return &startError{Errored, nr.Error() + " (--url, --targets or --ready-url)"}
+		return &startError{Outcome: Errored, Detail: nr.Error() + " (--url, --targets or --ready-url)"}
 	case errors.As(err, &nr):
-		return &startError{Errored, fmt.Sprintf("%v; output: %s", nr, tr.output)}
+		return &startError{Outcome: Errored, Detail: fmt.Sprintf("%v; output: %s", nr, tr.output), timedOut: true}
 	}
 	return err
 }
@@ -460,9 +461,9 @@ const startGrowth = 64 << 10
 
 func (tr *trial) exitError() error {
 	if m, err := tr.g.MemoryStats(); err == nil && m.OOMKills > 0 {
-		return &startError{OOMKilled, fmt.Sprintf("killed by the OOM killer while starting (%v)", tr.waitErr)}
+		return &startError{Outcome: OOMKilled, Detail: fmt.Sprintf("killed by the OOM killer while starting (%v)", tr.waitErr)}
 	}
-	return &startError{Errored, fmt.Sprintf("exited while starting (%v); output: %s", tr.waitErr, tr.output)}
+	return &startError{Outcome: Errored, Detail: fmt.Sprintf("exited while starting (%v); output: %s", tr.waitErr, tr.output)}
 }
 
 // Stats reads the trial's cgroup now (or, after Stop, as it was at the end).

@@ -74,6 +74,15 @@ type floorSearch struct {
 	Max        int64 // never try above this
 	Resolution int64 // the floor is exact to this many bytes
 	Need, Of   int   // at the edge, Need passes of Of runs (k of n) confirm the floor
+	// Span is how many adjacent steps, the floor and those above it,
+	// confirm it together: Need×Span passes of Of×Span runs between them
+	// (≤ 1: the floor alone). Survival is monotone in the limit, so the
+	// steps above the floor are evidence about it. Where a service
+	// survives some runs and stalls in others over a band wider than a
+	// step, one limit's k of n lands anywhere in the band; pooled over two
+	// steps it lands at the band's top, and a rare stall on one step (that
+	// a stricter k of n per step would climb on) is outvoted.
+	Span int
 	// FailConfirm is how many runs must fail before a limit counts as
 	// failed where a failure costs a climb (raising Hi, or stepping up
 	// after an edge that did not hold): one unlucky trial must not send
@@ -246,14 +255,34 @@ func (s floorSearch) Find(ctx context.Context, run func(context.Context, int64) 
 				lo = mid
 			}
 		}
-		// Fine: confirm the edge k of n times, counting the runs hi
-		// already had.
-		for runs[hi] < s.Of && passes[hi] < s.Need && passes[hi]+(s.Of-runs[hi]) >= s.Need {
-			if _, err := try(hi); err != nil {
+		// Fine: confirm the edge k of n times over it and the Span-1
+		// steps above it, counting the runs they already had; the step
+		// with the fewest runs goes next.
+		steps := []int64{hi}
+		for j := 1; j < s.Span && hi+int64(j)*res <= maxLimit; j++ {
+			steps = append(steps, hi+int64(j)*res)
+		}
+		need, of := s.Need*len(steps), s.Of*len(steps)
+		for {
+			p, r, next := 0, 0, steps[0]
+			for _, l := range steps {
+				p, r = p+passes[l], r+runs[l]
+				if runs[l] < runs[next] {
+					next = l
+				}
+			}
+			if r >= of || p >= need || p+(of-r) < need {
+				break
+			}
+			if _, err := try(next); err != nil {
 				return done(hi, err)
 			}
 		}
-		if passes[hi] >= s.Need || s.Of <= 1 {
+		p := 0
+		for _, l := range steps {
+			p += passes[l]
+		}
+		if p >= need || s.Of <= 1 {
 			// The step below failed once, in bisection, where nothing
 			// confirms a failure: near the edge a trial fails in some runs
 			// and not in others (two default runs put gofit's survival

@@ -278,3 +278,38 @@ func TestFloorSearchSecondLookBelowTheEdge(t *testing.T) {
 		t.Errorf("88 MiB, under the edge, ran %d times, want 2 (one look, one second look): %v", at88, mibs(f.runs))
 	}
 }
+
+// An edge two steps wide (60 and 64 MiB pass every other run, 68 every
+// run): one step's k of n lands in the band, where the next run may well
+// not; pooled with the step above, the floor is the band's top. A single
+// stall on a step that otherwise holds is outvoted, not climbed on.
+func TestFloorSearchSpan(t *testing.T) {
+	band := func() map[int64][]bool {
+		alt := func() []bool {
+			var s []bool
+			for i := 0; i < 20; i++ {
+				s = append(s, i%2 == 0)
+			}
+			return s
+		}
+		return map[int64][]bool{60 * mib: alt(), 64 * mib: alt()}
+	}
+	base := floorSearch{Lo: 32 * mib, Hi: 128 * mib, Max: 512 * mib, Resolution: 4 * mib, MaxTrials: 40}
+	for _, tc := range []struct {
+		name           string
+		need, of, span int
+		f              *fake
+		want           int64
+	}{
+		{"one step, 2 of 3: in the band", 2, 3, 1, &fake{floor: 68 * mib, flaky: band()}, 60 * mib},
+		{"two steps, 12 of 14: the band's top", 6, 7, 2, &fake{floor: 68 * mib, flaky: band()}, 68 * mib},
+		{"two steps: one stall above the floor is outvoted", 6, 7, 2, &fake{floor: 60 * mib, flaky: map[int64][]bool{64 * mib: {true, false}}}, 60 * mib},
+	} {
+		s := base
+		s.Need, s.Of, s.Span = tc.need, tc.of, tc.span
+		r, err := s.Find(context.Background(), tc.f.run)
+		if err != nil || r.Floor != tc.want {
+			t.Errorf("%s: floor %d MiB (%v), want %d; runs %v", tc.name, r.Floor/mib, err, tc.want/mib, mibs(tc.f.runs))
+		}
+	}
+}

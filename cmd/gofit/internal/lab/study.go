@@ -47,6 +47,9 @@ type study struct {
 	mem          memPlan
 	pairSum      time.Duration // health pairs run so far, and their wall time
 	pairN        int
+	// slowestStart is the longest a memory trial's target took to become
+	// ready without a memory limit (the probes, the health references).
+	slowestStart time.Duration
 }
 
 // errTargetFailed means the target crashed or answered with errors where
