@@ -241,7 +241,7 @@ func TestSurvivalFloorRepeatsOverABand(t *testing.T) {
 		if err := l.memoryStudy(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		for i, m := range l.res.Memory {
+		for _, m := range l.res.Memory {
 			if m.FloorBytes == nil {
 				t.Fatalf("seed %d, %s: no survival floor; trials %v", seed, m.Setting, m.Survival)
 			}
@@ -257,9 +257,9 @@ func TestSurvivalFloorRepeatsOverABand(t *testing.T) {
 				pairs++
 			}
 			floors = append(floors, fl)
-			_ = i
 		}
 	}
+	t.Logf("%d of %d back-to-back pairs differ by more than a step", apart, pairs)
 	if apart*10 > pairs {
 		t.Errorf("survival floors %v MiB: %d of %d back-to-back pairs differ by more than a step", mibs(floors), apart, pairs)
 	}
