@@ -86,9 +86,8 @@ type memPlan struct {
 }
 
 // memTrialsPlanned is how many closed-loop trials the memory study
-// expects per setting: about six to bracket and bisect, and the runs that
-// confirm the edge (ConfirmOf on each of ConfirmSpan steps, three more
-// than the fewest when a step holds on its first passes).
+// expects per setting: about six to bracket and bisect, and at most
+// ConfirmOf runs on each of the ConfirmSpan steps that confirm the edge.
 func (l *study) memTrialsPlanned() int {
 	if l.cfg.ConfirmOf <= 1 {
 		return 6

@@ -103,7 +103,8 @@ type Config struct {
 	ConfirmNeed      int       // k of n at the survival floor's edge
 	ConfirmOf        int
 	// ConfirmSpan is how many adjacent steps, the survival floor and those
-	// above it, must each hold ConfirmNeed of ConfirmOf (see floorSearch.Span).
+	// above it, confirm it together: ConfirmNeed×ConfirmSpan passes of
+	// ConfirmOf×ConfirmSpan runs (see floorSearch.Span).
 	ConfirmSpan int
 	Resamples   int // bootstrap resamples
 	// Seed orders the CPU cells, the request mix and the bootstrap's

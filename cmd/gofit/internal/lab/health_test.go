@@ -231,7 +231,7 @@ func TestHealthyFloorRepeats(t *testing.T) {
 // automemlimit: 88 and 92 MiB survived 4 of 7 runs in two default runs)
 // gets survival floors within a step of each other in back-to-back
 // studies, at the band's top. With the edge confirmed 2 of 3 at one step,
-// a third of the pairs were two steps apart (60 against 68 MiB).
+// 17 of the 76 pairs were two steps apart (60 against 68 MiB).
 func TestSurvivalFloorRepeatsOverABand(t *testing.T) {
 	var floors []int64
 	apart, pairs := 0, 0

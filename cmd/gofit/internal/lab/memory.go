@@ -50,7 +50,7 @@ func (l *study) memStart(ctx context.Context, tgt Target, env map[string]string,
 			m.t.Outcome = se.Outcome
 			if se.timedOut && limit > 0 && l.slowestStart > 0 {
 				m.t.Outcome = Stalled
-				m.t.Detail = fmt.Sprintf("not ready within %v, %d × its slowest start without a limit (%v): %s", wait, startSlowdown, l.slowestStart.Round(10*time.Millisecond), se.Detail)
+				m.t.Detail = fmt.Sprintf("not ready within %v (its slowest start without a limit took %v): %s", wait, l.slowestStart.Round(10*time.Millisecond), se.Detail)
 			}
 		}
 		return m

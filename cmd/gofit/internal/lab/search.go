@@ -263,8 +263,10 @@ func (s floorSearch) Find(ctx context.Context, run func(context.Context, int64) 
 			steps = append(steps, hi+int64(j)*res)
 		}
 		need, of := s.Need*len(steps), s.Of*len(steps)
+		p := 0
 		for {
-			p, r, next := 0, 0, steps[0]
+			r, next := 0, steps[0]
+			p = 0
 			for _, l := range steps {
 				p, r = p+passes[l], r+runs[l]
 				if runs[l] < runs[next] {
@@ -277,10 +279,6 @@ func (s floorSearch) Find(ctx context.Context, run func(context.Context, int64) 
 			if _, err := try(next); err != nil {
 				return done(hi, err)
 			}
-		}
-		p := 0
-		for _, l := range steps {
-			p += passes[l]
 		}
 		if p >= need || s.Of <= 1 {
 			// The step below failed once, in bisection, where nothing
