@@ -2,8 +2,10 @@ package gofit_test
 
 import (
 	"context"
+	"flag"
 	"log"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/gofit-dev/gofit"
@@ -28,4 +30,23 @@ func ExampleStart() {
 		return
 	}
 	defer f.Stop() // stops following and restores what Start found
+}
+
+// WithPolicy takes the policy's options as a program's own flags or the
+// GOFIT_* variables give them, checked as gofit run and the webhook check
+// theirs.
+func ExampleWithPolicy() {
+	fs := flag.NewFlagSet("server", flag.ExitOnError)
+	policyFlags := fit.BindFlags(fs) // --memory-ratio, --ceil, --gogc, --cpu-request-factor, --cpu-request-min
+	fs.Parse(os.Args[1:])
+	opts, err := policyFlags.Options() // or fit.ReadEnv(os.LookupEnv)
+	if err != nil {
+		log.Fatal(err) // names the flag: "--memory-ratio: bad option: memory ratio 2: ..."
+	}
+	f, err := gofit.Start(context.Background(), gofit.WithPolicy(opts))
+	if err != nil {
+		log.Print(err)
+		return
+	}
+	defer f.Stop()
 }

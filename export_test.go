@@ -1,16 +1,14 @@
 package gofit
 
-import (
-	"time"
+import "time"
 
-	"github.com/gofit-dev/gofit/internal/seam"
-)
-
-// The test seams, as this package's tests write them.
-func withRoot(dir string) Option { return withSeams(seam.Seams{Root: dir}) }
-func withLookupEnv(lookup func(string) (string, bool)) Option {
-	return withSeams(seam.Seams{LookupEnv: lookup})
-}
+// withTicker drives refreshes by hand; the memory watch is then off unless
+// withWatch turns it on after it.
 func withTicker(t func(time.Duration) (<-chan time.Time, func())) Option {
-	return withSeams(seam.Seams{Ticker: t})
+	return func(c *config) { c.ticker, c.watch = t, nil }
+}
+
+// withWatch replaces the memory watch's clock.
+func withWatch(w func(time.Duration) (<-chan time.Time, func())) Option {
+	return func(c *config) { c.watch = w }
 }

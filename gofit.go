@@ -63,41 +63,27 @@ func ValidRefresh(d time.Duration) error {
 	return nil
 }
 
-// Fitter keeps one process fitted to its cgroup.
+// Fitter keeps one process fitted to its cgroup: each refresh reads the
+// limits and the non-Go memory (nonGoMeter), plans, and applies the plan
+// to the runtime through the ledger, which Stop undoes.
 type Fitter struct {
 	cfg    config
 	cg     *cgroup.Cgroups
-	mem    *procmem.Reader
 	log    *slog.Logger
 	policy fit.Policy
 	vars   map[string]string // the Go runtime's variables, read once: they were read at start-up
 	self   target.Binary
 
-	mu       sync.Mutex
-	in       fit.Input
-	plan     fit.Plan
-	limits   cgroup.Limits
-	last     inputs
-	planned  bool
-	anon     window         // anonymous memory outside the Go runtime, last minute
-	kernel   window         // the cgroup's kernel memory, last minute
-	file     fit.FileBudget // the hot part of the mapped file pages
-	noRollup bool           // smaps_rollup is missing: non-Go memory is not measured
-	lastErr  string
-	errors   uint64
-
-	// What Start found, to restore it.
-	startProcs   int
-	startDefault bool // GOMAXPROCS was the runtime's own, following choice
-	startMemLim  int64
-	// What gofit changed.
-	managed     bool // gofit set GOMAXPROCS and has not handed it back
-	noHandBack  bool // a hand-back once gave another value than the plan's
-	setMemLimit bool
-	memLimit    int64 // what gofit set last
-	setGOGC     bool
-	origGOGC    int
-	gogc        string
+	mu      sync.Mutex
+	in      fit.Input
+	plan    fit.Plan
+	limits  cgroup.Limits
+	last    inputs
+	planned bool
+	nonGo   nonGoMeter
+	ledger  ledger
+	lastErr string
+	errors  uint64
 
 	stopOnce sync.Once
 	cancel   context.CancelFunc
@@ -151,7 +137,11 @@ func New(opts ...Option) (*Fitter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gofit: %w", err)
 	}
-	f := &Fitter{cfg: cfg, cg: cg, mem: procmem.NewReader(cfg.root), log: cfg.logger, policy: policy, vars: map[string]string{}}
+	f := &Fitter{
+		cfg: cfg, cg: cg, log: cfg.logger, policy: policy, vars: map[string]string{},
+		nonGo:  nonGoMeter{mem: procmem.NewReader(cfg.root), now: cfg.now, goMemory: cfg.goMemory, log: cfg.logger},
+		ledger: ledger{rt: cfg.rt, log: cfg.logger},
+	}
 	for _, k := range fit.VarNames() {
 		if v, ok := cfg.lookup(k); ok {
 			f.vars[k] = v
@@ -172,8 +162,7 @@ func Start(ctx context.Context, opts ...Option) (*Fitter, error) {
 	if err != nil {
 		return nil, err
 	}
-	f.startProcs = f.cfg.rt.gomaxprocs(0)
-	f.startMemLim = f.cfg.rt.setMemoryLimit(-1)
+	f.ledger.start()
 	if err := f.Refresh(); err != nil {
 		f.close()
 		return nil, err
@@ -184,7 +173,7 @@ func Start(ctx context.Context, opts ...Option) (*Fitter, error) {
 
 func (f *Fitter) close() {
 	f.cg.Close()
-	f.mem.Close()
+	f.nonGo.close()
 }
 
 func (f *Fitter) run(ctx context.Context) {
@@ -229,7 +218,7 @@ func realTicker(d time.Duration) (<-chan time.Time, func()) {
 }
 
 // Stop ends the refresh loop and restores the settings found at Start
-// where gofit changed them.
+// where gofit changed them (ledger.restore).
 func (f *Fitter) Stop() {
 	f.stopOnce.Do(func() {
 		if f.cancel != nil {
@@ -238,24 +227,7 @@ func (f *Fitter) Stop() {
 		}
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		rt := f.cfg.rt
-		if f.managed {
-			// The runtime's own, following choice is handed back, not
-			// pinned at its old value; an explicit value is restored.
-			if f.startDefault && rt.handBack != nil {
-				rt.handBack()
-			} else {
-				rt.gomaxprocs(f.startProcs)
-			}
-			f.log.Info("gofit: GOMAXPROCS restored", "gomaxprocs", rt.gomaxprocs(0))
-		}
-		if f.setMemLimit {
-			rt.setMemoryLimit(f.startMemLim)
-		}
-		if f.setGOGC {
-			rt.setGCPercent(f.origGOGC)
-		}
-		f.managed, f.setMemLimit, f.setGOGC = false, false, false
+		f.ledger.restore()
 		f.close()
 	})
 }
@@ -295,7 +267,7 @@ func (f *Fitter) NonGo() fit.NonGo {
 func (f *Fitter) FileBudget() fit.FileBudget {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.file
+	return f.nonGo.file
 }
 
 // Errors counts refreshes that failed to read the cgroup.

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/gofit-dev/gofit/fit"
-	"github.com/gofit-dev/gofit/internal/seam"
 	"github.com/gofit-dev/gofit/internal/target"
 )
 
@@ -166,8 +165,8 @@ func TestMemoryWatchFollowsADecreaseAtOnce(t *testing.T) {
 	rt := newFakeRuntime(2)
 	refresh, watch := newManualTicker(), newManualTicker()
 	var watched time.Duration
-	f, err := Start(context.Background(), withRoot(tr.root), withRuntime(rt), withCPUs(2), refresh.opt(), withLookupEnv(env()), withGo(go126, ""),
-		withSeams(seam.Seams{Watch: func(d time.Duration) (<-chan time.Time, func()) { watched = d; return watch.c, func() {} }}))
+	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(2), refresh.opt(), WithLookupEnv(env()), withGo(go126, ""),
+		withWatch(func(d time.Duration) (<-chan time.Time, func()) { watched = d; return watch.c, func() {} }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +197,7 @@ func TestFollowsCPUAndMemoryBothWays(t *testing.T) {
 	rt := newFakeRuntime(8)
 	tk := newManualTicker()
 	rt.follows = false // a runtime that does not read cgroups
-	f, err := Start(context.Background(), withRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), withLookupEnv(env()), withGo(go124, ""))
+	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), WithLookupEnv(env()), withGo(go124, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +243,7 @@ func TestTighterAncestorWins(t *testing.T) {
 	tr.cpuMax("400000 100000")
 	tr.podCPUMax("100000 100000")
 	rt := newFakeRuntime(4) // Go's own choice: the leaf's 4 cores
-	f, err := Start(context.Background(), withRoot(tr.root), withRuntime(rt), withCPUs(8), newManualTicker().opt(), withLookupEnv(env()), withGo(go126, ""))
+	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), newManualTicker().opt(), WithLookupEnv(env()), withGo(go126, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +261,7 @@ func TestLeavesTheRuntimeAloneWhenItAgrees(t *testing.T) {
 	tr.cpuMax("200000 100000")
 	rt := newFakeRuntime(2)
 	tk := newManualTicker()
-	f, err := Start(context.Background(), withRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), withLookupEnv(env()), withGo(go126, ""))
+	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), WithLookupEnv(env()), withGo(go126, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,8 +289,8 @@ func TestExplicitEnvWins(t *testing.T) {
 	tr.memMax("104857600")
 	rt := newFakeRuntime(8)
 	var logs logRecorder
-	f, err := Start(context.Background(), withRoot(tr.root), withRuntime(rt), withCPUs(8), newManualTicker().opt(),
-		withLookupEnv(env("GOMAXPROCS", "8", "GOMEMLIMIT", "200MiB")), WithLogger(slog.New(&logs)), withGo(go126, ""))
+	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), newManualTicker().opt(),
+		WithLookupEnv(env("GOMAXPROCS", "8", "GOMEMLIMIT", "200MiB")), WithLogger(slog.New(&logs)), withGo(go126, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,7 +308,7 @@ func TestUseTheMemoryYouPayFor(t *testing.T) {
 	tr.memMax("104857600")
 	rt := newFakeRuntime(2)
 	tk := newManualTicker()
-	f, err := Start(context.Background(), withRoot(tr.root), withRuntime(rt), withCPUs(2), tk.opt(), withLookupEnv(env()), WithGOGC("off"), withGo(go126, ""))
+	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(2), tk.opt(), WithLookupEnv(env()), WithGOGC("off"), withGo(go126, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -331,7 +330,7 @@ func TestUnreadableKeepsSettingsAndLogsOnce(t *testing.T) {
 	rt.follows = false
 	tk := newManualTicker()
 	var logs logRecorder
-	f, err := Start(context.Background(), withRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), withLookupEnv(env()), WithLogger(slog.New(&logs)), withGo(go124, ""))
+	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), WithLookupEnv(env()), WithLogger(slog.New(&logs)), withGo(go124, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,35 +357,35 @@ func TestUnreadableKeepsSettingsAndLogsOnce(t *testing.T) {
 func TestDisabledAndBadOptions(t *testing.T) {
 	tr := newTree(t)
 	for _, v := range []string{"off", "OFF", "false", "0", "No"} {
-		if _, err := Start(context.Background(), withRoot(tr.root), withLookupEnv(env("GOFIT", v))); !errors.Is(err, ErrDisabled) {
+		if _, err := Start(context.Background(), WithRoot(tr.root), WithLookupEnv(env("GOFIT", v))); !errors.Is(err, ErrDisabled) {
 			t.Errorf("GOFIT=%s: %v, want ErrDisabled", v, err)
 		}
 	}
 	for _, v := range []string{"on", "1", "true", ""} {
-		f, err := New(withRoot(tr.root), withLookupEnv(env("GOFIT", v)))
+		f, err := New(WithRoot(tr.root), WithLookupEnv(env("GOFIT", v)))
 		if err != nil {
 			t.Errorf("GOFIT=%q: %v", v, err)
 			continue
 		}
 		f.close()
 	}
-	if _, err := New(withRoot(tr.root), withLookupEnv(env("GOFIT", "of"))); err == nil || !strings.Contains(err.Error(), "GOFIT") {
+	if _, err := New(WithRoot(tr.root), WithLookupEnv(env("GOFIT", "of"))); err == nil || !strings.Contains(err.Error(), "GOFIT") {
 		t.Errorf("GOFIT=of: %v, want an error naming GOFIT", err)
 	}
 	for _, d := range []time.Duration{0, -time.Second, time.Nanosecond, 99 * time.Millisecond} {
-		if _, err := New(withRoot(tr.root), WithRefresh(d)); err == nil || !strings.Contains(err.Error(), "refresh") {
+		if _, err := New(WithRoot(tr.root), WithRefresh(d)); err == nil || !strings.Contains(err.Error(), "refresh") {
 			t.Errorf("refresh %v: %v", d, err)
 		}
 	}
 	for _, r := range []float64{1.2, math.NaN(), math.Inf(1), -0.5, 1} {
-		if _, err := New(withRoot(tr.root), WithMemoryRatio(r)); err == nil || !strings.Contains(err.Error(), "memory ratio") {
+		if _, err := New(WithRoot(tr.root), WithMemoryRatio(r)); err == nil || !strings.Contains(err.Error(), "memory ratio") {
 			t.Errorf("ratio %g: %v", r, err)
 		}
 	}
-	if _, err := New(withRoot(tr.root), WithGOGC("-5")); err == nil || !strings.Contains(err.Error(), "GOGC") {
+	if _, err := New(WithRoot(tr.root), WithGOGC("-5")); err == nil || !strings.Contains(err.Error(), "GOGC") {
 		t.Errorf("GOGC -5: %v", err)
 	}
-	if _, err := New(withRoot(t.TempDir())); err == nil {
+	if _, err := New(WithRoot(t.TempDir())); err == nil {
 		t.Error("no cgroup: no error")
 	}
 }
@@ -400,8 +399,8 @@ func TestFollowsWhenTheRuntimeSizesOnlyOnce(t *testing.T) {
 	rt := newFakeRuntime(2)
 	rt.follows = false
 	tk := newManualTicker()
-	f, err := Start(context.Background(), withRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(),
-		withLookupEnv(env("GODEBUG", "containermaxprocs=1")), withGo(go126, "containermaxprocs=0,updatemaxprocs=0"))
+	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(),
+		WithLookupEnv(env("GODEBUG", "containermaxprocs=1")), withGo(go126, "containermaxprocs=0,updatemaxprocs=0"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,7 +427,7 @@ func TestHandBackResultIsChecked(t *testing.T) {
 	rt := newFakeRuntime(2)
 	tk := newManualTicker()
 	var logs logRecorder
-	f, err := Start(context.Background(), withRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), withLookupEnv(env()), withGo(go126, ""), WithLogger(slog.New(&logs)))
+	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), WithLookupEnv(env()), withGo(go126, ""), WithLogger(slog.New(&logs)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -464,8 +463,8 @@ func TestTakesOverFromGofitRun(t *testing.T) {
 	rt.custom = true // the runtime read GOMAXPROCS from the environment
 	rt.memLimit = 241591910
 	tk := newManualTicker()
-	f, err := Start(context.Background(), withRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), withGo(go126, ""),
-		withLookupEnv(env("GOMAXPROCS", "2", "GOMEMLIMIT", "241591910", fit.MarkerVar, "GOMAXPROCS=2,GOMEMLIMIT=241591910")))
+	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), withGo(go126, ""),
+		WithLookupEnv(env("GOMAXPROCS", "2", "GOMEMLIMIT", "241591910", fit.MarkerVar, "GOMAXPROCS=2,GOMEMLIMIT=241591910")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -483,8 +482,8 @@ func TestTakesOverFromGofitRun(t *testing.T) {
 	// A value the user changed after gofit run is the user's again.
 	rt2 := newFakeRuntime(3)
 	rt2.custom = true
-	g, err := Start(context.Background(), withRoot(tr.root), withRuntime(rt2), withCPUs(8), newManualTicker().opt(), withGo(go126, ""),
-		withLookupEnv(env("GOMAXPROCS", "3", fit.MarkerVar, "GOMAXPROCS=2")))
+	g, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt2), withCPUs(8), newManualTicker().opt(), withGo(go126, ""),
+		WithLookupEnv(env("GOMAXPROCS", "3", fit.MarkerVar, "GOMAXPROCS=2")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -504,7 +503,7 @@ func TestStopRestoresValuesFoundAtStart(t *testing.T) {
 	rt.gomaxprocsExplicit(3)
 	rt.memLimit = 500 << 20
 	tk := newManualTicker()
-	f, err := Start(context.Background(), withRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), withLookupEnv(env()), withGo(go126, ""))
+	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), WithLookupEnv(env()), withGo(go126, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -520,7 +519,7 @@ func TestStopRestoresValuesFoundAtStart(t *testing.T) {
 	// back rather than pinning a number.
 	rt = newFakeRuntime(2)
 	tr.cpuMax("50000 100000")
-	f, err = Start(context.Background(), withRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), withLookupEnv(env()), withGo(go126, ""))
+	f, err = Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), WithLookupEnv(env()), withGo(go126, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -555,7 +554,7 @@ func TestStartFailureLeaksNothing(t *testing.T) {
 	tr.memMax("268435456")
 	before := openFiles(t)
 	for i := 0; i < 5; i++ {
-		if _, err := Start(context.Background(), withRoot(tr.root), withRuntime(newFakeRuntime(2)), withLookupEnv(env())); err == nil {
+		if _, err := Start(context.Background(), WithRoot(tr.root), withRuntime(newFakeRuntime(2)), WithLookupEnv(env())); err == nil {
 			t.Fatal("Start succeeded on a malformed cpu.max")
 		}
 	}
@@ -573,7 +572,7 @@ func TestAffinityReadEachRefresh(t *testing.T) {
 	var cpus atomic.Int64
 	cpus.Store(4)
 	tk := newManualTicker()
-	f, err := Start(context.Background(), withRoot(tr.root), withRuntime(rt), tk.opt(), withLookupEnv(env()), withGo(go124, ""),
+	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), tk.opt(), WithLookupEnv(env()), withGo(go124, ""),
 		func(c *config) { c.cpus = func() int { return int(cpus.Load()) } })
 	if err != nil {
 		t.Fatal(err)
@@ -597,7 +596,7 @@ func TestUnmanagedMemory(t *testing.T) {
 	tr.write("sys/fs/cgroup/pod/ctr/memory.stat", "anon 52428800\nfile 524288000\nactive_file 524288000\ninactive_file 0\nkernel 2097152\n") // mostly active page cache
 	tr.write("proc/self/smaps_rollup", "Rss: 40960 kB\nAnonymous: 30720 kB\n")                                                               // the process holds 40MiB
 	rt := newFakeRuntime(2)
-	f, err := New(withRoot(tr.root), withRuntime(rt), withCPUs(2), withLookupEnv(env()), withGo(go126, ""),
+	f, err := New(WithRoot(tr.root), withRuntime(rt), withCPUs(2), WithLookupEnv(env()), withGo(go126, ""),
 		func(c *config) { c.goMemory = func() int64 { return 10 * mib } })
 	if err != nil {
 		t.Fatal(err)
@@ -623,7 +622,7 @@ func TestUnmanagedWindowIsTimeBased(t *testing.T) {
 		tr := newTree(t)
 		tr.memMax("268435456")
 		clock := time.Unix(1_700_000_000, 0)
-		f, err := New(withRoot(tr.root), withRuntime(newFakeRuntime(2)), withCPUs(2), withLookupEnv(env()), withGo(go126, ""),
+		f, err := New(WithRoot(tr.root), withRuntime(newFakeRuntime(2)), withCPUs(2), WithLookupEnv(env()), withGo(go126, ""),
 			func(c *config) {
 				c.goMemory = func() int64 { return 0 }
 				c.now = func() time.Time { return clock }
@@ -667,7 +666,7 @@ func TestFileBudgetInProcess(t *testing.T) {
 	tr.memMax("134217728")                                                    // 128MiB
 	tr.write("proc/self/smaps_rollup", "Rss: 40960 kB\nAnonymous: 6144 kB\n") // 34MiB of mapped file pages (the sample's text)
 	clock := time.Unix(1_700_000_000, 0)
-	f, err := New(withRoot(tr.root), withRuntime(newFakeRuntime(2)), withCPUs(2), withLookupEnv(env()), withGo(go126, ""),
+	f, err := New(WithRoot(tr.root), withRuntime(newFakeRuntime(2)), withCPUs(2), WithLookupEnv(env()), withGo(go126, ""),
 		func(c *config) {
 			c.goMemory = func() int64 { return 6 * mib }
 			c.now = func() time.Time { return clock }
@@ -720,7 +719,7 @@ func BenchmarkRefresh(b *testing.B) {
 	defer os.RemoveAll(tr.root)
 	tr.cpuMax("150000 100000")
 	tr.memMax("268435456")
-	f, err := New(withRoot(tr.root), withRuntime(newFakeRuntime(2)), withLookupEnv(env()), withGo(go126, ""))
+	f, err := New(WithRoot(tr.root), withRuntime(newFakeRuntime(2)), WithLookupEnv(env()), withGo(go126, ""))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/gofit-dev/gofit/fit"
-	"github.com/gofit-dev/gofit/internal/seam"
 	"github.com/gofit-dev/gofit/internal/target"
 )
 
@@ -34,6 +33,11 @@ type Option func(*config)
 
 // WithLogger logs decisions and problems; the default logs nothing.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithPolicy sets all of the policy's options at once: as fit.ReadEnv
+// reads them from the GOFIT_* variables, or fit.BindFlags from a program's
+// flags. Options given after it change single fields.
+func WithPolicy(o fit.Options) Option { return func(c *config) { c.opts = o } }
 
 // WithMemoryRatio sets the share of the memory limit given to GOMEMLIMIT
 // when the unmanaged memory measured is smaller (default 0.9). It must
@@ -65,27 +69,26 @@ func WithCPURequestMin(n int) Option { return func(c *config) { c.opts.CPUReques
 // at least MinRefresh).
 func WithRefresh(d time.Duration) Option { return func(c *config) { c.refresh = d } }
 
-func init() {
-	seam.Option = func(s seam.Seams) any { return withSeams(s) }
+// WithRoot reads /proc and /sys under dir instead of "/", as
+// cgroup.NewFS(dir) does: a fixture tree in tests (package cgrouptest
+// writes one), or a host's filesystem mounted elsewhere. Only the files
+// move: the process fitted is still this one.
+func WithRoot(dir string) Option {
+	return func(c *config) {
+		if dir == "" {
+			dir = "/"
+		}
+		c.root = dir
+	}
 }
 
-// withSeams replaces what gofit reads from the real system (tests, and
-// package auto's environment lookup), through package seam.
-func withSeams(s seam.Seams) Option {
+// WithLookupEnv reads GOFIT and the Go runtime's variables (fit.VarNames)
+// through lookup instead of os.LookupEnv: a test's environment, or the one
+// package auto was configured from.
+func WithLookupEnv(lookup func(string) (string, bool)) Option {
 	return func(c *config) {
-		if s.Root != "" {
-			c.root = s.Root
-		}
-		if s.LookupEnv != nil {
-			c.lookup = s.LookupEnv
-		}
-		if s.Ticker != nil {
-			// A test that drives refreshes by hand gets no memory watch
-			// unless it asks for one.
-			c.ticker, c.watch = s.Ticker, s.Watch
-		}
-		if s.Watch != nil {
-			c.watch = s.Watch
+		if lookup != nil {
+			c.lookup = lookup
 		}
 	}
 }

@@ -2,9 +2,11 @@ package gofit
 
 import (
 	"errors"
+	"log/slog"
 	"runtime/metrics"
 	"time"
 
+	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/fit"
 	"github.com/gofit-dev/gofit/internal/procmem"
 )
@@ -13,7 +15,24 @@ import (
 // wobbles do not recompute the plan on every refresh.
 const nonGoStep = 1 << 20
 
-// measureNonGo estimates the memory charged on this process's behalf that
+// nonGoMeter estimates, refresh after refresh, the memory charged on the
+// process's behalf outside the Go runtime. A Fitter holds one and uses it
+// under its lock.
+type nonGoMeter struct {
+	mem      *procmem.Reader
+	now      func() time.Time
+	goMemory func() int64 // what the Go runtime has mapped and not released
+	log      *slog.Logger
+
+	anon     window         // anonymous memory outside the Go runtime, last minute
+	kernel   window         // the cgroup's kernel memory, last minute
+	file     fit.FileBudget // the hot part of the mapped file pages
+	noRollup bool           // smaps_rollup is missing: non-Go memory is not measured
+}
+
+func (m *nonGoMeter) close() { m.mem.Close() }
+
+// measure estimates the memory charged on this process's behalf that
 // GOMEMLIMIT does not bound and the kernel cannot simply reclaim, in its
 // parts (fit.NonGo):
 //
@@ -28,29 +47,29 @@ const nonGoStep = 1 << 20
 // Anonymous and kernel memory are the largest of the last minute; each
 // part is rounded up to 1 MiB. Page cache the process only read through is
 // not counted, nor is another process in the same cgroup.
-func (f *Fitter) measureNonGo() (fit.NonGo, error) {
-	if f.noRollup {
+func (n *nonGoMeter) measure(cg *cgroup.Cgroups) (fit.NonGo, error) {
+	if n.noRollup {
 		return fit.NonGo{}, nil
 	}
-	u, err := f.mem.Read()
+	u, err := n.mem.Read()
 	if errors.Is(err, procmem.ErrUnsupported) {
-		f.noRollup = true
-		f.log.Info("gofit: memory outside the Go heap not measured; GOMEMLIMIT from the memory ratio alone", "err", err)
+		n.noRollup = true
+		n.log.Info("gofit: memory outside the Go heap not measured; GOMEMLIMIT from the memory ratio alone", "err", err)
 		return fit.NonGo{}, nil
 	}
 	if err != nil {
 		return fit.NonGo{}, err
 	}
-	m, err := f.cg.MemoryStats()
+	m, err := cg.MemoryStats()
 	if err != nil {
 		return fit.NonGo{}, err
 	}
-	now := f.cfg.now()
-	anon := f.anon.add(now, max(u.Anonymous-f.cfg.goMemory(), 0))
-	kernel := f.kernel.add(now, int64(min(m.Kernel, 1<<60)))
-	f.file = f.file.Next(fit.FileSample{At: now, Resident: max(u.Rss-u.Anonymous, 0), Faults: m.FileRefaults + m.MajorFaults})
+	now := n.now()
+	anon := n.anon.add(now, max(u.Anonymous-n.goMemory(), 0))
+	kernel := n.kernel.add(now, int64(min(m.Kernel, 1<<60)))
+	n.file = n.file.Next(fit.FileSample{At: now, Resident: max(u.Rss-u.Anonymous, 0), Faults: m.FileRefaults + m.MajorFaults})
 	up := func(x int64) int64 { return (x + nonGoStep - 1) / nonGoStep * nonGoStep }
-	return fit.NonGo{Anon: up(anon), Kernel: up(kernel), HotFile: up(f.file.Bytes)}, nil
+	return fit.NonGo{Anon: up(anon), Kernel: up(kernel), HotFile: up(n.file.Bytes)}, nil
 }
 
 // newGoMemory returns a reader of the memory the Go runtime has mapped and

@@ -22,7 +22,6 @@ import (
 
 	"github.com/gofit-dev/gofit"
 	"github.com/gofit-dev/gofit/internal/envconfig"
-	"github.com/gofit-dev/gofit/internal/seam"
 )
 
 var fitter *gofit.Fitter
@@ -44,8 +43,7 @@ func start(ctx context.Context, lookup func(string) (string, bool), w io.Writer,
 	}
 	// The environment gofit reads (GOFIT, GOMAXPROCS, ...) comes through the
 	// same lookup as the configuration.
-	env := seam.Option(seam.Seams{LookupEnv: lookup}).(gofit.Option)
-	opts := append(cfg.Options, gofit.WithLogger(logger), env)
+	opts := append(cfg.Options, gofit.WithPolicy(cfg.Policy), gofit.WithLogger(logger), gofit.WithLookupEnv(lookup))
 	f, err := gofit.Start(ctx, append(opts, extra...)...)
 	if err != nil {
 		level := slog.LevelWarn

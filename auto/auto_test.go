@@ -13,7 +13,6 @@ import (
 	"testing"
 
 	"github.com/gofit-dev/gofit"
-	"github.com/gofit-dev/gofit/internal/seam"
 )
 
 func env(kv ...string) func(string) (string, bool) {
@@ -49,7 +48,7 @@ func cgroupTree(t *testing.T) string {
 
 func TestNotActiveIsLoggedAtTheDefaultLevel(t *testing.T) {
 	var log bytes.Buffer
-	if f := start(context.Background(), env(), &log, gofitRoot(t.TempDir())); f != nil {
+	if f := start(context.Background(), env(), &log, gofit.WithRoot(t.TempDir())); f != nil {
 		f.Stop()
 		t.Fatal("active without a cgroup")
 	}
@@ -58,7 +57,7 @@ func TestNotActiveIsLoggedAtTheDefaultLevel(t *testing.T) {
 	}
 
 	log.Reset()
-	if f := start(context.Background(), env("GOFIT", "off"), &log, gofitRoot(cgroupTree(t))); f != nil {
+	if f := start(context.Background(), env("GOFIT", "off"), &log, gofit.WithRoot(cgroupTree(t))); f != nil {
 		f.Stop()
 		t.Fatal("active with GOFIT=off")
 	}
@@ -66,12 +65,12 @@ func TestNotActiveIsLoggedAtTheDefaultLevel(t *testing.T) {
 		t.Errorf("GOFIT=off logged at the default level: %q", log.String())
 	}
 	log.Reset()
-	if f := start(context.Background(), env("GOFIT", "off", "GOFIT_LOG", "info"), &log, gofitRoot(cgroupTree(t))); f != nil || !strings.Contains(log.String(), "gofit not active") {
+	if f := start(context.Background(), env("GOFIT", "off", "GOFIT_LOG", "info"), &log, gofit.WithRoot(cgroupTree(t))); f != nil || !strings.Contains(log.String(), "gofit not active") {
 		t.Errorf("GOFIT=off with GOFIT_LOG=info: %q", log.String())
 	}
 
 	log.Reset()
-	if f := start(context.Background(), env("GOFIT_LOG", "off"), &log, gofitRoot(t.TempDir())); f != nil || log.Len() != 0 {
+	if f := start(context.Background(), env("GOFIT_LOG", "off"), &log, gofit.WithRoot(t.TempDir())); f != nil || log.Len() != 0 {
 		t.Errorf("GOFIT_LOG=off still logged %q", log.String())
 	}
 }
@@ -79,7 +78,7 @@ func TestNotActiveIsLoggedAtTheDefaultLevel(t *testing.T) {
 func TestStartsWithSettingsFromTheEnvironment(t *testing.T) {
 	procs, memlimit := runtime.GOMAXPROCS(0), debug.SetMemoryLimit(-1)
 	var log bytes.Buffer
-	f := start(context.Background(), env("GOFIT_MEMORY_RATIO", "NaN", "GOFIT_CPU_ROUNDING", "ceil", "GOFIT_REFRESH", "1ns"), &log, gofitRoot(cgroupTree(t)))
+	f := start(context.Background(), env("GOFIT_MEMORY_RATIO", "NaN", "GOFIT_CPU_ROUNDING", "ceil", "GOFIT_REFRESH", "1ns"), &log, gofit.WithRoot(cgroupTree(t)))
 	if f == nil {
 		t.Fatalf("not active: %s", log.String())
 	}
@@ -109,5 +108,3 @@ func TestNoDefaultMuxHandlers(t *testing.T) {
 		}
 	}
 }
-
-func gofitRoot(dir string) gofit.Option { return seam.Option(seam.Seams{Root: dir}).(gofit.Option) }

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/gofit-dev/gofit"
-	"github.com/gofit-dev/gofit/internal/seam"
 )
 
 func fitter(t *testing.T) *gofit.Fitter {
@@ -29,7 +28,7 @@ func fitter(t *testing.T) *gofit.Fitter {
 			t.Fatal(err)
 		}
 	}
-	f, err := gofit.Start(context.Background(), seam.Option(seam.Seams{Root: root, LookupEnv: func(string) (string, bool) { return "", false }}).(gofit.Option))
+	f, err := gofit.Start(context.Background(), gofit.WithRoot(root), gofit.WithLookupEnv(func(string) (string, bool) { return "", false }))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,11 +16,6 @@
 package fit
 
 import (
-	"errors"
-	"fmt"
-	"math"
-	"strconv"
-
 	"github.com/gofit-dev/gofit/cgroup"
 )
 
@@ -62,6 +57,15 @@ type Input struct {
 	Running *Running
 }
 
+// NewInput is the input for a process under limits l that may run on cpus
+// CPUs (0: unknown), with vars as its Go runtime's environment. The CPU
+// request is the one l's CPU shares or weight encode, as the kubelet
+// writes it. The caller adds what it knows of the runtime (GoVersion,
+// DefaultGODEBUG, Running) and the non-Go memory.
+func NewInput(l cgroup.Limits, cpus int, vars map[string]string) Input {
+	return Input{Limits: l, CPUs: cpus, CPURequest: l.CPU.RequestCores(), Vars: vars}
+}
+
 // Running is the state of a running Go runtime that gofit manages in-process.
 type Running struct {
 	// GOMAXPROCS is runtime.GOMAXPROCS(0) now.
@@ -73,132 +77,6 @@ type Running struct {
 	// running binary (built with Go ≥ 1.25).
 	CanHandBack bool
 }
-
-// Rounding says how a fractional CPU limit becomes GOMAXPROCS.
-type Rounding int
-
-const (
-	// Floor rounds down (at least 1): never plan more parallelism than the
-	// quota pays for, so a burst cannot spend the period's quota early.
-	Floor Rounding = iota
-	// Ceil rounds up, as Go's runtime does: more parallelism, more risk of
-	// throttling.
-	Ceil
-)
-
-// Options tune the policy. The zero value is the default.
-type Options struct {
-	// MemoryRatio is the share of the effective memory limit given to
-	// GOMEMLIMIT when nothing better is known. 0 means DefaultMemoryRatio;
-	// otherwise it must pass ValidMemoryRatio.
-	MemoryRatio float64
-	Rounding    Rounding
-	// CPURequestFactor opts in to GOMAXPROCS from the CPU request when
-	// there is no CPU limit: max(CPURequestMin, ceil(request × factor)),
-	// capped at the usable CPUs. 0 (the default) leaves GOMAXPROCS at the
-	// usable CPUs; otherwise it must pass ValidCPURequestFactor.
-	CPURequestFactor float64
-	// CPURequestMin is the least GOMAXPROCS planned from a request: 1 or 2;
-	// 0 means DefaultCPURequestMin.
-	CPURequestMin int
-	// GOGC is "" to leave GOGC alone (the default), or a value that passes
-	// ValidGOGC ("off", "200") to set together with GOMEMLIMIT: the "use the
-	// memory you pay for" mode. It is only applied when a GOMEMLIMIT is
-	// planned.
-	GOGC string
-}
-
-// DefaultMemoryRatio leaves 10% of the limit for memory outside the Go heap.
-const DefaultMemoryRatio = 0.9
-
-// DefaultCPURequestMin is the least GOMAXPROCS planned from a CPU request.
-// Without a CPU limit nothing throttles a second thread, and Go's runtime
-// itself never goes below 2 for a limit: one P left alone stalls behind
-// the garbage collector's worker.
-const DefaultCPURequestMin = 2
-
-// MaxCPURequestFactor bounds Options.CPURequestFactor: beyond it the
-// request no longer says anything about the parallelism wanted.
-const MaxCPURequestFactor = 16
-
-// ValidCPURequestFactor accepts a factor above 0 and at most
-// MaxCPURequestFactor (0 itself means off and is not passed here).
-func ValidCPURequestFactor(f float64) error {
-	if math.IsNaN(f) || f <= 0 || f > MaxCPURequestFactor {
-		return fmt.Errorf("%w: CPU request factor %g: want a number above 0 and at most %d, such as 1 or 1.5", ErrBadOption, f, MaxCPURequestFactor)
-	}
-	return nil
-}
-
-// ErrBadOption is wrapped by the errors of New, ValidMemoryRatio and ValidGOGC.
-var ErrBadOption = errors.New("bad option")
-
-// ValidMemoryRatio accepts a ratio strictly between 0 and 1. NaN and the
-// infinities fail, as do 0 and 1: a GOMEMLIMIT of nothing or of the whole
-// limit is never what anyone wants.
-func ValidMemoryRatio(r float64) error {
-	if math.IsNaN(r) || math.IsInf(r, 0) || r <= 0 || r >= 1 {
-		return fmt.Errorf("%w: memory ratio %g: want a number between 0 and 1, such as 0.9", ErrBadOption, r)
-	}
-	return nil
-}
-
-// ValidGOGC accepts "off" or a positive integer percentage such as "200",
-// written as Go's runtime parses it.
-func ValidGOGC(v string) error {
-	if v == "off" {
-		return nil
-	}
-	if n, err := strconv.ParseInt(v, 10, 32); err != nil || n <= 0 || strconv.FormatInt(n, 10) != v {
-		return fmt.Errorf("%w: GOGC %q: want off or a positive integer such as 200", ErrBadOption, v)
-	}
-	return nil
-}
-
-// Policy is the validated policy. The zero value uses the default options.
-type Policy struct {
-	opt Options
-}
-
-// New validates opt and returns the policy it describes.
-func New(opt Options) (Policy, error) {
-	if opt.MemoryRatio != 0 {
-		if err := ValidMemoryRatio(opt.MemoryRatio); err != nil {
-			return Policy{}, err
-		}
-	}
-	if opt.Rounding != Floor && opt.Rounding != Ceil {
-		return Policy{}, fmt.Errorf("%w: rounding %d: want fit.Floor or fit.Ceil", ErrBadOption, opt.Rounding)
-	}
-	if opt.CPURequestFactor != 0 {
-		if err := ValidCPURequestFactor(opt.CPURequestFactor); err != nil {
-			return Policy{}, err
-		}
-	}
-	if opt.CPURequestMin != 0 && opt.CPURequestMin != 1 && opt.CPURequestMin != 2 {
-		return Policy{}, fmt.Errorf("%w: CPU request minimum %d: want 1 or 2", ErrBadOption, opt.CPURequestMin)
-	}
-	if opt.GOGC != "" {
-		if err := ValidGOGC(opt.GOGC); err != nil {
-			return Policy{}, err
-		}
-	}
-	return Policy{opt: opt}, nil
-}
-
-// Options are the policy's options, with defaults filled in.
-func (p Policy) Options() Options {
-	o := p.opt
-	if o.MemoryRatio == 0 {
-		o.MemoryRatio = DefaultMemoryRatio
-	}
-	if o.CPURequestMin == 0 {
-		o.CPURequestMin = DefaultCPURequestMin
-	}
-	return o
-}
-
-func (o Options) minRequestProcs() int { return max(o.CPURequestMin, 1) }
 
 // Action is what to do with GOMAXPROCS in-process.
 type Action int

@@ -12,7 +12,6 @@ import (
 
 	"github.com/gofit-dev/gofit"
 	"github.com/gofit-dev/gofit/fit"
-	"github.com/gofit-dev/gofit/internal/seam"
 )
 
 type tree string
@@ -69,7 +68,7 @@ func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 
 func TestCollector(t *testing.T) {
 	tr := newTree(t)
-	f, err := gofit.Start(context.Background(), seam.Option(seam.Seams{Root: string(tr), LookupEnv: func(string) (string, bool) { return "", false }}).(gofit.Option))
+	f, err := gofit.Start(context.Background(), gofit.WithRoot(string(tr)), gofit.WithLookupEnv(func(string) (string, bool) { return "", false }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +116,7 @@ func TestCollector(t *testing.T) {
 // that moves by a megabyte must not make a new series.
 func TestPlanLabelsAreBounded(t *testing.T) {
 	tr := newTree(t)
-	f, err := gofit.New(seam.Option(seam.Seams{Root: string(tr), LookupEnv: func(string) (string, bool) { return "", false }}).(gofit.Option))
+	f, err := gofit.New(gofit.WithRoot(string(tr)), gofit.WithLookupEnv(func(string) (string, bool) { return "", false }))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,11 +3,11 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
-	"strings"
-
 	"os"
+	"strings"
 
 	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/fit"
@@ -16,35 +16,21 @@ import (
 	"github.com/gofit-dev/gofit/internal/target"
 )
 
-// planFlags are the policy flags shared by inspect and run.
+// planFlags are the flags shared by inspect and run: the policy's own
+// (fit.BindFlags) and what they know of the process.
 type planFlags struct {
-	ratio float64
-	ceil  bool
-	gogc  string
-	cpus  int
-
-	requestFactor float64
-	requestMin    int
-
-	nonGo string // --non-go, or GOFIT_NON_GO when the flag is not given
+	policyFlags *fit.Flags
+	cpus        int
+	nonGo       string // --non-go, or GOFIT_NON_GO when the flag is not given
 }
 
 // NonGoVar declares non-Go memory for `gofit run` and `gofit inspect`, as
 // the --non-go flag does (the flag wins).
 const NonGoVar = "GOFIT_NON_GO"
 
-func (p *planFlags) register(fs interface {
-	Float64Var(*float64, string, float64, string)
-	BoolVar(*bool, string, bool, string)
-	StringVar(*string, string, string, string)
-	IntVar(*int, string, int, string)
-}) {
-	fs.Float64Var(&p.ratio, "memory-ratio", fit.DefaultMemoryRatio, "share of the memory limit for GOMEMLIMIT, between 0 and 1")
-	fs.BoolVar(&p.ceil, "ceil", false, "round a fractional CPU limit up instead of down")
-	fs.StringVar(&p.gogc, "gogc", "", "also set GOGC (e.g. off or 200) with GOMEMLIMIT: use the memory you pay for")
+func (p *planFlags) register(fs *flag.FlagSet) {
+	p.policyFlags = fit.BindFlags(fs)
 	fs.IntVar(&p.cpus, "cpus", 0, "CPUs the process may use (default: this process's affinity mask)")
-	fs.Float64Var(&p.requestFactor, "cpu-request-factor", 0, "without a CPU limit, GOMAXPROCS = ceil(CPU request × factor), the request read from cpu.shares/cpu.weight (0: off)")
-	fs.IntVar(&p.requestMin, "cpu-request-min", fit.DefaultCPURequestMin, "the least GOMAXPROCS from a CPU request: 1 or 2")
 	fs.StringVar(&p.nonGo, "non-go", "", "memory the process's cgroup is charged that GOMEMLIMIT does not bound and cannot be reclaimed\n(off-heap caches, cgo), e.g. 48Mi, 64MiB or bytes; GOMEMLIMIT leaves room for it (default: "+NonGoVar+", else none: the ratio)")
 }
 
@@ -83,30 +69,14 @@ func parseSize(s string) (int64, error) {
 	return n, nil
 }
 
-// policy validates the flags with the policy's own validators.
+// policy is the policy the flags ask for.
 func (p *planFlags) policy() (fit.Policy, error) {
-	if err := fit.ValidMemoryRatio(p.ratio); err != nil {
-		return fit.Policy{}, fmt.Errorf("%w: --memory-ratio: %v", errUsage, err)
-	}
 	if p.cpus < 0 {
 		return fit.Policy{}, fmt.Errorf("%w: --cpus %d: must be positive", errUsage, p.cpus)
 	}
-	if p.gogc != "" {
-		if err := fit.ValidGOGC(p.gogc); err != nil {
-			return fit.Policy{}, fmt.Errorf("%w: --gogc: %v", errUsage, err)
-		}
-	}
-	if p.requestFactor != 0 {
-		if err := fit.ValidCPURequestFactor(p.requestFactor); err != nil {
-			return fit.Policy{}, fmt.Errorf("%w: --cpu-request-factor: %v", errUsage, err)
-		}
-	}
-	if p.requestMin != 1 && p.requestMin != 2 {
-		return fit.Policy{}, fmt.Errorf("%w: --cpu-request-min %d: want 1 or 2", errUsage, p.requestMin)
-	}
-	o := fit.Options{MemoryRatio: p.ratio, GOGC: p.gogc, CPURequestFactor: p.requestFactor, CPURequestMin: p.requestMin}
-	if p.ceil {
-		o.Rounding = fit.Ceil
+	o, err := p.policyFlags.Options()
+	if err != nil {
+		return fit.Policy{}, fmt.Errorf("%w: %v", errUsage, err)
 	}
 	pol, err := fit.New(o)
 	if err != nil {
@@ -163,7 +133,7 @@ func inspect(root string, cpus int, policy fit.Policy, nonGo fit.NonGo) (report.
 	if err != nil {
 		return report.Report{}, err
 	}
-	in := fit.Input{Limits: l, CPUs: cpus, CPURequest: l.CPU.RequestCores(), Vars: lookupVars(os.LookupEnv)}
+	in := fit.NewInput(l, cpus, lookupVars(os.LookupEnv))
 	if in.CPUs == 0 {
 		in.CPUs = affinity.CPUs()
 	}

@@ -161,6 +161,8 @@ func TestInspectErrors(t *testing.T) {
 		{[]string{"inspect", "--memory-ratio", "NaN"}, 2, "--memory-ratio"},
 		{[]string{"run", "--memory-ratio", "NaN", "--", "sh"}, 2, "--memory-ratio"},
 		{[]string{"run", "--memory-ratio", "+Inf", "--", "sh"}, 2, "--memory-ratio"},
+		{[]string{"run", "--cpu-request-factor", "NaN", "--", "sh"}, 2, "--cpu-request-factor: bad option: CPU request factor NaN"},
+		{[]string{"inspect", "--cpu-request-min", "0"}, 2, "--cpu-request-min: bad option: CPU request minimum 0: want 1 or 2"},
 		{[]string{"run", "--json", "--", "sh"}, 2, "--json needs --dry-run"},
 		{[]string{"inspect", "--gogc", "lots"}, 2, "--gogc"},
 		{[]string{"inspect", "extra"}, 2, "unexpected argument"},

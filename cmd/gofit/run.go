@@ -112,7 +112,7 @@ func runPlan(root, path string, cpus int, policy fit.Policy, nonGo fit.NonGo, lo
 	if err != nil {
 		return fit.Plan{}, err
 	}
-	in := fit.Input{Limits: l, CPUs: cpus, CPURequest: l.CPU.RequestCores(), Vars: lookupVars(lookup)}
+	in := fit.NewInput(l, cpus, lookupVars(lookup))
 	if in.CPUs == 0 {
 		in.CPUs = affinity.CPUs()
 	}

@@ -27,10 +27,9 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 	addr := fs.String("addr", ":8443", "serve HTTPS on `HOST:PORT` (/mutate, /healthz, /readyz, /metrics)")
 	certFile := fs.String("cert-file", "", "serving certificate `FILE` (PEM), re-read when it changes")
 	keyFile := fs.String("key-file", "", "private key `FILE` (PEM), re-read when it changes")
-	ceil := fs.Bool("ceil", false, "round a fractional CPU limit up instead of down for GOMAXPROCS")
-	ratio := fs.Float64("memory-ratio", fit.DefaultMemoryRatio, "share of the memory limit for GOMEMLIMIT, between 0 and 1")
-	reqFactor := fs.Float64("cpu-request-factor", 0, "opt in to GOMAXPROCS = max(min, ceil(CPU request × `FACTOR`)) for containers with no CPU limit (0: off; pods can choose with the gofit.dev/cpu-request-factor annotation)")
-	reqMin := fs.Int("cpu-request-min", fit.DefaultCPURequestMin, "the least GOMAXPROCS planned from a CPU request: 1 or 2")
+	// Pods choose their own CPU request factor with the
+	// gofit.dev/cpu-request-factor annotation.
+	policyFlags := fit.BindFlags(fs, "memory-ratio", "ceil", "cpu-request-factor", "cpu-request-min")
 	goVersion := fs.String("go-version", admission.DefaultGoVersion, "the Go `RELEASE` assumed for images (it decides the warnings about what Go's runtime does alone); empty: unknown")
 	maxBody := fs.Int64("max-body", admission.DefaultMaxBody, "largest request body in `BYTES`")
 	maxInFlight := fs.Int("max-in-flight", admission.DefaultMaxInFlight, "reviews decoded and fitted at once; more wait, then get 503 (memory is bounded by about 2 × max-body per review)")
@@ -53,22 +52,9 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
-	// fit's own validator, as gofit run and inspect use: a hand-written
-	// range check here let NaN through.
-	if err := fit.ValidMemoryRatio(*ratio); err != nil {
-		return fmt.Errorf("%w: --memory-ratio: %v", errUsage, err)
-	}
-	if *reqFactor != 0 {
-		if err := fit.ValidCPURequestFactor(*reqFactor); err != nil {
-			return fmt.Errorf("%w: --cpu-request-factor: %v", errUsage, err)
-		}
-	}
-	if *reqMin != 1 && *reqMin != 2 {
-		return fmt.Errorf("%w: --cpu-request-min %d: want 1 or 2", errUsage, *reqMin)
-	}
-	opt := fit.Options{MemoryRatio: *ratio, CPURequestFactor: *reqFactor, CPURequestMin: *reqMin}
-	if *ceil {
-		opt.Rounding = fit.Ceil
+	opt, err := policyFlags.Options()
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	pol, err := fit.New(opt)
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -15,17 +14,14 @@ import (
 	"github.com/gofit-dev/gofit/fit"
 )
 
-// Config is what the GOFIT_* variables ask for.
+// Config is what the GOFIT_* variables ask for: the policy's options
+// (fit.ReadEnv reads them) and
 //
 //	GOFIT_REFRESH=1s          how often limits are re-read (at least gofit.MinRefresh)
-//	GOFIT_MEMORY_RATIO=0.9    share of the memory limit for GOMEMLIMIT
-//	GOFIT_CPU_ROUNDING=floor  floor or ceil for a fractional CPU limit
-//	GOFIT_GOGC=off            opt in: set GOGC (off or a percentage) with GOMEMLIMIT
-//	GOFIT_CPU_REQUEST_FACTOR=1  opt in: without a CPU limit, GOMAXPROCS = ceil(request × factor)
-//	GOFIT_CPU_REQUEST_MIN=2   the least GOMAXPROCS from a request (1 or 2)
 //	GOFIT_LOG=warn            log level on stderr (debug, info, warn, error, off)
 type Config struct {
-	Options  []gofit.Option
+	Policy   fit.Options    // for gofit.WithPolicy
+	Options  []gofit.Option // the rest: GOFIT_REFRESH
 	LogLevel slog.Level
 	LogOff   bool
 	// Errors name each variable with a bad value; the others still apply.
@@ -52,49 +48,9 @@ func Read(lookup func(string) (string, bool)) Config {
 			c.Options = append(c.Options, gofit.WithRefresh(d))
 		}
 	}
-	// number reads a float variable, validated by the policy's own check.
-	number := func(name string, valid func(float64) error, option func(float64) gofit.Option) {
-		v, ok := lookup(name)
-		if !ok {
-			return
-		}
-		f, err := strconv.ParseFloat(v, 64)
-		if err == nil {
-			err = valid(f)
-		}
-		if err != nil {
-			bad(name, v, err)
-		} else {
-			c.Options = append(c.Options, option(f))
-		}
-	}
-	number("GOFIT_MEMORY_RATIO", fit.ValidMemoryRatio, gofit.WithMemoryRatio)
-	if v, ok := lookup("GOFIT_CPU_ROUNDING"); ok {
-		switch v {
-		case "floor":
-			c.Options = append(c.Options, gofit.WithRounding(fit.Floor))
-		case "ceil":
-			c.Options = append(c.Options, gofit.WithRounding(fit.Ceil))
-		default:
-			bad("GOFIT_CPU_ROUNDING", v, fmt.Errorf("want floor or ceil"))
-		}
-	}
-	if v, ok := lookup("GOFIT_GOGC"); ok {
-		if err := fit.ValidGOGC(v); err != nil {
-			bad("GOFIT_GOGC", v, err)
-		} else {
-			c.Options = append(c.Options, gofit.WithGOGC(v))
-		}
-	}
-	number("GOFIT_CPU_REQUEST_FACTOR", fit.ValidCPURequestFactor, gofit.WithCPURequestFactor)
-	if v, ok := lookup("GOFIT_CPU_REQUEST_MIN"); ok {
-		switch v {
-		case "1", "2":
-			c.Options = append(c.Options, gofit.WithCPURequestMin(int(v[0]-'0')))
-		default:
-			bad("GOFIT_CPU_REQUEST_MIN", v, fmt.Errorf("want 1 or 2"))
-		}
-	}
+	var errs []error
+	c.Policy, errs = fit.ReadEnv(lookup)
+	c.Errors = append(c.Errors, errs...)
 	if v, ok := lookup("GOFIT_LOG"); ok && v != "" {
 		if strings.EqualFold(v, "off") {
 			c.LogOff = true

@@ -4,6 +4,8 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/gofit-dev/gofit/fit"
 )
 
 func env(kv ...string) func(string) (string, bool) {
@@ -16,16 +18,24 @@ func env(kv ...string) func(string) (string, bool) {
 
 func TestRead(t *testing.T) {
 	c := Read(env("GOFIT_REFRESH", "250ms", "GOFIT_MEMORY_RATIO", "0.8", "GOFIT_CPU_ROUNDING", "ceil", "GOFIT_GOGC", "200", "GOFIT_LOG", "info"))
-	if len(c.Options) != 4 || len(c.Errors) != 0 || c.LogLevel != slog.LevelInfo || c.LogOff {
+	if len(c.Options) != 1 || len(c.Errors) != 0 || c.LogLevel != slog.LevelInfo || c.LogOff {
 		t.Fatalf("%d options, level %v off %v, errors %v", len(c.Options), c.LogLevel, c.LogOff, c.Errors)
 	}
-	if c := Read(env("GOFIT_CPU_REQUEST_FACTOR", "1.5", "GOFIT_CPU_REQUEST_MIN", "1")); len(c.Options) != 2 || len(c.Errors) != 0 {
-		t.Errorf("request factor and minimum: %d options, errors %v", len(c.Options), c.Errors)
+	if want := (fit.Options{MemoryRatio: 0.8, Rounding: fit.Ceil, GOGC: "200"}); c.Policy != want {
+		t.Errorf("policy %+v, want %+v", c.Policy, want)
+	}
+	c = Read(env("GOFIT_CPU_REQUEST_FACTOR", "1.5", "GOFIT_CPU_REQUEST_MIN", "1"))
+	if want := (fit.Options{CPURequestFactor: 1.5, CPURequestMin: 1}); c.Policy != want || len(c.Errors) != 0 {
+		t.Errorf("request factor and minimum: policy %+v, errors %v", c.Policy, c.Errors)
+	}
+	// 0 is the factor's off, as in fit.Options and --cpu-request-factor.
+	if c := Read(env("GOFIT_CPU_REQUEST_FACTOR", "0")); c.Policy != (fit.Options{}) || len(c.Errors) != 0 {
+		t.Errorf("factor 0: policy %+v, errors %v", c.Policy, c.Errors)
 	}
 	if c := Read(env("GOFIT_LOG", "OFF")); !c.LogOff {
 		t.Error("GOFIT_LOG=OFF does not silence")
 	}
-	if c := Read(env()); c.LogLevel != slog.LevelWarn || c.LogOff || len(c.Options) != 0 {
+	if c := Read(env()); c.LogLevel != slog.LevelWarn || c.LogOff || len(c.Options) != 0 || c.Policy != (fit.Options{}) {
 		t.Errorf("defaults: %+v", c)
 	}
 }
@@ -33,15 +43,17 @@ func TestRead(t *testing.T) {
 func TestReadRejects(t *testing.T) {
 	for _, tc := range []struct{ name, value string }{
 		{"GOFIT_REFRESH", "soon"}, {"GOFIT_REFRESH", "1ns"}, {"GOFIT_REFRESH", "0s"}, {"GOFIT_REFRESH", "-1s"},
-		{"GOFIT_MEMORY_RATIO", "90"}, {"GOFIT_MEMORY_RATIO", "NaN"}, {"GOFIT_MEMORY_RATIO", "Inf"}, {"GOFIT_MEMORY_RATIO", "0"},
+		{"GOFIT_MEMORY_RATIO", "90"}, {"GOFIT_MEMORY_RATIO", "NaN"}, {"GOFIT_MEMORY_RATIO", "Inf"}, {"GOFIT_MEMORY_RATIO", "-Inf"},
+		{"GOFIT_MEMORY_RATIO", "1e400"}, {"GOFIT_MEMORY_RATIO", "0"}, {"GOFIT_MEMORY_RATIO", ""},
 		{"GOFIT_CPU_ROUNDING", "up"},
 		{"GOFIT_GOGC", "-5"}, {"GOFIT_GOGC", "lots"},
 		{"GOFIT_LOG", "loud"},
-		{"GOFIT_CPU_REQUEST_FACTOR", "0"}, {"GOFIT_CPU_REQUEST_FACTOR", "-1"}, {"GOFIT_CPU_REQUEST_FACTOR", "NaN"}, {"GOFIT_CPU_REQUEST_FACTOR", "100"},
+		{"GOFIT_CPU_REQUEST_FACTOR", "-1"}, {"GOFIT_CPU_REQUEST_FACTOR", "NaN"}, {"GOFIT_CPU_REQUEST_FACTOR", "+Inf"},
+		{"GOFIT_CPU_REQUEST_FACTOR", "-Inf"}, {"GOFIT_CPU_REQUEST_FACTOR", "100"},
 		{"GOFIT_CPU_REQUEST_MIN", "0"}, {"GOFIT_CPU_REQUEST_MIN", "3"},
 	} {
 		c := Read(env(tc.name, tc.value))
-		if len(c.Options) != 0 || len(c.Errors) != 1 || !strings.Contains(c.Errors[0].Error(), tc.name) {
+		if len(c.Options) != 0 || c.Policy != (fit.Options{}) || len(c.Errors) != 1 || !strings.Contains(c.Errors[0].Error(), tc.name) {
 			t.Errorf("%s=%s: %d options, errors %v; want one error naming the variable", tc.name, tc.value, len(c.Options), c.Errors)
 		}
 	}

@@ -371,7 +371,7 @@ func (c Config) Validate() error {
 			return usagef("--quotas: %g is not a number of cores between 0.01 and 1024", q)
 		}
 	}
-	if c.CPURequest < 0 || c.CPURequest > 1024 {
+	if !(c.CPURequest >= 0 && c.CPURequest <= 1024) {
 		return usagef("Config.CPURequest %g: want 0 (no request row) to 1024 cores", c.CPURequest)
 	}
 	if c.CPURequest > 0 {

@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ func TestConfigValidate(t *testing.T) {
 		{"no resamples", func(c *Config) { c.Resamples = 0 }, "Config.Resamples 0"},
 		{"no quotas", func(c *Config) { c.Quotas = nil }, "--quotas: no quota"},
 		{"quota NaN", func(c *Config) { c.Quotas = []float64{0.5, 0} }, "--quotas: 0 is not"},
+		{"request NaN", func(c *Config) { c.CPURequest = math.NaN() }, "Config.CPURequest NaN"},
 		{"unknown cpu setting", func(c *Config) { c.CPUSettings = []string{"gomaxprocs=3"} }, `unknown setting "gomaxprocs=3"`},
 		{"unknown mem setting", func(c *Config) { c.MemSettings = []string{"ratio"} }, `unknown setting "ratio"`},
 		{"open fraction", func(c *Config) { c.OpenFraction = 1.5 }, "--open-fraction 1.5"},

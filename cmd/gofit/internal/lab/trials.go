@@ -22,15 +22,11 @@ func (l *study) planEnv(cores float64, mem int64) (map[string]string, fit.Plan) 
 // cores: without a CPU limit, GOMAXPROCS follows the request times
 // Config.CPURequestFactor (GOFIT_CPU_REQUEST_FACTOR's policy).
 func (l *study) planEnvRequest(cores, request float64, mem int64) (map[string]string, fit.Plan) {
-	in := fit.Input{
-		Limits: cgroup.Limits{
-			CPU:    cgroup.CPULimits{Quota: cores, LeafQuota: cores, QuotaGroup: "(trial)"},
-			Memory: cgroup.MemoryLimits{Max: mem, MaxGroup: "(trial)"},
-		},
-		CPUs:       l.ncpu,
-		CPURequest: request,
-		Vars:       l.baseEnv(),
-	}
+	in := fit.NewInput(cgroup.Limits{
+		// The request as the sandbox writes it (manage.Group.SetCPURequest).
+		CPU:    cgroup.CPULimits{Quota: cores, LeafQuota: cores, QuotaGroup: "(trial)", Shares: uint64(request * 1024)},
+		Memory: cgroup.MemoryLimits{Max: mem, MaxGroup: "(trial)"},
+	}, l.ncpu, l.baseEnv())
 	if b, err := target.Read(l.cfg.Target.Path); err == nil {
 		b.Describe(&in)
 	}
