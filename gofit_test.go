@@ -7,48 +7,26 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gofit-dev/gofit/cgroup/cgrouptest"
 	"github.com/gofit-dev/gofit/fit"
 	"github.com/gofit-dev/gofit/internal/target"
 )
 
-// tree is a writable cgroup v2 fixture for one process at /pod/ctr.
-type tree struct {
-	t    *testing.T
-	root string
-}
-
-func newTree(t *testing.T) *tree {
-	tr := &tree{t: t, root: t.TempDir()}
-	tr.write("proc/self/cgroup", "0::/pod/ctr\n")
-	tr.write("proc/self/mountinfo", "25 20 0:22 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n")
-	tr.write("sys/fs/cgroup/pod/ctr/memory.current", "1048576\n")
-	tr.write("sys/fs/cgroup/pod/ctr/memory.stat", "anon 1048576\ninactive_file 0\n")
-	tr.write("proc/self/smaps_rollup", "Rss: 1024 kB\n")
+// newTree is a cgroup v2 fixture for one process at /pod/ctr, with no
+// limits yet.
+func newTree(t testing.TB) *cgrouptest.Tree {
+	tr := cgrouptest.NewV2(t, "/pod/ctr")
+	tr.Set("memory.current", "1048576")
+	tr.Set("memory.stat", "anon 1048576\ninactive_file 0")
+	tr.Write("proc/self/smaps_rollup", "Rss: 1024 kB\n")
 	return tr
 }
-
-func (tr *tree) write(rel, content string) {
-	tr.t.Helper()
-	p := filepath.Join(tr.root, rel)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		tr.t.Fatal(err)
-	}
-	// Rewrite in place, as the kernel changes a cgroup file.
-	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-		tr.t.Fatal(err)
-	}
-}
-
-func (tr *tree) cpuMax(s string)    { tr.write("sys/fs/cgroup/pod/ctr/cpu.max", s+"\n") }
-func (tr *tree) memMax(s string)    { tr.write("sys/fs/cgroup/pod/ctr/memory.max", s+"\n") }
-func (tr *tree) podCPUMax(s string) { tr.write("sys/fs/cgroup/pod/cpu.max", s+"\n") }
 
 // fakeRuntime models what gofit asks of the Go runtime, and what the
 // runtime does by itself: def is its own choice for the current limits,
@@ -161,11 +139,11 @@ func (m *manualTicker) tick() { m.c <- time.Now(); m.c <- time.Now() }
 // waiting for the refresh; a raised one waits for the refresh.
 func TestMemoryWatchFollowsADecreaseAtOnce(t *testing.T) {
 	tr := newTree(t)
-	tr.memMax("268435456")
+	tr.Set("memory.max", "268435456")
 	rt := newFakeRuntime(2)
 	refresh, watch := newManualTicker(), newManualTicker()
 	var watched time.Duration
-	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(2), refresh.opt(), WithLookupEnv(env()), withGo(go126, ""),
+	f, err := Start(context.Background(), WithRoot(tr.Root), withRuntime(rt), withCPUs(2), refresh.opt(), WithLookupEnv(env()), withGo(go126, ""),
 		withWatch(func(d time.Duration) (<-chan time.Time, func()) { watched = d; return watch.c, func() {} }))
 	if err != nil {
 		t.Fatal(err)
@@ -174,12 +152,12 @@ func TestMemoryWatchFollowsADecreaseAtOnce(t *testing.T) {
 	if watched != MemoryWatch {
 		t.Errorf("the watch ticks every %v, want %v", watched, MemoryWatch)
 	}
-	tr.memMax("167772160") // 160MiB, in place
+	tr.Set("memory.max", "167772160") // 160MiB, in place
 	watch.tick()
 	if _, _, mem, _, _ := rt.state(); mem != 160<<20*9/10 {
 		t.Errorf("after the watch saw 160MiB: memory limit %d, want 90%% of 160MiB", mem)
 	}
-	tr.memMax("268435456")
+	tr.Set("memory.max", "268435456")
 	watch.tick()
 	if _, _, mem, _, _ := rt.state(); mem != 160<<20*9/10 {
 		t.Errorf("the watch followed a raise: memory limit %d", mem)
@@ -192,12 +170,12 @@ func TestMemoryWatchFollowsADecreaseAtOnce(t *testing.T) {
 
 func TestFollowsCPUAndMemoryBothWays(t *testing.T) {
 	tr := newTree(t)
-	tr.cpuMax("200000 100000")
-	tr.memMax("268435456")
+	tr.Set("cpu.max", "200000 100000")
+	tr.Set("memory.max", "268435456")
 	rt := newFakeRuntime(8)
 	tk := newManualTicker()
 	rt.follows = false // a runtime that does not read cgroups
-	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), WithLookupEnv(env()), withGo(go124, ""))
+	f, err := Start(context.Background(), WithRoot(tr.Root), withRuntime(rt), withCPUs(8), tk.opt(), WithLookupEnv(env()), withGo(go124, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,24 +185,24 @@ func TestFollowsCPUAndMemoryBothWays(t *testing.T) {
 		t.Fatalf("after start: GOMAXPROCS %d, memory limit %d; want 2 and 90%% of 256MiB", procs, mem)
 	}
 
-	tr.cpuMax("100000 100000")
-	tr.memMax("134217728")
+	tr.Set("cpu.max", "100000 100000")
+	tr.Set("memory.max", "134217728")
 	tk.tick()
 	procs, _, mem, _, _ = rt.state()
 	if procs != 1 || mem != 128<<20*9/10 {
 		t.Errorf("after shrinking: GOMAXPROCS %d, memory limit %d; want 1 and 90%% of 128MiB", procs, mem)
 	}
 
-	tr.cpuMax("400000 100000")
-	tr.memMax("268435456")
+	tr.Set("cpu.max", "400000 100000")
+	tr.Set("memory.max", "268435456")
 	tk.tick()
 	procs, _, mem, _, _ = rt.state()
 	if procs != 4 || mem != 256<<20*9/10 {
 		t.Errorf("after growing: GOMAXPROCS %d, memory limit %d; want 4 and 90%% of 256MiB", procs, mem)
 	}
 
-	tr.cpuMax("max 100000")
-	tr.memMax("max")
+	tr.Set("cpu.max", "max 100000")
+	tr.Set("memory.max", "max")
 	tk.tick()
 	procs, _, mem, _, _ = rt.state()
 	if procs != 8 || mem != math.MaxInt64 {
@@ -240,10 +218,10 @@ func TestFollowsCPUAndMemoryBothWays(t *testing.T) {
 
 func TestTighterAncestorWins(t *testing.T) {
 	tr := newTree(t)
-	tr.cpuMax("400000 100000")
-	tr.podCPUMax("100000 100000")
+	tr.Set("cpu.max", "400000 100000")
+	tr.SetParent("cpu.max", "100000 100000")
 	rt := newFakeRuntime(4) // Go's own choice: the leaf's 4 cores
-	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), newManualTicker().opt(), WithLookupEnv(env()), withGo(go126, ""))
+	f, err := Start(context.Background(), WithRoot(tr.Root), withRuntime(rt), withCPUs(8), newManualTicker().opt(), WithLookupEnv(env()), withGo(go126, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,10 +236,10 @@ func TestTighterAncestorWins(t *testing.T) {
 // never goes below 2), and hands back when they agree again.
 func TestLeavesTheRuntimeAloneWhenItAgrees(t *testing.T) {
 	tr := newTree(t)
-	tr.cpuMax("200000 100000")
+	tr.Set("cpu.max", "200000 100000")
 	rt := newFakeRuntime(2)
 	tk := newManualTicker()
-	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), WithLookupEnv(env()), withGo(go126, ""))
+	f, err := Start(context.Background(), WithRoot(tr.Root), withRuntime(rt), withCPUs(8), tk.opt(), WithLookupEnv(env()), withGo(go126, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,13 +247,13 @@ func TestLeavesTheRuntimeAloneWhenItAgrees(t *testing.T) {
 	if _, calls, _, _, _ := rt.state(); len(calls) != 0 {
 		t.Fatalf("gofit set GOMAXPROCS %v although the runtime already chose 2", calls)
 	}
-	tr.cpuMax("50000 100000")
+	tr.Set("cpu.max", "50000 100000")
 	rt.resize(2)
 	tk.tick()
 	if procs, calls, _, _, _ := rt.state(); procs != 1 || len(calls) != 1 {
 		t.Errorf("at 0.5 cores: GOMAXPROCS %d (calls %v), want gofit to set 1", procs, calls)
 	}
-	tr.cpuMax("400000 100000")
+	tr.Set("cpu.max", "400000 100000")
 	rt.resize(4)
 	tk.tick()
 	if procs, _, _, _, handBacks := rt.state(); handBacks != 1 || procs != 4 {
@@ -285,11 +263,11 @@ func TestLeavesTheRuntimeAloneWhenItAgrees(t *testing.T) {
 
 func TestExplicitEnvWins(t *testing.T) {
 	tr := newTree(t)
-	tr.cpuMax("50000 100000")
-	tr.memMax("104857600")
+	tr.Set("cpu.max", "50000 100000")
+	tr.Set("memory.max", "104857600")
 	rt := newFakeRuntime(8)
 	var logs logRecorder
-	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), newManualTicker().opt(),
+	f, err := Start(context.Background(), WithRoot(tr.Root), withRuntime(rt), withCPUs(8), newManualTicker().opt(),
 		WithLookupEnv(env("GOMAXPROCS", "8", "GOMEMLIMIT", "200MiB")), WithLogger(slog.New(&logs)), withGo(go126, ""))
 	if err != nil {
 		t.Fatal(err)
@@ -305,10 +283,10 @@ func TestExplicitEnvWins(t *testing.T) {
 
 func TestUseTheMemoryYouPayFor(t *testing.T) {
 	tr := newTree(t)
-	tr.memMax("104857600")
+	tr.Set("memory.max", "104857600")
 	rt := newFakeRuntime(2)
 	tk := newManualTicker()
-	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(2), tk.opt(), WithLookupEnv(env()), WithGOGC("off"), withGo(go126, ""))
+	f, err := Start(context.Background(), WithRoot(tr.Root), withRuntime(rt), withCPUs(2), tk.opt(), WithLookupEnv(env()), WithGOGC("off"), withGo(go126, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +294,7 @@ func TestUseTheMemoryYouPayFor(t *testing.T) {
 	if _, _, mem, gc, _ := rt.state(); gc != -1 || mem != 100<<20*9/10 {
 		t.Errorf("GOGC %d, memory limit %d; want off with 90MiB", gc, mem)
 	}
-	tr.memMax("max")
+	tr.Set("memory.max", "max")
 	tk.tick()
 	if _, _, mem, gc, _ := rt.state(); gc != 100 || mem != math.MaxInt64 {
 		t.Errorf("without a memory limit: GOGC %d, memory limit %d; want both restored", gc, mem)
@@ -325,17 +303,17 @@ func TestUseTheMemoryYouPayFor(t *testing.T) {
 
 func TestUnreadableKeepsSettingsAndLogsOnce(t *testing.T) {
 	tr := newTree(t)
-	tr.cpuMax("100000 100000")
+	tr.Set("cpu.max", "100000 100000")
 	rt := newFakeRuntime(8)
 	rt.follows = false
 	tk := newManualTicker()
 	var logs logRecorder
-	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), WithLookupEnv(env()), WithLogger(slog.New(&logs)), withGo(go124, ""))
+	f, err := Start(context.Background(), WithRoot(tr.Root), withRuntime(rt), withCPUs(8), tk.opt(), WithLookupEnv(env()), WithLogger(slog.New(&logs)), withGo(go124, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Stop()
-	tr.cpuMax("garbage")
+	tr.Set("cpu.max", "garbage")
 	tk.tick()
 	tk.tick()
 	if procs, _, _, _, _ := rt.state(); procs != 1 {
@@ -347,7 +325,7 @@ func TestUnreadableKeepsSettingsAndLogsOnce(t *testing.T) {
 	if f.Errors() < 3 {
 		t.Errorf("Errors() = %d, want at least 3", f.Errors())
 	}
-	tr.cpuMax("300000 100000")
+	tr.Set("cpu.max", "300000 100000")
 	tk.tick()
 	if procs, _, _, _, _ := rt.state(); procs != 3 {
 		t.Errorf("GOMAXPROCS %d after the file was fixed, want 3", procs)
@@ -357,32 +335,32 @@ func TestUnreadableKeepsSettingsAndLogsOnce(t *testing.T) {
 func TestDisabledAndBadOptions(t *testing.T) {
 	tr := newTree(t)
 	for _, v := range []string{"off", "OFF", "false", "0", "No"} {
-		if _, err := Start(context.Background(), WithRoot(tr.root), WithLookupEnv(env("GOFIT", v))); !errors.Is(err, ErrDisabled) {
+		if _, err := Start(context.Background(), WithRoot(tr.Root), WithLookupEnv(env("GOFIT", v))); !errors.Is(err, ErrDisabled) {
 			t.Errorf("GOFIT=%s: %v, want ErrDisabled", v, err)
 		}
 	}
 	for _, v := range []string{"on", "1", "true", ""} {
-		f, err := New(WithRoot(tr.root), WithLookupEnv(env("GOFIT", v)))
+		f, err := New(WithRoot(tr.Root), WithLookupEnv(env("GOFIT", v)))
 		if err != nil {
 			t.Errorf("GOFIT=%q: %v", v, err)
 			continue
 		}
 		f.close()
 	}
-	if _, err := New(WithRoot(tr.root), WithLookupEnv(env("GOFIT", "of"))); err == nil || !strings.Contains(err.Error(), "GOFIT") {
+	if _, err := New(WithRoot(tr.Root), WithLookupEnv(env("GOFIT", "of"))); err == nil || !strings.Contains(err.Error(), "GOFIT") {
 		t.Errorf("GOFIT=of: %v, want an error naming GOFIT", err)
 	}
 	for _, d := range []time.Duration{0, -time.Second, time.Nanosecond, 99 * time.Millisecond} {
-		if _, err := New(WithRoot(tr.root), WithRefresh(d)); err == nil || !strings.Contains(err.Error(), "refresh") {
+		if _, err := New(WithRoot(tr.Root), WithRefresh(d)); err == nil || !strings.Contains(err.Error(), "refresh") {
 			t.Errorf("refresh %v: %v", d, err)
 		}
 	}
 	for _, r := range []float64{1.2, math.NaN(), math.Inf(1), -0.5, 1} {
-		if _, err := New(WithRoot(tr.root), WithMemoryRatio(r)); err == nil || !strings.Contains(err.Error(), "memory ratio") {
+		if _, err := New(WithRoot(tr.Root), WithMemoryRatio(r)); err == nil || !strings.Contains(err.Error(), "memory ratio") {
 			t.Errorf("ratio %g: %v", r, err)
 		}
 	}
-	if _, err := New(WithRoot(tr.root), WithGOGC("-5")); err == nil || !strings.Contains(err.Error(), "GOGC") {
+	if _, err := New(WithRoot(tr.Root), WithGOGC("-5")); err == nil || !strings.Contains(err.Error(), "GOGC") {
 		t.Errorf("GOGC -5: %v", err)
 	}
 	if _, err := New(WithRoot(t.TempDir())); err == nil {
@@ -395,11 +373,11 @@ func TestDisabledAndBadOptions(t *testing.T) {
 // a resize from 2 to 4 cores it stays at 2 unless gofit sets it.
 func TestFollowsWhenTheRuntimeSizesOnlyOnce(t *testing.T) {
 	tr := newTree(t)
-	tr.cpuMax("200000 100000")
+	tr.Set("cpu.max", "200000 100000")
 	rt := newFakeRuntime(2)
 	rt.follows = false
 	tk := newManualTicker()
-	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(),
+	f, err := Start(context.Background(), WithRoot(tr.Root), withRuntime(rt), withCPUs(8), tk.opt(),
 		WithLookupEnv(env("GODEBUG", "containermaxprocs=1")), withGo(go126, "containermaxprocs=0,updatemaxprocs=0"))
 	if err != nil {
 		t.Fatal(err)
@@ -408,7 +386,7 @@ func TestFollowsWhenTheRuntimeSizesOnlyOnce(t *testing.T) {
 	if _, calls, _, _, _ := rt.state(); len(calls) != 0 {
 		t.Fatalf("gofit set GOMAXPROCS %v although the runtime already had 2", calls)
 	}
-	tr.cpuMax("400000 100000")
+	tr.Set("cpu.max", "400000 100000")
 	rt.resize(4) // the runtime's choice now, which it does not apply
 	tk.tick()
 	if procs, _, _, _, handBacks := rt.state(); procs != 4 || handBacks != 0 {
@@ -423,11 +401,11 @@ func TestFollowsWhenTheRuntimeSizesOnlyOnce(t *testing.T) {
 // something gofit does not) is undone: gofit keeps GOMAXPROCS.
 func TestHandBackResultIsChecked(t *testing.T) {
 	tr := newTree(t)
-	tr.cpuMax("50000 100000")
+	tr.Set("cpu.max", "50000 100000")
 	rt := newFakeRuntime(2)
 	tk := newManualTicker()
 	var logs logRecorder
-	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), WithLookupEnv(env()), withGo(go126, ""), WithLogger(slog.New(&logs)))
+	f, err := Start(context.Background(), WithRoot(tr.Root), withRuntime(rt), withCPUs(8), tk.opt(), WithLookupEnv(env()), withGo(go126, ""), WithLogger(slog.New(&logs)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -435,7 +413,7 @@ func TestHandBackResultIsChecked(t *testing.T) {
 	if procs, _, _, _, _ := rt.state(); procs != 1 {
 		t.Fatalf("at 0.5 cores GOMAXPROCS %d, want 1", procs)
 	}
-	tr.cpuMax("400000 100000")
+	tr.Set("cpu.max", "400000 100000")
 	rt.resize(3) // not the 4 that gofit's model of the runtime expects
 	tk.tick()
 	if procs, _, _, _, handBacks := rt.state(); procs != 4 || handBacks != 1 {
@@ -444,7 +422,7 @@ func TestHandBackResultIsChecked(t *testing.T) {
 	if !logs.has(slog.LevelWarn, "chose another GOMAXPROCS") {
 		t.Errorf("no warning: %q", logs.messages())
 	}
-	tr.cpuMax("300000 100000")
+	tr.Set("cpu.max", "300000 100000")
 	rt.resize(3)
 	tk.tick()
 	if procs, _, _, _, handBacks := rt.state(); procs != 3 || handBacks != 1 {
@@ -457,13 +435,13 @@ func TestHandBackResultIsChecked(t *testing.T) {
 // the user's choice.
 func TestTakesOverFromGofitRun(t *testing.T) {
 	tr := newTree(t)
-	tr.cpuMax("200000 100000")
-	tr.memMax("268435456")
+	tr.Set("cpu.max", "200000 100000")
+	tr.Set("memory.max", "268435456")
 	rt := newFakeRuntime(2)
 	rt.custom = true // the runtime read GOMAXPROCS from the environment
 	rt.memLimit = 241591910
 	tk := newManualTicker()
-	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), withGo(go126, ""),
+	f, err := Start(context.Background(), WithRoot(tr.Root), withRuntime(rt), withCPUs(8), tk.opt(), withGo(go126, ""),
 		WithLookupEnv(env("GOMAXPROCS", "2", "GOMEMLIMIT", "241591910", fit.MarkerVar, "GOMAXPROCS=2,GOMEMLIMIT=241591910")))
 	if err != nil {
 		t.Fatal(err)
@@ -472,8 +450,8 @@ func TestTakesOverFromGofitRun(t *testing.T) {
 	if procs, _, _, _, handBacks := rt.state(); procs != 2 || handBacks != 1 {
 		t.Errorf("at start: GOMAXPROCS %d, %d hand-backs; want the runtime's own updates back on", procs, handBacks)
 	}
-	tr.cpuMax("400000 100000")
-	tr.memMax("134217728")
+	tr.Set("cpu.max", "400000 100000")
+	tr.Set("memory.max", "134217728")
 	rt.resize(4)
 	tk.tick()
 	if procs, _, mem, _, _ := rt.state(); procs != 4 || mem != 128<<20*9/10 {
@@ -482,7 +460,7 @@ func TestTakesOverFromGofitRun(t *testing.T) {
 	// A value the user changed after gofit run is the user's again.
 	rt2 := newFakeRuntime(3)
 	rt2.custom = true
-	g, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt2), withCPUs(8), newManualTicker().opt(), withGo(go126, ""),
+	g, err := Start(context.Background(), WithRoot(tr.Root), withRuntime(rt2), withCPUs(8), newManualTicker().opt(), withGo(go126, ""),
 		WithLookupEnv(env("GOMAXPROCS", "3", fit.MarkerVar, "GOMAXPROCS=2")))
 	if err != nil {
 		t.Fatal(err)
@@ -497,13 +475,13 @@ func TestTakesOverFromGofitRun(t *testing.T) {
 // before Start, and a memory limit set before it.
 func TestStopRestoresValuesFoundAtStart(t *testing.T) {
 	tr := newTree(t)
-	tr.cpuMax("100000 100000")
-	tr.memMax("268435456")
+	tr.Set("cpu.max", "100000 100000")
+	tr.Set("memory.max", "268435456")
 	rt := newFakeRuntime(8)
 	rt.gomaxprocsExplicit(3)
 	rt.memLimit = 500 << 20
 	tk := newManualTicker()
-	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), WithLookupEnv(env()), withGo(go126, ""))
+	f, err := Start(context.Background(), WithRoot(tr.Root), withRuntime(rt), withCPUs(8), tk.opt(), WithLookupEnv(env()), withGo(go126, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -518,8 +496,8 @@ func TestStopRestoresValuesFoundAtStart(t *testing.T) {
 	// GOMAXPROCS was the runtime's own, following choice: Stop hands it
 	// back rather than pinning a number.
 	rt = newFakeRuntime(2)
-	tr.cpuMax("50000 100000")
-	f, err = Start(context.Background(), WithRoot(tr.root), withRuntime(rt), withCPUs(8), tk.opt(), WithLookupEnv(env()), withGo(go126, ""))
+	tr.Set("cpu.max", "50000 100000")
+	f, err = Start(context.Background(), WithRoot(tr.Root), withRuntime(rt), withCPUs(8), tk.opt(), WithLookupEnv(env()), withGo(go126, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -550,11 +528,11 @@ func openFiles(t *testing.T) int {
 // A first refresh that fails leaves nothing open.
 func TestStartFailureLeaksNothing(t *testing.T) {
 	tr := newTree(t)
-	tr.cpuMax("garbage")
-	tr.memMax("268435456")
+	tr.Set("cpu.max", "garbage")
+	tr.Set("memory.max", "268435456")
 	before := openFiles(t)
 	for i := 0; i < 5; i++ {
-		if _, err := Start(context.Background(), WithRoot(tr.root), withRuntime(newFakeRuntime(2)), WithLookupEnv(env())); err == nil {
+		if _, err := Start(context.Background(), WithRoot(tr.Root), withRuntime(newFakeRuntime(2)), WithLookupEnv(env())); err == nil {
 			t.Fatal("Start succeeded on a malformed cpu.max")
 		}
 	}
@@ -572,7 +550,7 @@ func TestAffinityReadEachRefresh(t *testing.T) {
 	var cpus atomic.Int64
 	cpus.Store(4)
 	tk := newManualTicker()
-	f, err := Start(context.Background(), WithRoot(tr.root), withRuntime(rt), tk.opt(), WithLookupEnv(env()), withGo(go124, ""),
+	f, err := Start(context.Background(), WithRoot(tr.Root), withRuntime(rt), tk.opt(), WithLookupEnv(env()), withGo(go124, ""),
 		func(c *config) { c.cpus = func() int { return int(cpus.Load()) } })
 	if err != nil {
 		t.Fatal(err)
@@ -591,12 +569,12 @@ func TestAffinityReadEachRefresh(t *testing.T) {
 func TestUnmanagedMemory(t *testing.T) {
 	const mib = 1 << 20
 	tr := newTree(t)
-	tr.memMax("268435456")
-	tr.write("sys/fs/cgroup/pod/ctr/memory.current", "629145600\n")                                                                          // 600MiB charged,
-	tr.write("sys/fs/cgroup/pod/ctr/memory.stat", "anon 52428800\nfile 524288000\nactive_file 524288000\ninactive_file 0\nkernel 2097152\n") // mostly active page cache
-	tr.write("proc/self/smaps_rollup", "Rss: 40960 kB\nAnonymous: 30720 kB\n")                                                               // the process holds 40MiB
+	tr.Set("memory.max", "268435456")
+	tr.Set("memory.current", "629145600\n")                                                                          // 600MiB charged,
+	tr.Set("memory.stat", "anon 52428800\nfile 524288000\nactive_file 524288000\ninactive_file 0\nkernel 2097152\n") // mostly active page cache
+	tr.Write("proc/self/smaps_rollup", "Rss: 40960 kB\nAnonymous: 30720 kB\n")                                       // the process holds 40MiB
 	rt := newFakeRuntime(2)
-	f, err := New(WithRoot(tr.root), withRuntime(rt), withCPUs(2), WithLookupEnv(env()), withGo(go126, ""),
+	f, err := New(WithRoot(tr.Root), withRuntime(rt), withCPUs(2), WithLookupEnv(env()), withGo(go126, ""),
 		func(c *config) { c.goMemory = func() int64 { return 10 * mib } })
 	if err != nil {
 		t.Fatal(err)
@@ -620,9 +598,9 @@ func TestUnmanagedWindowIsTimeBased(t *testing.T) {
 	const mib = 1 << 20
 	for _, every := range []time.Duration{100 * time.Millisecond, 10 * time.Second} {
 		tr := newTree(t)
-		tr.memMax("268435456")
+		tr.Set("memory.max", "268435456")
 		clock := time.Unix(1_700_000_000, 0)
-		f, err := New(WithRoot(tr.root), withRuntime(newFakeRuntime(2)), withCPUs(2), WithLookupEnv(env()), withGo(go126, ""),
+		f, err := New(WithRoot(tr.Root), withRuntime(newFakeRuntime(2)), withCPUs(2), WithLookupEnv(env()), withGo(go126, ""),
 			func(c *config) {
 				c.goMemory = func() int64 { return 0 }
 				c.now = func() time.Time { return clock }
@@ -637,11 +615,11 @@ func TestUnmanagedWindowIsTimeBased(t *testing.T) {
 			}
 			return f.NonGo().Anon
 		}
-		tr.write("proc/self/smaps_rollup", "Rss: 102400 kB\nAnonymous: 102400 kB\n") // a 100MiB spike
+		tr.Write("proc/self/smaps_rollup", "Rss: 102400 kB\nAnonymous: 102400 kB\n") // a 100MiB spike
 		if u := refresh(); u != 100*mib {
 			t.Fatalf("every %v: spike %s", every, fit.FormatBytes(u))
 		}
-		tr.write("proc/self/smaps_rollup", "Rss: 20480 kB\nAnonymous: 20480 kB\n")
+		tr.Write("proc/self/smaps_rollup", "Rss: 20480 kB\nAnonymous: 20480 kB\n")
 		start := clock
 		for clock.Add(every).Sub(start) < time.Minute {
 			clock = clock.Add(every)
@@ -663,10 +641,10 @@ func TestUnmanagedWindowIsTimeBased(t *testing.T) {
 func TestFileBudgetInProcess(t *testing.T) {
 	const mib = 1 << 20
 	tr := newTree(t)
-	tr.memMax("134217728")                                                    // 128MiB
-	tr.write("proc/self/smaps_rollup", "Rss: 40960 kB\nAnonymous: 6144 kB\n") // 34MiB of mapped file pages (the sample's text)
+	tr.Set("memory.max", "134217728")                                         // 128MiB
+	tr.Write("proc/self/smaps_rollup", "Rss: 40960 kB\nAnonymous: 6144 kB\n") // 34MiB of mapped file pages (the sample's text)
 	clock := time.Unix(1_700_000_000, 0)
-	f, err := New(WithRoot(tr.root), withRuntime(newFakeRuntime(2)), withCPUs(2), WithLookupEnv(env()), withGo(go126, ""),
+	f, err := New(WithRoot(tr.Root), withRuntime(newFakeRuntime(2)), withCPUs(2), WithLookupEnv(env()), withGo(go126, ""),
 		func(c *config) {
 			c.goMemory = func() int64 { return 6 * mib }
 			c.now = func() time.Time { return clock }
@@ -677,7 +655,7 @@ func TestFileBudgetInProcess(t *testing.T) {
 	defer f.close()
 	refresh := func(refaults int) fit.Plan {
 		t.Helper()
-		tr.write("sys/fs/cgroup/pod/ctr/memory.stat", fmt.Sprintf("anon 6291456\ninactive_file 0\nworkingset_refault_file %d\n", refaults))
+		tr.Set("memory.stat", fmt.Sprintf("anon 6291456\ninactive_file 0\nworkingset_refault_file %d\n", refaults))
 		if err := f.Refresh(); err != nil {
 			t.Fatal(err)
 		}
@@ -715,11 +693,10 @@ func TestFileBudgetInProcess(t *testing.T) {
 }
 
 func BenchmarkRefresh(b *testing.B) {
-	tr := newTree(&testing.T{})
-	defer os.RemoveAll(tr.root)
-	tr.cpuMax("150000 100000")
-	tr.memMax("268435456")
-	f, err := New(WithRoot(tr.root), withRuntime(newFakeRuntime(2)), WithLookupEnv(env()), withGo(go126, ""))
+	tr := newTree(b)
+	tr.Set("cpu.max", "150000 100000")
+	tr.Set("memory.max", "268435456")
+	f, err := New(WithRoot(tr.Root), withRuntime(newFakeRuntime(2)), WithLookupEnv(env()), withGo(go126, ""))
 	if err != nil {
 		b.Fatal(err)
 	}

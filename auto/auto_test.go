@@ -5,14 +5,13 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strings"
 	"testing"
 
 	"github.com/gofit-dev/gofit"
+	"github.com/gofit-dev/gofit/cgroup/cgrouptest"
 )
 
 func env(kv ...string) func(string) (string, bool) {
@@ -25,25 +24,13 @@ func env(kv ...string) func(string) (string, bool) {
 
 // cgroupTree is a cgroup v2 fixture with a 1-core, 256MiB limit.
 func cgroupTree(t *testing.T) string {
-	root := t.TempDir()
-	for rel, content := range map[string]string{
-		"proc/self/cgroup":                 "0::/ctr\n",
-		"proc/self/mountinfo":              "25 20 0:22 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
-		"proc/self/smaps_rollup":           "Rss: 1024 kB\n",
-		"sys/fs/cgroup/ctr/cpu.max":        "100000 100000\n",
-		"sys/fs/cgroup/ctr/memory.max":     "268435456\n",
-		"sys/fs/cgroup/ctr/memory.current": "1048576\n",
-		"sys/fs/cgroup/ctr/memory.stat":    "anon 1048576\n",
-	} {
-		p := filepath.Join(root, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return root
+	tr := cgrouptest.NewV2(t, "/ctr")
+	tr.Write("proc/self/smaps_rollup", "Rss: 1024 kB\n")
+	tr.Set("cpu.max", "100000 100000")
+	tr.Set("memory.max", "268435456")
+	tr.Set("memory.current", "1048576")
+	tr.Set("memory.stat", "anon 1048576")
+	return tr.Root
 }
 
 func TestNotActiveIsLoggedAtTheDefaultLevel(t *testing.T) {

@@ -8,30 +8,16 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gofit-dev/gofit/cgroup/cgrouptest"
 )
 
 // v2Tree writes a minimal v2 fixture (a process in /svc) under a temp dir
 // and returns the root and the cgroup directory.
 func v2Tree(t *testing.T) (root, dir string) {
 	t.Helper()
-	root = t.TempDir()
-	dir = filepath.Join(root, "sys/fs/cgroup/svc")
-	for name, text := range map[string]string{
-		"proc/self/cgroup":    "0::/svc\n",
-		"proc/self/mountinfo": "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
-	} {
-		p := filepath.Join(root, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return root, dir
+	tr := cgrouptest.NewV2(t, "/svc")
+	return tr.Root, tr.Dir()
 }
 
 // within runs fn and fails the test if it has not returned after limit: a

@@ -5,30 +5,19 @@ import (
 	"encoding/json"
 	"errors"
 	"expvar"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/gofit-dev/gofit"
+	"github.com/gofit-dev/gofit/cgroup/cgrouptest"
 )
 
 func fitter(t *testing.T) *gofit.Fitter {
-	root := t.TempDir()
-	for rel, content := range map[string]string{
-		"proc/self/cgroup":                 "0::/ctr\n",
-		"proc/self/mountinfo":              "25 20 0:22 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
-		"sys/fs/cgroup/ctr/cpu.max":        "max 100000\n",
-		"sys/fs/cgroup/ctr/memory.current": "1048576\n",
-		"sys/fs/cgroup/ctr/memory.stat":    "anon 1048576\n",
-		"sys/fs/cgroup/ctr/cpu.stat":       "usage_usec 1500000\nnr_periods 0\n",
-	} {
-		p := filepath.Join(root, rel)
-		os.MkdirAll(filepath.Dir(p), 0o755)
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	f, err := gofit.Start(context.Background(), gofit.WithRoot(root), gofit.WithLookupEnv(func(string) (string, bool) { return "", false }))
+	tr := cgrouptest.NewV2(t, "/ctr")
+	tr.Set("cpu.max", "max 100000")
+	tr.Set("memory.current", "1048576")
+	tr.Set("memory.stat", "anon 1048576")
+	tr.Set("cpu.stat", "usage_usec 1500000\nnr_periods 0")
+	f, err := gofit.Start(context.Background(), gofit.WithRoot(tr.Root), gofit.WithLookupEnv(func(string) (string, bool) { return "", false }))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,41 +3,27 @@ package metrics
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gofit-dev/gofit"
+	"github.com/gofit-dev/gofit/cgroup/cgrouptest"
 	"github.com/gofit-dev/gofit/fit"
 )
 
-type tree string
-
-func (tr tree) write(t *testing.T, rel, content string) {
-	t.Helper()
-	p := filepath.Join(string(tr), rel)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func newTree(t *testing.T) tree {
-	tr := tree(t.TempDir())
-	tr.write(t, "proc/self/cgroup", "0::/ctr\n")
-	tr.write(t, "proc/self/mountinfo", "25 20 0:22 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n")
-	tr.write(t, "proc/self/smaps_rollup", "Rss: 1024 kB\n")
-	tr.write(t, "sys/fs/cgroup/ctr/cpu.max", "50000 100000\n")
-	tr.write(t, "sys/fs/cgroup/ctr/cpu.stat", "usage_usec 2000000\nnr_periods 40\nnr_throttled 10\nthrottled_usec 500000\n")
-	tr.write(t, "sys/fs/cgroup/ctr/memory.max", "134217728\n")
-	tr.write(t, "sys/fs/cgroup/ctr/memory.current", "33554432\n")
-	tr.write(t, "sys/fs/cgroup/ctr/memory.stat", "anon 16777216\nfile 16777216\ninactive_file 8388608\npgmajfault 7\n")
-	tr.write(t, "sys/fs/cgroup/ctr/memory.events", "max 3\noom_kill 1\n")
+// newTree is a cgroup v2 fixture at /ctr: 0.5 cores, 128MiB, throttled,
+// one OOM kill.
+func newTree(t *testing.T) *cgrouptest.Tree {
+	tr := cgrouptest.NewV2(t, "/ctr")
+	tr.Write("proc/self/smaps_rollup", "Rss: 1024 kB\n")
+	tr.Set("cpu.max", "50000 100000")
+	tr.Set("cpu.stat", "usage_usec 2000000\nnr_periods 40\nnr_throttled 10\nthrottled_usec 500000")
+	tr.Set("memory.max", "134217728")
+	tr.Set("memory.current", "33554432")
+	tr.Set("memory.stat", "anon 16777216\nfile 16777216\ninactive_file 8388608\npgmajfault 7")
+	tr.Set("memory.events", "max 3\noom_kill 1")
 	return tr
 }
 
@@ -68,7 +54,7 @@ func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 
 func TestCollector(t *testing.T) {
 	tr := newTree(t)
-	f, err := gofit.Start(context.Background(), gofit.WithRoot(string(tr)), gofit.WithLookupEnv(func(string) (string, bool) { return "", false }))
+	f, err := gofit.Start(context.Background(), gofit.WithRoot(tr.Root), gofit.WithLookupEnv(func(string) (string, bool) { return "", false }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +102,7 @@ func TestCollector(t *testing.T) {
 // that moves by a megabyte must not make a new series.
 func TestPlanLabelsAreBounded(t *testing.T) {
 	tr := newTree(t)
-	f, err := gofit.New(gofit.WithRoot(string(tr)), gofit.WithLookupEnv(func(string) (string, bool) { return "", false }))
+	f, err := gofit.New(gofit.WithRoot(tr.Root), gofit.WithLookupEnv(func(string) (string, bool) { return "", false }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,8 +117,8 @@ func TestPlanLabelsAreBounded(t *testing.T) {
 	}
 	series := map[string]bool{}
 	for mib := 1; mib <= 64; mib += 3 {
-		tr.write(t, "sys/fs/cgroup/ctr/memory.max", fmt.Sprintf("%d\n", mib<<20))
-		tr.write(t, "proc/self/smaps_rollup", fmt.Sprintf("Rss: %d kB\n", mib*100))
+		tr.Set("memory.max", fmt.Sprintf("%d\n", mib<<20))
+		tr.Write("proc/self/smaps_rollup", fmt.Sprintf("Rss: %d kB\n", mib*100))
 		if err := f.Refresh(); err != nil {
 			t.Fatal(err)
 		}
