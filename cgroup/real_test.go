@@ -22,46 +22,24 @@ import (
 
 func newTestGroup(t *testing.T) *manage.Group { return cgtest.NewGroup(t) }
 
-// TestMain lets the test binary act as a child process inside a cgroup.
+// TestMain lets the test binary act as a child process inside a cgroup:
+// cgtest's children, and "limits", which prints the limits it reads.
 func TestMain(m *testing.M) {
-	switch os.Getenv("GOFIT_CGROUP_HELPER") {
-	case "limits":
+	cgtest.Main(m, map[string]func() int{"limits": func() int {
 		c, err := NewFS("/").Self()
 		if err == nil {
 			var l Limits
 			if l, err = c.Limits(); err == nil {
 				json.NewEncoder(os.Stdout).Encode(l)
-				os.Exit(0)
+				return 0
 			}
 		}
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(3)
-	case "spin":
-		// At 0.2 cores, 300ms of CPU time spans several periods and is
-		// throttled, however busy the machine is (a 600ms wall-clock loop
-		// could be scheduled out for most of it on a loaded machine).
-		cgtest.Spin(600*time.Millisecond, 300*time.Millisecond)
-		os.Exit(0)
-	case "hog":
-		var keep [][]byte
-		for i := 0; i < 64; i++ { // 256 MiB in 4 MiB pieces, every page touched
-			b := make([]byte, 4<<20)
-			for j := range b {
-				b[j] = 1
-			}
-			keep = append(keep, b)
-		}
-		fmt.Println(len(keep))
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
+		return 3
+	}})
 }
 
-func helper(g *manage.Group, mode string) *exec.Cmd {
-	cmd := g.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "GOFIT_CGROUP_HELPER="+mode)
-	return cmd
-}
+func helper(g *manage.Group, mode string) *exec.Cmd { return cgtest.Child(g, mode) }
 
 func TestRealLimitsInsideGroup(t *testing.T) {
 	g := newTestGroup(t)

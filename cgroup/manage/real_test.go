@@ -23,45 +23,10 @@ import (
 // hybrid here) and, through internal/vmtest, on a v2 and a hybrid kernel in
 // a VM; tests of v2-only files skip elsewhere with one line.
 
-// TestMain lets the test binary act as a child process inside a group.
-func TestMain(m *testing.M) {
-	switch os.Getenv("GOFIT_MANAGE_HELPER") {
-	case "cgroup": // what this process's very first look at /proc says
-		b, err := os.ReadFile("/proc/self/cgroup")
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(3)
-		}
-		os.Stdout.Write(b)
-		os.Exit(0)
-	case "sleep":
-		time.Sleep(time.Minute)
-		os.Exit(0)
-	case "spin":
-		// A second of wall time and at least 300ms of CPU time, so the
-		// group's usage grows by a known amount however busy the machine is.
-		cgtest.Spin(time.Second, 300*time.Millisecond)
-		os.Exit(0)
-	case "hog": // grows to 256 MiB, touching every page
-		var keep [][]byte
-		for range 64 {
-			b := make([]byte, 4<<20)
-			for j := range b {
-				b[j] = 1
-			}
-			keep = append(keep, b)
-		}
-		fmt.Println(len(keep))
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
+// TestMain lets the test binary act as cgtest's children inside a group.
+func TestMain(m *testing.M) { cgtest.Main(m, nil) }
 
-func helper(g *manage.Group, mode string) *exec.Cmd {
-	cmd := g.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), "GOFIT_MANAGE_HELPER="+mode)
-	return cmd
-}
+func helper(g *manage.Group, mode string) *exec.Cmd { return cgtest.Child(g, mode) }
 
 // readFile returns a cgroup file's content, trimmed.
 func readFile(t *testing.T, dir, name string) string {
