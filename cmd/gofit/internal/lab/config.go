@@ -122,7 +122,7 @@ func defaultConfig(quick bool) Config {
 		CPUSettings:      []string{SetProcs1, SetGoDefault, SetGofit, SetProcsNCPU},
 		CPURequest:       0.25,
 		CPURequestFactor: 1,
-		MinRepeats:       2,
+		MinRepeats:       stats.MinRuns, // fewer, and no verdict could be decided
 		MaxRepeats:       5,
 		ClosedWindow:     minPeriods * cfsPeriod,
 		Concurrency:      16,
@@ -167,7 +167,7 @@ func defaultConfig(quick bool) Config {
 		c.Quotas = []float64{0.25}
 		c.CPURequest = 0 // the request row costs a quota's cells: not in the reduced study
 		c.CPUSettings = []string{SetProcs1, SetGoDefault, SetGofit}
-		c.MaxRepeats = 3
+		c.MaxRepeats = 4
 		c.Budget = 4 * time.Minute
 		// gofit against the peer users would pick instead; the no-knob
 		// floor and its multiples are the default study's.
@@ -279,6 +279,9 @@ func (o Options) Config() (Config, error) {
 	}
 	if set("slo-p99") && !set("target-rps") {
 		return Config{}, usagef("--slo-p99 needs --target-rps")
+	}
+	if cfg.MinRepeats < stats.MinRuns {
+		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("--repeats %d is under the %d runs a side a verdict needs: comparisons are undecided until adaptive repeats reach %d", cfg.MinRepeats, stats.MinRuns, stats.MinRuns))
 	}
 	if set("requests") {
 		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("--requests %d overrides the closed-loop minimum of 50 CFS periods per window; short windows make throughput and CPU efficiency noisy (see periods per cell)", cfg.Requests))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -192,7 +193,17 @@ func (l *study) cpuStudy(ctx context.Context) error {
 		}
 		return nil
 	}
-	for qi, q := range l.cpuRows() {
+	rows := l.planRows()
+	for i := 0; i < len(rows); i++ {
+		q := rows[i]
+		if need := l.minRowCost(q); l.elapsed()+need > l.cpuBudget() {
+			// Slower than planned: what is left cannot take this row to
+			// a verdict.
+			l.cutRow(q, l.cpuBudget()-l.elapsed(), l.elapsed()+need)
+			rows = slices.Delete(rows, i, i+1)
+			i--
+			continue
+		}
 		cs := l.configsRequest(q, l.requestAt(q))
 		all[q] = cs
 		for rep := 1; rep <= l.cfg.MinRepeats; rep++ {
@@ -213,7 +224,7 @@ func (l *study) cpuStudy(ctx context.Context) error {
 			}
 			offered[q] = math.Max(1, math.Round(l.cfg.OpenFraction*summarize(caps).Median))
 		}
-		windows[q] = l.planOpenWindow(qi, offered[q], len(cs))
+		windows[q] = l.planOpenWindow(rows, i, offered[q])
 		for rep := 1; rep <= l.cfg.MinRepeats; rep++ {
 			if err := round(cs, Open, rep); err != nil {
 				return err
@@ -224,7 +235,7 @@ func (l *study) cpuStudy(ctx context.Context) error {
 	// the budget lasts; when it cannot fit a whole round, as many cells of
 	// it as fit, comparisons in order (each with its go-default).
 	for {
-		todo := l.undecided(all)
+		todo := l.undecided(all, l.adaptiveOrder(rows))
 		if len(todo) == 0 {
 			return nil
 		}
@@ -245,9 +256,9 @@ func (l *study) cpuStudy(ctx context.Context) error {
 			ran++
 		}
 		if ran < len(todo) {
-			left := len(l.undecided(all))
+			left := len(l.undecided(all, rows))
 			if left > 0 {
-				l.budgetNote("the CPU study's budget (%v of %v) ran out with %d cells undecided or short of samples; their verdicts stay \"same\" on intervals too wide to tell (more time: --budget)", l.cpuBudget().Round(time.Second), l.cfg.Budget, left)
+				l.budgetNote("the CPU study's budget (%v of %v) ran out with %d cells undecided or short of samples; they stay undecided, each with the smallest difference it could have shown and the budget that would decide it", l.cpuBudget().Round(time.Second), l.cfg.Budget, left)
 			}
 			return nil
 		}
@@ -259,10 +270,34 @@ type repeatTask struct {
 	rep int
 }
 
-// undecided lists the cells to repeat: both sides of every comparison
-// with go-default that is neither decided nor at MaxRepeats, and open
-// cells short of OpenSamples.
-func (l *study) undecided(all map[float64][]cpuConfig) []repeatTask {
+// adaptiveOrder is the order adaptive repeats go to the rows in: the
+// quota the recommendation would pick from what is measured so far, then
+// the study's order (rowOrder).
+func (l *study) adaptiveOrder(rows []float64) []float64 {
+	// A bootstrap of its own, so that looking does not shift the draws
+	// of the summary that results.json keeps.
+	saved, boot := l.res.CPUSummary, l.boot
+	l.boot = stats.NewBootstrap(l.cfg.Resamples, l.cfg.Seed+2)
+	l.res.CPUSummary = l.summarizeCPU()
+	pick := l.recommendCPU(&Recommendation{}).cores
+	l.res.CPUSummary, l.boot = saved, boot
+	out := []float64{}
+	if slices.Contains(rows, pick) {
+		out = append(out, pick)
+	}
+	for _, q := range rows {
+		if q != pick {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// undecided lists the cells to repeat, rows in the given order: both
+// sides of every comparison with go-default that is neither decided nor
+// at MaxRepeats, and open cells short of OpenSamples. A saturated open
+// loop is not repeated: more of it measures the same queue.
+func (l *study) undecided(all map[float64][]cpuConfig, rows []float64) []repeatTask {
 	want := map[cellKey]bool{}
 	var order []cellKey
 	add := func(k cellKey) {
@@ -271,13 +306,16 @@ func (l *study) undecided(all map[float64][]cpuConfig) []repeatTask {
 			order = append(order, k)
 		}
 	}
-	for _, q := range l.cpuRows() {
+	for _, q := range rows {
 		for _, mode := range []Mode{Closed, Open} {
 			base := cellKey{q, SetGoDefault, mode}
 			baseRuns := l.runsOf(base)
 			for _, c := range all[q] {
 				k := cellKey{q, c.setting, mode}
 				runs := l.runsOf(k)
+				if mode == Open && (l.saturated(k) != "" || l.saturated(base) != "") {
+					continue
+				}
 				if mode == Open && pooled(runs).Count() < l.cfg.OpenSamples && l.cfg.OpenDuration == 0 {
 					add(k)
 				}

@@ -69,7 +69,7 @@ func (s CPUSummary) is(setting string) bool {
 }
 
 func usable(s CPUSummary) bool {
-	return !s.Failed && (s.OfferedRPS == 0 || s.RPS.Value >= 0.95*s.OfferedRPS)
+	return !s.Failed && !s.Saturated && (s.OfferedRPS == 0 || s.RPS.Value >= 0.95*s.OfferedRPS)
 }
 
 // quotas are the CPU limits studied, ascending; the request row (no
@@ -318,7 +318,11 @@ func rpsCI(m Metric) string {
 	return fmt.Sprintf("%.0f rps [%.0f–%.0f]", m.Value, m.CILow, m.CIHigh)
 }
 
-// cpuVerdicts states the significant differences from go-default.
+// cpuVerdicts states, row by row, what the comparisons with go-default
+// decided: the significant differences, the saturated open loops, the
+// undecided comparisons with the smallest difference they could have
+// shown, and "no setting differs significantly" only where every
+// comparison was decided the same, inside the margin.
 func (l *study) cpuVerdicts() []string {
 	var out []string
 	rows := l.quotas()
@@ -326,26 +330,46 @@ func (l *study) cpuVerdicts() []string {
 		rows = append(rows, 0)
 	}
 	for _, q := range rows {
-		var parts []string
+		var parts, undecided []string
+		same := 0
 		for _, s := range l.res.CPUSummary {
-			if s.QuotaCores != q || s.Verdict == nil || *s.Verdict == stats.Same {
+			if s.QuotaCores != q || s.Verdict == nil {
 				continue
 			}
 			what := "closed-loop rps"
 			if s.Mode == Open {
 				what = "open-loop p99"
 			}
-			if s.VerdictRatio == nil {
-				continue
+			switch {
+			case *s.Verdict == Saturated:
+				parts = append(parts, fmt.Sprintf("%s saturated in the open loop at %.0f rps (no p99 verdict)", label(s), s.OfferedRPS))
+			case !s.Decided:
+				u := fmt.Sprintf("%s undecided on %s", label(s), what)
+				if s.DetectableRatio != nil {
+					u += fmt.Sprintf(" (a difference under ×%.2f would not show)", *s.DetectableRatio)
+				} else {
+					u += fmt.Sprintf(" (under %d runs a side)", stats.MinRuns)
+				}
+				undecided = append(undecided, u)
+			case *s.Verdict == stats.Same:
+				same++
+			case s.VerdictRatio != nil:
+				parts = append(parts, fmt.Sprintf("%s %s on %s (×%.2f, 95%% CI %.2f–%.2f)", label(s), *s.Verdict, what, s.VerdictRatio.Value, s.VerdictRatio.Low, s.VerdictRatio.High))
 			}
-			parts = append(parts, fmt.Sprintf("%s %s on %s (×%.2f, 95%% CI %.2f–%.2f)", label(s), *s.Verdict, what, s.VerdictRatio.Value, s.VerdictRatio.Low, s.VerdictRatio.High))
 		}
+		if len(parts) == 0 && len(undecided) == 0 && same > 0 {
+			parts = []string{"no setting differs significantly (every comparison decided the same, inside its margin)"}
+		}
+		if same > 0 && (len(parts) > 0 || len(undecided) > 0) {
+			parts = append(parts, fmt.Sprintf("%d more decided the same", same))
+		}
+		parts = append(parts, undecided...)
 		if len(parts) == 0 {
-			parts = []string{"no setting differs significantly"}
+			continue
 		}
 		out = append(out, fmt.Sprintf("at %s against go-default: %s", rowLabel(q, l.requestRow()), strings.Join(parts, "; ")))
 	}
-	return out
+	return append(out, l.res.Lab.NotCompared...)
 }
 
 // label names a summary row with every setting it stands for.

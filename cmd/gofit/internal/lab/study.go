@@ -115,6 +115,7 @@ func newLab(cfg Config) *study {
 	l.res.Lab.Warnings = append([]string{}, cfg.Warnings...)
 	l.res.Lab.BudgetSeconds = cfg.Budget.Seconds()
 	l.res.Lab.BudgetNotes = []string{}
+	l.res.Lab.NotCompared = []string{}
 	l.res.Lab.Seed = cfg.Seed
 	l.mem = memPlan{requests: cfg.MemRequests}
 	cells := len(cfg.Quotas) * len(cfg.CPUSettings) * cfg.MinRepeats * 2
