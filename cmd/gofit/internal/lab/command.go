@@ -97,9 +97,14 @@ func Main(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	}
 
 	start := time.Now()
-	res, runErr := runStudy(ctx, sb, cfg)
+	res, rec, runErr := runStudy(ctx, sb, cfg)
 	interrupted := ctx.Err() != nil
 	paths, werr := writeFiles(o.Out, res)
+	if werr == nil && !res.empty() {
+		var p string
+		p, werr = writeRecords(o.Out, cfg, rec)
+		paths = append(paths, p)
+	}
 	if werr != nil && interrupted {
 		// Still one line and the shell's code for SIGINT.
 		fmt.Fprintf(stderr, "gofit lab: interrupted after %v; could not write partial results: %v\n", time.Since(start).Round(time.Second), werr)

@@ -111,7 +111,7 @@ type Config struct {
 	// resamples; the same seed replays a run's random choices.
 	Seed     int64
 	Warnings []string  // minimums the user overrode (from the command line)
-	Progress io.Writer // progress lines; nil for none
+	Progress io.Writer `json:"-"` // progress lines; nil for none
 }
 
 // defaultConfig is the default study, or with quick the reduced one.
