@@ -89,8 +89,8 @@ func summarized(cfg Config, rec *Records) *analysis {
 // recordsFile is records.json: the configuration and the records of one
 // study, everything analyse needs to give its results.json again.
 type recordsFile struct {
-	Config  Config        `json:"config"`
-	Records Records       `json:"records"`
+	Config  Config          `json:"config"`
+	Records Records         `json:"records"`
 	Blocks  [][]stats.Block `json:"cpu_blocks"` // each CPU run's blocks, in Records.CPU's order
 }
 
