@@ -1,7 +1,10 @@
 package lab
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
+	"io"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -109,11 +112,21 @@ func writeRecords(dir string, cfg Config, rec *Records) (string, error) {
 	return p, writeAtomic(p, append(b, '\n'))
 }
 
-// readRecords reads a records.json written by writeRecords.
+// readRecords reads a records.json written by writeRecords, gzipped or
+// not.
 func readRecords(path string) (Config, Records, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return Config{}, Records{}, err
+	}
+	if len(b) > 2 && b[0] == 0x1f && b[1] == 0x8b {
+		zr, err := gzip.NewReader(bytes.NewReader(b))
+		if err != nil {
+			return Config{}, Records{}, fmt.Errorf("%s: %w", path, err)
+		}
+		if b, err = io.ReadAll(zr); err != nil {
+			return Config{}, Records{}, fmt.Errorf("%s: %w", path, err)
+		}
 	}
 	var f recordsFile
 	if err := json.Unmarshal(b, &f); err != nil {
