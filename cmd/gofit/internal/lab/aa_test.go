@@ -43,7 +43,7 @@ func TestAAFalseVerdictRate(t *testing.T) {
 		if err := l.cpuStudy(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		for _, s := range l.summarizeCPU() {
+		for _, s := range l.results().CPUSummary {
 			if s.Setting != SetGofit || s.Verdict == nil {
 				continue
 			}

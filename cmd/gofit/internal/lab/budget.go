@@ -41,8 +41,8 @@ func (l *study) elapsed() time.Duration { return l.now().Sub(l.started) }
 
 // budgetNote records that the budget cut a phase short.
 func (l *study) budgetNote(format string, a ...any) {
-	l.res.Lab.BudgetLimited = true
-	l.note(&l.res.Lab.BudgetNotes, "budget", fmt.Sprintf(format, a...))
+	l.rec.Lab.BudgetLimited = true
+	l.note(&l.rec.Lab.BudgetNotes, "budget", fmt.Sprintf(format, a...))
 }
 
 // runOverhead is what a CPU run costs besides its window: start, warm-up,
@@ -143,7 +143,7 @@ func (l *study) cutRow(q float64, left, need time.Duration) {
 	budget = (budget + time.Minute - 1).Truncate(time.Minute)
 	msg := fmt.Sprintf("not compared at %s: the budget funds %d of the %d runs a verdict needs (--budget %v would fund them)",
 		rowLabel(q, l.requestAt(q)), min(funds, l.cfg.MinRepeats), l.cfg.MinRepeats, budget)
-	l.res.Lab.NotCompared = append(l.res.Lab.NotCompared, msg)
+	l.rec.Lab.NotCompared = append(l.rec.Lab.NotCompared, msg)
 	l.budgetNote("%s", msg)
 }
 

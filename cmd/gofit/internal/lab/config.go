@@ -111,7 +111,7 @@ type Config struct {
 	// resamples; the same seed replays a run's random choices.
 	Seed     int64
 	Warnings []string  // minimums the user overrode (from the command line)
-	Progress io.Writer // progress lines; nil for none
+	Progress io.Writer `json:"-"` // progress lines; nil for none
 }
 
 // defaultConfig is the default study, or with quick the reduced one.
@@ -194,6 +194,7 @@ var ErrUsage = errors.New("usage")
 // Options are the command line's choices, before defaults and checks.
 type Options struct {
 	Quick        bool
+	Replay       string // a directory with an earlier run's records.json: analyse it again, run nothing
 	Cmd          string // the service's command; {port} is replaced by a free port
 	URL          string // the URL to load; readiness is polled here
 	Out          string // directory for report.html and results.json

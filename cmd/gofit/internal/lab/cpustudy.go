@@ -95,9 +95,13 @@ type cellKey struct {
 	mode    Mode
 }
 
-func (l *study) runsOf(k cellKey) []CPUCell {
+func (l *study) runsOf(k cellKey) []CPUCell    { return runsOf(l.rec.CPU, k) }
+func (l *analysis) runsOf(k cellKey) []CPUCell { return runsOf(l.rec.CPU, k) }
+
+// runsOf is the runs of cell k among cells, in the order they ran.
+func runsOf(cells []CPUCell, k cellKey) []CPUCell {
 	var out []CPUCell
-	for _, c := range l.res.CPU {
+	for _, c := range cells {
 		if c.QuotaCores == k.q && c.Setting == k.setting && c.Mode == k.mode {
 			out = append(out, c)
 		}
@@ -163,20 +167,20 @@ func (l *study) cpuStudy(ctx context.Context) error {
 			}
 			return fmt.Errorf("cpu trial %s %s %s-loop: %w", rowLabel(c.quota, c.request), c.setting, mode, err)
 		}
-		l.res.CPU = append(l.res.CPU, cell)
+		l.rec.CPU = append(l.rec.CPU, cell)
 		for i, t := range cell.Targets {
-			if i >= len(l.res.Targets) {
+			if i >= len(l.rec.Targets) {
 				// Named as given ({port} and all): each trial has its own port.
 				mix := l.cfg.Target.Mix()
-				l.res.Targets = append(l.res.Targets, load.TargetResult{Method: mix[i].Method, URL: mix[i].URL})
+				l.rec.Targets = append(l.rec.Targets, load.TargetResult{Method: mix[i].Method, URL: mix[i].URL})
 			}
-			l.res.Targets[i].Merge(t)
+			l.rec.Targets[i].Merge(t)
 		}
 		l.progress("cpu %-5s %-15s %-6s rep %d: %5.0f rps, p99 %6.1fms", rowLabel(c.quota, c.request), c.setting, mode, rep, cell.RPS, cell.P99)
 		if cell.TargetExited {
 			// No memory limit here: an exit is a crash. Stop rather than
 			// measure a dead service for minutes.
-			l.exited = true
+			l.rec.Exited = true
 			return fmt.Errorf("%w: it exited during the %s %s %s-loop window (%d errors: %s)", errTargetFailed, rowLabel(c.quota, c.request), c.setting, mode, cell.Errors, errorKinds(cell.ErrorKinds))
 		}
 		return nil
@@ -274,13 +278,7 @@ type repeatTask struct {
 // quota the recommendation would pick from what is measured so far, then
 // the study's order (rowOrder).
 func (l *study) adaptiveOrder(rows []float64) []float64 {
-	// A bootstrap of its own, so that looking does not shift the draws
-	// of the summary that results.json keeps.
-	saved, boot := l.res.CPUSummary, l.boot
-	l.boot = stats.NewBootstrap(l.cfg.Resamples, l.cfg.Seed+2)
-	l.res.CPUSummary = l.summarizeCPU()
-	pick := l.recommendCPU(&Recommendation{}).cores
-	l.res.CPUSummary, l.boot = saved, boot
+	pick := summarized(l.cfg, &l.rec).recommendCPU(&Recommendation{}).cores
 	out := []float64{}
 	if slices.Contains(rows, pick) {
 		out = append(out, pick)
@@ -313,7 +311,7 @@ func (l *study) undecided(all map[float64][]cpuConfig, rows []float64) []repeatT
 			for _, c := range all[q] {
 				k := cellKey{q, c.setting, mode}
 				runs := l.runsOf(k)
-				if mode == Open && (l.saturated(k) != "" || l.saturated(base) != "") {
+				if a := newAnalysis(l.cfg, &l.rec); mode == Open && (a.saturated(k) != "" || a.saturated(base) != "") {
 					continue
 				}
 				if mode == Open && pooled(runs).Count() < l.cfg.OpenSamples && l.cfg.OpenDuration == 0 {
@@ -347,17 +345,20 @@ func anyFailed(cs []CPUCell) bool {
 	return false
 }
 
+func (l *study) runCost(k cellKey) time.Duration    { return runCost(l.cfg, l.rec.CPU, k) }
+func (l *analysis) runCost(k cellKey) time.Duration { return runCost(l.cfg, l.rec.CPU, k) }
+
 // runCost estimates one more run of k from the runs so far.
-func (l *study) runCost(k cellKey) time.Duration {
-	runs := l.runsOf(k)
+func runCost(cfg Config, cells []CPUCell, k cellKey) time.Duration {
+	runs := runsOf(cells, k)
 	if len(runs) == 0 {
-		return l.cfg.ClosedWindow + l.cfg.Warmup
+		return cfg.ClosedWindow + cfg.Warmup
 	}
 	var s float64
 	for _, r := range runs {
 		s += r.Seconds
 	}
-	return time.Duration((s/float64(len(runs)))*float64(time.Second)) + l.cfg.Warmup + 300*time.Millisecond
+	return time.Duration((s/float64(len(runs)))*float64(time.Second)) + cfg.Warmup + 300*time.Millisecond
 }
 
 // headline is the statistic a mode's verdict is about.

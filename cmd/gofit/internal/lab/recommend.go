@@ -46,7 +46,7 @@ type cpuChoice struct {
 
 // openCells are the open-loop summaries at q that a recommendation may
 // rest on: no errors, not saturated.
-func (l *study) openAt(q float64) []CPUSummary {
+func (l *analysis) openAt(q float64) []CPUSummary {
 	var out []CPUSummary
 	for _, s := range l.res.CPUSummary {
 		if s.Mode == Open && s.QuotaCores == q {
@@ -74,7 +74,7 @@ func usable(s CPUSummary) bool {
 
 // quotas are the CPU limits studied, ascending; the request row (no
 // limit) is not one: nothing is recommended from it.
-func (l *study) quotas() []float64 {
+func (l *analysis) quotas() []float64 {
 	seen := map[float64]bool{}
 	var qs []float64
 	for _, s := range l.res.CPUSummary {
@@ -88,7 +88,7 @@ func (l *study) quotas() []float64 {
 }
 
 // recommendCPU picks the quota and setting, appending its reasons to rec.
-func (l *study) recommendCPU(rec *Recommendation) cpuChoice {
+func (l *analysis) recommendCPU(rec *Recommendation) cpuChoice {
 	if l.cfg.TargetRPS > 0 {
 		return l.recommendForTarget(rec)
 	}
@@ -141,7 +141,7 @@ func (l *study) recommendCPU(rec *Recommendation) cpuChoice {
 // recommendForTarget picks the cheapest quota × setting whose open-loop
 // p99 at the target rate meets the SLO (or, without one, stays within
 // twice the best p99 seen at that rate).
-func (l *study) recommendForTarget(rec *Recommendation) cpuChoice {
+func (l *analysis) recommendForTarget(rec *Recommendation) cpuChoice {
 	rec.TargetRPS = l.cfg.TargetRPS
 	slo := l.cfg.SLOP99.Seconds() * 1000
 	rule := fmt.Sprintf("p99 ≤ %.1fms (--slo-p99)", slo)
@@ -192,7 +192,7 @@ func (l *study) recommendForTarget(rec *Recommendation) cpuChoice {
 	return cpuChoice{}
 }
 
-func (l *study) recommend() Recommendation {
+func (l *analysis) recommend() Recommendation {
 	rec := Recommendation{Env: map[string]string{}, Reasons: []string{}}
 	cpu := l.recommendCPU(&rec)
 	rec.CPURequestCores, rec.CPULimitCores, rec.Setting = cpu.cores, cpu.cores, cpu.setting
@@ -268,7 +268,7 @@ type memChoice struct {
 // recommends more memory than the ratio needs. Without gofit or the ratio
 // measured, the no-knob floor; without any healthy floor, gofit's
 // survival floor, not confidently.
-func (l *study) recommendMemory(rec *Recommendation) memChoice {
+func (l *analysis) recommendMemory(rec *Recommendation) memChoice {
 	healthy := map[string]int64{}
 	for _, m := range l.res.Memory {
 		if m.HealthyFloorBytes != nil {
@@ -323,7 +323,7 @@ func rpsCI(m Metric) string {
 // undecided comparisons with the smallest difference they could have
 // shown, and "no setting differs significantly" only where every
 // comparison was decided the same, inside the margin.
-func (l *study) cpuVerdicts() []string {
+func (l *analysis) cpuVerdicts() []string {
 	var out []string
 	rows := l.quotas()
 	if l.requestRow() > 0 {
@@ -377,7 +377,7 @@ func label(s CPUSummary) string {
 	return strings.Join(append([]string{s.Setting}, s.SameAs...), " = ")
 }
 
-func (l *study) memVerdicts() []string {
+func (l *analysis) memVerdicts() []string {
 	var parts []string
 	for _, m := range l.res.Memory {
 		f, h := m.floorLabels()
@@ -398,7 +398,7 @@ func rowLabel(q, request float64) string {
 }
 
 // requestRow is the request of the CPU study's request row, 0 if none ran.
-func (l *study) requestRow() float64 { return requestOf(l.res.CPUSummary) }
+func (l *analysis) requestRow() float64 { return requestOf(l.res.CPUSummary) }
 
 func requestOf(ss []CPUSummary) float64 {
 	for _, s := range ss {

@@ -79,7 +79,7 @@ func newFakeLab(t *testing.T, budget time.Duration) (*study, *fakeCPU) {
 	cfg.Budget = budget
 	cfg.Resamples = 150
 	l := newLab(cfg)
-	l.ncpu = 4
+	l.rec.NCPU = 4
 	f := &fakeCPU{rng: rand.New(rand.NewSource(11)), now: time.Unix(0, 0), runs: map[string]int{}, rates: map[float64][]float64{},
 		// gofit (= gomaxprocs=1 at 500m) is truly 10% faster than
 		// go-default but noisy; gomaxprocs=ncpu is clearly slower.
@@ -97,7 +97,7 @@ func TestAdaptiveRepeats(t *testing.T) {
 	if err := l.cpuStudy(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	sums := l.summarizeCPU()
+	sums := l.results().CPUSummary
 	got := map[string]CPUSummary{}
 	for _, s := range sums {
 		got[s.Setting+"/"+string(s.Mode)] = s
@@ -156,12 +156,12 @@ func TestAdaptiveRepeatsStopAtBudget(t *testing.T) {
 	if n := f.runs[SetGofit+"/closed"]; n < stats.MinRuns {
 		t.Errorf("gofit closed loop ran %d times in a funded row, want at least %d", n, stats.MinRuns)
 	}
-	l.finish()
-	if _, err := json.Marshal(l.res); err != nil {
+	res := l.results()
+	if _, err := json.Marshal(res); err != nil {
 		t.Errorf("results.json: %v", err)
 	}
 	undecided := 0
-	for _, s := range l.res.CPUSummary {
+	for _, s := range res.CPUSummary {
 		if s.Verdict != nil && !s.Decided {
 			if s.Repeats < l.cfg.MaxRepeats {
 				undecided++ // stopped by the budget, not by --max-repeats
@@ -174,8 +174,8 @@ func TestAdaptiveRepeatsStopAtBudget(t *testing.T) {
 			t.Errorf("gofit closed: verdict %v on a true tie", *s.Verdict)
 		}
 	}
-	if undecided > 0 && !hasNote(l.res.Lab.BudgetNotes, "the CPU study's budget") {
-		t.Errorf("%d comparisons undecided and no note that the budget ran out: %v", undecided, l.res.Lab.BudgetNotes)
+	if undecided > 0 && !hasNote(l.rec.Lab.BudgetNotes, "the CPU study's budget") {
+		t.Errorf("%d comparisons undecided and no note that the budget ran out: %v", undecided, l.rec.Lab.BudgetNotes)
 	}
 }
 
@@ -188,14 +188,16 @@ func TestRowTheBudgetCannotDecideIsNotStarted(t *testing.T) {
 		t.Errorf("ran %v; a row that cannot reach %d runs a side must not start", f.runs, stats.MinRuns)
 	}
 	want := "not compared at 500m: the budget funds 0 of the 3 runs a verdict needs (--budget 5m0s would fund them)"
-	if len(l.res.Lab.NotCompared) != 1 || l.res.Lab.NotCompared[0] != want {
-		t.Errorf("not_compared %q, want [%q]", l.res.Lab.NotCompared, want)
+	if len(l.rec.Lab.NotCompared) != 1 || l.rec.Lab.NotCompared[0] != want {
+		t.Errorf("not_compared %q, want [%q]", l.rec.Lab.NotCompared, want)
 	}
-	l.finish()
-	if v := l.cpuVerdicts(); len(v) != 1 || v[0] != want {
+	if v := summarized(l.cfg, &l.rec).cpuVerdicts(); len(v) != 1 || v[0] != want {
 		t.Errorf("verdicts %q: want only the row left out, never \"no setting differs\"", v)
 	}
 }
+
+// results is what the study's records analyse to so far.
+func (l *study) results() Results { return analyse(l.cfg, l.rec) }
 
 // hasNote reports whether any note starts with prefix.
 func hasNote(notes []string, prefix string) bool {
@@ -221,14 +223,14 @@ func TestRecommendationRefusesFailedCells(t *testing.T) {
 	if err := l.cpuStudy(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	l.finish()
-	if l.res.Recommendation.CPULimitCores != 0 || l.res.Recommendation.Confident {
-		t.Errorf("recommended %v cores (confident %v) from cells that are 98%% errors", l.res.Recommendation.CPULimitCores, l.res.Recommendation.Confident)
+	res := l.results()
+	if res.Recommendation.CPULimitCores != 0 || res.Recommendation.Confident {
+		t.Errorf("recommended %v cores (confident %v) from cells that are 98%% errors", res.Recommendation.CPULimitCores, res.Recommendation.Confident)
 	}
-	if !strings.Contains(l.res.Lab.Failed, "HTTP 500 Internal Server Error") {
-		t.Errorf("failure %q does not name the HTTP status", l.res.Lab.Failed)
+	if !strings.Contains(res.Lab.Failed, "HTTP 500 Internal Server Error") {
+		t.Errorf("failure %q does not name the HTTP status", res.Lab.Failed)
 	}
-	for _, s := range l.res.CPUSummary {
+	for _, s := range res.CPUSummary {
 		if !s.Failed {
 			t.Errorf("%s %s not marked failed", s.Setting, s.Mode)
 		}
@@ -307,8 +309,7 @@ func TestRecommendForTargetRPS(t *testing.T) {
 	if err := l.cpuStudy(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	l.finish()
-	rec := l.res.Recommendation
+	rec := l.results().Recommendation
 	if rec.CPULimitCores != 0.5 || rec.Setting != SetGofit || rec.TargetRPS != 300 || rec.SLOP99Ms != 20 || !rec.Confident {
 		t.Errorf("recommendation %+v, want gofit at 500m for 300 rps within 20ms", rec)
 	}

@@ -9,7 +9,7 @@ import (
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
 
-func (l *study) summarizeCPU() []CPUSummary {
+func (l *analysis) summarizeCPU() []CPUSummary {
 	var keys []cellKey
 	seen := map[cellKey]bool{}
 	for _, c := range l.res.CPU {
@@ -126,7 +126,7 @@ const Saturated = "saturated"
 // closed-loop capacity at the same row (the equal load is a share of the
 // median capacity over settings, so a setting much slower than the others
 // can be offered more than it serves).
-func (l *study) saturated(k cellKey) string {
+func (l *analysis) saturated(k cellKey) string {
 	runs := l.runsOf(k)
 	if k.mode != Open || len(runs) == 0 {
 		return ""
@@ -149,7 +149,7 @@ func (l *study) saturated(k cellKey) string {
 // smallest ratio its interval would have shown, and the runs a side (and
 // the budget) that would decide it, on the usual square-root law of
 // interval width against runs.
-func (l *study) undecidedNote(k cellKey, s *CPUSummary, r stats.Interval, baseRuns int) string {
+func (l *analysis) undecidedNote(k cellKey, s *CPUSummary, r stats.Interval, baseRuns int) string {
 	n := min(s.Repeats, baseRuns)
 	if !r.Finite() || r.Value <= 0 || r.Low <= 0 {
 		need := stats.MinRuns - n
@@ -180,7 +180,7 @@ func (l *study) undecidedNote(k cellKey, s *CPUSummary, r stats.Interval, baseRu
 
 // budgetFor is the --budget whose CPU share has extra more than this one's,
 // rounded up to a minute.
-func (l *study) budgetFor(extra time.Duration) time.Duration {
+func (l *analysis) budgetFor(extra time.Duration) time.Duration {
 	b := l.cfg.Budget + time.Duration(float64(extra)/cpuShare)
 	return (b + time.Minute - 1).Truncate(time.Minute)
 }
