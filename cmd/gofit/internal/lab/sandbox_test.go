@@ -75,3 +75,23 @@ func TestSweepTempRecycledPID(t *testing.T) {
 		t.Errorf("the live lab's directory was swept: %v", err)
 	}
 }
+
+func TestStartWatch(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	// A slow cold start: faults climb for 6 s while the heap grows.
+	w := startWatch{window: 3 * time.Second}
+	for i := 0; i <= 120; i++ {
+		if w.observe(t0.Add(time.Duration(i)*50*time.Millisecond), uint64(i*10), 0, uint64(i)*256<<10) {
+			t.Fatalf("slow cold start called stalled at %v", time.Duration(i)*50*time.Millisecond)
+		}
+	}
+	// Thrashing: faults climb, memory flat.
+	w = startWatch{window: 3 * time.Second}
+	stalled := false
+	for i := 0; i <= 120 && !stalled; i++ {
+		stalled = w.observe(t0.Add(time.Duration(i)*50*time.Millisecond), uint64(i*10), uint64(i), 30<<20)
+	}
+	if !stalled {
+		t.Error("a start faulting with flat memory for 6 s is not stalled")
+	}
+}

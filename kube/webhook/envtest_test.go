@@ -129,9 +129,9 @@ func eventually(t testing.TB, what string, timeout time.Duration, f func() bool)
 	}
 }
 
-// TestEndToEnd runs the webhook behind a real kube-apiserver and etcd, with
+// TestEnvtest runs the webhook behind a real kube-apiserver and etcd, with
 // the manifests' own webhook configuration pointed at the test server.
-func TestEndToEnd(t *testing.T) {
+func TestEnvtest(t *testing.T) {
 	cfg := kubetest.Start(t, nil)
 	ctx := context.Background()
 	warn := &warnings{}

@@ -237,58 +237,6 @@ func TestRecommendationRefusesFailedCells(t *testing.T) {
 	}
 }
 
-func TestGCShareExcludesIdlePs(t *testing.T) {
-	// The same work, 0.1 s of GC in 0.5 s of busy P time, over 1 s of
-	// wall: with GOMAXPROCS 1 (0.5 s idle) and 4 (3.5 s idle). The
-	// runtime's total is GOMAXPROCS × wall; a share of it would read 10%
-	// and 2.5%.
-	for _, procs := range []float64{1, 4} {
-		a := runtimeVars{GCCPUSeconds: 1, TotalCPUSeconds: 10, IdleCPUSeconds: 5}
-		b := runtimeVars{GCCPUSeconds: 1.1, TotalCPUSeconds: 10 + procs, IdleCPUSeconds: 5 + procs - 0.5}
-		if s := gcShare(a, b); s == nil || math.Abs(*s-0.2) > 1e-9 {
-			t.Errorf("GOMAXPROCS %v: gcShare = %v, want 0.2", procs, s)
-		}
-	}
-	if gcShare(runtimeVars{}, runtimeVars{GCCPUSeconds: 1, TotalCPUSeconds: 1}) != nil {
-		t.Error("a share without the idle class")
-	}
-}
-
-func TestPlacement(t *testing.T) {
-	p := planPlacement([]int{0, 1}, 2, 1)
-	if p.Isolated || p.Overlap != 1 || len(p.Target) != 2 || len(p.Generator) != 1 || p.Generator[0] != 1 || !strings.Contains(p.Note, "not isolated") {
-		t.Errorf("2 CPUs, target needs 2: %+v", p)
-	}
-	p = planPlacement([]int{0, 1, 2, 3}, 2, 1)
-	if !p.Isolated || p.Overlap != 0 || len(p.Target) != 3 || p.Generator[0] != 3 {
-		t.Errorf("4 CPUs, target needs 2: %+v", p)
-	}
-	p = planPlacement([]int{0, 1, 2, 3}, 4, 1)
-	if p.Isolated || len(p.Target) != 4 {
-		t.Errorf("4 CPUs, target needs 4: %+v", p)
-	}
-}
-
-func TestStartWatch(t *testing.T) {
-	t0 := time.Unix(0, 0)
-	// A slow cold start: faults climb for 6 s while the heap grows.
-	w := startWatch{window: 3 * time.Second}
-	for i := 0; i <= 120; i++ {
-		if w.observe(t0.Add(time.Duration(i)*50*time.Millisecond), uint64(i*10), 0, uint64(i)*256<<10) {
-			t.Fatalf("slow cold start called stalled at %v", time.Duration(i)*50*time.Millisecond)
-		}
-	}
-	// Thrashing: faults climb, memory flat.
-	w = startWatch{window: 3 * time.Second}
-	stalled := false
-	for i := 0; i <= 120 && !stalled; i++ {
-		stalled = w.observe(t0.Add(time.Duration(i)*50*time.Millisecond), uint64(i*10), uint64(i), 30<<20)
-	}
-	if !stalled {
-		t.Error("a start faulting with flat memory for 6 s is not stalled")
-	}
-}
-
 func TestRecommendForTargetRPS(t *testing.T) {
 	l, f := newFakeLab(t, time.Hour)
 	l.cfg.Quotas = []float64{0.25, 0.5}
@@ -312,19 +260,5 @@ func TestRecommendForTargetRPS(t *testing.T) {
 	rec := l.results().Recommendation
 	if rec.CPULimitCores != 0.5 || rec.Setting != SetGofit || rec.TargetRPS != 300 || rec.SLOP99Ms != 20 || !rec.Confident {
 		t.Errorf("recommendation %+v, want gofit at 500m for 300 rps within 20ms", rec)
-	}
-}
-
-func TestLogTicksLabelNarrowRanges(t *testing.T) {
-	for _, r := range [][2]float64{{70, 100}, {1, 1000}, {4.2, 4.9}} {
-		n := 0
-		for _, tk := range (logTicks{}).Ticks(r[0], r[1]) {
-			if tk.Label != "" {
-				n++
-			}
-		}
-		if n < 2 {
-			t.Errorf("log axis %v: %d labelled ticks, want at least 2", r, n)
-		}
 	}
 }
