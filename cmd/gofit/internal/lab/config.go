@@ -140,20 +140,16 @@ func defaultConfig(quick bool) Config {
 		HealthResolution: 4 << 20,
 		MemRequests:      1200,
 		Multiples:        []float64{1, 1.5, 2},
-		// 4 MiB, as the healthy floor: the no-knob setting's stall edge
-		// moved 5 MiB between two default runs of the sample (87 and 92
-		// MiB at a 1 MiB step), so a finer step was precision the
-		// floor does not have.
+		// 4 MiB, as the healthy floor: a stall edge moves more than a
+		// finer step run to run, so the floor has no such precision
+		// (docs/results/memory.md#what-set-the-labs-floor-search).
 		Resolution: 4 << 20,
-		// Near its stall edge a service survives some runs and stalls in
-		// others, over a band that can be two steps wide: two default runs
-		// of the sample put automemlimit's floor at 96 and 88 MiB on 2 of 3
-		// at one step, each run's k of n landing elsewhere in the band
-		// (88 and 92 MiB survived 4 of 7 runs between them). The floor is
-		// a limit that, with the step above it, survives 12 of 14 runs:
-		// the band's top, where one rare stall (gofit's once at 88 MiB)
-		// does not move it. Survival trials are short (2–4 s on the
-		// sample), so this costs about fourteen more per setting.
+		// The floor is a limit that, with the step above it, survives 12
+		// of 14 runs: near its edge a service survives some runs and
+		// stalls in others over a band up to two steps wide, and pooling
+		// two steps lands at the band's top, where one rare stall does
+		// not move it (docs/results/memory.md#what-set-the-labs-floor-search). Survival trials are short, so this costs
+		// about fourteen more per setting.
 		ConfirmNeed: 6,
 		ConfirmOf:   7,
 		ConfirmSpan: 2,
@@ -176,12 +172,10 @@ func defaultConfig(quick bool) Config {
 		c.Multiples = nil
 		c.Probes = 2
 		c.HealthMaxPairs = 3
-		// The survival edge is confirmed 2 of 3, at one step: the healthy
-		// floor rests on it (two --quick runs of the sample gave
-		// automemlimit 92 and 100 MiB on one-trial edges), but four
-		// minutes leave no time for the default's band top. Where a
+		// The survival edge is confirmed 2 of 3, at one step: four
+		// minutes leave no time for the default's band top, so where a
 		// service's edge is a band, --quick's survival floor can sit a
-		// step or two under the default's.
+		// step or two under the default's (docs/results/memory.md#what-set-the-labs-floor-search).
 		c.ConfirmNeed, c.ConfirmOf, c.ConfirmSpan = 2, 3, 1
 	}
 	return c

@@ -210,10 +210,10 @@ func (l *study) memoryStudy(ctx context.Context) error {
 	peak := int64(l.rec.Target.PeakBytes)
 	// No search climbs past 4 × the unlimited peak. A setting that needs
 	// more (GOGC=off with GOMEMLIMIT at the limit keeps everything a
-	// trial allocates) has no floor that is a property of the service:
-	// two default runs of the sample put its floor at 638 and 668 MiB,
-	// where each run's trial stopped allocating. "Above 4 × the peak"
-	// repeats, and the climb's trials go to the settings compared.
+	// trial allocates) has no floor that is a property of the service,
+	// only where one run's trial stopped allocating, which does not
+	// repeat (docs/results/memory.md#what-set-the-labs-floor-search). "Above 4 × the peak" repeats, and the climb's trials
+	// go to the settings compared.
 	search := floorSearch{Lo: peak / 2, Hi: peak * 3 / 2, Max: peak * 4, Resolution: l.cfg.Resolution, Need: l.cfg.ConfirmNeed, Of: l.cfg.ConfirmOf, Span: l.cfg.ConfirmSpan, MaxTrials: l.survivalTrialsMax(), Now: l.now}
 	var noKnobFloor int64
 	var searched time.Duration // the searches so far, to foresee the next
@@ -264,10 +264,8 @@ func (l *study) memoryStudy(ctx context.Context) error {
 			hs.Max = max(hs.Hi, peak*2)
 			// Near its edge a service is healthy in some runs and stalls
 			// in others: one healthy trial there is a coin that came up
-			// heads (two default runs of the sample put the no-knob
-			// setting's floor at 88 and 96 MiB). The floor is a limit
-			// healthy twice; a failure that would send the search up
-			// needs a second look as well.
+			// heads (docs/results/memory.md#what-set-the-labs-floor-search). The floor is a limit healthy twice; a failure
+			// that would send the search up needs a second look as well.
 			hs.Resolution, hs.Need, hs.Of, hs.Span, hs.FailConfirm, hs.MaxTrials = l.cfg.HealthResolution, 2, 2, 1, 2, 16
 			hs.Pass = func(t MemTrial) bool { return t.Healthy }
 			hs.Deadline = began.Add(share)

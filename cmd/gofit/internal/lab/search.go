@@ -283,10 +283,9 @@ func (s floorSearch) Find(ctx context.Context, run func(context.Context, int64) 
 		if p >= need || s.Of <= 1 {
 			// The step below failed once, in bisection, where nothing
 			// confirms a failure: near the edge a trial fails in some runs
-			// and not in others (two default runs put gofit's survival
-			// floor at 84 and 92 MiB on one failure at 88). It gets a
-			// second look; if it passes, the floor is lower, and the
-			// search bisects again below it.
+			// and not in others (docs/results/memory.md#what-set-the-labs-floor-search). It gets a second look; if it
+			// passes, the floor is lower, and the search bisects again
+			// below it.
 			below := hi - res
 			if s.Of <= 1 || below < minLimit || runs[below] != 1 || passes[below] != 0 {
 				return done(hi, nil)
