@@ -206,7 +206,7 @@ var settings = []setting{
 	},
 	{
 		flag: "gogc", env: "GOFIT_GOGC",
-		usage: "also set GOGC (e.g. off or 200) with GOMEMLIMIT: use the memory you pay for",
+		usage: "also set GOGC to `VALUE` (off or a percentage such as 200) with GOMEMLIMIT: use the memory you pay for",
 		parse: func(o *Options, v string) error {
 			o.GOGC = v
 			return ValidGOGC(v)
@@ -226,7 +226,7 @@ var settings = []setting{
 	},
 	{
 		flag: "cpu-request-min", env: "GOFIT_CPU_REQUEST_MIN", def: strconv.Itoa(DefaultCPURequestMin),
-		usage: "the least GOMAXPROCS planned from a CPU request: 1 or 2",
+		usage: "`N`, the least GOMAXPROCS planned from a CPU request: 1 or 2",
 		parse: func(o *Options, v string) error {
 			n, err := strconv.Atoi(v)
 			if err != nil {

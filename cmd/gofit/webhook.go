@@ -27,9 +27,8 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 	addr := fs.String("addr", ":8443", "serve HTTPS on `HOST:PORT` (/mutate, /healthz, /readyz, /metrics)")
 	certFile := fs.String("cert-file", "", "serving certificate `FILE` (PEM), re-read when it changes")
 	keyFile := fs.String("key-file", "", "private key `FILE` (PEM), re-read when it changes")
-	// Pods choose their own CPU request factor with the
-	// gofit.dev/cpu-request-factor annotation.
 	policyFlags := fit.BindFlags(fs, "memory-ratio", "ceil", "cpu-request-factor", "cpu-request-min")
+	fs.Lookup("cpu-request-factor").Usage += "; pods can choose with the gofit.dev/cpu-request-factor annotation"
 	goVersion := fs.String("go-version", admission.DefaultGoVersion, "the Go `RELEASE` assumed for images (it decides the warnings about what Go's runtime does alone); empty: unknown")
 	maxBody := fs.Int64("max-body", admission.DefaultMaxBody, "largest request body in `BYTES`")
 	maxInFlight := fs.Int("max-in-flight", admission.DefaultMaxInFlight, "reviews decoded and fitted at once; more wait, then get 503 (memory is bounded by about 2 × max-body per review)")
