@@ -87,9 +87,13 @@ func ValidMemoryRatio(r float64) error {
 // request asked for.
 func ValidCPURequestMin(n int) error {
 	if n != 1 && n != 2 {
-		return fmt.Errorf("%w: CPU request minimum %d: want 1 or 2", ErrBadOption, n)
+		return badRequestMin(strconv.Itoa(n))
 	}
 	return nil
+}
+
+func badRequestMin(v string) error {
+	return fmt.Errorf("%w: CPU request minimum %s: want 1 or 2", ErrBadOption, v)
 }
 
 // ValidGOGC accepts "off" or a positive integer percentage such as "200",
@@ -230,7 +234,7 @@ var settings = []setting{
 		parse: func(o *Options, v string) error {
 			n, err := strconv.Atoi(v)
 			if err != nil {
-				return fmt.Errorf("%w: CPU request minimum %q: want 1 or 2", ErrBadOption, v)
+				return badRequestMin(strconv.Quote(v))
 			}
 			o.CPURequestMin = n
 			return ValidCPURequestMin(n)
