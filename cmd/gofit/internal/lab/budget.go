@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 )
 
 // The budget planner. Every phase is planned against --budget before it
@@ -64,7 +66,7 @@ func (l *study) rowOrder() []float64 {
 	rank := func(q float64) int {
 		differs := false
 		for _, c := range l.configsRequest(q, l.requestAt(q)) {
-			if c.setting == SetGofit {
+			if c.setting == result.SetGofit {
 				differs = true // gofit names a cell of its own: not go-default's
 			}
 		}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 )
 
 // A slow target (node_exporter at 250m: ~25 rps closed loop, 15 rps
@@ -15,12 +17,12 @@ import (
 func TestSlowTargetFitsTheBudget(t *testing.T) {
 	l, f := newFakeLab(t, 4*time.Minute)
 	l.cfg.Quotas = []float64{0.25}
-	l.cfg.CPUSettings = []string{SetProcs1, SetGoDefault, SetGofit}
-	f.rps = map[string]float64{SetGoDefault: 25, SetGofit: 25, SetProcsNCPU: 25}
+	l.cfg.CPUSettings = []string{result.SetProcs1, result.SetGoDefault, result.SetGofit}
+	f.rps = map[string]float64{result.SetGoDefault: 25, result.SetGofit: 25, result.SetProcsNCPU: 25}
 	var windows []time.Duration
 	inner := f.measure
-	l.measure = func(ctx context.Context, c cpuConfig, mode Mode, offered float64, window time.Duration, rep int) (CPUCell, error) {
-		if mode == Open {
+	l.measure = func(ctx context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
+		if mode == result.Open {
 			windows = append(windows, window)
 		}
 		return inner(ctx, c, mode, offered, window, rep)
@@ -50,7 +52,7 @@ func TestSlowTargetFitsTheBudget(t *testing.T) {
 // them all.
 func TestPlanMemoryForASlowTarget(t *testing.T) {
 	l, f := newFakeLab(t, 4*time.Minute)
-	l.cfg.MemSettings = []string{SetGofit, SetAutoMemLimit}
+	l.cfg.MemSettings = []string{result.SetGofit, result.SetAutoMemLimit}
 	l.cfg.ConfirmNeed, l.cfg.ConfirmOf, l.cfg.MemRequests = 1, 1, 800
 	f.now = f.now.Add(110 * time.Second) // the CPU study's share spent
 	p := l.planMemory(25, 40)            // node_exporter: 25 rps, 800 requests took ~40 s
@@ -73,7 +75,7 @@ func TestPlanMemoryForASlowTarget(t *testing.T) {
 // The three settings the study compares get the memory budget first:
 // with equal shares, GOGC=off's climb once cut gofit's healthy search.
 func TestMemShareComparedFirst(t *testing.T) {
-	all := []string{SetGofit, SetNone, SetAutoMemLimit, SetLimitGCOff}
+	all := []string{result.SetGofit, result.SetNone, result.SetAutoMemLimit, result.SetLimitGCOff}
 	for _, c := range []struct {
 		settings []string
 		want     time.Duration
@@ -81,7 +83,7 @@ func TestMemShareComparedFirst(t *testing.T) {
 		{all, 30 * time.Minute},     // gofit: a third, not a quarter
 		{all[2:], 90 * time.Minute}, // automemlimit: all, GOGC=off after it
 		{all[3:], 90 * time.Minute}, // GOGC=off: what the others left
-		{[]string{SetLimitGCOff, SetGofit}, 45 * time.Minute},
+		{[]string{result.SetLimitGCOff, result.SetGofit}, 45 * time.Minute},
 		{nil, 90 * time.Minute},
 	} {
 		if got := memShare(90*time.Minute, c.settings); got != c.want {

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 )
 
 func TestCheckOutUndo(t *testing.T) {
@@ -61,7 +63,7 @@ func TestLabKeepsGoodResults(t *testing.T) {
 	dir := t.TempDir()
 	good := []byte(`{"cpu":[{"rps":1}]}`)
 	os.WriteFile(filepath.Join(dir, "results.json"), good, 0o644)
-	paths, err := writeFiles(dir, &Results{})
+	paths, err := writeFiles(dir, &result.Results{})
 	if err != nil {
 		t.Fatal(err)
 	}

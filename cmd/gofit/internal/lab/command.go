@@ -103,7 +103,7 @@ func Main(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	res, rec, runErr := runStudy(ctx, sb, cfg)
 	interrupted := ctx.Err() != nil
 	paths, werr := writeFiles(o.Out, res)
-	if werr == nil && !res.empty() {
+	if werr == nil && !res.Empty() {
 		var p string
 		p, werr = writeRecords(o.Out, cfg, rec)
 		paths = append(paths, p)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
@@ -50,9 +52,9 @@ func (l *study) configsRequest(q, request float64) []cpuConfig {
 	order := append([]string(nil), l.cfg.CPUSettings...)
 	rank := func(s string) int {
 		switch s {
-		case SetGoDefault:
+		case result.SetGoDefault:
 			return 0
-		case SetGofit:
+		case result.SetGofit:
 			return 1
 		}
 		return 2
@@ -92,15 +94,15 @@ func (l *study) requestAt(q float64) float64 {
 type cellKey struct {
 	q       float64
 	setting string
-	mode    Mode
+	mode    result.Mode
 }
 
-func (l *study) runsOf(k cellKey) []CPUCell    { return runsOf(l.rec.CPU, k) }
-func (l *analysis) runsOf(k cellKey) []CPUCell { return runsOf(l.rec.CPU, k) }
+func (l *study) runsOf(k cellKey) []result.CPUCell    { return runsOf(l.rec.CPU, k) }
+func (l *analysis) runsOf(k cellKey) []result.CPUCell { return runsOf(l.rec.CPU, k) }
 
 // runsOf is the runs of cell k among cells, in the order they ran.
-func runsOf(cells []CPUCell, k cellKey) []CPUCell {
-	var out []CPUCell
+func runsOf(cells []result.CPUCell, k cellKey) []result.CPUCell {
+	var out []result.CPUCell
 	for _, c := range cells {
 		if c.QuotaCores == k.q && c.Setting == k.setting && c.Mode == k.mode {
 			out = append(out, c)
@@ -109,10 +111,10 @@ func runsOf(cells []CPUCell, k cellKey) []CPUCell {
 	return out
 }
 
-func pooled(cs []CPUCell) stats.Sample {
+func pooled(cs []result.CPUCell) stats.Sample {
 	s := make(stats.Sample, 0, len(cs))
 	for _, c := range cs {
-		s = append(s, c.blocks)
+		s = append(s, c.Blocks)
 	}
 	return s
 }
@@ -141,12 +143,12 @@ func (l *study) cpuStudy(ctx context.Context) error {
 	offered := map[float64]float64{}
 	windows := map[float64]time.Duration{}
 	all := map[float64][]cpuConfig{}
-	runOne := func(c cpuConfig, mode Mode, rep int) error {
+	runOne := func(c cpuConfig, mode result.Mode, rep int) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		win := l.closedWindow()
-		if mode == Open {
+		if mode == result.Open {
 			win = windows[c.quota]
 		}
 		began := l.now()
@@ -185,7 +187,7 @@ func (l *study) cpuStudy(ctx context.Context) error {
 		}
 		return nil
 	}
-	round := func(cs []cpuConfig, mode Mode, rep int) error {
+	round := func(cs []cpuConfig, mode result.Mode, rep int) error {
 		order := append([]cpuConfig(nil), cs...)
 		// A fresh order each round, so drift (thermal, noisy neighbours)
 		// spreads over all configurations.
@@ -211,7 +213,7 @@ func (l *study) cpuStudy(ctx context.Context) error {
 		cs := l.configsRequest(q, l.requestAt(q))
 		all[q] = cs
 		for rep := 1; rep <= l.cfg.MinRepeats; rep++ {
-			if err := round(cs, Closed, rep); err != nil {
+			if err := round(cs, result.Closed, rep); err != nil {
 				return err
 			}
 		}
@@ -222,7 +224,7 @@ func (l *study) cpuStudy(ctx context.Context) error {
 		} else {
 			var caps []float64
 			for _, c := range cs {
-				if r := pooled(l.runsOf(cellKey{q, c.setting, Closed})).RPS(); r > 0 {
+				if r := pooled(l.runsOf(cellKey{q, c.setting, result.Closed})).RPS(); r > 0 {
 					caps = append(caps, r)
 				}
 			}
@@ -230,7 +232,7 @@ func (l *study) cpuStudy(ctx context.Context) error {
 		}
 		windows[q] = l.planOpenWindow(rows, i, offered[q])
 		for rep := 1; rep <= l.cfg.MinRepeats; rep++ {
-			if err := round(cs, Open, rep); err != nil {
+			if err := round(cs, result.Open, rep); err != nil {
 				return err
 			}
 		}
@@ -278,7 +280,7 @@ type repeatTask struct {
 // quota the recommendation would pick from what is measured so far, then
 // the study's order (rowOrder).
 func (l *study) adaptiveOrder(rows []float64) []float64 {
-	pick := summarized(l.cfg, &l.rec).recommendCPU(&Recommendation{}).cores
+	pick := summarized(l.cfg, &l.rec).recommendCPU(&result.Recommendation{}).cores
 	out := []float64{}
 	if slices.Contains(rows, pick) {
 		out = append(out, pick)
@@ -305,19 +307,19 @@ func (l *study) undecided(all map[float64][]cpuConfig, rows []float64) []repeatT
 		}
 	}
 	for _, q := range rows {
-		for _, mode := range []Mode{Closed, Open} {
-			base := cellKey{q, SetGoDefault, mode}
+		for _, mode := range []result.Mode{result.Closed, result.Open} {
+			base := cellKey{q, result.SetGoDefault, mode}
 			baseRuns := l.runsOf(base)
 			for _, c := range all[q] {
 				k := cellKey{q, c.setting, mode}
 				runs := l.runsOf(k)
-				if a := newAnalysis(l.cfg, &l.rec); mode == Open && (a.saturated(k) != "" || a.saturated(base) != "") {
+				if a := newAnalysis(l.cfg, &l.rec); mode == result.Open && (a.saturated(k) != "" || a.saturated(base) != "") {
 					continue
 				}
-				if mode == Open && pooled(runs).Count() < l.cfg.OpenSamples && l.cfg.OpenDuration == 0 {
+				if mode == result.Open && pooled(runs).Count() < l.cfg.OpenSamples && l.cfg.OpenDuration == 0 {
 					add(k)
 				}
-				if c.setting == SetGoDefault || len(baseRuns) == 0 || anyFailed(runs) || anyFailed(baseRuns) {
+				if c.setting == result.SetGoDefault || len(baseRuns) == 0 || anyFailed(runs) || anyFailed(baseRuns) {
 					continue
 				}
 				st := headline(mode)
@@ -336,7 +338,7 @@ func (l *study) undecided(all map[float64][]cpuConfig, rows []float64) []repeatT
 	return out
 }
 
-func anyFailed(cs []CPUCell) bool {
+func anyFailed(cs []result.CPUCell) bool {
 	for _, c := range cs {
 		if cellFailed(c) {
 			return true
@@ -349,7 +351,7 @@ func (l *study) runCost(k cellKey) time.Duration    { return runCost(l.cfg, l.re
 func (l *analysis) runCost(k cellKey) time.Duration { return runCost(l.cfg, l.rec.CPU, k) }
 
 // runCost estimates one more run of k from the runs so far.
-func runCost(cfg Config, cells []CPUCell, k cellKey) time.Duration {
+func runCost(cfg Config, cells []result.CPUCell, k cellKey) time.Duration {
 	runs := runsOf(cells, k)
 	if len(runs) == 0 {
 		return cfg.ClosedWindow + cfg.Warmup
@@ -362,8 +364,8 @@ func runCost(cfg Config, cells []CPUCell, k cellKey) time.Duration {
 }
 
 // headline is the statistic a mode's verdict is about.
-func headline(mode Mode) stats.Stat {
-	if mode == Open {
+func headline(mode result.Mode) stats.Stat {
+	if mode == result.Open {
 		return stats.StatP99
 	}
 	return stats.StatRPS

@@ -19,6 +19,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/gofit-dev/gofit/cgroup"
@@ -88,7 +90,7 @@ type Sandbox struct {
 	seq    int
 	live   map[*trial]bool
 	cpus   []int // the lab's affinity at start: what a container here sees
-	place  *Placement
+	place  *placement
 }
 
 // NewSandbox sweeps stale lab cgroups and temporary directories and
@@ -116,20 +118,20 @@ func newParentGroup(self *cgroup.Cgroups) (*manage.Group, error) {
 // where the target can do without them (it needs need CPUs to keep every
 // setting's GOMAXPROCS), else to one CPU it shares with the target. Trials
 // started afterwards get the target's CPUs.
-func (s *Sandbox) isolate(need int) (*Placement, error) {
+func (s *Sandbox) isolate(need int) (*result.Placement, error) {
 	p := planPlacement(s.cpus, need, 1)
 	if len(s.cpus) < 2 {
 		p.Generator, p.Overlap = nil, len(s.cpus)
 		p.Note = "not isolated: one CPU; the load generator and the target share it"
-		return p, nil
+		return p.Placement, nil
 	}
 	if err := p.pin(); err != nil {
 		p.Isolated, p.Overlap, p.Target = false, len(s.cpus), s.cpus
 		p.Note = "not isolated: " + err.Error()
-		return p, nil
+		return p.Placement, nil
 	}
 	s.place = p
-	return p, nil
+	return p.Placement, nil
 }
 
 // repin pins threads the runtime started since isolate.
@@ -408,7 +410,7 @@ func (tr *trial) waitReady(ctx context.Context, timeout time.Duration) error {
 	w := startWatch{window: stallWindow}
 	err := load.WaitReady(ctx, load.Readiness{URL: tr.URL, Exited: tr.exited, Timeout: timeout, Check: func() error {
 		if m, err := tr.g.MemoryStats(); err == nil && w.observe(time.Now(), m.MajorFaults, m.MaxHits, m.Anon) {
-			return &startError{Outcome: Stalled, Detail: fmt.Sprintf("not ready, and for %v no progress (resident memory flat) while major faults climb to %d and the limit was hit %d times", stallWindow, m.MajorFaults, m.MaxHits)}
+			return &startError{Outcome: result.Stalled, Detail: fmt.Sprintf("not ready, and for %v no progress (resident memory flat) while major faults climb to %d and the limit was hit %d times", stallWindow, m.MajorFaults, m.MaxHits)}
 		}
 		return nil
 	}})
@@ -417,9 +419,9 @@ func (tr *trial) waitReady(ctx context.Context, timeout time.Duration) error {
 	case errors.Is(err, load.ErrExited):
 		return tr.exitError()
 	case errors.As(err, &nr) && nr.Refused:
-		return &startError{Outcome: Errored, Detail: nr.Error() + " (--url, --targets or --ready-url)"}
+		return &startError{Outcome: result.Errored, Detail: nr.Error() + " (--url, --targets or --ready-url)"}
 	case errors.As(err, &nr):
-		return &startError{Outcome: Errored, Detail: fmt.Sprintf("%v; output: %s", nr, tr.output), timedOut: true}
+		return &startError{Outcome: result.Errored, Detail: fmt.Sprintf("%v; output: %s", nr, tr.output), timedOut: true}
 	}
 	return err
 }
@@ -461,9 +463,9 @@ const startGrowth = 64 << 10
 
 func (tr *trial) exitError() error {
 	if m, err := tr.g.MemoryStats(); err == nil && m.OOMKills > 0 {
-		return &startError{Outcome: OOMKilled, Detail: fmt.Sprintf("killed by the OOM killer while starting (%v)", tr.waitErr)}
+		return &startError{Outcome: result.OOMKilled, Detail: fmt.Sprintf("killed by the OOM killer while starting (%v)", tr.waitErr)}
 	}
-	return &startError{Outcome: Errored, Detail: fmt.Sprintf("exited while starting (%v); output: %s", tr.waitErr, tr.output)}
+	return &startError{Outcome: result.Errored, Detail: fmt.Sprintf("exited while starting (%v); output: %s", tr.waitErr, tr.output)}
 }
 
 // Stats reads the trial's cgroup now (or, after Stop, as it was at the end).

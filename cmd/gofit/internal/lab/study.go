@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+
 	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
@@ -31,14 +33,14 @@ type study struct {
 	// that the CPU study's draws do not shift theirs.
 	healthBoot *stats.Bootstrap
 	boot       *stats.Bootstrap
-	place      *Placement
+	place      *result.Placement
 	// measure runs one CPU window; tests replace it with a fake.
-	measure func(ctx context.Context, c cpuConfig, mode Mode, offered float64, window time.Duration, rep int) (CPUCell, error)
+	measure func(ctx context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error)
 	// memRun runs one memory trial; tests replace it with a fake.
-	memRun func(ctx context.Context, env map[string]string, cpu float64, limit int64, load memLoad) (MemTrial, load.Result)
+	memRun func(ctx context.Context, env map[string]string, cpu float64, limit int64, load memLoad) (result.MemTrial, load.Result)
 	// pairRun runs a health trial's reference and limited runs side by
 	// side; tests replace it with a fake.
-	pairRun func(ctx context.Context, ref, env map[string]string, cpu float64, limit int64, load memLoad) (MemTrial, load.Result, MemTrial, load.Result)
+	pairRun func(ctx context.Context, ref, env map[string]string, cpu float64, limit int64, load memLoad) (result.MemTrial, load.Result, result.MemTrial, load.Result)
 	now     func() time.Time
 	// The planner's measurements (budget.go).
 	overheadSum  time.Duration
@@ -57,12 +59,12 @@ var errTargetFailed = errors.New("the target failed")
 
 // runStudy runs the study. It stops early, returning ctx's error and what was
 // measured so far, when ctx ends.
-func runStudy(ctx context.Context, sb *Sandbox, cfg Config) (*Results, *Records, error) {
+func runStudy(ctx context.Context, sb *Sandbox, cfg Config) (*result.Results, *Records, error) {
 	if err := cfg.Validate(); err != nil {
-		return &Results{}, &Records{}, err
+		return &result.Results{}, &Records{}, err
 	}
 	if err := cfg.Target.check(); err != nil {
-		return &Results{}, &Records{}, err
+		return &result.Results{}, &Records{}, err
 	}
 	l := newLab(cfg)
 	l.sb = sb
@@ -70,7 +72,7 @@ func runStudy(ctx context.Context, sb *Sandbox, cfg Config) (*Results, *Records,
 	l.memRun = l.memTrial
 	l.pairRun = l.memPair
 	l.rec.Machine = machine()
-	l.rec.Target = TargetInfo{Command: strings.Join(append([]string{cfg.Target.Path}, cfg.Target.Args...), " "), URL: cfg.Target.URL, Sample: cfg.Sample, PageCache: "cold"}
+	l.rec.Target = result.TargetInfo{Command: strings.Join(append([]string{cfg.Target.Path}, cfg.Target.Args...), " "), URL: cfg.Target.URL, Sample: cfg.Sample, PageCache: "cold"}
 	if st, err := os.Stat(cfg.Target.Path); err == nil {
 		l.rec.Target.BinaryBytes = st.Size()
 	}
@@ -129,8 +131,8 @@ func newLab(cfg Config) *study {
 	return l
 }
 
-func machine() Machine {
-	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}
+func machine() result.Machine {
+	m := result.Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}
 	if c, err := cgroup.NewFS("/").Self(); err == nil {
 		m.CgroupVersion = c.Version()
 	}
@@ -199,7 +201,7 @@ func (l *analysis) failure() string {
 	if r := l.res.Recommendation; r.CPULimitCores == 0 && len(l.rec.CPU) > 0 {
 		why = append(why, "no CPU quota had error-free cells to recommend")
 	}
-	if c := l.rec.Check; c != nil && c.Outcome != OK {
+	if c := l.rec.Check; c != nil && c.Outcome != result.OK {
 		why = append(why, "the check trial of the recommendation failed: "+c.Outcome+" "+c.Detail)
 	}
 	return strings.Join(why, "; ")
@@ -209,7 +211,7 @@ func errorKinds(k map[string]int) string {
 	return load.Kinds(k)
 }
 
-func cellFailed(c CPUCell) bool {
+func cellFailed(c result.CPUCell) bool {
 	n := c.Requests + c.Errors
 	return c.TargetExited || n == 0 || float64(c.Errors) > maxErrorShare*float64(n)
 }
