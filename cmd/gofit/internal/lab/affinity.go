@@ -5,7 +5,6 @@ import (
 	"os"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
@@ -49,7 +48,7 @@ func planPlacement(cpus []int, need, reserve int) *placement {
 		p.Target = append([]int(nil), rest...)
 		p.Isolated = true
 		p.Note = fmt.Sprintf("the load generator ran on CPU %s; the target on CPU %s, as a container on a node that reserves CPU %s for system daemons (kubelet --reserved-cpus) would; every setting keeps its GOMAXPROCS",
-			cpuList(gen), cpuList(rest), cpuList(gen))
+			result.CPUList(gen), result.CPUList(rest), result.CPUList(gen))
 		p.all = unix.CPUSet{}
 		for _, c := range rest {
 			p.all.Set(c)
@@ -59,16 +58,8 @@ func planPlacement(cpus []int, need, reserve int) *placement {
 	p.Target = append([]int(nil), cpus...)
 	p.Overlap = len(gen)
 	p.Note = fmt.Sprintf("not isolated: the target needs all %d CPUs to keep its GOMAXPROCS (Go's default reads the CPUs in its affinity mask), so the load generator, pinned to CPU %s, shares %d of them with it; measured figures include that contention (see overlap_share per cell)",
-		len(cpus), cpuList(gen), len(gen))
+		len(cpus), result.CPUList(gen), len(gen))
 	return p
-}
-
-func cpuList(cs []int) string {
-	s := make([]string, len(cs))
-	for i, c := range cs {
-		s[i] = strconv.Itoa(c)
-	}
-	return strings.Join(s, ",")
 }
 
 // affinityCPUs lists the CPUs in the calling thread's mask.
@@ -106,7 +97,7 @@ func (p *placement) pin() error {
 		}
 		// A thread may exit between the listing and the call.
 		if err := unix.SchedSetaffinity(tid, &p.gen); err != nil && err != unix.ESRCH {
-			return fmt.Errorf("pin the load generator to CPU %s: %w", cpuList(p.Generator), err)
+			return fmt.Errorf("pin the load generator to CPU %s: %w", result.CPUList(p.Generator), err)
 		}
 	}
 	p.pinned = true
@@ -147,7 +138,7 @@ func (p *placement) startOnTargetCPUs(start func() error) error {
 	err := unix.SchedSetaffinity(0, &p.all)
 	p.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("give the target CPU %s: %w", cpuList(p.Target), err)
+		return fmt.Errorf("give the target CPU %s: %w", result.CPUList(p.Target), err)
 	}
 	serr := start()
 	p.mu.Lock()

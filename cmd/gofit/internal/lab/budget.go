@@ -144,7 +144,7 @@ func (l *study) cutRow(q float64, left, need time.Duration) {
 	budget := time.Duration(float64(need) / (1 - adaptiveReserve) / cpuShare)
 	budget = (budget + time.Minute - 1).Truncate(time.Minute)
 	msg := fmt.Sprintf("not compared at %s: the budget funds %d of the %d runs a verdict needs (--budget %v would fund them)",
-		rowLabel(q, l.requestAt(q)), min(funds, l.cfg.MinRepeats), l.cfg.MinRepeats, budget)
+		result.RowLabel(q, l.requestAt(q)), min(funds, l.cfg.MinRepeats), l.cfg.MinRepeats, budget)
 	l.rec.Lab.NotCompared = append(l.rec.Lab.NotCompared, msg)
 	l.budgetNote("%s", msg)
 }
@@ -175,7 +175,7 @@ func (l *study) planOpenWindow(rows []float64, i int, rate float64) time.Duratio
 	}
 	win := max(fit, l.openFloor()).Round(100 * time.Millisecond)
 	l.budgetNote("open loop at %s: %v windows (%d latencies per cell at %.0f rps) instead of the %v that %d latencies need; p99 intervals are wider",
-		rowLabel(rows[i], l.requestAt(rows[i])), win, int(rate*win.Seconds())*l.cfg.MinRepeats, rate, want, l.cfg.OpenSamples)
+		result.RowLabel(rows[i], l.requestAt(rows[i])), win, int(rate*win.Seconds())*l.cfg.MinRepeats, rate, want, l.cfg.OpenSamples)
 	return win
 }
 

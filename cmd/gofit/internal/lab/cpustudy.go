@@ -165,9 +165,9 @@ func (l *study) cpuStudy(ctx context.Context) error {
 			if errors.As(err, &se) {
 				// With no memory limit, a start that fails is the target's
 				// fault, and nothing measured after it would be trusted.
-				return fmt.Errorf("%w: cpu trial %s %s %s-loop: %v", errTargetFailed, rowLabel(c.quota, c.request), c.setting, mode, err)
+				return fmt.Errorf("%w: cpu trial %s %s %s-loop: %v", errTargetFailed, result.RowLabel(c.quota, c.request), c.setting, mode, err)
 			}
-			return fmt.Errorf("cpu trial %s %s %s-loop: %w", rowLabel(c.quota, c.request), c.setting, mode, err)
+			return fmt.Errorf("cpu trial %s %s %s-loop: %w", result.RowLabel(c.quota, c.request), c.setting, mode, err)
 		}
 		l.rec.CPU = append(l.rec.CPU, cell)
 		for i, t := range cell.Targets {
@@ -178,12 +178,12 @@ func (l *study) cpuStudy(ctx context.Context) error {
 			}
 			l.rec.Targets[i].Merge(t)
 		}
-		l.progress("cpu %-5s %-15s %-6s rep %d: %5.0f rps, p99 %6.1fms", rowLabel(c.quota, c.request), c.setting, mode, rep, cell.RPS, cell.P99)
+		l.progress("cpu %-5s %-15s %-6s rep %d: %5.0f rps, p99 %6.1fms", result.RowLabel(c.quota, c.request), c.setting, mode, rep, cell.RPS, cell.P99)
 		if cell.TargetExited {
 			// No memory limit here: an exit is a crash. Stop rather than
 			// measure a dead service for minutes.
 			l.rec.Exited = true
-			return fmt.Errorf("%w: it exited during the %s %s %s-loop window (%d errors: %s)", errTargetFailed, rowLabel(c.quota, c.request), c.setting, mode, cell.Errors, errorKinds(cell.ErrorKinds))
+			return fmt.Errorf("%w: it exited during the %s %s %s-loop window (%d errors: %s)", errTargetFailed, result.RowLabel(c.quota, c.request), c.setting, mode, cell.Errors, errorKinds(cell.ErrorKinds))
 		}
 		return nil
 	}
@@ -228,7 +228,7 @@ func (l *study) cpuStudy(ctx context.Context) error {
 					caps = append(caps, r)
 				}
 			}
-			offered[q] = math.Max(1, math.Round(l.cfg.OpenFraction*summarize(caps).Median))
+			offered[q] = math.Max(1, math.Round(l.cfg.OpenFraction*stats.SpreadOf(caps).Median))
 		}
 		windows[q] = l.planOpenWindow(rows, i, offered[q])
 		for rep := 1; rep <= l.cfg.MinRepeats; rep++ {

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
+
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
@@ -199,16 +201,16 @@ func (l *study) memoryStudy(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		l.progress("memory probe %d at %s CPU, no memory limit: peak %s, %.0f rps, p99 %.1fms", i+1, cpuLabel(cpu), fit.FormatBytes(int64(probe.PeakBytes)), r.RPS, r.P99)
+		l.progress("memory probe %d at %s CPU, no memory limit: peak %s, %.0f rps, p99 %.1fms", i+1, result.CPULabel(cpu), fit.FormatBytes(int64(probe.PeakBytes)), r.RPS, r.P99)
 		if probe.Outcome != result.OK {
 			return fmt.Errorf("%w: even without a memory limit: %s %s", errTargetFailed, probe.Outcome, probe.Detail)
 		}
 		rpss, p99s, peaks, secs = append(rpss, r.RPS), append(p99s, r.P99), append(peaks, float64(probe.PeakBytes)), append(secs, probe.Seconds)
 	}
-	l.rec.Target.PeakBytes = uint64(summarize(peaks).Max)
-	l.rec.Target.ProbeRPS, l.rec.Target.ProbeP99 = summarize(rpss).Median, summarize(p99s).Median
+	l.rec.Target.PeakBytes = uint64(stats.SpreadOf(peaks).Max)
+	l.rec.Target.ProbeRPS, l.rec.Target.ProbeP99 = stats.SpreadOf(rpss).Median, stats.SpreadOf(p99s).Median
 	l.rec.Target.HealthRPS = math.Max(1, math.Round(l.cfg.HealthShare*l.rec.Target.ProbeRPS))
-	l.mem = l.planMemory(l.rec.Target.ProbeRPS, summarize(secs).Median)
+	l.mem = l.planMemory(l.rec.Target.ProbeRPS, stats.SpreadOf(secs).Median)
 	peak := int64(l.rec.Target.PeakBytes)
 	// No search climbs past 4 × the unlimited peak. A setting that needs
 	// more (GOGC=off with GOMEMLIMIT at the limit keeps everything a
@@ -362,13 +364,6 @@ func (l *study) checkRecommendation(ctx context.Context) error {
 		l.budgetNote("the budget cut the check trial to %d pairs: its verdict rests on them", t.Pairs)
 	}
 	l.rec.Check = &result.CheckTrial{MemTrial: t, ProbeRPS: l.rec.Target.ProbeRPS, ProbeP99: l.rec.Target.ProbeP99}
-	l.progress("check: %s CPU + %s memory together: %s", cpuLabel(rec.CPULimitCores), mebi(rec.MemoryLimitBytes), t.Verdict())
+	l.progress("check: %s CPU + %s memory together: %s", result.CPULabel(rec.CPULimitCores), mebi(rec.MemoryLimitBytes), t.Verdict())
 	return nil
-}
-
-func cpuLabel(c float64) string {
-	if c == 0 {
-		return "no"
-	}
-	return millicores(c)
 }

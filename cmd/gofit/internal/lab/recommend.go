@@ -96,9 +96,9 @@ func (l *analysis) recommendCPU(rec *result.Recommendation) cpuChoice {
 		}
 		rec.Confident = s.P99.CIHigh <= 2*best.P99.CIHigh
 		rec.Reasons = append(rec.Reasons, fmt.Sprintf("CPU %s: the smallest quota whose open-loop p99 with gofit's plan, %s at %.0f rps offered, is not significantly over twice the best at any quota (%s at %s)",
-			millicores(q), msCI(s.P99), s.OfferedRPS, msCI(best.P99), millicores(best.QuotaCores)))
+			result.Millicores(q), msCI(s.P99), s.OfferedRPS, msCI(best.P99), result.Millicores(best.QuotaCores)))
 		if c.setting != result.SetGofit {
-			rec.Reasons = append(rec.Reasons, fmt.Sprintf("setting go-default: at %s gofit's plan is significantly worse than Go's default", millicores(q)))
+			rec.Reasons = append(rec.Reasons, fmt.Sprintf("setting go-default: at %s gofit's plan is significantly worse than Go's default", result.Millicores(q)))
 		}
 		return c
 	}
@@ -152,7 +152,7 @@ func (l *analysis) recommendForTarget(rec *result.Recommendation) cpuChoice {
 			conf = "NOT confidently: the interval's high end does not"
 		}
 		rec.Reasons = append(rec.Reasons, fmt.Sprintf("CPU %s with %s: the cheapest quota × setting serving %.0f rps (served %s) with %s: p99 %s, %s",
-			millicores(q), setting, l.cfg.TargetRPS, rpsCI(s.RPS), rule, msCI(s.P99), conf))
+			result.Millicores(q), setting, l.cfg.TargetRPS, rpsCI(s.RPS), rule, msCI(s.P99), conf))
 		return cpuChoice{cores: q, setting: setting, sum: &s}
 	}
 	rec.Reasons = append(rec.Reasons, fmt.Sprintf("CPU: no quota tested serves %.0f rps with %s; try larger --quotas", l.cfg.TargetRPS, rule))
@@ -272,7 +272,7 @@ func (l *analysis) recommendMemory(rec *result.Recommendation) memChoice {
 	rec.MemoryLimitBytes = int64(math.Ceil(float64(c.floor)*memHeadroom/step)) * step
 	rec.MemoryRequestBytes = rec.MemoryLimitBytes
 	rec.Reasons = append(rec.Reasons, fmt.Sprintf("memory %s: the %s with setting %q (%s, at %s CPU) plus %.0f%% headroom; request = limit so the pod is not reclaimed before others",
-		mebi(rec.MemoryLimitBytes), kind, c.setting, fit.FormatBytes(c.floor), cpuLabel(l.res.Target.ProbeCPU), (memHeadroom-1)*100))
+		mebi(rec.MemoryLimitBytes), kind, c.setting, fit.FormatBytes(c.floor), result.CPULabel(l.res.Target.ProbeCPU), (memHeadroom-1)*100))
 	rec.Reasons = append(rec.Reasons, l.memVerdicts()...)
 	return c
 }
@@ -309,9 +309,9 @@ func (l *analysis) cpuVerdicts() []string {
 			}
 			switch {
 			case *s.Verdict == result.Saturated:
-				parts = append(parts, fmt.Sprintf("%s saturated in the open loop at %.0f rps (no p99 verdict)", label(s), s.OfferedRPS))
+				parts = append(parts, fmt.Sprintf("%s saturated in the open loop at %.0f rps (no p99 verdict)", result.SummaryLabel(s), s.OfferedRPS))
 			case !s.Decided:
-				u := fmt.Sprintf("%s undecided on %s", label(s), what)
+				u := fmt.Sprintf("%s undecided on %s", result.SummaryLabel(s), what)
 				if s.DetectableRatio != nil {
 					u += fmt.Sprintf(" (a difference under ×%.2f would not show)", *s.DetectableRatio)
 				} else {
@@ -321,7 +321,7 @@ func (l *analysis) cpuVerdicts() []string {
 			case *s.Verdict == stats.Same:
 				same++
 			case s.VerdictRatio != nil:
-				parts = append(parts, fmt.Sprintf("%s %s on %s (×%.2f, 95%% CI %.2f–%.2f)", label(s), *s.Verdict, what, s.VerdictRatio.Value, s.VerdictRatio.Low, s.VerdictRatio.High))
+				parts = append(parts, fmt.Sprintf("%s %s on %s (×%.2f, 95%% CI %.2f–%.2f)", result.SummaryLabel(s), *s.Verdict, what, s.VerdictRatio.Value, s.VerdictRatio.Low, s.VerdictRatio.High))
 			}
 		}
 		if len(parts) == 0 && len(undecided) == 0 && same > 0 {
@@ -334,14 +334,9 @@ func (l *analysis) cpuVerdicts() []string {
 		if len(parts) == 0 {
 			continue
 		}
-		out = append(out, fmt.Sprintf("at %s against go-default: %s", rowLabel(q, l.requestRow()), strings.Join(parts, "; ")))
+		out = append(out, fmt.Sprintf("at %s against go-default: %s", result.RowLabel(q, l.requestRow()), strings.Join(parts, "; ")))
 	}
 	return append(out, l.res.Lab.NotCompared...)
-}
-
-// label names a summary row with every setting it stands for.
-func label(s result.CPUSummary) string {
-	return strings.Join(append([]string{s.Setting}, s.SameAs...), " = ")
 }
 
 func (l *analysis) memVerdicts() []string {
@@ -353,28 +348,9 @@ func (l *analysis) memVerdicts() []string {
 	return []string{"memory floors: " + strings.Join(parts, "; ")}
 }
 
-func millicores(c float64) string { return fmt.Sprintf("%dm", int(math.Round(c*1000))) }
-
-// rowLabel names a CPU study row: its quota, or for the request row (q 0)
-// the request without a limit.
-func rowLabel(q, request float64) string {
-	if q == 0 {
-		return "no limit, request " + millicores(request)
-	}
-	return millicores(q)
-}
-
 // requestRow is the request of the CPU study's request row, 0 if none ran.
-func (l *analysis) requestRow() float64 { return requestOf(l.res.CPUSummary) }
+func (l *analysis) requestRow() float64 { return result.RequestCores(l.res.CPUSummary) }
 
-func requestOf(ss []result.CPUSummary) float64 {
-	for _, s := range ss {
-		if s.QuotaCores == 0 && s.RequestCores > 0 {
-			return s.RequestCores
-		}
-	}
-	return 0
-}
 func mebi(b int64) string { return fmt.Sprintf("%dMi", (b+(1<<20)-1)>>20) }
 
 func deploymentYAML(r result.Recommendation) string {
@@ -390,7 +366,7 @@ func deploymentYAML(r result.Recommendation) string {
 			cpu = r.CPULimitCores
 		}
 		if cpu > 0 {
-			fmt.Fprintf(&b, "    cpu: %s\n", millicores(cpu))
+			fmt.Fprintf(&b, "    cpu: %s\n", result.Millicores(cpu))
 		}
 		if r.MemoryLimitBytes > 0 {
 			fmt.Fprintf(&b, "    memory: %s\n", mebi(r.MemoryLimitBytes))

@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
+
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
@@ -147,7 +149,7 @@ func verdictTables(r *result.Results) []verdictTable {
 	}
 	// Ascending, the request row (no limit, 0) last.
 	sort.Slice(quotas, func(i, j int) bool { return quotas[j] == 0 || quotas[i] != 0 && quotas[i] < quotas[j] })
-	req := requestOf(r.CPUSummary)
+	req := result.RequestCores(r.CPUSummary)
 	var out []verdictTable
 	for _, mode := range []result.Mode{result.Open, result.Closed} {
 		t := verdictTable{Mode: mode, What: "open-loop p99 at equal offered load (lower is better)"}
@@ -155,7 +157,7 @@ func verdictTables(r *result.Results) []verdictTable {
 			t.What = "closed-loop throughput (higher is better)"
 		}
 		for _, q := range quotas {
-			t.Quotas = append(t.Quotas, rowLabel(q, req))
+			t.Quotas = append(t.Quotas, result.RowLabel(q, req))
 		}
 		for _, setting := range []string{result.SetGoDefault, result.SetGofit, result.SetProcs1, result.SetProcsNCPU} {
 			row := verdictRow{Label: setting}
@@ -301,7 +303,7 @@ func renderHTML(r *result.Results) ([]byte, error) {
 		Peak                    string
 		Floors                  []floorRow
 		MemTrials               []memTrialRow
-	}{R: r, Tables: verdictTables(r), Placement: r.Placement != nil, ProbeCPU: cpuLabel(r.Target.ProbeCPU), Peak: fit.FormatBytes(int64(r.Target.PeakBytes))}
+	}{R: r, Tables: verdictTables(r), Placement: r.Placement != nil, ProbeCPU: result.CPULabel(r.Target.ProbeCPU), Peak: fit.FormatBytes(int64(r.Target.PeakBytes))}
 	if r.Placement != nil && len(r.Placement.Generator) > 0 {
 		var xs []float64
 		for _, c := range r.CPU {
@@ -310,8 +312,8 @@ func renderHTML(r *result.Results) ([]byte, error) {
 			}
 		}
 		if len(xs) > 0 {
-			s := summarize(xs)
-			d.Overlap = fmt.Sprintf("the target spent %.0f%% (median; %.0f–%.0f%%) of its CPU time on the generator's CPU %s.", s.Median*100, s.Min*100, s.Max*100, cpuList(r.Placement.Generator))
+			s := stats.SpreadOf(xs)
+			d.Overlap = fmt.Sprintf("the target spent %.0f%% (median; %.0f–%.0f%%) of its CPU time on the generator's CPU %s.", s.Median*100, s.Min*100, s.Max*100, result.CPUList(r.Placement.Generator))
 		}
 	}
 	// The plots' x axis is the quota (log scale): the request row has none.
@@ -359,7 +361,7 @@ func renderHTML(r *result.Results) ([]byte, error) {
 			}))),
 	}
 	if len(quotas) > 0 {
-		d.SmallestQuota = millicores(quotas[0])
+		d.SmallestQuota = result.Millicores(quotas[0])
 		var ls []line
 		for _, s := range r.CPUSummary {
 			if s.Mode != result.Open || s.QuotaCores != quotas[0] {
@@ -369,9 +371,9 @@ func renderHTML(r *result.Results) ([]byte, error) {
 			for _, p := range s.Percentiles {
 				pts = append(pts, pt{percentileX(p.Percentile), p.Ms, p.Ms, p.Ms, s.Saturated})
 			}
-			ls = append(ls, line{label(s), pts})
+			ls = append(ls, line{result.SummaryLabel(s), pts})
 		}
-		sort.Slice(ls, func(i, j int) bool { return settingRank(ls[i].name) < settingRank(ls[j].name) })
+		sort.Slice(ls, func(i, j int) bool { return result.SettingRank(ls[i].name) < result.SettingRank(ls[j].name) })
 		d.HDRPlot = template.HTML(chartSVG("Latency by percentile at "+d.SmallestQuota+", open loop", axisSpec{label: "percentile", ticks: percentileTicks()},
 			axisSpec{label: "latency (ms, log scale)", log: true}, ls))
 	}
@@ -466,7 +468,7 @@ func writeSummary(w io.Writer, r *result.Results) {
 	}
 	if len(r.Memory) > 0 {
 		fmt.Fprintf(w, "\nMemory floors at %s CPU (page cache %s at start; peak without a limit %s; unlimited %.0f rps, p99 %.1fms; health judged at %.0f rps against the same setting without a limit)\n",
-			cpuLabel(r.Target.ProbeCPU), r.Target.PageCache, fit.FormatBytes(int64(r.Target.PeakBytes)), r.Target.ProbeRPS, r.Target.ProbeP99, r.Target.HealthRPS)
+			result.CPULabel(r.Target.ProbeCPU), r.Target.PageCache, fit.FormatBytes(int64(r.Target.PeakBytes)), r.Target.ProbeRPS, r.Target.ProbeP99, r.Target.HealthRPS)
 		for _, m := range r.Memory {
 			f, h := m.FloorLabels()
 			fmt.Fprintf(w, "  %-26s survives from %-10s healthy from %-10s %d trials\n", m.Setting, f, h, len(m.Trials)+len(m.HealthyTrials))

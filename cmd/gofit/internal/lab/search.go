@@ -286,25 +286,3 @@ func survivalCurve(trials []result.MemTrial) []result.Survival {
 	sort.Slice(out, func(i, j int) bool { return out[i].LimitBytes < out[j].LimitBytes })
 	return out
 }
-
-// summary is min/median/max of repeated measurements.
-type summary struct {
-	Min    float64 `json:"min"`
-	Median float64 `json:"median"`
-	Max    float64 `json:"max"`
-}
-
-// summarize returns min/median/max; the median of an even count is the
-// mean of the middle two.
-func summarize(xs []float64) summary {
-	if len(xs) == 0 {
-		return summary{}
-	}
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	m := s[len(s)/2]
-	if len(s)%2 == 0 {
-		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	return summary{Min: s[0], Median: m, Max: s[len(s)-1]}
-}

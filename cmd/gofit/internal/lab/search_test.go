@@ -186,23 +186,10 @@ func TestFloorSearchBudget(t *testing.T) {
 	}
 }
 
-func TestSurvivalAndSummary(t *testing.T) {
+func TestSurvivalCurve(t *testing.T) {
 	c := survivalCurve([]result.MemTrial{{LimitBytes: 2, Outcome: result.OK}, {LimitBytes: 1, Outcome: result.Stalled}, {LimitBytes: 2, Outcome: result.OOMKilled}, {LimitBytes: 3, Outcome: result.OK}})
 	if len(c) != 3 || c[0] != (result.Survival{LimitBytes: 1, Passed: 0, Runs: 1}) || c[1] != (result.Survival{LimitBytes: 2, Passed: 1, Runs: 2}) || c[2] != (result.Survival{LimitBytes: 3, Passed: 1, Runs: 1}) {
 		t.Errorf("curve %+v", c)
-	}
-	for _, tc := range []struct {
-		in   []float64
-		want summary
-	}{
-		{[]float64{3, 1, 2}, summary{1, 2, 3}},
-		{[]float64{4, 1, 2, 3}, summary{1, 2.5, 4}},
-		{[]float64{5}, summary{5, 5, 5}},
-		{nil, summary{}},
-	} {
-		if got := summarize(tc.in); got != tc.want {
-			t.Errorf("summarize(%v) = %+v, want %+v", tc.in, got, tc.want)
-		}
 	}
 }
 

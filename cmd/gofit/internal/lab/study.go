@@ -191,7 +191,7 @@ func (l *analysis) failure() string {
 		if cellFailed(c) {
 			failed++
 			if example == "" {
-				example = fmt.Sprintf("%s at %s %s-loop: %d errors in %d requests (%s)", c.Setting, rowLabel(c.QuotaCores, c.RequestCores), c.Mode, c.Errors, c.Errors+c.Requests, errorKinds(c.ErrorKinds))
+				example = fmt.Sprintf("%s at %s %s-loop: %d errors in %d requests (%s)", c.Setting, result.RowLabel(c.QuotaCores, c.RequestCores), c.Mode, c.Errors, c.Errors+c.Requests, errorKinds(c.ErrorKinds))
 			}
 		}
 	}

@@ -29,7 +29,7 @@ func (l *analysis) summarizeCPU() []result.CPUSummary {
 		if a.mode != b.mode {
 			return a.mode < b.mode
 		}
-		return settingRank(a.setting) < settingRank(b.setting)
+		return result.SettingRank(a.setting) < result.SettingRank(b.setting)
 	})
 	var out []result.CPUSummary
 	for _, k := range keys {
@@ -39,7 +39,7 @@ func (l *analysis) summarizeCPU() []result.CPUSummary {
 			for i, c := range g {
 				xs[i] = f(c)
 			}
-			s := summarize(xs)
+			s := stats.SpreadOf(xs)
 			return result.Metric{Min: s.Min, Median: s.Median, Max: s.Max}
 		}
 		s := result.CPUSummary{QuotaCores: k.q, RequestCores: g[0].RequestCores, Setting: k.setting, SameAs: g[0].SameAs, Mode: k.mode, GOMAXPROCS: g[0].GOMAXPROCS, OfferedRPS: g[0].OfferedRPS,
@@ -193,28 +193,13 @@ func mergeKinds(cs []result.CPUCell) map[string]int {
 	return m
 }
 
-func settingRank(s string) int {
-	switch s {
-	case result.SetGoDefault:
-		return 0
-	case result.SetGofit:
-		return 1
-	case result.SetProcs1:
-		return 2
-	}
-	return 3
-}
-
-// pctLevels are the HDR-style percentiles of the latency plot.
-var pctLevels = []float64{50, 75, 90, 95, 99, 99.5, 99.9, 99.95, 99.99}
-
 func percentileCurve(s stats.Sample) []result.PctPoint {
 	all := s.Latencies()
 	if len(all) == 0 {
 		return nil
 	}
 	var out []result.PctPoint
-	for _, p := range pctLevels {
+	for _, p := range result.PercentileLevels {
 		// A percentile beyond 1/n of the samples would be the maximum
 		// again: stop where the data stops.
 		if (100-p)/100*float64(len(all)) < 1 && p > 99 {
