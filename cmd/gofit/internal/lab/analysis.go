@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/report"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
@@ -26,7 +27,8 @@ import (
 // summary, the verdicts and the recommendation as a function of the
 // configuration and the records, so that tests build records instead of
 // running trials, and a run's records.json replays to its results.json
-// (replay_test.go). The report (report.go, plots.go) renders Results.
+// (replay_test.go). Results are plain data (package lab/result); the
+// report (package lab/report) renders them.
 
 // Records are what a study's trials produced, in the order they ran: the
 // input to analyse, and records.json.
@@ -111,7 +113,7 @@ func writeRecords(dir string, cfg Config, rec *Records) (string, error) {
 		return "", err
 	}
 	p := filepath.Join(dir, "records.json")
-	return p, writeAtomic(p, append(b, '\n'))
+	return p, report.WriteAtomic(p, append(b, '\n'))
 }
 
 // readRecords reads a records.json written by writeRecords, gzipped or

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/report"
 )
 
 // ErrInterrupted means ctx ended the study; partial results were written
@@ -102,7 +104,7 @@ func Main(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	start := time.Now()
 	res, rec, runErr := runStudy(ctx, sb, cfg)
 	interrupted := ctx.Err() != nil
-	paths, werr := writeFiles(o.Out, res)
+	paths, werr := report.Write(o.Out, res)
 	if werr == nil && !res.Empty() {
 		var p string
 		p, werr = writeRecords(o.Out, cfg, rec)
@@ -127,7 +129,7 @@ func Main(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 			return err
 		}
 	} else {
-		writeSummary(stdout, res)
+		report.Summary(stdout, res)
 		fmt.Fprintf(stdout, "written: %s\n", strings.Join(paths, ", "))
 	}
 	if runErr != nil {
@@ -162,7 +164,7 @@ func replay(o Options, stdout io.Writer) error {
 	}
 	defer undoOut()
 	res := analyse(cfg, rec)
-	paths, err := writeFiles(o.Out, &res)
+	paths, err := report.Write(o.Out, &res)
 	if err != nil {
 		return fmt.Errorf("write results: %w", err)
 	}
@@ -171,7 +173,7 @@ func replay(o Options, stdout io.Writer) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(res)
 	}
-	writeSummary(stdout, &res)
+	report.Summary(stdout, &res)
 	fmt.Fprintf(stdout, "written: %s\n", strings.Join(paths, ", "))
 	return nil
 }
@@ -200,4 +202,45 @@ func copyFile(src, dst string) error {
 		return err
 	}
 	return out.Close()
+}
+
+// checkOut makes sure results can be written to dir before a study
+// spends minutes: it creates dir if needed and writes and removes a file
+// there. undo removes the directories it created while they are still
+// empty, so a run that fails before writing results leaves nothing behind.
+func checkOut(dir string) (undo func(), err error) {
+	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+		return nil, fmt.Errorf("--out %s: not a directory", dir)
+	}
+	// The directories MkdirAll is about to create, deepest last, so that
+	// undo can take them away again if the run writes nothing into them.
+	var made []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil || filepath.Dir(d) == d {
+			break
+		}
+		made = append([]string{d}, made...)
+	}
+	undo = func() {
+		for i := len(made) - 1; i >= 0; i-- {
+			if os.Remove(made[i]) != nil { // not empty: results are there
+				return
+			}
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		undo()
+		return nil, fmt.Errorf("--out: %w", err)
+	}
+	f, err := os.CreateTemp(dir, ".gofit-check-*")
+	if err != nil {
+		undo()
+		return nil, fmt.Errorf("--out %s: cannot write there: %w", dir, err)
+	}
+	f.Close()
+	if err := os.Remove(f.Name()); err != nil {
+		undo()
+		return nil, err
+	}
+	return undo, nil
 }

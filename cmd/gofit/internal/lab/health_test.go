@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/report"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
@@ -416,9 +418,12 @@ func TestRequestRow(t *testing.T) {
 	if rec := l.results().Recommendation; rec.CPULimitCores != 0.5 && rec.CPULimitCores != 0 {
 		t.Errorf("recommended %g cores", rec.CPULimitCores)
 	}
-	cols := verdictTables(&res)[0].Quotas
-	if len(cols) != 2 || cols[0] != "500m" || cols[1] != "no limit, request 250m" {
-		t.Errorf("verdict table columns %q", cols)
+	// The verdict tables' columns: the quota, then the request row.
+	var sum strings.Builder
+	report.Summary(&sum, &res)
+	want := fmt.Sprintf("  %-16s %-30s %-30s", "setting", "500m", "no limit, request 250m")
+	if !strings.Contains(sum.String(), want+"\n") {
+		t.Errorf("the summary has no verdict table with columns 500m and the request row:\n%s", sum.String())
 	}
 }
 

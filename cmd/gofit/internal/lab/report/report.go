@@ -1,4 +1,9 @@
-package lab
+// Package report renders a lab study's results: report.html (verdict
+// tables, plots, every cell and trial), results.json, and the summary the
+// lab prints. It reads result.Results and nothing else; the lab calls
+// Write and Summary. Its look (the stylesheet and the charts) is
+// exported for gofit's other reports: see CSS and ChartSVG.
+package report
 
 import (
 	"bytes"
@@ -19,52 +24,11 @@ import (
 	"github.com/gofit-dev/gofit/fit"
 )
 
-// checkOut makes sure results can be written to dir before a study
-// spends minutes: it creates dir if needed and writes and removes a file
-// there. undo removes the directories it created while they are still
-// empty, so a run that fails before writing results leaves nothing behind.
-func checkOut(dir string) (undo func(), err error) {
-	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
-		return nil, fmt.Errorf("--out %s: not a directory", dir)
-	}
-	// The directories MkdirAll is about to create, deepest last, so that
-	// undo can take them away again if the run writes nothing into them.
-	var made []string
-	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
-		if _, err := os.Stat(d); err == nil || filepath.Dir(d) == d {
-			break
-		}
-		made = append([]string{d}, made...)
-	}
-	undo = func() {
-		for i := len(made) - 1; i >= 0; i-- {
-			if os.Remove(made[i]) != nil { // not empty: results are there
-				return
-			}
-		}
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		undo()
-		return nil, fmt.Errorf("--out: %w", err)
-	}
-	f, err := os.CreateTemp(dir, ".gofit-check-*")
-	if err != nil {
-		undo()
-		return nil, fmt.Errorf("--out %s: cannot write there: %w", dir, err)
-	}
-	f.Close()
-	if err := os.Remove(f.Name()); err != nil {
-		undo()
-		return nil, err
-	}
-	return undo, nil
-}
-
-// writeFiles writes results.json and report.html into dir, each through
+// Write writes results.json and report.html into dir, each through
 // a temporary file and a rename. A study that measured nothing does not
 // replace earlier results: it is written as results-empty.json and
 // report-empty.html beside them. It returns the paths written.
-func writeFiles(dir string, r *result.Results) ([]string, error) {
+func Write(dir string, r *result.Results) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -88,7 +52,7 @@ func writeFiles(dir string, r *result.Results) ([]string, error) {
 		data []byte
 	}{{rj, append(b, '\n')}, {rh, html}} {
 		p := filepath.Join(dir, f.name)
-		if err := writeAtomic(p, f.data); err != nil {
+		if err := WriteAtomic(p, f.data); err != nil {
 			return paths, err
 		}
 		paths = append(paths, p)
@@ -96,9 +60,10 @@ func writeFiles(dir string, r *result.Results) ([]string, error) {
 	return paths, nil
 }
 
-// writeAtomic writes via a temporary file, so an interrupted run never
-// leaves a half-written report behind.
-func writeAtomic(path string, data []byte) error {
+// WriteAtomic writes path via a temporary file and a rename, so an
+// interrupted run never leaves a half-written file behind (the lab's
+// records.json is written the same way).
+func WriteAtomic(path string, data []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".gofit-*")
 	if err != nil {
 		return err
@@ -212,23 +177,7 @@ func verdictTables(r *result.Results) []verdictTable {
 var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{"statuses": statuses}).Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>gofit lab report</title>
 <style>
-body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1320px;margin:1em auto;color:#222;padding:0 1em}
-h1{font-size:1.4em;margin:.2em 0}h2{font-size:1.15em;margin:1em 0 .3em}
-.meta{color:#555;font-size:13px;margin:0 0 .5em}
-.top{display:flex;gap:1.5em;flex-wrap:wrap;align-items:flex-start}
-.top>div{flex:1 1 560px;min-width:0}
-table{border-collapse:collapse;font-size:12.5px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right;vertical-align:top}
-th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}
-.better{background:#dff3df}.worse{background:#fadcdc}.same{background:#f3f3f3}.undecided{background:#fff2cc}.saturated{background:#f6e0f0;font-style:italic}.failed{background:#f4b4b4;font-weight:bold}.base{background:#e8eefa}
-.ci{color:#555;font-size:11px}.v{font-size:11px;font-weight:600}.n{color:#777;font-size:10.5px}
-pre{background:#f6f6f6;padding:.6em;font-size:12px;margin:.3em 0}
-.alert{background:#fadcdc;border:1px solid #d66;padding:.5em .8em;margin:.4em 0}
-.warn{background:#fff2cc;border:1px solid #d6b656;padding:.4em .8em;margin:.4em 0;font-size:13px}
-ul.reasons{font-size:12.5px;padding-left:1.2em;margin:.3em 0}
-figure.plot{display:inline-block;margin:.3em;vertical-align:top}figcaption{font-size:12px;color:#333;max-width:600px}
-.key{white-space:nowrap;margin-right:.8em}.sw{display:inline-block;width:10px;height:10px;margin-right:3px}
-details{margin:.5em 0}summary{cursor:pointer;font-weight:600}
-</style></head><body>
+` + CSS + `</style></head><body>
 <h1>gofit lab report</h1>
 <p class="meta">{{.R.Machine.CPUs}} CPUs, cgroup v{{.R.Machine.CgroupVersion}}, {{.R.Machine.GoVersion}}, kernel {{.R.Machine.Kernel}}, load average at start {{.R.Machine.LoadAvg}}.
 Target <code>{{.R.Target.Command}}</code>. {{.R.Lab.Trials}} trials in {{printf "%.0f" .R.Lab.WallSeconds}} s (budget {{printf "%.0f" .R.Lab.BudgetSeconds}} s).</p>
@@ -437,9 +386,9 @@ func renderHTML(r *result.Results) ([]byte, error) {
 
 func mibf(b int64) float64 { return float64(b) / (1 << 20) }
 
-// writeSummary prints the terminal summary: the verdicts and the
+// Summary prints the terminal summary: the verdicts and the
 // recommendation first.
-func writeSummary(w io.Writer, r *result.Results) {
+func Summary(w io.Writer, r *result.Results) {
 	fmt.Fprintf(w, "\ngofit lab: %d CPUs, cgroup v%d, %s, kernel %s, load average %s\n", r.Machine.CPUs, r.Machine.CgroupVersion, r.Machine.GoVersion, r.Machine.Kernel, r.Machine.LoadAvg)
 	fmt.Fprintf(w, "target: %s\n", r.Target.Command)
 	if r.Lab.Failed != "" {

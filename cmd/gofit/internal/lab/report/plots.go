@@ -1,4 +1,4 @@
-package lab
+package report
 
 import (
 	"bytes"
