@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
+
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 
 	"github.com/gofit-dev/gofit/cgroup"
@@ -56,7 +58,7 @@ func canLab(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("skipping: the lab needs root to create cgroups")
 	}
-	sb, err := lab.NewSandbox()
+	sb, err := sandbox.New()
 	if err != nil {
 		t.Skipf("skipping: %v", err)
 	}

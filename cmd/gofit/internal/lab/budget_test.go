@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
+
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 )
 
@@ -105,15 +107,15 @@ func TestStartWait(t *testing.T) {
 		limit        int64
 		want         time.Duration
 	}{
-		{0, 0, 64 * mib, defaultReadyTimeout},
-		{800 * time.Millisecond, 0, 0, defaultReadyTimeout},
+		{0, 0, 64 * mib, sandbox.DefaultReadyTimeout},
+		{800 * time.Millisecond, 0, 0, sandbox.DefaultReadyTimeout},
 		{800 * time.Millisecond, 0, 64 * mib, minStartWait},
 		{3 * time.Second, 0, 64 * mib, 12 * time.Second},
 		{3 * time.Second, 10 * time.Second, 64 * mib, 10 * time.Second},
-		{20 * time.Second, 0, 64 * mib, defaultReadyTimeout},
+		{20 * time.Second, 0, 64 * mib, sandbox.DefaultReadyTimeout},
 	} {
 		l.slowestStart = tc.slowest
-		if got := l.startWait(Target{ReadyTimeout: tc.own}, tc.limit); got != tc.want {
+		if got := l.startWait(sandbox.Target{ReadyTimeout: tc.own}, tc.limit); got != tc.want {
 			t.Errorf("slowest start %v, --ready-timeout %v, limit %d MiB: waits %v, want %v", tc.slowest, tc.own, tc.limit/mib, got, tc.want)
 		}
 	}

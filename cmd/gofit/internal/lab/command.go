@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
+
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/report"
 )
 
@@ -51,7 +53,7 @@ func Main(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		cfg.Target.Path = path
 	}
 
-	sb, err := NewSandbox()
+	sb, err := sandbox.New()
 	if err != nil {
 		if errors.Is(err, iofs.ErrPermission) {
 			return fmt.Errorf("%w; the lab needs root on Linux with cgroupfs mounted writable (try: sudo gofit lab)", err)
@@ -68,7 +70,7 @@ func Main(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	// A temporary directory named for this process, so a later lab sweeps
 	// it if this one is killed: the sample's binary and the reference's
 	// copy live there.
-	dir, err := tempDir()
+	dir, err := sandbox.TempDir()
 	if err != nil {
 		return err
 	}
@@ -85,7 +87,7 @@ func Main(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		if err := copyFile(self, path); err != nil {
 			return err
 		}
-		cfg.Target = Target{Path: path, Args: []string{SampleCommand, "127.0.0.1:{port}"}, URL: "http://127.0.0.1:{port}/work"}
+		cfg.Target = sandbox.Target{Path: path, Args: []string{SampleCommand, "127.0.0.1:{port}"}, URL: "http://127.0.0.1:{port}/work"}
 		cfg.Sample = true
 	}
 	// The health trials' reference runs beside the limited target: from
@@ -93,7 +95,7 @@ func Main(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	cfg.RefTarget = cfg.Target
 	cfg.RefTarget.Path = filepath.Join(dir, "reference-"+filepath.Base(cfg.Target.Path))
 	if err := copyFile(cfg.Target.Path, cfg.RefTarget.Path); err != nil {
-		cfg.RefTarget = Target{}
+		cfg.RefTarget = sandbox.Target{}
 		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("the health trials' reference shares %s with the limited run (%v): page cache one faults in is charged to the other", cfg.Target.Path, err))
 	}
 	cfg.Progress = stderr

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
+
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
@@ -38,11 +40,11 @@ const (
 
 // Config is a study.
 type Config struct {
-	Target Target
+	Target sandbox.Target
 	// RefTarget is Target from its own copy of the binary: the health
 	// trials' reference runs beside the limited one, and one file's page
 	// cache would be charged to whichever touched it first. Zero: Target.
-	RefTarget Target
+	RefTarget sandbox.Target
 	// Sample is set when Target is the embedded sample, whose main module
 	// is run with Go ≥ 1.25's GOMAXPROCS default (see README).
 	Sample bool
@@ -308,7 +310,7 @@ func (o Options) target(cfg *Config) error {
 	if len(words) == 0 {
 		return usagef("--cmd %q: no command", o.Cmd)
 	}
-	t := Target{Path: words[0], Args: words[1:], URL: o.URL, ReadyURL: o.ReadyURL, ReadyTimeout: o.ReadyTimeout}
+	t := sandbox.Target{Path: words[0], Args: words[1:], URL: o.URL, ReadyURL: o.ReadyURL, ReadyTimeout: o.ReadyTimeout}
 	if o.URL != "" {
 		if err := load.CheckURL(o.URL); err != nil {
 			return usagef("--url %v", err)
@@ -429,6 +431,15 @@ func (c Config) Validate() error {
 	}
 	if c.Resolution <= 0 || c.HealthResolution <= 0 {
 		return usagef("Config.Resolution %d, Config.HealthResolution %d: must be positive", c.Resolution, c.HealthResolution)
+	}
+	return nil
+}
+
+// checkTarget says what a target lacks to be studied: a command, and a URL or a
+// request mix.
+func checkTarget(t sandbox.Target) error {
+	if t.Path == "" || t.URL == "" && len(t.Requests) == 0 {
+		return usagef("--cmd with --url or --targets: no target")
 	}
 	return nil
 }

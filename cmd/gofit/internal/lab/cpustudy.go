@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
+
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
@@ -161,7 +163,7 @@ func (l *study) cpuStudy(ctx context.Context) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			var se *startError
+			var se *sandbox.StartError
 			if errors.As(err, &se) {
 				// With no memory limit, a start that fails is the target's
 				// fault, and nothing measured after it would be trusted.

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
+
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
@@ -35,24 +37,24 @@ func (l *study) memTrial(ctx context.Context, env map[string]string, cpu float64
 
 // memStarted is a memory trial's target, started and not yet loaded.
 type memStarted struct {
-	tr    *trial // nil when the start failed (t says why)
+	tr    *sandbox.Trial // nil when the start failed (t says why)
 	t     result.MemTrial
 	began time.Time
 }
 
 // memStart starts tgt cold (its binary's page cache evicted) under the
 // limits.
-func (l *study) memStart(ctx context.Context, tgt Target, env map[string]string, cpu float64, limit int64) *memStarted {
-	l.sb.repin()
+func (l *study) memStart(ctx context.Context, tgt sandbox.Target, env map[string]string, cpu float64, limit int64) *memStarted {
+	l.sb.Repin()
 	m := &memStarted{t: result.MemTrial{LimitBytes: limit}, began: time.Now()}
 	wait := l.startWait(tgt, limit)
 	tgt.ReadyTimeout = wait
-	tr, err := l.sb.start(ctx, tgt, trialConfig{CPU: cpu, Memory: limit, Env: env})
+	tr, err := l.sb.Start(ctx, tgt, sandbox.TrialConfig{CPU: cpu, Memory: limit, Env: env})
 	if err != nil {
 		m.t.Outcome, m.t.Detail = result.Errored, err.Error()
-		if se, ok := err.(*startError); ok {
+		if se, ok := err.(*sandbox.StartError); ok {
 			m.t.Outcome = se.Outcome
-			if se.timedOut && limit > 0 && l.slowestStart > 0 {
+			if se.TimedOut && limit > 0 && l.slowestStart > 0 {
 				m.t.Outcome = result.Stalled
 				m.t.Detail = fmt.Sprintf("not ready within %v (its slowest start without a limit took %v): %s", wait, l.slowestStart.Round(10*time.Millisecond), se.Detail)
 			}
@@ -81,10 +83,10 @@ const minStartWait = 5 * time.Second
 // target's own readiness timeout without a limit or before any start
 // without one was timed; under a limit, startSlowdown × the slowest start
 // without one (at least minStartWait), if that is shorter.
-func (l *study) startWait(tgt Target, limit int64) time.Duration {
+func (l *study) startWait(tgt sandbox.Target, limit int64) time.Duration {
 	wait := tgt.ReadyTimeout
 	if wait <= 0 {
-		wait = defaultReadyTimeout
+		wait = sandbox.DefaultReadyTimeout
 	}
 	if limit == 0 || l.slowestStart == 0 {
 		return wait
@@ -101,7 +103,7 @@ func (l *study) memDrive(ctx context.Context, m *memStarted, ml memLoad) (result
 	}
 	defer tr.Stop()
 	probe := func() (uint64, uint64) {
-		m, _ := tr.g.MemoryStats()
+		m, _ := tr.MemoryStats()
 		return m.MajorFaults, m.MaxHits
 	}
 	var r load.Result

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
+
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 
 	"github.com/gofit-dev/gofit/cgroup"
@@ -23,7 +25,7 @@ import (
 // study runs a study in a sandbox.
 type study struct {
 	cfg     Config
-	sb      *Sandbox
+	sb      *sandbox.Sandbox
 	rec     Records
 	done    int
 	total   int
@@ -59,11 +61,11 @@ var errTargetFailed = errors.New("the target failed")
 
 // runStudy runs the study. It stops early, returning ctx's error and what was
 // measured so far, when ctx ends.
-func runStudy(ctx context.Context, sb *Sandbox, cfg Config) (*result.Results, *Records, error) {
+func runStudy(ctx context.Context, sb *sandbox.Sandbox, cfg Config) (*result.Results, *Records, error) {
 	if err := cfg.Validate(); err != nil {
 		return &result.Results{}, &Records{}, err
 	}
-	if err := cfg.Target.check(); err != nil {
+	if err := checkTarget(cfg.Target); err != nil {
 		return &result.Results{}, &Records{}, err
 	}
 	l := newLab(cfg)
@@ -88,7 +90,7 @@ func runStudy(ctx context.Context, sb *Sandbox, cfg Config) (*result.Results, *R
 	if b, err := target.Read(cfg.Target.Path); err == nil {
 		l.rec.Binary = b
 	}
-	place, err := sb.isolate(need)
+	place, err := sb.Isolate(need)
 	if err != nil {
 		res := analyse(l.cfg, l.rec)
 		return &res, &l.rec, err
@@ -218,7 +220,7 @@ func cellFailed(c result.CPUCell) bool {
 
 // mix is the request mix for a window on tr: every window starts the
 // same seeded order, so --seed replays a run's requests.
-func (l *study) mix(tr *trial) *load.Mix { return load.NewMix(tr.Targets, l.cfg.Seed) }
+func (l *study) mix(tr *sandbox.Trial) *load.Mix { return load.NewMix(tr.Targets, l.cfg.Seed) }
 
 // baseEnv is every trial's extra environment.
 func (l *study) baseEnv() map[string]string { return baseEnv(l.cfg) }

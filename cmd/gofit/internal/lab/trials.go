@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
+
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 
 	"github.com/gofit-dev/gofit/cgroup"
@@ -118,8 +120,8 @@ func (l *study) memEnv(setting string, limit int64) map[string]string {
 // CPU counters read right before and right after the load, so the CPU
 // window is the load window.
 func (l *study) sandboxMeasure(ctx context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
-	l.sb.repin()
-	tr, err := l.sb.start(ctx, l.cfg.Target, trialConfig{CPU: c.quota, CPUReq: c.request, Env: c.env, Warm: true})
+	l.sb.Repin()
+	tr, err := l.sb.Start(ctx, l.cfg.Target, sandbox.TrialConfig{CPU: c.quota, CPUReq: c.request, Env: c.env, Warm: true})
 	if err != nil {
 		return result.CPUCell{}, err
 	}
@@ -194,7 +196,7 @@ func efficiency(used, window, quota float64) float64 {
 // runtime counts its CPU classes as GOMAXPROCS × wall time, idle Ps
 // included, so a share of that total shrinks as GOMAXPROCS grows at the
 // same work; without the idle time, every setting is measured alike.
-func gcShare(a, b runtimeVars) *float64 {
+func gcShare(a, b sandbox.RuntimeVars) *float64 {
 	busy := (b.TotalCPUSeconds - a.TotalCPUSeconds) - (b.IdleCPUSeconds - a.IdleCPUSeconds)
 	gc := b.GCCPUSeconds - a.GCCPUSeconds
 	if busy <= 0 || gc < 0 || b.IdleCPUSeconds == 0 {
