@@ -84,6 +84,42 @@ func (l *study) cpuRows() []float64 {
 	return l.cfg.Quotas
 }
 
+// rowOrder is the CPU study's rows, in the order it measures them, which is
+// the order the planner funds them (planRows): first the quotas where gofit's plan and
+// Go's default differ (the comparison the recommendation rests on),
+// smallest first, then the request row if they differ there, then the
+// rest. A row the budget cannot take to a verdict is left out (planRows).
+func (l *study) rowOrder() []cpuRow {
+	rows := append([]float64(nil), l.cpuRows()...)
+	rank := func(q float64) int {
+		differs := false
+		for _, c := range l.configsRequest(q, l.requestAt(q)) {
+			if c.setting == result.SetGofit {
+				differs = true // gofit names a cell of its own: not go-default's
+			}
+		}
+		switch {
+		case differs && q > 0:
+			return 0
+		case differs:
+			return 1
+		}
+		return 2
+	}
+	sort.SliceStable(rows, func(i, j int) bool {
+		ri, rj := rank(rows[i]), rank(rows[j])
+		if ri != rj {
+			return ri < rj
+		}
+		return rows[i] < rows[j]
+	})
+	out := make([]cpuRow, len(rows))
+	for i, q := range rows {
+		out[i] = cpuRow{q: q, runs: len(l.configsRequest(q, l.requestAt(q))) * l.cfg.MinRepeats * 2, label: result.RowLabel(q, l.requestAt(q))}
+	}
+	return out
+}
+
 // requestAt is the CPU request of row q: Config.CPURequest for the request
 // row, none for a quota.
 func (l *study) requestAt(q float64) float64 {
@@ -130,17 +166,6 @@ func (l *study) closedWindow() time.Duration {
 	return l.cfg.ClosedWindow
 }
 
-// openWindow is the open loop's window per run at rate: long enough that
-// the minimum repeats pool OpenSamples latencies.
-func (l *study) openWindow(rate float64) time.Duration {
-	if l.cfg.OpenDuration > 0 {
-		return l.cfg.OpenDuration
-	}
-	need := float64(l.cfg.OpenSamples) / rate / float64(l.cfg.MinRepeats)
-	d := time.Duration(math.Ceil(need*10) / 10 * float64(time.Second))
-	return max(d, l.cfg.MinOpenWindow)
-}
-
 func (l *study) cpuStudy(ctx context.Context) error {
 	offered := map[float64]float64{}
 	windows := map[float64]time.Duration{}
@@ -156,8 +181,7 @@ func (l *study) cpuStudy(ctx context.Context) error {
 		began := l.now()
 		cell, err := l.measure(ctx, c, mode, offered[c.quota], win, rep)
 		if err == nil {
-			l.overheadSum += max(l.now().Sub(began)-time.Duration(cell.Seconds*float64(time.Second)), 0)
-			l.overheadRuns++
+			l.plan.ranCPU(l.now().Sub(began) - time.Duration(cell.Seconds*float64(time.Second)))
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -201,14 +225,14 @@ func (l *study) cpuStudy(ctx context.Context) error {
 		}
 		return nil
 	}
-	rows := l.planRows()
-	for i := 0; i < len(rows); i++ {
-		q := rows[i]
-		if need := l.minRowCost(q); l.elapsed()+need > l.cpuBudget() {
+	planned := l.plan.planRows(l.rowOrder())
+	for i := 0; i < len(planned); i++ {
+		q := planned[i].q
+		if need := l.plan.minRowCost(planned[i]); l.elapsed()+need > l.plan.cpuBudget() {
 			// Slower than planned: what is left cannot take this row to
 			// a verdict.
-			l.cutRow(q, l.cpuBudget()-l.elapsed(), l.elapsed()+need)
-			rows = slices.Delete(rows, i, i+1)
+			l.plan.cutRow(planned[i], l.plan.cpuBudget()-l.elapsed(), l.elapsed()+need)
+			planned = slices.Delete(planned, i, i+1)
 			i--
 			continue
 		}
@@ -232,12 +256,16 @@ func (l *study) cpuStudy(ctx context.Context) error {
 			}
 			offered[q] = math.Max(1, math.Round(l.cfg.OpenFraction*stats.SpreadOf(caps).Median))
 		}
-		windows[q] = l.planOpenWindow(rows, i, offered[q])
+		windows[q] = l.plan.planOpenWindow(planned, i, offered[q])
 		for rep := 1; rep <= l.cfg.MinRepeats; rep++ {
 			if err := round(cs, result.Open, rep); err != nil {
 				return err
 			}
 		}
+	}
+	rows := make([]float64, len(planned))
+	for i, r := range planned {
+		rows[i] = r.q
 	}
 	// Adaptive: repeat what is still undecided, or short of samples, while
 	// the budget lasts; when it cannot fit a whole round, as many cells of
@@ -249,7 +277,7 @@ func (l *study) cpuStudy(ctx context.Context) error {
 		}
 		ran := 0
 		for _, t := range todo {
-			if l.elapsed()+l.runCost(t.key) > l.cpuBudget() {
+			if l.elapsed()+l.runCost(t.key) > l.plan.cpuBudget() {
 				break
 			}
 			var c cpuConfig
@@ -266,7 +294,7 @@ func (l *study) cpuStudy(ctx context.Context) error {
 		if ran < len(todo) {
 			left := len(l.undecided(all, rows))
 			if left > 0 {
-				l.budgetNote("the CPU study's budget (%v of %v) ran out with %d cells undecided or short of samples; they stay undecided, each with the smallest difference it could have shown and the budget that would decide it", l.cpuBudget().Round(time.Second), l.cfg.Budget, left)
+				l.plan.note("the CPU study's budget (%v of %v) ran out with %d cells undecided or short of samples; they stay undecided, each with the smallest difference it could have shown and the budget that would decide it", l.plan.cpuBudget().Round(time.Second), l.cfg.Budget, left)
 			}
 			return nil
 		}

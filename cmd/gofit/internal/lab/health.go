@@ -40,7 +40,7 @@ func (l *study) healthTrial(ctx context.Context, ref, env map[string]string, cpu
 	refFailed := 0
 	end := l.started.Add(l.cfg.Budget)
 	for t.Pairs < l.cfg.HealthMaxPairs && ctx.Err() == nil {
-		if t.Pairs > 0 && l.now().Add(l.pairCost()).After(end) {
+		if t.Pairs > 0 && l.now().Add(l.plan.pairCost()).After(end) {
 			t.BudgetCut = true
 			break
 		}
@@ -49,7 +49,7 @@ func (l *study) healthTrial(ctx context.Context, ref, env map[string]string, cpu
 		if ctx.Err() != nil {
 			break
 		}
-		l.pairSum, l.pairN = l.pairSum+l.now().Sub(t0), l.pairN+1
+		l.plan.ranPair(l.now().Sub(t0))
 		t.Seconds += max(rt.Seconds, lt.Seconds)
 		t.PeakBytes = max(t.PeakBytes, lt.PeakBytes)
 		t.PageCacheBytes, t.MajorFaults, t.LimitHits = lt.PageCacheBytes, t.MajorFaults+lt.MajorFaults, t.LimitHits+lt.LimitHits

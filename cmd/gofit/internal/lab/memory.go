@@ -185,7 +185,7 @@ func memShare(left time.Duration, settings []string) time.Duration {
 
 // survivalLoad is the survival trials' load.
 func (l *study) survivalLoad() memLoad {
-	return memLoad{requests: l.mem.requests, maxDur: l.mem.maxTrial}
+	return memLoad{requests: l.plan.mem.requests, maxDur: l.plan.mem.maxTrial}
 }
 
 func (l *study) memoryStudy(ctx context.Context) error {
@@ -199,7 +199,7 @@ func (l *study) memoryStudy(ctx context.Context) error {
 	// not one probe: one that met a quiet moment would set the rate high.
 	var rpss, p99s, peaks, secs []float64
 	for i := 0; i < l.cfg.Probes; i++ {
-		probe, r := l.memRun(ctx, l.memEnv(result.SetNone, 0), cpu, 0, memLoad{requests: l.cfg.MemRequests, maxDur: l.probeCap()})
+		probe, r := l.memRun(ctx, l.memEnv(result.SetNone, 0), cpu, 0, memLoad{requests: l.cfg.MemRequests, maxDur: l.plan.probeCap()})
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -212,7 +212,7 @@ func (l *study) memoryStudy(ctx context.Context) error {
 	l.rec.Target.PeakBytes = uint64(stats.SpreadOf(peaks).Max)
 	l.rec.Target.ProbeRPS, l.rec.Target.ProbeP99 = stats.SpreadOf(rpss).Median, stats.SpreadOf(p99s).Median
 	l.rec.Target.HealthRPS = math.Max(1, math.Round(l.cfg.HealthShare*l.rec.Target.ProbeRPS))
-	l.mem = l.planMemory(l.rec.Target.ProbeRPS, stats.SpreadOf(secs).Median)
+	l.plan.planMemory(l.rec.Target.ProbeRPS, stats.SpreadOf(secs).Median)
 	peak := int64(l.rec.Target.PeakBytes)
 	// No search climbs past 4 × the unlimited peak. A setting that needs
 	// more (GOGC=off with GOMEMLIMIT at the limit keeps everything a
@@ -220,7 +220,7 @@ func (l *study) memoryStudy(ctx context.Context) error {
 	// two default runs of the sample put its floor at 638 and 668 MiB,
 	// where each run's trial stopped allocating. "Above 4 × the peak"
 	// repeats, and the climb's trials go to the settings compared.
-	search := floorSearch{Lo: peak / 2, Hi: peak * 3 / 2, Max: peak * 4, Resolution: l.cfg.Resolution, Need: l.cfg.ConfirmNeed, Of: l.cfg.ConfirmOf, Span: l.cfg.ConfirmSpan, MaxTrials: l.survivalTrialsMax(), Now: l.now}
+	search := floorSearch{Lo: peak / 2, Hi: peak * 3 / 2, Max: peak * 4, Resolution: l.cfg.Resolution, Need: l.cfg.ConfirmNeed, Of: l.cfg.ConfirmOf, Span: l.cfg.ConfirmSpan, MaxTrials: l.plan.survivalTrialsMax(), Now: l.now}
 	var noKnobFloor int64
 	var searched time.Duration // the searches so far, to foresee the next
 	for i, setting := range l.cfg.MemSettings {
@@ -229,12 +229,12 @@ func (l *study) memoryStudy(ctx context.Context) error {
 		// setting starts only if a search as long as the ones before it
 		// (plus the check trial) still fits.
 		if i > 0 {
-			next := searched/time.Duration(i) + l.checkReserve()
+			next := searched/time.Duration(i) + l.plan.checkReserve()
 			if compared(setting) {
 				next = 0
 			}
 			if l.now().Sub(l.started)+next > l.cfg.Budget {
-				l.budgetNote("the budget (%v) ran out before the memory study of %s", l.cfg.Budget, strings.Join(l.cfg.MemSettings[i:], ", "))
+				l.plan.note("the budget (%v) ran out before the memory study of %s", l.cfg.Budget, strings.Join(l.cfg.MemSettings[i:], ", "))
 				break
 			}
 		}
@@ -245,7 +245,7 @@ func (l *study) memoryStudy(ctx context.Context) error {
 		// split it among themselves; any other setting gets what they
 		// leave (with equal shares, GOGC=off's climb once cut gofit's
 		// healthy search after one trial).
-		share := memShare(l.cfg.Budget-l.now().Sub(l.started)-l.checkReserve(), l.cfg.MemSettings[i:])
+		share := memShare(l.cfg.Budget-l.now().Sub(l.started)-l.plan.checkReserve(), l.cfg.MemSettings[i:])
 		ss := search
 		ss.Deadline = began.Add(share / 2)
 		sr, err := ss.Find(ctx, func(ctx context.Context, limit int64) result.MemTrial {
@@ -255,7 +255,7 @@ func (l *study) memoryStudy(ctx context.Context) error {
 		})
 		m := result.MemResult{Setting: setting, Trials: sr.Trials, HealthyTrials: []result.MemTrial{}, Survival: survivalCurve(sr.Trials), BudgetLimited: sr.BudgetLimited, SearchedToBytes: sr.Max}
 		if sr.BudgetLimited {
-			l.budgetNote("the budget cut the survival search of %s short: its floor is the lowest limit that passed so far", setting)
+			l.plan.note("the budget cut the survival search of %s short: its floor is the lowest limit that passed so far", setting)
 		}
 		if sr.Floor > 0 {
 			m.FloorBytes = &sr.Floor
@@ -290,7 +290,7 @@ func (l *study) memoryStudy(ctx context.Context) error {
 			}
 			if hr.BudgetLimited {
 				m.HealthyBudgetLimited = true
-				l.budgetNote("the budget cut the healthy search of %s short: its healthy floor is the lowest limit judged healthy so far", setting)
+				l.plan.note("the budget cut the healthy search of %s short: its healthy floor is the lowest limit judged healthy so far", setting)
 			}
 		}
 		l.rec.Memory = append(l.rec.Memory, m)
@@ -324,8 +324,8 @@ func (l *study) memoryStudy(ctx context.Context) error {
 table:
 	for _, mult := range l.cfg.Multiples {
 		for _, setting := range measured {
-			if l.now().Sub(l.started)+cell+l.checkReserve() > l.cfg.Budget {
-				l.budgetNote("the budget (%v) ran out during the throughput table, at %gx the floor", l.cfg.Budget, mult)
+			if l.now().Sub(l.started)+cell+l.plan.checkReserve() > l.cfg.Budget {
+				l.plan.note("the budget (%v) ran out during the throughput table, at %gx the floor", l.cfg.Budget, mult)
 				break table
 			}
 			limit := int64(math.Ceil(float64(noKnobFloor)*mult/float64(l.cfg.Resolution))) * l.cfg.Resolution
@@ -363,7 +363,7 @@ func (l *study) checkRecommendation(ctx context.Context) error {
 		return err
 	}
 	if t.BudgetCut {
-		l.budgetNote("the budget cut the check trial to %d pairs: its verdict rests on them", t.Pairs)
+		l.plan.note("the budget cut the check trial to %d pairs: its verdict rests on them", t.Pairs)
 	}
 	l.rec.Check = &result.CheckTrial{MemTrial: t, ProbeRPS: l.rec.Target.ProbeRPS, ProbeP99: l.rec.Target.ProbeP99}
 	l.progress("check: %s CPU + %s memory together: %s", result.CPULabel(rec.CPULimitCores), mebi(rec.MemoryLimitBytes), t.Verdict())

@@ -154,8 +154,8 @@ func TestAdaptiveRepeatsStopAtBudget(t *testing.T) {
 	if err := l.cpuStudy(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if took, most := f.now.Sub(start), l.cpuBudget()+8*time.Second; took > most {
-		t.Errorf("the CPU study took %v, over its budget %v plus one run", took, l.cpuBudget())
+	if took, most := f.now.Sub(start), l.plan.cpuBudget()+8*time.Second; took > most {
+		t.Errorf("the CPU study took %v, over its budget %v plus one run", took, l.plan.cpuBudget())
 	}
 	if n := f.runs[result.SetGofit+"/closed"]; n < stats.MinRuns {
 		t.Errorf("gofit closed loop ran %d times in a funded row, want at least %d", n, stats.MinRuns)

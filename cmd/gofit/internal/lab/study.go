@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand"
 	"os"
@@ -44,12 +45,8 @@ type study struct {
 	// side; tests replace it with a fake.
 	pairRun func(ctx context.Context, ref, env map[string]string, cpu float64, limit int64, load memLoad) (result.MemTrial, load.Result, result.MemTrial, load.Result)
 	now     func() time.Time
-	// The planner's measurements (budget.go).
-	overheadSum  time.Duration
-	overheadRuns int
-	mem          memPlan
-	pairSum      time.Duration // health pairs run so far, and their wall time
-	pairN        int
+	// plan is the budget planner (budget.go): what the study can afford.
+	plan *planner
 	// slowestStart is the longest a memory trial's target took to become
 	// ready without a memory limit (the probes, the health references).
 	slowestStart time.Duration
@@ -118,6 +115,9 @@ func runStudy(ctx context.Context, sb *sandbox.Sandbox, cfg Config) (*result.Res
 	return &res, &l.rec, err
 }
 
+// elapsed is the study's wall time so far, statistics included.
+func (l *study) elapsed() time.Duration { return l.now().Sub(l.started) }
+
 func newLab(cfg Config) *study {
 	l := &study{cfg: cfg, started: time.Now(), rng: rand.New(rand.NewSource(cfg.Seed)), boot: stats.NewBootstrap(cfg.Resamples, cfg.Seed),
 		healthBoot: stats.NewBootstrap(cfg.Resamples, cfg.Seed+1), now: time.Now}
@@ -127,7 +127,7 @@ func newLab(cfg Config) *study {
 	l.rec.Lab.BudgetNotes = []string{}
 	l.rec.Lab.NotCompared = []string{}
 	l.rec.Lab.Seed = cfg.Seed
-	l.mem = memPlan{requests: cfg.MemRequests}
+	l.plan = newPlanner(&l.cfg, l.elapsed, &l.rec.Lab)
 	cells := len(cfg.Quotas) * len(cfg.CPUSettings) * cfg.MinRepeats * 2
 	l.total = cells + 1 + len(cfg.MemSettings)*16 + len(cfg.MemSettings)*len(cfg.Multiples) + 1
 	return l
@@ -171,12 +171,18 @@ func (l *study) warn(format string, a ...any) {
 // note adds a line to a list in results.json once, and says it on the
 // progress stream.
 func (l *study) note(list *[]string, kind, line string) {
+	addNote(l.cfg.Progress, list, kind, line)
+}
+
+// addNote appends line to list unless it is there already, and prints it
+// as kind to progress (when not nil).
+func addNote(progress io.Writer, list *[]string, kind, line string) {
 	if slices.Contains(*list, line) {
 		return
 	}
 	*list = append(*list, line)
-	if l.cfg.Progress != nil {
-		fmt.Fprintf(l.cfg.Progress, "lab: %s: %s\n", kind, line)
+	if progress != nil {
+		fmt.Fprintf(progress, "lab: %s: %s\n", kind, line)
 	}
 }
 
