@@ -21,9 +21,10 @@ import (
 //
 //	sandbox ─▶ trials ─▶ Records ─▶ analyse(Config, Records) ─▶ Results ─▶ report
 //
-// The study (study.go, cpustudy.go, memory.go) runs trials and appends
-// what they measured to its Records; the budget planner (budget.go)
-// decides what it can still afford. analyse is the pure half: the CPU
+// The study (study.go, cpustudy.go, memory.go) runs trials in the
+// sandbox (package lab/sandbox) and appends what they measured to its
+// Records; the budget planner (budget.go) decides what it can still
+// afford. analyse is the pure half: the CPU
 // summary, the verdicts and the recommendation as a function of the
 // configuration and the records, so that tests build records instead of
 // running trials, and a run's records.json replays to its results.json
