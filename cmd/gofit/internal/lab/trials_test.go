@@ -3,6 +3,8 @@ package lab
 import (
 	"math"
 	"testing"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
 )
 
 func TestGCShareExcludesIdlePs(t *testing.T) {
@@ -11,13 +13,13 @@ func TestGCShareExcludesIdlePs(t *testing.T) {
 	// runtime's total is GOMAXPROCS × wall; a share of it would read 10%
 	// and 2.5%.
 	for _, procs := range []float64{1, 4} {
-		a := runtimeVars{GCCPUSeconds: 1, TotalCPUSeconds: 10, IdleCPUSeconds: 5}
-		b := runtimeVars{GCCPUSeconds: 1.1, TotalCPUSeconds: 10 + procs, IdleCPUSeconds: 5 + procs - 0.5}
+		a := sandbox.RuntimeVars{GCCPUSeconds: 1, TotalCPUSeconds: 10, IdleCPUSeconds: 5}
+		b := sandbox.RuntimeVars{GCCPUSeconds: 1.1, TotalCPUSeconds: 10 + procs, IdleCPUSeconds: 5 + procs - 0.5}
 		if s := gcShare(a, b); s == nil || math.Abs(*s-0.2) > 1e-9 {
 			t.Errorf("GOMAXPROCS %v: gcShare = %v, want 0.2", procs, s)
 		}
 	}
-	if gcShare(runtimeVars{}, runtimeVars{GCCPUSeconds: 1, TotalCPUSeconds: 1}) != nil {
+	if gcShare(sandbox.RuntimeVars{}, sandbox.RuntimeVars{GCCPUSeconds: 1, TotalCPUSeconds: 1}) != nil {
 		t.Error("a share without the idle class")
 	}
 }

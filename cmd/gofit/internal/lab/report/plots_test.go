@@ -1,8 +1,6 @@
-package lab
+package report
 
-import (
-	"testing"
-)
+import "testing"
 
 func TestLogTicksLabelNarrowRanges(t *testing.T) {
 	for _, r := range [][2]float64{{70, 100}, {1, 1000}, {4.2, 4.9}} {
