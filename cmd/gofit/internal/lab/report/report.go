@@ -150,7 +150,7 @@ func verdictTables(r *result.Results) []verdictTable {
 						if !s.Decided {
 							c.Verdict, c.Class = "undecided", "undecided"
 							if s.DetectableRatio != nil {
-								c.Verdict = fmt.Sprintf("undecided (<×%.2f unseen)", *s.DetectableRatio)
+								c.Verdict = fmt.Sprintf("undecided (cannot see <×%.2f)", *s.DetectableRatio)
 							}
 						}
 					case s.Saturated:
