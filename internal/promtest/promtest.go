@@ -84,10 +84,21 @@ func Install() (Binaries, error) {
 		return Binaries{}, fmt.Errorf("create a download directory: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	get := exec.Command("apt-get", "download", "-q", "prometheus="+DebianVersion)
-	get.Dir = tmp
-	if out, err := get.CombinedOutput(); err != nil {
-		return Binaries{}, fmt.Errorf("apt-get download prometheus=%s (run apt-get update first, or move promtest.DebianVersion to what apt-cache policy prometheus offers): %w\n%s", DebianVersion, err, out)
+	download := func() ([]byte, error) {
+		get := exec.Command("apt-get", "download", "-q", "prometheus="+DebianVersion)
+		get.Dir = tmp
+		return get.CombinedOutput()
+	}
+	out, err := download()
+	if err != nil && os.Geteuid() == 0 {
+		// A fresh machine has no package lists yet: fetch them once.
+		if upd, uerr := exec.Command("apt-get", "update", "-qq").CombinedOutput(); uerr != nil {
+			return Binaries{}, fmt.Errorf("apt-get update: %w\n%s", uerr, upd)
+		}
+		out, err = download()
+	}
+	if err != nil {
+		return Binaries{}, fmt.Errorf("apt-get download prometheus=%s (move promtest.DebianVersion to what apt-cache policy prometheus offers): %w\n%s", DebianVersion, err, out)
 	}
 	debs, _ := filepath.Glob(filepath.Join(tmp, "prometheus_*.deb"))
 	if len(debs) != 1 {
