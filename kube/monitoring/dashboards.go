@@ -197,8 +197,8 @@ func workload() Dashboard {
 		FieldConfig: share(), Targets: []Target{{Expr: "max by (pod) (" + s(recGC) + ")", LegendFormat: "{{pod}}"}}}, false)
 	l.add(Panel{Title: "GC pauses", Description: "Stop-the-world GC pauses, p50 and p99 over the rate interval.",
 		FieldConfig: unit("s"), Targets: []Target{
-			{Expr: "histogram_quantile(0.5, sum by (pod, le) (rate(" + s("gofit_go_gc_pause_seconds_bucket") + "[$__rate_interval])))", LegendFormat: "{{pod}} p50"},
-			{Expr: "histogram_quantile(0.99, sum by (pod, le) (rate(" + s("gofit_go_gc_pause_seconds_bucket") + "[$__rate_interval])))", LegendFormat: "{{pod}} p99"},
+			{Expr: "histogram_quantile(0.5, sum by (pod, le) (rate(" + s("gofit_go_gc_pause_seconds"+"_bucket") + "[$__rate_interval])))", LegendFormat: "{{pod}} p50"},
+			{Expr: "histogram_quantile(0.99, sum by (pod, le) (rate(" + s("gofit_go_gc_pause_seconds"+"_bucket") + "[$__rate_interval])))", LegendFormat: "{{pod}} p99"},
 		}}, false)
 	l.add(Panel{Title: "Pressure stalls (PSI)", Description: "Share of time some (or all) of the container's tasks waited for CPU or memory.",
 		FieldConfig: share(), Targets: []Target{{Expr: "max by (pod, resource, kind) (" + s(recPressure) + ")", LegendFormat: "{{pod}} {{resource}} {{kind}}"}}}, false)

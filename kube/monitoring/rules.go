@@ -28,18 +28,19 @@ type Rule struct {
 // Operator gives a PodMonitor's targets (kubernetes-mixin does the same).
 const byContainer = "namespace, pod, container"
 
-// Recording rule names, shared by the rules and the dashboards.
-const (
-	recCPU          = "namespace_pod_container:gofit_cpu_usage_seconds:rate5m"
-	recThrottled    = "namespace_pod_container:gofit_cpu_throttled_periods:ratio_rate5m"
-	recGC           = "namespace_pod_container:gofit_go_gc_cpu:ratio_rate5m"
-	recPressure     = "namespace_pod_container:gofit_pressure_stalled_seconds:rate5m"
-	recFitStatus    = "namespace_pod_container:gofit_fit_status:bool"
-	recFitCount     = "namespace:gofit_fit_status:count"
-	recWorkloadThr  = "namespace_workload:gofit_cpu_throttled_periods:ratio_rate5m"
-	recWebhookRate  = "namespace:gofit_webhook_admissions:rate5m"
-	recWebhookP99   = "namespace:gofit_webhook_admission_duration_seconds:p99_rate5m"
-	recAgentPassP99 = "node:gofit_node_reconcile_duration_seconds:p99_rate5m"
+// Recording rule names, shared by the rules and the dashboards, in the
+// kube-prometheus style level:metric:operations.
+var (
+	recCPU          = "namespace_pod_container:" + "gofit_cpu_usage_seconds" + ":rate5m"
+	recThrottled    = "namespace_pod_container:" + "gofit_cpu_throttled_periods" + ":ratio_rate5m"
+	recGC           = "namespace_pod_container:" + "gofit_go_gc_cpu" + ":ratio_rate5m"
+	recPressure     = "namespace_pod_container:" + "gofit_pressure_stalled_seconds" + ":rate5m"
+	recFitStatus    = "namespace_pod_container:" + "gofit_fit_status" + ":bool"
+	recFitCount     = "namespace:" + "gofit_fit_status" + ":count"
+	recWorkloadThr  = "namespace_workload:" + "gofit_cpu_throttled_periods" + ":ratio_rate5m"
+	recWebhookRate  = "namespace:" + "gofit_webhook_admissions" + ":rate5m"
+	recWebhookP99   = "namespace:" + "gofit_webhook_admission_duration_seconds" + ":p99_rate5m"
+	recAgentPassP99 = "node:" + "gofit_node_reconcile_duration_seconds" + ":p99_rate5m"
 )
 
 // FitStatuses are the values of the status label of recFitStatus: a
