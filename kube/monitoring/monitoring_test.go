@@ -10,7 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/gofit-dev/gofit/internal/promtest"
+	"github.com/gofit-dev/gofit/tools/promtest"
 )
 
 const deployDir = "../../deploy/monitoring"

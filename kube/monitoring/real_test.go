@@ -35,7 +35,7 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/gofit-dev/gofit/internal/cgtest"
-	"github.com/gofit-dev/gofit/internal/promtest"
+	"github.com/gofit-dev/gofit/tools/promtest"
 	"github.com/gofit-dev/gofit/kube/agent"
 	"github.com/gofit-dev/gofit/kube/memqos"
 	"github.com/gofit-dev/gofit/kube/webhook"
