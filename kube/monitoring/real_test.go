@@ -35,10 +35,10 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/gofit-dev/gofit/internal/cgtest"
-	"github.com/gofit-dev/gofit/tools/promtest"
 	"github.com/gofit-dev/gofit/kube/agent"
 	"github.com/gofit-dev/gofit/kube/memqos"
 	"github.com/gofit-dev/gofit/kube/webhook"
+	"github.com/gofit-dev/gofit/tools/promtest"
 )
 
 // The real test's for: windows: Fast(realFor) instead of the shipped
