@@ -62,6 +62,8 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	syncTimeout := fs.Duration("sync-timeout", agent.DefaultSyncTimeout, "how long to wait for the first list of the node's pods and the node before failing")
 	kubeletConfig := fs.String("kubelet-config", "", "the kubelet's config file as mounted (e.g. /host/var/lib/kubelet/config.yaml), read for its own Memory QoS")
 	takeOver := fs.Bool("take-over-kubelet-memory-qos", false, "write memory.min/low/high even where the kubelet's own Memory QoS does (default: stand aside)")
+	overrides := fs.String("pod-overrides", memqos.DefaultPodOverrides, podOverridesUsage)
+	resetAfter := fs.Duration("reset-after", agent.DefaultResetAfter, "how long a pod cgroup must be empty and out of the API's view before its values go back to the kernel defaults")
 	metricsAddr := fs.String("metrics-addr", ":9464", "address for /metrics and /healthz (empty: off)")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster config)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
@@ -77,6 +79,13 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	}
 	if err := checkRatio(*ratio); err != nil {
 		return err
+	}
+	ov, err := parsePodOverrides(*overrides)
+	if err != nil {
+		return err
+	}
+	if *resetAfter < time.Second {
+		return fmt.Errorf("%w: --reset-after %v: must be at least 1s", errUsage, *resetAfter)
 	}
 	if *interval < time.Second {
 		return fmt.Errorf("%w: --interval %v: must be at least 1s", errUsage, *interval)
@@ -120,7 +129,8 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	a := agent.New(layout, agent.Options{Policy: pol, MaxProtectedRatio: *ratio, KernelRelease: kernel, TakeOverKubelet: *takeOver, Log: log, Metrics: m})
+	a := agent.New(layout, agent.Options{Policy: pol, MaxProtectedRatio: *ratio, KernelRelease: kernel, TakeOverKubelet: *takeOver,
+		PodOverrides: &ov, ResetAfter: *resetAfter, Log: log, Metrics: m})
 	if *metricsAddr != "" {
 		ln, err := net.Listen("tcp", *metricsAddr)
 		if err != nil {
@@ -155,6 +165,16 @@ func parsePolicy(s string) (memqos.Policy, error) {
 	return "", fmt.Errorf("%w: --policy %q: want default or auto", errUsage, s)
 }
 
+const podOverridesUsage = "what pods' koordinator.sh/memoryQOS annotation may set: none, all, or a list of policy, minLimitPercent, lowLimitPercent, throttlingPercent, kernelKnobs"
+
+func parsePodOverrides(s string) (memqos.PodOverrides, error) {
+	o, err := memqos.ParsePodOverrides(s)
+	if err != nil {
+		return o, fmt.Errorf("%w: --pod-overrides: %v", errUsage, err)
+	}
+	return o, nil
+}
+
 func checkRatio(r float64) error {
 	if !(r > 0 && r <= 1) {
 		return fmt.Errorf("%w: --max-protected-ratio %v: want a share in (0, 1]", errUsage, r)
@@ -173,8 +193,13 @@ func runNodePlan(args []string, stdout, stderr io.Writer) error {
 	kernel := fs.String("kernel", "", "the node's kernel release, uname -r (default: this machine's); below 5.9 memory.high stays max")
 	policy := fs.String("policy", "default", "policy for pods without a memoryQOS annotation: default or auto")
 	ratio := fs.Float64("max-protected-ratio", 0.8, "cap on the node's total memory.min, as a share of allocatable memory")
+	overrides := fs.String("pod-overrides", memqos.DefaultPodOverrides, podOverridesUsage)
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	ov, err := parsePodOverrides(*overrides)
+	if err != nil {
 		return err
 	}
 	if *podsFile == "" {
@@ -210,7 +235,7 @@ func runNodePlan(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	a := agent.New(layout, agent.Options{Policy: pol, MaxProtectedRatio: *ratio, KernelRelease: *kernel, DryRun: true})
+	a := agent.New(layout, agent.Options{Policy: pol, MaxProtectedRatio: *ratio, KernelRelease: *kernel, DryRun: true, ResetAfter: -1, PodOverrides: &ov})
 	rep := a.Reconcile(agent.State{Pods: pods, Config: cfg, Namespaces: nss, NodeAllocatable: mem})
 	if rep.Skip == agent.SkipBadInput {
 		return fmt.Errorf("%w: %s", errUsage, rep.SkipReason)

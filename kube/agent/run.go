@@ -168,11 +168,13 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 		return fmt.Errorf("no list of %s from the API server within %v", strings.Join(missing, " and "), src.SyncTimeout)
 	}
 	// A first pass on the defaults while the ConfigMap is still on its way
-	// would drop every pod's protection for an interval: wait for it too,
-	// until it is listed or the API server has refused it.
+	// would drop every pod's protection: wait for it too, until it is
+	// listed or the API server has said it cannot be read (configRefused).
+	// Past SyncTimeout the loop below keeps waiting, writing nothing.
+	a.health.wait("the first list of configmap " + cmWhere)
 	cmCtx, cancelCM := context.WithTimeout(ctx, src.SyncTimeout)
 	_ = wait.PollUntilContextCancel(cmCtx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
-		return cms.Informer().HasSynced() || werr.get(named[2].name) != nil, nil
+		return cms.Informer().HasSynced() || configRefused(werr.get(named[2].name)), nil
 	})
 	cancelCM()
 	if ctx.Err() != nil {
@@ -193,7 +195,8 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 	// bad: a typo must not drop every pod's protection.
 	var cfg *memqos.Config
 	var nss memqos.Namespaces
-	var cmVersion, lastDefaults, lastSkip string
+	var cmVersion, lastDefaults, lastSkip, lastWait, lastConflicts string
+	lastUnknown := 0
 	useDefaults := func(why string) {
 		cfg, nss, cmVersion = &memqos.Config{}, memqos.Namespaces{}, ""
 		if why != lastDefaults {
@@ -214,13 +217,24 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 		case err != nil:
 			a.log.Error("get node", "err", err)
 		default:
+			listErr := werr.get(named[2].name)
 			switch cm, cmErr := cms.Lister().ConfigMaps(src.ConfigMapNamespace).Get(src.ConfigMapName); {
+			case !cms.Informer().HasSynced() && configRefused(listErr):
+				useDefaults(listErr.Error())
 			case !cms.Informer().HasSynced():
+				// A throttled, timed-out or failing list says nothing of
+				// the configuration: the defaults would drop every pod's
+				// protection. Write nothing until it is listed.
 				why := "not listed yet"
-				if err := werr.get(named[2].name); err != nil {
-					why = err.Error()
+				if listErr != nil {
+					why = listErr.Error()
 				}
-				useDefaults(why)
+				a.health.wait("the first list of configmap " + cmWhere + " (" + why + "); nothing written until then")
+				if why != lastWait {
+					a.log.Warn("QoS configuration not listed yet; writing nothing until it is", "configmap", cmWhere, "reason", why)
+					lastWait = why
+				}
+				goto next
 			case apierrors.IsNotFound(cmErr):
 				useDefaults("no such ConfigMap")
 			case cmErr != nil:
@@ -248,7 +262,20 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 			if q, ok := node.Status.Allocatable[corev1.ResourceMemory]; ok {
 				alloc = q.Value()
 			}
-			rep := a.Reconcile(State{Pods: list, Config: cfg, Namespaces: nss, NodeLabels: node.Labels, NodeAllocatable: alloc})
+			rep := a.Reconcile(State{Pods: list, Config: cfg, Namespaces: nss, NodeLabels: node.Labels, NodeAllocatable: alloc,
+				Node: memqos.NodeID{Name: node.Name, UID: node.UID}})
+			if c := conflictText(rep.Result.Conflicts); c != lastConflicts {
+				if c != "" {
+					a.log.Warn("pods mapping to one cgroup left alone (a forged kubernetes.io/config.mirror?)", "conflicts", c)
+				}
+				lastConflicts = c
+			}
+			if rep.Unknown != lastUnknown {
+				if rep.Unknown > 0 {
+					a.log.Warn("the kubelet runs pods the API's view lacks; their values are kept", "pods", rep.Unknown, "lag", rep.ViewLag)
+				}
+				lastUnknown = rep.Unknown
+			}
 			if rep.SkipReason != lastSkip {
 				if rep.SkipReason != "" {
 					a.log.Warn("reconcile wrote nothing", "reason", rep.Skip, "detail", rep.SkipReason)
@@ -263,6 +290,7 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 				a.log.Debug("plan", "warning", w)
 			}
 		}
+	next:
 		select {
 		case <-ctx.Done():
 			return nil
@@ -270,6 +298,22 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 		case <-tick.C:
 		}
 	}
+}
+
+// configRefused reports whether a list error of the ConfigMap is the API
+// server's answer about the configuration itself (no such object, or not
+// ours to read), after which the defaults apply. Anything else (429 from
+// API priority and fairness, a timeout, a 5xx) is a hiccup, not an answer.
+func configRefused(err error) bool {
+	return err != nil && (apierrors.IsNotFound(err) || apierrors.IsForbidden(err))
+}
+
+func conflictText(cs []memqos.Conflict) string {
+	var parts []string
+	for _, c := range cs {
+		parts = append(parts, string(c.UID)+": "+strings.Join(c.Pods, ", "))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // readKubeletConfig reads the kubelet's configuration file with the node's
