@@ -151,3 +151,48 @@ func TestNodePlanTrust(t *testing.T) {
 		})
 	}
 }
+
+// TestNodeReset: `gofit node reset --dry-run` prints the writes in plan
+// format and changes nothing; without it they are made, and a second run
+// finds nothing left.
+func TestNodeReset(t *testing.T) {
+	root := t.TempDir()
+	if err := os.CopyFS(root, os.DirFS("../../kube/agent/testdata/v2-systemd")); err != nil {
+		t.Fatal(err)
+	}
+	writes := func(args ...string) int {
+		t.Helper()
+		code, out, errOut := run(append([]string{"node", "reset", "--root", root, "--json"}, args...)...)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errOut)
+		}
+		var plan struct {
+			Writes []struct{ Cgroup, File, Value, Reason string } `json:"writes"`
+		}
+		if err := json.Unmarshal([]byte(out), &plan); err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range plan.Writes {
+			if w.Reason != "gofit node reset: kernel default" || (w.Value != "0" && w.Value != "max") {
+				t.Errorf("write %+v", w)
+			}
+		}
+		return len(plan.Writes)
+	}
+	dry := writes("--dry-run")
+	if dry == 0 {
+		t.Fatal("dry run planned no writes on a tree the agent has written")
+	}
+	if again := writes("--dry-run"); again != dry {
+		t.Fatalf("dry run changed something: %d writes, then %d", dry, again)
+	}
+	if n := writes(); n != dry {
+		t.Errorf("reset made %d writes, dry run planned %d", n, dry)
+	}
+	if n := writes(); n != 0 {
+		t.Errorf("second reset made %d writes", n)
+	}
+	if code, _, errOut := run("node", "reset", "--root", "/nonexistent"); code == 0 || !strings.Contains(errOut, "--root") {
+		t.Errorf("bad root: exit %d, %s", code, errOut)
+	}
+}
