@@ -48,7 +48,11 @@ type Config struct {
 	// decoded at once (admission.HandlerOptions); 0 means the defaults.
 	MaxBody     int64
 	MaxInFlight int
-	Log         *slog.Logger
+	// MinTLSVersion is the oldest TLS version served (tls.VersionTLS12 or
+	// tls.VersionTLS13); 0 means TLS 1.3, which every supported
+	// kube-apiserver and Prometheus speak.
+	MinTLSVersion uint16
+	Log           *slog.Logger
 
 	// SelfManaged, for Run, also keeps the certificate (its CertFile and
 	// KeyFile are Config's), reaching the API server through Kubeconfig
@@ -112,10 +116,14 @@ func NewServer(cfg Config) (*Server, error) {
 		}
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(s.Metrics.Registry, promhttp.HandlerOpts{Registry: s.Metrics.Registry}))
+	minTLS := cfg.MinTLSVersion
+	if minTLS == 0 {
+		minTLS = tls.VersionTLS13
+	}
 	s.srv = &http.Server{
 		Handler: mux,
 		TLSConfig: &tls.Config{
-			MinVersion:     tls.VersionTLS12,
+			MinVersion:     minTLS,
 			GetCertificate: s.getCertificate,
 		},
 		ReadHeaderTimeout: 5 * time.Second,
