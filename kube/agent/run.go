@@ -31,6 +31,10 @@ type Source struct {
 	ConfigMapName      string
 	// Interval between reconciles without events (default 10s).
 	Interval time.Duration
+	// MinGap is the least time between two passes (default
+	// DefaultMinGap): a burst of pod events (a Deployment rolling on a
+	// busy node) is one pass, not one per event.
+	MinGap time.Duration
 	// SyncTimeout bounds the wait for the first list of the node's pods
 	// and of the node (default 2m): past it Run fails, naming what did
 	// not arrive and the API server's last answer, instead of waiting
@@ -44,6 +48,9 @@ type Source struct {
 
 // DefaultInterval is the reconcile interval when nothing happens.
 const DefaultInterval = 10 * time.Second
+
+// DefaultMinGap spaces passes started by events.
+const DefaultMinGap = time.Second
 
 // DefaultSyncTimeout is how long Run waits for its first lists.
 const DefaultSyncTimeout = 2 * time.Minute
@@ -93,6 +100,9 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 	if src.SyncTimeout <= 0 {
 		src.SyncTimeout = DefaultSyncTimeout
 	}
+	if src.MinGap <= 0 {
+		src.MinGap = DefaultMinGap
+	}
 	byName := func(name string) informers.SharedInformerOption {
 		return informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
@@ -104,6 +114,11 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 	nodeF := informers.NewSharedInformerFactoryWithOptions(cs, 0, byName(src.NodeName))
 	cmF := informers.NewSharedInformerFactoryWithOptions(cs, 0, byName(src.ConfigMapName), informers.WithNamespace(src.ConfigMapNamespace))
 	pods := podF.Core().V1().Pods()
+	// The informer keeps only what a pass reads: no managedFields, probes,
+	// volumes or unrelated env, so a full node's pods stay small.
+	if err := pods.Informer().SetTransform(slimPod); err != nil {
+		return fmt.Errorf("watch: %w", err)
+	}
 	nodes := nodeF.Core().V1().Nodes()
 	cms := cmF.Core().V1().ConfigMaps()
 
@@ -291,13 +306,30 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 			}
 		}
 	next:
+		last := time.Now()
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-kick:
+			// Events that come during the gap fold into this one pass.
+			if gap := src.MinGap - time.Since(last); gap > 0 {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(gap):
+				}
+			}
 		case <-tick.C:
 		}
 	}
+}
+
+// slimPod is the pod informer's transform (memqos.Slim).
+func slimPod(obj any) (any, error) {
+	if p, ok := obj.(*corev1.Pod); ok {
+		return memqos.Slim(p), nil
+	}
+	return obj, nil
 }
 
 // configRefused reports whether a list error of the ConfigMap is the API

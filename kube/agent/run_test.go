@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -101,5 +103,78 @@ func TestConfigMapListHiccup(t *testing.T) {
 	}
 	if got := readVal(t, filepath.Join(pod, "memory.min")); got != "52428800" {
 		t.Errorf("memory.min %s after the ConfigMap was listed, want 52428800", got)
+	}
+}
+
+// TestPassSpacing: every pod event started a full pass with no gap
+// between them; a burst of events is now folded into a few passes.
+func TestPassSpacing(t *testing.T) {
+	root := copyTree(t, "testdata/v2-cgroupfs")
+	l, err := Detect(root, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, err := ReadPodList("testdata/pods.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := []runtime.Object{&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a"},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("4Gi")}}}}
+	for _, p := range pods {
+		objs = append(objs, p)
+	}
+	cs := fake.NewClientset(objs...)
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := New(l, Options{Metrics: m})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- a.Run(ctx, cs, Source{NodeName: "node-a", Interval: time.Hour, MinGap: 500 * time.Millisecond, SyncTimeout: 5 * time.Second})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+	}()
+	passes := func() uint64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "gofit_node_reconcile_duration_seconds" {
+				return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+			}
+		}
+		return 0
+	}
+	for deadline := time.Now().Add(10 * time.Second); passes() == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no first pass")
+		}
+	}
+	before := passes()
+	// 100 pod updates over about a second.
+	start := time.Now()
+	for i := range 100 {
+		p, err := cs.CoreV1().Pods("shop").Get(ctx, "ls", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Labels["rev"] = fmt.Sprint(i)
+		if _, err := cs.CoreV1().Pods("shop").Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(600 * time.Millisecond)
+	n, took := passes()-before, time.Since(start)
+	if limit := uint64(took/(500*time.Millisecond)) + 2; n > limit || n == 0 {
+		t.Errorf("%d passes for 100 events in %v, want 1 to %d", n, took.Round(time.Millisecond), limit)
 	}
 }
