@@ -283,24 +283,30 @@ func Compute(in Input) (Result, error) {
 // to. Which one the kubelet runs there cannot be told from the API, and
 // planning either could write one tenant's plan into another's cgroup.
 func withoutConflicts(pods []PodResult) ([]PodResult, []Conflict) {
+	count := make(map[types.UID]int, len(pods))
+	dup := false
+	for _, p := range pods {
+		count[p.UID]++
+		dup = dup || count[p.UID] > 1
+	}
+	if !dup {
+		return pods, nil
+	}
 	by := map[types.UID][]string{}
 	for _, p := range pods {
-		by[p.UID] = append(by[p.UID], p.Namespace+"/"+p.Name)
+		if count[p.UID] > 1 {
+			by[p.UID] = append(by[p.UID], p.Namespace+"/"+p.Name)
+		}
 	}
 	var conflicts []Conflict
 	for uid, names := range by {
-		if len(names) > 1 {
-			sort.Strings(names)
-			conflicts = append(conflicts, Conflict{UID: uid, Pods: names})
-		}
-	}
-	if len(conflicts) == 0 {
-		return pods, nil
+		sort.Strings(names)
+		conflicts = append(conflicts, Conflict{UID: uid, Pods: names})
 	}
 	sort.Slice(conflicts, func(i, j int) bool { return conflicts[i].UID < conflicts[j].UID })
 	out := pods[:0]
 	for _, p := range pods {
-		if len(by[p.UID]) == 1 {
+		if count[p.UID] == 1 {
 			out = append(out, p)
 		}
 	}
