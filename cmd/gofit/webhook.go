@@ -141,6 +141,7 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 		MaxBody:       *maxBody,
 		MaxInFlight:   *maxInFlight,
 		MinTLSVersion: minTLS,
+		Namespace:     os.Getenv("POD_NAMESPACE"),
 		Log:           slog.New(h),
 		SelfManaged:   sm,
 		Kubeconfig:    *kubeconfig,

@@ -90,6 +90,11 @@ type HandlerOptions struct {
 	// with failurePolicy Ignore the pod starts unfitted, where an
 	// unbounded webhook would be OOM-killed and fit nothing at all.
 	MaxInFlight int
+	// Namespace is the webhook's own namespace: its pods, like
+	// kube-system's, are never fitted, whatever the webhook
+	// configuration's selector says (a webhook that fits its own pods
+	// cannot start them while it is down).
+	Namespace string
 }
 
 // Handler is the thin HTTP adapter around a Mutator: it decodes an
@@ -103,6 +108,7 @@ type Handler struct {
 	budget  int64 // bytes of request bodies in work at once
 	inWork  *semaphore.Weighted
 	now     func() time.Time
+	ownNS   string
 }
 
 // NewHandler returns the /mutate handler.
@@ -117,7 +123,7 @@ func NewHandler(m *Mutator, o HandlerOptions) *Handler {
 		o.MaxInFlight = DefaultMaxInFlight
 	}
 	budget := o.MaxBody * int64(o.MaxInFlight)
-	return &Handler{mutator: m, log: o.Log, obs: o.Observer, maxBody: o.MaxBody, budget: budget, inWork: semaphore.NewWeighted(budget), now: time.Now}
+	return &Handler{mutator: m, log: o.Log, obs: o.Observer, maxBody: o.MaxBody, budget: budget, inWork: semaphore.NewWeighted(budget), now: time.Now, ownNS: o.Namespace}
 }
 
 // httpError is a request the webhook cannot answer with an AdmissionReview.
@@ -325,6 +331,9 @@ func (h *Handler) review(req *requestIn) (res Result) {
 		}
 	}()
 	if req.Resource != (metav1.GroupVersionResource{Version: "v1", Resource: "pods"}) {
+		return Result{Outcome: OutcomeIgnored}
+	}
+	if req.Namespace == metav1.NamespaceSystem || (h.ownNS != "" && req.Namespace == h.ownNS) {
 		return Result{Outcome: OutcomeIgnored}
 	}
 	switch {

@@ -234,3 +234,25 @@ func TestSlowClients(t *testing.T) {
 		t.Fatalf("review behind three slow clients: %d %s after %v", resp.StatusCode, body, time.Since(start).Round(time.Millisecond))
 	}
 }
+
+// TestSystemNamespaces: kube-system and the webhook's own namespace were
+// fitted whenever the configuration's selector let them through; they are
+// never fitted now, whatever it says.
+func TestSystemNamespaces(t *testing.T) {
+	pol, err := fit.New(fit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := NewHandler(NewMutator(pol), HandlerOptions{Namespace: "gofit-system"})
+	body := review(t, podOf("p", ctr("app", "1", "1Gi")), admissionv1.Create, "")
+	for ns, fitted := range map[string]bool{"default": true, "kube-system": false, "gofit-system": false} {
+		b := bytes.Replace(body, []byte(`"namespace":"default"`), []byte(`"namespace":"`+ns+`"`), 1)
+		code, resp, out := post(t, h, b)
+		if code != http.StatusOK || !resp.Allowed {
+			t.Fatalf("%s: %d %s", ns, code, out)
+		}
+		if got := len(resp.Patch) > 0; got != fitted {
+			t.Errorf("namespace %s: patched %v, want %v", ns, got, fitted)
+		}
+	}
+}

@@ -52,7 +52,10 @@ type Config struct {
 	// tls.VersionTLS13); 0 means TLS 1.3, which every supported
 	// kube-apiserver and Prometheus speak.
 	MinTLSVersion uint16
-	Log           *slog.Logger
+	// Namespace is the webhook's own namespace, never fitted (as
+	// kube-system is not); admission.HandlerOptions.Namespace.
+	Namespace string
+	Log       *slog.Logger
 
 	// SelfManaged, for Run, also keeps the certificate (its CertFile and
 	// KeyFile are Config's), reaching the API server through Kubeconfig
@@ -102,7 +105,7 @@ func NewServer(cfg Config) (*Server, error) {
 		cfg.Mutator = admission.NewMutator(fit.Policy{})
 	}
 	mux.Handle("/mutate", admission.NewHandler(cfg.Mutator, admission.HandlerOptions{
-		Log: cfg.Log, Observer: s.Metrics, MaxBody: cfg.MaxBody, MaxInFlight: cfg.MaxInFlight,
+		Log: cfg.Log, Observer: s.Metrics, MaxBody: cfg.MaxBody, MaxInFlight: cfg.MaxInFlight, Namespace: cfg.Namespace,
 	}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
