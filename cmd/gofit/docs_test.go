@@ -71,7 +71,7 @@ var commandPages = map[string][]string{
 	"docs/run.md":        {"run", "inspect"},
 	"docs/lab.md":        {"lab"},
 	"docs/webhook.md":    {"webhook"},
-	"docs/node-agent.md": {"node", "node plan", "node experiment"},
+	"docs/node-agent.md": {"node", "node plan", "node reset", "node experiment"},
 }
 
 // foreignFlags are flags of other programs that a page names on purpose.
@@ -935,7 +935,7 @@ func newFlagTable(t *testing.T) *flagTable {
 	ft := &flagTable{flags: map[string]map[string]bool{}, hidden: map[string]bool{
 		lab.SampleCommand: true, "node " + qoslab.HogCommand: true, "version": true,
 	}}
-	names := []string{"node plan", "node experiment"}
+	names := []string{"node plan", "node reset", "node experiment"}
 	for _, c := range commands() {
 		names = append(names, c.name)
 	}
@@ -966,7 +966,7 @@ func (ft *flagTable) check(t *testing.T, where string, args []string, inline boo
 	name := strings.Trim(args[0], "[]")
 	rest := args[1:]
 	if name == "node" && len(rest) > 0 {
-		if sub := strings.Trim(rest[0], "[]"); sub == "plan" || sub == "experiment" || sub == qoslab.HogCommand {
+		if sub := strings.Trim(rest[0], "[]"); sub == "plan" || sub == "reset" || sub == "experiment" || sub == qoslab.HogCommand {
 			name, rest = "node "+sub, rest[1:]
 		} else if strings.Contains(rest[0], "|") {
 			rest = rest[1:] // a synopsis: gofit node [plan|experiment]
