@@ -4,13 +4,20 @@ FUZZTIME ?= 20s
 
 .PHONY: build build-nokube image e2e test test-v2 qos-v2 bench fuzz lab vet test-go-min test-race tidy-check check lab-services lab-real
 
+# The version and commit gofit reports (gofit version, the log's first
+# line, gofit_build_info): make release sets VERSION.
+VERSION ?= dev
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+BUILDINFO := github.com/gofit-dev/gofit/cmd/gofit/internal/buildinfo
+LDFLAGS := -s -w -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT)
+
 build:
-	$(GO) build -o bin/gofit ./cmd/gofit
+	$(GO) build -ldflags='-X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT)' -o bin/gofit ./cmd/gofit
 
 # gofit without the webhook and the node agent (no client-go): for images
 # that only need `gofit run` or `gofit inspect`.
 build-nokube:
-	$(GO) build -tags nokube -trimpath -ldflags='-s -w' -o bin/gofit ./cmd/gofit
+	$(GO) build -tags nokube -trimpath -ldflags='$(LDFLAGS)' -o bin/gofit ./cmd/gofit
 
 # The gofit image (webhook and node agent) without Docker: a static binary
 # at /gofit, nonroot (65532) by default, the host's CA bundle, written as an

@@ -931,7 +931,7 @@ var usageFlagRE = regexp.MustCompile(`(?m)^\s+-([A-Za-z0-9][\w.-]*)`)
 
 func newFlagTable(t *testing.T) *flagTable {
 	ft := &flagTable{flags: map[string]map[string]bool{}, hidden: map[string]bool{
-		lab.SampleCommand: true, "node " + qoslab.HogCommand: true, "version": true,
+		lab.SampleCommand: true, "node " + qoslab.HogCommand: true,
 	}}
 	names := []string{"node plan", "node experiment"}
 	for _, c := range commands() {

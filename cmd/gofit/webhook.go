@@ -15,8 +15,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/buildinfo"
 	"github.com/gofit-dev/gofit/fit"
 	"github.com/gofit-dev/gofit/kube/admission"
 	"github.com/gofit-dev/gofit/kube/webhook"
@@ -118,6 +120,9 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 	if *logJSON {
 		h = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})
 	}
+	log := slog.New(h)
+	build := buildinfo.Read()
+	log.Info("gofit webhook", "version", build.Version, "commit", build.Commit, "go", build.GoVersion)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return webhook.Run(ctx, webhook.Config{
@@ -129,8 +134,9 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 		Mutator:       admission.NewMutator(pol, admission.WithGoVersion(*goVersion)),
 		MaxBody:       *maxBody,
 		MaxInFlight:   *maxInFlight,
-		Log:           slog.New(h),
+		Log:           log,
 		SelfManaged:   sm,
 		Kubeconfig:    *kubeconfig,
+		Collectors:    []prometheus.Collector{build.Collector()},
 	})
 }
