@@ -19,14 +19,27 @@ build:
 build-nokube:
 	$(GO) build -tags nokube -trimpath -ldflags='$(LDFLAGS)' -o bin/gofit ./cmd/gofit
 
-# The gofit image (webhook and node agent) without Docker: a static binary
-# at /gofit, nonroot (65532) by default, the host's CA bundle, written as an
-# OCI layout + docker-save tarball that `ctr images import` and `docker load`
-# take. deploy/webhook/Dockerfile builds the same image with Docker.
-IMAGE ?= ghcr.io/gofit-dev/gofit:dev
+# The gofit image (webhook and node agent) without Docker: an OCI image
+# index for linux/amd64 and linux/arm64, each a static binary at /gofit,
+# nonroot (65532) by default, the host's CA bundle, with the OCI
+# annotations (source, revision, version, created from SOURCE_DATE_EPOCH)
+# and a CycloneDX SBOM per platform from the binary's build info, written
+# as an OCI layout + docker-save tarball that `ctr images import` and
+# `docker load` take (tools/ociimage). Same commit, same index digest.
+# deploy/webhook/Dockerfile builds a one-platform image with Docker.
+IMAGE_REPO ?= ghcr.io/gofit-dev/gofit
+IMAGE ?= $(IMAGE_REPO):$(VERSION)
+IMAGE_ARCHS ?= amd64 arm64
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+empty :=
+comma := ,
 image:
-	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags='-s -w' -o bin/linux-amd64/gofit ./cmd/gofit
-	$(GO) run ./tools/ociimage/mkimage -o bin/gofit-image.tar -ref $(IMAGE) -entrypoint /gofit /gofit=bin/linux-amd64/gofit
+	for a in $(IMAGE_ARCHS); do \
+	  CGO_ENABLED=0 GOOS=linux GOARCH=$$a $(GO) build -trimpath -ldflags='$(LDFLAGS)' -o bin/linux-$$a/gofit ./cmd/gofit || exit 1; \
+	done
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./tools/ociimage/mkimage -o bin/gofit-image.tar -ref $(IMAGE) \
+	  -arch $(subst $(empty) $(empty),$(comma),$(strip $(IMAGE_ARCHS))) -source https://github.com/gofit-dev/gofit \
+	  -revision $(COMMIT) -version $(VERSION) -entrypoint /gofit '/gofit=bin/linux-{arch}/gofit'
 
 # gofit on a real single-node Kubernetes (kube/e2e): a cgroup v2 kernel in
 # a QEMU VM running etcd, kube-apiserver, controller-manager, scheduler,
