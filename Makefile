@@ -39,7 +39,14 @@ image:
 	done
 	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./tools/ociimage/mkimage -o bin/gofit-image.tar -ref $(IMAGE) \
 	  -arch $(subst $(empty) $(empty),$(comma),$(strip $(IMAGE_ARCHS))) -source https://github.com/gofit-dev/gofit \
-	  -revision $(COMMIT) -version $(VERSION) -entrypoint /gofit '/gofit=bin/linux-{arch}/gofit'
+	  -revision $(COMMIT) -version $(VERSION) $(if $(SBOM_DIR),-sbom-dir $(SBOM_DIR)) -entrypoint /gofit '/gofit=bin/linux-{arch}/gofit'
+
+# make release VERSION=vX.Y.Z: binaries for linux/amd64 and arm64, the
+# image index, the SBOMs, the packaged chart and deploy/ pinned to the
+# version, with sha256sums, in dist/ (tools/release.sh; docs/install.md).
+.PHONY: release
+release:
+	VERSION=$(VERSION) GO=$(GO) bash tools/release.sh
 
 # gofit on a real single-node Kubernetes (kube/e2e): a cgroup v2 kernel in
 # a QEMU VM running etcd, kube-apiserver, controller-manager, scheduler,

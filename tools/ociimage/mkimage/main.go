@@ -46,6 +46,7 @@ func run(args []string) error {
 	source := fs.String("source", "", "org.opencontainers.image.source annotation (the repository URL)")
 	revision := fs.String("revision", "", "org.opencontainers.image.revision annotation (the commit)")
 	version := fs.String("version", "", "org.opencontainers.image.version annotation")
+	sbomDir := fs.String("sbom-dir", "", "also write each platform's SBOM to `DIR`/sbom-linux-ARCH.cdx.json")
 	var env multi
 	fs.Var(&env, "env", "KEY=VALUE in the image's environment (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -105,6 +106,11 @@ func run(args []string) error {
 			if len(img.Entrypoint) > 0 && dst == img.Entrypoint[0] {
 				if p.SBOM, err = ociimage.SBOM(b, created); err != nil {
 					return fmt.Errorf("%s: %w", src, err)
+				}
+				if *sbomDir != "" {
+					if err := os.WriteFile(filepath.Join(*sbomDir, "sbom-linux-"+arch+".cdx.json"), p.SBOM, 0o644); err != nil {
+						return fmt.Errorf("-sbom-dir: %w", err)
+					}
 				}
 			}
 		}
