@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,11 +18,11 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/kustomize/kyaml/kio"
 	"sigs.k8s.io/yaml"
 
 	"github.com/gofit-dev/gofit/kube/internal/kubetest"
@@ -96,19 +94,27 @@ func template(t testing.TB, values string) []*unstructured.Unstructured {
 
 func decode(t testing.TB, b []byte) []*unstructured.Unstructured {
 	t.Helper()
+	// kyaml, as kustomize (and kubectl apply -k) parse: one YAML reading
+	// for both sides of the comparison.
+	nodes, err := kio.FromBytes(b)
+	if err != nil {
+		t.Fatalf("decode the rendered objects: %v", err)
+	}
 	var objs []*unstructured.Unstructured
-	d := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
-	for {
+	for _, n := range nodes {
+		j, err := n.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
 		var m map[string]any
-		if err := d.Decode(&m); errors.Is(err, io.EOF) {
-			return objs
-		} else if err != nil {
-			t.Fatalf("decode a rendered object: %v", err)
+		if err := json.Unmarshal(j, &m); err != nil {
+			t.Fatal(err)
 		}
 		if m != nil {
 			objs = append(objs, &unstructured.Unstructured{Object: m})
 		}
 	}
+	return objs
 }
 
 // kustomize builds a kustomization made of the given deploy/ directories.
@@ -362,7 +368,7 @@ func checkRender(t *testing.T, name string, objs []*unstructured.Unstructured) {
 			t.Error("a disabled part was rendered")
 		}
 		b, _ := json.Marshal(kinds["MutatingWebhookConfiguration /gofit-webhook"].Object)
-		for _, w := range []string{`"failurePolicy":"Fail"`, `"gofit.dev/fit":"yes"`, `"team":"a"`, `"values":["fit"]`} {
+		for _, w := range []string{`"failurePolicy":"Fail"`, `"gofit.dev/fit":"yes"`, `"team":"a"`, `"values":["fit","kube-system"]`} {
 			if !strings.Contains(string(b), w) {
 				t.Errorf("webhook configuration lacks %s: %s", w, b)
 			}
