@@ -1,0 +1,179 @@
+package experiment
+
+import (
+	"math"
+	"math/rand"
+	"testing"
+	"time"
+)
+
+// bounds are a classic histogram's buckets (seconds), as a service would
+// declare them.
+var bounds = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, math.Inf(1)}
+
+// arm describes how a synthetic arm behaves against the control: factors
+// on latency and CPU per request, and harm.
+type arm struct {
+	name        string
+	latency     float64 // × the control's latency
+	cpu         float64 // × CPU per request
+	errors      float64 // error share
+	oomInWindow int     // a window with one OOM kill; -1 none
+}
+
+// synth makes n paired windows of a shared, autocorrelated traffic (AR(1)
+// with a daily-like drift, bursts that span windows) for each arm, with
+// each arm's own pod-level noise, as Prometheus would return them.
+func synth(rng *rand.Rand, n int, arms []arm) Input {
+	load := make([]float64, n)
+	x := 0.0
+	for i := range load {
+		x = 0.8*x + 0.3*rng.NormFloat64()
+		load[i] = 200 * math.Exp(x) * (1 + 0.3*math.Sin(float64(i)/float64(n)*math.Pi))
+	}
+	in := Input{Experiment: "gmp", Namespace: "shop", Control: arms[0].name, From: time.Unix(1_700_000_000, 0), Window: time.Minute,
+		Have: map[string]bool{"latency": true, "cpu": true, "throttling": true, "gc": true, "pauses": true, "memory": true, "heap": true}, Seed: 1, Resamples: 400}
+	for _, a := range arms {
+		ar := Arm{Name: a.name, Pods: []string{a.name + "-1", a.name + "-2"}}
+		ay := 0.0
+		for i := range n {
+			ay = 0.6*ay + 0.08*rng.NormFloat64() // the arm's pods drift on their own too
+			req := load[i] * 60 * 2 * math.Exp(0.05*rng.NormFloat64())
+			// Latency: lognormal, slower under load, shared by the moment.
+			mu := math.Log(0.02*a.latency) + 0.3*math.Log(load[i]/200) + ay
+			w := Window{Pods: 2, Requests: math.Round(req)}
+			w.Errors = math.Round(req * a.errors)
+			prev := 0.0
+			lower := 0.0
+			for _, ub := range bounds {
+				c := 1.0
+				if !math.IsInf(ub, 1) {
+					c = 0.5 * math.Erfc(-(math.Log(ub)-mu)/(0.7*math.Sqrt2))
+				}
+				w.Latency = append(w.Latency, Bucket{lower, ub, math.Round((c - prev) * w.Requests)})
+				prev, lower = c, ub
+			}
+			w.CPUSeconds = w.Requests * 0.002 * a.cpu * math.Exp(0.04*rng.NormFloat64()+ay/4)
+			w.Periods = 600 * 2
+			w.Throttled = w.Periods * math.Min(1, 0.1*load[i]/200*a.cpu*math.Exp(0.1*rng.NormFloat64()))
+			w.GCSeconds = w.CPUSeconds * 0.1 * math.Exp(0.1*rng.NormFloat64())
+			w.Pauses = 2 * 60
+			w.PauseSecs = w.Pauses * 0.0003 * math.Exp(0.1*rng.NormFloat64())
+			w.WorkingSet = 2 * 80e6 * math.Exp(0.02*rng.NormFloat64())
+			w.Heap = 2 * 30e6 * math.Exp(0.03*rng.NormFloat64())
+			if i == a.oomInWindow {
+				w.OOMKills = 1
+			}
+			ar.Windows = append(ar.Windows, w)
+		}
+		in.Arms = append(in.Arms, ar)
+	}
+	return in
+}
+
+func TestQuantileInterpolatesLikePrometheus(t *testing.T) {
+	ws := []Window{{Latency: []Bucket{{0, 0.1, 50}, {0.1, 0.2, 50}, {0.2, math.Inf(1), 0}}}}
+	if q := Quantile(ws, []int{0}, 0.75); math.Abs(q-0.15) > 1e-12 {
+		t.Errorf("p75 = %v, want 0.15 (halfway into (0.1, 0.2])", q)
+	}
+	ws[0].Latency[2].Count = 10
+	if q := Quantile(ws, []int{0}, 0.999); q != 0.2 {
+		t.Errorf("p99.9 in +Inf bucket = %v, want the highest finite bound 0.2", q)
+	}
+	if q := Quantile([]Window{{}}, []int{0}, 0.5); !math.IsNaN(q) {
+		t.Errorf("quantile of nothing = %v", q)
+	}
+}
+
+func verdictOf(r *Results, arm, metric string) Verdict {
+	for _, v := range r.Verdicts {
+		if v.Arm == arm && v.Metric == metric {
+			return v
+		}
+	}
+	return Verdict{}
+}
+
+func TestAnalyzeCallsARealDifference(t *testing.T) {
+	rng := rand.New(rand.NewSource(3))
+	in := synth(rng, 60, []arm{{name: "fitted", latency: 1, cpu: 1, oomInWindow: -1}, {name: "two", latency: 1.5, cpu: 1.3, oomInWindow: -1}, {name: "same", latency: 1, cpu: 1, oomInWindow: -1}})
+	r, err := Analyze(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"p99_seconds", "p50_seconds", "cpu_seconds_per_request"} {
+		if v := verdictOf(r, "two", m); v.Verdict != "worse" {
+			t.Errorf("two %s: %+v, want worse", m, v)
+		}
+		if v := verdictOf(r, "same", m); v.Verdict == "worse" || v.Verdict == "better" {
+			t.Errorf("same %s: %+v, want no difference", m, v)
+		}
+	}
+	if v := verdictOf(r, "two", "cpu_seconds_per_request"); math.Abs(float64(v.Ratio)-1.3) > 0.05 {
+		t.Errorf("two's CPU/request ratio %v, want about 1.3", v.Ratio)
+	}
+	for _, a := range r.Arms {
+		for _, m := range []string{"p99_seconds", "cpu_seconds_per_request", "requests_per_second"} {
+			v, ok := a.Metrics[m]
+			if !ok || !(v.Low <= v.Value && v.Value <= v.High) {
+				t.Errorf("arm %s %s: %+v", a.Name, m, v)
+			}
+		}
+		if a.Harmful {
+			t.Errorf("arm %s harmful: %v", a.Name, a.Harms)
+		}
+	}
+}
+
+func TestAnalyzeFlagsHarmFirst(t *testing.T) {
+	rng := rand.New(rand.NewSource(4))
+	in := synth(rng, 40, []arm{{name: "c", latency: 1, cpu: 1, oomInWindow: -1}, {name: "oom", latency: 0.8, cpu: 0.8, oomInWindow: 7}, {name: "errs", latency: 1, cpu: 1, errors: 0.02, oomInWindow: -1}})
+	r, err := Analyze(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"oom", "errs"} {
+		var first Verdict
+		for _, v := range r.Verdicts {
+			if v.Arm == name {
+				first = v
+				break
+			}
+		}
+		if first.Verdict != Harmful {
+			t.Errorf("arm %s: first verdict %+v, want harmful", name, first)
+		}
+	}
+	if r.Arms[0].Harmful {
+		t.Errorf("control harmful: %v", r.Arms[0].Harms)
+	}
+}
+
+func TestAnalyzeTooFewWindowsIsUndecided(t *testing.T) {
+	rng := rand.New(rand.NewSource(5))
+	r, err := Analyze(synth(rng, 5, []arm{{name: "c", latency: 1, cpu: 1, oomInWindow: -1}, {name: "t", latency: 3, cpu: 3, oomInWindow: -1}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range r.Verdicts {
+		if v.Verdict != "undecided" {
+			t.Errorf("%s with 5 windows: %s", v.Metric, v.Verdict)
+		}
+	}
+	if len(r.Notes) == 0 {
+		t.Error("no note about too few windows")
+	}
+}
+
+func TestAnalyzeRejectsUnpairedWindows(t *testing.T) {
+	rng := rand.New(rand.NewSource(6))
+	in := synth(rng, 10, []arm{{name: "c", latency: 1, cpu: 1, oomInWindow: -1}, {name: "t", latency: 1, cpu: 1, oomInWindow: -1}})
+	in.Arms[1].Windows = in.Arms[1].Windows[:9]
+	if _, err := Analyze(in); err == nil {
+		t.Error("unpaired windows accepted")
+	}
+	in.Control = "nope"
+	if _, err := Analyze(in); err == nil {
+		t.Error("missing control accepted")
+	}
+}
