@@ -185,6 +185,11 @@ func NewArmAssigner(kubeconfig string) (*ArmAssigner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("experiments need API access: %w", err)
 	}
+	// An assignment costs three requests (get, list, update) and more on a
+	// conflict; client-go's default of 5 a second would make a
+	// ReplicaSet's burst of 20 pods outlast the API server's webhook
+	// timeout, and those pods would start unfitted.
+	rc.QPS, rc.Burst = 100, 200
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("experiments need API access: %w", err)

@@ -75,6 +75,8 @@ func (r *replicas) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // normal fit.
 func TestExperimentArms(t *testing.T) {
 	cfg := kubetest.Start(t, nil)
+	// No client-side rate limit: a burst must reach the webhooks at once.
+	cfg.QPS, cfg.Burst = 1000, 1000
 	ctx := context.Background()
 	warn := &warnings{}
 	wcfg := rest.CopyConfig(cfg)

@@ -31,7 +31,8 @@ type Window struct {
 	CPUSeconds float64
 	Periods    float64 // CFS periods, and those throttled
 	Throttled  float64
-	GCSeconds  float64 // CPU seconds the Go GC used
+	GCSeconds  float64 // CPU seconds the Go GC used, of GoBusy the runtime's busy CPU
+	GoBusy     float64
 	Pauses     float64 // GC stop-the-world pauses, and their total seconds
 	PauseSecs  float64
 	WorkingSet float64 // bytes, the sum over pods of each pod's mean
@@ -134,6 +135,8 @@ type Input struct {
 	Have map[string]bool
 	// Sources says where each kind of data came from, for the report.
 	Sources map[string]string
+	// Notes are the fetch's warnings, carried into the results.
+	Notes []string
 	// Restarts per arm counted by the API server for live pods (the
 	// windows add what Prometheus kept for gone ones).
 	Resamples int
@@ -185,8 +188,8 @@ func Metrics() []Metric {
 			of: ratio(func(w Window) float64 { return w.CPUSeconds }, func(w Window) float64 { return w.Requests })},
 		{Name: "throttled_share", Label: "throttled periods", Unit: "share", Needs: "throttling", Margin: 0.10, Verdict: true,
 			of: ratio(func(w Window) float64 { return w.Throttled }, func(w Window) float64 { return w.Periods })},
-		{Name: "gc_cpu_share", Label: "GC share of CPU", Unit: "share", Needs: "gc+cpu", Margin: 0.10, Verdict: true,
-			of: ratio(func(w Window) float64 { return w.GCSeconds }, func(w Window) float64 { return w.CPUSeconds })},
+		{Name: "gc_cpu_share", Label: "GC share of CPU", Unit: "share", Needs: "gc", Margin: 0.10, Verdict: true,
+			of: ratio(func(w Window) float64 { return w.GCSeconds }, func(w Window) float64 { return w.GoBusy })},
 		{Name: "gc_pause_seconds", Label: "mean GC pause", Unit: "s", Needs: "pauses", Margin: 0.20, Verdict: true,
 			of: ratio(func(w Window) float64 { return w.PauseSecs }, func(w Window) float64 { return w.Pauses })},
 		{Name: "working_set_bytes", Label: "working set per pod", Unit: "bytes", Needs: "memory", Margin: 0.05, Verdict: true,
@@ -364,7 +367,7 @@ func Analyze(in Input) (*Results, error) {
 	res := &Results{
 		Experiment: in.Experiment, Namespace: in.Namespace, Control: in.Control, From: in.From, To: in.To,
 		WindowSeconds: sec, Windows: n, BlockWindows: stats.WindowBlock(n), Resamples: in.Resamples, Seed: in.Seed,
-		Sources: in.Sources, Notes: []string{}, Verdicts: []Verdict{},
+		Sources: in.Sources, Notes: append([]string{}, in.Notes...), Verdicts: []Verdict{},
 	}
 	if n < stats.MinWindows {
 		res.Notes = append(res.Notes, fmt.Sprintf("only %d windows: at least %d are needed for an interval; every verdict is undecided (run longer or use a shorter --window)", n, stats.MinWindows))

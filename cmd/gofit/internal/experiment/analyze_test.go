@@ -56,7 +56,8 @@ func synth(rng *rand.Rand, n int, arms []arm) Input {
 			w.CPUSeconds = w.Requests * 0.002 * a.cpu * math.Exp(0.04*rng.NormFloat64()+ay/4)
 			w.Periods = 600 * 2
 			w.Throttled = w.Periods * math.Min(1, 0.1*load[i]/200*a.cpu*math.Exp(0.1*rng.NormFloat64()))
-			w.GCSeconds = w.CPUSeconds * 0.1 * math.Exp(0.1*rng.NormFloat64())
+			w.GoBusy = w.CPUSeconds * 1.05
+			w.GCSeconds = w.GoBusy * 0.1 * math.Exp(0.1*rng.NormFloat64())
 			w.Pauses = 2 * 60
 			w.PauseSecs = w.Pauses * 0.0003 * math.Exp(0.1*rng.NormFloat64())
 			w.WorkingSet = 2 * 80e6 * math.Exp(0.02*rng.NormFloat64())

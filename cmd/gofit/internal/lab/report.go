@@ -216,23 +216,7 @@ func verdictTables(r *Results) []verdictTable {
 var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{"statuses": statuses}).Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>gofit lab report</title>
 <style>
-body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1320px;margin:1em auto;color:#222;padding:0 1em}
-h1{font-size:1.4em;margin:.2em 0}h2{font-size:1.15em;margin:1em 0 .3em}
-.meta{color:#555;font-size:13px;margin:0 0 .5em}
-.top{display:flex;gap:1.5em;flex-wrap:wrap;align-items:flex-start}
-.top>div{flex:1 1 560px;min-width:0}
-table{border-collapse:collapse;font-size:12.5px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right;vertical-align:top}
-th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}
-.better{background:#dff3df}.worse{background:#fadcdc}.same{background:#f3f3f3}.undecided{background:#fff2cc}.failed{background:#f4b4b4;font-weight:bold}.base{background:#e8eefa}
-.ci{color:#555;font-size:11px}.v{font-size:11px;font-weight:600}.n{color:#777;font-size:10.5px}
-pre{background:#f6f6f6;padding:.6em;font-size:12px;margin:.3em 0}
-.alert{background:#fadcdc;border:1px solid #d66;padding:.5em .8em;margin:.4em 0}
-.warn{background:#fff2cc;border:1px solid #d6b656;padding:.4em .8em;margin:.4em 0;font-size:13px}
-ul.reasons{font-size:12.5px;padding-left:1.2em;margin:.3em 0}
-figure.plot{display:inline-block;margin:.3em;vertical-align:top}figcaption{font-size:12px;color:#333;max-width:600px}
-.key{white-space:nowrap;margin-right:.8em}.sw{display:inline-block;width:10px;height:10px;margin-right:3px}
-details{margin:.5em 0}summary{cursor:pointer;font-weight:600}
-</style></head><body>
+` + ReportCSS + `</style></head><body>
 <h1>gofit lab report</h1>
 <p class="meta">{{.R.Machine.CPUs}} CPUs, cgroup v{{.R.Machine.CgroupVersion}}, {{.R.Machine.GoVersion}}, kernel {{.R.Machine.Kernel}}, load average at start {{.R.Machine.LoadAvg}}.
 Target <code>{{.R.Target.Command}}</code>. {{.R.Lab.Trials}} trials in {{printf "%.0f" .R.Lab.WallSeconds}} s (budget {{printf "%.0f" .R.Lab.BudgetSeconds}} s).</p>
