@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -43,6 +44,9 @@ const (
 	FitGofit = "gofit" // gofit's plan, as the webhook injects it outside experiments
 	FitNone  = "none"  // Go's own defaults; GOFIT=off keeps a linked library out of it too
 )
+
+// ArmDeadline bounds an arm assignment.
+const ArmDeadline = time.Second
 
 // MaxArms bounds an experiment: each arm needs pods, and more arms than
 // this would leave each with too few to decide anything.
@@ -252,6 +256,11 @@ func (m *Mutator) Admit(ctx context.Context, pod *corev1.Pod) Result {
 	if m.arms == nil {
 		return normal("this webhook runs without experiments (start it with --experiments and API access)")
 	}
+	// Well inside the API server's timeout for the webhook (2 s as
+	// shipped): a slow assignment then gives the normal fit and a
+	// warning, not a pod admitted with nothing.
+	ctx, cancel := context.WithTimeout(ctx, ArmDeadline)
+	defer cancel()
 	as, err := m.arms.Assign(ctx, pod.Namespace, e)
 	if err != nil {
 		return normal(fmt.Sprintf("no arm assigned: %v", err))

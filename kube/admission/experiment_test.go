@@ -96,11 +96,16 @@ func TestLeastFilledStaysWithinOne(t *testing.T) {
 
 // fixedArm assigns arms in turn, or fails.
 type fixedArm struct {
-	next int
-	err  error
+	next  int
+	err   error
+	block bool // until the context ends
 }
 
 func (f *fixedArm) Assign(ctx context.Context, ns string, e *Experiment) (Assignment, error) {
+	if f.block {
+		<-ctx.Done()
+		return Assignment{}, ctx.Err()
+	}
 	if f.err != nil {
 		return Assignment{}, f.err
 	}
@@ -167,6 +172,7 @@ func TestAdmitMalformedOrUnassignedGetsTheNormalFit(t *testing.T) {
 		{"malformed", "name: g\narms: [{name: a, fit: none}, {name: b, env: {GOMAXPROCS: two}}]", &fixedArm{}, "field arms[1].env.GOMAXPROCS"},
 		{"no assigner", good, nil, "runs without experiments"},
 		{"assigner fails", good, &fixedArm{err: errors.New("leases is forbidden")}, "no arm assigned: leases is forbidden"},
+		{"assigner too slow", good, &fixedArm{block: true}, "no arm assigned: context deadline exceeded"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

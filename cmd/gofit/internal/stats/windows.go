@@ -71,7 +71,13 @@ func (b *Bootstrap) PairedWindows(n int, stat func(windows []int) float64) Inter
 	// autocorrelated series called differences in 15% of analyses.
 	k := float64(n) / float64(l)
 	f := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: k - 1}.Quantile(0.975) / 1.959963984540054
-	iv.Low, iv.High = iv.Value-f*(iv.Value-iv.Low), iv.Value+f*(iv.High-iv.Value)
+	if iv.Value > 0 && iv.Low > 0 {
+		// A ratio's spread is multiplicative: widen it on a log scale,
+		// where it is about symmetric.
+		iv.Low, iv.High = iv.Value*math.Pow(iv.Low/iv.Value, f), iv.Value*math.Pow(iv.High/iv.Value, f)
+	} else {
+		iv.Low, iv.High = iv.Value-f*(iv.Value-iv.Low), iv.Value+f*(iv.High-iv.Value)
+	}
 	return iv
 }
 
