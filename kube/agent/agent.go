@@ -99,6 +99,11 @@ type Report struct {
 	Kubelet  string
 	Warnings []string
 	Duration time.Duration
+	// Unprotected counts the pods this pass left without the memory QoS
+	// it planned for them: pods whose cgroup it could not find, or every
+	// running pod when the pass was skipped for bad input or a missing
+	// allocatable (not when it stands aside for the kubelet's own QoS).
+	Unprotected int
 }
 
 // Reconcile plans every value and applies the changed ones. Pods whose
@@ -138,6 +143,11 @@ func (a *Agent) Reconcile(st State) Report {
 		if errors.Is(err, memqos.ErrNoAllocatable) {
 			rep.Skip = SkipNoAllocatable
 		}
+		for _, p := range st.Pods {
+			if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+				rep.Unprotected++
+			}
+		}
 		return rep
 	}
 	rep.Result = res
@@ -160,6 +170,7 @@ func (a *Agent) Reconcile(st State) Report {
 		d, ok := dirs[p.UID]
 		if !ok {
 			rep.Warnings = append(rep.Warnings, fmt.Sprintf("pod %s/%s: no cgroup %s (not started yet?)", p.Namespace, p.Name, l.PodPath(p.KubeQoS, p.UID)))
+			rep.Unprotected++
 			continue
 		}
 		planned[p.UID] = true

@@ -19,6 +19,7 @@ type Metrics struct {
 	kubelet   prometheus.Gauge
 	defaults  prometheus.Gauge
 	lastPass  prometheus.Gauge
+	unprot    prometheus.Gauge
 }
 
 // NewMetrics registers the agent's metrics on reg.
@@ -53,11 +54,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		lastPass: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gofit_node_last_reconcile_timestamp_seconds", Help: "when the last reconcile pass ended (Unix time).",
 		}),
+		unprot: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gofit_node_unprotected_pods", Help: "pods the last pass left without the memory QoS it planned: no cgroup found, or every running pod when the pass was skipped for bad input or no allocatable.",
+		}),
 	}
 	for _, r := range []string{SkipNoAllocatable, SkipBadInput, SkipKubeletQoS} {
 		m.skipped.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.writes, m.errors, m.protected, m.duration, m.missing, m.skipped, m.kubelet, m.defaults, m.lastPass} {
+	for _, c := range []prometheus.Collector{m.writes, m.errors, m.protected, m.duration, m.missing, m.skipped, m.kubelet, m.defaults, m.lastPass, m.unprot} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -82,6 +86,7 @@ func (m *Metrics) observe(r *Report) {
 	m.lastPass.SetToCurrentTime()
 	m.duration.Observe(r.Duration.Seconds())
 	m.kubelet.Set(b2f(r.Kubelet != ""))
+	m.unprot.Set(float64(r.Unprotected))
 	if r.Skip != "" {
 		m.skipped.WithLabelValues(r.Skip).Inc()
 	}
