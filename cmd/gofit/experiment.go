@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net/http"
@@ -25,6 +26,10 @@ import (
 const exitFailOn = 3
 
 func runExperiment(args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+		fmt.Fprintln(stderr, "Usage: gofit experiment report [flags]\n\nJudges the arms of an experiment on live traffic from Prometheus (docs/experiment.md).\nRun 'gofit experiment report -h' for its flags.")
+		return flag.ErrHelp
+	}
 	if len(args) == 0 || args[0] != "report" {
 		return fmt.Errorf("%w: want `gofit experiment report [flags]`", errUsage)
 	}

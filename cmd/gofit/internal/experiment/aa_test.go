@@ -11,10 +11,10 @@ import (
 
 // TestAAFalseVerdictRate runs A/A experiments, where the two arms are the
 // same setting, on synthetic series with shared autocorrelated traffic,
-// per-arm drift and bursts that span windows: a better or worse verdict
+// each pod's own drift: a better or worse verdict
 // there is false. Per metric it must stay at or under the nominal 5%.
 // It also measures the power on a real difference (latency ×1.2, CPU per
-// request ×1.15). docs/results/experiment-statistics.md quotes its log:
+// request ×1.15). docs/results/experiment.md quotes its log:
 //
 //	GOFIT_AA_ANALYSES=400 go test ./cmd/gofit/internal/experiment -run TestAAFalseVerdictRate -v
 //

@@ -21,10 +21,10 @@ import (
 // Lower and at most Upper seconds.
 type Bucket struct{ Lower, Upper, Count float64 }
 
-// Window is what one arm's pods did in one time window, summed over its
-// pods. Window i of every arm covers the same stretch of time.
+// Window is what one pod did in one time window. Window i of every pod of
+// every arm covers the same stretch of time.
 type Window struct {
-	Pods       float64 // pods that reported requests or CPU in the window
+	Has        Source // the sources that reported in the window
 	Requests   float64
 	Errors     float64
 	Latency    []Bucket // non-cumulative, by Upper
@@ -35,7 +35,7 @@ type Window struct {
 	GoBusy     float64
 	Pauses     float64 // GC stop-the-world pauses, and their total seconds
 	PauseSecs  float64
-	WorkingSet float64 // bytes, the sum over pods of each pod's mean
+	WorkingSet float64 // bytes, the pod's mean over the window
 	Heap       float64
 	OOMKills   float64
 	Restarts   float64
@@ -43,6 +43,24 @@ type Window struct {
 	grid   *grid     // set by Analyze: the latency buckets of every window
 	counts []float64 // Latency's counts on grid
 }
+
+// Source is a set of kinds of data a window has: a metric is computed
+// over the windows that have what it needs, so that a pod without a
+// source (GOFIT=off switches gofit's own metrics off) counts as missing,
+// never as zero.
+type Source uint16
+
+// The kinds of data.
+const (
+	HasLatency Source = 1 << iota
+	HasCPU
+	HasThrottling
+	HasGC
+	HasPauses
+	HasMemory
+	HasHeap
+	HasAll = HasLatency | HasCPU | HasThrottling | HasGC | HasPauses | HasMemory | HasHeap
+)
 
 // grid is the union of the buckets of every window of an analysis, so
 // that a resample's histogram is a sum of arrays, not of maps: a report
@@ -52,9 +70,11 @@ type grid struct{ lower, upper []float64 }
 func newGrid(arms []Arm) *grid {
 	seen := map[[2]float64]bool{}
 	for _, a := range arms {
-		for _, w := range a.Windows {
-			for _, b := range w.Latency {
-				seen[[2]float64{b.Lower, b.Upper}] = true
+		for _, ws := range a.Windows {
+			for _, w := range ws {
+				for _, b := range w.Latency {
+					seen[[2]float64{b.Lower, b.Upper}] = true
+				}
 			}
 		}
 	}
@@ -77,23 +97,24 @@ func newGrid(arms []Arm) *grid {
 		pos[k] = i
 	}
 	for ai := range arms {
-		ws := arms[ai].Windows
-		for wi := range ws {
-			ws[wi].grid = g
-			ws[wi].counts = make([]float64, len(keys))
-			for _, b := range ws[wi].Latency {
-				ws[wi].counts[pos[[2]float64{b.Lower, b.Upper}]] += b.Count
+		for _, ws := range arms[ai].Windows {
+			for wi := range ws {
+				ws[wi].grid = g
+				ws[wi].counts = make([]float64, len(keys))
+				for _, b := range ws[wi].Latency {
+					ws[wi].counts[pos[[2]float64{b.Lower, b.Upper}]] += b.Count
+				}
 			}
 		}
 	}
 	return g
 }
 
-func (g *grid) quantile(ws []Window, idx []int, p float64) float64 {
+func (g *grid) quantile(ws []Window, p float64) float64 {
 	sum := make([]float64, len(g.upper))
 	total := 0.0
-	for _, i := range idx {
-		for j, c := range ws[i].counts {
+	for _, w := range ws {
+		for j, c := range w.counts {
 			sum[j] += c
 			total += c
 		}
@@ -114,11 +135,24 @@ func (g *grid) quantile(ws []Window, idx []int, p float64) float64 {
 	return g.lower[len(g.lower)-1]
 }
 
-// Arm is one arm's fetched data.
+// Arm is one arm's fetched data: Windows[p][i] is pod Pods[p] in window
+// i.
 type Arm struct {
 	Name    string
 	Pods    []string
-	Windows []Window
+	Windows [][]Window
+}
+
+// flat lists the windows idx of the pods units (indices into Pods), in
+// buf.
+func (a *Arm) flat(idx, units []int, buf []Window) []Window {
+	buf = buf[:0]
+	for _, u := range units {
+		for _, i := range idx {
+			buf = append(buf, a.Windows[u][i])
+		}
+	}
+	return buf
 }
 
 // Input is everything Analyze needs: the fetched arms over the same
@@ -154,26 +188,30 @@ type Metric struct {
 	// Verdict false: reported, never judged (traffic the load balancer
 	// splits, not the arm's doing).
 	Verdict bool
-	of      func(ws []Window, idx []int) float64
+	of      func(ws []Window) float64
 }
 
 // Metrics lists what the report computes, in its order.
 func Metrics() []Metric {
-	sum := func(f func(Window) float64) func([]Window, []int) float64 {
-		return func(ws []Window, idx []int) float64 {
-			s := 0.0
-			for _, i := range idx {
-				s += f(ws[i])
+	// ratio sums a and b over the windows that have need; NaN when none.
+	ratio := func(need Source, a, b func(Window) float64) func([]Window) float64 {
+		return func(ws []Window) float64 {
+			var x, y float64
+			n := 0
+			for _, w := range ws {
+				if w.Has&need == need {
+					x, y, n = x+a(w), y+b(w), n+1
+				}
 			}
-			return s
+			if n == 0 {
+				return math.NaN()
+			}
+			return div(x, y)
 		}
 	}
-	ratio := func(a, b func(Window) float64) func([]Window, []int) float64 {
-		num, den := sum(a), sum(b)
-		return func(ws []Window, idx []int) float64 { return div(num(ws, idx), den(ws, idx)) }
-	}
-	q := func(p float64) func([]Window, []int) float64 {
-		return func(ws []Window, idx []int) float64 { return Quantile(ws, idx, p) }
+	one := func(Window) float64 { return 1 }
+	q := func(p float64) func([]Window) float64 {
+		return func(ws []Window) float64 { return Quantile(ws, p) }
 	}
 	return []Metric{
 		{Name: "requests_per_second", Label: "requests/s per pod", Unit: "/s", Needs: "latency", Dir: stats.HigherIsBetter, Margin: 0.05,
@@ -182,34 +220,35 @@ func Metrics() []Metric {
 		{Name: "p90_seconds", Label: "latency p90", Unit: "s", Needs: "latency", Margin: 0.10, Verdict: true, of: q(0.90)},
 		{Name: "p99_seconds", Label: "latency p99", Unit: "s", Needs: "latency", Margin: 0.10, Verdict: true, of: q(0.99)},
 		{Name: "p99_9_seconds", Label: "latency p99.9", Unit: "s", Needs: "latency", Margin: 0.20, Verdict: true, of: q(0.999)},
-		{Name: "error_share", Label: "errors", Unit: "share", Needs: "latency", Margin: 0.10, of: ratio(func(w Window) float64 { return w.Errors }, func(w Window) float64 { return w.Requests })},
+		{Name: "error_share", Label: "errors", Unit: "share", Needs: "latency", Margin: 0.10,
+			of: ratio(HasLatency, func(w Window) float64 { return w.Errors }, func(w Window) float64 { return w.Requests })},
 		{Name: "cpu_cores", Label: "CPU cores per pod", Unit: "cores", Needs: "cpu", Margin: 0.05, Verdict: true, of: nil},
 		{Name: "cpu_seconds_per_request", Label: "CPU s/request", Unit: "s", Needs: "cpu+latency", Margin: 0.05, Verdict: true,
-			of: ratio(func(w Window) float64 { return w.CPUSeconds }, func(w Window) float64 { return w.Requests })},
+			of: ratio(HasCPU|HasLatency, func(w Window) float64 { return w.CPUSeconds }, func(w Window) float64 { return w.Requests })},
 		{Name: "throttled_share", Label: "throttled periods", Unit: "share", Needs: "throttling", Margin: 0.10, Verdict: true,
-			of: ratio(func(w Window) float64 { return w.Throttled }, func(w Window) float64 { return w.Periods })},
+			of: ratio(HasThrottling, func(w Window) float64 { return w.Throttled }, func(w Window) float64 { return w.Periods })},
 		{Name: "gc_cpu_share", Label: "GC share of CPU", Unit: "share", Needs: "gc", Margin: 0.10, Verdict: true,
-			of: ratio(func(w Window) float64 { return w.GCSeconds }, func(w Window) float64 { return w.GoBusy })},
+			of: ratio(HasGC, func(w Window) float64 { return w.GCSeconds }, func(w Window) float64 { return w.GoBusy })},
 		{Name: "gc_pause_seconds", Label: "mean GC pause", Unit: "s", Needs: "pauses", Margin: 0.20, Verdict: true,
-			of: ratio(func(w Window) float64 { return w.PauseSecs }, func(w Window) float64 { return w.Pauses })},
+			of: ratio(HasPauses, func(w Window) float64 { return w.PauseSecs }, func(w Window) float64 { return w.Pauses })},
 		{Name: "working_set_bytes", Label: "working set per pod", Unit: "bytes", Needs: "memory", Margin: 0.05, Verdict: true,
-			of: ratio(func(w Window) float64 { return w.WorkingSet }, func(w Window) float64 { return w.Pods })},
+			of: ratio(HasMemory, func(w Window) float64 { return w.WorkingSet }, one)},
 		{Name: "heap_bytes", Label: "Go heap per pod", Unit: "bytes", Needs: "heap", Margin: 0.05, Verdict: true,
-			of: ratio(func(w Window) float64 { return w.Heap }, func(w Window) float64 { return w.Pods })},
+			of: ratio(HasHeap, func(w Window) float64 { return w.Heap }, one)},
 	}
 }
 
 // Quantile is the latency quantile p of the windows' pooled histogram,
 // interpolated linearly within the bucket it falls in, as Prometheus's
 // histogram_quantile does; NaN without requests.
-func Quantile(ws []Window, idx []int, p float64) float64 {
-	if g := ws[0].grid; g != nil {
-		return g.quantile(ws, idx, p)
+func Quantile(ws []Window, p float64) float64 {
+	if len(ws) > 0 && ws[0].grid != nil {
+		return ws[0].grid.quantile(ws, p)
 	}
 	agg := map[[2]float64]float64{}
 	total := 0.0
-	for _, i := range idx {
-		for _, b := range ws[i].Latency {
+	for _, w := range ws {
+		for _, b := range w.Latency {
 			agg[[2]float64{b.Lower, b.Upper}] += b.Count
 			total += b.Count
 		}
@@ -328,10 +367,18 @@ func Analyze(in Input) (*Results, error) {
 	if ctrl < 0 {
 		return nil, fmt.Errorf("control arm %q has no data", in.Control)
 	}
-	n := len(in.Arms[ctrl].Windows)
+	n := -1
 	for _, a := range in.Arms {
-		if len(a.Windows) != n {
-			return nil, fmt.Errorf("arm %s has %d windows, the control %d: windows must be paired", a.Name, len(a.Windows), n)
+		if len(a.Pods) == 0 || len(a.Windows) != len(a.Pods) {
+			return nil, fmt.Errorf("arm %s: %d pods, %d pods' windows", a.Name, len(a.Pods), len(a.Windows))
+		}
+		for p, ws := range a.Windows {
+			if n < 0 {
+				n = len(ws)
+			}
+			if len(ws) != n {
+				return nil, fmt.Errorf("arm %s pod %s has %d windows, others %d: windows must be paired", a.Name, a.Pods[p], len(ws), n)
+			}
 		}
 	}
 	if in.Resamples <= 0 {
@@ -343,7 +390,10 @@ func Analyze(in Input) (*Results, error) {
 	arms := make([]Arm, len(in.Arms))
 	for i, a := range in.Arms {
 		arms[i] = a
-		arms[i].Windows = append([]Window(nil), a.Windows...)
+		arms[i].Windows = make([][]Window, len(a.Windows))
+		for p, ws := range a.Windows {
+			arms[i].Windows[p] = append([]Window(nil), ws...)
+		}
 	}
 	in.Arms = arms
 	newGrid(in.Arms)
@@ -351,9 +401,9 @@ func Analyze(in Input) (*Results, error) {
 	for i := range ms {
 		switch ms[i].Name {
 		case "requests_per_second":
-			ms[i].of = perPodSecond(func(w Window) float64 { return w.Requests }, sec)
+			ms[i].of = perPodSecond(HasLatency, func(w Window) float64 { return w.Requests }, sec)
 		case "cpu_cores":
-			ms[i].of = perPodSecond(func(w Window) float64 { return w.CPUSeconds }, sec)
+			ms[i].of = perPodSecond(HasCPU, func(w Window) float64 { return w.CPUSeconds }, sec)
 		}
 	}
 	have := func(m Metric) bool {
@@ -372,26 +422,43 @@ func Analyze(in Input) (*Results, error) {
 	if n < stats.MinWindows {
 		res.Notes = append(res.Notes, fmt.Sprintf("only %d windows: at least %d are needed for an interval; every verdict is undecided (run longer or use a shorter --window)", n, stats.MinWindows))
 	}
-	all := make([]int, n)
-	for i := range all {
-		all[i] = i
-	}
 	b := stats.NewBootstrap(in.Resamples, in.Seed)
+	var bufA, bufC []Window
 	for _, a := range in.Arms {
+		if len(a.Pods) == 1 {
+			res.Notes = append(res.Notes, fmt.Sprintf("arm %s has one pod: a difference of that pod's own (its node, its neighbours) cannot be told from the arm's", a.Name))
+		}
 		ar := ArmResult{Name: a.Name, Pods: append([]string{}, a.Pods...), Metrics: map[string]Value{}, Harms: []string{}}
-		for _, w := range a.Windows {
-			ar.OOMKills += w.OOMKills
-			ar.Restarts += w.Restarts
-			if w.Pods > 0 {
+		series := ArmSeries{Arm: a.Name, Values: map[string][]float64{}}
+		for i := range n {
+			any := false
+			for _, ws := range a.Windows {
+				ar.OOMKills += ws[i].OOMKills
+				ar.Restarts += ws[i].Restarts
+				any = any || ws[i].Has != 0
+			}
+			if any {
 				ar.Windows++
 			}
+			series.T = append(series.T, in.From.Add(time.Duration(i)*in.Window))
 		}
+		units := []int{len(a.Pods)}
 		for _, m := range ms {
 			if !have(m) {
 				continue
 			}
-			iv := b.PairedWindows(n, func(idx []int) float64 { return m.of(a.Windows, idx) })
+			iv := b.PairedUnits(n, units, func(idx []int, u [][]int) float64 {
+				bufA = a.flat(idx, u[0], bufA)
+				return m.of(bufA)
+			})
 			ar.Metrics[m.Name] = Value{F(iv.Value), F(iv.Low), F(iv.High)}
+			all := allUnits(len(a.Pods))
+			vs := make([]float64, n)
+			for i := range vs {
+				bufA = a.flat([]int{i}, all, bufA)
+				vs[i] = m.of(bufA)
+			}
+			series.Values[m.Name] = vs
 		}
 		if ar.OOMKills > 0 {
 			ar.Harms = append(ar.Harms, fmt.Sprintf("%.0f OOM kills", ar.OOMKills))
@@ -400,20 +467,6 @@ func Analyze(in Input) (*Results, error) {
 			ar.Harms = append(ar.Harms, fmt.Sprintf("%.0f restarts", ar.Restarts))
 		}
 		res.Arms = append(res.Arms, ar)
-		series := ArmSeries{Arm: a.Name, Values: map[string][]float64{}}
-		for i := range a.Windows {
-			series.T = append(series.T, in.From.Add(time.Duration(i)*in.Window))
-		}
-		for _, m := range ms {
-			if !have(m) {
-				continue
-			}
-			vs := make([]float64, n)
-			for i := range vs {
-				vs[i] = m.of(a.Windows, []int{i})
-			}
-			series.Values[m.Name] = vs
-		}
 		res.Series = append(res.Series, series)
 	}
 	var errShare Metric
@@ -422,35 +475,42 @@ func Analyze(in Input) (*Results, error) {
 			errShare = m
 		}
 	}
-	for i, a := range in.Arms {
+	c := &in.Arms[ctrl]
+	for i := range in.Arms {
 		if i == ctrl {
 			continue
 		}
+		a := &in.Arms[i]
 		ar := &res.Arms[i]
-		c := in.Arms[ctrl]
+		units := []int{len(a.Pods), len(c.Pods)}
 		// Harm first: an arm that kills pods or fails requests is
 		// flagged whatever its latency or CPU.
 		if have(errShare) {
-			d := b.PairedWindows(n, func(idx []int) float64 {
-				return nz(errShare.of(a.Windows, idx)) - nz(errShare.of(c.Windows, idx))
+			d := b.PairedUnits(n, units, func(idx []int, u [][]int) float64 {
+				bufA, bufC = a.flat(idx, u[0], bufA), c.flat(idx, u[1], bufC)
+				return nz(errShare.of(bufA)) - nz(errShare.of(bufC))
 			})
 			if d.Low > 0 {
 				ar.Harms = append(ar.Harms, fmt.Sprintf("error share higher than %s's by %.3g (95%% interval %.3g to %.3g)", in.Control, d.Value, d.Low, d.High))
 			}
 		}
 		ar.Harmful = len(ar.Harms) > 0
-		if ar.Harmful {
-			for _, h := range ar.Harms {
-				res.Verdicts = append(res.Verdicts, Verdict{Arm: a.Name, Metric: "harm", Verdict: Harmful, Ratio: F(math.NaN()), Low: F(math.NaN()), High: F(math.NaN()), Detail: h})
-			}
+		for _, h := range ar.Harms {
+			res.Verdicts = append(res.Verdicts, Verdict{Arm: a.Name, Metric: "harm", Verdict: Harmful, Ratio: F(math.NaN()), Low: F(math.NaN()), High: F(math.NaN()), Detail: h})
 		}
 		for _, m := range ms {
 			if !m.Verdict || !have(m) {
 				continue
 			}
-			iv := b.PairedWindows(n, func(idx []int) float64 { return div(m.of(a.Windows, idx), m.of(c.Windows, idx)) })
+			iv := b.PairedUnits(n, units, func(idx []int, u [][]int) float64 {
+				bufA, bufC = a.flat(idx, u[0], bufA), c.flat(idx, u[1], bufC)
+				return div(m.of(bufA), m.of(bufC))
+			})
 			v := Verdict{Arm: a.Name, Metric: m.Name, Ratio: F(iv.Value), Low: F(iv.Low), High: F(iv.High), Margin: m.Margin,
 				Verdict: stats.RatioVerdict(iv, m.Dir, m.Margin)}
+			if math.IsNaN(iv.Value) {
+				v.Verdict, v.Detail = stats.Undecided, "no data for one side"
+			}
 			res.Verdicts = append(res.Verdicts, v)
 		}
 	}
@@ -458,14 +518,27 @@ func Analyze(in Input) (*Results, error) {
 	return res, nil
 }
 
-func perPodSecond(f func(Window) float64, sec float64) func([]Window, []int) float64 {
-	return func(ws []Window, idx []int) float64 {
+func allUnits(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// perPodSecond is f per second per pod over the windows that have need.
+func perPodSecond(need Source, f func(Window) float64, sec float64) func([]Window) float64 {
+	return func(ws []Window) float64 {
 		var s, pods float64
-		for _, i := range idx {
-			s += f(ws[i])
-			pods += ws[i].Pods
+		for _, w := range ws {
+			if w.Has&need == need {
+				s, pods = s+f(w), pods+1
+			}
 		}
-		return div(s, pods*sec)
+		if pods == 0 {
+			return math.NaN()
+		}
+		return s / (pods * sec)
 	}
 }
 

@@ -22,8 +22,8 @@ type arm struct {
 }
 
 // synth makes n paired windows of a shared, autocorrelated traffic (AR(1)
-// with a daily-like drift, bursts that span windows) for each arm, with
-// each arm's own pod-level noise, as Prometheus would return them.
+// with a slow swing over the span) for each arm's 2 pods, each pod with
+// its own drift (AR(1)) and noise, as Prometheus would return them.
 func synth(rng *rand.Rand, n int, arms []arm) Input {
 	load := make([]float64, n)
 	x := 0.0
@@ -35,37 +35,41 @@ func synth(rng *rand.Rand, n int, arms []arm) Input {
 		Have: map[string]bool{"latency": true, "cpu": true, "throttling": true, "gc": true, "pauses": true, "memory": true, "heap": true}, Seed: 1, Resamples: 400}
 	for _, a := range arms {
 		ar := Arm{Name: a.name, Pods: []string{a.name + "-1", a.name + "-2"}}
-		ay := 0.0
-		for i := range n {
-			ay = 0.6*ay + 0.08*rng.NormFloat64() // the arm's pods drift on their own too
-			req := load[i] * 60 * 2 * math.Exp(0.05*rng.NormFloat64())
-			// Latency: lognormal, slower under load, shared by the moment.
-			mu := math.Log(0.02*a.latency) + 0.3*math.Log(load[i]/200) + ay
-			w := Window{Pods: 2, Requests: math.Round(req)}
-			w.Errors = math.Round(req * a.errors)
-			prev := 0.0
-			lower := 0.0
-			for _, ub := range bounds {
-				c := 1.0
-				if !math.IsInf(ub, 1) {
-					c = 0.5 * math.Erfc(-(math.Log(ub)-mu)/(0.7*math.Sqrt2))
+		for range ar.Pods {
+			var ws []Window
+			ay := 0.0
+			for i := range n {
+				ay = 0.6*ay + 0.08*rng.NormFloat64() // the pod drifts on its own too
+				req := load[i] * 60 * math.Exp(0.05*rng.NormFloat64())
+				// Latency: lognormal, slower under load, shared by the moment.
+				mu := math.Log(0.02*a.latency) + 0.3*math.Log(load[i]/200) + ay
+				w := Window{Has: HasAll, Requests: math.Round(req)}
+				w.Errors = math.Round(req * a.errors)
+				prev := 0.0
+				lower := 0.0
+				for _, ub := range bounds {
+					c := 1.0
+					if !math.IsInf(ub, 1) {
+						c = 0.5 * math.Erfc(-(math.Log(ub)-mu)/(0.7*math.Sqrt2))
+					}
+					w.Latency = append(w.Latency, Bucket{lower, ub, math.Round((c - prev) * w.Requests)})
+					prev, lower = c, ub
 				}
-				w.Latency = append(w.Latency, Bucket{lower, ub, math.Round((c - prev) * w.Requests)})
-				prev, lower = c, ub
+				w.CPUSeconds = w.Requests * 0.002 * a.cpu * math.Exp(0.04*rng.NormFloat64()+ay/4)
+				w.Periods = 600
+				w.Throttled = w.Periods * math.Min(1, 0.1*load[i]/200*a.cpu*math.Exp(0.1*rng.NormFloat64()))
+				w.GoBusy = w.CPUSeconds * 1.05
+				w.GCSeconds = w.GoBusy * 0.1 * math.Exp(0.1*rng.NormFloat64())
+				w.Pauses = 60
+				w.PauseSecs = w.Pauses * 0.0003 * math.Exp(0.1*rng.NormFloat64())
+				w.WorkingSet = 80e6 * math.Exp(0.02*rng.NormFloat64())
+				w.Heap = 30e6 * math.Exp(0.03*rng.NormFloat64())
+				if i == a.oomInWindow && len(ar.Windows) == 0 {
+					w.OOMKills = 1
+				}
+				ws = append(ws, w)
 			}
-			w.CPUSeconds = w.Requests * 0.002 * a.cpu * math.Exp(0.04*rng.NormFloat64()+ay/4)
-			w.Periods = 600 * 2
-			w.Throttled = w.Periods * math.Min(1, 0.1*load[i]/200*a.cpu*math.Exp(0.1*rng.NormFloat64()))
-			w.GoBusy = w.CPUSeconds * 1.05
-			w.GCSeconds = w.GoBusy * 0.1 * math.Exp(0.1*rng.NormFloat64())
-			w.Pauses = 2 * 60
-			w.PauseSecs = w.Pauses * 0.0003 * math.Exp(0.1*rng.NormFloat64())
-			w.WorkingSet = 2 * 80e6 * math.Exp(0.02*rng.NormFloat64())
-			w.Heap = 2 * 30e6 * math.Exp(0.03*rng.NormFloat64())
-			if i == a.oomInWindow {
-				w.OOMKills = 1
-			}
-			ar.Windows = append(ar.Windows, w)
+			ar.Windows = append(ar.Windows, ws)
 		}
 		in.Arms = append(in.Arms, ar)
 	}
@@ -74,14 +78,14 @@ func synth(rng *rand.Rand, n int, arms []arm) Input {
 
 func TestQuantileInterpolatesLikePrometheus(t *testing.T) {
 	ws := []Window{{Latency: []Bucket{{0, 0.1, 50}, {0.1, 0.2, 50}, {0.2, math.Inf(1), 0}}}}
-	if q := Quantile(ws, []int{0}, 0.75); math.Abs(q-0.15) > 1e-12 {
+	if q := Quantile(ws, 0.75); math.Abs(q-0.15) > 1e-12 {
 		t.Errorf("p75 = %v, want 0.15 (halfway into (0.1, 0.2])", q)
 	}
 	ws[0].Latency[2].Count = 10
-	if q := Quantile(ws, []int{0}, 0.999); q != 0.2 {
+	if q := Quantile(ws, 0.999); q != 0.2 {
 		t.Errorf("p99.9 in +Inf bucket = %v, want the highest finite bound 0.2", q)
 	}
-	if q := Quantile([]Window{{}}, []int{0}, 0.5); !math.IsNaN(q) {
+	if q := Quantile([]Window{{}}, 0.5); !math.IsNaN(q) {
 		t.Errorf("quantile of nothing = %v", q)
 	}
 }
@@ -169,12 +173,40 @@ func TestAnalyzeTooFewWindowsIsUndecided(t *testing.T) {
 func TestAnalyzeRejectsUnpairedWindows(t *testing.T) {
 	rng := rand.New(rand.NewSource(6))
 	in := synth(rng, 10, []arm{{name: "c", latency: 1, cpu: 1, oomInWindow: -1}, {name: "t", latency: 1, cpu: 1, oomInWindow: -1}})
-	in.Arms[1].Windows = in.Arms[1].Windows[:9]
+	in.Arms[1].Windows[1] = in.Arms[1].Windows[1][:9]
 	if _, err := Analyze(in); err == nil {
 		t.Error("unpaired windows accepted")
 	}
 	in.Control = "nope"
 	if _, err := Analyze(in); err == nil {
 		t.Error("missing control accepted")
+	}
+}
+
+// An arm without a source (GOFIT=off switches gofit's own metrics off)
+// has no figure for it, and no verdict: never a zero that looks better.
+func TestAnalyzeMissingSourceIsNoFigure(t *testing.T) {
+	rng := rand.New(rand.NewSource(9))
+	in := synth(rng, 30, []arm{{name: "c", latency: 1, cpu: 1, oomInWindow: -1}, {name: "off", latency: 1, cpu: 1, oomInWindow: -1}})
+	for _, ws := range in.Arms[1].Windows {
+		for i := range ws {
+			ws[i].Has &^= HasCPU | HasMemory
+			ws[i].CPUSeconds, ws[i].WorkingSet = 0, 0
+		}
+	}
+	r, err := Analyze(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"cpu_seconds_per_request", "cpu_cores", "working_set_bytes"} {
+		if v := verdictOf(r, "off", m); v.Verdict != "undecided" || v.Detail == "" {
+			t.Errorf("%s without data: %+v", m, v)
+		}
+		if v := r.Arms[1].Metrics[m]; !math.IsNaN(float64(v.Value)) {
+			t.Errorf("%s without data: value %v", m, v.Value)
+		}
+	}
+	if v := verdictOf(r, "off", "p99_seconds"); v.Verdict == "undecided" && v.Detail != "" {
+		t.Errorf("p99 has data: %+v", v)
 	}
 }

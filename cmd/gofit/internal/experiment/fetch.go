@@ -130,11 +130,15 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 	for p, a := range armOf {
 		byArm[a] = append(byArm[a], p)
 	}
-	idx := map[string]int{}
+	loc := map[string][2]int{} // pod → its arm's index, its index in the arm
 	for i, a := range order {
 		sort.Strings(byArm[a])
-		in.Arms = append(in.Arms, Arm{Name: a, Pods: byArm[a], Windows: make([]Window, n)})
-		idx[a] = i
+		arm := Arm{Name: a, Pods: byArm[a]}
+		for j, p := range byArm[a] {
+			arm.Windows = append(arm.Windows, make([]Window, n))
+			loc[p] = [2]int{i, j}
+		}
+		in.Arms = append(in.Arms, arm)
 	}
 	all := make([]string, 0, len(armOf))
 	for p := range armOf {
@@ -142,35 +146,58 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 	}
 	sort.Strings(all)
 	f.sel = fmt.Sprintf(`namespace=%q, pod=~%q`, q.Namespace, strings.Join(all, "|"))
-	// put adds a pod's per-window values into its arm's windows.
-	put := func(ss model.Matrix, set func(w *Window, v float64)) {
+	// put adds a pod's per-window values into its windows, marking them
+	// as having the source.
+	put := func(ss model.Matrix, has Source, set func(w *Window, v float64)) {
 		for _, s := range ss {
-			a, ok := armOf[string(s.Metric["pod"])]
+			l, ok := loc[string(s.Metric["pod"])]
 			if !ok {
 				continue
 			}
-			ws := in.Arms[idx[a]].Windows
+			ws := in.Arms[l[0]].Windows[l[1]]
 			for _, v := range s.Values {
 				if i, ok := f.window(v.Timestamp); ok && !math.IsNaN(float64(v.Value)) {
 					set(&ws[i], float64(v.Value))
+					ws[i].Has |= has
 				}
 			}
 		}
 	}
-	// first runs the candidates in order and keeps the first with data.
+	// first runs the candidates in order and keeps the first with data
+	// for every arm; else the one with data for the most arms, saying
+	// which arms it misses (GOFIT=off leaves an arm without gofit's own
+	// metrics: it is missing there, never zero).
 	first := func(what string, cands ...[2]string) (model.Matrix, error) {
+		var best model.Matrix
+		bestSrc, bestN := "", 0
 		for _, c := range cands {
 			m, err := f.matrix(c[1], true)
 			if err != nil {
 				return nil, err
 			}
-			if len(m) > 0 {
-				in.Sources[what] = c[0]
-				in.Have[what] = true
-				return m, nil
+			armsWith := map[int]bool{}
+			for _, s := range m {
+				if l, ok := loc[string(s.Metric["pod"])]; ok {
+					armsWith[l[0]] = true
+				}
+			}
+			if len(armsWith) > bestN {
+				best, bestSrc, bestN = m, c[0], len(armsWith)
+			}
+			if len(armsWith) == len(in.Arms) {
+				break
 			}
 		}
-		return nil, nil
+		if best == nil {
+			return nil, nil
+		}
+		in.Have[what] = true
+		in.Sources[what] = bestSrc
+		if bestN < len(in.Arms) {
+			in.Sources[what] += fmt.Sprintf(" (missing for %d of %d arms)", len(in.Arms)-bestN, len(in.Arms))
+			in.Notes = append(in.Notes, fmt.Sprintf("%s: no source has data for every arm; %s is missing for some, whose %s figures are left out", what, bestSrc, what))
+		}
+		return best, nil
 	}
 	inc := func(metric string, extra string) string {
 		return fmt.Sprintf(`sum by (pod) (increase(%s{%s%s}[%s]))`, metric, f.sel, extra, f.rng())
@@ -190,27 +217,27 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 	if len(buckets) > 0 {
 		in.Have["latency"] = true
 		in.Sources["latency"] = lat + " (classic histogram)"
-		if err := addClassic(buckets, armOf, idx, in.Arms, f); err != nil {
+		if err := addClassic(buckets, loc, in.Arms, f); err != nil {
 			return Input{}, err
 		}
 		errs, err := f.matrix(inc(lat+"_count", ", "+q.ErrorMatcher), true)
 		if err != nil {
 			return Input{}, err
 		}
-		put(errs, func(w *Window, v float64) { w.Errors += v })
+		put(errs, 0, func(w *Window, v float64) { w.Errors += v })
 	} else {
 		native, err := f.matrix(fmt.Sprintf(`sum by (pod) (increase(%s{%s}[%s]))`, lat, f.sel, f.rng()), true)
 		if err != nil {
 			return Input{}, err
 		}
-		if addNative(native, armOf, idx, in.Arms, f) {
+		if addNative(native, loc, in.Arms, f) {
 			in.Have["latency"] = true
 			in.Sources["latency"] = lat + " (native histogram)"
 			errs, err := f.matrix(fmt.Sprintf(`histogram_count(sum by (pod) (increase(%s{%s, %s}[%s])))`, lat, f.sel, q.ErrorMatcher, f.rng()), true)
 			if err != nil {
 				return Input{}, err
 			}
-			put(errs, func(w *Window, v float64) { w.Errors += v })
+			put(errs, 0, func(w *Window, v float64) { w.Errors += v })
 		} else {
 			in.Sources["latency"] = fmt.Sprintf("none: no %s_bucket or native %s series for these pods (--latency names the histogram)", lat, lat)
 		}
@@ -218,32 +245,33 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 
 	steps := []struct {
 		what  string
+		has   Source
 		set   func(w *Window, v float64)
 		cands [][2]string
 	}{
-		{"cpu", func(w *Window, v float64) { w.CPUSeconds += v }, [][2]string{
+		{"cpu", HasCPU, func(w *Window, v float64) { w.CPUSeconds += v }, [][2]string{
 			{"container_cpu_usage_seconds_total (cAdvisor)", inc("container_cpu_usage_seconds_total", cadvisor)},
 			{"gofit_cpu_usage_seconds_total", inc("gofit_cpu_usage_seconds_total", "")},
 			{"process_cpu_seconds_total", inc("process_cpu_seconds_total", "")}}},
-		{"throttling", func(w *Window, v float64) { w.Periods += v }, [][2]string{
+		{"throttling", HasThrottling, func(w *Window, v float64) { w.Periods += v }, [][2]string{
 			{"container_cpu_cfs_periods_total (cAdvisor)", inc("container_cpu_cfs_periods_total", cadvisor)},
 			{"gofit_cpu_periods_total", inc("gofit_cpu_periods_total", "")}}},
-		{"gc", func(w *Window, v float64) { w.GCSeconds += v }, [][2]string{
+		{"gc", HasGC, func(w *Window, v float64) { w.GCSeconds += v }, [][2]string{
 			{"gofit_go_cpu_seconds_total{class=\"gc\"}", inc("gofit_go_cpu_seconds_total", `, class="gc"`)},
 			{"go_cpu_classes_gc_total_cpu_seconds_total", inc("go_cpu_classes_gc_total_cpu_seconds_total", "")}}},
-		{"pauses", func(w *Window, v float64) { w.PauseSecs += v }, [][2]string{
+		{"pauses", HasPauses, func(w *Window, v float64) { w.PauseSecs += v }, [][2]string{
 			{"go_gc_duration_seconds", inc("go_gc_duration_seconds_sum", "")},
-			{"gofit_go_gc_pause_seconds", inc("gofit_go_gc_pause_seconds_sum", "")}}},
-		{"memory", func(w *Window, v float64) { w.WorkingSet += v }, [][2]string{
+			{"gofit_go_gc_pause_seconds", inc(sumOf("gofit_go_gc_pause_seconds"), "")}}},
+		{"memory", HasMemory, func(w *Window, v float64) { w.WorkingSet += v }, [][2]string{
 			{"container_memory_working_set_bytes (cAdvisor)", avg("container_memory_working_set_bytes", cadvisor)},
 			{"gofit_memory_working_set_bytes", avg("gofit_memory_working_set_bytes", "")}}},
-		{"heap", func(w *Window, v float64) { w.Heap += v }, [][2]string{
+		{"heap", HasHeap, func(w *Window, v float64) { w.Heap += v }, [][2]string{
 			{"go_memstats_heap_inuse_bytes", avg("go_memstats_heap_inuse_bytes", "")},
 			{"gofit_go_heap_live_bytes", avg("gofit_go_heap_live_bytes", "")}}},
-		{"oom", func(w *Window, v float64) { w.OOMKills += v }, [][2]string{
+		{"oom", 0, func(w *Window, v float64) { w.OOMKills += v }, [][2]string{
 			{"container_oom_events_total (cAdvisor)", inc("container_oom_events_total", cadvisor)},
 			{"gofit_oom_kills_total", inc("gofit_oom_kills_total", "")}}},
-		{"restarts", func(w *Window, v float64) { w.Restarts += v }, [][2]string{
+		{"restarts", 0, func(w *Window, v float64) { w.Restarts += v }, [][2]string{
 			{"kube_pod_container_status_restarts_total", inc("kube_pod_container_status_restarts_total", "")}}},
 	}
 	for _, s := range steps {
@@ -251,7 +279,7 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 		if err != nil {
 			return Input{}, err
 		}
-		put(m, s.set)
+		put(m, s.has, s.set)
 		if m == nil {
 			in.Sources[s.what] = "none found"
 		}
@@ -266,63 +294,28 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 		{"gc", "gofit_go_cpu_seconds_total{class=\"gc\"}", inc("gofit_go_cpu_seconds_total", `, class=~"gc|scavenge|user"`), func(w *Window, v float64) { w.GoBusy += v }},
 		{"gc", "go_cpu_classes_gc_total_cpu_seconds_total", fmt.Sprintf(`sum by (pod) (increase(go_cpu_classes_total_cpu_seconds_total{%[1]s}[%[2]s])) - sum by (pod) (increase(go_cpu_classes_idle_cpu_seconds_total{%[1]s}[%[2]s]))`, f.sel, f.rng()), func(w *Window, v float64) { w.GoBusy += v }},
 		{"pauses", "go_gc_duration_seconds", inc("go_gc_duration_seconds_count", ""), func(w *Window, v float64) { w.Pauses += v }},
-		{"pauses", "gofit_go_gc_pause_seconds", inc("gofit_go_gc_pause_seconds_count", ""), func(w *Window, v float64) { w.Pauses += v }},
+		{"pauses", "gofit_go_gc_pause_seconds", inc(countOf("gofit_go_gc_pause_seconds"), ""), func(w *Window, v float64) { w.Pauses += v }},
 	}
 	for _, c := range companions {
-		if in.Sources[c.what] != c.source {
+		if !strings.HasPrefix(in.Sources[c.what], c.source) {
 			continue
 		}
 		m, err := f.matrix(c.query, true)
 		if err != nil {
 			return Input{}, err
 		}
-		put(m, c.set)
-	}
-	// Pods per window: those with requests or CPU in it.
-	counted := map[[2]int]map[string]bool{}
-	mark := func(ss model.Matrix) {
-		for _, s := range ss {
-			p := string(s.Metric["pod"])
-			a, ok := armOf[p]
-			if !ok {
-				continue
-			}
-			for _, v := range s.Values {
-				if i, ok := f.window(v.Timestamp); ok {
-					k := [2]int{idx[a], i}
-					if counted[k] == nil {
-						counted[k] = map[string]bool{}
-					}
-					counted[k][p] = true
-				}
-			}
-		}
-	}
-	if in.Have["latency"] {
-		m, err := f.matrix(fmt.Sprintf(`count by (pod) (%s_count{%s} or %s{%s})`, lat, f.sel, lat, f.sel), true)
-		if err != nil {
-			return Input{}, err
-		}
-		mark(m)
-	}
-	if in.Have["cpu"] {
-		m, err := f.matrix(fmt.Sprintf(`count by (pod) ({__name__=~"container_cpu_usage_seconds_total|gofit_cpu_usage_seconds_total|process_cpu_seconds_total", %s})`, f.sel), true)
-		if err != nil {
-			return Input{}, err
-		}
-		mark(m)
+		put(m, 0, c.set)
 	}
 	if !in.Have["latency"] && !in.Have["cpu"] {
 		return Input{}, fmt.Errorf("experiment %s in %s, pods %s: %w (latency: %s; cpu: %s)", q.Name, q.Namespace, strings.Join(all, ", "), ErrNoData, in.Sources["latency"], in.Sources["cpu"])
 	}
-	for k, ps := range counted {
-		in.Arms[k[0]].Windows[k[1]].Pods = float64(len(ps))
-	}
 	if spec.Restarts != nil && !in.Have["restarts"] {
 		// Live pods' restarts from the API server, on the last window.
 		for a, r := range spec.Restarts {
-			if i, ok := idx[a]; ok && r > 0 {
-				in.Arms[i].Windows[n-1].Restarts += r
+			for i := range in.Arms {
+				if in.Arms[i].Name == a && r > 0 {
+					in.Arms[i].Windows[0][n-1].Restarts += r
+				}
 			}
 		}
 		in.Sources["restarts"] = "API server (live pods' restart counts)"
@@ -369,13 +362,13 @@ func (f fetcher) matrix(query string, ranged bool) (model.Matrix, error) {
 
 // addClassic turns per-pod cumulative bucket increases into per-window
 // buckets.
-func addClassic(ss model.Matrix, armOf map[string]string, idx map[string]int, arms []Arm, f fetcher) error {
+func addClassic(ss model.Matrix, loc map[string][2]int, arms []Arm, f fetcher) error {
 	type key struct {
-		arm, win int
+		arm, pod, win int
 	}
 	cum := map[key]map[float64]float64{}
 	for _, s := range ss {
-		a, ok := armOf[string(s.Metric["pod"])]
+		l, ok := loc[string(s.Metric["pod"])]
 		if !ok {
 			continue
 		}
@@ -388,7 +381,7 @@ func addClassic(ss model.Matrix, armOf map[string]string, idx map[string]int, ar
 			if !ok || math.IsNaN(float64(v.Value)) {
 				continue
 			}
-			k := key{idx[a], i}
+			k := key{l[0], l[1], i}
 			if cum[k] == nil {
 				cum[k] = map[float64]float64{}
 			}
@@ -401,7 +394,8 @@ func addClassic(ss model.Matrix, armOf map[string]string, idx map[string]int, ar
 			les = append(les, le)
 		}
 		sort.Float64s(les)
-		w := &arms[k.arm].Windows[k.win]
+		w := &arms[k.arm].Windows[k.pod][k.win]
+		w.Has |= HasLatency
 		lower, prev := 0.0, 0.0
 		for _, le := range les {
 			// increase() per bucket can dip below the one before it
@@ -421,10 +415,10 @@ func addClassic(ss model.Matrix, armOf map[string]string, idx map[string]int, ar
 }
 
 // addNative turns per-pod native histogram increases into buckets.
-func addNative(ss model.Matrix, armOf map[string]string, idx map[string]int, arms []Arm, f fetcher) bool {
+func addNative(ss model.Matrix, loc map[string][2]int, arms []Arm, f fetcher) bool {
 	found := false
 	for _, s := range ss {
-		a, ok := armOf[string(s.Metric["pod"])]
+		l, ok := loc[string(s.Metric["pod"])]
 		if !ok {
 			continue
 		}
@@ -434,7 +428,8 @@ func addNative(ss model.Matrix, armOf map[string]string, idx map[string]int, arm
 				continue
 			}
 			found = true
-			w := &arms[idx[a]].Windows[i]
+			w := &arms[l[0]].Windows[l[1]][i]
+			w.Has |= HasLatency
 			w.Requests += float64(h.Histogram.Count)
 			for _, b := range h.Histogram.Buckets {
 				w.Latency = append(w.Latency, Bucket{math.Max(0, float64(b.Lower)), float64(b.Upper), float64(b.Count)})
@@ -447,3 +442,8 @@ func addNative(ss model.Matrix, armOf map[string]string, idx map[string]int, arm
 // ErrNoData is returned when the experiment has pods but Prometheus has
 // none of their series.
 var ErrNoData = errors.New("no series for the experiment's pods")
+
+// sumOf and countOf name a histogram's or summary's series (spelt out,
+// a name would read as a metric of its own).
+func sumOf(name string) string   { return name + "_sum" }
+func countOf(name string) string { return name + "_count" }
