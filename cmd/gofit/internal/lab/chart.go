@@ -16,7 +16,7 @@ h1{font-size:1.4em;margin:.2em 0}h2{font-size:1.15em;margin:1em 0 .3em}
 .top>div{flex:1 1 560px;min-width:0}
 table{border-collapse:collapse;font-size:12.5px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right;vertical-align:top}
 th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}
-.better{background:#dff3df}.worse{background:#fadcdc}.same{background:#f3f3f3}.undecided{background:#fff2cc}.failed{background:#f4b4b4;font-weight:bold}.base{background:#e8eefa}
+.better{background:#dff3df}.worse{background:#fadcdc}.same{background:#f3f3f3}.undecided{background:#fff2cc}.saturated{background:#f6e0f0;font-style:italic}.failed{background:#f4b4b4;font-weight:bold}.base{background:#e8eefa}
 .ci{color:#555;font-size:11px}.v{font-size:11px;font-weight:600}.n{color:#777;font-size:10.5px}
 pre{background:#f6f6f6;padding:.6em;font-size:12px;margin:.3em 0}
 .alert{background:#fadcdc;border:1px solid #d66;padding:.5em .8em;margin:.4em 0}
