@@ -75,7 +75,7 @@ var commandPages = map[string][]string{
 
 // foreignFlags are flags of other programs that a page names on purpose.
 var foreignFlags = map[string]string{
-	"docs/lab.md auto-gomemlimit": "Prometheus' own flag, compared with the lab's automemlimit setting",
+	"docs/lab.md auto-gomemlimit":                "Prometheus' own flag, compared with the lab's automemlimit setting",
 	"docs/experiment.md metric-labels-allowlist": "kube-state-metrics' flag that keeps the arm labels of gone pods",
 }
 
