@@ -1,10 +1,16 @@
 package experiment
 
 import (
+	"fmt"
 	"math"
 	"math/rand"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gofit-dev/gofit/kube/admission"
 )
 
 // bounds are a classic histogram's buckets (seconds), as a service would
@@ -208,5 +214,22 @@ func TestAnalyzeMissingSourceIsNoFigure(t *testing.T) {
 	}
 	if v := verdictOf(r, "off", "p99_seconds"); v.Verdict == "undecided" && v.Detail != "" {
 		t.Errorf("p99 has data: %+v", v)
+	}
+}
+
+func TestSpecOfLivePods(t *testing.T) {
+	pod := func(name, arm string, restarts int32, oom bool) corev1.Pod {
+		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{admission.LabelExperiment: "g", admission.LabelArm: arm},
+			Annotations: map[string]string{admission.AnnotationExperiment: "name: g\ncontrol: b\narms: [{name: a, fit: none}, {name: b, fit: gofit}]"}}}
+		cs := corev1.ContainerStatus{Name: "app", RestartCount: restarts}
+		if oom {
+			cs.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{Reason: "OOMKilled"}
+		}
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{cs}
+		return p
+	}
+	s := specOf([]corev1.Pod{pod("p1", "a", 0, false), pod("p2", "b", 2, true), pod("p3", "a", 1, false)})
+	if fmt.Sprint(s.Arms) != "[a b]" || s.Control != "b" || len(s.Pods["a"]) != 2 || s.Restarts["b"] != 2 || s.OOMKills["b"] != 1 || s.OOMKills["a"] != 0 || s.Restarts["a"] != 1 {
+		t.Errorf("spec %+v", s)
 	}
 }

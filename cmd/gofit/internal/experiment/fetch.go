@@ -38,6 +38,7 @@ type Spec struct {
 	Control  string              // the spec's control
 	Pods     map[string][]string // arm → live pods
 	Restarts map[string]float64  // arm → container restarts of its live pods
+	OOMKills map[string]float64  // arm → live containers whose last end was an OOM kill
 }
 
 // PodSource finds an experiment's live pods (the API server).
@@ -167,8 +168,10 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 	// for every arm; else the one with data for the most arms, saying
 	// which arms it misses (GOFIT=off leaves an arm without gofit's own
 	// metrics: it is missing there, never zero).
+	covered := map[string]map[int]bool{} // kind → arms the chosen source has data for
 	first := func(what string, cands ...[2]string) (model.Matrix, error) {
 		var best model.Matrix
+		var bestArms map[int]bool
 		bestSrc, bestN := "", 0
 		for _, c := range cands {
 			m, err := f.matrix(c[1], true)
@@ -182,7 +185,7 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 				}
 			}
 			if len(armsWith) > bestN {
-				best, bestSrc, bestN = m, c[0], len(armsWith)
+				best, bestSrc, bestN, bestArms = m, c[0], len(armsWith), armsWith
 			}
 			if len(armsWith) == len(in.Arms) {
 				break
@@ -193,6 +196,7 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 		}
 		in.Have[what] = true
 		in.Sources[what] = bestSrc
+		covered[what] = bestArms
 		if bestN < len(in.Arms) {
 			in.Sources[what] += fmt.Sprintf(" (missing for %d of %d arms)", len(in.Arms)-bestN, len(in.Arms))
 			in.Notes = append(in.Notes, fmt.Sprintf("%s: no source has data for every arm; %s is missing for some, whose %s figures are left out", what, bestSrc, what))
@@ -309,17 +313,38 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 	if !in.Have["latency"] && !in.Have["cpu"] {
 		return Input{}, fmt.Errorf("experiment %s in %s, pods %s: %w (latency: %s; cpu: %s)", q.Name, q.Namespace, strings.Join(all, ", "), ErrNoData, in.Sources["latency"], in.Sources["cpu"])
 	}
-	if spec.Restarts != nil && !in.Have["restarts"] {
-		// Live pods' restarts from the API server, on the last window.
-		for a, r := range spec.Restarts {
-			for i := range in.Arms {
-				if in.Arms[i].Name == a && r > 0 {
-					in.Arms[i].Windows[0][n-1].Restarts += r
-				}
+	// Restarts and OOM kills of live pods from the API server, for the
+	// arms Prometheus has no source for: harm must not go unseen because
+	// a metric is missing.
+	for _, k := range []struct {
+		what   string
+		counts map[string]float64
+		set    func(w *Window, v float64)
+	}{
+		{"restarts", spec.Restarts, func(w *Window, v float64) { w.Restarts += v }},
+		{"oom", spec.OOMKills, func(w *Window, v float64) { w.OOMKills += v }},
+	} {
+		if k.counts == nil {
+			continue
+		}
+		used := false
+		for i := range in.Arms {
+			if covered[k.what][i] {
+				continue
+			}
+			used = true
+			if v := k.counts[in.Arms[i].Name]; v > 0 {
+				k.set(&in.Arms[i].Windows[0][n-1], v)
 			}
 		}
-		in.Sources["restarts"] = "API server (live pods' restart counts)"
-		in.Have["restarts"] = true
+		if used {
+			src := "API server (live pods' containers)"
+			if in.Sources[k.what] != "" && in.Sources[k.what] != "none found" {
+				src = in.Sources[k.what] + "; " + src + " for the other arms"
+			}
+			in.Sources[k.what] = src
+			in.Have[k.what] = true
+		}
 	}
 	return in, nil
 }

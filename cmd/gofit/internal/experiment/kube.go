@@ -25,7 +25,7 @@ func (a APIServer) Experiment(ctx context.Context, ns, name string) (Spec, error
 // specOf reads the live pods: arms by label, the spec from the newest
 // pod's annotation (a rollout may have changed it).
 func specOf(pods []corev1.Pod) Spec {
-	s := Spec{Pods: map[string][]string{}, Restarts: map[string]float64{}}
+	s := Spec{Pods: map[string][]string{}, Restarts: map[string]float64{}, OOMKills: map[string]float64{}}
 	var newest *corev1.Pod
 	for i := range pods {
 		p := &pods[i]
@@ -36,6 +36,9 @@ func specOf(pods []corev1.Pod) Spec {
 		s.Pods[arm] = append(s.Pods[arm], p.Name)
 		for _, c := range p.Status.ContainerStatuses {
 			s.Restarts[arm] += float64(c.RestartCount)
+			if t := c.LastTerminationState.Terminated; t != nil && t.Reason == "OOMKilled" {
+				s.OOMKills[arm]++
+			}
 		}
 		if _, ok := p.Annotations[admission.AnnotationExperiment]; ok && (newest == nil || p.CreationTimestamp.After(newest.CreationTimestamp.Time)) {
 			newest = p

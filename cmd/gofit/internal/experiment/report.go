@@ -36,6 +36,9 @@ func WriteFiles(dir string, r *Results) ([]string, error) {
 			return nil, fmt.Errorf("write %s: %w", p, err)
 		}
 		_, werr := tmp.Write(b)
+		if werr == nil {
+			werr = tmp.Chmod(0o644) // as the lab's files: a report is for reading
+		}
 		cerr := tmp.Close()
 		if werr == nil {
 			werr = cerr

@@ -26,6 +26,11 @@ func TestReportFiles(t *testing.T) {
 	if len(files) != 2 {
 		t.Fatalf("files %v", files)
 	}
+	for _, f := range files {
+		if st, err := os.Stat(f); err != nil || st.Mode().Perm() != 0o644 {
+			t.Errorf("%s: %v %v, want a readable 0644 file", f, st.Mode(), err)
+		}
+	}
 	b, err := os.ReadFile(filepath.Join(dir, "out", "results.json"))
 	if err != nil {
 		t.Fatal(err)
