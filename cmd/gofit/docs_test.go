@@ -49,6 +49,8 @@ import (
 	"testing"
 	"unicode"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+
 	"sigs.k8s.io/yaml"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab"
@@ -531,14 +533,14 @@ func diffKeys(path string, doc, got any) []string {
 var schemaWordRE = regexp.MustCompile(`[a-z][a-z0-9_]*`)
 
 // checkResultsSchema: the schema block names every JSON field of
-// lab.Results, at any depth, and every lower-case word in it outside
+// result.Results, at any depth, and every lower-case word in it outside
 // quotes and parentheses is such a field (so a renamed field fails both
 // ways). Top-level lines start with the top-level fields, in order.
 func checkResultsSchema(t *testing.T, where string, block []string) {
 	fields := map[string]bool{}
-	jsonFields(reflect.TypeOf(lab.Results{}), fields, map[reflect.Type]bool{})
+	jsonFields(reflect.TypeOf(result.Results{}), fields, map[reflect.Type]bool{})
 	var top []string
-	rt := reflect.TypeOf(lab.Results{})
+	rt := reflect.TypeOf(result.Results{})
 	for i := range rt.NumField() {
 		if name := jsonName(rt.Field(i)); name != "" {
 			top = append(top, name)
@@ -560,12 +562,12 @@ func checkResultsSchema(t *testing.T, where string, block []string) {
 	}
 	for _, f := range sortedKeys(fields) {
 		if !words[f] {
-			t.Errorf("%s: results.json field %q (lab.Results) is not in the schema", where, f)
+			t.Errorf("%s: results.json field %q (result.Results) is not in the schema", where, f)
 		}
 	}
 	for _, w := range sortedKeys(words) {
 		if !fields[w] && !schemaTypeWords[w] {
-			t.Errorf("%s: the schema names %q, which results.json does not have (lab.Results)", where, w)
+			t.Errorf("%s: the schema names %q, which results.json does not have (result.Results)", where, w)
 		}
 	}
 	var gotTop []string

@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/gofit-dev/gofit/kube/internal/kubetest"
 )
@@ -59,8 +60,8 @@ func operatorCRDs(t *testing.T) []string {
 	return files
 }
 
-// TestServerSideDryRun: every object of the kustomization (PrometheusRule,
-// PodMonitors, dashboard ConfigMaps) passes a server-side dry run, with
+// TestServerSideDryRun: every object of the kustomization's resources
+// (PrometheusRule, PodMonitors, dashboard ConfigMaps) passes a server-side dry run, with
 // strict field validation, against a real kube-apiserver with the
 // Prometheus Operator's CRDs installed.
 func TestServerSideDryRun(t *testing.T) {
@@ -84,7 +85,17 @@ func TestServerSideDryRun(t *testing.T) {
 	}
 	resources := map[string]string{"PodMonitor": "podmonitors", "PrometheusRule": "prometheusrules", "ConfigMap": "configmaps"}
 	kinds := map[string]int{}
-	for _, name := range []string{"prometheusrule.yaml", "podmonitors.yaml", "dashboards.yaml"} {
+	kb, err := os.ReadFile(filepath.Join(deployDir, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kust struct {
+		Resources []string `json:"resources"`
+	}
+	if err := sigsyaml.Unmarshal(kb, &kust); err != nil || len(kust.Resources) == 0 {
+		t.Fatalf("kustomization.yaml: resources %v, %v", kust.Resources, err)
+	}
+	for _, name := range kust.Resources {
 		f, err := os.Open(filepath.Join(deployDir, name))
 		if err != nil {
 			t.Fatal(err)

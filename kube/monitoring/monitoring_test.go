@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gofit-dev/gofit/internal/promtest"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/gofit-dev/gofit/tools/promtest"
 )
 
 const deployDir = "../../deploy/monitoring"
@@ -79,9 +81,9 @@ func TestParams(t *testing.T) {
 	}
 }
 
-// TestPromtool runs promtool check rules on the rule file and the
-// PrometheusRule's groups, and promtool test rules on testdata: for every
-// alert a case where it fires and one where it stays silent.
+// TestPromtool runs promtool check rules on the rule file, promtool test
+// rules on testdata (for every alert a case where it fires and one where
+// it stays silent), and promtool check config on the plain scrape configs.
 func TestPromtool(t *testing.T) {
 	b := promtest.Need(t)
 	dir := t.TempDir()
@@ -109,6 +111,39 @@ func TestPromtool(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	t.Logf("promtool test rules:\n%s", out)
+
+	// The plain scrape configs, with the rule file, make a valid
+	// prometheus.yml. Debian's Prometheus is built without Kubernetes
+	// discovery, so each job's kubernetes_sd_configs is swapped for a
+	// static target: what is checked is everything else, the relabelling
+	// above all.
+	scrape, err := os.ReadFile(filepath.Join(dir, "scrape-configs.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sc struct {
+		Jobs []map[string]any `yaml:"scrape_configs"`
+	}
+	if err := yaml.Unmarshal(scrape, &sc); err != nil || len(sc.Jobs) != len(scrapeTargets) {
+		t.Fatalf("scrape-configs.yaml: %d jobs, %v", len(sc.Jobs), err)
+	}
+	for _, j := range sc.Jobs {
+		if j["kubernetes_sd_configs"] == nil {
+			t.Errorf("job %v without kubernetes_sd_configs", j["job_name"])
+		}
+		delete(j, "kubernetes_sd_configs")
+		j["static_configs"] = []any{map[string]any{"targets": []string{"127.0.0.1:9"}}}
+	}
+	conf, err := yaml.Marshal(map[string]any{"rule_files": []string{"rules.yaml"}, "scrape_configs": sc.Jobs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), conf, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := b.RunPromtool(ctx, dir, "check", "config", "prometheus.yml"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
 
 	// Every alert is tested, firing and silent.
 	names, err := Alerts(Default())

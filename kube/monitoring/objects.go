@@ -60,15 +60,15 @@ type scrapeTarget struct {
 	match      map[string]string
 	port       string
 	scheme     string
-	comment    string
 }
 
 var scrapeTargets = []scrapeTarget{
-	{name: "gofit-webhook", namespaces: []string{"gofit-system"}, match: map[string]string{"app.kubernetes.io/name": "gofit-webhook"}, port: "https", scheme: "https",
-		comment: "the webhook serves /metrics on its HTTPS port, with a certificate for its Service name: the scrape skips verification of a pod IP"},
+	// The webhook serves /metrics on its HTTPS port with a certificate for
+	// its Service name: a scrape of the pod IP skips verification.
+	{name: "gofit-webhook", namespaces: []string{"gofit-system"}, match: map[string]string{"app.kubernetes.io/name": "gofit-webhook"}, port: "https", scheme: "https"},
 	{name: "gofit-node", namespaces: []string{"gofit-node"}, match: map[string]string{"app.kubernetes.io/name": "gofit-node"}, port: "metrics", scheme: "http"},
-	{name: "gofit-services", match: map[string]string{OptInLabel: "true"}, port: OptInPort, scheme: "http",
-		comment: "services that serve gofit's metrics opt in with the pod label " + OptInLabel + `: "true" and a container port named ` + OptInPort},
+	// Services that serve gofit's metrics opt in (docs/monitoring.md).
+	{name: "gofit-services", match: map[string]string{OptInLabel: "true"}, port: OptInPort, scheme: "http"},
 }
 
 func podMonitor(t scrapeTarget) map[string]any {

@@ -24,9 +24,9 @@ import (
 
 	"github.com/gofit-dev/gofit/fit"
 	"github.com/gofit-dev/gofit/internal/cgtest"
-	"github.com/gofit-dev/gofit/internal/promtest"
 	"github.com/gofit-dev/gofit/kube/admission"
 	"github.com/gofit-dev/gofit/kube/admission/admissiontest"
+	"github.com/gofit-dev/gofit/tools/promtest"
 )
 
 // What the real test runs: each pod of an arm is examples/service in its
@@ -47,7 +47,7 @@ const (
 )
 
 // TestRealPrometheusExperiment runs an experiment on real processes and a
-// real Prometheus (internal/promtest): arms fitted and fitted-again are
+// real Prometheus (tools/promtest): arms fitted and fitted-again are
 // the same setting (an A/A pair); starved has GOMEMLIMIT=1MiB, far below
 // what the runtime holds, so its GC runs all the time (up to the GC CPU
 // limiter's half of the CPU). The report must call no difference between

@@ -12,7 +12,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab"
+	labreport "github.com/gofit-dev/gofit/cmd/gofit/internal/lab/report"
 )
 
 // WriteFiles writes results.json and report.html into dir.
@@ -230,13 +230,13 @@ func RenderHTML(r *Results) ([]byte, error) {
 		{"working_set_bytes", "working set per pod", "bytes"}, {"heap_bytes", "Go heap per pod", "bytes"},
 		{"requests_per_second", "requests per pod", "per second"},
 	} {
-		var lines []lab.ChartLine
+		var lines []labreport.ChartLine
 		for _, s := range r.Series {
 			vs, ok := s.Values[p.metric]
 			if !ok {
 				continue
 			}
-			l := lab.ChartLine{Name: s.Arm}
+			l := labreport.ChartLine{Name: s.Arm}
 			for i, v := range vs {
 				l.X = append(l.X, s.T[i].Sub(r.From).Minutes())
 				l.Y = append(l.Y, v)
@@ -244,7 +244,7 @@ func RenderHTML(r *Results) ([]byte, error) {
 			lines = append(lines, l)
 		}
 		if len(lines) > 0 {
-			plots = append(plots, lab.ChartSVG(p.title, "minutes from the start", p.unit, false, lines))
+			plots = append(plots, labreport.ChartSVG(p.title, "minutes from the start", p.unit, false, lines))
 		}
 	}
 	var buf bytes.Buffer
@@ -255,7 +255,7 @@ func RenderHTML(r *Results) ([]byte, error) {
 		Rows    []row
 		Metrics []Metric
 		Plots   []template.HTML
-	}{r, template.CSS(lab.ReportCSS), others, rows, metrics, plots})
+	}{r, template.CSS(labreport.CSS), others, rows, metrics, plots})
 	if err != nil {
 		return nil, fmt.Errorf("render report.html: %w", err)
 	}

@@ -1,15 +1,18 @@
-package lab
+package report
 
 import (
 	"html/template"
 	"math"
 )
 
-// The lab report's look, for the other reports gofit writes (the
-// experiment report): one stylesheet and one chart drawer.
+// The lab report's look, exported for gofit's other reports (the
+// experiment report, issue 26): its stylesheet and its charts, so that
+// every report gofit writes reads alike.
 
-// ReportCSS is the stylesheet of report.html.
-const ReportCSS = `body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1320px;margin:1em auto;color:#222;padding:0 1em}
+// CSS is report.html's stylesheet: page layout, tables, the verdict
+// classes (better, worse, same, undecided, saturated, failed, base),
+// warnings and plot figures. Put it in a <style> element.
+const CSS = `body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1320px;margin:1em auto;color:#222;padding:0 1em}
 h1{font-size:1.4em;margin:.2em 0}h2{font-size:1.15em;margin:1em 0 .3em}
 .meta{color:#555;font-size:13px;margin:0 0 .5em}
 .top{display:flex;gap:1.5em;flex-wrap:wrap;align-items:flex-start}
@@ -27,23 +30,27 @@ figure.plot{display:inline-block;margin:.3em;vertical-align:top}figcaption{font-
 details{margin:.5em 0}summary{cursor:pointer;font-weight:600}
 `
 
-// ChartLine is one line of a chart: points (X[i], Y[i]), with Low[i] and
-// High[i] as its interval whiskers when given.
+// ChartLine is one line of a chart: the points (X[i], Y[i]), with Low[i]
+// and High[i] as the ends of each point's interval whisker when given. A
+// point whose Y is NaN or infinite is left out.
 type ChartLine struct {
 	Name      string
 	X, Y      []float64
 	Low, High []float64
 }
 
-// ChartSVG draws lines as the lab report draws its plots, into an inline
-// SVG figure with its legend.
+// ChartSVG draws lines as the lab report draws its plots (gonum/plot,
+// the report's palette, glyphs and whiskers) into an inline SVG figure
+// with its legend, ready to sit in an HTML page styled with CSS. logY
+// puts the y axis on a log scale. Line names are HTML-escaped; title and
+// the axis labels are the caller's own text, not a user's.
 func ChartSVG(title, xLabel, yLabel string, logY bool, lines []ChartLine) template.HTML {
-	var ls []line
+	ls := make([]line, 0, len(lines))
 	for _, l := range lines {
 		var pts []pt
 		for i := range l.X {
-			if math.IsNaN(l.Y[i]) || math.IsInf(l.Y[i], 0) {
-				continue // a window without data
+			if i >= len(l.Y) || math.IsNaN(l.Y[i]) || math.IsInf(l.Y[i], 0) {
+				continue
 			}
 			p := pt{x: l.X[i], y: l.Y[i], lo: l.Y[i], hi: l.Y[i]}
 			if i < len(l.Low) && i < len(l.High) {
@@ -53,5 +60,5 @@ func ChartSVG(title, xLabel, yLabel string, logY bool, lines []ChartLine) templa
 		}
 		ls = append(ls, line{name: l.Name, pts: pts})
 	}
-	return template.HTML(chartSVG(title, axisSpec{label: xLabel}, axisSpec{label: yLabel, log: logY}, ls)) //nolint:gosec // drawn here, names escaped
+	return template.HTML(chartSVG(title, axisSpec{label: xLabel}, axisSpec{label: yLabel, log: logY}, ls))
 }

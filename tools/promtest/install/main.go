@@ -1,5 +1,5 @@
 // Command install fetches the pinned Prometheus and promtool into the
-// cache (internal/promtest) and prints where they are; .ci/run calls it
+// cache (tools/promtest) and prints where they are; .ci/run calls it
 // so the time it takes shows apart from the tests.
 package main
 
@@ -8,7 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/gofit-dev/gofit/internal/promtest"
+	"github.com/gofit-dev/gofit/tools/promtest"
 )
 
 func main() {
