@@ -71,7 +71,7 @@ var commandPages = map[string][]string{
 	"docs/run.md":        {"run", "inspect"},
 	"docs/lab.md":        {"lab"},
 	"docs/webhook.md":    {"webhook"},
-	"docs/node-agent.md": {"node", "node plan", "node experiment"},
+	"docs/node-agent.md": {"node", "node plan", "node reset", "node experiment"},
 	"docs/experiment.md": {"experiment report", "webhook"},
 }
 
@@ -937,7 +937,7 @@ func newFlagTable(t *testing.T) *flagTable {
 	ft := &flagTable{flags: map[string]map[string]bool{}, hidden: map[string]bool{
 		lab.SampleCommand: true, "node " + qoslab.HogCommand: true, "version": true,
 	}}
-	names := []string{"node plan", "node experiment", "experiment report"}
+	names := []string{"node plan", "node reset", "node experiment", "experiment report"}
 	for _, c := range commands() {
 		names = append(names, c.name)
 	}
@@ -968,7 +968,7 @@ func (ft *flagTable) check(t *testing.T, where string, args []string, inline boo
 	name := strings.Trim(args[0], "[]")
 	rest := args[1:]
 	if name == "node" && len(rest) > 0 {
-		if sub := strings.Trim(rest[0], "[]"); sub == "plan" || sub == "experiment" || sub == qoslab.HogCommand {
+		if sub := strings.Trim(rest[0], "[]"); sub == "plan" || sub == "reset" || sub == "experiment" || sub == qoslab.HogCommand {
 			name, rest = "node "+sub, rest[1:]
 		} else if strings.Contains(rest[0], "|") {
 			rest = rest[1:] // a synopsis: gofit node [plan|experiment]
