@@ -5,6 +5,7 @@
 //	gofit lab [flags]                       measure a service under real cgroup limits
 //	gofit webhook --cert-file F --key-file F  admission webhook: fit pods at creation
 //	gofit node [plan|experiment] [flags]    node memory-QoS agent, its plan mode and experiment
+//	gofit experiment report [flags]         judge experiment arms on live traffic (Prometheus)
 //	gofit version [--json]                  version, commit, Go version, policy defaults
 package main
 
@@ -33,6 +34,7 @@ func commands() []command {
 		{"lab", "[flags]", "measure a service under real cgroup limits and recommend settings", runLab},
 		{"webhook", "[flags]", "serve the admission webhook that fits pods at creation (deploy/webhook)", runWebhook},
 		{"node", "[plan|experiment] [flags]", "node agent: memory QoS for pod cgroups (DaemonSet)", runNode},
+		{"experiment", "report [flags]", "judge an experiment's arms on live traffic from Prometheus", runExperiment},
 		{"version", "[--json]", "print the version, commit, Go version and policy defaults", runVersion},
 	}
 }
