@@ -140,9 +140,21 @@ func TestRealPrometheusExperiment(t *testing.T) {
 			t.Errorf("no %s source: %v", s, in.Sources)
 		}
 	}
+	// The A/A arm: never harmful, and no verdict on the two headline
+	// metrics. Each metric's false-verdict rate is about 2% (the A/A
+	// simulation, docs/results/experiment.md), so over the report's
+	// dozen metrics one false verdict in some run is expected: the others
+	// are logged, not failed on, or CI would fail one run in six.
 	for _, v := range r.Verdicts {
-		if v.Arm == "fitted-again" && (v.Verdict == "better" || v.Verdict == "worse" || v.Verdict == Harmful) {
+		if v.Arm != "fitted-again" {
+			continue
+		}
+		headline := v.Metric == "p99_seconds" || v.Metric == "cpu_seconds_per_request"
+		switch {
+		case v.Verdict == Harmful, headline && (v.Verdict == "better" || v.Verdict == "worse"):
 			t.Errorf("A/A: fitted-again %s is %s (%s)", v.Metric, v.Verdict, ratioText(v))
+		case v.Verdict == "better" || v.Verdict == "worse":
+			t.Logf("A/A: fitted-again %s is %s (%s): one of the ~2%% false verdicts a metric has", v.Metric, v.Verdict, ratioText(v))
 		}
 	}
 	for _, metric := range []string{"cpu_seconds_per_request", "p99_seconds"} {
