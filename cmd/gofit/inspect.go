@@ -121,6 +121,8 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "print JSON")
 	var pf planFlags
 	pf.register(fs)
+	var pidf pidFlags
+	pidf.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -130,6 +132,9 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 	policy, err := pf.policy()
 	if err != nil {
 		return err
+	}
+	if pidf.set() {
+		return runInspectPID(*root, pidf, pf.cpus, policy, *asJSON, stdout)
 	}
 	nonGo, err := pf.declaredNonGo(os.LookupEnv)
 	if err != nil {
