@@ -10,6 +10,7 @@ import (
 	"os"
 
 	"github.com/gofit-dev/gofit/cgroup"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/nongo"
 	"github.com/gofit-dev/gofit/fit"
 	"github.com/gofit-dev/gofit/internal/affinity"
 	"github.com/gofit-dev/gofit/internal/report"
@@ -31,7 +32,7 @@ type planFlags struct {
 
 // NonGoVar declares non-Go memory for `gofit run` and `gofit inspect`, as
 // the --non-go flag does (the flag wins).
-const NonGoVar = "GOFIT_NON_GO"
+const NonGoVar = nongo.EnvVar
 
 func (p *planFlags) register(fs interface {
 	Float64Var(*float64, string, float64, string)

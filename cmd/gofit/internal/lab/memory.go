@@ -20,6 +20,9 @@ type memLoad struct {
 	maxDur   time.Duration // closed loop: stop here even short of requests (0: no bound)
 	rate     float64
 	window   time.Duration
+	// measureNonGo: an unlimited probe measures the target's non-Go
+	// memory from outside (nongo.go) before it stops.
+	measureNonGo bool
 }
 
 // memTrial starts the target cold under a memory limit (and the memory
@@ -100,6 +103,10 @@ func (l *study) memDrive(ctx context.Context, m *memStarted, ml memLoad) (MemTri
 		m, _ := tr.g.MemoryStats()
 		return m.MajorFaults, m.MaxHits
 	}
+	var began time.Time
+	if ml.measureNonGo {
+		began = l.startNonGo(tr)
+	}
 	var r load.Result
 	if ml.rate > 0 {
 		ld := load.NewLoader(load.MaxOpenInFlight, probe)
@@ -113,6 +120,9 @@ func (l *study) memDrive(ctx context.Context, m *memStarted, ml memLoad) (MemTri
 		r = ld.Closed(ctx, l.mix(tr), ml.requests, ml.maxDur, memConcurrency)
 	}
 	exited := tr.Exited()
+	if ml.measureNonGo && !exited {
+		t.nonGo, t.nonGoErr = l.measureNonGo(ctx, tr, began)
+	}
 	tr.Stop()
 	s, _ := tr.Stats()
 	t.RPS, t.P99, t.Errors = r.RPS, r.P99, r.Errors
@@ -193,8 +203,9 @@ func (l *study) memoryStudy(ctx context.Context) error {
 	// capacity the health trials' fixed rate is a share of. Their median,
 	// not one probe: one that met a quiet moment would set the rate high.
 	var rpss, p99s, peaks, secs []float64
+	var probes []MemTrial
 	for i := 0; i < l.cfg.Probes; i++ {
-		probe, r := l.memRun(ctx, l.memEnv(SetNone, 0), cpu, 0, memLoad{requests: l.cfg.MemRequests, maxDur: l.probeCap()})
+		probe, r := l.memRun(ctx, probeEnv(l.memEnv(SetNone, 0)), cpu, 0, memLoad{requests: l.cfg.MemRequests, maxDur: l.probeCap(), measureNonGo: true})
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -203,7 +214,9 @@ func (l *study) memoryStudy(ctx context.Context) error {
 			return fmt.Errorf("%w: even without a memory limit: %s %s", errTargetFailed, probe.Outcome, probe.Detail)
 		}
 		rpss, p99s, peaks, secs = append(rpss, r.RPS), append(p99s, r.P99), append(peaks, float64(probe.PeakBytes)), append(secs, probe.Seconds)
+		probes = append(probes, probe)
 	}
+	l.chooseNonGo(probes)
 	l.res.Target.PeakBytes = uint64(summarize(peaks).Max)
 	l.res.Target.ProbeRPS, l.res.Target.ProbeP99 = summarize(rpss).Median, summarize(p99s).Median
 	l.res.Target.HealthRPS = math.Max(1, math.Round(l.cfg.HealthShare*l.res.Target.ProbeRPS))

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/nongo"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 	"github.com/gofit-dev/gofit/fit"
 )
@@ -28,7 +29,10 @@ type Recommendation struct {
 	Confident          bool              `json:"confident"` // every figure it rests on is error-free and its interval meets the rule
 	Reasons            []string          `json:"reasons"`
 	Check              *CheckTrial       `json:"check"` // the recommended pair run together once
-	YAML               string            `json:"yaml"`
+	// NonGoBytes is the non-Go memory the recommendation declares
+	// (GOFIT_NON_GO in Env, and the annotation the YAML names); 0: none.
+	NonGoBytes int64  `json:"non_go_bytes"`
+	YAML       string `json:"yaml"`
 }
 
 // CheckTrial is the recommendation run as one trial.
@@ -224,6 +228,13 @@ func (l *study) recommend() Recommendation {
 		if m := markerOf(env, plan.Export); m != "" {
 			env[fit.MarkerVar] = m
 		}
+		if mem.setting != SetAutoMemLimit && l.nonGo.Anon > 0 {
+			l.declareNonGo(env)
+			rec.NonGoBytes = l.nonGo.Anon
+			if plan.GOMEMLIMITReason == fit.ReasonUnmanaged {
+				rec.Reasons = append(rec.Reasons, nonGoReason(l.res.Target.NonGo, rec.MemoryLimitBytes, env["GOMEMLIMIT"]))
+			}
+		}
 		rec.Env = env
 		for _, r := range plan.Reasons {
 			if mem.setting == SetAutoMemLimit && r.Var == "GOMEMLIMIT" {
@@ -404,6 +415,11 @@ func deploymentYAML(r Recommendation) string {
 		if r.MemoryLimitBytes > 0 {
 			fmt.Fprintf(&b, "    memory: %s\n", mebi(r.MemoryLimitBytes))
 		}
+	}
+	if r.NonGoBytes > 0 {
+		// The webhook reads the pod's annotation rather than the env.
+		fmt.Fprintf(&b, "# %s outside the Go heap, measured by gofit lab, is declared below as %s (gofit run);\n", mebi(r.NonGoBytes), nongo.EnvVar)
+		fmt.Fprintf(&b, "# with gofit's webhook, annotate the pod instead: %s: \"NAME=%s\" (NAME: this container)\n", nongo.Annotation, mebi(r.NonGoBytes))
 	}
 	if len(r.Env) > 0 {
 		b.WriteString("env:\n")

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/nongo"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
 
@@ -41,6 +42,10 @@ type MemTrial struct {
 	Decided        bool            `json:"decided,omitempty"`          // health trials: the interval lay wholly on one side of 2 (else judged on the estimate)
 	BudgetCut      bool            `json:"budget_cut,omitempty"`       // health trials: the budget stopped it before its interval decided or its pairs ran out
 	Detail         string          `json:"detail,omitempty"`
+	// nonGo is an unlimited probe's measurement of the target's non-Go
+	// memory (nil elsewhere); nonGoErr says why there is none.
+	nonGo    *nongo.Measurement
+	nonGoErr error
 }
 
 func (t MemTrial) verdict() string {

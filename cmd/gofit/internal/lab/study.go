@@ -15,6 +15,7 @@ import (
 	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
+	"github.com/gofit-dev/gofit/fit"
 )
 
 // study runs a study in a sandbox.
@@ -50,6 +51,9 @@ type study struct {
 	// slowestStart is the longest a memory trial's target took to become
 	// ready without a memory limit (the probes, the health references).
 	slowestStart time.Duration
+	// nonGo is the non-Go memory the probes measured, declared to the
+	// policy for gofit's setting and the recommendation (nongo.go).
+	nonGo fit.NonGo
 }
 
 // errTargetFailed means the target crashed or answered with errors where

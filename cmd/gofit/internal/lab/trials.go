@@ -30,6 +30,9 @@ func (l *study) planEnvRequest(cores, request float64, mem int64) (map[string]st
 		CPUs:       l.ncpu,
 		CPURequest: request,
 		Vars:       l.baseEnv(),
+		// What the probes measured, declared as a user following the
+		// recommendation declares it (GOFIT_NON_GO).
+		NonGo: l.nonGo,
 	}
 	if b, err := target.Read(l.cfg.Target.Path); err == nil {
 		b.Describe(&in)
@@ -94,6 +97,7 @@ func (l *study) memEnv(setting string, limit int64) map[string]string {
 		if m, ok := p.Export[fit.MarkerVar]; ok {
 			env[fit.MarkerVar] = m
 		}
+		l.declareNonGo(env)
 		return env
 	case SetLimitGCOff:
 		env := l.baseEnv()

@@ -13,10 +13,14 @@ import (
 // cannot be told from none, and the memory ratio's headroom covers it.
 const DeclareMin = 8 << 20
 
-// MinWindow is the shortest observation a figure is trusted from: memory a
-// service fills later than that (a cache that warms over minutes or hours)
-// is not in it.
+// MinWindow is the shortest observation a figure is trusted from when no
+// collection was seen to count: a service younger than that may not have
+// built its working memory yet.
 const MinWindow = 10 * time.Second
+
+// longWindow is the observation under which the figure carries a note:
+// memory a service fills later (a cache warming over hours) is not in it.
+const longWindow = 10 * time.Minute
 
 // ErrNotGo says the process is not a Go program: there is no Go heap to
 // leave room for.
@@ -138,9 +142,12 @@ func Estimate(ev Evidence) (Measurement, error) {
 	case m.GCs < 0:
 		m.Caveats = append(m.Caveats, "garbage collections not seen (no gctrace lines or Go metrics)")
 	}
-	if ev.Window < MinWindow {
+	switch {
+	case m.GCs < 0 && ev.Window < MinWindow:
 		trusted = false
-		m.Caveats = append(m.Caveats, fmt.Sprintf("observed for %v, under %v: memory filled later is not in it", ev.Window.Round(100*time.Millisecond), MinWindow))
+		m.Caveats = append(m.Caveats, fmt.Sprintf("observed for %v, under %v, with no collection seen to count: memory the service fills later is not in it", ev.Window.Round(100*time.Millisecond), MinWindow))
+	case ev.Window < longWindow:
+		m.Caveats = append(m.Caveats, fmt.Sprintf("observed for %v: memory the service fills later (a cache warming over hours) is not in it; declare that by hand", ev.Window.Round(100*time.Millisecond)))
 	}
 	m.Trusted = trusted
 	if d := mib(m.AnonBytes) + mib(m.KernelBytes); d >= DeclareMin {
@@ -155,7 +162,7 @@ func (m Measurement) Declaration() string {
 		return fmt.Sprintf("nothing to declare: %s of anonymous and kernel memory outside the Go heap is under %s, within the memory ratio's headroom and the measurement's error",
 			fit.FormatBytes(mib(m.AnonBytes)+mib(m.KernelBytes)), fit.FormatBytes(DeclareMin))
 	}
-	return fmt.Sprintf("GOFIT_NON_GO=%s (gofit run), or the pod annotation gofit.dev/non-go-memory: NAME=%s (gofit webhook)", Quantity(m.Bytes), Quantity(m.Bytes))
+	return fmt.Sprintf("%s=%s (gofit run), or the pod annotation %s: NAME=%s (gofit webhook)", EnvVar, Quantity(m.Bytes), Annotation, Quantity(m.Bytes))
 }
 
 // Quantity writes whole MiB as a Kubernetes quantity, which GOFIT_NON_GO
@@ -166,3 +173,9 @@ func Quantity(n int64) string {
 	}
 	return fmt.Sprint(n)
 }
+
+// EnvVar declares non-Go memory to `gofit run`; Annotation to the webhook.
+const (
+	EnvVar     = "GOFIT_NON_GO"
+	Annotation = "gofit.dev/non-go-memory"
+)

@@ -48,10 +48,10 @@ func TestParseMetrics(t *testing.T) {
 }
 
 func TestParseGCTrace(t *testing.T) {
-	out := "listening\ngc 1 @0.011s 2%: 0.010+0.5+0.002 ms clock, 0.02+0.1/0.2/0+0.005 ms cpu, 3->4->2 MB, 4 MB goal, 0 MB stacks, 0 MB globals, 2 P\n" +
-		"gc 2 @0.120s 3%: 0.010+0.5+0.002 ms clock, 0.02+0.1/0.2/0+0.005 ms cpu, 30->31->16 MB, 33 MB goal, 0 MB stacks, 0 MB globals, 2 P\nGET /work\n"
+	out := "listening\ngc 41 @0.011s 2%: 0.010+0.5+0.002 ms clock, 0.02+0.1/0.2/0+0.005 ms cpu, 3->4->2 MB, 4 MB goal, 0 MB stacks, 0 MB globals, 2 P\n" +
+		"gc 42 @0.120s 3%: 0.010+0.5+0.002 ms clock, 0.02+0.1/0.2/0+0.005 ms cpu, 30->31->16 MB, 33 MB goal, 0 MB stacks, 0 MB globals, 2 P\nGET /work\n"
 	g := ParseGCTrace(out)
-	if g.Cycles != 2 || g.LastLiveByte != 16<<20 || g.LastGoalByte != 33<<20 {
+	if g.Cycles != 42 || g.LastLiveByte != 16<<20 || g.LastGoalByte != 33<<20 {
 		t.Errorf("%+v", g)
 	}
 	if g := ParseGCTrace("gc is a word\n"); g.Cycles != 0 {

@@ -81,7 +81,9 @@ func ParseExpvar(b []byte) (Runtime, error) {
 //
 //	gc 7 @0.612s 3%: 0.020+1.2+0.031 ms clock, ..., 30->31->16 MB, 33 MB goal, 0 MB stacks, 0 MB globals, 2 P
 type GCTrace struct {
-	Cycles       int   // gc lines seen
+	// Cycles is the highest cycle number seen: the count since the
+	// process started, even when only the output's tail was kept.
+	Cycles       int
 	LastLiveByte int64 // the heap live after the last cycle's mark
 	LastGoalByte int64
 }
@@ -94,7 +96,11 @@ func ParseGCTrace(out string) GCTrace {
 		if !strings.HasPrefix(line, "gc ") || !strings.Contains(line, " MB goal") {
 			continue
 		}
-		g.Cycles++
+		if f := strings.Fields(line); len(f) > 1 {
+			if n, err := strconv.Atoi(f[1]); err == nil && n > g.Cycles {
+				g.Cycles = n
+			}
+		}
 		for _, part := range strings.Split(line, ",") {
 			part = strings.TrimSpace(part)
 			if sizes, ok := strings.CutSuffix(part, " MB"); ok && strings.Count(sizes, "->") == 2 {

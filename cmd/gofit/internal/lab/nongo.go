@@ -1,0 +1,153 @@
+package lab
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/nongo"
+	"github.com/gofit-dev/gofit/fit"
+)
+
+// The unlimited probes measure the target's non-Go memory from outside,
+// as `gofit inspect --pid` does: nothing of gofit is linked into it. The
+// figure is declared to the policy for gofit's memory setting and the
+// recommendation, as a user following the recommendation declares it
+// (GOFIT_NON_GO, gofit.dev/non-go-memory); the 0.9 ratio stays its peer.
+
+// probeEnv is the unlimited probes' environment: the no-knob setting's,
+// with the runtime's gctrace lines on stderr, which count the collections
+// the probe saw (a figure from before the first is not trusted).
+func probeEnv(env map[string]string) map[string]string {
+	out := make(map[string]string, len(env)+1)
+	for k, v := range env {
+		out[k] = v
+	}
+	g, ok := out["GODEBUG"]
+	if !ok {
+		g = os.Getenv("GODEBUG")
+	}
+	if g != "" {
+		g += ","
+	}
+	out["GODEBUG"] = g + "gctrace=1"
+	return out
+}
+
+// startNonGo clears the target's referenced bits before the probe's load,
+// so the file pages referenced after it are the hot ones.
+func (l *study) startNonGo(tr *trial) time.Time {
+	if err := nongo.ClearRefs("/", tr.Pid); err != nil {
+		l.sayNonGo("%v: hot file pages will be an upper bound", err)
+	}
+	return time.Now()
+}
+
+// measureNonGo measures the target after a probe's load, before it stops.
+func (l *study) measureNonGo(ctx context.Context, tr *trial, began time.Time) (*nongo.Measurement, error) {
+	ev, err := nongo.ReadProcess("/", tr.Pid)
+	if err != nil {
+		return nil, err
+	}
+	ev.ClearedRefs = !began.IsZero()
+	g := nongo.ParseGCTrace(tr.Output())
+	ev.GCTrace = &g
+	if ms, err := tr.g.MemoryStats(); err == nil {
+		ev.KernelBytes = int64(min(ms.Kernel, 1<<60))
+	}
+	if tr.VarsURL != "" {
+		if rt, err := nongo.FetchRuntime(ctx, tr.VarsURL); err == nil {
+			ev.Runtime = &rt
+		}
+	}
+	m, err := nongo.Estimate(ev)
+	if err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+// chooseNonGo records the probes' measurement: the largest of them, as
+// gofit's library keeps the largest of its last minute, so that a probe
+// that ended between two fills of a cache does not set it low.
+func (l *study) chooseNonGo(probes []MemTrial) {
+	var best *nongo.Measurement
+	var errs []string
+	for _, p := range probes {
+		switch {
+		case p.nonGo != nil && (best == nil || p.nonGo.Bytes+p.nonGo.AnonBytes > best.Bytes+best.AnonBytes):
+			best = p.nonGo
+		case p.nonGoErr != nil:
+			errs = append(errs, p.nonGoErr.Error())
+		}
+	}
+	t := &l.res.Target
+	if best == nil {
+		t.NonGoError = "not measured"
+		if len(errs) > 0 {
+			t.NonGoError = errs[0]
+		}
+		l.sayNonGo("%s; gofit's setting plans the memory ratio alone", t.NonGoError)
+		return
+	}
+	t.NonGo, t.NonGoBytes = best, best.Bytes
+	l.nonGo = best.NonGo()
+	l.sayNonGo("%s", nonGoLabel(best))
+}
+
+// sayNonGo says a line on the progress stream (not a trial: progress
+// counts trials).
+func (l *study) sayNonGo(format string, a ...any) {
+	if l.cfg.Progress != nil {
+		fmt.Fprintf(l.cfg.Progress, "lab: non-Go memory: %s\n", fmt.Sprintf(format, a...))
+	}
+}
+
+// declareNonGo adds the declaration to gofit's environment, as `gofit run`
+// would read it.
+func (l *study) declareNonGo(env map[string]string) {
+	if l.nonGo.Anon > 0 {
+		env[nongo.EnvVar] = nongo.Quantity(l.nonGo.Anon)
+	}
+}
+
+// nonGoLabel says what the probes measured, in a line.
+func nonGoLabel(m *nongo.Measurement) string {
+	if m == nil {
+		return "not measured"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s outside the Go heap (%s anonymous, %s kernel; %s hot file pages, reclaimable) by %s",
+		fit.FormatBytes(m.AnonBytes+m.KernelBytes), fit.FormatBytes(m.AnonBytes), fit.FormatBytes(m.KernelBytes), fit.FormatBytes(m.HotFile), m.Method)
+	if m.Bytes > 0 {
+		fmt.Fprintf(&b, ", declared %s", nongo.Quantity(m.Bytes))
+	} else {
+		fmt.Fprintf(&b, ", not declared (under %s)", fit.FormatBytes(nongo.DeclareMin))
+	}
+	if !m.Trusted {
+		b.WriteString("; NOT TRUSTED: " + strings.Join(m.Caveats, "; "))
+	}
+	return b.String()
+}
+
+// peakLabel is the unlimited peak with the non-Go memory beside it, as the
+// report shows them.
+func peakLabel(r *Results) string {
+	s := fit.FormatBytes(int64(r.Target.PeakBytes))
+	if m := r.Target.NonGo; m != nil && m.Bytes > 0 {
+		s += fmt.Sprintf(", of which %s outside the Go heap (declared)", nongo.Quantity(m.Bytes))
+	}
+	return s
+}
+
+// nonGoReason says why the recommended GOMEMLIMIT is below the ratio's,
+// and how the declaration goes with the pod.
+func nonGoReason(m *nongo.Measurement, limit int64, gomemlimit string) string {
+	q := nongo.Quantity(m.Bytes)
+	return fmt.Sprintf("memory: GOMEMLIMIT=%s, below the 0.9 ratio's %s: the unlimited probes measured %s outside the Go heap (%s anonymous, %s kernel, by %s), which GOMEMLIMIT does not bound; "+
+		"declared as %s=%s for gofit run, or the pod annotation %s: NAME=%s for the webhook, so GOMEMLIMIT leaves room for it",
+		gomemlimit, fit.FormatBytes(int64(float64(limit)*automemlimitRatio)), q, fit.FormatBytes(m.AnonBytes), fit.FormatBytes(m.KernelBytes), m.Method,
+		nongo.EnvVar, q, nongo.Annotation, q)
+}
