@@ -140,7 +140,12 @@ func inspectPID(ctx context.Context, root string, pf pidFlags, cpus int, policy 
 	r.GOMEMLIMIT = p.GOMEMLIMIT
 	for _, n := range p.Reasons {
 		if n.Var == "GOMEMLIMIT" {
-			r.GOMEMLIMITReason = n.Text
+			// "GOMEMLIMIT=44.9MiB: why": the figure is printed beside it.
+			_, why, ok := strings.Cut(n.Text, ": ")
+			if !ok {
+				why = n.Text
+			}
+			r.GOMEMLIMITReason = why
 		}
 	}
 	r.Declaration = m.Declaration()
@@ -156,11 +161,14 @@ func inspectPID(ctx context.Context, root string, pf pidFlags, cpus int, policy 
 func (r pidReport) writeText(w io.Writer) error {
 	m := r.NonGo
 	var b strings.Builder
-	goVer := r.GoVersion
+	exe, goVer := r.Executable, r.GoVersion
+	if exe == "" {
+		exe = "executable not readable"
+	}
 	if goVer == "" {
 		goVer = "no Go build info"
 	}
-	fmt.Fprintf(&b, "process %d: %s (%s)\n", r.PID, r.Executable, goVer)
+	fmt.Fprintf(&b, "process %d: %s (%s)\n", r.PID, exe, goVer)
 	gcs := "collections unknown"
 	if m.GCs >= 0 {
 		gcs = fmt.Sprintf("%d collections", m.GCs)
