@@ -175,7 +175,7 @@ func (r pidReport) writeText(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "observed:  %v, %s\n", time.Duration(m.WindowSeconds*float64(time.Second)).Round(time.Second), gcs)
 	fmt.Fprintf(&b, "Go heap:   %s resident (%s, %d × 64 MiB arenas)\n", fit.FormatBytes(m.GoBytes), m.Method, m.Split.Arenas)
-	fmt.Fprintf(&b, "non-Go:    %s anonymous outside the Go heap, %s kernel; %s hot file pages (reclaimable, not declared)\n",
+	fmt.Fprintf(&b, "non-Go:    %s anonymous outside the Go heap, %s kernel, %s hot file pages\n",
 		fit.FormatBytes(m.AnonBytes), fit.FormatBytes(m.KernelBytes), fit.FormatBytes(m.HotFile))
 	if m.MetricsAnonBytes != nil {
 		fmt.Fprintf(&b, "           by the service's own metrics: %s anonymous outside the Go runtime\n", fit.FormatBytes(*m.MetricsAnonBytes))

@@ -119,12 +119,12 @@ func nonGoLabel(m *nongo.Measurement) string {
 		return "not measured"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s outside the Go heap (%s anonymous, %s kernel; %s hot file pages, reclaimable) by %s",
-		fit.FormatBytes(m.AnonBytes+m.KernelBytes), fit.FormatBytes(m.AnonBytes), fit.FormatBytes(m.KernelBytes), fit.FormatBytes(m.HotFile), m.Method)
+	fmt.Fprintf(&b, "%s outside the Go heap (%s anonymous, %s kernel, %s hot file pages) by %s",
+		fit.FormatBytes(m.AnonBytes+m.KernelBytes+m.HotFile), fit.FormatBytes(m.AnonBytes), fit.FormatBytes(m.KernelBytes), fit.FormatBytes(m.HotFile), m.Method)
 	if m.Bytes > 0 {
 		fmt.Fprintf(&b, ", declared %s", nongo.Quantity(m.Bytes))
 	} else {
-		fmt.Fprintf(&b, ", not declared (under %s)", fit.FormatBytes(nongo.DeclareMin))
+		fmt.Fprintf(&b, ", not declared (anonymous and kernel under %s)", fit.FormatBytes(nongo.DeclareMin))
 	}
 	if !m.Trusted {
 		b.WriteString("; NOT TRUSTED: " + strings.Join(m.Caveats, "; "))
@@ -146,8 +146,8 @@ func peakLabel(r *Results) string {
 // and how the declaration goes with the pod.
 func nonGoReason(m *nongo.Measurement, limit int64, gomemlimit string) string {
 	q := nongo.Quantity(m.Bytes)
-	return fmt.Sprintf("memory: GOMEMLIMIT=%s, below the 0.9 ratio's %s: the unlimited probes measured %s outside the Go heap (%s anonymous, %s kernel, by %s), which GOMEMLIMIT does not bound; "+
+	return fmt.Sprintf("memory: GOMEMLIMIT=%s, below the 0.9 ratio's %s: the unlimited probes measured %s outside the Go heap (%s anonymous, %s kernel, %s hot file pages, by %s), which GOMEMLIMIT does not bound; "+
 		"declared as %s=%s for gofit run, or the pod annotation %s: NAME=%s for the webhook, so GOMEMLIMIT leaves room for it",
-		gomemlimit, fit.FormatBytes(int64(float64(limit)*automemlimitRatio)), q, fit.FormatBytes(m.AnonBytes), fit.FormatBytes(m.KernelBytes), m.Method,
+		gomemlimit, fit.FormatBytes(int64(float64(limit)*automemlimitRatio)), q, fit.FormatBytes(m.AnonBytes), fit.FormatBytes(m.KernelBytes), fit.FormatBytes(m.HotFile), m.Method,
 		nongo.EnvVar, q, nongo.Annotation, q)
 }
