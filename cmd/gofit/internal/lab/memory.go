@@ -199,28 +199,9 @@ func (l *study) memoryStudy(ctx context.Context) error {
 	l.res.CPUSummary = l.summarizeCPU()
 	cpu := l.recommendCPU(&Recommendation{}).cores
 	l.res.Target.ProbeCPU = cpu
-	// The unlimited probes give the peak (the searches' bracket) and the
-	// capacity the health trials' fixed rate is a share of. Their median,
-	// not one probe: one that met a quiet moment would set the rate high.
-	var rpss, p99s, peaks, secs []float64
-	var probes []MemTrial
-	for i := 0; i < l.cfg.Probes; i++ {
-		probe, r := l.memRun(ctx, probeEnv(l.memEnv(SetNone, 0)), cpu, 0, memLoad{requests: l.cfg.MemRequests, maxDur: l.probeCap(), measureNonGo: true})
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		l.progress("memory probe %d at %s CPU, no memory limit: peak %s, %.0f rps, p99 %.1fms", i+1, cpuLabel(cpu), fit.FormatBytes(int64(probe.PeakBytes)), r.RPS, r.P99)
-		if probe.Outcome != OK {
-			return fmt.Errorf("%w: even without a memory limit: %s %s", errTargetFailed, probe.Outcome, probe.Detail)
-		}
-		rpss, p99s, peaks, secs = append(rpss, r.RPS), append(p99s, r.P99), append(peaks, float64(probe.PeakBytes)), append(secs, probe.Seconds)
-		probes = append(probes, probe)
+	if err := l.runProbes(ctx, cpu); err != nil {
+		return err
 	}
-	l.chooseNonGo(probes)
-	l.res.Target.PeakBytes = uint64(summarize(peaks).Max)
-	l.res.Target.ProbeRPS, l.res.Target.ProbeP99 = summarize(rpss).Median, summarize(p99s).Median
-	l.res.Target.HealthRPS = math.Max(1, math.Round(l.cfg.HealthShare*l.res.Target.ProbeRPS))
-	l.mem = l.planMemory(l.res.Target.ProbeRPS, summarize(secs).Median)
 	peak := int64(l.res.Target.PeakBytes)
 	// No search climbs past 4 × the unlimited peak. A setting that needs
 	// more (GOGC=off with GOMEMLIMIT at the limit keeps everything a
@@ -345,6 +326,34 @@ table:
 			l.progress("throughput %-26s at %gx floor (%s): %.0f rps", setting, mult, fit.FormatBytes(limit), r.RPS)
 		}
 	}
+	return nil
+}
+
+// runProbes runs the unlimited probes under cpu: the peak (the searches'
+// bracket), the capacity the health trials' fixed rate is a share of, and
+// the non-Go memory gofit's setting declares.
+func (l *study) runProbes(ctx context.Context, cpu float64) error {
+	// Their median, not one probe: one that met a quiet moment would set
+	// the rate high.
+	var rpss, p99s, peaks, secs []float64
+	var probes []MemTrial
+	for i := 0; i < l.cfg.Probes; i++ {
+		probe, r := l.memRun(ctx, probeEnv(l.memEnv(SetNone, 0)), cpu, 0, memLoad{requests: l.cfg.MemRequests, maxDur: l.probeCap(), measureNonGo: true})
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		l.progress("memory probe %d at %s CPU, no memory limit: peak %s, %.0f rps, p99 %.1fms", i+1, cpuLabel(cpu), fit.FormatBytes(int64(probe.PeakBytes)), r.RPS, r.P99)
+		if probe.Outcome != OK {
+			return fmt.Errorf("%w: even without a memory limit: %s %s", errTargetFailed, probe.Outcome, probe.Detail)
+		}
+		rpss, p99s, peaks, secs = append(rpss, r.RPS), append(p99s, r.P99), append(peaks, float64(probe.PeakBytes)), append(secs, probe.Seconds)
+		probes = append(probes, probe)
+	}
+	l.chooseNonGo(probes)
+	l.res.Target.PeakBytes = uint64(summarize(peaks).Max)
+	l.res.Target.ProbeRPS, l.res.Target.ProbeP99 = summarize(rpss).Median, summarize(p99s).Median
+	l.res.Target.HealthRPS = math.Max(1, math.Round(l.cfg.HealthShare*l.res.Target.ProbeRPS))
+	l.mem = l.planMemory(l.res.Target.ProbeRPS, summarize(secs).Median)
 	return nil
 }
 

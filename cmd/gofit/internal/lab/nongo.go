@@ -3,7 +3,7 @@ package lab
 import (
 	"context"
 	"fmt"
-	"os"
+	"maps"
 	"strings"
 	"time"
 
@@ -19,20 +19,19 @@ import (
 
 // probeEnv is the unlimited probes' environment: the no-knob setting's,
 // with the runtime's gctrace lines on stderr, which count the collections
-// the probe saw (a figure from before the first is not trusted).
+// the probe saw (a figure from before the first is not trusted). The
+// setting's GODEBUG (the sample's) is kept; the lab's own environment
+// reaches no target with its GODEBUG (load.CleanEnv).
 func probeEnv(env map[string]string) map[string]string {
-	out := make(map[string]string, len(env)+1)
-	for k, v := range env {
-		out[k] = v
+	out := maps.Clone(env)
+	if out == nil {
+		out = map[string]string{}
 	}
-	g, ok := out["GODEBUG"]
-	if !ok {
-		g = os.Getenv("GODEBUG")
+	if g := out["GODEBUG"]; g != "" {
+		out["GODEBUG"] = g + ",gctrace=1"
+	} else {
+		out["GODEBUG"] = "gctrace=1"
 	}
-	if g != "" {
-		g += ","
-	}
-	out["GODEBUG"] = g + "gctrace=1"
 	return out
 }
 

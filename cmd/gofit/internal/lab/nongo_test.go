@@ -65,7 +65,6 @@ func TestProbeEnvKeepsGODEBUG(t *testing.T) {
 	if e := probeEnv(map[string]string{"GODEBUG": "x=1"}); e["GODEBUG"] != "x=1,gctrace=1" {
 		t.Errorf("%v", e)
 	}
-	t.Setenv("GODEBUG", "")
 	if e := probeEnv(map[string]string{}); e["GODEBUG"] != "gctrace=1" {
 		t.Errorf("%v", e)
 	}
