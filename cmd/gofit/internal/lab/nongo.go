@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strconv"
 	"strings"
 	"time"
 
@@ -145,6 +146,9 @@ func peakLabel(r *Results) string {
 // and how the declaration goes with the pod.
 func nonGoReason(m *nongo.Measurement, limit int64, gomemlimit string) string {
 	q := nongo.Quantity(m.Bytes)
+	if n, err := strconv.ParseInt(gomemlimit, 10, 64); err == nil {
+		gomemlimit = fit.FormatBytes(n)
+	}
 	return fmt.Sprintf("memory: GOMEMLIMIT=%s, below the 0.9 ratio's %s: the unlimited probes measured %s outside the Go heap (%s anonymous, %s kernel, %s hot file pages, by %s), which GOMEMLIMIT does not bound; "+
 		"declared as %s=%s for gofit run, or the pod annotation %s: NAME=%s for the webhook, so GOMEMLIMIT leaves room for it",
 		gomemlimit, fit.FormatBytes(int64(float64(limit)*automemlimitRatio)), q, fit.FormatBytes(m.AnonBytes), fit.FormatBytes(m.KernelBytes), fit.FormatBytes(m.HotFile), m.Method,
