@@ -118,6 +118,9 @@ func inspectPID(ctx context.Context, root string, pf pidFlags, cpus int, policy 
 	}
 	if cg.Memory != nil {
 		r.MemoryGroup = cg.Memory.Path
+		if procs, _, err := cgroup.ReadBounded(filepath.Join(cg.Memory.Dir, "cgroup.procs"), 1<<20); err == nil {
+			ev.CgroupProcs = len(strings.Fields(procs))
+		}
 	}
 	r.MemoryLimitBytes = l.Memory.Effective()
 	r.Executable, _ = os.Readlink(filepath.Join(root, "proc", strconv.Itoa(pf.pid), "exe"))

@@ -124,7 +124,7 @@ func nonGoLabel(m *nongo.Measurement) string {
 	if m.Bytes > 0 {
 		fmt.Fprintf(&b, ", declared %s", nongo.Quantity(m.Bytes))
 	} else {
-		fmt.Fprintf(&b, ", not declared (anonymous and kernel under %s)", fit.FormatBytes(nongo.DeclareMin))
+		fmt.Fprintf(&b, ", not declared (anonymous under %s)", fit.FormatBytes(nongo.DeclareMin))
 	}
 	if !m.Trusted {
 		b.WriteString("; NOT TRUSTED: " + strings.Join(m.Caveats, "; "))

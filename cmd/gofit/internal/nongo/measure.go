@@ -36,8 +36,10 @@ type Evidence struct {
 	Runtime *Runtime
 	// GCTrace is what gctrace lines said, where the process printed any.
 	GCTrace *GCTrace
-	// KernelBytes is the kernel memory charged to the process's cgroup.
+	// KernelBytes is the kernel memory charged to the process's cgroup;
+	// CgroupProcs how many processes the cgroup holds (0: unknown).
 	KernelBytes int64
+	CgroupProcs int
 	// Window is how long the process was observed (in the lab, the load's
 	// window; on a live process, since it started).
 	Window time.Duration
@@ -52,13 +54,14 @@ type Evidence struct {
 // and how far it can be trusted.
 type Measurement struct {
 	// Bytes is what to declare (GOFIT_NON_GO, gofit.dev/non-go-memory):
-	// every part, each rounded up to 1 MiB, where the parts that cannot
-	// be reclaimed (anonymous and kernel memory) reach DeclareMin; else 0.
-	// A pure Go service holds a few MiB of both and is planned by the
-	// ratio, whose headroom covers them and its hot text (a static 8 MiB
-	// budget for text cost go-httpbin its throughput at small limits,
-	// fit/nongo.go); beside an off-heap cache the hot file pages get room
-	// too (examples/offheap stalled at 92 MiB with 3 MiB left for them).
+	// every part, each rounded up to 1 MiB, where the anonymous memory
+	// outside the Go heap reaches DeclareMin; else 0. A pure Go service
+	// holds 1 to 3 MiB of it (the sample, go-httpbin, node_exporter) and
+	// is planned by the ratio, whose headroom covers that, its kernel
+	// memory and its hot text (a static 8 MiB budget for text cost
+	// go-httpbin its throughput at small limits, fit/nongo.go). The
+	// kernel part is the whole cgroup's: it is not what tells a service
+	// with off-heap memory from one without.
 	Bytes       int64  `json:"bytes"`
 	AnonBytes   int64  `json:"anon_bytes"`
 	KernelBytes int64  `json:"kernel_bytes"`
@@ -155,8 +158,11 @@ func Estimate(ev Evidence) (Measurement, error) {
 		m.Caveats = append(m.Caveats, fmt.Sprintf("observed for %v: memory the service fills later (a cache warming over hours) is not in it; declare that by hand", ev.Window.Round(100*time.Millisecond)))
 	}
 	m.Trusted = trusted
-	if d := mib(m.AnonBytes) + mib(m.KernelBytes); d >= DeclareMin {
-		m.Bytes = d + mib(m.HotFile)
+	if m.AnonBytes >= DeclareMin {
+		m.Bytes = mib(m.AnonBytes) + mib(m.KernelBytes) + mib(m.HotFile)
+	}
+	if ev.CgroupProcs > 1 {
+		m.Caveats = append(m.Caveats, fmt.Sprintf("its cgroup holds %d processes: the kernel memory is all of theirs", ev.CgroupProcs))
 	}
 	return m, nil
 }
@@ -164,8 +170,8 @@ func Estimate(ev Evidence) (Measurement, error) {
 // Declaration says what to declare for the measurement, or why nothing.
 func (m Measurement) Declaration() string {
 	if m.Bytes == 0 {
-		return fmt.Sprintf("nothing to declare: %s of anonymous and kernel memory outside the Go heap is under %s, within the memory ratio's headroom and the measurement's error",
-			fit.FormatBytes(mib(m.AnonBytes)+mib(m.KernelBytes)), fit.FormatBytes(DeclareMin))
+		return fmt.Sprintf("nothing to declare: %s of anonymous memory outside the Go heap is under %s, within the memory ratio's headroom and the measurement's error",
+			fit.FormatBytes(m.AnonBytes), fit.FormatBytes(DeclareMin))
 	}
 	return fmt.Sprintf("%s=%s (gofit run), or the pod annotation %s: NAME=%s (gofit webhook)", EnvVar, Quantity(m.Bytes), Annotation, Quantity(m.Bytes))
 }

@@ -76,6 +76,12 @@ func TestEstimate(t *testing.T) {
 		t.Fatalf("expvar: %+v", rt)
 	}
 	sleep := readFixture(t, "nongo-sleep.smaps")
+	// A heap arena and 3 MiB of anonymous memory beside it (libc, bss).
+	pureGo := []Mapping{
+		{Start: 0xc000000000, End: 0xc004000000, Perms: "rw-p", Rss: 20 << 20, Anonymous: 20 << 20},
+		{Start: 0x7f0000000000, End: 0x7f0000300000, Perms: "rw-p", Rss: 3 << 20, Anonymous: 3 << 20},
+		{Start: 0x7f0000400000, End: 0x7f0000500000, Perms: "r-xp", Inode: 9, Name: "/usr/lib/libc.so.6", Rss: 1 << 20},
+	}
 	// Only the static file's own anonymous mappings but no arena: the
 	// metrics method is what is left.
 	var noArena []Mapping
@@ -106,6 +112,8 @@ func TestEstimate(t *testing.T) {
 			method: Arenas, bytes: 56 << 20, trusted: true, caveat: "collections not seen"},
 		{name: "metrics only", ev: Evidence{Maps: noArena, GoVersion: "go1.26.8", Runtime: &rt, Window: time.Minute},
 			method: Metrics, bytes: 0, trusted: true},
+		{name: "pure Go: 3 MiB outside the heap, nothing declared", ev: Evidence{Maps: pureGo, GoVersion: "go1.26.8", KernelBytes: 26 << 20, CgroupProcs: 40, GCTrace: &GCTrace{Cycles: 5}, Window: time.Hour},
+			method: Arenas, bytes: 0, trusted: true, caveat: "holds 40 processes"},
 		{name: "no arena, no metrics", ev: Evidence{Maps: noArena, GoVersion: "go1.26.8", Window: time.Minute}, err: ErrNoGoRuntime},
 		{name: "not Go", ev: Evidence{Maps: sleep, Window: time.Minute}, err: ErrNotGo},
 	} {
