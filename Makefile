@@ -19,7 +19,7 @@ build-nokube:
 IMAGE ?= ghcr.io/gofit-dev/gofit:dev
 image:
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags='-s -w' -o bin/linux-amd64/gofit ./cmd/gofit
-	$(GO) run ./internal/ociimage/mkimage -o bin/gofit-image.tar -ref $(IMAGE) -entrypoint /gofit /gofit=bin/linux-amd64/gofit
+	$(GO) run ./tools/ociimage/mkimage -o bin/gofit-image.tar -ref $(IMAGE) -entrypoint /gofit /gofit=bin/linux-amd64/gofit
 
 # gofit on a real single-node Kubernetes (kube/e2e): a cgroup v2 kernel in
 # a QEMU VM running etcd, kube-apiserver, controller-manager, scheduler,
@@ -38,17 +38,17 @@ test:
 	$(GO) test -count=1 -p 1 -timeout 40m work
 
 # The real-cgroup tests on a cgroup v2 and a hybrid kernel in a QEMU VM
-# (internal/vmtest; part of make test too). GOFIT_VM_PKGS=REGEXP narrows the
+# (tools/vmtest; part of make test too). GOFIT_VM_PKGS=REGEXP narrows the
 # packages, GOFIT_VM_KERNEL=6.1.0-N picks the Debian kernel.
 test-v2:
-	$(GO) test -count=1 -v -timeout 30m -run '^TestVM$$' ./internal/vmtest
+	$(GO) test -count=1 -v -timeout 30m -run '^TestVM$$' ./tools/vmtest
 
 # The node agent's memory-QoS experiment (gofit node experiment) on cgroup v2
 # in the test VM, where memory.low/high exist: about 6 minutes. TCG slows
 # everything alike, so compare its ratios only. QOS_ARGS replaces its
 # TCG-sized settings, e.g. QOS_ARGS='--repeats 3 --duration 10s --rate 10'.
 qos-v2:
-	$(GO) run ./internal/vmtest/qosv2 $(if $(QOS_ARGS),-- $(QOS_ARGS))
+	$(GO) run ./tools/vmtest/qosv2 $(if $(QOS_ARGS),-- $(QOS_ARGS))
 
 # The library's unit tests on the oldest Go its go.mod allows (the toolchain
 # comes from the module proxy), outside the workspace whose go line is newer:
@@ -72,6 +72,7 @@ tidy-check:
 	GOWORK=off $(GO) mod tidy -diff
 	cd cmd/gofit && GOWORK=off $(GO) mod tidy -diff
 	cd kube && GOWORK=off $(GO) mod tidy -diff
+	cd tools && GOWORK=off $(GO) mod tidy -diff
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem work
@@ -108,7 +109,7 @@ lab-real: build lab-services
 # root; about 30 minutes. Results: docs/results/shrink.md.
 .PHONY: shrink
 shrink:
-	$(GO) run ./internal/shrink $(SHRINKFLAGS)
+	$(GO) run ./tools/shrink $(SHRINKFLAGS)
 
 # The doc check alone (it runs in make test too): every sample in README.md
 # and docs/ is checked against the code (cmd/gofit/docs_test.go), and the

@@ -54,7 +54,7 @@ func (n NonGo) String() string {
 // plus 2 MiB of kernel) was measured on 2026-11-23 and did not pay: it
 // only went below the ratio in containers under about 110 MiB, and there
 // it cost go-httpbin its throughput (docs/results/memory.md). The hot text
-// a loaded binary touches, measured with internal/target/hottext, was
+// a loaded binary touches, measured with tools/hottext, was
 // 3.9 MiB of the 61 MB sample, 4.6 MiB of go-httpbin and 6.8 MiB of
 // node_exporter, within the ratio's headroom; the kernel reclaims and
 // reads back text rather than OOM-killing.

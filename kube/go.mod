@@ -33,6 +33,7 @@ require (
 	github.com/go-openapi/jsonpointer v0.21.0 // indirect
 	github.com/go-openapi/jsonreference v0.21.0 // indirect
 	github.com/go-openapi/swag v0.23.0 // indirect
+	github.com/gofit-dev/gofit/tools v0.0.0
 	github.com/google/gnostic-models v0.7.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/josharian/intern v1.0.0 // indirect
@@ -74,3 +75,5 @@ require (
 )
 
 replace github.com/gofit-dev/gofit => ../
+
+replace github.com/gofit-dev/gofit/tools => ../tools

@@ -20,7 +20,7 @@ import (
 )
 
 // Real-kernel tests of the writes. They run on the host's cgroups (v1 or
-// hybrid here) and, through internal/vmtest, on a v2 and a hybrid kernel in
+// hybrid here) and, through tools/vmtest, on a v2 and a hybrid kernel in
 // a VM; tests of v2-only files skip elsewhere with one line.
 
 // TestMain lets the test binary act as a child process inside a group.

@@ -22,8 +22,8 @@ func runLab(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.Out, "out", "gofit-lab", "directory for report.html and results.json")
 	fs.BoolVar(&o.JSON, "json", false, "print results.json to stdout instead of the summary")
 	fs.StringVar(&o.Quotas, "quotas", "", "CPU quotas in cores, comma-separated (default 0.25,0.5,1,<CPUs>; --quick 0.25)")
-	fs.IntVar(&o.Repeats, "repeats", 0, "repeats of each CPU cell before adaptive ones (default 2)")
-	fs.IntVar(&o.MaxRepeats, "max-repeats", 0, "adaptive repeats stop here (default 5; --quick 3)")
+	fs.IntVar(&o.Repeats, "repeats", 0, "repeats of each CPU cell before adaptive ones (default 3, the runs a side a verdict needs)")
+	fs.IntVar(&o.MaxRepeats, "max-repeats", 0, "adaptive repeats stop here (default 5; --quick 4)")
 	fs.IntVar(&o.Requests, "requests", 0, "closed loop: requests per window instead of 50 CFS periods of time (overrides the minimum)")
 	fs.IntVar(&o.Concurrency, "concurrency", 0, "closed-loop workers (default 16)")
 	fs.Float64Var(&o.OpenFraction, "open-fraction", 0, "open-loop rate as a share of the quota's median closed-loop capacity (default 0.6)")
@@ -38,6 +38,7 @@ func runLab(args []string, stdout, stderr io.Writer) error {
 		return nil
 	})
 	fs.Int64Var(&o.Seed, "seed", 1, "seed of the random order of cells, requests and resamples; the same seed replays a run")
+	fs.StringVar(&o.Replay, "replay", "", "analyse an earlier run's records.json in `DIR` again (results.json and report.html into --out); runs nothing")
 	fs.StringVar(&o.ReadyURL, "ready-url", "", "URL polled until the service is ready (default: --url, or the first GET target); 503 means still starting")
 	fs.DurationVar(&o.ReadyTimeout, "ready-timeout", 0, "how long the service may take to become ready (default 30s)")
 	if err := parseFlags(fs, args); err != nil {

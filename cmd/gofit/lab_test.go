@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,7 +16,18 @@ import (
 	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/cgroup/manage"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
+
+// hasPrefix reports whether any of notes starts with prefix.
+func hasPrefix(notes []string, prefix string) bool {
+	for _, n := range notes {
+		if strings.HasPrefix(n, prefix) {
+			return true
+		}
+	}
+	return false
+}
 
 // syncBuffer is a bytes.Buffer that os/exec's copying goroutine may
 // write while the test reads it.
@@ -124,8 +136,11 @@ type labResults struct {
 		P99        labMetric `json:"p99_ms"`
 		Efficiency labMetric `json:"cpu_efficiency"`
 		Samples    int       `json:"samples"`
+		Repeats    int       `json:"repeats"`
 		Verdict    *string   `json:"verdict"`
+		Decided    bool      `json:"decided"`
 		Failed     bool      `json:"failed"`
+		Notes      []string  `json:"notes"`
 	} `json:"cpu_summary"`
 	Memory []struct {
 		Setting string `json:"setting"`
@@ -147,9 +162,12 @@ type labResults struct {
 		} `json:"check"`
 	} `json:"recommendation"`
 	Lab struct {
-		Wall     float64  `json:"wall_seconds"`
-		Warnings []string `json:"warnings"`
-		Failed   string   `json:"failed"`
+		Wall          float64  `json:"wall_seconds"`
+		Budget        float64  `json:"budget_seconds"`
+		Warnings      []string `json:"warnings"`
+		Failed        string   `json:"failed"`
+		BudgetLimited bool     `json:"budget_limited"`
+		BudgetNotes   []string `json:"budget_notes"`
 	} `json:"lab"`
 }
 
@@ -166,7 +184,8 @@ func TestLabQuick(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("gofit lab --quick: %v\n%s", err, stderr.String())
 	}
-	t.Logf("gofit lab --quick took %v", time.Since(start).Round(time.Second))
+	took := time.Since(start)
+	t.Logf("gofit lab --quick took %v", took.Round(time.Second))
 	if !strings.Contains(stderr.String(), "ETA") {
 		t.Errorf("no progress with an ETA on stderr:\n%s", stderr.String())
 	}
@@ -183,6 +202,11 @@ func TestLabQuick(t *testing.T) {
 	}
 	if r.Lab.Failed != "" {
 		t.Errorf("the sample's study failed: %s", r.Lab.Failed)
+	}
+	// The budget is kept: the study ends within it plus one trial (the
+	// longest a quick trial takes is well under 30 s).
+	if r.Lab.Budget != 240 || r.Lab.Wall > r.Lab.Budget+30 {
+		t.Errorf("lab took %.0fs of a %.0fs budget (want the 240 s of --quick, kept to within one trial)", r.Lab.Wall, r.Lab.Budget)
 	}
 	// Isolation: the generator is pinned; on 2 CPUs it must share one
 	// with the target, which keeps both (its GOMAXPROCS depends on them).
@@ -239,8 +263,20 @@ func TestLabQuick(t *testing.T) {
 		if (s.Verdict == nil) != (s.Setting == lab.SetGoDefault) {
 			t.Errorf("%s %s: verdict %v; want one for every setting but go-default", s.Setting, s.Mode, s.Verdict)
 		}
+		// The lab aims for 5000 latencies per open-loop cell, but the
+		// offered rate follows the machine's measured capacity, so a
+		// slower or busier machine gets fewer: what it promises is to
+		// say so, in the cell and in the budget notes. The figures
+		// themselves are docs/results' business, not this test's.
 		if s.Mode == "open" && s.Samples < 5000 {
-			t.Errorf("%s open-loop p99 from %d latencies, want at least 5000", s.Setting, s.Samples)
+			t.Logf("%s open-loop p99 from %d latencies (under the 5000 aimed for)", s.Setting, s.Samples)
+			if !hasPrefix(s.Notes, fmt.Sprintf("p99 from %d latencies", s.Samples)) || !r.Lab.BudgetLimited || len(r.Lab.BudgetNotes) == 0 {
+				t.Errorf("%s open loop: %d latencies, under the 5000 aimed for, and no cut reported (notes %q, budget notes %q)", s.Setting, s.Samples, s.Notes, r.Lab.BudgetNotes)
+			}
+		}
+		// A verdict that is decided rests on stats.MinRuns runs a side.
+		if s.Verdict != nil && s.Decided && s.Repeats < stats.MinRuns {
+			t.Errorf("%s %s: verdict %q decided on %d runs, under the %d a verdict needs", s.Setting, s.Mode, *s.Verdict, s.Repeats, stats.MinRuns)
 		}
 		// Physics: over 50 periods a cgroup saturated at a sub-core quota
 		// uses that quota, no more and hardly less.

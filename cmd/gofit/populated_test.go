@@ -21,7 +21,7 @@ import (
 // (or a container) would start it. On cgroup v2 that parent cannot enable
 // controllers for the lab's trial groups until its processes move into a
 // leaf. It checks function only, with the smallest settings that still run
-// every stage, so it also runs in the TCG VM (internal/vmtest), where
+// every stage, so it also runs in the TCG VM (tools/vmtest), where
 // timings mean nothing.
 func TestLabFromPopulatedCgroup(t *testing.T) {
 	if testing.Short() {

@@ -1,5 +1,5 @@
 // Package e2e runs gofit on a real single-node Kubernetes: TestNode boots
-// a Debian kernel (cgroup v2) under QEMU with internal/vmtest and runs this
+// a Debian kernel (cgroup v2) under QEMU with tools/vmtest and runs this
 // package's test binary inside it, where TestGuest starts etcd,
 // kube-apiserver, kube-controller-manager, kube-scheduler, containerd
 // (runc, CNI bridge) and the kubelet (cgroupfs driver), installs deploy/

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gofit-dev/gofit/internal/ociimage"
-	"github.com/gofit-dev/gofit/internal/vmtest"
+	"github.com/gofit-dev/gofit/tools/ociimage"
+	"github.com/gofit-dev/gofit/tools/vmtest"
 )
 
 // guest is set when this binary runs inside the VM (TestNode passes it).
@@ -155,7 +155,7 @@ func buildImages(t *testing.T, src, dir string) {
 	os.WriteFile(filepath.Join(dir, "gofit"), gofitBin, 0o755)
 	for _, img := range []struct{ tar, ref, pkg, user string }{
 		{"service.tar", serviceImage, "./examples/service", ociimage.NonRoot},
-		{"pause.tar", pauseImage, "./internal/ociimage/pause", "65535:65535"},
+		{"pause.tar", pauseImage, "./tools/ociimage/pause", "65535:65535"},
 	} {
 		exe := filepath.Join(t.TempDir(), "app")
 		gobuild(t, src, "build", "-trimpath", "-ldflags=-s -w", "-o", exe, img.pkg)

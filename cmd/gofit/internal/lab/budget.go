@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"sort"
 	"time"
 )
 
@@ -23,11 +24,11 @@ import (
 // (lab.budget_limited is set).
 
 // cpuShare is the part of the budget the CPU study may spend.
-const cpuShare = 0.45
+const cpuShare = 0.5
 
-// minOpenWindow is the shortest open-loop window the planner cuts to: 20
-// CFS periods. Below it a window says little about a quota.
-const minOpenWindow = 2 * time.Second
+// adaptiveReserve is the share of the CPU study's budget that funding
+// rows and sizing open-loop windows leave for the adaptive repeats.
+const adaptiveReserve = 0.15
 
 // cpuBudget is the part of the budget the CPU study may spend, adaptive
 // repeats included; the memory study needs the rest.
@@ -40,8 +41,8 @@ func (l *study) elapsed() time.Duration { return l.now().Sub(l.started) }
 
 // budgetNote records that the budget cut a phase short.
 func (l *study) budgetNote(format string, a ...any) {
-	l.res.Lab.BudgetLimited = true
-	l.note(&l.res.Lab.BudgetNotes, "budget", fmt.Sprintf(format, a...))
+	l.rec.Lab.BudgetLimited = true
+	l.note(&l.rec.Lab.BudgetNotes, "budget", fmt.Sprintf(format, a...))
 }
 
 // runOverhead is what a CPU run costs besides its window: start, warm-up,
@@ -53,28 +54,126 @@ func (l *study) runOverhead() time.Duration {
 	return l.overheadSum / time.Duration(l.overheadRuns)
 }
 
-// planOpenWindow is the open-loop window per run at rate for the quota
-// at index qi of cpuRows: what OpenSamples needs, cut so that the minimum open runs
-// of this and every later quota, and the closed runs of the later ones,
-// fit in the CPU study's time left.
-func (l *study) planOpenWindow(qi int, rate float64, configs int) time.Duration {
+// rowOrder is the order the CPU study measures its rows in, which is the
+// order the planner funds them: first the quotas where gofit's plan and
+// Go's default differ (the comparison the recommendation rests on),
+// smallest first, then the request row if they differ there, then the
+// rest. A row the budget cannot take to a verdict is left out (planRows).
+func (l *study) rowOrder() []float64 {
+	rows := append([]float64(nil), l.cpuRows()...)
+	rank := func(q float64) int {
+		differs := false
+		for _, c := range l.configsRequest(q, l.requestAt(q)) {
+			if c.setting == SetGofit {
+				differs = true // gofit names a cell of its own: not go-default's
+			}
+		}
+		switch {
+		case differs && q > 0:
+			return 0
+		case differs:
+			return 1
+		}
+		return 2
+	}
+	sort.SliceStable(rows, func(i, j int) bool {
+		ri, rj := rank(rows[i]), rank(rows[j])
+		if ri != rj {
+			return ri < rj
+		}
+		return rows[i] < rows[j]
+	})
+	return rows
+}
+
+// openFloor is the shortest open-loop window the planner gives a run:
+// the configured minimum (50 CFS periods), or --open-duration.
+func (l *study) openFloor() time.Duration {
+	if l.cfg.OpenDuration > 0 {
+		return l.cfg.OpenDuration
+	}
+	return l.cfg.MinOpenWindow
+}
+
+// runsFor is how many runs a row's verdicts need: every distinct
+// environment at the row, each MinRepeats times, in both modes.
+func (l *study) runsFor(q float64) int {
+	return len(l.configsRequest(q, l.requestAt(q))) * l.cfg.MinRepeats * 2
+}
+
+// minRowCost is what a row's minimum runs cost at the shortest open-loop
+// window: what the row needs before any of its verdicts can be decided.
+func (l *study) minRowCost(q float64) time.Duration {
+	half := time.Duration(l.runsFor(q) / 2)
+	return half*(l.cfg.ClosedWindow+l.runOverhead()) + half*(l.openFloor()+l.runOverhead())
+}
+
+// planRows funds the CPU study's rows in rowOrder while their minimum runs
+// fit in the CPU budget less the adaptive reserve. A row that does not fit
+// is not started: with fewer than stats.MinRuns runs a side its
+// comparisons could only be undecided, and the time is better spent
+// deciding the rows before it. Each left-out row is named in
+// lab.not_compared with what it would have taken.
+func (l *study) planRows() []float64 {
+	avail := time.Duration(float64(l.cpuBudget())*(1-adaptiveReserve)) - l.elapsed()
+	var funded []float64
+	var spent time.Duration
+	for _, q := range l.rowOrder() {
+		cost := l.minRowCost(q)
+		if spent+cost <= avail {
+			funded = append(funded, q)
+			spent += cost
+			continue
+		}
+		l.cutRow(q, avail-spent, spent+cost)
+	}
+	return funded
+}
+
+// cutRow records that row q is not compared: left is what the budget had
+// for it, need what the funded rows and this one would have cost.
+func (l *study) cutRow(q float64, left, need time.Duration) {
+	perRun := l.minRowCost(q) / time.Duration(l.cfg.MinRepeats)
+	funds := 0
+	if left > 0 && perRun > 0 {
+		funds = int(left / perRun)
+	}
+	// The budget whose CPU share, less the reserve, covers need.
+	budget := time.Duration(float64(need) / (1 - adaptiveReserve) / cpuShare)
+	budget = (budget + time.Minute - 1).Truncate(time.Minute)
+	msg := fmt.Sprintf("not compared at %s: the budget funds %d of the %d runs a verdict needs (--budget %v would fund them)",
+		rowLabel(q, l.requestAt(q)), min(funds, l.cfg.MinRepeats), l.cfg.MinRepeats, budget)
+	l.rec.Lab.NotCompared = append(l.rec.Lab.NotCompared, msg)
+	l.budgetNote("%s", msg)
+}
+
+// planOpenWindow is the open-loop window per run at rate for row q, the
+// i-th of the funded rows: what OpenSamples needs, cut so that the minimum
+// open runs of this and every later funded row, and the closed runs of the
+// later ones, fit in the CPU study's time less the adaptive reserve. It
+// never goes under openFloor: below it, runs could not carry a verdict.
+func (l *study) planOpenWindow(rows []float64, i int, rate float64) time.Duration {
 	want := l.openWindow(rate)
 	if l.cfg.OpenDuration > 0 {
 		return want
 	}
-	rows := l.cpuRows()
-	later := len(rows) - qi - 1
-	runs := float64(configs * l.cfg.MinRepeats)
-	closedLater := time.Duration(float64(later)*runs) * (l.cfg.ClosedWindow + l.runOverhead())
-	left := l.cpuBudget() - l.elapsed() - closedLater
-	openRuns := float64(later+1) * runs
-	fit := time.Duration(float64(left)/openRuns) - l.runOverhead()
+	var closedLater time.Duration
+	openRuns := 0
+	for j, q := range rows[i:] {
+		n := l.runsFor(q) / 2
+		openRuns += n
+		if j > 0 {
+			closedLater += time.Duration(n) * (l.cfg.ClosedWindow + l.runOverhead())
+		}
+	}
+	left := time.Duration(float64(l.cpuBudget())*(1-adaptiveReserve)) - l.elapsed() - closedLater
+	fit := left/time.Duration(max(openRuns, 1)) - l.runOverhead()
 	if fit >= want {
 		return want
 	}
-	win := max(fit, minOpenWindow).Round(100 * time.Millisecond)
+	win := max(fit, l.openFloor()).Round(100 * time.Millisecond)
 	l.budgetNote("open loop at %s: %v windows (%d latencies per cell at %.0f rps) instead of the %v that %d latencies need; p99 intervals are wider",
-		rowLabel(rows[qi], l.requestAt(rows[qi])), win, int(rate*win.Seconds())*l.cfg.MinRepeats, rate, want, l.cfg.OpenSamples)
+		rowLabel(rows[i], l.requestAt(rows[i])), win, int(rate*win.Seconds())*l.cfg.MinRepeats, rate, want, l.cfg.OpenSamples)
 	return win
 }
 

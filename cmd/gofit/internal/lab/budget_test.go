@@ -40,8 +40,8 @@ func TestSlowTargetFitsTheBudget(t *testing.T) {
 	if took, most := l.elapsed(), l.cpuBudget()+l.cfg.ClosedWindow+l.cfg.Warmup+time.Second; took > most {
 		t.Errorf("the CPU study took %v of the fake clock, want at most its share %v plus one run", took, l.cpuBudget())
 	}
-	if !l.res.Lab.BudgetLimited || !strings.Contains(strings.Join(l.res.Lab.BudgetNotes, "\n"), "open loop at 250m") {
-		t.Errorf("budget_limited %v, notes %q: want a note on the open loop", l.res.Lab.BudgetLimited, l.res.Lab.BudgetNotes)
+	if !l.rec.Lab.BudgetLimited || !strings.Contains(strings.Join(l.rec.Lab.BudgetNotes, "\n"), "open loop at 250m") {
+		t.Errorf("budget_limited %v, notes %q: want a note on the open loop", l.rec.Lab.BudgetLimited, l.rec.Lab.BudgetNotes)
 	}
 }
 
@@ -61,12 +61,12 @@ func TestPlanMemoryForASlowTarget(t *testing.T) {
 	if total, left := trials*time.Duration(float64(p.requests)/25*float64(time.Second)), l.cfg.Budget-l.elapsed()-l.checkReserve(); total > left/3 {
 		t.Errorf("planned survival trials take %v of load, over a third of the %v left", total, left)
 	}
-	if !l.res.Lab.BudgetLimited {
+	if !l.rec.Lab.BudgetLimited {
 		t.Error("no budget note")
 	}
 	l2, _ := newFakeLab(t, 15*time.Minute)
-	if p := l2.planMemory(5000, 1.5); p.requests != l2.cfg.MemRequests || l2.res.Lab.BudgetLimited {
-		t.Errorf("fast target: %d requests, budget_limited %v", p.requests, l2.res.Lab.BudgetLimited)
+	if p := l2.planMemory(5000, 1.5); p.requests != l2.cfg.MemRequests || l2.rec.Lab.BudgetLimited {
+		t.Errorf("fast target: %d requests, budget_limited %v", p.requests, l2.rec.Lab.BudgetLimited)
 	}
 }
 

@@ -23,6 +23,9 @@ var ErrInterrupted = errors.New("interrupted")
 // summary (or, with o.JSON, results.json) to stdout. Errors from bad
 // options wrap ErrUsage; an interrupted study returns ErrInterrupted.
 func Main(ctx context.Context, o Options, stdout, stderr io.Writer) error {
+	if o.Replay != "" {
+		return replay(o, stdout)
+	}
 	cfg, err := o.Config()
 	if err != nil {
 		return err
@@ -97,9 +100,14 @@ func Main(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	}
 
 	start := time.Now()
-	res, runErr := runStudy(ctx, sb, cfg)
+	res, rec, runErr := runStudy(ctx, sb, cfg)
 	interrupted := ctx.Err() != nil
 	paths, werr := writeFiles(o.Out, res)
+	if werr == nil && !res.empty() {
+		var p string
+		p, werr = writeRecords(o.Out, cfg, rec)
+		paths = append(paths, p)
+	}
 	if werr != nil && interrupted {
 		// Still one line and the shell's code for SIGINT.
 		fmt.Fprintf(stderr, "gofit lab: interrupted after %v; could not write partial results: %v\n", time.Since(start).Round(time.Second), werr)
@@ -133,6 +141,41 @@ const maxCopy = 1 << 30
 
 // copyFile copies the executable src to dst, flushed so that dst's page
 // cache can be dropped before each trial.
+// replay is `gofit lab --replay DIR`: the records.json of an earlier run
+// analysed again, by this gofit, into results.json and report.html in
+// o.Out. Nothing runs: no sandbox, no root.
+func replay(o Options, stdout io.Writer) error {
+	for name := range o.Given {
+		switch name {
+		case "replay", "out", "json":
+		default:
+			return usagef("--replay %s: --%s has no effect on a replay (the records carry the study's configuration)", o.Replay, name)
+		}
+	}
+	cfg, rec, err := readRecords(filepath.Join(o.Replay, "records.json"))
+	if err != nil {
+		return fmt.Errorf("--replay: %w", err)
+	}
+	undoOut, err := checkOut(o.Out)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	defer undoOut()
+	res := analyse(cfg, rec)
+	paths, err := writeFiles(o.Out, &res)
+	if err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	if o.JSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	writeSummary(stdout, &res)
+	fmt.Fprintf(stdout, "written: %s\n", strings.Join(paths, ", "))
+	return nil
+}
+
 func copyFile(src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {

@@ -111,7 +111,7 @@ type Config struct {
 	// resamples; the same seed replays a run's random choices.
 	Seed     int64
 	Warnings []string  // minimums the user overrode (from the command line)
-	Progress io.Writer // progress lines; nil for none
+	Progress io.Writer `json:"-"` // progress lines; nil for none
 }
 
 // defaultConfig is the default study, or with quick the reduced one.
@@ -122,7 +122,7 @@ func defaultConfig(quick bool) Config {
 		CPUSettings:      []string{SetProcs1, SetGoDefault, SetGofit, SetProcsNCPU},
 		CPURequest:       0.25,
 		CPURequestFactor: 1,
-		MinRepeats:       2,
+		MinRepeats:       stats.MinRuns, // fewer, and no verdict could be decided
 		MaxRepeats:       5,
 		ClosedWindow:     minPeriods * cfsPeriod,
 		Concurrency:      16,
@@ -167,7 +167,7 @@ func defaultConfig(quick bool) Config {
 		c.Quotas = []float64{0.25}
 		c.CPURequest = 0 // the request row costs a quota's cells: not in the reduced study
 		c.CPUSettings = []string{SetProcs1, SetGoDefault, SetGofit}
-		c.MaxRepeats = 3
+		c.MaxRepeats = 4
 		c.Budget = 4 * time.Minute
 		// gofit against the peer users would pick instead; the no-knob
 		// floor and its multiples are the default study's.
@@ -194,6 +194,7 @@ var ErrUsage = errors.New("usage")
 // Options are the command line's choices, before defaults and checks.
 type Options struct {
 	Quick        bool
+	Replay       string // a directory with an earlier run's records.json: analyse it again, run nothing
 	Cmd          string // the service's command; {port} is replaced by a free port
 	URL          string // the URL to load; readiness is polled here
 	Out          string // directory for report.html and results.json
@@ -279,6 +280,9 @@ func (o Options) Config() (Config, error) {
 	}
 	if set("slo-p99") && !set("target-rps") {
 		return Config{}, usagef("--slo-p99 needs --target-rps")
+	}
+	if cfg.MinRepeats < stats.MinRuns {
+		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("--repeats %d is under the %d runs a side a verdict needs: comparisons are undecided until adaptive repeats reach %d", cfg.MinRepeats, stats.MinRuns, stats.MinRuns))
 	}
 	if set("requests") {
 		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("--requests %d overrides the closed-loop minimum of 50 CFS periods per window; short windows make throughput and CPU efficiency noisy (see periods per cell)", cfg.Requests))

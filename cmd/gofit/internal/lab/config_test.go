@@ -39,7 +39,7 @@ func TestConfigValidate(t *testing.T) {
 				t.Fatalf("Validate: %v; want a usage error naming %q", err, tc.want)
 			}
 			// A nil sandbox: runStudy must refuse before using it.
-			if _, err := runStudy(context.Background(), nil, cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			if _, _, err := runStudy(context.Background(), nil, cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("runStudy: %v; want the same error", err)
 			}
 		})

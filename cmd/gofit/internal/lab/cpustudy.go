@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -94,9 +95,13 @@ type cellKey struct {
 	mode    Mode
 }
 
-func (l *study) runsOf(k cellKey) []CPUCell {
+func (l *study) runsOf(k cellKey) []CPUCell    { return runsOf(l.rec.CPU, k) }
+func (l *analysis) runsOf(k cellKey) []CPUCell { return runsOf(l.rec.CPU, k) }
+
+// runsOf is the runs of cell k among cells, in the order they ran.
+func runsOf(cells []CPUCell, k cellKey) []CPUCell {
 	var out []CPUCell
-	for _, c := range l.res.CPU {
+	for _, c := range cells {
 		if c.QuotaCores == k.q && c.Setting == k.setting && c.Mode == k.mode {
 			out = append(out, c)
 		}
@@ -162,20 +167,20 @@ func (l *study) cpuStudy(ctx context.Context) error {
 			}
 			return fmt.Errorf("cpu trial %s %s %s-loop: %w", rowLabel(c.quota, c.request), c.setting, mode, err)
 		}
-		l.res.CPU = append(l.res.CPU, cell)
+		l.rec.CPU = append(l.rec.CPU, cell)
 		for i, t := range cell.Targets {
-			if i >= len(l.res.Targets) {
+			if i >= len(l.rec.Targets) {
 				// Named as given ({port} and all): each trial has its own port.
 				mix := l.cfg.Target.Mix()
-				l.res.Targets = append(l.res.Targets, load.TargetResult{Method: mix[i].Method, URL: mix[i].URL})
+				l.rec.Targets = append(l.rec.Targets, load.TargetResult{Method: mix[i].Method, URL: mix[i].URL})
 			}
-			l.res.Targets[i].Merge(t)
+			l.rec.Targets[i].Merge(t)
 		}
 		l.progress("cpu %-5s %-15s %-6s rep %d: %5.0f rps, p99 %6.1fms", rowLabel(c.quota, c.request), c.setting, mode, rep, cell.RPS, cell.P99)
 		if cell.TargetExited {
 			// No memory limit here: an exit is a crash. Stop rather than
 			// measure a dead service for minutes.
-			l.exited = true
+			l.rec.Exited = true
 			return fmt.Errorf("%w: it exited during the %s %s %s-loop window (%d errors: %s)", errTargetFailed, rowLabel(c.quota, c.request), c.setting, mode, cell.Errors, errorKinds(cell.ErrorKinds))
 		}
 		return nil
@@ -192,7 +197,17 @@ func (l *study) cpuStudy(ctx context.Context) error {
 		}
 		return nil
 	}
-	for qi, q := range l.cpuRows() {
+	rows := l.planRows()
+	for i := 0; i < len(rows); i++ {
+		q := rows[i]
+		if need := l.minRowCost(q); l.elapsed()+need > l.cpuBudget() {
+			// Slower than planned: what is left cannot take this row to
+			// a verdict.
+			l.cutRow(q, l.cpuBudget()-l.elapsed(), l.elapsed()+need)
+			rows = slices.Delete(rows, i, i+1)
+			i--
+			continue
+		}
 		cs := l.configsRequest(q, l.requestAt(q))
 		all[q] = cs
 		for rep := 1; rep <= l.cfg.MinRepeats; rep++ {
@@ -213,7 +228,7 @@ func (l *study) cpuStudy(ctx context.Context) error {
 			}
 			offered[q] = math.Max(1, math.Round(l.cfg.OpenFraction*summarize(caps).Median))
 		}
-		windows[q] = l.planOpenWindow(qi, offered[q], len(cs))
+		windows[q] = l.planOpenWindow(rows, i, offered[q])
 		for rep := 1; rep <= l.cfg.MinRepeats; rep++ {
 			if err := round(cs, Open, rep); err != nil {
 				return err
@@ -224,7 +239,7 @@ func (l *study) cpuStudy(ctx context.Context) error {
 	// the budget lasts; when it cannot fit a whole round, as many cells of
 	// it as fit, comparisons in order (each with its go-default).
 	for {
-		todo := l.undecided(all)
+		todo := l.undecided(all, l.adaptiveOrder(rows))
 		if len(todo) == 0 {
 			return nil
 		}
@@ -245,9 +260,9 @@ func (l *study) cpuStudy(ctx context.Context) error {
 			ran++
 		}
 		if ran < len(todo) {
-			left := len(l.undecided(all))
+			left := len(l.undecided(all, rows))
 			if left > 0 {
-				l.budgetNote("the CPU study's budget (%v of %v) ran out with %d cells undecided or short of samples; their verdicts stay \"same\" on intervals too wide to tell (more time: --budget)", l.cpuBudget().Round(time.Second), l.cfg.Budget, left)
+				l.budgetNote("the CPU study's budget (%v of %v) ran out with %d cells undecided or short of samples; they stay undecided, each with the smallest difference it could have shown and the budget that would decide it", l.cpuBudget().Round(time.Second), l.cfg.Budget, left)
 			}
 			return nil
 		}
@@ -259,10 +274,28 @@ type repeatTask struct {
 	rep int
 }
 
-// undecided lists the cells to repeat: both sides of every comparison
-// with go-default that is neither decided nor at MaxRepeats, and open
-// cells short of OpenSamples.
-func (l *study) undecided(all map[float64][]cpuConfig) []repeatTask {
+// adaptiveOrder is the order adaptive repeats go to the rows in: the
+// quota the recommendation would pick from what is measured so far, then
+// the study's order (rowOrder).
+func (l *study) adaptiveOrder(rows []float64) []float64 {
+	pick := summarized(l.cfg, &l.rec).recommendCPU(&Recommendation{}).cores
+	out := []float64{}
+	if slices.Contains(rows, pick) {
+		out = append(out, pick)
+	}
+	for _, q := range rows {
+		if q != pick {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// undecided lists the cells to repeat, rows in the given order: both
+// sides of every comparison with go-default that is neither decided nor
+// at MaxRepeats, and open cells short of OpenSamples. A saturated open
+// loop is not repeated: more of it measures the same queue.
+func (l *study) undecided(all map[float64][]cpuConfig, rows []float64) []repeatTask {
 	want := map[cellKey]bool{}
 	var order []cellKey
 	add := func(k cellKey) {
@@ -271,13 +304,16 @@ func (l *study) undecided(all map[float64][]cpuConfig) []repeatTask {
 			order = append(order, k)
 		}
 	}
-	for _, q := range l.cpuRows() {
+	for _, q := range rows {
 		for _, mode := range []Mode{Closed, Open} {
 			base := cellKey{q, SetGoDefault, mode}
 			baseRuns := l.runsOf(base)
 			for _, c := range all[q] {
 				k := cellKey{q, c.setting, mode}
 				runs := l.runsOf(k)
+				if a := newAnalysis(l.cfg, &l.rec); mode == Open && (a.saturated(k) != "" || a.saturated(base) != "") {
+					continue
+				}
 				if mode == Open && pooled(runs).Count() < l.cfg.OpenSamples && l.cfg.OpenDuration == 0 {
 					add(k)
 				}
@@ -309,17 +345,20 @@ func anyFailed(cs []CPUCell) bool {
 	return false
 }
 
+func (l *study) runCost(k cellKey) time.Duration    { return runCost(l.cfg, l.rec.CPU, k) }
+func (l *analysis) runCost(k cellKey) time.Duration { return runCost(l.cfg, l.rec.CPU, k) }
+
 // runCost estimates one more run of k from the runs so far.
-func (l *study) runCost(k cellKey) time.Duration {
-	runs := l.runsOf(k)
+func runCost(cfg Config, cells []CPUCell, k cellKey) time.Duration {
+	runs := runsOf(cells, k)
 	if len(runs) == 0 {
-		return l.cfg.ClosedWindow + l.cfg.Warmup
+		return cfg.ClosedWindow + cfg.Warmup
 	}
 	var s float64
 	for _, r := range runs {
 		s += r.Seconds
 	}
-	return time.Duration((s/float64(len(runs)))*float64(time.Second)) + l.cfg.Warmup + 300*time.Millisecond
+	return time.Duration((s/float64(len(runs)))*float64(time.Second)) + cfg.Warmup + 300*time.Millisecond
 }
 
 // headline is the statistic a mode's verdict is about.

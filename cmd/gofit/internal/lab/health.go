@@ -23,7 +23,7 @@ const healthP99Factor = 2.0
 
 // healthLoad is the health trials' load.
 func (l *study) healthLoad() memLoad {
-	return memLoad{rate: l.res.Target.HealthRPS, window: l.cfg.HealthWindow}
+	return memLoad{rate: l.rec.Target.HealthRPS, window: l.cfg.HealthWindow}
 }
 
 // healthTrial judges one limit: pairs of runs side by side, the reference
@@ -33,7 +33,7 @@ func (l *study) healthLoad() memLoad {
 // after the study's budget: the trial is then judged on the pairs it has,
 // and says so (BudgetCut).
 func (l *study) healthTrial(ctx context.Context, ref, env map[string]string, cpu float64, limit int64) MemTrial {
-	t := MemTrial{LimitBytes: limit, Outcome: OK, OfferedRPS: l.res.Target.HealthRPS}
+	t := MemTrial{LimitBytes: limit, Outcome: OK, OfferedRPS: l.rec.Target.HealthRPS}
 	var pairs []healthPair
 	refFailed := 0
 	end := l.started.Add(l.cfg.Budget)

@@ -181,13 +181,13 @@ func TestHealthyFloorRepeats(t *testing.T) {
 			if err := l.memoryStudy(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			if l.res.Target.HealthRPS != math.Round(l.cfg.HealthShare*l.res.Target.ProbeRPS) {
-				t.Errorf("health rate %.0f, want %g × %.0f", l.res.Target.HealthRPS, l.cfg.HealthShare, l.res.Target.ProbeRPS)
+			if l.rec.Target.HealthRPS != math.Round(l.cfg.HealthShare*l.rec.Target.ProbeRPS) {
+				t.Errorf("health rate %.0f, want %g × %.0f", l.rec.Target.HealthRPS, l.cfg.HealthShare, l.rec.Target.ProbeRPS)
 			}
 			if f.maxRunLimit > 2*f.peak {
 				t.Errorf("seed %d: a trial ran at %d MiB, over twice the peak", seed, f.maxRunLimit/mib)
 			}
-			for _, m := range l.res.Memory {
+			for _, m := range l.rec.Memory {
 				if m.HealthyFloorBytes == nil || m.FloorBytes == nil {
 					t.Fatalf("seed %d, %s: no floor (%v, %v); trials %+v", seed, m.Setting, m.FloorBytes, m.HealthyFloorBytes, m.HealthyTrials)
 				}
@@ -241,7 +241,7 @@ func TestSurvivalFloorRepeatsOverABand(t *testing.T) {
 		if err := l.memoryStudy(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		for _, m := range l.res.Memory {
+		for _, m := range l.rec.Memory {
 			if m.FloorBytes == nil {
 				t.Fatalf("seed %d, %s: no survival floor; trials %v", seed, m.Setting, m.Survival)
 			}
@@ -250,7 +250,7 @@ func TestSurvivalFloorRepeatsOverABand(t *testing.T) {
 				t.Errorf("seed %d, %s: survival floor %d MiB outside [%d, %d] MiB", seed, m.Setting, fl/mib, f.floor/mib, (f.floor+f.band+l.cfg.Resolution)/mib)
 			}
 			if seed > 1 {
-				prev := floors[len(floors)-len(l.res.Memory)]
+				prev := floors[len(floors)-len(l.rec.Memory)]
 				if d := fl - prev; d > l.cfg.Resolution || -d > l.cfg.Resolution {
 					apart++
 				}
@@ -270,7 +270,7 @@ func TestSurvivalFloorRepeatsOverABand(t *testing.T) {
 // judgement at once.
 func TestHealthTrialPairs(t *testing.T) {
 	l, f := newFakeMemLab(t, 5, false)
-	l.res.Target.HealthRPS, l.res.Target.ProbeRPS = 200, 400
+	l.rec.Target.HealthRPS, l.rec.Target.ProbeRPS = 200, 400
 	calls := 0
 	pair := f.pair
 	l.pairRun = func(ctx context.Context, ref, env map[string]string, cpu float64, limit int64, ml memLoad) (MemTrial, load.Result, MemTrial, load.Result) {
@@ -314,8 +314,8 @@ func TestRecommendMemoryNeverAboveTheRatio(t *testing.T) {
 			if tc.gofit > 0 {
 				g.HealthyFloorBytes = p(tc.gofit)
 			}
-			l.res.Memory = []MemResult{g, {Setting: SetAutoMemLimit, FloorBytes: p(64 * mib), HealthyFloorBytes: p(tc.ratio)}}
-			rec := l.recommend()
+			l.rec.Memory = []MemResult{g, {Setting: SetAutoMemLimit, FloorBytes: p(64 * mib), HealthyFloorBytes: p(tc.ratio)}}
+			rec := l.results().Recommendation
 			if rec.MemoryLimitBytes != tc.wantLimit {
 				t.Errorf("limit %d MiB, want %d MiB; reasons %q", rec.MemoryLimitBytes/mib, tc.wantLimit/mib, rec.Reasons)
 			}
@@ -392,9 +392,9 @@ func TestRequestRow(t *testing.T) {
 			t.Errorf("a request-row cell asked for %g cores, want 0.25", r)
 		}
 	}
-	l.res.CPUSummary = l.summarizeCPU()
+	res := l.results()
 	procs := map[string]int{}
-	for _, s := range l.res.CPUSummary {
+	for _, s := range res.CPUSummary {
 		if s.QuotaCores == 0 {
 			procs[s.Setting] = s.GOMAXPROCS
 			if s.RequestCores != 0.25 {
@@ -408,13 +408,13 @@ func TestRequestRow(t *testing.T) {
 	if procs[SetGofit] != 2 || procs[SetGoDefault] != 4 {
 		t.Errorf("request row GOMAXPROCS %v: want gofit 2 (from the 250m request), go-default 4 (the CPUs)", procs)
 	}
-	if qs := l.quotas(); len(qs) != 1 || qs[0] != 0.5 {
+	if qs := summarized(l.cfg, &l.rec).quotas(); len(qs) != 1 || qs[0] != 0.5 {
 		t.Errorf("quotas a recommendation may rest on: %v, want [0.5]", qs)
 	}
-	if rec := l.recommend(); rec.CPULimitCores != 0.5 && rec.CPULimitCores != 0 {
+	if rec := l.results().Recommendation; rec.CPULimitCores != 0.5 && rec.CPULimitCores != 0 {
 		t.Errorf("recommended %g cores", rec.CPULimitCores)
 	}
-	cols := verdictTables(&l.res)[0].Quotas
+	cols := verdictTables(&res)[0].Quotas
 	if len(cols) != 2 || cols[0] != "500m" || cols[1] != "no limit, request 250m" {
 		t.Errorf("verdict table columns %q", cols)
 	}
@@ -425,7 +425,7 @@ func TestRequestRow(t *testing.T) {
 // 4 minutes on slow targets (issue 17).
 func TestHealthTrialStopsAtTheBudget(t *testing.T) {
 	l, f := newFakeMemLab(t, 5, true)
-	l.res.Target.HealthRPS, l.res.Target.ProbeRPS = 200, 400
+	l.rec.Target.HealthRPS, l.rec.Target.ProbeRPS = 200, 400
 	f.mood = 1.5                               // a noisy machine: the interval would want every pair
 	pair := l.cfg.HealthWindow + 2*time.Second // what the fake's pairs cost
 	// One and a half pairs left.

@@ -110,12 +110,12 @@ func (l *study) memDrive(ctx context.Context, m *memStarted, ml memLoad) (MemTri
 	var r load.Result
 	if ml.rate > 0 {
 		ld := load.NewLoader(load.MaxOpenInFlight, probe)
-		ld.MinRate = l.res.Target.ProbeRPS * stallShare
+		ld.MinRate = l.rec.Target.ProbeRPS * stallShare
 		defer ld.Close()
 		r = ld.Open(ctx, l.mix(tr), ml.rate, ml.window)
 	} else {
 		ld := load.NewLoader(memConcurrency, probe)
-		ld.MinRate = l.res.Target.ProbeRPS * stallShare
+		ld.MinRate = l.rec.Target.ProbeRPS * stallShare
 		defer ld.Close()
 		r = ld.Closed(ctx, l.mix(tr), ml.requests, ml.maxDur, memConcurrency)
 	}
@@ -132,7 +132,7 @@ func (l *study) memDrive(ctx context.Context, m *memStarted, ml memLoad) (MemTri
 	case s.Memory.OOMKills > 0:
 		t.Outcome, t.Detail = OOMKilled, fmt.Sprintf("%d OOM kills", s.Memory.OOMKills)
 	case r.Stalled:
-		t.Outcome, t.Detail = Stalled, fmt.Sprintf("under %.0f rps (%.0f%% of the unlimited rate) for %v while major faults reached %d", l.res.Target.ProbeRPS*stallShare, stallShare*100, load.StallWindow, s.Memory.MajorFaults)
+		t.Outcome, t.Detail = Stalled, fmt.Sprintf("under %.0f rps (%.0f%% of the unlimited rate) for %v while major faults reached %d", l.rec.Target.ProbeRPS*stallShare, stallShare*100, load.StallWindow, s.Memory.MajorFaults)
 	case exited:
 		t.Outcome, t.Detail = Errored, "the target exited during the load: "+tr.Output()
 	case float64(r.Errors) > maxErrorShare*float64(r.Errors+r.Requests) || r.Requests == 0:
@@ -196,13 +196,12 @@ func (l *study) memoryStudy(ctx context.Context) error {
 	// Memory trials run under the CPU limit the CPU study recommends: a
 	// slower collector under a small quota needs more headroom, and that
 	// is the pair a pod would get.
-	l.res.CPUSummary = l.summarizeCPU()
-	cpu := l.recommendCPU(&Recommendation{}).cores
-	l.res.Target.ProbeCPU = cpu
+	cpu := summarized(l.cfg, &l.rec).recommendCPU(&Recommendation{}).cores
+	l.rec.Target.ProbeCPU = cpu
 	if err := l.runProbes(ctx, cpu); err != nil {
 		return err
 	}
-	peak := int64(l.res.Target.PeakBytes)
+	peak := int64(l.rec.Target.PeakBytes)
 	// No search climbs past 4 × the unlimited peak. A setting that needs
 	// more (GOGC=off with GOMEMLIMIT at the limit keeps everything a
 	// trial allocates) has no floor that is a property of the service:
@@ -282,7 +281,7 @@ func (l *study) memoryStudy(ctx context.Context) error {
 				l.budgetNote("the budget cut the healthy search of %s short: its healthy floor is the lowest limit judged healthy so far", setting)
 			}
 		}
-		l.res.Memory = append(l.res.Memory, m)
+		l.rec.Memory = append(l.rec.Memory, m)
 		if err != nil {
 			return err
 		}
@@ -294,8 +293,8 @@ func (l *study) memoryStudy(ctx context.Context) error {
 	if noKnobFloor == 0 {
 		return nil
 	}
-	measured := make([]string, 0, len(l.res.Memory))
-	for _, m := range l.res.Memory {
+	measured := make([]string, 0, len(l.rec.Memory))
+	for _, m := range l.rec.Memory {
 		measured = append(measured, m.Setting)
 	}
 	// The table at multiples of the floor is the first thing to give up
@@ -304,7 +303,7 @@ func (l *study) memoryStudy(ctx context.Context) error {
 	// A cell costs what a survival trial did.
 	var cellSum float64
 	cells := 0
-	for _, m := range l.res.Memory {
+	for _, m := range l.rec.Memory {
 		for _, t := range m.Trials {
 			cellSum, cells = cellSum+t.Seconds, cells+1
 		}
@@ -322,7 +321,7 @@ table:
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			l.res.Throughput = append(l.res.Throughput, ThroughputCell{Setting: setting, Multiple: mult, LimitBytes: limit, Outcome: t.Outcome, RPS: r.RPS, P50: r.P50, P99: r.P99})
+			l.rec.Throughput = append(l.rec.Throughput, ThroughputCell{Setting: setting, Multiple: mult, LimitBytes: limit, Outcome: t.Outcome, RPS: r.RPS, P50: r.P50, P99: r.P99})
 			l.progress("throughput %-26s at %gx floor (%s): %.0f rps", setting, mult, fit.FormatBytes(limit), r.RPS)
 		}
 	}
@@ -350,10 +349,10 @@ func (l *study) runProbes(ctx context.Context, cpu float64) error {
 		probes = append(probes, probe)
 	}
 	l.chooseNonGo(probes)
-	l.res.Target.PeakBytes = uint64(summarize(peaks).Max)
-	l.res.Target.ProbeRPS, l.res.Target.ProbeP99 = summarize(rpss).Median, summarize(p99s).Median
-	l.res.Target.HealthRPS = math.Max(1, math.Round(l.cfg.HealthShare*l.res.Target.ProbeRPS))
-	l.mem = l.planMemory(l.res.Target.ProbeRPS, summarize(secs).Median)
+	l.rec.Target.PeakBytes = uint64(summarize(peaks).Max)
+	l.rec.Target.ProbeRPS, l.rec.Target.ProbeP99 = summarize(rpss).Median, summarize(p99s).Median
+	l.rec.Target.HealthRPS = math.Max(1, math.Round(l.cfg.HealthShare*l.rec.Target.ProbeRPS))
+	l.mem = l.planMemory(l.rec.Target.ProbeRPS, summarize(secs).Median)
 	return nil
 }
 
@@ -361,7 +360,8 @@ func (l *study) runProbes(ctx context.Context, cpu float64) error {
 // environment together, as the pod would get them, judged healthy as the
 // health trials are: against the same environment without a memory limit.
 func (l *study) checkRecommendation(ctx context.Context) error {
-	rec := &l.res.Recommendation
+	res := analyse(l.cfg, l.rec)
+	rec := &res.Recommendation
 	if rec.CPULimitCores == 0 || rec.MemoryLimitBytes == 0 || l.sb == nil {
 		return nil
 	}
@@ -381,10 +381,8 @@ func (l *study) checkRecommendation(ctx context.Context) error {
 	if t.BudgetCut {
 		l.budgetNote("the budget cut the check trial to %d pairs: its verdict rests on them", t.Pairs)
 	}
-	rec.Check = &CheckTrial{MemTrial: t, ProbeRPS: l.res.Target.ProbeRPS, ProbeP99: l.res.Target.ProbeP99}
+	l.rec.Check = &CheckTrial{MemTrial: t, ProbeRPS: l.rec.Target.ProbeRPS, ProbeP99: l.rec.Target.ProbeP99}
 	l.progress("check: %s CPU + %s memory together: %s", cpuLabel(rec.CPULimitCores), mebi(rec.MemoryLimitBytes), t.verdict())
-	l.res.Lab.Trials = l.done
-	l.res.Lab.Failed = l.failure()
 	return nil
 }
 

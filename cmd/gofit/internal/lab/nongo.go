@@ -83,7 +83,7 @@ func (l *study) chooseNonGo(probes []MemTrial) {
 			errs = append(errs, p.nonGoErr.Error())
 		}
 	}
-	t := &l.res.Target
+	t := &l.rec.Target
 	if best == nil {
 		t.NonGoError = "not measured"
 		if len(errs) > 0 {
@@ -93,7 +93,6 @@ func (l *study) chooseNonGo(probes []MemTrial) {
 		return
 	}
 	t.NonGo, t.NonGoBytes = best, best.Bytes
-	l.nonGo = best.NonGo()
 	l.sayNonGo("%s", nonGoLabel(best))
 }
 
@@ -105,11 +104,14 @@ func (l *study) sayNonGo(format string, a ...any) {
 	}
 }
 
-// declareNonGo adds the declaration to gofit's environment, as `gofit run`
-// would read it.
-func (l *study) declareNonGo(env map[string]string) {
-	if l.nonGo.Anon > 0 {
-		env[nongo.EnvVar] = nongo.Quantity(l.nonGo.Anon)
+// declared is the non-Go memory the records declare to the policy.
+func declared(t TargetInfo) fit.NonGo { return fit.NonGo{Anon: max(t.NonGoBytes, 0)} }
+
+// declareNonGo adds the declaration of n bytes to an environment, as
+// `gofit run` reads it.
+func declareNonGo(env map[string]string, n int64) {
+	if n > 0 {
+		env[nongo.EnvVar] = nongo.Quantity(n)
 	}
 }
 

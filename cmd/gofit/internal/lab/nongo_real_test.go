@@ -42,16 +42,16 @@ func TestGofitHealthyBelowTheRatioOffHeap(t *testing.T) {
 	l := newLab(cfg)
 	l.sb, l.memRun, l.pairRun = sb, l.memTrial, l.memPair
 	const cpu = 1
-	l.res.Target.ProbeCPU = cpu
+	l.rec.Target.ProbeCPU = cpu
 	ctx := context.Background()
 	if err := l.runProbes(ctx, cpu); err != nil {
 		t.Fatal(err)
 	}
-	m := l.res.Target.NonGo
+	m := l.rec.Target.NonGo
 	if m == nil {
-		t.Fatalf("non-Go memory not measured: %s", l.res.Target.NonGoError)
+		t.Fatalf("non-Go memory not measured: %s", l.rec.Target.NonGoError)
 	}
-	if d := m.AnonBytes - 48*mib; d < -8*mib || d > 8*mib || m.Method != nongo.Arenas || l.res.Target.NonGoBytes < 48*mib {
+	if d := m.AnonBytes - 48*mib; d < -8*mib || d > 8*mib || m.Method != nongo.Arenas || l.rec.Target.NonGoBytes < 48*mib {
 		t.Errorf("measured %+v: want 48 ± 8 MiB anonymous by %s, declared", m, nongo.Arenas)
 	}
 	const limit = 112 * mib

@@ -20,8 +20,8 @@ func TestNonGoDeclared(t *testing.T) {
 	l := newLab(defaultConfig(true))
 	m := &nongo.Measurement{Bytes: 52 * mib, AnonBytes: 50 * mib, KernelBytes: 1 * mib, Method: nongo.Arenas, Trusted: true}
 	l.chooseNonGo([]MemTrial{{nonGoErr: errors.New("first probe exited")}, {nonGo: m}})
-	if l.res.Target.NonGoBytes != 52*mib || l.res.Target.NonGo != m || l.nonGo != (fit.NonGo{Anon: 52 * mib}) {
-		t.Fatalf("chosen %d, %+v, %+v", l.res.Target.NonGoBytes, l.res.Target.NonGo, l.nonGo)
+	if l.rec.Target.NonGoBytes != 52*mib || l.rec.Target.NonGo != m || declared(l.rec.Target) != (fit.NonGo{Anon: 52 * mib}) {
+		t.Fatalf("chosen %d, %+v", l.rec.Target.NonGoBytes, l.rec.Target.NonGo)
 	}
 	env := l.memEnv(SetGofit, 128*mib)
 	if want := strconv.FormatInt(128*mib-52*mib-4*mib, 10); env["GOMEMLIMIT"] != want || env[nongo.EnvVar] != "52Mi" {
@@ -30,8 +30,9 @@ func TestNonGoDeclared(t *testing.T) {
 	if env := l.memEnv(SetAutoMemLimit, 128*mib); env["GOMEMLIMIT"] != strconv.FormatInt(int64(float64(limit128)*automemlimitRatio), 10) || env[nongo.EnvVar] != "" {
 		t.Errorf("ratio env %v changed", env)
 	}
-	l.res.Memory = []MemResult{{Setting: SetGofit, FloorBytes: p(76 * mib), HealthyFloorBytes: p(96 * mib)}, {Setting: SetAutoMemLimit, FloorBytes: p(92 * mib), HealthyFloorBytes: p(124 * mib)}}
-	rec := l.recommend()
+	l.rec.Memory = []MemResult{{Setting: SetGofit, FloorBytes: p(76 * mib), HealthyFloorBytes: p(96 * mib)}, {Setting: SetAutoMemLimit, FloorBytes: p(92 * mib), HealthyFloorBytes: p(124 * mib)}}
+	res := l.results()
+	rec := res.Recommendation
 	if rec.NonGoBytes != 52*mib || rec.Env[nongo.EnvVar] != "52Mi" {
 		t.Errorf("recommendation env %v, non_go_bytes %d", rec.Env, rec.NonGoBytes)
 	}
@@ -43,7 +44,7 @@ func TestNonGoDeclared(t *testing.T) {
 	if why := strings.Join(rec.Reasons, "\n"); !strings.Contains(why, "below the 0.9 ratio's") || !strings.Contains(why, "52Mi outside the Go heap") {
 		t.Errorf("reasons do not say why GOMEMLIMIT is below the ratio: %q", rec.Reasons)
 	}
-	if s := peakLabel(&l.res); !strings.Contains(s, "52Mi outside the Go heap") {
+	if s := peakLabel(&res); !strings.Contains(s, "52Mi outside the Go heap") {
 		t.Errorf("peak label %q", s)
 	}
 }
@@ -53,8 +54,8 @@ func TestNonGoDeclared(t *testing.T) {
 func TestNonGoNotMeasured(t *testing.T) {
 	l := newLab(defaultConfig(true))
 	l.chooseNonGo([]MemTrial{{nonGoErr: nongo.ErrNotGo}})
-	if l.res.Target.NonGo != nil || l.res.Target.NonGoError != nongo.ErrNotGo.Error() || l.nonGo.Total() != 0 {
-		t.Errorf("%+v", l.res.Target)
+	if l.rec.Target.NonGo != nil || l.rec.Target.NonGoError != nongo.ErrNotGo.Error() || declared(l.rec.Target).Total() != 0 {
+		t.Errorf("%+v", l.rec.Target)
 	}
 	if env := l.memEnv(SetGofit, 128*mib); env[nongo.EnvVar] != "" || env["GOMEMLIMIT"] != strconv.FormatInt(int64(float64(limit128)*fit.DefaultMemoryRatio), 10) {
 		t.Errorf("env %v: want the ratio, nothing declared", env)

@@ -25,8 +25,13 @@ var palette = []color.Color{
 	color.RGBA{0xff, 0x7f, 0x0e, 0xff}, color.RGBA{0x94, 0x67, 0xbd, 0xff}, color.RGBA{0x8c, 0x56, 0x4b, 0xff},
 }
 
-// pt is one plotted point: y with an interval lo..hi (lo = hi = y for none).
-type pt struct{ x, y, lo, hi float64 }
+// pt is one plotted point: y with an interval lo..hi (lo = hi = y for
+// none). sat marks a saturated open-loop cell: ringed, and named in the
+// legend, since its latency is a queue's.
+type pt struct {
+	x, y, lo, hi float64
+	sat          bool
+}
 
 type line struct {
 	name string
@@ -168,6 +173,21 @@ func chartSVG(title string, x, y axisSpec, lines []line) string {
 		r, g, b, _ := c.RGBA()
 		legend = append(legend, fmt.Sprintf(`<span class="key"><span class="sw" style="background:#%02x%02x%02x"></span>%s %s</span>`, r>>8, g>>8, b>>8, glyphNames[i%len(glyphNames)], template.HTMLEscapeString(l.name)))
 	}
+	var sat plotter.XYs
+	for _, l := range lines {
+		for _, q := range l.pts {
+			if q.sat && !(y.log && q.y <= 0) {
+				sat = append(sat, plotter.XY{X: q.x, Y: math.Min(math.Max(q.y, ymin), ymax)})
+			}
+		}
+	}
+	if len(sat) > 0 {
+		if sc, err := plotter.NewScatter(sat); err == nil {
+			sc.Color, sc.Shape, sc.Radius = satColor, draw.RingGlyph{}, vg.Points(7)
+			p.Add(sc)
+			legend = append(legend, `<span class="key"><span class="sw" style="background:#b00020"></span>◯ saturated: offered more than it serves, a queue's latency (no verdict)</span>`)
+		}
+	}
 	var buf bytes.Buffer
 	c := vgsvg.New(6.2*vg.Inch, 3.4*vg.Inch)
 	p.Draw(draw.New(c))
@@ -176,6 +196,9 @@ func chartSVG(title string, x, y axisSpec, lines []line) string {
 	}
 	return inlineSVG(buf.String(), title, strings.Join(legend, " "))
 }
+
+// satColor rings saturated cells.
+var satColor = color.RGBA{0xb0, 0x00, 0x20, 0xff}
 
 var glyphNames = []string{"●", "□", "△", "▲", "✕", "+"}
 

@@ -50,7 +50,7 @@ type cpuChoice struct {
 
 // openCells are the open-loop summaries at q that a recommendation may
 // rest on: no errors, not saturated.
-func (l *study) openAt(q float64) []CPUSummary {
+func (l *analysis) openAt(q float64) []CPUSummary {
 	var out []CPUSummary
 	for _, s := range l.res.CPUSummary {
 		if s.Mode == Open && s.QuotaCores == q {
@@ -73,12 +73,12 @@ func (s CPUSummary) is(setting string) bool {
 }
 
 func usable(s CPUSummary) bool {
-	return !s.Failed && (s.OfferedRPS == 0 || s.RPS.Value >= 0.95*s.OfferedRPS)
+	return !s.Failed && !s.Saturated && (s.OfferedRPS == 0 || s.RPS.Value >= 0.95*s.OfferedRPS)
 }
 
 // quotas are the CPU limits studied, ascending; the request row (no
 // limit) is not one: nothing is recommended from it.
-func (l *study) quotas() []float64 {
+func (l *analysis) quotas() []float64 {
 	seen := map[float64]bool{}
 	var qs []float64
 	for _, s := range l.res.CPUSummary {
@@ -92,7 +92,7 @@ func (l *study) quotas() []float64 {
 }
 
 // recommendCPU picks the quota and setting, appending its reasons to rec.
-func (l *study) recommendCPU(rec *Recommendation) cpuChoice {
+func (l *analysis) recommendCPU(rec *Recommendation) cpuChoice {
 	if l.cfg.TargetRPS > 0 {
 		return l.recommendForTarget(rec)
 	}
@@ -145,7 +145,7 @@ func (l *study) recommendCPU(rec *Recommendation) cpuChoice {
 // recommendForTarget picks the cheapest quota × setting whose open-loop
 // p99 at the target rate meets the SLO (or, without one, stays within
 // twice the best p99 seen at that rate).
-func (l *study) recommendForTarget(rec *Recommendation) cpuChoice {
+func (l *analysis) recommendForTarget(rec *Recommendation) cpuChoice {
 	rec.TargetRPS = l.cfg.TargetRPS
 	slo := l.cfg.SLOP99.Seconds() * 1000
 	rule := fmt.Sprintf("p99 ≤ %.1fms (--slo-p99)", slo)
@@ -196,7 +196,7 @@ func (l *study) recommendForTarget(rec *Recommendation) cpuChoice {
 	return cpuChoice{}
 }
 
-func (l *study) recommend() Recommendation {
+func (l *analysis) recommend() Recommendation {
 	rec := Recommendation{Env: map[string]string{}, Reasons: []string{}}
 	cpu := l.recommendCPU(&rec)
 	rec.CPURequestCores, rec.CPULimitCores, rec.Setting = cpu.cores, cpu.cores, cpu.setting
@@ -228,11 +228,11 @@ func (l *study) recommend() Recommendation {
 		if m := markerOf(env, plan.Export); m != "" {
 			env[fit.MarkerVar] = m
 		}
-		if mem.setting != SetAutoMemLimit && l.nonGo.Anon > 0 {
-			l.declareNonGo(env)
-			rec.NonGoBytes = l.nonGo.Anon
-			if plan.GOMEMLIMITReason == fit.ReasonUnmanaged {
-				rec.Reasons = append(rec.Reasons, nonGoReason(l.res.Target.NonGo, rec.MemoryLimitBytes, env["GOMEMLIMIT"]))
+		if n := l.rec.Target.NonGoBytes; mem.setting != SetAutoMemLimit && n > 0 {
+			declareNonGo(env, n)
+			rec.NonGoBytes = n
+			if m := l.rec.Target.NonGo; m != nil && plan.GOMEMLIMITReason == fit.ReasonUnmanaged {
+				rec.Reasons = append(rec.Reasons, nonGoReason(m, rec.MemoryLimitBytes, env["GOMEMLIMIT"]))
 			}
 		}
 		rec.Env = env
@@ -279,7 +279,7 @@ type memChoice struct {
 // recommends more memory than the ratio needs. Without gofit or the ratio
 // measured, the no-knob floor; without any healthy floor, gofit's
 // survival floor, not confidently.
-func (l *study) recommendMemory(rec *Recommendation) memChoice {
+func (l *analysis) recommendMemory(rec *Recommendation) memChoice {
 	healthy := map[string]int64{}
 	for _, m := range l.res.Memory {
 		if m.HealthyFloorBytes != nil {
@@ -329,34 +329,58 @@ func rpsCI(m Metric) string {
 	return fmt.Sprintf("%.0f rps [%.0f–%.0f]", m.Value, m.CILow, m.CIHigh)
 }
 
-// cpuVerdicts states the significant differences from go-default.
-func (l *study) cpuVerdicts() []string {
+// cpuVerdicts states, row by row, what the comparisons with go-default
+// decided: the significant differences, the saturated open loops, the
+// undecided comparisons with the smallest difference they could have
+// shown, and "no setting differs significantly" only where every
+// comparison was decided the same, inside the margin.
+func (l *analysis) cpuVerdicts() []string {
 	var out []string
 	rows := l.quotas()
 	if l.requestRow() > 0 {
 		rows = append(rows, 0)
 	}
 	for _, q := range rows {
-		var parts []string
+		var parts, undecided []string
+		same := 0
 		for _, s := range l.res.CPUSummary {
-			if s.QuotaCores != q || s.Verdict == nil || *s.Verdict == stats.Same {
+			if s.QuotaCores != q || s.Verdict == nil {
 				continue
 			}
 			what := "closed-loop rps"
 			if s.Mode == Open {
 				what = "open-loop p99"
 			}
-			if s.VerdictRatio == nil {
-				continue
+			switch {
+			case *s.Verdict == Saturated:
+				parts = append(parts, fmt.Sprintf("%s saturated in the open loop at %.0f rps (no p99 verdict)", label(s), s.OfferedRPS))
+			case !s.Decided:
+				u := fmt.Sprintf("%s undecided on %s", label(s), what)
+				if s.DetectableRatio != nil {
+					u += fmt.Sprintf(" (a difference under ×%.2f would not show)", *s.DetectableRatio)
+				} else {
+					u += fmt.Sprintf(" (under %d runs a side)", stats.MinRuns)
+				}
+				undecided = append(undecided, u)
+			case *s.Verdict == stats.Same:
+				same++
+			case s.VerdictRatio != nil:
+				parts = append(parts, fmt.Sprintf("%s %s on %s (×%.2f, 95%% CI %.2f–%.2f)", label(s), *s.Verdict, what, s.VerdictRatio.Value, s.VerdictRatio.Low, s.VerdictRatio.High))
 			}
-			parts = append(parts, fmt.Sprintf("%s %s on %s (×%.2f, 95%% CI %.2f–%.2f)", label(s), *s.Verdict, what, s.VerdictRatio.Value, s.VerdictRatio.Low, s.VerdictRatio.High))
 		}
+		if len(parts) == 0 && len(undecided) == 0 && same > 0 {
+			parts = []string{"no setting differs significantly (every comparison decided the same, inside its margin)"}
+		}
+		if same > 0 && (len(parts) > 0 || len(undecided) > 0) {
+			parts = append(parts, fmt.Sprintf("%d more decided the same", same))
+		}
+		parts = append(parts, undecided...)
 		if len(parts) == 0 {
-			parts = []string{"no setting differs significantly"}
+			continue
 		}
 		out = append(out, fmt.Sprintf("at %s against go-default: %s", rowLabel(q, l.requestRow()), strings.Join(parts, "; ")))
 	}
-	return out
+	return append(out, l.res.Lab.NotCompared...)
 }
 
 // label names a summary row with every setting it stands for.
@@ -364,7 +388,7 @@ func label(s CPUSummary) string {
 	return strings.Join(append([]string{s.Setting}, s.SameAs...), " = ")
 }
 
-func (l *study) memVerdicts() []string {
+func (l *analysis) memVerdicts() []string {
 	var parts []string
 	for _, m := range l.res.Memory {
 		f, h := m.floorLabels()
@@ -385,7 +409,7 @@ func rowLabel(q, request float64) string {
 }
 
 // requestRow is the request of the CPU study's request row, 0 if none ran.
-func (l *study) requestRow() float64 { return requestOf(l.res.CPUSummary) }
+func (l *analysis) requestRow() float64 { return requestOf(l.res.CPUSummary) }
 
 func requestOf(ss []CPUSummary) float64 {
 	for _, s := range ss {

@@ -192,8 +192,13 @@ func verdictTables(r *Results) []verdictTable {
 					case s.Verdict != nil:
 						c.Verdict, c.Class = *s.Verdict, *s.Verdict
 						if !s.Decided {
-							c.Verdict, c.Class = "same (undecided)", "undecided"
+							c.Verdict, c.Class = "undecided", "undecided"
+							if s.DetectableRatio != nil {
+								c.Verdict = fmt.Sprintf("undecided (<×%.2f unseen)", *s.DetectableRatio)
+							}
 						}
+					case s.Saturated:
+						c.Verdict, c.Class = "saturated", Saturated
 					}
 					if s.Setting != setting {
 						c.Note = "same cell as " + s.Setting
@@ -223,7 +228,7 @@ h1{font-size:1.4em;margin:.2em 0}h2{font-size:1.15em;margin:1em 0 .3em}
 .top>div{flex:1 1 560px;min-width:0}
 table{border-collapse:collapse;font-size:12.5px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right;vertical-align:top}
 th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}
-.better{background:#dff3df}.worse{background:#fadcdc}.same{background:#f3f3f3}.undecided{background:#fff2cc}.failed{background:#f4b4b4;font-weight:bold}.base{background:#e8eefa}
+.better{background:#dff3df}.worse{background:#fadcdc}.same{background:#f3f3f3}.undecided{background:#fff2cc}.saturated{background:#f6e0f0;font-style:italic}.failed{background:#f4b4b4;font-weight:bold}.base{background:#e8eefa}
 .ci{color:#555;font-size:11px}.v{font-size:11px;font-weight:600}.n{color:#777;font-size:10.5px}
 pre{background:#f6f6f6;padding:.6em;font-size:12px;margin:.3em 0}
 .alert{background:#fadcdc;border:1px solid #d66;padding:.5em .8em;margin:.4em 0}
@@ -350,16 +355,16 @@ func renderHTML(r *Results) ([]byte, error) {
 	}
 	d.CPUPlots = []template.HTML{
 		template.HTML(chartSVG("p99 latency, open loop at equal offered load", qx, axisSpec{label: "p99 (ms, log scale)", log: true},
-			cpuLines(Open, func(s CPUSummary) pt { return pt{s.QuotaCores, s.P99.Value, s.P99.CILow, s.P99.CIHigh} }))),
+			cpuLines(Open, func(s CPUSummary) pt { return pt{s.QuotaCores, s.P99.Value, s.P99.CILow, s.P99.CIHigh, s.Saturated} }))),
 		template.HTML(chartSVG("Throughput, closed loop", qx, axisSpec{label: "requests/s"},
-			cpuLines(Closed, func(s CPUSummary) pt { return pt{s.QuotaCores, s.RPS.Value, s.RPS.CILow, s.RPS.CIHigh} }))),
+			cpuLines(Closed, func(s CPUSummary) pt { return pt{s.QuotaCores, s.RPS.Value, s.RPS.CILow, s.RPS.CIHigh, false} }))),
 		template.HTML(chartSVG("Throttled time per window, open loop (median, min–max)", qx, axisSpec{label: "throttled seconds"},
 			cpuLines(Open, func(s CPUSummary) pt {
-				return pt{s.QuotaCores, s.ThrottledSeconds.Median, s.ThrottledSeconds.Min, s.ThrottledSeconds.Max}
+				return pt{s.QuotaCores, s.ThrottledSeconds.Median, s.ThrottledSeconds.Min, s.ThrottledSeconds.Max, s.Saturated}
 			}))),
 		template.HTML(chartSVG("CPU used ÷ quota, closed loop (median, min–max)", qx, axisSpec{label: "CPU efficiency"},
 			cpuLines(Closed, func(s CPUSummary) pt {
-				return pt{s.QuotaCores, s.CPUEfficiency.Median, s.CPUEfficiency.Min, s.CPUEfficiency.Max}
+				return pt{s.QuotaCores, s.CPUEfficiency.Median, s.CPUEfficiency.Min, s.CPUEfficiency.Max, false}
 			}))),
 	}
 	if len(quotas) > 0 {
@@ -371,7 +376,7 @@ func renderHTML(r *Results) ([]byte, error) {
 			}
 			var pts []pt
 			for _, p := range s.Percentiles {
-				pts = append(pts, pt{percentileX(p.Percentile), p.Ms, p.Ms, p.Ms})
+				pts = append(pts, pt{percentileX(p.Percentile), p.Ms, p.Ms, p.Ms, s.Saturated})
 			}
 			ls = append(ls, line{label(s), pts})
 		}
@@ -395,21 +400,21 @@ func renderHTML(r *Results) ([]byte, error) {
 		var sp []pt
 		for _, s := range m.Survival {
 			y := float64(s.Passed) / float64(s.Runs)
-			sp = append(sp, pt{mibf(s.LimitBytes), y, y, y})
+			sp = append(sp, pt{mibf(s.LimitBytes), y, y, y, false})
 			tested = append(tested, mibf(s.LimitBytes))
 		}
 		surv = append(surv, line{m.Setting, sp})
 		var hp []pt
 		for _, t := range m.HealthyTrials {
 			if r := t.P99Ratio; t.Outcome == OK && r != nil {
-				hp = append(hp, pt{mibf(t.LimitBytes), r.Value, r.Low, r.High})
+				hp = append(hp, pt{mibf(t.LimitBytes), r.Value, r.Low, r.High, false})
 			}
 		}
 		hl = append(hl, line{m.Setting, hp})
 		var tp []pt
 		for _, t := range r.Throughput {
 			if t.Setting == m.Setting && t.Outcome == OK {
-				tp = append(tp, pt{mibf(t.LimitBytes), t.P99, t.P99, t.P99})
+				tp = append(tp, pt{mibf(t.LimitBytes), t.P99, t.P99, t.P99, false})
 			}
 		}
 		thr = append(thr, line{m.Setting, tp})

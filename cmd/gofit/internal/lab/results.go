@@ -66,8 +66,11 @@ type LabInfo struct {
 	// minimums (a slow target); BudgetNotes say which, and what it got.
 	BudgetLimited bool     `json:"budget_limited"`
 	BudgetNotes   []string `json:"budget_notes"`
-	Seed          int64    `json:"seed"` // --seed: replays the cell order, the request mix and the resamples
-	Failed        string   `json:"failed,omitempty"`
+	// NotCompared names the CPU rows the budget could not take to a
+	// verdict, which the study left out, and what would have funded them.
+	NotCompared []string `json:"not_compared"`
+	Seed        int64    `json:"seed"` // --seed: replays the cell order, the request mix and the resamples
+	Failed      string   `json:"failed,omitempty"`
 }
 
 // CPUCell is one CPU trial (one repeat) in one load mode.
@@ -142,8 +145,15 @@ type CPUSummary struct {
 	Verdict          *string         `json:"verdict"` // vs go-default at the same quota and mode; null for go-default
 	VerdictRatio     *stats.Interval `json:"verdict_ratio"`
 	Decided          bool            `json:"decided"`
-	Notes            []string        `json:"notes"`
-	Percentiles      []PctPoint      `json:"percentiles,omitempty"` // open loop: the latency distribution, p50..p99.99
+	// Saturated: an open loop offered at or above what this setting
+	// serves; its verdict is "saturated", apart from better, worse, same.
+	Saturated bool `json:"saturated"`
+	// An undecided comparison: the smallest ratio its interval would have
+	// shown, and about how many runs a side would decide it (0: unknown).
+	DetectableRatio *float64   `json:"detectable_ratio,omitempty"`
+	RunsToDecide    int        `json:"runs_to_decide,omitempty"`
+	Notes           []string   `json:"notes"`
+	Percentiles     []PctPoint `json:"percentiles,omitempty"` // open loop: the latency distribution, p50..p99.99
 }
 
 // PctPoint is one point of a latency-percentile curve.

@@ -47,6 +47,9 @@ type fakeCPU struct {
 	ms    map[string]float64 // mean latency per setting, open loop
 	runs  map[string]int
 	rates map[float64][]float64
+	// runNoise is the spread of a whole run's speed (a neighbour's
+	// build, a migration): every block of the run moves together.
+	runNoise float64
 }
 
 func (f *fakeCPU) measure(_ context.Context, c cpuConfig, mode Mode, offered float64, window time.Duration, rep int) (CPUCell, error) {
@@ -54,12 +57,13 @@ func (f *fakeCPU) measure(_ context.Context, c cpuConfig, mode Mode, offered flo
 	secs := window.Seconds()
 	f.now = f.now.Add(window + time.Second)
 	n := int(secs)
+	speed := math.Max(0.5, 1+f.runNoise*f.rng.NormFloat64())
 	var bs []stats.Block
 	if mode == Closed {
-		bs = fakeBlocks(f.rng, n, f.rps[c.setting], f.noise[c.setting], 1)
+		bs = fakeBlocks(f.rng, n, f.rps[c.setting]*speed, f.noise[c.setting], 1)
 	} else {
 		f.rates[c.quota] = append(f.rates[c.quota], offered)
-		bs = fakeBlocks(f.rng, n, offered, 0.01, f.ms[c.setting])
+		bs = fakeBlocks(f.rng, n, offered, 0.01, f.ms[c.setting]/speed)
 	}
 	s := stats.Sample{bs}
 	return CPUCell{QuotaCores: c.quota, Setting: c.setting, SameAs: c.sameAs, Mode: mode, Repeat: rep, OfferedRPS: offered, RPS: s.RPS(), P99: s.Quantile(0.99),
@@ -75,12 +79,12 @@ func newFakeLab(t *testing.T, budget time.Duration) (*study, *fakeCPU) {
 	cfg.Budget = budget
 	cfg.Resamples = 150
 	l := newLab(cfg)
-	l.ncpu = 4
+	l.rec.NCPU = 4
 	f := &fakeCPU{rng: rand.New(rand.NewSource(11)), now: time.Unix(0, 0), runs: map[string]int{}, rates: map[float64][]float64{},
 		// gofit (= gomaxprocs=1 at 500m) is truly 10% faster than
 		// go-default but noisy; gomaxprocs=ncpu is clearly slower.
-		rps:   map[string]float64{SetGoDefault: 1000, SetGofit: 1100, SetProcsNCPU: 600},
-		noise: map[string]float64{SetGoDefault: 0.15, SetGofit: 0.15, SetProcsNCPU: 0.02},
+		rps:   map[string]float64{SetGoDefault: 1000, SetGofit: 1100, SetProcsNCPU: 800},
+		noise: map[string]float64{SetGoDefault: 0.07, SetGofit: 0.07, SetProcsNCPU: 0.02},
 		ms:    map[string]float64{SetGoDefault: 10, SetGofit: 5, SetProcsNCPU: 30}}
 	l.started = f.now
 	l.now = func() time.Time { return f.now }
@@ -93,7 +97,7 @@ func TestAdaptiveRepeats(t *testing.T) {
 	if err := l.cpuStudy(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	sums := l.summarizeCPU()
+	sums := l.results().CPUSummary
 	got := map[string]CPUSummary{}
 	for _, s := range sums {
 		got[s.Setting+"/"+string(s.Mode)] = s
@@ -138,26 +142,71 @@ func TestAdaptiveRepeats(t *testing.T) {
 }
 
 func TestAdaptiveRepeatsStopAtBudget(t *testing.T) {
-	l, f := newFakeLab(t, time.Minute)    // the minimum repeats alone exceed it
+	// Five minutes fund the row's minimum runs (2.5 minutes for the CPU
+	// study) and a few adaptive repeats, not enough to decide a true tie.
+	l, f := newFakeLab(t, 5*time.Minute)
 	f.rps[SetGofit] = f.rps[SetGoDefault] // no true difference: only more data could show "same"
+	start := f.now
 	if err := l.cpuStudy(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if n := f.runs[SetGofit+"/closed"]; n != l.cfg.MinRepeats {
-		t.Errorf("gofit closed loop ran %d times with no budget left, want %d", n, l.cfg.MinRepeats)
+	if took, most := f.now.Sub(start), l.cpuBudget()+8*time.Second; took > most {
+		t.Errorf("the CPU study took %v, over its budget %v plus one run", took, l.cpuBudget())
 	}
-	if !l.res.Lab.BudgetLimited || len(l.res.Lab.BudgetNotes) == 0 || !strings.Contains(l.res.Lab.BudgetNotes[len(l.res.Lab.BudgetNotes)-1], "budget") {
-		t.Errorf("no note that the budget ran out: limited %v, notes %v", l.res.Lab.BudgetLimited, l.res.Lab.BudgetNotes)
+	if n := f.runs[SetGofit+"/closed"]; n < stats.MinRuns {
+		t.Errorf("gofit closed loop ran %d times in a funded row, want at least %d", n, stats.MinRuns)
 	}
-	l.finish()
-	if _, err := json.Marshal(l.res); err != nil {
+	res := l.results()
+	if _, err := json.Marshal(res); err != nil {
 		t.Errorf("results.json: %v", err)
 	}
-	for _, s := range l.summarizeCPU() {
-		if s.Setting == SetGofit && s.Mode == Closed && (s.Decided || s.Verdict == nil || *s.Verdict != stats.Same) {
-			t.Errorf("gofit closed: verdict %v decided %v ratio %+v; an interval too wide to tell must stay an undecided \"same\"", *s.Verdict, s.Decided, s.VerdictRatio)
+	undecided := 0
+	for _, s := range res.CPUSummary {
+		if s.Verdict != nil && !s.Decided {
+			if s.Repeats < l.cfg.MaxRepeats {
+				undecided++ // stopped by the budget, not by --max-repeats
+			}
+			if !hasNote(s.Notes, "undecided: a difference under ×") {
+				t.Errorf("%s %s undecided without the smallest difference it could show: %q", s.Setting, s.Mode, s.Notes)
+			}
+		}
+		if s.Setting == SetGofit && s.Mode == Closed && s.Verdict != nil && *s.Verdict != stats.Same {
+			t.Errorf("gofit closed: verdict %v on a true tie", *s.Verdict)
 		}
 	}
+	if undecided > 0 && !hasNote(l.rec.Lab.BudgetNotes, "the CPU study's budget") {
+		t.Errorf("%d comparisons undecided and no note that the budget ran out: %v", undecided, l.rec.Lab.BudgetNotes)
+	}
+}
+
+func TestRowTheBudgetCannotDecideIsNotStarted(t *testing.T) {
+	l, f := newFakeLab(t, time.Minute) // 30 s for the CPU study: not one row's minimum runs
+	if err := l.cpuStudy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(f.runs); n != 0 {
+		t.Errorf("ran %v; a row that cannot reach %d runs a side must not start", f.runs, stats.MinRuns)
+	}
+	want := "not compared at 500m: the budget funds 0 of the 3 runs a verdict needs (--budget 5m0s would fund them)"
+	if len(l.rec.Lab.NotCompared) != 1 || l.rec.Lab.NotCompared[0] != want {
+		t.Errorf("not_compared %q, want [%q]", l.rec.Lab.NotCompared, want)
+	}
+	if v := summarized(l.cfg, &l.rec).cpuVerdicts(); len(v) != 1 || v[0] != want {
+		t.Errorf("verdicts %q: want only the row left out, never \"no setting differs\"", v)
+	}
+}
+
+// results is what the study's records analyse to so far.
+func (l *study) results() Results { return analyse(l.cfg, l.rec) }
+
+// hasNote reports whether any note starts with prefix.
+func hasNote(notes []string, prefix string) bool {
+	for _, n := range notes {
+		if strings.HasPrefix(n, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 func TestRecommendationRefusesFailedCells(t *testing.T) {
@@ -174,14 +223,14 @@ func TestRecommendationRefusesFailedCells(t *testing.T) {
 	if err := l.cpuStudy(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	l.finish()
-	if l.res.Recommendation.CPULimitCores != 0 || l.res.Recommendation.Confident {
-		t.Errorf("recommended %v cores (confident %v) from cells that are 98%% errors", l.res.Recommendation.CPULimitCores, l.res.Recommendation.Confident)
+	res := l.results()
+	if res.Recommendation.CPULimitCores != 0 || res.Recommendation.Confident {
+		t.Errorf("recommended %v cores (confident %v) from cells that are 98%% errors", res.Recommendation.CPULimitCores, res.Recommendation.Confident)
 	}
-	if !strings.Contains(l.res.Lab.Failed, "HTTP 500 Internal Server Error") {
-		t.Errorf("failure %q does not name the HTTP status", l.res.Lab.Failed)
+	if !strings.Contains(res.Lab.Failed, "HTTP 500 Internal Server Error") {
+		t.Errorf("failure %q does not name the HTTP status", res.Lab.Failed)
 	}
-	for _, s := range l.res.CPUSummary {
+	for _, s := range res.CPUSummary {
 		if !s.Failed {
 			t.Errorf("%s %s not marked failed", s.Setting, s.Mode)
 		}
@@ -260,8 +309,7 @@ func TestRecommendForTargetRPS(t *testing.T) {
 	if err := l.cpuStudy(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	l.finish()
-	rec := l.res.Recommendation
+	rec := l.results().Recommendation
 	if rec.CPULimitCores != 0.5 || rec.Setting != SetGofit || rec.TargetRPS != 300 || rec.SLOP99Ms != 20 || !rec.Confident {
 		t.Errorf("recommendation %+v, want gofit at 500m for 300 rps within 20ms", rec)
 	}

@@ -15,14 +15,14 @@ import (
 	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
-	"github.com/gofit-dev/gofit/fit"
+	"github.com/gofit-dev/gofit/internal/target"
 )
 
 // study runs a study in a sandbox.
 type study struct {
 	cfg     Config
 	sb      *Sandbox
-	res     Results
+	rec     Records
 	done    int
 	total   int
 	started time.Time
@@ -31,7 +31,6 @@ type study struct {
 	// that the CPU study's draws do not shift theirs.
 	healthBoot *stats.Bootstrap
 	boot       *stats.Bootstrap
-	ncpu       int // CPUs the target sees
 	place      *Placement
 	// measure runs one CPU window; tests replace it with a fake.
 	measure func(ctx context.Context, c cpuConfig, mode Mode, offered float64, window time.Duration, rep int) (CPUCell, error)
@@ -41,7 +40,6 @@ type study struct {
 	// side; tests replace it with a fake.
 	pairRun func(ctx context.Context, ref, env map[string]string, cpu float64, limit int64, load memLoad) (MemTrial, load.Result, MemTrial, load.Result)
 	now     func() time.Time
-	exited  bool // the target exited during a CPU window: a crash
 	// The planner's measurements (budget.go).
 	overheadSum  time.Duration
 	overheadRuns int
@@ -51,9 +49,6 @@ type study struct {
 	// slowestStart is the longest a memory trial's target took to become
 	// ready without a memory limit (the probes, the health references).
 	slowestStart time.Duration
-	// nonGo is the non-Go memory the probes measured, declared to the
-	// policy for gofit's setting and the recommendation (nongo.go).
-	nonGo fit.NonGo
 }
 
 // errTargetFailed means the target crashed or answered with errors where
@@ -62,82 +57,76 @@ var errTargetFailed = errors.New("the target failed")
 
 // runStudy runs the study. It stops early, returning ctx's error and what was
 // measured so far, when ctx ends.
-func runStudy(ctx context.Context, sb *Sandbox, cfg Config) (*Results, error) {
+func runStudy(ctx context.Context, sb *Sandbox, cfg Config) (*Results, *Records, error) {
 	if err := cfg.Validate(); err != nil {
-		return &Results{}, err
+		return &Results{}, &Records{}, err
 	}
 	if err := cfg.Target.check(); err != nil {
-		return &Results{}, err
+		return &Results{}, &Records{}, err
 	}
 	l := newLab(cfg)
 	l.sb = sb
 	l.measure = l.sandboxMeasure
 	l.memRun = l.memTrial
 	l.pairRun = l.memPair
-	l.res.Machine = machine()
-	l.res.Target = TargetInfo{Command: strings.Join(append([]string{cfg.Target.Path}, cfg.Target.Args...), " "), URL: cfg.Target.URL, Sample: cfg.Sample, PageCache: "cold"}
+	l.rec.Machine = machine()
+	l.rec.Target = TargetInfo{Command: strings.Join(append([]string{cfg.Target.Path}, cfg.Target.Args...), " "), URL: cfg.Target.URL, Sample: cfg.Sample, PageCache: "cold"}
 	if st, err := os.Stat(cfg.Target.Path); err == nil {
-		l.res.Target.BinaryBytes = st.Size()
+		l.rec.Target.BinaryBytes = st.Size()
 	}
 	if cfg.Sample {
-		l.res.Target.GoDefaultNote = "the sample runs with GODEBUG=" + sampleGODEBUG + ": the default of a main module at go 1.25 or later on " + runtime.Version()
+		l.rec.Target.GoDefaultNote = "the sample runs with GODEBUG=" + sampleGODEBUG + ": the default of a main module at go 1.25 or later on " + runtime.Version()
 	} else {
-		l.res.Target.GoDefaultNote = "whatever the target's build gives (its go.mod go line decides containermaxprocs)"
+		l.rec.Target.GoDefaultNote = "whatever the target's build gives (its go.mod go line decides containermaxprocs)"
 	}
 	need := 2 // Go ≥ 1.25 never defaults below 2
 	for _, q := range cfg.Quotas {
 		need = max(need, int(math.Ceil(q-1e-9)))
 	}
+	if b, err := target.Read(cfg.Target.Path); err == nil {
+		l.rec.Binary = b
+	}
 	place, err := sb.isolate(need)
 	if err != nil {
-		return &l.res, err
+		res := analyse(l.cfg, l.rec)
+		return &res, &l.rec, err
 	}
-	l.place, l.res.Placement, l.ncpu = place, place, max(len(place.Target), 1)
+	l.place, l.rec.Placement, l.rec.NCPU = place, place, max(len(place.Target), 1)
 	if len(place.Target) == 0 {
-		l.ncpu = runtime.NumCPU()
+		l.rec.NCPU = runtime.NumCPU()
 	}
 	genStart := load.SelfCPU()
 	err = l.cpuStudy(ctx)
 	if err == nil {
 		err = l.memoryStudy(ctx)
 	}
-	l.finish()
+	l.rec.Lab.Trials = l.done
 	if err == nil {
 		err = l.checkRecommendation(ctx)
 	}
-	l.res.Lab.WallSeconds = time.Since(l.started).Seconds()
-	l.res.Lab.GeneratorCPUSeconds = (load.SelfCPU() - genStart).Seconds()
-	if err == nil && l.res.Lab.Failed != "" {
-		err = fmt.Errorf("%w: %s", errTargetFailed, l.res.Lab.Failed)
+	l.rec.Lab.Trials = l.done
+	l.rec.Lab.WallSeconds = time.Since(l.started).Seconds()
+	l.rec.Lab.GeneratorCPUSeconds = (load.SelfCPU() - genStart).Seconds()
+	res := analyse(l.cfg, l.rec)
+	if err == nil && res.Lab.Failed != "" {
+		err = fmt.Errorf("%w: %s", errTargetFailed, res.Lab.Failed)
 	}
-	return &l.res, err
+	return &res, &l.rec, err
 }
 
 func newLab(cfg Config) *study {
 	l := &study{cfg: cfg, started: time.Now(), rng: rand.New(rand.NewSource(cfg.Seed)), boot: stats.NewBootstrap(cfg.Resamples, cfg.Seed),
-		healthBoot: stats.NewBootstrap(cfg.Resamples, cfg.Seed+1), ncpu: runtime.NumCPU(), now: time.Now}
-	l.res.Lab.Warnings = append([]string{}, cfg.Warnings...)
-	l.res.Lab.BudgetSeconds = cfg.Budget.Seconds()
-	l.res.Lab.BudgetNotes = []string{}
-	l.res.Lab.Seed = cfg.Seed
+		healthBoot: stats.NewBootstrap(cfg.Resamples, cfg.Seed+1), now: time.Now}
+	l.rec.NCPU = runtime.NumCPU()
+	l.rec.Lab.Warnings = append([]string{}, cfg.Warnings...)
+	l.rec.Lab.BudgetSeconds = cfg.Budget.Seconds()
+	l.rec.Lab.BudgetNotes = []string{}
+	l.rec.Lab.NotCompared = []string{}
+	l.rec.Lab.Seed = cfg.Seed
 	l.mem = memPlan{requests: cfg.MemRequests}
 	cells := len(cfg.Quotas) * len(cfg.CPUSettings) * cfg.MinRepeats * 2
 	l.total = cells + 1 + len(cfg.MemSettings)*16 + len(cfg.MemSettings)*len(cfg.Multiples) + 1
 	return l
-}
-
-// finish computes what depends on everything measured.
-func (l *study) finish() {
-	l.res.CPUSummary = l.summarizeCPU()
-	l.res.Recommendation = l.recommend()
-	l.res.Lab.Trials = l.done
-	l.res.Lab.Undecided = 0
-	for _, s := range l.res.CPUSummary {
-		if s.Verdict != nil && !s.Decided {
-			l.res.Lab.Undecided++
-		}
-	}
-	l.res.Lab.Failed = l.failure()
 }
 
 func machine() Machine {
@@ -172,7 +161,7 @@ func (l *study) progress(format string, a ...any) {
 }
 
 func (l *study) warn(format string, a ...any) {
-	l.note(&l.res.Lab.Warnings, "warning", fmt.Sprintf(format, a...))
+	l.note(&l.rec.Lab.Warnings, "warning", fmt.Sprintf(format, a...))
 }
 
 // note adds a line to a list in results.json once, and says it on the
@@ -188,14 +177,14 @@ func (l *study) note(list *[]string, kind, line string) {
 }
 
 // failure says why the study cannot be trusted, or "".
-func (l *study) failure() string {
+func (l *analysis) failure() string {
 	var why []string
-	if l.exited {
+	if l.rec.Exited {
 		why = append(why, "the target exited during a load window")
 	}
 	failed, total := 0, 0
 	example := ""
-	for _, c := range l.res.CPU {
+	for _, c := range l.rec.CPU {
 		total++
 		if cellFailed(c) {
 			failed++
@@ -207,10 +196,10 @@ func (l *study) failure() string {
 	if failed > 0 && failed*2 >= total {
 		why = append(why, fmt.Sprintf("%d of %d CPU windows had over 1%% errors, e.g. %s", failed, total, example))
 	}
-	if r := l.res.Recommendation; r.CPULimitCores == 0 && len(l.res.CPU) > 0 {
+	if r := l.res.Recommendation; r.CPULimitCores == 0 && len(l.rec.CPU) > 0 {
 		why = append(why, "no CPU quota had error-free cells to recommend")
 	}
-	if c := l.res.Recommendation.Check; c != nil && c.Outcome != OK {
+	if c := l.rec.Check; c != nil && c.Outcome != OK {
 		why = append(why, "the check trial of the recommendation failed: "+c.Outcome+" "+c.Detail)
 	}
 	return strings.Join(why, "; ")
@@ -230,8 +219,10 @@ func cellFailed(c CPUCell) bool {
 func (l *study) mix(tr *trial) *load.Mix { return load.NewMix(tr.Targets, l.cfg.Seed) }
 
 // baseEnv is every trial's extra environment.
-func (l *study) baseEnv() map[string]string {
-	if l.cfg.Sample {
+func (l *study) baseEnv() map[string]string { return baseEnv(l.cfg) }
+
+func baseEnv(cfg Config) map[string]string {
+	if cfg.Sample {
 		return map[string]string{"GODEBUG": sampleGODEBUG}
 	}
 	return map[string]string{}

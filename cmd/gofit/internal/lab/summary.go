@@ -2,12 +2,14 @@ package lab
 
 import (
 	"fmt"
+	"math"
 	"sort"
+	"time"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
 
-func (l *study) summarizeCPU() []CPUSummary {
+func (l *analysis) summarizeCPU() []CPUSummary {
 	var keys []cellKey
 	seen := map[cellKey]bool{}
 	for _, c := range l.res.CPU {
@@ -66,8 +68,9 @@ func (l *study) summarizeCPU() []CPUSummary {
 			if s.Samples < l.cfg.OpenSamples {
 				s.Notes = append(s.Notes, fmt.Sprintf("p99 from %d latencies, under the %d wanted: the budget ran out first", s.Samples, l.cfg.OpenSamples))
 			}
-			if s.OfferedRPS > 0 && s.RPS.Value < 0.95*s.OfferedRPS {
-				s.Notes = append(s.Notes, fmt.Sprintf("saturated: served %.0f of %.0f rps offered", s.RPS.Value, s.OfferedRPS))
+			if why := l.saturated(k); why != "" {
+				s.Saturated = true
+				s.Notes = append(s.Notes, "saturated: "+why+"; its p99 measures a queue, not the setting, and is kept out of the verdicts")
 			}
 			s.Percentiles = percentileCurve(p)
 		} else {
@@ -86,23 +89,100 @@ func (l *study) summarizeCPU() []CPUSummary {
 			}
 		}
 		if k.setting != SetGoDefault {
-			base := l.runsOf(cellKey{k.q, SetGoDefault, k.mode})
+			baseKey := cellKey{k.q, SetGoDefault, k.mode}
+			base := l.runsOf(baseKey)
 			if len(base) > 0 && !s.Failed && !anyFailed(base) {
 				st := headline(k.mode)
 				r := l.boot.Ratio(p, pooled(base), st)
 				v, d := stats.Verdict(r, st, st.Margin())
+				if k.mode == Open && (s.Saturated || l.saturated(baseKey) != "") {
+					// Overload is not a verdict: one side's p99 is its queue.
+					v, d = Saturated, true
+					if !s.Saturated {
+						s.Notes = append(s.Notes, "no verdict: go-default is saturated at this rate ("+l.saturated(baseKey)+")")
+					}
+				}
 				s.Verdict, s.Decided = &v, d
 				if r.Finite() {
 					s.VerdictRatio = &r
 				}
 				if !d {
-					s.Notes = append(s.Notes, "undecided: the interval is too wide to tell from go-default")
+					s.Notes = append(s.Notes, l.undecidedNote(k, &s, r, len(base)))
 				}
 			}
 		}
 		out = append(out, s)
 	}
 	return out
+}
+
+// Saturated is the verdict of an open-loop comparison where either side
+// was offered more than it can serve: apart from better, worse and same.
+const Saturated = "saturated"
+
+// saturated says why the open-loop runs of k measure a queue rather than
+// the setting, or "" when they do not: the setting served under 95% of the
+// rate offered, or the rate is at or above 95% of the setting's own
+// closed-loop capacity at the same row (the equal load is a share of the
+// median capacity over settings, so a setting much slower than the others
+// can be offered more than it serves).
+func (l *analysis) saturated(k cellKey) string {
+	runs := l.runsOf(k)
+	if k.mode != Open || len(runs) == 0 {
+		return ""
+	}
+	offered := runs[0].OfferedRPS
+	if offered <= 0 {
+		return ""
+	}
+	if served := pooled(runs).RPS(); served < 0.95*offered {
+		return fmt.Sprintf("served %.0f of %.0f rps offered", served, offered)
+	}
+	capacity := pooled(l.runsOf(cellKey{k.q, k.setting, Closed})).RPS()
+	if capacity > 0 && offered >= 0.95*capacity {
+		return fmt.Sprintf("offered %.0f rps, %.0f%% of its own closed-loop capacity (%.0f rps)", offered, 100*offered/capacity, capacity)
+	}
+	return ""
+}
+
+// undecidedNote says what an undecided comparison could not see: the
+// smallest ratio its interval would have shown, and the runs a side (and
+// the budget) that would decide it, on the usual square-root law of
+// interval width against runs.
+func (l *analysis) undecidedNote(k cellKey, s *CPUSummary, r stats.Interval, baseRuns int) string {
+	n := min(s.Repeats, baseRuns)
+	if !r.Finite() || r.Value <= 0 || r.Low <= 0 {
+		need := stats.MinRuns - n
+		extra := time.Duration(max(need, 0)) * (l.runCost(k) + l.runCost(cellKey{k.q, SetGoDefault, k.mode}))
+		s.RunsToDecide = stats.MinRuns
+		return fmt.Sprintf("undecided: %d runs a side, under the %d a verdict needs (about %v more of the CPU study, --budget %v, would fund them)",
+			n, stats.MinRuns, extra.Round(time.Second), l.budgetFor(extra))
+	}
+	v := math.Abs(math.Log(r.Value))
+	w := math.Max(math.Log(r.High/r.Value), math.Log(r.Value/r.Low))
+	detect := math.Exp(w)
+	s.DetectableRatio = &detect
+	st := headline(k.mode)
+	// Decided when the half-width falls under |log ratio| (a difference)
+	// or under log(1+margin) − |log ratio| (same, inside the margin).
+	target := math.Max(v, math.Log(1+st.Margin())-v)
+	msg := fmt.Sprintf("undecided: a difference under ×%.2f would not show here", detect)
+	if target > 0 && w > target {
+		runs := int(math.Ceil(float64(n) * (w / target) * (w / target)))
+		if runs <= 100 {
+			s.RunsToDecide = runs
+			extra := time.Duration(runs-n) * (l.runCost(k) + l.runCost(cellKey{k.q, SetGoDefault, k.mode}))
+			msg += fmt.Sprintf("; about %d runs a side (%v more of the CPU study, --budget %v) would decide it", runs, extra.Round(time.Second), l.budgetFor(extra))
+		}
+	}
+	return msg
+}
+
+// budgetFor is the --budget whose CPU share has extra more than this one's,
+// rounded up to a minute.
+func (l *analysis) budgetFor(extra time.Duration) time.Duration {
+	b := l.cfg.Budget + time.Duration(float64(extra)/cpuShare)
+	return (b + time.Minute - 1).Truncate(time.Minute)
 }
 
 func mergeKinds(cs []CPUCell) map[string]int {

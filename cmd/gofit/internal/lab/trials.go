@@ -13,34 +13,40 @@ import (
 )
 
 // planEnv is what `gofit run` would hand the target under these limits.
-// It is the lab's one call into the policy.
 func (l *study) planEnv(cores float64, mem int64) (map[string]string, fit.Plan) {
-	return l.planEnvRequest(cores, 0, mem)
+	return planEnvNonGo(l.cfg, l.rec.NCPU, l.rec.Binary, declared(l.rec.Target), cores, 0, mem)
+}
+
+func (l *analysis) planEnv(cores float64, mem int64) (map[string]string, fit.Plan) {
+	return planEnvNonGo(l.cfg, l.ncpu, l.rec.Binary, declared(l.rec.Target), cores, 0, mem)
 }
 
 // planEnvRequest is planEnv for a container that also requests request
 // cores: without a CPU limit, GOMAXPROCS follows the request times
 // Config.CPURequestFactor (GOFIT_CPU_REQUEST_FACTOR's policy).
-func (l *study) planEnvRequest(cores, request float64, mem int64) (map[string]string, fit.Plan) {
+func planEnvRequest(cfg Config, ncpu int, bin target.Binary, cores, request float64, mem int64) (map[string]string, fit.Plan) {
+	return planEnvNonGo(cfg, ncpu, bin, fit.NonGo{}, cores, request, mem)
+}
+
+// planEnvNonGo is planEnvRequest with non-Go memory declared, as a user
+// following the recommendation declares what the probes measured
+// (GOFIT_NON_GO): the memory setting's and the recommendation's plan.
+func planEnvNonGo(cfg Config, ncpu int, bin target.Binary, nonGo fit.NonGo, cores, request float64, mem int64) (map[string]string, fit.Plan) {
 	in := fit.Input{
+		NonGo: nonGo,
 		Limits: cgroup.Limits{
 			CPU:    cgroup.CPULimits{Quota: cores, LeafQuota: cores, QuotaGroup: "(trial)"},
 			Memory: cgroup.MemoryLimits{Max: mem, MaxGroup: "(trial)"},
 		},
-		CPUs:       l.ncpu,
+		CPUs:       ncpu,
 		CPURequest: request,
-		Vars:       l.baseEnv(),
-		// What the probes measured, declared as a user following the
-		// recommendation declares it (GOFIT_NON_GO).
-		NonGo: l.nonGo,
+		Vars:       baseEnv(cfg),
 	}
-	if b, err := target.Read(l.cfg.Target.Path); err == nil {
-		b.Describe(&in)
-	}
+	bin.Describe(&in)
 	pol := fit.Policy{}
 	if request > 0 {
 		// Validated with the config: New cannot fail here.
-		pol, _ = fit.New(fit.Options{CPURequestFactor: l.cfg.CPURequestFactor})
+		pol, _ = fit.New(fit.Options{CPURequestFactor: cfg.CPURequestFactor})
 	}
 	p := pol.Plan(in)
 	env := maps.Clone(p.Export)
@@ -49,7 +55,7 @@ func (l *study) planEnvRequest(cores, request float64, mem int64) (map[string]st
 	// recommendation). Left out here, identical environments are
 	// recognised as one (same_as).
 	delete(env, fit.MarkerVar)
-	for k, v := range l.baseEnv() {
+	for k, v := range baseEnv(cfg) {
 		env[k] = v
 	}
 	return env, p
@@ -63,14 +69,14 @@ func (l *study) cpuEnv(setting string, cores float64) (map[string]string, int, s
 // cpuEnvRequest is cpuEnv for a container requesting request cores.
 func (l *study) cpuEnvRequest(setting string, cores, request float64) (map[string]string, int, string) {
 	env := l.baseEnv()
-	genv, plan := l.planEnvRequest(cores, request, 0)
+	genv, plan := planEnvRequest(l.cfg, l.rec.NCPU, l.rec.Binary, cores, request, 0)
 	switch setting {
 	case SetProcs1:
 		env["GOMAXPROCS"] = "1"
 		return env, 1, "env GOMAXPROCS=1"
 	case SetProcsNCPU:
-		env["GOMAXPROCS"] = strconv.Itoa(l.ncpu)
-		return env, l.ncpu, "env GOMAXPROCS=" + strconv.Itoa(l.ncpu)
+		env["GOMAXPROCS"] = strconv.Itoa(l.rec.NCPU)
+		return env, l.rec.NCPU, "env GOMAXPROCS=" + strconv.Itoa(l.rec.NCPU)
 	case SetGofit:
 		if v, ok := genv["GOMAXPROCS"]; ok {
 			return genv, plan.GOMAXPROCS, "gofit run: env GOMAXPROCS=" + v
@@ -93,11 +99,11 @@ func (l *study) memEnv(setting string, limit int64) map[string]string {
 		// With the marker, as `gofit run` starts a target: one that
 		// imports gofit's library refines these values in-process (it
 		// measures the memory outside its heap); others ignore it.
-		env, p := l.planEnv(l.res.Target.ProbeCPU, limit)
+		env, p := l.planEnv(l.rec.Target.ProbeCPU, limit)
 		if m, ok := p.Export[fit.MarkerVar]; ok {
 			env[fit.MarkerVar] = m
 		}
-		l.declareNonGo(env)
+		declareNonGo(env, l.rec.Target.NonGoBytes)
 		return env
 	case SetLimitGCOff:
 		env := l.baseEnv()

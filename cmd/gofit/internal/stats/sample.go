@@ -16,10 +16,10 @@ const MinBlocks = 8
 // loop) or what was sent in it (open loop), with every latency in ms,
 // failed and cancelled requests included.
 type Block struct {
-	Seconds float64   // length of the stretch (the last one may be short)
-	OK      int       // requests that succeeded
-	Errors  int       // requests that failed or were cancelled
-	Lat     []float32 // latency of every request counted, ms
+	Seconds float64   `json:"s"`      // length of the stretch (the last one may be short)
+	OK      int       `json:"ok"`     // requests that succeeded
+	Errors  int       `json:"errors"` // requests that failed or were cancelled
+	Lat     []float32 `json:"lat"`    // latency of every request counted, ms
 }
 
 // Stamp is one request: when (seconds from the window's start), how long

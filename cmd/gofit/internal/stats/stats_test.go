@@ -92,7 +92,7 @@ func TestBinnedP99MatchesExact(t *testing.T) {
 func TestVerdicts(t *testing.T) {
 	rng := rand.New(rand.NewSource(3))
 	b := NewBootstrap(500, 1)
-	base := runs(3, fakeBlocks(rng, 30, 500, 0.05, 4))
+	base := runs(3, fakeBlocks(rng, 30, 500, 0.02, 4))
 	for _, tc := range []struct {
 		name    string
 		s       Sample
@@ -100,7 +100,7 @@ func TestVerdicts(t *testing.T) {
 		want    string
 		decided bool
 	}{
-		{"same distribution, many blocks", runs(3, fakeBlocks(rng, 30, 500, 0.05, 4)), StatRPS, Same, true},
+		{"same distribution, many blocks", runs(3, fakeBlocks(rng, 30, 500, 0.02, 4)), StatRPS, Same, true},
 		{"20% less throughput", runs(3, fakeBlocks(rng, 30, 400, 0.05, 4)), StatRPS, Worse, true},
 		{"20% more throughput", runs(3, fakeBlocks(rng, 30, 600, 0.05, 4)), StatRPS, Better, true},
 		{"half the latency", runs(3, fakeBlocks(rng, 30, 500, 0.05, 2)), StatP99, Better, true},

@@ -2,7 +2,7 @@
 // experiment`) on a cgroup v2 kernel in the test VM, where memory.low and
 // memory.high exist, and prints its figures. `make qos-v2` runs it:
 //
-//	go run ./internal/vmtest/qosv2 [-timeout 30m] [-- EXPERIMENT FLAGS]
+//	go run ./tools/vmtest/qosv2 [-timeout 30m] [-- EXPERIMENT FLAGS]
 //
 // Without experiment flags it uses settings sized for TCG (see vmArgs).
 // TCG slows every process alike, so compare the ratios it prints, never
@@ -23,7 +23,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gofit-dev/gofit/internal/vmtest"
+	"github.com/gofit-dev/gofit/tools/vmtest"
 )
 
 // vmArgs are the experiment's host defaults (a 512 MiB node, an LS service

@@ -4,7 +4,7 @@
 // limit, but the heap may still be growing toward the goal the old limit
 // allowed).
 //
-//	go run ./internal/shrink -cycles 20            # or: make shrink
+//	go run ./tools/shrink -cycles 20            # or: make shrink
 //
 // For each setting it creates a real cgroup under its own, starts a child
 // Go process in it (this binary again) and runs cycles: limit 256 MiB,

@@ -2,7 +2,7 @@
 // memory is hot under steady load: the evidence behind the rule `gofit run`
 // uses for file pages before a process starts (target.HotFileBytes).
 //
-//	go run ./internal/target/hottext -url 'http://127.0.0.1:{port}/get' -- BINARY ARGS...
+//	go run ./tools/hottext -url 'http://127.0.0.1:{port}/get' -- BINARY ARGS...
 //
 // {port} in the URL and the arguments is replaced with a free port. The
 // service is warmed up under load, its pages' referenced bits are cleared
@@ -15,6 +15,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"debug/elf"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -29,8 +30,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/gofit-dev/gofit/internal/target"
 )
 
 func main() {
@@ -58,7 +57,7 @@ func run() error {
 	for i := range args {
 		args[i] = subst(args[i])
 	}
-	bin, err := target.Read(args[0])
+	loadable, err := loadableBytes(args[0])
 	if err != nil {
 		return err
 	}
@@ -114,7 +113,7 @@ func run() error {
 		return err
 	}
 	out := map[string]any{
-		"binary": args[0], "pt_load_bytes": bin.LoadableBytes, "requests": reqs, "failures": fails,
+		"binary": args[0], "pt_load_bytes": loadable, "requests": reqs, "failures": fails,
 		"window_s":         window.Seconds(),
 		"binary_rss_bytes": m.binRss, "binary_referenced_bytes": m.binRef,
 		"file_rss_bytes": m.fileRss, "file_referenced_bytes": m.fileRef,
@@ -200,4 +199,21 @@ func waitReady(url string, timeout time.Duration) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return fmt.Errorf("%s not ready after %v", url, timeout)
+}
+
+// loadableBytes is the size of the executable's PT_LOAD segments, as the
+// library's target.Binary.LoadableBytes counts them: what the loader maps.
+func loadableBytes(path string) (int64, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	defer f.Close()
+	var n int64
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD {
+			n += int64(min(p.Filesz, 1<<40))
+		}
+	}
+	return n, nil
 }

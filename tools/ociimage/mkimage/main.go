@@ -2,7 +2,7 @@
 // docker-save's manifest.json; see package ociimage) from files on disk,
 // without Docker:
 //
-//	go run ./internal/ociimage/mkimage -o bin/gofit-image.tar \
+//	go run ./tools/ociimage/mkimage -o bin/gofit-image.tar \
 //	    -ref ghcr.io/gofit-dev/gofit:dev -entrypoint /gofit /gofit=bin/gofit-linux-amd64
 //
 // Each argument is IMAGE_PATH=HOST_FILE; the image also gets /etc/passwd,
@@ -17,7 +17,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/gofit-dev/gofit/internal/ociimage"
+	"github.com/gofit-dev/gofit/tools/ociimage"
 )
 
 func main() {

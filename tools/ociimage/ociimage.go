@@ -110,7 +110,7 @@ func Write(w io.Writer, img Image) error {
 		"config": cfg{User: img.User, Env: img.Env, Entrypoint: img.Entrypoint, Cmd: img.Cmd,
 			WorkingDir: img.WorkingDir, Labels: img.Labels},
 		"rootfs":  map[string]any{"type": "layers", "diff_ids": []string{diffID}},
-		"history": []map[string]string{{"created": epoch.Format(time.RFC3339), "created_by": "gofit internal/ociimage"}},
+		"history": []map[string]string{{"created": epoch.Format(time.RFC3339), "created_by": "gofit tools/ociimage"}},
 	})
 	if err != nil {
 		return err

@@ -1,0 +1,142 @@
+package lab
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
+	"github.com/gofit-dev/gofit/internal/target"
+)
+
+// The lab is a pipeline whose results flow one way:
+//
+//	sandbox ─▶ trials ─▶ Records ─▶ analyse(Config, Records) ─▶ Results ─▶ report
+//
+// The study (study.go, cpustudy.go, memory.go) runs trials and appends
+// what they measured to its Records; the budget planner (budget.go)
+// decides what it can still afford. analyse is the pure half: the CPU
+// summary, the verdicts and the recommendation as a function of the
+// configuration and the records, so that tests build records instead of
+// running trials, and a run's records.json replays to its results.json
+// (replay_test.go). The report (report.go, plots.go) renders Results.
+
+// Records are what a study's trials produced, in the order they ran: the
+// input to analyse, and records.json.
+type Records struct {
+	Machine    Machine             `json:"machine"`
+	Target     TargetInfo          `json:"target"`
+	Placement  *Placement          `json:"placement"`
+	CPU        []CPUCell           `json:"cpu"` // with each run's blocks (cpuRecord in records.json)
+	Memory     []MemResult         `json:"memory"`
+	Throughput []ThroughputCell    `json:"memory_throughput"`
+	Targets    []load.TargetResult `json:"targets"`
+	Lab        LabInfo             `json:"lab"`
+	// Check is the check trial of the recommendation, once it ran.
+	Check *CheckTrial `json:"check"`
+	// Exited: the target exited during a CPU window (a crash).
+	Exited bool `json:"exited"`
+	// NCPU is the CPUs the target saw; Binary what its executable's
+	// build info says (the plan depends on both).
+	NCPU   int           `json:"ncpu"`
+	Binary target.Binary `json:"binary"`
+}
+
+// analysis reads a study's configuration and records, never writing
+// them; res is the Results it builds, summary first, recommendation next.
+type analysis struct {
+	cfg  Config
+	rec  *Records
+	res  *Results
+	ncpu int
+	boot *stats.Bootstrap
+}
+
+func newAnalysis(cfg Config, rec *Records) *analysis {
+	res := &Results{Machine: rec.Machine, Target: rec.Target, Placement: rec.Placement, CPU: rec.CPU, Memory: rec.Memory,
+		Throughput: rec.Throughput, Targets: rec.Targets, Lab: rec.Lab}
+	// A bootstrap of its own, seeded from the configuration: the same
+	// records give the same intervals however often they are analysed.
+	return &analysis{cfg: cfg, rec: rec, res: res, ncpu: rec.NCPU, boot: stats.NewBootstrap(cfg.Resamples, cfg.Seed)}
+}
+
+// analyse is results.json from a study's configuration and records.
+func analyse(cfg Config, rec Records) Results {
+	a := newAnalysis(cfg, &rec)
+	a.res.CPUSummary = a.summarizeCPU()
+	a.res.Recommendation = a.recommend()
+	a.res.Recommendation.Check = rec.Check
+	a.res.Lab.Undecided = 0
+	for _, s := range a.res.CPUSummary {
+		if s.Verdict != nil && !s.Decided {
+			a.res.Lab.Undecided++
+		}
+	}
+	a.res.Lab.Failed = a.failure()
+	return *a.res
+}
+
+// summarized is an analysis whose CPU summary is done: what the study
+// asks of the records so far (the quota the recommendation would pick).
+func summarized(cfg Config, rec *Records) *analysis {
+	a := newAnalysis(cfg, rec)
+	a.res.CPUSummary = a.summarizeCPU()
+	return a
+}
+
+// recordsFile is records.json: the configuration and the records of one
+// study, everything analyse needs to give its results.json again.
+type recordsFile struct {
+	Config  Config          `json:"config"`
+	Records Records         `json:"records"`
+	Blocks  [][]stats.Block `json:"cpu_blocks"` // each CPU run's blocks, in Records.CPU's order
+}
+
+// writeRecords writes records.json into dir, through a temporary file and
+// a rename like the results; it returns the path.
+func writeRecords(dir string, cfg Config, rec *Records) (string, error) {
+	f := recordsFile{Config: cfg, Records: *rec, Blocks: make([][]stats.Block, len(rec.CPU))}
+	for i, c := range rec.CPU {
+		f.Blocks[i] = c.blocks
+	}
+	b, err := json.Marshal(f)
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(dir, "records.json")
+	return p, writeAtomic(p, append(b, '\n'))
+}
+
+// readRecords reads a records.json written by writeRecords, gzipped or
+// not.
+func readRecords(path string) (Config, Records, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, Records{}, err
+	}
+	if len(b) > 2 && b[0] == 0x1f && b[1] == 0x8b {
+		zr, err := gzip.NewReader(bytes.NewReader(b))
+		if err != nil {
+			return Config{}, Records{}, fmt.Errorf("%s: %w", path, err)
+		}
+		if b, err = io.ReadAll(zr); err != nil {
+			return Config{}, Records{}, fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	var f recordsFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return Config{}, Records{}, fmt.Errorf("%s: %w", path, err)
+	}
+	if len(f.Blocks) != len(f.Records.CPU) {
+		return Config{}, Records{}, fmt.Errorf("%s: %d CPU runs but %d block lists", path, len(f.Records.CPU), len(f.Blocks))
+	}
+	for i := range f.Records.CPU {
+		f.Records.CPU[i].blocks = f.Blocks[i]
+	}
+	return f.Config, f.Records, nil
+}
