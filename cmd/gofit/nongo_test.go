@@ -3,13 +3,16 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"expvar"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -60,8 +63,8 @@ func TestDeclaredNonGo(t *testing.T) {
 }
 
 // gofit inspect --pid measures a running service from outside its cgroup,
-// as from the node: examples/offheap holding 48 MiB off its heap under a
-// 256 MiB limit. The anonymous memory found is within 8 MiB of it, the
+// as from the node: a service holding 48 MiB off its heap beside a 32 MiB
+// live heap (serveOffHeap, as examples/offheap) under a 256 MiB limit. The anonymous memory found is within 8 MiB of it, the
 // GOMEMLIMIT that fits leaves room for what is declared, and the
 // declaration is the one GOFIT_NON_GO reads.
 func TestInspectPIDRealCgroup(t *testing.T) {
@@ -69,19 +72,16 @@ func TestInspectPIDRealCgroup(t *testing.T) {
 	if err := g.SetMemoryMax(256 << 20); err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "offheap")
-	build := exec.Command("go", "build", "-o", bin, "github.com/gofit-dev/gofit/examples/offheap")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v: %s", err, out)
-	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := l.Addr().String()
 	l.Close()
-	svc := g.Command(bin, "-addr", addr, "-offheap-mib", "48", "-live-mib", "32")
+	// This test binary serves as the off-heap service (TestMain): no Go
+	// toolchain is needed where it runs (the VM tests).
+	svc := g.Command(os.Args[0])
+	svc.Env = append(os.Environ(), "GOFIT_TEST_AS_OFFHEAP="+addr)
 	if err := svc.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -164,4 +164,42 @@ func TestInspectPIDErrors(t *testing.T) {
 			t.Errorf("inspect %q: exit %d, %q; want %d naming %q", tc.args, code, errOut, tc.code, tc.want)
 		}
 	}
+}
+
+// serveOffHeap is the test binary as an off-heap service, like
+// examples/offheap: 48 MiB mapped with mmap outside the Go heap and kept
+// resident, a 32 MiB live heap that each /work request churns, and
+// expvar's /debug/vars.
+func serveOffHeap(addr string) int {
+	const off, live, slot = 48 << 20, 32 << 20, 64 << 10
+	cache, err := syscall.Mmap(-1, 0, off, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	for i := 0; i < len(cache); i += 4096 {
+		cache[i] = 1
+	}
+	slots := make([][]byte, live/slot)
+	for i := range slots {
+		slots[i] = make([]byte, slot)
+	}
+	var mu sync.Mutex
+	next := 0
+	mux := http.NewServeMux()
+	mux.Handle("/debug/vars", expvar.Handler())
+	mux.HandleFunc("/work", func(w http.ResponseWriter, _ *http.Request) {
+		b := make([]byte, slot)
+		for i := 0; i < len(b); i += 4096 {
+			b[i] = 1
+		}
+		mu.Lock()
+		slots[next], next = b, (next+1)%len(slots)
+		cache[next*4096%off]++
+		mu.Unlock()
+		fmt.Fprintln(w, "ok")
+	})
+	err = http.ListenAndServe(addr, mux)
+	fmt.Fprintln(os.Stderr, err)
+	return 1
 }
