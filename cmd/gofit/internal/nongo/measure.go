@@ -101,7 +101,7 @@ func Estimate(ev Evidence) (Measurement, error) {
 	m := Measurement{GCs: -1, WindowSeconds: ev.Window.Seconds(), Caveats: []string{}}
 	var totalAnon int64
 	for _, mp := range ev.Maps {
-		totalAnon += mp.Anonymous
+		totalAnon = add(totalAnon, mp.Anonymous)
 	}
 	split, err := SplitMappings(ev.Maps)
 	m.Split = split

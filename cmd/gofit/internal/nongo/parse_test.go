@@ -69,3 +69,28 @@ func TestParseUptime(t *testing.T) {
 		t.Error("short stat: no error")
 	}
 }
+
+// Whatever /proc/PID/smaps holds, parsing and splitting it neither
+// panics nor returns negative sizes.
+func FuzzParseSmaps(f *testing.F) {
+	f.Add("00400000-00401000 r-xp 00000000 fe:00 12 /bin/x\nRss: 4 kB\nAnonymous: 0 kB\n")
+	f.Add("c000000000-c004000000 rw-p 00000000 00:00 0\nRss: 65536 kB\nAnonymous: 65536 kB\nReferenced: 17592186044416 kB\n7f00-8f00 rw-p 00000000 00:00 0 [anon: Go: heap]\nRss: 4 kB\n")
+	huge := strings.Repeat("7f00-8f00 rw-p 00000000 00:00 0\nAnonymous: 17592186044416 kB\n", 600)
+	f.Add("c000000000-c004000000 rw-p 00000000 00:00 0\nAnonymous: 4 kB\n" + huge)
+	f.Fuzz(func(t *testing.T, s string) {
+		maps, err := ParseSmaps(s)
+		if err != nil {
+			return
+		}
+		sp, err := SplitMappings(maps)
+		if err != nil {
+			return
+		}
+		if sp.GoBytes < 0 || sp.AnonBytes < 0 || sp.FileBytes < 0 || sp.FileReferencedBytes < 0 {
+			t.Errorf("negative split %+v", sp)
+		}
+		if _, err := Estimate(Evidence{Maps: maps, GoVersion: "go1.26"}); err != nil {
+			t.Errorf("estimate of a split that worked: %v", err)
+		}
+	})
+}

@@ -95,13 +95,13 @@ func SplitMappings(maps []Mapping) (Split, error) {
 	for i, m := range maps {
 		switch {
 		case goMem[i]:
-			s.GoBytes += m.Anonymous
+			s.GoBytes = add(s.GoBytes, m.Anonymous)
 		case m.fileBacked():
-			s.AnonBytes += m.Anonymous // written private pages of a file mapping (.data)
-			s.FileBytes += max(m.Rss-m.Anonymous, 0)
-			s.FileReferencedBytes += max(min(m.Referenced, m.Rss)-m.Anonymous, 0)
+			s.AnonBytes = add(s.AnonBytes, m.Anonymous) // written private pages of a file mapping (.data)
+			s.FileBytes = add(s.FileBytes, max(m.Rss-m.Anonymous, 0))
+			s.FileReferencedBytes = add(s.FileReferencedBytes, max(min(m.Referenced, m.Rss)-m.Anonymous, 0))
 		default:
-			s.AnonBytes += m.Anonymous
+			s.AnonBytes = add(s.AnonBytes, m.Anonymous)
 		}
 	}
 	return s, nil
@@ -146,3 +146,7 @@ func markArenas(maps []Mapping, goMem []bool) (goUnits, libcUnits int) {
 	}
 	return goUnits, libcUnits
 }
+
+// add sums sizes saturating at 2^60: each is at most 2^54 (ParseSmaps
+// bounds the fields), so a file of many huge mappings cannot overflow.
+func add(a, b int64) int64 { return min(a+b, 1<<60) }
