@@ -173,6 +173,8 @@ func (l *analysis) undecidedNote(k cellKey, s *CPUSummary, r stats.Interval, bas
 			s.RunsToDecide = runs
 			extra := time.Duration(runs-n) * (l.runCost(k) + l.runCost(cellKey{k.q, SetGoDefault, k.mode}))
 			msg += fmt.Sprintf("; about %d runs a side (%v more of the CPU study, --budget %v) would decide it", runs, extra.Round(time.Second), l.budgetFor(extra))
+		} else {
+			msg += "; over 100 runs a side would be needed to decide it: any difference is below what this machine's noise lets the lab resolve"
 		}
 	}
 	return msg

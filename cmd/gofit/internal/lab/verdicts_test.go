@@ -1,0 +1,121 @@
+package lab
+
+import (
+	"context"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
+)
+
+// An open loop offered more than a setting can serve measures its queue:
+// the comparison is "saturated", never better or worse, it is not
+// repeated, the recommendation's reasons say so, and the plot rings it.
+func TestSaturatedIsNotAVerdict(t *testing.T) {
+	l, f := newFakeLab(t, time.Hour)
+	// Offered 60% of the median capacity (1000): 600 rps, over the 500
+	// gomaxprocs=ncpu serves.
+	f.rps[SetProcsNCPU] = 500
+	if err := l.cpuStudy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	res := l.results()
+	var sat CPUSummary
+	for _, s := range res.CPUSummary {
+		if s.Mode == Open && s.Setting == SetProcsNCPU {
+			sat = s
+		}
+		if s.Mode == Open && s.Setting == SetGofit && s.Saturated {
+			t.Errorf("gofit (1100 rps of capacity at 600 offered) marked saturated: %q", s.Notes)
+		}
+	}
+	if !sat.Saturated || sat.Verdict == nil || *sat.Verdict != Saturated || !sat.Decided {
+		t.Fatalf("gomaxprocs=ncpu open loop at 600 rps with 500 rps of capacity: saturated %v, verdict %v, decided %v", sat.Saturated, sat.Verdict, sat.Decided)
+	}
+	if !hasNote(sat.Notes, "saturated: offered ") || !strings.Contains(sat.Notes[0], "of its own closed-loop capacity") {
+		t.Errorf("notes %q: want the reason, with the capacity", sat.Notes)
+	}
+	if n := f.runs[SetProcsNCPU+"/open"]; n != l.cfg.MinRepeats {
+		t.Errorf("the saturated open loop ran %d times, want %d: repeating it measures the same queue", n, l.cfg.MinRepeats)
+	}
+	reasons := strings.Join(res.Recommendation.Reasons, "\n")
+	if !strings.Contains(reasons, "gomaxprocs=ncpu saturated in the open loop at ") || !strings.Contains(reasons, "rps (no p99 verdict)") {
+		t.Errorf("reasons do not name the saturated cell:\n%s", reasons)
+	}
+	html, err := renderHTML(&res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(html), "◯ saturated") || !strings.Contains(string(html), `class="saturated"`) {
+		t.Errorf("report.html neither rings the saturated cell in the p99 plot nor marks it in the verdict table")
+	}
+}
+
+// An undecided comparison says the smallest difference it could have
+// shown and what would decide it; "no setting differs significantly"
+// appears only where every comparison was decided the same.
+func TestUndecidedSaysWhatItCouldNotSee(t *testing.T) {
+	l, f := newFakeLab(t, time.Hour)
+	l.cfg.CPUSettings = []string{SetGoDefault, SetGofit}
+	l.cfg.MaxRepeats = l.cfg.MinRepeats // no adaptive repeats: stop at the minimum
+	f.rps[SetGofit], f.ms[SetGofit] = f.rps[SetGoDefault], f.ms[SetGoDefault]
+	f.noise[SetGofit], f.noise[SetGoDefault] = 0.1, 0.1
+	f.runNoise = 0.03
+	if err := l.cpuStudy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	a := summarized(l.cfg, &l.rec)
+	for _, s := range a.res.CPUSummary {
+		if s.Setting != SetGofit || s.Mode != Closed {
+			continue
+		}
+		if s.Decided {
+			t.Skipf("decided at 30%% noise on this seed (%v): nothing to check", *s.Verdict)
+		}
+		if s.DetectableRatio == nil || s.VerdictRatio == nil {
+			t.Fatalf("undecided without a detectable ratio: %+v", s)
+		}
+		r := *s.VerdictRatio
+		want := math.Max(r.High/r.Value, r.Value/r.Low)
+		if math.Abs(*s.DetectableRatio-want) > 1e-9 || *s.DetectableRatio <= 1 {
+			t.Errorf("detectable ratio %v, want the interval's wider half %v", *s.DetectableRatio, want)
+		}
+		if s.RunsToDecide <= stats.MinRuns {
+			t.Errorf("runs to decide %d: want more than the %d it had", s.RunsToDecide, stats.MinRuns)
+		}
+		if !hasNote(s.Notes, "undecided: a difference under ×") || !strings.Contains(strings.Join(s.Notes, " "), "--budget") {
+			t.Errorf("notes %q: want the smallest visible difference and the budget that decides it", s.Notes)
+		}
+	}
+	for _, v := range a.cpuVerdicts() {
+		if strings.Contains(v, "no setting differs significantly") {
+			t.Errorf("%q: said of a row whose comparisons are undecided", v)
+		}
+	}
+
+	// Decided the same, everywhere: now it may be said.
+	l2, f2 := newFakeLab(t, time.Hour)
+	l2.cfg.CPUSettings = []string{SetGoDefault, SetGofit}
+	l2.cfg.OpenSamples = 40000 // p99 from enough latencies to decide inside ±10%
+	f2.rps[SetGofit], f2.ms[SetGofit] = f2.rps[SetGoDefault], f2.ms[SetGoDefault]
+	f2.noise[SetGofit], f2.noise[SetGoDefault] = 0.005, 0.005
+	if err := l2.cpuStudy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	a2 := summarized(l2.cfg, &l2.rec)
+	allSame := true
+	for _, s := range a2.res.CPUSummary {
+		if s.Verdict != nil && (!s.Decided || *s.Verdict != stats.Same) {
+			allSame = false
+		}
+	}
+	if !allSame {
+		t.Fatalf("two identical settings at 0.5%% noise were not all decided the same: %q", a2.cpuVerdicts())
+	}
+	said := strings.Contains(strings.Join(a2.cpuVerdicts(), "\n"), "no setting differs significantly")
+	if allSame != said {
+		t.Errorf("every comparison decided the same: %v; 'no setting differs significantly' said: %v (%q)", allSame, said, a2.cpuVerdicts())
+	}
+}
