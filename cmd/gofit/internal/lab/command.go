@@ -152,7 +152,13 @@ func replay(o Options, stdout io.Writer) error {
 			return usagef("--replay %s: --%s has no effect on a replay (the records carry the study's configuration)", o.Replay, name)
 		}
 	}
-	cfg, rec, err := readRecords(filepath.Join(o.Replay, "records.json"))
+	path := filepath.Join(o.Replay, "records.json")
+	if _, err := os.Stat(path); errors.Is(err, iofs.ErrNotExist) {
+		if _, gzErr := os.Stat(path + ".gz"); gzErr == nil {
+			path += ".gz"
+		}
+	}
+	cfg, rec, err := readRecords(path)
 	if err != nil {
 		return fmt.Errorf("--replay: %w", err)
 	}

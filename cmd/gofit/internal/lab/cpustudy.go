@@ -58,9 +58,17 @@ func (l *study) configsRequest(q, request float64) []cpuConfig {
 		return 2
 	}
 	sort.SliceStable(order, func(i, j int) bool { return rank(order[i]) < rank(order[j]) })
+	defaultEnv, defaultProcs, _ := l.cpuEnvRequest(SetGoDefault, q, request)
 	for _, s := range order {
 		env, procs, from := l.cpuEnvRequest(s, q, request)
 		k := envKey(env)
+		if s == SetProcsNCPU && procs == defaultProcs && l.rec.Binary.GoVersion != "" {
+			// Go's default is known to be the CPU count here (a Go >= 1.25
+			// target under a quota of 1 core or less on 2 CPUs, or no
+			// limit): measuring both would measure the noise twice and
+			// spend a third of the row's budget on it.
+			k = envKey(defaultEnv)
+		}
 		if i, ok := idx[k]; ok {
 			out[i].sameAs = append(out[i].sameAs, s)
 			continue

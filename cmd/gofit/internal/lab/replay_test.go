@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -30,9 +31,16 @@ func TestReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(bytes.TrimSpace(got), bytes.TrimSpace(want)) {
-		out := filepath.Join(t.TempDir(), "results.json")
-		os.WriteFile(out, got, 0o644)
-		t.Errorf("the replayed results differ from the run's (diff %s %s)", filepath.Join(dir, "results.json"), out)
+		g, w := strings.Split(string(got), "\n"), strings.Split(string(want), "\n")
+		for i := 0; i < min(len(g), len(w)); i++ {
+			if g[i] != w[i] {
+				t.Errorf("the replayed results differ from the run's at line %d:\n  run:    %s\n  replay: %s", i+1, strings.TrimSpace(w[i]), strings.TrimSpace(g[i]))
+				break
+			}
+		}
+		if len(g) != len(w) {
+			t.Errorf("the replayed results have %d lines, the run's %d", len(g), len(w))
+		}
 	}
 	if len(res.CPUSummary) == 0 || res.Recommendation.YAML == "" || len(res.Memory) == 0 {
 		t.Errorf("the replay analysed nothing: %d CPU summaries, %d memory settings", len(res.CPUSummary), len(res.Memory))

@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -117,5 +118,32 @@ func TestUndecidedSaysWhatItCouldNotSee(t *testing.T) {
 	said := strings.Contains(strings.Join(a2.cpuVerdicts(), "\n"), "no setting differs significantly")
 	if allSame != said {
 		t.Errorf("every comparison decided the same: %v; 'no setting differs significantly' said: %v (%q)", allSame, said, a2.cpuVerdicts())
+	}
+}
+
+// Where Go's default is known to be the CPU count, gomaxprocs=ncpu is
+// go-default's cell: measuring both would measure the noise twice.
+func TestNCPUFoldsIntoAKnownGoDefault(t *testing.T) {
+	for _, tc := range []struct {
+		goVersion string
+		ncpu      int
+		folded    bool
+	}{
+		{"go1.26.0", 2, true},  // Go >= 1.25 at 500m on 2 CPUs: max(2, 1) = 2 = the CPU count
+		{"go1.26.0", 4, false}, // ... on 4 CPUs: 2, not 4
+		{"", 2, false},         // the Go version unknown: nothing is assumed
+	} {
+		cfg := defaultConfig(false)
+		l := newLab(cfg)
+		l.rec.NCPU, l.rec.Binary.GoVersion = tc.ncpu, tc.goVersion
+		folded := false
+		for _, c := range l.configs(0.5) {
+			if c.setting == SetGoDefault && slices.Contains(c.sameAs, SetProcsNCPU) {
+				folded = true
+			}
+		}
+		if folded != tc.folded {
+			t.Errorf("Go %q on %d CPUs at 500m: gomaxprocs=ncpu folded into go-default %v, want %v (%+v)", tc.goVersion, tc.ncpu, folded, tc.folded, l.configs(0.5))
+		}
 	}
 }
