@@ -91,7 +91,7 @@ func TestInspectPIDRealCgroup(t *testing.T) {
 	}()
 	client := &http.Client{Timeout: 5 * time.Second}
 	ready := time.Now().Add(20 * time.Second)
-	for n := 0; n < 400; {
+	for n := 0; n < 100; {
 		resp, err := client.Get("http://" + addr + "/work")
 		if err != nil {
 			if time.Now().After(ready) {
