@@ -111,6 +111,7 @@ func TestInspectPIDRealCgroup(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
+	t.Logf("%s: %d MiB anonymous outside the Go heap, declared %d MiB, GOMEMLIMIT %d MiB (the ratio's %d)", r.NonGo.Method, r.NonGo.AnonBytes>>20, r.NonGo.Bytes>>20, r.GOMEMLIMIT>>20, r.RatioGOMEMLIMIT>>20)
 	if d := r.NonGo.AnonBytes - 48<<20; d < -8<<20 || d > 8<<20 {
 		t.Errorf("anonymous outside the Go heap %d MiB, want 48 ± 8", r.NonGo.AnonBytes>>20)
 	}

@@ -76,6 +76,12 @@ func TestEstimate(t *testing.T) {
 		t.Fatalf("expvar: %+v", rt)
 	}
 	sleep := readFixture(t, "nongo-sleep.smaps")
+	// The same beside 12 MiB off the heap and 40 MiB of referenced text.
+	bigText := []Mapping{
+		{Start: 0x400000, End: 0x3000000, Perms: "r-xp", Inode: 7, Name: "/app", Rss: 40 << 20, Referenced: 40 << 20},
+		{Start: 0xc000000000, End: 0xc004000000, Perms: "rw-p", Rss: 20 << 20, Anonymous: 20 << 20},
+		{Start: 0x7f0000000000, End: 0x7f0000c00000, Perms: "rw-p", Rss: 12 << 20, Anonymous: 12 << 20},
+	}
 	// A heap arena and 3 MiB of anonymous memory beside it (libc, bss).
 	pureGo := []Mapping{
 		{Start: 0xc000000000, End: 0xc004000000, Perms: "rw-p", Rss: 20 << 20, Anonymous: 20 << 20},
@@ -114,6 +120,8 @@ func TestEstimate(t *testing.T) {
 			method: Metrics, bytes: 0, trusted: true},
 		{name: "pure Go: 3 MiB outside the heap, nothing declared", ev: Evidence{Maps: pureGo, GoVersion: "go1.26.8", KernelBytes: 26 << 20, CgroupProcs: 40, GCTrace: &GCTrace{Cycles: 5}, Window: time.Hour},
 			method: Arenas, bytes: 0, trusted: true, caveat: "holds 40 processes"},
+		{name: "no window: referenced file pages over the hot-text floor count as the floor", ev: Evidence{Maps: bigText, GoVersion: "go1.26.8", GCTrace: &GCTrace{Cycles: 5}, Window: time.Hour},
+			method: Arenas, bytes: 12<<20 + 8<<20, trusted: true, caveat: "counted as 8MiB hot"},
 		{name: "no arena, no metrics", ev: Evidence{Maps: noArena, GoVersion: "go1.26.8", Window: time.Minute}, err: ErrNoGoRuntime},
 		{name: "not Go", ev: Evidence{Maps: sleep, Window: time.Minute}, err: ErrNotGo},
 	} {
