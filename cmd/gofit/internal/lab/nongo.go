@@ -37,10 +37,12 @@ func probeEnv(env map[string]string) map[string]string {
 }
 
 // startNonGo clears the target's referenced bits before the probe's load,
-// so the file pages referenced after it are the hot ones.
+// so the file pages referenced after it are the hot ones. It returns when
+// it cleared them, or the zero time when it could not.
 func (l *study) startNonGo(tr *trial) time.Time {
 	if err := nongo.ClearRefs("/", tr.Pid); err != nil {
 		l.sayNonGo("%v: hot file pages will be an upper bound", err)
+		return time.Time{}
 	}
 	return time.Now()
 }
