@@ -72,3 +72,12 @@ func TestProbeEnvKeepsGODEBUG(t *testing.T) {
 }
 
 var limit128 int64 = 128 * mib
+
+// A probe whose referenced bits cannot be cleared (the process is gone,
+// or no permission) does not claim a measured window for its file pages.
+func TestStartNonGoWithoutClearRefs(t *testing.T) {
+	l := newLab(defaultConfig(true))
+	if began := l.startNonGo(&trial{Pid: 1 << 30}); !began.IsZero() {
+		t.Errorf("clear_refs of no process: window began %v, want none", began)
+	}
+}
