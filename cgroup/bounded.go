@@ -61,10 +61,28 @@ func ReadBounded(file string, max int) (string, bool, error) {
 		return "", false, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, int64(max)+1))
+	// Most cgroup files are one number: read them into the stack, so the
+	// string is the only allocation (the node agent reads hundreds a pass).
+	var small [128]byte
+	n := 0
+	for n < len(small) {
+		m, err := f.Read(small[n:]) // *os.File, not io.Reader: small stays on the stack
+		n += m
+		if n > max {
+			return "", false, tooLarge(file, max)
+		}
+		if errors.Is(err, io.EOF) {
+			return string(small[:n]), true, nil
+		}
+		if err != nil {
+			return "", false, err
+		}
+	}
+	rest, err := io.ReadAll(io.LimitReader(f, int64(max-n)+1))
 	if err != nil {
 		return "", false, err
 	}
+	b := append(small[:n:n], rest...)
 	if len(b) > max {
 		return "", false, tooLarge(file, max)
 	}

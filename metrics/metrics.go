@@ -49,10 +49,12 @@ var (
 	planReason      = newDesc("gofit_plan_reason", "1 for where each planned setting comes from: setting is gomaxprocs or gomemlimit, reason one of a fixed set (see fit.Reasons).", prometheus.GaugeValue, "setting", "reason")
 	planWarning     = newDesc("gofit_plan_warning", "1 for each warning in force, by a fixed code (see fit.Warnings).", prometheus.GaugeValue, "warning")
 	readErrors      = newDesc("gofit_read_errors_total", "Refreshes that could not read the cgroup.", prometheus.CounterValue)
+	cpuRequest      = newDesc("gofit_cpu_request_cores", "CPU request the leaf cgroup's cpu.shares or cpu.weight encode, in cores (absent when none).", prometheus.GaugeValue)
+	highHits        = newDesc("gofit_memory_high_hits_total", "Times usage went over memory.high and the kernel reclaimed and throttled the cgroup (cgroup v2 memory.events high; 0 on v1).", prometheus.CounterValue)
 
 	all = []desc{cpuLimit, cpuUsage, cpuPeriods, cpuThrottled, cpuThrottledSec, memLimit, memHigh, memUsage, memWorkingSet,
 		memUnmanaged, majorFaults, oomKills, limitHits, pressure, gomaxprocs, gomemlimit, planProcs, planMemLimit, planGOGC,
-		planReason, planWarning, readErrors}
+		planReason, planWarning, readErrors, cpuRequest, highHits}
 )
 
 // Collector reads the cgroup at scrape time.
@@ -69,6 +71,9 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range all {
 		ch <- d.Desc
 	}
+	for _, d := range runtimeDescs {
+		ch <- d.Desc
+	}
 }
 
 func emit(ch chan<- prometheus.Metric, d desc, v float64, labels ...string) {
@@ -81,12 +86,16 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	if ml := debug.SetMemoryLimit(-1); ml != math.MaxInt64 {
 		emit(ch, gomemlimit, float64(ml))
 	}
+	collectRuntime(ch)
 	if c.f == nil {
 		return
 	}
 	l := c.f.Limits()
 	if l.CPU.Quota > 0 {
 		emit(ch, cpuLimit, l.CPU.Quota)
+	}
+	if r := l.CPU.RequestCores(); r > 0 {
+		emit(ch, cpuRequest, r)
 	}
 	if l.Memory.Max > 0 {
 		emit(ch, memLimit, float64(l.Memory.Max))
@@ -139,6 +148,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	emit(ch, majorFaults, float64(s.Memory.MajorFaults))
 	emit(ch, oomKills, float64(s.Memory.OOMKills))
 	emit(ch, limitHits, float64(s.Memory.MaxHits))
+	emit(ch, highHits, float64(s.Memory.HighHits))
 	for _, r := range []struct {
 		name string
 		psi  *cgroup.PSI

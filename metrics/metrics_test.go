@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,7 +39,8 @@ func newTree(t *testing.T) tree {
 	tr.write(t, "sys/fs/cgroup/ctr/memory.max", "134217728\n")
 	tr.write(t, "sys/fs/cgroup/ctr/memory.current", "33554432\n")
 	tr.write(t, "sys/fs/cgroup/ctr/memory.stat", "anon 16777216\nfile 16777216\ninactive_file 8388608\npgmajfault 7\n")
-	tr.write(t, "sys/fs/cgroup/ctr/memory.events", "max 3\noom_kill 1\n")
+	tr.write(t, "sys/fs/cgroup/ctr/memory.events", "high 5\nmax 3\noom_kill 1\n")
+	tr.write(t, "sys/fs/cgroup/ctr/cpu.weight", "4\n")
 	return tr
 }
 
@@ -89,6 +91,8 @@ func TestCollector(t *testing.T) {
 		"gofit_memory_major_faults_total":                       7,
 		"gofit_oom_kills_total":                                 1,
 		"gofit_memory_limit_hits_total":                         3,
+		"gofit_memory_high_hits_total":                          5,
+		"gofit_cpu_request_cores":                               f.Limits().CPU.RequestCores(),
 		"gofit_plan_gomaxprocs":                                 1,
 		"gofit_plan_gomemlimit_bytes":                           float64(f.Plan().GOMEMLIMIT),
 		"gofit_plan_reason,reason=cpu_limit,setting=gomaxprocs": 1,
@@ -105,11 +109,21 @@ func TestCollector(t *testing.T) {
 		t.Errorf("no GOMEMLIMIT planned: %+v", f.Plan())
 	}
 
+	if r := f.Limits().CPU.RequestCores(); r <= 0 {
+		t.Errorf("cpu.weight 4 read as request %v cores", r)
+	}
+
 	// Without a Fitter, only the runtime's own values.
 	reg = prometheus.NewRegistry()
 	reg.MustRegister(NewCollector(nil))
-	if got := gather(t, reg); len(got) == 0 || len(got) > 2 {
-		t.Errorf("nil Fitter: %v", got)
+	got = gather(t, reg)
+	for key := range got {
+		if key != "gofit_gomaxprocs" && key != "gofit_gomemlimit_bytes" && !strings.HasPrefix(key, "gofit_go_") {
+			t.Errorf("nil Fitter: %s reported", key)
+		}
+	}
+	if _, ok := got["gofit_go_memory_bytes"]; !ok {
+		t.Errorf("nil Fitter: no gofit_go_memory_bytes in %v", got)
 	}
 }
 
@@ -123,7 +137,7 @@ func TestPlanLabelsAreBounded(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(NewCollector(f))
-	allowed := map[string]bool{"gomaxprocs": true, "gomemlimit": true, "cpu": true, "memory": true, "some": true, "full": true, "anon": true, "kernel": true, "hot_file": true}
+	allowed := map[string]bool{"gc": true, "gc_idle": true, "scavenge": true, "user": true, "idle": true, "gomaxprocs": true, "gomemlimit": true, "cpu": true, "memory": true, "some": true, "full": true, "anon": true, "kernel": true, "hot_file": true}
 	for _, r := range fit.Reasons() {
 		allowed[string(r)] = true
 	}
@@ -154,7 +168,8 @@ func TestPlanLabelsAreBounded(t *testing.T) {
 			}
 		}
 	}
-	if max := len(all) + 2 + len(fit.Reasons()) + len(fit.Warnings()); len(series) > max { // 2: unmanaged has three parts
+	// 2: unmanaged has three parts; 4: the Go CPU time has five classes.
+	if max := len(all) + 2 + len(runtimeDescs) + 4 + len(fit.Reasons()) + len(fit.Warnings()); len(series) > max {
 		keys := make([]string, 0, len(series))
 		for k := range series {
 			keys = append(keys, k)

@@ -94,7 +94,7 @@ func (w *Writer) Apply(vals []Value) ApplyResult {
 	var raise, lower []Change
 	refused := w.refuse(vals, &res)
 	for _, v := range vals {
-		if refused[v.Path()] {
+		if len(refused) > 0 && refused[v.Path()] { // no path built when nothing was refused
 			continue
 		}
 		cur, err := w.read(v)

@@ -49,6 +49,8 @@ import (
 	"testing"
 	"unicode"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+
 	"sigs.k8s.io/yaml"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab"
@@ -69,7 +71,7 @@ var commandPages = map[string][]string{
 	"docs/run.md":        {"run", "inspect"},
 	"docs/lab.md":        {"lab"},
 	"docs/webhook.md":    {"webhook"},
-	"docs/node-agent.md": {"node", "node plan", "node experiment"},
+	"docs/node-agent.md": {"node", "node plan", "node reset", "node experiment"},
 }
 
 // foreignFlags are flags of other programs that a page names on purpose.
@@ -529,14 +531,14 @@ func diffKeys(path string, doc, got any) []string {
 var schemaWordRE = regexp.MustCompile(`[a-z][a-z0-9_]*`)
 
 // checkResultsSchema: the schema block names every JSON field of
-// lab.Results, at any depth, and every lower-case word in it outside
+// result.Results, at any depth, and every lower-case word in it outside
 // quotes and parentheses is such a field (so a renamed field fails both
 // ways). Top-level lines start with the top-level fields, in order.
 func checkResultsSchema(t *testing.T, where string, block []string) {
 	fields := map[string]bool{}
-	jsonFields(reflect.TypeOf(lab.Results{}), fields, map[reflect.Type]bool{})
+	jsonFields(reflect.TypeOf(result.Results{}), fields, map[reflect.Type]bool{})
 	var top []string
-	rt := reflect.TypeOf(lab.Results{})
+	rt := reflect.TypeOf(result.Results{})
 	for i := range rt.NumField() {
 		if name := jsonName(rt.Field(i)); name != "" {
 			top = append(top, name)
@@ -558,12 +560,12 @@ func checkResultsSchema(t *testing.T, where string, block []string) {
 	}
 	for _, f := range sortedKeys(fields) {
 		if !words[f] {
-			t.Errorf("%s: results.json field %q (lab.Results) is not in the schema", where, f)
+			t.Errorf("%s: results.json field %q (result.Results) is not in the schema", where, f)
 		}
 	}
 	for _, w := range sortedKeys(words) {
 		if !fields[w] && !schemaTypeWords[w] {
-			t.Errorf("%s: the schema names %q, which results.json does not have (lab.Results)", where, w)
+			t.Errorf("%s: the schema names %q, which results.json does not have (result.Results)", where, w)
 		}
 	}
 	var gotTop []string
@@ -933,7 +935,7 @@ func newFlagTable(t *testing.T) *flagTable {
 	ft := &flagTable{flags: map[string]map[string]bool{}, hidden: map[string]bool{
 		lab.SampleCommand: true, "node " + qoslab.HogCommand: true, "version": true,
 	}}
-	names := []string{"node plan", "node experiment"}
+	names := []string{"node plan", "node reset", "node experiment"}
 	for _, c := range commands() {
 		names = append(names, c.name)
 	}
@@ -964,7 +966,7 @@ func (ft *flagTable) check(t *testing.T, where string, args []string, inline boo
 	name := strings.Trim(args[0], "[]")
 	rest := args[1:]
 	if name == "node" && len(rest) > 0 {
-		if sub := strings.Trim(rest[0], "[]"); sub == "plan" || sub == "experiment" || sub == qoslab.HogCommand {
+		if sub := strings.Trim(rest[0], "[]"); sub == "plan" || sub == "reset" || sub == "experiment" || sub == qoslab.HogCommand {
 			name, rest = "node "+sub, rest[1:]
 		} else if strings.Contains(rest[0], "|") {
 			rest = rest[1:] // a synopsis: gofit node [plan|experiment]

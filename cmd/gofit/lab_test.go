@@ -13,6 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+
 	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/cgroup/manage"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab"
@@ -54,7 +58,7 @@ func canLab(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("skipping: the lab needs root to create cgroups")
 	}
-	sb, err := lab.NewSandbox()
+	sb, err := sandbox.New()
 	if err != nil {
 		t.Skipf("skipping: %v", err)
 	}
@@ -239,13 +243,13 @@ func TestLabQuick(t *testing.T) {
 		if c.Mode == "closed" && c.Periods < 50 {
 			t.Errorf("%s closed-loop window spans %d CFS periods, want at least 50", c.Setting, c.Periods)
 		}
-		if c.Setting == lab.SetGofit && c.GOMAXPROCS != 1 {
+		if c.Setting == result.SetGofit && c.GOMAXPROCS != 1 {
 			t.Errorf("gofit's plan ran with GOMAXPROCS %d at 0.25 cores, want 1", c.GOMAXPROCS)
 		}
-		if c.Setting == lab.SetGoDefault && r.Machine.CPUs >= 2 && c.GOMAXPROCS != 2 {
+		if c.Setting == result.SetGoDefault && r.Machine.CPUs >= 2 && c.GOMAXPROCS != 2 {
 			t.Errorf("Go's default ran with GOMAXPROCS %d at 0.25 cores, want 2 (Go ≥ 1.25 never goes below 2)", c.GOMAXPROCS)
 		}
-		if c.Setting == lab.SetProcs1 {
+		if c.Setting == result.SetProcs1 {
 			t.Errorf("gomaxprocs=1 measured on its own; at 0.25 cores it is gofit's environment")
 		}
 	}
@@ -260,7 +264,7 @@ func TestLabQuick(t *testing.T) {
 				t.Errorf("%s %s %s: %v outside its interval [%v, %v]", s.Setting, s.Mode, name, m.Value, m.CILow, m.CIHigh)
 			}
 		}
-		if (s.Verdict == nil) != (s.Setting == lab.SetGoDefault) {
+		if (s.Verdict == nil) != (s.Setting == result.SetGoDefault) {
 			t.Errorf("%s %s: verdict %v; want one for every setting but go-default", s.Setting, s.Mode, s.Verdict)
 		}
 		// The lab aims for 5000 latencies per open-loop cell, but the
@@ -283,11 +287,11 @@ func TestLabQuick(t *testing.T) {
 		if s.Mode == "closed" && (s.Efficiency.Median < 0.9 || s.Efficiency.Median > 1.05) {
 			t.Errorf("%s closed loop at 250m: CPU used ÷ quota %.3f, want within [0.9, 1.05] (load average at start: %s)", s.Setting, s.Efficiency.Median, r.Machine.LoadAvg)
 		}
-		if s.Setting == lab.SetGofit && (len(s.SameAs) != 1 || s.SameAs[0] != lab.SetProcs1) {
-			t.Errorf("gofit at 250m: same_as %v, want [%s]", s.SameAs, lab.SetProcs1)
+		if s.Setting == result.SetGofit && (len(s.SameAs) != 1 || s.SameAs[0] != result.SetProcs1) {
+			t.Errorf("gofit at 250m: same_as %v, want [%s]", s.SameAs, result.SetProcs1)
 		}
 	}
-	for _, want := range []string{lab.SetGoDefault, lab.SetGofit} {
+	for _, want := range []string{result.SetGoDefault, result.SetGofit} {
 		for _, mode := range []string{"closed", "open"} {
 			if !seen[want+"/"+mode] {
 				t.Errorf("no %s %s-loop summary", want, mode)
@@ -308,14 +312,14 @@ func TestLabQuick(t *testing.T) {
 			t.Errorf("%s: healthy floor %d under the survival floor %d", m.Setting, *m.Healthy, *m.Floor)
 		}
 	}
-	if floors[lab.SetGofit] == 0 || floors[lab.SetAutoMemLimit] == 0 {
+	if floors[result.SetGofit] == 0 || floors[result.SetAutoMemLimit] == 0 {
 		t.Errorf("floors %v: want gofit's and automemlimit's", floors)
 	}
-	t.Logf("floors: gofit %dMiB, automemlimit %dMiB", floors[lab.SetGofit]>>20, floors[lab.SetAutoMemLimit]>>20)
+	t.Logf("floors: gofit %dMiB, automemlimit %dMiB", floors[result.SetGofit]>>20, floors[result.SetAutoMemLimit]>>20)
 	rec := r.Recommendation
 	// The recommendation rests on gofit's floor or the ratio's, whichever
 	// is lower.
-	if rec.MemoryLimit < min(floors[lab.SetGofit], floors[lab.SetAutoMemLimit]) || rec.CPULimit <= 0 || rec.Env["GOMEMLIMIT"] == "" || !strings.Contains(rec.YAML, "memory: ") {
+	if rec.MemoryLimit < min(floors[result.SetGofit], floors[result.SetAutoMemLimit]) || rec.CPULimit <= 0 || rec.Env["GOMEMLIMIT"] == "" || !strings.Contains(rec.YAML, "memory: ") {
 		t.Errorf("recommendation %+v", rec)
 	}
 	if rec.Check == nil || rec.Check.Outcome != "ok" {

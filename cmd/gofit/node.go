@@ -20,6 +20,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -37,6 +39,8 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 		switch args[0] {
 		case "plan":
 			return runNodePlan(args[1:], stdout, stderr)
+		case "reset":
+			return runNodeReset(args[1:], stdout, stderr)
 		case "experiment":
 			return runNodeExperiment(args[1:], stdout, stderr)
 		case qoslab.HogCommand:
@@ -47,6 +51,7 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: gofit node [flags]            run the memory-QoS agent (a DaemonSet, one per node)")
 		fmt.Fprintln(stderr, "       gofit node plan [flags]       print the values the agent would write; change nothing")
+		fmt.Fprintln(stderr, "       gofit node reset [flags]      undo what the agent wrote on this node (uninstall)")
 		fmt.Fprintln(stderr, "       gofit node experiment [flags] LS service beside a BE memory hog, QoS off vs auto")
 		fs.PrintDefaults()
 	}
@@ -62,6 +67,9 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	syncTimeout := fs.Duration("sync-timeout", agent.DefaultSyncTimeout, "how long to wait for the first list of the node's pods and the node before failing")
 	kubeletConfig := fs.String("kubelet-config", "", "the kubelet's config file as mounted (e.g. /host/var/lib/kubelet/config.yaml), read for its own Memory QoS")
 	takeOver := fs.Bool("take-over-kubelet-memory-qos", false, "write memory.min/low/high even where the kubelet's own Memory QoS does (default: stand aside)")
+	overrides := fs.String("pod-overrides", memqos.DefaultPodOverrides, podOverridesUsage)
+	resetAfter := fs.Duration("reset-after", agent.DefaultResetAfter, "how long a pod cgroup must be empty and out of the API's view before its values go back to the kernel defaults")
+	daemonSet := fs.String("daemonset", "", "the agent's DaemonSet, in namespace $POD_NAMESPACE: when it is gone or being deleted as the agent stops (an uninstall, not a rolling update), the agent resets what it wrote (empty: never)")
 	metricsAddr := fs.String("metrics-addr", ":9464", "address for /metrics and /healthz (empty: off)")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster config)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
@@ -77,6 +85,13 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	}
 	if err := checkRatio(*ratio); err != nil {
 		return err
+	}
+	ov, err := parsePodOverrides(*overrides)
+	if err != nil {
+		return err
+	}
+	if *resetAfter < time.Second {
+		return fmt.Errorf("%w: --reset-after %v: must be at least 1s", errUsage, *resetAfter)
 	}
 	if *interval < time.Second {
 		return fmt.Errorf("%w: --interval %v: must be at least 1s", errUsage, *interval)
@@ -120,7 +135,8 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	a := agent.New(layout, agent.Options{Policy: pol, MaxProtectedRatio: *ratio, KernelRelease: kernel, TakeOverKubelet: *takeOver, Log: log, Metrics: m})
+	a := agent.New(layout, agent.Options{Policy: pol, MaxProtectedRatio: *ratio, KernelRelease: kernel, TakeOverKubelet: *takeOver,
+		PodOverrides: &ov, ResetAfter: *resetAfter, Log: log, Metrics: m})
 	if *metricsAddr != "" {
 		ln, err := net.Listen("tcp", *metricsAddr)
 		if err != nil {
@@ -143,8 +159,69 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 		go srv.Serve(ln)
 		defer srv.Close()
 	}
-	return a.Run(ctx, cs, agent.Source{NodeName: *nodeName, ConfigMapNamespace: *cmNS, ConfigMapName: *cmName, Interval: *interval,
-		SyncTimeout: *syncTimeout, KubeletConfig: *kubeletConfig})
+	var dsUID types.UID
+	podNS := os.Getenv("POD_NAMESPACE")
+	if *daemonSet != "" {
+		if podNS == "" {
+			return fmt.Errorf("%w: --daemonset needs POD_NAMESPACE (from the downward API)", errUsage)
+		}
+		// The UID tells a DaemonSet deleted and created again from the
+		// one this agent belongs to; unknown, it is not compared.
+		if ds, err := cs.AppsV1().DaemonSets(podNS).Get(ctx, *daemonSet, metav1.GetOptions{}); err == nil {
+			dsUID = ds.UID
+		}
+	}
+	if err := a.Run(ctx, cs, agent.Source{NodeName: *nodeName, ConfigMapNamespace: *cmNS, ConfigMapName: *cmName, Interval: *interval,
+		SyncTimeout: *syncTimeout, KubeletConfig: *kubeletConfig}); err != nil || *daemonSet == "" {
+		return err
+	}
+	// Stopped by a signal: an uninstall resets, anything else keeps every
+	// value (a rolling update must not drop protection).
+	checkCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	uninstall, why := agent.Uninstalling(checkCtx, cs, podNS, *daemonSet, dsUID)
+	log.Info("stopping", "uninstall", uninstall, "reason", why)
+	if !uninstall {
+		return nil
+	}
+	rep := a.Reset()
+	log.Info("reset to kernel defaults", "changed", len(rep.Apply.Changed), "errors", len(rep.Apply.Errors))
+	return errors.Join(rep.Apply.Errors...)
+}
+
+func runNodeReset(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("node reset", stderr)
+	root := fs.String("root", "/", "host root: cgroups are read at ROOT/sys/fs/cgroup")
+	cgRoot := fs.String("cgroup-root", "/", "the kubelet's --cgroup-root")
+	driver := fs.String("cgroup-driver", "", "the kubelet's cgroup driver, systemd or cgroupfs (default: whichever pod root exists)")
+	dryRun := fs.Bool("dry-run", false, "print the writes, in gofit node plan's format; change nothing")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	layout, err := agent.DetectDriver(*root, *cgRoot, *driver)
+	if err != nil {
+		return fmt.Errorf("--root: %w", err)
+	}
+	a := agent.New(layout, agent.Options{DryRun: *dryRun})
+	rep := a.Reset()
+	plan := a.PlanOf(rep)
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(plan); err != nil {
+			return err
+		}
+	} else {
+		plan.WriteText(stdout)
+	}
+	if n := len(rep.Apply.Errors); n > 0 {
+		return fmt.Errorf("%d cgroup writes failed (listed above)", n)
+	}
+	return nil
 }
 
 func parsePolicy(s string) (memqos.Policy, error) {
@@ -153,6 +230,16 @@ func parsePolicy(s string) (memqos.Policy, error) {
 		return p, nil
 	}
 	return "", fmt.Errorf("%w: --policy %q: want default or auto", errUsage, s)
+}
+
+const podOverridesUsage = "what pods' koordinator.sh/memoryQOS annotation may set: none, all, or a list of policy, minLimitPercent, lowLimitPercent, throttlingPercent, kernelKnobs"
+
+func parsePodOverrides(s string) (memqos.PodOverrides, error) {
+	o, err := memqos.ParsePodOverrides(s)
+	if err != nil {
+		return o, fmt.Errorf("%w: --pod-overrides: %v", errUsage, err)
+	}
+	return o, nil
 }
 
 func checkRatio(r float64) error {
@@ -173,8 +260,13 @@ func runNodePlan(args []string, stdout, stderr io.Writer) error {
 	kernel := fs.String("kernel", "", "the node's kernel release, uname -r (default: this machine's); below 5.9 memory.high stays max")
 	policy := fs.String("policy", "default", "policy for pods without a memoryQOS annotation: default or auto")
 	ratio := fs.Float64("max-protected-ratio", 0.8, "cap on the node's total memory.min, as a share of allocatable memory")
+	overrides := fs.String("pod-overrides", memqos.DefaultPodOverrides, podOverridesUsage)
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	ov, err := parsePodOverrides(*overrides)
+	if err != nil {
 		return err
 	}
 	if *podsFile == "" {
@@ -210,7 +302,7 @@ func runNodePlan(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	a := agent.New(layout, agent.Options{Policy: pol, MaxProtectedRatio: *ratio, KernelRelease: *kernel, DryRun: true})
+	a := agent.New(layout, agent.Options{Policy: pol, MaxProtectedRatio: *ratio, KernelRelease: *kernel, DryRun: true, ResetAfter: -1, PodOverrides: &ov})
 	rep := a.Reconcile(agent.State{Pods: pods, Config: cfg, Namespaces: nss, NodeAllocatable: mem})
 	if rep.Skip == agent.SkipBadInput {
 		return fmt.Errorf("%w: %s", errUsage, rep.SkipReason)

@@ -5,6 +5,9 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -75,5 +78,121 @@ func TestNodeExperimentFlags(t *testing.T) {
 		if code, _, errOut := run(tc.args...); code != 2 || !strings.Contains(errOut, tc.want) {
 			t.Errorf("gofit %v: exit %d, stderr %q; want exit 2 naming %q", tc.args, code, errOut, tc.want)
 		}
+	}
+}
+
+// TestNodePlanTrust reproduces, as a new user would with `gofit node plan
+// --pods … --json`, three ways a pod changed what the agent writes for
+// pods other than itself, or granted itself hard protection.
+func TestNodePlanTrust(t *testing.T) {
+	const (
+		victim = "1111aaaa-0000-4000-8000-000000000001" // has a cgroup in the fixture tree
+		podMin = "/kubepods/burstable/pod" + victim
+	)
+	pod := func(name, uid, labels, ann, req, lim, status string) string {
+		return fmt.Sprintf(`{"metadata":{"name":%q,"namespace":"shop","uid":%q,"labels":{%s},"annotations":{%s}},
+		"spec":{"nodeName":"node-a","containers":[{"name":"app","resources":{"requests":{"memory":%q},"limits":{"memory":%q}}}]},
+		"status":{"phase":"Running","qosClass":"Burstable"%s}}`, name, uid, labels, ann, req, lim, status)
+	}
+	ls := `{"clusterStrategy":{"lsClass":{"memoryQOS":{"enable":true,"minLimitPercent":100,"lowLimitPercent":100}},
+		"lsrClass":{"memoryQOS":{"enable":false}}}}`
+	for _, tc := range []struct {
+		name, pods, config string
+		want               string // the pod's memory.min, "" for no write
+	}{{
+		// A resize to 1Gi, of which the kubelet allocated 256Mi.
+		name: "pending resize",
+		pods: pod("resized", victim, "", "", "1Gi", "2Gi",
+			`,"resize":"Pending","containerStatuses":[{"name":"app","containerID":"containerd://aaa111","allocatedResources":{"memory":"256Mi"},
+			"resources":{"requests":{"memory":"256Mi"},"limits":{"memory":"2Gi"}}}]`),
+		config: ls, want: "268435456",
+	}, {
+		// Another pod's UID in kubernetes.io/config.mirror.
+		name: "forged mirror",
+		pods: pod("victim", victim, "", "", "64Mi", "4Gi", "") + "," +
+			pod("forger", "9999ffff-0000-4000-8000-000000000009", "", `"kubernetes.io/config.mirror":"`+victim+`"`, "2Gi", "4Gi", ""),
+		config: ls, want: "67108864",
+	}, {
+		// The LSR class the administrator disabled, claimed by label,
+		// with memory.min from the pod's own annotation.
+		name:   "LSR claim",
+		pods:   pod("claim", victim, `"koordinator.sh/qosClass":"LSR"`, `"koordinator.sh/memoryQOS":"{\"minLimitPercent\":100}"`, "512Mi", "1Gi", ""),
+		config: ls, want: "",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			podsFile, cfgFile := filepath.Join(dir, "pods.json"), filepath.Join(dir, "qos.json")
+			if err := os.WriteFile(podsFile, []byte(`{"kind":"List","items":[`+tc.pods+`]}`), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(cfgFile, []byte(tc.config), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			code, out, errOut := run("node", "plan", "--pods", podsFile, "--config", cfgFile,
+				"--root", "../../kube/agent/testdata/v2-cgroupfs", "--node-memory", "8589934592", "--json")
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			var plan struct {
+				Writes []struct{ Cgroup, File, Value string } `json:"writes"`
+			}
+			if err := json.Unmarshal([]byte(out), &plan); err != nil {
+				t.Fatal(err)
+			}
+			got := ""
+			for _, w := range plan.Writes {
+				if w.Cgroup == podMin && w.File == "memory.min" {
+					got = w.Value
+				}
+			}
+			if got != tc.want {
+				t.Errorf("%s/memory.min = %q, want %q\n%s", podMin, got, tc.want, out)
+			}
+		})
+	}
+}
+
+// TestNodeReset: `gofit node reset --dry-run` prints the writes in plan
+// format and changes nothing; without it they are made, and a second run
+// finds nothing left.
+func TestNodeReset(t *testing.T) {
+	root := t.TempDir()
+	if err := os.CopyFS(root, os.DirFS("../../kube/agent/testdata/v2-systemd")); err != nil {
+		t.Fatal(err)
+	}
+	writes := func(args ...string) int {
+		t.Helper()
+		code, out, errOut := run(append([]string{"node", "reset", "--root", root, "--json"}, args...)...)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errOut)
+		}
+		var plan struct {
+			Writes []struct{ Cgroup, File, Value, Reason string } `json:"writes"`
+		}
+		if err := json.Unmarshal([]byte(out), &plan); err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range plan.Writes {
+			if w.Reason != "gofit node reset: kernel default" || (w.Value != "0" && w.Value != "max") {
+				t.Errorf("write %+v", w)
+			}
+		}
+		return len(plan.Writes)
+	}
+	dry := writes("--dry-run")
+	if dry == 0 {
+		t.Fatal("dry run planned no writes on a tree the agent has written")
+	}
+	if again := writes("--dry-run"); again != dry {
+		t.Fatalf("dry run changed something: %d writes, then %d", dry, again)
+	}
+	if n := writes(); n != dry {
+		t.Errorf("reset made %d writes, dry run planned %d", n, dry)
+	}
+	if n := writes(); n != 0 {
+		t.Errorf("second reset made %d writes", n)
+	}
+	if code, _, errOut := run("node", "reset", "--root", "/nonexistent"); code == 0 || !strings.Contains(errOut, "--root") {
+		t.Errorf("bad root: exit %d, %s", code, errOut)
 	}
 }

@@ -11,8 +11,9 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+
 	"github.com/gofit-dev/gofit/cgroup/manage"
-	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab"
 	"github.com/gofit-dev/gofit/internal/cgtest"
 )
 
@@ -85,7 +86,7 @@ func TestLabFromPopulatedCgroup(t *testing.T) {
 			t.Errorf("CPU cell %s %s: rps %v, %d errors", c.Setting, c.Mode, c.RPS, c.Errors)
 		}
 	}
-	for _, s := range []string{lab.SetProcs1, lab.SetGoDefault, lab.SetGofit} {
+	for _, s := range []string{result.SetProcs1, result.SetGoDefault, result.SetGofit} {
 		for _, mode := range []string{"closed", "open"} {
 			if !cells[s+"/"+mode] {
 				t.Errorf("no %s %s-loop cell", s, mode)

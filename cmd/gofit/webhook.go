@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	goversion "go/version"
 	"io"
@@ -34,6 +35,7 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 	goVersion := fs.String("go-version", admission.DefaultGoVersion, "the Go `RELEASE` assumed for images (it decides the warnings about what Go's runtime does alone); empty: unknown")
 	maxBody := fs.Int64("max-body", admission.DefaultMaxBody, "largest request body in `BYTES`")
 	maxInFlight := fs.Int("max-in-flight", admission.DefaultMaxInFlight, "reviews decoded and fitted at once; more wait, then get 503 (memory is bounded by about 2 × max-body per review)")
+	tlsMin := fs.String("tls-min-version", "1.3", "oldest TLS version served: 1.3, or 1.2 where an API server or scraper cannot speak 1.3")
 	certPoll := fs.Duration("cert-poll", 10*time.Second, "re-read the certificate files this often, besides file events")
 	shutdownDelay := fs.Duration("shutdown-delay", 5*time.Second, "on SIGTERM, keep serving (not ready) this long while the Service drops the pod")
 	debug := fs.Bool("debug", false, "log every admission")
@@ -52,6 +54,15 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	var minTLS uint16
+	switch *tlsMin {
+	case "1.3":
+		minTLS = tls.VersionTLS13
+	case "1.2":
+		minTLS = tls.VersionTLS12
+	default:
+		return fmt.Errorf("%w: --tls-min-version %q: want 1.3 or 1.2", errUsage, *tlsMin)
 	}
 	// fit's own validator, as gofit run and inspect use: a hand-written
 	// range check here let NaN through.
@@ -129,6 +140,8 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 		Mutator:       admission.NewMutator(pol, admission.WithGoVersion(*goVersion)),
 		MaxBody:       *maxBody,
 		MaxInFlight:   *maxInFlight,
+		MinTLSVersion: minTLS,
+		Namespace:     os.Getenv("POD_NAMESPACE"),
 		Log:           slog.New(h),
 		SelfManaged:   sm,
 		Kubeconfig:    *kubeconfig,

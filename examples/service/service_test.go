@@ -151,6 +151,12 @@ func TestThrottlingMetrics(t *testing.T) {
 	if err := g.SetCPU(0.2, 0); err != nil {
 		t.Fatal(err)
 	}
+	// On a host busy with other work, the host rather than the quota
+	// would decide how much CPU the service gets, and a starved service
+	// is never throttled; a large weight lets it use its 0.2 cores.
+	if err := g.SetCPURequest(64); err != nil {
+		t.Fatal(err)
+	}
 	s := startService(t, g)
 	before, err := s.scrape()
 	if err != nil {

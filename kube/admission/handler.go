@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"os"
 	"time"
 
 	"golang.org/x/sync/semaphore"
@@ -35,6 +36,16 @@ const DefaultMaxInFlight = 2
 // defaultQueueWait is how long a review waits for a slot when the API
 // server's request names no timeout.
 const defaultQueueWait = time.Second
+
+// maxBodyRead bounds how long a request that holds a share of the in-work
+// budget may take to send its body. The API server sends a review at
+// network speed (7 MiB in well under 100 ms in a cluster); a client that
+// trickles its body would otherwise hold its share until the server's
+// ReadTimeout, and a few of them would make every admission wait out its
+// queue and fail open. The read deadline is also at most a quarter of the
+// queue wait, so that reviews queued behind a slow client still get a
+// slot in time (the budget is first come, first served).
+const maxBodyRead = time.Second
 
 // Observer is told about every request the Handler answers: its operation
 // (one of Operations), its Outcome and HTTP status code, and how long it
@@ -79,6 +90,11 @@ type HandlerOptions struct {
 	// with failurePolicy Ignore the pod starts unfitted, where an
 	// unbounded webhook would be OOM-killed and fit nothing at all.
 	MaxInFlight int
+	// Namespace is the webhook's own namespace: its pods, like
+	// kube-system's, are never fitted, whatever the webhook
+	// configuration's selector says (a webhook that fits its own pods
+	// cannot start them while it is down).
+	Namespace string
 }
 
 // Handler is the thin HTTP adapter around a Mutator: it decodes an
@@ -92,6 +108,7 @@ type Handler struct {
 	budget  int64 // bytes of request bodies in work at once
 	inWork  *semaphore.Weighted
 	now     func() time.Time
+	ownNS   string
 }
 
 // NewHandler returns the /mutate handler.
@@ -106,7 +123,7 @@ func NewHandler(m *Mutator, o HandlerOptions) *Handler {
 		o.MaxInFlight = DefaultMaxInFlight
 	}
 	budget := o.MaxBody * int64(o.MaxInFlight)
-	return &Handler{mutator: m, log: o.Log, obs: o.Observer, maxBody: o.MaxBody, budget: budget, inWork: semaphore.NewWeighted(budget), now: time.Now}
+	return &Handler{mutator: m, log: o.Log, obs: o.Observer, maxBody: o.MaxBody, budget: budget, inWork: semaphore.NewWeighted(budget), now: time.Now, ownNS: o.Namespace}
 }
 
 // httpError is a request the webhook cannot answer with an AdmissionReview.
@@ -137,6 +154,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer h.inWork.Release(weight)
+	// Per connection: the deadline applies to this request's body only,
+	// and is lifted before the response is written.
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Now().Add(bodyReadTime(r))); err == nil {
+		defer rc.SetReadDeadline(time.Time{})
+	}
 	review, herr := h.decode(w, r)
 	if herr != nil {
 		h.observe(OperationUnknown, OutcomeError, herr.code, start)
@@ -187,12 +210,7 @@ func (h *Handler) acquire(w http.ResponseWriter, r *http.Request) (int64, *httpE
 	if h.inWork.TryAcquire(weight) {
 		return weight, nil
 	}
-	wait := defaultQueueWait
-	// The API server appends ?timeout=Ns (the webhook's timeoutSeconds):
-	// answer before it gives up, so the refusal is seen and counted.
-	if d, err := time.ParseDuration(r.URL.Query().Get("timeout")); err == nil && d > 0 {
-		wait = min(d/2, 15*time.Second)
-	}
+	wait := queueWait(r)
 	ctx, cancel := context.WithTimeout(r.Context(), wait)
 	defer cancel()
 	if err := h.inWork.Acquire(ctx, weight); err != nil {
@@ -201,6 +219,20 @@ func (h *Handler) acquire(w http.ResponseWriter, r *http.Request) (int64, *httpE
 	}
 	return weight, nil
 }
+
+// queueWait is how long a request may wait for a share of the budget. The
+// API server appends ?timeout=Ns (the webhook's timeoutSeconds): answer
+// before it gives up, so the refusal is seen and counted.
+func queueWait(r *http.Request) time.Duration {
+	if d, err := time.ParseDuration(r.URL.Query().Get("timeout")); err == nil && d > 0 {
+		return min(d/2, 15*time.Second)
+	}
+	return defaultQueueWait
+}
+
+// bodyReadTime is how long a request holding its share may take to send
+// its body (see maxBodyRead).
+func bodyReadTime(r *http.Request) time.Duration { return min(maxBodyRead, queueWait(r)/4) }
 
 // reviewIn is the part of an AdmissionReview the webhook reads. oldObject,
 // userInfo and options are not declared, so the decoder steps over them
@@ -265,6 +297,9 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request) (*reviewIn, *ht
 		if errors.As(err, &mbe) {
 			return nil, tooBig
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, &httpError{http.StatusRequestTimeout, fmt.Sprintf("request body not sent within %v", bodyReadTime(r))}
+		}
 		return nil, &httpError{http.StatusBadRequest, "read body: " + err.Error()}
 	}
 	if buf.Len() == 0 {
@@ -296,6 +331,9 @@ func (h *Handler) review(req *requestIn) (res Result) {
 		}
 	}()
 	if req.Resource != (metav1.GroupVersionResource{Version: "v1", Resource: "pods"}) {
+		return Result{Outcome: OutcomeIgnored}
+	}
+	if req.Namespace == metav1.NamespaceSystem || (h.ownNS != "" && req.Namespace == h.ownNS) {
 		return Result{Outcome: OutcomeIgnored}
 	}
 	switch {

@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"golang.org/x/sync/semaphore"
 	admissionv1 "k8s.io/api/admission/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -196,5 +199,60 @@ func TestInFlightBound(t *testing.T) {
 	}
 	if rec := send(); rec.Code != http.StatusOK {
 		t.Errorf("a review after the budget is free: %d %q", rec.Code, rec.Body.String())
+	}
+}
+
+// TestSlowClients: clients that announce a large body and trickle it held
+// their share of the in-work budget until the server's read timeout, so a
+// few of them made every review wait out its queue and fail open. Each
+// body now has a read deadline, and reviews behind them get their turn.
+func TestSlowClients(t *testing.T) {
+	h := newHandler(t, fit.Options{})
+	h.maxBody = 64 << 10
+	h.budget = 2 * h.maxBody // two slots
+	h.inWork = semaphore.NewWeighted(h.budget)
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	for i := range 3 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "POST /mutate?timeout=4s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", h.maxBody-int64(i))
+	}
+	time.Sleep(100 * time.Millisecond) // the slow ones hold the budget
+	start := time.Now()
+	resp, err := http.Post(srv.URL+"/mutate?timeout=4s", "application/json", bytes.NewReader(review(t, podOf("p", ctr("app", "1", "1Gi")), admissionv1.Create, "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("review behind three slow clients: %d %s after %v", resp.StatusCode, body, time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// TestSystemNamespaces: kube-system and the webhook's own namespace were
+// fitted whenever the configuration's selector let them through; they are
+// never fitted now, whatever it says.
+func TestSystemNamespaces(t *testing.T) {
+	pol, err := fit.New(fit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := NewHandler(NewMutator(pol), HandlerOptions{Namespace: "gofit-system"})
+	body := review(t, podOf("p", ctr("app", "1", "1Gi")), admissionv1.Create, "")
+	for ns, fitted := range map[string]bool{"default": true, "kube-system": false, "gofit-system": false} {
+		b := bytes.Replace(body, []byte(`"namespace":"default"`), []byte(`"namespace":"`+ns+`"`), 1)
+		code, resp, out := post(t, h, b)
+		if code != http.StatusOK || !resp.Allowed {
+			t.Fatalf("%s: %d %s", ns, code, out)
+		}
+		if got := len(resp.Patch) > 0; got != fitted {
+			t.Errorf("namespace %s: patched %v, want %v", ns, got, fitted)
+		}
 	}
 }

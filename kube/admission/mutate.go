@@ -101,10 +101,21 @@ func targets(pod *corev1.Pod) []target {
 	return out
 }
 
+// annotationMirror marks the mirror pod the kubelet creates in the API for
+// a static pod.
+const annotationMirror = "kubernetes.io/config.mirror"
+
 // Create fits a pod being created. It never fails: what it cannot read it
 // leaves alone and says so in a warning.
 func (m *Mutator) Create(pod *corev1.Pod) Result {
 	var res Result
+	if _, ok := pod.Annotations[annotationMirror]; ok {
+		// The kubelet runs a static pod from its own manifest: env added
+		// to its mirror in the API never reaches the container, and a
+		// plan annotation would claim values it does not run with.
+		res.Outcome = OutcomeSkipped
+		return res
+	}
 	ch := readChoices(pod, m.pl)
 	warn := ch.warnings
 	if ch.optOut || ch.err != nil {

@@ -243,6 +243,17 @@ func TestOptOutAndModes(t *testing.T) {
 	}
 }
 
+// TestMirrorPod: the webhook patched mirror pods, whose static container
+// never sees the env (the kubelet runs the manifest on disk); the plan
+// annotation then claimed values the container did not run with.
+func TestMirrorPod(t *testing.T) {
+	p := withAnn(podOf("etcd-node-a", ctr("etcd", "2", "1Gi")), "kubernetes.io/config.mirror", "0f3c9a1e5b7d4c2a8e6f1b3d5a7c9e1f")
+	got, resp := admit(t, newHandler(t, fit.Options{}), p)
+	if len(resp.Patch) != 0 || len(envOf(got.Spec.Containers[0])) != 0 {
+		t.Errorf("mirror pod patched: %s", resp.Patch)
+	}
+}
+
 func TestPodLevelLimits(t *testing.T) {
 	p := podOf("p", ctr("app", "", ""), ctr("small", "500m", "256Mi"))
 	p.Spec.Resources = &corev1.ResourceRequirements{Limits: corev1.ResourceList{

@@ -33,6 +33,14 @@ type Options struct {
 	// TakeOverKubelet is set.
 	Kubelet         KubeletQoS
 	TakeOverKubelet bool
+	// PodOverrides is what pods' memoryQOS annotations may change; nil
+	// means memqos.DefaultPodOverrides.
+	PodOverrides *memqos.PodOverrides
+	// ResetAfter is how long a pod cgroup must have been out of the API's
+	// view, with no process left in it, before its values go back to the
+	// kernel defaults (0: DefaultResetAfter; negative: at once, for plan
+	// mode, which sees one moment).
+	ResetAfter time.Duration
 	// DryRun plans and compares but writes nothing (plan mode).
 	DryRun bool
 	Log    *slog.Logger // nil: silent
@@ -40,6 +48,11 @@ type Options struct {
 	// reconcile durations.
 	Metrics *Metrics
 }
+
+// DefaultResetAfter is how long a pod's cgroup must be empty and out of the
+// API's view before the agent gives its values back to the kernel: longer
+// than a watch takes to catch up after a hiccup.
+const DefaultResetAfter = time.Minute
 
 // Agent reconciles one node's memory cgroups.
 type Agent struct {
@@ -49,6 +62,9 @@ type Agent struct {
 	log    *slog.Logger
 	mu     sync.Mutex // one reconcile at a time
 	health health
+	// absent holds when each pod cgroup was first seen without an API pod
+	// (a pass's working state, kept between passes under mu).
+	absent map[types.UID]time.Time
 }
 
 // New returns an Agent for the cgroups described by layout.
@@ -71,6 +87,11 @@ type State struct {
 	Config     *memqos.Config
 	Namespaces memqos.Namespaces
 	NodeLabels map[string]string
+	// Node is the node's name and UID: only mirror pods its kubelet made
+	// redirect a plan to a static pod's cgroup.
+	Node memqos.NodeID
+	// Now is the pass's time (zero: the clock's).
+	Now time.Time
 	// NodeAllocatable is the node's allocatable memory in bytes; without
 	// it the pass is skipped.
 	NodeAllocatable int64
@@ -96,9 +117,20 @@ type Report struct {
 	SkipReason string
 	// Kubelet says why the kubelet's own Memory QoS is taken to be on,
 	// when it is (also when the agent takes over).
-	Kubelet  string
+	Kubelet string
+	// ViewLag is how long the longest-missing pod the kubelet still runs
+	// (a pod cgroup with processes in it) has been out of the API's view:
+	// 0 when the view holds every pod the kubelet runs. Unknown counts
+	// those pods.
+	ViewLag  time.Duration
+	Unknown  int
 	Warnings []string
 	Duration time.Duration
+	// Unprotected counts the pods this pass left without the memory QoS
+	// it planned for them: pods whose cgroup it could not find, or every
+	// running pod when the pass was skipped for bad input or a missing
+	// allocatable (not when it stands aside for the kubelet's own QoS).
+	Unprotected int
 }
 
 // Reconcile plans every value and applies the changed ones. Pods whose
@@ -113,14 +145,25 @@ func (a *Agent) Reconcile(st State) Report {
 	var rep Report
 	defer func() {
 		rep.Duration = time.Since(start)
-		a.health.passed(start, rep.Skip, rep.SkipReason)
+		a.health.passed(start, rep.Skip, rep.SkipReason, rep.Unknown, rep.ViewLag)
 		if m := a.opts.Metrics; m != nil {
 			m.observe(&rep)
 		}
 	}()
 	strategy, name := st.Config.ForNode(st.NodeLabels)
+	fixed, _ := st.Config.NodeStrategy(st.NodeLabels)
 	rep.Strategy = name
-	res, err := memqos.Compute(memqos.Input{
+	now := st.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	l := a.layout
+	dirs, err := l.podDirs()
+	if err != nil {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("list pod cgroups: %v", err))
+	}
+	kept, resets := a.absentPods(st, dirs, now, &rep)
+	in := memqos.Input{
 		Pods:              st.Pods,
 		Strategy:          strategy,
 		Namespaces:        st.Namespaces,
@@ -130,7 +173,22 @@ func (a *Agent) Reconcile(st State) Report {
 		CgroupVersion:     a.layout.Version,
 		PageSize:          int64(os.Getpagesize()),
 		KernelRelease:     a.opts.KernelRelease,
-	})
+		NodeStrategy:      fixed,
+		PodOverrides:      a.opts.PodOverrides,
+		Node:              st.Node,
+		Kept:              kept,
+	}
+	res, err := memqos.Compute(in)
+	if err == nil && len(res.Conflicts) > 0 {
+		// The pods of a conflict are left as they are: what their cgroup
+		// holds must count in the sums above it too.
+		for _, c := range res.Conflicts {
+			if d, ok := dirs[c.UID]; ok {
+				in.Kept = append(in.Kept, a.keep(c.UID, d))
+			}
+		}
+		res, err = memqos.Compute(in)
+	}
 	if err != nil {
 		// Fail closed: a plan without the node's size has no cap and no
 		// throttle for pods without a limit.
@@ -138,12 +196,16 @@ func (a *Agent) Reconcile(st State) Report {
 		if errors.Is(err, memqos.ErrNoAllocatable) {
 			rep.Skip = SkipNoAllocatable
 		}
+		for _, p := range st.Pods {
+			if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+				rep.Unprotected++
+			}
+		}
 		return rep
 	}
 	rep.Result = res
 	rep.Warnings = append(rep.Warnings, res.Warnings...)
 
-	l := a.layout
 	add := func(p string, level memqos.Level, ss []memqos.Setting) {
 		rep.Values = append(rep.Values, memqos.Values(l.dir(p), level, ss)...)
 	}
@@ -151,18 +213,13 @@ func (a *Agent) Reconcile(st State) Report {
 	for _, q := range []corev1.PodQOSClass{corev1.PodQOSBurstable, corev1.PodQOSBestEffort} {
 		add(l.QoSPath(q), memqos.LevelQoS, res.QoS[q])
 	}
-	dirs, err := l.podDirs()
-	if err != nil {
-		rep.Warnings = append(rep.Warnings, fmt.Sprintf("list pod cgroups: %v", err))
-	}
-	planned := map[types.UID]bool{}
 	for _, p := range res.Pods {
 		d, ok := dirs[p.UID]
 		if !ok {
 			rep.Warnings = append(rep.Warnings, fmt.Sprintf("pod %s/%s: no cgroup %s (not started yet?)", p.Namespace, p.Name, l.PodPath(p.KubeQoS, p.UID)))
+			rep.Unprotected++
 			continue
 		}
-		planned[p.UID] = true
 		if rep.Kubelet == "" {
 			rep.Kubelet = a.kubeletWrote(p, d.path)
 		}
@@ -178,27 +235,9 @@ func (a *Agent) Reconcile(st State) Report {
 			add(cp, memqos.LevelContainer, c.Settings)
 		}
 	}
-	// Pods the API does not list as running any more are told apart by
-	// whether the API knows them, under the UID the kubelet names their
-	// cgroup by (a static pod's, not its mirror pod's).
-	known := map[types.UID]bool{}
-	for _, p := range st.Pods {
-		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-			known[memqos.CgroupUID(p)] = true
-		}
-	}
-	uids := make([]string, 0, len(dirs))
-	for uid := range dirs {
-		uids = append(uids, string(uid))
-	}
-	sort.Strings(uids)
-	for _, u := range uids {
-		uid := types.UID(u)
-		if planned[uid] || known[uid] {
-			continue
-		}
-		d := dirs[uid]
-		why := "pod " + u + " is gone or finished: kernel default"
+	for _, u := range resets {
+		d := dirs[u]
+		why := "pod " + string(u) + " is gone or finished and its cgroup is empty: kernel default"
 		add(d.path, memqos.LevelPod, []memqos.Setting{{File: memqos.FileMin, Value: 0, Reason: why}, {File: memqos.FileLow, Value: 0, Reason: why}})
 		for _, cp := range l.children(d.path) {
 			ss := []memqos.Setting{{File: memqos.FileMin, Value: 0, Reason: why}, {File: memqos.FileLow, Value: 0, Reason: why}, {File: memqos.FileHigh, Value: manage.Unlimited, Reason: why}}
@@ -237,6 +276,79 @@ func (a *Agent) Reconcile(st State) Report {
 		}
 	}
 	return rep
+}
+
+// absentPods sorts the pod cgroups that no running API pod maps to. Their
+// values go back to the kernel defaults (resets) only once the kubelet
+// runs nothing in the cgroup and the API has not held the pod for
+// ResetAfter: a lagging watch, or a broken path to the API server, must not
+// strip pods that still run. The others are kept as they are, and what
+// they hold counts in the sums above them.
+func (a *Agent) absentPods(st State, dirs map[types.UID]podDir, now time.Time, rep *Report) (kept []memqos.Kept, resets []types.UID) {
+	known := make(map[types.UID]bool, len(st.Pods))
+	for _, p := range st.Pods {
+		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			known[memqos.CgroupUID(p, st.Node)] = true
+		}
+	}
+	resetAfter := a.opts.ResetAfter
+	if resetAfter == 0 {
+		resetAfter = DefaultResetAfter
+	}
+	if a.absent == nil {
+		a.absent = map[types.UID]time.Time{}
+	}
+	for uid := range a.absent {
+		if _, ok := dirs[uid]; !ok || known[uid] {
+			delete(a.absent, uid)
+		}
+	}
+	uids := make([]string, 0, len(dirs))
+	for uid := range dirs {
+		if !known[uid] {
+			uids = append(uids, string(uid))
+		}
+	}
+	sort.Strings(uids)
+	for _, u := range uids {
+		uid := types.UID(u)
+		d := dirs[uid]
+		since, ok := a.absent[uid]
+		if !ok {
+			since = now
+			a.absent[uid] = now
+		}
+		gone := now.Sub(since)
+		running, err := a.layout.populated(d.path)
+		switch {
+		case err != nil:
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("pod %s: %v; its values are kept", u, err))
+		case running:
+			rep.Unknown++
+			rep.ViewLag = max(rep.ViewLag, gone)
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("pod %s: the kubelet runs it (processes in %s) but the API's view has not held it for %v; its values are kept",
+				u, d.path, gone.Round(time.Second)))
+		case resetAfter < 0 || gone >= resetAfter:
+			resets = append(resets, uid)
+			continue
+		}
+		kept = append(kept, a.keep(uid, d))
+	}
+	return kept, resets
+}
+
+// keep reads what a pod cgroup left as it is holds (0 where unreadable,
+// as on cgroup v1).
+func (a *Agent) keep(uid types.UID, d podDir) memqos.Kept {
+	k := memqos.Kept{UID: uid, KubeQoS: d.qos}
+	dir := a.layout.dir(d.path)
+	if v, err := manage.ReadValue(filepath.Join(dir, memqos.FileMin)); err == nil && v > 0 {
+		k.Min = v
+	}
+	if v, err := manage.ReadValue(filepath.Join(dir, memqos.FileLow)); err == nil && v > 0 {
+		k.Low = v
+	}
+	return k
 }
 
 // kubeletWrote recognises the kubelet's TieredReservation in what it wrote:

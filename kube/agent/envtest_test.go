@@ -95,6 +95,7 @@ func TestEnvtest(t *testing.T) {
 			write(filepath.Join(d, "memory.low"), "0")
 		}
 		write(filepath.Join(cd, "memory.high"), "max")
+		write(filepath.Join(pd, "cgroup.events"), "populated 1\nfrozen 0\n")
 		containerDir[p.Name] = cd
 	}
 	// A pod on another node must be ignored.
@@ -104,7 +105,7 @@ func TestEnvtest(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	a := New(layout, Options{Policy: memqos.PolicyAuto})
+	a := New(layout, Options{Policy: memqos.PolicyAuto, ResetAfter: 2 * time.Second})
 	done := make(chan error, 1)
 	go func() {
 		done <- a.Run(ctx, cs, Source{NodeName: "node-a", Interval: time.Second})
@@ -165,6 +166,16 @@ func TestEnvtest(t *testing.T) {
 	if err := cs.CoreV1().Pods("shop").Delete(ctx, "ls", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
+	// While the kubelet still runs it, it keeps its values, and the sums
+	// above it still count them.
+	time.Sleep(3 * time.Second) // past ResetAfter
+	for _, f := range []string{filepath.Join(containerDir["ls"], "memory.low"), filepath.Join(mem, "kubepods/burstable/memory.low")} {
+		if b, _ := os.ReadFile(f); strings.TrimSpace(string(b)) != "104857600" {
+			t.Errorf("%s = %s while the kubelet still runs the deleted pod", f, b)
+		}
+	}
+	// Once its cgroup is empty it gets the kernel defaults back.
+	write(filepath.Join(filepath.Dir(containerDir["ls"]), "cgroup.events"), "populated 0\nfrozen 0\n")
 	waitFor(filepath.Join(mem, "kubepods/burstable/memory.low"), "0")
 	waitFor(filepath.Join(containerDir["ls"], "memory.low"), "0")
 }

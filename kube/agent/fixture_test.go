@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gofit-dev/gofit/kube/memqos"
 )
@@ -110,12 +111,30 @@ func TestFixtures(t *testing.T) {
 				t.Fatalf("detected v%d %s", l.Version, l.Driver)
 			}
 			a := New(l, Options{})
-			rep := a.Reconcile(fixtureState(t))
+			st := fixtureState(t)
+			st.Now = time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+			rep := a.Reconcile(st)
 			if len(rep.Apply.Errors) != 0 {
 				t.Fatalf("errors: %v", rep.Apply.Errors)
 			}
 			f := func(p ...string) string { return filepath.Join(append([]string{l.Mount}, p...)...) }
 			p := tc.p
+			// Pods the API does not list are left as they are until they
+			// have been absent for DefaultResetAfter: a lagging watch must
+			// not strip them.
+			for _, c := range rep.Apply.Changed {
+				if strings.Contains(c.Dir, "4444dddd") || strings.Contains(c.Dir, "5555eeee") {
+					t.Errorf("first pass reset %s/%s of a pod just missing from the API", c.Dir, c.File)
+				}
+			}
+			st.Now = st.Now.Add(DefaultResetAfter - time.Second)
+			if rep := a.Reconcile(st); len(rep.Apply.Changed) != 0 {
+				t.Errorf("reset before DefaultResetAfter: %+v", rep.Apply.Changed[0])
+			}
+			st.Now = st.Now.Add(time.Second)
+			if rep := a.Reconcile(st); len(rep.Apply.Errors) != 0 || len(rep.Apply.Changed) == 0 {
+				t.Fatalf("after DefaultResetAfter: errors %v, %d changed", rep.Apply.Errors, len(rep.Apply.Changed))
+			}
 			lsHigh := "200540160" // GOMEMLIMIT 180MiB + 11.25MiB budget, above request + 60% of the way to the limit (160MiB)
 			if tc.version == 2 {
 				for file, want := range map[string]string{
@@ -171,11 +190,48 @@ func TestFixtures(t *testing.T) {
 			if got := strings.Join(missing, " "); got != wantMissing {
 				t.Errorf("missing %q, want %q", got, wantMissing)
 			}
-			// Nothing left to do on the second pass.
-			if rep := a.Reconcile(fixtureState(t)); len(rep.Apply.Changed) != 0 {
+			// Nothing left to do on the next pass.
+			if rep := a.Reconcile(st); len(rep.Apply.Changed) != 0 {
 				t.Errorf("second pass changed %d values: %+v", len(rep.Apply.Changed), rep.Apply.Changed[0])
 			}
 		})
+	}
+}
+
+// TestStaleView: a pod the kubelet still runs (processes in its cgroup)
+// but the API's view lacks, as behind a lagging watch, used to be reset to
+// kernel defaults on the next pass. It keeps its values, however long the
+// view lags, and the lag is reported.
+func TestStaleView(t *testing.T) {
+	root := copyTree(t, "testdata/v2-cgroupfs")
+	l, err := Detect(root, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan := filepath.Join(l.Mount, "kubepods/burstable/pod5555eeee-0000-4000-8000-000000000005")
+	if err := os.WriteFile(filepath.Join(orphan, "cgroup.events"), []byte("populated 1\nfrozen 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := New(l, Options{})
+	st := fixtureState(t)
+	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	for _, after := range []time.Duration{0, DefaultResetAfter, time.Hour} {
+		st.Now = t0.Add(after)
+		rep := a.Reconcile(st)
+		for _, c := range rep.Apply.Changed {
+			if strings.HasPrefix(c.Dir, orphan) {
+				t.Errorf("after %v: %s/%s of a running pod reset", after, c.Dir, c.File)
+			}
+		}
+		if rep.Unknown != 1 || rep.ViewLag != after {
+			t.Errorf("after %v: unknown %d, lag %v", after, rep.Unknown, rep.ViewLag)
+		}
+	}
+	if got := readVal(t, filepath.Join(orphan, "memory.min")); got == "0" {
+		t.Error("running pod's memory.min reset")
+	}
+	if text, err := a.Health(time.Now(), time.Hour); err != nil || !strings.Contains(text, "runs 1 pod(s) missing from the API") {
+		t.Errorf("health %q, %v: lag not said", text, err)
 	}
 }
 

@@ -13,12 +13,17 @@ type health struct {
 	last    time.Time // end of the last completed pass
 	skip    string    // why that pass wrote nothing, if it did not
 	waiting string    // what Run waits for before the first pass
+	// pods the kubelet runs that the API's view lacks, and the longest
+	// such absence (Report.Unknown, Report.ViewLag)
+	unknown int
+	lag     time.Duration
 }
 
-func (h *health) passed(at time.Time, skip, reason string) {
+func (h *health) passed(at time.Time, skip, reason string, unknown int, lag time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.last, h.waiting = at, ""
+	h.unknown, h.lag = unknown, lag
 	h.skip = skip
 	if reason != "" {
 		h.skip = reason
@@ -52,6 +57,9 @@ func (a *Agent) Health(now time.Time, maxAge time.Duration) (string, error) {
 		return "", fmt.Errorf("last reconcile pass %v ago, more than %v", age, maxAge)
 	}
 	text := fmt.Sprintf("ok: last reconcile pass %v ago", age)
+	if h.unknown > 0 {
+		text += fmt.Sprintf("; the kubelet runs %d pod(s) missing from the API's view, for up to %v (their values kept)", h.unknown, h.lag.Round(time.Second))
+	}
 	if h.skip != "" {
 		text += "; it wrote nothing: " + h.skip
 	}

@@ -8,6 +8,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -246,6 +247,56 @@ func (l *Layout) children(p string) []string {
 		}
 	}
 	return out
+}
+
+// populated reports whether any process lives in cgroup p or below it:
+// on v2 from cgroup.events, on v1 from cgroup.procs at every level. An
+// unreadable file is an error: the caller cannot tell, and must not take
+// the group for empty.
+func (l *Layout) populated(p string) (bool, error) {
+	d := l.dir(p)
+	if l.Version == 2 {
+		b, err := readSmall(filepath.Join(d, "cgroup.events"))
+		if err != nil {
+			return false, err
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "populated "); ok {
+				return strings.TrimSpace(v) != "0", nil
+			}
+		}
+		return false, fmt.Errorf("%s: no populated line", filepath.Join(d, "cgroup.events"))
+	}
+	var found bool
+	err := filepath.WalkDir(d, func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !e.IsDir() || found {
+			return nil
+		}
+		b, err := readSmall(filepath.Join(path, "cgroup.procs"))
+		if err != nil {
+			return err
+		}
+		found = strings.TrimSpace(string(b)) != ""
+		return nil
+	})
+	return found, err
+}
+
+// readSmall reads a cgroup control file of a few lines.
+func readSmall(file string) ([]byte, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", file, err)
+	}
+	return b, nil
 }
 
 // Writable reports whether the kubepods cgroup can be written: the

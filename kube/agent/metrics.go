@@ -19,6 +19,10 @@ type Metrics struct {
 	kubelet   prometheus.Gauge
 	defaults  prometheus.Gauge
 	lastPass  prometheus.Gauge
+	unprot    prometheus.Gauge
+	viewLag   prometheus.Gauge
+	unknown   prometheus.Gauge
+	conflicts prometheus.Gauge
 }
 
 // NewMetrics registers the agent's metrics on reg.
@@ -53,11 +57,24 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		lastPass: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gofit_node_last_reconcile_timestamp_seconds", Help: "when the last reconcile pass ended (Unix time).",
 		}),
+		unprot: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gofit_node_unprotected_pods", Help: "pods the last pass left without the memory QoS it planned: no cgroup found, or every running pod when the pass was skipped for bad input or no allocatable.",
+		}),
+		viewLag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gofit_node_pod_view_lag_seconds",
+			Help: "how long the longest-missing pod the kubelet runs (processes in its cgroup) has been missing from the agent's view of the API; 0 when the view holds them all.",
+		}),
+		unknown: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gofit_node_unknown_running_pods", Help: "pod cgroups with processes in them that the agent's view of the API does not hold (their values are kept).",
+		}),
+		conflicts: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gofit_node_cgroup_conflicts", Help: "pod cgroups that more than one API pod maps to (a forged kubernetes.io/config.mirror): those pods are not planned.",
+		}),
 	}
 	for _, r := range []string{SkipNoAllocatable, SkipBadInput, SkipKubeletQoS} {
 		m.skipped.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.writes, m.errors, m.protected, m.duration, m.missing, m.skipped, m.kubelet, m.defaults, m.lastPass} {
+	for _, c := range []prometheus.Collector{m.writes, m.errors, m.protected, m.duration, m.missing, m.skipped, m.kubelet, m.defaults, m.lastPass, m.unprot, m.viewLag, m.unknown, m.conflicts} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -82,6 +99,10 @@ func (m *Metrics) observe(r *Report) {
 	m.lastPass.SetToCurrentTime()
 	m.duration.Observe(r.Duration.Seconds())
 	m.kubelet.Set(b2f(r.Kubelet != ""))
+	m.unprot.Set(float64(r.Unprotected))
+	m.viewLag.Set(r.ViewLag.Seconds())
+	m.unknown.Set(float64(r.Unknown))
+	m.conflicts.Set(float64(len(r.Result.Conflicts)))
 	if r.Skip != "" {
 		m.skipped.WithLabelValues(r.Skip).Inc()
 	}

@@ -8,6 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/gofit-dev/gofit/kube/memqos"
 )
 
@@ -165,5 +169,40 @@ func TestHealth(t *testing.T) {
 	a.Reconcile(st)
 	if text, err := a.Health(time.Now(), time.Minute); err != nil || !strings.Contains(text, "allocatable") {
 		t.Errorf("skipped pass: %q %v", text, err)
+	}
+}
+
+// TestUnprotectedPods: a planned pod whose cgroup is gone counts as left
+// unprotected, as does every running pod when the pass is skipped for a
+// missing allocatable; the gauge says so.
+func TestUnprotectedPods(t *testing.T) {
+	l, st := nodeFixture(t)
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := New(l, Options{Policy: memqos.PolicyAuto, Metrics: m})
+	if rep := a.Reconcile(st); rep.Unprotected != 0 {
+		t.Errorf("every cgroup present: %d unprotected (%v)", rep.Unprotected, rep.Warnings)
+	}
+	if err := os.RemoveAll(filepath.Join(l.Mount, sidecarDir)); err != nil {
+		t.Fatal(err)
+	}
+	if rep := a.Reconcile(st); rep.Unprotected != 1 {
+		t.Errorf("one pod cgroup gone: %d unprotected (%v)", rep.Unprotected, rep.Warnings)
+	}
+	if got := testutil.ToFloat64(m.unprot); got != 1 {
+		t.Errorf("gofit_node_unprotected_pods = %v, want 1", got)
+	}
+	running := 0
+	for _, p := range st.Pods {
+		if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			running++
+		}
+	}
+	st.NodeAllocatable = 0
+	if rep := a.Reconcile(st); rep.Unprotected != running || running == 0 {
+		t.Errorf("no allocatable: %d unprotected, want all %d running pods", rep.Unprotected, running)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -241,9 +242,21 @@ func testRealCgroups(t *testing.T, driver string) {
 		t.Errorf("second pass errors: %v", rep.Apply.Errors)
 	}
 
-	// The LS pod leaves the API: its cgroup gets kernel defaults back and
+	// The LS pod leaves the API while the kubelet still runs it (a
+	// lagging watch looks the same): nothing of it changes, however long.
+	left := State{Pods: []*corev1.Pod{lsr, be}, Config: cfg, NodeAllocatable: 1 << 30, Now: time.Now()}
+	for _, after := range []time.Duration{0, 2 * DefaultResetAfter} {
+		left.Now = left.Now.Add(after)
+		rep = a.Reconcile(left)
+		if len(rep.Apply.Errors) > 0 || len(rep.Apply.Changed) > 0 || rep.Unknown != 1 {
+			t.Fatalf("running pod out of the API's view: errors %v, changed %v, unknown %d", rep.Apply.Errors, rep.Apply.Changed, rep.Unknown)
+		}
+	}
+	// Once the kubelet runs nothing in it either (and it has been out of
+	// the view for DefaultResetAfter), it gets kernel defaults back and
 	// the sums above it shrink, children first.
-	rep = a.Reconcile(State{Pods: []*corev1.Pod{lsr, be}, Config: cfg, NodeAllocatable: 1 << 30})
+	stopProcs(t, dirs["ls"])
+	rep = a.Reconcile(left)
 	if len(rep.Apply.Errors) > 0 {
 		t.Fatalf("errors: %v", rep.Apply.Errors)
 	}
@@ -261,6 +274,31 @@ func testRealCgroups(t *testing.T, driver string) {
 		t.Errorf("removed pod soft limit %s, want unlimited", manage.FormatValue(got))
 	}
 	checkHolds(t, rep.Values, v2)
+}
+
+// stopProcs kills the processes of a cgroup and waits until it is empty.
+func stopProcs(t *testing.T, dir string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids := strings.Fields(string(b))
+		if len(pids) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: processes %v still there", dir, pids)
+		}
+		for _, p := range pids {
+			if pid, err := strconv.Atoi(p); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // checkHolds reads back every planned value. On v1 the v2-only files are

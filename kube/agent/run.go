@@ -31,6 +31,10 @@ type Source struct {
 	ConfigMapName      string
 	// Interval between reconciles without events (default 10s).
 	Interval time.Duration
+	// MinGap is the least time between two passes (default
+	// DefaultMinGap): a burst of pod events (a Deployment rolling on a
+	// busy node) is one pass, not one per event.
+	MinGap time.Duration
 	// SyncTimeout bounds the wait for the first list of the node's pods
 	// and of the node (default 2m): past it Run fails, naming what did
 	// not arrive and the API server's last answer, instead of waiting
@@ -44,6 +48,9 @@ type Source struct {
 
 // DefaultInterval is the reconcile interval when nothing happens.
 const DefaultInterval = 10 * time.Second
+
+// DefaultMinGap spaces passes started by events.
+const DefaultMinGap = time.Second
 
 // DefaultSyncTimeout is how long Run waits for its first lists.
 const DefaultSyncTimeout = 2 * time.Minute
@@ -93,6 +100,9 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 	if src.SyncTimeout <= 0 {
 		src.SyncTimeout = DefaultSyncTimeout
 	}
+	if src.MinGap <= 0 {
+		src.MinGap = DefaultMinGap
+	}
 	byName := func(name string) informers.SharedInformerOption {
 		return informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
@@ -104,6 +114,11 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 	nodeF := informers.NewSharedInformerFactoryWithOptions(cs, 0, byName(src.NodeName))
 	cmF := informers.NewSharedInformerFactoryWithOptions(cs, 0, byName(src.ConfigMapName), informers.WithNamespace(src.ConfigMapNamespace))
 	pods := podF.Core().V1().Pods()
+	// The informer keeps only what a pass reads: no managedFields, probes,
+	// volumes or unrelated env, so a full node's pods stay small.
+	if err := pods.Informer().SetTransform(slimPod); err != nil {
+		return fmt.Errorf("watch: %w", err)
+	}
 	nodes := nodeF.Core().V1().Nodes()
 	cms := cmF.Core().V1().ConfigMaps()
 
@@ -168,11 +183,13 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 		return fmt.Errorf("no list of %s from the API server within %v", strings.Join(missing, " and "), src.SyncTimeout)
 	}
 	// A first pass on the defaults while the ConfigMap is still on its way
-	// would drop every pod's protection for an interval: wait for it too,
-	// until it is listed or the API server has refused it.
+	// would drop every pod's protection: wait for it too, until it is
+	// listed or the API server has said it cannot be read (configRefused).
+	// Past SyncTimeout the loop below keeps waiting, writing nothing.
+	a.health.wait("the first list of configmap " + cmWhere)
 	cmCtx, cancelCM := context.WithTimeout(ctx, src.SyncTimeout)
 	_ = wait.PollUntilContextCancel(cmCtx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
-		return cms.Informer().HasSynced() || werr.get(named[2].name) != nil, nil
+		return cms.Informer().HasSynced() || configRefused(werr.get(named[2].name)), nil
 	})
 	cancelCM()
 	if ctx.Err() != nil {
@@ -193,7 +210,8 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 	// bad: a typo must not drop every pod's protection.
 	var cfg *memqos.Config
 	var nss memqos.Namespaces
-	var cmVersion, lastDefaults, lastSkip string
+	var cmVersion, lastDefaults, lastSkip, lastWait, lastConflicts string
+	lastUnknown := 0
 	useDefaults := func(why string) {
 		cfg, nss, cmVersion = &memqos.Config{}, memqos.Namespaces{}, ""
 		if why != lastDefaults {
@@ -214,13 +232,24 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 		case err != nil:
 			a.log.Error("get node", "err", err)
 		default:
+			listErr := werr.get(named[2].name)
 			switch cm, cmErr := cms.Lister().ConfigMaps(src.ConfigMapNamespace).Get(src.ConfigMapName); {
+			case !cms.Informer().HasSynced() && configRefused(listErr):
+				useDefaults(listErr.Error())
 			case !cms.Informer().HasSynced():
+				// A throttled, timed-out or failing list says nothing of
+				// the configuration: the defaults would drop every pod's
+				// protection. Write nothing until it is listed.
 				why := "not listed yet"
-				if err := werr.get(named[2].name); err != nil {
-					why = err.Error()
+				if listErr != nil {
+					why = listErr.Error()
 				}
-				useDefaults(why)
+				a.health.wait("the first list of configmap " + cmWhere + " (" + why + "); nothing written until then")
+				if why != lastWait {
+					a.log.Warn("QoS configuration not listed yet; writing nothing until it is", "configmap", cmWhere, "reason", why)
+					lastWait = why
+				}
+				goto next
 			case apierrors.IsNotFound(cmErr):
 				useDefaults("no such ConfigMap")
 			case cmErr != nil:
@@ -248,7 +277,20 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 			if q, ok := node.Status.Allocatable[corev1.ResourceMemory]; ok {
 				alloc = q.Value()
 			}
-			rep := a.Reconcile(State{Pods: list, Config: cfg, Namespaces: nss, NodeLabels: node.Labels, NodeAllocatable: alloc})
+			rep := a.Reconcile(State{Pods: list, Config: cfg, Namespaces: nss, NodeLabels: node.Labels, NodeAllocatable: alloc,
+				Node: memqos.NodeID{Name: node.Name, UID: node.UID}})
+			if c := conflictText(rep.Result.Conflicts); c != lastConflicts {
+				if c != "" {
+					a.log.Warn("pods mapping to one cgroup left alone (a forged kubernetes.io/config.mirror?)", "conflicts", c)
+				}
+				lastConflicts = c
+			}
+			if rep.Unknown != lastUnknown {
+				if rep.Unknown > 0 {
+					a.log.Warn("the kubelet runs pods the API's view lacks; their values are kept", "pods", rep.Unknown, "lag", rep.ViewLag)
+				}
+				lastUnknown = rep.Unknown
+			}
 			if rep.SkipReason != lastSkip {
 				if rep.SkipReason != "" {
 					a.log.Warn("reconcile wrote nothing", "reason", rep.Skip, "detail", rep.SkipReason)
@@ -263,13 +305,47 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 				a.log.Debug("plan", "warning", w)
 			}
 		}
+	next:
+		last := time.Now()
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-kick:
+			// Events that come during the gap fold into this one pass.
+			if gap := src.MinGap - time.Since(last); gap > 0 {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(gap):
+				}
+			}
 		case <-tick.C:
 		}
 	}
+}
+
+// slimPod is the pod informer's transform (memqos.Slim).
+func slimPod(obj any) (any, error) {
+	if p, ok := obj.(*corev1.Pod); ok {
+		return memqos.Slim(p), nil
+	}
+	return obj, nil
+}
+
+// configRefused reports whether a list error of the ConfigMap is the API
+// server's answer about the configuration itself (no such object, or not
+// ours to read), after which the defaults apply. Anything else (429 from
+// API priority and fairness, a timeout, a 5xx) is a hiccup, not an answer.
+func configRefused(err error) bool {
+	return err != nil && (apierrors.IsNotFound(err) || apierrors.IsForbidden(err))
+}
+
+func conflictText(cs []memqos.Conflict) string {
+	var parts []string
+	for _, c := range cs {
+		parts = append(parts, string(c.UID)+": "+strings.Join(c.Pods, ", "))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // readKubeletConfig reads the kubelet's configuration file with the node's

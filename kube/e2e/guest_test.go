@@ -115,7 +115,7 @@ func (g *guestRun) webhook(t *testing.T) {
 	if got := ns.Labels["pod-security.kubernetes.io/enforce"]; got != "restricted" {
 		t.Errorf("gofit-system enforces %q, want restricted", got)
 	}
-	pods := g.waitDeployment(t, "gofit-system", "gofit-webhook", 2, 10*time.Minute)
+	pods := g.waitDeployment(t, "gofit-system", "gofit-webhook", 3, 10*time.Minute)
 	for _, p := range pods {
 		if p.Spec.NodeName != nodeName {
 			t.Errorf("webhook pod %s on %q, want %s (the anti-affinity is only preferred)", p.Name, p.Spec.NodeName, nodeName)
@@ -668,7 +668,7 @@ func (g *guestRun) resize(t *testing.T) {
 	// and changes nothing: wait until the webhook answers one, so that a
 	// webhook restarting under TCG (failurePolicy Ignore) is not mistaken
 	// for one that does not warn.
-	g.waitDeployment(t, "gofit-system", "gofit-webhook", 2, 5*time.Minute)
+	g.waitDeployment(t, "gofit-system", "gofit-webhook", 3, 5*time.Minute)
 	var dry string
 	err := poll(3*time.Minute, "the webhook's warning on a dry-run resize", func() (bool, error) {
 		_, stderr, err := g.c.run(append(resize, "--dry-run=server")...)

@@ -73,6 +73,28 @@ type Input struct {
 	// under the limit can livelock a group, so it is left at max. Empty
 	// means a kernel known to be 5.9 or later.
 	KernelRelease string
+	// NodeStrategy is the matching node strategy's own blocks
+	// (Config.NodeStrategy): a field it sets is the administrator's for
+	// this node, and pods' annotations cannot override it.
+	NodeStrategy Strategy
+	// PodOverrides is what pods' memoryQOS annotations may change; nil
+	// means DefaultPodOverrides.
+	PodOverrides *PodOverrides
+	// Node identifies the node, so that only the mirror pods its kubelet
+	// made redirect a plan to a static pod's cgroup (CgroupUID).
+	Node NodeID
+	// Kept are pod cgroups the caller leaves as they are (a pod the
+	// kubelet still runs that the API's view lacks, say): what they hold
+	// counts in the sums of their class and of kubepods, so that no level
+	// drops below them.
+	Kept []Kept
+}
+
+// Kept is a pod cgroup left as it is, with what it holds.
+type Kept struct {
+	UID      types.UID
+	KubeQoS  corev1.PodQOSClass
+	Min, Low int64
 }
 
 // Result is the plan: values per level, protected totals and warnings.
@@ -82,7 +104,16 @@ type Result struct {
 	Pods     []PodResult
 	// Protected sums memory.min and memory.low of running pods per class.
 	Protected map[Class]Protection
+	// Conflicts are cgroups that more than one API pod maps to (a forged
+	// kubernetes.io/config.mirror): none of those pods is planned.
+	Conflicts []Conflict
 	Warnings  []string
+}
+
+// Conflict is one cgroup UID claimed by several API pods.
+type Conflict struct {
+	UID  types.UID
+	Pods []string // namespace/name, sorted
 }
 
 // Protection is the memory protected for a class.
@@ -164,6 +195,11 @@ func Compute(in Input) (Result, error) {
 		}
 		res.Pods = append(res.Pods, *pr)
 	}
+	res.Pods, res.Conflicts = withoutConflicts(res.Pods)
+	for _, c := range res.Conflicts {
+		res.Warnings = append(res.Warnings, fmt.Sprintf("pods %s all map to the cgroup of pod UID %s (a forged %s annotation?): none of them is planned",
+			strings.Join(c.Pods, ", "), c.UID, AnnotationMirror))
+	}
 
 	// Safety: the node's total memory.min never exceeds its protected share.
 	// The total is exact (a saturated sum would scale too little).
@@ -213,13 +249,27 @@ func Compute(in Input) (Result, error) {
 		pc.add(mn, lo)
 		res.Protected[p.Class] = pc
 	}
+	for _, k := range in.Kept {
+		if s := sums[k.KubeQoS]; s != nil {
+			mn, lo := min(max(k.Min, 0), env.alloc), min(max(k.Low, 0), env.alloc)
+			s.add(mn, lo)
+			all.add(mn, lo)
+		}
+	}
 	levelSettings := func(p Protection, what string) []Setting {
 		lowWhy := "sum of memory.low of " + what
 		if p.Low > env.alloc {
 			p.Low, lowWhy = env.alloc, lowWhy+fmt.Sprintf(" (%d), kept at node allocatable", p.Low)
 		}
+		minWhy := "sum of memory.min of " + what
+		if p.Min > env.alloc {
+			p.Min, minWhy = env.alloc, minWhy+fmt.Sprintf(" (%d), kept at node allocatable", p.Min)
+		}
+		if p.Low < p.Min {
+			p.Low, lowWhy = p.Min, lowWhy+"; raised to memory.min"
+		}
 		return []Setting{
-			{FileMin, p.Min, "sum of memory.min of " + what},
+			{FileMin, p.Min, minWhy},
 			{FileLow, p.Low, lowWhy},
 		}
 	}
@@ -227,6 +277,40 @@ func Compute(in Input) (Result, error) {
 	res.QoS[corev1.PodQOSBurstable] = levelSettings(*sums[corev1.PodQOSBurstable], "running Burstable pods")
 	res.QoS[corev1.PodQOSBestEffort] = levelSettings(*sums[corev1.PodQOSBestEffort], "running BestEffort pods")
 	return res, nil
+}
+
+// withoutConflicts drops every pod whose cgroup UID another pod also maps
+// to. Which one the kubelet runs there cannot be told from the API, and
+// planning either could write one tenant's plan into another's cgroup.
+func withoutConflicts(pods []PodResult) ([]PodResult, []Conflict) {
+	count := make(map[types.UID]int, len(pods))
+	dup := false
+	for _, p := range pods {
+		count[p.UID]++
+		dup = dup || count[p.UID] > 1
+	}
+	if !dup {
+		return pods, nil
+	}
+	by := map[types.UID][]string{}
+	for _, p := range pods {
+		if count[p.UID] > 1 {
+			by[p.UID] = append(by[p.UID], p.Namespace+"/"+p.Name)
+		}
+	}
+	var conflicts []Conflict
+	for uid, names := range by {
+		sort.Strings(names)
+		conflicts = append(conflicts, Conflict{UID: uid, Pods: names})
+	}
+	sort.Slice(conflicts, func(i, j int) bool { return conflicts[i].UID < conflicts[j].UID })
+	out := pods[:0]
+	for _, p := range pods {
+		if count[p.UID] == 1 {
+			out = append(out, p)
+		}
+	}
+	return out, conflicts
 }
 
 func (p *Protection) add(mn, lo int64) {
@@ -338,7 +422,13 @@ func computePod(pod *corev1.Pod, in Input, env limits) (*PodResult, []string) {
 	if w != "" {
 		warns = append(warns, w)
 	}
-	pr := &PodResult{UID: CgroupUID(pod), Namespace: pod.Namespace, Name: pod.Name, KubeQoS: KubeQoS(pod), Class: class}
+	allow := defaultPodOverrides()
+	if in.PodOverrides != nil {
+		allow = *in.PodOverrides
+	}
+	pc, ws := allow.filter(pc, in.NodeStrategy.class(class))
+	warns = append(warns, ws...)
+	pr := &PodResult{UID: CgroupUID(pod, in.Node), Namespace: pod.Namespace, Name: pod.Name, KubeQoS: KubeQoS(pod), Class: class}
 
 	policy := in.Policy
 	if policy == "" {
@@ -350,6 +440,7 @@ func computePod(pod *corev1.Pod, in Input, env limits) (*PodResult, []string) {
 	var knobs MemoryQOS
 	var why string
 	enabled := true
+	cfg := in.Strategy.class(class)
 	switch {
 	case class == SYSTEM:
 		enabled, why = false, "SYSTEM class is left to the kernel"
@@ -357,12 +448,15 @@ func computePod(pod *corev1.Pod, in Input, env limits) (*PodResult, []string) {
 		enabled, why = false, "namespace "+pod.Namespace+" is not enabled for memory QoS"
 	case policy == PolicyNone:
 		enabled, why = false, "policy none"
+	case cfg.Enable != nil && !*cfg.Enable:
+		// The administrator's explicit switch: no policy and no
+		// annotation turns the class back on.
+		enabled, why = false, string(class)+" memory QoS is disabled (enable: false)"
 	case policy == PolicyAuto:
 		knobs, why = auto(class), "auto"
 	default:
-		cfg := in.Strategy.class(class)
 		overrides := pc != nil && pc.MemoryQOS != (MemoryQOS{})
-		if (cfg.Enable == nil || !*cfg.Enable) && !overrides {
+		if cfg.Enable == nil && !overrides {
 			enabled, why = false, string(class)+" memory QoS is not enabled"
 		} else {
 			// koordinator's defaults are all zero: enabled without
@@ -416,7 +510,7 @@ func computePod(pod *corev1.Pod, in Input, env limits) (*PodResult, []string) {
 
 	for _, c := range ctrs {
 		cr := ContainerResult{Name: c.Name, ID: containerID(pod, c.Name)}
-		req, lim := containerMemory(c, class)
+		req, lim := containerMemory(pod, c, class)
 		cp := protection(req, lim, minPct, lowPct, env, why, "container")
 		high, highWhy := containerHigh(pod, c, class, req, lim, thrPct, cp.low, policy, why, env)
 		cr.Settings = []Setting{{FileMin, cp.min, cp.minWhy}, {FileLow, cp.low, cp.lowWhy}, {FileHigh, high, highWhy}}

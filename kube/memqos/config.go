@@ -188,6 +188,28 @@ func (c *Config) ForNode(nodeLabels map[string]string) (Strategy, string) {
 	return s, ""
 }
 
+// NodeStrategy returns the own blocks of the first node strategy whose
+// selector matches the node's labels, and its name: what the administrator
+// fixed for this node, which pods' annotations cannot override. Empty when
+// none matches.
+func (c *Config) NodeStrategy(nodeLabels map[string]string) (Strategy, string) {
+	if c == nil {
+		return Strategy{}, ""
+	}
+	for i, ns := range c.NodeStrategies {
+		sel, err := metav1.LabelSelectorAsSelector(ns.NodeSelector)
+		if err != nil || ns.NodeSelector == nil || !sel.Matches(labels.Set(nodeLabels)) {
+			continue
+		}
+		name := ns.Name
+		if name == "" {
+			name = fmt.Sprintf("nodeStrategies[%d]", i)
+		}
+		return ns.Strategy.clone(), name
+	}
+	return Strategy{}, ""
+}
+
 func (s Strategy) clone() Strategy {
 	return Strategy{LSRClass: mergeClass(nil, s.LSRClass), LSClass: mergeClass(nil, s.LSClass), BEClass: mergeClass(nil, s.BEClass)}
 }

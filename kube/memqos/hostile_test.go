@@ -2,10 +2,13 @@ package memqos
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gofit-dev/gofit/cgroup/manage"
 	"github.com/gofit-dev/gofit/kube/podplan"
@@ -134,20 +137,96 @@ func TestSystemRelabel(t *testing.T) {
 	}
 }
 
+// mirrorOf makes pod a mirror pod of node as the kubelet makes it: the
+// static pod's UID in the annotation, controlled by the Node object.
+func mirrorOf(pod *corev1.Pod, node NodeID, staticUID string) *corev1.Pod {
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[AnnotationMirror] = staticUID
+	pod.Spec.NodeName = node.Name
+	yes := true
+	pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID, Controller: &yes}}
+	return pod
+}
+
 // TestStaticPod: the kubelet names a static pod's cgroup after the pod's
 // own UID, which the mirror pod in the API carries as the
 // kubernetes.io/config.mirror annotation, not as its metadata.uid.
 func TestStaticPod(t *testing.T) {
-	pod := mkPod("etcd", nil, map[string]string{AnnotationMirror: "d8a9c5b9f8e7a6b5c4d3e2f1a0b9c8d7"}, corev1.PodRunning, ctr{name: "etcd", req: "100Mi"})
-	res := compute(t, Input{Pods: []*corev1.Pod{pod}, Policy: PolicyAuto, NodeAllocatable: 8 * gi})
+	node := NodeID{Name: "n1", UID: "node-uid-1"}
+	pod := mirrorOf(mkPod("etcd", nil, nil, corev1.PodRunning, ctr{name: "etcd", req: "100Mi"}), node, "d8a9c5b9f8e7a6b5c4d3e2f1a0b9c8d7")
+	res := compute(t, Input{Pods: []*corev1.Pod{pod}, Policy: PolicyAuto, NodeAllocatable: 8 * gi, Node: node})
 	if got := res.Pods[0].UID; got != "d8a9c5b9f8e7a6b5c4d3e2f1a0b9c8d7" {
 		t.Errorf("static pod planned for UID %s, want the mirror annotation's", got)
 	}
 	// A value that is not a UID the kubelet could have made is ignored.
 	pod.Annotations[AnnotationMirror] = "../../x"
-	if got := CgroupUID(pod); got != pod.UID {
+	if got := CgroupUID(pod, node); got != pod.UID {
 		t.Errorf("bad mirror annotation gave UID %q", got)
 	}
+}
+
+// TestForgedMirror: any user who may create pods can write the mirror
+// annotation. It used to send the forger's plan into the victim's cgroup;
+// now it is followed only for mirror pods the node's kubelet made, and two
+// API pods on one cgroup are both left alone and reported.
+func TestForgedMirror(t *testing.T) {
+	node := NodeID{Name: "n1", UID: "node-uid-1"}
+	victim := mkPod("victim", nil, nil, corev1.PodRunning, ctr{name: "app", req: "64Mi", lim: "4Gi"})
+	forger := func() *corev1.Pod {
+		return mkPod("forger", nil, map[string]string{AnnotationMirror: string(victim.UID)}, corev1.PodRunning, ctr{name: "app", req: "2Gi", lim: "4Gi"})
+	}
+	cfg := Strategy{LSClass: &ResourceQOS{MemoryQOS: &MemoryQOSCfg{Enable: ptr(true), MemoryQOS: MemoryQOS{MinLimitPercent: ptr(int64(100))}}}}
+	minOf := func(res Result, uid types.UID) int64 {
+		for _, p := range res.Pods {
+			if p.UID == uid {
+				return get(t, p.Settings, FileMin)
+			}
+		}
+		return -1
+	}
+	// No owner reference: the annotation is the forger's word only.
+	plain := forger()
+	res := compute(t, Input{Pods: []*corev1.Pod{victim, plain}, Strategy: cfg, NodeAllocatable: 8 * gi, Node: node,
+		PodOverrides: &PodOverrides{}})
+	if got := minOf(res, victim.UID); got != 64<<20 {
+		t.Errorf("victim's memory.min %d, want its own 64Mi", got)
+	}
+	if got := minOf(res, plain.UID); got != 2<<30 {
+		t.Errorf("forger planned under its own UID: memory.min %d, want 2Gi", got)
+	}
+	// A forged owner reference naming another node, or this node with the
+	// wrong UID, is not the kubelet's either.
+	for _, n := range []NodeID{{Name: "n2", UID: node.UID}, {Name: node.Name, UID: "other"}} {
+		p := mirrorOf(forger(), n, string(victim.UID))
+		p.Spec.NodeName = node.Name
+		if got := CgroupUID(p, node); got != p.UID {
+			t.Errorf("owner %+v: annotation followed to %s", n, got)
+		}
+	}
+	// Even an owner reference that passes (the node's UID is readable)
+	// cannot take the victim's cgroup: both are skipped and reported.
+	owned := mirrorOf(forger(), node, string(victim.UID))
+	res = compute(t, Input{Pods: []*corev1.Pod{victim, owned}, Strategy: cfg, NodeAllocatable: 8 * gi, Node: node})
+	if len(res.Pods) != 0 || len(res.Conflicts) != 1 || len(res.Conflicts[0].Pods) != 2 || res.Conflicts[0].UID != victim.UID {
+		t.Fatalf("pods %+v conflicts %+v", res.Pods, res.Conflicts)
+	}
+	if !hasWarning(res.Warnings, "default/forger, default/victim") {
+		t.Errorf("conflict not reported: %q", res.Warnings)
+	}
+	if get(t, res.Kubepods, FileMin) != 0 {
+		t.Errorf("skipped pods counted in the sums: %+v", res.Kubepods)
+	}
+}
+
+func hasWarning(ws []string, sub string) bool {
+	for _, w := range ws {
+		if strings.Contains(w, sub) {
+			return true
+		}
+	}
+	return false
 }
 
 // TestNoAllocatable: without allocatable memory the cap was off and BE got

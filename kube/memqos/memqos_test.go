@@ -343,7 +343,8 @@ func TestPodOverridesAndBadInput(t *testing.T) {
 	s := cfg(t, `{"clusterStrategy":{"lsClass":{"memoryQOS":{"enable":true,"minLimitPercent":10}}}}`)
 	over := mkPod("o", nil, map[string]string{AnnotationMemoryQOS: `{"minLimitPercent":50}`}, corev1.PodRunning, ctr{name: "c", req: "100Mi", lim: "1Gi"})
 	bad := mkPod("b", map[string]string{LabelQoSClass: "GOLD"}, map[string]string{AnnotationMemoryQOS: `{"policy":"fast"}`}, corev1.PodRunning, ctr{name: "c", req: "100Mi", lim: "1Gi"})
-	res := compute(t, Input{Pods: []*corev1.Pod{over, bad}, Strategy: s, NodeAllocatable: 8 * gi})
+	// memory.min from a pod's annotation needs the administrator's leave.
+	res := compute(t, Input{Pods: []*corev1.Pod{over, bad}, Strategy: s, NodeAllocatable: 8 * gi, PodOverrides: &PodOverrides{MinLimitPercent: true}})
 	for _, p := range res.Pods {
 		want := 10 * mi
 		if p.Name == "o" {

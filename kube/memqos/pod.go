@@ -174,13 +174,23 @@ func GoMemLimit(pod *corev1.Pod, c *corev1.Container) (limit int64, source strin
 // names the pod's cgroup.
 const AnnotationMirror = "kubernetes.io/config.mirror"
 
+// NodeID names the node whose pods are planned: the node's name and its
+// Node object's UID (either may be empty when unknown, as in plan mode).
+type NodeID struct {
+	Name string
+	UID  types.UID
+}
+
 // CgroupUID is the UID the kubelet names a pod's cgroup after: the API UID,
-// or for a mirror pod the static pod's UID from AnnotationMirror. A value
-// the kubelet cannot have written (not 1-64 letters, digits and dashes)
-// is ignored.
-func CgroupUID(pod *corev1.Pod) types.UID {
+// or for a mirror pod the static pod's UID from AnnotationMirror. Anyone
+// who may create pods can write that annotation, so it is followed only for
+// a mirror pod the node's kubelet made: one controlled by this node's Node
+// object, as the kubelet (and the NodeRestriction admission plugin) make
+// them. A value the kubelet cannot have written (not 1-64 letters, digits
+// and dashes) is ignored.
+func CgroupUID(pod *corev1.Pod, node NodeID) types.UID {
 	h, ok := pod.Annotations[AnnotationMirror]
-	if !ok || len(h) == 0 || len(h) > 64 {
+	if !ok || len(h) == 0 || len(h) > 64 || !madeByKubelet(pod, node) {
 		return pod.UID
 	}
 	for _, r := range h {
@@ -189,6 +199,24 @@ func CgroupUID(pod *corev1.Pod) types.UID {
 		}
 	}
 	return types.UID(h)
+}
+
+// madeByKubelet reports whether a pod is controlled by its own node's Node
+// object (the node named in spec.nodeName, and node where it is known).
+func madeByKubelet(pod *corev1.Pod, node NodeID) bool {
+	for _, r := range pod.OwnerReferences {
+		if r.APIVersion != "v1" || r.Kind != "Node" || r.Controller == nil || !*r.Controller {
+			continue
+		}
+		if r.Name == "" || r.Name != pod.Spec.NodeName || (node.Name != "" && r.Name != node.Name) {
+			continue
+		}
+		if node.UID != "" && r.UID != node.UID {
+			continue
+		}
+		return true
+	}
+	return false
 }
 
 // planGoMemLimit reads GOMEMLIMIT for container name from the webhook's
@@ -227,39 +255,78 @@ func bytesOf(q resource.Quantity) int64 {
 	return v
 }
 
-// containerMemory returns a container's memory request and limit (0 when
-// unset). BE pods scheduled on koordinator's batch resources carry their
-// memory as kubernetes.io/batch-memory, which then takes precedence.
-func containerMemory(c *corev1.Container, class Class) (req, lim int64) {
+// admitted returns the resources the kubelet admitted for container c, not
+// the ones the spec asks for: while an in-place resize is pending or
+// Infeasible the spec holds a request the node never granted, and a limit
+// the kernel does not have. The request is status.allocatedResources (what
+// the node allocated), else status.resources.requests; the limit is
+// status.resources.limits (what the runtime has in force). Before the
+// kubelet's first status of the container, and from kubelets that report
+// neither (no in-place resize, so the spec is what was admitted), the spec.
+func admitted(pod *corev1.Pod, c *corev1.Container) (req, lim corev1.ResourceList) {
+	req, lim = c.Resources.Requests, c.Resources.Limits
+	st := containerStatus(pod, c.Name)
+	if st == nil {
+		return req, lim
+	}
+	if st.Resources != nil {
+		req, lim = st.Resources.Requests, st.Resources.Limits
+	}
+	if st.AllocatedResources != nil {
+		req = st.AllocatedResources
+	}
+	return req, lim
+}
+
+// containerStatus is the kubelet's status of a container or init container.
+func containerStatus(pod *corev1.Pod, name string) *corev1.ContainerStatus {
+	for _, list := range [][]corev1.ContainerStatus{pod.Status.ContainerStatuses, pod.Status.InitContainerStatuses} {
+		for i := range list {
+			if list[i].Name == name {
+				return &list[i]
+			}
+		}
+	}
+	return nil
+}
+
+// containerMemory returns a container's admitted memory request and limit
+// (0 when unset). BE pods scheduled on koordinator's batch resources carry
+// their memory as kubernetes.io/batch-memory, which then takes precedence.
+func containerMemory(pod *corev1.Pod, c *corev1.Container, class Class) (req, lim int64) {
+	requests, limits := admitted(pod, c)
 	name := corev1.ResourceMemory
 	if class == BE {
-		if _, ok := c.Resources.Requests[ResourceBatchMemory]; ok {
+		if _, ok := requests[ResourceBatchMemory]; ok {
 			name = ResourceBatchMemory
-		} else if _, ok := c.Resources.Limits[ResourceBatchMemory]; ok {
+		} else if _, ok := limits[ResourceBatchMemory]; ok {
 			name = ResourceBatchMemory
 		}
 	}
-	if q, ok := c.Resources.Requests[name]; ok {
+	if q, ok := requests[name]; ok {
 		req = bytesOf(q)
 	}
-	if q, ok := c.Resources.Limits[name]; ok {
+	if q, ok := limits[name]; ok {
 		lim = bytesOf(q)
 	}
-	if _, has := c.Resources.Requests[name]; !has && lim > 0 && name == corev1.ResourceMemory {
+	if _, has := requests[name]; !has && lim > 0 && name == corev1.ResourceMemory {
 		req = lim // the API server defaults a missing request to the limit
 	}
 	return req, lim
 }
 
-// podMemory returns the pod's memory request as the scheduler counts it
-// (the larger of the running containers' sum and any init container, plus
-// the overhead) and its limit (0 unless every running container has one).
-// Sums saturate at maxBytes.
+// podMemory returns the pod's admitted memory request as the scheduler
+// counts it (the larger of the running containers' sum and any init
+// container, plus the overhead) and its limit (0 unless every running
+// container has one). Pod-level resources (spec.resources, as admitted:
+// status.allocatedResources and status.resources) replace the sums where
+// the pod sets them, and a pod-level limit bounds the pod cgroup whatever
+// its containers say. Sums saturate at maxBytes.
 func podMemory(pod *corev1.Pod, class Class) (req, lim int64) {
 	ctrs := runningContainers(pod)
 	limited := len(ctrs) > 0
 	for _, c := range ctrs {
-		r, l := containerMemory(c, class)
+		r, l := containerMemory(pod, c, class)
 		req = addBytes(req, r)
 		lim = addBytes(lim, l)
 		limited = limited && l > 0
@@ -269,14 +336,53 @@ func podMemory(pod *corev1.Pod, class Class) (req, lim int64) {
 		if isSidecar(c) {
 			continue // counted with the running containers
 		}
-		r, _ := containerMemory(c, class)
+		r, _ := containerMemory(pod, c, class)
 		req = max(req, r)
-	}
-	if q, ok := pod.Spec.Overhead[corev1.ResourceMemory]; ok {
-		req = addBytes(req, bytesOf(q))
 	}
 	if !limited {
 		lim = 0
 	}
+	if preq, plim, ok := podLevelMemory(pod); ok {
+		if preq > 0 {
+			req = preq
+		}
+		if plim > 0 && (lim == 0 || plim < lim) {
+			lim = plim
+		}
+	}
+	if q, ok := pod.Spec.Overhead[corev1.ResourceMemory]; ok {
+		req = addBytes(req, bytesOf(q))
+	}
 	return req, lim
+}
+
+// podLevelMemory reads pod-level memory resources (spec.resources) as the
+// kubelet admitted them. ok is false when the pod sets none.
+func podLevelMemory(pod *corev1.Pod) (req, lim int64, ok bool) {
+	pr := pod.Spec.Resources
+	if pr == nil {
+		return 0, 0, false
+	}
+	_, hasReq := pr.Requests[corev1.ResourceMemory]
+	_, hasLim := pr.Limits[corev1.ResourceMemory]
+	if !hasReq && !hasLim {
+		return 0, 0, false
+	}
+	requests, limits := pr.Requests, pr.Limits
+	if st := pod.Status.Resources; st != nil {
+		requests, limits = st.Requests, st.Limits
+	}
+	if a := pod.Status.AllocatedResources; a != nil && hasReq {
+		requests = a
+	}
+	if q, ok := requests[corev1.ResourceMemory]; ok {
+		req = bytesOf(q)
+	}
+	if q, ok := limits[corev1.ResourceMemory]; ok {
+		lim = bytesOf(q)
+	}
+	if !hasReq && lim > 0 {
+		req = lim // defaulted from the pod-level limit, as for containers
+	}
+	return req, lim, true
 }

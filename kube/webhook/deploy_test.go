@@ -86,7 +86,7 @@ func TestManifests(t *testing.T) {
 			}
 			sel := w.NamespaceSelector.MatchExpressions
 			if len(sel) != 2 || sel[0].Key != "gofit.dev/inject" || sel[0].Values[0] != "enabled" ||
-				sel[1].Key != "kubernetes.io/metadata.name" || sel[1].Operator != "NotIn" || sel[1].Values[0] != "gofit-system" {
+				sel[1].Key != "kubernetes.io/metadata.name" || sel[1].Operator != "NotIn" || !slices.Equal(sel[1].Values, []string{"gofit-system", "kube-system"}) {
 				t.Errorf("namespaceSelector %+v", sel)
 			}
 			if s := w.ClientConfig.Service; s == nil || s.Namespace != "gofit-system" || *s.Path != "/mutate" {
@@ -100,11 +100,12 @@ func TestManifests(t *testing.T) {
 			find(t, objs, "Deployment", "gofit-webhook", &d)
 			pod := d.Spec.Template.Spec
 			c := pod.Containers[0]
-			if *d.Spec.Replicas != 2 || pod.Affinity.PodAntiAffinity == nil || !*pod.SecurityContext.RunAsNonRoot ||
+			if *d.Spec.Replicas != 3 || pod.PriorityClassName != "gofit-webhook" || pod.Affinity.PodAntiAffinity == nil || !*pod.SecurityContext.RunAsNonRoot ||
 				!*c.SecurityContext.ReadOnlyRootFilesystem || *c.SecurityContext.AllowPrivilegeEscalation {
 				t.Errorf("deployment %+v", d.Spec)
 			}
 			find(t, objs, "PodDisruptionBudget", "gofit-webhook", nil)
+			find(t, objs, "PriorityClass", "gofit-webhook", nil)
 			find(t, objs, "Service", "gofit-webhook", nil)
 
 			switch overlay {

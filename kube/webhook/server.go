@@ -48,7 +48,14 @@ type Config struct {
 	// decoded at once (admission.HandlerOptions); 0 means the defaults.
 	MaxBody     int64
 	MaxInFlight int
-	Log         *slog.Logger
+	// MinTLSVersion is the oldest TLS version served (tls.VersionTLS12 or
+	// tls.VersionTLS13); 0 means TLS 1.3, which every supported
+	// kube-apiserver and Prometheus speak.
+	MinTLSVersion uint16
+	// Namespace is the webhook's own namespace, never fitted (as
+	// kube-system is not); admission.HandlerOptions.Namespace.
+	Namespace string
+	Log       *slog.Logger
 
 	// SelfManaged, for Run, also keeps the certificate (its CertFile and
 	// KeyFile are Config's), reaching the API server through Kubeconfig
@@ -98,7 +105,7 @@ func NewServer(cfg Config) (*Server, error) {
 		cfg.Mutator = admission.NewMutator(fit.Policy{})
 	}
 	mux.Handle("/mutate", admission.NewHandler(cfg.Mutator, admission.HandlerOptions{
-		Log: cfg.Log, Observer: s.Metrics, MaxBody: cfg.MaxBody, MaxInFlight: cfg.MaxInFlight,
+		Log: cfg.Log, Observer: s.Metrics, MaxBody: cfg.MaxBody, MaxInFlight: cfg.MaxInFlight, Namespace: cfg.Namespace,
 	}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
@@ -112,10 +119,14 @@ func NewServer(cfg Config) (*Server, error) {
 		}
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(s.Metrics.Registry, promhttp.HandlerOpts{Registry: s.Metrics.Registry}))
+	minTLS := cfg.MinTLSVersion
+	if minTLS == 0 {
+		minTLS = tls.VersionTLS13
+	}
 	s.srv = &http.Server{
 		Handler: mux,
 		TLSConfig: &tls.Config{
-			MinVersion:     tls.VersionTLS12,
+			MinVersion:     minTLS,
 			GetCertificate: s.getCertificate,
 		},
 		ReadHeaderTimeout: 5 * time.Second,

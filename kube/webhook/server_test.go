@@ -67,6 +67,36 @@ func TestServerEndpoints(t *testing.T) {
 	}
 }
 
+// TestServerTLS13: the webhook served TLS 1.2 clients; TLS 1.3 is the
+// minimum unless asked otherwise.
+func TestServerTLS13(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	ca, crt, key := newCert(t)
+	writeAtomic(t, certFile, crt)
+	writeAtomic(t, keyFile, key)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	dial := func(addr string, maxV uint16) error {
+		c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, ServerName: "localhost", MaxVersion: maxV})
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}
+	s := startServer(t, Config{Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile})
+	if err := dial(s.Addr(), tls.VersionTLS12); err == nil {
+		t.Error("a TLS 1.2 client was served")
+	}
+	if err := dial(s.Addr(), tls.VersionTLS13); err != nil {
+		t.Errorf("TLS 1.3: %v", err)
+	}
+	old := startServer(t, Config{Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile, MinTLSVersion: tls.VersionTLS12})
+	if err := dial(old.Addr(), tls.VersionTLS12); err != nil {
+		t.Errorf("MinTLSVersion 1.2: %v", err)
+	}
+}
+
 func TestServerWaitsForCert(t *testing.T) {
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")

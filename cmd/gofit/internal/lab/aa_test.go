@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
 
@@ -33,18 +35,18 @@ func TestAAFalseVerdictRate(t *testing.T) {
 	runs := 0
 	for i := range n {
 		l, f := newFakeLab(t, time.Hour)
-		l.cfg.CPUSettings = []string{SetGoDefault, SetGofit}
+		l.cfg.CPUSettings = []string{result.SetGoDefault, result.SetGofit}
 		l.cfg.Seed = int64(1000 + i)
 		l.boot = stats.NewBootstrap(l.cfg.Resamples, l.cfg.Seed)
 		l.rng = rand.New(rand.NewSource(l.cfg.Seed))
 		f.rng = rand.New(rand.NewSource(int64(7000 + i)))
-		f.rps[SetGofit], f.noise[SetGofit], f.ms[SetGofit] = f.rps[SetGoDefault], f.noise[SetGoDefault], f.ms[SetGoDefault]
+		f.rps[result.SetGofit], f.noise[result.SetGofit], f.ms[result.SetGofit] = f.rps[result.SetGoDefault], f.noise[result.SetGoDefault], f.ms[result.SetGoDefault]
 		f.runNoise = 0.05
 		if err := l.cpuStudy(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		for _, s := range l.results().CPUSummary {
-			if s.Setting != SetGofit || s.Verdict == nil {
+			if s.Setting != result.SetGofit || s.Verdict == nil {
 				continue
 			}
 			comparisons++

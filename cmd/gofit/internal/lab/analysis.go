@@ -9,6 +9,9 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/report"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 	"github.com/gofit-dev/gofit/internal/target"
@@ -18,27 +21,29 @@ import (
 //
 //	sandbox ─▶ trials ─▶ Records ─▶ analyse(Config, Records) ─▶ Results ─▶ report
 //
-// The study (study.go, cpustudy.go, memory.go) runs trials and appends
-// what they measured to its Records; the budget planner (budget.go)
-// decides what it can still afford. analyse is the pure half: the CPU
+// The study (study.go, cpustudy.go, memory.go) runs trials in the
+// sandbox (package lab/sandbox) and appends what they measured to its
+// Records; the budget planner (budget.go) decides what it can still
+// afford. analyse is the pure half: the CPU
 // summary, the verdicts and the recommendation as a function of the
 // configuration and the records, so that tests build records instead of
 // running trials, and a run's records.json replays to its results.json
-// (replay_test.go). The report (report.go, plots.go) renders Results.
+// (replay_test.go). Results are plain data (package lab/result); the
+// report (package lab/report) renders them.
 
 // Records are what a study's trials produced, in the order they ran: the
 // input to analyse, and records.json.
 type Records struct {
-	Machine    Machine             `json:"machine"`
-	Target     TargetInfo          `json:"target"`
-	Placement  *Placement          `json:"placement"`
-	CPU        []CPUCell           `json:"cpu"` // with each run's blocks (cpuRecord in records.json)
-	Memory     []MemResult         `json:"memory"`
-	Throughput []ThroughputCell    `json:"memory_throughput"`
-	Targets    []load.TargetResult `json:"targets"`
-	Lab        LabInfo             `json:"lab"`
+	Machine    result.Machine          `json:"machine"`
+	Target     result.TargetInfo       `json:"target"`
+	Placement  *result.Placement       `json:"placement"`
+	CPU        []result.CPUCell        `json:"cpu"` // with each run's blocks (cpuRecord in records.json)
+	Memory     []result.MemResult      `json:"memory"`
+	Throughput []result.ThroughputCell `json:"memory_throughput"`
+	Targets    []load.TargetResult     `json:"targets"`
+	Lab        result.LabInfo          `json:"lab"`
 	// Check is the check trial of the recommendation, once it ran.
-	Check *CheckTrial `json:"check"`
+	Check *result.CheckTrial `json:"check"`
 	// Exited: the target exited during a CPU window (a crash).
 	Exited bool `json:"exited"`
 	// NCPU is the CPUs the target saw; Binary what its executable's
@@ -52,13 +57,13 @@ type Records struct {
 type analysis struct {
 	cfg  Config
 	rec  *Records
-	res  *Results
+	res  *result.Results
 	ncpu int
 	boot *stats.Bootstrap
 }
 
 func newAnalysis(cfg Config, rec *Records) *analysis {
-	res := &Results{Machine: rec.Machine, Target: rec.Target, Placement: rec.Placement, CPU: rec.CPU, Memory: rec.Memory,
+	res := &result.Results{Machine: rec.Machine, Target: rec.Target, Placement: rec.Placement, CPU: rec.CPU, Memory: rec.Memory,
 		Throughput: rec.Throughput, Targets: rec.Targets, Lab: rec.Lab}
 	// A bootstrap of its own, seeded from the configuration: the same
 	// records give the same intervals however often they are analysed.
@@ -66,7 +71,7 @@ func newAnalysis(cfg Config, rec *Records) *analysis {
 }
 
 // analyse is results.json from a study's configuration and records.
-func analyse(cfg Config, rec Records) Results {
+func analyse(cfg Config, rec Records) result.Results {
 	a := newAnalysis(cfg, &rec)
 	a.res.CPUSummary = a.summarizeCPU()
 	a.res.Recommendation = a.recommend()
@@ -102,14 +107,14 @@ type recordsFile struct {
 func writeRecords(dir string, cfg Config, rec *Records) (string, error) {
 	f := recordsFile{Config: cfg, Records: *rec, Blocks: make([][]stats.Block, len(rec.CPU))}
 	for i, c := range rec.CPU {
-		f.Blocks[i] = c.blocks
+		f.Blocks[i] = c.Blocks
 	}
 	b, err := json.Marshal(f)
 	if err != nil {
 		return "", err
 	}
 	p := filepath.Join(dir, "records.json")
-	return p, writeAtomic(p, append(b, '\n'))
+	return p, report.WriteAtomic(p, append(b, '\n'))
 }
 
 // readRecords reads a records.json written by writeRecords, gzipped or
@@ -136,7 +141,7 @@ func readRecords(path string) (Config, Records, error) {
 		return Config{}, Records{}, fmt.Errorf("%s: %d CPU runs but %d block lists", path, len(f.Records.CPU), len(f.Blocks))
 	}
 	for i := range f.Records.CPU {
-		f.Records.CPU[i].blocks = f.Blocks[i]
+		f.Records.CPU[i].Blocks = f.Blocks[i]
 	}
 	return f.Config, f.Records, nil
 }

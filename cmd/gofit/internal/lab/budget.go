@@ -2,8 +2,10 @@ package lab
 
 import (
 	"fmt"
-	"sort"
+	"math"
 	"time"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 )
 
 // The budget planner. Every phase is planned against --budget before it
@@ -30,110 +32,113 @@ const cpuShare = 0.5
 // rows and sizing open-loop windows leave for the adaptive repeats.
 const adaptiveReserve = 0.15
 
-// cpuBudget is the part of the budget the CPU study may spend, adaptive
-// repeats included; the memory study needs the rest.
-func (l *study) cpuBudget() time.Duration {
-	return time.Duration(float64(l.cfg.Budget) * cpuShare)
+// planner is the budget planner: the one place the study asks what it can
+// afford (rows, windows, requests per trial, the time kept back for the
+// check trial) and tells what its runs cost. It notes each cut in the
+// records' lab section (budget_notes, not_compared).
+type planner struct {
+	cfg     *Config              // the study's configuration, read only
+	elapsed func() time.Duration // the study's wall time so far
+	lab     *result.LabInfo      // where cuts are noted
+	// What runs have cost so far: CPU runs beyond their window, and
+	// health pairs.
+	overheadSum  time.Duration
+	overheadRuns int
+	pairSum      time.Duration
+	pairN        int
+	// mem is the survival trials' plan, sized once the probes ran.
+	mem memPlan
 }
 
-// elapsed is the study's wall time so far, statistics included.
-func (l *study) elapsed() time.Duration { return l.now().Sub(l.started) }
+func newPlanner(cfg *Config, elapsed func() time.Duration, lab *result.LabInfo) *planner {
+	return &planner{cfg: cfg, elapsed: elapsed, lab: lab, mem: memPlan{requests: cfg.MemRequests}}
+}
 
-// budgetNote records that the budget cut a phase short.
-func (l *study) budgetNote(format string, a ...any) {
-	l.rec.Lab.BudgetLimited = true
-	l.note(&l.rec.Lab.BudgetNotes, "budget", fmt.Sprintf(format, a...))
+// cpuBudget is the part of the budget the CPU study may spend, adaptive
+// repeats included; the memory study needs the rest.
+func (p *planner) cpuBudget() time.Duration {
+	return time.Duration(float64(p.cfg.Budget) * cpuShare)
+}
+
+// note records that the budget cut a phase short.
+func (p *planner) note(format string, a ...any) {
+	p.lab.BudgetLimited = true
+	addNote(p.cfg.Progress, &p.lab.BudgetNotes, "budget", fmt.Sprintf(format, a...))
+}
+
+// ranCPU tells the planner what a CPU run cost besides its window.
+func (p *planner) ranCPU(overhead time.Duration) {
+	p.overheadSum += max(overhead, 0)
+	p.overheadRuns++
+}
+
+// ranPair tells the planner what a health pair cost.
+func (p *planner) ranPair(took time.Duration) {
+	p.pairSum += took
+	p.pairN++
 }
 
 // runOverhead is what a CPU run costs besides its window: start, warm-up,
 // reads, statistics. Measured from the runs so far.
-func (l *study) runOverhead() time.Duration {
-	if l.overheadRuns == 0 {
-		return l.cfg.Warmup + time.Second
+func (p *planner) runOverhead() time.Duration {
+	if p.overheadRuns == 0 {
+		return p.cfg.Warmup + time.Second
 	}
-	return l.overheadSum / time.Duration(l.overheadRuns)
-}
-
-// rowOrder is the order the CPU study measures its rows in, which is the
-// order the planner funds them: first the quotas where gofit's plan and
-// Go's default differ (the comparison the recommendation rests on),
-// smallest first, then the request row if they differ there, then the
-// rest. A row the budget cannot take to a verdict is left out (planRows).
-func (l *study) rowOrder() []float64 {
-	rows := append([]float64(nil), l.cpuRows()...)
-	rank := func(q float64) int {
-		differs := false
-		for _, c := range l.configsRequest(q, l.requestAt(q)) {
-			if c.setting == SetGofit {
-				differs = true // gofit names a cell of its own: not go-default's
-			}
-		}
-		switch {
-		case differs && q > 0:
-			return 0
-		case differs:
-			return 1
-		}
-		return 2
-	}
-	sort.SliceStable(rows, func(i, j int) bool {
-		ri, rj := rank(rows[i]), rank(rows[j])
-		if ri != rj {
-			return ri < rj
-		}
-		return rows[i] < rows[j]
-	})
-	return rows
+	return p.overheadSum / time.Duration(p.overheadRuns)
 }
 
 // openFloor is the shortest open-loop window the planner gives a run:
 // the configured minimum (50 CFS periods), or --open-duration.
-func (l *study) openFloor() time.Duration {
-	if l.cfg.OpenDuration > 0 {
-		return l.cfg.OpenDuration
+func (p *planner) openFloor() time.Duration {
+	if p.cfg.OpenDuration > 0 {
+		return p.cfg.OpenDuration
 	}
-	return l.cfg.MinOpenWindow
+	return p.cfg.MinOpenWindow
 }
 
-// runsFor is how many runs a row's verdicts need: every distinct
-// environment at the row, each MinRepeats times, in both modes.
-func (l *study) runsFor(q float64) int {
-	return len(l.configsRequest(q, l.requestAt(q))) * l.cfg.MinRepeats * 2
+// cpuRow is a row of the CPU study as the planner funds it: its quota (0:
+// the request row), how many runs its verdicts need (every distinct
+// environment at the row, each MinRepeats times, in both modes), and its
+// name in notes.
+type cpuRow struct {
+	q     float64
+	runs  int
+	label string
 }
 
 // minRowCost is what a row's minimum runs cost at the shortest open-loop
 // window: what the row needs before any of its verdicts can be decided.
-func (l *study) minRowCost(q float64) time.Duration {
-	half := time.Duration(l.runsFor(q) / 2)
-	return half*(l.cfg.ClosedWindow+l.runOverhead()) + half*(l.openFloor()+l.runOverhead())
+func (p *planner) minRowCost(r cpuRow) time.Duration {
+	half := time.Duration(r.runs / 2)
+	return half*(p.cfg.ClosedWindow+p.runOverhead()) + half*(p.openFloor()+p.runOverhead())
 }
 
-// planRows funds the CPU study's rows in rowOrder while their minimum runs
+// planRows funds the CPU study's rows, in the order given (rowOrder), while their minimum runs
 // fit in the CPU budget less the adaptive reserve. A row that does not fit
 // is not started: with fewer than stats.MinRuns runs a side its
 // comparisons could only be undecided, and the time is better spent
 // deciding the rows before it. Each left-out row is named in
 // lab.not_compared with what it would have taken.
-func (l *study) planRows() []float64 {
-	avail := time.Duration(float64(l.cpuBudget())*(1-adaptiveReserve)) - l.elapsed()
-	var funded []float64
+func (p *planner) planRows(rows []cpuRow) []cpuRow {
+	avail := time.Duration(float64(p.cpuBudget())*(1-adaptiveReserve)) - p.elapsed()
+	var funded []cpuRow
 	var spent time.Duration
-	for _, q := range l.rowOrder() {
-		cost := l.minRowCost(q)
+	for _, r := range rows {
+		cost := p.minRowCost(r)
 		if spent+cost <= avail {
-			funded = append(funded, q)
+			funded = append(funded, r)
 			spent += cost
 			continue
 		}
-		l.cutRow(q, avail-spent, spent+cost)
+		p.cutRow(r, avail-spent, spent+cost)
 	}
 	return funded
 }
 
-// cutRow records that row q is not compared: left is what the budget had
+// cutRow records that row r is not compared: left is what the budget had
 // for it, need what the funded rows and this one would have cost.
-func (l *study) cutRow(q float64, left, need time.Duration) {
-	perRun := l.minRowCost(q) / time.Duration(l.cfg.MinRepeats)
+func (p *planner) cutRow(r cpuRow, left, need time.Duration) {
+	perRun := p.minRowCost(r) / time.Duration(p.cfg.MinRepeats)
 	funds := 0
 	if left > 0 && perRun > 0 {
 		funds = int(left / perRun)
@@ -142,9 +147,20 @@ func (l *study) cutRow(q float64, left, need time.Duration) {
 	budget := time.Duration(float64(need) / (1 - adaptiveReserve) / cpuShare)
 	budget = (budget + time.Minute - 1).Truncate(time.Minute)
 	msg := fmt.Sprintf("not compared at %s: the budget funds %d of the %d runs a verdict needs (--budget %v would fund them)",
-		rowLabel(q, l.requestAt(q)), min(funds, l.cfg.MinRepeats), l.cfg.MinRepeats, budget)
-	l.rec.Lab.NotCompared = append(l.rec.Lab.NotCompared, msg)
-	l.budgetNote("%s", msg)
+		r.label, min(funds, p.cfg.MinRepeats), p.cfg.MinRepeats, budget)
+	p.lab.NotCompared = append(p.lab.NotCompared, msg)
+	p.note("%s", msg)
+}
+
+// openWindow is the open loop's window per run at rate: long enough that
+// the minimum repeats pool OpenSamples latencies.
+func (p *planner) openWindow(rate float64) time.Duration {
+	if p.cfg.OpenDuration > 0 {
+		return p.cfg.OpenDuration
+	}
+	need := float64(p.cfg.OpenSamples) / rate / float64(p.cfg.MinRepeats)
+	d := time.Duration(math.Ceil(need*10) / 10 * float64(time.Second))
+	return max(d, p.cfg.MinOpenWindow)
 }
 
 // planOpenWindow is the open-loop window per run at rate for row q, the
@@ -152,28 +168,28 @@ func (l *study) cutRow(q float64, left, need time.Duration) {
 // open runs of this and every later funded row, and the closed runs of the
 // later ones, fit in the CPU study's time less the adaptive reserve. It
 // never goes under openFloor: below it, runs could not carry a verdict.
-func (l *study) planOpenWindow(rows []float64, i int, rate float64) time.Duration {
-	want := l.openWindow(rate)
-	if l.cfg.OpenDuration > 0 {
+func (p *planner) planOpenWindow(rows []cpuRow, i int, rate float64) time.Duration {
+	want := p.openWindow(rate)
+	if p.cfg.OpenDuration > 0 {
 		return want
 	}
 	var closedLater time.Duration
 	openRuns := 0
-	for j, q := range rows[i:] {
-		n := l.runsFor(q) / 2
+	for j, r := range rows[i:] {
+		n := r.runs / 2
 		openRuns += n
 		if j > 0 {
-			closedLater += time.Duration(n) * (l.cfg.ClosedWindow + l.runOverhead())
+			closedLater += time.Duration(n) * (p.cfg.ClosedWindow + p.runOverhead())
 		}
 	}
-	left := time.Duration(float64(l.cpuBudget())*(1-adaptiveReserve)) - l.elapsed() - closedLater
-	fit := left/time.Duration(max(openRuns, 1)) - l.runOverhead()
+	left := time.Duration(float64(p.cpuBudget())*(1-adaptiveReserve)) - p.elapsed() - closedLater
+	fit := left/time.Duration(max(openRuns, 1)) - p.runOverhead()
 	if fit >= want {
 		return want
 	}
-	win := max(fit, l.openFloor()).Round(100 * time.Millisecond)
-	l.budgetNote("open loop at %s: %v windows (%d latencies per cell at %.0f rps) instead of the %v that %d latencies need; p99 intervals are wider",
-		rowLabel(rows[i], l.requestAt(rows[i])), win, int(rate*win.Seconds())*l.cfg.MinRepeats, rate, want, l.cfg.OpenSamples)
+	win := max(fit, p.openFloor()).Round(100 * time.Millisecond)
+	p.note("open loop at %s: %v windows (%d latencies per cell at %.0f rps) instead of the %v that %d latencies need; p99 intervals are wider",
+		rows[i].label, win, int(rate*win.Seconds())*p.cfg.MinRepeats, rate, want, p.cfg.OpenSamples)
 	return win
 }
 
@@ -187,43 +203,46 @@ type memPlan struct {
 // memTrialsPlanned is how many closed-loop trials the memory study
 // expects per setting: about six to bracket and bisect, and at most
 // ConfirmOf runs on each of the ConfirmSpan steps that confirm the edge.
-func (l *study) memTrialsPlanned() int {
-	if l.cfg.ConfirmOf <= 1 {
+func (p *planner) memTrialsPlanned() int {
+	if p.cfg.ConfirmOf <= 1 {
 		return 6
 	}
-	return 6 + l.cfg.ConfirmOf*max(l.cfg.ConfirmSpan, 1)
+	return 6 + p.cfg.ConfirmOf*max(p.cfg.ConfirmSpan, 1)
 }
 
 // survivalTrialsMax bounds one survival search: what is planned, and as
 // many again for an edge that does not hold and the climb past it.
-func (l *study) survivalTrialsMax() int {
-	return max(16, 2*l.memTrialsPlanned())
+func (p *planner) survivalTrialsMax() int {
+	return max(16, 2*p.memTrialsPlanned())
 }
 
-// planMemory sizes the survival trials to the time left, from the probes'
+// planMemory sizes the survival trials to the time left (and keeps the
+// plan for survivalLoad), from the probes'
 // throughput: the same request count for every trial, so their peaks
 // compare, and no more than a third of each setting's share (the healthy
 // search gets the rest, memory.go) per planned trial allows.
-func (l *study) planMemory(probeRPS, probeSeconds float64) memPlan {
-	p := memPlan{requests: l.cfg.MemRequests}
+func (p *planner) planMemory(probeRPS, probeSeconds float64) memPlan {
+	m := memPlan{requests: p.cfg.MemRequests}
 	if probeRPS <= 0 {
-		return p
+		p.mem = m
+		return m
 	}
-	left := l.cfg.Budget - l.elapsed() - l.checkReserve()
-	trials := len(l.cfg.MemSettings) * l.memTrialsPlanned()
+	left := p.cfg.Budget - p.elapsed() - p.checkReserve()
+	trials := len(p.cfg.MemSettings) * p.memTrialsPlanned()
 	per := left / 3 / time.Duration(max(trials, 1))
 	// A trial's start-up and stop cost what the probes' did beyond their
 	// load.
-	overhead := time.Duration(max(probeSeconds-float64(l.cfg.MemRequests)/probeRPS, 0.5) * float64(time.Second))
-	if n := int(probeRPS * (per - overhead).Seconds()); n < p.requests {
-		p.requests = max(n, minMemRequests)
-		l.budgetNote("survival trials of %d requests instead of %d: at %.0f rps, %d trials in a third of the %v left need it; peaks and floors rest on a shorter load",
-			p.requests, l.cfg.MemRequests, probeRPS, trials, left.Round(time.Second))
+	overhead := time.Duration(max(probeSeconds-float64(p.cfg.MemRequests)/probeRPS, 0.5) * float64(time.Second))
+	if n := int(probeRPS * (per - overhead).Seconds()); n < m.requests {
+		m.requests = max(n, minMemRequests)
+		p.note("survival trials of %d requests instead of %d: at %.0f rps, %d trials in a third of the %v left need it; peaks and floors rest on a shorter load",
+			m.requests, p.cfg.MemRequests, probeRPS, trials, left.Round(time.Second))
 	}
 	// A trial that takes four times its plan is cut there: a target that
 	// slow at this limit is not healthy.
-	p.maxTrial = max(4*time.Duration(float64(p.requests)/probeRPS*float64(time.Second)), 5*time.Second)
-	return p
+	m.maxTrial = max(4*time.Duration(float64(m.requests)/probeRPS*float64(time.Second)), 5*time.Second)
+	p.mem = m
+	return m
 }
 
 // defaultCheckReserve is the time kept back for the check trial until
@@ -233,18 +252,18 @@ const defaultCheckReserve = 20 * time.Second
 // pairCost is what one health pair (a reference and a limited run side by
 // side, started cold) has cost so far: the mean over every pair run, or
 // the health window plus the probes' start-up before any.
-func (l *study) pairCost() time.Duration {
-	if l.pairN == 0 {
-		return l.cfg.HealthWindow + 2*time.Second
+func (p *planner) pairCost() time.Duration {
+	if p.pairN == 0 {
+		return p.cfg.HealthWindow + 2*time.Second
 	}
-	return l.pairSum / time.Duration(l.pairN)
+	return p.pairSum / time.Duration(p.pairN)
 }
 
 // checkReserve is the time kept back from the budget for the check trial:
 // the pairs it needs before its interval may decide, at what pairs have
 // cost so far (a slow target's start-up makes them dearer).
-func (l *study) checkReserve() time.Duration {
-	return max(defaultCheckReserve, time.Duration(l.cfg.HealthPairs)*l.pairCost())
+func (p *planner) checkReserve() time.Duration {
+	return max(defaultCheckReserve, time.Duration(p.cfg.HealthPairs)*p.pairCost())
 }
 
 // minMemRequests is the fewest requests a survival trial sends.
@@ -252,7 +271,7 @@ const minMemRequests = 50
 
 // probeCap is the time cap of one unlimited memory probe: a slow target
 // must not spend the memory study on its probes.
-func (l *study) probeCap() time.Duration {
-	left := l.cfg.Budget - l.elapsed() - l.checkReserve()
-	return max(left/time.Duration(5*max(l.cfg.Probes, 1)), 5*time.Second)
+func (p *planner) probeCap() time.Duration {
+	left := p.cfg.Budget - p.elapsed() - p.checkReserve()
+	return max(left/time.Duration(5*max(p.cfg.Probes, 1)), 5*time.Second)
 }

@@ -5,6 +5,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 )
 
 // A slow target (node_exporter at 250m: ~25 rps closed loop, 15 rps
@@ -15,12 +19,12 @@ import (
 func TestSlowTargetFitsTheBudget(t *testing.T) {
 	l, f := newFakeLab(t, 4*time.Minute)
 	l.cfg.Quotas = []float64{0.25}
-	l.cfg.CPUSettings = []string{SetProcs1, SetGoDefault, SetGofit}
-	f.rps = map[string]float64{SetGoDefault: 25, SetGofit: 25, SetProcsNCPU: 25}
+	l.cfg.CPUSettings = []string{result.SetProcs1, result.SetGoDefault, result.SetGofit}
+	f.rps = map[string]float64{result.SetGoDefault: 25, result.SetGofit: 25, result.SetProcsNCPU: 25}
 	var windows []time.Duration
 	inner := f.measure
-	l.measure = func(ctx context.Context, c cpuConfig, mode Mode, offered float64, window time.Duration, rep int) (CPUCell, error) {
-		if mode == Open {
+	l.measure = func(ctx context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
+		if mode == result.Open {
 			windows = append(windows, window)
 		}
 		return inner(ctx, c, mode, offered, window, rep)
@@ -31,14 +35,14 @@ func TestSlowTargetFitsTheBudget(t *testing.T) {
 	if len(windows) == 0 {
 		t.Fatal("no open-loop run")
 	}
-	want := l.openWindow(15)
+	want := l.plan.openWindow(15)
 	for _, w := range windows {
 		if w >= want {
 			t.Errorf("open window %v: the %v that 5,000 latencies at 15 rps need does not fit a 4m budget", w, want)
 		}
 	}
-	if took, most := l.elapsed(), l.cpuBudget()+l.cfg.ClosedWindow+l.cfg.Warmup+time.Second; took > most {
-		t.Errorf("the CPU study took %v of the fake clock, want at most its share %v plus one run", took, l.cpuBudget())
+	if took, most := l.elapsed(), l.plan.cpuBudget()+l.cfg.ClosedWindow+l.cfg.Warmup+time.Second; took > most {
+		t.Errorf("the CPU study took %v of the fake clock, want at most its share %v plus one run", took, l.plan.cpuBudget())
 	}
 	if !l.rec.Lab.BudgetLimited || !strings.Contains(strings.Join(l.rec.Lab.BudgetNotes, "\n"), "open loop at 250m") {
 		t.Errorf("budget_limited %v, notes %q: want a note on the open loop", l.rec.Lab.BudgetLimited, l.rec.Lab.BudgetNotes)
@@ -50,22 +54,22 @@ func TestSlowTargetFitsTheBudget(t *testing.T) {
 // them all.
 func TestPlanMemoryForASlowTarget(t *testing.T) {
 	l, f := newFakeLab(t, 4*time.Minute)
-	l.cfg.MemSettings = []string{SetGofit, SetAutoMemLimit}
+	l.cfg.MemSettings = []string{result.SetGofit, result.SetAutoMemLimit}
 	l.cfg.ConfirmNeed, l.cfg.ConfirmOf, l.cfg.MemRequests = 1, 1, 800
 	f.now = f.now.Add(110 * time.Second) // the CPU study's share spent
-	p := l.planMemory(25, 40)            // node_exporter: 25 rps, 800 requests took ~40 s
+	p := l.plan.planMemory(25, 40)       // node_exporter: 25 rps, 800 requests took ~40 s
 	if p.requests >= l.cfg.MemRequests || p.requests < minMemRequests {
 		t.Errorf("%d requests per survival trial at 25 rps with ~110 s left", p.requests)
 	}
-	trials := time.Duration(len(l.cfg.MemSettings) * l.memTrialsPlanned())
-	if total, left := trials*time.Duration(float64(p.requests)/25*float64(time.Second)), l.cfg.Budget-l.elapsed()-l.checkReserve(); total > left/3 {
+	trials := time.Duration(len(l.cfg.MemSettings) * l.plan.memTrialsPlanned())
+	if total, left := trials*time.Duration(float64(p.requests)/25*float64(time.Second)), l.cfg.Budget-l.elapsed()-l.plan.checkReserve(); total > left/3 {
 		t.Errorf("planned survival trials take %v of load, over a third of the %v left", total, left)
 	}
 	if !l.rec.Lab.BudgetLimited {
 		t.Error("no budget note")
 	}
 	l2, _ := newFakeLab(t, 15*time.Minute)
-	if p := l2.planMemory(5000, 1.5); p.requests != l2.cfg.MemRequests || l2.rec.Lab.BudgetLimited {
+	if p := l2.plan.planMemory(5000, 1.5); p.requests != l2.cfg.MemRequests || l2.rec.Lab.BudgetLimited {
 		t.Errorf("fast target: %d requests, budget_limited %v", p.requests, l2.rec.Lab.BudgetLimited)
 	}
 }
@@ -73,7 +77,7 @@ func TestPlanMemoryForASlowTarget(t *testing.T) {
 // The three settings the study compares get the memory budget first:
 // with equal shares, GOGC=off's climb once cut gofit's healthy search.
 func TestMemShareComparedFirst(t *testing.T) {
-	all := []string{SetGofit, SetNone, SetAutoMemLimit, SetLimitGCOff}
+	all := []string{result.SetGofit, result.SetNone, result.SetAutoMemLimit, result.SetLimitGCOff}
 	for _, c := range []struct {
 		settings []string
 		want     time.Duration
@@ -81,7 +85,7 @@ func TestMemShareComparedFirst(t *testing.T) {
 		{all, 30 * time.Minute},     // gofit: a third, not a quarter
 		{all[2:], 90 * time.Minute}, // automemlimit: all, GOGC=off after it
 		{all[3:], 90 * time.Minute}, // GOGC=off: what the others left
-		{[]string{SetLimitGCOff, SetGofit}, 45 * time.Minute},
+		{[]string{result.SetLimitGCOff, result.SetGofit}, 45 * time.Minute},
 		{nil, 90 * time.Minute},
 	} {
 		if got := memShare(90*time.Minute, c.settings); got != c.want {
@@ -103,16 +107,44 @@ func TestStartWait(t *testing.T) {
 		limit        int64
 		want         time.Duration
 	}{
-		{0, 0, 64 * mib, defaultReadyTimeout},
-		{800 * time.Millisecond, 0, 0, defaultReadyTimeout},
+		{0, 0, 64 * mib, sandbox.DefaultReadyTimeout},
+		{800 * time.Millisecond, 0, 0, sandbox.DefaultReadyTimeout},
 		{800 * time.Millisecond, 0, 64 * mib, minStartWait},
 		{3 * time.Second, 0, 64 * mib, 12 * time.Second},
 		{3 * time.Second, 10 * time.Second, 64 * mib, 10 * time.Second},
-		{20 * time.Second, 0, 64 * mib, defaultReadyTimeout},
+		{20 * time.Second, 0, 64 * mib, sandbox.DefaultReadyTimeout},
 	} {
 		l.slowestStart = tc.slowest
-		if got := l.startWait(Target{ReadyTimeout: tc.own}, tc.limit); got != tc.want {
+		if got := l.startWait(sandbox.Target{ReadyTimeout: tc.own}, tc.limit); got != tc.want {
 			t.Errorf("slowest start %v, --ready-timeout %v, limit %d MiB: waits %v, want %v", tc.slowest, tc.own, tc.limit/mib, got, tc.want)
 		}
+	}
+}
+
+// The planner is asked without a study: it funds rows in the order given
+// while their minimum runs fit, names the rest in not_compared, and
+// prices runs from what they have cost.
+func TestPlannerFundsRowsInOrder(t *testing.T) {
+	cfg := defaultConfig(true)
+	var lab result.LabInfo
+	p := newPlanner(&cfg, func() time.Duration { return 0 }, &lab)
+	if got := p.runOverhead(); got != cfg.Warmup+time.Second {
+		t.Errorf("overhead before any run %v, want warm-up + 1s", got)
+	}
+	p.ranCPU(3 * time.Second)
+	p.ranCPU(5 * time.Second)
+	if got := p.runOverhead(); got != 4*time.Second {
+		t.Errorf("overhead after runs of 3s and 5s: %v, want 4s", got)
+	}
+	rows := []cpuRow{{q: 0.5, runs: 12, label: "500m"}, {q: 0.25, runs: 12, label: "250m"}, {q: 1, runs: 12, label: "1000m"}}
+	cost := p.minRowCost(rows[0])
+	// The CPU study's share less the adaptive reserve holds a row and a half.
+	cfg.Budget = time.Duration(1.5 * float64(cost) / (1 - adaptiveReserve) / cpuShare)
+	funded := p.planRows(rows)
+	if len(funded) != 1 || funded[0].q != 0.5 {
+		t.Errorf("funded %+v, want the first row only", funded)
+	}
+	if len(lab.NotCompared) != 2 || !strings.Contains(lab.NotCompared[0], "at 250m") || !strings.Contains(lab.NotCompared[1], "at 1000m") || !lab.BudgetLimited {
+		t.Errorf("not compared %q, budget_limited %v", lab.NotCompared, lab.BudgetLimited)
 	}
 }

@@ -1,10 +1,8 @@
 package lab
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 )
 
@@ -53,25 +51,5 @@ func TestCheckOutUndo(t *testing.T) {
 	}
 	if _, err := checkOut(filepath.Join(file, "x")); err == nil {
 		t.Error("CheckOut under a file: want an error")
-	}
-}
-
-// A study that measured nothing does not replace earlier good results.
-func TestLabKeepsGoodResults(t *testing.T) {
-	dir := t.TempDir()
-	good := []byte(`{"cpu":[{"rps":1}]}`)
-	os.WriteFile(filepath.Join(dir, "results.json"), good, 0o644)
-	paths, err := writeFiles(dir, &Results{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b, _ := os.ReadFile(filepath.Join(dir, "results.json")); !bytes.Equal(b, good) {
-		t.Errorf("an empty run replaced results.json: %s", b)
-	}
-	if len(paths) != 2 || !strings.Contains(paths[0], "results-empty.json") {
-		t.Errorf("wrote %v", paths)
-	}
-	if m, _ := filepath.Glob(filepath.Join(dir, ".gofit-*")); len(m) > 0 {
-		t.Errorf("temporary files left: %v", m)
 	}
 }

@@ -12,6 +12,10 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/report"
 )
 
 // ErrInterrupted means ctx ended the study; partial results were written
@@ -49,7 +53,7 @@ func Main(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		cfg.Target.Path = path
 	}
 
-	sb, err := NewSandbox()
+	sb, err := sandbox.New()
 	if err != nil {
 		if errors.Is(err, iofs.ErrPermission) {
 			return fmt.Errorf("%w; the lab needs root on Linux with cgroupfs mounted writable (try: sudo gofit lab)", err)
@@ -66,7 +70,7 @@ func Main(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	// A temporary directory named for this process, so a later lab sweeps
 	// it if this one is killed: the sample's binary and the reference's
 	// copy live there.
-	dir, err := tempDir()
+	dir, err := sandbox.TempDir()
 	if err != nil {
 		return err
 	}
@@ -83,7 +87,7 @@ func Main(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		if err := copyFile(self, path); err != nil {
 			return err
 		}
-		cfg.Target = Target{Path: path, Args: []string{SampleCommand, "127.0.0.1:{port}"}, URL: "http://127.0.0.1:{port}/work"}
+		cfg.Target = sandbox.Target{Path: path, Args: []string{SampleCommand, "127.0.0.1:{port}"}, URL: "http://127.0.0.1:{port}/work"}
 		cfg.Sample = true
 	}
 	// The health trials' reference runs beside the limited target: from
@@ -91,7 +95,7 @@ func Main(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	cfg.RefTarget = cfg.Target
 	cfg.RefTarget.Path = filepath.Join(dir, "reference-"+filepath.Base(cfg.Target.Path))
 	if err := copyFile(cfg.Target.Path, cfg.RefTarget.Path); err != nil {
-		cfg.RefTarget = Target{}
+		cfg.RefTarget = sandbox.Target{}
 		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("the health trials' reference shares %s with the limited run (%v): page cache one faults in is charged to the other", cfg.Target.Path, err))
 	}
 	cfg.Progress = stderr
@@ -102,8 +106,8 @@ func Main(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	start := time.Now()
 	res, rec, runErr := runStudy(ctx, sb, cfg)
 	interrupted := ctx.Err() != nil
-	paths, werr := writeFiles(o.Out, res)
-	if werr == nil && !res.empty() {
+	paths, werr := report.Write(o.Out, res)
+	if werr == nil && !res.Empty() {
 		var p string
 		p, werr = writeRecords(o.Out, cfg, rec)
 		paths = append(paths, p)
@@ -127,7 +131,7 @@ func Main(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 			return err
 		}
 	} else {
-		writeSummary(stdout, res)
+		report.Summary(stdout, res)
 		fmt.Fprintf(stdout, "written: %s\n", strings.Join(paths, ", "))
 	}
 	if runErr != nil {
@@ -168,7 +172,7 @@ func replay(o Options, stdout io.Writer) error {
 	}
 	defer undoOut()
 	res := analyse(cfg, rec)
-	paths, err := writeFiles(o.Out, &res)
+	paths, err := report.Write(o.Out, &res)
 	if err != nil {
 		return fmt.Errorf("write results: %w", err)
 	}
@@ -177,7 +181,7 @@ func replay(o Options, stdout io.Writer) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(res)
 	}
-	writeSummary(stdout, &res)
+	report.Summary(stdout, &res)
 	fmt.Fprintf(stdout, "written: %s\n", strings.Join(paths, ", "))
 	return nil
 }
@@ -206,4 +210,45 @@ func copyFile(src, dst string) error {
 		return err
 	}
 	return out.Close()
+}
+
+// checkOut makes sure results can be written to dir before a study
+// spends minutes: it creates dir if needed and writes and removes a file
+// there. undo removes the directories it created while they are still
+// empty, so a run that fails before writing results leaves nothing behind.
+func checkOut(dir string) (undo func(), err error) {
+	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+		return nil, fmt.Errorf("--out %s: not a directory", dir)
+	}
+	// The directories MkdirAll is about to create, deepest last, so that
+	// undo can take them away again if the run writes nothing into them.
+	var made []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil || filepath.Dir(d) == d {
+			break
+		}
+		made = append([]string{d}, made...)
+	}
+	undo = func() {
+		for i := len(made) - 1; i >= 0; i-- {
+			if os.Remove(made[i]) != nil { // not empty: results are there
+				return
+			}
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		undo()
+		return nil, fmt.Errorf("--out: %w", err)
+	}
+	f, err := os.CreateTemp(dir, ".gofit-check-*")
+	if err != nil {
+		undo()
+		return nil, fmt.Errorf("--out %s: cannot write there: %w", dir, err)
+	}
+	f.Close()
+	if err := os.Remove(f.Name()); err != nil {
+		undo()
+		return nil, err
+	}
+	return undo, nil
 }

@@ -12,26 +12,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 	"github.com/gofit-dev/gofit/fit"
 )
 
-// CPU settings.
 const (
-	SetProcs1    = "gomaxprocs=1"
-	SetGoDefault = "go-default"
-	SetGofit     = "gofit"
-	SetProcsNCPU = "gomaxprocs=ncpu"
-)
-
-// Memory settings.
-const (
-	SetNone         = "none"
-	SetLimitGCOff   = "gomemlimit=limit,gogc=off"
-	SetAutoMemLimit = "automemlimit" // GOMEMLIMIT = 0.9 × limit, as KimMachineGun/automemlimit and Prometheus' --auto-gomemlimit set
-	sampleGODEBUG   = "containermaxprocs=1,updatemaxprocs=1"
-	memConcurrency  = 8
+	sampleGODEBUG  = "containermaxprocs=1,updatemaxprocs=1"
+	memConcurrency = 8
 	// A memory trial whose throughput falls below this share of the
 	// unlimited probe's, while it faults pages in, is stalled.
 	stallShare = 0.1
@@ -46,23 +38,13 @@ const (
 	maxErrorShare = 0.01
 )
 
-// Mode is a load mode: a closed loop measures capacity, an open loop
-// latency at a fixed offered rate.
-type Mode string
-
-// The load modes.
-const (
-	Closed Mode = "closed"
-	Open   Mode = "open"
-)
-
 // Config is a study.
 type Config struct {
-	Target Target
+	Target sandbox.Target
 	// RefTarget is Target from its own copy of the binary: the health
 	// trials' reference runs beside the limited one, and one file's page
 	// cache would be charged to whichever touched it first. Zero: Target.
-	RefTarget Target
+	RefTarget sandbox.Target
 	// Sample is set when Target is the embedded sample, whose main module
 	// is run with Go ≥ 1.25's GOMAXPROCS default (see README).
 	Sample bool
@@ -119,7 +101,7 @@ func defaultConfig(quick bool) Config {
 	ncpu := float64(runtime.NumCPU())
 	c := Config{
 		Quotas:           []float64{0.25, 0.5, 1, ncpu},
-		CPUSettings:      []string{SetProcs1, SetGoDefault, SetGofit, SetProcsNCPU},
+		CPUSettings:      []string{result.SetProcs1, result.SetGoDefault, result.SetGofit, result.SetProcsNCPU},
 		CPURequest:       0.25,
 		CPURequestFactor: 1,
 		MinRepeats:       stats.MinRuns, // fewer, and no verdict could be decided
@@ -131,7 +113,7 @@ func defaultConfig(quick bool) Config {
 		OpenSamples:      5000,
 		MinOpenWindow:    minPeriods * cfsPeriod,
 		Budget:           15 * time.Minute,
-		MemSettings:      []string{SetGofit, SetNone, SetAutoMemLimit, SetLimitGCOff},
+		MemSettings:      []string{result.SetGofit, result.SetNone, result.SetAutoMemLimit, result.SetLimitGCOff},
 		Probes:           3,
 		HealthShare:      0.3,
 		HealthWindow:     4 * time.Second,
@@ -166,12 +148,12 @@ func defaultConfig(quick bool) Config {
 	if quick {
 		c.Quotas = []float64{0.25}
 		c.CPURequest = 0 // the request row costs a quota's cells: not in the reduced study
-		c.CPUSettings = []string{SetProcs1, SetGoDefault, SetGofit}
+		c.CPUSettings = []string{result.SetProcs1, result.SetGoDefault, result.SetGofit}
 		c.MaxRepeats = 4
 		c.Budget = 4 * time.Minute
 		// gofit against the peer users would pick instead; the no-knob
 		// floor and its multiples are the default study's.
-		c.MemSettings = []string{SetGofit, SetAutoMemLimit}
+		c.MemSettings = []string{result.SetGofit, result.SetAutoMemLimit}
 		c.MemRequests = 800
 		c.Multiples = nil
 		c.Probes = 2
@@ -328,7 +310,7 @@ func (o Options) target(cfg *Config) error {
 	if len(words) == 0 {
 		return usagef("--cmd %q: no command", o.Cmd)
 	}
-	t := Target{Path: words[0], Args: words[1:], URL: o.URL, ReadyURL: o.ReadyURL, ReadyTimeout: o.ReadyTimeout}
+	t := sandbox.Target{Path: words[0], Args: words[1:], URL: o.URL, ReadyURL: o.ReadyURL, ReadyTimeout: o.ReadyTimeout}
 	if o.URL != "" {
 		if err := load.CheckURL(o.URL); err != nil {
 			return usagef("--url %v", err)
@@ -388,14 +370,14 @@ func (c Config) Validate() error {
 	}
 	for _, s := range c.CPUSettings {
 		switch s {
-		case SetProcs1, SetGoDefault, SetGofit, SetProcsNCPU:
+		case result.SetProcs1, result.SetGoDefault, result.SetGofit, result.SetProcsNCPU:
 		default:
 			return usagef("Config.CPUSettings: unknown setting %q", s)
 		}
 	}
 	for _, s := range c.MemSettings {
 		switch s {
-		case SetNone, SetGofit, SetLimitGCOff, SetAutoMemLimit:
+		case result.SetNone, result.SetGofit, result.SetLimitGCOff, result.SetAutoMemLimit:
 		default:
 			return usagef("Config.MemSettings: unknown setting %q", s)
 		}
@@ -449,6 +431,15 @@ func (c Config) Validate() error {
 	}
 	if c.Resolution <= 0 || c.HealthResolution <= 0 {
 		return usagef("Config.Resolution %d, Config.HealthResolution %d: must be positive", c.Resolution, c.HealthResolution)
+	}
+	return nil
+}
+
+// checkTarget says what a target lacks to be studied: a command, and a URL or a
+// request mix.
+func checkTarget(t sandbox.Target) error {
+	if t.Path == "" || t.URL == "" && len(t.Requests) == 0 {
+		return usagef("--cmd with --url or --targets: no target")
 	}
 	return nil
 }

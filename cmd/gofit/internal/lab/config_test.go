@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
 )
 
 // What newLab used to clamp in silence (repeats under 1, max-repeats
@@ -32,7 +34,7 @@ func TestConfigValidate(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := defaultConfig(false)
-			cfg.Target = Target{Path: "/bin/true", URL: "http://127.0.0.1:{port}/"}
+			cfg.Target = sandbox.Target{Path: "/bin/true", URL: "http://127.0.0.1:{port}/"}
 			tc.edit(&cfg)
 			err := cfg.Validate()
 			if err == nil || !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), tc.want) {
@@ -119,10 +121,10 @@ func TestOptionsConfig(t *testing.T) {
 	}
 	// A mix without --url is a target the study accepts (it refused it
 	// as "no target" once, after the options had passed).
-	if err := cfg.Target.check(); err != nil {
+	if err := checkTarget(cfg.Target); err != nil {
 		t.Errorf("a --targets mix: %v", err)
 	}
-	if err := (Target{Path: "svc"}).check(); err == nil {
+	if err := checkTarget(sandbox.Target{Path: "svc"}); err == nil {
 		t.Error("a command without a URL or a mix is a target")
 	}
 }

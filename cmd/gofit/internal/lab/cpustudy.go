@@ -10,6 +10,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
@@ -50,19 +54,19 @@ func (l *study) configsRequest(q, request float64) []cpuConfig {
 	order := append([]string(nil), l.cfg.CPUSettings...)
 	rank := func(s string) int {
 		switch s {
-		case SetGoDefault:
+		case result.SetGoDefault:
 			return 0
-		case SetGofit:
+		case result.SetGofit:
 			return 1
 		}
 		return 2
 	}
 	sort.SliceStable(order, func(i, j int) bool { return rank(order[i]) < rank(order[j]) })
-	defaultEnv, defaultProcs, _ := l.cpuEnvRequest(SetGoDefault, q, request)
+	defaultEnv, defaultProcs, _ := l.cpuEnvRequest(result.SetGoDefault, q, request)
 	for _, s := range order {
 		env, procs, from := l.cpuEnvRequest(s, q, request)
 		k := envKey(env)
-		if s == SetProcsNCPU && procs == defaultProcs && l.rec.Binary.GoVersion != "" {
+		if s == result.SetProcsNCPU && procs == defaultProcs && l.rec.Binary.GoVersion != "" {
 			// Go's default is known to be the CPU count here (a Go >= 1.25
 			// target under a quota of 1 core or less on 2 CPUs, or no
 			// limit): measuring both would measure the noise twice and
@@ -88,6 +92,42 @@ func (l *study) cpuRows() []float64 {
 	return l.cfg.Quotas
 }
 
+// rowOrder is the CPU study's rows, in the order it measures them, which is
+// the order the planner funds them (planRows): first the quotas where gofit's plan and
+// Go's default differ (the comparison the recommendation rests on),
+// smallest first, then the request row if they differ there, then the
+// rest. A row the budget cannot take to a verdict is left out (planRows).
+func (l *study) rowOrder() []cpuRow {
+	rows := append([]float64(nil), l.cpuRows()...)
+	rank := func(q float64) int {
+		differs := false
+		for _, c := range l.configsRequest(q, l.requestAt(q)) {
+			if c.setting == result.SetGofit {
+				differs = true // gofit names a cell of its own: not go-default's
+			}
+		}
+		switch {
+		case differs && q > 0:
+			return 0
+		case differs:
+			return 1
+		}
+		return 2
+	}
+	sort.SliceStable(rows, func(i, j int) bool {
+		ri, rj := rank(rows[i]), rank(rows[j])
+		if ri != rj {
+			return ri < rj
+		}
+		return rows[i] < rows[j]
+	})
+	out := make([]cpuRow, len(rows))
+	for i, q := range rows {
+		out[i] = cpuRow{q: q, runs: len(l.configsRequest(q, l.requestAt(q))) * l.cfg.MinRepeats * 2, label: result.RowLabel(q, l.requestAt(q))}
+	}
+	return out
+}
+
 // requestAt is the CPU request of row q: Config.CPURequest for the request
 // row, none for a quota.
 func (l *study) requestAt(q float64) float64 {
@@ -100,15 +140,15 @@ func (l *study) requestAt(q float64) float64 {
 type cellKey struct {
 	q       float64
 	setting string
-	mode    Mode
+	mode    result.Mode
 }
 
-func (l *study) runsOf(k cellKey) []CPUCell    { return runsOf(l.rec.CPU, k) }
-func (l *analysis) runsOf(k cellKey) []CPUCell { return runsOf(l.rec.CPU, k) }
+func (l *study) runsOf(k cellKey) []result.CPUCell    { return runsOf(l.rec.CPU, k) }
+func (l *analysis) runsOf(k cellKey) []result.CPUCell { return runsOf(l.rec.CPU, k) }
 
 // runsOf is the runs of cell k among cells, in the order they ran.
-func runsOf(cells []CPUCell, k cellKey) []CPUCell {
-	var out []CPUCell
+func runsOf(cells []result.CPUCell, k cellKey) []result.CPUCell {
+	var out []result.CPUCell
 	for _, c := range cells {
 		if c.QuotaCores == k.q && c.Setting == k.setting && c.Mode == k.mode {
 			out = append(out, c)
@@ -117,10 +157,10 @@ func runsOf(cells []CPUCell, k cellKey) []CPUCell {
 	return out
 }
 
-func pooled(cs []CPUCell) stats.Sample {
+func pooled(cs []result.CPUCell) stats.Sample {
 	s := make(stats.Sample, 0, len(cs))
 	for _, c := range cs {
-		s = append(s, c.blocks)
+		s = append(s, c.Blocks)
 	}
 	return s
 }
@@ -134,46 +174,34 @@ func (l *study) closedWindow() time.Duration {
 	return l.cfg.ClosedWindow
 }
 
-// openWindow is the open loop's window per run at rate: long enough that
-// the minimum repeats pool OpenSamples latencies.
-func (l *study) openWindow(rate float64) time.Duration {
-	if l.cfg.OpenDuration > 0 {
-		return l.cfg.OpenDuration
-	}
-	need := float64(l.cfg.OpenSamples) / rate / float64(l.cfg.MinRepeats)
-	d := time.Duration(math.Ceil(need*10) / 10 * float64(time.Second))
-	return max(d, l.cfg.MinOpenWindow)
-}
-
 func (l *study) cpuStudy(ctx context.Context) error {
 	offered := map[float64]float64{}
 	windows := map[float64]time.Duration{}
 	all := map[float64][]cpuConfig{}
-	runOne := func(c cpuConfig, mode Mode, rep int) error {
+	runOne := func(c cpuConfig, mode result.Mode, rep int) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		win := l.closedWindow()
-		if mode == Open {
+		if mode == result.Open {
 			win = windows[c.quota]
 		}
 		began := l.now()
 		cell, err := l.measure(ctx, c, mode, offered[c.quota], win, rep)
 		if err == nil {
-			l.overheadSum += max(l.now().Sub(began)-time.Duration(cell.Seconds*float64(time.Second)), 0)
-			l.overheadRuns++
+			l.plan.ranCPU(l.now().Sub(began) - time.Duration(cell.Seconds*float64(time.Second)))
 		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			var se *startError
+			var se *sandbox.StartError
 			if errors.As(err, &se) {
 				// With no memory limit, a start that fails is the target's
 				// fault, and nothing measured after it would be trusted.
-				return fmt.Errorf("%w: cpu trial %s %s %s-loop: %v", errTargetFailed, rowLabel(c.quota, c.request), c.setting, mode, err)
+				return fmt.Errorf("%w: cpu trial %s %s %s-loop: %v", errTargetFailed, result.RowLabel(c.quota, c.request), c.setting, mode, err)
 			}
-			return fmt.Errorf("cpu trial %s %s %s-loop: %w", rowLabel(c.quota, c.request), c.setting, mode, err)
+			return fmt.Errorf("cpu trial %s %s %s-loop: %w", result.RowLabel(c.quota, c.request), c.setting, mode, err)
 		}
 		l.rec.CPU = append(l.rec.CPU, cell)
 		for i, t := range cell.Targets {
@@ -184,16 +212,16 @@ func (l *study) cpuStudy(ctx context.Context) error {
 			}
 			l.rec.Targets[i].Merge(t)
 		}
-		l.progress("cpu %-5s %-15s %-6s rep %d: %5.0f rps, p99 %6.1fms", rowLabel(c.quota, c.request), c.setting, mode, rep, cell.RPS, cell.P99)
+		l.progress("cpu %-5s %-15s %-6s rep %d: %5.0f rps, p99 %6.1fms", result.RowLabel(c.quota, c.request), c.setting, mode, rep, cell.RPS, cell.P99)
 		if cell.TargetExited {
 			// No memory limit here: an exit is a crash. Stop rather than
 			// measure a dead service for minutes.
 			l.rec.Exited = true
-			return fmt.Errorf("%w: it exited during the %s %s %s-loop window (%d errors: %s)", errTargetFailed, rowLabel(c.quota, c.request), c.setting, mode, cell.Errors, errorKinds(cell.ErrorKinds))
+			return fmt.Errorf("%w: it exited during the %s %s %s-loop window (%d errors: %s)", errTargetFailed, result.RowLabel(c.quota, c.request), c.setting, mode, cell.Errors, errorKinds(cell.ErrorKinds))
 		}
 		return nil
 	}
-	round := func(cs []cpuConfig, mode Mode, rep int) error {
+	round := func(cs []cpuConfig, mode result.Mode, rep int) error {
 		order := append([]cpuConfig(nil), cs...)
 		// A fresh order each round, so drift (thermal, noisy neighbours)
 		// spreads over all configurations.
@@ -205,21 +233,21 @@ func (l *study) cpuStudy(ctx context.Context) error {
 		}
 		return nil
 	}
-	rows := l.planRows()
-	for i := 0; i < len(rows); i++ {
-		q := rows[i]
-		if need := l.minRowCost(q); l.elapsed()+need > l.cpuBudget() {
+	planned := l.plan.planRows(l.rowOrder())
+	for i := 0; i < len(planned); i++ {
+		q := planned[i].q
+		if need := l.plan.minRowCost(planned[i]); l.elapsed()+need > l.plan.cpuBudget() {
 			// Slower than planned: what is left cannot take this row to
 			// a verdict.
-			l.cutRow(q, l.cpuBudget()-l.elapsed(), l.elapsed()+need)
-			rows = slices.Delete(rows, i, i+1)
+			l.plan.cutRow(planned[i], l.plan.cpuBudget()-l.elapsed(), l.elapsed()+need)
+			planned = slices.Delete(planned, i, i+1)
 			i--
 			continue
 		}
 		cs := l.configsRequest(q, l.requestAt(q))
 		all[q] = cs
 		for rep := 1; rep <= l.cfg.MinRepeats; rep++ {
-			if err := round(cs, Closed, rep); err != nil {
+			if err := round(cs, result.Closed, rep); err != nil {
 				return err
 			}
 		}
@@ -230,18 +258,22 @@ func (l *study) cpuStudy(ctx context.Context) error {
 		} else {
 			var caps []float64
 			for _, c := range cs {
-				if r := pooled(l.runsOf(cellKey{q, c.setting, Closed})).RPS(); r > 0 {
+				if r := pooled(l.runsOf(cellKey{q, c.setting, result.Closed})).RPS(); r > 0 {
 					caps = append(caps, r)
 				}
 			}
-			offered[q] = math.Max(1, math.Round(l.cfg.OpenFraction*summarize(caps).Median))
+			offered[q] = math.Max(1, math.Round(l.cfg.OpenFraction*stats.SpreadOf(caps).Median))
 		}
-		windows[q] = l.planOpenWindow(rows, i, offered[q])
+		windows[q] = l.plan.planOpenWindow(planned, i, offered[q])
 		for rep := 1; rep <= l.cfg.MinRepeats; rep++ {
-			if err := round(cs, Open, rep); err != nil {
+			if err := round(cs, result.Open, rep); err != nil {
 				return err
 			}
 		}
+	}
+	rows := make([]float64, len(planned))
+	for i, r := range planned {
+		rows[i] = r.q
 	}
 	// Adaptive: repeat what is still undecided, or short of samples, while
 	// the budget lasts; when it cannot fit a whole round, as many cells of
@@ -253,7 +285,7 @@ func (l *study) cpuStudy(ctx context.Context) error {
 		}
 		ran := 0
 		for _, t := range todo {
-			if l.elapsed()+l.runCost(t.key) > l.cpuBudget() {
+			if l.elapsed()+l.runCost(t.key) > l.plan.cpuBudget() {
 				break
 			}
 			var c cpuConfig
@@ -270,7 +302,7 @@ func (l *study) cpuStudy(ctx context.Context) error {
 		if ran < len(todo) {
 			left := len(l.undecided(all, rows))
 			if left > 0 {
-				l.budgetNote("the CPU study's budget (%v of %v) ran out with %d cells undecided or short of samples; they stay undecided, each with the smallest difference it could have shown and the budget that would decide it", l.cpuBudget().Round(time.Second), l.cfg.Budget, left)
+				l.plan.note("the CPU study's budget (%v of %v) ran out with %d cells undecided or short of samples; they stay undecided, each with the smallest difference it could have shown and the budget that would decide it", l.plan.cpuBudget().Round(time.Second), l.cfg.Budget, left)
 			}
 			return nil
 		}
@@ -286,7 +318,7 @@ type repeatTask struct {
 // quota the recommendation would pick from what is measured so far, then
 // the study's order (rowOrder).
 func (l *study) adaptiveOrder(rows []float64) []float64 {
-	pick := summarized(l.cfg, &l.rec).recommendCPU(&Recommendation{}).cores
+	pick := summarized(l.cfg, &l.rec).recommendCPU(&result.Recommendation{}).cores
 	out := []float64{}
 	if slices.Contains(rows, pick) {
 		out = append(out, pick)
@@ -313,19 +345,19 @@ func (l *study) undecided(all map[float64][]cpuConfig, rows []float64) []repeatT
 		}
 	}
 	for _, q := range rows {
-		for _, mode := range []Mode{Closed, Open} {
-			base := cellKey{q, SetGoDefault, mode}
+		for _, mode := range []result.Mode{result.Closed, result.Open} {
+			base := cellKey{q, result.SetGoDefault, mode}
 			baseRuns := l.runsOf(base)
 			for _, c := range all[q] {
 				k := cellKey{q, c.setting, mode}
 				runs := l.runsOf(k)
-				if a := newAnalysis(l.cfg, &l.rec); mode == Open && (a.saturated(k) != "" || a.saturated(base) != "") {
+				if a := newAnalysis(l.cfg, &l.rec); mode == result.Open && (a.saturated(k) != "" || a.saturated(base) != "") {
 					continue
 				}
-				if mode == Open && pooled(runs).Count() < l.cfg.OpenSamples && l.cfg.OpenDuration == 0 {
+				if mode == result.Open && pooled(runs).Count() < l.cfg.OpenSamples && l.cfg.OpenDuration == 0 {
 					add(k)
 				}
-				if c.setting == SetGoDefault || len(baseRuns) == 0 || anyFailed(runs) || anyFailed(baseRuns) {
+				if c.setting == result.SetGoDefault || len(baseRuns) == 0 || anyFailed(runs) || anyFailed(baseRuns) {
 					continue
 				}
 				st := headline(mode)
@@ -344,7 +376,7 @@ func (l *study) undecided(all map[float64][]cpuConfig, rows []float64) []repeatT
 	return out
 }
 
-func anyFailed(cs []CPUCell) bool {
+func anyFailed(cs []result.CPUCell) bool {
 	for _, c := range cs {
 		if cellFailed(c) {
 			return true
@@ -357,7 +389,7 @@ func (l *study) runCost(k cellKey) time.Duration    { return runCost(l.cfg, l.re
 func (l *analysis) runCost(k cellKey) time.Duration { return runCost(l.cfg, l.rec.CPU, k) }
 
 // runCost estimates one more run of k from the runs so far.
-func runCost(cfg Config, cells []CPUCell, k cellKey) time.Duration {
+func runCost(cfg Config, cells []result.CPUCell, k cellKey) time.Duration {
 	runs := runsOf(cells, k)
 	if len(runs) == 0 {
 		return cfg.ClosedWindow + cfg.Warmup
@@ -370,8 +402,8 @@ func runCost(cfg Config, cells []CPUCell, k cellKey) time.Duration {
 }
 
 // headline is the statistic a mode's verdict is about.
-func headline(mode Mode) stats.Stat {
-	if mode == Open {
+func headline(mode result.Mode) stats.Stat {
+	if mode == result.Open {
 		return stats.StatP99
 	}
 	return stats.StatRPS

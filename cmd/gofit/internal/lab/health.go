@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
 
@@ -32,13 +34,13 @@ func (l *study) healthLoad() memLoad {
 // After the first pair, no pair starts that the pairs so far say would end
 // after the study's budget: the trial is then judged on the pairs it has,
 // and says so (BudgetCut).
-func (l *study) healthTrial(ctx context.Context, ref, env map[string]string, cpu float64, limit int64) MemTrial {
-	t := MemTrial{LimitBytes: limit, Outcome: OK, OfferedRPS: l.rec.Target.HealthRPS}
+func (l *study) healthTrial(ctx context.Context, ref, env map[string]string, cpu float64, limit int64) result.MemTrial {
+	t := result.MemTrial{LimitBytes: limit, Outcome: result.OK, OfferedRPS: l.rec.Target.HealthRPS}
 	var pairs []healthPair
 	refFailed := 0
 	end := l.started.Add(l.cfg.Budget)
 	for t.Pairs < l.cfg.HealthMaxPairs && ctx.Err() == nil {
-		if t.Pairs > 0 && l.now().Add(l.pairCost()).After(end) {
+		if t.Pairs > 0 && l.now().Add(l.plan.pairCost()).After(end) {
 			t.BudgetCut = true
 			break
 		}
@@ -47,7 +49,7 @@ func (l *study) healthTrial(ctx context.Context, ref, env map[string]string, cpu
 		if ctx.Err() != nil {
 			break
 		}
-		l.pairSum, l.pairN = l.pairSum+l.now().Sub(t0), l.pairN+1
+		l.plan.ranPair(l.now().Sub(t0))
 		t.Seconds += max(rt.Seconds, lt.Seconds)
 		t.PeakBytes = max(t.PeakBytes, lt.PeakBytes)
 		t.PageCacheBytes, t.MajorFaults, t.LimitHits = lt.PageCacheBytes, t.MajorFaults+lt.MajorFaults, t.LimitHits+lt.LimitHits
@@ -55,12 +57,12 @@ func (l *study) healthTrial(ctx context.Context, ref, env map[string]string, cpu
 		if t.Pairs == 0 {
 			t.ResidentBefore = lt.ResidentBefore
 		}
-		if lt.Outcome != OK {
+		if lt.Outcome != result.OK {
 			t.Outcome, t.Detail = lt.Outcome, lt.Detail
 			break
 		}
 		t.Pairs++
-		if rt.Outcome != OK {
+		if rt.Outcome != result.OK {
 			// Not the limit's fault: the pair is left out, and the report
 			// says how many were.
 			refFailed++
@@ -76,7 +78,7 @@ func (l *study) healthTrial(ctx context.Context, ref, env map[string]string, cpu
 	if refFailed > 0 {
 		t.Detail = fmt.Sprintf("%d reference runs without a memory limit failed; their pairs were left out", refFailed)
 	}
-	if t.Outcome != OK || ctx.Err() != nil {
+	if t.Outcome != result.OK || ctx.Err() != nil {
 		t.Decided = true
 		return t
 	}

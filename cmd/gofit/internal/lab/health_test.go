@@ -2,12 +2,16 @@ package lab
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/report"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
@@ -89,7 +93,7 @@ type fakeMem struct {
 	bandP float64
 }
 
-func (f *fakeMem) run(_ context.Context, _ map[string]string, _ float64, limit int64, ml memLoad) (MemTrial, load.Result) {
+func (f *fakeMem) run(_ context.Context, _ map[string]string, _ float64, limit int64, ml memLoad) (result.MemTrial, load.Result) {
 	secs := ml.window.Seconds()
 	if ml.rate == 0 {
 		secs = 2
@@ -101,7 +105,7 @@ func (f *fakeMem) run(_ context.Context, _ map[string]string, _ float64, limit i
 // pair runs the reference and the limited run side by side: the moment
 // of the machine (shared) reaches both, and each has a little noise of
 // its own.
-func (f *fakeMem) pair(_ context.Context, _, _ map[string]string, _ float64, limit int64, ml memLoad) (MemTrial, load.Result, MemTrial, load.Result) {
+func (f *fakeMem) pair(_ context.Context, _, _ map[string]string, _ float64, limit int64, ml memLoad) (result.MemTrial, load.Result, result.MemTrial, load.Result) {
 	*f.clock = f.clock.Add(ml.window + 2*time.Second)
 	moment := math.Exp(f.mood * f.rng.NormFloat64())
 	own := func() float64 { return moment * math.Exp(f.own*f.rng.NormFloat64()) }
@@ -110,20 +114,20 @@ func (f *fakeMem) pair(_ context.Context, _, _ map[string]string, _ float64, lim
 	return rt, rr, lt, lr
 }
 
-func (f *fakeMem) runAt(limit int64, ml memLoad, mood float64) (MemTrial, load.Result) {
+func (f *fakeMem) runAt(limit int64, ml memLoad, mood float64) (result.MemTrial, load.Result) {
 	f.runs++
 	f.maxRunLimit = max(f.maxRunLimit, limit)
 	secs := ml.window.Seconds()
 	if ml.rate == 0 {
 		secs = 2
 	}
-	t := MemTrial{LimitBytes: limit, Outcome: OK, PeakBytes: uint64(f.peak)}
+	t := result.MemTrial{LimitBytes: limit, Outcome: result.OK, PeakBytes: uint64(f.peak)}
 	if limit > 0 && limit < f.floor {
-		t.Outcome = OOMKilled
+		t.Outcome = result.OOMKilled
 		return t, load.Result{}
 	}
 	if limit > 0 && limit < f.floor+f.band && f.rng.Float64() >= f.bandP {
-		t.Outcome = Stalled
+		t.Outcome = result.Stalled
 		return t, load.Result{}
 	}
 	if limit > 0 {
@@ -197,7 +201,7 @@ func TestHealthyFloorRepeats(t *testing.T) {
 				}
 				healthyAt := 0
 				for _, ht := range m.HealthyTrials {
-					if ht.Pairs < l.cfg.HealthPairs && ht.Outcome == OK || ht.Pairs > l.cfg.HealthMaxPairs {
+					if ht.Pairs < l.cfg.HealthPairs && ht.Outcome == result.OK || ht.Pairs > l.cfg.HealthMaxPairs {
 						t.Errorf("seed %d: a health trial of %d pairs (min %d, max %d)", seed, ht.Pairs, l.cfg.HealthPairs, l.cfg.HealthMaxPairs)
 					}
 					if ht.LimitBytes == h && ht.Healthy {
@@ -273,7 +277,7 @@ func TestHealthTrialPairs(t *testing.T) {
 	l.rec.Target.HealthRPS, l.rec.Target.ProbeRPS = 200, 400
 	calls := 0
 	pair := f.pair
-	l.pairRun = func(ctx context.Context, ref, env map[string]string, cpu float64, limit int64, ml memLoad) (MemTrial, load.Result, MemTrial, load.Result) {
+	l.pairRun = func(ctx context.Context, ref, env map[string]string, cpu float64, limit int64, ml memLoad) (result.MemTrial, load.Result, result.MemTrial, load.Result) {
 		calls++
 		if ml.rate != 200 || ml.window != l.cfg.HealthWindow {
 			t.Errorf("health run at %g rps for %v, want 200 for %v", ml.rate, ml.window, l.cfg.HealthWindow)
@@ -286,7 +290,7 @@ func TestHealthTrialPairs(t *testing.T) {
 	}
 	calls = 0
 	tr = l.healthTrial(context.Background(), nil, nil, 0.5, 40*mib)
-	if tr.Healthy || tr.Outcome != OOMKilled || calls != 1 {
+	if tr.Healthy || tr.Outcome != result.OOMKilled || calls != 1 {
 		t.Errorf("under the floor: %+v after %d pairs; want OOM killed after one", tr, calls)
 	}
 }
@@ -310,11 +314,11 @@ func TestRecommendMemoryNeverAboveTheRatio(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newLab(defaultConfig(true))
-			g := MemResult{Setting: SetGofit, FloorBytes: p(64 * mib)}
+			g := result.MemResult{Setting: result.SetGofit, FloorBytes: p(64 * mib)}
 			if tc.gofit > 0 {
 				g.HealthyFloorBytes = p(tc.gofit)
 			}
-			l.rec.Memory = []MemResult{g, {Setting: SetAutoMemLimit, FloorBytes: p(64 * mib), HealthyFloorBytes: p(tc.ratio)}}
+			l.rec.Memory = []result.MemResult{g, {Setting: result.SetAutoMemLimit, FloorBytes: p(64 * mib), HealthyFloorBytes: p(tc.ratio)}}
 			rec := l.results().Recommendation
 			if rec.MemoryLimitBytes != tc.wantLimit {
 				t.Errorf("limit %d MiB, want %d MiB; reasons %q", rec.MemoryLimitBytes/mib, tc.wantLimit/mib, rec.Reasons)
@@ -350,14 +354,14 @@ func TestRecommendMemoryNeverAboveTheRatio(t *testing.T) {
 // in-process; the CPU cells and the recommended env go without it.
 func TestGofitMemoryEnvCarriesTheMarker(t *testing.T) {
 	l := newLab(defaultConfig(true))
-	env := l.memEnv(SetGofit, 256*mib)
+	env := l.memEnv(result.SetGofit, 256*mib)
 	if m := env[fit.MarkerVar]; !strings.Contains(m, "GOMEMLIMIT="+env["GOMEMLIMIT"]) || env["GOMEMLIMIT"] == "" {
 		t.Errorf("memory env %v: want GOMEMLIMIT and the marker naming it", env)
 	}
-	if env := l.memEnv(SetAutoMemLimit, 256*mib); env[fit.MarkerVar] != "" {
+	if env := l.memEnv(result.SetAutoMemLimit, 256*mib); env[fit.MarkerVar] != "" {
 		t.Errorf("automemlimit env %v carries gofit's marker", env)
 	}
-	if env, _, _ := l.cpuEnv(SetGofit, 0.5); env[fit.MarkerVar] != "" {
+	if env, _, _ := l.cpuEnv(result.SetGofit, 0.5); env[fit.MarkerVar] != "" {
 		t.Errorf("cpu env %v carries the marker", env)
 	}
 }
@@ -372,7 +376,7 @@ func TestRequestRow(t *testing.T) {
 	l.cfg.MaxRepeats = 2
 	var requests []float64
 	measure := l.measure
-	l.measure = func(ctx context.Context, c cpuConfig, mode Mode, offered float64, window time.Duration, rep int) (CPUCell, error) {
+	l.measure = func(ctx context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
 		if c.quota == 0 {
 			requests = append(requests, c.request)
 		}
@@ -400,12 +404,12 @@ func TestRequestRow(t *testing.T) {
 			if s.RequestCores != 0.25 {
 				t.Errorf("request row summary %s: request %g", s.Setting, s.RequestCores)
 			}
-			if s.Setting != SetGoDefault && s.Verdict == nil && !s.Failed {
+			if s.Setting != result.SetGoDefault && s.Verdict == nil && !s.Failed {
 				t.Errorf("request row %s %s: no verdict against go-default", s.Setting, s.Mode)
 			}
 		}
 	}
-	if procs[SetGofit] != 2 || procs[SetGoDefault] != 4 {
+	if procs[result.SetGofit] != 2 || procs[result.SetGoDefault] != 4 {
 		t.Errorf("request row GOMAXPROCS %v: want gofit 2 (from the 250m request), go-default 4 (the CPUs)", procs)
 	}
 	if qs := summarized(l.cfg, &l.rec).quotas(); len(qs) != 1 || qs[0] != 0.5 {
@@ -414,9 +418,12 @@ func TestRequestRow(t *testing.T) {
 	if rec := l.results().Recommendation; rec.CPULimitCores != 0.5 && rec.CPULimitCores != 0 {
 		t.Errorf("recommended %g cores", rec.CPULimitCores)
 	}
-	cols := verdictTables(&res)[0].Quotas
-	if len(cols) != 2 || cols[0] != "500m" || cols[1] != "no limit, request 250m" {
-		t.Errorf("verdict table columns %q", cols)
+	// The verdict tables' columns: the quota, then the request row.
+	var sum strings.Builder
+	report.Summary(&sum, &res)
+	want := fmt.Sprintf("  %-16s %-30s %-30s", "setting", "500m", "no limit, request 250m")
+	if !strings.Contains(sum.String(), want+"\n") {
+		t.Errorf("the summary has no verdict table with columns 500m and the request row:\n%s", sum.String())
 	}
 }
 
@@ -437,7 +444,7 @@ func TestHealthTrialStopsAtTheBudget(t *testing.T) {
 	if end := l.started.Add(l.cfg.Budget); f.clock.After(end) {
 		t.Errorf("the trial ended %v after the budget", f.clock.Sub(end))
 	}
-	if got := l.checkReserve(); got != max(defaultCheckReserve, time.Duration(l.cfg.HealthPairs)*pair) {
+	if got := l.plan.checkReserve(); got != max(defaultCheckReserve, time.Duration(l.cfg.HealthPairs)*pair) {
 		t.Errorf("check reserve %v after pairs of %v each", got, pair)
 	}
 	// With time enough it runs its pairs as before.

@@ -8,6 +8,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 	"github.com/gofit-dev/gofit/fit"
 )
@@ -28,31 +34,31 @@ type memLoad struct {
 // memTrial starts the target cold under a memory limit (and the memory
 // study's CPU limit) and drives load; it fails on an OOM kill, on errors,
 // or on a stall.
-func (l *study) memTrial(ctx context.Context, env map[string]string, cpu float64, limit int64, ml memLoad) (MemTrial, load.Result) {
+func (l *study) memTrial(ctx context.Context, env map[string]string, cpu float64, limit int64, ml memLoad) (result.MemTrial, load.Result) {
 	return l.memDrive(ctx, l.memStart(ctx, l.cfg.Target, env, cpu, limit), ml)
 }
 
 // memStarted is a memory trial's target, started and not yet loaded.
 type memStarted struct {
-	tr    *trial // nil when the start failed (t says why)
-	t     MemTrial
+	tr    *sandbox.Trial // nil when the start failed (t says why)
+	t     result.MemTrial
 	began time.Time
 }
 
 // memStart starts tgt cold (its binary's page cache evicted) under the
 // limits.
-func (l *study) memStart(ctx context.Context, tgt Target, env map[string]string, cpu float64, limit int64) *memStarted {
-	l.sb.repin()
-	m := &memStarted{t: MemTrial{LimitBytes: limit}, began: time.Now()}
+func (l *study) memStart(ctx context.Context, tgt sandbox.Target, env map[string]string, cpu float64, limit int64) *memStarted {
+	l.sb.Repin()
+	m := &memStarted{t: result.MemTrial{LimitBytes: limit}, began: time.Now()}
 	wait := l.startWait(tgt, limit)
 	tgt.ReadyTimeout = wait
-	tr, err := l.sb.start(ctx, tgt, trialConfig{CPU: cpu, Memory: limit, Env: env})
+	tr, err := l.sb.Start(ctx, tgt, sandbox.TrialConfig{CPU: cpu, Memory: limit, Env: env})
 	if err != nil {
-		m.t.Outcome, m.t.Detail = Errored, err.Error()
-		if se, ok := err.(*startError); ok {
+		m.t.Outcome, m.t.Detail = result.Errored, err.Error()
+		if se, ok := err.(*sandbox.StartError); ok {
 			m.t.Outcome = se.Outcome
-			if se.timedOut && limit > 0 && l.slowestStart > 0 {
-				m.t.Outcome = Stalled
+			if se.TimedOut && limit > 0 && l.slowestStart > 0 {
+				m.t.Outcome = result.Stalled
 				m.t.Detail = fmt.Sprintf("not ready within %v (its slowest start without a limit took %v): %s", wait, l.slowestStart.Round(10*time.Millisecond), se.Detail)
 			}
 		}
@@ -80,10 +86,10 @@ const minStartWait = 5 * time.Second
 // target's own readiness timeout without a limit or before any start
 // without one was timed; under a limit, startSlowdown × the slowest start
 // without one (at least minStartWait), if that is shorter.
-func (l *study) startWait(tgt Target, limit int64) time.Duration {
+func (l *study) startWait(tgt sandbox.Target, limit int64) time.Duration {
 	wait := tgt.ReadyTimeout
 	if wait <= 0 {
-		wait = defaultReadyTimeout
+		wait = sandbox.DefaultReadyTimeout
 	}
 	if limit == 0 || l.slowestStart == 0 {
 		return wait
@@ -92,7 +98,7 @@ func (l *study) startWait(tgt Target, limit int64) time.Duration {
 }
 
 // memDrive drives load at a started target, stops it and judges the run.
-func (l *study) memDrive(ctx context.Context, m *memStarted, ml memLoad) (MemTrial, load.Result) {
+func (l *study) memDrive(ctx context.Context, m *memStarted, ml memLoad) (result.MemTrial, load.Result) {
 	t, tr := m.t, m.tr
 	if tr == nil {
 		t.Seconds = time.Since(m.began).Seconds()
@@ -100,7 +106,7 @@ func (l *study) memDrive(ctx context.Context, m *memStarted, ml memLoad) (MemTri
 	}
 	defer tr.Stop()
 	probe := func() (uint64, uint64) {
-		m, _ := tr.g.MemoryStats()
+		m, _ := tr.MemoryStats()
 		return m.MajorFaults, m.MaxHits
 	}
 	var began time.Time
@@ -121,7 +127,8 @@ func (l *study) memDrive(ctx context.Context, m *memStarted, ml memLoad) (MemTri
 	}
 	exited := tr.Exited()
 	if ml.measureNonGo && !exited {
-		t.nonGo, t.nonGoErr = l.measureNonGo(ctx, tr, began)
+		m, err := l.measureNonGo(ctx, tr, began)
+		l.probesNonGo = append(l.probesNonGo, probeNonGo{m, err})
 	}
 	tr.Stop()
 	s, _ := tr.Stats()
@@ -130,15 +137,15 @@ func (l *study) memDrive(ctx context.Context, m *memStarted, ml memLoad) (MemTri
 	t.Seconds = time.Since(m.began).Seconds()
 	switch {
 	case s.Memory.OOMKills > 0:
-		t.Outcome, t.Detail = OOMKilled, fmt.Sprintf("%d OOM kills", s.Memory.OOMKills)
+		t.Outcome, t.Detail = result.OOMKilled, fmt.Sprintf("%d OOM kills", s.Memory.OOMKills)
 	case r.Stalled:
-		t.Outcome, t.Detail = Stalled, fmt.Sprintf("under %.0f rps (%.0f%% of the unlimited rate) for %v while major faults reached %d", l.rec.Target.ProbeRPS*stallShare, stallShare*100, load.StallWindow, s.Memory.MajorFaults)
+		t.Outcome, t.Detail = result.Stalled, fmt.Sprintf("under %.0f rps (%.0f%% of the unlimited rate) for %v while major faults reached %d", l.rec.Target.ProbeRPS*stallShare, stallShare*100, load.StallWindow, s.Memory.MajorFaults)
 	case exited:
-		t.Outcome, t.Detail = Errored, "the target exited during the load: "+tr.Output()
+		t.Outcome, t.Detail = result.Errored, "the target exited during the load: "+tr.Output()
 	case float64(r.Errors) > maxErrorShare*float64(r.Errors+r.Requests) || r.Requests == 0:
-		t.Outcome, t.Detail = Errored, fmt.Sprintf("%d errors in %d requests (%s)", r.Errors, r.Errors+r.Requests, r.ErrorSummary())
+		t.Outcome, t.Detail = result.Errored, fmt.Sprintf("%d errors in %d requests (%s)", r.Errors, r.Errors+r.Requests, r.ErrorSummary())
 	default:
-		t.Outcome = OK
+		t.Outcome = result.OK
 	}
 	return t, r
 }
@@ -149,7 +156,7 @@ func (l *study) memDrive(ctx context.Context, m *memStarted, ml memLoad) (MemTri
 // same machine in both. The reference runs from its own copy of the
 // binary (Config.RefTarget), so neither is charged for page cache the
 // other faulted in.
-func (l *study) memPair(ctx context.Context, ref, env map[string]string, cpu float64, limit int64, ml memLoad) (refT MemTrial, refR load.Result, limT MemTrial, limR load.Result) {
+func (l *study) memPair(ctx context.Context, ref, env map[string]string, cpu float64, limit int64, ml memLoad) (refT result.MemTrial, refR load.Result, limT result.MemTrial, limR load.Result) {
 	lm := l.memStart(ctx, l.cfg.Target, env, cpu, limit)
 	rt := l.cfg.RefTarget
 	if rt.Path == "" {
@@ -171,7 +178,7 @@ func (l *study) memPair(ctx context.Context, ref, env map[string]string, cpu flo
 // compare (gofit, no knob, the automemlimit peer): they get the budget
 // first.
 func compared(setting string) bool {
-	return setting == SetGofit || setting == SetNone || setting == SetAutoMemLimit
+	return setting == result.SetGofit || setting == result.SetNone || setting == result.SetAutoMemLimit
 }
 
 // memShare is the first of settings' share of left: the compared
@@ -189,14 +196,14 @@ func memShare(left time.Duration, settings []string) time.Duration {
 
 // survivalLoad is the survival trials' load.
 func (l *study) survivalLoad() memLoad {
-	return memLoad{requests: l.mem.requests, maxDur: l.mem.maxTrial}
+	return memLoad{requests: l.plan.mem.requests, maxDur: l.plan.mem.maxTrial}
 }
 
 func (l *study) memoryStudy(ctx context.Context) error {
 	// Memory trials run under the CPU limit the CPU study recommends: a
 	// slower collector under a small quota needs more headroom, and that
 	// is the pair a pod would get.
-	cpu := summarized(l.cfg, &l.rec).recommendCPU(&Recommendation{}).cores
+	cpu := summarized(l.cfg, &l.rec).recommendCPU(&result.Recommendation{}).cores
 	l.rec.Target.ProbeCPU = cpu
 	if err := l.runProbes(ctx, cpu); err != nil {
 		return err
@@ -208,7 +215,7 @@ func (l *study) memoryStudy(ctx context.Context) error {
 	// two default runs of the sample put its floor at 638 and 668 MiB,
 	// where each run's trial stopped allocating. "Above 4 × the peak"
 	// repeats, and the climb's trials go to the settings compared.
-	search := floorSearch{Lo: peak / 2, Hi: peak * 3 / 2, Max: peak * 4, Resolution: l.cfg.Resolution, Need: l.cfg.ConfirmNeed, Of: l.cfg.ConfirmOf, Span: l.cfg.ConfirmSpan, MaxTrials: l.survivalTrialsMax(), Now: l.now}
+	search := floorSearch{Lo: peak / 2, Hi: peak * 3 / 2, Max: peak * 4, Resolution: l.cfg.Resolution, Need: l.cfg.ConfirmNeed, Of: l.cfg.ConfirmOf, Span: l.cfg.ConfirmSpan, MaxTrials: l.plan.survivalTrialsMax(), Now: l.now}
 	var noKnobFloor int64
 	var searched time.Duration // the searches so far, to foresee the next
 	for i, setting := range l.cfg.MemSettings {
@@ -217,12 +224,12 @@ func (l *study) memoryStudy(ctx context.Context) error {
 		// setting starts only if a search as long as the ones before it
 		// (plus the check trial) still fits.
 		if i > 0 {
-			next := searched/time.Duration(i) + l.checkReserve()
+			next := searched/time.Duration(i) + l.plan.checkReserve()
 			if compared(setting) {
 				next = 0
 			}
 			if l.now().Sub(l.started)+next > l.cfg.Budget {
-				l.budgetNote("the budget (%v) ran out before the memory study of %s", l.cfg.Budget, strings.Join(l.cfg.MemSettings[i:], ", "))
+				l.plan.note("the budget (%v) ran out before the memory study of %s", l.cfg.Budget, strings.Join(l.cfg.MemSettings[i:], ", "))
 				break
 			}
 		}
@@ -233,17 +240,17 @@ func (l *study) memoryStudy(ctx context.Context) error {
 		// split it among themselves; any other setting gets what they
 		// leave (with equal shares, GOGC=off's climb once cut gofit's
 		// healthy search after one trial).
-		share := memShare(l.cfg.Budget-l.now().Sub(l.started)-l.checkReserve(), l.cfg.MemSettings[i:])
+		share := memShare(l.cfg.Budget-l.now().Sub(l.started)-l.plan.checkReserve(), l.cfg.MemSettings[i:])
 		ss := search
 		ss.Deadline = began.Add(share / 2)
-		sr, err := ss.Find(ctx, func(ctx context.Context, limit int64) MemTrial {
+		sr, err := ss.Find(ctx, func(ctx context.Context, limit int64) result.MemTrial {
 			t, _ := l.memRun(ctx, l.memEnv(setting, limit), cpu, limit, l.survivalLoad())
-			l.progress("memory %-13s %-26s at %-8s %s", "survival", setting, fit.FormatBytes(limit), t.verdict())
+			l.progress("memory %-13s %-26s at %-8s %s", "survival", setting, fit.FormatBytes(limit), t.Verdict())
 			return t
 		})
-		m := MemResult{Setting: setting, Trials: sr.Trials, HealthyTrials: []MemTrial{}, Survival: survivalCurve(sr.Trials), BudgetLimited: sr.BudgetLimited, SearchedToBytes: sr.Max}
+		m := result.MemResult{Setting: setting, Trials: sr.Trials, HealthyTrials: []result.MemTrial{}, Survival: survivalCurve(sr.Trials), BudgetLimited: sr.BudgetLimited, SearchedToBytes: sr.Max}
 		if sr.BudgetLimited {
-			l.budgetNote("the budget cut the survival search of %s short: its floor is the lowest limit that passed so far", setting)
+			l.plan.note("the budget cut the survival search of %s short: its floor is the lowest limit that passed so far", setting)
 		}
 		if sr.Floor > 0 {
 			m.FloorBytes = &sr.Floor
@@ -263,12 +270,12 @@ func (l *study) memoryStudy(ctx context.Context) error {
 			// healthy twice; a failure that would send the search up
 			// needs a second look as well.
 			hs.Resolution, hs.Need, hs.Of, hs.Span, hs.FailConfirm, hs.MaxTrials = l.cfg.HealthResolution, 2, 2, 1, 2, 16
-			hs.Pass = func(t MemTrial) bool { return t.Healthy }
+			hs.Pass = func(t result.MemTrial) bool { return t.Healthy }
 			hs.Deadline = began.Add(share)
 			ref := l.memEnv(setting, 0)
-			hr, herr := hs.Find(ctx, func(ctx context.Context, limit int64) MemTrial {
+			hr, herr := hs.Find(ctx, func(ctx context.Context, limit int64) result.MemTrial {
 				t := l.healthTrial(ctx, ref, l.memEnv(setting, limit), cpu, limit)
-				l.progress("memory %-13s %-26s at %-8s %s", "healthy", setting, fit.FormatBytes(limit), t.verdict())
+				l.progress("memory %-13s %-26s at %-8s %s", "healthy", setting, fit.FormatBytes(limit), t.Verdict())
 				return t
 			})
 			err = herr
@@ -278,14 +285,14 @@ func (l *study) memoryStudy(ctx context.Context) error {
 			}
 			if hr.BudgetLimited {
 				m.HealthyBudgetLimited = true
-				l.budgetNote("the budget cut the healthy search of %s short: its healthy floor is the lowest limit judged healthy so far", setting)
+				l.plan.note("the budget cut the healthy search of %s short: its healthy floor is the lowest limit judged healthy so far", setting)
 			}
 		}
 		l.rec.Memory = append(l.rec.Memory, m)
 		if err != nil {
 			return err
 		}
-		if setting == SetNone {
+		if setting == result.SetNone {
 			noKnobFloor = sr.Floor
 		}
 		searched += l.now().Sub(began)
@@ -312,8 +319,8 @@ func (l *study) memoryStudy(ctx context.Context) error {
 table:
 	for _, mult := range l.cfg.Multiples {
 		for _, setting := range measured {
-			if l.now().Sub(l.started)+cell+l.checkReserve() > l.cfg.Budget {
-				l.budgetNote("the budget (%v) ran out during the throughput table, at %gx the floor", l.cfg.Budget, mult)
+			if l.now().Sub(l.started)+cell+l.plan.checkReserve() > l.cfg.Budget {
+				l.plan.note("the budget (%v) ran out during the throughput table, at %gx the floor", l.cfg.Budget, mult)
 				break table
 			}
 			limit := int64(math.Ceil(float64(noKnobFloor)*mult/float64(l.cfg.Resolution))) * l.cfg.Resolution
@@ -321,7 +328,7 @@ table:
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			l.rec.Throughput = append(l.rec.Throughput, ThroughputCell{Setting: setting, Multiple: mult, LimitBytes: limit, Outcome: t.Outcome, RPS: r.RPS, P50: r.P50, P99: r.P99})
+			l.rec.Throughput = append(l.rec.Throughput, result.ThroughputCell{Setting: setting, Multiple: mult, LimitBytes: limit, Outcome: t.Outcome, RPS: r.RPS, P50: r.P50, P99: r.P99})
 			l.progress("throughput %-26s at %gx floor (%s): %.0f rps", setting, mult, fit.FormatBytes(limit), r.RPS)
 		}
 	}
@@ -335,24 +342,23 @@ func (l *study) runProbes(ctx context.Context, cpu float64) error {
 	// Their median, not one probe: one that met a quiet moment would set
 	// the rate high.
 	var rpss, p99s, peaks, secs []float64
-	var probes []MemTrial
+	l.probesNonGo = nil
 	for i := 0; i < l.cfg.Probes; i++ {
-		probe, r := l.memRun(ctx, probeEnv(l.memEnv(SetNone, 0)), cpu, 0, memLoad{requests: l.cfg.MemRequests, maxDur: l.probeCap(), measureNonGo: true})
+		probe, r := l.memRun(ctx, probeEnv(l.memEnv(result.SetNone, 0)), cpu, 0, memLoad{requests: l.cfg.MemRequests, maxDur: l.plan.probeCap(), measureNonGo: true})
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		l.progress("memory probe %d at %s CPU, no memory limit: peak %s, %.0f rps, p99 %.1fms", i+1, cpuLabel(cpu), fit.FormatBytes(int64(probe.PeakBytes)), r.RPS, r.P99)
-		if probe.Outcome != OK {
+		l.progress("memory probe %d at %s CPU, no memory limit: peak %s, %.0f rps, p99 %.1fms", i+1, result.CPULabel(cpu), fit.FormatBytes(int64(probe.PeakBytes)), r.RPS, r.P99)
+		if probe.Outcome != result.OK {
 			return fmt.Errorf("%w: even without a memory limit: %s %s", errTargetFailed, probe.Outcome, probe.Detail)
 		}
 		rpss, p99s, peaks, secs = append(rpss, r.RPS), append(p99s, r.P99), append(peaks, float64(probe.PeakBytes)), append(secs, probe.Seconds)
-		probes = append(probes, probe)
 	}
-	l.chooseNonGo(probes)
-	l.rec.Target.PeakBytes = uint64(summarize(peaks).Max)
-	l.rec.Target.ProbeRPS, l.rec.Target.ProbeP99 = summarize(rpss).Median, summarize(p99s).Median
+	l.chooseNonGo(l.probesNonGo)
+	l.rec.Target.PeakBytes = uint64(stats.SpreadOf(peaks).Max)
+	l.rec.Target.ProbeRPS, l.rec.Target.ProbeP99 = stats.SpreadOf(rpss).Median, stats.SpreadOf(p99s).Median
 	l.rec.Target.HealthRPS = math.Max(1, math.Round(l.cfg.HealthShare*l.rec.Target.ProbeRPS))
-	l.mem = l.planMemory(l.rec.Target.ProbeRPS, summarize(secs).Median)
+	l.plan.planMemory(l.rec.Target.ProbeRPS, stats.SpreadOf(secs).Median)
 	return nil
 }
 
@@ -379,16 +385,9 @@ func (l *study) checkRecommendation(ctx context.Context) error {
 		return err
 	}
 	if t.BudgetCut {
-		l.budgetNote("the budget cut the check trial to %d pairs: its verdict rests on them", t.Pairs)
+		l.plan.note("the budget cut the check trial to %d pairs: its verdict rests on them", t.Pairs)
 	}
-	l.rec.Check = &CheckTrial{MemTrial: t, ProbeRPS: l.rec.Target.ProbeRPS, ProbeP99: l.rec.Target.ProbeP99}
-	l.progress("check: %s CPU + %s memory together: %s", cpuLabel(rec.CPULimitCores), mebi(rec.MemoryLimitBytes), t.verdict())
+	l.rec.Check = &result.CheckTrial{MemTrial: t, ProbeRPS: l.rec.Target.ProbeRPS, ProbeP99: l.rec.Target.ProbeP99}
+	l.progress("check: %s CPU + %s memory together: %s", result.CPULabel(rec.CPULimitCores), mebi(rec.MemoryLimitBytes), t.Verdict())
 	return nil
-}
-
-func cpuLabel(c float64) string {
-	if c == 0 {
-		return "no"
-	}
-	return millicores(c)
 }

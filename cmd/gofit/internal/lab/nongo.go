@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"maps"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/nongo"
 	"github.com/gofit-dev/gofit/fit"
 )
@@ -39,7 +40,7 @@ func probeEnv(env map[string]string) map[string]string {
 // startNonGo clears the target's referenced bits before the probe's load,
 // so the file pages referenced after it are the hot ones. It returns when
 // it cleared them, or the zero time when it could not.
-func (l *study) startNonGo(tr *trial) time.Time {
+func (l *study) startNonGo(tr *sandbox.Trial) time.Time {
 	if err := nongo.ClearRefs("/", tr.Pid); err != nil {
 		l.sayNonGo("%v: hot file pages will be an upper bound", err)
 		return time.Time{}
@@ -48,7 +49,7 @@ func (l *study) startNonGo(tr *trial) time.Time {
 }
 
 // measureNonGo measures the target after a probe's load, before it stops.
-func (l *study) measureNonGo(ctx context.Context, tr *trial, began time.Time) (*nongo.Measurement, error) {
+func (l *study) measureNonGo(ctx context.Context, tr *sandbox.Trial, began time.Time) (*nongo.Measurement, error) {
 	ev, err := nongo.ReadProcess("/", tr.Pid)
 	if err != nil {
 		return nil, err
@@ -56,7 +57,7 @@ func (l *study) measureNonGo(ctx context.Context, tr *trial, began time.Time) (*
 	ev.ClearedRefs = !began.IsZero()
 	g := nongo.ParseGCTrace(tr.Output())
 	ev.GCTrace = &g
-	if ms, err := tr.g.MemoryStats(); err == nil {
+	if ms, err := tr.MemoryStats(); err == nil {
 		ev.KernelBytes = int64(min(ms.Kernel, 1<<60))
 	}
 	if tr.VarsURL != "" {
@@ -71,18 +72,25 @@ func (l *study) measureNonGo(ctx context.Context, tr *trial, began time.Time) (*
 	return &m, nil
 }
 
+// probeNonGo is one unlimited probe's measurement of the target's non-Go
+// memory, or why there is none.
+type probeNonGo struct {
+	m   *nongo.Measurement
+	err error
+}
+
 // chooseNonGo records the probes' measurement: the largest of them, as
 // gofit's library keeps the largest of its last minute, so that a probe
 // that ended between two fills of a cache does not set it low.
-func (l *study) chooseNonGo(probes []MemTrial) {
+func (l *study) chooseNonGo(probes []probeNonGo) {
 	var best *nongo.Measurement
 	var errs []string
 	for _, p := range probes {
 		switch {
-		case p.nonGo != nil && (best == nil || p.nonGo.Bytes+p.nonGo.AnonBytes > best.Bytes+best.AnonBytes):
-			best = p.nonGo
-		case p.nonGoErr != nil:
-			errs = append(errs, p.nonGoErr.Error())
+		case p.m != nil && (best == nil || p.m.Bytes+p.m.AnonBytes > best.Bytes+best.AnonBytes):
+			best = p.m
+		case p.err != nil:
+			errs = append(errs, p.err.Error())
 		}
 	}
 	t := &l.rec.Target
@@ -95,7 +103,7 @@ func (l *study) chooseNonGo(probes []MemTrial) {
 		return
 	}
 	t.NonGo, t.NonGoBytes = best, best.Bytes
-	l.sayNonGo("%s", nonGoLabel(best))
+	l.sayNonGo("%s", result.NonGoLabel(best))
 }
 
 // sayNonGo says a line on the progress stream (not a trial: progress
@@ -107,7 +115,7 @@ func (l *study) sayNonGo(format string, a ...any) {
 }
 
 // declared is the non-Go memory the records declare to the policy.
-func declared(t TargetInfo) fit.NonGo { return fit.NonGo{Anon: max(t.NonGoBytes, 0)} }
+func declared(t result.TargetInfo) fit.NonGo { return fit.NonGo{Anon: max(t.NonGoBytes, 0)} }
 
 // declareNonGo adds the declaration of n bytes to an environment, as
 // `gofit run` reads it.
@@ -115,35 +123,6 @@ func declareNonGo(env map[string]string, n int64) {
 	if n > 0 {
 		env[nongo.EnvVar] = nongo.Quantity(n)
 	}
-}
-
-// nonGoLabel says what the probes measured, in a line.
-func nonGoLabel(m *nongo.Measurement) string {
-	if m == nil {
-		return "not measured"
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s outside the Go heap (%s anonymous, %s kernel, %s hot file pages) by %s",
-		fit.FormatBytes(m.AnonBytes+m.KernelBytes+m.HotFile), fit.FormatBytes(m.AnonBytes), fit.FormatBytes(m.KernelBytes), fit.FormatBytes(m.HotFile), m.Method)
-	if m.Bytes > 0 {
-		fmt.Fprintf(&b, ", declared %s", nongo.Quantity(m.Bytes))
-	} else {
-		fmt.Fprintf(&b, ", not declared (anonymous under %s)", fit.FormatBytes(nongo.DeclareMin))
-	}
-	if !m.Trusted {
-		b.WriteString("; NOT TRUSTED: " + strings.Join(m.Caveats, "; "))
-	}
-	return b.String()
-}
-
-// peakLabel is the unlimited peak with the non-Go memory beside it, as the
-// report shows them.
-func peakLabel(r *Results) string {
-	s := fit.FormatBytes(int64(r.Target.PeakBytes))
-	if m := r.Target.NonGo; m != nil && m.Bytes > 0 {
-		s += fmt.Sprintf(", of which %s outside the Go heap (declared)", nongo.Quantity(m.Bytes))
-	}
-	return s
 }
 
 // nonGoReason says why the recommended GOMEMLIMIT is below the ratio's,

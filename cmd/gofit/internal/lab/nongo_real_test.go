@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/nongo"
 )
 
@@ -31,7 +33,7 @@ func TestGofitHealthyBelowTheRatioOffHeap(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("skipping: the lab needs root to create cgroups")
 	}
-	sb, err := NewSandbox()
+	sb, err := sandbox.New()
 	if err != nil {
 		t.Skipf("skipping: %v", err)
 	}
@@ -43,7 +45,7 @@ func TestGofitHealthyBelowTheRatioOffHeap(t *testing.T) {
 		t.Fatalf("go build: %v: %s", err, out)
 	}
 	cfg := defaultConfig(true)
-	cfg.Target = Target{Path: bin, Args: []string{"-live-mib", "32", "-offheap-mib", "48", "-addr", "127.0.0.1:{port}"}, URL: "http://127.0.0.1:{port}/work"}
+	cfg.Target = sandbox.Target{Path: bin, Args: []string{"-live-mib", "32", "-offheap-mib", "48", "-addr", "127.0.0.1:{port}"}, URL: "http://127.0.0.1:{port}/work"}
 	cfg.Probes = 2
 	cfg.HealthMaxPairs = 5
 	l := newLab(cfg)
@@ -62,14 +64,14 @@ func TestGofitHealthyBelowTheRatioOffHeap(t *testing.T) {
 		t.Errorf("measured %+v: want 48 ± 8 MiB anonymous by %s, declared", m, nongo.Arenas)
 	}
 	const limit = 112 * mib
-	g := l.healthTrial(ctx, l.memEnv(SetGofit, 0), l.memEnv(SetGofit, limit), cpu, limit)
+	g := l.healthTrial(ctx, l.memEnv(result.SetGofit, 0), l.memEnv(result.SetGofit, limit), cpu, limit)
 	if !g.Healthy {
-		t.Logf("gofit at %d MiB, first look: %s", limit/mib, g.verdict())
-		g = l.healthTrial(ctx, l.memEnv(SetGofit, 0), l.memEnv(SetGofit, limit), cpu, limit)
+		t.Logf("gofit at %d MiB, first look: %s", limit/mib, g.Verdict())
+		g = l.healthTrial(ctx, l.memEnv(result.SetGofit, 0), l.memEnv(result.SetGofit, limit), cpu, limit)
 	}
-	r := l.healthTrial(ctx, l.memEnv(SetAutoMemLimit, 0), l.memEnv(SetAutoMemLimit, limit), cpu, limit)
-	t.Logf("non-Go %s; at %d MiB gofit (%s): %s; the ratio: %s", nonGoLabel(m), limit/mib, l.memEnv(SetGofit, limit)["GOMEMLIMIT"], g.verdict(), r.verdict())
+	r := l.healthTrial(ctx, l.memEnv(result.SetAutoMemLimit, 0), l.memEnv(result.SetAutoMemLimit, limit), cpu, limit)
+	t.Logf("non-Go %s; at %d MiB gofit (%s): %s; the ratio: %s", result.NonGoLabel(m), limit/mib, l.memEnv(result.SetGofit, limit)["GOMEMLIMIT"], g.Verdict(), r.Verdict())
 	if !g.Healthy || r.Healthy {
-		t.Errorf("at %d MiB: gofit healthy %v (%s), the ratio healthy %v (%s); want gofit healthy below the ratio", limit/mib, g.Healthy, g.verdict(), r.Healthy, r.verdict())
+		t.Errorf("at %d MiB: gofit healthy %v (%s), the ratio healthy %v (%s); want gofit healthy below the ratio", limit/mib, g.Healthy, g.Verdict(), r.Healthy, r.Verdict())
 	}
 }

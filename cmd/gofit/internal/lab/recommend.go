@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/nongo"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 	"github.com/gofit-dev/gofit/fit"
@@ -16,63 +17,25 @@ import (
 // floors move with traffic mix and Go versions.
 const memHeadroom = 1.25
 
-// Recommendation is what the lab suggests for a Deployment's container.
-type Recommendation struct {
-	CPURequestCores    float64           `json:"cpu_request_cores"`
-	CPULimitCores      float64           `json:"cpu_limit_cores"`
-	MemoryRequestBytes int64             `json:"memory_request_bytes"`
-	MemoryLimitBytes   int64             `json:"memory_limit_bytes"`
-	Setting            string            `json:"setting"` // the CPU setting whose environment is recommended
-	Env                map[string]string `json:"env"`
-	TargetRPS          float64           `json:"target_rps,omitempty"`
-	SLOP99Ms           float64           `json:"slo_p99_ms,omitempty"`
-	Confident          bool              `json:"confident"` // every figure it rests on is error-free and its interval meets the rule
-	Reasons            []string          `json:"reasons"`
-	Check              *CheckTrial       `json:"check"` // the recommended pair run together once
-	// NonGoBytes is the non-Go memory the recommendation declares
-	// (GOFIT_NON_GO in Env, and the annotation the YAML names); 0: none.
-	NonGoBytes int64  `json:"non_go_bytes"`
-	YAML       string `json:"yaml"`
-}
-
-// CheckTrial is the recommendation run as one trial.
-type CheckTrial struct {
-	MemTrial
-	ProbeRPS float64 `json:"probe_rps"`
-	ProbeP99 float64 `json:"probe_p99_ms"`
-}
-
 type cpuChoice struct {
 	cores   float64
 	setting string
-	sum     *CPUSummary
+	sum     *result.CPUSummary
 }
 
 // openCells are the open-loop summaries at q that a recommendation may
 // rest on: no errors, not saturated.
-func (l *analysis) openAt(q float64) []CPUSummary {
-	var out []CPUSummary
+func (l *analysis) openAt(q float64) []result.CPUSummary {
+	var out []result.CPUSummary
 	for _, s := range l.res.CPUSummary {
-		if s.Mode == Open && s.QuotaCores == q {
+		if s.Mode == result.Open && s.QuotaCores == q {
 			out = append(out, s)
 		}
 	}
 	return out
 }
 
-func (s CPUSummary) is(setting string) bool {
-	if s.Setting == setting {
-		return true
-	}
-	for _, x := range s.SameAs {
-		if x == setting {
-			return true
-		}
-	}
-	return false
-}
-
-func usable(s CPUSummary) bool {
+func usable(s result.CPUSummary) bool {
 	return !s.Failed && !s.Saturated && (s.OfferedRPS == 0 || s.RPS.Value >= 0.95*s.OfferedRPS)
 }
 
@@ -92,18 +55,18 @@ func (l *analysis) quotas() []float64 {
 }
 
 // recommendCPU picks the quota and setting, appending its reasons to rec.
-func (l *analysis) recommendCPU(rec *Recommendation) cpuChoice {
+func (l *analysis) recommendCPU(rec *result.Recommendation) cpuChoice {
 	if l.cfg.TargetRPS > 0 {
 		return l.recommendForTarget(rec)
 	}
 	// The smallest quota whose open-loop p99 under gofit's plan is not
 	// significantly more than twice the best such p99 at any quota: its
 	// interval's low end is at most twice the best one's high end.
-	var best *CPUSummary
-	cands := map[float64]CPUSummary{}
+	var best *result.CPUSummary
+	cands := map[float64]result.CPUSummary{}
 	for _, q := range l.quotas() {
 		for _, s := range l.openAt(q) {
-			if s.is(SetGofit) && usable(s) {
+			if s.Is(result.SetGofit) && usable(s) {
 				cands[q] = s
 				if best == nil || s.P99.Value < best.P99.Value {
 					b := s
@@ -121,21 +84,21 @@ func (l *analysis) recommendCPU(rec *Recommendation) cpuChoice {
 		if !ok || s.P99.CILow > 2*best.P99.CIHigh {
 			continue
 		}
-		c := cpuChoice{cores: q, setting: SetGofit, sum: &s}
+		c := cpuChoice{cores: q, setting: result.SetGofit, sum: &s}
 		// gofit's plan unless go-default is significantly better here.
 		if s.Verdict != nil && *s.Verdict == stats.Worse {
 			for _, o := range l.openAt(q) {
-				if o.Setting == SetGoDefault && usable(o) {
-					c.setting = SetGoDefault
+				if o.Setting == result.SetGoDefault && usable(o) {
+					c.setting = result.SetGoDefault
 					c.sum = &o
 				}
 			}
 		}
 		rec.Confident = s.P99.CIHigh <= 2*best.P99.CIHigh
 		rec.Reasons = append(rec.Reasons, fmt.Sprintf("CPU %s: the smallest quota whose open-loop p99 with gofit's plan, %s at %.0f rps offered, is not significantly over twice the best at any quota (%s at %s)",
-			millicores(q), msCI(s.P99), s.OfferedRPS, msCI(best.P99), millicores(best.QuotaCores)))
-		if c.setting != SetGofit {
-			rec.Reasons = append(rec.Reasons, fmt.Sprintf("setting go-default: at %s gofit's plan is significantly worse than Go's default", millicores(q)))
+			result.Millicores(q), msCI(s.P99), s.OfferedRPS, msCI(best.P99), result.Millicores(best.QuotaCores)))
+		if c.setting != result.SetGofit {
+			rec.Reasons = append(rec.Reasons, fmt.Sprintf("setting go-default: at %s gofit's plan is significantly worse than Go's default", result.Millicores(q)))
 		}
 		return c
 	}
@@ -145,14 +108,14 @@ func (l *analysis) recommendCPU(rec *Recommendation) cpuChoice {
 // recommendForTarget picks the cheapest quota × setting whose open-loop
 // p99 at the target rate meets the SLO (or, without one, stays within
 // twice the best p99 seen at that rate).
-func (l *analysis) recommendForTarget(rec *Recommendation) cpuChoice {
+func (l *analysis) recommendForTarget(rec *result.Recommendation) cpuChoice {
 	rec.TargetRPS = l.cfg.TargetRPS
 	slo := l.cfg.SLOP99.Seconds() * 1000
 	rule := fmt.Sprintf("p99 ≤ %.1fms (--slo-p99)", slo)
 	if slo <= 0 {
 		best := math.Inf(1)
 		for _, s := range l.res.CPUSummary {
-			if s.Mode == Open && usable(s) {
+			if s.Mode == result.Open && usable(s) {
 				best = math.Min(best, s.P99.Value)
 			}
 		}
@@ -162,7 +125,7 @@ func (l *analysis) recommendForTarget(rec *Recommendation) cpuChoice {
 		rec.SLOP99Ms = slo
 	}
 	for _, q := range l.quotas() {
-		var meet []CPUSummary
+		var meet []result.CPUSummary
 		for _, s := range l.openAt(q) {
 			if usable(s) && s.P99.Value <= slo {
 				meet = append(meet, s)
@@ -172,7 +135,7 @@ func (l *analysis) recommendForTarget(rec *Recommendation) cpuChoice {
 			continue
 		}
 		sort.SliceStable(meet, func(i, j int) bool {
-			gi, gj := meet[i].is(SetGofit), meet[j].is(SetGofit)
+			gi, gj := meet[i].Is(result.SetGofit), meet[j].Is(result.SetGofit)
 			if gi != gj {
 				return gi
 			}
@@ -180,8 +143,8 @@ func (l *analysis) recommendForTarget(rec *Recommendation) cpuChoice {
 		})
 		s := meet[0]
 		setting := s.Setting
-		if s.is(SetGofit) {
-			setting = SetGofit
+		if s.Is(result.SetGofit) {
+			setting = result.SetGofit
 		}
 		rec.Confident = s.P99.CIHigh <= slo
 		conf := "its whole 95% interval meets it"
@@ -189,15 +152,15 @@ func (l *analysis) recommendForTarget(rec *Recommendation) cpuChoice {
 			conf = "NOT confidently: the interval's high end does not"
 		}
 		rec.Reasons = append(rec.Reasons, fmt.Sprintf("CPU %s with %s: the cheapest quota × setting serving %.0f rps (served %s) with %s: p99 %s, %s",
-			millicores(q), setting, l.cfg.TargetRPS, rpsCI(s.RPS), rule, msCI(s.P99), conf))
+			result.Millicores(q), setting, l.cfg.TargetRPS, rpsCI(s.RPS), rule, msCI(s.P99), conf))
 		return cpuChoice{cores: q, setting: setting, sum: &s}
 	}
 	rec.Reasons = append(rec.Reasons, fmt.Sprintf("CPU: no quota tested serves %.0f rps with %s; try larger --quotas", l.cfg.TargetRPS, rule))
 	return cpuChoice{}
 }
 
-func (l *analysis) recommend() Recommendation {
-	rec := Recommendation{Env: map[string]string{}, Reasons: []string{}}
+func (l *analysis) recommend() result.Recommendation {
+	rec := result.Recommendation{Env: map[string]string{}, Reasons: []string{}}
 	cpu := l.recommendCPU(&rec)
 	rec.CPURequestCores, rec.CPULimitCores, rec.Setting = cpu.cores, cpu.cores, cpu.setting
 	rec.Reasons = append(rec.Reasons, l.cpuVerdicts()...)
@@ -207,14 +170,14 @@ func (l *analysis) recommend() Recommendation {
 		env, plan := l.planEnv(rec.CPULimitCores, rec.MemoryLimitBytes)
 		delete(env, "GODEBUG") // the sample's lab setting, not advice
 		switch rec.Setting {
-		case SetGoDefault:
+		case result.SetGoDefault:
 			delete(env, "GOMAXPROCS")
-		case SetProcs1:
+		case result.SetProcs1:
 			env["GOMAXPROCS"] = "1"
-		case SetProcsNCPU:
+		case result.SetProcsNCPU:
 			env["GOMAXPROCS"] = strconv.Itoa(l.ncpu)
 		}
-		if mem.setting == SetAutoMemLimit {
+		if mem.setting == result.SetAutoMemLimit {
 			// The ratio needed less memory than gofit's accounting: its
 			// rule, not gofit's GOMEMLIMIT, goes with the limit.
 			env["GOMEMLIMIT"] = strconv.FormatInt(int64(float64(rec.MemoryLimitBytes)*automemlimitRatio), 10)
@@ -228,7 +191,7 @@ func (l *analysis) recommend() Recommendation {
 		if m := markerOf(env, plan.Export); m != "" {
 			env[fit.MarkerVar] = m
 		}
-		if n := l.rec.Target.NonGoBytes; mem.setting != SetAutoMemLimit && n > 0 {
+		if n := l.rec.Target.NonGoBytes; mem.setting != result.SetAutoMemLimit && n > 0 {
 			declareNonGo(env, n)
 			rec.NonGoBytes = n
 			if m := l.rec.Target.NonGo; m != nil && plan.GOMEMLIMITReason == fit.ReasonUnmanaged {
@@ -237,15 +200,15 @@ func (l *analysis) recommend() Recommendation {
 		}
 		rec.Env = env
 		for _, r := range plan.Reasons {
-			if mem.setting == SetAutoMemLimit && r.Var == "GOMEMLIMIT" {
+			if mem.setting == result.SetAutoMemLimit && r.Var == "GOMEMLIMIT" {
 				continue // gofit's GOMEMLIMIT reasoning, overruled by the measurement
 			}
-			if rec.Setting != SetGofit && rec.Setting != "" && r.Var == "GOMAXPROCS" {
+			if rec.Setting != result.SetGofit && rec.Setting != "" && r.Var == "GOMAXPROCS" {
 				continue // gofit's GOMAXPROCS reasoning, overruled by the measurement
 			}
 			rec.Reasons = append(rec.Reasons, "env: "+r.Text)
 		}
-		if v, ok := env["GOMAXPROCS"]; ok && rec.Setting != SetGofit {
+		if v, ok := env["GOMAXPROCS"]; ok && rec.Setting != result.SetGofit {
 			rec.Reasons = append(rec.Reasons, "env: GOMAXPROCS="+v+": the measured setting "+rec.Setting)
 		}
 	}
@@ -279,7 +242,7 @@ type memChoice struct {
 // recommends more memory than the ratio needs. Without gofit or the ratio
 // measured, the no-knob floor; without any healthy floor, gofit's
 // survival floor, not confidently.
-func (l *analysis) recommendMemory(rec *Recommendation) memChoice {
+func (l *analysis) recommendMemory(rec *result.Recommendation) memChoice {
 	healthy := map[string]int64{}
 	for _, m := range l.res.Memory {
 		if m.HealthyFloorBytes != nil {
@@ -288,22 +251,22 @@ func (l *analysis) recommendMemory(rec *Recommendation) memChoice {
 	}
 	var c memChoice
 	kind := "healthy floor"
-	switch g, a := healthy[SetGofit], healthy[SetAutoMemLimit]; {
+	switch g, a := healthy[result.SetGofit], healthy[result.SetAutoMemLimit]; {
 	case g > 0 && (a == 0 || g <= a):
-		c = memChoice{g, SetGofit}
+		c = memChoice{g, result.SetGofit}
 	case a > 0:
-		c = memChoice{a, SetAutoMemLimit}
+		c = memChoice{a, result.SetAutoMemLimit}
 		if g > 0 {
 			rec.Reasons = append(rec.Reasons, fmt.Sprintf("memory: gofit's plan was healthy from %s, the 0.9 ratio (automemlimit's rule) from %s: the ratio needs less, so it is what is recommended", fit.FormatBytes(g), fit.FormatBytes(a)))
 		} else {
 			rec.Reasons = append(rec.Reasons, fmt.Sprintf("memory: no healthy floor for gofit's plan; the 0.9 ratio (automemlimit's rule) was healthy from %s, so it is what is recommended", fit.FormatBytes(a)))
 		}
-	case healthy[SetNone] > 0:
-		c = memChoice{healthy[SetNone], SetNone}
+	case healthy[result.SetNone] > 0:
+		c = memChoice{healthy[result.SetNone], result.SetNone}
 	default:
 		for _, m := range l.res.Memory {
-			if m.Setting == SetGofit && m.FloorBytes != nil {
-				c = memChoice{*m.FloorBytes, SetGofit}
+			if m.Setting == result.SetGofit && m.FloorBytes != nil {
+				c = memChoice{*m.FloorBytes, result.SetGofit}
 				kind = "survival floor (NO healthy floor was found: expect degraded service near it)"
 				rec.Confident = false
 			}
@@ -316,16 +279,16 @@ func (l *analysis) recommendMemory(rec *Recommendation) memChoice {
 	rec.MemoryLimitBytes = int64(math.Ceil(float64(c.floor)*memHeadroom/step)) * step
 	rec.MemoryRequestBytes = rec.MemoryLimitBytes
 	rec.Reasons = append(rec.Reasons, fmt.Sprintf("memory %s: the %s with setting %q (%s, at %s CPU) plus %.0f%% headroom; request = limit so the pod is not reclaimed before others",
-		mebi(rec.MemoryLimitBytes), kind, c.setting, fit.FormatBytes(c.floor), cpuLabel(l.res.Target.ProbeCPU), (memHeadroom-1)*100))
+		mebi(rec.MemoryLimitBytes), kind, c.setting, fit.FormatBytes(c.floor), result.CPULabel(l.res.Target.ProbeCPU), (memHeadroom-1)*100))
 	rec.Reasons = append(rec.Reasons, l.memVerdicts()...)
 	return c
 }
 
-func msCI(m Metric) string {
+func msCI(m result.Metric) string {
 	return fmt.Sprintf("%.1fms [%.1f–%.1f]", m.Value, m.CILow, m.CIHigh)
 }
 
-func rpsCI(m Metric) string {
+func rpsCI(m result.Metric) string {
 	return fmt.Sprintf("%.0f rps [%.0f–%.0f]", m.Value, m.CILow, m.CIHigh)
 }
 
@@ -348,14 +311,14 @@ func (l *analysis) cpuVerdicts() []string {
 				continue
 			}
 			what := "closed-loop rps"
-			if s.Mode == Open {
+			if s.Mode == result.Open {
 				what = "open-loop p99"
 			}
 			switch {
-			case *s.Verdict == Saturated:
-				parts = append(parts, fmt.Sprintf("%s saturated in the open loop at %.0f rps (no p99 verdict)", label(s), s.OfferedRPS))
+			case *s.Verdict == result.Saturated:
+				parts = append(parts, fmt.Sprintf("%s saturated in the open loop at %.0f rps (no p99 verdict)", result.SummaryLabel(s), s.OfferedRPS))
 			case !s.Decided:
-				u := fmt.Sprintf("%s undecided on %s", label(s), what)
+				u := fmt.Sprintf("%s undecided on %s", result.SummaryLabel(s), what)
 				if s.DetectableRatio != nil {
 					u += fmt.Sprintf(" (a difference under ×%.2f would not show)", *s.DetectableRatio)
 				} else {
@@ -365,7 +328,7 @@ func (l *analysis) cpuVerdicts() []string {
 			case *s.Verdict == stats.Same:
 				same++
 			case s.VerdictRatio != nil:
-				parts = append(parts, fmt.Sprintf("%s %s on %s (×%.2f, 95%% CI %.2f–%.2f)", label(s), *s.Verdict, what, s.VerdictRatio.Value, s.VerdictRatio.Low, s.VerdictRatio.High))
+				parts = append(parts, fmt.Sprintf("%s %s on %s (×%.2f, 95%% CI %.2f–%.2f)", result.SummaryLabel(s), *s.Verdict, what, s.VerdictRatio.Value, s.VerdictRatio.Low, s.VerdictRatio.High))
 			}
 		}
 		if len(parts) == 0 && len(undecided) == 0 && same > 0 {
@@ -378,50 +341,26 @@ func (l *analysis) cpuVerdicts() []string {
 		if len(parts) == 0 {
 			continue
 		}
-		out = append(out, fmt.Sprintf("at %s against go-default: %s", rowLabel(q, l.requestRow()), strings.Join(parts, "; ")))
+		out = append(out, fmt.Sprintf("at %s against go-default: %s", result.RowLabel(q, l.requestRow()), strings.Join(parts, "; ")))
 	}
 	return append(out, l.res.Lab.NotCompared...)
-}
-
-// label names a summary row with every setting it stands for.
-func label(s CPUSummary) string {
-	return strings.Join(append([]string{s.Setting}, s.SameAs...), " = ")
 }
 
 func (l *analysis) memVerdicts() []string {
 	var parts []string
 	for _, m := range l.res.Memory {
-		f, h := m.floorLabels()
+		f, h := m.FloorLabels()
 		parts = append(parts, fmt.Sprintf("%s survives from %s, healthy from %s (%d trials)", m.Setting, f, h, len(m.Trials)+len(m.HealthyTrials)))
 	}
 	return []string{"memory floors: " + strings.Join(parts, "; ")}
 }
 
-func millicores(c float64) string { return fmt.Sprintf("%dm", int(math.Round(c*1000))) }
-
-// rowLabel names a CPU study row: its quota, or for the request row (q 0)
-// the request without a limit.
-func rowLabel(q, request float64) string {
-	if q == 0 {
-		return "no limit, request " + millicores(request)
-	}
-	return millicores(q)
-}
-
 // requestRow is the request of the CPU study's request row, 0 if none ran.
-func (l *analysis) requestRow() float64 { return requestOf(l.res.CPUSummary) }
+func (l *analysis) requestRow() float64 { return result.RequestCores(l.res.CPUSummary) }
 
-func requestOf(ss []CPUSummary) float64 {
-	for _, s := range ss {
-		if s.QuotaCores == 0 && s.RequestCores > 0 {
-			return s.RequestCores
-		}
-	}
-	return 0
-}
 func mebi(b int64) string { return fmt.Sprintf("%dMi", (b+(1<<20)-1)>>20) }
 
-func deploymentYAML(r Recommendation) string {
+func deploymentYAML(r result.Recommendation) string {
 	var b strings.Builder
 	if r.CPULimitCores == 0 && r.MemoryLimitBytes == 0 {
 		return "# no recommendation: see the reasons above\n"
@@ -434,7 +373,7 @@ func deploymentYAML(r Recommendation) string {
 			cpu = r.CPULimitCores
 		}
 		if cpu > 0 {
-			fmt.Fprintf(&b, "    cpu: %s\n", millicores(cpu))
+			fmt.Fprintf(&b, "    cpu: %s\n", result.Millicores(cpu))
 		}
 		if r.MemoryLimitBytes > 0 {
 			fmt.Fprintf(&b, "    memory: %s\n", mebi(r.MemoryLimitBytes))

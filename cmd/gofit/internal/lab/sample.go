@@ -14,6 +14,8 @@ import (
 	"runtime/metrics"
 	"syscall"
 	"time"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
 )
 
 // The embedded sample service: an HTTP handler shaped like a typical API.
@@ -77,26 +79,13 @@ var sampleMetrics = []metrics.Sample{
 	{Name: "/cpu/classes/idle:cpu-seconds"},
 }
 
-// runtimeVars is what a target tells about its Go runtime on /debug/vars,
-// under the key "sample" (the embedded sample) or from "memstats".
-type runtimeVars struct {
-	GoVersion       string  `json:"go_version"`
-	GOMAXPROCS      int     `json:"gomaxprocs"`
-	GOMEMLIMIT      int64   `json:"gomemlimit"`
-	GCCPUSeconds    float64 `json:"gc_cpu_seconds"`
-	TotalCPUSeconds float64 `json:"total_cpu_seconds"` // GOMAXPROCS × wall time, as the runtime counts it
-	IdleCPUSeconds  float64 `json:"idle_cpu_seconds"`  // of which Ps sat idle
-	GCCPUFraction   float64 `json:"gc_cpu_fraction"`
-	NumGC           uint32  `json:"num_gc"`
-}
-
 func sampleVars() any {
 	s := make([]metrics.Sample, len(sampleMetrics))
 	copy(s, sampleMetrics)
 	metrics.Read(s)
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return runtimeVars{
+	return sandbox.RuntimeVars{
 		GoVersion:       runtime.Version(),
 		GOMAXPROCS:      runtime.GOMAXPROCS(0),
 		GOMEMLIMIT:      debug.SetMemoryLimit(-1),

@@ -3,74 +3,11 @@ package lab
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sort"
 	"time"
 
-	"github.com/gofit-dev/gofit/cmd/gofit/internal/nongo"
-	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 )
-
-// Outcomes of a memory trial.
-const (
-	OK        = "ok"
-	OOMKilled = "oom_killed"
-	Stalled   = "stalled"
-	Errored   = "errors"
-)
-
-// MemTrial is one run of the target under a memory limit (a survival
-// trial), or one judgement of a limit's health from pairs of runs (a
-// health trial: the offered_rps .. pairs fields).
-type MemTrial struct {
-	LimitBytes     int64           `json:"limit_bytes"`
-	Outcome        string          `json:"outcome"`
-	Healthy        bool            `json:"healthy"` // health trials: p99 not over twice the reference's, no errors (see the p99 ratio)
-	RPS            float64         `json:"rps"`
-	P99            float64         `json:"p99_ms"`
-	Errors         int             `json:"errors"`
-	PeakBytes      uint64          `json:"peak_bytes"`
-	PageCacheBytes uint64          `json:"page_cache_bytes"` // file pages charged to the trial at the end
-	ResidentBefore float64         `json:"binary_resident_before"`
-	MajorFaults    uint64          `json:"major_faults"`
-	LimitHits      uint64          `json:"limit_hits"`
-	Seconds        float64         `json:"seconds"`
-	OfferedRPS     float64         `json:"offered_rps,omitempty"`      // health trials: the fixed open-loop rate
-	RefP99         float64         `json:"reference_p99_ms,omitempty"` // health trials: p99 of the runs without a memory limit
-	P99Ratio       *stats.Interval `json:"p99_ratio,omitempty"`        // health trials: p99 ÷ the reference's, with its 95% interval
-	Pairs          int             `json:"pairs,omitempty"`            // health trials: reference and limited runs, alternating
-	Decided        bool            `json:"decided,omitempty"`          // health trials: the interval lay wholly on one side of 2 (else judged on the estimate)
-	BudgetCut      bool            `json:"budget_cut,omitempty"`       // health trials: the budget stopped it before its interval decided or its pairs ran out
-	Detail         string          `json:"detail,omitempty"`
-	// nonGo is an unlimited probe's measurement of the target's non-Go
-	// memory (nil elsewhere); nonGoErr says why there is none.
-	nonGo    *nongo.Measurement
-	nonGoErr error
-}
-
-func (t MemTrial) verdict() string {
-	switch {
-	case t.Outcome != OK:
-		return t.Outcome
-	case t.Pairs == 0:
-		return OK
-	}
-	v := "healthy"
-	if !t.Healthy {
-		v = "not healthy"
-	}
-	if !t.Decided {
-		v += " (undecided)"
-	}
-	if t.BudgetCut {
-		v += " (cut by the budget)"
-	}
-	r := "-"
-	if t.P99Ratio != nil {
-		r = fmt.Sprintf("×%.2f [%.2f–%.2f]", t.P99Ratio.Value, t.P99Ratio.Low, t.P99Ratio.High)
-	}
-	return fmt.Sprintf("%s: p99 %.1fms vs %.1fms unlimited, %s, %d pairs", v, t.P99, t.RefP99, r, t.Pairs)
-}
 
 // floorSearch finds the smallest memory limit at which a trial passes.
 type floorSearch struct {
@@ -100,7 +37,7 @@ type floorSearch struct {
 	Deadline time.Time
 	Now      func() time.Time
 	// Pass decides a trial; nil means it survived (outcome ok).
-	Pass func(MemTrial) bool
+	Pass func(result.MemTrial) bool
 }
 
 // searchResult is a finished search. Floor is 0 when even Max failed, or
@@ -109,7 +46,7 @@ type floorSearch struct {
 // then the lowest limit that passed so far, an upper bound on the floor.
 type searchResult struct {
 	Floor         int64
-	Trials        []MemTrial // in the order they ran
+	Trials        []result.MemTrial // in the order they ran
 	BudgetLimited bool
 	Max           int64 // the highest limit the search could try
 }
@@ -118,12 +55,12 @@ type searchResult struct {
 var errCut = errors.New("search budget spent")
 
 // Find runs the search.
-func (s floorSearch) Find(ctx context.Context, run func(context.Context, int64) MemTrial) (searchResult, error) {
+func (s floorSearch) Find(ctx context.Context, run func(context.Context, int64) result.MemTrial) (searchResult, error) {
 	res := max(s.Resolution, 1)
 	align := func(v int64) int64 { return max((v+res-1)/res*res, res) }
 	pass := s.Pass
 	if pass == nil {
-		pass = func(t MemTrial) bool { return t.Outcome == OK }
+		pass = func(t result.MemTrial) bool { return t.Outcome == result.OK }
 	}
 	now := s.Now
 	if now == nil {
@@ -328,53 +265,24 @@ func (s floorSearch) Find(ctx context.Context, run func(context.Context, int64) 
 	}
 }
 
-// Survival summarises trials per limit: how many runs passed of how many.
-type Survival struct {
-	LimitBytes int64 `json:"limit_bytes"`
-	Passed     int   `json:"passed"`
-	Runs       int   `json:"runs"`
-}
-
 // survivalCurve groups trials by limit, ascending.
-func survivalCurve(trials []MemTrial) []Survival {
-	by := map[int64]*Survival{}
+func survivalCurve(trials []result.MemTrial) []result.Survival {
+	by := map[int64]*result.Survival{}
 	for _, t := range trials {
 		s := by[t.LimitBytes]
 		if s == nil {
-			s = &Survival{LimitBytes: t.LimitBytes}
+			s = &result.Survival{LimitBytes: t.LimitBytes}
 			by[t.LimitBytes] = s
 		}
 		s.Runs++
-		if t.Outcome == OK {
+		if t.Outcome == result.OK {
 			s.Passed++
 		}
 	}
-	out := make([]Survival, 0, len(by))
+	out := make([]result.Survival, 0, len(by))
 	for _, s := range by {
 		out = append(out, *s)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].LimitBytes < out[j].LimitBytes })
 	return out
-}
-
-// summary is min/median/max of repeated measurements.
-type summary struct {
-	Min    float64 `json:"min"`
-	Median float64 `json:"median"`
-	Max    float64 `json:"max"`
-}
-
-// summarize returns min/median/max; the median of an even count is the
-// mean of the middle two.
-func summarize(xs []float64) summary {
-	if len(xs) == 0 {
-		return summary{}
-	}
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	m := s[len(s)/2]
-	if len(s)%2 == 0 {
-		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	return summary{Min: s[0], Median: m, Max: s[len(s)-1]}
 }

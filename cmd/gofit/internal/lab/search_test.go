@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 )
 
 const mib = 1 << 20
@@ -15,17 +17,17 @@ type fake struct {
 	runs  []int64
 }
 
-func (f *fake) run(_ context.Context, limit int64) MemTrial {
+func (f *fake) run(_ context.Context, limit int64) result.MemTrial {
 	f.runs = append(f.runs, limit)
 	ok := limit >= f.floor
 	if seq := f.flaky[limit]; len(seq) > 0 {
 		ok, f.flaky[limit] = seq[0], seq[1:]
 	}
-	out := Errored
+	out := result.Errored
 	if ok {
-		out = OK
+		out = result.OK
 	}
-	return MemTrial{LimitBytes: limit, Outcome: out}
+	return result.MemTrial{LimitBytes: limit, Outcome: out}
 }
 
 func TestFloorSearch(t *testing.T) {
@@ -71,10 +73,10 @@ func TestFloorSearch(t *testing.T) {
 
 func TestFloorSearchHealthyPredicate(t *testing.T) {
 	// Healthy from 60 MiB although it survives from 30 MiB.
-	run := func(_ context.Context, limit int64) MemTrial {
-		return MemTrial{LimitBytes: limit, Outcome: OK, Healthy: limit >= 60*mib}
+	run := func(_ context.Context, limit int64) result.MemTrial {
+		return result.MemTrial{LimitBytes: limit, Outcome: result.OK, Healthy: limit >= 60*mib}
 	}
-	s := floorSearch{Lo: 30 * mib, Hi: 90 * mib, Max: 800 * mib, Resolution: mib, Need: 1, Of: 1, Pass: func(t MemTrial) bool { return t.Healthy }}
+	s := floorSearch{Lo: 30 * mib, Hi: 90 * mib, Max: 800 * mib, Resolution: mib, Need: 1, Of: 1, Pass: func(t result.MemTrial) bool { return t.Healthy }}
 	r, err := s.Find(context.Background(), run)
 	if floor := r.Floor; err != nil || floor != 60*mib {
 		t.Errorf("healthy floor %d MiB, %v; want 60 MiB", floor/mib, err)
@@ -84,12 +86,12 @@ func TestFloorSearchHealthyPredicate(t *testing.T) {
 func TestFloorSearchCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	n := 0
-	r, err := floorSearch{Lo: 16 * mib, Hi: 64 * mib, Max: 64 * mib, Resolution: mib, Need: 1, Of: 1}.Find(ctx, func(context.Context, int64) MemTrial {
+	r, err := floorSearch{Lo: 16 * mib, Hi: 64 * mib, Max: 64 * mib, Resolution: mib, Need: 1, Of: 1}.Find(ctx, func(context.Context, int64) result.MemTrial {
 		n++
 		if n == 3 {
 			cancel()
 		}
-		return MemTrial{Outcome: OK}
+		return result.MemTrial{Outcome: result.OK}
 	})
 	if err == nil || len(r.Trials) != 2 {
 		t.Errorf("err %v, %d trials recorded; want the cancellation and the 2 trials before it", err, len(r.Trials))
@@ -159,7 +161,7 @@ func TestFloorSearchMin(t *testing.T) {
 func TestFloorSearchBudget(t *testing.T) {
 	clock := time.Unix(0, 0)
 	f := &fake{floor: 47 * mib}
-	run := func(ctx context.Context, limit int64) MemTrial {
+	run := func(ctx context.Context, limit int64) result.MemTrial {
 		clock = clock.Add(10 * time.Second)
 		return f.run(ctx, limit)
 	}
@@ -184,23 +186,10 @@ func TestFloorSearchBudget(t *testing.T) {
 	}
 }
 
-func TestSurvivalAndSummary(t *testing.T) {
-	c := survivalCurve([]MemTrial{{LimitBytes: 2, Outcome: OK}, {LimitBytes: 1, Outcome: Stalled}, {LimitBytes: 2, Outcome: OOMKilled}, {LimitBytes: 3, Outcome: OK}})
-	if len(c) != 3 || c[0] != (Survival{1, 0, 1}) || c[1] != (Survival{2, 1, 2}) || c[2] != (Survival{3, 1, 1}) {
+func TestSurvivalCurve(t *testing.T) {
+	c := survivalCurve([]result.MemTrial{{LimitBytes: 2, Outcome: result.OK}, {LimitBytes: 1, Outcome: result.Stalled}, {LimitBytes: 2, Outcome: result.OOMKilled}, {LimitBytes: 3, Outcome: result.OK}})
+	if len(c) != 3 || c[0] != (result.Survival{LimitBytes: 1, Passed: 0, Runs: 1}) || c[1] != (result.Survival{LimitBytes: 2, Passed: 1, Runs: 2}) || c[2] != (result.Survival{LimitBytes: 3, Passed: 1, Runs: 1}) {
 		t.Errorf("curve %+v", c)
-	}
-	for _, tc := range []struct {
-		in   []float64
-		want summary
-	}{
-		{[]float64{3, 1, 2}, summary{1, 2, 3}},
-		{[]float64{4, 1, 2, 3}, summary{1, 2.5, 4}},
-		{[]float64{5}, summary{5, 5, 5}},
-		{nil, summary{}},
-	} {
-		if got := summarize(tc.in); got != tc.want {
-			t.Errorf("summarize(%v) = %+v, want %+v", tc.in, got, tc.want)
-		}
 	}
 }
 
@@ -246,12 +235,12 @@ func TestFloorSearchCeiling(t *testing.T) {
 			t.Errorf("tried %d MiB, over Max: %v", l/mib, mibs(f.runs))
 		}
 	}
-	m := MemResult{Setting: "x", SearchedToBytes: r.Max}
-	if s, h := m.floorLabels(); s != "above 256MiB" || h != s {
+	m := result.MemResult{Setting: "x", SearchedToBytes: r.Max}
+	if s, h := m.FloorLabels(); s != "above 256MiB" || h != s {
 		t.Errorf("labels %q, %q; want \"above 256MiB\" for both", s, h)
 	}
 	m.BudgetLimited = true
-	if s, _ := m.floorLabels(); s != "none found" {
+	if s, _ := m.FloorLabels(); s != "none found" {
 		t.Errorf("a search the budget cut is no lower bound, got %q", s)
 	}
 }

@@ -9,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
 
@@ -52,22 +56,22 @@ type fakeCPU struct {
 	runNoise float64
 }
 
-func (f *fakeCPU) measure(_ context.Context, c cpuConfig, mode Mode, offered float64, window time.Duration, rep int) (CPUCell, error) {
+func (f *fakeCPU) measure(_ context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
 	f.runs[c.setting+"/"+string(mode)]++
 	secs := window.Seconds()
 	f.now = f.now.Add(window + time.Second)
 	n := int(secs)
 	speed := math.Max(0.5, 1+f.runNoise*f.rng.NormFloat64())
 	var bs []stats.Block
-	if mode == Closed {
+	if mode == result.Closed {
 		bs = fakeBlocks(f.rng, n, f.rps[c.setting]*speed, f.noise[c.setting], 1)
 	} else {
 		f.rates[c.quota] = append(f.rates[c.quota], offered)
 		bs = fakeBlocks(f.rng, n, offered, 0.01, f.ms[c.setting]/speed)
 	}
 	s := stats.Sample{bs}
-	return CPUCell{QuotaCores: c.quota, Setting: c.setting, SameAs: c.sameAs, Mode: mode, Repeat: rep, OfferedRPS: offered, RPS: s.RPS(), P99: s.Quantile(0.99),
-		Requests: int(s.RPS() * secs), Seconds: secs, blocks: bs}, nil
+	return result.CPUCell{QuotaCores: c.quota, Setting: c.setting, SameAs: c.sameAs, Mode: mode, Repeat: rep, OfferedRPS: offered, RPS: s.RPS(), P99: s.Quantile(0.99),
+		Requests: int(s.RPS() * secs), Seconds: secs, Blocks: bs}, nil
 }
 
 func newFakeLab(t *testing.T, budget time.Duration) (*study, *fakeCPU) {
@@ -75,7 +79,7 @@ func newFakeLab(t *testing.T, budget time.Duration) (*study, *fakeCPU) {
 	cfg := defaultConfig(false)
 	cfg.Quotas = []float64{0.5}
 	cfg.CPURequest = 0 // TestRequestRow has the request row
-	cfg.CPUSettings = []string{SetGoDefault, SetGofit, SetProcs1, SetProcsNCPU}
+	cfg.CPUSettings = []string{result.SetGoDefault, result.SetGofit, result.SetProcs1, result.SetProcsNCPU}
 	cfg.Budget = budget
 	cfg.Resamples = 150
 	l := newLab(cfg)
@@ -83,9 +87,9 @@ func newFakeLab(t *testing.T, budget time.Duration) (*study, *fakeCPU) {
 	f := &fakeCPU{rng: rand.New(rand.NewSource(11)), now: time.Unix(0, 0), runs: map[string]int{}, rates: map[float64][]float64{},
 		// gofit (= gomaxprocs=1 at 500m) is truly 10% faster than
 		// go-default but noisy; gomaxprocs=ncpu is clearly slower.
-		rps:   map[string]float64{SetGoDefault: 1000, SetGofit: 1100, SetProcsNCPU: 800},
-		noise: map[string]float64{SetGoDefault: 0.07, SetGofit: 0.07, SetProcsNCPU: 0.02},
-		ms:    map[string]float64{SetGoDefault: 10, SetGofit: 5, SetProcsNCPU: 30}}
+		rps:   map[string]float64{result.SetGoDefault: 1000, result.SetGofit: 1100, result.SetProcsNCPU: 800},
+		noise: map[string]float64{result.SetGoDefault: 0.07, result.SetGofit: 0.07, result.SetProcsNCPU: 0.02},
+		ms:    map[string]float64{result.SetGoDefault: 10, result.SetGofit: 5, result.SetProcsNCPU: 30}}
 	l.started = f.now
 	l.now = func() time.Time { return f.now }
 	l.measure = f.measure
@@ -98,16 +102,16 @@ func TestAdaptiveRepeats(t *testing.T) {
 		t.Fatal(err)
 	}
 	sums := l.results().CPUSummary
-	got := map[string]CPUSummary{}
+	got := map[string]result.CPUSummary{}
 	for _, s := range sums {
 		got[s.Setting+"/"+string(s.Mode)] = s
 	}
 	// Identical environments are one cell with both names.
-	if g := got[SetGofit+"/closed"]; len(g.SameAs) != 1 || g.SameAs[0] != SetProcs1 {
-		t.Errorf("gofit at 500m on 4 CPUs: same_as %v, want [%s]", g.SameAs, SetProcs1)
+	if g := got[result.SetGofit+"/closed"]; len(g.SameAs) != 1 || g.SameAs[0] != result.SetProcs1 {
+		t.Errorf("gofit at 500m on 4 CPUs: same_as %v, want [%s]", g.SameAs, result.SetProcs1)
 	}
-	if f.runs[SetProcs1+"/closed"] != 0 {
-		t.Errorf("gomaxprocs=1 measured on its own %d times; it is gofit's cell", f.runs[SetProcs1+"/closed"])
+	if f.runs[result.SetProcs1+"/closed"] != 0 {
+		t.Errorf("gomaxprocs=1 measured on its own %d times; it is gofit's cell", f.runs[result.SetProcs1+"/closed"])
 	}
 	// Equal load: one offered rate at the quota.
 	for _, r := range f.rates[0.5] {
@@ -116,7 +120,7 @@ func TestAdaptiveRepeats(t *testing.T) {
 			break
 		}
 	}
-	for k, want := range map[string]string{SetGofit + "/closed": stats.Better, SetProcsNCPU + "/closed": stats.Worse, SetGofit + "/open": stats.Better, SetProcsNCPU + "/open": stats.Worse} {
+	for k, want := range map[string]string{result.SetGofit + "/closed": stats.Better, result.SetProcsNCPU + "/closed": stats.Worse, result.SetGofit + "/open": stats.Better, result.SetProcsNCPU + "/open": stats.Worse} {
 		s := got[k]
 		if s.Verdict == nil || *s.Verdict != want {
 			t.Errorf("%s: verdict %v, want %s (ratio %+v, %d repeats)", k, s.Verdict, want, s.VerdictRatio, s.Repeats)
@@ -125,18 +129,18 @@ func TestAdaptiveRepeats(t *testing.T) {
 			t.Errorf("%s: rps %.0f outside [%.0f, %.0f]", k, s.RPS.Value, s.RPS.CILow, s.RPS.CIHigh)
 		}
 	}
-	if got[SetGoDefault+"/closed"].Verdict != nil {
+	if got[result.SetGoDefault+"/closed"].Verdict != nil {
 		t.Errorf("go-default has a verdict against itself")
 	}
 	// The clear difference stops as soon as a verdict may be decided
 	// (stats.MinRuns a side); the noisy one was repeated until decided.
-	if n, want := f.runs[SetProcsNCPU+"/closed"], max(l.cfg.MinRepeats, stats.MinRuns); n != want {
+	if n, want := f.runs[result.SetProcsNCPU+"/closed"], max(l.cfg.MinRepeats, stats.MinRuns); n != want {
 		t.Errorf("gomaxprocs=ncpu closed loop ran %d times; decided at once, want %d", n, want)
 	}
-	if n := f.runs[SetGofit+"/closed"]; n <= l.cfg.MinRepeats || n > l.cfg.MaxRepeats {
+	if n := f.runs[result.SetGofit+"/closed"]; n <= l.cfg.MinRepeats || n > l.cfg.MaxRepeats {
 		t.Errorf("gofit closed loop ran %d times, want adaptive repeats in (%d, %d]", n, l.cfg.MinRepeats, l.cfg.MaxRepeats)
 	}
-	if s := got[SetGofit+"/open"]; s.Samples < l.cfg.OpenSamples {
+	if s := got[result.SetGofit+"/open"]; s.Samples < l.cfg.OpenSamples {
 		t.Errorf("gofit open loop pooled %d latencies, want at least %d", s.Samples, l.cfg.OpenSamples)
 	}
 }
@@ -145,15 +149,15 @@ func TestAdaptiveRepeatsStopAtBudget(t *testing.T) {
 	// Five minutes fund the row's minimum runs (2.5 minutes for the CPU
 	// study) and a few adaptive repeats, not enough to decide a true tie.
 	l, f := newFakeLab(t, 5*time.Minute)
-	f.rps[SetGofit] = f.rps[SetGoDefault] // no true difference: only more data could show "same"
+	f.rps[result.SetGofit] = f.rps[result.SetGoDefault] // no true difference: only more data could show "same"
 	start := f.now
 	if err := l.cpuStudy(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if took, most := f.now.Sub(start), l.cpuBudget()+8*time.Second; took > most {
-		t.Errorf("the CPU study took %v, over its budget %v plus one run", took, l.cpuBudget())
+	if took, most := f.now.Sub(start), l.plan.cpuBudget()+8*time.Second; took > most {
+		t.Errorf("the CPU study took %v, over its budget %v plus one run", took, l.plan.cpuBudget())
 	}
-	if n := f.runs[SetGofit+"/closed"]; n < stats.MinRuns {
+	if n := f.runs[result.SetGofit+"/closed"]; n < stats.MinRuns {
 		t.Errorf("gofit closed loop ran %d times in a funded row, want at least %d", n, stats.MinRuns)
 	}
 	res := l.results()
@@ -170,7 +174,7 @@ func TestAdaptiveRepeatsStopAtBudget(t *testing.T) {
 				t.Errorf("%s %s undecided without the smallest difference it could show: %q", s.Setting, s.Mode, s.Notes)
 			}
 		}
-		if s.Setting == SetGofit && s.Mode == Closed && s.Verdict != nil && *s.Verdict != stats.Same {
+		if s.Setting == result.SetGofit && s.Mode == result.Closed && s.Verdict != nil && *s.Verdict != stats.Same {
 			t.Errorf("gofit closed: verdict %v on a true tie", *s.Verdict)
 		}
 	}
@@ -197,7 +201,7 @@ func TestRowTheBudgetCannotDecideIsNotStarted(t *testing.T) {
 }
 
 // results is what the study's records analyse to so far.
-func (l *study) results() Results { return analyse(l.cfg, l.rec) }
+func (l *study) results() result.Results { return analyse(l.cfg, l.rec) }
 
 // hasNote reports whether any note starts with prefix.
 func hasNote(notes []string, prefix string) bool {
@@ -211,14 +215,14 @@ func hasNote(notes []string, prefix string) bool {
 
 func TestRecommendationRefusesFailedCells(t *testing.T) {
 	l, _ := newFakeLab(t, time.Hour)
-	l.measure = func(_ context.Context, c cpuConfig, mode Mode, offered float64, window time.Duration, rep int) (CPUCell, error) {
+	l.measure = func(_ context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
 		bs := []stats.Block{{Seconds: 1, OK: 10, Errors: 400}, {Seconds: 1, OK: 10, Errors: 400}}
 		for i := range bs {
 			for j := 0; j < 410; j++ {
 				bs[i].Lat = append(bs[i].Lat, 1)
 			}
 		}
-		return CPUCell{QuotaCores: c.quota, Setting: c.setting, Mode: mode, RPS: 10, Requests: 20, Errors: 800, ErrorKinds: map[string]int{"HTTP 500 Internal Server Error": 800}, Seconds: 2, blocks: bs}, nil
+		return result.CPUCell{QuotaCores: c.quota, Setting: c.setting, Mode: mode, RPS: 10, Requests: 20, Errors: 800, ErrorKinds: map[string]int{"HTTP 500 Internal Server Error": 800}, Seconds: 2, Blocks: bs}, nil
 	}
 	if err := l.cpuStudy(context.Background()); err != nil {
 		t.Fatal(err)
@@ -243,49 +247,14 @@ func TestGCShareExcludesIdlePs(t *testing.T) {
 	// runtime's total is GOMAXPROCS × wall; a share of it would read 10%
 	// and 2.5%.
 	for _, procs := range []float64{1, 4} {
-		a := runtimeVars{GCCPUSeconds: 1, TotalCPUSeconds: 10, IdleCPUSeconds: 5}
-		b := runtimeVars{GCCPUSeconds: 1.1, TotalCPUSeconds: 10 + procs, IdleCPUSeconds: 5 + procs - 0.5}
+		a := sandbox.RuntimeVars{GCCPUSeconds: 1, TotalCPUSeconds: 10, IdleCPUSeconds: 5}
+		b := sandbox.RuntimeVars{GCCPUSeconds: 1.1, TotalCPUSeconds: 10 + procs, IdleCPUSeconds: 5 + procs - 0.5}
 		if s := gcShare(a, b); s == nil || math.Abs(*s-0.2) > 1e-9 {
 			t.Errorf("GOMAXPROCS %v: gcShare = %v, want 0.2", procs, s)
 		}
 	}
-	if gcShare(runtimeVars{}, runtimeVars{GCCPUSeconds: 1, TotalCPUSeconds: 1}) != nil {
+	if gcShare(sandbox.RuntimeVars{}, sandbox.RuntimeVars{GCCPUSeconds: 1, TotalCPUSeconds: 1}) != nil {
 		t.Error("a share without the idle class")
-	}
-}
-
-func TestPlacement(t *testing.T) {
-	p := planPlacement([]int{0, 1}, 2, 1)
-	if p.Isolated || p.Overlap != 1 || len(p.Target) != 2 || len(p.Generator) != 1 || p.Generator[0] != 1 || !strings.Contains(p.Note, "not isolated") {
-		t.Errorf("2 CPUs, target needs 2: %+v", p)
-	}
-	p = planPlacement([]int{0, 1, 2, 3}, 2, 1)
-	if !p.Isolated || p.Overlap != 0 || len(p.Target) != 3 || p.Generator[0] != 3 {
-		t.Errorf("4 CPUs, target needs 2: %+v", p)
-	}
-	p = planPlacement([]int{0, 1, 2, 3}, 4, 1)
-	if p.Isolated || len(p.Target) != 4 {
-		t.Errorf("4 CPUs, target needs 4: %+v", p)
-	}
-}
-
-func TestStartWatch(t *testing.T) {
-	t0 := time.Unix(0, 0)
-	// A slow cold start: faults climb for 6 s while the heap grows.
-	w := startWatch{window: 3 * time.Second}
-	for i := 0; i <= 120; i++ {
-		if w.observe(t0.Add(time.Duration(i)*50*time.Millisecond), uint64(i*10), 0, uint64(i)*256<<10) {
-			t.Fatalf("slow cold start called stalled at %v", time.Duration(i)*50*time.Millisecond)
-		}
-	}
-	// Thrashing: faults climb, memory flat.
-	w = startWatch{window: 3 * time.Second}
-	stalled := false
-	for i := 0; i <= 120 && !stalled; i++ {
-		stalled = w.observe(t0.Add(time.Duration(i)*50*time.Millisecond), uint64(i*10), uint64(i), 30<<20)
-	}
-	if !stalled {
-		t.Error("a start faulting with flat memory for 6 s is not stalled")
 	}
 }
 
@@ -294,15 +263,15 @@ func TestRecommendForTargetRPS(t *testing.T) {
 	l.cfg.Quotas = []float64{0.25, 0.5}
 	l.cfg.TargetRPS, l.cfg.SLOP99 = 300, 20*time.Millisecond
 	inner := f.measure
-	l.measure = func(ctx context.Context, c cpuConfig, mode Mode, offered float64, window time.Duration, rep int) (CPUCell, error) {
+	l.measure = func(ctx context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
 		if offered != 0 && offered != 300 {
 			t.Errorf("open loop at %v rps, want the target rate 300", offered)
 		}
 		// 250m is too slow for the SLO: five times the latency.
 		if c.quota == 0.25 {
-			f.ms = map[string]float64{SetGoDefault: 50, SetGofit: 25, SetProcsNCPU: 150}
+			f.ms = map[string]float64{result.SetGoDefault: 50, result.SetGofit: 25, result.SetProcsNCPU: 150}
 		} else {
-			f.ms = map[string]float64{SetGoDefault: 10, SetGofit: 2, SetProcsNCPU: 30}
+			f.ms = map[string]float64{result.SetGoDefault: 10, result.SetGofit: 2, result.SetProcsNCPU: 30}
 		}
 		return inner(ctx, c, mode, offered, window, rep)
 	}
@@ -310,21 +279,7 @@ func TestRecommendForTargetRPS(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := l.results().Recommendation
-	if rec.CPULimitCores != 0.5 || rec.Setting != SetGofit || rec.TargetRPS != 300 || rec.SLOP99Ms != 20 || !rec.Confident {
+	if rec.CPULimitCores != 0.5 || rec.Setting != result.SetGofit || rec.TargetRPS != 300 || rec.SLOP99Ms != 20 || !rec.Confident {
 		t.Errorf("recommendation %+v, want gofit at 500m for 300 rps within 20ms", rec)
-	}
-}
-
-func TestLogTicksLabelNarrowRanges(t *testing.T) {
-	for _, r := range [][2]float64{{70, 100}, {1, 1000}, {4.2, 4.9}} {
-		n := 0
-		for _, tk := range (logTicks{}).Ticks(r[0], r[1]) {
-			if tk.Label != "" {
-				n++
-			}
-		}
-		if n < 2 {
-			t.Errorf("log axis %v: %d labelled ticks, want at least 2", r, n)
-		}
 	}
 }

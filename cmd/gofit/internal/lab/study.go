@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand"
 	"os"
@@ -11,6 +12,10 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 
 	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
@@ -21,7 +26,7 @@ import (
 // study runs a study in a sandbox.
 type study struct {
 	cfg     Config
-	sb      *Sandbox
+	sb      *sandbox.Sandbox
 	rec     Records
 	done    int
 	total   int
@@ -31,24 +36,23 @@ type study struct {
 	// that the CPU study's draws do not shift theirs.
 	healthBoot *stats.Bootstrap
 	boot       *stats.Bootstrap
-	place      *Placement
+	place      *result.Placement
 	// measure runs one CPU window; tests replace it with a fake.
-	measure func(ctx context.Context, c cpuConfig, mode Mode, offered float64, window time.Duration, rep int) (CPUCell, error)
+	measure func(ctx context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error)
 	// memRun runs one memory trial; tests replace it with a fake.
-	memRun func(ctx context.Context, env map[string]string, cpu float64, limit int64, load memLoad) (MemTrial, load.Result)
+	memRun func(ctx context.Context, env map[string]string, cpu float64, limit int64, load memLoad) (result.MemTrial, load.Result)
 	// pairRun runs a health trial's reference and limited runs side by
 	// side; tests replace it with a fake.
-	pairRun func(ctx context.Context, ref, env map[string]string, cpu float64, limit int64, load memLoad) (MemTrial, load.Result, MemTrial, load.Result)
+	pairRun func(ctx context.Context, ref, env map[string]string, cpu float64, limit int64, load memLoad) (result.MemTrial, load.Result, result.MemTrial, load.Result)
 	now     func() time.Time
-	// The planner's measurements (budget.go).
-	overheadSum  time.Duration
-	overheadRuns int
-	mem          memPlan
-	pairSum      time.Duration // health pairs run so far, and their wall time
-	pairN        int
+	// plan is the budget planner (budget.go): what the study can afford.
+	plan *planner
 	// slowestStart is the longest a memory trial's target took to become
 	// ready without a memory limit (the probes, the health references).
 	slowestStart time.Duration
+	// probesNonGo is what the unlimited probes measured of the target's
+	// non-Go memory (nongo.go).
+	probesNonGo []probeNonGo
 }
 
 // errTargetFailed means the target crashed or answered with errors where
@@ -57,12 +61,12 @@ var errTargetFailed = errors.New("the target failed")
 
 // runStudy runs the study. It stops early, returning ctx's error and what was
 // measured so far, when ctx ends.
-func runStudy(ctx context.Context, sb *Sandbox, cfg Config) (*Results, *Records, error) {
+func runStudy(ctx context.Context, sb *sandbox.Sandbox, cfg Config) (*result.Results, *Records, error) {
 	if err := cfg.Validate(); err != nil {
-		return &Results{}, &Records{}, err
+		return &result.Results{}, &Records{}, err
 	}
-	if err := cfg.Target.check(); err != nil {
-		return &Results{}, &Records{}, err
+	if err := checkTarget(cfg.Target); err != nil {
+		return &result.Results{}, &Records{}, err
 	}
 	l := newLab(cfg)
 	l.sb = sb
@@ -70,7 +74,7 @@ func runStudy(ctx context.Context, sb *Sandbox, cfg Config) (*Results, *Records,
 	l.memRun = l.memTrial
 	l.pairRun = l.memPair
 	l.rec.Machine = machine()
-	l.rec.Target = TargetInfo{Command: strings.Join(append([]string{cfg.Target.Path}, cfg.Target.Args...), " "), URL: cfg.Target.URL, Sample: cfg.Sample, PageCache: "cold"}
+	l.rec.Target = result.TargetInfo{Command: strings.Join(append([]string{cfg.Target.Path}, cfg.Target.Args...), " "), URL: cfg.Target.URL, Sample: cfg.Sample, PageCache: "cold"}
 	if st, err := os.Stat(cfg.Target.Path); err == nil {
 		l.rec.Target.BinaryBytes = st.Size()
 	}
@@ -86,7 +90,7 @@ func runStudy(ctx context.Context, sb *Sandbox, cfg Config) (*Results, *Records,
 	if b, err := target.Read(cfg.Target.Path); err == nil {
 		l.rec.Binary = b
 	}
-	place, err := sb.isolate(need)
+	place, err := sb.Isolate(need)
 	if err != nil {
 		res := analyse(l.cfg, l.rec)
 		return &res, &l.rec, err
@@ -114,6 +118,9 @@ func runStudy(ctx context.Context, sb *Sandbox, cfg Config) (*Results, *Records,
 	return &res, &l.rec, err
 }
 
+// elapsed is the study's wall time so far, statistics included.
+func (l *study) elapsed() time.Duration { return l.now().Sub(l.started) }
+
 func newLab(cfg Config) *study {
 	l := &study{cfg: cfg, started: time.Now(), rng: rand.New(rand.NewSource(cfg.Seed)), boot: stats.NewBootstrap(cfg.Resamples, cfg.Seed),
 		healthBoot: stats.NewBootstrap(cfg.Resamples, cfg.Seed+1), now: time.Now}
@@ -123,14 +130,14 @@ func newLab(cfg Config) *study {
 	l.rec.Lab.BudgetNotes = []string{}
 	l.rec.Lab.NotCompared = []string{}
 	l.rec.Lab.Seed = cfg.Seed
-	l.mem = memPlan{requests: cfg.MemRequests}
+	l.plan = newPlanner(&l.cfg, l.elapsed, &l.rec.Lab)
 	cells := len(cfg.Quotas) * len(cfg.CPUSettings) * cfg.MinRepeats * 2
 	l.total = cells + 1 + len(cfg.MemSettings)*16 + len(cfg.MemSettings)*len(cfg.Multiples) + 1
 	return l
 }
 
-func machine() Machine {
-	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}
+func machine() result.Machine {
+	m := result.Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}
 	if c, err := cgroup.NewFS("/").Self(); err == nil {
 		m.CgroupVersion = c.Version()
 	}
@@ -167,12 +174,18 @@ func (l *study) warn(format string, a ...any) {
 // note adds a line to a list in results.json once, and says it on the
 // progress stream.
 func (l *study) note(list *[]string, kind, line string) {
+	addNote(l.cfg.Progress, list, kind, line)
+}
+
+// addNote appends line to list unless it is there already, and prints it
+// as kind to progress (when not nil).
+func addNote(progress io.Writer, list *[]string, kind, line string) {
 	if slices.Contains(*list, line) {
 		return
 	}
 	*list = append(*list, line)
-	if l.cfg.Progress != nil {
-		fmt.Fprintf(l.cfg.Progress, "lab: %s: %s\n", kind, line)
+	if progress != nil {
+		fmt.Fprintf(progress, "lab: %s: %s\n", kind, line)
 	}
 }
 
@@ -189,7 +202,7 @@ func (l *analysis) failure() string {
 		if cellFailed(c) {
 			failed++
 			if example == "" {
-				example = fmt.Sprintf("%s at %s %s-loop: %d errors in %d requests (%s)", c.Setting, rowLabel(c.QuotaCores, c.RequestCores), c.Mode, c.Errors, c.Errors+c.Requests, errorKinds(c.ErrorKinds))
+				example = fmt.Sprintf("%s at %s %s-loop: %d errors in %d requests (%s)", c.Setting, result.RowLabel(c.QuotaCores, c.RequestCores), c.Mode, c.Errors, c.Errors+c.Requests, errorKinds(c.ErrorKinds))
 			}
 		}
 	}
@@ -199,7 +212,7 @@ func (l *analysis) failure() string {
 	if r := l.res.Recommendation; r.CPULimitCores == 0 && len(l.rec.CPU) > 0 {
 		why = append(why, "no CPU quota had error-free cells to recommend")
 	}
-	if c := l.rec.Check; c != nil && c.Outcome != OK {
+	if c := l.rec.Check; c != nil && c.Outcome != result.OK {
 		why = append(why, "the check trial of the recommendation failed: "+c.Outcome+" "+c.Detail)
 	}
 	return strings.Join(why, "; ")
@@ -209,14 +222,14 @@ func errorKinds(k map[string]int) string {
 	return load.Kinds(k)
 }
 
-func cellFailed(c CPUCell) bool {
+func cellFailed(c result.CPUCell) bool {
 	n := c.Requests + c.Errors
 	return c.TargetExited || n == 0 || float64(c.Errors) > maxErrorShare*float64(n)
 }
 
 // mix is the request mix for a window on tr: every window starts the
 // same seeded order, so --seed replays a run's requests.
-func (l *study) mix(tr *trial) *load.Mix { return load.NewMix(tr.Targets, l.cfg.Seed) }
+func (l *study) mix(tr *sandbox.Trial) *load.Mix { return load.NewMix(tr.Targets, l.cfg.Seed) }
 
 // baseEnv is every trial's extra environment.
 func (l *study) baseEnv() map[string]string { return baseEnv(l.cfg) }

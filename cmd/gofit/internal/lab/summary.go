@@ -6,10 +6,12 @@ import (
 	"sort"
 	"time"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
 
-func (l *analysis) summarizeCPU() []CPUSummary {
+func (l *analysis) summarizeCPU() []result.CPUSummary {
 	var keys []cellKey
 	seen := map[cellKey]bool{}
 	for _, c := range l.res.CPU {
@@ -27,26 +29,26 @@ func (l *analysis) summarizeCPU() []CPUSummary {
 		if a.mode != b.mode {
 			return a.mode < b.mode
 		}
-		return settingRank(a.setting) < settingRank(b.setting)
+		return result.SettingRank(a.setting) < result.SettingRank(b.setting)
 	})
-	var out []CPUSummary
+	var out []result.CPUSummary
 	for _, k := range keys {
 		g := l.runsOf(k)
-		pick := func(f func(CPUCell) float64) Metric {
+		pick := func(f func(result.CPUCell) float64) result.Metric {
 			xs := make([]float64, len(g))
 			for i, c := range g {
 				xs[i] = f(c)
 			}
-			s := summarize(xs)
-			return Metric{Min: s.Min, Median: s.Median, Max: s.Max}
+			s := stats.SpreadOf(xs)
+			return result.Metric{Min: s.Min, Median: s.Median, Max: s.Max}
 		}
-		s := CPUSummary{QuotaCores: k.q, RequestCores: g[0].RequestCores, Setting: k.setting, SameAs: g[0].SameAs, Mode: k.mode, GOMAXPROCS: g[0].GOMAXPROCS, OfferedRPS: g[0].OfferedRPS,
+		s := result.CPUSummary{QuotaCores: k.q, RequestCores: g[0].RequestCores, Setting: k.setting, SameAs: g[0].SameAs, Mode: k.mode, GOMAXPROCS: g[0].GOMAXPROCS, OfferedRPS: g[0].OfferedRPS,
 			Isolated: g[0].Isolated, Repeats: len(g), Notes: []string{},
-			RPS:              pick(func(c CPUCell) float64 { return c.RPS }),
-			P99:              pick(func(c CPUCell) float64 { return c.P99 }),
-			ThrottledSeconds: pick(func(c CPUCell) float64 { return c.ThrottledSeconds }),
-			CPUMsPerRequest:  pick(func(c CPUCell) float64 { return c.CPUMsPerRequest }),
-			CPUEfficiency:    pick(func(c CPUCell) float64 { return c.CPUEfficiency })}
+			RPS:              pick(func(c result.CPUCell) float64 { return c.RPS }),
+			P99:              pick(func(c result.CPUCell) float64 { return c.P99 }),
+			ThrottledSeconds: pick(func(c result.CPUCell) float64 { return c.ThrottledSeconds }),
+			CPUMsPerRequest:  pick(func(c result.CPUCell) float64 { return c.CPUMsPerRequest }),
+			CPUEfficiency:    pick(func(c result.CPUCell) float64 { return c.CPUEfficiency })}
 		p := pooled(g)
 		s.Samples = p.Count()
 		rps, p99 := l.boot.CI(p, stats.StatRPS), l.boot.CI(p, stats.StatP99)
@@ -64,7 +66,7 @@ func (l *analysis) summarizeCPU() []CPUSummary {
 		if s.Failed {
 			s.Notes = append(s.Notes, fmt.Sprintf("FAILED: %.1f%% errors (%s)", s.ErrorShare*100, errorKinds(mergeKinds(g))))
 		}
-		if k.mode == Open {
+		if k.mode == result.Open {
 			if s.Samples < l.cfg.OpenSamples {
 				s.Notes = append(s.Notes, fmt.Sprintf("p99 from %d latencies, under the %d wanted: the budget ran out first", s.Samples, l.cfg.OpenSamples))
 			}
@@ -88,16 +90,16 @@ func (l *analysis) summarizeCPU() []CPUSummary {
 				s.Notes = append(s.Notes, fmt.Sprintf("not CPU-bound: the closed loop used %.0f%% of the quota, so its throughput is limited by something else (the load generator, other load on the machine, the target's own waits), not by the quota", e*100))
 			}
 		}
-		if k.setting != SetGoDefault {
-			baseKey := cellKey{k.q, SetGoDefault, k.mode}
+		if k.setting != result.SetGoDefault {
+			baseKey := cellKey{k.q, result.SetGoDefault, k.mode}
 			base := l.runsOf(baseKey)
 			if len(base) > 0 && !s.Failed && !anyFailed(base) {
 				st := headline(k.mode)
 				r := l.boot.Ratio(p, pooled(base), st)
 				v, d := stats.Verdict(r, st, st.Margin())
-				if k.mode == Open && (s.Saturated || l.saturated(baseKey) != "") {
+				if k.mode == result.Open && (s.Saturated || l.saturated(baseKey) != "") {
 					// Overload is not a verdict: one side's p99 is its queue.
-					v, d = Saturated, true
+					v, d = result.Saturated, true
 					if !s.Saturated {
 						s.Notes = append(s.Notes, "no verdict: go-default is saturated at this rate ("+l.saturated(baseKey)+")")
 					}
@@ -116,10 +118,6 @@ func (l *analysis) summarizeCPU() []CPUSummary {
 	return out
 }
 
-// Saturated is the verdict of an open-loop comparison where either side
-// was offered more than it can serve: apart from better, worse and same.
-const Saturated = "saturated"
-
 // saturated says why the open-loop runs of k measure a queue rather than
 // the setting, or "" when they do not: the setting served under 95% of the
 // rate offered, or the rate is at or above 95% of the setting's own
@@ -128,7 +126,7 @@ const Saturated = "saturated"
 // can be offered more than it serves).
 func (l *analysis) saturated(k cellKey) string {
 	runs := l.runsOf(k)
-	if k.mode != Open || len(runs) == 0 {
+	if k.mode != result.Open || len(runs) == 0 {
 		return ""
 	}
 	offered := runs[0].OfferedRPS
@@ -138,7 +136,7 @@ func (l *analysis) saturated(k cellKey) string {
 	if served := pooled(runs).RPS(); served < 0.95*offered {
 		return fmt.Sprintf("served %.0f of %.0f rps offered", served, offered)
 	}
-	capacity := pooled(l.runsOf(cellKey{k.q, k.setting, Closed})).RPS()
+	capacity := pooled(l.runsOf(cellKey{k.q, k.setting, result.Closed})).RPS()
 	if capacity > 0 && offered >= 0.95*capacity {
 		return fmt.Sprintf("offered %.0f rps, %.0f%% of its own closed-loop capacity (%.0f rps)", offered, 100*offered/capacity, capacity)
 	}
@@ -149,11 +147,11 @@ func (l *analysis) saturated(k cellKey) string {
 // smallest ratio its interval would have shown, and the runs a side (and
 // the budget) that would decide it, on the usual square-root law of
 // interval width against runs.
-func (l *analysis) undecidedNote(k cellKey, s *CPUSummary, r stats.Interval, baseRuns int) string {
+func (l *analysis) undecidedNote(k cellKey, s *result.CPUSummary, r stats.Interval, baseRuns int) string {
 	n := min(s.Repeats, baseRuns)
 	if !r.Finite() || r.Value <= 0 || r.Low <= 0 {
 		need := stats.MinRuns - n
-		extra := time.Duration(max(need, 0)) * (l.runCost(k) + l.runCost(cellKey{k.q, SetGoDefault, k.mode}))
+		extra := time.Duration(max(need, 0)) * (l.runCost(k) + l.runCost(cellKey{k.q, result.SetGoDefault, k.mode}))
 		s.RunsToDecide = stats.MinRuns
 		return fmt.Sprintf("undecided: %d runs a side, under the %d a verdict needs (about %v more of the CPU study, --budget %v, would fund them)",
 			n, stats.MinRuns, extra.Round(time.Second), l.budgetFor(extra))
@@ -171,7 +169,7 @@ func (l *analysis) undecidedNote(k cellKey, s *CPUSummary, r stats.Interval, bas
 		runs := int(math.Ceil(float64(n) * (w / target) * (w / target)))
 		if runs <= 100 {
 			s.RunsToDecide = runs
-			extra := time.Duration(runs-n) * (l.runCost(k) + l.runCost(cellKey{k.q, SetGoDefault, k.mode}))
+			extra := time.Duration(runs-n) * (l.runCost(k) + l.runCost(cellKey{k.q, result.SetGoDefault, k.mode}))
 			msg += fmt.Sprintf("; about %d runs a side (%v more of the CPU study, --budget %v) would decide it", runs, extra.Round(time.Second), l.budgetFor(extra))
 		} else {
 			msg += "; over 100 runs a side would be needed to decide it: any difference is below what this machine's noise lets the lab resolve"
@@ -187,7 +185,7 @@ func (l *analysis) budgetFor(extra time.Duration) time.Duration {
 	return (b + time.Minute - 1).Truncate(time.Minute)
 }
 
-func mergeKinds(cs []CPUCell) map[string]int {
+func mergeKinds(cs []result.CPUCell) map[string]int {
 	m := map[string]int{}
 	for _, c := range cs {
 		for k, v := range c.ErrorKinds {
@@ -197,34 +195,19 @@ func mergeKinds(cs []CPUCell) map[string]int {
 	return m
 }
 
-func settingRank(s string) int {
-	switch s {
-	case SetGoDefault:
-		return 0
-	case SetGofit:
-		return 1
-	case SetProcs1:
-		return 2
-	}
-	return 3
-}
-
-// pctLevels are the HDR-style percentiles of the latency plot.
-var pctLevels = []float64{50, 75, 90, 95, 99, 99.5, 99.9, 99.95, 99.99}
-
-func percentileCurve(s stats.Sample) []PctPoint {
+func percentileCurve(s stats.Sample) []result.PctPoint {
 	all := s.Latencies()
 	if len(all) == 0 {
 		return nil
 	}
-	var out []PctPoint
-	for _, p := range pctLevels {
+	var out []result.PctPoint
+	for _, p := range result.PercentileLevels {
 		// A percentile beyond 1/n of the samples would be the maximum
 		// again: stop where the data stops.
 		if (100-p)/100*float64(len(all)) < 1 && p > 99 {
 			break
 		}
-		out = append(out, PctPoint{p, stats.Quantile32(all, p/100)})
+		out = append(out, result.PctPoint{Percentile: p, Ms: stats.Quantile32(all, p/100)})
 	}
 	return out
 }

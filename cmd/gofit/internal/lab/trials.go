@@ -6,6 +6,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+
 	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 	"github.com/gofit-dev/gofit/fit"
@@ -71,13 +75,13 @@ func (l *study) cpuEnvRequest(setting string, cores, request float64) (map[strin
 	env := l.baseEnv()
 	genv, plan := planEnvRequest(l.cfg, l.rec.NCPU, l.rec.Binary, cores, request, 0)
 	switch setting {
-	case SetProcs1:
+	case result.SetProcs1:
 		env["GOMAXPROCS"] = "1"
 		return env, 1, "env GOMAXPROCS=1"
-	case SetProcsNCPU:
+	case result.SetProcsNCPU:
 		env["GOMAXPROCS"] = strconv.Itoa(l.rec.NCPU)
 		return env, l.rec.NCPU, "env GOMAXPROCS=" + strconv.Itoa(l.rec.NCPU)
-	case SetGofit:
+	case result.SetGofit:
 		if v, ok := genv["GOMAXPROCS"]; ok {
 			return genv, plan.GOMAXPROCS, "gofit run: env GOMAXPROCS=" + v
 		}
@@ -95,7 +99,7 @@ func (l *study) cpuEnvRequest(setting string, cores, request float64) (map[strin
 // memEnv is a memory setting's environment at a limit.
 func (l *study) memEnv(setting string, limit int64) map[string]string {
 	switch setting {
-	case SetGofit:
+	case result.SetGofit:
 		// With the marker, as `gofit run` starts a target: one that
 		// imports gofit's library refines these values in-process (it
 		// measures the memory outside its heap); others ignore it.
@@ -105,12 +109,12 @@ func (l *study) memEnv(setting string, limit int64) map[string]string {
 		}
 		declareNonGo(env, l.rec.Target.NonGoBytes)
 		return env
-	case SetLimitGCOff:
+	case result.SetLimitGCOff:
 		env := l.baseEnv()
 		env["GOMEMLIMIT"] = strconv.FormatInt(limit, 10)
 		env["GOGC"] = "off"
 		return env
-	case SetAutoMemLimit:
+	case result.SetAutoMemLimit:
 		env := l.baseEnv()
 		if limit > 0 {
 			env["GOMEMLIMIT"] = strconv.FormatInt(int64(float64(limit)*automemlimitRatio), 10)
@@ -124,21 +128,21 @@ func (l *study) memEnv(setting string, limit int64) map[string]string {
 // warm it up (excluded from everything), then measure with the cgroup's
 // CPU counters read right before and right after the load, so the CPU
 // window is the load window.
-func (l *study) sandboxMeasure(ctx context.Context, c cpuConfig, mode Mode, offered float64, window time.Duration, rep int) (CPUCell, error) {
-	l.sb.repin()
-	tr, err := l.sb.start(ctx, l.cfg.Target, trialConfig{CPU: c.quota, CPUReq: c.request, Env: c.env, Warm: true})
+func (l *study) sandboxMeasure(ctx context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
+	l.sb.Repin()
+	tr, err := l.sb.Start(ctx, l.cfg.Target, sandbox.TrialConfig{CPU: c.quota, CPUReq: c.request, Env: c.env, Warm: true})
 	if err != nil {
-		return CPUCell{}, err
+		return result.CPUCell{}, err
 	}
 	defer tr.Stop()
 	inFlight := l.cfg.Concurrency
-	if mode == Open {
+	if mode == result.Open {
 		inFlight = load.MaxOpenInFlight
 	}
 	ld := load.NewLoader(inFlight, nil)
 	defer ld.Close()
 	// Warm up connections, caches and the heap's size at this load.
-	if mode == Open {
+	if mode == result.Open {
 		ld.Open(ctx, l.mix(tr), offered, l.cfg.Warmup)
 	} else {
 		ld.Closed(ctx, l.mix(tr), 0, l.cfg.Warmup, l.cfg.Concurrency)
@@ -152,7 +156,7 @@ func (l *study) sandboxMeasure(ctx context.Context, c cpuConfig, mode Mode, offe
 	s0, _ := tr.Stats()
 	t0 := time.Now()
 	var r load.Result
-	if mode == Open {
+	if mode == result.Open {
 		r = ld.Open(ctx, l.mix(tr), offered, window)
 	} else {
 		r = ld.Closed(ctx, l.mix(tr), l.cfg.Requests, window, l.cfg.Concurrency)
@@ -162,13 +166,13 @@ func (l *study) sandboxMeasure(ctx context.Context, c cpuConfig, mode Mode, offe
 	pc1 := tr.CPUOn()
 	v1, verr1 := tr.Vars()
 	if ctx.Err() != nil {
-		return CPUCell{}, ctx.Err()
+		return result.CPUCell{}, ctx.Err()
 	}
-	cell := CPUCell{QuotaCores: c.quota, RequestCores: c.request, Setting: c.setting, SameAs: c.sameAs, Repeat: rep, GOMAXPROCS: procs, GOMAXPROCSFrom: c.from, Mode: mode,
+	cell := result.CPUCell{QuotaCores: c.quota, RequestCores: c.request, Setting: c.setting, SameAs: c.sameAs, Repeat: rep, GOMAXPROCS: procs, GOMAXPROCSFrom: c.from, Mode: mode,
 		Isolated: l.place != nil && l.place.Isolated, RPS: r.RPS, P50: r.P50, P90: r.P90, P99: r.P99, P999: r.P999,
 		Requests: r.Requests, Errors: r.Errors, Cancelled: r.Cancelled, ErrorKinds: r.ErrorKinds, Seconds: r.Seconds, GeneratorCPUSec: r.GenCPUSec,
-		TargetExited: tr.Exited(), blocks: r.Blocks, Targets: r.Targets}
-	if mode == Open {
+		TargetExited: tr.Exited(), Blocks: r.Blocks, Targets: r.Targets}
+	if mode == result.Open {
 		cell.OfferedRPS = offered
 	}
 	cell.Periods = s1.CPU.Periods - s0.CPU.Periods
@@ -201,7 +205,7 @@ func efficiency(used, window, quota float64) float64 {
 // runtime counts its CPU classes as GOMAXPROCS × wall time, idle Ps
 // included, so a share of that total shrinks as GOMAXPROCS grows at the
 // same work; without the idle time, every setting is measured alike.
-func gcShare(a, b runtimeVars) *float64 {
+func gcShare(a, b sandbox.RuntimeVars) *float64 {
 	busy := (b.TotalCPUSeconds - a.TotalCPUSeconds) - (b.IdleCPUSeconds - a.IdleCPUSeconds)
 	gc := b.GCCPUSeconds - a.GCCPUSeconds
 	if busy <= 0 || gc < 0 || b.IdleCPUSeconds == 0 {

@@ -3,11 +3,15 @@ package lab
 import (
 	"context"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/report"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
 
@@ -18,34 +22,38 @@ func TestSaturatedIsNotAVerdict(t *testing.T) {
 	l, f := newFakeLab(t, time.Hour)
 	// Offered 60% of the median capacity (1000): 600 rps, over the 500
 	// gomaxprocs=ncpu serves.
-	f.rps[SetProcsNCPU] = 500
+	f.rps[result.SetProcsNCPU] = 500
 	if err := l.cpuStudy(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	res := l.results()
-	var sat CPUSummary
+	var sat result.CPUSummary
 	for _, s := range res.CPUSummary {
-		if s.Mode == Open && s.Setting == SetProcsNCPU {
+		if s.Mode == result.Open && s.Setting == result.SetProcsNCPU {
 			sat = s
 		}
-		if s.Mode == Open && s.Setting == SetGofit && s.Saturated {
+		if s.Mode == result.Open && s.Setting == result.SetGofit && s.Saturated {
 			t.Errorf("gofit (1100 rps of capacity at 600 offered) marked saturated: %q", s.Notes)
 		}
 	}
-	if !sat.Saturated || sat.Verdict == nil || *sat.Verdict != Saturated || !sat.Decided {
+	if !sat.Saturated || sat.Verdict == nil || *sat.Verdict != result.Saturated || !sat.Decided {
 		t.Fatalf("gomaxprocs=ncpu open loop at 600 rps with 500 rps of capacity: saturated %v, verdict %v, decided %v", sat.Saturated, sat.Verdict, sat.Decided)
 	}
 	if !hasNote(sat.Notes, "saturated: offered ") || !strings.Contains(sat.Notes[0], "of its own closed-loop capacity") {
 		t.Errorf("notes %q: want the reason, with the capacity", sat.Notes)
 	}
-	if n := f.runs[SetProcsNCPU+"/open"]; n != l.cfg.MinRepeats {
+	if n := f.runs[result.SetProcsNCPU+"/open"]; n != l.cfg.MinRepeats {
 		t.Errorf("the saturated open loop ran %d times, want %d: repeating it measures the same queue", n, l.cfg.MinRepeats)
 	}
 	reasons := strings.Join(res.Recommendation.Reasons, "\n")
 	if !strings.Contains(reasons, "gomaxprocs=ncpu saturated in the open loop at ") || !strings.Contains(reasons, "rps (no p99 verdict)") {
 		t.Errorf("reasons do not name the saturated cell:\n%s", reasons)
 	}
-	html, err := renderHTML(&res)
+	dir := t.TempDir()
+	if _, err := report.Write(dir, &res); err != nil {
+		t.Fatal(err)
+	}
+	html, err := os.ReadFile(filepath.Join(dir, "report.html"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,17 +67,17 @@ func TestSaturatedIsNotAVerdict(t *testing.T) {
 // appears only where every comparison was decided the same.
 func TestUndecidedSaysWhatItCouldNotSee(t *testing.T) {
 	l, f := newFakeLab(t, time.Hour)
-	l.cfg.CPUSettings = []string{SetGoDefault, SetGofit}
+	l.cfg.CPUSettings = []string{result.SetGoDefault, result.SetGofit}
 	l.cfg.MaxRepeats = l.cfg.MinRepeats // no adaptive repeats: stop at the minimum
-	f.rps[SetGofit], f.ms[SetGofit] = f.rps[SetGoDefault], f.ms[SetGoDefault]
-	f.noise[SetGofit], f.noise[SetGoDefault] = 0.1, 0.1
+	f.rps[result.SetGofit], f.ms[result.SetGofit] = f.rps[result.SetGoDefault], f.ms[result.SetGoDefault]
+	f.noise[result.SetGofit], f.noise[result.SetGoDefault] = 0.1, 0.1
 	f.runNoise = 0.03
 	if err := l.cpuStudy(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	a := summarized(l.cfg, &l.rec)
 	for _, s := range a.res.CPUSummary {
-		if s.Setting != SetGofit || s.Mode != Closed {
+		if s.Setting != result.SetGofit || s.Mode != result.Closed {
 			continue
 		}
 		if s.Decided {
@@ -98,10 +106,10 @@ func TestUndecidedSaysWhatItCouldNotSee(t *testing.T) {
 
 	// Decided the same, everywhere: now it may be said.
 	l2, f2 := newFakeLab(t, time.Hour)
-	l2.cfg.CPUSettings = []string{SetGoDefault, SetGofit}
+	l2.cfg.CPUSettings = []string{result.SetGoDefault, result.SetGofit}
 	l2.cfg.OpenSamples = 40000 // p99 from enough latencies to decide inside ±10%
-	f2.rps[SetGofit], f2.ms[SetGofit] = f2.rps[SetGoDefault], f2.ms[SetGoDefault]
-	f2.noise[SetGofit], f2.noise[SetGoDefault] = 0.005, 0.005
+	f2.rps[result.SetGofit], f2.ms[result.SetGofit] = f2.rps[result.SetGoDefault], f2.ms[result.SetGoDefault]
+	f2.noise[result.SetGofit], f2.noise[result.SetGoDefault] = 0.005, 0.005
 	if err := l2.cpuStudy(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +146,7 @@ func TestNCPUFoldsIntoAKnownGoDefault(t *testing.T) {
 		l.rec.NCPU, l.rec.Binary.GoVersion = tc.ncpu, tc.goVersion
 		folded := false
 		for _, c := range l.configs(0.5) {
-			if c.setting == SetGoDefault && slices.Contains(c.sameAs, SetProcsNCPU) {
+			if c.setting == result.SetGoDefault && slices.Contains(c.sameAs, result.SetProcsNCPU) {
 				folded = true
 			}
 		}

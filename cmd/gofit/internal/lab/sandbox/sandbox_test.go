@@ -1,10 +1,11 @@
-package lab
+package sandbox
 
 import (
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -73,5 +74,40 @@ func TestSweepTempRecycledPID(t *testing.T) {
 	}
 	if _, err := os.Stat(live); err != nil {
 		t.Errorf("the live lab's directory was swept: %v", err)
+	}
+}
+
+func TestPlacement(t *testing.T) {
+	p := planPlacement([]int{0, 1}, 2, 1)
+	if p.Isolated || p.Overlap != 1 || len(p.Target) != 2 || len(p.Generator) != 1 || p.Generator[0] != 1 || !strings.Contains(p.Note, "not isolated") {
+		t.Errorf("2 CPUs, target needs 2: %+v", p)
+	}
+	p = planPlacement([]int{0, 1, 2, 3}, 2, 1)
+	if !p.Isolated || p.Overlap != 0 || len(p.Target) != 3 || p.Generator[0] != 3 {
+		t.Errorf("4 CPUs, target needs 2: %+v", p)
+	}
+	p = planPlacement([]int{0, 1, 2, 3}, 4, 1)
+	if p.Isolated || len(p.Target) != 4 {
+		t.Errorf("4 CPUs, target needs 4: %+v", p)
+	}
+}
+
+func TestStartWatch(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	// A slow cold start: faults climb for 6 s while the heap grows.
+	w := startWatch{window: 3 * time.Second}
+	for i := 0; i <= 120; i++ {
+		if w.observe(t0.Add(time.Duration(i)*50*time.Millisecond), uint64(i*10), 0, uint64(i)*256<<10) {
+			t.Fatalf("slow cold start called stalled at %v", time.Duration(i)*50*time.Millisecond)
+		}
+	}
+	// Thrashing: faults climb, memory flat.
+	w = startWatch{window: 3 * time.Second}
+	stalled := false
+	for i := 0; i <= 120 && !stalled; i++ {
+		stalled = w.observe(t0.Add(time.Duration(i)*50*time.Millisecond), uint64(i*10), uint64(i), 30<<20)
+	}
+	if !stalled {
+		t.Error("a start faulting with flat memory for 6 s is not stalled")
 	}
 }

@@ -1,6 +1,12 @@
-package lab
+// Package result holds the lab's results.json: what a study measured
+// (CPU cells, memory trials and floors), its summary and its
+// recommendation, as the lab writes them and the report reads them. It
+// is plain data: the lab's analysis fills it, nothing here measures.
+package result
 
 import (
+	"fmt"
+
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/nongo"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
@@ -108,7 +114,9 @@ type CPUCell struct {
 	GeneratorCPUSec  float64             `json:"generator_cpu_seconds"`
 	Targets          []load.TargetResult `json:"targets,omitempty"` // per request of the mix
 
-	blocks []stats.Block
+	// Blocks are the run's latencies in blocks, for the bootstrap:
+	// records.json keeps them (cpu_blocks), results.json does not.
+	Blocks []stats.Block `json:"-"`
 }
 
 // Metric is a figure over repeats (min/median/max of the per-repeat
@@ -183,7 +191,7 @@ type MemResult struct {
 // floorLabels gives the survival and healthy floors as a person reads
 // them: a size, "above N" when every limit up to the search's ceiling
 // failed, or "none found" when the search ended without one.
-func (m MemResult) floorLabels() (survival, healthy string) {
+func (m MemResult) FloorLabels() (survival, healthy string) {
 	survival, healthy = "none found", "none found"
 	if m.FloorBytes != nil {
 		survival = fit.FormatBytes(*m.FloorBytes)
@@ -206,4 +214,164 @@ type ThroughputCell struct {
 	RPS        float64 `json:"rps"`
 	P50        float64 `json:"p50_ms"`
 	P99        float64 `json:"p99_ms"`
+}
+
+// Outcomes of a memory trial.
+const (
+	OK        = "ok"
+	OOMKilled = "oom_killed"
+	Stalled   = "stalled"
+	Errored   = "errors"
+)
+
+// MemTrial is one run of the target under a memory limit (a survival
+// trial), or one judgement of a limit's health from pairs of runs (a
+// health trial: the offered_rps .. pairs fields).
+type MemTrial struct {
+	LimitBytes     int64           `json:"limit_bytes"`
+	Outcome        string          `json:"outcome"`
+	Healthy        bool            `json:"healthy"` // health trials: p99 not over twice the reference's, no errors (see the p99 ratio)
+	RPS            float64         `json:"rps"`
+	P99            float64         `json:"p99_ms"`
+	Errors         int             `json:"errors"`
+	PeakBytes      uint64          `json:"peak_bytes"`
+	PageCacheBytes uint64          `json:"page_cache_bytes"` // file pages charged to the trial at the end
+	ResidentBefore float64         `json:"binary_resident_before"`
+	MajorFaults    uint64          `json:"major_faults"`
+	LimitHits      uint64          `json:"limit_hits"`
+	Seconds        float64         `json:"seconds"`
+	OfferedRPS     float64         `json:"offered_rps,omitempty"`      // health trials: the fixed open-loop rate
+	RefP99         float64         `json:"reference_p99_ms,omitempty"` // health trials: p99 of the runs without a memory limit
+	P99Ratio       *stats.Interval `json:"p99_ratio,omitempty"`        // health trials: p99 ÷ the reference's, with its 95% interval
+	Pairs          int             `json:"pairs,omitempty"`            // health trials: reference and limited runs, alternating
+	Decided        bool            `json:"decided,omitempty"`          // health trials: the interval lay wholly on one side of 2 (else judged on the estimate)
+	BudgetCut      bool            `json:"budget_cut,omitempty"`       // health trials: the budget stopped it before its interval decided or its pairs ran out
+	Detail         string          `json:"detail,omitempty"`
+}
+
+func (t MemTrial) Verdict() string {
+	switch {
+	case t.Outcome != OK:
+		return t.Outcome
+	case t.Pairs == 0:
+		return OK
+	}
+	v := "healthy"
+	if !t.Healthy {
+		v = "not healthy"
+	}
+	if !t.Decided {
+		v += " (undecided)"
+	}
+	if t.BudgetCut {
+		v += " (cut by the budget)"
+	}
+	r := "-"
+	if t.P99Ratio != nil {
+		r = fmt.Sprintf("×%.2f [%.2f–%.2f]", t.P99Ratio.Value, t.P99Ratio.Low, t.P99Ratio.High)
+	}
+	return fmt.Sprintf("%s: p99 %.1fms vs %.1fms unlimited, %s, %d pairs", v, t.P99, t.RefP99, r, t.Pairs)
+}
+
+// Survival summarises trials per limit: how many runs passed of how many.
+type Survival struct {
+	LimitBytes int64 `json:"limit_bytes"`
+	Passed     int   `json:"passed"`
+	Runs       int   `json:"runs"`
+}
+
+// Recommendation is what the lab suggests for a Deployment's container.
+type Recommendation struct {
+	CPURequestCores    float64           `json:"cpu_request_cores"`
+	CPULimitCores      float64           `json:"cpu_limit_cores"`
+	MemoryRequestBytes int64             `json:"memory_request_bytes"`
+	MemoryLimitBytes   int64             `json:"memory_limit_bytes"`
+	Setting            string            `json:"setting"` // the CPU setting whose environment is recommended
+	Env                map[string]string `json:"env"`
+	TargetRPS          float64           `json:"target_rps,omitempty"`
+	SLOP99Ms           float64           `json:"slo_p99_ms,omitempty"`
+	Confident          bool              `json:"confident"` // every figure it rests on is error-free and its interval meets the rule
+	Reasons            []string          `json:"reasons"`
+	Check              *CheckTrial       `json:"check"` // the recommended pair run together once
+	// NonGoBytes is the non-Go memory the recommendation declares
+	// (GOFIT_NON_GO in Env, and the annotation the YAML names); 0: none.
+	NonGoBytes int64  `json:"non_go_bytes"`
+	YAML       string `json:"yaml"`
+}
+
+// CheckTrial is the recommendation run as one trial.
+type CheckTrial struct {
+	MemTrial
+	ProbeRPS float64 `json:"probe_rps"`
+	ProbeP99 float64 `json:"probe_p99_ms"`
+}
+
+func (s CPUSummary) Is(setting string) bool {
+	if s.Setting == setting {
+		return true
+	}
+	for _, x := range s.SameAs {
+		if x == setting {
+			return true
+		}
+	}
+	return false
+}
+
+// CPU settings.
+const (
+	SetProcs1    = "gomaxprocs=1"
+	SetGoDefault = "go-default"
+	SetGofit     = "gofit"
+	SetProcsNCPU = "gomaxprocs=ncpu"
+)
+
+// Mode is a load mode: a closed loop measures capacity, an open loop
+// latency at a fixed offered rate.
+type Mode string
+
+// The load modes.
+const (
+	Closed Mode = "closed"
+	Open   Mode = "open"
+)
+
+// Saturated is the verdict of an open-loop comparison where either side
+// was offered more than it can serve: apart from better, worse and same.
+const Saturated = "saturated"
+
+// empty reports whether a study measured nothing at all.
+func (r *Results) Empty() bool {
+	if len(r.CPU) > 0 || len(r.Throughput) > 0 {
+		return false
+	}
+	for _, m := range r.Memory {
+		if len(m.Trials) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Memory settings.
+const (
+	SetNone         = "none"
+	SetLimitGCOff   = "gomemlimit=limit,gogc=off"
+	SetAutoMemLimit = "automemlimit" // GOMEMLIMIT = 0.9 × limit, as KimMachineGun/automemlimit and Prometheus' --auto-gomemlimit set
+)
+
+// Placement is where the load generator and the target run.
+//
+// Go derives its default GOMAXPROCS from the CPUs in its affinity mask, so
+// shrinking the target's mask would change the very setting under study.
+// The target therefore keeps the CPUs a container on this machine would
+// see (the lab's own mask at start), and the generator (the lab process
+// itself) is pinned to CPUs of its own where that leaves every setting's
+// GOMAXPROCS unchanged, or else shares them, which is reported.
+type Placement struct {
+	Target    []int  `json:"target_cpus"`
+	Generator []int  `json:"generator_cpus"`
+	Overlap   int    `json:"overlap_cpus"` // CPUs in both sets
+	Isolated  bool   `json:"isolated"`     // the generator ran on CPUs the target could not use
+	Note      string `json:"note"`
 }

@@ -1,30 +1,21 @@
-package lab
+package sandbox
 
 import (
 	"fmt"
 	"os"
 	"runtime"
 	"strconv"
-	"strings"
 	"sync"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 
 	"golang.org/x/sys/unix"
 )
 
-// Placement is where the load generator and the target run.
-//
-// Go derives its default GOMAXPROCS from the CPUs in its affinity mask, so
-// shrinking the target's mask would change the very setting under study.
-// The target therefore keeps the CPUs a container on this machine would
-// see (the lab's own mask at start), and the generator (the lab process
-// itself) is pinned to CPUs of its own where that leaves every setting's
-// GOMAXPROCS unchanged, or else shares them, which is reported.
-type Placement struct {
-	Target    []int  `json:"target_cpus"`
-	Generator []int  `json:"generator_cpus"`
-	Overlap   int    `json:"overlap_cpus"` // CPUs in both sets
-	Isolated  bool   `json:"isolated"`     // the generator ran on CPUs the target could not use
-	Note      string `json:"note"`
+// placement is a Placement with what pinning needs: the target's and the
+// generator's CPU sets, and whether the lab's threads are pinned now.
+type placement struct {
+	*result.Placement
 
 	mu       sync.Mutex
 	all, gen unix.CPUSet
@@ -35,8 +26,8 @@ type Placement struct {
 // is the fewest CPUs the target must see so that no setting's GOMAXPROCS
 // changes (Go ≥ 1.25 never defaults below 2, and a quota of q cores asks
 // for ceil(q)). reserve is how many CPUs the generator takes.
-func planPlacement(cpus []int, need, reserve int) *Placement {
-	p := &Placement{}
+func planPlacement(cpus []int, need, reserve int) *placement {
+	p := &placement{Placement: &result.Placement{}}
 	for _, c := range cpus {
 		p.all.Set(c)
 	}
@@ -57,7 +48,7 @@ func planPlacement(cpus []int, need, reserve int) *Placement {
 		p.Target = append([]int(nil), rest...)
 		p.Isolated = true
 		p.Note = fmt.Sprintf("the load generator ran on CPU %s; the target on CPU %s, as a container on a node that reserves CPU %s for system daemons (kubelet --reserved-cpus) would; every setting keeps its GOMAXPROCS",
-			cpuList(gen), cpuList(rest), cpuList(gen))
+			result.CPUList(gen), result.CPUList(rest), result.CPUList(gen))
 		p.all = unix.CPUSet{}
 		for _, c := range rest {
 			p.all.Set(c)
@@ -67,16 +58,8 @@ func planPlacement(cpus []int, need, reserve int) *Placement {
 	p.Target = append([]int(nil), cpus...)
 	p.Overlap = len(gen)
 	p.Note = fmt.Sprintf("not isolated: the target needs all %d CPUs to keep its GOMAXPROCS (Go's default reads the CPUs in its affinity mask), so the load generator, pinned to CPU %s, shares %d of them with it; measured figures include that contention (see overlap_share per cell)",
-		len(cpus), cpuList(gen), len(gen))
+		len(cpus), result.CPUList(gen), len(gen))
 	return p
-}
-
-func cpuList(cs []int) string {
-	s := make([]string, len(cs))
-	for i, c := range cs {
-		s[i] = strconv.Itoa(c)
-	}
-	return strings.Join(s, ",")
 }
 
 // affinityCPUs lists the CPUs in the calling thread's mask.
@@ -97,7 +80,7 @@ func affinityCPUs() []int {
 // pin moves every thread of the lab process onto the generator's CPUs.
 // New threads inherit their creator's mask, so pinning again before each
 // window catches threads the runtime started since.
-func (p *Placement) pin() error {
+func (p *placement) pin() error {
 	if p == nil || len(p.Generator) == 0 {
 		return nil
 	}
@@ -114,7 +97,7 @@ func (p *Placement) pin() error {
 		}
 		// A thread may exit between the listing and the call.
 		if err := unix.SchedSetaffinity(tid, &p.gen); err != nil && err != unix.ESRCH {
-			return fmt.Errorf("pin the load generator to CPU %s: %w", cpuList(p.Generator), err)
+			return fmt.Errorf("pin the load generator to CPU %s: %w", result.CPUList(p.Generator), err)
 		}
 	}
 	p.pinned = true
@@ -122,7 +105,7 @@ func (p *Placement) pin() error {
 }
 
 // unpin gives the lab's threads the whole mask back.
-func (p *Placement) unpin(all []int) {
+func (p *placement) unpin(all []int) {
 	if p == nil || !p.pinned {
 		return
 	}
@@ -145,7 +128,7 @@ func (p *Placement) unpin(all []int) {
 // the child forked there (and the program it execs) inherits the target's
 // CPUs, not the pinned generator's. The thread stays alive afterwards:
 // Pdeathsig fires when the forking thread exits, not the process.
-func (p *Placement) startOnTargetCPUs(start func() error) error {
+func (p *placement) startOnTargetCPUs(start func() error) error {
 	if p == nil || !p.pinned {
 		return start()
 	}
@@ -155,7 +138,7 @@ func (p *Placement) startOnTargetCPUs(start func() error) error {
 	err := unix.SchedSetaffinity(0, &p.all)
 	p.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("give the target CPU %s: %w", cpuList(p.Target), err)
+		return fmt.Errorf("give the target CPU %s: %w", result.CPUList(p.Target), err)
 	}
 	serr := start()
 	p.mu.Lock()

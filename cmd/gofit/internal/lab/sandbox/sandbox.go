@@ -1,4 +1,19 @@
-package lab
+// Package sandbox is where the lab's trials run: one parent cgroup per
+// lab process with a child group per trial (CPU quota and weight, memory
+// limit), the target started inside it on the target's CPUs while the
+// load generator keeps CPUs of its own (affinity.go), its readiness and
+// its stats, and a sweep of what a killed lab left behind (cgroups,
+// temporary directories). The study asks it for trials:
+//
+//	sb, _ := sandbox.New()
+//	defer sb.Close()
+//	placement, _ := sb.Isolate(need)
+//	tr, _ := sb.Start(ctx, target, sandbox.TrialConfig{CPU: 0.5, Memory: 64 << 20})
+//	defer tr.Stop()
+//	stats, _ := tr.Stats()
+//
+// It decides nothing about what to run: that is the study's.
+package sandbox
 
 import (
 	"bytes"
@@ -19,6 +34,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/gofit-dev/gofit/cgroup"
@@ -26,8 +43,8 @@ import (
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 )
 
-// errNoCgroups means the lab cannot create cgroups here.
-var errNoCgroups = errors.New("cannot create cgroups")
+// ErrNoCgroups means the lab cannot create cgroups here.
+var ErrNoCgroups = errors.New("cannot create cgroups")
 
 // groupPrefix names the lab's parent cgroup, gofit-lab-<pid>; stale ones
 // (whose lab process is gone) are swept at start.
@@ -48,15 +65,6 @@ type Target struct {
 	ReadyURL     string
 	ReadyTimeout time.Duration // default 30s
 	Env          []string      // base environment (default: the lab's, without GO* runtime variables)
-}
-
-// check says what a target lacks to be studied: a command, and a URL or a
-// request mix.
-func (t Target) check() error {
-	if t.Path == "" || t.URL == "" && len(t.Requests) == 0 {
-		return usagef("--cmd with --url or --targets: no target")
-	}
-	return nil
 }
 
 // Mix is the requests the target gets, {port} not yet replaced.
@@ -86,25 +94,25 @@ type Sandbox struct {
 	parent *manage.Group
 	mu     sync.Mutex
 	seq    int
-	live   map[*trial]bool
+	live   map[*Trial]bool
 	cpus   []int // the lab's affinity at start: what a container here sees
-	place  *Placement
+	place  *placement
 }
 
 // NewSandbox sweeps stale lab cgroups and temporary directories and
 // creates this run's parent group.
-func NewSandbox() (*Sandbox, error) {
+func New() (*Sandbox, error) {
 	self, err := cgroup.NewFS("/").Self()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errNoCgroups, err)
+		return nil, fmt.Errorf("%w: %w", ErrNoCgroups, err)
 	}
 	sweep(self)
 	sweepTemp(os.TempDir())
 	g, err := newParentGroup(self)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errNoCgroups, err)
+		return nil, fmt.Errorf("%w: %w", ErrNoCgroups, err)
 	}
-	return &Sandbox{parent: g, live: map[*trial]bool{}, cpus: affinityCPUs()}, nil
+	return &Sandbox{parent: g, live: map[*Trial]bool{}, cpus: affinityCPUs()}, nil
 }
 
 // newParentGroup is the one place the lab creates its parent cgroup.
@@ -112,28 +120,28 @@ func newParentGroup(self *cgroup.Cgroups) (*manage.Group, error) {
 	return manage.NewChild(self, groupPrefix+strconv.Itoa(os.Getpid()))
 }
 
-// isolate pins the load generator (this process) to CPUs of its own
+// Isolate pins the load generator (this process) to CPUs of its own
 // where the target can do without them (it needs need CPUs to keep every
 // setting's GOMAXPROCS), else to one CPU it shares with the target. Trials
 // started afterwards get the target's CPUs.
-func (s *Sandbox) isolate(need int) (*Placement, error) {
+func (s *Sandbox) Isolate(need int) (*result.Placement, error) {
 	p := planPlacement(s.cpus, need, 1)
 	if len(s.cpus) < 2 {
 		p.Generator, p.Overlap = nil, len(s.cpus)
 		p.Note = "not isolated: one CPU; the load generator and the target share it"
-		return p, nil
+		return p.Placement, nil
 	}
 	if err := p.pin(); err != nil {
 		p.Isolated, p.Overlap, p.Target = false, len(s.cpus), s.cpus
 		p.Note = "not isolated: " + err.Error()
-		return p, nil
+		return p.Placement, nil
 	}
 	s.place = p
-	return p, nil
+	return p.Placement, nil
 }
 
-// repin pins threads the runtime started since isolate.
-func (s *Sandbox) repin() {
+// Repin pins threads the runtime started since Isolate.
+func (s *Sandbox) Repin() {
 	if s.place != nil {
 		s.place.pin()
 	}
@@ -142,9 +150,9 @@ func (s *Sandbox) repin() {
 // tempPrefix names the lab's temporary directories, gofit-lab-<pid>-*.
 const tempPrefix = "gofit-lab-"
 
-// tempDir creates this run's temporary directory under os.TempDir(),
+// TempDir creates this run's temporary directory under os.TempDir(),
 // named so that sweepTemp can remove it once this process is gone.
-func tempDir() (string, error) {
+func TempDir() (string, error) {
 	return os.MkdirTemp("", tempPrefix+strconv.Itoa(os.Getpid())+"-")
 }
 
@@ -258,7 +266,7 @@ func sweep(self *cgroup.Cgroups) []string {
 // Close stops any trial still running and removes the parent group.
 func (s *Sandbox) Close() error {
 	s.mu.Lock()
-	live := make([]*trial, 0, len(s.live))
+	live := make([]*Trial, 0, len(s.live))
 	for t := range s.live {
 		live = append(live, t)
 	}
@@ -272,11 +280,8 @@ func (s *Sandbox) Close() error {
 	return s.parent.Remove(ctx)
 }
 
-// dirs are the parent group's directories (for tests and messages).
-func (s *Sandbox) dirs() []string { return s.parent.Dirs() }
-
-// trialConfig is one trial's limits and environment.
-type trialConfig struct {
+// TrialConfig is one trial's limits and environment.
+type TrialConfig struct {
 	CPU    float64           // cores; 0 for none
 	CPUReq float64           // cores requested: the CPU weight the kubelet gives them (cpu.shares); 0 for the default
 	Memory int64             // bytes; 0 for none
@@ -284,8 +289,8 @@ type trialConfig struct {
 	Warm   bool              // keep the binary's page cache (default: evict it, as in a new container)
 }
 
-// trial is a running target in its own cgroup.
-type trial struct {
+// Trial is a running target in its own cgroup.
+type Trial struct {
 	s         *Sandbox
 	g         *manage.Group
 	cmd       *exec.Cmd
@@ -304,18 +309,18 @@ type trial struct {
 	stoppedAt time.Time
 }
 
-// startError says why a trial never became ready.
-type startError struct {
+// StartError says why a trial never became ready.
+type StartError struct {
 	Outcome  string // "oom_killed", "stalled" or "errors"
 	Detail   string
-	timedOut bool // not ready within the readiness timeout, nor refused
+	TimedOut bool // not ready within the readiness timeout, nor refused
 }
 
-func (e *startError) Error() string { return e.Outcome + ": " + e.Detail }
+func (e *StartError) Error() string { return e.Outcome + ": " + e.Detail }
 
-// start starts the target in a new cgroup with cfg's limits and waits until
+// Start starts the target in a new cgroup with cfg's limits and waits until
 // its URL answers. On error nothing is left running.
-func (s *Sandbox) start(ctx context.Context, t Target, cfg trialConfig) (*trial, error) {
+func (s *Sandbox) Start(ctx context.Context, t Target, cfg TrialConfig) (*Trial, error) {
 	s.mu.Lock()
 	s.seq++
 	name := "trial-" + strconv.Itoa(s.seq)
@@ -324,8 +329,8 @@ func (s *Sandbox) start(ctx context.Context, t Target, cfg trialConfig) (*trial,
 	if err != nil {
 		return nil, err
 	}
-	tr := &trial{s: s, g: g, exited: make(chan struct{}), output: &tail{max: 4096}}
-	fail := func(err error) (*trial, error) {
+	tr := &Trial{s: s, g: g, exited: make(chan struct{}), output: &tail{max: 4096}}
+	fail := func(err error) (*Trial, error) {
 		tr.Stop()
 		return nil, err
 	}
@@ -385,7 +390,7 @@ func (s *Sandbox) start(ctx context.Context, t Target, cfg trialConfig) (*trial,
 	}()
 	timeout := t.ReadyTimeout
 	if timeout <= 0 {
-		timeout = defaultReadyTimeout
+		timeout = DefaultReadyTimeout
 	}
 	if err := tr.waitReady(ctx, timeout); err != nil {
 		return fail(err)
@@ -398,17 +403,17 @@ func (s *Sandbox) start(ctx context.Context, t Target, cfg trialConfig) (*trial,
 // major faults or limit hits climb before it counts as stalled, not slow.
 const stallWindow = 3 * time.Second
 
-// defaultReadyTimeout is how long a target may take to become ready.
-const defaultReadyTimeout = 30 * time.Second
+// DefaultReadyTimeout is how long a target may take to become ready.
+const DefaultReadyTimeout = 30 * time.Second
 
 // waitReady waits for the target's readiness URL. Not answering yet and
 // answering 503 (warming up) are waited out until the timeout; a start
 // that stops making progress while its memory thrashes is stalled.
-func (tr *trial) waitReady(ctx context.Context, timeout time.Duration) error {
+func (tr *Trial) waitReady(ctx context.Context, timeout time.Duration) error {
 	w := startWatch{window: stallWindow}
 	err := load.WaitReady(ctx, load.Readiness{URL: tr.URL, Exited: tr.exited, Timeout: timeout, Check: func() error {
 		if m, err := tr.g.MemoryStats(); err == nil && w.observe(time.Now(), m.MajorFaults, m.MaxHits, m.Anon) {
-			return &startError{Outcome: Stalled, Detail: fmt.Sprintf("not ready, and for %v no progress (resident memory flat) while major faults climb to %d and the limit was hit %d times", stallWindow, m.MajorFaults, m.MaxHits)}
+			return &StartError{Outcome: result.Stalled, Detail: fmt.Sprintf("not ready, and for %v no progress (resident memory flat) while major faults climb to %d and the limit was hit %d times", stallWindow, m.MajorFaults, m.MaxHits)}
 		}
 		return nil
 	}})
@@ -417,9 +422,9 @@ func (tr *trial) waitReady(ctx context.Context, timeout time.Duration) error {
 	case errors.Is(err, load.ErrExited):
 		return tr.exitError()
 	case errors.As(err, &nr) && nr.Refused:
-		return &startError{Outcome: Errored, Detail: nr.Error() + " (--url, --targets or --ready-url)"}
+		return &StartError{Outcome: result.Errored, Detail: nr.Error() + " (--url, --targets or --ready-url)"}
 	case errors.As(err, &nr):
-		return &startError{Outcome: Errored, Detail: fmt.Sprintf("%v; output: %s", nr, tr.output), timedOut: true}
+		return &StartError{Outcome: result.Errored, Detail: fmt.Sprintf("%v; output: %s", nr, tr.output), TimedOut: true}
 	}
 	return err
 }
@@ -459,23 +464,27 @@ func (w *startWatch) observe(now time.Time, faults, hits, anon uint64) (stalled 
 // progress.
 const startGrowth = 64 << 10
 
-func (tr *trial) exitError() error {
+func (tr *Trial) exitError() error {
 	if m, err := tr.g.MemoryStats(); err == nil && m.OOMKills > 0 {
-		return &startError{Outcome: OOMKilled, Detail: fmt.Sprintf("killed by the OOM killer while starting (%v)", tr.waitErr)}
+		return &StartError{Outcome: result.OOMKilled, Detail: fmt.Sprintf("killed by the OOM killer while starting (%v)", tr.waitErr)}
 	}
-	return &startError{Outcome: Errored, Detail: fmt.Sprintf("exited while starting (%v); output: %s", tr.waitErr, tr.output)}
+	return &StartError{Outcome: result.Errored, Detail: fmt.Sprintf("exited while starting (%v); output: %s", tr.waitErr, tr.output)}
 }
 
 // Stats reads the trial's cgroup now (or, after Stop, as it was at the end).
-func (tr *trial) Stats() (cgroup.Stats, error) {
+func (tr *Trial) Stats() (cgroup.Stats, error) {
 	if !tr.stoppedAt.IsZero() {
 		return tr.final, tr.finalErr
 	}
 	return tr.g.Stats()
 }
 
+// MemoryStats reads the trial's memory cgroup now: what a load generator
+// watches for a stall (major faults, limit hits).
+func (tr *Trial) MemoryStats() (cgroup.MemoryStats, error) { return tr.g.MemoryStats() }
+
 // Exited reports whether the target has exited.
-func (tr *trial) Exited() bool {
+func (tr *Trial) Exited() bool {
 	select {
 	case <-tr.exited:
 		return true
@@ -485,7 +494,7 @@ func (tr *trial) Exited() bool {
 }
 
 // Vars reads the target's /debug/vars, if it has one.
-func (tr *trial) Vars() (*runtimeVars, error) {
+func (tr *Trial) Vars() (*RuntimeVars, error) {
 	if tr.VarsURL == "" {
 		return nil, errors.New("no /debug/vars URL")
 	}
@@ -499,7 +508,7 @@ func (tr *trial) Vars() (*runtimeVars, error) {
 		return nil, fmt.Errorf("%s: %s", tr.VarsURL, resp.Status)
 	}
 	var v struct {
-		Sample   *runtimeVars `json:"sample"`
+		Sample   *RuntimeVars `json:"sample"`
 		Memstats *struct {
 			GCCPUFraction float64
 			NumGC         uint32
@@ -512,14 +521,14 @@ func (tr *trial) Vars() (*runtimeVars, error) {
 		return v.Sample, nil
 	}
 	if v.Memstats != nil {
-		return &runtimeVars{GCCPUFraction: v.Memstats.GCCPUFraction, NumGC: v.Memstats.NumGC}, nil
+		return &RuntimeVars{GCCPUFraction: v.Memstats.GCCPUFraction, NumGC: v.Memstats.NumGC}, nil
 	}
 	return nil, fmt.Errorf("%s: no memstats", tr.VarsURL)
 }
 
 // Stop kills the target, reaps it, keeps the final stats and removes the
 // trial's cgroup. It is safe to call more than once.
-func (tr *trial) Stop() {
+func (tr *Trial) Stop() {
 	tr.stopOnce.Do(func() {
 		tr.final, tr.finalErr = tr.g.Stats()
 		tr.g.Kill()
@@ -541,7 +550,7 @@ func (tr *trial) Stop() {
 
 // CPUOn is the CPU time the trial's cgroup spent on each CPU (cgroup v1
 // cpuacct.usage_percpu), or nil where the kernel does not keep it.
-func (tr *trial) CPUOn() []uint64 {
+func (tr *Trial) CPUOn() []uint64 {
 	if tr.g.CPUAcct == nil {
 		return nil
 	}
@@ -561,7 +570,7 @@ func (tr *trial) CPUOn() []uint64 {
 }
 
 // Output is the tail of what the target printed.
-func (tr *trial) Output() string { return tr.output.String() }
+func (tr *Trial) Output() string { return tr.output.String() }
 
 // evict drops the file's clean pages from the page cache, so the next start
 // reads (and charges) them afresh, as a new container would.
@@ -623,4 +632,17 @@ func (t *tail) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return string(bytes.TrimSpace(t.b))
+}
+
+// RuntimeVars is what a target tells about its Go runtime on /debug/vars,
+// under the key "sample" (the embedded sample) or from "memstats".
+type RuntimeVars struct {
+	GoVersion       string  `json:"go_version"`
+	GOMAXPROCS      int     `json:"gomaxprocs"`
+	GOMEMLIMIT      int64   `json:"gomemlimit"`
+	GCCPUSeconds    float64 `json:"gc_cpu_seconds"`
+	TotalCPUSeconds float64 `json:"total_cpu_seconds"` // GOMAXPROCS × wall time, as the runtime counts it
+	IdleCPUSeconds  float64 `json:"idle_cpu_seconds"`  // of which Ps sat idle
+	GCCPUFraction   float64 `json:"gc_cpu_fraction"`
+	NumGC           uint32  `json:"num_gc"`
 }

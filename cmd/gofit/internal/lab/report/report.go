@@ -1,4 +1,9 @@
-package lab
+// Package report renders a lab study's results: report.html (verdict
+// tables, plots, every cell and trial), results.json, and the summary the
+// lab prints. It reads result.Results and nothing else; the lab calls
+// Write and Summary. Its look (the stylesheet and the charts) is
+// exported for gofit's other reports: see CSS and ChartSVG.
+package report
 
 import (
 	"bytes"
@@ -11,69 +16,19 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 	"github.com/gofit-dev/gofit/fit"
 )
 
-// checkOut makes sure results can be written to dir before a study
-// spends minutes: it creates dir if needed and writes and removes a file
-// there. undo removes the directories it created while they are still
-// empty, so a run that fails before writing results leaves nothing behind.
-func checkOut(dir string) (undo func(), err error) {
-	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
-		return nil, fmt.Errorf("--out %s: not a directory", dir)
-	}
-	// The directories MkdirAll is about to create, deepest last, so that
-	// undo can take them away again if the run writes nothing into them.
-	var made []string
-	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
-		if _, err := os.Stat(d); err == nil || filepath.Dir(d) == d {
-			break
-		}
-		made = append([]string{d}, made...)
-	}
-	undo = func() {
-		for i := len(made) - 1; i >= 0; i-- {
-			if os.Remove(made[i]) != nil { // not empty: results are there
-				return
-			}
-		}
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		undo()
-		return nil, fmt.Errorf("--out: %w", err)
-	}
-	f, err := os.CreateTemp(dir, ".gofit-check-*")
-	if err != nil {
-		undo()
-		return nil, fmt.Errorf("--out %s: cannot write there: %w", dir, err)
-	}
-	f.Close()
-	if err := os.Remove(f.Name()); err != nil {
-		undo()
-		return nil, err
-	}
-	return undo, nil
-}
-
-// empty reports whether a study measured nothing at all.
-func (r *Results) empty() bool {
-	if len(r.CPU) > 0 || len(r.Throughput) > 0 {
-		return false
-	}
-	for _, m := range r.Memory {
-		if len(m.Trials) > 0 {
-			return false
-		}
-	}
-	return true
-}
-
-// writeFiles writes results.json and report.html into dir, each through
+// Write writes results.json and report.html into dir, each through
 // a temporary file and a rename. A study that measured nothing does not
 // replace earlier results: it is written as results-empty.json and
 // report-empty.html beside them. It returns the paths written.
-func writeFiles(dir string, r *Results) ([]string, error) {
+func Write(dir string, r *result.Results) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -82,7 +37,7 @@ func writeFiles(dir string, r *Results) ([]string, error) {
 		return nil, err
 	}
 	rj, rh := "results.json", "report.html"
-	if r.empty() {
+	if r.Empty() {
 		if _, err := os.Stat(filepath.Join(dir, rj)); err == nil {
 			rj, rh = "results-empty.json", "report-empty.html"
 		}
@@ -97,7 +52,7 @@ func writeFiles(dir string, r *Results) ([]string, error) {
 		data []byte
 	}{{rj, append(b, '\n')}, {rh, html}} {
 		p := filepath.Join(dir, f.name)
-		if err := writeAtomic(p, f.data); err != nil {
+		if err := WriteAtomic(p, f.data); err != nil {
 			return paths, err
 		}
 		paths = append(paths, p)
@@ -105,9 +60,10 @@ func writeFiles(dir string, r *Results) ([]string, error) {
 	return paths, nil
 }
 
-// writeAtomic writes via a temporary file, so an interrupted run never
-// leaves a half-written report behind.
-func writeAtomic(path string, data []byte) error {
+// WriteAtomic writes path via a temporary file and a rename, so an
+// interrupted run never leaves a half-written file behind (the lab's
+// records.json is written the same way).
+func WriteAtomic(path string, data []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".gofit-*")
 	if err != nil {
 		return err
@@ -141,13 +97,13 @@ type verdictCell struct {
 }
 
 type verdictTable struct {
-	Mode   Mode
+	Mode   result.Mode
 	What   string
 	Quotas []string
 	Rows   []verdictRow
 }
 
-func verdictTables(r *Results) []verdictTable {
+func verdictTables(r *result.Results) []verdictTable {
 	var quotas []float64
 	seenQ := map[float64]bool{}
 	for _, s := range r.CPUSummary {
@@ -158,28 +114,28 @@ func verdictTables(r *Results) []verdictTable {
 	}
 	// Ascending, the request row (no limit, 0) last.
 	sort.Slice(quotas, func(i, j int) bool { return quotas[j] == 0 || quotas[i] != 0 && quotas[i] < quotas[j] })
-	req := requestOf(r.CPUSummary)
+	req := result.RequestCores(r.CPUSummary)
 	var out []verdictTable
-	for _, mode := range []Mode{Open, Closed} {
+	for _, mode := range []result.Mode{result.Open, result.Closed} {
 		t := verdictTable{Mode: mode, What: "open-loop p99 at equal offered load (lower is better)"}
-		if mode == Closed {
+		if mode == result.Closed {
 			t.What = "closed-loop throughput (higher is better)"
 		}
 		for _, q := range quotas {
-			t.Quotas = append(t.Quotas, rowLabel(q, req))
+			t.Quotas = append(t.Quotas, result.RowLabel(q, req))
 		}
-		for _, setting := range []string{SetGoDefault, SetGofit, SetProcs1, SetProcsNCPU} {
+		for _, setting := range []string{result.SetGoDefault, result.SetGofit, result.SetProcs1, result.SetProcsNCPU} {
 			row := verdictRow{Label: setting}
 			found := false
 			for _, q := range quotas {
 				c := verdictCell{Text: "–"}
 				for _, s := range r.CPUSummary {
-					if s.Mode != mode || s.QuotaCores != q || !s.is(setting) {
+					if s.Mode != mode || s.QuotaCores != q || !s.Is(setting) {
 						continue
 					}
 					found = true
 					m, unit := s.P99, "ms"
-					if mode == Closed {
+					if mode == result.Closed {
 						m, unit = s.RPS, " rps"
 					}
 					c.Text = fmtNum(m.Value) + unit
@@ -187,23 +143,23 @@ func verdictTables(r *Results) []verdictTable {
 					switch {
 					case s.Failed:
 						c.Verdict, c.Class = "FAILED", "failed"
-					case s.Setting == SetGoDefault:
+					case s.Setting == result.SetGoDefault:
 						c.Verdict, c.Class = "baseline", "base"
 					case s.Verdict != nil:
 						c.Verdict, c.Class = *s.Verdict, *s.Verdict
 						if !s.Decided {
 							c.Verdict, c.Class = "undecided", "undecided"
 							if s.DetectableRatio != nil {
-								c.Verdict = fmt.Sprintf("undecided (<×%.2f unseen)", *s.DetectableRatio)
+								c.Verdict = fmt.Sprintf("undecided (cannot see <×%.2f)", *s.DetectableRatio)
 							}
 						}
 					case s.Saturated:
-						c.Verdict, c.Class = "saturated", Saturated
+						c.Verdict, c.Class = "saturated", result.Saturated
 					}
 					if s.Setting != setting {
 						c.Note = "same cell as " + s.Setting
 					}
-					if mode == Open && s.OfferedRPS > 0 {
+					if mode == result.Open && s.OfferedRPS > 0 {
 						c.Note = strings.TrimPrefix(c.Note+fmt.Sprintf("; at %.0f rps", s.OfferedRPS), "; ")
 					}
 				}
@@ -221,23 +177,7 @@ func verdictTables(r *Results) []verdictTable {
 var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{"statuses": statuses}).Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>gofit lab report</title>
 <style>
-body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:1320px;margin:1em auto;color:#222;padding:0 1em}
-h1{font-size:1.4em;margin:.2em 0}h2{font-size:1.15em;margin:1em 0 .3em}
-.meta{color:#555;font-size:13px;margin:0 0 .5em}
-.top{display:flex;gap:1.5em;flex-wrap:wrap;align-items:flex-start}
-.top>div{flex:1 1 560px;min-width:0}
-table{border-collapse:collapse;font-size:12.5px}td,th{border:1px solid #ccc;padding:3px 6px;text-align:right;vertical-align:top}
-th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}
-.better{background:#dff3df}.worse{background:#fadcdc}.same{background:#f3f3f3}.undecided{background:#fff2cc}.saturated{background:#f6e0f0;font-style:italic}.failed{background:#f4b4b4;font-weight:bold}.base{background:#e8eefa}
-.ci{color:#555;font-size:11px}.v{font-size:11px;font-weight:600}.n{color:#777;font-size:10.5px}
-pre{background:#f6f6f6;padding:.6em;font-size:12px;margin:.3em 0}
-.alert{background:#fadcdc;border:1px solid #d66;padding:.5em .8em;margin:.4em 0}
-.warn{background:#fff2cc;border:1px solid #d6b656;padding:.4em .8em;margin:.4em 0;font-size:13px}
-ul.reasons{font-size:12.5px;padding-left:1.2em;margin:.3em 0}
-figure.plot{display:inline-block;margin:.3em;vertical-align:top}figcaption{font-size:12px;color:#333;max-width:600px}
-.key{white-space:nowrap;margin-right:.8em}.sw{display:inline-block;width:10px;height:10px;margin-right:3px}
-details{margin:.5em 0}summary{cursor:pointer;font-weight:600}
-</style></head><body>
+` + CSS + `</style></head><body>
 <h1>gofit lab report</h1>
 <p class="meta">{{.R.Machine.CPUs}} CPUs, cgroup v{{.R.Machine.CgroupVersion}}, {{.R.Machine.GoVersion}}, kernel {{.R.Machine.Kernel}}, load average at start {{.R.Machine.LoadAvg}}.
 Target <code>{{.R.Target.Command}}</code>. {{.R.Lab.Trials}} trials in {{printf "%.0f" .R.Lab.WallSeconds}} s (budget {{printf "%.0f" .R.Lab.BudgetSeconds}} s).</p>
@@ -296,13 +236,13 @@ type floorRow struct {
 
 type memTrialRow struct {
 	Setting, Search, Limit, Peak, Cache string
-	T                                   MemTrial
+	T                                   result.MemTrial
 }
 
 // renderHTML renders report.html.
-func renderHTML(r *Results) ([]byte, error) {
+func renderHTML(r *result.Results) ([]byte, error) {
 	d := struct {
-		R                       *Results
+		R                       *result.Results
 		Tables                  []verdictTable
 		Placement               bool
 		Overlap                 string
@@ -312,7 +252,7 @@ func renderHTML(r *Results) ([]byte, error) {
 		Peak                    string
 		Floors                  []floorRow
 		MemTrials               []memTrialRow
-	}{R: r, Tables: verdictTables(r), Placement: r.Placement != nil, ProbeCPU: cpuLabel(r.Target.ProbeCPU), Peak: peakLabel(r)}
+	}{R: r, Tables: verdictTables(r), Placement: r.Placement != nil, ProbeCPU: result.CPULabel(r.Target.ProbeCPU), Peak: result.PeakLabel(r)}
 	if r.Placement != nil && len(r.Placement.Generator) > 0 {
 		var xs []float64
 		for _, c := range r.CPU {
@@ -321,8 +261,8 @@ func renderHTML(r *Results) ([]byte, error) {
 			}
 		}
 		if len(xs) > 0 {
-			s := summarize(xs)
-			d.Overlap = fmt.Sprintf("the target spent %.0f%% (median; %.0f–%.0f%%) of its CPU time on the generator's CPU %s.", s.Median*100, s.Min*100, s.Max*100, cpuList(r.Placement.Generator))
+			s := stats.SpreadOf(xs)
+			d.Overlap = fmt.Sprintf("the target spent %.0f%% (median; %.0f–%.0f%%) of its CPU time on the generator's CPU %s.", s.Median*100, s.Min*100, s.Max*100, result.CPUList(r.Placement.Generator))
 		}
 	}
 	// The plots' x axis is the quota (log scale): the request row has none.
@@ -338,12 +278,12 @@ func renderHTML(r *Results) ([]byte, error) {
 	qx := axisSpec{label: "CPU quota (log scale)", log: true, ticks: quotaTicks(quotas)}
 	// One line per setting, through every cell it names (a cell shared by
 	// two settings is on both lines).
-	cpuLines := func(mode Mode, f func(CPUSummary) pt) []line {
+	cpuLines := func(mode result.Mode, f func(result.CPUSummary) pt) []line {
 		var out []line
-		for _, setting := range []string{SetGoDefault, SetGofit, SetProcs1, SetProcsNCPU} {
+		for _, setting := range []string{result.SetGoDefault, result.SetGofit, result.SetProcs1, result.SetProcsNCPU} {
 			var pts []pt
 			for _, s := range r.CPUSummary {
-				if s.Mode == mode && s.QuotaCores > 0 && s.is(setting) {
+				if s.Mode == mode && s.QuotaCores > 0 && s.Is(setting) {
 					pts = append(pts, f(s))
 				}
 			}
@@ -355,32 +295,34 @@ func renderHTML(r *Results) ([]byte, error) {
 	}
 	d.CPUPlots = []template.HTML{
 		template.HTML(chartSVG("p99 latency, open loop at equal offered load", qx, axisSpec{label: "p99 (ms, log scale)", log: true},
-			cpuLines(Open, func(s CPUSummary) pt { return pt{s.QuotaCores, s.P99.Value, s.P99.CILow, s.P99.CIHigh, s.Saturated} }))),
+			cpuLines(result.Open, func(s result.CPUSummary) pt {
+				return pt{s.QuotaCores, s.P99.Value, s.P99.CILow, s.P99.CIHigh, s.Saturated}
+			}))),
 		template.HTML(chartSVG("Throughput, closed loop", qx, axisSpec{label: "requests/s"},
-			cpuLines(Closed, func(s CPUSummary) pt { return pt{s.QuotaCores, s.RPS.Value, s.RPS.CILow, s.RPS.CIHigh, false} }))),
+			cpuLines(result.Closed, func(s result.CPUSummary) pt { return pt{s.QuotaCores, s.RPS.Value, s.RPS.CILow, s.RPS.CIHigh, false} }))),
 		template.HTML(chartSVG("Throttled time per window, open loop (median, min–max)", qx, axisSpec{label: "throttled seconds"},
-			cpuLines(Open, func(s CPUSummary) pt {
+			cpuLines(result.Open, func(s result.CPUSummary) pt {
 				return pt{s.QuotaCores, s.ThrottledSeconds.Median, s.ThrottledSeconds.Min, s.ThrottledSeconds.Max, s.Saturated}
 			}))),
 		template.HTML(chartSVG("CPU used ÷ quota, closed loop (median, min–max)", qx, axisSpec{label: "CPU efficiency"},
-			cpuLines(Closed, func(s CPUSummary) pt {
+			cpuLines(result.Closed, func(s result.CPUSummary) pt {
 				return pt{s.QuotaCores, s.CPUEfficiency.Median, s.CPUEfficiency.Min, s.CPUEfficiency.Max, false}
 			}))),
 	}
 	if len(quotas) > 0 {
-		d.SmallestQuota = millicores(quotas[0])
+		d.SmallestQuota = result.Millicores(quotas[0])
 		var ls []line
 		for _, s := range r.CPUSummary {
-			if s.Mode != Open || s.QuotaCores != quotas[0] {
+			if s.Mode != result.Open || s.QuotaCores != quotas[0] {
 				continue
 			}
 			var pts []pt
 			for _, p := range s.Percentiles {
 				pts = append(pts, pt{percentileX(p.Percentile), p.Ms, p.Ms, p.Ms, s.Saturated})
 			}
-			ls = append(ls, line{label(s), pts})
+			ls = append(ls, line{result.SummaryLabel(s), pts})
 		}
-		sort.Slice(ls, func(i, j int) bool { return settingRank(ls[i].name) < settingRank(ls[j].name) })
+		sort.Slice(ls, func(i, j int) bool { return result.SettingRank(ls[i].name) < result.SettingRank(ls[j].name) })
 		d.HDRPlot = template.HTML(chartSVG("Latency by percentile at "+d.SmallestQuota+", open loop", axisSpec{label: "percentile", ticks: percentileTicks()},
 			axisSpec{label: "latency (ms, log scale)", log: true}, ls))
 	}
@@ -389,7 +331,7 @@ func renderHTML(r *Results) ([]byte, error) {
 	var floors, tested []float64
 	for _, m := range r.Memory {
 		row := floorRow{Setting: m.Setting, Trials: len(m.Trials) + len(m.HealthyTrials)}
-		row.Floor, row.Healthy = m.floorLabels()
+		row.Floor, row.Healthy = m.FloorLabels()
 		if m.FloorBytes != nil {
 			floors = append(floors, mibf(*m.FloorBytes))
 		}
@@ -406,14 +348,14 @@ func renderHTML(r *Results) ([]byte, error) {
 		surv = append(surv, line{m.Setting, sp})
 		var hp []pt
 		for _, t := range m.HealthyTrials {
-			if r := t.P99Ratio; t.Outcome == OK && r != nil {
+			if r := t.P99Ratio; t.Outcome == result.OK && r != nil {
 				hp = append(hp, pt{mibf(t.LimitBytes), r.Value, r.Low, r.High, false})
 			}
 		}
 		hl = append(hl, line{m.Setting, hp})
 		var tp []pt
 		for _, t := range r.Throughput {
-			if t.Setting == m.Setting && t.Outcome == OK {
+			if t.Setting == m.Setting && t.Outcome == result.OK {
 				tp = append(tp, pt{mibf(t.LimitBytes), t.P99, t.P99, t.P99, false})
 			}
 		}
@@ -444,9 +386,9 @@ func renderHTML(r *Results) ([]byte, error) {
 
 func mibf(b int64) float64 { return float64(b) / (1 << 20) }
 
-// writeSummary prints the terminal summary: the verdicts and the
+// Summary prints the terminal summary: the verdicts and the
 // recommendation first.
-func writeSummary(w io.Writer, r *Results) {
+func Summary(w io.Writer, r *result.Results) {
 	fmt.Fprintf(w, "\ngofit lab: %d CPUs, cgroup v%d, %s, kernel %s, load average %s\n", r.Machine.CPUs, r.Machine.CgroupVersion, r.Machine.GoVersion, r.Machine.Kernel, r.Machine.LoadAvg)
 	fmt.Fprintf(w, "target: %s\n", r.Target.Command)
 	if r.Lab.Failed != "" {
@@ -475,10 +417,10 @@ func writeSummary(w io.Writer, r *Results) {
 	}
 	if len(r.Memory) > 0 {
 		fmt.Fprintf(w, "\nMemory floors at %s CPU (page cache %s at start; peak without a limit %s; unlimited %.0f rps, p99 %.1fms; health judged at %.0f rps against the same setting without a limit)\n",
-			cpuLabel(r.Target.ProbeCPU), r.Target.PageCache, peakLabel(r), r.Target.ProbeRPS, r.Target.ProbeP99, r.Target.HealthRPS)
-		fmt.Fprintf(w, "  non-Go memory: %s\n", nonGoLabel(r.Target.NonGo))
+			result.CPULabel(r.Target.ProbeCPU), r.Target.PageCache, result.PeakLabel(r), r.Target.ProbeRPS, r.Target.ProbeP99, r.Target.HealthRPS)
+		fmt.Fprintf(w, "  non-Go memory: %s\n", result.NonGoLabel(r.Target.NonGo))
 		for _, m := range r.Memory {
-			f, h := m.floorLabels()
+			f, h := m.FloorLabels()
 			fmt.Fprintf(w, "  %-26s survives from %-10s healthy from %-10s %d trials\n", m.Setting, f, h, len(m.Trials)+len(m.HealthyTrials))
 		}
 	}
@@ -491,7 +433,7 @@ func writeSummary(w io.Writer, r *Results) {
 		fmt.Fprintf(w, "  - %s\n", s)
 	}
 	if c := r.Recommendation.Check; c != nil {
-		fmt.Fprintf(w, "  - check trial (the pair together): %s\n", c.verdict())
+		fmt.Fprintf(w, "  - check trial (the pair together): %s\n", c.Verdict())
 	}
 	fmt.Fprintf(w, "\n%s\n", r.Recommendation.YAML)
 	for _, x := range r.Lab.Warnings {

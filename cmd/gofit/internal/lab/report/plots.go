@@ -1,4 +1,4 @@
-package lab
+package report
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -302,7 +304,7 @@ func fmtNum(v float64) string {
 func quotaTicks(qs []float64) []plot.Tick {
 	ts := make([]plot.Tick, len(qs))
 	for i, q := range qs {
-		ts[i] = plot.Tick{Value: q, Label: millicores(q)}
+		ts[i] = plot.Tick{Value: q, Label: result.Millicores(q)}
 	}
 	return ts
 }
@@ -342,7 +344,7 @@ func percentileX(p float64) float64 { return math.Log10(100 / (100 - p)) }
 
 func percentileTicks() []plot.Tick {
 	var ts []plot.Tick
-	for _, p := range pctLevels {
+	for _, p := range result.PercentileLevels {
 		t := plot.Tick{Value: percentileX(p)}
 		// Label the nines; the steps between are minor ticks.
 		switch p {

@@ -1,0 +1,136 @@
+package monitoring
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/gofit-dev/gofit/kube/internal/kubetest"
+)
+
+// OperatorVersion is the Prometheus Operator whose CRDs the dry run
+// installs, taken from its Go module (example/prometheus-operator-crd).
+const OperatorVersion = "v0.85.0"
+
+// operatorCRDs downloads the Prometheus Operator's module into the module
+// cache (once; go mod download is a no-op after) and returns the CRD files
+// of the kinds deploy/monitoring uses.
+func operatorCRDs(t *testing.T) []string {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "mod", "download", "-json", "github.com/prometheus-operator/prometheus-operator@"+OperatorVersion)
+	cmd.Dir = t.TempDir() // outside any module: nothing is added to go.mod
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go mod download prometheus-operator@%s: %v\n%s%s", OperatorVersion, err, out, stderr.Bytes())
+	}
+	var mod struct{ Dir, Error string }
+	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
+		t.Fatalf("go mod download prometheus-operator@%s: %v %s: %s", OperatorVersion, err, mod.Error, out)
+	}
+	var files []string
+	for _, kind := range []string{"podmonitors", "servicemonitors", "prometheusrules"} {
+		f := filepath.Join(mod.Dir, "example", "prometheus-operator-crd", "monitoring.coreos.com_"+kind+".yaml")
+		if _, err := os.Stat(f); err != nil {
+			t.Fatalf("prometheus-operator@%s: %v", OperatorVersion, err)
+		}
+		files = append(files, f)
+	}
+	return files
+}
+
+// TestServerSideDryRun: every object of the kustomization's resources
+// (PrometheusRule, PodMonitors, dashboard ConfigMaps) passes a server-side dry run, with
+// strict field validation, against a real kube-apiserver with the
+// Prometheus Operator's CRDs installed.
+func TestServerSideDryRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping: starts kube-apiserver and etcd (-short)")
+	}
+	crds := operatorCRDs(t)
+	cfg := kubetest.Start(t, &envtest.Environment{CRDInstallOptions: envtest.CRDInstallOptions{Paths: crds, ErrorIfPathMissing: true}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resources := map[string]string{"PodMonitor": "podmonitors", "PrometheusRule": "prometheusrules", "ConfigMap": "configmaps"}
+	kinds := map[string]int{}
+	kb, err := os.ReadFile(filepath.Join(deployDir, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kust struct {
+		Resources []string `json:"resources"`
+	}
+	if err := sigsyaml.Unmarshal(kb, &kust); err != nil || len(kust.Resources) == 0 {
+		t.Fatalf("kustomization.yaml: resources %v, %v", kust.Resources, err)
+	}
+	for _, name := range kust.Resources {
+		f, err := os.Open(filepath.Join(deployDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(f, 64<<10)
+		for {
+			var obj unstructured.Unstructured
+			if err := dec.Decode(&obj.Object); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			gv, err := schema.ParseGroupVersion(obj.GetAPIVersion())
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			res, ok := resources[obj.GetKind()]
+			if !ok {
+				t.Fatalf("%s: unexpected kind %s", name, obj.GetKind())
+			}
+			_, err = dyn.Resource(gv.WithResource(res)).Namespace(obj.GetNamespace()).Create(ctx, &obj,
+				metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"})
+			if err != nil {
+				t.Errorf("%s: %s %s: %v", name, obj.GetKind(), obj.GetName(), err)
+			}
+			kinds[obj.GetKind()]++
+		}
+		f.Close()
+	}
+	if want := fmt.Sprint(map[string]int{"ConfigMap": 2, "PodMonitor": 3, "PrometheusRule": 1}); fmt.Sprint(kinds) != want {
+		t.Errorf("objects dry-run: %v, want %s", kinds, want)
+	}
+	// Dry run means nothing stays.
+	list, err := dyn.Resource(schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: "podmonitors"}).Namespace(Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil || len(list.Items) != 0 {
+		t.Errorf("after the dry run: %v podmonitors, %v", len(list.Items), err)
+	}
+}

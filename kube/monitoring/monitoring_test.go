@@ -1,0 +1,158 @@
+package monitoring
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/gofit-dev/gofit/tools/promtest"
+)
+
+const deployDir = "../../deploy/monitoring"
+
+// TestCheckedIn fails when deploy/monitoring is not what the generator
+// writes now.
+func TestCheckedIn(t *testing.T) {
+	files, err := Files(Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale, err := Stale(deployDir, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stale) > 0 {
+		t.Errorf("deploy/monitoring is stale (%s): run `go run ./kube/monitoring/gen` from the repository root", strings.Join(stale, ", "))
+	}
+}
+
+// TestWriteRemovesStale: Write leaves exactly the generated files.
+func TestWriteRemovesStale(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "dashboards"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "dashboards", "old.json"), []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := Write(dir, Default()); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := Files(Default())
+	if stale, err := Stale(dir, files); err != nil || len(stale) > 0 {
+		t.Errorf("after Write: stale %v, %v", stale, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "dashboards", "old.json")); !os.IsNotExist(err) {
+		t.Errorf("old.json left: %v", err)
+	}
+}
+
+func TestParams(t *testing.T) {
+	for name, mod := range map[string]func(*Params){
+		"ThrottledShare":  func(p *Params) { p.ThrottledShare = 0 },
+		"GCCPUShare":      func(p *Params) { p.GCCPUShare = 1.5 },
+		"GOMEMLIMITShare": func(p *Params) { p.GOMEMLIMITShare = -1 },
+		"Window":          func(p *Params) { p.Window = 0 },
+		"RunbookURL":      func(p *Params) { p.RunbookURL = "docs/monitoring.md" },
+		"WebhookTimeout":  func(p *Params) { p.WebhookTimeoutSeconds = 0 },
+	} {
+		p := Default()
+		mod(&p)
+		if _, err := Files(p); err == nil || !strings.Contains(err.Error(), strings.TrimSuffix(name, "Timeout")) {
+			t.Errorf("%s out of range: %v", name, err)
+		}
+	}
+	gs, err := Groups(Default().Fast(5 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range gs[1].Rules {
+		if r.For != "" && r.For != "5s" {
+			t.Errorf("Fast(5s): %s has for %s", r.Alert, r.For)
+		}
+	}
+	if p := Default(); p.Fast(time.Second).ThrottledShare != p.ThrottledShare {
+		t.Error("Fast changed a threshold")
+	}
+}
+
+// TestPromtool runs promtool check rules on the rule file, promtool test
+// rules on testdata (for every alert a case where it fires and one where
+// it stays silent), and promtool check config on the plain scrape configs.
+func TestPromtool(t *testing.T) {
+	b := promtest.Need(t)
+	dir := t.TempDir()
+	if err := Write(dir, Default()); err != nil {
+		t.Fatal(err)
+	}
+	tests, err := os.ReadFile("testdata/rules_test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "rules_test.yaml"), tests, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := b.RunPromtool(ctx, dir, "check", "rules", "rules.yaml")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "SUCCESS") {
+		t.Errorf("promtool check rules:\n%s", out)
+	}
+	out, err = b.RunPromtool(ctx, dir, "test", "rules", "rules_test.yaml")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	t.Logf("promtool test rules:\n%s", out)
+
+	// The plain scrape configs, with the rule file, make a valid
+	// prometheus.yml. Debian's Prometheus is built without Kubernetes
+	// discovery, so each job's kubernetes_sd_configs is swapped for a
+	// static target: what is checked is everything else, the relabelling
+	// above all.
+	scrape, err := os.ReadFile(filepath.Join(dir, "scrape-configs.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sc struct {
+		Jobs []map[string]any `yaml:"scrape_configs"`
+	}
+	if err := yaml.Unmarshal(scrape, &sc); err != nil || len(sc.Jobs) != len(scrapeTargets) {
+		t.Fatalf("scrape-configs.yaml: %d jobs, %v", len(sc.Jobs), err)
+	}
+	for _, j := range sc.Jobs {
+		if j["kubernetes_sd_configs"] == nil {
+			t.Errorf("job %v without kubernetes_sd_configs", j["job_name"])
+		}
+		delete(j, "kubernetes_sd_configs")
+		j["static_configs"] = []any{map[string]any{"targets": []string{"127.0.0.1:9"}}}
+	}
+	conf, err := yaml.Marshal(map[string]any{"rule_files": []string{"rules.yaml"}, "scrape_configs": sc.Jobs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), conf, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := b.RunPromtool(ctx, dir, "check", "config", "prometheus.yml"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+
+	// Every alert is tested, firing and silent.
+	names, err := Alerts(Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if !strings.Contains(string(tests), "alertname: "+n+"\n") {
+			t.Errorf("testdata/rules_test.yaml does not test %s", n)
+		}
+	}
+}

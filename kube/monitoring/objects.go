@@ -1,0 +1,222 @@
+package monitoring
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"path"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Namespace is where the objects live. The webhook's and the agent's
+// monitors name their namespaces in namespaceSelector, so a kustomization
+// that moves these objects elsewhere (namespace: monitoring) still finds
+// them.
+const Namespace = "gofit-system"
+
+// OptInLabel is the pod label with which a service opts in to the
+// gofit-services PodMonitor; its container port must be named
+// OptInPort and serve /metrics.
+const (
+	OptInLabel = "gofit.dev/metrics"
+	OptInPort  = "metrics"
+)
+
+// Relabel is one relabelling step, written for a PodMonitor (camelCase)
+// and for a plain Prometheus scrape config (snake_case) from one source.
+type Relabel struct {
+	SourceLabels []string
+	Separator    string
+	Regex        string
+	TargetLabel  string
+	Replacement  string
+	Action       string
+}
+
+// targetLabels give every target the workload it belongs to (its
+// Deployment, StatefulSet, DaemonSet or Job, else the bare pod's name)
+// and its node: the workload dashboard's variables and the agent's alerts
+// use them. The Prometheus Operator adds namespace, pod and container.
+var targetLabels = []Relabel{
+	{SourceLabels: []string{"__meta_kubernetes_pod_controller_kind", "__meta_kubernetes_pod_controller_name"}, Separator: ";", Regex: "ReplicaSet;(.+)-[a-z0-9]+", TargetLabel: "workload", Replacement: "$1", Action: "replace"},
+	{SourceLabels: []string{"__meta_kubernetes_pod_controller_kind", "__meta_kubernetes_pod_controller_name"}, Separator: ";", Regex: "(StatefulSet|DaemonSet|Job|ReplicationController);(.+)", TargetLabel: "workload", Replacement: "$2", Action: "replace"},
+	{SourceLabels: []string{"__meta_kubernetes_pod_controller_kind", "__meta_kubernetes_pod_name"}, Separator: ";", Regex: ";(.+)", TargetLabel: "workload", Replacement: "$1", Action: "replace"},
+	{SourceLabels: []string{"__meta_kubernetes_pod_node_name"}, Separator: ";", Regex: "(.+)", TargetLabel: "node", Replacement: "$1", Action: "replace"},
+}
+
+func (r Relabel) operator() map[string]any {
+	return map[string]any{"sourceLabels": r.SourceLabels, "separator": r.Separator, "regex": r.Regex, "targetLabel": r.TargetLabel, "replacement": r.Replacement, "action": r.Action}
+}
+
+func (r Relabel) plain() map[string]any {
+	return map[string]any{"source_labels": r.SourceLabels, "separator": r.Separator, "regex": r.Regex, "target_label": r.TargetLabel, "replacement": r.Replacement, "action": r.Action}
+}
+
+// scrapeTarget is one PodMonitor: which pods, which port, how.
+type scrapeTarget struct {
+	name       string
+	namespaces []string // nil: any
+	match      map[string]string
+	port       string
+	scheme     string
+}
+
+var scrapeTargets = []scrapeTarget{
+	// The webhook serves /metrics on its HTTPS port with a certificate for
+	// its Service name: a scrape of the pod IP skips verification.
+	{name: "gofit-webhook", namespaces: []string{"gofit-system"}, match: map[string]string{"app.kubernetes.io/name": "gofit-webhook"}, port: "https", scheme: "https"},
+	{name: "gofit-node", namespaces: []string{"gofit-node"}, match: map[string]string{"app.kubernetes.io/name": "gofit-node"}, port: "metrics", scheme: "http"},
+	// Services that serve gofit's metrics opt in (docs/monitoring.md).
+	{name: "gofit-services", match: map[string]string{OptInLabel: "true"}, port: OptInPort, scheme: "http"},
+}
+
+func podMonitor(t scrapeTarget) map[string]any {
+	ep := map[string]any{"port": t.port, "path": "/metrics", "scheme": t.scheme, "interval": "30s"}
+	if t.scheme == "https" {
+		ep["tlsConfig"] = map[string]any{"insecureSkipVerify": true}
+	}
+	var rl []map[string]any
+	for _, r := range targetLabels {
+		rl = append(rl, r.operator())
+	}
+	ep["relabelings"] = rl
+	nsSel := map[string]any{"any": true}
+	if t.namespaces != nil {
+		nsSel = map[string]any{"matchNames": t.namespaces}
+	}
+	return map[string]any{
+		"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
+		"metadata": meta(t.name, nil),
+		"spec": map[string]any{
+			"selector":            map[string]any{"matchLabels": t.match},
+			"namespaceSelector":   nsSel,
+			"podMetricsEndpoints": []any{ep},
+		},
+	}
+}
+
+// scrapeConfig is t as a plain Prometheus scrape config with Kubernetes
+// service discovery, the same relabelling as the operator's.
+func scrapeConfig(t scrapeTarget) map[string]any {
+	sd := map[string]any{"role": "pod"}
+	if t.namespaces != nil {
+		sd["namespaces"] = map[string]any{"names": t.namespaces}
+	}
+	var rl []map[string]any
+	for _, k := range sortedKeys(t.match) {
+		rl = append(rl, Relabel{SourceLabels: []string{"__meta_kubernetes_pod_label_" + labelName(k)}, Regex: t.match[k], Action: "keep"}.plainKeep())
+	}
+	rl = append(rl,
+		Relabel{SourceLabels: []string{"__meta_kubernetes_pod_container_port_name"}, Regex: t.port, Action: "keep"}.plainKeep(),
+		Relabel{SourceLabels: []string{"__meta_kubernetes_namespace"}, Regex: "(.*)", TargetLabel: "namespace", Replacement: "$1", Action: "replace", Separator: ";"}.plain(),
+		Relabel{SourceLabels: []string{"__meta_kubernetes_pod_name"}, Regex: "(.*)", TargetLabel: "pod", Replacement: "$1", Action: "replace", Separator: ";"}.plain(),
+		Relabel{SourceLabels: []string{"__meta_kubernetes_pod_container_name"}, Regex: "(.*)", TargetLabel: "container", Replacement: "$1", Action: "replace", Separator: ";"}.plain(),
+	)
+	for _, r := range targetLabels {
+		rl = append(rl, r.plain())
+	}
+	c := map[string]any{"job_name": t.name, "scheme": t.scheme, "metrics_path": "/metrics", "kubernetes_sd_configs": []any{sd}, "relabel_configs": rl}
+	if t.scheme == "https" {
+		c["tls_config"] = map[string]any{"insecure_skip_verify": true}
+	}
+	return c
+}
+
+func (r Relabel) plainKeep() map[string]any {
+	return map[string]any{"source_labels": r.SourceLabels, "regex": r.Regex, "action": r.Action}
+}
+
+// labelName is a pod label as Kubernetes service discovery names it.
+func labelName(k string) string {
+	b := []byte(k)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+func meta(name string, labels map[string]string) map[string]any {
+	l := map[string]string{"app.kubernetes.io/part-of": "gofit", "app.kubernetes.io/component": "monitoring"}
+	for k, v := range labels {
+		l[k] = v
+	}
+	return map[string]any{"name": name, "namespace": Namespace, "labels": l}
+}
+
+const header = "# Generated by `go run ./kube/monitoring/gen` from kube/monitoring; do not edit.\n"
+
+// Files returns deploy/monitoring's files, by path relative to it.
+func Files(p Params) (map[string][]byte, error) {
+	groups, err := Groups(p)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]byte{}
+	put := func(name string, docs ...any) error {
+		var b bytes.Buffer
+		b.WriteString(header)
+		for i, d := range docs {
+			if i > 0 {
+				b.WriteString("---\n")
+			}
+			e := yaml.NewEncoder(&b)
+			e.SetIndent(2)
+			if err := e.Encode(d); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			if err := e.Close(); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+		}
+		out[name] = b.Bytes()
+		return nil
+	}
+	if err := put("rules.yaml", map[string]any{"groups": groups}); err != nil {
+		return nil, err
+	}
+	if err := put("prometheusrule.yaml", map[string]any{
+		"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+		"metadata": meta("gofit", nil), "spec": map[string]any{"groups": groups},
+	}); err != nil {
+		return nil, err
+	}
+	var mons, scrapes []any
+	for _, t := range scrapeTargets {
+		mons = append(mons, podMonitor(t))
+		scrapes = append(scrapes, scrapeConfig(t))
+	}
+	if err := put("podmonitors.yaml", mons...); err != nil {
+		return nil, err
+	}
+	if err := put("scrape-configs.yaml", map[string]any{"scrape_configs": scrapes}); err != nil {
+		return nil, err
+	}
+	var cms []any
+	for _, d := range Dashboards(p) {
+		j, err := json.MarshalIndent(d, "", "  ")
+		if err != nil {
+			return nil, fmt.Errorf("dashboard %s: %w", d.UID, err)
+		}
+		j = append(j, '\n')
+		out[path.Join("dashboards", d.UID+".json")] = j
+		m := meta(d.UID+"-dashboard", map[string]string{"grafana_dashboard": "1"})
+		m["annotations"] = map[string]string{"grafana_folder": "gofit"}
+		cms = append(cms, map[string]any{
+			"apiVersion": "v1", "kind": "ConfigMap", "metadata": m,
+			"data": map[string]string{d.UID + ".json": string(j)},
+		})
+	}
+	if err := put("dashboards.yaml", cms...); err != nil {
+		return nil, err
+	}
+	if err := put("kustomization.yaml", map[string]any{
+		"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+		"resources": []string{"prometheusrule.yaml", "podmonitors.yaml", "dashboards.yaml"},
+	}); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
