@@ -4,22 +4,49 @@ FUZZTIME ?= 20s
 
 .PHONY: build build-nokube image e2e test test-v2 qos-v2 bench fuzz lab vet test-go-min test-race tidy-check check lab-services lab-real
 
+# The version and commit gofit reports (gofit version, the log's first
+# line, gofit_build_info): make release sets VERSION.
+VERSION ?= dev
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null)
+BUILDINFO := github.com/gofit-dev/gofit/cmd/gofit/internal/buildinfo
+LDFLAGS := -s -w -X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT)
+
 build:
-	$(GO) build -o bin/gofit ./cmd/gofit
+	$(GO) build -ldflags='-X $(BUILDINFO).version=$(VERSION) -X $(BUILDINFO).commit=$(COMMIT)' -o bin/gofit ./cmd/gofit
 
 # gofit without the webhook and the node agent (no client-go): for images
 # that only need `gofit run` or `gofit inspect`.
 build-nokube:
-	$(GO) build -tags nokube -trimpath -ldflags='-s -w' -o bin/gofit ./cmd/gofit
+	$(GO) build -tags nokube -trimpath -ldflags='$(LDFLAGS)' -o bin/gofit ./cmd/gofit
 
-# The gofit image (webhook and node agent) without Docker: a static binary
-# at /gofit, nonroot (65532) by default, the host's CA bundle, written as an
-# OCI layout + docker-save tarball that `ctr images import` and `docker load`
-# take. deploy/webhook/Dockerfile builds the same image with Docker.
-IMAGE ?= ghcr.io/gofit-dev/gofit:dev
+# The gofit image (webhook and node agent) without Docker: an OCI image
+# index for linux/amd64 and linux/arm64, each a static binary at /gofit,
+# nonroot (65532) by default, the host's CA bundle, with the OCI
+# annotations (source, revision, version, created from SOURCE_DATE_EPOCH)
+# and a CycloneDX SBOM per platform from the binary's build info, written
+# as an OCI layout + docker-save tarball that `ctr images import` and
+# `docker load` take (tools/ociimage). Same commit, same index digest.
+# deploy/webhook/Dockerfile builds a one-platform image with Docker.
+IMAGE_REPO ?= ghcr.io/gofit-dev/gofit
+IMAGE ?= $(IMAGE_REPO):$(VERSION)
+IMAGE_ARCHS ?= amd64 arm64
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+empty :=
+comma := ,
 image:
-	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags='-s -w' -o bin/linux-amd64/gofit ./cmd/gofit
-	$(GO) run ./tools/ociimage/mkimage -o bin/gofit-image.tar -ref $(IMAGE) -entrypoint /gofit /gofit=bin/linux-amd64/gofit
+	for a in $(IMAGE_ARCHS); do \
+	  CGO_ENABLED=0 GOOS=linux GOARCH=$$a $(GO) build -trimpath -ldflags='$(LDFLAGS)' -o bin/linux-$$a/gofit ./cmd/gofit || exit 1; \
+	done
+	SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) $(GO) run ./tools/ociimage/mkimage -o bin/gofit-image.tar -ref $(IMAGE) \
+	  -arch $(subst $(empty) $(empty),$(comma),$(strip $(IMAGE_ARCHS))) -source https://github.com/gofit-dev/gofit \
+	  -revision $(COMMIT) -version $(VERSION) $(if $(SBOM_DIR),-sbom-dir $(SBOM_DIR)) -entrypoint /gofit '/gofit=bin/linux-{arch}/gofit'
+
+# make release VERSION=vX.Y.Z: binaries for linux/amd64 and arm64, the
+# image index, the SBOMs, the packaged chart and deploy/ pinned to the
+# version, with sha256sums, in dist/ (tools/release.sh; docs/install.md).
+.PHONY: release
+release:
+	VERSION=$(VERSION) GO=$(GO) bash tools/release.sh
 
 # gofit on a real single-node Kubernetes (kube/e2e): a cgroup v2 kernel in
 # a QEMU VM running etcd, kube-apiserver, controller-manager, scheduler,

@@ -72,11 +72,13 @@ var commandPages = map[string][]string{
 	"docs/lab.md":        {"lab"},
 	"docs/webhook.md":    {"webhook"},
 	"docs/node-agent.md": {"node", "node plan", "node reset", "node experiment"},
+	"docs/experiment.md": {"experiment report", "webhook"},
 }
 
 // foreignFlags are flags of other programs that a page names on purpose.
 var foreignFlags = map[string]string{
-	"docs/lab.md auto-gomemlimit": "Prometheus' own flag, compared with the lab's automemlimit setting",
+	"docs/lab.md auto-gomemlimit":                "Prometheus' own flag, compared with the lab's automemlimit setting",
+	"docs/experiment.md metric-labels-allowlist": "kube-state-metrics' flag that keeps the arm labels of gone pods",
 }
 
 // readmeMaxLines keeps the README a front door: what, two commands,
@@ -933,9 +935,9 @@ var usageFlagRE = regexp.MustCompile(`(?m)^\s+-([A-Za-z0-9][\w.-]*)`)
 
 func newFlagTable(t *testing.T) *flagTable {
 	ft := &flagTable{flags: map[string]map[string]bool{}, hidden: map[string]bool{
-		lab.SampleCommand: true, "node " + qoslab.HogCommand: true, "version": true,
+		lab.SampleCommand: true, "node " + qoslab.HogCommand: true,
 	}}
-	names := []string{"node plan", "node reset", "node experiment"}
+	names := []string{"node plan", "node reset", "node experiment", "experiment report"}
 	for _, c := range commands() {
 		names = append(names, c.name)
 	}
@@ -971,6 +973,9 @@ func (ft *flagTable) check(t *testing.T, where string, args []string, inline boo
 		} else if strings.Contains(rest[0], "|") {
 			rest = rest[1:] // a synopsis: gofit node [plan|experiment]
 		}
+	}
+	if name == "experiment" && len(rest) > 0 && strings.Trim(rest[0], "[]") == "report" {
+		name, rest = "experiment report", rest[1:]
 	}
 	if ft.hidden[name] || placeholder(name) {
 		return

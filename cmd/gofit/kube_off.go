@@ -16,3 +16,5 @@ var errNoKube = errors.New("this gofit was built with -tags nokube; the webhook 
 func runWebhook(args []string, stdout, stderr io.Writer) error { return errNoKube }
 
 func runNode(args []string, stdout, stderr io.Writer) error { return errNoKube }
+
+func runExperiment(args []string, stdout, stderr io.Writer) error { return errNoKube }

@@ -6,6 +6,8 @@
 //	gofit lab [flags]                       measure a service under real cgroup limits
 //	gofit webhook --cert-file F --key-file F  admission webhook: fit pods at creation
 //	gofit node [plan|experiment] [flags]    node memory-QoS agent, its plan mode and experiment
+//	gofit experiment report [flags]         judge experiment arms on live traffic (Prometheus)
+//	gofit version [--json]                  version, commit, Go version, policy defaults
 package main
 
 import (
@@ -33,7 +35,8 @@ func commands() []command {
 		{"lab", "[flags]", "measure a service under real cgroup limits and recommend settings", runLab},
 		{"webhook", "[flags]", "serve the admission webhook that fits pods at creation (deploy/webhook)", runWebhook},
 		{"node", "[plan|experiment] [flags]", "node agent: memory QoS for pod cgroups (DaemonSet)", runNode},
-		{"version", "", "print the version", runVersion},
+		{"experiment", "report [flags]", "judge an experiment's arms on live traffic from Prometheus", runExperiment},
+		{"version", "[--json]", "print the version, commit, Go version and policy defaults", runVersion},
 	}
 }
 
@@ -104,12 +107,5 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		}
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	return nil
-}
-
-var version = "dev"
-
-func runVersion(args []string, stdout, stderr io.Writer) error {
-	fmt.Fprintln(stdout, "gofit", version)
 	return nil
 }

@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/buildinfo"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/qoslab"
 	"github.com/gofit-dev/gofit/kube/agent"
@@ -107,6 +108,8 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	// client-go reports list and watch failures (a forbidden ConfigMap,
 	// say) through klog: the same JSON log, not a second format.
 	klog.SetSlogLogger(log)
+	build := buildinfo.Read()
+	log.Info("gofit node", "version", build.Version, "commit", build.Commit, "go", build.GoVersion)
 
 	layout, err := agent.DetectDriver(*root, *cgRoot, *driver)
 	if err != nil {
@@ -129,6 +132,7 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
 	reg := prometheus.NewRegistry()
+	reg.MustRegister(build.Collector())
 	m, err := agent.NewMetrics(reg)
 	if err != nil {
 		return err

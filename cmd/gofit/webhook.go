@@ -16,8 +16,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/buildinfo"
 	"github.com/gofit-dev/gofit/fit"
 	"github.com/gofit-dev/gofit/kube/admission"
 	"github.com/gofit-dev/gofit/kube/webhook"
@@ -43,7 +45,8 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 	secret := fs.String("self-managed-secret", "", "self-managed certificates: keep a CA and serving certificate in Secret `NAMESPACE/NAME` (needs API access)")
 	whName := fs.String("webhook-config", "", "self-managed certificates: the MutatingWebhookConfiguration `NAME` to write the CA into")
 	dns := fs.String("service-dns", "", "self-managed certificates: the Service's DNS `NAME` the certificate is for (e.g. gofit-webhook.gofit-system.svc)")
-	kubeconfig := fs.String("kubeconfig", "", "self-managed certificates: kubeconfig `FILE` (default: $KUBECONFIG, ~/.kube/config or in-cluster)")
+	kubeconfig := fs.String("kubeconfig", "", "self-managed certificates and experiments: kubeconfig `FILE` (default: $KUBECONFIG, ~/.kube/config or in-cluster)")
+	experiments := fs.Bool("experiments", false, "give pods that carry the gofit.dev/experiment annotation their experiment arm (needs API access: lists pods, keeps a Lease per experiment; see docs/experiment.md)")
 	leaderElect := fs.Bool("leader-elect", true, "self-managed certificates: elect one replica to write the certificate")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: gofit webhook --cert-file F --key-file F [flags]\n\nServes the admission webhook that adds GOMAXPROCS and GOMEMLIMIT to pods at creation, from\ntheir limits. Serving needs only the certificate files; --self-managed-secret also keeps the\ncertificate (needs API access). Manifests: deploy/webhook.\n\nFlags:")
@@ -129,6 +132,17 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 	if *logJSON {
 		h = slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})
 	}
+	log := slog.New(h)
+	build := buildinfo.Read()
+	log.Info("gofit webhook", "version", build.Version, "commit", build.Commit, "go", build.GoVersion)
+	mopts := []admission.MutatorOption{admission.WithGoVersion(*goVersion)}
+	if *experiments {
+		arms, err := webhook.NewArmAssigner(*kubeconfig)
+		if err != nil {
+			return fmt.Errorf("--experiments: %w", err)
+		}
+		mopts = append(mopts, admission.WithArmAssigner(arms))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return webhook.Run(ctx, webhook.Config{
@@ -137,13 +151,14 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 		KeyFile:       *keyFile,
 		CertPoll:      *certPoll,
 		ShutdownDelay: *shutdownDelay,
-		Mutator:       admission.NewMutator(pol, admission.WithGoVersion(*goVersion)),
+		Mutator:       admission.NewMutator(pol, mopts...),
 		MaxBody:       *maxBody,
 		MaxInFlight:   *maxInFlight,
 		MinTLSVersion: minTLS,
 		Namespace:     os.Getenv("POD_NAMESPACE"),
-		Log:           slog.New(h),
+		Log:           log,
 		SelfManaged:   sm,
 		Kubeconfig:    *kubeconfig,
+		Collectors:    []prometheus.Collector{build.Collector()},
 	})
 }

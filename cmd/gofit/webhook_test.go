@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -129,6 +130,20 @@ func TestWebhookServes(t *testing.T) {
 	// --ceil: 1.5 cores → GOMAXPROCS=2.
 	if out.Response.UID != "u1" || !out.Response.Allowed || !strings.Contains(string(out.Response.Patch), `{"name":"GOMAXPROCS","value":"2"}`) {
 		t.Errorf("response %s (patch %s)", body, out.Response.Patch)
+	}
+
+	// The process says which gofit it is, in its log and as a metric.
+	resp, err = c.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !regexp.MustCompile(`(?m)^gofit_build_info\{goversion="go[^"]+",revision="[^"]*",version="[^"]+"\} 1$`).Match(metrics) {
+		t.Errorf("/metrics has no gofit_build_info:\n%s", metrics)
+	}
+	if !strings.Contains(stderr.String(), "msg=\"gofit webhook\" version=") {
+		t.Errorf("the log does not start with the version:\n%s", stderr.String())
 	}
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {

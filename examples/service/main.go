@@ -43,6 +43,9 @@ func main() {
 
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	// process_cpu_seconds_total is there with gofit off too (GOFIT=off,
+	// an experiment's arm), where gofit's own CPU figures are not.
+	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux.Handle("/debug/vars", expvar.Handler())
 	mux.Handle("/work", timed(reg, "/work", http.HandlerFunc(work)))
 

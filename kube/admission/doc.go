@@ -10,6 +10,11 @@
 // AnnotationInject, AnnotationContainers (env, auto or off per container)
 // and AnnotationNonGoMemory; AnnotationPlan records what it did.
 //
+// AnnotationExperiment asks for an experiment on live traffic: Admit gives
+// each new pod one arm (from an ArmAssigner, which kube/webhook implements
+// against the API server), labels it and injects that arm's settings; a
+// malformed spec or a failed assignment gets a warning and the normal fit.
+//
 // The Handler decodes reviews with a size limit and a bound on the reviews
 // in work at once, recovers panics and always admits: failurePolicy Ignore
 // means a webhook that cannot answer never blocks a pod. It reports each

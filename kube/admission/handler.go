@@ -169,7 +169,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	req := review.Request
 	op := operationLabel(req.Operation)
-	res := h.review(req)
+	res := h.review(r.Context(), req)
 	resp := &admissionv1.AdmissionResponse{UID: req.UID, Allowed: true, Warnings: res.Warnings}
 	if len(res.Patch) > 0 {
 		patch, err := json.Marshal(res.Patch)
@@ -323,7 +323,7 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request) (*reviewIn, *ht
 
 // review runs the mutator on one request. Whatever goes wrong, including a
 // panic, the pod is admitted unchanged: this webhook must never block one.
-func (h *Handler) review(req *requestIn) (res Result) {
+func (h *Handler) review(ctx context.Context, req *requestIn) (res Result) {
 	defer func() {
 		if p := recover(); p != nil {
 			h.log.Error("panic in admission; pod admitted unchanged", "uid", req.UID, "panic", fmt.Sprint(p))
@@ -353,7 +353,10 @@ func (h *Handler) review(req *requestIn) (res Result) {
 	if req.Operation == admissionv1.Update {
 		return h.mutator.Resize(pod)
 	}
-	return h.mutator.Create(pod)
+	if pod.Namespace == "" {
+		pod.Namespace = req.Namespace // an experiment's arms are counted per namespace
+	}
+	return h.mutator.Admit(ctx, pod)
 }
 
 func podName(req *requestIn) string {

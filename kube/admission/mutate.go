@@ -20,7 +20,8 @@ import (
 // out. The zero value uses fit's default policy and assumes nothing of
 // the images' Go release.
 type Mutator struct {
-	pl planner
+	pl   planner
+	arms ArmAssigner // nil: no experiments (experiment.go)
 }
 
 // NewMutator returns a Mutator that plans with pol (built and validated by

@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gofit-dev/gofit/tools/ociimage"
 	"github.com/gofit-dev/gofit/tools/vmtest"
 )
 
@@ -153,23 +152,19 @@ func buildImages(t *testing.T, src, dir string) {
 		t.Fatal(err)
 	}
 	os.WriteFile(filepath.Join(dir, "gofit"), gofitBin, 0o755)
+	// The other two images are written by the tool make image uses (one
+	// platform each: the node's).
 	for _, img := range []struct{ tar, ref, pkg, user string }{
-		{"service.tar", serviceImage, "./examples/service", ociimage.NonRoot},
+		{"service.tar", serviceImage, "./examples/service", "65532:65532"},
 		{"pause.tar", pauseImage, "./tools/ociimage/pause", "65535:65535"},
 	} {
 		exe := filepath.Join(t.TempDir(), "app")
 		gobuild(t, src, "build", "-trimpath", "-ldflags=-s -w", "-o", exe, img.pkg)
-		data, err := os.ReadFile(exe)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var buf bytes.Buffer
-		if err := ociimage.Write(&buf, ociimage.Image{Ref: img.ref, User: img.user, Entrypoint: []string{"/app"},
-			Files: append(ociimage.Base(nil), ociimage.File{Path: "/app", Mode: 0o755, Data: data})}); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, img.tar), buf.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
+		cmd := exec.Command("go", "run", "./tools/ociimage/mkimage", "-o", filepath.Join(dir, img.tar), "-ref", img.ref,
+			"-arch", "amd64", "-user", img.user, "-cacerts", "", "-entrypoint", "/app", "/app="+exe)
+		cmd.Dir = src
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("mkimage %s: %v\n%s", img.tar, err, out)
 		}
 	}
 }

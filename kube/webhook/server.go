@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 
@@ -62,6 +63,10 @@ type Config struct {
 	// ("" means $KUBECONFIG, ~/.kube/config or in-cluster).
 	SelfManaged *SelfManaged
 	Kubeconfig  string
+
+	// Collectors are served on /metrics beside the webhook's own (the
+	// process's gofit_build_info, say).
+	Collectors []prometheus.Collector
 }
 
 // Server serves /mutate, /healthz, /readyz and /metrics over HTTPS on one
@@ -89,6 +94,11 @@ func NewServer(cfg Config) (*Server, error) {
 		cfg.CertPoll = 10 * time.Second
 	}
 	s := &Server{cfg: cfg, log: cfg.Log, Metrics: NewMetrics()}
+	for _, c := range cfg.Collectors {
+		if err := s.Metrics.Registry.Register(c); err != nil {
+			return nil, fmt.Errorf("register a metrics collector: %w", err)
+		}
+	}
 	if !cfg.WaitForCert {
 		if err := s.loadCert(); err != nil {
 			return nil, err

@@ -1,34 +1,42 @@
-// Package ociimage writes a single-layer container image as a tarball that
-// both `docker load` and `ctr images import` accept, without a Docker
-// daemon: an OCI image layout (oci-layout, index.json, blobs/sha256/...)
-// plus the manifest.json that `docker save` writes, both naming the same
-// blobs. The layer holds the files given and nothing else, with fixed
-// modification times and owners, so the same inputs give the same image
-// digest on every machine.
+// Package ociimage writes a multi-platform container image as one tarball
+// that both `docker load` and `ctr images import` accept, without a Docker
+// daemon. go-containerregistry builds the images, the image index and the
+// OCI image layout (oci-layout, index.json, blobs/sha256/...); this package
+// adds what it does not do: a layer made only of the files given, with
+// fixed times and owners; an SBOM per platform, attached as an OCI 1.1
+// referrer (an artifact manifest whose subject is the platform's image
+// manifest) listed in the layout's index.json; and docker save's
+// manifest.json, naming one platform's blobs, for `docker load`.
 //
-// The formats: https://github.com/opencontainers/image-spec (image-layout.md,
-// manifest.md, config.md) and Docker's "Combined Image JSON + Filesystem
-// Changeset Format" for manifest.json.
+// The same inputs give the same bytes, hence the same index digest, on
+// every machine: every time in the tarball is Image.Created.
 package ociimage
 
 import (
 	"archive/tar"
 	"bytes"
-	"compress/gzip"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 )
 
-// File is one regular file or directory in the image's only layer.
+// File is one regular file or directory in an image's only layer.
 type File struct {
 	Path string      // absolute path in the image, e.g. "/gofit"
 	Mode os.FileMode // permission bits, plus os.ModeDir for a directory
@@ -37,12 +45,26 @@ type File struct {
 	GID  int
 }
 
+// Platform is one linux/ARCH image of the index.
+type Platform struct {
+	Arch  string // GOARCH: amd64, arm64
+	Files []File // this platform's files, added to Image.Files
+	// SBOM, when not nil, is attached to the platform's image as a
+	// referrer of type SBOMType.
+	SBOM []byte
+}
+
+// SBOMType is the artifact type of the attached SBOMs.
+const SBOMType = "application/vnd.cyclonedx+json"
+
 // Image is what goes into the tarball.
 type Image struct {
 	// Ref is the full reference the image is imported as, e.g.
-	// "ghcr.io/gofit-dev/gofit:dev" (a tag is required: an untagged or
+	// "ghcr.io/gofit-dev/gofit:v0.3.0" (a tag is required: an untagged or
 	// :latest image makes the kubelet try to pull).
-	Ref        string
+	Ref       string
+	Platforms []Platform
+	// Files are in every platform's image (Base, say).
 	Files      []File
 	Entrypoint []string
 	Cmd        []string
@@ -50,126 +72,255 @@ type Image struct {
 	User       string // "65532:65532"; empty runs as root
 	WorkingDir string
 	Labels     map[string]string
+	// Annotations go on the index and on each image manifest
+	// (org.opencontainers.image.source, .revision, .version, .created).
+	Annotations map[string]string
+	// Created is the time of every file, history entry and config (from
+	// SOURCE_DATE_EPOCH); zero means the Unix epoch.
+	Created time.Time
+	// DockerArch is the platform `docker load` gets (docker save's
+	// manifest.json names one image per tag); empty means the first.
+	DockerArch string
 }
 
-// epoch is the fixed modification time of every file and the creation time
-// of the image: reproducible digests, as ko and distroless do.
-var epoch = time.Unix(0, 0).UTC()
-
-// ErrBadRef means the reference has no tag or an empty name.
+// ErrBadRef means the reference has no tag or is not a valid reference.
 var ErrBadRef = errors.New("image reference needs a name and a tag (name:tag)")
 
-// splitRef splits "registry/name:tag" into name and tag; the tag is after
-// the last colon that follows the last slash (a registry may have a port).
-func splitRef(ref string) (name, tag string, err error) {
-	slash := strings.LastIndex(ref, "/")
-	colon := strings.LastIndex(ref, ":")
-	if colon <= slash || colon == len(ref)-1 || colon == 0 {
-		return "", "", fmt.Errorf("%q: %w", ref, ErrBadRef)
+// Write writes the image tarball to w and returns the index's digest.
+func Write(w io.Writer, img Image) (v1.Hash, error) {
+	tag, err := name.NewTag(img.Ref)
+	if err != nil {
+		return v1.Hash{}, fmt.Errorf("%q: %w: %v", img.Ref, ErrBadRef, err)
 	}
-	return ref[:colon], ref[colon+1:], nil
+	if !strings.HasSuffix(img.Ref, ":"+tag.TagStr()) {
+		return v1.Hash{}, fmt.Errorf("%q: %w", img.Ref, ErrBadRef)
+	}
+	if tag.TagStr() == "latest" {
+		return v1.Hash{}, fmt.Errorf("%q: %w, not latest: the kubelet pulls :latest on every start", img.Ref, ErrBadRef)
+	}
+	if len(img.Platforms) == 0 {
+		return v1.Hash{}, errors.New("image has no platforms")
+	}
+	created := img.Created.UTC()
+	if img.Created.IsZero() {
+		created = time.Unix(0, 0).UTC()
+	}
+	dir, err := os.MkdirTemp("", "gofit-image-*")
+	if err != nil {
+		return v1.Hash{}, err
+	}
+	defer os.RemoveAll(dir)
+	lp, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		return v1.Hash{}, err
+	}
+
+	idx := mutate.IndexMediaType(empty.Index, types.OCIImageIndex)
+	images := map[string]v1.Image{}
+	dockerArch := img.DockerArch
+	for i, p := range img.Platforms {
+		if dockerArch == "" && i == 0 {
+			dockerArch = p.Arch
+		}
+		if _, dup := images[p.Arch]; dup || p.Arch == "" {
+			return v1.Hash{}, fmt.Errorf("platform %q: empty or given twice", p.Arch)
+		}
+		one, err := platformImage(img, p, created)
+		if err != nil {
+			return v1.Hash{}, fmt.Errorf("linux/%s: %w", p.Arch, err)
+		}
+		images[p.Arch] = one
+		idx = mutate.AppendManifests(idx, mutate.IndexAddendum{Add: one,
+			Descriptor: v1.Descriptor{Platform: &v1.Platform{OS: "linux", Architecture: p.Arch}}})
+	}
+	if images[dockerArch] == nil {
+		return v1.Hash{}, fmt.Errorf("docker platform %q is not among the platforms", dockerArch)
+	}
+	if len(img.Annotations) > 0 {
+		idx = mutate.Annotations(idx, img.Annotations).(v1.ImageIndex)
+	}
+	// containerd names the image from the first annotation, image-spec
+	// tools from the second (a tag there, by convention).
+	if err := lp.AppendIndex(idx, layout.WithAnnotations(map[string]string{
+		"io.containerd.image.name": img.Ref, "org.opencontainers.image.ref.name": tag.TagStr()})); err != nil {
+		return v1.Hash{}, err
+	}
+	for _, p := range img.Platforms {
+		if p.SBOM != nil {
+			if err := attachSBOM(lp, images[p.Arch], p.SBOM, created); err != nil {
+				return v1.Hash{}, fmt.Errorf("linux/%s SBOM: %w", p.Arch, err)
+			}
+		}
+	}
+	if err := dockerManifest(lp, images[dockerArch], img.Ref); err != nil {
+		return v1.Hash{}, err
+	}
+	if err := tarDir(w, dir, created); err != nil {
+		return v1.Hash{}, err
+	}
+	return idx.Digest()
 }
 
-// Write writes the image tarball to w.
-func Write(w io.Writer, img Image) error {
-	_, tag, err := splitRef(img.Ref)
+func platformImage(img Image, p Platform, created time.Time) (v1.Image, error) {
+	raw, err := layer(append(append([]File(nil), img.Files...), p.Files...), created)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	layerTar, err := layer(img.Files)
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(raw)), nil },
+		tarball.WithMediaType(types.OCILayer))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	var gz bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&gz, gzip.BestCompression)
+	base := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	one, err := mutate.Append(base, mutate.Addendum{Layer: l,
+		History: v1.History{Created: v1.Time{Time: created}, CreatedBy: "gofit tools/ociimage"}})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	zw.ModTime = epoch
-	if _, err := zw.Write(layerTar); err != nil {
-		return err
+	cfg, err := one.ConfigFile()
+	if err != nil {
+		return nil, err
 	}
-	if err := zw.Close(); err != nil {
-		return err
+	cfg = cfg.DeepCopy()
+	cfg.OS, cfg.Architecture, cfg.Created = "linux", p.Arch, v1.Time{Time: created}
+	cfg.Config = v1.Config{User: img.User, Env: img.Env, Entrypoint: img.Entrypoint, Cmd: img.Cmd,
+		WorkingDir: img.WorkingDir, Labels: img.Labels}
+	one, err = mutate.ConfigFile(one, cfg)
+	if err != nil {
+		return nil, err
 	}
-	diffID := digest(layerTar)
-	layerBlob := gz.Bytes()
+	if len(img.Annotations) > 0 {
+		one = mutate.Annotations(one, img.Annotations).(v1.Image)
+	}
+	return one, nil
+}
 
-	type cfg struct {
-		User       string            `json:"User,omitempty"`
-		Env        []string          `json:"Env,omitempty"`
-		Entrypoint []string          `json:"Entrypoint,omitempty"`
-		Cmd        []string          `json:"Cmd,omitempty"`
-		WorkingDir string            `json:"WorkingDir,omitempty"`
-		Labels     map[string]string `json:"Labels,omitempty"`
-	}
-	config, err := json.Marshal(map[string]any{
-		"created":      epoch.Format(time.RFC3339),
-		"architecture": "amd64",
-		"os":           "linux",
-		"config": cfg{User: img.User, Env: img.Env, Entrypoint: img.Entrypoint, Cmd: img.Cmd,
-			WorkingDir: img.WorkingDir, Labels: img.Labels},
-		"rootfs":  map[string]any{"type": "layers", "diff_ids": []string{diffID}},
-		"history": []map[string]string{{"created": epoch.Format(time.RFC3339), "created_by": "gofit tools/ociimage"}},
-	})
-	if err != nil {
-		return err
-	}
-	type desc struct {
-		MediaType   string            `json:"mediaType"`
-		Digest      string            `json:"digest"`
-		Size        int               `json:"size"`
-		Annotations map[string]string `json:"annotations,omitempty"`
-	}
-	manifest, err := json.Marshal(map[string]any{
-		"schemaVersion": 2,
-		"mediaType":     "application/vnd.oci.image.manifest.v1+json",
-		"config":        desc{MediaType: "application/vnd.oci.image.config.v1+json", Digest: digest(config), Size: len(config)},
-		"layers":        []desc{{MediaType: "application/vnd.oci.image.layer.v1.tar+gzip", Digest: digest(layerBlob), Size: len(layerBlob)}},
-	})
-	if err != nil {
-		return err
-	}
-	index, err := json.Marshal(map[string]any{
-		"schemaVersion": 2,
-		"mediaType":     "application/vnd.oci.image.index.v1+json",
-		"manifests": []desc{{MediaType: "application/vnd.oci.image.manifest.v1+json", Digest: digest(manifest), Size: len(manifest),
-			// containerd names the image from the first, image-spec tools
-			// from the second (a tag there, by convention).
-			Annotations: map[string]string{"io.containerd.image.name": img.Ref, "org.opencontainers.image.ref.name": tag}}},
-	})
-	if err != nil {
-		return err
-	}
-	blob := func(b []byte) string { return "blobs/sha256/" + strings.TrimPrefix(digest(b), "sha256:") }
-	dockerManifest, err := json.Marshal([]map[string]any{{
-		"Config": blob(config), "RepoTags": []string{img.Ref}, "Layers": []string{blob(layerBlob)},
-	}})
-	if err != nil {
-		return err
-	}
+// emptyConfig is the OCI 1.1 empty descriptor's content, the config of an
+// artifact manifest.
+var emptyConfig = []byte("{}")
 
+// attachSBOM writes an artifact manifest whose subject is img and whose
+// one layer is the SBOM, and lists it in the layout's index.json, where
+// OCI 1.1 keeps referrers in a layout (no name: importers leave it be).
+func attachSBOM(lp layout.Path, img v1.Image, sbom []byte, created time.Time) error {
+	subject, err := describe(img)
+	if err != nil {
+		return err
+	}
+	cfgHash, cfgSize, err := v1.SHA256(bytes.NewReader(emptyConfig))
+	if err != nil {
+		return err
+	}
+	sbomHash, sbomSize, err := v1.SHA256(bytes.NewReader(sbom))
+	if err != nil {
+		return err
+	}
+	m := v1.Manifest{
+		SchemaVersion: 2,
+		MediaType:     types.OCIManifestSchema1,
+		ArtifactType:  SBOMType,
+		Config:        v1.Descriptor{MediaType: "application/vnd.oci.empty.v1+json", Digest: cfgHash, Size: cfgSize, Data: emptyConfig},
+		Layers: []v1.Descriptor{{MediaType: SBOMType, Digest: sbomHash, Size: sbomSize,
+			Annotations: map[string]string{"org.opencontainers.image.title": "sbom.cdx.json"}}},
+		Subject:     &subject,
+		Annotations: map[string]string{"org.opencontainers.image.created": created.Format(time.RFC3339)},
+	}
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	mHash, mSize, err := v1.SHA256(bytes.NewReader(raw))
+	if err != nil {
+		return err
+	}
+	for _, b := range []struct {
+		h v1.Hash
+		d []byte
+	}{{cfgHash, emptyConfig}, {sbomHash, sbom}, {mHash, raw}} {
+		if err := lp.WriteBlob(b.h, io.NopCloser(bytes.NewReader(b.d))); err != nil {
+			return err
+		}
+	}
+	return lp.AppendDescriptor(v1.Descriptor{MediaType: types.OCIManifestSchema1, Digest: mHash, Size: mSize, ArtifactType: SBOMType})
+}
+
+func describe(img v1.Image) (v1.Descriptor, error) {
+	d, err := img.Digest()
+	if err != nil {
+		return v1.Descriptor{}, err
+	}
+	n, err := img.Size()
+	if err != nil {
+		return v1.Descriptor{}, err
+	}
+	mt, err := img.MediaType()
+	if err != nil {
+		return v1.Descriptor{}, err
+	}
+	return v1.Descriptor{MediaType: mt, Digest: d, Size: n}, nil
+}
+
+// dockerManifest writes docker save's manifest.json for one image of the
+// layout: `docker load` reads it (and ignores index.json before Docker 25).
+func dockerManifest(lp layout.Path, img v1.Image, ref string) error {
+	cfg, err := img.ConfigName()
+	if err != nil {
+		return err
+	}
+	m, err := img.Manifest()
+	if err != nil {
+		return err
+	}
+	blob := func(h v1.Hash) string { return "blobs/" + h.Algorithm + "/" + h.Hex }
+	var layers []string
+	for _, l := range m.Layers {
+		layers = append(layers, blob(l.Digest))
+	}
+	raw, err := json.Marshal([]map[string]any{{"Config": blob(cfg), "RepoTags": []string{ref}, "Layers": layers}})
+	if err != nil {
+		return err
+	}
+	return lp.WriteFile("manifest.json", raw, 0o644)
+}
+
+// tarDir writes the layout directory as a tar, in name order, with one
+// time and owner for every entry.
+func tarDir(w io.Writer, dir string, created time.Time) error {
+	var names []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if p != dir {
+			rel, _ := filepath.Rel(dir, p)
+			names = append(names, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	sort.Strings(names)
 	tw := tar.NewWriter(w)
-	for _, d := range []string{"blobs/", "blobs/sha256/"} {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d, Mode: 0o755, ModTime: epoch}); err != nil {
+	for _, n := range names {
+		st, err := os.Stat(filepath.Join(dir, n))
+		if err != nil {
 			return err
 		}
-	}
-	for _, f := range []struct {
-		name string
-		data []byte
-	}{
-		{"oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)},
-		{blob(config), config},
-		{blob(layerBlob), layerBlob},
-		{blob(manifest), manifest},
-		{"index.json", index},
-		{"manifest.json", dockerManifest},
-	} {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.name, Mode: 0o644, Size: int64(len(f.data)), ModTime: epoch}); err != nil {
+		if st.IsDir() {
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: n + "/", Mode: 0o755, ModTime: created}); err != nil {
+				return err
+			}
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, n))
+		if err != nil {
 			return err
 		}
-		if _, err := tw.Write(f.data); err != nil {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: n, Mode: 0o644, Size: int64(len(b)), ModTime: created}); err != nil {
+			return err
+		}
+		if _, err := tw.Write(b); err != nil {
 			return err
 		}
 	}
@@ -178,7 +329,7 @@ func Write(w io.Writer, img Image) error {
 
 // layer is the uncompressed layer tar: the files sorted by path, each
 // parent directory before its children (created when not given).
-func layer(files []File) ([]byte, error) {
+func layer(files []File, created time.Time) ([]byte, error) {
 	byPath := map[string]File{}
 	for _, f := range files {
 		p := path.Clean(f.Path)
@@ -205,7 +356,7 @@ func layer(files []File) ([]byte, error) {
 	tw := tar.NewWriter(&buf)
 	for _, p := range paths {
 		f := byPath[p]
-		h := &tar.Header{Name: strings.TrimPrefix(p, "/"), Mode: int64(f.Mode.Perm()), ModTime: epoch,
+		h := &tar.Header{Name: strings.TrimPrefix(p, "/"), Mode: int64(f.Mode.Perm()), ModTime: created,
 			Uid: f.UID, Gid: f.GID, Format: tar.FormatPAX}
 		if f.Mode&os.ModeSticky != 0 {
 			h.Mode |= 0o1000
@@ -226,11 +377,6 @@ func layer(files []File) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
-}
-
-func digest(b []byte) string {
-	s := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(s[:])
 }
 
 // NonRoot is the user distroless's :nonroot images run as; Base gives the

@@ -113,3 +113,17 @@ func ApplyPatch(t testing.TB, pod *corev1.Pod, resp *admissionv1.AdmissionRespon
 	}
 	return &out
 }
+
+// ApplyPatchOps applies a patch (as a Mutator returns it) to pod.
+func ApplyPatchOps(t testing.TB, pod *corev1.Pod, ops any) *corev1.Pod {
+	t.Helper()
+	b, err := json.Marshal(ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pt := admissionv1.PatchTypeJSONPatch
+	if string(b) == "null" {
+		b = nil
+	}
+	return ApplyPatch(t, pod, &admissionv1.AdmissionResponse{Patch: b, PatchType: &pt})
+}

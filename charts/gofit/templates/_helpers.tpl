@@ -1,0 +1,33 @@
+{{/* Labels on every object: what deploy/ sets, plus Helm's own. */}}
+{{- define "gofit.labels" -}}
+app.kubernetes.io/part-of: gofit
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "gofit.webhookLabels" -}}
+app.kubernetes.io/name: gofit-webhook
+{{ include "gofit.labels" . }}
+{{- end -}}
+
+{{/* The image: repository@digest, else repository:tag (appVersion by default). */}}
+{{- define "gofit.image" -}}
+{{- if .Values.image.digest -}}
+{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+{{- end -}}
+
+{{- define "gofit.env" -}}
+{{- range $k, $v := . }}
+- name: {{ $k }}
+  value: {{ $v | quote }}
+{{- end }}
+{{- end -}}
+
+{{- define "gofit.qosNamespace" -}}
+{{ .Values.node.qosConfig.namespace | default .Values.node.namespace }}
+{{- end -}}

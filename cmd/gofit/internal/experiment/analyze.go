@@ -1,0 +1,562 @@
+// Package experiment is `gofit experiment report`: it finds an
+// experiment's arms and their pods (the API server for live pods,
+// Prometheus for gone ones), fetches each pod's series from Prometheus
+// into paired time windows, and judges every arm against the control
+// with the statistics the lab uses (package stats). Fetching is I/O
+// (fetch.go); Analyze is a pure function of the fetched windows, and
+// rendering (report.go) a pure function of its result.
+package experiment
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
+)
+
+// Bucket is one latency histogram bucket: Count requests took more than
+// Lower and at most Upper seconds.
+type Bucket struct{ Lower, Upper, Count float64 }
+
+// Window is what one pod did in one time window. Window i of every pod of
+// every arm covers the same stretch of time.
+type Window struct {
+	Has        Source // the sources that reported in the window
+	Requests   float64
+	Errors     float64
+	Latency    []Bucket // non-cumulative, by Upper
+	CPUSeconds float64
+	Periods    float64 // CFS periods, and those throttled
+	Throttled  float64
+	GCSeconds  float64 // CPU seconds the Go GC used, of GoBusy the runtime's busy CPU
+	GoBusy     float64
+	Pauses     float64 // GC stop-the-world pauses, and their total seconds
+	PauseSecs  float64
+	WorkingSet float64 // bytes, the pod's mean over the window
+	Heap       float64
+	OOMKills   float64
+	Restarts   float64
+
+	grid   *grid     // set by Analyze: the latency buckets of every window
+	counts []float64 // Latency's counts on grid
+}
+
+// Source is a set of kinds of data a window has: a metric is computed
+// over the windows that have what it needs, so that a pod without a
+// source (GOFIT=off switches gofit's own metrics off) counts as missing,
+// never as zero.
+type Source uint16
+
+// The kinds of data.
+const (
+	HasLatency Source = 1 << iota
+	HasCPU
+	HasThrottling
+	HasGC
+	HasPauses
+	HasMemory
+	HasHeap
+	HasAll = HasLatency | HasCPU | HasThrottling | HasGC | HasPauses | HasMemory | HasHeap
+)
+
+// grid is the union of the buckets of every window of an analysis, so
+// that a resample's histogram is a sum of arrays, not of maps: a report
+// draws thousands of resamples per metric.
+type grid struct{ lower, upper []float64 }
+
+func newGrid(arms []Arm) *grid {
+	seen := map[[2]float64]bool{}
+	for _, a := range arms {
+		for _, ws := range a.Windows {
+			for _, w := range ws {
+				for _, b := range w.Latency {
+					seen[[2]float64{b.Lower, b.Upper}] = true
+				}
+			}
+		}
+	}
+	keys := make([][2]float64, 0, len(seen))
+	for k := range seen {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i][1] != keys[j][1] {
+			return keys[i][1] < keys[j][1]
+		}
+		return keys[i][0] < keys[j][0]
+	})
+	g := &grid{}
+	for _, k := range keys {
+		g.lower, g.upper = append(g.lower, k[0]), append(g.upper, k[1])
+	}
+	pos := map[[2]float64]int{}
+	for i, k := range keys {
+		pos[k] = i
+	}
+	for ai := range arms {
+		for _, ws := range arms[ai].Windows {
+			for wi := range ws {
+				ws[wi].grid = g
+				ws[wi].counts = make([]float64, len(keys))
+				for _, b := range ws[wi].Latency {
+					ws[wi].counts[pos[[2]float64{b.Lower, b.Upper}]] += b.Count
+				}
+			}
+		}
+	}
+	return g
+}
+
+func (g *grid) quantile(ws []Window, p float64) float64 {
+	sum := make([]float64, len(g.upper))
+	total := 0.0
+	for _, w := range ws {
+		for j, c := range w.counts {
+			sum[j] += c
+			total += c
+		}
+	}
+	if total <= 0 {
+		return math.NaN()
+	}
+	want, seen := p*total, 0.0
+	for j, c := range sum {
+		if c > 0 && seen+c >= want {
+			if math.IsInf(g.upper[j], 1) {
+				return g.lower[j]
+			}
+			return g.lower[j] + (g.upper[j]-g.lower[j])*(want-seen)/c
+		}
+		seen += c
+	}
+	return g.lower[len(g.lower)-1]
+}
+
+// Arm is one arm's fetched data: Windows[p][i] is pod Pods[p] in window
+// i.
+type Arm struct {
+	Name    string
+	Pods    []string
+	Windows [][]Window
+}
+
+// flat lists the windows idx of the pods units (indices into Pods), in
+// buf.
+func (a *Arm) flat(idx, units []int, buf []Window) []Window {
+	buf = buf[:0]
+	for _, u := range units {
+		for _, i := range idx {
+			buf = append(buf, a.Windows[u][i])
+		}
+	}
+	return buf
+}
+
+// Input is everything Analyze needs: the fetched arms over the same
+// windows, and which metrics had a source.
+type Input struct {
+	Experiment string
+	Namespace  string
+	Control    string
+	From, To   time.Time
+	Window     time.Duration
+	Arms       []Arm
+	// Have names the metrics that had a source (Metrics' names; the
+	// latency quantiles go with "latency").
+	Have map[string]bool
+	// Sources says where each kind of data came from, for the report.
+	Sources map[string]string
+	// Notes are the fetch's warnings, carried into the results.
+	Notes []string
+	// Restarts per arm counted by the API server for live pods (the
+	// windows add what Prometheus kept for gone ones).
+	Resamples int
+	Seed      int64
+}
+
+// Metric is one figure an arm is judged on.
+type Metric struct {
+	Name   string // results.json key
+	Label  string // for people
+	Unit   string
+	Needs  string // which source it needs (Input.Have)
+	Dir    stats.Direction
+	Margin float64 // equivalence margin of "same"
+	// Verdict false: reported, never judged (traffic the load balancer
+	// splits, not the arm's doing).
+	Verdict bool
+	of      func(ws []Window) float64
+}
+
+// Metrics lists what the report computes, in its order.
+func Metrics() []Metric {
+	// ratio sums a and b over the windows that have need; NaN when none.
+	ratio := func(need Source, a, b func(Window) float64) func([]Window) float64 {
+		return func(ws []Window) float64 {
+			var x, y float64
+			n := 0
+			for _, w := range ws {
+				if w.Has&need == need {
+					x, y, n = x+a(w), y+b(w), n+1
+				}
+			}
+			if n == 0 {
+				return math.NaN()
+			}
+			return div(x, y)
+		}
+	}
+	one := func(Window) float64 { return 1 }
+	q := func(p float64) func([]Window) float64 {
+		return func(ws []Window) float64 { return Quantile(ws, p) }
+	}
+	return []Metric{
+		{Name: "requests_per_second", Label: "requests/s per pod", Unit: "/s", Needs: "latency", Dir: stats.HigherIsBetter, Margin: 0.05,
+			of: nil}, // set by Analyze: it needs the window's length
+		{Name: "p50_seconds", Label: "latency p50", Unit: "s", Needs: "latency", Margin: 0.10, Verdict: true, of: q(0.50)},
+		{Name: "p90_seconds", Label: "latency p90", Unit: "s", Needs: "latency", Margin: 0.10, Verdict: true, of: q(0.90)},
+		{Name: "p99_seconds", Label: "latency p99", Unit: "s", Needs: "latency", Margin: 0.10, Verdict: true, of: q(0.99)},
+		{Name: "p99_9_seconds", Label: "latency p99.9", Unit: "s", Needs: "latency", Margin: 0.20, Verdict: true, of: q(0.999)},
+		{Name: "error_share", Label: "errors", Unit: "share", Needs: "latency", Margin: 0.10,
+			of: ratio(HasLatency, func(w Window) float64 { return w.Errors }, func(w Window) float64 { return w.Requests })},
+		{Name: "cpu_cores", Label: "CPU cores per pod", Unit: "cores", Needs: "cpu", Margin: 0.05, Verdict: true, of: nil},
+		{Name: "cpu_seconds_per_request", Label: "CPU s/request", Unit: "s", Needs: "cpu+latency", Margin: 0.05, Verdict: true,
+			of: ratio(HasCPU|HasLatency, func(w Window) float64 { return w.CPUSeconds }, func(w Window) float64 { return w.Requests })},
+		{Name: "throttled_share", Label: "throttled periods", Unit: "share", Needs: "throttling", Margin: 0.10, Verdict: true,
+			of: ratio(HasThrottling, func(w Window) float64 { return w.Throttled }, func(w Window) float64 { return w.Periods })},
+		{Name: "gc_cpu_share", Label: "GC share of CPU", Unit: "share", Needs: "gc", Margin: 0.10, Verdict: true,
+			of: ratio(HasGC, func(w Window) float64 { return w.GCSeconds }, func(w Window) float64 { return w.GoBusy })},
+		{Name: "gc_pause_seconds", Label: "mean GC pause", Unit: "s", Needs: "pauses", Margin: 0.20, Verdict: true,
+			of: ratio(HasPauses, func(w Window) float64 { return w.PauseSecs }, func(w Window) float64 { return w.Pauses })},
+		{Name: "working_set_bytes", Label: "working set per pod", Unit: "bytes", Needs: "memory", Margin: 0.05, Verdict: true,
+			of: ratio(HasMemory, func(w Window) float64 { return w.WorkingSet }, one)},
+		{Name: "heap_bytes", Label: "Go heap per pod", Unit: "bytes", Needs: "heap", Margin: 0.05, Verdict: true,
+			of: ratio(HasHeap, func(w Window) float64 { return w.Heap }, one)},
+	}
+}
+
+// Quantile is the latency quantile p of the windows' pooled histogram,
+// interpolated linearly within the bucket it falls in, as Prometheus's
+// histogram_quantile does; NaN without requests.
+func Quantile(ws []Window, p float64) float64 {
+	if len(ws) > 0 && ws[0].grid != nil {
+		return ws[0].grid.quantile(ws, p)
+	}
+	agg := map[[2]float64]float64{}
+	total := 0.0
+	for _, w := range ws {
+		for _, b := range w.Latency {
+			agg[[2]float64{b.Lower, b.Upper}] += b.Count
+			total += b.Count
+		}
+	}
+	if total <= 0 {
+		return math.NaN()
+	}
+	bs := make([]Bucket, 0, len(agg))
+	for k, c := range agg {
+		bs = append(bs, Bucket{k[0], k[1], c})
+	}
+	sort.Slice(bs, func(a, b int) bool { return bs[a].Upper < bs[b].Upper })
+	want, seen := p*total, 0.0
+	for _, b := range bs {
+		if b.Count > 0 && seen+b.Count >= want {
+			if math.IsInf(b.Upper, 1) {
+				return b.Lower // as histogram_quantile: the highest finite bound
+			}
+			return b.Lower + (b.Upper-b.Lower)*(want-seen)/b.Count
+		}
+		seen += b.Count
+	}
+	return bs[len(bs)-1].Lower
+}
+
+func div(a, b float64) float64 {
+	if b == 0 {
+		return math.NaN()
+	}
+	return a / b
+}
+
+// Value is a figure and its 95% interval, as results.json carries it.
+type Value struct {
+	Value F `json:"value"`
+	Low   F `json:"low"`
+	High  F `json:"high"`
+}
+
+// F is a float that JSON carries as null when it is not finite (no data,
+// or an interval with too few windows to bound it).
+type F float64
+
+// MarshalJSON implements json.Marshaler.
+func (f F) MarshalJSON() ([]byte, error) {
+	if math.IsNaN(float64(f)) || math.IsInf(float64(f), 0) {
+		return []byte("null"), nil
+	}
+	return strconv.AppendFloat(nil, float64(f), 'g', -1, 64), nil
+}
+
+// ArmResult is one arm's figures.
+type ArmResult struct {
+	Name    string           `json:"name"`
+	Pods    []string         `json:"pods"`
+	Windows int              `json:"windows"` // windows with data
+	Metrics map[string]Value `json:"metrics"`
+	// OOMKills and Restarts are counts over the whole span.
+	OOMKills float64  `json:"oom_kills"`
+	Restarts float64  `json:"restarts"`
+	Harmful  bool     `json:"harmful"`
+	Harms    []string `json:"harms"`
+}
+
+// Verdict is one arm's metric against the control's.
+type Verdict struct {
+	Arm     string  `json:"arm"`
+	Metric  string  `json:"metric"`
+	Verdict string  `json:"verdict"` // harmful, better, worse, same, undecided
+	Ratio   F       `json:"ratio"`   // arm ÷ control
+	Low     F       `json:"low"`
+	High    F       `json:"high"`
+	Margin  float64 `json:"margin"` // same: the interval lies within 1 ± margin
+	Detail  string  `json:"detail,omitempty"`
+}
+
+// Verdict values beyond the lab's.
+const Harmful = "harmful"
+
+// Results is results.json.
+type Results struct {
+	Experiment    string            `json:"experiment"`
+	Namespace     string            `json:"namespace"`
+	Control       string            `json:"control"`
+	From          time.Time         `json:"from"`
+	To            time.Time         `json:"to"`
+	WindowSeconds float64           `json:"window_seconds"`
+	Windows       int               `json:"windows"`
+	BlockWindows  int               `json:"block_windows"`
+	Resamples     int               `json:"resamples"`
+	Seed          int64             `json:"seed"`
+	Sources       map[string]string `json:"sources"`
+	Arms          []ArmResult       `json:"arms"`
+	Verdicts      []Verdict         `json:"verdicts"`
+	Notes         []string          `json:"notes"`
+	// Series are per-arm time series for the plots (not in results.json).
+	Series []ArmSeries `json:"-"`
+}
+
+// ArmSeries is one arm's per-window figures, for the plots.
+type ArmSeries struct {
+	Arm    string
+	T      []time.Time
+	Values map[string][]float64 // by metric name
+}
+
+// Analyze judges every arm against the control. It is pure: the same
+// input and seed give the same results.
+func Analyze(in Input) (*Results, error) {
+	ctrl := -1
+	for i, a := range in.Arms {
+		if a.Name == in.Control {
+			ctrl = i
+		}
+	}
+	if ctrl < 0 {
+		return nil, fmt.Errorf("control arm %q has no data", in.Control)
+	}
+	n := -1
+	for _, a := range in.Arms {
+		if len(a.Pods) == 0 || len(a.Windows) != len(a.Pods) {
+			return nil, fmt.Errorf("arm %s: %d pods, %d pods' windows", a.Name, len(a.Pods), len(a.Windows))
+		}
+		for p, ws := range a.Windows {
+			if n < 0 {
+				n = len(ws)
+			}
+			if len(ws) != n {
+				return nil, fmt.Errorf("arm %s pod %s has %d windows, others %d: windows must be paired", a.Name, a.Pods[p], len(ws), n)
+			}
+		}
+	}
+	if in.Resamples <= 0 {
+		in.Resamples = 1000
+	}
+	sec := in.Window.Seconds()
+	// Analyze must not change its input: the windows get their grid on
+	// copies.
+	arms := make([]Arm, len(in.Arms))
+	for i, a := range in.Arms {
+		arms[i] = a
+		arms[i].Windows = make([][]Window, len(a.Windows))
+		for p, ws := range a.Windows {
+			arms[i].Windows[p] = append([]Window(nil), ws...)
+		}
+	}
+	in.Arms = arms
+	newGrid(in.Arms)
+	ms := Metrics()
+	for i := range ms {
+		switch ms[i].Name {
+		case "requests_per_second":
+			ms[i].of = perPodSecond(HasLatency, func(w Window) float64 { return w.Requests }, sec)
+		case "cpu_cores":
+			ms[i].of = perPodSecond(HasCPU, func(w Window) float64 { return w.CPUSeconds }, sec)
+		}
+	}
+	have := func(m Metric) bool {
+		for _, need := range splitPlus(m.Needs) {
+			if !in.Have[need] {
+				return false
+			}
+		}
+		return true
+	}
+	res := &Results{
+		Experiment: in.Experiment, Namespace: in.Namespace, Control: in.Control, From: in.From, To: in.To,
+		WindowSeconds: sec, Windows: n, BlockWindows: stats.WindowBlock(n), Resamples: in.Resamples, Seed: in.Seed,
+		Sources: in.Sources, Notes: append([]string{}, in.Notes...), Verdicts: []Verdict{},
+	}
+	if n < stats.MinWindows {
+		res.Notes = append(res.Notes, fmt.Sprintf("only %d windows: at least %d are needed for an interval; every verdict is undecided (run longer or use a shorter --window)", n, stats.MinWindows))
+	}
+	b := stats.NewBootstrap(in.Resamples, in.Seed)
+	var bufA, bufC []Window
+	for _, a := range in.Arms {
+		if len(a.Pods) == 1 {
+			res.Notes = append(res.Notes, fmt.Sprintf("arm %s has one pod: a difference of that pod's own (its node, its neighbours) cannot be told from the arm's", a.Name))
+		}
+		ar := ArmResult{Name: a.Name, Pods: append([]string{}, a.Pods...), Metrics: map[string]Value{}, Harms: []string{}}
+		series := ArmSeries{Arm: a.Name, Values: map[string][]float64{}}
+		for i := range n {
+			any := false
+			for _, ws := range a.Windows {
+				ar.OOMKills += ws[i].OOMKills
+				ar.Restarts += ws[i].Restarts
+				any = any || ws[i].Has != 0
+			}
+			if any {
+				ar.Windows++
+			}
+			series.T = append(series.T, in.From.Add(time.Duration(i)*in.Window))
+		}
+		units := []int{len(a.Pods)}
+		for _, m := range ms {
+			if !have(m) {
+				continue
+			}
+			iv := b.PairedUnits(n, units, func(idx []int, u [][]int) float64 {
+				bufA = a.flat(idx, u[0], bufA)
+				return m.of(bufA)
+			})
+			ar.Metrics[m.Name] = Value{F(iv.Value), F(iv.Low), F(iv.High)}
+			all := allUnits(len(a.Pods))
+			vs := make([]float64, n)
+			for i := range vs {
+				bufA = a.flat([]int{i}, all, bufA)
+				vs[i] = m.of(bufA)
+			}
+			series.Values[m.Name] = vs
+		}
+		if ar.OOMKills > 0 {
+			ar.Harms = append(ar.Harms, fmt.Sprintf("%.0f OOM kills", ar.OOMKills))
+		}
+		if ar.Restarts > 0 {
+			ar.Harms = append(ar.Harms, fmt.Sprintf("%.0f restarts", ar.Restarts))
+		}
+		res.Arms = append(res.Arms, ar)
+		res.Series = append(res.Series, series)
+	}
+	var errShare Metric
+	for _, m := range ms {
+		if m.Name == "error_share" {
+			errShare = m
+		}
+	}
+	c := &in.Arms[ctrl]
+	for i := range in.Arms {
+		if i == ctrl {
+			continue
+		}
+		a := &in.Arms[i]
+		ar := &res.Arms[i]
+		units := []int{len(a.Pods), len(c.Pods)}
+		// Harm first: an arm that kills pods or fails requests is
+		// flagged whatever its latency or CPU.
+		if have(errShare) {
+			d := b.PairedUnits(n, units, func(idx []int, u [][]int) float64 {
+				bufA, bufC = a.flat(idx, u[0], bufA), c.flat(idx, u[1], bufC)
+				return nz(errShare.of(bufA)) - nz(errShare.of(bufC))
+			})
+			if d.Low > 0 {
+				ar.Harms = append(ar.Harms, fmt.Sprintf("error share higher than %s's by %.3g (95%% interval %.3g to %.3g)", in.Control, d.Value, d.Low, d.High))
+			}
+		}
+		ar.Harmful = len(ar.Harms) > 0
+		for _, h := range ar.Harms {
+			res.Verdicts = append(res.Verdicts, Verdict{Arm: a.Name, Metric: "harm", Verdict: Harmful, Ratio: F(math.NaN()), Low: F(math.NaN()), High: F(math.NaN()), Detail: h})
+		}
+		for _, m := range ms {
+			if !m.Verdict || !have(m) {
+				continue
+			}
+			iv := b.PairedUnits(n, units, func(idx []int, u [][]int) float64 {
+				bufA, bufC = a.flat(idx, u[0], bufA), c.flat(idx, u[1], bufC)
+				return div(m.of(bufA), m.of(bufC))
+			})
+			v := Verdict{Arm: a.Name, Metric: m.Name, Ratio: F(iv.Value), Low: F(iv.Low), High: F(iv.High), Margin: m.Margin,
+				Verdict: stats.RatioVerdict(iv, m.Dir, m.Margin)}
+			if math.IsNaN(iv.Value) {
+				v.Verdict, v.Detail = stats.Undecided, "no data for one side"
+			}
+			res.Verdicts = append(res.Verdicts, v)
+		}
+	}
+	res.Arms[ctrl].Harmful = len(res.Arms[ctrl].Harms) > 0
+	return res, nil
+}
+
+func allUnits(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// perPodSecond is f per second per pod over the windows that have need.
+func perPodSecond(need Source, f func(Window) float64, sec float64) func([]Window) float64 {
+	return func(ws []Window) float64 {
+		var s, pods float64
+		for _, w := range ws {
+			if w.Has&need == need {
+				s, pods = s+f(w), pods+1
+			}
+		}
+		if pods == 0 {
+			return math.NaN()
+		}
+		return s / (pods * sec)
+	}
+}
+
+func nz(x float64) float64 {
+	if math.IsNaN(x) {
+		return 0
+	}
+	return x
+}
+
+func splitPlus(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == '+' {
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	return out
+}

@@ -1,0 +1,235 @@
+package experiment
+
+import (
+	"fmt"
+	"math"
+	"math/rand"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gofit-dev/gofit/kube/admission"
+)
+
+// bounds are a classic histogram's buckets (seconds), as a service would
+// declare them.
+var bounds = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, math.Inf(1)}
+
+// arm describes how a synthetic arm behaves against the control: factors
+// on latency and CPU per request, and harm.
+type arm struct {
+	name        string
+	latency     float64 // × the control's latency
+	cpu         float64 // × CPU per request
+	errors      float64 // error share
+	oomInWindow int     // a window with one OOM kill; -1 none
+}
+
+// synth makes n paired windows of a shared, autocorrelated traffic (AR(1)
+// with a slow swing over the span) for each arm's 2 pods, each pod with
+// its own drift (AR(1)) and noise, as Prometheus would return them.
+func synth(rng *rand.Rand, n int, arms []arm) Input {
+	load := make([]float64, n)
+	x := 0.0
+	for i := range load {
+		x = 0.8*x + 0.3*rng.NormFloat64()
+		load[i] = 200 * math.Exp(x) * (1 + 0.3*math.Sin(float64(i)/float64(n)*math.Pi))
+	}
+	in := Input{Experiment: "gmp", Namespace: "shop", Control: arms[0].name, From: time.Unix(1_700_000_000, 0), Window: time.Minute,
+		Have: map[string]bool{"latency": true, "cpu": true, "throttling": true, "gc": true, "pauses": true, "memory": true, "heap": true}, Seed: 1, Resamples: 400}
+	for _, a := range arms {
+		ar := Arm{Name: a.name, Pods: []string{a.name + "-1", a.name + "-2"}}
+		for range ar.Pods {
+			var ws []Window
+			ay := 0.0
+			for i := range n {
+				ay = 0.6*ay + 0.08*rng.NormFloat64() // the pod drifts on its own too
+				req := load[i] * 60 * math.Exp(0.05*rng.NormFloat64())
+				// Latency: lognormal, slower under load, shared by the moment.
+				mu := math.Log(0.02*a.latency) + 0.3*math.Log(load[i]/200) + ay
+				w := Window{Has: HasAll, Requests: math.Round(req)}
+				w.Errors = math.Round(req * a.errors)
+				prev := 0.0
+				lower := 0.0
+				for _, ub := range bounds {
+					c := 1.0
+					if !math.IsInf(ub, 1) {
+						c = 0.5 * math.Erfc(-(math.Log(ub)-mu)/(0.7*math.Sqrt2))
+					}
+					w.Latency = append(w.Latency, Bucket{lower, ub, math.Round((c - prev) * w.Requests)})
+					prev, lower = c, ub
+				}
+				w.CPUSeconds = w.Requests * 0.002 * a.cpu * math.Exp(0.04*rng.NormFloat64()+ay/4)
+				w.Periods = 600
+				w.Throttled = w.Periods * math.Min(1, 0.1*load[i]/200*a.cpu*math.Exp(0.1*rng.NormFloat64()))
+				w.GoBusy = w.CPUSeconds * 1.05
+				w.GCSeconds = w.GoBusy * 0.1 * math.Exp(0.1*rng.NormFloat64())
+				w.Pauses = 60
+				w.PauseSecs = w.Pauses * 0.0003 * math.Exp(0.1*rng.NormFloat64())
+				w.WorkingSet = 80e6 * math.Exp(0.02*rng.NormFloat64())
+				w.Heap = 30e6 * math.Exp(0.03*rng.NormFloat64())
+				if i == a.oomInWindow && len(ar.Windows) == 0 {
+					w.OOMKills = 1
+				}
+				ws = append(ws, w)
+			}
+			ar.Windows = append(ar.Windows, ws)
+		}
+		in.Arms = append(in.Arms, ar)
+	}
+	return in
+}
+
+func TestQuantileInterpolatesLikePrometheus(t *testing.T) {
+	ws := []Window{{Latency: []Bucket{{0, 0.1, 50}, {0.1, 0.2, 50}, {0.2, math.Inf(1), 0}}}}
+	if q := Quantile(ws, 0.75); math.Abs(q-0.15) > 1e-12 {
+		t.Errorf("p75 = %v, want 0.15 (halfway into (0.1, 0.2])", q)
+	}
+	ws[0].Latency[2].Count = 10
+	if q := Quantile(ws, 0.999); q != 0.2 {
+		t.Errorf("p99.9 in +Inf bucket = %v, want the highest finite bound 0.2", q)
+	}
+	if q := Quantile([]Window{{}}, 0.5); !math.IsNaN(q) {
+		t.Errorf("quantile of nothing = %v", q)
+	}
+}
+
+func verdictOf(r *Results, arm, metric string) Verdict {
+	for _, v := range r.Verdicts {
+		if v.Arm == arm && v.Metric == metric {
+			return v
+		}
+	}
+	return Verdict{}
+}
+
+func TestAnalyzeCallsARealDifference(t *testing.T) {
+	rng := rand.New(rand.NewSource(3))
+	in := synth(rng, 60, []arm{{name: "fitted", latency: 1, cpu: 1, oomInWindow: -1}, {name: "two", latency: 1.5, cpu: 1.3, oomInWindow: -1}, {name: "same", latency: 1, cpu: 1, oomInWindow: -1}})
+	r, err := Analyze(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"p99_seconds", "p50_seconds", "cpu_seconds_per_request"} {
+		if v := verdictOf(r, "two", m); v.Verdict != "worse" {
+			t.Errorf("two %s: %+v, want worse", m, v)
+		}
+		if v := verdictOf(r, "same", m); v.Verdict == "worse" || v.Verdict == "better" {
+			t.Errorf("same %s: %+v, want no difference", m, v)
+		}
+	}
+	if v := verdictOf(r, "two", "cpu_seconds_per_request"); math.Abs(float64(v.Ratio)-1.3) > 0.05 {
+		t.Errorf("two's CPU/request ratio %v, want about 1.3", v.Ratio)
+	}
+	for _, a := range r.Arms {
+		for _, m := range []string{"p99_seconds", "cpu_seconds_per_request", "requests_per_second"} {
+			v, ok := a.Metrics[m]
+			if !ok || !(v.Low <= v.Value && v.Value <= v.High) {
+				t.Errorf("arm %s %s: %+v", a.Name, m, v)
+			}
+		}
+		if a.Harmful {
+			t.Errorf("arm %s harmful: %v", a.Name, a.Harms)
+		}
+	}
+}
+
+func TestAnalyzeFlagsHarmFirst(t *testing.T) {
+	rng := rand.New(rand.NewSource(4))
+	in := synth(rng, 40, []arm{{name: "c", latency: 1, cpu: 1, oomInWindow: -1}, {name: "oom", latency: 0.8, cpu: 0.8, oomInWindow: 7}, {name: "errs", latency: 1, cpu: 1, errors: 0.02, oomInWindow: -1}})
+	r, err := Analyze(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"oom", "errs"} {
+		var first Verdict
+		for _, v := range r.Verdicts {
+			if v.Arm == name {
+				first = v
+				break
+			}
+		}
+		if first.Verdict != Harmful {
+			t.Errorf("arm %s: first verdict %+v, want harmful", name, first)
+		}
+	}
+	if r.Arms[0].Harmful {
+		t.Errorf("control harmful: %v", r.Arms[0].Harms)
+	}
+}
+
+func TestAnalyzeTooFewWindowsIsUndecided(t *testing.T) {
+	rng := rand.New(rand.NewSource(5))
+	r, err := Analyze(synth(rng, 5, []arm{{name: "c", latency: 1, cpu: 1, oomInWindow: -1}, {name: "t", latency: 3, cpu: 3, oomInWindow: -1}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range r.Verdicts {
+		if v.Verdict != "undecided" {
+			t.Errorf("%s with 5 windows: %s", v.Metric, v.Verdict)
+		}
+	}
+	if len(r.Notes) == 0 {
+		t.Error("no note about too few windows")
+	}
+}
+
+func TestAnalyzeRejectsUnpairedWindows(t *testing.T) {
+	rng := rand.New(rand.NewSource(6))
+	in := synth(rng, 10, []arm{{name: "c", latency: 1, cpu: 1, oomInWindow: -1}, {name: "t", latency: 1, cpu: 1, oomInWindow: -1}})
+	in.Arms[1].Windows[1] = in.Arms[1].Windows[1][:9]
+	if _, err := Analyze(in); err == nil {
+		t.Error("unpaired windows accepted")
+	}
+	in.Control = "nope"
+	if _, err := Analyze(in); err == nil {
+		t.Error("missing control accepted")
+	}
+}
+
+// An arm without a source (GOFIT=off switches gofit's own metrics off)
+// has no figure for it, and no verdict: never a zero that looks better.
+func TestAnalyzeMissingSourceIsNoFigure(t *testing.T) {
+	rng := rand.New(rand.NewSource(9))
+	in := synth(rng, 30, []arm{{name: "c", latency: 1, cpu: 1, oomInWindow: -1}, {name: "off", latency: 1, cpu: 1, oomInWindow: -1}})
+	for _, ws := range in.Arms[1].Windows {
+		for i := range ws {
+			ws[i].Has &^= HasCPU | HasMemory
+			ws[i].CPUSeconds, ws[i].WorkingSet = 0, 0
+		}
+	}
+	r, err := Analyze(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"cpu_seconds_per_request", "cpu_cores", "working_set_bytes"} {
+		if v := verdictOf(r, "off", m); v.Verdict != "undecided" || v.Detail == "" {
+			t.Errorf("%s without data: %+v", m, v)
+		}
+		if v := r.Arms[1].Metrics[m]; !math.IsNaN(float64(v.Value)) {
+			t.Errorf("%s without data: value %v", m, v.Value)
+		}
+	}
+	if v := verdictOf(r, "off", "p99_seconds"); v.Verdict == "undecided" && v.Detail != "" {
+		t.Errorf("p99 has data: %+v", v)
+	}
+}
+
+func TestSpecOfLivePods(t *testing.T) {
+	pod := func(name, arm string, restarts int32, oom bool) corev1.Pod {
+		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{admission.LabelExperiment: "g", admission.LabelArm: arm},
+			Annotations: map[string]string{admission.AnnotationExperiment: "name: g\ncontrol: b\narms: [{name: a, fit: none}, {name: b, fit: gofit}]"}}}
+		cs := corev1.ContainerStatus{Name: "app", RestartCount: restarts}
+		if oom {
+			cs.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{Reason: "OOMKilled"}
+		}
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{cs}
+		return p
+	}
+	s := specOf([]corev1.Pod{pod("p1", "a", 0, false), pod("p2", "b", 2, true), pod("p3", "a", 1, false)})
+	if fmt.Sprint(s.Arms) != "[a b]" || s.Control != "b" || len(s.Pods["a"]) != 2 || s.Restarts["b"] != 2 || s.OOMKills["b"] != 1 || s.OOMKills["a"] != 0 || s.Restarts["a"] != 1 {
+		t.Errorf("spec %+v", s)
+	}
+}

@@ -1,0 +1,474 @@
+package experiment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
+)
+
+// Query is what to fetch.
+type Query struct {
+	Namespace string
+	Name      string // the experiment
+	From, To  time.Time
+	Window    time.Duration // the paired windows' length (the range queries' step)
+	Latency   string        // the service's latency histogram (classic or native), seconds
+	// ErrorMatcher selects the failed requests among the histogram's
+	// series (a PromQL label matcher such as code=~"5..").
+	ErrorMatcher string
+	Control      string // "" means the spec's (from a live pod), else the first arm
+	Resamples    int
+	Seed         int64
+}
+
+// Spec is what the API server knows of an experiment: its live pods by
+// arm, the spec a live pod carries (arm order and control) and the
+// restarts of its live containers.
+type Spec struct {
+	Arms     []string            // in the spec's order; nil when no live pod had one
+	Control  string              // the spec's control
+	Pods     map[string][]string // arm → live pods
+	Restarts map[string]float64  // arm → container restarts of its live pods
+	OOMKills map[string]float64  // arm → live containers whose last end was an OOM kill
+}
+
+// PodSource finds an experiment's live pods (the API server).
+type PodSource interface {
+	Experiment(ctx context.Context, namespace, name string) (Spec, error)
+}
+
+// Fetch finds the arms' pods and reads their series into paired windows.
+// pods may be nil (no API access): Prometheus's kube_pod_labels alone
+// then says which pod was in which arm.
+func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, error) {
+	if q.Window <= 0 || !q.To.After(q.From) {
+		return Input{}, fmt.Errorf("want a window and a span: window %v, from %v to %v", q.Window, q.From, q.To)
+	}
+	n := int(q.To.Sub(q.From) / q.Window)
+	if n < 1 {
+		return Input{}, fmt.Errorf("span %v is shorter than one window of %v", q.To.Sub(q.From), q.Window)
+	}
+	in := Input{Experiment: q.Name, Namespace: q.Namespace, From: q.From, To: q.From.Add(time.Duration(n) * q.Window), Window: q.Window,
+		Have: map[string]bool{}, Sources: map[string]string{}, Resamples: q.Resamples, Seed: q.Seed}
+	f := fetcher{prom: prom, q: q, n: n, ctx: ctx}
+	f.warn = func(s string) { in.Notes = append(in.Notes, s) }
+
+	armOf := map[string]string{} // pod → arm
+	var spec Spec
+	var sources []string
+	if pods != nil {
+		var err error
+		spec, err = pods.Experiment(ctx, q.Namespace, q.Name)
+		if err != nil {
+			return Input{}, fmt.Errorf("pods of experiment %s in %s from the API server: %w", q.Name, q.Namespace, err)
+		}
+		for arm, ps := range spec.Pods {
+			for _, p := range ps {
+				armOf[p] = arm
+			}
+		}
+		sources = append(sources, fmt.Sprintf("API server (%d live pods)", len(armOf)))
+	}
+	// Gone pods: what kube-state-metrics kept of their labels.
+	kept, err := f.matrix(fmt.Sprintf(`max by (pod, label_gofit_dev_arm) (kube_pod_labels{namespace=%q, label_gofit_dev_experiment=%q})`, q.Namespace, q.Name), false)
+	if err != nil {
+		return Input{}, err
+	}
+	added := 0
+	for _, s := range kept {
+		p, arm := string(s.Metric["pod"]), string(s.Metric["label_gofit_dev_arm"])
+		if p == "" || arm == "" {
+			continue
+		}
+		if _, ok := armOf[p]; !ok {
+			armOf[p] = arm
+			added++
+		}
+	}
+	if len(kept) > 0 {
+		sources = append(sources, fmt.Sprintf("Prometheus kube_pod_labels (%d pods, %d not live)", len(kept), added))
+	}
+	in.Sources["pods"] = strings.Join(sources, "; ")
+	if len(armOf) == 0 {
+		return Input{}, fmt.Errorf("experiment %s in namespace %s: no pods found (API server: %d live; kube_pod_labels: none; kube-state-metrics exports pod labels only with --metric-labels-allowlist=pods=[gofit.dev/experiment,gofit.dev/arm])", q.Name, q.Namespace, len(spec.Pods))
+	}
+
+	// Arms in the spec's order, then any others by name.
+	order := append([]string{}, spec.Arms...)
+	seen := map[string]bool{}
+	for _, a := range order {
+		seen[a] = true
+	}
+	var extra []string
+	for _, a := range armOf {
+		if !seen[a] {
+			seen[a] = true
+			extra = append(extra, a)
+		}
+	}
+	sort.Strings(extra)
+	order = append(order, extra...)
+	in.Control = q.Control
+	if in.Control == "" {
+		in.Control = spec.Control
+	}
+	if in.Control == "" {
+		in.Control = order[0]
+	}
+	if !seen[in.Control] {
+		return Input{}, fmt.Errorf("control arm %q has no pods (arms: %s)", in.Control, strings.Join(order, ", "))
+	}
+	byArm := map[string][]string{}
+	for p, a := range armOf {
+		byArm[a] = append(byArm[a], p)
+	}
+	loc := map[string][2]int{} // pod → its arm's index, its index in the arm
+	for i, a := range order {
+		sort.Strings(byArm[a])
+		arm := Arm{Name: a, Pods: byArm[a]}
+		for j, p := range byArm[a] {
+			arm.Windows = append(arm.Windows, make([]Window, n))
+			loc[p] = [2]int{i, j}
+		}
+		in.Arms = append(in.Arms, arm)
+	}
+	all := make([]string, 0, len(armOf))
+	for p := range armOf {
+		all = append(all, regexp.QuoteMeta(p))
+	}
+	sort.Strings(all)
+	f.sel = fmt.Sprintf(`namespace=%q, pod=~%q`, q.Namespace, strings.Join(all, "|"))
+	// put adds a pod's per-window values into its windows, marking them
+	// as having the source.
+	put := func(ss model.Matrix, has Source, set func(w *Window, v float64)) {
+		for _, s := range ss {
+			l, ok := loc[string(s.Metric["pod"])]
+			if !ok {
+				continue
+			}
+			ws := in.Arms[l[0]].Windows[l[1]]
+			for _, v := range s.Values {
+				if i, ok := f.window(v.Timestamp); ok && !math.IsNaN(float64(v.Value)) {
+					set(&ws[i], float64(v.Value))
+					ws[i].Has |= has
+				}
+			}
+		}
+	}
+	// first runs the candidates in order and keeps the first with data
+	// for every arm; else the one with data for the most arms, saying
+	// which arms it misses (GOFIT=off leaves an arm without gofit's own
+	// metrics: it is missing there, never zero).
+	covered := map[string]map[int]bool{} // kind → arms the chosen source has data for
+	first := func(what string, cands ...[2]string) (model.Matrix, error) {
+		var best model.Matrix
+		var bestArms map[int]bool
+		bestSrc, bestN := "", 0
+		for _, c := range cands {
+			m, err := f.matrix(c[1], true)
+			if err != nil {
+				return nil, err
+			}
+			armsWith := map[int]bool{}
+			for _, s := range m {
+				if l, ok := loc[string(s.Metric["pod"])]; ok {
+					armsWith[l[0]] = true
+				}
+			}
+			if len(armsWith) > bestN {
+				best, bestSrc, bestN, bestArms = m, c[0], len(armsWith), armsWith
+			}
+			if len(armsWith) == len(in.Arms) {
+				break
+			}
+		}
+		if best == nil {
+			return nil, nil
+		}
+		in.Have[what] = true
+		in.Sources[what] = bestSrc
+		covered[what] = bestArms
+		if bestN < len(in.Arms) {
+			in.Sources[what] += fmt.Sprintf(" (missing for %d of %d arms)", len(in.Arms)-bestN, len(in.Arms))
+			in.Notes = append(in.Notes, fmt.Sprintf("%s: no source has data for every arm; %s is missing for some, whose %s figures are left out", what, bestSrc, what))
+		}
+		return best, nil
+	}
+	inc := func(metric string, extra string) string {
+		return fmt.Sprintf(`sum by (pod) (increase(%s{%s%s}[%s]))`, metric, f.sel, extra, f.rng())
+	}
+	avg := func(metric string, extra string) string {
+		return fmt.Sprintf(`sum by (pod) (avg_over_time(%s{%s%s}[%s]))`, metric, f.sel, extra, f.rng())
+	}
+	const cadvisor = `, container!="", container!="POD"`
+
+	// Requests and latency: the classic histogram's buckets, else the
+	// native histogram.
+	lat := q.Latency
+	buckets, err := f.matrix(fmt.Sprintf(`sum by (pod, le) (increase(%s_bucket{%s}[%s]))`, lat, f.sel, f.rng()), true)
+	if err != nil {
+		return Input{}, err
+	}
+	if len(buckets) > 0 {
+		in.Have["latency"] = true
+		in.Sources["latency"] = lat + " (classic histogram)"
+		if err := addClassic(buckets, loc, in.Arms, f); err != nil {
+			return Input{}, err
+		}
+		errs, err := f.matrix(inc(lat+"_count", ", "+q.ErrorMatcher), true)
+		if err != nil {
+			return Input{}, err
+		}
+		put(errs, 0, func(w *Window, v float64) { w.Errors += v })
+	} else {
+		native, err := f.matrix(fmt.Sprintf(`sum by (pod) (increase(%s{%s}[%s]))`, lat, f.sel, f.rng()), true)
+		if err != nil {
+			return Input{}, err
+		}
+		if addNative(native, loc, in.Arms, f) {
+			in.Have["latency"] = true
+			in.Sources["latency"] = lat + " (native histogram)"
+			errs, err := f.matrix(fmt.Sprintf(`histogram_count(sum by (pod) (increase(%s{%s, %s}[%s])))`, lat, f.sel, q.ErrorMatcher, f.rng()), true)
+			if err != nil {
+				return Input{}, err
+			}
+			put(errs, 0, func(w *Window, v float64) { w.Errors += v })
+		} else {
+			in.Sources["latency"] = fmt.Sprintf("none: no %s_bucket or native %s series for these pods (--latency names the histogram)", lat, lat)
+		}
+	}
+
+	steps := []struct {
+		what  string
+		has   Source
+		set   func(w *Window, v float64)
+		cands [][2]string
+	}{
+		{"cpu", HasCPU, func(w *Window, v float64) { w.CPUSeconds += v }, [][2]string{
+			{"container_cpu_usage_seconds_total (cAdvisor)", inc("container_cpu_usage_seconds_total", cadvisor)},
+			{"gofit_cpu_usage_seconds_total", inc("gofit_cpu_usage_seconds_total", "")},
+			{"process_cpu_seconds_total", inc("process_cpu_seconds_total", "")}}},
+		{"throttling", HasThrottling, func(w *Window, v float64) { w.Periods += v }, [][2]string{
+			{"container_cpu_cfs_periods_total (cAdvisor)", inc("container_cpu_cfs_periods_total", cadvisor)},
+			{"gofit_cpu_periods_total", inc("gofit_cpu_periods_total", "")}}},
+		{"gc", HasGC, func(w *Window, v float64) { w.GCSeconds += v }, [][2]string{
+			{"gofit_go_cpu_seconds_total{class=\"gc\"}", inc("gofit_go_cpu_seconds_total", `, class="gc"`)},
+			{"go_cpu_classes_gc_total_cpu_seconds_total", inc("go_cpu_classes_gc_total_cpu_seconds_total", "")}}},
+		{"pauses", HasPauses, func(w *Window, v float64) { w.PauseSecs += v }, [][2]string{
+			{"go_gc_duration_seconds", inc("go_gc_duration_seconds_sum", "")},
+			{"gofit_go_gc_pause_seconds", inc(sumOf("gofit_go_gc_pause_seconds"), "")}}},
+		{"memory", HasMemory, func(w *Window, v float64) { w.WorkingSet += v }, [][2]string{
+			{"container_memory_working_set_bytes (cAdvisor)", avg("container_memory_working_set_bytes", cadvisor)},
+			{"gofit_memory_working_set_bytes", avg("gofit_memory_working_set_bytes", "")}}},
+		{"heap", HasHeap, func(w *Window, v float64) { w.Heap += v }, [][2]string{
+			{"go_memstats_heap_inuse_bytes", avg("go_memstats_heap_inuse_bytes", "")},
+			{"gofit_go_heap_live_bytes", avg("gofit_go_heap_live_bytes", "")}}},
+		{"oom", 0, func(w *Window, v float64) { w.OOMKills += v }, [][2]string{
+			{"container_oom_events_total (cAdvisor)", inc("container_oom_events_total", cadvisor)},
+			{"gofit_oom_kills_total", inc("gofit_oom_kills_total", "")}}},
+		{"restarts", 0, func(w *Window, v float64) { w.Restarts += v }, [][2]string{
+			{"kube_pod_container_status_restarts_total", inc("kube_pod_container_status_restarts_total", "")}}},
+	}
+	for _, s := range steps {
+		m, err := first(s.what, s.cands...)
+		if err != nil {
+			return Input{}, err
+		}
+		put(m, s.has, s.set)
+		if m == nil {
+			in.Sources[s.what] = "none found"
+		}
+	}
+	// The companions of what was found, from the same source.
+	companions := []struct {
+		what, source, query string
+		set                 func(w *Window, v float64)
+	}{
+		{"throttling", "container_cpu_cfs_periods_total (cAdvisor)", inc("container_cpu_cfs_throttled_periods_total", cadvisor), func(w *Window, v float64) { w.Throttled += v }},
+		{"throttling", "gofit_cpu_periods_total", inc("gofit_cpu_throttled_periods_total", ""), func(w *Window, v float64) { w.Throttled += v }},
+		{"gc", "gofit_go_cpu_seconds_total{class=\"gc\"}", inc("gofit_go_cpu_seconds_total", `, class=~"gc|scavenge|user"`), func(w *Window, v float64) { w.GoBusy += v }},
+		{"gc", "go_cpu_classes_gc_total_cpu_seconds_total", fmt.Sprintf(`sum by (pod) (increase(go_cpu_classes_total_cpu_seconds_total{%[1]s}[%[2]s])) - sum by (pod) (increase(go_cpu_classes_idle_cpu_seconds_total{%[1]s}[%[2]s]))`, f.sel, f.rng()), func(w *Window, v float64) { w.GoBusy += v }},
+		{"pauses", "go_gc_duration_seconds", inc("go_gc_duration_seconds_count", ""), func(w *Window, v float64) { w.Pauses += v }},
+		{"pauses", "gofit_go_gc_pause_seconds", inc(countOf("gofit_go_gc_pause_seconds"), ""), func(w *Window, v float64) { w.Pauses += v }},
+	}
+	for _, c := range companions {
+		if !strings.HasPrefix(in.Sources[c.what], c.source) {
+			continue
+		}
+		m, err := f.matrix(c.query, true)
+		if err != nil {
+			return Input{}, err
+		}
+		put(m, 0, c.set)
+	}
+	if !in.Have["latency"] && !in.Have["cpu"] {
+		return Input{}, fmt.Errorf("experiment %s in %s, pods %s: %w (latency: %s; cpu: %s)", q.Name, q.Namespace, strings.Join(all, ", "), ErrNoData, in.Sources["latency"], in.Sources["cpu"])
+	}
+	// Restarts and OOM kills of live pods from the API server, for the
+	// arms Prometheus has no source for: harm must not go unseen because
+	// a metric is missing.
+	for _, k := range []struct {
+		what   string
+		counts map[string]float64
+		set    func(w *Window, v float64)
+	}{
+		{"restarts", spec.Restarts, func(w *Window, v float64) { w.Restarts += v }},
+		{"oom", spec.OOMKills, func(w *Window, v float64) { w.OOMKills += v }},
+	} {
+		if k.counts == nil {
+			continue
+		}
+		used := false
+		for i := range in.Arms {
+			if covered[k.what][i] {
+				continue
+			}
+			used = true
+			if v := k.counts[in.Arms[i].Name]; v > 0 {
+				k.set(&in.Arms[i].Windows[0][n-1], v)
+			}
+		}
+		if used {
+			src := "API server (live pods' containers)"
+			if in.Sources[k.what] != "" && in.Sources[k.what] != "none found" {
+				src = in.Sources[k.what] + "; " + src + " for the other arms"
+			}
+			in.Sources[k.what] = src
+			in.Have[k.what] = true
+		}
+	}
+	return in, nil
+}
+
+type fetcher struct {
+	ctx  context.Context
+	prom v1.API
+	q    Query
+	n    int
+	sel  string
+	warn func(string)
+}
+
+func (f fetcher) rng() string { return model.Duration(f.q.Window).String() }
+
+// window maps an evaluation time (the end of a window) to its index.
+func (f fetcher) window(ts model.Time) (int, bool) {
+	d := ts.Time().Sub(f.q.From)
+	i := int(math.Round(float64(d)/float64(f.q.Window))) - 1
+	return i, i >= 0 && i < f.n
+}
+
+// matrix runs a range query over the windows: evaluated at each window's
+// end; ranged ones look back one window.
+func (f fetcher) matrix(query string, ranged bool) (model.Matrix, error) {
+	r := v1.Range{Start: f.q.From.Add(f.q.Window), End: f.q.From.Add(time.Duration(f.n) * f.q.Window), Step: f.q.Window}
+	v, warns, err := f.prom.QueryRange(f.ctx, query, r)
+	if err != nil {
+		return nil, fmt.Errorf("prometheus query %s: %w", query, err)
+	}
+	for _, w := range warns {
+		f.warn(fmt.Sprintf("prometheus: %s (query %s)", w, query))
+	}
+	m, ok := v.(model.Matrix)
+	if !ok {
+		return nil, fmt.Errorf("prometheus query %s: got %s, want a matrix", query, v.Type())
+	}
+	return m, nil
+}
+
+// addClassic turns per-pod cumulative bucket increases into per-window
+// buckets.
+func addClassic(ss model.Matrix, loc map[string][2]int, arms []Arm, f fetcher) error {
+	type key struct {
+		arm, pod, win int
+	}
+	cum := map[key]map[float64]float64{}
+	for _, s := range ss {
+		l, ok := loc[string(s.Metric["pod"])]
+		if !ok {
+			continue
+		}
+		le, err := strconv.ParseFloat(string(s.Metric["le"]), 64)
+		if err != nil {
+			return fmt.Errorf("bucket le=%q of %s: %w", s.Metric["le"], f.q.Latency, err)
+		}
+		for _, v := range s.Values {
+			i, ok := f.window(v.Timestamp)
+			if !ok || math.IsNaN(float64(v.Value)) {
+				continue
+			}
+			k := key{l[0], l[1], i}
+			if cum[k] == nil {
+				cum[k] = map[float64]float64{}
+			}
+			cum[k][le] += float64(v.Value)
+		}
+	}
+	for k, c := range cum {
+		les := make([]float64, 0, len(c))
+		for le := range c {
+			les = append(les, le)
+		}
+		sort.Float64s(les)
+		w := &arms[k.arm].Windows[k.pod][k.win]
+		w.Has |= HasLatency
+		lower, prev := 0.0, 0.0
+		for _, le := range les {
+			// increase() per bucket can dip below the one before it
+			// (extrapolation, a scrape missed): never a negative count.
+			cnt := math.Max(0, c[le]-prev)
+			prev = math.Max(prev, c[le])
+			w.Latency = append(w.Latency, Bucket{lower, le, cnt})
+			lower = le
+		}
+		if len(les) > 0 && math.IsInf(les[len(les)-1], 1) {
+			w.Requests += c[les[len(les)-1]]
+		} else if len(les) > 0 {
+			w.Requests += prev
+		}
+	}
+	return nil
+}
+
+// addNative turns per-pod native histogram increases into buckets.
+func addNative(ss model.Matrix, loc map[string][2]int, arms []Arm, f fetcher) bool {
+	found := false
+	for _, s := range ss {
+		l, ok := loc[string(s.Metric["pod"])]
+		if !ok {
+			continue
+		}
+		for _, h := range s.Histograms {
+			i, ok := f.window(h.Timestamp)
+			if !ok || h.Histogram == nil {
+				continue
+			}
+			found = true
+			w := &arms[l[0]].Windows[l[1]][i]
+			w.Has |= HasLatency
+			w.Requests += float64(h.Histogram.Count)
+			for _, b := range h.Histogram.Buckets {
+				w.Latency = append(w.Latency, Bucket{math.Max(0, float64(b.Lower)), float64(b.Upper), float64(b.Count)})
+			}
+		}
+	}
+	return found
+}
+
+// ErrNoData is returned when the experiment has pods but Prometheus has
+// none of their series.
+var ErrNoData = errors.New("no series for the experiment's pods")
+
+// sumOf and countOf name a histogram's or summary's series (spelt out,
+// a name would read as a metric of its own).
+func sumOf(name string) string   { return name + "_sum" }
+func countOf(name string) string { return name + "_count" }

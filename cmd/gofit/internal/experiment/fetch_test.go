@@ -1,0 +1,171 @@
+package experiment
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/api"
+	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
+)
+
+// promStub answers range queries from canned matrices: the first rule
+// whose substring the query contains wins; any other query gets an empty
+// matrix, as Prometheus gives for series that do not exist. It checks the
+// series selector every query must carry.
+type promStub struct {
+	t     *testing.T
+	rules []stubRule
+	seen  []string
+}
+
+type stubRule struct {
+	contains string
+	result   string // JSON of data.result
+}
+
+func (p *promStub) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil {
+		p.t.Error(err)
+	}
+	q := r.Form.Get("query")
+	p.seen = append(p.seen, q)
+	result := "[]"
+	for _, rule := range p.rules {
+		if strings.Contains(q, rule.contains) {
+			result = rule.result
+			break
+		}
+	}
+	fmt.Fprintf(w, `{"status":"success","data":{"resultType":"matrix","result":%s}}`, result)
+}
+
+// series is a matrix entry for pod with one value per window end.
+func series(from time.Time, labels map[string]string, values ...float64) string {
+	lb, _ := json.Marshal(labels)
+	var vs []string
+	for i, v := range values {
+		vs = append(vs, fmt.Sprintf(`[%d,"%g"]`, from.Add(time.Duration(i+1)*time.Minute).Unix(), v))
+	}
+	return fmt.Sprintf(`{"metric":%s,"values":[%s]}`, lb, strings.Join(vs, ","))
+}
+
+func nativeSeries(from time.Time, pod string, counts ...float64) string {
+	var hs []string
+	for i, c := range counts {
+		hs = append(hs, fmt.Sprintf(`[%d,{"count":"%g","sum":"1","buckets":[[0,"0","0.01","%g"],[0,"0.01","0.1","%g"]]}]`,
+			from.Add(time.Duration(i+1)*time.Minute).Unix(), c, c*0.9, c*0.1))
+	}
+	return fmt.Sprintf(`{"metric":{"pod":%q},"histograms":[%s]}`, pod, strings.Join(hs, ","))
+}
+
+type pods map[string][]string
+
+func (p pods) Experiment(context.Context, string, string) (Spec, error) {
+	return Spec{Arms: []string{"a", "b"}, Control: "a", Pods: p, Restarts: map[string]float64{"b": 1}, OOMKills: map[string]float64{}}, nil
+}
+
+func fetchFrom(t *testing.T, stub *promStub, live PodSource) Input {
+	t.Helper()
+	srv := httptest.NewServer(stub)
+	defer srv.Close()
+	c, err := api.NewClient(api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := time.Unix(1_700_000_000, 0)
+	in, err := Fetch(context.Background(), v1.NewAPI(c), live, Query{Namespace: "shop", Name: "g", From: from, To: from.Add(3 * time.Minute),
+		Window: time.Minute, Latency: "http_request_duration_seconds", ErrorMatcher: `code=~"5.."`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range stub.seen {
+		if strings.Contains(q, "kube_pod_labels") {
+			continue
+		}
+		if !strings.Contains(q, `namespace="shop"`) || !strings.Contains(q, `pod=~"`) {
+			t.Errorf("query without the pods' selector: %s", q)
+		}
+	}
+	return in
+}
+
+func TestFetchClassicHistogramAndSources(t *testing.T) {
+	from := time.Unix(1_700_000_000, 0)
+	bucket := func(pod, le string, vs ...float64) string {
+		return series(from, map[string]string{"pod": pod, "le": le}, vs...)
+	}
+	stub := &promStub{t: t, rules: []stubRule{
+		// a gone pod of arm b, kept by kube-state-metrics
+		{"kube_pod_labels", "[" + series(from, map[string]string{"pod": "b-old", "label_gofit_dev_arm": "b"}, 1, 1, 1) + "]"},
+		{"http_request_duration_seconds_bucket", "[" + strings.Join([]string{
+			bucket("a-1", "0.01", 90, 90, 90), bucket("a-1", "0.1", 100, 100, 100), bucket("a-1", "+Inf", 100, 100, 100),
+			bucket("b-1", "0.01", 50, 50, 50), bucket("b-1", "0.1", 98, 100, 100), bucket("b-1", "+Inf", 100, 100, 100),
+		}, ",") + "]"},
+		{`http_request_duration_seconds_count{namespace="shop"`, "[" + series(from, map[string]string{"pod": "b-1"}, 2, 0, 0) + "]"},
+		// cAdvisor has nothing; gofit's CPU only for arm a; the process's for both
+		{"gofit_cpu_usage_seconds_total", "[" + series(from, map[string]string{"pod": "a-1"}, 6, 6, 6) + "]"},
+		{"process_cpu_seconds_total", "[" + series(from, map[string]string{"pod": "a-1"}, 6, 6, 6) + "," + series(from, map[string]string{"pod": "b-1"}, 9, 9, 9) + "]"},
+	}}
+	in := fetchFrom(t, stub, pods{"a": {"a-1"}, "b": {"b-1"}})
+	if len(in.Arms) != 2 || in.Arms[0].Name != "a" || fmt.Sprint(in.Arms[1].Pods) != "[b-1 b-old]" || in.Control != "a" {
+		t.Fatalf("arms %+v", in.Arms)
+	}
+	if !strings.Contains(in.Sources["pods"], "1 not live") || !strings.Contains(in.Sources["latency"], "classic") || in.Sources["cpu"] != "process_cpu_seconds_total" {
+		t.Errorf("sources %v", in.Sources)
+	}
+	w := in.Arms[1].Windows[0][0] // b-1, first window
+	if w.Requests != 100 || w.Errors != 2 || w.CPUSeconds != 9 || w.Has&(HasLatency|HasCPU) != HasLatency|HasCPU {
+		t.Errorf("b-1 window 0: %+v", w)
+	}
+	if got := fmt.Sprint(w.Latency); got != "[{0 0.01 50} {0.01 0.1 48} {0.1 +Inf 2}]" {
+		t.Errorf("buckets %s", got)
+	}
+	if old := in.Arms[1].Windows[1][0]; old.Has != 0 {
+		t.Errorf("the gone pod has no series here but has %+v", old)
+	}
+	// Arm b's restart came from the API server: no Prometheus source.
+	if r := in.Arms[1].Windows[0][2].Restarts; r != 1 || !strings.Contains(in.Sources["restarts"], "API server") {
+		t.Errorf("restarts %v from %q", r, in.Sources["restarts"])
+	}
+	res, err := Analyze(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Arms[1].Harmful {
+		t.Errorf("a restarted arm is not harmful: %+v", res.Arms[1])
+	}
+}
+
+func TestFetchNativeHistogram(t *testing.T) {
+	from := time.Unix(1_700_000_000, 0)
+	stub := &promStub{t: t, rules: []stubRule{
+		{"histogram_count", "[]"},
+		{"increase(http_request_duration_seconds{", "[" + nativeSeries(from, "a-1", 100, 100, 100) + "," + nativeSeries(from, "b-1", 50, 50, 50) + "]"},
+		{"process_cpu_seconds_total", "[" + series(from, map[string]string{"pod": "a-1"}, 6, 6, 6) + "," + series(from, map[string]string{"pod": "b-1"}, 9, 9, 9) + "]"},
+	}}
+	in := fetchFrom(t, stub, pods{"a": {"a-1"}, "b": {"b-1"}})
+	if !strings.Contains(in.Sources["latency"], "native") {
+		t.Fatalf("sources %v", in.Sources)
+	}
+	w := in.Arms[0].Windows[0][1]
+	if w.Requests != 100 || len(w.Latency) != 2 || w.Latency[1] != (Bucket{0.01, 0.1, 10}) {
+		t.Errorf("a-1 window 1: %+v", w)
+	}
+}
+
+func TestFetchNoPods(t *testing.T) {
+	srv := httptest.NewServer(&promStub{t: t})
+	defer srv.Close()
+	c, _ := api.NewClient(api.Config{Address: srv.URL})
+	from := time.Unix(1_700_000_000, 0)
+	_, err := Fetch(context.Background(), v1.NewAPI(c), nil, Query{Namespace: "shop", Name: "g", From: from, To: from.Add(time.Hour), Window: time.Minute, Latency: "x"})
+	if err == nil || !strings.Contains(err.Error(), "--metric-labels-allowlist") {
+		t.Errorf("error %v does not say how to keep gone pods' arms", err)
+	}
+}

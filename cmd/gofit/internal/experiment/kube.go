@@ -1,0 +1,53 @@
+package experiment
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gofit-dev/gofit/kube/admission"
+)
+
+// APIServer finds an experiment's live pods through client-go.
+type APIServer struct{ Client kubernetes.Interface }
+
+// Experiment implements PodSource.
+func (a APIServer) Experiment(ctx context.Context, ns, name string) (Spec, error) {
+	list, err := a.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: admission.LabelExperiment + "=" + name})
+	if err != nil {
+		return Spec{}, err
+	}
+	return specOf(list.Items), nil
+}
+
+// specOf reads the live pods: arms by label, the spec from the newest
+// pod's annotation (a rollout may have changed it).
+func specOf(pods []corev1.Pod) Spec {
+	s := Spec{Pods: map[string][]string{}, Restarts: map[string]float64{}, OOMKills: map[string]float64{}}
+	var newest *corev1.Pod
+	for i := range pods {
+		p := &pods[i]
+		arm := p.Labels[admission.LabelArm]
+		if arm == "" {
+			continue
+		}
+		s.Pods[arm] = append(s.Pods[arm], p.Name)
+		for _, c := range p.Status.ContainerStatuses {
+			s.Restarts[arm] += float64(c.RestartCount)
+			if t := c.LastTerminationState.Terminated; t != nil && t.Reason == "OOMKilled" {
+				s.OOMKills[arm]++
+			}
+		}
+		if _, ok := p.Annotations[admission.AnnotationExperiment]; ok && (newest == nil || p.CreationTimestamp.After(newest.CreationTimestamp.Time)) {
+			newest = p
+		}
+	}
+	if newest != nil {
+		if e, err := admission.ParseExperiment(newest.Annotations[admission.AnnotationExperiment]); err == nil {
+			s.Arms, s.Control = e.ArmNames(), e.Control
+		}
+	}
+	return s
+}

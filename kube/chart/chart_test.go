@@ -1,0 +1,440 @@
+package chart
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
+	"sigs.k8s.io/kustomize/kyaml/kio"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gofit-dev/gofit/kube/internal/kubetest"
+)
+
+// root is the repository root.
+func root() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+func chartDir() string { return filepath.Join(root(), "charts", "gofit") }
+
+var (
+	helmOnce sync.Once
+	helmPath string
+	helmErr  error
+)
+
+// helm is the helm binary kube/hack/helm.sh builds (once, cached by
+// version) or finds; GOFIT_HELM names another.
+func helm(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("GOFIT_HELM"); p != "" {
+		return p
+	}
+	helmOnce.Do(func() {
+		cmd := exec.Command("bash", filepath.Join(root(), "kube", "hack", "helm.sh"))
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, os.Stderr
+		if helmErr = cmd.Run(); helmErr != nil {
+			return
+		}
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		helmPath = lines[len(lines)-1]
+	})
+	if helmErr != nil {
+		t.Fatalf("build helm: %v", helmErr)
+	}
+	return helmPath
+}
+
+// run runs helm with args and returns its stdout, or its error with stderr.
+func run(t testing.TB, args ...string) ([]byte, error) {
+	t.Helper()
+	cmd := exec.Command(helm(t), args...)
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		return out.Bytes(), fmt.Errorf("helm %s: %w: %s", strings.Join(args, " "), err, stderr.String())
+	}
+	return out.Bytes(), nil
+}
+
+// template renders the chart with the values given as JSON.
+func template(t testing.TB, values string) []*unstructured.Unstructured {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "values.json")
+	if err := os.WriteFile(f, []byte(values), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, "template", "gofit", chartDir(), "--namespace", "gofit-system", "-f", f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return decode(t, out)
+}
+
+func decode(t testing.TB, b []byte) []*unstructured.Unstructured {
+	t.Helper()
+	// kyaml, as kustomize (and kubectl apply -k) parse: one YAML reading
+	// for both sides of the comparison.
+	nodes, err := kio.FromBytes(b)
+	if err != nil {
+		t.Fatalf("decode the rendered objects: %v", err)
+	}
+	var objs []*unstructured.Unstructured
+	for _, n := range nodes {
+		j, err := n.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(j, &m); err != nil {
+			t.Fatal(err)
+		}
+		if m != nil {
+			objs = append(objs, &unstructured.Unstructured{Object: m})
+		}
+	}
+	return objs
+}
+
+// kustomize builds a kustomization made of the given deploy/ directories.
+func kustomize(t testing.TB, dirs ...string) []*unstructured.Unstructured {
+	t.Helper()
+	var objs []*unstructured.Unstructured
+	for _, d := range dirs {
+		m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(root(), "deploy", d))
+		if err != nil {
+			t.Fatalf("kustomize build deploy/%s: %v", d, err)
+		}
+		for _, r := range m.Resources() {
+			b, err := r.MarshalJSON()
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs = append(objs, decode(t, b)...)
+		}
+	}
+	return objs
+}
+
+func key(o *unstructured.Unstructured) string {
+	return o.GetKind() + " " + o.GetNamespace() + "/" + o.GetName()
+}
+
+// helmLabels are what Helm charts add to every object and deploy/ does not.
+var helmLabels = []string{"helm.sh/chart", "app.kubernetes.io/managed-by", "app.kubernetes.io/instance", "app.kubernetes.io/version"}
+
+// normal is o without Helm's labels and with the defaults the API server
+// fills in either way (imagePullPolicy IfNotPresent for a tagged image).
+func normal(t testing.TB, o *unstructured.Unstructured) string {
+	t.Helper()
+	o = o.DeepCopy()
+	labels := o.GetLabels()
+	for _, l := range helmLabels {
+		delete(labels, l)
+	}
+	o.SetLabels(labels)
+	if cs, ok, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers"); ok {
+		for _, c := range cs {
+			if m, ok := c.(map[string]any); ok && m["imagePullPolicy"] == "IfNotPresent" {
+				delete(m, "imagePullPolicy")
+			}
+		}
+		unstructured.SetNestedSlice(o.Object, cs, "spec", "template", "spec", "containers")
+	}
+	b, err := yaml.Marshal(o.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestParity: the chart's default render installs the objects deploy/
+// installs (self-managed certificates and the node agent), and with
+// certificates: cert-manager, those of deploy/webhook/cert-manager; the
+// only differences are Helm's own labels. A change to one side that the
+// other does not follow fails here.
+func TestParity(t *testing.T) {
+	for _, tc := range []struct {
+		name, values string
+		deploy       []string
+	}{
+		{"default", `{}`, []string{"webhook/self-managed", "node"}},
+		{"cert-manager", `{"webhook":{"certificates":"cert-manager"}}`, []string{"webhook/cert-manager", "node"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := map[string]string{}
+			for _, o := range kustomize(t, tc.deploy...) {
+				want[key(o)] = normal(t, o)
+			}
+			got := map[string]string{}
+			for _, o := range template(t, tc.values) {
+				if got[key(o)] != "" {
+					t.Errorf("the chart renders %s twice", key(o))
+				}
+				got[key(o)] = normal(t, o)
+				for _, l := range helmLabels {
+					if o.GetLabels()[l] == "" {
+						t.Errorf("%s has no %s label", key(o), l)
+					}
+				}
+			}
+			for k, w := range want {
+				g, ok := got[k]
+				switch {
+				case !ok:
+					t.Errorf("deploy/ installs %s; the chart does not", k)
+				case g != w:
+					t.Errorf("%s differs:\n--- deploy/\n%s--- chart\n%s", k, w, g)
+				}
+			}
+			for k := range got {
+				if _, ok := want[k]; !ok {
+					t.Errorf("the chart installs %s; deploy/ does not", k)
+				}
+			}
+		})
+	}
+}
+
+func TestLint(t *testing.T) {
+	if out, err := run(t, "lint", "--strict", chartDir()); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}
+
+// TestSchema: values.schema.json refuses a bad value, naming the field.
+func TestSchema(t *testing.T) {
+	for _, tc := range []struct{ values, field string }{
+		{`{"webhook":{"policy":{"memoryRatio":1.5}}}`, "/webhook/policy/memoryRatio"},
+		{`{"webhook":{"policy":{"memoryRatio":"0.9"}}}`, "/webhook/policy/memoryRatio"},
+		{`{"webhook":{"policy":{"cpuRequestMin":3}}}`, "/webhook/policy/cpuRequestMin"},
+		{`{"webhook":{"policy":{"cpuRequestFactor":20}}}`, "/webhook/policy/cpuRequestFactor"},
+		{`{"webhook":{"certificates":"certmanager"}}`, "/webhook/certificates"},
+		{`{"webhook":{"failurePolicy":"ignore"}}`, "/webhook/failurePolicy"},
+		{`{"webhook":{"replicas":0}}`, "/webhook/replicas"},
+		{`{"webhook":{"namespace":"Gofit"}}`, "/webhook/namespace"},
+		{`{"webhook":{"replica":2}}`, "replica"},
+		{`{"image":{"tag":"latest"}}`, "/image/tag"},
+		{`{"image":{"digest":"sha256:abc"}}`, "/image/digest"},
+		{`{"image":{"pullPolicy":"Sometimes"}}`, "/image/pullPolicy"},
+		{`{"node":{"cgroupDriver":"systemd.slice"}}`, "/node/cgroupDriver"},
+		{`{"node":{"interval":"10"}}`, "/node/interval"},
+		{`{"node":{"maxProtectedRatio":2}}`, "/node/maxProtectedRatio"},
+		{`{"node":{"qosConfig":{"namespace":"Koordinator"}}}`, "/node/qosConfig/namespace"},
+		{`{"monitoring":{"enabled":"yes"}}`, "/monitoring/enabled"},
+	} {
+		f := filepath.Join(t.TempDir(), "values.json")
+		os.WriteFile(f, []byte(tc.values), 0o644)
+		_, err := run(t, "template", "gofit", chartDir(), "-f", f)
+		if err == nil || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("values %s: error %v, want one naming %s", tc.values, err, tc.field)
+		}
+	}
+}
+
+// matrix is the values the chart is rendered with in TestDryRun.
+var matrix = []struct{ name, values string }{
+	{"default", `{}`},
+	{"cert-manager-monitoring", `{"webhook":{"certificates":"cert-manager"},"monitoring":{"enabled":true,"labels":{"release":"prometheus"}}}`},
+	{"webhook-tuned", `{"node":{"enabled":false},"webhook":{"namespace":"fit","replicas":3,"failurePolicy":"Fail",
+	  "policy":{"memoryRatio":0.8,"ceil":true,"cpuRequestFactor":1.5,"cpuRequestMin":1,"goVersion":"go1.25"},
+	  "objectSelector":{"matchLabels":{"gofit.dev/fit":"yes"}},"namespaceSelector":{"matchLabels":{"team":"a"}},
+	  "priorityClassName":"system-cluster-critical","nodeSelector":{"kubernetes.io/os":"linux"},
+	  "tolerations":[{"key":"dedicated","operator":"Equal","value":"infra","effect":"NoSchedule"}],
+	  "pdb":{"enabled":false},"networkPolicy":{"enabled":false},"extraArgs":["--log-json"]},
+	  "image":{"repository":"registry.example/gofit","digest":"sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
+	  "imagePullSecrets":[{"name":"regcred"}]}`},
+	{"node-systemd", `{"webhook":{"enabled":false},"node":{"cgroupDriver":"systemd","policy":"auto","metricsPort":9465,
+	  "qosConfig":{"create":true,"namespace":"koordinator-system"},"priorityClassName":"","maxUnavailable":1}}`},
+	{"own-namespaces", `{"namespaces":{"create":false},"image":{"tag":"v9.9.9"}}`},
+}
+
+// permissive is a CRD that takes any object of its kind: the dry run
+// checks names, namespaces and references, not cert-manager's or the
+// Prometheus Operator's own schemas.
+func permissive(group, kind, plural string) *apiextensionsv1.CustomResourceDefinition {
+	yes := true
+	return &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: plural + "." + group},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: group, Scope: apiextensionsv1.NamespaceScoped,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: kind, Plural: plural, ListKind: kind + "List", Singular: strings.ToLower(kind)},
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object", XPreserveUnknownFields: &yes}}}},
+		},
+	}
+}
+
+// TestDryRun renders the chart over the matrix and applies every object
+// by server-side dry run to a real kube-apiserver (envtest): the API
+// server's validation, defaulting and admission (Pod Security, priority
+// classes) take each render.
+func TestDryRun(t *testing.T) {
+	cfg := kubetest.Start(t, &envtest.Environment{CRDs: []*apiextensionsv1.CustomResourceDefinition{
+		permissive("cert-manager.io", "Issuer", "issuers"),
+		permissive("cert-manager.io", "Certificate", "certificates"),
+		permissive("monitoring.coreos.com", "PodMonitor", "podmonitors"),
+	}})
+	cl, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// A dry run creates nothing, so the namespaces the objects go into
+	// must exist.
+	for _, ns := range []string{"gofit-system", "gofit-node", "fit", "koordinator-system"} {
+		if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range matrix {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := template(t, tc.values)
+			if len(objs) == 0 {
+				t.Fatal("nothing rendered")
+			}
+			for _, o := range objs {
+				if err := cl.Patch(ctx, o, client.Apply, client.DryRunAll, client.FieldOwner("gofit-chart-test"), client.ForceOwnership); err != nil {
+					t.Errorf("%s: %v", key(o), err)
+				}
+			}
+			checkRender(t, tc.name, objs)
+		})
+	}
+	// The dry run can fail: a value the schema lets through (any string
+	// for maxUnavailable) and the API server refuses.
+	for _, o := range template(t, `{"webhook":{"enabled":false},"node":{"maxUnavailable":"lots"}}`) {
+		err := cl.Patch(ctx, o, client.Apply, client.DryRunAll, client.FieldOwner("gofit-chart-test"), client.ForceOwnership)
+		if (o.GetKind() == "DaemonSet") != (err != nil) {
+			t.Errorf("maxUnavailable lots: %s: %v", key(o), err)
+		}
+	}
+}
+
+// checkRender checks that the values reached the objects they are for.
+func checkRender(t *testing.T, name string, objs []*unstructured.Unstructured) {
+	kinds := map[string]*unstructured.Unstructured{}
+	for _, o := range objs {
+		kinds[key(o)] = o
+	}
+	args := func(k string) []string {
+		o := kinds[k]
+		if o == nil {
+			t.Fatalf("no %s among %d objects", k, len(objs))
+		}
+		cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		var out []string
+		for _, a := range cs[0].(map[string]any)["args"].([]any) {
+			out = append(out, a.(string))
+		}
+		return out
+	}
+	has := func(k string, want ...string) {
+		got := args(k)
+		for _, w := range want {
+			if !slices.Contains(got, w) {
+				t.Errorf("%s args %q lack %s", k, got, w)
+			}
+		}
+	}
+	switch name {
+	case "webhook-tuned":
+		has("Deployment fit/gofit-webhook", "--memory-ratio=0.8", "--ceil", "--cpu-request-factor=1.5", "--cpu-request-min=1",
+			"--go-version=go1.25", "--log-json", "--service-dns=gofit-webhook.fit.svc", "--self-managed-secret=fit/gofit-webhook-tls")
+		if kinds["DaemonSet gofit-node/gofit-node"] != nil || kinds["PodDisruptionBudget fit/gofit-webhook"] != nil ||
+			kinds["NetworkPolicy fit/gofit-webhook"] != nil {
+			t.Error("a disabled part was rendered")
+		}
+		b, _ := json.Marshal(kinds["MutatingWebhookConfiguration /gofit-webhook"].Object)
+		for _, w := range []string{`"failurePolicy":"Fail"`, `"gofit.dev/fit":"yes"`, `"team":"a"`, `"values":["fit","kube-system"]`} {
+			if !strings.Contains(string(b), w) {
+				t.Errorf("webhook configuration lacks %s: %s", w, b)
+			}
+		}
+		img, _, _ := unstructured.NestedSlice(kinds["Deployment fit/gofit-webhook"].Object, "spec", "template", "spec", "containers")
+		if got := img[0].(map[string]any)["image"]; got != "registry.example/gofit@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef" {
+			t.Errorf("image %v", got)
+		}
+	case "node-systemd":
+		has("DaemonSet gofit-node/gofit-node", "--cgroup-driver=systemd", "--policy=auto", "--metrics-addr=:9465",
+			"--configmap-namespace=koordinator-system")
+		if kinds["ConfigMap koordinator-system/slo-controller-config"] == nil || kinds["Role koordinator-system/gofit-node-config"] == nil {
+			t.Error("the QoS ConfigMap or its Role is not in koordinator-system")
+		}
+		if kinds["Deployment gofit-system/gofit-webhook"] != nil {
+			t.Error("the webhook was rendered")
+		}
+	case "own-namespaces":
+		for k := range kinds {
+			if strings.HasPrefix(k, "Namespace ") {
+				t.Errorf("namespaces.create false rendered %s", k)
+			}
+		}
+		img, _, _ := unstructured.NestedSlice(kinds["DaemonSet gofit-node/gofit-node"].Object, "spec", "template", "spec", "containers")
+		if got := img[0].(map[string]any)["image"]; got != "ghcr.io/gofit-dev/gofit:v9.9.9" {
+			t.Errorf("image %v", got)
+		}
+	case "cert-manager-monitoring":
+		for _, k := range []string{"PodMonitor gofit-system/gofit-webhook", "PodMonitor gofit-node/gofit-node", "Certificate gofit-system/gofit-webhook"} {
+			if kinds[k] == nil {
+				t.Errorf("no %s", k)
+			} else if k[0] == 'P' && kinds[k].GetLabels()["release"] != "prometheus" {
+				t.Errorf("%s lacks monitoring.labels", k)
+			}
+		}
+	}
+}
+
+// TestNoLatest: nothing shipped names an image :latest (the kubelet pulls
+// it on every start, and it says nothing about what runs).
+func TestNoLatest(t *testing.T) {
+	for _, dir := range []string{"deploy", "charts"} {
+		filepath.WalkDir(filepath.Join(root(), dir), func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			for n, line := range strings.Split(string(b), "\n") {
+				if strings.Contains(line, ":latest") || strings.Contains(strings.ReplaceAll(line, " ", ""), "newTag:latest") {
+					t.Errorf("%s:%d names latest: %s", p, n+1, strings.TrimSpace(line))
+				}
+			}
+			return nil
+		})
+	}
+	for _, o := range template(t, `{}`) {
+		if cs, ok, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers"); ok {
+			for _, c := range cs {
+				img := c.(map[string]any)["image"].(string)
+				if !strings.Contains(img, ":v") {
+					t.Errorf("%s runs %s, not a versioned image", key(o), img)
+				}
+			}
+		}
+	}
+}
