@@ -106,7 +106,7 @@ bench:
 
 # Run every fuzz target for FUZZTIME each (go test -fuzz takes one target at a time).
 fuzz:
-	@for pkg in ./cgroup ./fit ./internal/procmem ./kube/admission ./kube/memqos; do \
+	@for pkg in ./cgroup ./fit ./internal/procmem ./kube/admission ./kube/memqos ./cmd/gofit/internal/nongo; do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep ^Fuzz); do \
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 	  done; \

@@ -203,3 +203,31 @@ func BenchmarkLimits(b *testing.B) {
 		})
 	}
 }
+
+// From the node, a container's process: its /proc/PID/cgroup names its
+// group from the node's cgroup namespace, and only the node's own mounts
+// say where that group is here. Its own mountinfo mounts the group itself
+// at /sys/fs/cgroup, which from the node is the root group.
+func TestObserveFromTheNode(t *testing.T) {
+	fs := NewFS("testdata/v2-node-observe")
+	c, err := fs.Observe(4242)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, err := c.Limits()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Memory.Max != 512<<20 || l.CPU.Quota != 0.5 {
+		t.Errorf("Observe: memory max %d, cpu quota %v; want 512 MiB and 0.5 from the pod", l.Memory.Max, l.CPU.Quota)
+	}
+	p, err := fs.Process(4242)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if pl, err := p.Limits(); err != nil || pl.Memory.Max == 512<<20 {
+		t.Errorf("Process through the container's own mounts: %+v, %v; want the node's root group", pl.Memory, err)
+	}
+}

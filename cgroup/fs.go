@@ -107,9 +107,20 @@ func (f *FS) Self() (*Cgroups, error) { return f.process("self") }
 // Process finds the cgroups of process pid.
 func (f *FS) Process(pid int) (*Cgroups, error) { return f.process(strconv.Itoa(pid)) }
 
-func (f *FS) process(pid string) (*Cgroups, error) {
+// Observe finds the cgroups of process pid as this process can open
+// them: pid's /proc/PID/cgroup (shown relative to this process's cgroup
+// namespace) located through this process's own mounts. Process reads
+// pid's mounts, whose mount points are paths in pid's mount namespace;
+// from the node, a container's process needs Observe.
+func (f *FS) Observe(pid int) (*Cgroups, error) {
+	return f.processMounts(strconv.Itoa(pid), "self")
+}
+
+func (f *FS) process(pid string) (*Cgroups, error) { return f.processMounts(pid, pid) }
+
+func (f *FS) processMounts(pid, mountsOf string) (*Cgroups, error) {
 	cgFile := f.join("/proc/" + pid + "/cgroup")
-	miFile := f.join("/proc/" + pid + "/mountinfo")
+	miFile := f.join("/proc/" + mountsOf + "/mountinfo")
 	cgText, ok, err := ReadBounded(cgFile, maxProcFile)
 	if err != nil {
 		return nil, err

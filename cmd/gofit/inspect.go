@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/gofit-dev/gofit/cgroup"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/nongo"
 	"github.com/gofit-dev/gofit/fit"
 	"github.com/gofit-dev/gofit/internal/affinity"
 	"github.com/gofit-dev/gofit/internal/report"
@@ -26,7 +27,7 @@ type planFlags struct {
 
 // NonGoVar declares non-Go memory for `gofit run` and `gofit inspect`, as
 // the --non-go flag does (the flag wins).
-const NonGoVar = "GOFIT_NON_GO"
+const NonGoVar = nongo.EnvVar
 
 func (p *planFlags) register(fs *flag.FlagSet) {
 	p.policyFlags = fit.BindFlags(fs)
@@ -91,6 +92,8 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 	asJSON := fs.Bool("json", false, "print JSON")
 	var pf planFlags
 	pf.register(fs)
+	var pidf pidFlags
+	pidf.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -100,6 +103,9 @@ func runInspect(args []string, stdout, stderr io.Writer) error {
 	policy, err := pf.policy()
 	if err != nil {
 		return err
+	}
+	if pidf.set() {
+		return runInspectPID(*root, pidf, pf.cpus, policy, *asJSON, stdout)
 	}
 	nonGo, err := pf.declaredNonGo(os.LookupEnv)
 	if err != nil {

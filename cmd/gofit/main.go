@@ -1,6 +1,7 @@
 // Command gofit makes Go services fit their containers.
 //
 //	gofit inspect [--root DIR] [--json]     what the container allows, uses, and the plan
+//	gofit inspect --pid PID [--window D]    a running Go process's non-Go memory and the GOMEMLIMIT that fits it
 //	gofit run [flags] -- CMD [ARGS...]      set GOMAXPROCS/GOMEMLIMIT for any Go binary, then exec it
 //	gofit lab [flags]                       measure a service under real cgroup limits
 //	gofit webhook --cert-file F --key-file F  admission webhook: fit pods at creation
@@ -29,7 +30,7 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"inspect", "[--root DIR] [--json]", "show the container's limits, usage and the plan", runInspect},
+		{"inspect", "[--root DIR] [--json] [--pid PID]", "show the container's limits, usage and the plan; --pid: a running process's non-Go memory", runInspect},
 		{"run", "[flags] -- CMD [ARGS...]", "set GOMAXPROCS/GOMEMLIMIT for a Go binary, then exec it", runRun},
 		{"lab", "[flags]", "measure a service under real cgroup limits and recommend settings", runLab},
 		{"webhook", "[flags]", "serve the admission webhook that fits pods at creation (deploy/webhook)", runWebhook},

@@ -22,6 +22,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("GOFIT_TEST_AS_GOFIT") == "1" {
 		os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
 	}
+	if addr := os.Getenv("GOFIT_TEST_AS_OFFHEAP"); addr != "" {
+		os.Exit(serveOffHeap(addr))
+	}
 	os.Exit(m.Run())
 }
 

@@ -1,6 +1,7 @@
 // Command offheap is a test service whose memory a ratio cannot see: an
-// off-heap cache of anonymous memory mapped outside the Go heap (as
-// fastcache or bigcache-style mmap'd arenas, or cgo malloc, would hold),
+// off-heap cache of anonymous memory outside the Go heap, mapped with mmap
+// (as fastcache or bigcache-style mmap'd arenas hold it) or, with -via
+// malloc in a cgo build, allocated with C's malloc (as cgo libraries do),
 // kept hot, beside a live Go heap that churns. GOMEMLIMIT bounds only the
 // heap; the cache is charged to the same memory cgroup and the kernel
 // cannot reclaim it (anonymous, no swap). It is a `gofit lab` target:
@@ -48,11 +49,12 @@ func main() {
 
 type config struct {
 	addr        string
-	offheap     int64 // bytes mapped outside the Go heap
-	live        int64 // bytes of live Go heap
-	slot        int64 // size of one live-heap slot
-	garbage     int64 // short-lived bytes per request
-	touchPages  int   // cache pages read and rewritten per request
+	offheap     int64  // bytes mapped outside the Go heap
+	via         string // "mmap" or "malloc"
+	live        int64  // bytes of live Go heap
+	slot        int64  // size of one live-heap slot
+	garbage     int64  // short-lived bytes per request
+	touchPages  int    // cache pages read and rewritten per request
 	hashRepeats int
 	gofit       bool // run gofit's library in-process
 }
@@ -62,6 +64,7 @@ func parse(args []string) (config, error) {
 	c := config{}
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "listen address")
 	offMiB := fs.Int64("offheap-mib", 48, "MiB of anonymous memory mapped outside the Go heap, kept resident and hot")
+	fs.StringVar(&c.via, "via", "mmap", "how the off-heap cache is allocated: mmap (one anonymous mapping) or malloc (C's malloc in 1 MiB pieces; needs cgo)")
 	liveMiB := fs.Int64("live-mib", 16, "MiB of live Go heap")
 	slotKiB := fs.Int64("slot-kib", 64, "KiB per live-heap slot; each request replaces one")
 	garbageKiB := fs.Int64("garbage-kib", 128, "KiB of short-lived garbage per request")
@@ -83,6 +86,12 @@ func parse(args []string) (config, error) {
 			return c, fmt.Errorf("%s %d: want %d to %d", v.name, v.v, v.lo, v.h)
 		}
 	}
+	if c.via != "mmap" && c.via != "malloc" {
+		return c, fmt.Errorf("-via %q: want mmap or malloc", c.via)
+	}
+	if c.via == "malloc" && !haveCgo {
+		return c, fmt.Errorf("-via malloc: this binary was built without cgo (CGO_ENABLED=0)")
+	}
 	c.offheap, c.live, c.slot, c.garbage = *offMiB<<20, *liveMiB<<20, *slotKiB<<10, *garbageKiB<<10
 	if c.live > 0 && c.live < c.slot {
 		return c, fmt.Errorf("-live-mib %d is under one -slot-kib %d", *liveMiB, *slotKiB)
@@ -93,7 +102,8 @@ func parse(args []string) (config, error) {
 // service holds the cache and the live heap.
 type service struct {
 	cfg   config
-	cache []byte // mmap'd, outside the Go heap
+	cache [][]byte // outside the Go heap: one mmap'd block, or malloc'd chunks
+	free  func()
 	mu    sync.Mutex
 	slots [][]byte // the live heap
 	next  int
@@ -103,7 +113,14 @@ const page = 4096
 
 func newService(c config) (*service, error) {
 	s := &service{cfg: c}
-	if c.offheap > 0 {
+	switch {
+	case c.offheap > 0 && c.via == "malloc":
+		chunks, free, err := cmalloc(c.offheap)
+		if err != nil {
+			return nil, err
+		}
+		s.cache, s.free = chunks, free
+	case c.offheap > 0:
 		b, err := syscall.Mmap(-1, 0, int(c.offheap), syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
 		if err != nil {
 			return nil, fmt.Errorf("mmap %d bytes: %w", c.offheap, err)
@@ -112,7 +129,8 @@ func newService(c config) (*service, error) {
 		for i := 0; i < len(b); i += page {
 			b[i] = byte(i / page)
 		}
-		s.cache = b
+		s.cache = [][]byte{b}
+		s.free = func() { syscall.Munmap(b) }
 	}
 	for n := int64(0); n+c.slot <= c.live; n += c.slot {
 		s.slots = append(s.slots, fill(make([]byte, c.slot)))
@@ -127,25 +145,29 @@ func fill(b []byte) []byte {
 	return b
 }
 
-func (s *service) close() error {
-	if s.cache == nil {
-		return nil
+func (s *service) close() {
+	if s.free != nil {
+		s.free()
+		s.free, s.cache = nil, nil
 	}
-	return syscall.Munmap(s.cache)
 }
 
 func (s *service) work(w http.ResponseWriter, _ *http.Request) {
 	var sum [32]byte
 	// Cache hits: copy a page out of the cache and write it back changed,
 	// so the whole cache stays hot and dirty.
-	if pages := len(s.cache) / page; pages > 0 {
+	if len(s.cache) > 0 {
 		buf := make([]byte, page)
 		for i := 0; i < s.cfg.touchPages; i++ {
-			p := rand.IntN(pages) * page
-			copy(buf, s.cache[p:p+page])
+			c := s.cache[rand.IntN(len(s.cache))]
+			if len(c) < page {
+				continue
+			}
+			p := rand.IntN(len(c)/page) * page
+			copy(buf, c[p:p+page])
 			sum = sha256.Sum256(append(sum[:], buf[:256]...))
 			buf[0]++
-			copy(s.cache[p:p+page], buf)
+			copy(c[p:p+page], buf)
 		}
 	}
 	// The live heap churns: one slot replaced, the old one garbage.

@@ -17,12 +17,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -35,7 +32,6 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/gofit-dev/gofit/cgroup"
-	"github.com/gofit-dev/gofit/internal/cgtest"
 	"github.com/gofit-dev/gofit/kube/agent"
 	"github.com/gofit-dev/gofit/kube/memqos"
 	"github.com/gofit-dev/gofit/kube/webhook"
@@ -78,13 +74,14 @@ const (
 // returns at least one series.
 func TestRealPrometheus(t *testing.T) {
 	bins := promtest.Need(t)
-	exe := buildService(t)
+	exe := promtest.BuildService(t, "../..")
+	lim := promtest.Limits{CPU: cpuLimit, Period: cfsPeriod, Weight: weightCores, Memory: memLimit}
 	ctx, cancel := context.WithTimeout(context.Background(), realBudget)
 	defer cancel()
 
-	unfit := startService(t, exe, "service-unfitted", []string{"GOMAXPROCS=2"})
-	fitted := startService(t, exe, "service-fitted", nil)
-	memlimit := startService(t, exe, "memlimit", []string{fmt.Sprintf("GOMEMLIMIT=%d", memLimit)})
+	unfit := promtest.StartService(t, exe, "service-unfitted", lim, []string{"GOMAXPROCS=2"})
+	fitted := promtest.StartService(t, exe, "service-fitted", lim, nil)
+	memlimit := promtest.StartService(t, exe, "memlimit", lim, []string{fmt.Sprintf("GOMEMLIMIT=%d", memLimit)})
 	hook := startWebhook(ctx, t)
 	node := startAgent(ctx, t)
 
@@ -223,83 +220,6 @@ func Resolve(expr string, vars map[string]string) string {
 		pairs = append(pairs, "$namespace", ".*")
 	}
 	return strings.NewReplacer(pairs...).Replace(expr)
-}
-
-// buildService builds examples/service from this checkout.
-func buildService(t *testing.T) string {
-	t.Helper()
-	exe := filepath.Join(t.TempDir(), "service")
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", exe, "./examples/service")
-	cmd.Dir = "../.."
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build examples/service: %v\n%s", err, out)
-	}
-	return exe
-}
-
-// startService runs exe in a new cgroup limited to cpuLimit cores and
-// memLimit bytes, with env added to a minimal environment, and returns
-// its address once /metrics answers. It is killed when the test ends,
-// before its cgroup is removed.
-func startService(t *testing.T, exe, name string, env []string) string {
-	t.Helper()
-	g := cgtest.NewGroup(t)
-	if err := g.SetCPU(cpuLimit, cfsPeriod); err != nil {
-		t.Fatal(err)
-	}
-	if err := g.SetCPURequest(weightCores); err != nil {
-		t.Fatal(err)
-	}
-	if err := g.SetMemoryMax(memLimit); err != nil {
-		t.Fatal(err)
-	}
-	addr := freeAddr(t)
-	cmd := g.Command(exe, "-addr", addr)
-	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "GOFIT_LOG=warn"}, env...)
-	logf, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr.Setpgid = true
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		cmd.Wait()
-		logf.Close()
-		if t.Failed() {
-			if b, err := os.ReadFile(logf.Name()); err == nil && len(b) > 0 {
-				t.Logf("%s log:\n%s", name, b)
-			}
-		}
-	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get("http://" + addr + "/metrics")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return addr
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: /metrics not answering after 20s: %v", name, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // load asks addr for /work?n=20000 (about 20 ms of CPU each) until ctx

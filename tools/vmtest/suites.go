@@ -62,7 +62,8 @@ func Suites() []Suite {
 		// The library following resizes of cpu.max and memory.max.
 		{Pkg: Module + "/examples/service", Timeout: 3 * time.Minute,
 			MustPass: both("TestFollowsResize", "TestThrottlingMetrics")},
-		// gofit inspect/run in a real cgroup, the lab end to end from a
+		// gofit inspect/run in a real cgroup (inspect --pid measuring a
+		// service's off-heap memory from outside its group), the lab end to end from a
 		// populated non-root cgroup, and the node agent's memory-QoS
 		// experiment with one repeat (function: auto's values are kept and
 		// memory.high throttles the BE hog). TestLabQuick checks the lab's
@@ -79,8 +80,8 @@ func Suites() []Suite {
 				Hybrid: "^(TestLabQuick|TestLabInterrupted|TestLabErrors|TestWebhookSelfManaged|TestLabFromPopulatedCgroup|TestNodeExperiment|TestDocs)$",
 			},
 			MustPass: map[Layout][]string{
-				V2:     {"TestInspectRealCgroup", "TestInspectCPURequestRealCgroup", "TestRunRealCgroup", "TestLabFromPopulatedCgroup", "TestNodeExperiment"},
-				Hybrid: {"TestInspectRealCgroup", "TestInspectCPURequestRealCgroup", "TestRunRealCgroup"},
+				V2:     {"TestInspectRealCgroup", "TestInspectCPURequestRealCgroup", "TestInspectPIDRealCgroup", "TestRunRealCgroup", "TestLabFromPopulatedCgroup", "TestNodeExperiment"},
+				Hybrid: {"TestInspectRealCgroup", "TestInspectCPURequestRealCgroup", "TestInspectPIDRealCgroup", "TestRunRealCgroup"},
 			}},
 		// The node agent (kube module) on a kubelet-like tree of real memory
 		// cgroups with live processes: memory.min/low/high read back on v2,

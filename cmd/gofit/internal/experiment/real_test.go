@@ -4,15 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gofit-dev/gofit/fit"
-	"github.com/gofit-dev/gofit/internal/cgtest"
 	"github.com/gofit-dev/gofit/kube/admission"
 	"github.com/gofit-dev/gofit/kube/admission/admissiontest"
 	"github.com/gofit-dev/gofit/tools/promtest"
@@ -67,7 +61,7 @@ func TestRealPrometheusExperiment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exe := buildService(t)
+	exe := promtest.BuildService(t, "../../../..")
 	m := admission.NewMutator(fit.Policy{}, admission.WithArmAssigner(&inTurn{}))
 	var pods []corev1.Pod
 	var targets []promtest.Target
@@ -89,7 +83,7 @@ func TestRealPrometheusExperiment(t *testing.T) {
 			env = append(env, e.Name+"="+e.Value)
 		}
 		t.Logf("pod %s, arm %s: %v", got.Name, got.Labels[admission.LabelArm], env)
-		addrs[got.Name] = startService(t, exe, got.Name, env)
+		addrs[got.Name] = promtest.StartService(t, exe, got.Name, promtest.Limits{CPU: realCPU, Period: realPeriod, Weight: realWeight, Memory: realMemory}, env)
 		targets = append(targets, promtest.Target{Job: got.Name, Addr: addrs[got.Name],
 			Labels: map[string]string{"namespace": realNS, "pod": got.Name, "container": "app"}})
 		pods = append(pods, *got)
@@ -140,9 +134,21 @@ func TestRealPrometheusExperiment(t *testing.T) {
 			t.Errorf("no %s source: %v", s, in.Sources)
 		}
 	}
+	// The A/A arm: never harmful, and no verdict on the two headline
+	// metrics. Each metric's false-verdict rate is about 2% (the A/A
+	// simulation, docs/results/experiment.md), so over the report's
+	// dozen metrics one false verdict in some run is expected: the others
+	// are logged, not failed on, or CI would fail one run in six.
 	for _, v := range r.Verdicts {
-		if v.Arm == "fitted-again" && (v.Verdict == "better" || v.Verdict == "worse" || v.Verdict == Harmful) {
+		if v.Arm != "fitted-again" {
+			continue
+		}
+		headline := v.Metric == "p99_seconds" || v.Metric == "cpu_seconds_per_request"
+		switch {
+		case v.Verdict == Harmful, headline && (v.Verdict == "better" || v.Verdict == "worse"):
 			t.Errorf("A/A: fitted-again %s is %s (%s)", v.Metric, v.Verdict, ratioText(v))
+		case v.Verdict == "better" || v.Verdict == "worse":
+			t.Logf("A/A: fitted-again %s is %s (%s): one of the ~2%% false verdicts a metric has", v.Metric, v.Verdict, ratioText(v))
 		}
 	}
 	for _, metric := range []string{"cpu_seconds_per_request", "p99_seconds"} {
@@ -166,76 +172,6 @@ func (a *inTurn) Assign(_ context.Context, _ string, e *admission.Experiment) (a
 type livePods []corev1.Pod
 
 func (p livePods) Experiment(context.Context, string, string) (Spec, error) { return specOf(p), nil }
-
-func buildService(t *testing.T) string {
-	t.Helper()
-	exe := filepath.Join(t.TempDir(), "service")
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", exe, "./examples/service")
-	cmd.Dir = "../../../.."
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build examples/service: %v\n%s", err, out)
-	}
-	return exe
-}
-
-// startService runs exe in its own cgroup at realCPU and realMemory with
-// exactly env (and PATH), and returns its address once /metrics answers.
-// The process dies before its cgroup is removed, pass or fail.
-func startService(t *testing.T, exe, name string, env []string) string {
-	t.Helper()
-	g := cgtest.NewGroup(t)
-	if err := g.SetCPU(realCPU, realPeriod); err != nil {
-		t.Fatal(err)
-	}
-	if err := g.SetCPURequest(realWeight); err != nil {
-		t.Fatal(err)
-	}
-	if err := g.SetMemoryMax(realMemory); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	cmd := g.Command(exe, "-addr", addr)
-	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "GOFIT_LOG=warn"}, env...)
-	logf, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr.Setpgid = true
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Wait()
-		logf.Close()
-		if t.Failed() {
-			if b, err := os.ReadFile(logf.Name()); err == nil && len(b) > 0 {
-				t.Logf("%s log:\n%s", name, b)
-			}
-		}
-	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get("http://" + addr + "/metrics")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return addr
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: /metrics not answering after 20s: %v", name, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
 
 // openLoop sends rate requests a second to addr, each at its scheduled
 // time whether or not the ones before have answered, as a pod behind a

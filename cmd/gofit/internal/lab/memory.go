@@ -26,6 +26,9 @@ type memLoad struct {
 	maxDur   time.Duration // closed loop: stop here even short of requests (0: no bound)
 	rate     float64
 	window   time.Duration
+	// measureNonGo: an unlimited probe measures the target's non-Go
+	// memory from outside (nongo.go) before it stops.
+	measureNonGo bool
 }
 
 // memTrial starts the target cold under a memory limit (and the memory
@@ -106,6 +109,10 @@ func (l *study) memDrive(ctx context.Context, m *memStarted, ml memLoad) (result
 		m, _ := tr.MemoryStats()
 		return m.MajorFaults, m.MaxHits
 	}
+	var began time.Time
+	if ml.measureNonGo {
+		began = l.startNonGo(tr)
+	}
 	var r load.Result
 	if ml.rate > 0 {
 		ld := load.NewLoader(load.MaxOpenInFlight, probe)
@@ -119,6 +126,10 @@ func (l *study) memDrive(ctx context.Context, m *memStarted, ml memLoad) (result
 		r = ld.Closed(ctx, l.mix(tr), ml.requests, ml.maxDur, memConcurrency)
 	}
 	exited := tr.Exited()
+	if ml.measureNonGo && !exited {
+		m, err := l.measureNonGo(ctx, tr, began)
+		l.probesNonGo = append(l.probesNonGo, probeNonGo{m, err})
+	}
 	tr.Stop()
 	s, _ := tr.Stats()
 	t.RPS, t.P99, t.Errors = r.RPS, r.P99, r.Errors
@@ -194,25 +205,9 @@ func (l *study) memoryStudy(ctx context.Context) error {
 	// is the pair a pod would get.
 	cpu := summarized(l.cfg, &l.rec).recommendCPU(&result.Recommendation{}).cores
 	l.rec.Target.ProbeCPU = cpu
-	// The unlimited probes give the peak (the searches' bracket) and the
-	// capacity the health trials' fixed rate is a share of. Their median,
-	// not one probe: one that met a quiet moment would set the rate high.
-	var rpss, p99s, peaks, secs []float64
-	for i := 0; i < l.cfg.Probes; i++ {
-		probe, r := l.memRun(ctx, l.memEnv(result.SetNone, 0), cpu, 0, memLoad{requests: l.cfg.MemRequests, maxDur: l.plan.probeCap()})
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		l.progress("memory probe %d at %s CPU, no memory limit: peak %s, %.0f rps, p99 %.1fms", i+1, result.CPULabel(cpu), fit.FormatBytes(int64(probe.PeakBytes)), r.RPS, r.P99)
-		if probe.Outcome != result.OK {
-			return fmt.Errorf("%w: even without a memory limit: %s %s", errTargetFailed, probe.Outcome, probe.Detail)
-		}
-		rpss, p99s, peaks, secs = append(rpss, r.RPS), append(p99s, r.P99), append(peaks, float64(probe.PeakBytes)), append(secs, probe.Seconds)
+	if err := l.runProbes(ctx, cpu); err != nil {
+		return err
 	}
-	l.rec.Target.PeakBytes = uint64(stats.SpreadOf(peaks).Max)
-	l.rec.Target.ProbeRPS, l.rec.Target.ProbeP99 = stats.SpreadOf(rpss).Median, stats.SpreadOf(p99s).Median
-	l.rec.Target.HealthRPS = math.Max(1, math.Round(l.cfg.HealthShare*l.rec.Target.ProbeRPS))
-	l.plan.planMemory(l.rec.Target.ProbeRPS, stats.SpreadOf(secs).Median)
 	peak := int64(l.rec.Target.PeakBytes)
 	// No search climbs past 4 × the unlimited peak. A setting that needs
 	// more (GOGC=off with GOMEMLIMIT at the limit keeps everything a
@@ -337,6 +332,33 @@ table:
 			l.progress("throughput %-26s at %gx floor (%s): %.0f rps", setting, mult, fit.FormatBytes(limit), r.RPS)
 		}
 	}
+	return nil
+}
+
+// runProbes runs the unlimited probes under cpu: the peak (the searches'
+// bracket), the capacity the health trials' fixed rate is a share of, and
+// the non-Go memory gofit's setting declares.
+func (l *study) runProbes(ctx context.Context, cpu float64) error {
+	// Their median, not one probe: one that met a quiet moment would set
+	// the rate high.
+	var rpss, p99s, peaks, secs []float64
+	l.probesNonGo = nil
+	for i := 0; i < l.cfg.Probes; i++ {
+		probe, r := l.memRun(ctx, probeEnv(l.memEnv(result.SetNone, 0)), cpu, 0, memLoad{requests: l.cfg.MemRequests, maxDur: l.plan.probeCap(), measureNonGo: true})
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		l.progress("memory probe %d at %s CPU, no memory limit: peak %s, %.0f rps, p99 %.1fms", i+1, result.CPULabel(cpu), fit.FormatBytes(int64(probe.PeakBytes)), r.RPS, r.P99)
+		if probe.Outcome != result.OK {
+			return fmt.Errorf("%w: even without a memory limit: %s %s", errTargetFailed, probe.Outcome, probe.Detail)
+		}
+		rpss, p99s, peaks, secs = append(rpss, r.RPS), append(p99s, r.P99), append(peaks, float64(probe.PeakBytes)), append(secs, probe.Seconds)
+	}
+	l.chooseNonGo(l.probesNonGo)
+	l.rec.Target.PeakBytes = uint64(stats.SpreadOf(peaks).Max)
+	l.rec.Target.ProbeRPS, l.rec.Target.ProbeP99 = stats.SpreadOf(rpss).Median, stats.SpreadOf(p99s).Median
+	l.rec.Target.HealthRPS = math.Max(1, math.Round(l.cfg.HealthShare*l.rec.Target.ProbeRPS))
+	l.plan.planMemory(l.rec.Target.ProbeRPS, stats.SpreadOf(secs).Median)
 	return nil
 }
 

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
-
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/nongo"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 	"github.com/gofit-dev/gofit/fit"
 )
@@ -191,6 +191,13 @@ func (l *analysis) recommend() result.Recommendation {
 		if m := markerOf(env, plan.Export); m != "" {
 			env[fit.MarkerVar] = m
 		}
+		if n := l.rec.Target.NonGoBytes; mem.setting != result.SetAutoMemLimit && n > 0 {
+			declareNonGo(env, n)
+			rec.NonGoBytes = n
+			if m := l.rec.Target.NonGo; m != nil && plan.GOMEMLIMITReason == fit.ReasonUnmanaged {
+				rec.Reasons = append(rec.Reasons, nonGoReason(m, rec.MemoryLimitBytes, env["GOMEMLIMIT"]))
+			}
+		}
 		rec.Env = env
 		for _, r := range plan.Reasons {
 			if mem.setting == result.SetAutoMemLimit && r.Var == "GOMEMLIMIT" {
@@ -371,6 +378,11 @@ func deploymentYAML(r result.Recommendation) string {
 		if r.MemoryLimitBytes > 0 {
 			fmt.Fprintf(&b, "    memory: %s\n", mebi(r.MemoryLimitBytes))
 		}
+	}
+	if r.NonGoBytes > 0 {
+		// The webhook reads the pod's annotation rather than the env.
+		fmt.Fprintf(&b, "# %s outside the Go heap, measured by gofit lab, is declared below as %s (gofit run);\n", mebi(r.NonGoBytes), nongo.EnvVar)
+		fmt.Fprintf(&b, "# with gofit's webhook, annotate the pod instead: %s: \"NAME=%s\" (NAME: this container)\n", nongo.Annotation, mebi(r.NonGoBytes))
 	}
 	if len(r.Env) > 0 {
 		b.WriteString("env:\n")

@@ -50,6 +50,9 @@ type study struct {
 	// slowestStart is the longest a memory trial's target took to become
 	// ready without a memory limit (the probes, the health references).
 	slowestStart time.Duration
+	// probesNonGo is what the unlimited probes measured of the target's
+	// non-Go memory (nongo.go).
+	probesNonGo []probeNonGo
 }
 
 // errTargetFailed means the target crashed or answered with errors where

@@ -18,22 +18,30 @@ import (
 
 // planEnv is what `gofit run` would hand the target under these limits.
 func (l *study) planEnv(cores float64, mem int64) (map[string]string, fit.Plan) {
-	return planEnvRequest(l.cfg, l.rec.NCPU, l.rec.Binary, cores, 0, mem)
+	return planEnvNonGo(l.cfg, l.rec.NCPU, l.rec.Binary, declared(l.rec.Target), cores, 0, mem)
 }
 
 func (l *analysis) planEnv(cores float64, mem int64) (map[string]string, fit.Plan) {
-	return planEnvRequest(l.cfg, l.ncpu, l.rec.Binary, cores, 0, mem)
+	return planEnvNonGo(l.cfg, l.ncpu, l.rec.Binary, declared(l.rec.Target), cores, 0, mem)
 }
 
 // planEnvRequest is planEnv for a container that also requests request
 // cores: without a CPU limit, GOMAXPROCS follows the request times
 // Config.CPURequestFactor (GOFIT_CPU_REQUEST_FACTOR's policy).
 func planEnvRequest(cfg Config, ncpu int, bin target.Binary, cores, request float64, mem int64) (map[string]string, fit.Plan) {
+	return planEnvNonGo(cfg, ncpu, bin, fit.NonGo{}, cores, request, mem)
+}
+
+// planEnvNonGo is planEnvRequest with non-Go memory declared, as a user
+// following the recommendation declares what the probes measured
+// (GOFIT_NON_GO): the memory setting's and the recommendation's plan.
+func planEnvNonGo(cfg Config, ncpu int, bin target.Binary, nonGo fit.NonGo, cores, request float64, mem int64) (map[string]string, fit.Plan) {
 	in := fit.NewInput(cgroup.Limits{
 		// The request as the sandbox writes it (manage.Group.SetCPURequest).
 		CPU:    cgroup.CPULimits{Quota: cores, LeafQuota: cores, QuotaGroup: "(trial)", Shares: uint64(request * 1024)},
 		Memory: cgroup.MemoryLimits{Max: mem, MaxGroup: "(trial)"},
 	}, ncpu, baseEnv(cfg))
+	in.NonGo = nonGo
 	bin.Describe(&in)
 	pol := fit.Policy{}
 	if request > 0 {
@@ -95,6 +103,7 @@ func (l *study) memEnv(setting string, limit int64) map[string]string {
 		if m, ok := p.Export[fit.MarkerVar]; ok {
 			env[fit.MarkerVar] = m
 		}
+		declareNonGo(env, l.rec.Target.NonGoBytes)
 		return env
 	case result.SetLimitGCOff:
 		env := l.baseEnv()

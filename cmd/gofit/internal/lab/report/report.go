@@ -252,7 +252,7 @@ func renderHTML(r *result.Results) ([]byte, error) {
 		Peak                    string
 		Floors                  []floorRow
 		MemTrials               []memTrialRow
-	}{R: r, Tables: verdictTables(r), Placement: r.Placement != nil, ProbeCPU: result.CPULabel(r.Target.ProbeCPU), Peak: fit.FormatBytes(int64(r.Target.PeakBytes))}
+	}{R: r, Tables: verdictTables(r), Placement: r.Placement != nil, ProbeCPU: result.CPULabel(r.Target.ProbeCPU), Peak: result.PeakLabel(r)}
 	if r.Placement != nil && len(r.Placement.Generator) > 0 {
 		var xs []float64
 		for _, c := range r.CPU {
@@ -417,7 +417,8 @@ func Summary(w io.Writer, r *result.Results) {
 	}
 	if len(r.Memory) > 0 {
 		fmt.Fprintf(w, "\nMemory floors at %s CPU (page cache %s at start; peak without a limit %s; unlimited %.0f rps, p99 %.1fms; health judged at %.0f rps against the same setting without a limit)\n",
-			result.CPULabel(r.Target.ProbeCPU), r.Target.PageCache, fit.FormatBytes(int64(r.Target.PeakBytes)), r.Target.ProbeRPS, r.Target.ProbeP99, r.Target.HealthRPS)
+			result.CPULabel(r.Target.ProbeCPU), r.Target.PageCache, result.PeakLabel(r), r.Target.ProbeRPS, r.Target.ProbeP99, r.Target.HealthRPS)
+		fmt.Fprintf(w, "  non-Go memory: %s\n", result.NonGoLabel(r.Target.NonGo))
 		for _, m := range r.Memory {
 			f, h := m.FloorLabels()
 			fmt.Fprintf(w, "  %-26s survives from %-10s healthy from %-10s %d trials\n", m.Setting, f, h, len(m.Trials)+len(m.HealthyTrials))

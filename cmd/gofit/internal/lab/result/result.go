@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/nongo"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 	"github.com/gofit-dev/gofit/fit"
 )
@@ -50,6 +51,13 @@ type TargetInfo struct {
 	HealthRPS     float64 `json:"health_rps"`      // the health trials' open-loop rate: a share of probe_rps
 	ProbeCPU      float64 `json:"probe_cpu_cores"` // the CPU limit of every memory trial (0: none)
 	GoDefaultNote string  `json:"go_default"`
+	// NonGoBytes is the non-Go memory the unlimited probes measured and
+	// the gofit setting and the recommendation declare (0: under
+	// nongo.DeclareMin, or not measured); NonGo its parts, method and
+	// caveats (null: not measured, NonGoError says why).
+	NonGoBytes int64              `json:"non_go_bytes"`
+	NonGo      *nongo.Measurement `json:"non_go"`
+	NonGoError string             `json:"non_go_error,omitempty"`
 }
 
 // LabInfo is the lab's own cost, and what it could not do.
@@ -285,7 +293,10 @@ type Recommendation struct {
 	Confident          bool              `json:"confident"` // every figure it rests on is error-free and its interval meets the rule
 	Reasons            []string          `json:"reasons"`
 	Check              *CheckTrial       `json:"check"` // the recommended pair run together once
-	YAML               string            `json:"yaml"`
+	// NonGoBytes is the non-Go memory the recommendation declares
+	// (GOFIT_NON_GO in Env, and the annotation the YAML names); 0: none.
+	NonGoBytes int64  `json:"non_go_bytes"`
+	YAML       string `json:"yaml"`
 }
 
 // CheckTrial is the recommendation run as one trial.

@@ -1,0 +1,98 @@
+package promtest
+
+import (
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gofit-dev/gofit/internal/cgtest"
+)
+
+// Limits are a scrape target's cgroup: a CPU quota of CPU cores per
+// Period, a CPU weight as for Weight cores (large, so that the quota and
+// not a busy host decides what it gets), and a memory limit.
+type Limits struct {
+	CPU    float64
+	Period time.Duration
+	Weight float64
+	Memory int64
+}
+
+// BuildService builds examples/service from the checkout whose root is
+// repo, into the test's temporary directory.
+func BuildService(t testing.TB, repo string) string {
+	t.Helper()
+	exe := filepath.Join(t.TempDir(), "service")
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", exe, "./examples/service")
+	cmd.Dir = repo
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build examples/service: %v\n%s", err, out)
+	}
+	return exe
+}
+
+// StartService runs exe (examples/service) in a new cgroup with lim and
+// exactly env (with PATH), and returns its address once /metrics
+// answers. The process is killed when the test ends, before its cgroup
+// is removed, pass or fail; its output is logged when the test failed.
+func StartService(t testing.TB, exe, name string, lim Limits, env []string) string {
+	t.Helper()
+	g := cgtest.NewGroup(t)
+	if err := g.SetCPU(lim.CPU, lim.Period); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.SetCPURequest(lim.Weight); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.SetMemoryMax(lim.Memory); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := g.Command(exe, "-addr", addr)
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "GOFIT_LOG=warn"}, env...)
+	logf, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr.Setpgid = true
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		logf.Close()
+		if t.Failed() {
+			if b, err := os.ReadFile(logf.Name()); err == nil && len(b) > 0 {
+				t.Logf("%s log:\n%s", name, b)
+			}
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return addr
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: /metrics not answering after 20s: %v", name, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
