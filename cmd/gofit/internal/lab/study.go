@@ -209,8 +209,20 @@ func (l *analysis) failure() string {
 	if failed > 0 && failed*2 >= total {
 		why = append(why, fmt.Sprintf("%d of %d CPU windows had over 1%% errors, e.g. %s", failed, total, example))
 	}
+	// No CPU recommendation is the target's failure only when gofit's
+	// open-loop cells all failed: saturated cells (a slow machine, a
+	// tiny quota) leave the recommendation out, with its reason, but
+	// say nothing against the target.
 	if r := l.res.Recommendation; r.CPULimitCores == 0 && len(l.rec.CPU) > 0 {
-		why = append(why, "no CPU quota had error-free cells to recommend")
+		clean := false
+		for _, s := range l.res.CPUSummary {
+			if s.Mode == result.Open && s.Is(result.SetGofit) && !s.Failed {
+				clean = true
+			}
+		}
+		if !clean {
+			why = append(why, "no CPU quota had error-free cells to recommend")
+		}
 	}
 	if c := l.rec.Check; c != nil && c.Outcome != result.OK {
 		why = append(why, "the check trial of the recommendation failed: "+c.Outcome+" "+c.Detail)

@@ -155,3 +155,21 @@ func TestNCPUFoldsIntoAKnownGoDefault(t *testing.T) {
 		}
 	}
 }
+
+// A study whose open loops are all saturated (a slow machine, a rate
+// above every setting's capacity) recommends no CPU limit and says why,
+// but it is not the target's failure: nothing answered with errors.
+func TestSaturatedStudyIsNotAFailure(t *testing.T) {
+	l, _ := newFakeLab(t, time.Hour)
+	l.cfg.TargetRPS = 5000 // over every setting's capacity (at most 1100)
+	if err := l.cpuStudy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	res := l.results()
+	if res.Recommendation.CPULimitCores != 0 {
+		t.Errorf("recommended %v cores from saturated cells", res.Recommendation.CPULimitCores)
+	}
+	if res.Lab.Failed != "" {
+		t.Errorf("failed: %q; saturated cells are no error of the target's", res.Lab.Failed)
+	}
+}
