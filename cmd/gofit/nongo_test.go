@@ -68,6 +68,9 @@ func TestDeclaredNonGo(t *testing.T) {
 // GOMEMLIMIT that fits leaves room for what is declared, and the
 // declaration is the one GOFIT_NON_GO reads.
 func TestInspectPIDRealCgroup(t *testing.T) {
+	if raceEnabled {
+		t.Skip("skipping under the race detector: its shadow memory is non-Go memory the service would carry too")
+	}
 	g := cgtest.NewGroup(t)
 	if err := g.SetMemoryMax(256 << 20); err != nil {
 		t.Fatal(err)

@@ -86,7 +86,7 @@ func TestWebhookServes(t *testing.T) {
 	l.Close()
 
 	cmd := gofitCmd("webhook", "--addr", addr, "--cert-file", crt, "--key-file", key, "--shutdown-delay", "0", "--ceil")
-	var stderr bytes.Buffer
+	var stderr syncBuffer // read while the webhook still writes
 	cmd.Stderr = &stderr
 	cmd.Env = append(cmd.Env, "KUBECONFIG=/nonexistent") // serving must not need one
 	if err := cmd.Start(); err != nil {
