@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gofit-dev/gofit/kube/internal/kubetest"
+	"github.com/gofit-dev/gofit/kube/monitoring/monitoringtest"
 )
 
 // root is the repository root.
@@ -257,6 +258,9 @@ func TestSchema(t *testing.T) {
 var matrix = []struct{ name, values string }{
 	{"default", `{}`},
 	{"cert-manager-monitoring", `{"webhook":{"certificates":"cert-manager"},"monitoring":{"enabled":true,"labels":{"release":"prometheus"}}}`},
+	{"monitoring-moved", `{"webhook":{"namespace":"fit"},"monitoring":{"enabled":true,"namespace":"monitoring","interval":"1m",
+	  "podMonitors":{"services":false},"dashboards":{"namespace":"grafana"}}}`},
+	{"monitoring-rules-only", `{"node":{"enabled":false},"monitoring":{"enabled":true,"podMonitors":{"enabled":false},"dashboards":{"enabled":false}}}`},
 	{"webhook-tuned", `{"node":{"enabled":false},"webhook":{"namespace":"fit","replicas":3,"failurePolicy":"Fail",
 	  "policy":{"memoryRatio":0.8,"ceil":true,"cpuRequestFactor":1.5,"cpuRequestMin":1,"goVersion":"go1.25"},
 	  "objectSelector":{"matchLabels":{"gofit.dev/fit":"yes"}},"namespaceSelector":{"matchLabels":{"team":"a"}},
@@ -292,11 +296,15 @@ func permissive(group, kind, plural string) *apiextensionsv1.CustomResourceDefin
 // server's validation, defaulting and admission (Pod Security, priority
 // classes) take each render.
 func TestDryRun(t *testing.T) {
-	cfg := kubetest.Start(t, &envtest.Environment{CRDs: []*apiextensionsv1.CustomResourceDefinition{
-		permissive("cert-manager.io", "Issuer", "issuers"),
-		permissive("cert-manager.io", "Certificate", "certificates"),
-		permissive("monitoring.coreos.com", "PodMonitor", "podmonitors"),
-	}})
+	cfg := kubetest.Start(t, &envtest.Environment{
+		CRDs: []*apiextensionsv1.CustomResourceDefinition{
+			permissive("cert-manager.io", "Issuer", "issuers"),
+			permissive("cert-manager.io", "Certificate", "certificates"),
+		},
+		// The Prometheus Operator's own CRDs, as kube/monitoring's dry run
+		// of deploy/monitoring uses: the monitoring objects meet its schemas.
+		CRDInstallOptions: envtest.CRDInstallOptions{Paths: monitoringtest.OperatorCRDs(t), ErrorIfPathMissing: true},
+	})
 	cl, err := client.New(cfg, client.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -304,11 +312,12 @@ func TestDryRun(t *testing.T) {
 	ctx := context.Background()
 	// A dry run creates nothing, so the namespaces the objects go into
 	// must exist.
-	for _, ns := range []string{"gofit-system", "gofit-node", "fit", "koordinator-system"} {
+	for _, ns := range []string{"gofit-system", "gofit-node", "fit", "koordinator-system", "monitoring", "grafana"} {
 		if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			t.Fatal(err)
 		}
 	}
+	applied := map[string]int{}
 	for _, tc := range matrix {
 		t.Run(tc.name, func(t *testing.T) {
 			objs := template(t, tc.values)
@@ -316,12 +325,19 @@ func TestDryRun(t *testing.T) {
 				t.Fatal("nothing rendered")
 			}
 			for _, o := range objs {
-				if err := cl.Patch(ctx, o, client.Apply, client.DryRunAll, client.FieldOwner("gofit-chart-test"), client.ForceOwnership); err != nil {
+				applied[o.GetKind()]++
+				if err := cl.Patch(ctx, o, client.Apply, client.DryRunAll, client.FieldOwner("gofit-chart-test"), client.ForceOwnership,
+					client.FieldValidation("Strict")); err != nil {
 					t.Errorf("%s: %v", key(o), err)
 				}
 			}
 			checkRender(t, tc.name, objs)
 		})
+	}
+	for _, k := range dryRunKinds {
+		if applied[k] == 0 {
+			t.Errorf("no %s was dry-run over the matrix", k)
+		}
 	}
 	// The dry run can fail: a value the schema lets through (any string
 	// for maxUnavailable) and the API server refuses.
@@ -332,6 +348,11 @@ func TestDryRun(t *testing.T) {
 		}
 	}
 }
+
+// dryRunKinds are the kinds TestDryRun must have applied at least once
+// over the matrix.
+var dryRunKinds = []string{"PodMonitor", "PrometheusRule", "ConfigMap", "Certificate", "Issuer", "DaemonSet", "Deployment",
+	"MutatingWebhookConfiguration", "ValidatingAdmissionPolicy"}
 
 // checkRender checks that the values reached the objects they are for.
 func checkRender(t *testing.T, name string, objs []*unstructured.Unstructured) {
@@ -396,13 +417,99 @@ func checkRender(t *testing.T, name string, objs []*unstructured.Unstructured) {
 		if got := img[0].(map[string]any)["image"]; got != "ghcr.io/gofit-dev/gofit:v9.9.9" {
 			t.Errorf("image %v", got)
 		}
+	case "monitoring-moved":
+		want := []string{"PodMonitor monitoring/gofit-webhook", "PodMonitor monitoring/gofit-node", "PrometheusRule monitoring/gofit",
+			"ConfigMap grafana/gofit-fleet-dashboard", "ConfigMap grafana/gofit-workload-dashboard"}
+		if got := monitoringKeys(objs); !slices.Equal(got, sorted(want)) {
+			t.Errorf("monitoring objects %q, want %q", got, sorted(want))
+		}
+		for k, ns := range map[string]string{"PodMonitor monitoring/gofit-webhook": "fit", "PodMonitor monitoring/gofit-node": "gofit-node"} {
+			if o := kinds[k]; o != nil {
+				names, _, _ := unstructured.NestedStringSlice(o.Object, "spec", "namespaceSelector", "matchNames")
+				eps, _, _ := unstructured.NestedSlice(o.Object, "spec", "podMetricsEndpoints")
+				if !slices.Equal(names, []string{ns}) || eps[0].(map[string]any)["interval"] != "1m" {
+					t.Errorf("%s selects namespaces %q, endpoints %v; want [%s], interval 1m", k, names, eps, ns)
+				}
+			}
+		}
+	case "monitoring-rules-only":
+		if got := monitoringKeys(objs); !slices.Equal(got, []string{"PrometheusRule gofit-system/gofit"}) {
+			t.Errorf("monitoring objects %q, want only the PrometheusRule", got)
+		}
 	case "cert-manager-monitoring":
-		for _, k := range []string{"PodMonitor gofit-system/gofit-webhook", "PodMonitor gofit-node/gofit-node", "Certificate gofit-system/gofit-webhook"} {
+		if got := len(monitoringKeys(objs)); got != 6 {
+			t.Errorf("%d monitoring objects, want deploy/monitoring's 6", got)
+		}
+		for _, k := range []string{"PodMonitor gofit-system/gofit-webhook", "PodMonitor gofit-system/gofit-node", "PodMonitor gofit-system/gofit-services",
+			"PrometheusRule gofit-system/gofit", "ConfigMap gofit-system/gofit-fleet-dashboard", "Certificate gofit-system/gofit-webhook"} {
 			if kinds[k] == nil {
 				t.Errorf("no %s", k)
-			} else if k[0] == 'P' && kinds[k].GetLabels()["release"] != "prometheus" {
+			} else if !strings.HasPrefix(k, "Certificate") && kinds[k].GetLabels()["release"] != "prometheus" {
 				t.Errorf("%s lacks monitoring.labels", k)
 			}
+		}
+	}
+}
+
+// monitoringKeys are the keys of objs's monitoring objects, sorted.
+func monitoringKeys(objs []*unstructured.Unstructured) []string {
+	var out []string
+	for _, o := range objs {
+		if o.GetLabels()["app.kubernetes.io/component"] == "monitoring" {
+			out = append(out, key(o))
+		}
+	}
+	return sorted(out)
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
+}
+
+// TestMonitoringParity: with monitoring.enabled the chart adds exactly
+// deploy/monitoring's objects (PrometheusRule, PodMonitors, dashboard
+// ConfigMaps), the same but for Helm's labels. Both come from
+// kube/monitoring (deploy/monitoring and charts/gofit/files/monitoring);
+// kube/monitoring's TestCheckedIn fails when either is stale, and this
+// test when the chart's template changes them on the way.
+func TestMonitoringParity(t *testing.T) {
+	want := map[string]string{}
+	for _, o := range kustomize(t, "monitoring") {
+		want[key(o)] = normal(t, o)
+	}
+	if len(want) < 6 {
+		t.Fatalf("deploy/monitoring: %d objects, want at least 6", len(want))
+	}
+	base := map[string]bool{}
+	for _, o := range template(t, `{}`) {
+		base[key(o)] = true
+	}
+	got := map[string]string{}
+	for _, o := range template(t, `{"monitoring":{"enabled":true}}`) {
+		if base[key(o)] {
+			continue
+		}
+		got[key(o)] = normal(t, o)
+		for _, l := range helmLabels {
+			if o.GetLabels()[l] == "" {
+				t.Errorf("%s has no %s label", key(o), l)
+			}
+		}
+	}
+	for k, w := range want {
+		g, ok := got[k]
+		switch {
+		case !ok:
+			t.Errorf("deploy/monitoring installs %s; the chart does not", k)
+		case g != w:
+			t.Errorf("%s differs:\n--- deploy/monitoring\n%s--- chart\n%s", k, w, g)
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("the chart's monitoring installs %s; deploy/monitoring does not", k)
 		}
 	}
 }

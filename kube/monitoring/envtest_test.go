@@ -1,16 +1,12 @@
 package monitoring
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -25,40 +21,8 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/gofit-dev/gofit/kube/internal/kubetest"
+	"github.com/gofit-dev/gofit/kube/monitoring/monitoringtest"
 )
-
-// OperatorVersion is the Prometheus Operator whose CRDs the dry run
-// installs, taken from its Go module (example/prometheus-operator-crd).
-const OperatorVersion = "v0.85.0"
-
-// operatorCRDs downloads the Prometheus Operator's module into the module
-// cache (once; go mod download is a no-op after) and returns the CRD files
-// of the kinds deploy/monitoring uses.
-func operatorCRDs(t *testing.T) []string {
-	t.Helper()
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "mod", "download", "-json", "github.com/prometheus-operator/prometheus-operator@"+OperatorVersion)
-	cmd.Dir = t.TempDir() // outside any module: nothing is added to go.mod
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go mod download prometheus-operator@%s: %v\n%s%s", OperatorVersion, err, out, stderr.Bytes())
-	}
-	var mod struct{ Dir, Error string }
-	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
-		t.Fatalf("go mod download prometheus-operator@%s: %v %s: %s", OperatorVersion, err, mod.Error, out)
-	}
-	var files []string
-	for _, kind := range []string{"podmonitors", "servicemonitors", "prometheusrules"} {
-		f := filepath.Join(mod.Dir, "example", "prometheus-operator-crd", "monitoring.coreos.com_"+kind+".yaml")
-		if _, err := os.Stat(f); err != nil {
-			t.Fatalf("prometheus-operator@%s: %v", OperatorVersion, err)
-		}
-		files = append(files, f)
-	}
-	return files
-}
 
 // TestServerSideDryRun: every object of the kustomization's resources
 // (PrometheusRule, PodMonitors, dashboard ConfigMaps) passes a server-side dry run, with
@@ -68,7 +32,7 @@ func TestServerSideDryRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping: starts kube-apiserver and etcd (-short)")
 	}
-	crds := operatorCRDs(t)
+	crds := monitoringtest.OperatorCRDs(t)
 	cfg := kubetest.Start(t, &envtest.Environment{CRDInstallOptions: envtest.CRDInstallOptions{Paths: crds, ErrorIfPathMissing: true}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

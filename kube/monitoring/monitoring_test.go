@@ -13,21 +13,29 @@ import (
 	"github.com/gofit-dev/gofit/tools/promtest"
 )
 
-const deployDir = "../../deploy/monitoring"
+const (
+	deployDir = "../../deploy/monitoring"
+	chartDir  = "../../charts/gofit/files/monitoring"
+)
 
-// TestCheckedIn fails when deploy/monitoring is not what the generator
-// writes now.
+// TestCheckedIn fails when deploy/monitoring or the chart's copy of its
+// objects is not what the generator writes now.
 func TestCheckedIn(t *testing.T) {
-	files, err := Files(Default())
-	if err != nil {
-		t.Fatal(err)
-	}
-	stale, err := Stale(deployDir, files)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(stale) > 0 {
-		t.Errorf("deploy/monitoring is stale (%s): run `go run ./kube/monitoring/gen` from the repository root", strings.Join(stale, ", "))
+	for _, c := range []struct {
+		dir   string
+		files func(Params) (map[string][]byte, error)
+	}{{deployDir, Files}, {chartDir, ChartFiles}} {
+		files, err := c.files(Default())
+		if err != nil {
+			t.Fatal(err)
+		}
+		stale, err := Stale(c.dir, files)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(stale) > 0 {
+			t.Errorf("%s is stale (%s): run `go run ./kube/monitoring/gen` from the repository root", strings.TrimPrefix(c.dir, "../../"), strings.Join(stale, ", "))
+		}
 	}
 }
 

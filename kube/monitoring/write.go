@@ -16,6 +16,22 @@ func Write(dir string, p Params) error {
 	if err != nil {
 		return err
 	}
+	return WriteFiles(dir, files)
+}
+
+// WriteChart writes ChartFiles(p) under dir (the chart's
+// files/monitoring) the same way.
+func WriteChart(dir string, p Params) error {
+	files, err := ChartFiles(p)
+	if err != nil {
+		return err
+	}
+	return WriteFiles(dir, files)
+}
+
+// WriteFiles writes files under dir and removes the .yaml and .json files
+// there that files does not name.
+func WriteFiles(dir string, files map[string][]byte) error {
 	for name, b := range files {
 		f := filepath.Join(dir, name)
 		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {

@@ -31,3 +31,14 @@ app.kubernetes.io/name: gofit-webhook
 {{- define "gofit.qosNamespace" -}}
 {{ .Values.node.qosConfig.namespace | default .Values.node.namespace }}
 {{- end -}}
+
+{{/* Where the monitoring objects go: monitoring.namespace, else the webhook's, else the agent's. */}}
+{{- define "gofit.monitoringNamespace" -}}
+{{- if .Values.monitoring.namespace -}}
+{{ .Values.monitoring.namespace }}
+{{- else if .Values.webhook.enabled -}}
+{{ .Values.webhook.namespace }}
+{{- else -}}
+{{ .Values.node.namespace }}
+{{- end -}}
+{{- end -}}
