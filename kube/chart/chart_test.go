@@ -119,11 +119,36 @@ func decode(t testing.TB, b []byte) []*unstructured.Unstructured {
 }
 
 // kustomize builds a kustomization made of the given deploy/ directories.
+// "BASE+COMPONENT+..." builds an overlay of deploy/BASE with the
+// components deploy/COMPONENT, as docs/install.md tells an operator to
+// write one (labelled as the base labels its own objects).
 func kustomize(t testing.TB, dirs ...string) []*unstructured.Unstructured {
 	t.Helper()
 	var objs []*unstructured.Unstructured
 	for _, d := range dirs {
-		m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), filepath.Join(root(), "deploy", d))
+		dir := filepath.Join(root(), "deploy", d)
+		if parts := strings.Split(d, "+"); len(parts) > 1 {
+			dir = t.TempDir()
+			rel := func(p string) string {
+				r, err := filepath.Rel(dir, filepath.Join(root(), "deploy", p))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return r
+			}
+			k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - " + rel(parts[0]) + "\ncomponents:\n"
+			for _, c := range parts[1:] {
+				k += "  - " + rel(c) + "\n"
+			}
+			k += "labels:\n  - pairs: {app.kubernetes.io/part-of: gofit}\n    includeSelectors: false\n"
+			if strings.HasPrefix(parts[0], "webhook/") {
+				k += "  - pairs: {app.kubernetes.io/name: gofit-webhook}\n    includeSelectors: false\n"
+			}
+			if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 		if err != nil {
 			t.Fatalf("kustomize build deploy/%s: %v", d, err)
 		}
@@ -172,7 +197,9 @@ func normal(t testing.TB, o *unstructured.Unstructured) string {
 
 // TestParity: the chart's default render installs the objects deploy/
 // installs (self-managed certificates and the node agent), and with
-// certificates: cert-manager, those of deploy/webhook/cert-manager; the
+// certificates: cert-manager, those of deploy/webhook/cert-manager; each
+// component of deploy/ (systemd, experiments, cilium, apiserver-cidr) is a
+// value of the chart that renders what an overlay with it builds. The
 // only differences are Helm's own labels. A change to one side that the
 // other does not follow fails here.
 func TestParity(t *testing.T) {
@@ -182,6 +209,14 @@ func TestParity(t *testing.T) {
 	}{
 		{"default", `{}`, []string{"webhook/self-managed", "node"}},
 		{"cert-manager", `{"webhook":{"certificates":"cert-manager"}}`, []string{"webhook/cert-manager", "node"}},
+		// Each component of deploy/ has its value.
+		{"systemd", `{"node":{"cgroupDriver":"systemd"}}`, []string{"webhook/self-managed", "node+node/systemd"}},
+		{"experiments", `{"webhook":{"experiments":{"enabled":true}}}`, []string{"webhook/self-managed+webhook/experiments", "node"}},
+		{"cert-manager-experiments", `{"webhook":{"certificates":"cert-manager","experiments":{"enabled":true}}}`,
+			[]string{"webhook/cert-manager+webhook/experiments", "node"}},
+		{"cilium", `{"webhook":{"ciliumNetworkPolicy":{"enabled":true}}}`, []string{"webhook/self-managed+webhook/cilium", "node"}},
+		{"apiserver-cidr", `{"webhook":{"networkPolicy":{"ingressFrom":[{"ipBlock":{"cidr":"10.0.0.0/24"}},{"ipBlock":{"cidr":"10.0.16.0/20"}}]}}}`,
+			[]string{"webhook/self-managed+webhook/apiserver-cidr", "node"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			want := map[string]string{}
@@ -244,6 +279,14 @@ func TestSchema(t *testing.T) {
 		{`{"node":{"maxProtectedRatio":2}}`, "/node/maxProtectedRatio"},
 		{`{"node":{"qosConfig":{"namespace":"Koordinator"}}}`, "/node/qosConfig/namespace"},
 		{`{"monitoring":{"enabled":"yes"}}`, "/monitoring/enabled"},
+		{`{"monitoring":{"podMonitors":{"enable":false}}}`, "enable"},
+		{`{"monitoring":{"dashboards":{"namespace":"Grafana"}}}`, "/monitoring/dashboards/namespace"},
+		{`{"webhook":{"networkPolicy":{"ingressFrom":[{"ipBlock":{}}]}}}`, "/webhook/networkPolicy/ingressFrom/0/ipBlock"},
+		{`{"webhook":{"experiments":{"enabled":1}}}`, "/webhook/experiments/enabled"},
+		// Not the schema's (two fields), the template's: a budget that
+		// allows no eviction blocks every drain.
+		{`{"webhook":{"replicas":1}}`, "webhook.pdb.minAvailable (1) must be below webhook.replicas (1)"},
+		{`{"webhook":{"replicas":2,"pdb":{"minAvailable":2}}}`, "webhook.pdb.minAvailable (2) must be below webhook.replicas (2)"},
 	} {
 		f := filepath.Join(t.TempDir(), "values.json")
 		os.WriteFile(f, []byte(tc.values), 0o644)
@@ -272,19 +315,21 @@ var matrix = []struct{ name, values string }{
 	{"node-systemd", `{"webhook":{"enabled":false},"node":{"cgroupDriver":"systemd","policy":"auto","metricsPort":9465,
 	  "qosConfig":{"create":true,"namespace":"koordinator-system"},"priorityClassName":"","maxUnavailable":1}}`},
 	{"own-namespaces", `{"namespaces":{"create":false},"image":{"tag":"v9.9.9"}}`},
+	{"components", `{"webhook":{"replicas":1,"pdb":{"minAvailable":0},"experiments":{"enabled":true},"ciliumNetworkPolicy":{"enabled":true},
+	  "networkPolicy":{"ingressFrom":[{"ipBlock":{"cidr":"10.0.0.0/24"}},{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]}}}`},
 }
 
 // permissive is a CRD that takes any object of its kind: the dry run
 // checks names, namespaces and references, not cert-manager's or the
 // Prometheus Operator's own schemas.
-func permissive(group, kind, plural string) *apiextensionsv1.CustomResourceDefinition {
+func permissive(group, version, kind, plural string) *apiextensionsv1.CustomResourceDefinition {
 	yes := true
 	return &apiextensionsv1.CustomResourceDefinition{
 		ObjectMeta: metav1.ObjectMeta{Name: plural + "." + group},
 		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
 			Group: group, Scope: apiextensionsv1.NamespaceScoped,
 			Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: kind, Plural: plural, ListKind: kind + "List", Singular: strings.ToLower(kind)},
-			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: version, Served: true, Storage: true,
 				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
 					Type: "object", XPreserveUnknownFields: &yes}}}},
 		},
@@ -298,8 +343,9 @@ func permissive(group, kind, plural string) *apiextensionsv1.CustomResourceDefin
 func TestDryRun(t *testing.T) {
 	cfg := kubetest.Start(t, &envtest.Environment{
 		CRDs: []*apiextensionsv1.CustomResourceDefinition{
-			permissive("cert-manager.io", "Issuer", "issuers"),
-			permissive("cert-manager.io", "Certificate", "certificates"),
+			permissive("cert-manager.io", "v1", "Issuer", "issuers"),
+			permissive("cert-manager.io", "v1", "Certificate", "certificates"),
+			permissive("cilium.io", "v2", "CiliumNetworkPolicy", "ciliumnetworkpolicies"),
 		},
 		// The Prometheus Operator's own CRDs, as kube/monitoring's dry run
 		// of deploy/monitoring uses: the monitoring objects meet its schemas.
@@ -352,7 +398,7 @@ func TestDryRun(t *testing.T) {
 // dryRunKinds are the kinds TestDryRun must have applied at least once
 // over the matrix.
 var dryRunKinds = []string{"PodMonitor", "PrometheusRule", "ConfigMap", "Certificate", "Issuer", "DaemonSet", "Deployment",
-	"MutatingWebhookConfiguration", "ValidatingAdmissionPolicy"}
+	"MutatingWebhookConfiguration", "ValidatingAdmissionPolicy", "CiliumNetworkPolicy", "ClusterRole", "NetworkPolicy", "PodDisruptionBudget"}
 
 // checkRender checks that the values reached the objects they are for.
 func checkRender(t *testing.T, name string, objs []*unstructured.Unstructured) {
