@@ -580,14 +580,48 @@ func TestNoLatest(t *testing.T) {
 			return nil
 		})
 	}
-	for _, o := range template(t, `{}`) {
-		if cs, ok, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers"); ok {
-			for _, c := range cs {
-				img := c.(map[string]any)["image"].(string)
-				if !strings.Contains(img, ":v") {
-					t.Errorf("%s runs %s, not a versioned image", key(o), img)
+	// What runs: every container image the chart renders over the matrix
+	// and every deploy/ kustomization (with each component) builds names a
+	// version or a digest: an untagged image is :latest too.
+	renders := map[string][]*unstructured.Unstructured{}
+	for _, tc := range matrix {
+		renders["chart "+tc.name] = template(t, tc.values)
+	}
+	for _, d := range []string{"webhook/self-managed", "webhook/cert-manager", "node", "monitoring",
+		"webhook/self-managed+webhook/experiments+webhook/cilium+webhook/apiserver-cidr", "node+node/systemd"} {
+		renders["deploy/"+d] = kustomize(t, d)
+	}
+	n := 0
+	for name, objs := range renders {
+		for _, o := range objs {
+			for _, f := range []string{"containers", "initContainers"} {
+				cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", f)
+				for _, c := range cs {
+					n++
+					img, _ := c.(map[string]any)["image"].(string)
+					if !pinned(img) {
+						t.Errorf("%s: %s runs %q, not a versioned image", name, key(o), img)
+					}
 				}
 			}
 		}
 	}
+	if n < 10 {
+		t.Errorf("only %d containers checked", n)
+	}
+	for _, img := range []string{"ghcr.io/gofit-dev/gofit", "gofit", "gofit:latest", "localhost:5000/gofit", "r/gofit@sha256:abc"} {
+		if pinned(img) {
+			t.Errorf("pinned(%q) = true", img)
+		}
+	}
+}
+
+// pinned: img names a tag other than latest, or a sha256 digest.
+func pinned(img string) bool {
+	if i := strings.Index(img, "@sha256:"); i >= 0 {
+		return len(img)-i-len("@sha256:") == 64
+	}
+	name := img[strings.LastIndex(img, "/")+1:]
+	i := strings.LastIndex(name, ":")
+	return i > 0 && i < len(name)-1 && name[i+1:] != "latest"
 }
