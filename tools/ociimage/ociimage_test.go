@@ -265,6 +265,22 @@ func TestSBOM(t *testing.T) {
 	if _, err := SBOM([]byte("#!/bin/sh\n"), created); err == nil {
 		t.Error("an SBOM of a shell script")
 	}
+	// A release's SBOM names the release: the build info of a binary
+	// built in the workspace says only (devel).
+	if v := bom.Metadata.Component.Version; v != "(devel)" && v != "" {
+		t.Logf("the build info records version %q", v)
+	}
+	raw, err = SBOMVersion(b, created, "v1.2.3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rel cdx.BOM
+	if err := cdx.NewBOMDecoder(bytes.NewReader(raw), cdx.BOMFileFormatJSON).Decode(&rel); err != nil {
+		t.Fatal(err)
+	}
+	if c := rel.Metadata.Component; c.Version != "v1.2.3" || c.PackageURL != "pkg:golang/github.com/gofit-dev/gofit/tools@v1.2.3" || c.BOMRef != c.PackageURL {
+		t.Errorf("with version v1.2.3: component %s %s %s", c.Version, c.PackageURL, c.BOMRef)
+	}
 }
 
 // TestReproducible builds a program twice for both platforms, in two

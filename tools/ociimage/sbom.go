@@ -18,6 +18,15 @@ import (
 // time give the same bytes (the serial number comes from the file's
 // digest).
 func SBOM(exe []byte, created time.Time) ([]byte, error) {
+	return SBOMVersion(exe, created, "")
+}
+
+// SBOMVersion is SBOM with the described component's version: a binary
+// built inside a workspace or without a module version records its main
+// module as "(devel)", and a release's SBOM should name the release
+// (make release passes VERSION). A version the build info does record
+// wins.
+func SBOMVersion(exe []byte, created time.Time, version string) ([]byte, error) {
 	bi, err := buildinfo.Read(bytes.NewReader(exe))
 	if err != nil {
 		return nil, fmt.Errorf("read Go build info: %w", err)
@@ -25,7 +34,11 @@ func SBOM(exe []byte, created time.Time) ([]byte, error) {
 	sum := sha256.Sum256(exe)
 	bom := cdx.NewBOM()
 	bom.SerialNumber = fmt.Sprintf("urn:uuid:%x-%x-%x-%x-%x", sum[0:4], sum[4:6], sum[6:8], sum[8:10], sum[10:16])
-	main := component(bi.Main, cdx.ComponentTypeApplication)
+	m := bi.Main
+	if version != "" && (m.Version == "" || m.Version == "(devel)") {
+		m.Version = version
+	}
+	main := component(m, cdx.ComponentTypeApplication)
 	props := []cdx.Property{{Name: "go.version", Value: bi.GoVersion}}
 	for _, s := range bi.Settings {
 		switch s.Key {

@@ -104,7 +104,7 @@ func run(args []string) error {
 			}
 			p.Files = append(p.Files, ociimage.File{Path: dst, Mode: st.Mode().Perm(), Data: b})
 			if len(img.Entrypoint) > 0 && dst == img.Entrypoint[0] {
-				if p.SBOM, err = ociimage.SBOM(b, created); err != nil {
+				if p.SBOM, err = ociimage.SBOMVersion(b, created, *version); err != nil {
 					return fmt.Errorf("%s: %w", src, err)
 				}
 				if *sbomDir != "" {
