@@ -253,6 +253,23 @@ func TestParity(t *testing.T) {
 	}
 }
 
+// TestKubeVersion: the chart's kubeVersion admits no Kubernetes release
+// whose API server lacks a kind it renders by default, so helm refuses an
+// old cluster up front instead of failing halfway through the install:
+// admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy (the QoS class
+// policy) is GA since 1.30.
+func TestKubeVersion(t *testing.T) {
+	for v, ok := range map[string]bool{"1.29.15": false, "1.30.0": true, "1.37.2": true} {
+		_, err := run(t, "template", "gofit", chartDir(), "--kube-version", v)
+		if (err == nil) != ok {
+			t.Errorf("Kubernetes %s: %v, want accepted %v", v, err, ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "kubeVersion") {
+			t.Errorf("Kubernetes %s refused, but not for kubeVersion: %v", v, err)
+		}
+	}
+}
+
 func TestLint(t *testing.T) {
 	if out, err := run(t, "lint", "--strict", chartDir()); err != nil {
 		t.Fatalf("%v\n%s", err, out)
