@@ -300,6 +300,9 @@ func TestSchema(t *testing.T) {
 		{`{"monitoring":{"dashboards":{"namespace":"Grafana"}}}`, "/monitoring/dashboards/namespace"},
 		{`{"webhook":{"networkPolicy":{"ingressFrom":[{"ipBlock":{}}]}}}`, "/webhook/networkPolicy/ingressFrom/0/ipBlock"},
 		{`{"webhook":{"experiments":{"enabled":1}}}`, "/webhook/experiments/enabled"},
+		{`{"webhook":{"podLabels":{"app.kubernetes.io/name":"other"}}}`, "/webhook/podLabels"},
+		{`{"node":{"podLabels":{"team":1}}}`, "/node/podLabels/team"},
+		{`{"webhook":{"topologySpreadConstraints":[{"maxSkew":1}]}}`, "/webhook/topologySpreadConstraints/0"},
 		// Not the schema's (two fields), the template's: a budget that
 		// allows no eviction blocks every drain.
 		{`{"webhook":{"replicas":1}}`, "webhook.pdb.minAvailable (1) must be below webhook.replicas (1)"},
@@ -326,10 +329,12 @@ var matrix = []struct{ name, values string }{
 	  "objectSelector":{"matchLabels":{"gofit.dev/fit":"yes"}},"namespaceSelector":{"matchLabels":{"team":"a"}},
 	  "priorityClassName":"system-cluster-critical","nodeSelector":{"kubernetes.io/os":"linux"},
 	  "tolerations":[{"key":"dedicated","operator":"Equal","value":"infra","effect":"NoSchedule"}],
-	  "pdb":{"enabled":false},"networkPolicy":{"enabled":false},"extraArgs":["--log-json"]},
+	  "pdb":{"enabled":false},"networkPolicy":{"enabled":false},"extraArgs":["--log-json"],"podLabels":{"team":"platform"},
+	  "topologySpreadConstraints":[{"maxSkew":1,"topologyKey":"topology.kubernetes.io/zone","whenUnsatisfiable":"ScheduleAnyway",
+	    "labelSelector":{"matchLabels":{"app.kubernetes.io/name":"gofit-webhook"}}}]},
 	  "image":{"repository":"registry.example/gofit","digest":"sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
 	  "imagePullSecrets":[{"name":"regcred"}]}`},
-	{"node-systemd", `{"webhook":{"enabled":false},"node":{"cgroupDriver":"systemd","policy":"auto","metricsPort":9465,
+	{"node-systemd", `{"webhook":{"enabled":false},"node":{"cgroupDriver":"systemd","policy":"auto","metricsPort":9465,"podLabels":{"team":"platform"},
 	  "qosConfig":{"create":true,"namespace":"koordinator-system"},"priorityClassName":"","maxUnavailable":1}}`},
 	{"own-namespaces", `{"namespaces":{"create":false},"image":{"tag":"v9.9.9"}}`},
 	{"components", `{"webhook":{"replicas":1,"pdb":{"minAvailable":0},"experiments":{"enabled":true},"ciliumNetworkPolicy":{"enabled":true},
@@ -457,11 +462,21 @@ func checkRender(t *testing.T, name string, objs []*unstructured.Unstructured) {
 				t.Errorf("webhook configuration lacks %s: %s", w, b)
 			}
 		}
+		dep := kinds["Deployment fit/gofit-webhook"]
+		if l, _, _ := unstructured.NestedStringMap(dep.Object, "spec", "template", "metadata", "labels"); l["team"] != "platform" || l["app.kubernetes.io/name"] != "gofit-webhook" {
+			t.Errorf("webhook pod labels %v", l)
+		}
+		if tsc, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "topologySpreadConstraints"); len(tsc) != 1 {
+			t.Errorf("webhook topologySpreadConstraints %v", tsc)
+		}
 		img, _, _ := unstructured.NestedSlice(kinds["Deployment fit/gofit-webhook"].Object, "spec", "template", "spec", "containers")
 		if got := img[0].(map[string]any)["image"]; got != "registry.example/gofit@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef" {
 			t.Errorf("image %v", got)
 		}
 	case "node-systemd":
+		if l, _, _ := unstructured.NestedStringMap(kinds["DaemonSet gofit-node/gofit-node"].Object, "spec", "template", "metadata", "labels"); l["team"] != "platform" || l["app.kubernetes.io/name"] != "gofit-node" {
+			t.Errorf("agent pod labels %v", l)
+		}
 		has("DaemonSet gofit-node/gofit-node", "--cgroup-driver=systemd", "--policy=auto", "--metrics-addr=:9465",
 			"--configmap-namespace=koordinator-system")
 		if kinds["ConfigMap koordinator-system/slo-controller-config"] == nil || kinds["Role koordinator-system/gofit-node-config"] == nil {
