@@ -99,3 +99,17 @@ func TestNotes(t *testing.T) {
 		}
 	}
 }
+
+// TestReadme: helm show readme (and Artifact Hub) shows the chart's
+// README: how to install, upgrade and uninstall, and where the values are.
+func TestReadme(t *testing.T) {
+	out, err := run(t, "show", "readme", chartDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"helm install gofit", "--create-namespace", "helm upgrade", "helm uninstall", "docs/install.md", "monitoring.enabled"} {
+		if !strings.Contains(string(out), w) {
+			t.Errorf("helm show readme lacks %q:\n%s", w, out)
+		}
+	}
+}
