@@ -321,7 +321,7 @@ func TestSchema(t *testing.T) {
 var matrix = []struct{ name, values string }{
 	{"default", `{}`},
 	{"cert-manager-monitoring", `{"webhook":{"certificates":"cert-manager"},"monitoring":{"enabled":true,"labels":{"release":"prometheus"}}}`},
-	{"monitoring-moved", `{"webhook":{"namespace":"fit"},"monitoring":{"enabled":true,"namespace":"monitoring","interval":"1m",
+	{"monitoring-moved", `{"webhook":{"namespace":"fit","timeoutSeconds":5},"monitoring":{"enabled":true,"namespace":"monitoring","interval":"1m",
 	  "podMonitors":{"services":false},"dashboards":{"namespace":"grafana"}}}`},
 	{"monitoring-rules-only", `{"node":{"enabled":false},"monitoring":{"enabled":true,"podMonitors":{"enabled":false},"dashboards":{"enabled":false}}}`},
 	{"webhook-tuned", `{"node":{"enabled":false},"webhook":{"namespace":"fit","replicas":3,"failurePolicy":"Fail",
@@ -509,6 +509,18 @@ func checkRender(t *testing.T, name string, objs []*unstructured.Unstructured) {
 					t.Errorf("%s selects namespaces %q, endpoints %v; want [%s], interval 1m", k, names, eps, ns)
 				}
 			}
+		}
+		// The alert and the dashboard follow webhook.timeoutSeconds (the
+		// latency alert fires at half of it).
+		rule, _ := json.Marshal(kinds["PrometheusRule monitoring/gofit"].Object)
+		dash, _ := json.Marshal(kinds["ConfigMap grafana/gofit-fleet-dashboard"].Object)
+		for _, w := range []string{`\u003e 2.5"`, "timeout of 5s"} {
+			if !strings.Contains(string(rule), w) {
+				t.Errorf("timeoutSeconds 5: the PrometheusRule lacks %s", w)
+			}
+		}
+		if !strings.Contains(string(dash), `vector(5)`) {
+			t.Error("timeoutSeconds 5: the fleet dashboard lacks vector(5)")
 		}
 	case "monitoring-rules-only":
 		if got := monitoringKeys(objs); !slices.Equal(got, []string{"PrometheusRule gofit-system/gofit"}) {
