@@ -108,6 +108,9 @@ const (
 
 // Report is what one reconcile planned and did.
 type Report struct {
+	// Values, Apply.Changed and Result carry their reasons in a dry run
+	// and in a pass that wrote something; a pass that wrote nothing
+	// leaves them empty (it plans tersely and formats no reason).
 	Values   []manage.Value
 	Apply    manage.ApplyResult
 	Result   memqos.Result
