@@ -43,10 +43,10 @@ import (
 // its pod and container cgroup in a cgroup v2 fixture tree, as the kubelet
 // would make them. Once the agent has listed them and passed over them, pods
 // churn for GOFIT_SCALE_CHURN (2m, say; unset, the benchmark is skipped):
-// every 200 ms one pod is
-// replaced (deleted with its cgroup; created, given a running status and a
-// cgroup) and two pods get an annotation changed, i.e. 5 creations, 5
-// deletions and 10 updates a second besides the 5 status writes.
+// every 200 ms one pod is replaced (deleted with its cgroup; created, given
+// a running status and a cgroup) and two pods get an annotation changed,
+// i.e. 5 creations, 5 deletions and 10 updates a second besides the 5
+// status writes.
 //
 // It samples the agent's VmRSS every 100 ms and reads its VmHWM at the end,
 // takes the heap from the runtime's gctrace, and fails when the peak RSS
