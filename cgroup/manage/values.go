@@ -8,10 +8,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/gofit-dev/gofit/internal/fastread"
 )
 
 // Unlimited is the Value meaning "no limit": written as "max" on cgroup v2
@@ -75,7 +78,35 @@ type Writer struct {
 
 	mu      sync.Mutex
 	missing map[string]bool
+
+	// cache is Apply's and Read's working state, kept between calls so
+	// that a pass over the same cgroups allocates nothing (one Apply or
+	// Read at a time).
+	cacheMu sync.Mutex
+	cache   writerCache
 }
+
+// writerCache keeps what Apply rebuilds on every call otherwise.
+type writerCache struct {
+	// paths are the files read, with their NUL-terminated bytes; an
+	// entry not used by the last Apply is dropped at the end of the next.
+	paths map[pathKey]keptPath
+	pass  uint64
+	// refuse's maps, emptied on every call.
+	refused, badDirs map[string]bool
+	groups           map[string]order
+}
+
+type pathKey struct{ dir, file string }
+
+type keptPath struct {
+	p    fastread.Path
+	pass uint64
+}
+
+// order is where memory.min, low and high of one group are in the values
+// (-1: absent).
+type order struct{ min, low, high int }
 
 // NewWriter returns a Writer that logs to log (nil: silent).
 func NewWriter(log *slog.Logger, v1 bool) *Writer {
@@ -90,6 +121,9 @@ func NewWriter(log *slog.Logger, v1 bool) *Writer {
 // and high of a group whose values are out of order, are refused with
 // ErrOutOfRange and not written.
 func (w *Writer) Apply(vals []Value) ApplyResult {
+	w.cacheMu.Lock()
+	defer w.cacheMu.Unlock()
+	defer w.cache.sweep()
 	var res ApplyResult
 	var raise, lower []Change
 	refused := w.refuse(vals, &res)
@@ -97,7 +131,7 @@ func (w *Writer) Apply(vals []Value) ApplyResult {
 		if len(refused) > 0 && refused[v.Path()] { // no path built when nothing was refused
 			continue
 		}
-		cur, err := w.read(v)
+		cur, err := w.read(v.Dir, v.File)
 		switch {
 		case errors.Is(err, fs.ErrNotExist):
 			if _, derr := os.Stat(v.Dir); derr != nil {
@@ -121,8 +155,8 @@ func (w *Writer) Apply(vals []Value) ApplyResult {
 			lower = append(lower, c)
 		}
 	}
-	sort.SliceStable(raise, func(i, j int) bool { return raise[i].Level < raise[j].Level })
-	sort.SliceStable(lower, func(i, j int) bool { return lower[i].Level > lower[j].Level })
+	slices.SortStableFunc(raise, func(a, b Change) int { return a.Level - b.Level })
+	slices.SortStableFunc(lower, func(a, b Change) int { return b.Level - a.Level })
 	for _, c := range append(raise, lower...) {
 		if !w.DryRun {
 			if err := writeValue(c.Path(), w.format(c.Value.Value)); err != nil {
@@ -142,11 +176,17 @@ func (w *Writer) Apply(vals []Value) ApplyResult {
 // refuse checks the memory values of vals and returns the paths not to
 // write, recording an error for each reason. One bad value holds back the
 // memory.min, low and high of its whole group: they were planned together.
+// Its maps are the Writer's, emptied on each call: a pass with nothing to
+// refuse allocates nothing.
 func (w *Writer) refuse(vals []Value, res *ApplyResult) map[string]bool {
-	out := map[string]bool{}
-	badDirs := map[string]bool{}
-	type order struct{ min, low, high *Value }
-	groups := map[string]*order{}
+	c := &w.cache
+	if c.refused == nil {
+		c.refused, c.badDirs, c.groups = map[string]bool{}, map[string]bool{}, map[string]order{}
+	}
+	clear(c.refused)
+	clear(c.badDirs)
+	clear(c.groups)
+	out, badDirs, groups := c.refused, c.badDirs, c.groups
 	for i := range vals {
 		v := &vals[i]
 		if !memoryBytes[v.File] || v.Value == Unlimited {
@@ -158,55 +198,62 @@ func (w *Writer) refuse(vals []Value, res *ApplyResult) map[string]bool {
 			badDirs[v.Dir] = true
 			continue
 		}
-		g := groups[v.Dir]
-		if g == nil {
-			g = &order{}
-			groups[v.Dir] = g
+		g, ok := groups[v.Dir]
+		if !ok {
+			g = order{-1, -1, -1}
 		}
 		switch v.File {
 		case "memory.min":
-			g.min = v
+			g.min = i
 		case "memory.low":
-			g.low = v
+			g.low = i
 		case "memory.high":
-			g.high = v
+			g.high = i
+		}
+		groups[v.Dir] = g
+	}
+	at := func(i int) *Value {
+		if i < 0 {
+			return nil
+		}
+		return &vals[i]
+	}
+	// Only the groups to hold back are sorted, for errors in a stable order.
+	var held []string
+	for d, g := range groups {
+		if badDirs[d] || outOfOrder(at(g.min), at(g.low), at(g.high)) != nil {
+			held = append(held, d)
 		}
 	}
-	dirs := make([]string, 0, len(groups))
-	for d := range groups {
-		dirs = append(dirs, d)
-	}
-	sort.Strings(dirs)
-	for _, d := range dirs {
+	sort.Strings(held)
+	for _, d := range held {
 		g := groups[d]
-		if badDirs[d] {
-			for _, v := range []*Value{g.min, g.low, g.high} {
-				if v != nil {
-					out[v.Path()] = true
-				}
-			}
-			continue
+		mn, lo, hi := at(g.min), at(g.low), at(g.high)
+		if !badDirs[d] {
+			bad := outOfOrder(mn, lo, hi)
+			res.Errors = append(res.Errors, fmt.Errorf("%s: %d refused, memory.min ≤ memory.low ≤ memory.high does not hold for %s: %w", bad.Path(), bad.Value, d, ErrOutOfRange))
 		}
-		var bad *Value
-		switch {
-		case g.min != nil && g.low != nil && g.min.Value > g.low.Value:
-			bad = g.min
-		case g.low != nil && g.high != nil && g.low.Value > g.high.Value:
-			bad = g.low
-		case g.min != nil && g.high != nil && g.min.Value > g.high.Value:
-			bad = g.min
-		}
-		if bad == nil {
-			continue
-		}
-		res.Errors = append(res.Errors, fmt.Errorf("%s: %d refused, memory.min ≤ memory.low ≤ memory.high does not hold for %s: %w", bad.Path(), bad.Value, d, ErrOutOfRange))
-		for _, v := range []*Value{g.min, g.low, g.high} {
+		for _, v := range []*Value{mn, lo, hi} {
 			if v != nil {
 				out[v.Path()] = true
 			}
 		}
 	}
 	return out
+}
+
+// outOfOrder is the value that breaks memory.min ≤ memory.low ≤
+// memory.high in one group, or nil.
+func outOfOrder(mn, lo, hi *Value) *Value {
+	switch {
+	case mn != nil && lo != nil && mn.Value > lo.Value:
+		return mn
+	case lo != nil && hi != nil && lo.Value > hi.Value:
+		return lo
+	case mn != nil && hi != nil && mn.Value > hi.Value:
+		return mn
+	}
+	return nil
 }
 
 func (w *Writer) bound() int64 {
@@ -260,7 +307,89 @@ func (w *Writer) format(v int64) string {
 	return FormatValue(v)
 }
 
-func (w *Writer) read(v Value) (int64, error) { return ReadValue(v.Path()) }
+// Read is ReadValue(filepath.Join(dir, file)) through the Writer's kept
+// paths: reading the same files pass after pass allocates nothing.
+func (w *Writer) Read(dir, file string) (int64, error) {
+	w.cacheMu.Lock()
+	defer w.cacheMu.Unlock()
+	return w.read(dir, file)
+}
+
+// read reads a value the fast way (fastread, a kept path, a buffer on the
+// stack), and anything unusual (a missing file, an error, a value that
+// does not parse) again through ReadValue for its usual answer.
+func (w *Writer) read(dir, file string) (int64, error) {
+	var buf [128]byte
+	if n, ok := fastread.ReadSmall(w.cache.path(dir, file), buf[:]); ok {
+		if v, ok := parseValue(buf[:n]); ok {
+			return v, nil
+		}
+	}
+	return ReadValue(filepath.Join(dir, file))
+}
+
+// path is the kept path of dir/file, marked as used by this pass.
+func (c *writerCache) path(dir, file string) fastread.Path {
+	if c.paths == nil {
+		c.paths = map[pathKey]keptPath{}
+	}
+	k := pathKey{dir, file}
+	e, ok := c.paths[k]
+	if !ok {
+		e.p = fastread.New(filepath.Join(dir, file))
+	}
+	if !ok || e.pass != c.pass {
+		e.pass = c.pass
+		c.paths[k] = e
+	}
+	return e.p
+}
+
+// sweep ends a pass: the paths it did not use are dropped.
+func (c *writerCache) sweep() {
+	for k, e := range c.paths {
+		if e.pass != c.pass {
+			delete(c.paths, k)
+		}
+	}
+	c.pass++
+}
+
+// parseValue is ParseValue's common case without a string: optional
+// blanks around "max" or a decimal. ok is false for anything else.
+func parseValue(b []byte) (int64, bool) {
+	for len(b) > 0 && isBlank(b[len(b)-1]) {
+		b = b[:len(b)-1]
+	}
+	for len(b) > 0 && isBlank(b[0]) {
+		b = b[1:]
+	}
+	if string(b) == "max" { // no allocation: a comparison
+		return Unlimited, true
+	}
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 18 { // 18 digits cannot overflow; longer ones take ParseValue
+		return 0, false
+	}
+	var n int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return n, true
+}
+
+func isBlank(c byte) bool {
+	return c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\v' || c == '\f'
+}
 
 // ReadValue reads a cgroup number file with a bounded read and parses it
 // (ParseValue). A missing file is an error wrapping fs.ErrNotExist.

@@ -65,6 +65,7 @@ type Agent struct {
 	// absent holds when each pod cgroup was first seen without an API pod
 	// (a pass's working state, kept between passes under mu).
 	absent map[types.UID]time.Time
+	cache  caches // paths and scratch kept between passes, under mu
 }
 
 // New returns an Agent for the cgroups described by layout.
@@ -107,6 +108,9 @@ const (
 
 // Report is what one reconcile planned and did.
 type Report struct {
+	// Values, Apply.Changed and Result carry their reasons in a dry run
+	// and in a pass that wrote something; a pass that wrote nothing
+	// leaves them empty (it plans tersely and formats no reason).
 	Values   []manage.Value
 	Apply    manage.ApplyResult
 	Result   memqos.Result
@@ -144,6 +148,7 @@ func (a *Agent) Reconcile(st State) Report {
 	start := time.Now()
 	var rep Report
 	defer func() {
+		a.cache.sweep()
 		rep.Duration = time.Since(start)
 		a.health.passed(start, rep.Skip, rep.SkipReason, rep.Unknown, rep.ViewLag)
 		if m := a.opts.Metrics; m != nil {
@@ -177,6 +182,8 @@ func (a *Agent) Reconcile(st State) Report {
 		PodOverrides:      a.opts.PodOverrides,
 		Node:              st.Node,
 		Kept:              kept,
+		// Reasons are formatted only for a pass that writes (explain).
+		Terse: !a.opts.DryRun,
 	}
 	res, err := memqos.Compute(in)
 	if err == nil && len(res.Conflicts) > 0 {
@@ -206,14 +213,18 @@ func (a *Agent) Reconcile(st State) Report {
 	rep.Result = res
 	rep.Warnings = append(rep.Warnings, res.Warnings...)
 
-	add := func(p string, level memqos.Level, ss []memqos.Setting) {
-		rep.Values = append(rep.Values, memqos.Values(l.dir(p), level, ss)...)
+	srcs := a.cache.srcs[:0]
+	add := func(p string, level memqos.Level, ss []memqos.Setting, pod, ctr int) {
+		rep.Values = memqos.AppendValues(rep.Values, a.dir(p), level, ss)
+		for i := range ss {
+			srcs = append(srcs, valueSrc{int32(pod), int32(ctr), int32(i)})
+		}
 	}
-	add(l.Kubepods, memqos.LevelKubepods, res.Kubepods)
-	for _, q := range []corev1.PodQOSClass{corev1.PodQOSBurstable, corev1.PodQOSBestEffort} {
-		add(l.QoSPath(q), memqos.LevelQoS, res.QoS[q])
-	}
-	for _, p := range res.Pods {
+	rep.Values = make([]manage.Value, 0, valueCount(&res))
+	add(l.Kubepods, memqos.LevelKubepods, res.Kubepods, srcKubepods, -1)
+	add(l.QoSPath(corev1.PodQOSBurstable), memqos.LevelQoS, res.QoS[corev1.PodQOSBurstable], srcBurstable, -1)
+	add(l.QoSPath(corev1.PodQOSBestEffort), memqos.LevelQoS, res.QoS[corev1.PodQOSBestEffort], srcBestEffort, -1)
+	for pi, p := range res.Pods {
 		d, ok := dirs[p.UID]
 		if !ok {
 			rep.Warnings = append(rep.Warnings, fmt.Sprintf("pod %s/%s: no cgroup %s (not started yet?)", p.Namespace, p.Name, l.PodPath(p.KubeQoS, p.UID)))
@@ -223,30 +234,31 @@ func (a *Agent) Reconcile(st State) Report {
 		if rep.Kubelet == "" {
 			rep.Kubelet = a.kubeletWrote(p, d.path)
 		}
-		add(d.path, memqos.LevelPod, p.Settings)
-		for _, c := range p.Containers {
-			cp, ok := l.ContainerPath(d.path, c.ID)
+		add(d.path, memqos.LevelPod, p.Settings, pi, -1)
+		for ci, c := range p.Containers {
+			cp, ok := a.containerPath(d.path, c.ID)
 			if !ok {
 				if c.ID != "" {
 					rep.Warnings = append(rep.Warnings, fmt.Sprintf("pod %s/%s container %s: no cgroup for %s under %s", p.Namespace, p.Name, c.Name, c.ID, d.path))
 				}
 				continue
 			}
-			add(cp, memqos.LevelContainer, c.Settings)
+			add(cp, memqos.LevelContainer, c.Settings, pi, ci)
 		}
 	}
 	for _, u := range resets {
 		d := dirs[u]
 		why := "pod " + string(u) + " is gone or finished and its cgroup is empty: kernel default"
-		add(d.path, memqos.LevelPod, []memqos.Setting{{File: memqos.FileMin, Value: 0, Reason: why}, {File: memqos.FileLow, Value: 0, Reason: why}})
+		add(d.path, memqos.LevelPod, []memqos.Setting{{File: memqos.FileMin, Value: 0, Reason: why}, {File: memqos.FileLow, Value: 0, Reason: why}}, srcAgent, -1)
 		for _, cp := range l.children(d.path) {
 			ss := []memqos.Setting{{File: memqos.FileMin, Value: 0, Reason: why}, {File: memqos.FileLow, Value: 0, Reason: why}, {File: memqos.FileHigh, Value: manage.Unlimited, Reason: why}}
 			if l.Version == 1 {
 				ss = append(ss, memqos.Setting{File: memqos.FileSoftLimit, Value: manage.Unlimited, Reason: why})
 			}
-			add(cp, memqos.LevelContainer, ss)
+			add(cp, memqos.LevelContainer, ss, srcAgent, -1)
 		}
 	}
+	a.cache.srcs = srcs
 
 	if rep.Kubelet == "" && a.opts.Kubelet.Active {
 		rep.Kubelet = a.opts.Kubelet.Reason
@@ -263,6 +275,9 @@ func (a *Agent) Reconcile(st State) Report {
 	// outside [0, allocatable] and min ≤ low ≤ high per group.
 	a.writer.MaxMemory = st.NodeAllocatable
 	rep.Apply = a.writer.Apply(rep.Values)
+	if in.Terse && len(rep.Apply.Changed) > 0 {
+		a.explain(in, &rep)
+	}
 	for _, f := range a.writer.MissingFiles() {
 		rep.Warnings = append(rep.Warnings, f+": not on this kernel; skipped")
 	}
@@ -360,8 +375,7 @@ func (a *Agent) kubeletWrote(p memqos.PodResult, podPath string) string {
 	if a.layout.Version != 2 || p.KubeQoS != corev1.PodQOSGuaranteed || p.Request < 1<<20 {
 		return ""
 	}
-	file := filepath.Join(a.layout.dir(podPath), memqos.FileMin)
-	cur, err := manage.ReadValue(file)
+	cur, err := a.writer.Read(a.dir(podPath), memqos.FileMin)
 	if err != nil || cur != p.Request {
 		return ""
 	}
@@ -371,7 +385,7 @@ func (a *Agent) kubeletWrote(p memqos.PodResult, podPath string) string {
 		}
 	}
 	return fmt.Sprintf("%s holds %d, the Guaranteed pod %s/%s's whole memory request, as the kubelet's memoryReservationPolicy TieredReservation writes it",
-		a.cgroupPath(filepath.Dir(file))+"/"+memqos.FileMin, cur, p.Namespace, p.Name)
+		a.cgroupPath(a.dir(podPath))+"/"+memqos.FileMin, cur, p.Namespace, p.Name)
 }
 
 // cgroupPath turns a directory back into its path under the mount.

@@ -155,9 +155,21 @@ func (l *Layout) PodPath(q corev1.PodQOSClass, uid types.UID) string {
 // ("containerd://ID", "cri-o://ID", "docker://ID"). The runtime and the
 // driver decide the name; ok is false when none of the names exists.
 func (l *Layout) ContainerPath(podPath, containerID string) (string, bool) {
+	for _, p := range l.containerCandidates(podPath, containerID) {
+		if st, err := os.Stat(l.dir(p)); err == nil && st.IsDir() {
+			return p, true
+		}
+	}
+	return "", false
+}
+
+// containerCandidates are the cgroup paths a container's cgroup may have,
+// in the order ContainerPath tries them; none for an ID that cannot name
+// one.
+func (l *Layout) containerCandidates(podPath, containerID string) []string {
 	runtime, id, found := strings.Cut(containerID, "://")
 	if !found || id == "" || strings.ContainsAny(id, "/\x00") || id == "." || id == ".." {
-		return "", false
+		return nil
 	}
 	var names []string
 	if l.Driver == DriverSystemd {
@@ -177,13 +189,11 @@ func (l *Layout) ContainerPath(podPath, containerID string) (string, bool) {
 			names = []string{id}
 		}
 	}
-	for _, n := range names {
-		p := path.Join(podPath, n)
-		if st, err := os.Stat(l.dir(p)); err == nil && st.IsDir() {
-			return p, true
-		}
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = path.Join(podPath, n)
 	}
-	return "", false
+	return out
 }
 
 // podDirs lists the pod cgroups that exist, by UID, with their Kubernetes

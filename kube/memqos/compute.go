@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/big"
 	"math/bits"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -88,6 +89,12 @@ type Input struct {
 	// counts in the sums of their class and of kubepods, so that no level
 	// drops below them.
 	Kept []Kept
+	// Terse leaves every Setting's Reason empty; the values, warnings and
+	// everything else are the same. A caller that compares the plan with
+	// what the files hold every pass, and explains only what it writes
+	// (the node agent), saves formatting a reason for each value: it plans
+	// again without Terse when something is to be written.
+	Terse bool
 }
 
 // Kept is a pod cgroup left as it is, with what it holds.
@@ -142,6 +149,9 @@ type ContainerResult struct {
 	Settings []Setting
 }
 
+// The percentages of auto, shared: no plan writes through the pointers.
+var pct0, pct50, pct80, pct90, pct100 = int64(0), int64(50), int64(80), int64(90), int64(100)
+
 // auto is gofit's profile, chosen to act on upstream kernels where
 // koordinator's all-zero defaults do nothing:
 //   - memory.min stays 0 for every class: hard protection cannot be taken
@@ -155,14 +165,13 @@ type ContainerResult struct {
 //   - BE is throttled half way between request and limit (or node
 //     allocatable), well before it can push LS pods into reclaim.
 func auto(c Class) MemoryQOS {
-	p := func(v int64) *int64 { return &v }
 	switch c {
 	case LSE, LSR:
-		return MemoryQOS{MinLimitPercent: p(0), LowLimitPercent: p(100), ThrottlingPercent: p(90)}
+		return MemoryQOS{MinLimitPercent: &pct0, LowLimitPercent: &pct100, ThrottlingPercent: &pct90}
 	case LS:
-		return MemoryQOS{MinLimitPercent: p(0), LowLimitPercent: p(100), ThrottlingPercent: p(80)}
+		return MemoryQOS{MinLimitPercent: &pct0, LowLimitPercent: &pct100, ThrottlingPercent: &pct80}
 	}
-	return MemoryQOS{MinLimitPercent: p(0), LowLimitPercent: p(0), ThrottlingPercent: p(50)}
+	return MemoryQOS{MinLimitPercent: &pct0, LowLimitPercent: &pct0, ThrottlingPercent: &pct50}
 }
 
 // minGuard keeps memory.min below the limit (at most 9/10 of it): with
@@ -184,16 +193,18 @@ func Compute(in Input) (Result, error) {
 	}
 	res := Result{QoS: map[corev1.PodQOSClass][]Setting{}, Protected: map[Class]Protection{}}
 	pods := append([]*corev1.Pod(nil), in.Pods...)
-	sort.Slice(pods, func(i, j int) bool { return pods[i].UID < pods[j].UID })
+	slices.SortFunc(pods, func(a, b *corev1.Pod) int { return strings.Compare(string(a.UID), string(b.UID)) })
+	res.Pods = make([]PodResult, 0, len(pods))
+	var sl slabs
 	for _, pod := range pods {
 		if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 			continue // finished: nothing to protect, out of the sums
 		}
-		pr, warns := computePod(pod, in, env)
+		res.Pods = append(res.Pods, PodResult{})
+		warns := computePod(&res.Pods[len(res.Pods)-1], pod, in, env, &sl)
 		for _, w := range warns {
 			res.Warnings = append(res.Warnings, fmt.Sprintf("pod %s/%s: %s", pod.Namespace, pod.Name, w))
 		}
-		res.Pods = append(res.Pods, *pr)
 	}
 	res.Pods, res.Conflicts = withoutConflicts(res.Pods)
 	for _, c := range res.Conflicts {
@@ -203,22 +214,32 @@ func Compute(in Input) (Result, error) {
 
 	// Safety: the node's total memory.min never exceeds its protected share.
 	// The total is exact (a saturated sum would scale too little).
-	total := new(big.Int)
+	var hi, lo uint64 // every value is in [0, maxBytes]: the sum fits in 128 bits
 	for i := range res.Pods {
-		total.Add(total, big.NewInt(value(res.Pods[i].Settings, FileMin)))
+		var c uint64
+		lo, c = bits.Add64(lo, uint64(value(res.Pods[i].Settings, FileMin)), 0)
+		hi += c
 	}
-	if capMin := big.NewInt(env.capMin); total.Cmp(capMin) > 0 {
+	if hi > 0 || lo > uint64(env.capMin) {
+		total := new(big.Int).Lsh(new(big.Int).SetUint64(hi), 64)
+		total.Or(total, new(big.Int).SetUint64(lo))
+		capMin := big.NewInt(env.capMin)
 		f, _ := new(big.Rat).SetFrac(capMin, total).Float64()
 		res.Warnings = append(res.Warnings, fmt.Sprintf(
 			"memory.min of all pods sums to %s bytes, over %.0f%% of node allocatable (%d); scaled by %.3f",
 			total, env.ratio*100, env.capMin, f))
-		why := fmt.Sprintf("; scaled by %d/%s to keep the node's memory.min within %.0f%% of allocatable", env.capMin, total, env.ratio*100)
+		var why string
+		if !env.terse {
+			why = fmt.Sprintf("; scaled by %d/%s to keep the node's memory.min within %.0f%% of allocatable", env.capMin, total, env.ratio*100)
+		}
 		scale := func(ss []Setting) {
 			for i := range ss {
 				if ss[i].File == FileMin && ss[i].Value > 0 {
 					v := new(big.Int).Mul(big.NewInt(ss[i].Value), capMin)
 					ss[i].Value = floorPage(v.Quo(v, total).Int64(), env.page) // at most the value: capMin < total
-					ss[i].Reason += why
+					if !env.terse {
+						ss[i].Reason += why
+					}
 				}
 			}
 		}
@@ -257,16 +278,22 @@ func Compute(in Input) (Result, error) {
 		}
 	}
 	levelSettings := func(p Protection, what string) []Setting {
-		lowWhy := "sum of memory.low of " + what
-		if p.Low > env.alloc {
-			p.Low, lowWhy = env.alloc, lowWhy+fmt.Sprintf(" (%d), kept at node allocatable", p.Low)
+		var lowWhy, minWhy string
+		if !env.terse {
+			lowWhy, minWhy = "sum of memory.low of "+what, "sum of memory.min of "+what
+			if p.Low > env.alloc {
+				lowWhy += fmt.Sprintf(" (%d), kept at node allocatable", p.Low)
+			}
+			if p.Min > env.alloc {
+				minWhy += fmt.Sprintf(" (%d), kept at node allocatable", p.Min)
+			}
+			if min(p.Low, env.alloc) < min(p.Min, env.alloc) {
+				lowWhy += "; raised to memory.min"
+			}
 		}
-		minWhy := "sum of memory.min of " + what
-		if p.Min > env.alloc {
-			p.Min, minWhy = env.alloc, minWhy+fmt.Sprintf(" (%d), kept at node allocatable", p.Min)
-		}
+		p.Low, p.Min = min(p.Low, env.alloc), min(p.Min, env.alloc)
 		if p.Low < p.Min {
-			p.Low, lowWhy = p.Min, lowWhy+"; raised to memory.min"
+			p.Low = p.Min
 		}
 		return []Setting{
 			{FileMin, p.Min, minWhy},
@@ -324,10 +351,38 @@ type limits struct {
 	ratio               float64
 	// oldKernel names a kernel below 5.9, where memory.high stays max.
 	oldKernel string
+	terse     bool // Input.Terse: no reasons
+}
+
+// slabs hand out the pods' settings and containers from a few shared
+// arrays rather than a few small ones per pod. Each piece is capped at its
+// length, so that an append to one never runs into the next.
+type slabs struct {
+	settings   []Setting
+	containers []ContainerResult
+	ctrs       []*corev1.Container // one pod's running containers, reused
+}
+
+func (s *slabs) settingsOf(n int) []Setting {
+	if len(s.settings) < n {
+		s.settings = make([]Setting, max(n, 256))
+	}
+	out := s.settings[:0:n]
+	s.settings = s.settings[n:]
+	return out
+}
+
+func (s *slabs) containersOf(n int) []ContainerResult {
+	if len(s.containers) < n {
+		s.containers = make([]ContainerResult, max(n, 64))
+	}
+	out := s.containers[:0:n]
+	s.containers = s.containers[n:]
+	return out
 }
 
 func (in Input) check() (limits, error) {
-	l := limits{page: in.PageSize, alloc: in.NodeAllocatable, ratio: in.MaxProtectedRatio}
+	l := limits{page: in.PageSize, alloc: in.NodeAllocatable, ratio: in.MaxProtectedRatio, terse: in.Terse}
 	if l.page == 0 {
 		l.page = 4096
 	}
@@ -412,7 +467,7 @@ func floorPage(v, page int64) int64 { return v / page * page }
 // computePod plans one pod. SYSTEM pods, pods of a disabled class or
 // namespace and pods with policy none get the kernel defaults back: a pod
 // relabelled SYSTEM must not keep protection from before, outside the sums.
-func computePod(pod *corev1.Pod, in Input, env limits) (*PodResult, []string) {
+func computePod(pr *PodResult, pod *corev1.Pod, in Input, env limits, sl *slabs) []string {
 	var warns []string
 	class, w := PodClass(pod)
 	if w != "" {
@@ -428,7 +483,7 @@ func computePod(pod *corev1.Pod, in Input, env limits) (*PodResult, []string) {
 	}
 	pc, ws := allow.filter(pc, in.NodeStrategy.class(class))
 	warns = append(warns, ws...)
-	pr := &PodResult{UID: CgroupUID(pod, in.Node), Namespace: pod.Namespace, Name: pod.Name, KubeQoS: KubeQoS(pod), Class: class}
+	*pr = PodResult{UID: CgroupUID(pod, in.Node), Namespace: pod.Namespace, Name: pod.Name, KubeQoS: KubeQoS(pod), Class: class}
 
 	policy := in.Policy
 	if policy == "" {
@@ -441,50 +496,76 @@ func computePod(pod *corev1.Pod, in Input, env limits) (*PodResult, []string) {
 	var why string
 	enabled := true
 	cfg := in.Strategy.class(class)
+	// In a terse plan, why stays empty: it only ever goes into reasons.
 	switch {
 	case class == SYSTEM:
 		enabled, why = false, "SYSTEM class is left to the kernel"
 	case !in.Namespaces.allowed(pod.Namespace):
-		enabled, why = false, "namespace "+pod.Namespace+" is not enabled for memory QoS"
+		enabled = false
+		if !env.terse {
+			why = "namespace " + pod.Namespace + " is not enabled for memory QoS"
+		}
 	case policy == PolicyNone:
 		enabled, why = false, "policy none"
 	case cfg.Enable != nil && !*cfg.Enable:
 		// The administrator's explicit switch: no policy and no
 		// annotation turns the class back on.
-		enabled, why = false, string(class)+" memory QoS is disabled (enable: false)"
+		enabled = false
+		if !env.terse {
+			why = string(class) + " memory QoS is disabled (enable: false)"
+		}
 	case policy == PolicyAuto:
 		knobs, why = auto(class), "auto"
 	default:
 		overrides := pc != nil && pc.MemoryQOS != (MemoryQOS{})
 		if cfg.Enable == nil && !overrides {
-			enabled, why = false, string(class)+" memory QoS is not enabled"
+			enabled = false
+			if !env.terse {
+				why = string(class) + " memory QoS is not enabled"
+			}
 		} else {
 			// koordinator's defaults are all zero: enabled without
 			// percentages means kernel defaults for min, low and high.
-			knobs, why = cfg.MemoryQOS, string(class)+" class configuration"
+			knobs = cfg.MemoryQOS
+			if !env.terse {
+				why = string(class) + " class configuration"
+			}
 		}
 	}
 	if pc != nil && enabled {
-		if pc.MemoryQOS != (MemoryQOS{}) {
+		if pc.MemoryQOS != (MemoryQOS{}) && !env.terse {
 			why += " with the pod's overrides"
 		}
 		knobs = knobs.merge(pc.MemoryQOS)
+	}
+	if env.terse {
+		why = ""
 	}
 	if !enabled {
 		policy = PolicyNone
 	}
 	pr.Policy = policy
-	ctrs := runningContainers(pod)
-	preq, plim := podMemory(pod, class)
+	sl.ctrs = runningContainers(sl.ctrs[:0], pod)
+	ctrs := sl.ctrs
+	preq, plim := podMemory(pod, ctrs, class)
 	pr.Request = preq
+	pr.Containers = sl.containersOf(len(ctrs))
 
 	if !enabled {
 		restore := func(level Level) []Setting {
-			ss := []Setting{{FileMin, 0, why + ": kernel default"}, {FileLow, 0, why + ": kernel default"}}
+			n := 2
 			if level == LevelContainer {
-				ss = append(ss, Setting{FileHigh, manage.Unlimited, why + ": kernel default"})
+				n = 3 + b2i(in.CgroupVersion == 1)
+			}
+			var r string
+			if !env.terse {
+				r = why + ": kernel default"
+			}
+			ss := append(sl.settingsOf(n), Setting{FileMin, 0, r}, Setting{FileLow, 0, r})
+			if level == LevelContainer {
+				ss = append(ss, Setting{FileHigh, manage.Unlimited, r})
 				if in.CgroupVersion == 1 {
-					ss = append(ss, Setting{FileSoftLimit, manage.Unlimited, why + ": kernel default"})
+					ss = append(ss, Setting{FileSoftLimit, manage.Unlimited, r})
 				}
 			}
 			return ss
@@ -493,7 +574,7 @@ func computePod(pod *corev1.Pod, in Input, env limits) (*PodResult, []string) {
 		for _, c := range ctrs {
 			pr.Containers = append(pr.Containers, ContainerResult{Name: c.Name, ID: containerID(pod, c.Name), Settings: restore(LevelContainer)})
 		}
-		return pr, warns
+		return warns
 	}
 
 	pct := func(p *int64) int64 {
@@ -503,41 +584,60 @@ func computePod(pod *corev1.Pod, in Input, env limits) (*PodResult, []string) {
 		return *p
 	}
 	minPct, lowPct, thrPct := pct(knobs.MinLimitPercent), pct(knobs.LowLimitPercent), pct(knobs.ThrottlingPercent)
+	nKnobs := knobs.setKnobs()
 
 	// Pod level: min and low from the sum of the requests.
 	pp := protection(preq, plim, minPct, lowPct, env, why, "pod")
-	pr.Settings = append([]Setting{{FileMin, pp.min, pp.minWhy}, {FileLow, pp.low, pp.lowWhy}}, knobSettings(knobs, why)...)
+	pr.Settings = append(sl.settingsOf(2+nKnobs), Setting{FileMin, pp.min, pp.minWhy}, Setting{FileLow, pp.low, pp.lowWhy})
+	pr.Settings = knobSettings(pr.Settings, knobs, why, env)
 
 	for _, c := range ctrs {
 		cr := ContainerResult{Name: c.Name, ID: containerID(pod, c.Name)}
 		req, lim := containerMemory(pod, c, class)
 		cp := protection(req, lim, minPct, lowPct, env, why, "container")
 		high, highWhy := containerHigh(pod, c, class, req, lim, thrPct, cp.low, policy, why, env)
-		cr.Settings = []Setting{{FileMin, cp.min, cp.minWhy}, {FileLow, cp.low, cp.lowWhy}, {FileHigh, high, highWhy}}
+		cr.Settings = append(sl.settingsOf(3+b2i(in.CgroupVersion == 1)+nKnobs),
+			Setting{FileMin, cp.min, cp.minWhy}, Setting{FileLow, cp.low, cp.lowWhy}, Setting{FileHigh, high, highWhy})
 		if in.CgroupVersion == 1 {
 			// v1 fallback: global reclaim goes to groups over their soft
 			// limit first, so BE (soft limit 0) gives memory back before LS.
+			var softWhy string
 			if class == BE {
-				cr.Settings = append(cr.Settings, Setting{FileSoftLimit, 0, why + ": BE gives memory back first under node pressure (cgroup v1 fallback)"})
+				if !env.terse {
+					softWhy = why + ": BE gives memory back first under node pressure (cgroup v1 fallback)"
+				}
+				cr.Settings = append(cr.Settings, Setting{FileSoftLimit, 0, softWhy})
 			} else {
-				soft, softWhy := floorPage(cp.req, env.page), why+": soft limit at the request, reclaimed after BE (cgroup v1 fallback)"
+				soft := floorPage(cp.req, env.page)
+				if !env.terse {
+					softWhy = why + ": soft limit at the request, reclaimed after BE (cgroup v1 fallback)"
+				}
 				if req == 0 {
-					soft, softWhy = manage.Unlimited, why+": no request, no soft limit (cgroup v1 fallback)"
+					soft = manage.Unlimited
+					if !env.terse {
+						softWhy = why + ": no request, no soft limit (cgroup v1 fallback)"
+					}
 				}
 				cr.Settings = append(cr.Settings, Setting{FileSoftLimit, soft, softWhy})
 			}
 		}
-		cr.Settings = append(cr.Settings, knobSettings(knobs, why)...)
+		cr.Settings = knobSettings(cr.Settings, knobs, why, env)
 		pr.Containers = append(pr.Containers, cr)
 	}
-	return pr, warns
+	return warns
 }
 
-// runningContainers are the containers that run beside each other once
-// the pod is up: the app containers, then the restartable init containers
-// (sidecars). Run-to-completion init containers are over by then.
-func runningContainers(pod *corev1.Pod) []*corev1.Container {
-	var out []*corev1.Container
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// runningContainers appends to out the containers that run beside each
+// other once the pod is up: the app containers, then the restartable init
+// containers (sidecars). Run-to-completion init containers are over by then.
+func runningContainers(out []*corev1.Container, pod *corev1.Pod) []*corev1.Container {
 	for i := range pod.Spec.Containers {
 		out = append(out, &pod.Spec.Containers[i])
 	}
@@ -560,39 +660,51 @@ func isSidecar(c *corev1.Container) bool {
 // and what it says about itself (env, annotation) cannot lift that.
 func containerHigh(pod *corev1.Pod, c *corev1.Container, class Class, req, lim, thr, low int64, policy Policy, why string, env limits) (int64, string) {
 	if thr == 0 {
-		return manage.Unlimited, why + ": throttlingPercent 0 means no memory.high"
+		return manage.Unlimited, env.say(why, ": throttlingPercent 0 means no memory.high")
 	}
 	if env.oldKernel != "" {
+		if env.terse {
+			return manage.Unlimited, ""
+		}
 		return manage.Unlimited, fmt.Sprintf("%s: kernel %s is older than 5.9, where memory.high below the limit can livelock the group (KEP-2570); left at max",
 			why, env.oldKernel)
 	}
 	if policy == PolicyAuto && lim > 0 && req >= lim {
 		// KEP-2570 leaves Guaranteed containers alone: a memory.high at the
 		// limit only adds throttling where the OOM killer already stands.
-		return manage.Unlimited, why + ": request equals the limit, memory.high would only duplicate memory.max"
+		return manage.Unlimited, env.say(why, ": request equals the limit, memory.high would only duplicate memory.max")
 	}
 	top, topName := env.alloc, "node allocatable"
 	if lim > 0 && lim < env.alloc {
 		top, topName = lim, "limit"
-	} else if lim > 0 {
+	} else if lim > 0 && !env.terse {
 		topName = fmt.Sprintf("node allocatable, below the limit %d", lim)
 	}
 	r := min(req, top)
 	high := floorPage(r+pctOf(top-r, thr), env.page)
-	highWhy := fmt.Sprintf("%s: request %d + (%s %d − request) × throttlingPercent %d%%", why, req, topName, top, thr)
+	var highWhy string
+	if !env.terse {
+		highWhy = fmt.Sprintf("%s: request %d + (%s %d − request) × throttlingPercent %d%%", why, req, topName, top, thr)
+	}
 	if high < low {
-		high, highWhy = low, highWhy+"; raised to memory.low"
+		high, highWhy = low, env.say(highWhy, "; raised to memory.low")
 	}
 	gml, src, ok := GoMemLimit(pod, c)
 	if !ok {
 		return high, highWhy
 	}
 	if class == BE {
+		if env.terse {
+			return high, ""
+		}
 		return high, fmt.Sprintf("%s; GOMEMLIMIT %d (%s) does not raise a BE container's memory.high", highWhy, gml, src)
 	}
 	need := addBytes(gml, nonGoBudget(gml))
 	switch {
 	case lim > 0 && need >= lim:
+		if env.terse {
+			return manage.Unlimited, ""
+		}
 		return manage.Unlimited, fmt.Sprintf("%s; GOMEMLIMIT %d (%s) + non-Go budget %d reaches the limit %d, so memory.high is left at max and the runtime's own limit governs",
 			highWhy, gml, src, nonGoBudget(gml), lim)
 	case high < need:
@@ -600,10 +712,21 @@ func containerHigh(pod *corev1.Pod, c *corev1.Container, class Class, req, lim, 
 		if need <= high {
 			return high, highWhy
 		}
+		if env.terse {
+			return need, ""
+		}
 		return need, fmt.Sprintf("%s; raised to GOMEMLIMIT %d (%s) + non-Go budget %d (at most %s %d) so the Go heap is not throttled below the limit its runtime was given",
 			highWhy, gml, src, nonGoBudget(gml), topName, top)
 	}
 	return high, highWhy
+}
+
+// say is a reason, a+b, or nothing in a terse plan.
+func (e limits) say(a, b string) string {
+	if e.terse {
+		return ""
+	}
+	return a + b
 }
 
 // nonGoBudget is the memory a Go container uses outside the runtime's
@@ -611,11 +734,11 @@ func containerHigh(pod *corev1.Pod, c *corev1.Container, class Class, req, lim, 
 // GOMEMLIMIT, at least 8 MiB.
 func nonGoBudget(gml int64) int64 { return max(gml/16, 8<<20) }
 
-// knobSettings are the Alibaba Cloud Linux extensions that were set
-// explicitly.
-func knobSettings(k MemoryQOS, why string) []Setting {
-	var ss []Setting
-	for _, f := range []struct {
+// knobSettings appends the Alibaba Cloud Linux extensions that were set
+// explicitly to ss.
+func knobSettings(ss []Setting, k MemoryQOS, why string, env limits) []Setting {
+	var r string
+	for _, f := range [...]struct {
 		file string
 		v    *int64
 	}{
@@ -623,10 +746,24 @@ func knobSettings(k MemoryQOS, why string) []Setting {
 		{FilePrioOOM, k.PriorityEnable}, {FilePriority, k.Priority}, {FileOOMGroup, k.OomKillGroup},
 	} {
 		if f.v != nil {
-			ss = append(ss, Setting{f.file, *f.v, why + ": set explicitly"})
+			if r == "" && !env.terse {
+				r = why + ": set explicitly"
+			}
+			ss = append(ss, Setting{f.file, *f.v, r})
 		}
 	}
 	return ss
+}
+
+// setKnobs counts the knobs knobSettings writes.
+func (k MemoryQOS) setKnobs() int {
+	n := 0
+	for _, v := range [...]*int64{k.WmarkRatio, k.WmarkScalePermill, k.WmarkMinAdj, k.PriorityEnable, k.Priority, k.OomKillGroup} {
+		if v != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // containerID is the runtime's ID of a container or sidecar, from the
@@ -655,23 +792,37 @@ type prot struct {
 // node allocatable; min kept at 9/10 of the limit so the kernel can still
 // reclaim at the limit; low at least min.
 func protection(req, lim, minPct, lowPct int64, env limits, why, who string) prot {
-	r, note := req, ""
+	r, above := req, ""
 	if r > env.alloc {
-		r, note = env.alloc, fmt.Sprintf(" (above node allocatable %d: counted as that)", env.alloc)
+		r, above = env.alloc, "node allocatable"
 	}
 	if lim > 0 && r > lim {
-		r, note = lim, fmt.Sprintf(" (above the limit %d: counted as that)", lim)
+		r, above = lim, "the limit"
 	}
 	p := prot{req: r}
 	p.min, p.low = floorPage(pctOf(r, minPct), env.page), floorPage(pctOf(r, lowPct), env.page)
-	p.minWhy = fmt.Sprintf("%s: request %d%s × minLimitPercent %d%%", why, req, note, minPct)
+	guarded := false
 	if guard := floorPage(mulDiv(lim, minGuardNum, minGuardDen), env.page); lim > 0 && p.min > guard {
-		p.min = guard
+		p.min, guarded = guard, true
+	}
+	raised := p.low < p.min
+	if raised {
+		p.low = p.min
+	}
+	if env.terse {
+		return p
+	}
+	note := ""
+	if above != "" {
+		note = fmt.Sprintf(" (above %s %d: counted as that)", above, r)
+	}
+	p.minWhy = fmt.Sprintf("%s: request %d%s × minLimitPercent %d%%", why, req, note, minPct)
+	if guarded {
 		p.minWhy += "; kept at 9/10 of the limit so the " + who + " can still reclaim at its limit"
 	}
 	p.lowWhy = fmt.Sprintf("%s: request %d%s × lowLimitPercent %d%%", why, req, note, lowPct)
-	if p.low < p.min {
-		p.low, p.lowWhy = p.min, p.lowWhy+"; raised to memory.min"
+	if raised {
+		p.lowWhy += "; raised to memory.min"
 	}
 	return p
 }
@@ -679,9 +830,13 @@ func protection(req, lim, minPct, lowPct int64, env limits, why, who string) pro
 // Values turns the settings of one cgroup directory at one level into the
 // writes manage.Writer applies.
 func Values(dir string, level Level, ss []Setting) []manage.Value {
-	out := make([]manage.Value, 0, len(ss))
+	return AppendValues(make([]manage.Value, 0, len(ss)), dir, level, ss)
+}
+
+// AppendValues is Values appended to dst.
+func AppendValues(dst []manage.Value, dir string, level Level, ss []Setting) []manage.Value {
 	for _, s := range ss {
-		out = append(out, manage.Value{Dir: dir, File: s.File, Value: s.Value, Level: int(level), Reason: s.Reason})
+		dst = append(dst, manage.Value{Dir: dir, File: s.File, Value: s.Value, Level: int(level), Reason: s.Reason})
 	}
-	return out
+	return dst
 }

@@ -87,13 +87,17 @@ func (o PodOverrides) String() string {
 	return strings.Join(on, ",")
 }
 
-func defaultPodOverrides() PodOverrides {
+func defaultPodOverrides() PodOverrides { return parsedDefaultPodOverrides }
+
+// parsedDefaultPodOverrides is DefaultPodOverrides, parsed once rather
+// than for every pod of every pass.
+var parsedDefaultPodOverrides = func() PodOverrides {
 	o, err := ParsePodOverrides(DefaultPodOverrides)
 	if err != nil {
 		panic(err) // a constant
 	}
 	return o
-}
+}()
 
 // filter returns the part of a pod's annotation the administrator allows,
 // without any field a node strategy fixed (fixed: that strategy's own block

@@ -63,22 +63,24 @@ func KubeQoS(pod *corev1.Pod) corev1.PodQOSClass {
 	}
 	requests, limits := corev1.ResourceList{}, corev1.ResourceList{}
 	guaranteed := true
-	all := append(append([]corev1.Container(nil), pod.Spec.InitContainers...), pod.Spec.Containers...)
-	for _, c := range all {
-		for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-			req, hasReq := c.Resources.Requests[r]
-			lim, hasLim := c.Resources.Limits[r]
-			if hasReq && !req.IsZero() {
-				requests[r] = req
-			}
-			if hasLim && !lim.IsZero() {
-				limits[r] = lim
-			} else {
-				guaranteed = false
-			}
-			// Requests default to limits; unequal ones make it Burstable.
-			if hasReq && hasLim && req.Cmp(lim) != 0 {
-				guaranteed = false
+	for _, list := range [2][]corev1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range list {
+			c := &list[i]
+			for _, r := range [2]corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+				req, hasReq := c.Resources.Requests[r]
+				lim, hasLim := c.Resources.Limits[r]
+				if hasReq && !req.IsZero() {
+					requests[r] = req
+				}
+				if hasLim && !lim.IsZero() {
+					limits[r] = lim
+				} else {
+					guaranteed = false
+				}
+				// Requests default to limits; unequal ones make it Burstable.
+				if hasReq && hasLim && req.Cmp(lim) != 0 {
+					guaranteed = false
+				}
 			}
 		}
 	}
@@ -321,9 +323,9 @@ func containerMemory(pod *corev1.Pod, c *corev1.Container, class Class) (req, li
 // container has one). Pod-level resources (spec.resources, as admitted:
 // status.allocatedResources and status.resources) replace the sums where
 // the pod sets them, and a pod-level limit bounds the pod cgroup whatever
-// its containers say. Sums saturate at maxBytes.
-func podMemory(pod *corev1.Pod, class Class) (req, lim int64) {
-	ctrs := runningContainers(pod)
+// its containers say. Sums saturate at maxBytes. ctrs are the pod's
+// runningContainers.
+func podMemory(pod *corev1.Pod, ctrs []*corev1.Container, class Class) (req, lim int64) {
 	limited := len(ctrs) > 0
 	for _, c := range ctrs {
 		r, l := containerMemory(pod, c, class)

@@ -1,0 +1,5 @@
+//go:build !race
+
+package manage
+
+const raceEnabled = false

@@ -1,0 +1,5 @@
+//go:build !race
+
+package fastread
+
+const raceEnabled = false
