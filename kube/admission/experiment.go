@@ -204,12 +204,15 @@ type Assignment struct {
 	Ticket string
 }
 
-// ArmAssigner gives a new pod of an experiment in a namespace its arm.
-// An implementation counts the arm of every live pod of the experiment and
-// of every assignment not yet stored, and picks with LeastFilled; it must
-// be safe for concurrent use across processes (two webhook replicas).
+// ArmAssigner gives a new pod of an experiment its arm (pod is the pod
+// being admitted, with its namespace set; it is not stored yet, so it has
+// no UID). An implementation counts the arm of every live pod of the
+// experiment in the namespace and of every assignment not yet stored, and
+// picks with LeastFilled; it must be safe for concurrent use across
+// processes (two webhook replicas). Whatever it keeps should go when the
+// pod's owners do.
 type ArmAssigner interface {
-	Assign(ctx context.Context, namespace string, e *Experiment) (Assignment, error)
+	Assign(ctx context.Context, pod *corev1.Pod, e *Experiment) (Assignment, error)
 }
 
 // LeastFilled picks the arm with the fewest pods in counts, the earliest
@@ -261,7 +264,7 @@ func (m *Mutator) Admit(ctx context.Context, pod *corev1.Pod) Result {
 	// warning, not a pod admitted with nothing.
 	ctx, cancel := context.WithTimeout(ctx, ArmDeadline)
 	defer cancel()
-	as, err := m.arms.Assign(ctx, pod.Namespace, e)
+	as, err := m.arms.Assign(ctx, pod, e)
 	if err != nil {
 		return normal(fmt.Sprintf("no arm assigned: %v", err))
 	}

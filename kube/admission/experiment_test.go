@@ -101,7 +101,7 @@ type fixedArm struct {
 	block bool // until the context ends
 }
 
-func (f *fixedArm) Assign(ctx context.Context, ns string, e *Experiment) (Assignment, error) {
+func (f *fixedArm) Assign(ctx context.Context, _ *corev1.Pod, e *Experiment) (Assignment, error) {
 	if f.block {
 		<-ctx.Done()
 		return Assignment{}, ctx.Err()

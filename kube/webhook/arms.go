@@ -38,6 +38,17 @@ import (
 // The Lease is read before the pods are listed: an assignment leaves the
 // Lease only after some replica saw its pod stored, so it is never missed
 // by both.
+//
+// The Lease goes with the experiment: it names as its owners the
+// controllers (ReplicaSets, StatefulSets, Jobs, ...) of the pods it gave
+// arms, so the garbage collector deletes it once the last of them is gone.
+// A rollout adds the new ReplicaSet; the Deployment's old ones stay owners
+// while it keeps them in its history. Pods without a controller (bare pods)
+// give it no owner: such an experiment's Lease stays until it is deleted
+// by hand. Losing the Lease loses only assignments on their way (the live
+// pods are the counts), and an assignment whose Lease the collector deletes
+// between its read and its update writes it anew (the API server creates
+// a Lease on update).
 type ArmAssigner struct {
 	Client kubernetes.Interface
 	// PendingTTL drops an assignment whose pod never appeared (a later
@@ -62,10 +73,12 @@ type pending struct {
 }
 
 // Assign implements admission.ArmAssigner.
-func (a *ArmAssigner) Assign(ctx context.Context, ns string, e *admission.Experiment) (admission.Assignment, error) {
+func (a *ArmAssigner) Assign(ctx context.Context, pod *corev1.Pod, e *admission.Experiment) (admission.Assignment, error) {
+	ns := pod.Namespace
 	if ns == "" {
 		return admission.Assignment{}, errors.New("the pod has no namespace")
 	}
+	owner := leaseOwner(pod)
 	attempts := a.Attempts
 	if attempts <= 0 {
 		attempts = 20
@@ -73,7 +86,7 @@ func (a *ArmAssigner) Assign(ctx context.Context, ns string, e *admission.Experi
 	var err error
 	for i := range attempts {
 		var as admission.Assignment
-		as, err = a.try(ctx, ns, e)
+		as, err = a.try(ctx, ns, owner, e)
 		if err == nil {
 			return as, nil
 		}
@@ -92,7 +105,32 @@ func (a *ArmAssigner) Assign(ctx context.Context, ns string, e *admission.Experi
 	return admission.Assignment{}, fmt.Errorf("experiment %s: lease %s/%s: still conflicting after %d attempts: %w", e.Name, ns, leaseName(e.Name), attempts, err)
 }
 
-func (a *ArmAssigner) try(ctx context.Context, ns string, e *admission.Experiment) (admission.Assignment, error) {
+// leaseOwner is the owner reference the Lease takes from a pod: its
+// controller's, without controller or blockOwnerDeletion (the Lease has
+// several owners, and blocking a ReplicaSet's deletion would need the
+// right to update its finalizers). Nil for a pod without a controller.
+func leaseOwner(pod *corev1.Pod) *metav1.OwnerReference {
+	c := metav1.GetControllerOfNoCopy(pod)
+	if c == nil || c.UID == "" {
+		return nil
+	}
+	return &metav1.OwnerReference{APIVersion: c.APIVersion, Kind: c.Kind, Name: c.Name, UID: c.UID}
+}
+
+// withOwner adds owner to refs unless a reference to its UID is there.
+func withOwner(refs []metav1.OwnerReference, owner *metav1.OwnerReference) []metav1.OwnerReference {
+	if owner == nil {
+		return refs
+	}
+	for _, r := range refs {
+		if r.UID == owner.UID {
+			return refs
+		}
+	}
+	return append(refs, *owner)
+}
+
+func (a *ArmAssigner) try(ctx context.Context, ns string, owner *metav1.OwnerReference, e *admission.Experiment) (admission.Assignment, error) {
 	now := time.Now
 	if a.now != nil {
 		now = a.now
@@ -155,6 +193,7 @@ func (a *ArmAssigner) try(ctx context.Context, ns string, e *admission.Experimen
 		lease.Annotations = map[string]string{}
 	}
 	lease.Annotations[annotationPending] = string(b)
+	lease.OwnerReferences = withOwner(lease.OwnerReferences, owner)
 	if create {
 		_, err = leases.Create(ctx, lease, metav1.CreateOptions{})
 	} else {

@@ -24,9 +24,10 @@ func TestArmAssignerCountsAssignmentsNotYetStored(t *testing.T) {
 	cs := fake.NewClientset()
 	now := time.Unix(1_700_000_000, 0)
 	as := &ArmAssigner{Client: cs, PendingTTL: time.Minute, now: func() time.Time { return now }}
+	inShop := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop"}}
 	var got []admission.Assignment
 	for range 4 { // none of these pods is stored yet
-		a, err := as.Assign(ctx, "shop", e)
+		a, err := as.Assign(ctx, inShop, e)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -44,7 +45,7 @@ func TestArmAssignerCountsAssignmentsNotYetStored(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if a, _ := as.Assign(ctx, "shop", e); a.Arm != "a" {
+	if a, _ := as.Assign(ctx, inShop, e); a.Arm != "a" {
 		t.Errorf("after 2 stored and 2 pending over a and b, got %s, want a", a.Arm)
 	}
 	// The pending ones whose pods never came expire: the two stored pods
@@ -54,13 +55,13 @@ func TestArmAssignerCountsAssignmentsNotYetStored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a, _ := as.Assign(ctx, "shop", e); a.Arm != "a" {
+	if a, _ := as.Assign(ctx, inShop, e); a.Arm != "a" {
 		t.Errorf("after the pending ones expired: %s, want a (1 a, 1 b stored)", a.Arm)
 	}
 	if l.Labels[admission.LabelExperiment] != "g" {
 		t.Errorf("lease labels %v", l.Labels)
 	}
-	if _, err := as.Assign(ctx, "", e); err == nil {
+	if _, err := as.Assign(ctx, &corev1.Pod{}, e); err == nil {
 		t.Error("a pod without a namespace got an arm")
 	}
 }

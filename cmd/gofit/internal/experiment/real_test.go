@@ -162,7 +162,7 @@ func TestRealPrometheusExperiment(t *testing.T) {
 // created one by one.
 type inTurn struct{ n int }
 
-func (a *inTurn) Assign(_ context.Context, _ string, e *admission.Experiment) (admission.Assignment, error) {
+func (a *inTurn) Assign(_ context.Context, _ *corev1.Pod, e *admission.Experiment) (admission.Assignment, error) {
 	arm := e.Arms[a.n%len(e.Arms)].Name
 	a.n++
 	return admission.Assignment{Arm: arm, Ticket: fmt.Sprint(a.n)}, nil
