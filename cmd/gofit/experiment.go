@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/experiment"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 )
 
 // exitFailOn is the exit status of a report whose verdicts hit --fail-on.
@@ -27,11 +29,14 @@ const exitFailOn = 3
 
 func runExperiment(args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-		fmt.Fprintln(stderr, "Usage: gofit experiment report [flags]\n\nJudges the arms of an experiment on live traffic from Prometheus (docs/experiment.md).\nRun 'gofit experiment report -h' for its flags.")
+		fmt.Fprintln(stderr, "Usage: gofit experiment report [flags]\n       gofit experiment load [flags] URL...\n\nreport judges the arms of an experiment on live traffic from Prometheus (docs/experiment.md);\nload sends steady traffic to a workload's pods where there is none (a test cluster).\nRun 'gofit experiment report -h' or 'gofit experiment load -h' for their flags.")
 		return flag.ErrHelp
 	}
+	if len(args) > 0 && args[0] == "load" {
+		return runExperimentLoad(args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "report" {
-		return fmt.Errorf("%w: want `gofit experiment report [flags]`", errUsage)
+		return fmt.Errorf("%w: want `gofit experiment report [flags]` or `gofit experiment load [flags] URL...`", errUsage)
 	}
 	fs := newFlags("experiment report", stderr)
 	promURL := fs.String("prometheus", "", "Prometheus `URL` (required)")
@@ -140,6 +145,64 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stderr, "gofit experiment report: --fail-on %s: arm %s %s is %s\n", *failOn, v.Arm, v.Metric, v.Verdict)
 		}
 		return exitError{exitFailOn}
+	}
+	return nil
+}
+
+// runExperimentLoad sends an open-loop load, spread evenly over the URLs
+// (a workload's pods, by address), and prints one line per --every: the
+// traffic an experiment needs where there is no real traffic, such as a
+// test cluster (the e2e node's experiment runs it in a pod).
+func runExperimentLoad(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("experiment load", stderr)
+	rps := fs.Float64("rps", 20, "requests per `SECOND` in all, spread evenly over the URLs")
+	duration := fs.Duration("duration", 0, "stop after `DURATION` (0: run until interrupted or terminated)")
+	every := fs.Duration("every", 30*time.Second, "print a line of figures every `INTERVAL`")
+	seed := fs.Int64("seed", 1, "seed of the order requests go to the URLs in")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: gofit experiment load [flags] URL...\n\nSends GET requests at a fixed rate (open loop), spread evenly over the URLs (an experiment's\npods), and prints requests, errors, rate and latency every --every. See docs/experiment.md.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	switch {
+	case fs.NArg() == 0:
+		return fmt.Errorf("%w: want at least one URL to load", errUsage)
+	case !(*rps > 0) || *rps > 100000:
+		return fmt.Errorf("%w: --rps %v: want more than 0 and at most 100000", errUsage, *rps)
+	case *duration < 0:
+		return fmt.Errorf("%w: --duration %v: want 0 (until stopped) or more", errUsage, *duration)
+	case *every < 100*time.Millisecond:
+		return fmt.Errorf("%w: --every %v: want at least 100ms", errUsage, *every)
+	}
+	var targets []load.Target
+	for _, a := range fs.Args() {
+		u, err := url.Parse(a)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("%w: URL %q: want http:// or https:// and a host", errUsage, a)
+		}
+		targets = append(targets, load.Get(a, nil)...)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *duration)
+		defer cancel()
+	}
+	l := load.NewLoader(load.MaxOpenInFlight, nil)
+	defer l.Close()
+	mix := load.NewMix(targets, *seed)
+	fmt.Fprintf(stdout, "gofit experiment load: %g requests/s over %d URLs\n", *rps, len(targets))
+	for ctx.Err() == nil {
+		r := l.Open(ctx, mix, *rps, *every)
+		line := fmt.Sprintf("%s requests %d errors %d rps %.1f p50 %.1fms p99 %.1fms",
+			time.Now().UTC().Format(time.RFC3339), r.Requests, r.Errors-r.Cancelled, r.RPS, r.P50, r.P99)
+		if s := r.ErrorSummary(); s != "" {
+			line += " (" + s + ")"
+		}
+		fmt.Fprintln(stdout, line)
 	}
 	return nil
 }

@@ -4,7 +4,10 @@ package main
 
 import (
 	"bytes"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -15,6 +18,11 @@ func TestExperimentReportFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"experiment"}, 2, "want `gofit experiment report [flags]`"},
+		{[]string{"experiment", "load"}, 2, "want at least one URL"},
+		{[]string{"experiment", "load", "--rps", "0", "http://a"}, 2, "--rps 0"},
+		{[]string{"experiment", "load", "--every", "1ms", "http://a"}, 2, "--every 1ms"},
+		{[]string{"experiment", "load", "--duration", "-1s", "http://a"}, 2, "--duration -1s"},
+		{[]string{"experiment", "load", "10.0.0.1:8080/work"}, 2, `URL "10.0.0.1:8080/work"`},
 		{[]string{"experiment", "report"}, 2, "--prometheus is required"},
 		{[]string{"experiment", "report", "--prometheus", "http://p:9090", "--name", "x"}, 2, "--namespace and --name are required"},
 		{[]string{"experiment", "report", "--prometheus", "http://p:9090", "--namespace", "n", "--name", "x", "--fail-on", "harmful,wrose"}, 2, `"wrose" is not harmful`},
@@ -28,4 +36,28 @@ func TestExperimentReportFlags(t *testing.T) {
 			t.Errorf("gofit %s: exit %d, stderr %q; want %d and %q", strings.Join(c.args, " "), code, errb.String(), c.code, c.want)
 		}
 	}
+}
+
+// TestExperimentLoad: the load goes to every URL, evenly (within one
+// request per URL a window), and a line of figures is printed per window.
+func TestExperimentLoad(t *testing.T) {
+	var a, b atomic.Int64
+	srv := func(n *atomic.Int64) *httptest.Server {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { n.Add(1) }))
+		t.Cleanup(s.Close)
+		return s
+	}
+	sa, sb := srv(&a), srv(&b)
+	var out, errb bytes.Buffer
+	code := Main([]string{"experiment", "load", "--rps", "40", "--duration", "1s", "--every", "500ms", sa.URL + "/work", sb.URL + "/work?n=1"}, &out, &errb)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if a.Load() == 0 || b.Load() == 0 || a.Load()-b.Load() > 2 || b.Load()-a.Load() > 2 {
+		t.Errorf("requests: %d to the first URL, %d to the second; want both, evenly", a.Load(), b.Load())
+	}
+	if n := strings.Count(out.String(), " requests "); n < 1 {
+		t.Errorf("no line of figures:\n%s", out.String())
+	}
+	t.Logf("%d and %d requests; output:\n%s", a.Load(), b.Load(), out.String())
 }
