@@ -2,7 +2,6 @@ package chart
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -36,42 +35,6 @@ func kubeconfig(t *testing.T, cfg *rest.Config) string {
 	return f
 }
 
-// unversionedChart is a copy of the chart without its kubeVersion
-// constraint: kube/hack/envtest-assets.sh builds kube-apiserver from
-// source without version stamping, and it reports v0.0.0-master, which
-// helm install refuses. (helm template's dry runs are not affected.)
-func unversionedChart(t *testing.T) string {
-	t.Helper()
-	dst := filepath.Join(t.TempDir(), "gofit")
-	err := filepath.WalkDir(chartDir(), func(p string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(chartDir(), p)
-		if d.IsDir() {
-			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		if rel == "Chart.yaml" {
-			var kept []string
-			for _, l := range strings.Split(string(b), "\n") {
-				if !strings.HasPrefix(l, "kubeVersion:") {
-					kept = append(kept, l)
-				}
-			}
-			b = []byte(strings.Join(kept, "\n"))
-		}
-		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dst
-}
-
 // TestHelmLifecycle installs, upgrades and uninstalls the chart with helm
 // against a real kube-apiserver (envtest), as an operator would, and
 // checks what each step leaves:
@@ -89,7 +52,9 @@ func unversionedChart(t *testing.T) string {
 func TestHelmLifecycle(t *testing.T) {
 	cfg := kubetest.Start(t, &envtest.Environment{})
 	kc := kubeconfig(t, cfg)
-	chart := unversionedChart(t)
+	// The chart itself, kubeVersion included: envtest-assets.sh stamps
+	// the API server's version, which helm install checks.
+	chart := chartDir()
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
