@@ -72,7 +72,7 @@ var commandPages = map[string][]string{
 	"docs/lab.md":        {"lab"},
 	"docs/webhook.md":    {"webhook"},
 	"docs/node-agent.md": {"node", "node plan", "node reset", "node experiment"},
-	"docs/experiment.md": {"experiment report", "webhook"},
+	"docs/experiment.md": {"experiment report", "experiment load", "webhook"},
 }
 
 // foreignFlags are flags of other programs that a page names on purpose.
@@ -937,7 +937,7 @@ func newFlagTable(t *testing.T) *flagTable {
 	ft := &flagTable{flags: map[string]map[string]bool{}, hidden: map[string]bool{
 		lab.SampleCommand: true, "node " + qoslab.HogCommand: true,
 	}}
-	names := []string{"node plan", "node reset", "node experiment", "experiment report"}
+	names := []string{"node plan", "node reset", "node experiment", "experiment report", "experiment load"}
 	for _, c := range commands() {
 		names = append(names, c.name)
 	}
@@ -974,8 +974,10 @@ func (ft *flagTable) check(t *testing.T, where string, args []string, inline boo
 			rest = rest[1:] // a synopsis: gofit node [plan|experiment]
 		}
 	}
-	if name == "experiment" && len(rest) > 0 && strings.Trim(rest[0], "[]") == "report" {
-		name, rest = "experiment report", rest[1:]
+	if name == "experiment" && len(rest) > 0 {
+		if sub := strings.Trim(rest[0], "[]"); sub == "report" || sub == "load" {
+			name, rest = "experiment "+sub, rest[1:]
+		}
 	}
 	if ft.hidden[name] || placeholder(name) {
 		return

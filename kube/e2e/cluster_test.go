@@ -514,7 +514,7 @@ func (c *cluster) startContainerd() error {
 }
 
 func (c *cluster) waitContainerd() error {
-	return poll(3*time.Minute, "containerd socket", func() (bool, error) {
+	return poll(10*time.Minute, "containerd socket", func() (bool, error) {
 		out, err := c.ctr("version")
 		if err != nil {
 			return false, fmt.Errorf("%w: %s", err, out)

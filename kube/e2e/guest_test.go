@@ -55,6 +55,7 @@ func TestGuest(t *testing.T) {
 		{"plan", g.plan},
 		{"resize", g.resize},
 		{"static", g.static},
+		{"experiment", g.experiment},
 		{"webhook-down", g.webhookDown},
 		{"delete", g.deleted},
 	}

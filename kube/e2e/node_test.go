@@ -84,7 +84,7 @@ func TestNode(t *testing.T) {
 	t.Logf("images and the test binary built in %v", time.Since(t0).Round(time.Second))
 
 	r := &vmtest.Run{Kernel: k, Tools: tools, Layout: vmtest.V2, Source: src, Memory: 5120, CPUs: 2,
-		Shares: map[string]string{"node": node, "envtest": envtest, "images": images},
+		Shares: map[string]string{"node": node, "envtest": envtest, "images": images, "prometheus": prometheusDir(t)},
 		Binaries: []vmtest.Binary{{Name: "e2e.test", Path: bin, Dir: "kube/e2e", Timeout: 40 * time.Minute,
 			Args: []string{"-test.v", "-test.count=1", "-test.run", "^TestGuest$", "-e2e.guest"}}},
 		Console: &lineLog{t: t, prefix: "console: "}}

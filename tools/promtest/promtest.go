@@ -144,6 +144,9 @@ type Config struct {
 	Interval  time.Duration // scrape and rule evaluation interval (default 1s)
 	RuleFiles []string
 	Targets   []Target
+	// Ready bounds the wait for the server to start (default 30s; an
+	// emulated VM needs minutes).
+	Ready time.Duration
 }
 
 // Server is a running Prometheus.
@@ -203,7 +206,10 @@ func Start(t testing.TB, b Binaries, cfg Config) *Server {
 		}
 	})
 	s := &Server{URL: "http://" + addr, cmd: cmd}
-	deadline := time.Now().Add(30 * time.Second)
+	if cfg.Ready <= 0 {
+		cfg.Ready = 30 * time.Second
+	}
+	deadline := time.Now().Add(cfg.Ready)
 	for {
 		resp, err := http.Get(s.URL + "/-/ready")
 		if err == nil {
@@ -219,7 +225,7 @@ func Start(t testing.TB, b Binaries, cfg Config) *Server {
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("prometheus at %s not ready after 30s", addr)
+			t.Fatalf("prometheus at %s not ready after %v", addr, cfg.Ready)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
