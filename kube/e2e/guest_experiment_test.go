@@ -68,15 +68,22 @@ func (g *guestRun) experiment(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, stderr, err := c.run("apply", "-k", dir); err != nil {
+	// Retried: under TCG on a loaded host the API server can time a TLS
+	// handshake out (seen: kubectl's openapi download).
+	err := poll(3*time.Minute, "kubectl apply -k (self-managed + experiments)", func() (bool, error) {
+		_, stderr, err := c.run("apply", "-k", dir)
+		if err == nil && stderr != "" {
+			t.Logf("kubectl apply -k (self-managed + experiments): %s", stderr)
+		}
+		return err == nil, err
+	})
+	if err != nil {
 		t.Fatal(err)
-	} else if stderr != "" {
-		t.Logf("kubectl apply -k (self-managed + experiments): %s", stderr)
 	}
 	// Every replica must have --experiments before a pod asks for an arm:
 	// a replica without it gives the normal fit and a warning, and the API
 	// server can still reach a terminating one (see webhookDown).
-	err := poll(8*time.Minute, "every webhook replica started with --experiments", func() (bool, error) {
+	err = poll(8*time.Minute, "every webhook replica started with --experiments", func() (bool, error) {
 		l, err := c.cs.CoreV1().Pods("gofit-system").List(g.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=gofit-webhook"})
 		if err != nil {
 			return false, err
@@ -102,10 +109,12 @@ func (g *guestRun) experiment(t *testing.T) {
 
 	// The workload: 4 replicas, 2 arms.
 	t0 = time.Now()
-	if _, stderr, err := c.run("apply", "-f", "/src/kube/e2e/testdata/experiment.yaml"); err != nil {
+	err = poll(3*time.Minute, "kubectl apply -f testdata/experiment.yaml", func() (bool, error) {
+		_, _, err := c.run("apply", "-f", "/src/kube/e2e/testdata/experiment.yaml")
+		return err == nil, err
+	})
+	if err != nil {
 		t.Fatal(err)
-	} else if stderr != "" {
-		t.Logf("kubectl apply experiment.yaml: %s", stderr)
 	}
 	t.Cleanup(func() {
 		c.run("delete", "-f", "/src/kube/e2e/testdata/experiment.yaml", "--ignore-not-found", "--wait=false")
