@@ -240,24 +240,18 @@ func (m *Mutator) Admit(ctx context.Context, pod *corev1.Pod) Result {
 	if !ok {
 		return m.Create(pod)
 	}
-	normal := func(why string) Result {
-		r := m.Create(pod)
-		r.Warnings = append([]string{fmt.Sprintf("annotation %s: %s; the pod gets gofit's normal fit and no arm", AnnotationExperiment, why)}, r.Warnings...)
-		return r
-	}
 	if pod.Annotations[AnnotationInject] == "false" {
 		return m.Create(pod) // opted out of gofit altogether: no arm either
 	}
 	e, err := ParseExperiment(s)
 	if err != nil {
-		return normal(err.Error())
+		return m.normal(pod, err.Error())
 	}
-	// A reinvocation (or a pod re-admitted with its labels) keeps its arm.
-	if arm, ok := e.Arm(pod.Labels[LabelArm]); ok && pod.Labels[LabelExperiment] == e.Name && pod.Annotations[AnnotationArmTicket] != "" {
-		return m.withArm(pod, e, Assignment{Arm: arm.Name, Ticket: pod.Annotations[AnnotationArmTicket]})
+	if r, ok := m.keptArm(pod, e); ok {
+		return r
 	}
 	if m.arms == nil {
-		return normal("this webhook runs without experiments (start it with --experiments and API access)")
+		return m.normal(pod, "this webhook runs without experiments (start it with --experiments and API access)")
 	}
 	// Well inside the API server's timeout for the webhook (2 s as
 	// shipped): a slow assignment then gives the normal fit and a
@@ -266,9 +260,47 @@ func (m *Mutator) Admit(ctx context.Context, pod *corev1.Pod) Result {
 	defer cancel()
 	as, err := m.arms.Assign(ctx, pod, e)
 	if err != nil {
-		return normal(fmt.Sprintf("no arm assigned: %v", err))
+		return m.normal(pod, fmt.Sprintf("no arm assigned: %v", err))
 	}
 	return m.withArm(pod, e, as)
+}
+
+// Preview fits a pod in a dry run (kubectl --dry-run=server, a dryRun
+// request): as Admit, but it assigns no arm, since an assignment is a
+// write (the experiment's Lease) and the webhook declares sideEffects:
+// None. A pod that already has its arm keeps it; any other experiment pod
+// gets the normal fit and a warning that says why.
+func (m *Mutator) Preview(pod *corev1.Pod) Result {
+	s, ok := pod.Annotations[AnnotationExperiment]
+	if !ok || pod.Annotations[AnnotationInject] == "false" {
+		return m.Create(pod)
+	}
+	e, err := ParseExperiment(s)
+	if err != nil {
+		return m.normal(pod, err.Error())
+	}
+	if r, ok := m.keptArm(pod, e); ok {
+		return r
+	}
+	return m.normal(pod, "a dry run is given no arm (assigning one writes the experiment's Lease)")
+}
+
+// keptArm is a reinvocation's result (or a pod re-admitted with its
+// labels): it keeps its arm.
+func (m *Mutator) keptArm(pod *corev1.Pod, e *Experiment) (Result, bool) {
+	arm, ok := e.Arm(pod.Labels[LabelArm])
+	if !ok || pod.Labels[LabelExperiment] != e.Name || pod.Annotations[AnnotationArmTicket] == "" {
+		return Result{}, false
+	}
+	return m.withArm(pod, e, Assignment{Arm: arm.Name, Ticket: pod.Annotations[AnnotationArmTicket]}), true
+}
+
+// normal is the normal fit for an experiment pod that gets no arm, with a
+// warning that says why.
+func (m *Mutator) normal(pod *corev1.Pod, why string) Result {
+	r := m.Create(pod)
+	r.Warnings = append([]string{fmt.Sprintf("annotation %s: %s; the pod gets gofit's normal fit and no arm", AnnotationExperiment, why)}, r.Warnings...)
+	return r
 }
 
 // withArm labels the pod with its arm and gives it the arm's settings.

@@ -2,11 +2,14 @@ package admission
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 
+	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gofit-dev/gofit/fit"
@@ -194,5 +197,48 @@ func TestAdmitMalformedOrUnassignedGetsTheNormalFit(t *testing.T) {
 				t.Errorf("not the normal fit: %v", e)
 			}
 		})
+	}
+}
+
+// A dry run (kubectl --dry-run=server) must assign no arm: assigning one
+// writes the experiment's Lease, and the webhook declares sideEffects:
+// None. It gets the normal fit and a warning; the real create after it
+// gets an arm, and a dry run of a pod that has its arm keeps it.
+func TestDryRunAssignsNoArm(t *testing.T) {
+	const spec = `{"name":"gmp","arms":[{"name":"two","env":{"GOMAXPROCS":"2"}},{"name":"fitted","fit":"gofit"}]}`
+	arms := &fixedArm{}
+	h := NewHandler(NewMutator(fit.Policy{}, WithArmAssigner(arms)), HandlerOptions{})
+	pod := experimentPod(spec, ctr("app", "250m", "1Gi"))
+	dry := func(p *corev1.Pod) *admissionv1.AdmissionResponse {
+		var r map[string]any
+		if err := json.Unmarshal(review(t, p, admissionv1.Create, ""), &r); err != nil {
+			t.Fatal(err)
+		}
+		r["request"].(map[string]any)["dryRun"] = true
+		b, _ := json.Marshal(r)
+		code, resp, out := post(t, h, b)
+		if code != http.StatusOK || !resp.Allowed {
+			t.Fatalf("dry run: %d %s", code, out)
+		}
+		return resp
+	}
+	resp := dry(pod)
+	got := applyPatch(t, pod, resp)
+	if arms.next != 0 {
+		t.Errorf("a dry run assigned %d arm(s)", arms.next)
+	}
+	if got.Labels[LabelArm] != "" || envOf(got.Spec.Containers[0])["GOMAXPROCS"] != "1" {
+		t.Errorf("dry run: labels %v env %v, want no arm and the normal fit", got.Labels, envOf(got.Spec.Containers[0]))
+	}
+	if len(resp.Warnings) == 0 || !strings.Contains(resp.Warnings[0], "dry run") {
+		t.Errorf("dry run warnings %q, want one saying no arm is given", resp.Warnings)
+	}
+	created, _ := admit(t, h, pod)
+	if arms.next != 1 || created.Labels[LabelArm] != "two" {
+		t.Fatalf("the real create: %d assignments, arm %q", arms.next, created.Labels[LabelArm])
+	}
+	again := applyPatch(t, created, dry(created))
+	if arms.next != 1 || again.Labels[LabelArm] != "two" || envOf(again.Spec.Containers[0])["GOMAXPROCS"] != "2" {
+		t.Errorf("dry run of an assigned pod: %d assignments, arm %q, env %v", arms.next, again.Labels[LabelArm], envOf(again.Spec.Containers[0]))
 	}
 }

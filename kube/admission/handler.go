@@ -252,6 +252,7 @@ type requestIn struct {
 	Namespace   string                      `json:"namespace,omitempty"`
 	Operation   admissionv1.Operation       `json:"operation"`
 	Object      podObject                   `json:"object"`
+	DryRun      *bool                       `json:"dryRun,omitempty"`
 }
 
 // podObject decodes a review's object as a Pod, keeping a decoding error
@@ -355,6 +356,9 @@ func (h *Handler) review(ctx context.Context, req *requestIn) (res Result) {
 	}
 	if pod.Namespace == "" {
 		pod.Namespace = req.Namespace // an experiment's arms are counted per namespace
+	}
+	if req.DryRun != nil && *req.DryRun {
+		return h.mutator.Preview(pod) // sideEffects: None
 	}
 	return h.mutator.Admit(ctx, pod)
 }
