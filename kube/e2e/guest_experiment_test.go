@@ -289,8 +289,18 @@ func (g *guestRun) experiment(t *testing.T) {
 	if !slices.Equal(names, []string{"fitted", "go-default"}) {
 		t.Errorf("results.json arms %v, want [fitted go-default]", names)
 	}
-	if !strings.HasPrefix(res.Sources["cpu"], "container_cpu_usage_seconds_total (cAdvisor)") {
-		t.Errorf("CPU from %q, want the kubelet's cAdvisor (scraped at %s)", res.Sources["cpu"], nodeIP)
+	// The report takes the first CPU source with data for every arm in
+	// every window, in the documented order. cAdvisor is first but its
+	// housekeeping (about 10 s, slower under TCG) can leave a 15 s window
+	// of one pod empty: one run of this step fell back to
+	// process_cpu_seconds_total. Either is right; anything else is not.
+	switch cpu := res.Sources["cpu"]; {
+	case strings.HasPrefix(cpu, "container_cpu_usage_seconds_total (cAdvisor)"),
+		strings.HasPrefix(cpu, "gofit_cpu_usage_seconds_total"),
+		strings.HasPrefix(cpu, "process_cpu_seconds_total"):
+		t.Logf("CPU from %s (cAdvisor scraped at %s)", cpu, nodeIP)
+	default:
+		t.Errorf("CPU from %q, want one of the documented sources", cpu)
 	}
 	judged := 0
 	for _, v := range res.Verdicts {
