@@ -363,21 +363,18 @@ type slabs struct {
 	ctrs       []*corev1.Container // one pod's running containers, reused
 }
 
-func (s *slabs) settingsOf(n int) []Setting {
-	if len(s.settings) < n {
-		s.settings = make([]Setting, max(n, 256))
-	}
-	out := s.settings[:0:n]
-	s.settings = s.settings[n:]
-	return out
-}
+func (s *slabs) settingsOf(n int) []Setting { return take(&s.settings, n, 256) }
 
-func (s *slabs) containersOf(n int) []ContainerResult {
-	if len(s.containers) < n {
-		s.containers = make([]ContainerResult, max(n, 64))
+func (s *slabs) containersOf(n int) []ContainerResult { return take(&s.containers, n, 64) }
+
+// take cuts an empty slice of capacity n from the front of *slab,
+// allocating a new slab of at least chunk elements when it runs short.
+func take[T any](slab *[]T, n, chunk int) []T {
+	if len(*slab) < n {
+		*slab = make([]T, max(n, chunk))
 	}
-	out := s.containers[:0:n]
-	s.containers = s.containers[n:]
+	out := (*slab)[:0:n]
+	*slab = (*slab)[n:]
 	return out
 }
 
