@@ -6,10 +6,10 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gofit-dev/gofit/fit"
+	"github.com/gofit-dev/gofit/kube/internal/qty"
 	"github.com/gofit-dev/gofit/kube/podplan"
 )
 
@@ -196,7 +196,7 @@ func parseNonGo(s string) (map[string]int64, error) {
 	}
 	out := map[string]int64{}
 	for name, v := range list {
-		q, err := resource.ParseQuantity(v)
+		q, err := qty.Parse(v)
 		if err != nil || q.Sign() < 0 || q.Cmp(maxMemory) > 0 {
 			return nil, fmt.Errorf("annotation %s: %q for %q is not a memory quantity up to 1Ei (e.g. 64Mi)", AnnotationNonGoMemory, v, name)
 		}

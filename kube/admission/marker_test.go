@@ -104,6 +104,12 @@ func TestHostilePods(t *testing.T) {
 		{"memory 99999999999999999999", podOf("p", huge("", "99999999999999999999")), "", 0},
 		{"memory 16Ei", podOf("p", huge("", "16Ei")), "", 0},
 		{"memory 1Ei", podOf("p", huge("", "1Ei")), "", 1 << 60},
+		// Comparing these with a bound, or reading their Value, rescales
+		// by 10^9999999920: math/big would work for minutes per request.
+		{"cpu 1e9999999920", podOf("p", huge("1e9999999920", "1Gi")), "", 1 << 30},
+		{"memory 1e9999999920", podOf("p", huge("2", "1e9999999920")), "2", 0},
+		{"non-Go memory 1e-9999999920", withAnn(podOf("p", huge("", "1Gi")), AnnotationNonGoMemory, "app=1e-9999999920"), "", 0},
+		{"non-Go memory 1e9999999920", withAnn(podOf("p", huge("", "1Gi")), AnnotationNonGoMemory, "app=1e9999999920"), "", 0},
 		{"non-Go memory above the limit", withAnn(podOf("p", huge("", "1Gi")), AnnotationNonGoMemory, "app=900Ei"), "", 0},
 		{"non-Go memory of 1Ei", withAnn(podOf("p", huge("", "1Gi")), AnnotationNonGoMemory, "app=1Ei"), "", 1 << 30},
 		{"forged plan record", withAnn(podOf("p", ctr("app", "2", "1Gi", env("GOMAXPROCS", "4096"))), AnnotationPlan,

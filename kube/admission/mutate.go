@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/gofit-dev/gofit/fit"
+	"github.com/gofit-dev/gofit/kube/internal/qty"
 	"github.com/gofit-dev/gofit/kube/podplan"
 )
 
@@ -565,7 +566,7 @@ var (
 // negative or beyond maxCPU.
 func milliCPU(list corev1.ResourceList) (int64, bool) {
 	q, ok := list[corev1.ResourceCPU]
-	if !ok || q.Sign() <= 0 || q.Cmp(maxCPU) > 0 {
+	if !ok || q.Sign() <= 0 || !qty.Tame(q) || q.Cmp(maxCPU) > 0 {
 		return 0, false
 	}
 	return q.MilliValue(), q.MilliValue() > 0
@@ -575,7 +576,7 @@ func milliCPU(list corev1.ResourceList) (int64, bool) {
 // negative or beyond maxMemory.
 func memoryBytes(list corev1.ResourceList) (int64, bool) {
 	q, ok := list[corev1.ResourceMemory]
-	if !ok || q.Sign() <= 0 || q.Cmp(maxMemory) > 0 {
+	if !ok || q.Sign() <= 0 || !qty.Tame(q) || q.Cmp(maxMemory) > 0 {
 		return 0, false
 	}
 	return q.Value(), q.Value() > 0

@@ -19,6 +19,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/gofit-dev/gofit/kube/internal/qty"
 	"github.com/gofit-dev/gofit/kube/memqos"
 )
 
@@ -274,7 +275,7 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 			}
 			list, _ := pods.Lister().List(labels.Everything())
 			var alloc int64
-			if q, ok := node.Status.Allocatable[corev1.ResourceMemory]; ok {
+			if q, ok := node.Status.Allocatable[corev1.ResourceMemory]; ok && qty.Tame(q) {
 				alloc = q.Value()
 			}
 			rep := a.Reconcile(State{Pods: list, Config: cfg, Namespaces: nss, NodeLabels: node.Labels, NodeAllocatable: alloc,

@@ -41,11 +41,15 @@ func TestHugeLimit(t *testing.T) {
 	s := cfg(t, `{"clusterStrategy":{"lsClass":{"memoryQOS":{"enable":true,"minLimitPercent":100,"lowLimitPercent":100,"throttlingPercent":80}}}}`)
 	huge := mkPod("huge", nil, nil, corev1.PodRunning, ctr{name: "app", req: "100Mi", lim: "1Ei"})
 	hugeReq := mkPod("hugereq", nil, nil, corev1.PodRunning, ctr{name: "app", req: "1Ei", lim: "1Ei"})
+	// Reading these as bytes rescales by 10^9999999920: without qty.Tame
+	// the pass works for minutes in math/big.
+	hugeExp := mkPod("huge", nil, nil, corev1.PodRunning, ctr{name: "app", req: "100Mi", lim: "1e9999999920"})
+	hugeExpReq := mkPod("hugeexpreq", nil, nil, corev1.PodRunning, ctr{name: "app", req: "1e9999999920", lim: "2e9999999920"})
 	var pods []*corev1.Pod
 	for _, n := range []string{"a", "b", "c"} {
 		pods = append(pods, mkPod(n, nil, nil, corev1.PodRunning, ctr{name: "c", req: "6Gi", lim: "8Gi"}))
 	}
-	for _, extra := range []*corev1.Pod{huge, hugeReq} {
+	for _, extra := range []*corev1.Pod{huge, hugeReq, hugeExp, hugeExpReq} {
 		in := Input{Pods: append([]*corev1.Pod{extra}, pods...), Strategy: s, NodeAllocatable: 16 * gi, CgroupVersion: 2}
 		res := compute(t, in)
 		if err := checkRule(in, res); err != nil {

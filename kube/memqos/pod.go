@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gofit-dev/gofit/fit"
+	"github.com/gofit-dev/gofit/kube/internal/qty"
 	"github.com/gofit-dev/gofit/kube/podplan"
 )
 
@@ -78,7 +79,7 @@ func KubeQoS(pod *corev1.Pod) corev1.PodQOSClass {
 					guaranteed = false
 				}
 				// Requests default to limits; unequal ones make it Burstable.
-				if hasReq && hasLim && req.Cmp(lim) != 0 {
+				if hasReq && hasLim && !equal(req, lim) {
 					guaranteed = false
 				}
 			}
@@ -247,6 +248,12 @@ func planGoMemLimit(ann, name string) (int64, bool) {
 const maxBytes = 1 << 60
 
 func bytesOf(q resource.Quantity) int64 {
+	if !qty.Tame(q) {
+		if q.Sign() < 0 {
+			return 0
+		}
+		return maxBytes
+	}
 	v := q.Value()
 	if v < 0 {
 		return 0
@@ -387,4 +394,13 @@ func podLevelMemory(pod *corev1.Pod) (req, lim int64, ok bool) {
 		req = lim // defaulted from the pod-level limit, as for containers
 	}
 	return req, lim, true
+}
+
+// equal compares two quantities from a pod spec without big-number work
+// on untamed ones (see qty.Tame): those are equal only when written alike.
+func equal(a, b resource.Quantity) bool {
+	if !qty.Tame(a) || !qty.Tame(b) {
+		return a.String() == b.String()
+	}
+	return a.Cmp(b) == 0
 }

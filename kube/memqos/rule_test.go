@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gofit-dev/gofit/cgroup/manage"
+	"github.com/gofit-dev/gofit/kube/internal/qty"
 )
 
 // checkRule checks the rule every plan keeps, whatever the pods ask:
@@ -84,7 +85,7 @@ func checkRule(in Input, res Result) error {
 			if pod != nil {
 				for _, k := range append(append([]corev1.Container(nil), pod.Spec.InitContainers...), pod.Spec.Containers...) {
 					if k.Name == c.Name {
-						if q, ok := k.Resources.Limits[corev1.ResourceMemory]; ok && q.Sign() > 0 && q.CmpInt64(maxBytes) < 0 {
+						if q, ok := k.Resources.Limits[corev1.ResourceMemory]; ok && q.Sign() > 0 && qty.Tame(q) && q.CmpInt64(maxBytes) < 0 {
 							lim = q.Value()
 						}
 					}
