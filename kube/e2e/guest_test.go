@@ -35,6 +35,13 @@ func TestGuest(t *testing.T) {
 	if !*guest {
 		t.Skip("runs inside the VM that TestNode boots (-e2e.guest)")
 	}
+	var stepsRE *regexp.Regexp
+	if *stepsFlag != "" {
+		var err error
+		if stepsRE, err = regexp.Compile(*stepsFlag); err != nil {
+			t.Fatalf("-e2e.steps (GOFIT_E2E_STEPS): %v", err)
+		}
+	}
 	p := guestPaths{node: "/mnt/node", envtest: "/mnt/envtest", images: "/mnt/images"}
 	up, _ := os.ReadFile("/proc/uptime")
 	c := startCluster(t, p)
@@ -42,27 +49,47 @@ func TestGuest(t *testing.T) {
 	ctx := context.Background()
 	g := &guestRun{c: c, ctx: ctx, tmp: t.TempDir()}
 
-	steps := []struct {
-		name string
-		f    func(t *testing.T)
+	// Two phases on one boot. Phase 1 runs the kubelet with its MemoryQoS
+	// defaults and installs gofit from deploy/; it ends by uninstalling.
+	// Phase 2 restarts the kubelet with TieredReservation and installs the
+	// Helm chart. Steps are one a line: add new ones to the phase they need
+	// (phase 1's before "uninstall").
+	phases := []struct {
+		name  string
+		steps []guestStep
 	}{
-		{"webhook", g.webhook},
-		{"agent", g.agent},
-		{"service", g.service},
-		{"injected", g.injected},
-		{"protected", g.protected},
-		{"fixtures", g.fixtures},
-		{"plan", g.plan},
-		{"resize", g.resize},
-		{"static", g.static},
-		{"webhook-down", g.webhookDown},
-		{"delete", g.deleted},
+		{"defaults", []guestStep{
+			{"webhook", g.webhook},
+			{"agent", g.agent},
+			{"service", g.service},
+			{"injected", g.injected},
+			{"protected", g.protected},
+			{"fixtures", g.fixtures},
+			{"plan", g.plan},
+			{"resize", g.resize},
+			{"static", g.static},
+			{"webhook-down", g.webhookDown},
+			{"delete", g.deleted},
+		}},
 	}
-	for _, s := range steps {
-		t0 := time.Now()
-		ok := t.Run(s.name, s.f)
-		t.Logf("%s: %v in %.1fs", s.name, map[bool]string{true: "ok", false: "FAILED"}[ok], time.Since(t0).Seconds())
+	for _, ph := range phases {
+		t.Logf("phase %s", ph.name)
+		for _, s := range ph.steps {
+			if stepsRE != nil && !stepsRE.MatchString(s.name) {
+				continue
+			}
+			t0 := time.Now()
+			ok := t.Run(s.name, s.f)
+			t.Logf("%s: %v in %.1fs", s.name, map[bool]string{true: "ok", false: "FAILED"}[ok], time.Since(t0).Seconds())
+		}
 	}
+}
+
+// guestStep is one subtest of TestGuest; later steps may use what earlier
+// ones set up (so narrowing with -e2e.steps must keep those).
+type guestStep struct {
+	name string
+	f    func(t *testing.T)
 }
 
 type guestRun struct {
