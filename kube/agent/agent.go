@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,10 +28,10 @@ type Options struct {
 	// KernelRelease is the node's kernel (uname -r); below 5.9 memory.high
 	// stays at max. Empty: a kernel known to be 5.9 or later.
 	KernelRelease string
-	// Kubelet is what the kubelet's configuration says of its own Memory
-	// QoS (ParseKubeletConfig). Where it is active, or where the values
-	// the kubelet wrote show it, the agent writes nothing unless
-	// TakeOverKubelet is set.
+	// Kubelet is what the kubelet's own Memory QoS writes (ParseKubeletConfig,
+	// KubeletMode). The agent never writes a file at a level the kubelet
+	// owns, unless TakeOverKubelet is set; where the values the kubelet wrote
+	// show TieredReservation, it defers as for TieredReservation from then on.
 	Kubelet         KubeletQoS
 	TakeOverKubelet bool
 	// PodOverrides is what pods' memoryQOS annotations may change; nil
@@ -65,6 +66,9 @@ type Agent struct {
 	// absent holds when each pod cgroup was first seen without an API pod
 	// (a pass's working state, kept between passes under mu).
 	absent map[types.UID]time.Time
+	// written is what the last pass left in each file it owns (dir/file),
+	// to tell when someone else changed one since.
+	written map[string]int64
 }
 
 // New returns an Agent for the cgroups described by layout.
@@ -102,7 +106,6 @@ type State struct {
 const (
 	SkipNoAllocatable = "no_allocatable"
 	SkipBadInput      = "bad_input"
-	SkipKubeletQoS    = "kubelet_memory_qos"
 )
 
 // Report is what one reconcile planned and did.
@@ -115,9 +118,16 @@ type Report struct {
 	// and SkipReason says why in words.
 	Skip       string
 	SkipReason string
-	// Kubelet says why the kubelet's own Memory QoS is taken to be on,
-	// when it is (also when the agent takes over).
+	// Kubelet says what the kubelet's own Memory QoS writes, and how that
+	// was found (also when the agent takes over).
 	Kubelet string
+	// Deferred lists the files, per level, left to the kubelet and why
+	// (KubeletQoS.Deferred); Owned is the same as data.
+	Deferred []string
+	Owned    []Owned
+	// Foreign lists the files the agent owns that someone else changed
+	// since its last pass ("dir/file: wrote X, found Y").
+	Foreign []ForeignWrite
 	// ViewLag is how long the longest-missing pod the kubelet still runs
 	// (a pod cgroup with processes in it) has been out of the API's view:
 	// 0 when the view holds every pod the kubelet runs. Unknown counts
@@ -129,15 +139,24 @@ type Report struct {
 	// Unprotected counts the pods this pass left without the memory QoS
 	// it planned for them: pods whose cgroup it could not find, or every
 	// running pod when the pass was skipped for bad input or a missing
-	// allocatable (not when it stands aside for the kubelet's own QoS).
+	// allocatable.
 	Unprotected int
+}
+
+// ForeignWrite is a file the agent owns whose value changed since the
+// agent's last pass, though the agent did not write it.
+type ForeignWrite struct {
+	Dir, File    string
+	Level        memqos.Level
+	Wrote, Found int64
 }
 
 // Reconcile plans every value and applies the changed ones. Pods whose
 // cgroups do not exist (yet, or any more) are skipped; pod cgroups the
 // API no longer knows, or whose pod has finished, get kernel defaults back.
-// Without the node's allocatable memory, or where the kubelet's own Memory
-// QoS writes the same files, it writes nothing and says why.
+// Without the node's allocatable memory it writes nothing and says why.
+// Files the kubelet's own Memory QoS writes at a level are left to it
+// (Report.Deferred).
 func (a *Agent) Reconcile(st State) Report {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -145,7 +164,7 @@ func (a *Agent) Reconcile(st State) Report {
 	var rep Report
 	defer func() {
 		rep.Duration = time.Since(start)
-		a.health.passed(start, rep.Skip, rep.SkipReason, rep.Unknown, rep.ViewLag)
+		a.health.passed(start, rep.Skip, rep.SkipReason, rep.Unknown, rep.ViewLag, rep.Deferred)
 		if m := a.opts.Metrics; m != nil {
 			m.observe(&rep)
 		}
@@ -209,6 +228,7 @@ func (a *Agent) Reconcile(st State) Report {
 	add := func(p string, level memqos.Level, ss []memqos.Setting) {
 		rep.Values = append(rep.Values, memqos.Values(l.dir(p), level, ss)...)
 	}
+	seen := "" // TieredReservation's values, where the kubelet wrote them
 	add(l.Kubepods, memqos.LevelKubepods, res.Kubepods)
 	for _, q := range []corev1.PodQOSClass{corev1.PodQOSBurstable, corev1.PodQOSBestEffort} {
 		add(l.QoSPath(q), memqos.LevelQoS, res.QoS[q])
@@ -220,8 +240,8 @@ func (a *Agent) Reconcile(st State) Report {
 			rep.Unprotected++
 			continue
 		}
-		if rep.Kubelet == "" {
-			rep.Kubelet = a.kubeletWrote(p, d.path)
+		if seen == "" {
+			seen = a.kubeletWrote(p, d.path)
 		}
 		add(d.path, memqos.LevelPod, p.Settings)
 		for _, c := range p.Containers {
@@ -248,21 +268,20 @@ func (a *Agent) Reconcile(st State) Report {
 		}
 	}
 
-	if rep.Kubelet == "" && a.opts.Kubelet.Active {
-		rep.Kubelet = a.opts.Kubelet.Reason
-	}
-	if rep.Kubelet != "" {
-		if !a.opts.TakeOverKubelet {
-			rep.Skip, rep.SkipReason = SkipKubeletQoS, "standing aside: "+rep.Kubelet+" (--take-over-kubelet-memory-qos to write anyway)"
-			return rep
+	if seen != "" {
+		if _, owned := a.opts.Kubelet.Owns(memqos.LevelPod, memqos.FileMin); !owned && l.Version == 2 {
+			// The config (or the version's defaults) said otherwise: what
+			// the kubelet did wins, for this pass and the ones after.
+			a.log.Warn("the kubelet writes TieredReservation's values: deferring to it", "seen", seen, "was", a.opts.Kubelet.Reason)
+			a.opts.Kubelet = tieredSeen(seen, 0)
 		}
-		rep.Warnings = append(rep.Warnings, "taking over from the kubelet's Memory QoS: "+rep.Kubelet)
 	}
-
+	rep.Values = a.deferToKubelet(&rep, rep.Values)
 	// The writer checks again what memqos promises: no memory value
 	// outside [0, allocatable] and min ≤ low ≤ high per group.
 	a.writer.MaxMemory = st.NodeAllocatable
 	rep.Apply = a.writer.Apply(rep.Values)
+	a.noteForeign(&rep)
 	for _, f := range a.writer.MissingFiles() {
 		rep.Warnings = append(rep.Warnings, f+": not on this kernel; skipped")
 	}
@@ -276,6 +295,71 @@ func (a *Agent) Reconcile(st State) Report {
 		}
 	}
 	return rep
+}
+
+// deferToKubelet drops the values of files the kubelet owns at their level (on
+// cgroup v2, where its Memory QoS works), and says so in rep; with
+// TakeOverKubelet it keeps them and warns.
+func (a *Agent) deferToKubelet(rep *Report, vs []manage.Value) []manage.Value {
+	k := a.opts.Kubelet
+	if a.layout.Version != 2 || len(k.Owned) == 0 {
+		rep.Kubelet = k.Reason
+		return vs
+	}
+	rep.Kubelet = k.Reason
+	if a.opts.TakeOverKubelet {
+		rep.Warnings = append(rep.Warnings, "taking over from the kubelet's Memory QoS: "+k.Reason)
+		return vs
+	}
+	rep.Deferred, rep.Owned = k.Deferred(), k.Owned
+	if _, owned := k.Owns(memqos.LevelContainer, memqos.FileLow); owned && a.layout.RecursiveProt < 0 {
+		rep.Warnings = append(rep.Warnings, "cgroup2 is mounted without memory_recursiveprot: the pods' memory.min/low protect none of their containers' pages while the kubelet keeps the containers' at its own values; mount it with memory_recursiveprot (systemd does) or use --take-over-kubelet-memory-qos")
+	}
+	out := vs[:0]
+	for _, v := range vs {
+		if _, owned := k.Owns(memqos.Level(v.Level), v.File); !owned {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// noteForeign compares what the agent left in each file last pass with
+// what this pass found there: a change it did not make means another
+// writer (the kubelet, an operator) writes the file too. It then records
+// what this pass left.
+func (a *Agent) noteForeign(rep *Report) {
+	if a.opts.DryRun {
+		return
+	}
+	// A value not written (refused, or a write error, whose messages name
+	// the file) is not remembered.
+	failed := func(key string) bool {
+		for _, e := range rep.Apply.Errors {
+			if strings.Contains(e.Error(), key) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, c := range rep.Apply.Changed {
+		key := filepath.Join(c.Dir, c.File)
+		if w, ok := a.written[key]; ok && w != c.Old {
+			rep.Foreign = append(rep.Foreign, ForeignWrite{Dir: c.Dir, File: c.File, Level: memqos.Level(c.Level), Wrote: w, Found: c.Old})
+		}
+	}
+	next := make(map[string]int64, len(rep.Values))
+	for _, v := range rep.Values {
+		key := filepath.Join(v.Dir, v.File)
+		if len(rep.Apply.Errors) == 0 || !failed(key) {
+			next[key] = v.Value
+		}
+	}
+	a.written = next
+	for _, f := range rep.Foreign {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s/%s (%s level): the agent left %s, found %s: another writer changed it",
+			a.cgroupPath(f.Dir), f.File, LevelName(f.Level), manage.FormatValue(f.Wrote), manage.FormatValue(f.Found)))
+	}
 }
 
 // absentPods sorts the pod cgroups that no running API pod maps to. Their
