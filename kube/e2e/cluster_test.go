@@ -54,6 +54,7 @@ type guestPaths struct {
 	node    string // node-assets.sh's directory: bin/, cni/, lib/
 	envtest string // envtest-assets.sh's: kube-apiserver, etcd
 	images  string // the image tarballs and a static gofit binary
+	helm    string // kube/hack/helm.sh's directory: helm
 }
 
 // cluster is the running node: its processes and an admin client.
@@ -151,6 +152,13 @@ func (c *cluster) setupHost() error {
 		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
 			return fmt.Errorf("%s: %w: %s", strings.Join(args, " "), err, out)
 		}
+	}
+	// memory_recursiveprot, as systemd mounts cgroup2: a pod's
+	// memory.min/low then covers containers that claim none themselves
+	// (the kubelet's MemoryQoS keeps containers at 0 by default from
+	// v1.37).
+	if err := syscall.Mount("cgroup2", "/sys/fs/cgroup", "cgroup2", syscall.MS_REMOUNT, "nsdelegate,memory_recursiveprot"); err != nil {
+		return fmt.Errorf("remount cgroup2 with memory_recursiveprot: %w", err)
 	}
 	// Every controller the kernel has, handed down from the root as
 	// systemd does (the kubelet needs cpu, cpuset, memory, pids; hugetlb
@@ -550,6 +558,8 @@ func (c *cluster) importImages() error {
 	return nil
 }
 
+// kubeletConfig is the kubelet's configuration file; phases append to it
+// (restartKubelet). The MemoryQoS settings are the kubelet's defaults.
 const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: cgroupfs
@@ -572,14 +582,67 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 `
 
-func (c *cluster) startKubelet() error {
+func (c *cluster) startKubelet() error { return c.startKubeletAs("kubelet", "") }
+
+func (c *cluster) startKubeletAs(name, extra string) error {
 	cfg := filepath.Join(c.dir, "kubelet.yaml")
-	if err := os.WriteFile(cfg, []byte(kubeletConfig), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(kubeletConfig+extra), 0o644); err != nil {
 		return err
 	}
-	return c.start("kubelet", filepath.Join(c.paths.node, "bin", "kube"), "kubelet", "--config="+cfg,
+	return c.start(name, filepath.Join(c.paths.node, "bin", "kube"), "kubelet", "--config="+cfg,
 		"--kubeconfig="+filepath.Join(c.dir, "kubelet.kubeconfig"), "--hostname-override="+nodeName,
 		"--node-ip="+nodeIP, "--root-dir=/var/lib/kubelet", "--v=1")
+}
+
+// restartKubelet stops the kubelet (its pods keep running under
+// containerd), starts it again with extra appended to its configuration,
+// its log in kubelet-N.log, and waits for the node to be Ready again.
+func (c *cluster) restartKubelet(extra string) error {
+	i := -1
+	for j, n := range c.names {
+		if strings.HasPrefix(n, "kubelet") {
+			i = j
+		}
+	}
+	if i < 0 {
+		return errors.New("no kubelet running")
+	}
+	syscall.Kill(-c.procs[i].Process.Pid, syscall.SIGTERM)
+	select {
+	case <-c.exited[i]:
+	case <-time.After(30 * time.Second):
+		syscall.Kill(-c.procs[i].Process.Pid, syscall.SIGKILL)
+		<-c.exited[i]
+	}
+	c.procs = append(c.procs[:i:i], c.procs[i+1:]...)
+	c.names = append(c.names[:i:i], c.names[i+1:]...)
+	c.exited = append(c.exited[:i:i], c.exited[i+1:]...)
+	name := fmt.Sprintf("kubelet-%d", len(c.names))
+	if err := c.startKubeletAs(name, extra); err != nil {
+		return err
+	}
+	// Ready may still be the old kubelet's: wait for the new one's
+	// heartbeat first.
+	since := time.Now()
+	err := poll(5*time.Minute, "the restarted kubelet's heartbeat", func() (bool, error) {
+		if err := c.dead(); err != nil {
+			return false, err
+		}
+		n, err := c.cs.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady {
+				return cond.LastHeartbeatTime.After(since) && cond.Status == corev1.ConditionTrue, fmt.Errorf("Ready=%s, heartbeat %v", cond.Status, cond.LastHeartbeatTime)
+			}
+		}
+		return false, errors.New("no Ready condition")
+	})
+	if err != nil {
+		return err
+	}
+	return c.waitNodeReady(5 * time.Minute)
 }
 
 func (c *cluster) waitNodeReady(timeout time.Duration) error {

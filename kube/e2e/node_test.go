@@ -29,7 +29,8 @@ var stepsFlag = flag.String("e2e.steps", "", "regexp: run only the TestGuest ste
 // mustPass are the guest's subtests that must run and pass: the rest may
 // skip (saying why) when a component cannot do its part in the VM.
 var mustPass = []string{"TestGuest", "TestGuest/webhook", "TestGuest/agent", "TestGuest/service", "TestGuest/injected",
-	"TestGuest/protected", "TestGuest/fixtures", "TestGuest/plan"}
+	"TestGuest/protected", "TestGuest/fixtures", "TestGuest/plan",
+	"TestGuest/one-writer", "TestGuest/uninstall", "TestGuest/tiered", "TestGuest/chart", "TestGuest/one-writer-tiered", "TestGuest/helm-uninstall"}
 
 // TestNode boots a cgroup v2 kernel with a single-node Kubernetes inside
 // and runs TestGuest there. Everything it needs is built or fetched here
@@ -79,6 +80,7 @@ func TestNode(t *testing.T) {
 		envtest = script(t, src, "kube/hack/envtest-assets.sh")
 	}
 	node := script(t, src, "kube/hack/node-assets.sh")
+	helm := filepath.Dir(script(t, src, "kube/hack/helm.sh"))
 	t.Logf("node components ready in %v (envtest %s, node %s)", time.Since(t0).Round(time.Second), envtest, node)
 
 	t0 = time.Now()
@@ -98,7 +100,7 @@ func TestNode(t *testing.T) {
 		t.Logf("GOFIT_E2E_STEPS=%q: only the guest's steps that match run", steps)
 	}
 	r := &vmtest.Run{Kernel: k, Tools: tools, Layout: vmtest.V2, Source: src, Memory: 5120, CPUs: 2,
-		Shares: map[string]string{"node": node, "envtest": envtest, "images": images},
+		Shares: map[string]string{"node": node, "envtest": envtest, "images": images, "helm": helm},
 		Binaries: []vmtest.Binary{{Name: "e2e.test", Path: bin, Dir: "kube/e2e", Timeout: 40 * time.Minute,
 			Args: guestArgs}},
 		Console: &lineLog{t: t, prefix: "console: "}}
