@@ -454,7 +454,7 @@ func (g *guestRun) helm(args ...string) (string, error) {
 func (g *guestRun) chart(t *testing.T) {
 	out, err := g.helm("install", "gofit", "/src/charts/gofit", "--wait", "--timeout", "10m",
 		"--set", "image.tag=e2e", "--set", "image.pullPolicy=Never",
-		"--set", "node.extraArgs={--kubelet-memory-qos=tiered}")
+		"--set-json", `node.extraArgs=["--kubelet-memory-qos=tiered"]`)
 	t.Logf("helm install: %s", tailLines(out, 20))
 	if err != nil {
 		g.describe(t, "gofit-node")
