@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -67,7 +68,8 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	interval := fs.Duration("interval", agent.DefaultInterval, "reconcile interval when nothing changes")
 	syncTimeout := fs.Duration("sync-timeout", agent.DefaultSyncTimeout, "how long to wait for the first list of the node's pods and the node before failing")
 	kubeletConfig := fs.String("kubelet-config", "", "the kubelet's config file as mounted (e.g. /host/var/lib/kubelet/config.yaml), read for its own Memory QoS")
-	takeOver := fs.Bool("take-over-kubelet-memory-qos", false, "write memory.min/low/high even where the kubelet's own Memory QoS does (default: stand aside)")
+	kubeletMode := fs.String("kubelet-memory-qos", agent.KubeletAuto, kubeletModeUsage)
+	takeOver := fs.Bool("take-over-kubelet-memory-qos", false, "write memory.min/low/high even at levels the kubelet's own Memory QoS writes (default: leave those to it)")
 	overrides := fs.String("pod-overrides", memqos.DefaultPodOverrides, podOverridesUsage)
 	resetAfter := fs.Duration("reset-after", agent.DefaultResetAfter, "how long a pod cgroup must be empty and out of the API's view before its values go back to the kernel defaults")
 	daemonSet := fs.String("daemonset", "", "the agent's DaemonSet, in namespace $POD_NAMESPACE: when it is gone or being deleted as the agent stops (an uninstall, not a rolling update), the agent resets what it wrote (empty: never)")
@@ -176,7 +178,7 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if err := a.Run(ctx, cs, agent.Source{NodeName: *nodeName, ConfigMapNamespace: *cmNS, ConfigMapName: *cmName, Interval: *interval,
-		SyncTimeout: *syncTimeout, KubeletConfig: *kubeletConfig}); err != nil || *daemonSet == "" {
+		SyncTimeout: *syncTimeout, KubeletConfig: *kubeletConfig, KubeletMode: *kubeletMode}); err != nil || *daemonSet == "" {
 		return err
 	}
 	// Stopped by a signal: an uninstall resets, anything else keeps every
@@ -200,17 +202,22 @@ func runNodeReset(args []string, stdout, stderr io.Writer) error {
 	driver := fs.String("cgroup-driver", "", "the kubelet's cgroup driver, systemd or cgroupfs (default: whichever pod root exists)")
 	dryRun := fs.Bool("dry-run", false, "print the writes, in gofit node plan's format; change nothing")
 	asJSON := fs.Bool("json", false, "print JSON")
+	kf := kubeletFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
+	k, err := kf.qos()
+	if err != nil {
+		return err
+	}
 	layout, err := agent.DetectDriver(*root, *cgRoot, *driver)
 	if err != nil {
 		return fmt.Errorf("--root: %w", err)
 	}
-	a := agent.New(layout, agent.Options{DryRun: *dryRun})
+	a := agent.New(layout, agent.Options{DryRun: *dryRun, Kubelet: k})
 	rep := a.Reset()
 	plan := a.PlanOf(rep)
 	if *asJSON {
@@ -226,6 +233,42 @@ func runNodeReset(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%d cgroup writes failed (listed above)", n)
 	}
 	return nil
+}
+
+const kubeletModeUsage = "what the kubelet's own Memory QoS writes, without --kubelet-config: auto (its version's defaults: from v1.37 the MemoryQoS gate is on with memoryReservationPolicy None), off, none or tiered (TieredReservation); the agent never writes the files the kubelet owns at a level"
+
+// kubeletFlagSet are the flags plan and reset take to know what the
+// kubelet writes (the agent itself learns its version from the Node).
+type kubeletFlagSet struct{ config, mode, version *string }
+
+func kubeletFlags(fs *flag.FlagSet) kubeletFlagSet {
+	return kubeletFlagSet{
+		config:  fs.String("kubelet-config", "", "the kubelet's config file, read for its own Memory QoS"),
+		mode:    fs.String("kubelet-memory-qos", agent.KubeletAuto, kubeletModeUsage),
+		version: fs.String("kubelet-version", "", "the kubelet's version, e.g. v1.37.2 (kubectl get node -o jsonpath='{.status.nodeInfo.kubeletVersion}'; default: the newest this gofit knows)"),
+	}
+}
+
+func (f kubeletFlagSet) qos() (agent.KubeletQoS, error) {
+	if *f.config == "" {
+		k, err := agent.KubeletMode(*f.mode, *f.version)
+		if err != nil {
+			return k, fmt.Errorf("%w: %v", errUsage, err)
+		}
+		return k, nil
+	}
+	if *f.mode != agent.KubeletAuto {
+		return agent.KubeletQoS{}, fmt.Errorf("%w: --kubelet-config and --kubelet-memory-qos=%s: give one", errUsage, *f.mode)
+	}
+	b, err := os.ReadFile(*f.config)
+	if err != nil {
+		return agent.KubeletQoS{}, fmt.Errorf("--kubelet-config: %w", err)
+	}
+	k, err := agent.ParseKubeletConfig(*f.config, b, *f.version)
+	if err != nil {
+		return k, fmt.Errorf("--kubelet-config: %w", err)
+	}
+	return k, nil
 }
 
 func parsePolicy(s string) (memqos.Policy, error) {
@@ -266,7 +309,12 @@ func runNodePlan(args []string, stdout, stderr io.Writer) error {
 	ratio := fs.Float64("max-protected-ratio", 0.8, "cap on the node's total memory.min, as a share of allocatable memory")
 	overrides := fs.String("pod-overrides", memqos.DefaultPodOverrides, podOverridesUsage)
 	asJSON := fs.Bool("json", false, "print JSON")
+	kf := kubeletFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	k, err := kf.qos()
+	if err != nil {
 		return err
 	}
 	ov, err := parsePodOverrides(*overrides)
@@ -306,7 +354,7 @@ func runNodePlan(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	a := agent.New(layout, agent.Options{Policy: pol, MaxProtectedRatio: *ratio, KernelRelease: *kernel, DryRun: true, ResetAfter: -1, PodOverrides: &ov})
+	a := agent.New(layout, agent.Options{Policy: pol, MaxProtectedRatio: *ratio, KernelRelease: *kernel, DryRun: true, ResetAfter: -1, PodOverrides: &ov, Kubelet: k})
 	rep := a.Reconcile(agent.State{Pods: pods, Config: cfg, Namespaces: nss, NodeAllocatable: mem})
 	if rep.Skip == agent.SkipBadInput {
 		return fmt.Errorf("%w: %s", errUsage, rep.SkipReason)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,10 +28,10 @@ type Options struct {
 	// KernelRelease is the node's kernel (uname -r); below 5.9 memory.high
 	// stays at max. Empty: a kernel known to be 5.9 or later.
 	KernelRelease string
-	// Kubelet is what the kubelet's configuration says of its own Memory
-	// QoS (ParseKubeletConfig). Where it is active, or where the values
-	// the kubelet wrote show it, the agent writes nothing unless
-	// TakeOverKubelet is set.
+	// Kubelet is what the kubelet's own Memory QoS writes (ParseKubeletConfig,
+	// KubeletMode). The agent never writes a file at a level the kubelet
+	// owns, unless TakeOverKubelet is set; where the values the kubelet wrote
+	// show TieredReservation, it defers as for TieredReservation from then on.
 	Kubelet         KubeletQoS
 	TakeOverKubelet bool
 	// PodOverrides is what pods' memoryQOS annotations may change; nil
@@ -66,6 +67,9 @@ type Agent struct {
 	// (a pass's working state, kept between passes under mu).
 	absent map[types.UID]time.Time
 	cache  caches // paths and scratch kept between passes, under mu
+	// written is what the last pass left in each file it owns, to tell
+	// when someone else changed one since.
+	written map[fileKey]int64
 }
 
 // New returns an Agent for the cgroups described by layout.
@@ -103,7 +107,6 @@ type State struct {
 const (
 	SkipNoAllocatable = "no_allocatable"
 	SkipBadInput      = "bad_input"
-	SkipKubeletQoS    = "kubelet_memory_qos"
 )
 
 // Report is what one reconcile planned and did.
@@ -119,9 +122,16 @@ type Report struct {
 	// and SkipReason says why in words.
 	Skip       string
 	SkipReason string
-	// Kubelet says why the kubelet's own Memory QoS is taken to be on,
-	// when it is (also when the agent takes over).
+	// Kubelet says what the kubelet's own Memory QoS writes, and how that
+	// was found (also when the agent takes over).
 	Kubelet string
+	// Deferred lists the files, per level, left to the kubelet and why
+	// (KubeletQoS.Deferred); Owned is the same as data.
+	Deferred []string
+	Owned    []Owned
+	// Foreign lists the files the agent owns that someone else changed
+	// since its last pass ("dir/file: wrote X, found Y").
+	Foreign []ForeignWrite
 	// ViewLag is how long the longest-missing pod the kubelet still runs
 	// (a pod cgroup with processes in it) has been out of the API's view:
 	// 0 when the view holds every pod the kubelet runs. Unknown counts
@@ -133,15 +143,24 @@ type Report struct {
 	// Unprotected counts the pods this pass left without the memory QoS
 	// it planned for them: pods whose cgroup it could not find, or every
 	// running pod when the pass was skipped for bad input or a missing
-	// allocatable (not when it stands aside for the kubelet's own QoS).
+	// allocatable.
 	Unprotected int
+}
+
+// ForeignWrite is a file the agent owns whose value changed since the
+// agent's last pass, though the agent did not write it.
+type ForeignWrite struct {
+	Dir, File    string
+	Level        memqos.Level
+	Wrote, Found int64
 }
 
 // Reconcile plans every value and applies the changed ones. Pods whose
 // cgroups do not exist (yet, or any more) are skipped; pod cgroups the
 // API no longer knows, or whose pod has finished, get kernel defaults back.
-// Without the node's allocatable memory, or where the kubelet's own Memory
-// QoS writes the same files, it writes nothing and says why.
+// Without the node's allocatable memory it writes nothing and says why.
+// Files the kubelet's own Memory QoS writes at a level are left to it
+// (Report.Deferred).
 func (a *Agent) Reconcile(st State) Report {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -150,7 +169,7 @@ func (a *Agent) Reconcile(st State) Report {
 	defer func() {
 		a.cache.sweep()
 		rep.Duration = time.Since(start)
-		a.health.passed(start, rep.Skip, rep.SkipReason, rep.Unknown, rep.ViewLag)
+		a.health.passed(start, rep.Skip, rep.SkipReason, rep.Unknown, rep.ViewLag, rep.Deferred)
 		if m := a.opts.Metrics; m != nil {
 			m.observe(&rep)
 		}
@@ -221,6 +240,7 @@ func (a *Agent) Reconcile(st State) Report {
 		}
 	}
 	rep.Values = make([]manage.Value, 0, valueCount(&res))
+	seen := "" // TieredReservation's values, where the kubelet wrote them
 	add(l.Kubepods, memqos.LevelKubepods, res.Kubepods, srcKubepods, -1)
 	add(l.QoSPath(corev1.PodQOSBurstable), memqos.LevelQoS, res.QoS[corev1.PodQOSBurstable], srcBurstable, -1)
 	add(l.QoSPath(corev1.PodQOSBestEffort), memqos.LevelQoS, res.QoS[corev1.PodQOSBestEffort], srcBestEffort, -1)
@@ -231,8 +251,8 @@ func (a *Agent) Reconcile(st State) Report {
 			rep.Unprotected++
 			continue
 		}
-		if rep.Kubelet == "" {
-			rep.Kubelet = a.kubeletWrote(p, d.path)
+		if seen == "" {
+			seen = a.kubeletWrote(p, d.path)
 		}
 		add(d.path, memqos.LevelPod, p.Settings, pi, -1)
 		for ci, c := range p.Containers {
@@ -260,17 +280,15 @@ func (a *Agent) Reconcile(st State) Report {
 	}
 	a.cache.srcs = srcs
 
-	if rep.Kubelet == "" && a.opts.Kubelet.Active {
-		rep.Kubelet = a.opts.Kubelet.Reason
-	}
-	if rep.Kubelet != "" {
-		if !a.opts.TakeOverKubelet {
-			rep.Skip, rep.SkipReason = SkipKubeletQoS, "standing aside: "+rep.Kubelet+" (--take-over-kubelet-memory-qos to write anyway)"
-			return rep
+	if seen != "" {
+		if _, owned := a.opts.Kubelet.Owns(memqos.LevelPod, memqos.FileMin); !owned && l.Version == 2 {
+			// The config (or the version's defaults) said otherwise: what
+			// the kubelet did wins, for this pass and the ones after.
+			a.log.Warn("the kubelet writes TieredReservation's values: deferring to it", "seen", seen, "was", a.opts.Kubelet.Reason)
+			a.opts.Kubelet = tieredSeen(seen, 0)
 		}
-		rep.Warnings = append(rep.Warnings, "taking over from the kubelet's Memory QoS: "+rep.Kubelet)
 	}
-
+	rep.Values = a.deferToKubelet(&rep, rep.Values)
 	// The writer checks again what memqos promises: no memory value
 	// outside [0, allocatable] and min ≤ low ≤ high per group.
 	a.writer.MaxMemory = st.NodeAllocatable
@@ -278,6 +296,7 @@ func (a *Agent) Reconcile(st State) Report {
 	if in.Terse && len(rep.Apply.Changed) > 0 {
 		a.explain(in, &rep)
 	}
+	a.noteForeign(&rep)
 	for _, f := range a.writer.MissingFiles() {
 		rep.Warnings = append(rep.Warnings, f+": not on this kernel; skipped")
 	}
@@ -291,6 +310,80 @@ func (a *Agent) Reconcile(st State) Report {
 		}
 	}
 	return rep
+}
+
+// deferToKubelet drops the values of files the kubelet owns at their level (on
+// cgroup v2, where its Memory QoS works), and says so in rep; with
+// TakeOverKubelet it keeps them and warns.
+func (a *Agent) deferToKubelet(rep *Report, vs []manage.Value) []manage.Value {
+	k := a.opts.Kubelet
+	if a.layout.Version != 2 || len(k.Owned) == 0 {
+		rep.Kubelet = k.Reason
+		return vs
+	}
+	rep.Kubelet = k.Reason
+	if a.opts.TakeOverKubelet {
+		rep.Warnings = append(rep.Warnings, "taking over from the kubelet's Memory QoS: "+k.Reason)
+		return vs
+	}
+	rep.Deferred, rep.Owned = k.Deferred(), k.Owned
+	if _, owned := k.Owns(memqos.LevelContainer, memqos.FileLow); owned && a.layout.RecursiveProt < 0 {
+		rep.Warnings = append(rep.Warnings, "cgroup2 is mounted without memory_recursiveprot: the pods' memory.min/low protect none of their containers' pages while the kubelet keeps the containers' at its own values; mount it with memory_recursiveprot (systemd does) or use --take-over-kubelet-memory-qos")
+	}
+	// a.cache.srcs stays parallel to the values (explain reads both).
+	out, srcs := vs[:0], a.cache.srcs[:0]
+	for i, v := range vs {
+		if _, owned := k.Owns(memqos.Level(v.Level), v.File); !owned {
+			out = append(out, v)
+			if i < len(a.cache.srcs) {
+				srcs = append(srcs, a.cache.srcs[i])
+			}
+		}
+	}
+	a.cache.srcs = srcs
+	return out
+}
+
+// fileKey names a cgroup file: its directory and its name.
+type fileKey struct{ dir, file string }
+
+// noteForeign compares what the agent left in each file last pass with
+// what this pass found there: a change it did not make means another
+// writer (the kubelet, an operator) writes the file too. It then records
+// what this pass left.
+func (a *Agent) noteForeign(rep *Report) {
+	if a.opts.DryRun {
+		return
+	}
+	// A value not written (refused, or a write error, whose messages name
+	// the file) is not remembered.
+	failed := func(key string) bool {
+		for _, e := range rep.Apply.Errors {
+			if strings.Contains(e.Error(), key) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, c := range rep.Apply.Changed {
+		if w, ok := a.written[fileKey{c.Dir, c.File}]; ok && w != c.Old {
+			rep.Foreign = append(rep.Foreign, ForeignWrite{Dir: c.Dir, File: c.File, Level: memqos.Level(c.Level), Wrote: w, Found: c.Old})
+		}
+	}
+	// Refilled in place: a pass that changes nothing allocates nothing here.
+	if a.written == nil {
+		a.written = make(map[fileKey]int64, len(rep.Values))
+	}
+	clear(a.written)
+	for _, v := range rep.Values {
+		if len(rep.Apply.Errors) == 0 || !failed(filepath.Join(v.Dir, v.File)) {
+			a.written[fileKey{v.Dir, v.File}] = v.Value
+		}
+	}
+	for _, f := range rep.Foreign {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s/%s (%s level): the agent left %s, found %s: another writer changed it",
+			a.cgroupPath(f.Dir), f.File, LevelName(f.Level), manage.FormatValue(f.Wrote), manage.FormatValue(f.Found)))
+	}
 }
 
 // absentPods sorts the pod cgroups that no running API pod maps to. Their

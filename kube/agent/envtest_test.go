@@ -129,12 +129,18 @@ func TestEnvtest(t *testing.T) {
 		}
 		t.Fatalf("%s = %q, want %q", file, got, want)
 	}
-	// auto: the LS container is protected up to its request, and its
-	// memory.high clears GOMEMLIMIT (180MiB) plus the non-Go budget.
-	waitFor(filepath.Join(containerDir["ls"], "memory.low"), "104857600")
+	// auto: the LS pod is protected up to its request, and its container's
+	// memory.high clears GOMEMLIMIT (180MiB) plus the non-Go budget. The
+	// node has no kubelet version: taken as the newest known (v1.37), whose
+	// MemoryQoS writes containers' memory.min and memory.low, so the agent
+	// leaves those alone.
+	waitFor(filepath.Join(filepath.Dir(containerDir["ls"]), "memory.low"), "104857600")
 	waitFor(filepath.Join(containerDir["ls"], "memory.high"), "200540160")
 	waitFor(filepath.Join(mem, "kubepods/burstable/memory.low"), "104857600")
 	waitFor(filepath.Join(containerDir["be"], "memory.high"), "2147483648")
+	if got := strings.TrimSpace(readFile(t, filepath.Join(containerDir["ls"], "memory.low"))); got != "0" {
+		t.Errorf("container memory.low %s: the kubelet's (v1.37 MemoryQoS), want it left at 0", got)
+	}
 
 	// koordinator's ConfigMap sets BE throttling through a node strategy
 	// matching this node's labels; the BE pod follows it once its
@@ -169,7 +175,7 @@ func TestEnvtest(t *testing.T) {
 	// While the kubelet still runs it, it keeps its values, and the sums
 	// above it still count them.
 	time.Sleep(3 * time.Second) // past ResetAfter
-	for _, f := range []string{filepath.Join(containerDir["ls"], "memory.low"), filepath.Join(mem, "kubepods/burstable/memory.low")} {
+	for _, f := range []string{filepath.Join(filepath.Dir(containerDir["ls"]), "memory.low"), filepath.Join(mem, "kubepods/burstable/memory.low")} {
 		if b, _ := os.ReadFile(f); strings.TrimSpace(string(b)) != "104857600" {
 			t.Errorf("%s = %s while the kubelet still runs the deleted pod", f, b)
 		}
@@ -177,5 +183,14 @@ func TestEnvtest(t *testing.T) {
 	// Once its cgroup is empty it gets the kernel defaults back.
 	write(filepath.Join(filepath.Dir(containerDir["ls"]), "cgroup.events"), "populated 0\nfrozen 0\n")
 	waitFor(filepath.Join(mem, "kubepods/burstable/memory.low"), "0")
-	waitFor(filepath.Join(containerDir["ls"], "memory.low"), "0")
+	waitFor(filepath.Join(filepath.Dir(containerDir["ls"]), "memory.low"), "0")
+}
+
+func readFile(t *testing.T, file string) string {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 )
@@ -17,12 +18,15 @@ type health struct {
 	// such absence (Report.Unknown, Report.ViewLag)
 	unknown int
 	lag     time.Duration
+	// deferred: what the agent leaves to the kubelet (Report.Deferred)
+	deferred []string
 }
 
-func (h *health) passed(at time.Time, skip, reason string, unknown int, lag time.Duration) {
+func (h *health) passed(at time.Time, skip, reason string, unknown int, lag time.Duration, deferred []string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.last, h.waiting = at, ""
+	h.deferred = deferred
 	h.unknown, h.lag = unknown, lag
 	h.skip = skip
 	if reason != "" {
@@ -62,6 +66,9 @@ func (a *Agent) Health(now time.Time, maxAge time.Duration) (string, error) {
 	}
 	if h.skip != "" {
 		text += "; it wrote nothing: " + h.skip
+	}
+	if len(h.deferred) > 0 {
+		text += "; it defers to the kubelet for " + strings.Join(h.deferred, "; ")
 	}
 	return text, nil
 }

@@ -37,6 +37,36 @@ type Layout struct {
 	// Kubepods is the cgroup path of the kubelet's pod root under the
 	// mount: "/kubepods.slice" or "/kubepods", below --cgroup-root.
 	Kubepods string
+	// RecursiveProt says whether the cgroup2 mount has memory_recursiveprot
+	// (1), has not (-1), or is unknown (0: not a mount this process sees,
+	// as with fixture trees, or cgroup v1). Without it a pod cgroup's
+	// memory.min/low protects none of its containers' pages unless the
+	// containers' own values do.
+	RecursiveProt int
+}
+
+// recursiveProt reads /proc/self/mountinfo's line for the mount point dir:
+// 1 when it is cgroup2 with memory_recursiveprot among its super options,
+// -1 when it is cgroup2 without, 0 when no line is for dir.
+func recursiveProt(mountinfo, dir string) int {
+	for _, line := range strings.Split(mountinfo, "\n") {
+		pre, post, ok := strings.Cut(line, " - ")
+		f := strings.Fields(pre)
+		if !ok || len(f) < 5 || path.Clean(f[4]) != path.Clean(dir) {
+			continue
+		}
+		p := strings.Fields(post) // fstype source super-options
+		if len(p) < 3 || p[0] != "cgroup2" {
+			continue
+		}
+		for _, o := range strings.Split(p[2], ",") {
+			if o == "memory_recursiveprot" {
+				return 1
+			}
+		}
+		return -1
+	}
+	return 0
 }
 
 // Detect finds the memory controller under root (root/sys/fs/cgroup: v2
@@ -66,6 +96,11 @@ func DetectDriver(root, cgroupRoot, driver string) (*Layout, error) {
 		return nil, err
 	}
 	l := &Layout{Version: version, Mount: mount}
+	if version == 2 {
+		if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+			l.RecursiveProt = recursiveProt(string(b), mount)
+		}
+	}
 	var found []string
 	for _, c := range []struct{ name, driver string }{{"kubepods.slice", DriverSystemd}, {"kubepods", DriverCgroupfs}} {
 		if driver != "" && c.driver != driver {

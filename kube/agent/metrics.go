@@ -23,6 +23,8 @@ type Metrics struct {
 	viewLag   prometheus.Gauge
 	unknown   prometheus.Gauge
 	conflicts prometheus.Gauge
+	owned     *prometheus.GaugeVec
+	foreign   *prometheus.CounterVec
 }
 
 // NewMetrics registers the agent's metrics on reg.
@@ -49,7 +51,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help: "reconcile passes that wrote nothing, by reason: no_allocatable, bad_input, kubelet_memory_qos.",
 		}, []string{"reason"}),
 		kubelet: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "gofit_node_kubelet_memory_qos", Help: "1 when the kubelet's own Memory QoS writes memory.min/low/high on this node (the agent stands aside unless told to take over).",
+			Name: "gofit_node_kubelet_memory_qos", Help: "1 when the kubelet's own Memory QoS writes some of memory.min/low/high on this node (gofit_node_kubelet_owned says which; the agent leaves those to it unless told to take over).",
 		}),
 		defaults: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gofit_node_config_defaults", Help: "1 when the QoS ConfigMap is missing or unreadable and the defaults are in force.",
@@ -67,14 +69,22 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		unknown: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gofit_node_unknown_running_pods", Help: "pod cgroups with processes in them that the agent's view of the API does not hold (their values are kept).",
 		}),
+		owned: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gofit_node_kubelet_owned",
+			Help: "1 for each file at each level (kubepods, qos, pod, container) that the kubelet's own Memory QoS writes and the agent leaves to it; 0 for those the agent writes.",
+		}, []string{"level", "file"}),
+		foreign: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gofit_node_foreign_writes_total",
+			Help: "files the agent owns found changed since its last pass by another writer (the kubelet, an operator), by level and file: a fight over a file.",
+		}, []string{"level", "file"}),
 		conflicts: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gofit_node_cgroup_conflicts", Help: "pod cgroups that more than one API pod maps to (a forged kubernetes.io/config.mirror): those pods are not planned.",
 		}),
 	}
-	for _, r := range []string{SkipNoAllocatable, SkipBadInput, SkipKubeletQoS} {
+	for _, r := range []string{SkipNoAllocatable, SkipBadInput} {
 		m.skipped.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.writes, m.errors, m.protected, m.duration, m.missing, m.skipped, m.kubelet, m.defaults, m.lastPass, m.unprot, m.viewLag, m.unknown, m.conflicts} {
+	for _, c := range []prometheus.Collector{m.owned, m.foreign, m.writes, m.errors, m.protected, m.duration, m.missing, m.skipped, m.kubelet, m.defaults, m.lastPass, m.unprot, m.viewLag, m.unknown, m.conflicts} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -98,7 +108,22 @@ func b2f(b bool) float64 {
 func (m *Metrics) observe(r *Report) {
 	m.lastPass.SetToCurrentTime()
 	m.duration.Observe(r.Duration.Seconds())
-	m.kubelet.Set(b2f(r.Kubelet != ""))
+	m.kubelet.Set(b2f(len(r.Owned) > 0))
+	for _, l := range []memqos.Level{memqos.LevelKubepods, memqos.LevelQoS, memqos.LevelPod, memqos.LevelContainer} {
+		if r.Skip != "" {
+			break // a pass that planned nothing says nothing of who owns what
+		}
+		for _, f := range []string{memqos.FileMin, memqos.FileLow, memqos.FileHigh} {
+			if l != memqos.LevelContainer && f == memqos.FileHigh {
+				continue // the agent writes memory.high on containers only
+			}
+			_, owned := KubeletQoS{Owned: r.Owned}.Owns(l, f)
+			m.owned.WithLabelValues(LevelName(l), f).Set(b2f(owned))
+		}
+	}
+	for _, f := range r.Foreign {
+		m.foreign.WithLabelValues(LevelName(f.Level), f.File).Inc()
+	}
 	m.unprot.Set(float64(r.Unprotected))
 	m.viewLag.Set(r.ViewLag.Seconds())
 	m.unknown.Set(float64(r.Unknown))

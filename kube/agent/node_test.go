@@ -116,40 +116,227 @@ func TestNoAllocatable(t *testing.T) {
 }
 
 // TestKubeletMemoryQoS: where the kubelet's TieredReservation has written
-// a Guaranteed pod's whole request into its memory.min, the agent stands
-// aside (writes nothing, says why) unless told to take over.
+// a Guaranteed pod's whole request into its memory.min, the agent leaves
+// every level TieredReservation writes to it from then on (and says so),
+// unless told to take over; the configuration file says so too, before
+// any pod shows it.
 func TestKubeletMemoryQoS(t *testing.T) {
 	l, st := nodeFixture(t)
 	if err := os.WriteFile(filepath.Join(l.Mount, guaranteeed, "memory.min"), []byte("536870912\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	before := snapshot(t, l.Mount)
-	rep := New(l, Options{Policy: memqos.PolicyAuto}).Reconcile(st)
-	if rep.Skip != SkipKubeletQoS || !strings.Contains(rep.SkipReason, "TieredReservation") || !strings.Contains(rep.SkipReason, "shop/db") {
-		t.Fatalf("skip %q: %s", rep.Skip, rep.SkipReason)
+	a := New(l, Options{Policy: memqos.PolicyAuto})
+	rep := a.Reconcile(st)
+	if rep.Skip != "" || !strings.Contains(rep.Kubelet, "TieredReservation") || !strings.Contains(rep.Kubelet, "shop/db") {
+		t.Fatalf("skip %q, kubelet %q", rep.Skip, rep.Kubelet)
 	}
 	for p, v := range snapshot(t, l.Mount) {
-		if before[p] != v {
-			t.Errorf("%s written while standing aside", p)
+		if before[p] != v && (strings.HasSuffix(p, "memory.min") || strings.HasSuffix(p, "memory.low")) {
+			t.Errorf("%s written (%q to %q): TieredReservation's", p, before[p], v)
 		}
 	}
-	rep = New(l, Options{Policy: memqos.PolicyAuto, TakeOverKubelet: true}).Reconcile(st)
-	if rep.Skip != "" || rep.Kubelet == "" || len(rep.Apply.Changed) == 0 {
-		t.Errorf("take over: skip %q, kubelet %q, %d changes", rep.Skip, rep.Kubelet, len(rep.Apply.Changed))
+	if got := readVal(t, filepath.Join(l.Mount, sidecarDir, "ddd000", "memory.high")); got != "2147483648" {
+		t.Errorf("BE container memory.high %s: the agent's still", got)
 	}
-	// The configuration file says so too, before any pod shows it.
+	if rep := a.Reconcile(st); len(rep.Deferred) == 0 || len(rep.Apply.Changed) != 0 {
+		t.Errorf("second pass: deferred %q, changed %+v", rep.Deferred, rep.Apply.Changed)
+	}
+	l, st = nodeFixture(t)
+	if err := os.WriteFile(filepath.Join(l.Mount, guaranteeed, "memory.min"), []byte("536870912\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep = New(l, Options{Policy: memqos.PolicyAuto, TakeOverKubelet: true}).Reconcile(st)
+	if rep.Skip != "" || rep.Kubelet == "" || len(rep.Deferred) != 0 || readVal(t, filepath.Join(l.Mount, "kubepods", "memory.low")) == "0" {
+		t.Errorf("take over: skip %q, kubelet %q, deferred %q", rep.Skip, rep.Kubelet, rep.Deferred)
+	}
 	l, st = nodeFixture(t)
 	k, err := ParseKubeletConfig("config.yaml", []byte("kind: KubeletConfiguration\nfeatureGates: {MemoryQoS: true}\nmemoryReservationPolicy: TieredReservation\n"), "v1.36.0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep := New(l, Options{Kubelet: k}).Reconcile(st); rep.Skip != SkipKubeletQoS {
-		t.Errorf("kubelet config: skip %q", rep.Skip)
+	before = snapshot(t, l.Mount)
+	rep = New(l, Options{Kubelet: k}).Reconcile(st)
+	for p, v := range snapshot(t, l.Mount) {
+		if before[p] != v && !strings.HasSuffix(p, "memory.high") {
+			t.Errorf("kubelet config TieredReservation: %s written", p)
+		}
+	}
+	if len(rep.Deferred) != 5 {
+		t.Errorf("deferred %q: want kubepods, qos, pod, container min/low and (v1.36's 0.9 factor) container memory.high", rep.Deferred)
 	}
 }
 
-// TestHealth: /healthz passed before the agent had ever reconciled and
-// while it was stuck; it now fails until a pass completes and when passes
+// TestDeferToKubelet: one writer per file at each level. On the fixture
+// node the agent writes exactly the files the kubelet's Memory QoS does
+// not, for each of the kubelet's modes; the plan, /healthz and the
+// metrics say what it defers and why; Reset leaves the kubelet's files.
+func TestDeferToKubelet(t *testing.T) {
+	for _, tc := range []struct {
+		mode, version string
+		owned         []string // level/file the kubelet writes
+	}{
+		{KubeletNone, "v1.37.2", []string{"container/memory.min", "container/memory.low"}},
+		{KubeletAuto, "v1.37.2", []string{"container/memory.min", "container/memory.low"}},
+		{KubeletTiered, "v1.37.2", []string{"kubepods/memory.min", "kubepods/memory.low", "qos/memory.min", "qos/memory.low",
+			"pod/memory.min", "pod/memory.low", "container/memory.min", "container/memory.low"}},
+		{KubeletOff, "v1.37.2", []string{"container/memory.high"}},
+		{KubeletAuto, "v1.36.3", nil},
+		{KubeletNone, "v1.36.3", []string{"kubepods/memory.min", "kubepods/memory.low", "qos/memory.min", "qos/memory.low",
+			"container/memory.min", "container/memory.low", "container/memory.high"}},
+	} {
+		t.Run(tc.mode+"-"+tc.version, func(t *testing.T) {
+			k, err := KubeletMode(tc.mode, tc.version)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, st := nodeFixture(t)
+			// Every memory file starts at a marker value no plan yields.
+			marker := "12345678"
+			for p := range snapshot(t, l.Mount) {
+				switch filepath.Base(p) {
+				case "memory.min", "memory.low", "memory.high":
+					if err := os.WriteFile(p, []byte(marker+"\n"), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			reg := prometheus.NewRegistry()
+			m, err := NewMetrics(reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := New(l, Options{Policy: memqos.PolicyAuto, Kubelet: k, Metrics: m})
+			rep := a.Reconcile(st)
+			if rep.Skip != "" {
+				t.Fatalf("skip %s", rep.SkipReason)
+			}
+			owned := map[string]bool{}
+			for _, o := range tc.owned {
+				owned[o] = true
+			}
+			for p, v := range snapshot(t, l.Mount) {
+				file := filepath.Base(p)
+				if file != "memory.min" && file != "memory.low" && file != "memory.high" {
+					continue
+				}
+				level := levelOf(t, l, filepath.Dir(p))
+				wrote := strings.TrimSpace(v) != marker
+				if file == "memory.high" && level != "container" {
+					continue // the agent writes memory.high on containers only
+				}
+				if level == "container" && filepath.Base(filepath.Dir(p)) == "fff222pause" && file != "memory.high" {
+					continue // the sandbox: no container of the spec
+				}
+				switch {
+				case owned[level+"/"+file] && wrote:
+					t.Errorf("%s: written (%s), the kubelet's", strings.TrimPrefix(p, l.Mount), strings.TrimSpace(v))
+				case !owned[level+"/"+file] && !wrote && file != "memory.high":
+					t.Errorf("%s: not written, the agent's", strings.TrimPrefix(p, l.Mount))
+				}
+			}
+			if len(tc.owned) > 0 && len(rep.Deferred) == 0 {
+				t.Errorf("no deferral reported: %+v", rep)
+			}
+			plan := a.PlanOf(rep)
+			var buf strings.Builder
+			plan.WriteText(&buf)
+			for _, o := range tc.owned {
+				level, file, _ := strings.Cut(o, "/")
+				if !strings.Contains(buf.String(), "defers to the kubelet: "+level+" ") || !strings.Contains(buf.String(), file) {
+					t.Errorf("plan does not say it defers %s:\n%s", o, buf.String())
+				}
+			}
+			text, err := a.Health(time.Now(), time.Minute)
+			if err != nil || (len(tc.owned) > 0) != strings.Contains(text, "defers to the kubelet") {
+				t.Errorf("health %q, %v", text, err)
+			}
+			for _, lf := range []string{"kubepods/memory.min", "qos/memory.low", "pod/memory.low", "container/memory.min", "container/memory.high"} {
+				level, file, _ := strings.Cut(lf, "/")
+				want := 0.0
+				if owned[lf] {
+					want = 1
+				}
+				if got := testutil.ToFloat64(m.owned.WithLabelValues(level, file)); got != want {
+					t.Errorf("gofit_node_kubelet_owned{level=%q,file=%q} = %v, want %v", level, file, got, want)
+				}
+			}
+			// Reset gives back what the agent wrote and nothing else.
+			before := snapshot(t, l.Mount)
+			a.Reset()
+			for p, v := range snapshot(t, l.Mount) {
+				file := filepath.Base(p)
+				if file != "memory.min" && file != "memory.low" && file != "memory.high" {
+					continue
+				}
+				if level := levelOf(t, l, filepath.Dir(p)); owned[level+"/"+file] && v != before[p] {
+					t.Errorf("reset wrote %s, the kubelet's", strings.TrimPrefix(p, l.Mount))
+				}
+			}
+		})
+	}
+	if _, err := KubeletMode("hard", ""); err == nil || !strings.Contains(err.Error(), "--kubelet-memory-qos") {
+		t.Errorf("bad mode: %v", err)
+	}
+}
+
+// levelOf names a cgroup directory's level in the fixture's cgroupfs tree.
+func levelOf(t *testing.T, l *Layout, dir string) string {
+	t.Helper()
+	rel, err := filepath.Rel(filepath.Join(l.Mount, "kubepods"), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := strings.Split(filepath.ToSlash(rel), "/")
+	switch {
+	case rel == ".":
+		return "kubepods"
+	case len(parts) == 1 && !strings.HasPrefix(parts[0], "pod"):
+		return "qos"
+	case strings.HasPrefix(parts[len(parts)-1], "pod"):
+		return "pod"
+	}
+	return "container"
+}
+
+// TestForeignWrites: a file the agent owns that someone else changed
+// between two passes is reported (the log, the metric) and written back;
+// the files it leaves to the kubelet never are.
+func TestForeignWrites(t *testing.T) {
+	l, st := nodeFixture(t)
+	k, _ := KubeletMode(KubeletNone, "v1.37.2")
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := New(l, Options{Policy: memqos.PolicyAuto, Kubelet: k, Metrics: m})
+	a.Reconcile(st)
+	if rep := a.Reconcile(st); len(rep.Foreign) != 0 || len(rep.Apply.Changed) != 0 {
+		t.Fatalf("a quiet second pass: foreign %+v, changed %+v", rep.Foreign, rep.Apply.Changed)
+	}
+	low := filepath.Join(l.Mount, "kubepods", "burstable", "memory.low")
+	want := readVal(t, low)
+	// A kubelet restart resets burstable memory.low; it also writes a
+	// container's memory.low (0 under None) on resize: that one is its.
+	os.WriteFile(low, []byte("0\n"), 0o644)
+	ctr := filepath.Join(l.Mount, staticDir, "aaa777", "memory.low")
+	os.WriteFile(ctr, []byte("7\n"), 0o644)
+	rep := a.Reconcile(st)
+	if len(rep.Foreign) != 1 || rep.Foreign[0].File != "memory.low" || rep.Foreign[0].Level != memqos.LevelQoS || rep.Foreign[0].Found != 0 {
+		t.Fatalf("foreign %+v", rep.Foreign)
+	}
+	if got := readVal(t, low); got != want {
+		t.Errorf("burstable memory.low %s, want %s back", got, want)
+	}
+	if got := readVal(t, ctr); got != "7" {
+		t.Errorf("container memory.low %s: the kubelet's, want it left", got)
+	}
+	if got := testutil.ToFloat64(m.foreign.WithLabelValues("qos", "memory.low")); got != 1 {
+		t.Errorf("gofit_node_foreign_writes_total{qos,memory.low} = %v", got)
+	}
+}
+
 // stop.
 func TestHealth(t *testing.T) {
 	l, st := nodeFixture(t)

@@ -27,13 +27,18 @@ type Plan struct {
 	CgroupVersion int         `json:"cgroup_version"`
 	Driver        string      `json:"driver"`
 	Writes        []PlanWrite `json:"writes"`
-	Warnings      []string    `json:"warnings"`
+	// Kubelet is what the kubelet's own Memory QoS writes and how that was
+	// found; Deferred the files, per level, the agent leaves to it and why.
+	Kubelet  string   `json:"kubelet,omitempty"`
+	Deferred []string `json:"deferred"`
+	Warnings []string `json:"warnings"`
 }
 
 // PlanOf turns a dry-run report into plan output: the files whose value
 // would change, in the order they would be written.
 func (a *Agent) PlanOf(rep Report) Plan {
-	p := Plan{CgroupVersion: a.layout.Version, Driver: a.layout.Driver, Writes: []PlanWrite{}, Warnings: append([]string{}, rep.Warnings...)}
+	p := Plan{CgroupVersion: a.layout.Version, Driver: a.layout.Driver, Writes: []PlanWrite{}, Warnings: append([]string{}, rep.Warnings...),
+		Kubelet: rep.Kubelet, Deferred: append([]string{}, rep.Deferred...)}
 	if rep.SkipReason != "" {
 		p.Warnings = append(p.Warnings, rep.SkipReason)
 	}
@@ -51,6 +56,12 @@ func (p Plan) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "cgroup v%d, %s driver, %d writes\n", p.CgroupVersion, p.Driver, len(p.Writes))
 	for _, x := range p.Writes {
 		fmt.Fprintf(w, "  %s/%s = %s\n      %s\n", x.Cgroup, x.File, x.Value, x.Reason)
+	}
+	if p.Kubelet != "" {
+		fmt.Fprintf(w, "kubelet: %s\n", p.Kubelet)
+	}
+	for _, x := range p.Deferred {
+		fmt.Fprintf(w, "defers to the kubelet: %s\n", x)
 	}
 	for _, x := range p.Warnings {
 		fmt.Fprintf(w, "warning: %s\n", x)

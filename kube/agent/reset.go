@@ -48,7 +48,8 @@ func kernelDefaults(level memqos.Level, version int) []memqos.Setting {
 // kubepods, the QoS-class cgroups, every pod cgroup and every container
 // cgroup below them (memory.min and memory.low 0, memory.high max, the v1
 // soft limit unlimited, the Alibaba Cloud Linux knobs at their defaults).
-// Only values that differ are written, lowered ones bottom-up; with
+// Files the kubelet's own Memory QoS writes (Options.Kubelet) are left to
+// it. Only values that differ are written, lowered ones bottom-up; with
 // Options.DryRun nothing is. PlanOf prints the report like a plan.
 func (a *Agent) Reset() Report {
 	a.mu.Lock()
@@ -73,6 +74,9 @@ func (a *Agent) Reset() Report {
 			add(c, memqos.LevelContainer)
 		}
 	}
+	// The files the kubelet owns stay its own: resetting them would fight
+	// it (it sets them again) or undo its protection.
+	rep.Values = a.deferToKubelet(&rep, rep.Values)
 	// No bound from the node's size here: every value is 0 or unlimited.
 	a.writer.MaxMemory = 0
 	rep.Apply = a.writer.Apply(rep.Values)

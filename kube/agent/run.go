@@ -19,6 +19,7 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/gofit-dev/gofit/cgroup/manage"
 	"github.com/gofit-dev/gofit/kube/internal/qty"
 	"github.com/gofit-dev/gofit/kube/memqos"
 )
@@ -45,6 +46,10 @@ type Source struct {
 	// agent sees it, e.g. /host/var/lib/kubelet/config.yaml), read once
 	// the node is known for the kubelet's own Memory QoS settings.
 	KubeletConfig string
+	// KubeletMode is what the kubelet's Memory QoS is taken to do without
+	// a config file: KubeletAuto (its version's defaults; "" too), or
+	// KubeletOff, KubeletNone or KubeletTiered as an administrator states.
+	KubeletMode string
 }
 
 // DefaultInterval is the reconcile interval when nothing happens.
@@ -196,15 +201,15 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 	if ctx.Err() != nil {
 		return nil
 	}
-	if src.KubeletConfig != "" {
-		if err := a.readKubeletConfig(src.KubeletConfig, nodes.Lister(), src.NodeName); err != nil {
-			return err
-		}
+	var lastDeferredInit string
+	if err := a.learnKubelet(src, nodes.Lister()); err != nil {
+		return err
 	}
 	a.log.Info("watching", "node", src.NodeName, "configmap", cmWhere,
 		"cgroup_version", a.layout.Version, "driver", a.layout.Driver, "kubepods", a.layout.Kubepods, "interval", src.Interval)
-	if a.opts.Kubelet.Reason != "" {
-		a.log.Info("kubelet memory QoS", "active", a.opts.Kubelet.Active, "reason", a.opts.Kubelet.Reason)
+	a.logKubelet()
+	if a.layout.Version == 2 && !a.opts.TakeOverKubelet {
+		lastDeferredInit = strings.Join(a.opts.Kubelet.Deferred(), "; ")
 	}
 
 	// The last good configuration stays in force when the ConfigMap turns
@@ -212,6 +217,7 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 	var cfg *memqos.Config
 	var nss memqos.Namespaces
 	var cmVersion, lastDefaults, lastSkip, lastWait, lastConflicts string
+	lastDeferred := lastDeferredInit
 	lastUnknown := 0
 	useDefaults := func(why string) {
 		cfg, nss, cmVersion = &memqos.Config{}, memqos.Namespaces{}, ""
@@ -292,6 +298,14 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 				}
 				lastUnknown = rep.Unknown
 			}
+			if d := strings.Join(rep.Deferred, "; "); d != lastDeferred {
+				a.logKubelet()
+				lastDeferred = d
+			}
+			for _, f := range rep.Foreign {
+				a.log.Warn("another writer changed a file the agent owns", "cgroup", a.cgroupPath(f.Dir), "file", f.File,
+					"level", LevelName(f.Level), "wrote", manage.FormatValue(f.Wrote), "found", manage.FormatValue(f.Found))
+			}
 			if rep.SkipReason != lastSkip {
 				if rep.SkipReason != "" {
 					a.log.Warn("reconcile wrote nothing", "reason", rep.Skip, "detail", rep.SkipReason)
@@ -349,24 +363,57 @@ func conflictText(cs []memqos.Conflict) string {
 	return strings.Join(parts, "; ")
 }
 
-// readKubeletConfig reads the kubelet's configuration file with the node's
-// kubelet version (which decides the Memory QoS defaults) and keeps what it
-// says for the passes to come.
-func (a *Agent) readKubeletConfig(file string, nodes corelisters.NodeLister, name string) error {
-	b, err := readBounded(file)
-	if err != nil {
-		return fmt.Errorf("kubelet config: %w", err)
-	}
+// learnKubelet decides what the kubelet's own Memory QoS writes: from its
+// configuration file when one is given, else from src.KubeletMode (its
+// version's defaults by default), with the node's kubelet version deciding
+// the defaults either way. The values the kubelet writes may still show
+// TieredReservation later (Reconcile).
+func (a *Agent) learnKubelet(src Source, nodes corelisters.NodeLister) error {
 	var version string
-	if node, err := nodes.Get(name); err == nil {
+	if node, err := nodes.Get(src.NodeName); err == nil {
 		version = node.Status.NodeInfo.KubeletVersion
 	}
-	k, err := ParseKubeletConfig(file, b, version)
-	if err != nil {
-		return fmt.Errorf("kubelet config: %w", err)
+	var k KubeletQoS
+	if src.KubeletConfig != "" {
+		if src.KubeletMode != "" && src.KubeletMode != KubeletAuto {
+			return fmt.Errorf("--kubelet-config and --kubelet-memory-qos=%s: give one", src.KubeletMode)
+		}
+		b, err := readBounded(src.KubeletConfig)
+		if err != nil {
+			return fmt.Errorf("kubelet config: %w", err)
+		}
+		if k, err = ParseKubeletConfig(src.KubeletConfig, b, version); err != nil {
+			return fmt.Errorf("kubelet config: %w", err)
+		}
+	} else {
+		var err error
+		if k, err = KubeletMode(src.KubeletMode, version); err != nil {
+			return err
+		}
 	}
 	a.mu.Lock()
 	a.opts.Kubelet = k
 	a.mu.Unlock()
 	return nil
+}
+
+// logKubelet says which files at which levels the agent leaves to the
+// kubelet, and why.
+func (a *Agent) logKubelet() {
+	a.mu.Lock()
+	k, take, v := a.opts.Kubelet, a.opts.TakeOverKubelet, a.layout.Version
+	a.mu.Unlock()
+	switch {
+	case v != 2:
+		a.log.Info("kubelet memory QoS: cgroup v1, where the kubelet writes none of the agent's files")
+	case take && k.Active:
+		a.log.Warn("kubelet memory QoS: taking over (--take-over-kubelet-memory-qos): the agent writes every level", "kubelet", k.Reason)
+	case !k.Active:
+		a.log.Info("kubelet memory QoS: the agent writes every level", "kubelet", k.Reason)
+	default:
+		a.log.Info("kubelet memory QoS: deferring to the kubelet", "kubelet", k.Reason, "defers", strings.Join(k.Deferred(), "; "))
+		if _, owned := k.Owns(memqos.LevelContainer, memqos.FileLow); owned && a.layout.RecursiveProt < 0 {
+			a.log.Warn("cgroup2 is mounted without memory_recursiveprot: the pods' memory.min/low protect none of their containers' pages while the kubelet keeps the containers' values; mount it with memory_recursiveprot (systemd does)")
+		}
+	}
 }

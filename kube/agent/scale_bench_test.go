@@ -209,7 +209,7 @@ func BenchmarkNode1000Churn(b *testing.B) {
 	var got string
 	deadline := time.Now().Add(time.Minute)
 	for time.Now().Before(deadline) {
-		got = strings.TrimSpace(readFile(filepath.Join(k.containerDir(last), memqos.FileLow)))
+		got = strings.TrimSpace(fileText(filepath.Join(k.containerDir(last), memqos.FileLow)))
 		if got == want {
 			break
 		}
@@ -317,11 +317,11 @@ func newMemoryCgroup(b testing.TB, limit int64) *memoryCgroup {
 // stats reads the peak usage, how often the limit was hit, and OOM kills.
 func (m *memoryCgroup) stats() cgroupStats {
 	num := func(file string) int64 {
-		v, _ := strconv.ParseInt(strings.TrimSpace(readFile(filepath.Join(m.dir, file))), 10, 64)
+		v, _ := strconv.ParseInt(strings.TrimSpace(fileText(filepath.Join(m.dir, file))), 10, 64)
 		return v
 	}
 	field := func(file, key string) int64 {
-		for _, line := range strings.Split(readFile(filepath.Join(m.dir, file)), "\n") {
+		for _, line := range strings.Split(fileText(filepath.Join(m.dir, file)), "\n") {
 			if v, ok := strings.CutPrefix(line, key+" "); ok {
 				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 				return n
@@ -599,7 +599,7 @@ func passCount(b testing.TB, base string) (int, float64) {
 	return n, secs
 }
 
-func readFile(p string) string {
+func fileText(p string) string {
 	b, _ := os.ReadFile(p)
 	return string(b)
 }

@@ -35,35 +35,70 @@ func TestGuest(t *testing.T) {
 	if !*guest {
 		t.Skip("runs inside the VM that TestNode boots (-e2e.guest)")
 	}
-	p := guestPaths{node: "/mnt/node", envtest: "/mnt/envtest", images: "/mnt/images"}
+	var stepsRE *regexp.Regexp
+	if *stepsFlag != "" {
+		var err error
+		if stepsRE, err = regexp.Compile(*stepsFlag); err != nil {
+			t.Fatalf("-e2e.steps (GOFIT_E2E_STEPS): %v", err)
+		}
+	}
+	p := guestPaths{node: "/mnt/node", envtest: "/mnt/envtest", images: "/mnt/images", helm: "/mnt/helm"}
 	up, _ := os.ReadFile("/proc/uptime")
 	c := startCluster(t, p)
 	t.Logf("node Ready %.1fs after the cluster started (guest uptime at start %s)", c.ready.Seconds(), strings.Fields(string(up))[0])
 	ctx := context.Background()
-	g := &guestRun{c: c, ctx: ctx, tmp: t.TempDir()}
+	g := &guestRun{c: c, ctx: ctx, tmp: t.TempDir(), kubeletMode: agent.KubeletAuto, agentNS: "gofit-node"}
 
-	steps := []struct {
-		name string
-		f    func(t *testing.T)
+	// Two phases on one boot. Phase 1 runs the kubelet with its MemoryQoS
+	// defaults and installs gofit from deploy/; it ends by uninstalling.
+	// Phase 2 restarts the kubelet with TieredReservation and installs the
+	// Helm chart. Steps are one a line: add new ones to the phase they need
+	// (phase 1's before "one-writer" and "uninstall").
+	phases := []struct {
+		name  string
+		steps []guestStep
 	}{
-		{"webhook", g.webhook},
-		{"agent", g.agent},
-		{"service", g.service},
-		{"injected", g.injected},
-		{"protected", g.protected},
-		{"fixtures", g.fixtures},
-		{"plan", g.plan},
-		{"resize", g.resize},
-		{"static", g.static},
-		{"experiment", g.experiment},
-		{"webhook-down", g.webhookDown},
-		{"delete", g.deleted},
+		{"defaults", []guestStep{
+			{"webhook", g.webhook},
+			{"agent", g.agent},
+			{"service", g.service},
+			{"injected", g.injected},
+			{"protected", g.protected},
+			{"fixtures", g.fixtures},
+			{"plan", g.plan},
+			{"resize", g.resize},
+			{"static", g.static},
+			{"experiment", g.experiment},
+			{"webhook-down", g.webhookDown},
+			{"delete", g.deleted},
+			{"one-writer", g.oneWriter},
+			{"uninstall", g.uninstall},
+		}},
+		{"tiered", []guestStep{
+			{"tiered", g.tiered},
+			{"chart", g.chart},
+			{"one-writer-tiered", g.oneWriter},
+			{"helm-uninstall", g.helmUninstall},
+		}},
 	}
-	for _, s := range steps {
-		t0 := time.Now()
-		ok := t.Run(s.name, s.f)
-		t.Logf("%s: %v in %.1fs", s.name, map[bool]string{true: "ok", false: "FAILED"}[ok], time.Since(t0).Seconds())
+	for _, ph := range phases {
+		t.Logf("phase %s", ph.name)
+		for _, s := range ph.steps {
+			if stepsRE != nil && !stepsRE.MatchString(s.name) {
+				continue
+			}
+			t0 := time.Now()
+			ok := t.Run(s.name, s.f)
+			t.Logf("%s: %v in %.1fs", s.name, map[bool]string{true: "ok", false: "FAILED"}[ok], time.Since(t0).Seconds())
+		}
 	}
+}
+
+// guestStep is one subtest of TestGuest; later steps may use what earlier
+// ones set up (so narrowing with -e2e.steps must keep those).
+type guestStep struct {
+	name string
+	f    func(t *testing.T)
 }
 
 type guestRun struct {
@@ -75,6 +110,11 @@ type guestRun struct {
 	svcIP      string
 	env        map[string]string
 	staticHash string
+	// kubeletMode is what the kubelet's MemoryQoS does in this phase, as
+	// the agent's --kubelet-memory-qos names it; agentNS the agent's
+	// namespace.
+	kubeletMode string
+	agentNS     string
 }
 
 // overlay writes a kustomization that only swaps the image: how a user
@@ -432,7 +472,15 @@ func (g *guestRun) protected(t *testing.T) {
 	qosLow, kpLow := num(readValue(t, qos, "memory.low")), num(readValue(t, kubepods, "memory.low"))
 	t.Logf("memory.low: kubepods %d, burstable %d, pod %d, container %d; container memory.high %d of memory.max %d",
 		kpLow, qosLow, podLow, ctrLow, ctrHigh, ctrMax)
-	if ctrLow <= 0 {
+	// The container's memory.low is the agent's unless the kubelet's
+	// MemoryQoS writes it (v1.37 by default: 0, when it makes or resizes
+	// the container); the pod's protection then reaches the container
+	// through memory_recursiveprot.
+	if _, kubelets := g.kubeletQoS(t).Owns(memqos.LevelContainer, memqos.FileLow); kubelets {
+		if ctrLow != 0 || podLow <= 0 {
+			t.Errorf("container %s: memory.low %d (the kubelet's, want 0), pod memory.low %d (the agent's, want the auto profile's protection)", ctr, ctrLow, podLow)
+		}
+	} else if ctrLow <= 0 {
 		t.Errorf("container %s: memory.low %d, want the auto profile's protection", ctr, ctrLow)
 	}
 	_ = ctrMax
@@ -475,7 +523,7 @@ func (g *guestRun) dryRun(t *testing.T) agent.Report {
 		t.Fatal(err)
 	}
 	pods, alloc := g.nodePods(t)
-	a := agent.New(layout, agent.Options{Policy: memqos.PolicyDefault, MaxProtectedRatio: 0.8, DryRun: true})
+	a := agent.New(layout, agent.Options{Policy: memqos.PolicyDefault, MaxProtectedRatio: 0.8, DryRun: true, Kubelet: g.kubeletQoS(t)})
 	return a.Reconcile(agent.State{Pods: pods, Config: &memqos.Config{}, Namespaces: memqos.Namespaces{}, NodeAllocatable: alloc})
 }
 

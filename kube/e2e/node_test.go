@@ -21,10 +21,16 @@ import (
 // guest is set when this binary runs inside the VM (TestNode passes it).
 var guest = flag.Bool("e2e.guest", false, "run TestGuest: this is the VM TestNode booted")
 
+// stepsFlag narrows TestGuest to the steps whose names match (TestNode
+// passes GOFIT_E2E_STEPS through): for iterating on a few steps. The
+// mustPass check then covers only the steps that ran.
+var stepsFlag = flag.String("e2e.steps", "", "regexp: run only the TestGuest steps whose names match")
+
 // mustPass are the guest's subtests that must run and pass: the rest may
 // skip (saying why) when a component cannot do its part in the VM.
 var mustPass = []string{"TestGuest", "TestGuest/webhook", "TestGuest/agent", "TestGuest/service", "TestGuest/injected",
-	"TestGuest/protected", "TestGuest/fixtures", "TestGuest/plan"}
+	"TestGuest/protected", "TestGuest/fixtures", "TestGuest/plan",
+	"TestGuest/one-writer", "TestGuest/uninstall", "TestGuest/tiered", "TestGuest/chart", "TestGuest/one-writer-tiered", "TestGuest/helm-uninstall"}
 
 // TestNode boots a cgroup v2 kernel with a single-node Kubernetes inside
 // and runs TestGuest there. Everything it needs is built or fetched here
@@ -74,6 +80,7 @@ func TestNode(t *testing.T) {
 		envtest = script(t, src, "kube/hack/envtest-assets.sh")
 	}
 	node := script(t, src, "kube/hack/node-assets.sh")
+	helm := filepath.Dir(script(t, src, "kube/hack/helm.sh"))
 	t.Logf("node components ready in %v (envtest %s, node %s)", time.Since(t0).Round(time.Second), envtest, node)
 
 	t0 = time.Now()
@@ -83,10 +90,19 @@ func TestNode(t *testing.T) {
 	gobuild(t, filepath.Join(src, "kube"), "test", "-c", "-o", bin, "./e2e")
 	t.Logf("images and the test binary built in %v", time.Since(t0).Round(time.Second))
 
+	guestArgs := []string{"-test.v", "-test.count=1", "-test.run", "^TestGuest$", "-e2e.guest"}
+	steps := os.Getenv("GOFIT_E2E_STEPS")
+	if steps != "" {
+		if _, err := regexp.Compile(steps); err != nil {
+			t.Fatalf("GOFIT_E2E_STEPS: %v", err)
+		}
+		guestArgs = append(guestArgs, "-e2e.steps", steps)
+		t.Logf("GOFIT_E2E_STEPS=%q: only the guest's steps that match run", steps)
+	}
 	r := &vmtest.Run{Kernel: k, Tools: tools, Layout: vmtest.V2, Source: src, Memory: 5120, CPUs: 2,
-		Shares: map[string]string{"node": node, "envtest": envtest, "images": images, "prometheus": prometheusDir(t)},
+		Shares: map[string]string{"node": node, "envtest": envtest, "images": images, "helm": helm, "prometheus": prometheusDir(t)},
 		Binaries: []vmtest.Binary{{Name: "e2e.test", Path: bin, Dir: "kube/e2e", Timeout: 40 * time.Minute,
-			Args: []string{"-test.v", "-test.count=1", "-test.run", "^TestGuest$", "-e2e.guest"}}},
+			Args: guestArgs}},
 		Console: &lineLog{t: t, prefix: "console: "}}
 	rep := r.Boot(ctx)
 	t.Logf("VM booted in %.1fs; the whole run took %.1fs (%v since the test started)", rep.Boot.Seconds(), rep.Wall.Seconds(), time.Since(start).Round(time.Second))
@@ -111,6 +127,9 @@ func TestNode(t *testing.T) {
 		t.Errorf("the guest's tests exited %d after %.0fs", res.ExitCode, res.Seconds)
 	}
 	for _, name := range mustPass {
+		if steps != "" && name != "TestGuest" && !regexp.MustCompile(steps).MatchString(strings.TrimPrefix(name, "TestGuest/")) {
+			continue
+		}
 		if status[name] != "PASS" {
 			t.Errorf("%s must pass on the node, got %q", name, status[name])
 		}

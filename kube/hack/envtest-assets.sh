@@ -3,10 +3,10 @@
 # cache them by version. Prints the directory to use as KUBEBUILDER_ASSETS on
 # its last line. Progress goes to stderr.
 #
-#   KUBE_VERSION (default 1.36.3), ETCD_VERSION (default 3.6.16),
+#   KUBE_VERSION (default 1.37.2), ETCD_VERSION (default 3.6.16),
 #   GOFIT_CACHE (default ${XDG_CACHE_HOME:-$HOME/.cache}/gofit)
 set -euo pipefail
-KUBE_VERSION=${KUBE_VERSION:-1.36.3}
+KUBE_VERSION=${KUBE_VERSION:-1.37.2}
 ETCD_VERSION=${ETCD_VERSION:-3.6.16}
 CACHE=${GOFIT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gofit}
 OUT="$CACHE/envtest/k8s-$KUBE_VERSION-etcd-$ETCD_VERSION"

@@ -18,11 +18,11 @@
 #
 # Prints the directory on its last line; progress goes to stderr.
 #
-#   KUBE_VERSION (default 1.36.3), CONTAINERD_VERSION (default 2.2.9),
+#   KUBE_VERSION (default 1.37.2), CONTAINERD_VERSION (default 2.2.9),
 #   RUNC_VERSION (1.1.5) and CNI_VERSION (1.1.1) must match the Debian
 #   candidates; GOFIT_CACHE (default ${XDG_CACHE_HOME:-$HOME/.cache}/gofit)
 set -euo pipefail
-KUBE_VERSION=${KUBE_VERSION:-1.36.3}
+KUBE_VERSION=${KUBE_VERSION:-1.37.2}
 CONTAINERD_VERSION=${CONTAINERD_VERSION:-2.2.9}
 RUNC_VERSION=${RUNC_VERSION:-1.1.5}
 CNI_VERSION=${CNI_VERSION:-1.1.1}
