@@ -55,6 +55,10 @@ func TestGuest(t *testing.T) {
 		{"plan", g.plan},
 		{"resize", g.resize},
 		{"static", g.static},
+		{"restart-cm-fails", g.agentRestartConfigFails},
+		{"resize-infeasible", g.infeasibleResize},
+		{"forged-mirror", g.forgedMirror},
+		{"webhook-failover", g.webhookFailover},
 		{"webhook-down", g.webhookDown},
 		{"delete", g.deleted},
 	}

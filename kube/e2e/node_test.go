@@ -24,7 +24,8 @@ var guest = flag.Bool("e2e.guest", false, "run TestGuest: this is the VM TestNod
 // mustPass are the guest's subtests that must run and pass: the rest may
 // skip (saying why) when a component cannot do its part in the VM.
 var mustPass = []string{"TestGuest", "TestGuest/webhook", "TestGuest/agent", "TestGuest/service", "TestGuest/injected",
-	"TestGuest/protected", "TestGuest/fixtures", "TestGuest/plan"}
+	"TestGuest/protected", "TestGuest/fixtures", "TestGuest/plan",
+	"TestGuest/restart-cm-fails", "TestGuest/resize-infeasible", "TestGuest/forged-mirror", "TestGuest/webhook-failover"}
 
 // TestNode boots a cgroup v2 kernel with a single-node Kubernetes inside
 // and runs TestGuest there. Everything it needs is built or fetched here
