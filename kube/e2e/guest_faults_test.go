@@ -25,6 +25,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/gofit-dev/gofit/kube/memqos"
 	"github.com/gofit-dev/gofit/kube/podplan"
@@ -318,12 +319,7 @@ func (g *guestRun) agentRestartConfigFails(t *testing.T) {
 	// Back to the API server directly, and ready, whatever happened.
 	defer func() {
 		proxy.failing.Store(false)
-		d, err := c.cs.AppsV1().DaemonSets("gofit-node").Get(g.ctx, "gofit-node", metav1.GetOptions{})
-		if err == nil {
-			d.Spec.Template.Spec.Containers[0].Env = origEnv
-			_, err = c.cs.AppsV1().DaemonSets("gofit-node").Update(g.ctx, d, metav1.UpdateOptions{})
-		}
-		if err != nil {
+		if err := g.setAgentEnv(origEnv); err != nil {
 			t.Errorf("restoring the agent's DaemonSet: %v", err)
 			return
 		}
@@ -353,9 +349,9 @@ func (g *guestRun) agentRestartConfigFails(t *testing.T) {
 	time.Sleep(11 * time.Second)
 	before := memValues()
 	start := time.Now()
-	ds.Spec.Template.Spec.Containers[0].Env = append(ds.Spec.Template.Spec.Containers[0].Env,
+	proxied := append(append([]corev1.EnvVar(nil), origEnv...),
 		corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: nodeIP}, corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: "6443"})
-	if _, err := c.cs.AppsV1().DaemonSets("gofit-node").Update(g.ctx, ds, metav1.UpdateOptions{}); err != nil {
+	if err := g.setAgentEnv(proxied); err != nil {
 		t.Fatal(err)
 	}
 	agent := g.agentPod(t, "KUBERNETES_SERVICE_PORT=6443", 5*time.Minute)
@@ -372,8 +368,8 @@ func (g *guestRun) agentRestartConfigFails(t *testing.T) {
 		if err != nil {
 			return false, err
 		}
-		return code == http.StatusServiceUnavailable && strings.Contains(body, "configmap gofit-node/slo-controller-config") &&
-				strings.Contains(body, "nothing written") && proxy.failed.Load() >= 2,
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "waiting for the first list of configmap gofit-node/slo-controller-config") &&
+				proxy.failed.Load() >= 2,
 			fmt.Errorf("%d %q; proxy: %d ConfigMap reads failed, %d other requests", code, body, proxy.failed.Load(), proxy.passed.Load())
 	})
 	if err != nil {
@@ -385,25 +381,50 @@ func (g *guestRun) agentRestartConfigFails(t *testing.T) {
 	// either until the configuration is known.
 	late := g.runPod(t, plainPod("late", "72Mi", nil))
 	lateDir := podCgroup(late, string(late.UID))
-	diff, samples := watchValues(before, 35*time.Second, oldDir, newDir, lateDir)
+	// The agent waits --sync-timeout (2m) for the first list, then runs
+	// its loop, which keeps writing nothing while the reads fail (and says
+	// so): watch through both, and 35s (three intervals) at least.
+	watchStart := time.Now()
+	seen := map[string]bool{}
+	var diff []string
+	samples := 0
+	for {
+		d, n := watchValues(before, 5*time.Second, oldDir, newDir, lateDir)
+		samples += n
+		for _, x := range d {
+			if !seen[x] {
+				seen[x] = true
+				diff = append(diff, x)
+			}
+		}
+		code, body, _ = agentHTTP(agent, "/healthz")
+		if strings.Contains(body, "nothing written") && time.Since(watchStart) > 35*time.Second {
+			break
+		}
+		if time.Since(watchStart) > 4*time.Minute {
+			t.Errorf("/healthz never said the loop writes nothing: %d %q", code, body)
+			break
+		}
+	}
+	outage := time.Since(watchStart)
+	t.Logf("/healthz %d after %.0fs: %s", code, outage.Seconds(), body)
 	if len(diff) > 0 {
 		t.Errorf("values changed while the agent could not read its ConfigMap: %s", strings.Join(diff, "; "))
 	}
 	if v := num(readValue(t, lateDir, "memory.low")); v != 0 {
 		t.Errorf("the pod created during the outage got memory.low %d before the ConfigMap was read", v)
 	}
-	code, body, _ = agentHTTP(agent, "/healthz")
 	if code != http.StatusServiceUnavailable {
-		t.Errorf("/healthz %d %q after 35s of failing ConfigMap reads, want 503", code, body)
+		t.Errorf("/healthz %d %q after %v of failing ConfigMap reads, want 503", code, body, outage)
 	}
-	kept := 0
+	kept, now := 0, memValues()
 	for k := range before {
-		if _, ok := memValues()[k]; ok {
+		if _, ok := now[k]; ok {
 			kept++
 		}
 	}
-	t.Logf("during the outage (%d samples over 35s): %d values unchanged, %d changed; the proxy failed %d ConfigMap reads and passed %d other requests; /healthz still %d",
-		samples, kept, len(diff), proxy.failed.Load(), proxy.passed.Load(), code)
+	t.Logf("during the outage (%d samples over %.0fs): %d values unchanged, %d changed; the proxy failed %d ConfigMap reads and passed %d other requests; /healthz still %d",
+		samples, outage.Seconds(), kept, len(diff), proxy.failed.Load(), proxy.passed.Load(), code)
 
 	// The reads succeed again: the agent resumes, with the ConfigMap.
 	proxy.failing.Store(false)
@@ -429,6 +450,20 @@ func (g *guestRun) agentRestartConfigFails(t *testing.T) {
 		t.Errorf("the unannotated pod's memory.low %d after the agent resumed, want %d (the ConfigMap's)", v, plainLow)
 	}
 	t.Logf("resumed: the late pod got memory.low %d %.1fs after the reads succeeded", num(readValue(t, lateDir, "memory.low")), time.Since(healed).Seconds())
+}
+
+// setAgentEnv sets the env of the agent DaemonSet's container (a rolling
+// restart of the agent).
+func (g *guestRun) setAgentEnv(env []corev1.EnvVar) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		d, err := g.c.cs.AppsV1().DaemonSets("gofit-node").Get(g.ctx, "gofit-node", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		d.Spec.Template.Spec.Containers[0].Env = env
+		_, err = g.c.cs.AppsV1().DaemonSets("gofit-node").Update(g.ctx, d, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 // infeasibleResize asks for more memory than the node has through the
@@ -562,6 +597,12 @@ func (g *guestRun) forgedMirror(t *testing.T) {
 		g.c.cs.CoreV1().Pods(faultsNS).Patch(g.ctx, name, types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`), metav1.PatchOptions{})
 		g.deletePods(t, faultsNS, name)
 	}
+	defer func() {
+		for _, n := range []string{"forged-annotation", "forged-owned"} {
+			g.c.cs.CoreV1().Pods(faultsNS).Patch(g.ctx, n, types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`), metav1.PatchOptions{})
+			g.c.cs.CoreV1().Pods(faultsNS).Delete(g.ctx, n, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+		}
+	}()
 	agent := g.agentPod(t, "", time.Minute)
 	for _, tc := range []struct {
 		name  string
