@@ -30,6 +30,7 @@ var stepsFlag = flag.String("e2e.steps", "", "regexp: run only the TestGuest ste
 // skip (saying why) when a component cannot do its part in the VM.
 var mustPass = []string{"TestGuest", "TestGuest/webhook", "TestGuest/agent", "TestGuest/service", "TestGuest/injected",
 	"TestGuest/protected", "TestGuest/fixtures", "TestGuest/plan",
+	"TestGuest/restart-cm-fails", "TestGuest/resize-infeasible", "TestGuest/forged-mirror", "TestGuest/webhook-failover",
 	"TestGuest/one-writer", "TestGuest/uninstall", "TestGuest/tiered", "TestGuest/chart", "TestGuest/one-writer-tiered", "TestGuest/helm-uninstall"}
 
 // TestNode boots a cgroup v2 kernel with a single-node Kubernetes inside
