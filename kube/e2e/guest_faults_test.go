@@ -826,6 +826,27 @@ func (g *guestRun) webhookFailover(t *testing.T) {
 				}
 			}
 			t.Logf("%s: %d pods failed open while the killed replica was still an endpoint", round, open)
+			// Recovered means the kubelet saw the kill: the container
+			// restarted (or the pod was replaced). Until then the pod
+			// still reads Ready, and the Deployment 3 of 3.
+			var restarts int32
+			if len(victim.Status.ContainerStatuses) > 0 {
+				restarts = victim.Status.ContainerStatuses[0].RestartCount
+			}
+			err := poll(5*time.Minute, "the kubelet restarting "+victim.Name, func() (bool, error) {
+				p, err := g.c.cs.CoreV1().Pods(victim.Namespace).Get(g.ctx, victim.Name, metav1.GetOptions{})
+				if apierrors.IsNotFound(err) {
+					return true, nil
+				}
+				if err != nil || len(p.Status.ContainerStatuses) == 0 {
+					return false, err
+				}
+				cs := p.Status.ContainerStatuses[0]
+				return cs.RestartCount > restarts && cs.Ready, fmt.Errorf("restarts %d, ready %v", cs.RestartCount, cs.Ready)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
 		case open > 0 || ok != burst:
 			t.Errorf("%s: %d of %d pods mutated, %d failed open: a deleted replica must lose no admission", round, ok, burst, open)
 		}
