@@ -667,19 +667,11 @@ func (c *cluster) restartKubelet(extra string) error {
 	// heartbeat first.
 	since := time.Now()
 	err := poll(5*time.Minute, "the restarted kubelet's heartbeat", func() (bool, error) {
-		if err := c.dead(); err != nil {
-			return false, err
-		}
-		n, err := c.cs.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
+		cond, err := c.nodeReady()
 		if err != nil {
 			return false, err
 		}
-		for _, cond := range n.Status.Conditions {
-			if cond.Type == corev1.NodeReady {
-				return cond.LastHeartbeatTime.After(since) && cond.Status == corev1.ConditionTrue, fmt.Errorf("Ready=%s, heartbeat %v", cond.Status, cond.LastHeartbeatTime)
-			}
-		}
-		return false, errors.New("no Ready condition")
+		return cond.LastHeartbeatTime.After(since) && cond.Status == corev1.ConditionTrue, fmt.Errorf("Ready=%s, heartbeat %v", cond.Status, cond.LastHeartbeatTime)
 	})
 	if err != nil {
 		return err
@@ -689,23 +681,30 @@ func (c *cluster) restartKubelet(extra string) error {
 
 func (c *cluster) waitNodeReady(timeout time.Duration) error {
 	return poll(timeout, "node "+nodeName+" Ready", func() (bool, error) {
-		if err := c.dead(); err != nil {
-			return false, err
-		}
-		n, err := c.cs.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
+		cond, err := c.nodeReady()
 		if err != nil {
 			return false, err
 		}
-		for _, cond := range n.Status.Conditions {
-			if cond.Type == corev1.NodeReady {
-				if cond.Status == corev1.ConditionTrue {
-					return true, nil
-				}
-				return false, fmt.Errorf("Ready=%s: %s", cond.Status, cond.Message)
-			}
-		}
-		return false, errors.New("no Ready condition yet")
+		return cond.Status == corev1.ConditionTrue, fmt.Errorf("Ready=%s: %s", cond.Status, cond.Message)
 	})
+}
+
+// nodeReady is the node's Ready condition; an error once the cluster's
+// processes died, or while the node has none.
+func (c *cluster) nodeReady() (corev1.NodeCondition, error) {
+	if err := c.dead(); err != nil {
+		return corev1.NodeCondition{}, err
+	}
+	n, err := c.cs.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
+	if err != nil {
+		return corev1.NodeCondition{}, err
+	}
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			return cond, nil
+		}
+	}
+	return corev1.NodeCondition{}, errors.New("no Ready condition yet")
 }
 
 // run runs kubectl with args and returns stdout and stderr apart: the
