@@ -422,6 +422,16 @@ func ParseValue(file, s string) (int64, error) {
 // same reports whether the file's value already is the desired one. v1
 // rounds "unlimited" down to a page, so anything above 2^62 is unlimited;
 // -1, how v1 is told "unlimited", counts too where a file echoes it back.
+// Same reports whether a file holding cur already holds want: Unlimited
+// reads back as the kernel's page-rounded maximum ("max" on v2, about
+// 2^63 on v1) or -1.
+func Same(cur, want int64) bool { return same(cur, want) }
+
+// Refused reports whether the last Apply held v back: outside the range,
+// or in a min/low/high group out of order (whose error names only the
+// value that broke it).
+func (w *Writer) Refused(v Value) bool { return w.cache.refused[v.Path()] }
+
 func same(cur, want int64) bool {
 	if want == Unlimited {
 		return cur >= 1<<62 || cur == -1

@@ -232,3 +232,37 @@ func TestResizeReadsAnnotationsAsCreate(t *testing.T) {
 		t.Errorf("resize: %d %s", code, body)
 	}
 }
+
+// TestResourceRefOnHugeQuantities: a GOMAXPROCS or GOMEMLIMIT from a
+// resourceFieldRef is worked out from the limit and its divisor, both the
+// pod's own. Past int64 that figure is unknown, not 0 or negative.
+func TestResourceRefOnHugeQuantities(t *testing.T) {
+	h := newHandler(t, fit.Options{})
+	ref := func(name, res, divisor string) corev1.EnvVar {
+		s := &corev1.ResourceFieldSelector{Resource: res}
+		if divisor != "" {
+			s.Divisor = resource.MustParse(divisor)
+		}
+		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: s}}
+	}
+	c := ctr("app", "2", "")
+	c.Resources.Limits[corev1.ResourceMemory] = resource.MustParse("1e9999999920")
+	c.Env = []corev1.EnvVar{ref("GOMEMLIMIT", "limits.memory", "")}
+	got, resp := admit(t, h, podOf("p", c))
+	if e := envOf(got.Spec.Containers[0]); e["GOMAXPROCS"] != "2" || e["GOMEMLIMIT"] != "<from>" {
+		t.Errorf("limit 1e9999999920: env %v", e)
+	}
+	if len(resp.Warnings) != 0 {
+		t.Errorf("limit 1e9999999920: warnings %q", resp.Warnings)
+	}
+	c = ctr("app", "2", "1Gi", ref("GOMAXPROCS", "limits.cpu", "1e9999999920"))
+	got, resp = admit(t, h, podOf("p", c))
+	if e := envOf(got.Spec.Containers[0]); e["GOMAXPROCS"] != "<from>" || e["GOMEMLIMIT"] == "" {
+		t.Errorf("divisor 1e9999999920: env %v", e)
+	}
+	// It read as GOMAXPROCS=-9223372036854775808: Value and MilliValue
+	// give 0 past int64, and a division by 0 became MinInt64.
+	if len(resp.Warnings) != 0 {
+		t.Errorf("divisor 1e9999999920: warnings %q", resp.Warnings)
+	}
+}

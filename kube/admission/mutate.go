@@ -522,12 +522,15 @@ func resolveResourceRef(pod *corev1.Pod, c *corev1.Container, ref *corev1.Resour
 		return "", false
 	}
 	q, ok := list[corev1.ResourceName(res)]
-	if !ok || q.IsZero() {
+	if !ok || q.IsZero() || !qty.Tame(q) {
 		return "", false
 	}
 	div := ref.Divisor
 	if div.IsZero() {
 		div = resource.MustParse("1")
+	}
+	if !qty.Tame(div) {
+		return "", false
 	}
 	switch res {
 	case "cpu":

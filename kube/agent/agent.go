@@ -355,30 +355,45 @@ func (a *Agent) noteForeign(rep *Report) {
 	if a.opts.DryRun {
 		return
 	}
-	// A value not written (refused, or a write error, whose messages name
-	// the file) is not remembered.
-	failed := func(key string) bool {
-		for _, e := range rep.Apply.Errors {
-			if strings.Contains(e.Error(), key) {
-				return true
-			}
-		}
-		return false
-	}
 	for _, c := range rep.Apply.Changed {
-		if w, ok := a.written[fileKey{c.Dir, c.File}]; ok && w != c.Old {
+		if w, ok := a.written[fileKey{c.Dir, c.File}]; ok && !manage.Same(c.Old, w) {
 			rep.Foreign = append(rep.Foreign, ForeignWrite{Dir: c.Dir, File: c.File, Level: memqos.Level(c.Level), Wrote: w, Found: c.Old})
 		}
 	}
-	// Refilled in place: a pass that changes nothing allocates nothing here.
-	if a.written == nil {
-		a.written = make(map[fileKey]int64, len(rep.Values))
-	}
-	clear(a.written)
-	for _, v := range rep.Values {
-		if len(rep.Apply.Errors) == 0 || !failed(filepath.Join(v.Dir, v.File)) {
+	if len(rep.Apply.Errors) == 0 {
+		// Refilled in place: a pass that changes nothing allocates
+		// nothing here.
+		if a.written == nil {
+			a.written = make(map[fileKey]int64, len(rep.Values))
+		}
+		clear(a.written)
+		for _, v := range rep.Values {
 			a.written[fileKey{v.Dir, v.File}] = v.Value
 		}
+	} else {
+		// A value this pass did not write (held back by the writer, or a
+		// write error naming its file) keeps what the agent left before,
+		// so that a change by someone else still shows once it is written.
+		failed := func(path string) bool {
+			for _, e := range rep.Apply.Errors {
+				if strings.Contains(e.Error(), path) {
+					return true
+				}
+			}
+			return false
+		}
+		next := make(map[fileKey]int64, len(rep.Values))
+		for _, v := range rep.Values {
+			k := fileKey{v.Dir, v.File}
+			if a.writer.Refused(v) || failed(v.Path()) {
+				if w, ok := a.written[k]; ok {
+					next[k] = w
+				}
+				continue
+			}
+			next[k] = v.Value
+		}
+		a.written = next
 	}
 	for _, f := range rep.Foreign {
 		rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s/%s (%s level): the agent left %s, found %s: another writer changed it",

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/gofit-dev/gofit/cgroup/manage"
 	"github.com/gofit-dev/gofit/kube/memqos"
 )
 
@@ -391,5 +392,49 @@ func TestUnprotectedPods(t *testing.T) {
 	st.NodeAllocatable = 0
 	if rep := a.Reconcile(st); rep.Unprotected != running || running == 0 {
 		t.Errorf("no allocatable: %d unprotected, want all %d running pods", rep.Unprotected, running)
+	}
+}
+
+// TestForeignWritesNotTheAgentsOwn: what the agent itself left, or held
+// back, is never reported as someone else's write. A file it set to
+// Unlimited reads back as the kernel's maximum on v1 (page-rounded, not
+// -1); and when the writer holds back a min/low/high group, its error
+// names only the value that broke the order, not the others it held.
+func TestForeignWritesNotTheAgentsOwn(t *testing.T) {
+	l, _ := nodeFixture(t)
+	a := New(l, Options{Policy: memqos.PolicyAuto})
+	dir := t.TempDir()
+	for _, f := range []string{memqos.FileMin, memqos.FileLow, memqos.FileHigh} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("0\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	val := func(file string, v int64) manage.Value { return manage.Value{Dir: dir, File: file, Value: v} }
+
+	// Unlimited left, the kernel's maximum found.
+	a.written = map[fileKey]int64{{dir, memqos.FileHigh}: manage.Unlimited}
+	rep := Report{Values: []manage.Value{val(memqos.FileHigh, 100<<20)}}
+	rep.Apply.Changed = []manage.Change{{Value: val(memqos.FileHigh, 100<<20), Old: 9223372036854771712}}
+	a.noteForeign(&rep)
+	if len(rep.Foreign) != 0 {
+		t.Errorf("Unlimited read back as the v1 maximum: foreign %+v", rep.Foreign)
+	}
+
+	// A group held back (min above low), then written.
+	a.written = nil
+	held := []manage.Value{val(memqos.FileMin, 10<<20), val(memqos.FileLow, 5<<20), val(memqos.FileHigh, 50<<20)}
+	rep = Report{Values: held, Apply: a.writer.Apply(held)}
+	if len(rep.Apply.Errors) == 0 || len(rep.Apply.Changed) != 0 {
+		t.Fatalf("want the group held back: %+v", rep.Apply)
+	}
+	a.noteForeign(&rep)
+	ok := []manage.Value{val(memqos.FileMin, 1<<20), val(memqos.FileLow, 5<<20), val(memqos.FileHigh, 50<<20)}
+	rep = Report{Values: ok, Apply: a.writer.Apply(ok)}
+	if len(rep.Apply.Errors) != 0 || len(rep.Apply.Changed) == 0 {
+		t.Fatalf("want the group written: %+v", rep.Apply)
+	}
+	a.noteForeign(&rep)
+	if len(rep.Foreign) != 0 {
+		t.Errorf("values the writer held back reported as another writer's: %+v", rep.Foreign)
 	}
 }
