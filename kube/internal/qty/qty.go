@@ -1,9 +1,9 @@
 // Package qty guards arithmetic on resource quantities taken from pods.
 //
 // A quantity such as "1e9999999920" parses in an instant, but comparing
-// it with "8192", or reading its Value, rescales one side by 10 to the
-// power of the exponent gap: math/big then works for minutes on a number
-// with billions of digits. Anyone who can create a pod can write one, and
+// it with "8192" rescales one side by 10 to the power of the exponent
+// gap: math/big then works for minutes on a number with billions of
+// digits. Its Value and MilliValue are quick but wrong: 0. Anyone who can create a pod can write one, and
 // the webhook and the node agent read every pod, so each figure passes
 // Tame before any exact arithmetic.
 package qty
