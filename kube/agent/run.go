@@ -201,7 +201,8 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 	if ctx.Err() != nil {
 		return nil
 	}
-	var lastDeferredInit string
+	// lastDeferred is what the log last said the agent defers to.
+	var lastDeferred string
 	if err := a.learnKubelet(src, nodes.Lister()); err != nil {
 		return err
 	}
@@ -209,7 +210,7 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 		"cgroup_version", a.layout.Version, "driver", a.layout.Driver, "kubepods", a.layout.Kubepods, "interval", src.Interval)
 	a.logKubelet()
 	if a.layout.Version == 2 && !a.opts.TakeOverKubelet {
-		lastDeferredInit = strings.Join(a.opts.Kubelet.Deferred(), "; ")
+		lastDeferred = strings.Join(a.opts.Kubelet.Deferred(), "; ")
 	}
 
 	// The last good configuration stays in force when the ConfigMap turns
@@ -217,7 +218,6 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 	var cfg *memqos.Config
 	var nss memqos.Namespaces
 	var cmVersion, lastDefaults, lastSkip, lastWait, lastConflicts string
-	lastDeferred := lastDeferredInit
 	lastUnknown := 0
 	useDefaults := func(why string) {
 		cfg, nss, cmVersion = &memqos.Config{}, memqos.Namespaces{}, ""
