@@ -42,11 +42,11 @@ func FuzzCreate(f *testing.F) {
 		if hugeNegativeExponent(cpu) || hugeNegativeExponent(mem) {
 			return // the API server's own decoder stalls on these (see qty.Parse)
 		}
-		cq, cerr := resource.ParseQuantity(cpu)
+		cq, cerr := sent(cpu)
 		if cerr == nil {
 			c.Resources.Limits[corev1.ResourceCPU] = cq
 		}
-		mq, merr := resource.ParseQuantity(mem)
+		mq, merr := sent(mem)
 		if merr == nil {
 			c.Resources.Limits[corev1.ResourceMemory] = mq
 		}
@@ -128,6 +128,24 @@ func FuzzBody(f *testing.F) {
 // hugeNegativeExponent: s ends in an exponent below -300, which
 // ParseQuantity rounds to nano by dividing by a power of ten with as many
 // digits.
+// sent is the quantity s as the webhook receives it: the API server
+// decodes what the tenant wrote and encodes it again for the review (and
+// for etcd). The two differ at times: apimachinery encodes "1000E" as
+// "1", so the pod the kubelet runs has a limit of 1 CPU, and the webhook
+// rightly fits it to that.
+func sent(s string) (resource.Quantity, error) {
+	q, err := resource.ParseQuantity(s)
+	if err != nil {
+		return q, err
+	}
+	b, err := q.MarshalJSON()
+	if err != nil {
+		return q, err
+	}
+	var out resource.Quantity
+	return out, out.UnmarshalJSON(b)
+}
+
 func hugeNegativeExponent(s string) bool {
 	i := strings.LastIndexAny(s, "eE")
 	if i < 0 || i+1 >= len(s) || s[i+1] != '-' {
