@@ -10,6 +10,8 @@ import (
 	"mime"
 	"net/http"
 	"os"
+	"regexp"
+	"strings"
 	"time"
 
 	"golang.org/x/sync/semaphore"
@@ -17,6 +19,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gofit-dev/gofit/kube/internal/qty"
 )
 
 // DefaultMaxBody bounds a request body. The API server caps an object at
@@ -267,6 +271,13 @@ func (p *podObject) UnmarshalJSON(b []byte) error {
 	if string(b) == "null" {
 		return nil
 	}
+	if s, ok := stallingString(b); ok {
+		// The API server never sends one in a quantity field (its own
+		// decoder would have stalled first), but anyone who can reach
+		// this port can: decoding it would hold a core for minutes.
+		p.err = fmt.Errorf("the value %q: Kubernetes' quantity decoder takes minutes over an exponent below -300", s)
+		return nil
+	}
 	var pod corev1.Pod
 	if err := json.Unmarshal(b, &pod); err != nil {
 		p.err = err
@@ -274,6 +285,44 @@ func (p *podObject) UnmarshalJSON(b []byte) error {
 	}
 	p.pod = &pod
 	return nil
+}
+
+// exponentForm is a number with an exponent, as a quantity field may
+// hold: "5e-3".
+var exponentForm = regexp.MustCompile(`^[+-]?[0-9]*\.?[0-9]*[eE][+-]?[0-9]+$`)
+
+// stallingString finds a string in the JSON b that resource.ParseQuantity
+// would take minutes over (qty.Stalls), were it a quantity field's. It
+// looks at the strings as decoded, as the quantity decoder does
+// ("1\u0065-999999" is such a string too), and trimmed of space.
+func stallingString(b []byte) (string, bool) {
+	var v any
+	if json.Unmarshal(b, &v) != nil {
+		return "", false // the pod's own decoding reports it
+	}
+	return stallingIn(v)
+}
+
+// stallingIn is stallingString over a decoded JSON value.
+func stallingIn(v any) (string, bool) {
+	switch v := v.(type) {
+	case string:
+		s := strings.TrimSpace(v)
+		return v, exponentForm.MatchString(s) && qty.Stalls(s)
+	case []any:
+		for _, x := range v {
+			if s, ok := stallingIn(x); ok {
+				return s, true
+			}
+		}
+	case map[string]any:
+		for _, x := range v {
+			if s, ok := stallingIn(x); ok {
+				return s, true
+			}
+		}
+	}
+	return "", false
 }
 
 func (h *Handler) decode(w http.ResponseWriter, r *http.Request) (*reviewIn, *httpError) {

@@ -256,3 +256,28 @@ func TestSystemNamespaces(t *testing.T) {
 		}
 	}
 }
+
+// TestStallingQuantity: a quantity whose exponent Kubernetes' decoder
+// takes minutes over is not decoded; the pod is admitted unchanged with a
+// warning naming it. The API server never sends one, but anyone who can
+// reach the webhook's port can, and each would hold a core. Before the
+// guard, the first body took 14 s and the pod was mutated.
+func TestStallingQuantity(t *testing.T) {
+	h := newHandler(t, fit.Options{})
+	body := string(review(t, podOf("p", ctr("app", "1", "1Gi")), admissionv1.Create, ""))
+	if !strings.Contains(body, `"cpu":"1"`) {
+		t.Fatalf("no cpu limit to replace in %s", body)
+	}
+	for _, v := range []string{"1E06000020600000", `1\u0065-99999999`, ` 5e-400`} {
+		code, resp, raw := post(t, h, []byte(strings.Replace(body, `"cpu":"1"`, `"cpu":"`+v+`"`, 1)))
+		if code != 200 || !resp.Allowed || len(resp.Patch) != 0 || !hasWarning(resp.Warnings, "could not read the pod") ||
+			!strings.Contains(strings.Join(resp.Warnings, " "), "exponent below -300") {
+			t.Errorf("cpu %s: %d %s", v, code, raw)
+		}
+	}
+	// An exponent the decoder reads at once still fits the pod.
+	code, resp, raw := post(t, h, []byte(strings.Replace(body, `"cpu":"1"`, `"cpu":"1e0"`, 1)))
+	if code != 200 || !resp.Allowed || len(resp.Patch) == 0 {
+		t.Errorf("cpu 1e0: %d %s", code, raw)
+	}
+}

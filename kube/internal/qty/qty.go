@@ -13,6 +13,7 @@ import (
 	"math"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 )
@@ -52,4 +53,18 @@ func Parse(s string) (resource.Quantity, error) {
 		return resource.Quantity{}, fmt.Errorf("quantity %q: beyond 1e300", s)
 	}
 	return q, nil
+}
+
+// Stalls reports whether resource.ParseQuantity would take minutes over
+// s: s ends in an exponent that ParseQuantity reads as below -300. It
+// reads the exponent as an int64 and keeps its low 32 bits, so
+// "1E06000020600000" counts as 10^-48712512, and it then rounds the
+// figure to nano by dividing by a power of ten with that many digits.
+func Stalls(s string) bool {
+	i := strings.LastIndexAny(s, "eE")
+	if i < 0 || i+1 >= len(s) {
+		return false
+	}
+	e, err := strconv.ParseInt(s[i+1:], 10, 64)
+	return err == nil && int32(e) < -300
 }

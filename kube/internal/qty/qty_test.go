@@ -32,3 +32,14 @@ func TestParseRefusesHugeExponents(t *testing.T) {
 		}
 	}
 }
+
+func TestStalls(t *testing.T) {
+	for s, want := range map[string]bool{
+		"1e-301": true, "1E06000020600000": true, "5e-9999999920": true, "1e-300": false, "1e9999999920": false,
+		"1e99999999999999999999": false, "64Mi": false, "1e": false, "e-999": true, "1e-x": false, "": false,
+	} {
+		if got := Stalls(s); got != want {
+			t.Errorf("Stalls(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
