@@ -26,7 +26,7 @@ func runLab(args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&o.MaxRepeats, "max-repeats", 0, "adaptive repeats stop here (default 5; --quick 4)")
 	fs.IntVar(&o.Requests, "requests", 0, "closed loop: requests per window instead of 50 CFS periods of time (overrides the minimum)")
 	fs.IntVar(&o.Concurrency, "concurrency", 0, "closed-loop workers (default 16)")
-	fs.Float64Var(&o.OpenFraction, "open-fraction", 0, "open-loop rate as a share of the quota's median closed-loop capacity (default 0.6)")
+	fs.Float64Var(&o.OpenFraction, "open-fraction", 0, "open-loop rate as a share of the lower closed-loop capacity of gofit and go-default at the quota (default 0.6)")
 	fs.DurationVar(&o.OpenDuration, "open-duration", 0, "open loop: fixed window per run (overrides the 5000-latency minimum)")
 	fs.IntVar(&o.MemRequests, "mem-requests", 0, "requests per memory trial (default 1200; --quick 800)")
 	fs.DurationVar(&o.Budget, "budget", 0, "wall time the adaptive repeats must fit in (default 15m; --quick 4m)")

@@ -63,7 +63,7 @@ type Config struct {
 	ClosedWindow     time.Duration // closed loop: window length (≥ 50 CFS periods)
 	Concurrency      int           // closed loop: workers
 	Warmup           time.Duration // before every window; excluded from every figure
-	OpenFraction     float64       // open loop: share of the quota's median closed-loop capacity
+	OpenFraction     float64       // open loop: share of the lower closed-loop capacity of gofit and go-default at the quota
 	OpenSamples      int           // open loop: latencies per summary cell, pooled over repeats
 	OpenDuration     time.Duration // open loop: fixed window per run (0: OpenSamples decides)
 	MinOpenWindow    time.Duration
@@ -105,7 +105,7 @@ func defaultConfig(quick bool) Config {
 		CPURequest:       0.25,
 		CPURequestFactor: 1,
 		MinRepeats:       stats.MinRuns, // fewer, and no verdict could be decided
-		MaxRepeats:       5,
+		MaxRepeats:       12,
 		ClosedWindow:     minPeriods * cfsPeriod,
 		Concurrency:      16,
 		Warmup:           time.Second,
@@ -146,7 +146,7 @@ func defaultConfig(quick bool) Config {
 		c.Quotas = []float64{0.25}
 		c.CPURequest = 0 // the request row costs a quota's cells: not in the reduced study
 		c.CPUSettings = []string{result.SetProcs1, result.SetGoDefault, result.SetGofit}
-		c.MaxRepeats = 4
+		c.MaxRepeats = 8
 		c.Budget = 4 * time.Minute
 		// gofit against the peer users would pick instead; the no-knob
 		// floor and its multiples are the default study's.

@@ -94,12 +94,12 @@ func TestOptionsConfig(t *testing.T) {
 		}
 	}
 	// Given values land in the config; --repeats alone lifts max-repeats.
-	cfg, err := Options{Quick: true, Quotas: "0.5, 1", Repeats: 4, Budget: 8 * time.Minute, Cmd: "svc -p {port}", URL: "http://127.0.0.1:{port}/",
+	cfg, err := Options{Quick: true, Quotas: "0.5, 1", Repeats: 9, Budget: 8 * time.Minute, Cmd: "svc -p {port}", URL: "http://127.0.0.1:{port}/",
 		Given: given("quotas", "repeats", "budget", "cmd", "url")}.Config()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.Quotas) != 2 || cfg.Quotas[1] != 1 || cfg.MinRepeats != 4 || cfg.MaxRepeats != 4 || cfg.Budget != 8*time.Minute ||
+	if len(cfg.Quotas) != 2 || cfg.Quotas[1] != 1 || cfg.MinRepeats != 9 || cfg.MaxRepeats != 9 || cfg.Budget != 8*time.Minute ||
 		cfg.Target.Path != "svc" || strings.Join(cfg.Target.Args, " ") != "-p {port}" || cfg.Resolution != 4<<20 {
 		t.Errorf("config %+v", cfg)
 	}

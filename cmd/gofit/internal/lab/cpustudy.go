@@ -233,12 +233,51 @@ func (l *study) cpuStudy(ctx context.Context) error {
 		}
 		return nil
 	}
+	// repeat runs adaptive repeats at rows: first both sides of gofit
+	// against go-default at the deciding rows, a run a side at a time
+	// until each is decided or at MaxRepeats; then, unless decidingOnly,
+	// whatever else is undecided or short of samples, a round at a time
+	// (as many cells of it as fit, comparisons in order, each with its
+	// go-default). It reports whether the CPU budget stopped it.
+	repeat := func(rows []float64, decidingOnly bool) (bool, error) {
+		for {
+			todo := l.undecided(all, l.adaptiveOrder(rows))
+			if n := leadingDeciding(todo); n > 0 {
+				todo = todo[:n]
+			} else if decidingOnly {
+				return false, nil
+			}
+			if len(todo) == 0 {
+				return false, nil
+			}
+			for _, t := range todo {
+				if l.elapsed()+l.runCost(t.key) > l.plan.cpuBudget() {
+					return true, nil
+				}
+				var c cpuConfig
+				for _, x := range all[t.key.q] {
+					if x.setting == t.key.setting {
+						c = x
+					}
+				}
+				if err := runOne(c, t.key.mode, t.rep); err != nil {
+					return false, err
+				}
+			}
+		}
+	}
 	planned := l.plan.planRows(l.rowOrder())
+	least := 0.0
+	for _, r := range planned {
+		if r.q > 0 && (least == 0 || r.q < least) {
+			least = r.q
+		}
+	}
 	for i := 0; i < len(planned); i++ {
 		q := planned[i].q
 		if need := l.plan.minRowCost(planned[i]); l.elapsed()+need > l.plan.cpuBudget() {
-			// Slower than planned: what is left cannot take this row to
-			// a verdict.
+			// Slower than planned, or the deciding row's repeats took
+			// it: what is left cannot take this row to a verdict.
 			l.plan.cutRow(planned[i], l.plan.cpuBudget()-l.elapsed(), l.elapsed()+need)
 			planned = slices.Delete(planned, i, i+1)
 			i--
@@ -251,22 +290,22 @@ func (l *study) cpuStudy(ctx context.Context) error {
 				return err
 			}
 		}
-		// Equal load: every setting at this quota gets the same rate, a
-		// share of the median capacity over settings (or --target-rps).
 		if l.cfg.TargetRPS > 0 {
 			offered[q] = l.cfg.TargetRPS
 		} else {
-			var caps []float64
-			for _, c := range cs {
-				if r := pooled(l.runsOf(cellKey{q, c.setting, result.Closed})).RPS(); r > 0 {
-					caps = append(caps, r)
-				}
-			}
-			offered[q] = math.Max(1, math.Round(l.cfg.OpenFraction*stats.SpreadOf(caps).Median))
+			offered[q] = l.openRate(q, cs)
 		}
 		windows[q] = l.plan.planOpenWindow(planned, i, offered[q])
 		for rep := 1; rep <= l.cfg.MinRepeats; rep++ {
 			if err := round(cs, result.Open, rep); err != nil {
+				return err
+			}
+		}
+		if q == least {
+			// The smallest quota, where gofit's plan and Go's default
+			// differ most, is decided before the sweep goes on: the
+			// rest of it gets what is left.
+			if _, err := repeat([]float64{q}, true); err != nil {
 				return err
 			}
 		}
@@ -275,43 +314,75 @@ func (l *study) cpuStudy(ctx context.Context) error {
 	for i, r := range planned {
 		rows[i] = r.q
 	}
-	// Adaptive: repeat what is still undecided, or short of samples, while
-	// the budget lasts; when it cannot fit a whole round, as many cells of
-	// it as fit, comparisons in order (each with its go-default).
-	for {
-		todo := l.undecided(all, l.adaptiveOrder(rows))
-		if len(todo) == 0 {
-			return nil
-		}
-		ran := 0
-		for _, t := range todo {
-			if l.elapsed()+l.runCost(t.key) > l.plan.cpuBudget() {
-				break
-			}
-			var c cpuConfig
-			for _, x := range all[t.key.q] {
-				if x.setting == t.key.setting {
-					c = x
-				}
-			}
-			if err := runOne(c, t.key.mode, t.rep); err != nil {
-				return err
-			}
-			ran++
-		}
-		if ran < len(todo) {
-			left := len(l.undecided(all, rows))
-			if left > 0 {
-				l.plan.note("the CPU study's budget (%v of %v) ran out with %d cells undecided or short of samples; they stay undecided, each with the smallest difference it could have shown and the budget that would decide it", l.plan.cpuBudget().Round(time.Second), l.cfg.Budget, left)
-			}
-			return nil
+	out, err := repeat(rows, false)
+	if err != nil || !out {
+		return err
+	}
+	if left := len(l.undecided(all, rows)); left > 0 {
+		l.plan.note("the CPU study's budget (%v of %v) ran out with %d cells undecided or short of samples; they stay undecided, each with the smallest difference it could have shown and the budget that would decide it", l.plan.cpuBudget().Round(time.Second), l.cfg.Budget, left)
+	}
+	return nil
+}
+
+// looksAt reports whether the adaptive repeats look at a comparison's
+// interval after n runs a side, to stop it if decided: at MinRepeats, then
+// at about ×1.5 more runs each time (3, 5, 8, 12 by default), and at
+// MaxRepeats. Every look is a chance of a false verdict; looking after
+// every run from 3 to 12 took an A/A study's false-verdict rate to 4.8%
+// (95% upper bound 7.3%), looking at these four kept it at ...
+// (docs/results/lab-verdicts.md).
+func (l *study) looksAt(n int) bool {
+	for at := l.cfg.MinRepeats; at < l.cfg.MaxRepeats; at = max(at+1, (3*at+1)/2) {
+		if n == at {
+			return true
 		}
 	}
+	return n >= l.cfg.MaxRepeats
+}
+
+// openRate is the open-loop rate at row q, the same for every setting
+// there (equal load): a share (--open-fraction) of the lower closed-loop
+// capacity of gofit and go-default, so that neither side of the
+// comparison the recommendation rests on is offered more than it serves
+// and both p99s are measured, not a queue. Other settings may be
+// saturated at it (saturated). Without gofit and go-default among the
+// settings, the lowest capacity of all.
+func (l *study) openRate(q float64, cs []cpuConfig) float64 {
+	var deciding, all []float64
+	for _, c := range cs {
+		r := pooled(l.runsOf(cellKey{q, c.setting, result.Closed})).RPS()
+		if r <= 0 {
+			continue
+		}
+		all = append(all, r)
+		if c.setting == result.SetGoDefault || c.setting == result.SetGofit {
+			deciding = append(deciding, r)
+		}
+	}
+	if len(deciding) == 0 {
+		deciding = all
+	}
+	if len(deciding) == 0 {
+		return 1
+	}
+	return math.Max(1, math.Round(l.cfg.OpenFraction*slices.Min(deciding)))
 }
 
 type repeatTask struct {
 	key cellKey
 	rep int
+	// deciding: a side of gofit against go-default at a row the
+	// recommendation rests on (decidingRows).
+	deciding bool
+}
+
+// leadingDeciding is how many of todo's first tasks are deciding ones.
+func leadingDeciding(todo []repeatTask) int {
+	n := 0
+	for n < len(todo) && todo[n].deciding {
+		n++
+	}
+	return n
 }
 
 // adaptiveOrder is the order adaptive repeats go to the rows in: the
@@ -331,12 +402,36 @@ func (l *study) adaptiveOrder(rows []float64) []float64 {
 	return out
 }
 
+// decidingRows are the rows whose gofit-against-go-default comparisons
+// the recommendation rests on: the first in rows (the quota it would pick,
+// adaptiveOrder) and the smallest quota (where gofit's plan and Go's
+// default differ most: 250m by default).
+func decidingRows(rows []float64) map[float64]bool {
+	out := map[float64]bool{}
+	if len(rows) > 0 {
+		out[rows[0]] = true
+	}
+	least := 0.0
+	for _, q := range rows {
+		if q > 0 && (least == 0 || q < least) {
+			least = q
+		}
+	}
+	if least > 0 {
+		out[least] = true
+	}
+	return out
+}
+
 // undecided lists the cells to repeat, rows in the given order: both
 // sides of every comparison with go-default that is neither decided nor
 // at MaxRepeats, and open cells short of OpenSamples. A saturated open
-// loop is not repeated: more of it measures the same queue.
+// loop is not repeated: more of it measures the same queue. Both sides of
+// gofit against go-default at the deciding rows come first, marked
+// deciding.
 func (l *study) undecided(all map[float64][]cpuConfig, rows []float64) []repeatTask {
 	want := map[cellKey]bool{}
+	deciding := map[cellKey]bool{}
 	var order []cellKey
 	add := func(k cellKey) {
 		if !want[k] && len(l.runsOf(k)) < l.cfg.MaxRepeats {
@@ -344,34 +439,61 @@ func (l *study) undecided(all map[float64][]cpuConfig, rows []float64) []repeatT
 			order = append(order, k)
 		}
 	}
+	a := newAnalysis(l.cfg, &l.rec)
+	// open: whether the comparison of k with go-default needs more runs.
+	open := func(q float64, setting string, mode result.Mode) bool {
+		k, base := cellKey{q, setting, mode}, cellKey{q, result.SetGoDefault, mode}
+		runs, baseRuns := l.runsOf(k), l.runsOf(base)
+		if setting == result.SetGoDefault || len(baseRuns) == 0 || anyFailed(runs) || anyFailed(baseRuns) {
+			return false
+		}
+		if n := min(len(runs), len(baseRuns)); !l.looksAt(n) {
+			return true // between looks: run on to the next
+		}
+		st := headline(mode)
+		_, decided := stats.Verdict(l.boot.Ratio(pooled(runs), pooled(baseRuns), st), st, st.Margin())
+		return !decided
+	}
+	saturated := func(q float64, setting string, mode result.Mode) bool {
+		return mode == result.Open && (a.saturated(cellKey{q, setting, mode}) != "" || a.saturated(cellKey{q, result.SetGoDefault, mode}) != "")
+	}
+	modes := []result.Mode{result.Closed, result.Open}
+	dr := decidingRows(rows)
 	for _, q := range rows {
-		for _, mode := range []result.Mode{result.Closed, result.Open} {
-			base := cellKey{q, result.SetGoDefault, mode}
-			baseRuns := l.runsOf(base)
+		if !dr[q] || !slices.ContainsFunc(all[q], func(c cpuConfig) bool { return c.setting == result.SetGofit }) {
+			continue // gofit shares go-default's cell here: nothing to decide
+		}
+		for _, mode := range modes {
+			if !saturated(q, result.SetGofit, mode) && open(q, result.SetGofit, mode) {
+				for _, k := range []cellKey{{q, result.SetGofit, mode}, {q, result.SetGoDefault, mode}} {
+					add(k)
+					if want[k] {
+						deciding[k] = true
+					}
+				}
+			}
+		}
+	}
+	for _, q := range rows {
+		for _, mode := range modes {
 			for _, c := range all[q] {
 				k := cellKey{q, c.setting, mode}
-				runs := l.runsOf(k)
-				if a := newAnalysis(l.cfg, &l.rec); mode == result.Open && (a.saturated(k) != "" || a.saturated(base) != "") {
+				if saturated(q, c.setting, mode) {
 					continue
 				}
-				if mode == result.Open && pooled(runs).Count() < l.cfg.OpenSamples && l.cfg.OpenDuration == 0 {
+				if mode == result.Open && pooled(l.runsOf(k)).Count() < l.cfg.OpenSamples && l.cfg.OpenDuration == 0 {
 					add(k)
 				}
-				if c.setting == result.SetGoDefault || len(baseRuns) == 0 || anyFailed(runs) || anyFailed(baseRuns) {
-					continue
-				}
-				st := headline(mode)
-				_, decided := stats.Verdict(l.boot.Ratio(pooled(runs), pooled(baseRuns), st), st, st.Margin())
-				if !decided {
+				if open(q, c.setting, mode) {
 					add(k)
-					add(base)
+					add(cellKey{q, result.SetGoDefault, mode})
 				}
 			}
 		}
 	}
 	out := make([]repeatTask, len(order))
 	for i, k := range order {
-		out[i] = repeatTask{k, len(l.runsOf(k)) + 1}
+		out[i] = repeatTask{k, len(l.runsOf(k)) + 1, deciding[k]}
 	}
 	return out
 }

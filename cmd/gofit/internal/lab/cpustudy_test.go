@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"math/rand"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -261,5 +262,55 @@ func TestRecommendForTargetRPS(t *testing.T) {
 	rec := l.results().Recommendation
 	if rec.CPULimitCores != 0.5 || rec.Setting != result.SetGofit || rec.TargetRPS != 300 || rec.SLOP99Ms != 20 || !rec.Confident {
 		t.Errorf("recommendation %+v, want gofit at 500m for 300 rps within 20ms", rec)
+	}
+}
+
+// TestDecidingComparisonsFirst: adaptive repeats go to gofit against
+// go-default at the rows the recommendation rests on until those are
+// decided or at --max-repeats; the rest of the sweep gets what is left.
+// Spread evenly, as before, the budget left every comparison at 4 or 5
+// runs a side, none decided.
+func TestDecidingComparisonsFirst(t *testing.T) {
+	l, f := newFakeLab(t, 16*time.Minute)
+	l.cfg.Quotas = []float64{0.25, 0.5, 1}
+	// A true tie, too noisy to decide "same" in 12 runs: every
+	// comparison of gofit stays open.
+	f.rps[result.SetGofit], f.ms[result.SetGofit] = f.rps[result.SetGoDefault], f.ms[result.SetGoDefault]
+	f.noise[result.SetGofit], f.noise[result.SetGoDefault] = 0.2, 0.2
+	f.runNoise = 0.15
+	if err := l.cpuStudy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	n := func(q float64, mode result.Mode) int { return len(l.runsOf(cellKey{q, result.SetGofit, mode})) }
+	if got := n(0.25, result.Closed); got <= l.cfg.MinRepeats {
+		t.Errorf("gofit at 250m (the deciding row): %d closed runs, want adaptive repeats beyond %d", got, l.cfg.MinRepeats)
+	}
+	for _, q := range []float64{0.5, 1} {
+		for _, mode := range []result.Mode{result.Closed, result.Open} {
+			if got := n(q, mode); got != l.cfg.MinRepeats && n(0.25, mode) < l.cfg.MaxRepeats {
+				t.Errorf("gofit at %v %s: %d runs while 250m's comparison had %d of %d and was open", q, mode, got, n(0.25, mode), l.cfg.MaxRepeats)
+			}
+		}
+	}
+}
+
+func TestLooksAt(t *testing.T) {
+	for _, c := range []struct {
+		min, max int
+		want     []int
+	}{{3, 12, []int{3, 5, 8, 12}}, {3, 8, []int{3, 5, 8}}, {3, 3, []int{3}}, {2, 4, []int{2, 3, 4}}, {5, 6, []int{5, 6}}} {
+		l := &study{cfg: Config{MinRepeats: c.min, MaxRepeats: c.max}}
+		var got []int
+		for n := 1; n <= c.max; n++ {
+			if l.looksAt(n) {
+				got = append(got, n)
+			}
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("min %d, max %d: looks at %v, want %v", c.min, c.max, got, c.want)
+		}
+		if !l.looksAt(c.max + 3) {
+			t.Errorf("min %d, max %d: no look past the cap", c.min, c.max)
+		}
 	}
 }

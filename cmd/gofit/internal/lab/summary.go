@@ -122,8 +122,8 @@ func (l *analysis) summarizeCPU() []result.CPUSummary {
 // the setting, or "" when they do not: the setting served under 95% of the
 // rate offered, or the rate is at or above 95% of the setting's own
 // closed-loop capacity at the same row (the equal load is a share of the
-// median capacity over settings, so a setting much slower than the others
-// can be offered more than it serves).
+// lower capacity of gofit and go-default, so another setting much slower
+// than both can be offered more than it serves).
 func (l *analysis) saturated(k cellKey) string {
 	runs := l.runsOf(k)
 	if k.mode != result.Open || len(runs) == 0 {
@@ -170,7 +170,11 @@ func (l *analysis) undecidedNote(k cellKey, s *result.CPUSummary, r stats.Interv
 		if runs <= 100 {
 			s.RunsToDecide = runs
 			extra := time.Duration(runs-n) * (l.runCost(k) + l.runCost(cellKey{k.q, result.SetGoDefault, k.mode}))
-			msg += fmt.Sprintf("; about %d runs a side (%v more of the CPU study, --budget %v) would decide it", runs, extra.Round(time.Second), l.budgetFor(extra))
+			flags := fmt.Sprintf("--budget %v", l.budgetFor(extra))
+			if runs > l.cfg.MaxRepeats {
+				flags += fmt.Sprintf(" --max-repeats %d", runs)
+			}
+			msg += fmt.Sprintf("; about %d runs a side (%v more of the CPU study, %s) would decide it", runs, extra.Round(time.Second), flags)
 		} else {
 			msg += "; over 100 runs a side would be needed to decide it: any difference is below what this machine's noise lets the lab resolve"
 		}

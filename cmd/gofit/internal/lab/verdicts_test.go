@@ -20,7 +20,7 @@ import (
 // repeated, the recommendation's reasons say so, and the plot rings it.
 func TestSaturatedIsNotAVerdict(t *testing.T) {
 	l, f := newFakeLab(t, time.Hour)
-	// Offered 60% of the median capacity (1000): 600 rps, over the 500
+	// Offered 60% of the lower of gofit and go-default (1000): 600 rps, over the 500
 	// gomaxprocs=ncpu serves.
 	f.rps[result.SetProcsNCPU] = 500
 	if err := l.cpuStudy(context.Background()); err != nil {
@@ -171,5 +171,29 @@ func TestSaturatedStudyIsNotAFailure(t *testing.T) {
 	}
 	if res.Lab.Failed != "" {
 		t.Errorf("failed: %q; saturated cells are no error of the target's", res.Lab.Failed)
+	}
+}
+
+// TestOpenRateFromTheWeakerSide: the open loop is offered a share of the
+// lower capacity of gofit and go-default, so neither side of the
+// comparison the recommendation rests on is saturated. At 60% of the
+// median over settings, as before, go-default (1000 rps) was offered 1,500
+// here and its p99 went unmeasured, as on go-httpbin.
+func TestOpenRateFromTheWeakerSide(t *testing.T) {
+	l, f := newFakeLab(t, time.Hour)
+	f.rps[result.SetGofit], f.rps[result.SetProcsNCPU] = 2500, 2600
+	if err := l.cpuStudy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	capacity := pooled(l.runsOf(cellKey{0.5, result.SetGoDefault, result.Closed})).RPS()
+	for _, r := range f.rates[0.5] {
+		if want := math.Round(0.6 * capacity); r != want {
+			t.Fatalf("offered %v rps at 500m, want 60%% of go-default's %.0f: %.0f", r, capacity, want)
+		}
+	}
+	for _, s := range l.results().CPUSummary {
+		if s.Mode == result.Open && (s.Setting == result.SetGoDefault || s.Setting == result.SetGofit) && s.Saturated {
+			t.Errorf("%s saturated at the weaker side's rate: %q", s.Setting, s.Notes)
+		}
 	}
 }
