@@ -327,10 +327,10 @@ func (l *study) cpuStudy(ctx context.Context) error {
 // looksAt reports whether the adaptive repeats look at a comparison's
 // interval after n runs a side, to stop it if decided: at MinRepeats, then
 // at about ×1.5 more runs each time (3, 5, 8, 12 by default), and at
-// MaxRepeats. Every look is a chance of a false verdict; looking after
-// every run from 3 to 12 took an A/A study's false-verdict rate to 4.8%
-// (95% upper bound 7.3%), looking at these four kept it at ...
-// (docs/results/lab-verdicts.md).
+// MaxRepeats. Every look is a chance of a false verdict: in the A/A study
+// (TestAAFalseVerdictRate, docs/results/lab-verdicts.md) looking after
+// every run from 3 to 12 gave false verdicts in 4.8% of comparisons (95%
+// upper bound 7.3%), looking at these four in 4.0% (at most 5.0%).
 func (l *study) looksAt(n int) bool {
 	for at := l.cfg.MinRepeats; at < l.cfg.MaxRepeats; at = max(at+1, (3*at+1)/2) {
 		if n == at {
