@@ -188,6 +188,9 @@ func (p *planner) planOpenWindow(rows []cpuRow, i int, rate float64) time.Durati
 		return want
 	}
 	win := max(fit, p.openFloor()).Round(100 * time.Millisecond)
+	if win >= want {
+		return want // the floor is all OpenSamples needs: nothing was cut
+	}
 	p.note("open loop at %s: %v windows (%d latencies per cell at %.0f rps) instead of the %v that %d latencies need; p99 intervals are wider",
 		rows[i].label, win, int(rate*win.Seconds())*p.cfg.MinRepeats, rate, want, p.cfg.OpenSamples)
 	return win

@@ -148,3 +148,21 @@ func TestPlannerFundsRowsInOrder(t *testing.T) {
 		t.Errorf("not compared %q, budget_limited %v", lab.NotCompared, lab.BudgetLimited)
 	}
 }
+
+// TestOpenWindowNotesOnlyACut: a window at the floor that is also all
+// OpenSamples needs was not cut, and the report must not say it was (a
+// default run of the sample said "5s windows instead of the 5s that 5000
+// latencies need" at 500m and 1000m).
+func TestOpenWindowNotesOnlyACut(t *testing.T) {
+	cfg := defaultConfig(false)
+	var lab result.LabInfo
+	elapsed := cfg.Budget // the CPU study's time is gone: every window is cut to the floor
+	p := newPlanner(&cfg, func() time.Duration { return elapsed }, &lab)
+	rows := []cpuRow{{q: 0.5, runs: 12, label: "500m"}}
+	if got := p.planOpenWindow(rows, 0, 2000); got != cfg.MinOpenWindow || len(lab.BudgetNotes) != 0 || lab.BudgetLimited {
+		t.Errorf("at 2000 rps: window %v, notes %q; want %v and no note", got, lab.BudgetNotes, cfg.MinOpenWindow)
+	}
+	if got := p.planOpenWindow(rows, 0, 50); got != cfg.MinOpenWindow || len(lab.BudgetNotes) != 1 || !strings.Contains(lab.BudgetNotes[0], "instead of the 33.4s") {
+		t.Errorf("at 50 rps: window %v, notes %q; want %v, cut from 33.4s", got, lab.BudgetNotes, cfg.MinOpenWindow)
+	}
+}
