@@ -267,12 +267,11 @@ func (l *study) cpuStudy(ctx context.Context) error {
 		}
 	}
 	planned := l.plan.planRows(l.rowOrder())
-	least := 0.0
-	for _, r := range planned {
-		if r.q > 0 && (least == 0 || r.q < least) {
-			least = r.q
-		}
+	quotas := make([]float64, len(planned))
+	for i, r := range planned {
+		quotas[i] = r.q
 	}
+	least := smallestQuota(quotas)
 	for i := 0; i < len(planned); i++ {
 		q := planned[i].q
 		if need := l.plan.minRowCost(planned[i]); l.elapsed()+need > l.plan.cpuBudget() {
@@ -411,16 +410,22 @@ func decidingRows(rows []float64) map[float64]bool {
 	if len(rows) > 0 {
 		out[rows[0]] = true
 	}
+	if least := smallestQuota(rows); least > 0 {
+		out[least] = true
+	}
+	return out
+}
+
+// smallestQuota is the smallest quota among rows (the request row, 0, is
+// none), or 0 without one.
+func smallestQuota(rows []float64) float64 {
 	least := 0.0
 	for _, q := range rows {
 		if q > 0 && (least == 0 || q < least) {
 			least = q
 		}
 	}
-	if least > 0 {
-		out[least] = true
-	}
-	return out
+	return least
 }
 
 // undecided lists the cells to repeat, rows in the given order: both
