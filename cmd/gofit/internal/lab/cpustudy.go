@@ -329,14 +329,16 @@ func (l *study) cpuStudy(ctx context.Context) error {
 // MaxRepeats. Every look is a chance of a false verdict: in the A/A study
 // (TestAAFalseVerdictRate, docs/results/lab-verdicts.md) looking after
 // every run from 3 to 12 gave false verdicts in 4.8% of comparisons (95%
-// upper bound 7.3%), looking at these four in 4.0% (at most 5.0%).
-func (l *study) looksAt(n int) bool {
-	for at := l.cfg.MinRepeats; at < l.cfg.MaxRepeats; at = max(at+1, (3*at+1)/2) {
+// upper bound 7.3%), looking at these four in 4.0% (at most 5.0%). The
+// analysis reads a comparison at these looks only (stoppedRatio), so the
+// study and its report stop on the same interval.
+func (c Config) looksAt(n int) bool {
+	for at := c.MinRepeats; at < c.MaxRepeats; at = max(at+1, (3*at+1)/2) {
 		if n == at {
 			return true
 		}
 	}
-	return n >= l.cfg.MaxRepeats
+	return n >= c.MaxRepeats
 }
 
 // openRate is the open-loop rate at row q, the same for every setting
@@ -452,11 +454,12 @@ func (l *study) undecided(all map[float64][]cpuConfig, rows []float64) []repeatT
 		if setting == result.SetGoDefault || len(baseRuns) == 0 || anyFailed(runs) || anyFailed(baseRuns) {
 			return false
 		}
-		if n := min(len(runs), len(baseRuns)); !l.looksAt(n) {
-			return true // between looks: run on to the next
-		}
+		// Decided at a look stays decided (runs added later to top up an
+		// open loop's latencies do not reopen it); between looks, or
+		// undecided at the last one, it runs on.
 		st := headline(mode)
-		_, decided := stats.Verdict(l.boot.Ratio(pooled(runs), pooled(baseRuns), st), st, st.Margin())
+		r, _ := a.stoppedRatio(k, runs, baseRuns, st)
+		_, decided := stats.Verdict(r, st, st.Margin())
 		return !decided
 	}
 	saturated := func(q float64, setting string, mode result.Mode) bool {

@@ -299,7 +299,7 @@ func TestLooksAt(t *testing.T) {
 		min, max int
 		want     []int
 	}{{3, 12, []int{3, 5, 8, 12}}, {3, 8, []int{3, 5, 8}}, {3, 3, []int{3}}, {2, 4, []int{2, 3, 4}}, {5, 6, []int{5, 6}}} {
-		l := &study{cfg: Config{MinRepeats: c.min, MaxRepeats: c.max}}
+		l := Config{MinRepeats: c.min, MaxRepeats: c.max}
 		var got []int
 		for n := 1; n <= c.max; n++ {
 			if l.looksAt(n) {

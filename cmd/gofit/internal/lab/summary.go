@@ -2,6 +2,7 @@ package lab
 
 import (
 	"fmt"
+	"hash/fnv"
 	"math"
 	"sort"
 	"time"
@@ -95,7 +96,7 @@ func (l *analysis) summarizeCPU() []result.CPUSummary {
 			base := l.runsOf(baseKey)
 			if len(base) > 0 && !s.Failed && !anyFailed(base) {
 				st := headline(k.mode)
-				r := l.boot.Ratio(p, pooled(base), st)
+				r, looked := l.stoppedRatio(k, g, base, st)
 				v, d := stats.Verdict(r, st, st.Margin())
 				if k.mode == result.Open && (s.Saturated || l.saturated(baseKey) != "") {
 					// Overload is not a verdict: one side's p99 is its queue.
@@ -109,7 +110,7 @@ func (l *analysis) summarizeCPU() []result.CPUSummary {
 					s.VerdictRatio = &r
 				}
 				if !d {
-					s.Notes = append(s.Notes, l.undecidedNote(k, &s, r, len(base)))
+					s.Notes = append(s.Notes, l.undecidedNote(k, &s, r, looked))
 				}
 			}
 		}
@@ -143,12 +144,49 @@ func (l *analysis) saturated(k cellKey) string {
 	return ""
 }
 
+// stoppedRatio is a comparison's ratio interval (runs ÷ base, in the
+// order they ran) as the adaptive repeats stopped on it, and the runs a
+// side it rests on: the first look (Config.looksAt) whose interval
+// decided it, else the last look its runs reached, else (under the first
+// look) all of them. Runs after that, an open loop topped up to its
+// latency count or a budget that ran out between looks, inform each
+// cell's own estimate but not the verdict: reading them would be a look
+// the A/A study did not price, and could undo a verdict the study had
+// already stopped on.
+//
+// Each look's resamples are seeded from the run's seed, the cell and the
+// look alone, so the study deciding whether to run on and the report
+// read the same interval at the same look.
+func (l *analysis) stoppedRatio(k cellKey, runs, base []result.CPUCell, st stats.Stat) (stats.Interval, int) {
+	m := min(len(runs), len(base))
+	ratio := func(n int) stats.Interval {
+		h := fnv.New64a()
+		fmt.Fprintf(h, "%d/%g/%s/%s/%d", l.cfg.Seed, k.q, k.setting, k.mode, n)
+		return stats.NewBootstrap(l.cfg.Resamples, int64(h.Sum64())).Ratio(pooled(runs[:n]), pooled(base[:n]), st)
+	}
+	var r stats.Interval
+	n := 0
+	for at := 1; at <= m; at++ {
+		if !l.cfg.looksAt(at) {
+			continue
+		}
+		r, n = ratio(at), at
+		if _, decided := stats.Verdict(r, st, st.Margin()); decided {
+			return r, n
+		}
+	}
+	if n == 0 {
+		return ratio(m), m
+	}
+	return r, n
+}
+
 // undecidedNote says what an undecided comparison could not see: the
 // smallest ratio its interval would have shown, and the runs a side (and
 // the budget) that would decide it, on the usual square-root law of
-// interval width against runs.
-func (l *analysis) undecidedNote(k cellKey, s *result.CPUSummary, r stats.Interval, baseRuns int) string {
-	n := min(s.Repeats, baseRuns)
+// interval width against runs. n is the runs a side the interval rests
+// on (stoppedRatio).
+func (l *analysis) undecidedNote(k cellKey, s *result.CPUSummary, r stats.Interval, n int) string {
 	if !r.Finite() || r.Value <= 0 || r.Low <= 0 {
 		need := stats.MinRuns - n
 		extra := time.Duration(max(need, 0)) * (l.runCost(k) + l.runCost(cellKey{k.q, result.SetGoDefault, k.mode}))

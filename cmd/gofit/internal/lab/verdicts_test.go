@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"math"
+	"math/rand"
 	"os"
 	"path/filepath"
 	"slices"
@@ -194,6 +195,65 @@ func TestOpenRateFromTheWeakerSide(t *testing.T) {
 	for _, s := range l.results().CPUSummary {
 		if s.Mode == result.Open && (s.Setting == result.SetGoDefault || s.Setting == result.SetGofit) && s.Saturated {
 			t.Errorf("%s saturated at the weaker side's rate: %q", s.Setting, s.Notes)
+		}
+	}
+}
+
+// A comparison decided at a look stays decided: runs added after it (an
+// open loop topped up to its latency count, in node_exporter's default
+// run a sixth run after the fifth had decided open-loop p99 worse) inform
+// the cell's estimate but do not reopen the verdict, which the A/A study
+// priced at the looks alone. Before, the report read every run, and a
+// go-default outlier in the sixth turned a decided "worse" into
+// "undecided".
+func TestDecidedAtALookStaysDecided(t *testing.T) {
+	cfg := defaultConfig(false)
+	cfg.Resamples = 400
+	rng := rand.New(rand.NewSource(5))
+	var rec Records
+	add := func(setting string, rep int, rps float64) {
+		bs := fakeBlocks(rng, 5, rps, 0.01, 1)
+		s := stats.Sample{bs}
+		rec.CPU = append(rec.CPU, result.CPUCell{QuotaCores: 0.25, Setting: setting, Mode: result.Closed, Repeat: rep,
+			RPS: s.RPS(), P99: s.Quantile(0.99), Requests: int(s.RPS() * 5), Seconds: 5, Blocks: bs})
+	}
+	// Three runs a side (the first look): gofit 10% faster, decided.
+	for rep := 1; rep <= 3; rep++ {
+		add(result.SetGoDefault, rep, 1000)
+		add(result.SetGofit, rep, 1100)
+	}
+	// A fourth, not a look, with go-default far faster for once.
+	add(result.SetGoDefault, 4, 1600)
+	add(result.SetGofit, 4, 1000)
+	all := stats.NewBootstrap(cfg.Resamples, 1).Ratio(pooled(runsOf(rec.CPU, cellKey{0.25, result.SetGofit, result.Closed})),
+		pooled(runsOf(rec.CPU, cellKey{0.25, result.SetGoDefault, result.Closed})), stats.StatRPS)
+	if v, d := stats.Verdict(all, stats.StatRPS, stats.StatRPS.Margin()); d {
+		t.Fatalf("the fixture's four runs a side decide %s on their own (%+v): it tests nothing", v, all)
+	}
+	res := analyse(cfg, rec)
+	var got *result.CPUSummary
+	for i, s := range res.CPUSummary {
+		if s.Setting == result.SetGofit {
+			got = &res.CPUSummary[i]
+		}
+	}
+	if got == nil || got.Verdict == nil {
+		t.Fatalf("no verdict for gofit at 250m: %+v", res.CPUSummary)
+	}
+	if *got.Verdict != stats.Better || !got.Decided {
+		t.Errorf("verdict %s (decided %v), want better, decided at the first look; ratio %+v", *got.Verdict, got.Decided, got.VerdictRatio)
+	}
+	if got.Repeats != 4 {
+		t.Errorf("the cell's own estimate rests on %d runs, want all 4", got.Repeats)
+	}
+
+	// The study sees the same: the comparison is closed, not repeated.
+	l := newLab(cfg)
+	l.rec = rec
+	all2 := map[float64][]cpuConfig{0.25: {{quota: 0.25, setting: result.SetGoDefault}, {quota: 0.25, setting: result.SetGofit}}}
+	for _, task := range l.undecided(all2, []float64{0.25}) {
+		if task.key.mode == result.Closed {
+			t.Errorf("the study would run %+v again, of a comparison decided at its first look", task)
 		}
 	}
 }
