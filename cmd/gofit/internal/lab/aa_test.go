@@ -13,7 +13,10 @@ import (
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
 
-var aaStudies = flag.Int("aa.studies", 60, "A/A studies TestAAFalseVerdictRate simulates")
+var (
+	aaStudies = flag.Int("aa.studies", 60, "A/A studies TestAAFalseVerdictRate simulates")
+	aaFrom    = flag.Int("aa.from", 0, "the first A/A study's index: shards of one long run (-aa.from=500 -aa.studies=500 is the second half of 1,000)")
+)
 
 // TestAAFalseVerdictRate is the A/A study of the CPU study's whole
 // procedure: the minimum runs, then adaptive repeats that look at the
@@ -33,7 +36,7 @@ func TestAAFalseVerdictRate(t *testing.T) {
 	n := *aaStudies
 	var comparisons, falseVerdicts, decidedSame int
 	runs := 0
-	for i := range n {
+	for i := *aaFrom; i < *aaFrom+n; i++ {
 		l, f := newFakeLab(t, time.Hour)
 		l.cfg.CPUSettings = []string{result.SetGoDefault, result.SetGofit}
 		l.cfg.Seed = int64(1000 + i)

@@ -105,7 +105,7 @@ func (l *analysis) summarizeCPU() []result.CPUSummary {
 						s.Notes = append(s.Notes, "no verdict: go-default is saturated at this rate ("+l.saturated(baseKey)+")")
 					}
 				}
-				s.Verdict, s.Decided = &v, d
+				s.Verdict, s.Decided, s.VerdictRuns = &v, d, looked
 				if r.Finite() {
 					s.VerdictRatio = &r
 				}

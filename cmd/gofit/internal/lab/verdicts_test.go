@@ -243,8 +243,8 @@ func TestDecidedAtALookStaysDecided(t *testing.T) {
 	if *got.Verdict != stats.Better || !got.Decided {
 		t.Errorf("verdict %s (decided %v), want better, decided at the first look; ratio %+v", *got.Verdict, got.Decided, got.VerdictRatio)
 	}
-	if got.Repeats != 4 {
-		t.Errorf("the cell's own estimate rests on %d runs, want all 4", got.Repeats)
+	if got.Repeats != 4 || got.VerdictRuns != 3 {
+		t.Errorf("the cell's own estimate rests on %d runs, want all 4; the verdict on %d a side, want the first look's 3", got.Repeats, got.VerdictRuns)
 	}
 
 	// The study sees the same: the comparison is closed, not repeated.

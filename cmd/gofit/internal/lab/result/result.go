@@ -153,6 +153,10 @@ type CPUSummary struct {
 	Verdict          *string         `json:"verdict"` // vs go-default at the same quota and mode; null for go-default
 	VerdictRatio     *stats.Interval `json:"verdict_ratio"`
 	Decided          bool            `json:"decided"`
+	// VerdictRuns is the runs a side the verdict rests on: the look the
+	// adaptive repeats stopped at, at most Repeats (later runs count in
+	// the cell's own estimate only).
+	VerdictRuns int `json:"verdict_runs,omitempty"`
 	// Saturated: an open loop offered at or above what this setting
 	// serves; its verdict is "saturated", apart from better, worse, same.
 	Saturated bool `json:"saturated"`
