@@ -329,9 +329,9 @@ func (l *study) cpuStudy(ctx context.Context) error {
 // MaxRepeats. Every look is a chance of a false verdict: in the A/A study
 // (TestAAFalseVerdictRate, docs/results/lab-verdicts.md) looking after
 // every run from 3 to 12 gave false verdicts in 4.8% of comparisons (95%
-// upper bound 7.3%), looking at these four in 4.0% (at most 5.0%). The
-// analysis reads a comparison at these looks only (stoppedRatio), so the
-// study and its report stop on the same interval.
+// upper bound 7.3%). The analysis reads a comparison at these looks only
+// (stoppedRatio), each with a 97% interval (lookAlpha), so the study and
+// its report stop on the same interval: 3.8% (at most 4.7%).
 func (c Config) looksAt(n int) bool {
 	for at := c.MinRepeats; at < c.MaxRepeats; at = max(at+1, (3*at+1)/2) {
 		if n == at {
