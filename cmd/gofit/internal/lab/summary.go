@@ -150,6 +150,7 @@ func (l *analysis) saturated(k cellKey) string {
 // chances; at 95% a look, the A/A study of the whole procedure
 // (TestAAFalseVerdictRate, docs/results/lab-verdicts.md) gave 6.2% false
 // verdicts, over the 5% promised, and at 97% it gives the rate there.
+// report.go's verdict tables name the level too.
 const lookAlpha = 0.03
 
 // stoppedRatio is a comparison's ratio interval (runs ÷ base, in the

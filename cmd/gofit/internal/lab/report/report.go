@@ -188,7 +188,7 @@ Target <code>{{.R.Target.Command}}</code>. {{.R.Lab.Trials}} trials in {{printf 
 <div class="top">
 <div>
 <h2>Verdicts against go-default</h2>
-<p class="meta">Each cell: the estimate over every request of every repeat, its 95% bootstrap interval, and the verdict: better or worse only when the interval of the ratio to go-default excludes 1.</p>
+<p class="meta">Each cell: the estimate over every request of every repeat, its 95% bootstrap interval, and the verdict: better or worse only when the 97% interval of the ratio to go-default, read at the look the repeats stopped on, excludes 1.</p>
 {{range .Tables}}<table style="margin-bottom:.6em"><tr><th>{{.What}}</th>{{range .Quotas}}<th>{{.}}</th>{{end}}</tr>
 {{range .Rows}}<tr><td>{{.Label}}</td>{{range .Cells}}<td class="{{.Class}}">{{.Text}} <span class="ci">{{.Interval}}</span><br><span class="v">{{.Verdict}}</span>{{if .Note}}<br><span class="n">{{.Note}}</span>{{end}}</td>{{end}}</tr>{{end}}
 </table>{{end}}
