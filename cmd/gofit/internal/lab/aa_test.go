@@ -40,7 +40,6 @@ func TestAAFalseVerdictRate(t *testing.T) {
 		l, f := newFakeLab(t, time.Hour)
 		l.cfg.CPUSettings = []string{result.SetGoDefault, result.SetGofit}
 		l.cfg.Seed = int64(1000 + i)
-		l.boot = stats.NewBootstrap(l.cfg.Resamples, l.cfg.Seed)
 		l.rng = rand.New(rand.NewSource(l.cfg.Seed))
 		f.rng = rand.New(rand.NewSource(int64(7000 + i)))
 		f.rps[result.SetGofit], f.noise[result.SetGofit], f.ms[result.SetGofit] = f.rps[result.SetGoDefault], f.noise[result.SetGoDefault], f.ms[result.SetGoDefault]

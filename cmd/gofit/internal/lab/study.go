@@ -32,10 +32,10 @@ type study struct {
 	total   int
 	started time.Time
 	rng     *rand.Rand
-	// healthBoot draws the health trials' resamples, apart from boot so
-	// that the CPU study's draws do not shift theirs.
+	// healthBoot draws the health trials' resamples. The CPU study's
+	// comparisons draw theirs per cell and look (stoppedRatio), so
+	// neither shifts the other's.
 	healthBoot *stats.Bootstrap
-	boot       *stats.Bootstrap
 	place      *result.Placement
 	// measure runs one CPU window; tests replace it with a fake.
 	measure func(ctx context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error)
@@ -122,7 +122,7 @@ func runStudy(ctx context.Context, sb *sandbox.Sandbox, cfg Config) (*result.Res
 func (l *study) elapsed() time.Duration { return l.now().Sub(l.started) }
 
 func newLab(cfg Config) *study {
-	l := &study{cfg: cfg, started: time.Now(), rng: rand.New(rand.NewSource(cfg.Seed)), boot: stats.NewBootstrap(cfg.Resamples, cfg.Seed),
+	l := &study{cfg: cfg, started: time.Now(), rng: rand.New(rand.NewSource(cfg.Seed)),
 		healthBoot: stats.NewBootstrap(cfg.Resamples, cfg.Seed+1), now: time.Now}
 	l.rec.NCPU = runtime.NumCPU()
 	l.rec.Lab.Warnings = append([]string{}, cfg.Warnings...)
