@@ -458,9 +458,9 @@ func (l *study) undecided(all map[float64][]cpuConfig, rows []float64) []repeatT
 		// open loop's latencies do not reopen it); between looks, or
 		// undecided at the last one, it runs on.
 		st := headline(mode)
-		r, _ := a.stoppedRatio(k, runs, baseRuns, st)
+		r, n := a.stoppedRatio(k, runs, baseRuns, st)
 		_, decided := stats.Verdict(r, st, st.Margin())
-		return !decided
+		return !decided && !l.cfg.futile(r, n, st)
 	}
 	saturated := func(q float64, setting string, mode result.Mode) bool {
 		return mode == result.Open && (a.saturated(cellKey{q, setting, mode}) != "" || a.saturated(cellKey{q, result.SetGoDefault, mode}) != "")

@@ -257,3 +257,76 @@ func TestDecidedAtALookStaysDecided(t *testing.T) {
 		}
 	}
 }
+
+// A comparison whose projection cannot reach a verdict within
+// --max-repeats stops at its second look instead of running to the last:
+// node_exporter's throughput at 250m, its two settings within 1% and each
+// run ±8%, took 12 runs a side and left three rows of the sweep
+// uncompared. A real difference, 10% at half the run noise (the sample's
+// throughput at 250m), runs on and is decided.
+func TestFutileComparisonStopsEarly(t *testing.T) {
+	l, f := newFakeLab(t, time.Hour)
+	l.cfg.CPUSettings = []string{result.SetGoDefault, result.SetGofit}
+	f.rps[result.SetGofit] = f.rps[result.SetGoDefault]
+	f.noise[result.SetGofit], f.noise[result.SetGoDefault] = 0.1, 0.1
+	f.runNoise = 0.08
+	if err := l.cpuStudy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var got result.CPUSummary
+	for _, s := range l.results().CPUSummary {
+		if s.Setting == result.SetGofit && s.Mode == result.Closed {
+			got = s
+		}
+	}
+	if got.Decided {
+		t.Fatalf("decided %v at ±8%% run noise (%+v): the fixture tests nothing", *got.Verdict, got.VerdictRatio)
+	}
+	if n := f.runs[result.SetGofit+"/closed"]; n >= l.cfg.MaxRepeats {
+		t.Errorf("the closed loop ran %d times a side, to --max-repeats %d, on a comparison projected to need more", n, l.cfg.MaxRepeats)
+	}
+	if !got.StoppedEarly || got.RunsToDecide <= l.cfg.MaxRepeats {
+		t.Errorf("stopped_early %v, runs_to_decide %d: want true and over %d", got.StoppedEarly, got.RunsToDecide, l.cfg.MaxRepeats)
+	}
+	if !strings.Contains(strings.Join(got.Notes, " "), "the repeats stopped at ") {
+		t.Errorf("notes %q: want why the repeats stopped", got.Notes)
+	}
+
+	l2, f2 := newFakeLab(t, time.Hour)
+	l2.cfg.CPUSettings = []string{result.SetGoDefault, result.SetGofit}
+	f2.noise[result.SetGofit], f2.noise[result.SetGoDefault] = 0.1, 0.1
+	f2.runNoise = 0.04 // gofit 10% faster, as newFakeLab has it
+	if err := l2.cpuStudy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range l2.results().CPUSummary {
+		if s.Setting == result.SetGofit && s.Mode == result.Closed && (s.StoppedEarly || !s.Decided) {
+			t.Errorf("a 10%% difference: stopped early %v, decided %v (%+v, %d runs a side)", s.StoppedEarly, s.Decided, s.VerdictRatio, s.VerdictRuns)
+		}
+	}
+}
+
+// runsToDecide projects on the square-root law with the few-runs widening
+// taken out and put back: an interval already narrow enough needs no more
+// runs, and a wider one needs more the wider it is.
+func TestRunsToDecide(t *testing.T) {
+	if n, ok := runsToDecide(stats.Interval{Value: 1, Low: 0.98, High: 1.02}, 5, stats.StatRPS, 12); !ok || n != 5 {
+		t.Errorf("inside ±5%% at 5 runs: %d, %v; want 5, true", n, ok)
+	}
+	if _, ok := runsToDecide(stats.Interval{Value: 1, Low: math.Inf(-1), High: math.Inf(1)}, 2, stats.StatRPS, 12); ok {
+		t.Errorf("an infinite interval was projected")
+	}
+	prev := 0
+	for _, half := range []float64{0.06, 0.08, 0.12, 0.2} {
+		n, ok := runsToDecide(stats.Interval{Value: 1, Low: 1 / (1 + half), High: 1 + half}, 5, stats.StatRPS, 1000)
+		if !ok || n <= 5 || n < prev {
+			t.Errorf("±%.0f%% at 5 runs: %d runs (after %d for a narrower one)", half*100, n, prev)
+		}
+		prev = n
+	}
+	// Without the widening, ±8% at 5 runs a side would project to
+	// 5×(0.077/0.049)² ≈ 13; with it taken out and put back, to fewer.
+	if n, _ := runsToDecide(stats.Interval{Value: 1, Low: 1 / 1.08, High: 1.08}, 5, stats.StatRPS, 1000); n >= 13 {
+		t.Errorf("±8%% at 5 runs: %d runs, want under the plain square-root law's 13", n)
+	}
+}

@@ -91,14 +91,14 @@ func NewBootstrap(n int, seed int64) *Bootstrap {
 	return &Bootstrap{Resamples: n, Alpha: 0.05, rng: rand.New(rand.NewSource(seed))}
 }
 
-// expansion widens a ratio's percentile interval for the few runs a side
+// Expansion widens a ratio's percentile interval for the few runs a side
 // it rests on. Resampling n runs sees their spread times (n−1)/n, and its
 // percentiles have the normal's tails where the truth, estimated from n
 // runs, has Student's t ones; an A/A simulation of the lab's CPU study
 // (lab/aa_test.go) gave 12.5% false verdicts at a nominal 5% without it.
 // The factor is sqrt(n/(n−1)) × t(1−α/2, 2(n−1)) ÷ z(1−α/2): 1.73 at 3
 // runs a side and α = 5%, 1.31 at 5, → 1 as runs grow.
-func expansion(n int, alpha float64) float64 {
+func Expansion(n int, alpha float64) float64 {
 	if n < 2 {
 		return math.Inf(1)
 	}
@@ -160,7 +160,7 @@ func (b *Bootstrap) Ratio(a, base Sample, st Stat) Interval {
 	iv.Low, iv.High = percentilesAt(xs, alpha)
 	// Widen in log space about the estimate: ratios are multiplicative.
 	if iv.Value > 0 && iv.Low > 0 && !math.IsInf(iv.High, 0) {
-		k := expansion(min(len(a), len(base)), alpha)
+		k := Expansion(min(len(a), len(base)), alpha)
 		v := math.Log(iv.Value)
 		iv.Low = math.Exp(v - k*math.Max(v-math.Log(iv.Low), 0))
 		iv.High = math.Exp(v + k*math.Max(math.Log(iv.High)-v, 0))

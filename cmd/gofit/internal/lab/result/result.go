@@ -162,10 +162,13 @@ type CPUSummary struct {
 	Saturated bool `json:"saturated"`
 	// An undecided comparison: the smallest ratio its interval would have
 	// shown, and about how many runs a side would decide it (0: unknown).
-	DetectableRatio *float64   `json:"detectable_ratio,omitempty"`
-	RunsToDecide    int        `json:"runs_to_decide,omitempty"`
-	Notes           []string   `json:"notes"`
-	Percentiles     []PctPoint `json:"percentiles,omitempty"` // open loop: the latency distribution, p50..p99.99
+	DetectableRatio *float64 `json:"detectable_ratio,omitempty"`
+	RunsToDecide    int      `json:"runs_to_decide,omitempty"`
+	// StoppedEarly: undecided, and the adaptive repeats gave up on it
+	// before --max-repeats, since its projection needed more.
+	StoppedEarly bool       `json:"stopped_early,omitempty"`
+	Notes        []string   `json:"notes"`
+	Percentiles  []PctPoint `json:"percentiles,omitempty"` // open loop: the latency distribution, p50..p99.99
 }
 
 // PctPoint is one point of a latency-percentile curve.
