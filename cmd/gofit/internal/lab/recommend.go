@@ -319,9 +319,16 @@ func (l *analysis) cpuVerdicts() []string {
 				parts = append(parts, fmt.Sprintf("%s saturated in the open loop at %.0f rps (no p99 verdict)", result.SummaryLabel(s), s.OfferedRPS))
 			case !s.Decided:
 				u := fmt.Sprintf("%s undecided on %s", result.SummaryLabel(s), what)
-				if s.DetectableRatio != nil {
+				switch {
+				case s.DetectableRatio != nil && s.StoppedEarly:
+					need := "over 100"
+					if s.RunsToDecide > 0 {
+						need = fmt.Sprintf("about %d", s.RunsToDecide)
+					}
+					u += fmt.Sprintf(" (a difference under ×%.2f would not show; given up at %d runs a side, as %s would decide it)", *s.DetectableRatio, s.VerdictRuns, need)
+				case s.DetectableRatio != nil:
 					u += fmt.Sprintf(" (a difference under ×%.2f would not show)", *s.DetectableRatio)
-				} else {
+				default:
 					u += fmt.Sprintf(" (under %d runs a side)", stats.MinRuns)
 				}
 				undecided = append(undecided, u)

@@ -291,6 +291,9 @@ func TestFutileComparisonStopsEarly(t *testing.T) {
 	if !strings.Contains(strings.Join(got.Notes, " "), "the repeats stopped at ") {
 		t.Errorf("notes %q: want why the repeats stopped", got.Notes)
 	}
+	if r := strings.Join(l.results().Recommendation.Reasons, "\n"); !strings.Contains(r, "given up at 5 runs a side, as about ") {
+		t.Errorf("the recommendation's reasons do not say the comparison was given up on:\n%s", r)
+	}
 
 	l2, f2 := newFakeLab(t, time.Hour)
 	l2.cfg.CPUSettings = []string{result.SetGoDefault, result.SetGofit}
