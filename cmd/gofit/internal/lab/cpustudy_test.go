@@ -278,6 +278,16 @@ func TestDecidingComparisonsFirst(t *testing.T) {
 	f.rps[result.SetGofit], f.ms[result.SetGofit] = f.rps[result.SetGoDefault], f.ms[result.SetGoDefault]
 	f.noise[result.SetGofit], f.noise[result.SetGoDefault] = 0.2, 0.2
 	f.runNoise = 0.15
+	type ran struct {
+		q   float64
+		rep int
+	}
+	var order []ran
+	measure := l.measure
+	l.measure = func(ctx context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
+		order = append(order, ran{c.quota, rep})
+		return measure(ctx, c, mode, offered, window, rep)
+	}
 	if err := l.cpuStudy(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -285,20 +295,29 @@ func TestDecidingComparisonsFirst(t *testing.T) {
 	if got := n(0.25, result.Closed); got <= l.cfg.MinRepeats {
 		t.Errorf("gofit at 250m (the deciding row): %d closed runs, want adaptive repeats beyond %d", got, l.cfg.MinRepeats)
 	}
-	// 250m's comparison is closed once decided, at --max-repeats, or
-	// given up on (stopped_early); until then nothing else repeats.
-	closed := map[result.Mode]bool{}
+	// 250m's adaptive repeats, up to the look each comparison stopped at
+	// (decided, given up on, or the last), all come before any repeat of
+	// another row; and those rows then get the time left.
+	stopped := 0
 	for _, s := range l.results().CPUSummary {
 		if s.QuotaCores == 0.25 && s.Setting == result.SetGofit {
-			closed[s.Mode] = s.Decided || s.StoppedEarly || n(0.25, s.Mode) >= l.cfg.MaxRepeats
+			stopped = max(stopped, s.VerdictRuns)
 		}
 	}
-	for _, q := range []float64{0.5, 1} {
-		for _, mode := range []result.Mode{result.Closed, result.Open} {
-			if got := n(q, mode); got != l.cfg.MinRepeats && !closed[mode] {
-				t.Errorf("gofit at %v %s: %d runs while 250m's comparison had %d of %d and was open", q, mode, got, n(0.25, mode), l.cfg.MaxRepeats)
-			}
+	firstOther, lastDeciding := len(order), -1
+	for i, r := range order {
+		switch {
+		case r.q == 0.25 && r.rep <= stopped:
+			lastDeciding = i
+		case r.q != 0.25 && r.rep > l.cfg.MinRepeats && i < firstOther:
+			firstOther = i
 		}
+	}
+	if stopped <= l.cfg.MinRepeats || lastDeciding > firstOther {
+		t.Errorf("250m's comparisons stopped at %d runs a side, its last run %d of %d; another row's first repeat was run %d", stopped, lastDeciding+1, len(order), firstOther+1)
+	}
+	if firstOther == len(order) {
+		t.Errorf("no other row got a repeat after 250m's comparisons stopped at %d runs a side, in a budget of %v", stopped, l.cfg.Budget)
 	}
 }
 

@@ -195,28 +195,46 @@ func (l *analysis) stoppedRatio(k cellKey, runs, base []result.CPUCell, st stats
 // runsToDecide projects the runs a side at which a comparison read as r
 // at n runs a side would be decided: the square-root law of interval
 // width against runs, with the few-runs widening (stats.Expansion) taken
-// out at n and put back at each count tried. It is the smallest count up
-// to limit whose projected half-width falls under what the verdict needs
-// (|log ratio| for a difference, log(1+margin) − |log ratio| for same),
-// else limit+1; ok is false where r cannot be projected (an infinite or
-// non-positive interval).
+// out at n and put back at each count tried. Each way to decide is
+// projected on the side of the interval that stands in its way: a
+// difference on the side facing 1, which must shrink under |log ratio|;
+// "same" on both sides, each of which must shrink inside its bound of the
+// margin. It is the smaller of the two counts, the smallest up to limit
+// whose projected half-width fits, else more than limit (and than n); ok
+// is false where r cannot be projected (an infinite or non-positive
+// interval, or under 2 runs a side).
 func runsToDecide(r stats.Interval, n int, st stats.Stat, limit int) (runs int, ok bool) {
-	if !r.Finite() || r.Value <= 0 || r.Low <= 0 || n < 2 {
+	if !r.Finite() || r.Value <= 0 || r.Low <= 0 || r.Low > r.Value || r.High < r.Value || n < 2 {
 		return 0, false
 	}
-	v := math.Abs(math.Log(r.Value))
-	w := math.Max(math.Log(r.High/r.Value), math.Log(r.Value/r.Low))
-	target := math.Max(v, math.Log(1+st.Margin())-v)
-	if w <= target {
-		return n, true
-	}
-	raw := w / stats.Expansion(n, lookAlpha)
-	for m := n + 1; m <= limit; m++ {
-		if raw*math.Sqrt(float64(n)/float64(m))*stats.Expansion(m, lookAlpha) <= target {
-			return m, true
+	never := max(limit, n) + 1
+	need := func(w, target float64) int {
+		if target <= 0 {
+			return never
 		}
+		if w <= target {
+			return n
+		}
+		raw := w / stats.Expansion(n, lookAlpha)
+		for m := n + 1; m <= limit; m++ {
+			if raw*math.Sqrt(float64(n)/float64(m))*stats.Expansion(m, lookAlpha) <= target {
+				return m
+			}
+		}
+		return never
 	}
-	return limit + 1, true
+	v := math.Log(r.Value)
+	below, above := v-math.Log(r.Low), math.Log(r.High)-v
+	diff := never
+	switch {
+	case v > 0:
+		diff = need(below, v)
+	case v < 0:
+		diff = need(above, -v)
+	}
+	m := st.Margin()
+	same := max(need(below, v-math.Log(1-m)), need(above, math.Log(1+m)-v))
+	return min(diff, same), true
 }
 
 // futile reports whether the adaptive repeats give up on a comparison
@@ -224,12 +242,12 @@ func runsToDecide(r stats.Interval, n int, st stats.Stat, limit int) (runs int, 
 // look, when its projection (runsToDecide) needs more than MaxRepeats.
 // Running it on would spend the budget on a verdict it cannot reach and
 // starve the rest of the sweep (node_exporter's throughput at 250m, whose
-// two settings were within 1%, took 12 runs a side and left three rows
-// uncompared). Stopping without a verdict only takes looks away, so it
-// cannot add a false one. The first look, on MinRepeats runs, is not used:
+// two settings were within 1%, took 12 runs a side and left 500m, 1000m
+// and the request row uncompared). Stopping without a verdict only takes
+// looks away, so it cannot add a false one. The first look is not used:
 // three runs' spread is too rough a guide.
 func (c Config) futile(r stats.Interval, n int, st stats.Stat) bool {
-	if n <= c.MinRepeats || n >= c.MaxRepeats {
+	if n <= max(c.MinRepeats, stats.MinRuns) || n >= c.MaxRepeats {
 		return false
 	}
 	runs, ok := runsToDecide(r, n, st, c.MaxRepeats)
@@ -270,7 +288,7 @@ func (l *analysis) undecidedNote(k cellKey, s *result.CPUSummary, r stats.Interv
 	}
 	if l.cfg.futile(r, n, st) {
 		s.StoppedEarly = true
-		msg += fmt.Sprintf("; the repeats stopped at %d runs a side, since more than --max-repeats %d would be needed, and gave the time to the rest of the study", n, l.cfg.MaxRepeats)
+		msg += fmt.Sprintf("; the repeats gave up on it at its look at %d runs a side, since more than --max-repeats %d would be needed, and gave the time to the rest of the study", n, l.cfg.MaxRepeats)
 	}
 	return msg
 }

@@ -288,7 +288,7 @@ func TestFutileComparisonStopsEarly(t *testing.T) {
 	if !got.StoppedEarly || got.RunsToDecide <= l.cfg.MaxRepeats {
 		t.Errorf("stopped_early %v, runs_to_decide %d: want true and over %d", got.StoppedEarly, got.RunsToDecide, l.cfg.MaxRepeats)
 	}
-	if !strings.Contains(strings.Join(got.Notes, " "), "the repeats stopped at ") {
+	if !strings.Contains(strings.Join(got.Notes, " "), "the repeats gave up on it at its look at 5 runs a side") {
 		t.Errorf("notes %q: want why the repeats stopped", got.Notes)
 	}
 	if r := strings.Join(l.results().Recommendation.Reasons, "\n"); !strings.Contains(r, "given up at 5 runs a side, as about ") {
@@ -326,6 +326,36 @@ func TestRunsToDecide(t *testing.T) {
 			t.Errorf("±%.0f%% at 5 runs: %d runs (after %d for a narrower one)", half*100, n, prev)
 		}
 		prev = n
+	}
+	// A skewed p99 interval a small step from "worse": only the side
+	// facing 1 stands in its way, not the long far tail.
+	skewed := stats.Interval{Value: 1.15, Low: 0.995, High: 1.6}
+	if n, ok := runsToDecide(skewed, 5, stats.StatP99, 12); !ok || n > 8 {
+		t.Errorf("p99 ×1.15 [0.995–1.6] at 5 runs: %d runs, want a few more (the low side is 0.5%% from deciding)", n)
+	}
+	if n, _ := runsToDecide(stats.Interval{Value: 1, Low: 0.5, High: 2}, 150, stats.StatRPS, 100); n <= 150 {
+		t.Errorf("undecidable past limit 100 at 150 runs: %d, want more than the 150 it had", n)
+	}
+	// The futility stop: past the first look, before the last, and only
+	// where the projection needs more than --max-repeats.
+	cfg := defaultConfig(false)
+	tie := stats.Interval{Value: 1.01, Low: 0.88, High: 1.16}
+	for _, c := range []struct {
+		r    stats.Interval
+		n    int
+		want bool
+	}{
+		{tie, 3, false}, // the first look: three runs' spread is too rough a guide
+		{tie, 5, true},
+		{tie, 8, true},
+		{tie, cfg.MaxRepeats, false}, // the last look: nothing left to give up
+		{skewed, 5, false},
+		{stats.Interval{Value: 1.08, Low: 0.99, High: 1.18}, 5, false}, // 8% at 5 runs: decided within 12
+	} {
+		if got := cfg.futile(c.r, c.n, stats.StatRPS); got != c.want {
+			runs, _ := runsToDecide(c.r, c.n, stats.StatRPS, cfg.MaxRepeats)
+			t.Errorf("futile(%+v at %d runs) = %v, want %v (projected %d runs)", c.r, c.n, got, c.want, runs)
+		}
 	}
 	// Without the widening, ±8% at 5 runs a side would project to
 	// 5×(0.077/0.049)² ≈ 13; with it taken out and put back, to fewer.
