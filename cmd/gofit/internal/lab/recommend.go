@@ -321,7 +321,7 @@ func (l *analysis) cpuVerdicts() []string {
 				u := fmt.Sprintf("%s undecided on %s", result.SummaryLabel(s), what)
 				switch {
 				case s.DetectableRatio != nil && s.StoppedEarly:
-					need := "over 100"
+					need := fmt.Sprintf("over %d", mostRunsProjected)
 					if s.RunsToDecide > 0 {
 						need = fmt.Sprintf("about %d", s.RunsToDecide)
 					}

@@ -110,6 +110,7 @@ func (l *analysis) summarizeCPU() []result.CPUSummary {
 					s.VerdictRatio = &r
 				}
 				if !d {
+					s.StoppedEarly = l.cfg.futile(r, looked, st)
 					s.Notes = append(s.Notes, l.undecidedNote(k, &s, r, looked))
 				}
 			}
@@ -254,10 +255,16 @@ func (c Config) futile(r stats.Interval, n int, st stats.Stat) bool {
 	return ok && runs > c.MaxRepeats
 }
 
+// mostRunsProjected is the most runs a side an undecided comparison's
+// note projects; past it, the note says the difference is below what the
+// machine's noise lets the lab resolve.
+const mostRunsProjected = 100
+
 // undecidedNote says what an undecided comparison could not see: the
 // smallest ratio its interval would have shown, and the runs a side (and
-// the budget) that would decide it (runsToDecide). n is the runs a side
-// the interval rests on (stoppedRatio).
+// the budget) that would decide it (runsToDecide), and whether the
+// repeats gave up on it (s.StoppedEarly). n is the runs a side the
+// interval rests on (stoppedRatio).
 func (l *analysis) undecidedNote(k cellKey, s *result.CPUSummary, r stats.Interval, n int) string {
 	if !r.Finite() || r.Value <= 0 || r.Low <= 0 {
 		need := stats.MinRuns - n
@@ -271,11 +278,10 @@ func (l *analysis) undecidedNote(k cellKey, s *result.CPUSummary, r stats.Interv
 	s.DetectableRatio = &detect
 	st := headline(k.mode)
 	msg := fmt.Sprintf("undecided: a difference under ×%.2f would not show here", detect)
-	const most = 100
-	runs, ok := runsToDecide(r, n, st, most)
+	runs, ok := runsToDecide(r, n, st, mostRunsProjected)
 	switch {
 	case !ok || runs <= n:
-	case runs <= most:
+	case runs <= mostRunsProjected:
 		s.RunsToDecide = runs
 		extra := time.Duration(runs-n) * (l.runCost(k) + l.runCost(cellKey{k.q, result.SetGoDefault, k.mode}))
 		flags := fmt.Sprintf("--budget %v", l.budgetFor(extra))
@@ -284,10 +290,9 @@ func (l *analysis) undecidedNote(k cellKey, s *result.CPUSummary, r stats.Interv
 		}
 		msg += fmt.Sprintf("; about %d runs a side (%v more of the CPU study, %s) would decide it", runs, extra.Round(time.Second), flags)
 	default:
-		msg += fmt.Sprintf("; over %d runs a side would be needed to decide it: any difference is below what this machine's noise lets the lab resolve", most)
+		msg += fmt.Sprintf("; over %d runs a side would be needed to decide it: any difference is below what this machine's noise lets the lab resolve", mostRunsProjected)
 	}
-	if l.cfg.futile(r, n, st) {
-		s.StoppedEarly = true
+	if s.StoppedEarly {
 		msg += fmt.Sprintf("; the repeats gave up on it at its look at %d runs a side, since more than --max-repeats %d would be needed, and gave the time to the rest of the study", n, l.cfg.MaxRepeats)
 	}
 	return msg
