@@ -56,13 +56,24 @@ release:
 e2e:
 	GOFIT_E2E=1 $(GO) test -count=1 -v -timeout 60m -run '^(TestNode|TestDeployTogether)$$' ./kube/e2e
 
-# The workspace (go.work) holds the library (.), the command (cmd/gofit) and
-# the Kubernetes parts (kube); "work" names every package in it. -p 1 runs
-# one package at a time: the lab's end-to-end run measures CPU and latency
-# and must not share the 2 cores with the VM boots.
+# The workspace (go.work) holds the library (.), the command (cmd/gofit),
+# the Kubernetes parts (kube) and the tools; "work" names every package in
+# it. The packages in SERIAL run real processes under CPU quotas (the lab,
+# the experiment, throttling, the VM boots): they run one at a time, after
+# the rest, with nothing beside them. The rest (envtests, charts, pure
+# packages) run two at a time, which also compiles the whole workspace in
+# parallel: -p 1 serialises the compiler too, and a cold build was most of
+# a fresh machine's make test (docs/results/test-timings.md).
+MOD := github.com/gofit-dev/gofit
+SERIAL := $(MOD) $(MOD)/auto $(MOD)/cgroup $(MOD)/cgroup/manage $(MOD)/metrics \
+	$(MOD)/cmd/gofit $(MOD)/cmd/gofit/internal/experiment $(MOD)/cmd/gofit/internal/lab \
+	$(MOD)/cmd/gofit/internal/lab/sandbox $(MOD)/cmd/gofit/internal/load $(MOD)/cmd/gofit/internal/qoslab \
+	$(MOD)/kube/monitoring $(MOD)/tools/vmtest $(MOD)/tools/shrink
+TEST_P ?= 2
 test:
 	$(GO) vet work
-	$(GO) test -count=1 -p 1 -timeout 40m work
+	$(GO) test -count=1 -p $(TEST_P) -timeout 40m $$($(GO) list work | grep -vxF $(foreach p,$(SERIAL),-e $(p)))
+	$(GO) test -count=1 -p 1 -timeout 40m $(SERIAL)
 
 # The real-cgroup tests on a cgroup v2 and a hybrid kernel in a QEMU VM
 # (tools/vmtest; part of make test too). GOFIT_VM_PKGS=REGEXP narrows the

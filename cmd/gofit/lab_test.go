@@ -282,10 +282,16 @@ func TestLabQuick(t *testing.T) {
 		if s.Verdict != nil && s.Decided && s.Repeats < stats.MinRuns {
 			t.Errorf("%s %s: verdict %q decided on %d runs, under the %d a verdict needs", s.Setting, s.Mode, *s.Verdict, s.Repeats, stats.MinRuns)
 		}
-		// Physics: over 50 periods a cgroup saturated at a sub-core quota
-		// uses that quota, no more and hardly less.
-		if s.Mode == "closed" && (s.Efficiency.Median < 0.9 || s.Efficiency.Median > 1.05) {
-			t.Errorf("%s closed loop at 250m: CPU used ÷ quota %.3f, want within [0.9, 1.05] (load average at start: %s)", s.Setting, s.Efficiency.Median, r.Machine.LoadAvg)
+		// Physics: over 50 periods a cgroup uses no more than its quota;
+		// a reading above it is a measuring fault. How close to the quota
+		// a saturated cell gets depends on what else the machine runs
+		// (issue 44: a build beside it takes its share), so a low
+		// reading is logged, not failed on.
+		if s.Mode == "closed" && s.Efficiency.Median > 1.05 {
+			t.Errorf("%s closed loop at 250m: CPU used ÷ quota %.3f, above the quota (load average at start: %s)", s.Setting, s.Efficiency.Median, r.Machine.LoadAvg)
+		}
+		if s.Mode == "closed" && s.Efficiency.Median < 0.9 {
+			t.Logf("%s closed loop at 250m: CPU used ÷ quota %.3f (load average at start: %s): the machine was busy", s.Setting, s.Efficiency.Median, r.Machine.LoadAvg)
 		}
 		if s.Setting == result.SetGofit && (len(s.SameAs) != 1 || s.SameAs[0] != result.SetProcs1) {
 			t.Errorf("gofit at 250m: same_as %v, want [%s]", s.SameAs, result.SetProcs1)

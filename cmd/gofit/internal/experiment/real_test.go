@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 	"github.com/gofit-dev/gofit/fit"
 	"github.com/gofit-dev/gofit/kube/admission"
 	"github.com/gofit-dev/gofit/kube/admission/admissiontest"
@@ -45,8 +46,10 @@ const (
 // the same setting (an A/A pair); starved has GOMEMLIMIT=1MiB, far below
 // what the runtime holds, so its GC runs all the time (up to the GC CPU
 // limiter's half of the CPU). The report must call no difference between
-// fitted and fitted-again, and call starved worse on CPU per request and
-// p99. About 2.5 minutes.
+// fitted and fitted-again, call starved worse on CPU per request and GC
+// share, and give verdicts that agree with their intervals. Its p99 is
+// logged, not judged: how much a starved arm's latency suffers depends on
+// how fast the machine is (issue 44). About 2.5 minutes.
 //
 // GOMAXPROCS=2 at 250m and GOGC=1 were the first choices of a worse arm,
 // and neither was worse here: this handler hashes and barely allocates
@@ -134,39 +137,74 @@ func TestRealPrometheusExperiment(t *testing.T) {
 			t.Errorf("no %s source: %v", s, in.Sources)
 		}
 	}
-	// The A/A arm: never harmful, and no verdict on the two headline
-	// metrics. Each metric's false-verdict rate is about 2% (the A/A
-	// simulation, docs/results/experiment.md), so over the report's
-	// dozen metrics one false verdict in some run is expected: the others
-	// are logged, not failed on, or CI would fail one run in six.
+	// Every verdict agrees with the interval printed beside it: better or
+	// worse only where the interval excludes 1 on that side, same only
+	// where it lies inside 1 ± the metric's margin.
+	dirs := map[string]stats.Direction{}
+	for _, m := range Metrics() {
+		dirs[m.Name] = m.Dir
+	}
 	for _, v := range r.Verdicts {
-		if v.Arm != "fitted-again" {
+		if v.Verdict == Harmful {
 			continue
 		}
-		headline := v.Metric == "p99_seconds" || v.Metric == "cpu_seconds_per_request"
-		switch {
-		case v.Verdict == Harmful, headline && (v.Verdict == "better" || v.Verdict == "worse"):
+		if msg := disagrees(v, dirs[v.Metric]); msg != "" {
+			t.Errorf("%s %s: %s", v.Arm, v.Metric, msg)
+		}
+	}
+	// The A/A pair decides nothing: fitted-again is the control's own
+	// setting, so any better, worse or harmful is false.
+	for _, v := range r.Verdicts {
+		if v.Arm == "fitted-again" && (v.Verdict == Harmful || v.Verdict == stats.Better || v.Verdict == stats.Worse) {
 			t.Errorf("A/A: fitted-again %s is %s (%s)", v.Metric, v.Verdict, ratioText(v))
-		case v.Verdict == "better" || v.Verdict == "worse":
-			t.Logf("A/A: fitted-again %s is %s (%s): one of the ~2%% false verdicts a metric has", v.Metric, v.Verdict, ratioText(v))
 		}
 	}
-	// The worse arm is worse on p99 because the rate puts it over its
-	// quota (realRate's comment): if the load fell short of that rate, the
-	// test did not test what it says. One run on a busy host reached 73
-	// of 110 requests a second per pod with a ticker that dropped ticks,
-	// and its p99 verdict was undecided (×1.16 [0.93–1.46]).
-	// The starved arm may serve less: it is meant to be over its quota.
-	for _, a := range r.Arms {
-		if got := a.Metrics["requests_per_second"].Value; a.Name != "starved" && got < 0.9*realRate {
-			t.Errorf("arm %s: %.1f requests a second per pod, want the %d sent (at least 90%%): the generator fell behind", a.Name, got, realRate)
-		}
-	}
-	for _, metric := range []string{"cpu_seconds_per_request", "p99_seconds"} {
-		if v := verdictOf(r, "starved", metric); v.Verdict != "worse" {
+	// The starved arm is worse on what a 1 MiB GOMEMLIMIT must make worse
+	// on any machine, whatever its speed or load: the GC runs all the time,
+	// so the GC's share of CPU and the CPU each request costs go up. Its
+	// latency goes up too where the load fills its quota, but how much
+	// depends on the machine (issue 44): the figures are in
+	// docs/results/experiment.md, not asserted here.
+	for _, metric := range []string{"cpu_seconds_per_request", "gc_cpu_share"} {
+		if v := verdictOf(r, "starved", metric); v.Verdict != stats.Worse {
 			t.Errorf("GOMEMLIMIT=1MiB: %s is %s (%s), want worse", metric, v.Verdict, ratioText(v))
 		}
 	}
+	for _, a := range r.Arms {
+		if got := a.Metrics["requests_per_second"].Value; got < 0.9*realRate {
+			t.Logf("arm %s: %.1f requests a second per pod of the %d sent: the generator or the arm fell behind", a.Name, got, realRate)
+		}
+	}
+}
+
+// disagrees says how verdict v contradicts its own interval, or "".
+func disagrees(v Verdict, d stats.Direction) string {
+	lo, hi := float64(v.Low), float64(v.High)
+	above, below := lo > 1, hi < 1
+	worse := (above && d == stats.LowerIsBetter) || (below && d == stats.HigherIsBetter)
+	better := (above && d == stats.HigherIsBetter) || (below && d == stats.LowerIsBetter)
+	inside := lo >= 1-v.Margin && hi <= 1+v.Margin
+	switch v.Verdict {
+	case stats.Worse:
+		if !worse {
+			return fmt.Sprintf("worse, but its interval [%.3g, %.3g] does not lie on the worse side of 1", lo, hi)
+		}
+	case stats.Better:
+		if !better {
+			return fmt.Sprintf("better, but its interval [%.3g, %.3g] does not lie on the better side of 1", lo, hi)
+		}
+	case stats.Same:
+		if !inside || above || below {
+			return fmt.Sprintf("same, but its interval [%.3g, %.3g] is not inside 1 ± %.2g", lo, hi, v.Margin)
+		}
+	case stats.Undecided:
+		if worse || better || inside {
+			return fmt.Sprintf("undecided, but its interval [%.3g, %.3g] decides", lo, hi)
+		}
+	default:
+		return fmt.Sprintf("unknown verdict %q", v.Verdict)
+	}
+	return ""
 }
 
 // inTurn gives arms in turn, as the API server's counts would for pods
