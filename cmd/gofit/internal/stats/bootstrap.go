@@ -101,11 +101,6 @@ func NewBootstrap(n int, seed int64) *Bootstrap {
 // runs a side and α = 5%, 1.31 at 5, → 1 as runs grow.
 func Expansion(n int, alpha float64) float64 { return expansion(n, 2*(n-1), alpha) }
 
-// PairedExpansion is Expansion for n pairs (PairedRatio): the pairs'
-// ratios are n values, n−1 degrees of freedom. At α = 5% it is 9.2 at 2
-// pairs, 2.6 at 3 and 1.8 at 4: two pairs cannot show how pairs differ.
-func PairedExpansion(n int, alpha float64) float64 { return expansion(n, n-1, alpha) }
-
 func expansion(n, df int, alpha float64) float64 {
 	if n < 2 || df < 1 {
 		return math.Inf(1)
@@ -158,11 +153,13 @@ func (b *Bootstrap) Ratio(a, base Sample, st Stat) Interval {
 // a shared machine): each resample draws whole pairs, then blocks within
 // each run, so that moment stays out of the ratio's spread, as in a paired
 // test. Its interval is at b.Alpha and widened for the pairs it rests on
-// (PairedExpansion), as Ratio's is for its runs. Unequal lengths, fewer
+// as Ratio's is for its runs a side (Expansion): the health trials' A/A
+// simulation (lab's TestHealthAAFalseVerdictRate) keeps its false
+// verdicts under 5% with it. Unequal lengths, fewer
 // than two pairs or fewer than MinBlocks blocks a side give (-Inf, +Inf).
 func (b *Bootstrap) PairedRatio(a, base Sample, st Stat) Interval {
 	ok := len(a) == len(base) && len(a) >= 2
-	return b.ratio(a, base, st, ok, PairedExpansion(len(a), b.alpha()), func(pa, pb prepared, ba, bb []*pblock) ([]*pblock, []*pblock) {
+	return b.ratio(a, base, st, ok, Expansion(len(a), b.alpha()), func(pa, pb prepared, ba, bb []*pblock) ([]*pblock, []*pblock) {
 		for range pa {
 			k := b.rng.Intn(len(pa))
 			for range pa[k] {
@@ -305,22 +302,25 @@ func (b *Bootstrap) of(bs []*pblock, st Stat) float64 {
 	if b.counts == nil {
 		b.counts = make([]int32, binCount)
 	}
-	clear(b.counts)
-	n := 0
+	// Only the bins between the lowest and highest latency are touched,
+	// read and cleared again: a few hundred of the 4,156 on a service.
+	n, lo, hi := 0, int32(binCount), int32(-1)
 	for _, x := range bs {
 		n += x.n
 		for _, c := range x.bins {
 			b.counts[c.i] += c.n
+			lo, hi = min(lo, c.i), max(hi, c.i)
 		}
 	}
 	if n == 0 {
 		return 0
 	}
+	defer clear(b.counts[lo : hi+1])
 	want := int32(rank(n, 0.99) + 1)
 	var seen int32
-	for i, c := range b.counts {
-		if seen += c; seen >= want {
-			return binValue(i)
+	for i := lo; i <= hi; i++ {
+		if seen += b.counts[i]; seen >= want {
+			return binValue(int(i))
 		}
 	}
 	return binValue(binCount - 1)

@@ -200,7 +200,7 @@ func TestPairedRatio(t *testing.T) {
 // pairs whose ratio varies from pair to pair (each limited run meets its
 // own moment beside its reference) with a true ratio of 1. Resampling 3
 // pairs sees their spread as if it were known; before PairedRatio was
-// widened for its pairs (PairedExpansion) 18 of these 200 95% intervals
+// widened for its pairs (Expansion) 18 of these 200 95% intervals
 // (9%) missed 1. A smaller Alpha widens it as Ratio's does.
 func TestPairedRatioCoversOnFewPairs(t *testing.T) {
 	rng := rand.New(rand.NewSource(5))
