@@ -20,17 +20,19 @@ import (
 
 // The lab is a pipeline whose results flow one way:
 //
-//	sandbox ─▶ trials ─▶ Records ─▶ analyse(Config, Records) ─▶ Results ─▶ report
+//	runner ─▶ trials ─▶ Records ─▶ analyse(Config, Records) ─▶ Results ─▶ report
 //
-// The study (study.go, cpustudy.go, memory.go) runs trials in the
-// sandbox (package lab/sandbox) and appends what they measured to its
-// Records; the budget planner (budget.go) decides what it can still
-// afford. analyse is the pure half: the CPU
-// summary, the verdicts and the recommendation as a function of the
+// The study (study.go, cpustudy.go, memory.go, health.go) has its runner
+// (runner.go: the sandbox, package lab/sandbox, or a fake) run trials
+// and appends what they measured to its Records; the budget planner
+// (budget.go) decides what it can still afford. analyse is the pure half:
+// the CPU summary and verdicts, the memory floors and health verdicts
+// (memResults, judgeTrial) and the recommendation as a function of the
 // configuration and the records, so that tests build records instead of
 // running trials, and a run's records.json replays to its results.json
-// (replay_test.go). Results are plain data (package lab/result); the
-// report (package lab/report) renders them.
+// (replay_test.go). Where the study needs a verdict to go on, it asks
+// these same functions of its records so far. Results are plain data
+// (package lab/result); the report (package lab/report) renders them.
 
 // Records are what a study's trials produced, in the order they ran: the
 // input to analyse, and records.json.

@@ -82,7 +82,8 @@ type sandboxRunner struct {
 	place    *result.Placement
 	progress io.Writer
 	// slowestStart is the longest a memory trial's target took to become
-	// ready without a memory limit (the probes, the health references).
+	// ready without a memory limit (the probes, the health references);
+	// mu guards it: a runner may be shared by goroutines.
 	mu           sync.Mutex
 	slowestStart time.Duration
 }
