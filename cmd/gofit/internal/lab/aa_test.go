@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
@@ -79,4 +80,61 @@ func wilsonHigh(k, n int) float64 {
 	c := p + z*z/(2*nf)
 	w := z * math.Sqrt(p*(1-p)/nf+z*z/(4*nf*nf))
 	return (c + w) / (1 + z*z/nf)
+}
+
+var healthAATrials = flag.Int("health.aa", 0, "health trials TestHealthAAFalseVerdictRate simulates per case, at a ratio of 1 as well as at the boundary (0: 100, at the boundary alone)")
+
+// TestHealthAAFalseVerdictRate is the health judgement's A/A study: the
+// health trial's whole procedure (pairs until a look decides, from
+// HealthPairs to HealthMaxPairs, judgeTrial) on a limited run whose true
+// p99 is a fixed multiple of its reference's, under a machine whose moment
+// moves both runs of a pair together and each run a little on its own.
+// At exactly healthP99Factor (the boundary), "unhealthy" is false (the
+// ratio is not over the factor) and "healthy" is as false as it would be
+// a hair above it: each decided verdict's rate there bounds its false
+// verdicts at any ratio. At a ratio of 1 (the limit costs nothing),
+// "unhealthy" is false. docs/results/lab-verdicts.md has a larger run of
+// both (go test -run TestHealthAAFalseVerdictRate -args -health.aa=1000).
+func TestHealthAAFalseVerdictRate(t *testing.T) {
+	n, ratios := 100, []float64{healthP99Factor}
+	if *healthAATrials > 0 {
+		n, ratios = *healthAATrials, []float64{healthP99Factor, 1}
+	}
+	for _, quick := range []bool{false, true} {
+		for _, ratio := range ratios {
+			healthy, unhealthy, pairs := 0, 0, 0
+			for i := 0; i < n; i++ {
+				l, f := newFakeMemLab(t, int64(i), quick)
+				l.cfg.Seed = int64(3000 + i)
+				l.rec.Target.HealthRPS, l.rec.Target.ProbeRPS = 100, 400
+				rng := f.rng
+				fakeOf(l).pair = func(_ context.Context, _, _ map[string]string, _ float64, limit int64, ml memLoad) (result.MemTrial, load.Result, result.MemTrial, load.Result) {
+					moment := math.Exp(0.3 * rng.NormFloat64())
+					run := func(ms float64) (result.MemTrial, load.Result) {
+						bs := fakeBlocks(rng, int(ml.window.Seconds()), ml.rate, 0.02, ms*moment*math.Exp(0.15*rng.NormFloat64()))
+						s := stats.Sample{bs}
+						return result.MemTrial{Outcome: result.OK, RPS: s.RPS(), P99: s.Quantile(0.99)}, load.Result{RPS: s.RPS(), P99: s.Quantile(0.99), Blocks: bs}
+					}
+					rt, rr := run(5)
+					lt, lr := run(5 * ratio)
+					lt.LimitBytes = limit
+					return rt, rr, lt, lr
+				}
+				tr := healthVerdict(l, context.Background(), nil, nil, 0.5, 64*mib)
+				pairs += tr.Pairs
+				switch {
+				case tr.Decided && tr.Healthy:
+					healthy++
+				case tr.Decided:
+					unhealthy++
+				}
+			}
+			t.Logf("quick %v, true p99 ratio %g: decided healthy in %d, unhealthy in %d of %d trials (%.1f%%, %.1f%%; 95%% upper bounds %.1f%%, %.1f%%); %.2f pairs on average",
+				quick, ratio, healthy, unhealthy, n, 100*float64(healthy)/float64(n), 100*float64(unhealthy)/float64(n),
+				100*wilsonHigh(healthy, n), 100*wilsonHigh(unhealthy, n), float64(pairs)/float64(n))
+			if unhealthy*20 > n || ratio > 1 && healthy*20 > n {
+				t.Errorf("quick %v, true ratio %g: %d healthy and %d unhealthy verdicts decided in %d trials: over 5%% false", quick, ratio, healthy, unhealthy, n)
+			}
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/report"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
@@ -19,17 +20,19 @@ import (
 
 // The lab is a pipeline whose results flow one way:
 //
-//	sandbox ─▶ trials ─▶ Records ─▶ analyse(Config, Records) ─▶ Results ─▶ report
+//	runner ─▶ trials ─▶ Records ─▶ analyse(Config, Records) ─▶ Results ─▶ report
 //
-// The study (study.go, cpustudy.go, memory.go) runs trials in the
-// sandbox (package lab/sandbox) and appends what they measured to its
-// Records; the budget planner (budget.go) decides what it can still
-// afford. analyse is the pure half: the CPU
-// summary, the verdicts and the recommendation as a function of the
+// The study (study.go, cpustudy.go, memory.go, health.go) has its runner
+// (runner.go: the sandbox, package lab/sandbox, or a fake) run trials
+// and appends what they measured to its Records; the budget planner
+// (budget.go) decides what it can still afford. analyse is the pure half:
+// the CPU summary and verdicts, the memory floors and health verdicts
+// (memResults, judgeTrial) and the recommendation as a function of the
 // configuration and the records, so that tests build records instead of
 // running trials, and a run's records.json replays to its results.json
-// (replay_test.go). Results are plain data (package lab/result); the
-// report (package lab/report) renders them.
+// (replay_test.go). Where the study needs a verdict to go on, it asks
+// these same functions of its records so far. Results are plain data
+// (package lab/result); the report (package lab/report) renders them.
 
 // Records are what a study's trials produced, in the order they ran: the
 // input to analyse, and records.json.
@@ -37,19 +40,21 @@ type Records struct {
 	Machine    result.Machine          `json:"machine"`
 	Target     result.TargetInfo       `json:"target"`
 	Placement  *result.Placement       `json:"placement"`
-	CPU        []result.CPUCell        `json:"cpu"` // with each run's blocks (cpuRecord in records.json)
-	Memory     []result.MemResult      `json:"memory"`
+	CPU        []result.CPUCell        `json:"cpu"`    // with each run's blocks (cpuRecord in records.json)
+	Memory     []memRecord             `json:"memory"` // each setting's trials, health pairs' blocks included
 	Throughput []result.ThroughputCell `json:"memory_throughput"`
 	Targets    []load.TargetResult     `json:"targets"`
 	Lab        result.LabInfo          `json:"lab"`
 	// Check is the check trial of the recommendation, once it ran.
-	Check *result.CheckTrial `json:"check"`
+	Check *healthRecord `json:"check"`
 	// Exited: the target exited during a CPU window (a crash).
 	Exited bool `json:"exited"`
 	// NCPU is the CPUs the target saw; Binary what its executable's
 	// build info says (the plan depends on both).
 	NCPU   int           `json:"ncpu"`
 	Binary target.Binary `json:"binary"`
+	// Runner is where the trials ran (runner.where).
+	Runner string `json:"runner"`
 }
 
 // analysis reads a study's configuration and records, never writing
@@ -63,7 +68,7 @@ type analysis struct {
 }
 
 func newAnalysis(cfg Config, rec *Records) *analysis {
-	res := &result.Results{Machine: rec.Machine, Target: rec.Target, Placement: rec.Placement, CPU: rec.CPU, Memory: rec.Memory,
+	res := &result.Results{Machine: rec.Machine, Target: rec.Target, Placement: rec.Placement, CPU: rec.CPU,
 		Throughput: rec.Throughput, Targets: rec.Targets, Lab: rec.Lab}
 	// A bootstrap of its own, seeded from the configuration: the same
 	// records give the same intervals however often they are analysed.
@@ -72,10 +77,24 @@ func newAnalysis(cfg Config, rec *Records) *analysis {
 
 // analyse is results.json from a study's configuration and records.
 func analyse(cfg Config, rec Records) result.Results {
+	mem, warnings := memResults(cfg, &rec)
+	return analyseMemory(cfg, rec, mem, warnings)
+}
+
+// analyseMemory is analyse with the memory results (and their warnings)
+// given: memResults's, or a test's.
+func analyseMemory(cfg Config, rec Records, mem []result.MemResult, warnings []string) result.Results {
 	a := newAnalysis(cfg, &rec)
 	a.res.CPUSummary = a.summarizeCPU()
+	a.res.Memory = mem
+	if len(warnings) > 0 {
+		a.res.Lab.Warnings = append(slices.Clone(a.res.Lab.Warnings), warnings...)
+	}
 	a.res.Recommendation = a.recommend()
-	a.res.Recommendation.Check = rec.Check
+	if rec.Check != nil {
+		t, _ := judgeTrial(cfg, checkKey, *rec.Check)
+		a.res.Recommendation.Check = &result.CheckTrial{MemTrial: t, ProbeRPS: rec.Target.ProbeRPS, ProbeP99: rec.Target.ProbeP99}
+	}
 	a.res.Lab.Undecided = 0
 	for _, s := range a.res.CPUSummary {
 		if s.Verdict != nil && !s.Decided {
@@ -94,9 +113,14 @@ func summarized(cfg Config, rec *Records) *analysis {
 	return a
 }
 
+// recordsFormat is records.json's format: 2 since the memory half went
+// into the records as raw trials (health pairs' blocks included).
+const recordsFormat = 2
+
 // recordsFile is records.json: the configuration and the records of one
 // study, everything analyse needs to give its results.json again.
 type recordsFile struct {
+	Format  int             `json:"format"`
 	Config  Config          `json:"config"`
 	Records Records         `json:"records"`
 	Blocks  [][]stats.Block `json:"cpu_blocks"` // each CPU run's blocks, in Records.CPU's order
@@ -105,7 +129,7 @@ type recordsFile struct {
 // writeRecords writes records.json into dir, through a temporary file and
 // a rename like the results; it returns the path.
 func writeRecords(dir string, cfg Config, rec *Records) (string, error) {
-	f := recordsFile{Config: cfg, Records: *rec, Blocks: make([][]stats.Block, len(rec.CPU))}
+	f := recordsFile{Format: recordsFormat, Config: cfg, Records: *rec, Blocks: make([][]stats.Block, len(rec.CPU))}
 	for i, c := range rec.CPU {
 		f.Blocks[i] = c.Blocks
 	}
@@ -132,6 +156,15 @@ func readRecords(path string) (Config, Records, error) {
 		if b, err = io.ReadAll(zr); err != nil {
 			return Config{}, Records{}, fmt.Errorf("%s: %w", path, err)
 		}
+	}
+	var v struct {
+		Format int `json:"format"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return Config{}, Records{}, fmt.Errorf("%s: %w", path, err)
+	}
+	if v.Format != recordsFormat {
+		return Config{}, Records{}, fmt.Errorf("%s: records of format %d, but this gofit reads format %d: replay them with the gofit that wrote them", path, v.Format, recordsFormat)
 	}
 	var f recordsFile
 	if err := json.Unmarshal(b, &f); err != nil {

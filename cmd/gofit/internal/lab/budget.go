@@ -206,17 +206,17 @@ type memPlan struct {
 // memTrialsPlanned is how many closed-loop trials the memory study
 // expects per setting: about six to bracket and bisect, and at most
 // ConfirmOf runs on each of the ConfirmSpan steps that confirm the edge.
-func (p *planner) memTrialsPlanned() int {
-	if p.cfg.ConfirmOf <= 1 {
+func memTrialsPlanned(cfg Config) int {
+	if cfg.ConfirmOf <= 1 {
 		return 6
 	}
-	return 6 + p.cfg.ConfirmOf*max(p.cfg.ConfirmSpan, 1)
+	return 6 + cfg.ConfirmOf*max(cfg.ConfirmSpan, 1)
 }
 
 // survivalTrialsMax bounds one survival search: what is planned, and as
 // many again for an edge that does not hold and the climb past it.
-func (p *planner) survivalTrialsMax() int {
-	return max(16, 2*p.memTrialsPlanned())
+func survivalTrialsMax(cfg Config) int {
+	return max(16, 2*memTrialsPlanned(cfg))
 }
 
 // planMemory sizes the survival trials to the time left (and keeps the
@@ -231,7 +231,7 @@ func (p *planner) planMemory(probeRPS, probeSeconds float64) memPlan {
 		return m
 	}
 	left := p.cfg.Budget - p.elapsed() - p.checkReserve()
-	trials := len(p.cfg.MemSettings) * p.memTrialsPlanned()
+	trials := len(p.cfg.MemSettings) * memTrialsPlanned(*p.cfg)
 	per := left / 3 / time.Duration(max(trials, 1))
 	// A trial's start-up and stop cost what the probes' did beyond their
 	// load.

@@ -23,7 +23,7 @@ func TestSlowTargetFitsTheBudget(t *testing.T) {
 	f.rps = map[string]float64{result.SetGoDefault: 25, result.SetGofit: 25, result.SetProcsNCPU: 25}
 	var windows []time.Duration
 	inner := f.measure
-	l.measure = func(ctx context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
+	fakeOf(l).measure = func(ctx context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
 		if mode == result.Open {
 			windows = append(windows, window)
 		}
@@ -61,7 +61,7 @@ func TestPlanMemoryForASlowTarget(t *testing.T) {
 	if p.requests >= l.cfg.MemRequests || p.requests < minMemRequests {
 		t.Errorf("%d requests per survival trial at 25 rps with ~110 s left", p.requests)
 	}
-	trials := time.Duration(len(l.cfg.MemSettings) * l.plan.memTrialsPlanned())
+	trials := time.Duration(len(l.cfg.MemSettings) * memTrialsPlanned(l.cfg))
 	if total, left := trials*time.Duration(float64(p.requests)/25*float64(time.Second)), l.cfg.Budget-l.elapsed()-l.plan.checkReserve(); total > left/3 {
 		t.Errorf("planned survival trials take %v of load, over a third of the %v left", total, left)
 	}
@@ -101,7 +101,6 @@ func TestMemShareComparedFirst(t *testing.T) {
 // (at least 5 s), never longer than the target's own readiness timeout;
 // without a limit, or before any start without one, the target's own.
 func TestStartWait(t *testing.T) {
-	l := newLab(defaultConfig(false))
 	for _, tc := range []struct {
 		slowest, own time.Duration
 		limit        int64
@@ -114,8 +113,7 @@ func TestStartWait(t *testing.T) {
 		{3 * time.Second, 10 * time.Second, 64 * mib, 10 * time.Second},
 		{20 * time.Second, 0, 64 * mib, sandbox.DefaultReadyTimeout},
 	} {
-		l.slowestStart = tc.slowest
-		if got := l.startWait(sandbox.Target{ReadyTimeout: tc.own}, tc.limit); got != tc.want {
+		if got := startWait(sandbox.Target{ReadyTimeout: tc.own}, tc.limit, tc.slowest); got != tc.want {
 			t.Errorf("slowest start %v, --ready-timeout %v, limit %d MiB: waits %v, want %v", tc.slowest, tc.own, tc.limit/mib, got, tc.want)
 		}
 	}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"sort"
-	"strings"
 	"time"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
@@ -28,123 +26,11 @@ type cpuConfig struct {
 	from    string
 }
 
-func envKey(env map[string]string) string {
-	keys := make([]string, 0, len(env))
-	for k := range env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		b.WriteString(k + "=" + env[k] + "\x00")
-	}
-	return b.String()
-}
-
-// configs are the distinct environments at a quota. Settings giving the
-// target the same environment are one cell: measuring both would only
-// measure the noise twice. go-default, then gofit, names a shared cell.
-func (l *study) configs(q float64) []cpuConfig { return l.configsRequest(q, 0) }
-
-// configsRequest is configs for a container with a CPU request: the
-// request row has q 0 (no limit).
-func (l *study) configsRequest(q, request float64) []cpuConfig {
-	var out []cpuConfig
-	idx := map[string]int{}
-	order := append([]string(nil), l.cfg.CPUSettings...)
-	rank := func(s string) int {
-		switch s {
-		case result.SetGoDefault:
-			return 0
-		case result.SetGofit:
-			return 1
-		}
-		return 2
-	}
-	sort.SliceStable(order, func(i, j int) bool { return rank(order[i]) < rank(order[j]) })
-	defaultEnv, defaultProcs, _ := l.cpuEnvRequest(result.SetGoDefault, q, request)
-	for _, s := range order {
-		env, procs, from := l.cpuEnvRequest(s, q, request)
-		k := envKey(env)
-		if s == result.SetProcsNCPU && procs == defaultProcs && l.rec.Binary.GoVersion != "" {
-			// Go's default is known to be the CPU count here (a Go >= 1.25
-			// target under a quota of 1 core or less on 2 CPUs, or no
-			// limit): measuring both would measure the noise twice and
-			// spend a third of the row's budget on it.
-			k = envKey(defaultEnv)
-		}
-		if i, ok := idx[k]; ok {
-			out[i].sameAs = append(out[i].sameAs, s)
-			continue
-		}
-		idx[k] = len(out)
-		out = append(out, cpuConfig{quota: q, request: request, setting: s, sameAs: []string{}, env: env, procs: procs, from: from})
-	}
-	return out
-}
-
-// cpuRows are the CPU study's rows: its quotas, then, with
-// Config.CPURequest, the request row (no limit, key 0).
-func (l *study) cpuRows() []float64 {
-	if l.cfg.CPURequest > 0 {
-		return append(append([]float64(nil), l.cfg.Quotas...), 0)
-	}
-	return l.cfg.Quotas
-}
-
-// rowOrder is the CPU study's rows, in the order it measures them, which is
-// the order the planner funds them (planRows): first the quotas where gofit's plan and
-// Go's default differ (the comparison the recommendation rests on),
-// smallest first, then the request row if they differ there, then the
-// rest. A row the budget cannot take to a verdict is left out (planRows).
-func (l *study) rowOrder() []cpuRow {
-	rows := append([]float64(nil), l.cpuRows()...)
-	rank := func(q float64) int {
-		differs := false
-		for _, c := range l.configsRequest(q, l.requestAt(q)) {
-			if c.setting == result.SetGofit {
-				differs = true // gofit names a cell of its own: not go-default's
-			}
-		}
-		switch {
-		case differs && q > 0:
-			return 0
-		case differs:
-			return 1
-		}
-		return 2
-	}
-	sort.SliceStable(rows, func(i, j int) bool {
-		ri, rj := rank(rows[i]), rank(rows[j])
-		if ri != rj {
-			return ri < rj
-		}
-		return rows[i] < rows[j]
-	})
-	out := make([]cpuRow, len(rows))
-	for i, q := range rows {
-		out[i] = cpuRow{q: q, runs: len(l.configsRequest(q, l.requestAt(q))) * l.cfg.MinRepeats * 2, label: result.RowLabel(q, l.requestAt(q))}
-	}
-	return out
-}
-
-// requestAt is the CPU request of row q: Config.CPURequest for the request
-// row, none for a quota.
-func (l *study) requestAt(q float64) float64 {
-	if q == 0 {
-		return l.cfg.CPURequest
-	}
-	return 0
-}
-
 type cellKey struct {
 	q       float64
 	setting string
 	mode    result.Mode
 }
-
-func (l *study) runsOf(k cellKey) []result.CPUCell    { return runsOf(l.rec.CPU, k) }
-func (l *analysis) runsOf(k cellKey) []result.CPUCell { return runsOf(l.rec.CPU, k) }
 
 // runsOf is the runs of cell k among cells, in the order they ran.
 func runsOf(cells []result.CPUCell, k cellKey) []result.CPUCell {
@@ -165,16 +51,8 @@ func pooled(cs []result.CPUCell) stats.Sample {
 	return s
 }
 
-// closedWindow is the closed loop's window: by time unless --requests
-// fixed a count.
-func (l *study) closedWindow() time.Duration {
-	if l.cfg.Requests > 0 {
-		return 0
-	}
-	return l.cfg.ClosedWindow
-}
-
 func (l *study) cpuStudy(ctx context.Context) error {
+	d := designOf(l.cfg, &l.rec)
 	offered := map[float64]float64{}
 	windows := map[float64]time.Duration{}
 	all := map[float64][]cpuConfig{}
@@ -182,12 +60,12 @@ func (l *study) cpuStudy(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		win := l.closedWindow()
+		win := d.closedWindow()
 		if mode == result.Open {
 			win = windows[c.quota]
 		}
 		began := l.now()
-		cell, err := l.measure(ctx, c, mode, offered[c.quota], win, rep)
+		cell, err := l.run.cpu(ctx, c, mode, offered[c.quota], win, rep)
 		if err == nil {
 			l.plan.ranCPU(l.now().Sub(began) - time.Duration(cell.Seconds*float64(time.Second)))
 		}
@@ -241,7 +119,7 @@ func (l *study) cpuStudy(ctx context.Context) error {
 	// go-default). It reports whether the CPU budget stopped it.
 	repeat := func(rows []float64, decidingOnly bool) (bool, error) {
 		for {
-			todo := l.undecided(all, l.adaptiveOrder(rows))
+			todo := undecided(l.cfg, &l.rec, all, adaptiveOrder(l.cfg, &l.rec, rows))
 			if n := leadingDeciding(todo); n > 0 {
 				todo = todo[:n]
 			} else if decidingOnly {
@@ -251,7 +129,7 @@ func (l *study) cpuStudy(ctx context.Context) error {
 				return false, nil
 			}
 			for _, t := range todo {
-				if l.elapsed()+l.runCost(t.key) > l.plan.cpuBudget() {
+				if l.elapsed()+d.runCost(l.rec.CPU, t.key) > l.plan.cpuBudget() {
 					return true, nil
 				}
 				var c cpuConfig
@@ -266,7 +144,7 @@ func (l *study) cpuStudy(ctx context.Context) error {
 			}
 		}
 	}
-	planned := l.plan.planRows(l.rowOrder())
+	planned := l.plan.planRows(d.order())
 	quotas := make([]float64, len(planned))
 	for i, r := range planned {
 		quotas[i] = r.q
@@ -282,7 +160,7 @@ func (l *study) cpuStudy(ctx context.Context) error {
 			i--
 			continue
 		}
-		cs := l.configsRequest(q, l.requestAt(q))
+		cs := d.configs(q, d.requestAt(q))
 		all[q] = cs
 		for rep := 1; rep <= l.cfg.MinRepeats; rep++ {
 			if err := round(cs, result.Closed, rep); err != nil {
@@ -292,7 +170,7 @@ func (l *study) cpuStudy(ctx context.Context) error {
 		if l.cfg.TargetRPS > 0 {
 			offered[q] = l.cfg.TargetRPS
 		} else {
-			offered[q] = l.openRate(q, cs)
+			offered[q] = openRate(l.cfg, l.rec.CPU, q, cs)
 		}
 		windows[q] = l.plan.planOpenWindow(planned, i, offered[q])
 		for rep := 1; rep <= l.cfg.MinRepeats; rep++ {
@@ -317,29 +195,10 @@ func (l *study) cpuStudy(ctx context.Context) error {
 	if err != nil || !out {
 		return err
 	}
-	if left := len(l.undecided(all, rows)); left > 0 {
+	if left := len(undecided(l.cfg, &l.rec, all, rows)); left > 0 {
 		l.plan.note("the CPU study's budget (%v of %v) ran out with %d cells undecided or short of samples; they stay undecided, each with the smallest difference it could have shown and the budget that would decide it", l.plan.cpuBudget().Round(time.Second), l.cfg.Budget, left)
 	}
 	return nil
-}
-
-// looksAt reports whether the adaptive repeats look at a comparison's
-// interval after n runs a side, to stop it if decided: at MinRepeats, then
-// at about ×1.5 more runs each time (3, 5, 8, 12 by default), and at
-// MaxRepeats. Every look is a chance of a false verdict: in the A/A study
-// (TestAAFalseVerdictRate, docs/results/lab-verdicts.md) looking after
-// every run from 3 to 12 gave false verdicts in 4.8% of comparisons (95%
-// upper bound 7.3%). The analysis reads a comparison at these looks only
-// (stoppedRatio), each with a 97% interval (lookAlpha), so the study and
-// its report stop on the same interval, and gives up on a comparison that
-// cannot decide by MaxRepeats (Config.futile): 3.3% (at most 4.2%).
-func (c Config) looksAt(n int) bool {
-	for at := c.MinRepeats; at < c.MaxRepeats; at = max(at+1, (3*at+1)/2) {
-		if n == at {
-			return true
-		}
-	}
-	return n >= c.MaxRepeats
 }
 
 // openRate is the open-loop rate at row q, the same for every setting
@@ -349,10 +208,10 @@ func (c Config) looksAt(n int) bool {
 // and both p99s are measured, not a queue. Other settings may be
 // saturated at it (saturated). Without gofit and go-default among the
 // settings, the lowest capacity of all.
-func (l *study) openRate(q float64, cs []cpuConfig) float64 {
+func openRate(cfg Config, cells []result.CPUCell, q float64, cs []cpuConfig) float64 {
 	var deciding, all []float64
 	for _, c := range cs {
-		r := pooled(l.runsOf(cellKey{q, c.setting, result.Closed})).RPS()
+		r := pooled(runsOf(cells, cellKey{q, c.setting, result.Closed})).RPS()
 		if r <= 0 {
 			continue
 		}
@@ -367,7 +226,7 @@ func (l *study) openRate(q float64, cs []cpuConfig) float64 {
 	if len(deciding) == 0 {
 		return 1
 	}
-	return math.Max(1, math.Round(l.cfg.OpenFraction*slices.Min(deciding)))
+	return math.Max(1, math.Round(cfg.OpenFraction*slices.Min(deciding)))
 }
 
 type repeatTask struct {
@@ -390,8 +249,8 @@ func leadingDeciding(todo []repeatTask) int {
 // adaptiveOrder is the order adaptive repeats go to the rows in: the
 // quota the recommendation would pick from what is measured so far, then
 // the study's order (rowOrder).
-func (l *study) adaptiveOrder(rows []float64) []float64 {
-	pick := summarized(l.cfg, &l.rec).recommendCPU(&result.Recommendation{}).cores
+func adaptiveOrder(cfg Config, rec *Records, rows []float64) []float64 {
+	pick := summarized(cfg, rec).recommendCPU(&result.Recommendation{}).cores
 	out := []float64{}
 	if slices.Contains(rows, pick) {
 		out = append(out, pick)
@@ -437,21 +296,21 @@ func smallestQuota(rows []float64) float64 {
 // loop is not repeated: more of it measures the same queue. Both sides of
 // gofit against go-default at the deciding rows come first, marked
 // deciding.
-func (l *study) undecided(all map[float64][]cpuConfig, rows []float64) []repeatTask {
+func undecided(cfg Config, rec *Records, all map[float64][]cpuConfig, rows []float64) []repeatTask {
 	want := map[cellKey]bool{}
 	deciding := map[cellKey]bool{}
 	var order []cellKey
 	add := func(k cellKey) {
-		if !want[k] && len(l.runsOf(k)) < l.cfg.MaxRepeats {
+		if !want[k] && len(runsOf(rec.CPU, k)) < cfg.MaxRepeats {
 			want[k] = true
 			order = append(order, k)
 		}
 	}
-	a := newAnalysis(l.cfg, &l.rec)
+	a := newAnalysis(cfg, rec)
 	// open: whether the comparison of k with go-default needs more runs.
 	open := func(q float64, setting string, mode result.Mode) bool {
 		k, base := cellKey{q, setting, mode}, cellKey{q, result.SetGoDefault, mode}
-		runs, baseRuns := l.runsOf(k), l.runsOf(base)
+		runs, baseRuns := runsOf(rec.CPU, k), runsOf(rec.CPU, base)
 		if setting == result.SetGoDefault || len(baseRuns) == 0 || anyFailed(runs) || anyFailed(baseRuns) {
 			return false
 		}
@@ -461,7 +320,7 @@ func (l *study) undecided(all map[float64][]cpuConfig, rows []float64) []repeatT
 		st := headline(mode)
 		r, n := a.stoppedRatio(k, runs, baseRuns, st)
 		_, decided := stats.Verdict(r, st, st.Margin())
-		return !decided && !l.cfg.futile(r, n, st)
+		return !decided && !cfg.futile(r, n, st)
 	}
 	saturated := func(q float64, setting string, mode result.Mode) bool {
 		return mode == result.Open && (a.saturated(cellKey{q, setting, mode}) != "" || a.saturated(cellKey{q, result.SetGoDefault, mode}) != "")
@@ -490,7 +349,7 @@ func (l *study) undecided(all map[float64][]cpuConfig, rows []float64) []repeatT
 				if saturated(q, c.setting, mode) {
 					continue
 				}
-				if mode == result.Open && pooled(l.runsOf(k)).Count() < l.cfg.OpenSamples && l.cfg.OpenDuration == 0 {
+				if mode == result.Open && pooled(runsOf(rec.CPU, k)).Count() < cfg.OpenSamples && cfg.OpenDuration == 0 {
 					add(k)
 				}
 				if open(q, c.setting, mode) {
@@ -502,7 +361,7 @@ func (l *study) undecided(all map[float64][]cpuConfig, rows []float64) []repeatT
 	}
 	out := make([]repeatTask, len(order))
 	for i, k := range order {
-		out[i] = repeatTask{k, len(l.runsOf(k)) + 1, deciding[k]}
+		out[i] = repeatTask{k, len(runsOf(rec.CPU, k)) + 1, deciding[k]}
 	}
 	return out
 }
@@ -514,22 +373,6 @@ func anyFailed(cs []result.CPUCell) bool {
 		}
 	}
 	return false
-}
-
-func (l *study) runCost(k cellKey) time.Duration    { return runCost(l.cfg, l.rec.CPU, k) }
-func (l *analysis) runCost(k cellKey) time.Duration { return runCost(l.cfg, l.rec.CPU, k) }
-
-// runCost estimates one more run of k from the runs so far.
-func runCost(cfg Config, cells []result.CPUCell, k cellKey) time.Duration {
-	runs := runsOf(cells, k)
-	if len(runs) == 0 {
-		return cfg.ClosedWindow + cfg.Warmup
-	}
-	var s float64
-	for _, r := range runs {
-		s += r.Seconds
-	}
-	return time.Duration((s/float64(len(runs)))*float64(time.Second)) + cfg.Warmup + 300*time.Millisecond
 }
 
 // headline is the statistic a mode's verdict is about.

@@ -90,7 +90,7 @@ func newFakeLab(t *testing.T, budget time.Duration) (*study, *fakeCPU) {
 		ms:    map[string]float64{result.SetGoDefault: 10, result.SetGofit: 5, result.SetProcsNCPU: 30}}
 	l.started = f.now
 	l.now = func() time.Time { return f.now }
-	l.measure = f.measure
+	l.run = &fakeRunner{measure: f.measure}
 	return l, f
 }
 
@@ -213,7 +213,7 @@ func hasNote(notes []string, prefix string) bool {
 
 func TestRecommendationRefusesFailedCells(t *testing.T) {
 	l, _ := newFakeLab(t, time.Hour)
-	l.measure = func(_ context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
+	fakeOf(l).measure = func(_ context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
 		bs := []stats.Block{{Seconds: 1, OK: 10, Errors: 400}, {Seconds: 1, OK: 10, Errors: 400}}
 		for i := range bs {
 			for j := 0; j < 410; j++ {
@@ -244,7 +244,7 @@ func TestRecommendForTargetRPS(t *testing.T) {
 	l.cfg.Quotas = []float64{0.25, 0.5}
 	l.cfg.TargetRPS, l.cfg.SLOP99 = 300, 20*time.Millisecond
 	inner := f.measure
-	l.measure = func(ctx context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
+	fakeOf(l).measure = func(ctx context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
 		if offered != 0 && offered != 300 {
 			t.Errorf("open loop at %v rps, want the target rate 300", offered)
 		}
@@ -283,15 +283,17 @@ func TestDecidingComparisonsFirst(t *testing.T) {
 		rep int
 	}
 	var order []ran
-	measure := l.measure
-	l.measure = func(ctx context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
+	measure := fakeOf(l).measure
+	fakeOf(l).measure = func(ctx context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
 		order = append(order, ran{c.quota, rep})
 		return measure(ctx, c, mode, offered, window, rep)
 	}
 	if err := l.cpuStudy(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	n := func(q float64, mode result.Mode) int { return len(l.runsOf(cellKey{q, result.SetGofit, mode})) }
+	n := func(q float64, mode result.Mode) int {
+		return len(runsOf(l.rec.CPU, cellKey{q, result.SetGofit, mode}))
+	}
 	if got := n(0.25, result.Closed); got <= l.cfg.MinRepeats {
 		t.Errorf("gofit at 250m (the deciding row): %d closed runs, want adaptive repeats beyond %d", got, l.cfg.MinRepeats)
 	}

@@ -26,7 +26,7 @@ func TestJudgeHealth(t *testing.T) {
 			// Each pair meets its own moment of the machine: both of its
 			// runs slower or faster together.
 			mood := math.Exp(0.4 * rng.NormFloat64())
-			ps = append(ps, healthPair{ref: fakeBlocks(rng, 4, 200, 0.02, 10*mood), limited: fakeBlocks(rng, 4, 200, 0.02, ms*mood)})
+			ps = append(ps, healthPair{RefBlocks: fakeBlocks(rng, 4, 200, 0.02, 10*mood), LimitedBlocks: fakeBlocks(rng, 4, 200, 0.02, ms*mood)})
 		}
 		return ps
 	}
@@ -35,9 +35,9 @@ func TestJudgeHealth(t *testing.T) {
 		pairs            []healthPair
 		healthy, decided bool
 	}{
-		{"as fast as without a limit", pairs(2, 10), true, true},
-		{"a fifth slower", pairs(2, 12), true, true},
-		{"five times slower", pairs(2, 50), false, true},
+		{"as fast as without a limit", pairs(4, 10), true, true},
+		{"a fifth slower", pairs(4, 12), true, true},
+		{"five times slower", pairs(4, 50), false, true},
 		{"one pair: no interval", pairs(1, 10), true, false},
 		{"no pair", nil, false, false},
 	} {
@@ -58,9 +58,9 @@ func TestPairedRatioNarrowerThanIndependent(t *testing.T) {
 	var lim, refs stats.Sample
 	for i := 0; i < 3; i++ {
 		mood := []float64{0.5, 1, 2}[i]
-		p := healthPair{ref: fakeBlocks(rng, 4, 200, 0.02, 10*mood), limited: fakeBlocks(rng, 4, 200, 0.02, 10*mood)}
+		p := healthPair{RefBlocks: fakeBlocks(rng, 4, 200, 0.02, 10*mood), LimitedBlocks: fakeBlocks(rng, 4, 200, 0.02, 10*mood)}
 		ps = append(ps, p)
-		lim, refs = append(lim, p.limited), append(refs, p.ref)
+		lim, refs = append(lim, p.LimitedBlocks), append(refs, p.RefBlocks)
 	}
 	paired := stats.NewBootstrap(1000, 1).PairedRatio(lim, refs, stats.StatP99)
 	indep := stats.NewBootstrap(1000, 1).Ratio(lim, refs, stats.StatP99)
@@ -159,8 +159,7 @@ func newFakeMemLab(t *testing.T, seed int64, quick bool) (*study, *fakeMem) {
 	f := &fakeMem{rng: rand.New(rand.NewSource(seed)), floor: 60 * mib, edge: 80 * mib, peak: 100 * mib, base: 5, mood: 0.3, own: 0.1, clock: &clock}
 	l.started = clock
 	l.now = func() time.Time { return clock }
-	l.memRun = f.run
-	l.pairRun = f.pair
+	l.run = &fakeRunner{mem: f.run, pair: f.pair}
 	return l, f
 }
 
@@ -191,7 +190,7 @@ func TestHealthyFloorRepeats(t *testing.T) {
 			if f.maxRunLimit > 2*f.peak {
 				t.Errorf("seed %d: a trial ran at %d MiB, over twice the peak", seed, f.maxRunLimit/mib)
 			}
-			for _, m := range l.rec.Memory {
+			for _, m := range l.results().Memory {
 				if m.HealthyFloorBytes == nil || m.FloorBytes == nil {
 					t.Fatalf("seed %d, %s: no floor (%v, %v); trials %+v", seed, m.Setting, m.FloorBytes, m.HealthyFloorBytes, m.HealthyTrials)
 				}
@@ -245,7 +244,7 @@ func TestSurvivalFloorRepeatsOverABand(t *testing.T) {
 		if err := l.memoryStudy(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		for _, m := range l.rec.Memory {
+		for _, m := range l.results().Memory {
 			if m.FloorBytes == nil {
 				t.Fatalf("seed %d, %s: no survival floor; trials %v", seed, m.Setting, m.Survival)
 			}
@@ -277,19 +276,19 @@ func TestHealthTrialPairs(t *testing.T) {
 	l.rec.Target.HealthRPS, l.rec.Target.ProbeRPS = 200, 400
 	calls := 0
 	pair := f.pair
-	l.pairRun = func(ctx context.Context, ref, env map[string]string, cpu float64, limit int64, ml memLoad) (result.MemTrial, load.Result, result.MemTrial, load.Result) {
+	fakeOf(l).pair = func(ctx context.Context, ref, env map[string]string, cpu float64, limit int64, ml memLoad) (result.MemTrial, load.Result, result.MemTrial, load.Result) {
 		calls++
 		if ml.rate != 200 || ml.window != l.cfg.HealthWindow {
 			t.Errorf("health run at %g rps for %v, want 200 for %v", ml.rate, ml.window, l.cfg.HealthWindow)
 		}
 		return pair(ctx, ref, env, cpu, limit, ml)
 	}
-	tr := l.healthTrial(context.Background(), nil, nil, 0.5, 96*mib)
-	if !tr.Healthy || !tr.Decided || tr.Pairs != 2 || calls != 2 || tr.P99Ratio == nil {
+	tr := healthVerdict(l, context.Background(), nil, nil, 0.5, 96*mib)
+	if !tr.Healthy || !tr.Decided || tr.Pairs < l.cfg.HealthPairs || tr.Pairs > l.cfg.HealthMaxPairs || calls != tr.Pairs || tr.P99Ratio == nil {
 		t.Errorf("far above the edge: %d pairs run, %+v", calls, tr)
 	}
 	calls = 0
-	tr = l.healthTrial(context.Background(), nil, nil, 0.5, 40*mib)
+	tr = healthVerdict(l, context.Background(), nil, nil, 0.5, 40*mib)
 	if tr.Healthy || tr.Outcome != result.OOMKilled || calls != 1 {
 		t.Errorf("under the floor: %+v after %d pairs; want OOM killed after one", tr, calls)
 	}
@@ -318,8 +317,8 @@ func TestRecommendMemoryNeverAboveTheRatio(t *testing.T) {
 			if tc.gofit > 0 {
 				g.HealthyFloorBytes = p(tc.gofit)
 			}
-			l.rec.Memory = []result.MemResult{g, {Setting: result.SetAutoMemLimit, FloorBytes: p(64 * mib), HealthyFloorBytes: p(tc.ratio)}}
-			rec := l.results().Recommendation
+			mem := []result.MemResult{g, {Setting: result.SetAutoMemLimit, FloorBytes: p(64 * mib), HealthyFloorBytes: p(tc.ratio)}}
+			rec := analyseMemory(l.cfg, l.rec, mem, nil).Recommendation
 			if rec.MemoryLimitBytes != tc.wantLimit {
 				t.Errorf("limit %d MiB, want %d MiB; reasons %q", rec.MemoryLimitBytes/mib, tc.wantLimit/mib, rec.Reasons)
 			}
@@ -337,7 +336,7 @@ func TestRecommendMemoryNeverAboveTheRatio(t *testing.T) {
 			// gofit's own GOMEMLIMIT carries the marker, so a target with
 			// gofit's library refines it; the ratio's is not gofit's.
 			// (Where the ratio's value is what gofit's plan gives, it is.)
-			planned, _ := l.planEnv(0, rec.MemoryLimitBytes)
+			planned, _ := planEnv(l.cfg, &l.rec, 0, rec.MemoryLimitBytes)
 			marked := strings.Contains(rec.Env[fit.MarkerVar], "GOMEMLIMIT="+rec.Env["GOMEMLIMIT"])
 			if want := planned["GOMEMLIMIT"] == rec.Env["GOMEMLIMIT"]; marked != want || !tc.wantRatioGOMEMLIM && !marked {
 				t.Errorf("env %v (gofit's plan %v): GOMEMLIMIT in the marker %v, want %v", rec.Env, planned, marked, want)
@@ -354,14 +353,14 @@ func TestRecommendMemoryNeverAboveTheRatio(t *testing.T) {
 // in-process; the CPU cells and the recommended env go without it.
 func TestGofitMemoryEnvCarriesTheMarker(t *testing.T) {
 	l := newLab(defaultConfig(true))
-	env := l.memEnv(result.SetGofit, 256*mib)
+	env := memEnv(l.cfg, &l.rec, result.SetGofit, 256*mib)
 	if m := env[fit.MarkerVar]; !strings.Contains(m, "GOMEMLIMIT="+env["GOMEMLIMIT"]) || env["GOMEMLIMIT"] == "" {
 		t.Errorf("memory env %v: want GOMEMLIMIT and the marker naming it", env)
 	}
-	if env := l.memEnv(result.SetAutoMemLimit, 256*mib); env[fit.MarkerVar] != "" {
+	if env := memEnv(l.cfg, &l.rec, result.SetAutoMemLimit, 256*mib); env[fit.MarkerVar] != "" {
 		t.Errorf("automemlimit env %v carries gofit's marker", env)
 	}
-	if env, _, _ := l.cpuEnv(result.SetGofit, 0.5); env[fit.MarkerVar] != "" {
+	if env, _, _ := designOf(l.cfg, &l.rec).env(result.SetGofit, 0.5, 0); env[fit.MarkerVar] != "" {
 		t.Errorf("cpu env %v carries the marker", env)
 	}
 }
@@ -375,8 +374,8 @@ func TestRequestRow(t *testing.T) {
 	l.cfg.CPURequest, l.cfg.CPURequestFactor = 0.25, 1
 	l.cfg.MaxRepeats = 2
 	var requests []float64
-	measure := l.measure
-	l.measure = func(ctx context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
+	measure := fakeOf(l).measure
+	fakeOf(l).measure = func(ctx context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
 		if c.quota == 0 {
 			requests = append(requests, c.request)
 		}
@@ -437,7 +436,7 @@ func TestHealthTrialStopsAtTheBudget(t *testing.T) {
 	pair := l.cfg.HealthWindow + 2*time.Second // what the fake's pairs cost
 	// One and a half pairs left.
 	*f.clock = l.started.Add(l.cfg.Budget - pair*3/2)
-	tr := l.healthTrial(context.Background(), nil, nil, 0.5, 96*mib)
+	tr := healthVerdict(l, context.Background(), nil, nil, 0.5, 96*mib)
 	if tr.Pairs != 1 || !tr.BudgetCut {
 		t.Errorf("%d pairs (cut %v) with one and a half pairs of budget left, want 1 and cut", tr.Pairs, tr.BudgetCut)
 	}
@@ -449,7 +448,7 @@ func TestHealthTrialStopsAtTheBudget(t *testing.T) {
 	}
 	// With time enough it runs its pairs as before.
 	*f.clock = l.started
-	if tr := l.healthTrial(context.Background(), nil, nil, 0.5, 96*mib); tr.BudgetCut || tr.Pairs < l.cfg.HealthPairs {
+	if tr := healthVerdict(l, context.Background(), nil, nil, 0.5, 96*mib); tr.BudgetCut || tr.Pairs < l.cfg.HealthPairs {
 		t.Errorf("with the whole budget: %d pairs, cut %v", tr.Pairs, tr.BudgetCut)
 	}
 }

@@ -5,173 +5,93 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"sync"
 	"time"
-
-	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 
-	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 	"github.com/gofit-dev/gofit/fit"
 )
 
-// memLoad is a memory trial's load: a closed loop of requests (the
-// survival trials: as much load as the target takes), or an open loop at
-// rate for window (the health trials: the same load at every limit).
-type memLoad struct {
-	requests int
-	maxDur   time.Duration // closed loop: stop here even short of requests (0: no bound)
-	rate     float64
-	window   time.Duration
-	// measureNonGo: an unlimited probe measures the target's non-Go
-	// memory from outside (nongo.go) before it stops.
-	measureNonGo bool
+// memRecord is one memory setting's trials as they ran: the survival
+// search's, then the healthy search's health trials with their pairs.
+// Floors, survival curves and verdicts are not recorded: the analysis
+// computes them (memResults), replaying the searches over these trials.
+type memRecord struct {
+	Setting  string            `json:"setting"`
+	Survival []result.MemTrial `json:"survival_trials"`
+	Health   []healthRecord    `json:"health_trials"`
 }
 
-// memTrial starts the target cold under a memory limit (and the memory
-// study's CPU limit) and drives load; it fails on an OOM kill, on errors,
-// or on a stall.
-func (l *study) memTrial(ctx context.Context, env map[string]string, cpu float64, limit int64, ml memLoad) (result.MemTrial, load.Result) {
-	return l.memDrive(ctx, l.memStart(ctx, l.cfg.Target, env, cpu, limit), ml)
+// survivalSearch is the survival search for a target whose unlimited peak
+// is peak. No search climbs past 4 × the peak. A setting that needs more
+// (GOGC=off with GOMEMLIMIT at the limit keeps everything a trial
+// allocates) has no floor that is a property of the service, only where
+// one run's trial stopped allocating, which does not repeat
+// (docs/results/memory.md#what-set-the-labs-floor-search). "Above 4 × the
+// peak" repeats, and the climb's trials go to the settings compared.
+func survivalSearch(cfg Config, peak int64) floorSearch {
+	return floorSearch{Lo: peak / 2, Hi: peak * 3 / 2, Max: peak * 4, Resolution: cfg.Resolution, Need: cfg.ConfirmNeed, Of: cfg.ConfirmOf, Span: cfg.ConfirmSpan, MaxTrials: survivalTrialsMax(cfg)}
 }
 
-// memStarted is a memory trial's target, started and not yet loaded.
-type memStarted struct {
-	tr    *sandbox.Trial // nil when the start failed (t says why)
-	t     result.MemTrial
-	began time.Time
+// healthySearch is the healthy search above a survival floor. Healthy is
+// at or above surviving: it searches up from the floor, below which no
+// trial can be healthy. Above 1.25 × the peak memory is no constraint,
+// so the search starts there and a failure there is confirmed before it
+// climbs. Near its edge a service is healthy in some runs and stalls in
+// others: one healthy trial there is a coin that came up heads
+// (docs/results/memory.md#what-set-the-labs-floor-search). The floor is
+// a limit healthy twice; a failure that would send the search up needs a
+// second look as well.
+func healthySearch(cfg Config, peak, floor int64) floorSearch {
+	hs := survivalSearch(cfg, peak)
+	hs.Lo, hs.Min, hs.Hi = floor, floor, max(floor, peak*5/4)
+	hs.Max = max(hs.Hi, peak*2)
+	hs.Resolution, hs.Need, hs.Of, hs.Span, hs.FailConfirm, hs.MaxTrials = cfg.HealthResolution, 2, 2, 1, 2, 16
+	hs.Pass = func(t result.MemTrial) bool { return t.Healthy }
+	return hs
 }
 
-// memStart starts tgt cold (its binary's page cache evicted) under the
-// limits.
-func (l *study) memStart(ctx context.Context, tgt sandbox.Target, env map[string]string, cpu float64, limit int64) *memStarted {
-	l.sb.Repin()
-	m := &memStarted{t: result.MemTrial{LimitBytes: limit}, began: time.Now()}
-	wait := l.startWait(tgt, limit)
-	tgt.ReadyTimeout = wait
-	tr, err := l.sb.Start(ctx, tgt, sandbox.TrialConfig{CPU: cpu, Memory: limit, Env: env})
-	if err != nil {
-		m.t.Outcome, m.t.Detail = result.Errored, err.Error()
-		if se, ok := err.(*sandbox.StartError); ok {
-			m.t.Outcome = se.Outcome
-			if se.TimedOut && limit > 0 && l.slowestStart > 0 {
-				m.t.Outcome = result.Stalled
-				m.t.Detail = fmt.Sprintf("not ready within %v (its slowest start without a limit took %v): %s", wait, l.slowestStart.Round(10*time.Millisecond), se.Detail)
+// healthKey names a setting's i-th health trial: its intervals' seed.
+func healthKey(setting string, i int) string { return fmt.Sprintf("%s/%d", setting, i) }
+
+// memResults are the memory settings' results from their records: each
+// survival search replayed over its trials (the floor, the survival
+// curve), each health trial judged from its pairs (judgeTrial), and the
+// healthy search replayed over those verdicts. The study asks the same
+// functions of its records so far, so a change to either rule replays:
+// where old records no longer follow the rule, the search is cut there,
+// and a warning says so.
+func memResults(cfg Config, rec *Records) (out []result.MemResult, warnings []string) {
+	peak := int64(rec.Target.PeakBytes)
+	for _, m := range rec.Memory {
+		sr, _, _, diverged := survivalSearch(cfg, peak).replay(m.Survival)
+		r := result.MemResult{Setting: m.Setting, Trials: m.Survival, HealthyTrials: []result.MemTrial{}, Survival: survivalCurve(m.Survival), BudgetLimited: sr.BudgetLimited, SearchedToBytes: sr.Max}
+		if r.Trials == nil {
+			r.Trials = []result.MemTrial{}
+		}
+		if diverged {
+			warnings = append(warnings, fmt.Sprintf("memory %s: the survival trials leave today's search after %d of %d: its floor is where they still agreed", m.Setting, len(sr.Trials), len(m.Survival)))
+		}
+		if sr.Floor > 0 {
+			r.FloorBytes = &sr.Floor
+			for i, h := range m.Health {
+				t, _ := judgeTrial(cfg, healthKey(m.Setting, i), h)
+				r.HealthyTrials = append(r.HealthyTrials, t)
+			}
+			hr, _, _, diverged := healthySearch(cfg, peak, sr.Floor).replay(r.HealthyTrials)
+			if hr.Floor > 0 {
+				r.HealthyFloorBytes = &hr.Floor
+			}
+			r.HealthyBudgetLimited = hr.BudgetLimited
+			if diverged {
+				warnings = append(warnings, fmt.Sprintf("memory %s: the health trials leave today's healthy search after %d of %d: its healthy floor is where they still agreed", m.Setting, len(hr.Trials), len(m.Health)))
 			}
 		}
-		return m
+		out = append(out, r)
 	}
-	if limit == 0 {
-		l.slowestStart = max(l.slowestStart, tr.Ready)
-	}
-	m.tr = tr
-	m.t.ResidentBefore = tr.Resident
-	return m
-}
-
-// startSlowdown is how many times longer than its slowest start without
-// a memory limit a target may take to become ready under one: a start
-// that slow is thrashing. On cdac879 caddy and node_exporter spent 12 to
-// 30 s of each survival trial at half their peak waiting for readiness
-// that did not come, a tenth of a four-minute study.
-const startSlowdown = 4
-
-// minStartWait is the least a start under a memory limit is given.
-const minStartWait = 5 * time.Second
-
-// startWait is how long tgt may take to become ready at limit: the
-// target's own readiness timeout without a limit or before any start
-// without one was timed; under a limit, startSlowdown × the slowest start
-// without one (at least minStartWait), if that is shorter.
-func (l *study) startWait(tgt sandbox.Target, limit int64) time.Duration {
-	wait := tgt.ReadyTimeout
-	if wait <= 0 {
-		wait = sandbox.DefaultReadyTimeout
-	}
-	if limit == 0 || l.slowestStart == 0 {
-		return wait
-	}
-	return min(wait, max(startSlowdown*l.slowestStart, minStartWait))
-}
-
-// memDrive drives load at a started target, stops it and judges the run.
-func (l *study) memDrive(ctx context.Context, m *memStarted, ml memLoad) (result.MemTrial, load.Result) {
-	t, tr := m.t, m.tr
-	if tr == nil {
-		t.Seconds = time.Since(m.began).Seconds()
-		return t, load.Result{}
-	}
-	defer tr.Stop()
-	probe := func() (uint64, uint64) {
-		m, _ := tr.MemoryStats()
-		return m.MajorFaults, m.MaxHits
-	}
-	var began time.Time
-	if ml.measureNonGo {
-		began = l.startNonGo(tr)
-	}
-	var r load.Result
-	if ml.rate > 0 {
-		ld := load.NewLoader(load.MaxOpenInFlight, probe)
-		ld.MinRate = l.rec.Target.ProbeRPS * stallShare
-		defer ld.Close()
-		r = ld.Open(ctx, l.mix(tr), ml.rate, ml.window)
-	} else {
-		ld := load.NewLoader(memConcurrency, probe)
-		ld.MinRate = l.rec.Target.ProbeRPS * stallShare
-		defer ld.Close()
-		r = ld.Closed(ctx, l.mix(tr), ml.requests, ml.maxDur, memConcurrency)
-	}
-	exited := tr.Exited()
-	if ml.measureNonGo && !exited {
-		m, err := l.measureNonGo(ctx, tr, began)
-		l.probesNonGo = append(l.probesNonGo, probeNonGo{m, err})
-	}
-	tr.Stop()
-	s, _ := tr.Stats()
-	t.RPS, t.P99, t.Errors = r.RPS, r.P99, r.Errors
-	t.PeakBytes, t.PageCacheBytes, t.MajorFaults, t.LimitHits = s.Memory.Peak, s.Memory.File, s.Memory.MajorFaults, s.Memory.MaxHits
-	t.Seconds = time.Since(m.began).Seconds()
-	switch {
-	case s.Memory.OOMKills > 0:
-		t.Outcome, t.Detail = result.OOMKilled, fmt.Sprintf("%d OOM kills", s.Memory.OOMKills)
-	case r.Stalled:
-		t.Outcome, t.Detail = result.Stalled, fmt.Sprintf("under %.0f rps (%.0f%% of the unlimited rate) for %v while major faults reached %d", l.rec.Target.ProbeRPS*stallShare, stallShare*100, load.StallWindow, s.Memory.MajorFaults)
-	case exited:
-		t.Outcome, t.Detail = result.Errored, "the target exited during the load: "+tr.Output()
-	case float64(r.Errors) > maxErrorShare*float64(r.Errors+r.Requests) || r.Requests == 0:
-		t.Outcome, t.Detail = result.Errored, fmt.Sprintf("%d errors in %d requests (%s)", r.Errors, r.Errors+r.Requests, r.ErrorSummary())
-	default:
-		t.Outcome = result.OK
-	}
-	return t, r
-}
-
-// memPair runs the reference (env ref, no memory limit) and the limited
-// target (env at limit) side by side: both started cold, the limited one
-// first, then loaded at once, so every second of the window meets the
-// same machine in both. The reference runs from its own copy of the
-// binary (Config.RefTarget), so neither is charged for page cache the
-// other faulted in.
-func (l *study) memPair(ctx context.Context, ref, env map[string]string, cpu float64, limit int64, ml memLoad) (refT result.MemTrial, refR load.Result, limT result.MemTrial, limR load.Result) {
-	lm := l.memStart(ctx, l.cfg.Target, env, cpu, limit)
-	rt := l.cfg.RefTarget
-	if rt.Path == "" {
-		rt = l.cfg.Target
-	}
-	rm := l.memStart(ctx, rt, ref, cpu, 0)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		refT, refR = l.memDrive(ctx, rm, ml)
-	}()
-	limT, limR = l.memDrive(ctx, lm, ml)
-	wg.Wait()
-	return refT, refR, limT, limR
+	return out, warnings
 }
 
 // compared says whether a memory setting is one the study exists to
@@ -195,8 +115,8 @@ func memShare(left time.Duration, settings []string) time.Duration {
 }
 
 // survivalLoad is the survival trials' load.
-func (l *study) survivalLoad() memLoad {
-	return memLoad{requests: l.plan.mem.requests, maxDur: l.plan.mem.maxTrial}
+func (p *planner) survivalLoad(probeRPS float64) memLoad {
+	return memLoad{requests: p.mem.requests, maxDur: p.mem.maxTrial, probeRPS: probeRPS}
 }
 
 func (l *study) memoryStudy(ctx context.Context) error {
@@ -209,14 +129,7 @@ func (l *study) memoryStudy(ctx context.Context) error {
 		return err
 	}
 	peak := int64(l.rec.Target.PeakBytes)
-	// No search climbs past 4 × the unlimited peak. A setting that needs
-	// more (GOGC=off with GOMEMLIMIT at the limit keeps everything a
-	// trial allocates) has no floor that is a property of the service,
-	// only where one run's trial stopped allocating, which does not
-	// repeat (docs/results/memory.md#what-set-the-labs-floor-search).
-	// "Above 4 × the peak" repeats, and the climb's trials go to the
-	// settings compared.
-	search := floorSearch{Lo: peak / 2, Hi: peak * 3 / 2, Max: peak * 4, Resolution: l.cfg.Resolution, Need: l.cfg.ConfirmNeed, Of: l.cfg.ConfirmOf, Span: l.cfg.ConfirmSpan, MaxTrials: l.plan.survivalTrialsMax(), Now: l.now}
+	survival := l.plan.survivalLoad(l.rec.Target.ProbeRPS)
 	var noKnobFloor int64
 	var searched time.Duration // the searches so far, to foresee the next
 	for i, setting := range l.cfg.MemSettings {
@@ -242,53 +155,38 @@ func (l *study) memoryStudy(ctx context.Context) error {
 		// leave (with equal shares, GOGC=off's climb once cut gofit's
 		// healthy search after one trial).
 		share := memShare(l.cfg.Budget-l.now().Sub(l.started)-l.plan.checkReserve(), l.cfg.MemSettings[i:])
-		ss := search
-		ss.Deadline = began.Add(share / 2)
+		l.rec.Memory = append(l.rec.Memory, memRecord{Setting: setting, Survival: []result.MemTrial{}, Health: []healthRecord{}})
+		m := &l.rec.Memory[len(l.rec.Memory)-1]
+		ss := survivalSearch(l.cfg, peak)
+		ss.Deadline, ss.Now = began.Add(share/2), l.now
 		sr, err := ss.Find(ctx, func(ctx context.Context, limit int64) result.MemTrial {
-			t, _ := l.memRun(ctx, l.memEnv(setting, limit), cpu, limit, l.survivalLoad())
+			t := l.run.memory(ctx, memSpec{env: memEnv(l.cfg, &l.rec, setting, limit), cpu: cpu, limit: limit, load: survival})[0].trial
+			if ctx.Err() == nil {
+				m.Survival = append(m.Survival, t)
+			}
 			l.progress("memory %-13s %-26s at %-8s %s", "survival", setting, fit.FormatBytes(limit), t.Verdict())
 			return t
 		})
-		m := result.MemResult{Setting: setting, Trials: sr.Trials, HealthyTrials: []result.MemTrial{}, Survival: survivalCurve(sr.Trials), BudgetLimited: sr.BudgetLimited, SearchedToBytes: sr.Max}
 		if sr.BudgetLimited {
 			l.plan.note("the budget cut the survival search of %s short: its floor is the lowest limit that passed so far", setting)
 		}
-		if sr.Floor > 0 {
-			m.FloorBytes = &sr.Floor
-		}
 		if err == nil && sr.Floor > 0 {
-			// Healthy is at or above surviving: search up from the floor,
-			// below which no trial can be healthy. Above 1.25 × the peak
-			// memory is no constraint, so the search starts there and a
-			// failure there is confirmed before it climbs.
-			hs := search
-			hs.Lo, hs.Min, hs.Hi = sr.Floor, sr.Floor, max(sr.Floor, peak*5/4)
-			hs.Max = max(hs.Hi, peak*2)
-			// Near its edge a service is healthy in some runs and stalls
-			// in others: one healthy trial there is a coin that came up
-			// heads (docs/results/memory.md#what-set-the-labs-floor-search).
-			// The floor is a limit healthy twice; a failure that would
-			// send the search up needs a second look as well.
-			hs.Resolution, hs.Need, hs.Of, hs.Span, hs.FailConfirm, hs.MaxTrials = l.cfg.HealthResolution, 2, 2, 1, 2, 16
-			hs.Pass = func(t result.MemTrial) bool { return t.Healthy }
-			hs.Deadline = began.Add(share)
-			ref := l.memEnv(setting, 0)
+			hs := healthySearch(l.cfg, peak, sr.Floor)
+			hs.Deadline, hs.Now = began.Add(share), l.now
+			ref := memEnv(l.cfg, &l.rec, setting, 0)
 			hr, herr := hs.Find(ctx, func(ctx context.Context, limit int64) result.MemTrial {
-				t := l.healthTrial(ctx, ref, l.memEnv(setting, limit), cpu, limit)
+				t, h := l.healthTrial(ctx, healthKey(setting, len(m.Health)), ref, memEnv(l.cfg, &l.rec, setting, limit), cpu, limit)
+				if ctx.Err() == nil {
+					m.Health = append(m.Health, h)
+				}
 				l.progress("memory %-13s %-26s at %-8s %s", "healthy", setting, fit.FormatBytes(limit), t.Verdict())
 				return t
 			})
 			err = herr
-			m.HealthyTrials = hr.Trials
-			if hr.Floor > 0 {
-				m.HealthyFloorBytes = &hr.Floor
-			}
 			if hr.BudgetLimited {
-				m.HealthyBudgetLimited = true
 				l.plan.note("the budget cut the healthy search of %s short: its healthy floor is the lowest limit judged healthy so far", setting)
 			}
 		}
-		l.rec.Memory = append(l.rec.Memory, m)
 		if err != nil {
 			return err
 		}
@@ -311,7 +209,7 @@ func (l *study) memoryStudy(ctx context.Context) error {
 	var cellSum float64
 	cells := 0
 	for _, m := range l.rec.Memory {
-		for _, t := range m.Trials {
+		for _, t := range m.Survival {
 			cellSum, cells = cellSum+t.Seconds, cells+1
 		}
 	}
@@ -324,11 +222,12 @@ table:
 				break table
 			}
 			limit := int64(math.Ceil(float64(noKnobFloor)*mult/float64(l.cfg.Resolution))) * l.cfg.Resolution
-			t, r := l.memRun(ctx, l.memEnv(setting, limit), cpu, limit, l.survivalLoad())
+			run := l.run.memory(ctx, memSpec{env: memEnv(l.cfg, &l.rec, setting, limit), cpu: cpu, limit: limit, load: survival})[0]
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			l.rec.Throughput = append(l.rec.Throughput, result.ThroughputCell{Setting: setting, Multiple: mult, LimitBytes: limit, Outcome: t.Outcome, RPS: r.RPS, P50: r.P50, P99: r.P99})
+			r := run.load
+			l.rec.Throughput = append(l.rec.Throughput, result.ThroughputCell{Setting: setting, Multiple: mult, LimitBytes: limit, Outcome: run.trial.Outcome, RPS: r.RPS, P50: r.P50, P99: r.P99})
 			l.progress("throughput %-26s at %gx floor (%s): %.0f rps", setting, mult, fit.FormatBytes(limit), r.RPS)
 		}
 	}
@@ -342,11 +241,15 @@ func (l *study) runProbes(ctx context.Context, cpu float64) error {
 	// Their median, not one probe: one that met a quiet moment would set
 	// the rate high.
 	var rpss, p99s, peaks, secs []float64
-	l.probesNonGo = nil
+	var nonGo []probeNonGo
 	for i := 0; i < l.cfg.Probes; i++ {
-		probe, r := l.memRun(ctx, probeEnv(l.memEnv(result.SetNone, 0)), cpu, 0, memLoad{requests: l.cfg.MemRequests, maxDur: l.plan.probeCap(), measureNonGo: true})
+		run := l.run.memory(ctx, memSpec{env: probeEnv(memEnv(l.cfg, &l.rec, result.SetNone, 0)), cpu: cpu, load: memLoad{requests: l.cfg.MemRequests, maxDur: l.plan.probeCap(), measureNonGo: true}})[0]
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		probe, r := run.trial, run.load
+		if run.nonGo.m != nil || run.nonGo.err != nil {
+			nonGo = append(nonGo, run.nonGo)
 		}
 		l.progress("memory probe %d at %s CPU, no memory limit: peak %s, %.0f rps, p99 %.1fms", i+1, result.CPULabel(cpu), fit.FormatBytes(int64(probe.PeakBytes)), r.RPS, r.P99)
 		if probe.Outcome != result.OK {
@@ -354,7 +257,7 @@ func (l *study) runProbes(ctx context.Context, cpu float64) error {
 		}
 		rpss, p99s, peaks, secs = append(rpss, r.RPS), append(p99s, r.P99), append(peaks, float64(probe.PeakBytes)), append(secs, probe.Seconds)
 	}
-	l.chooseNonGo(l.probesNonGo)
+	chooseNonGo(&l.rec.Target, nonGo, l.cfg.Progress)
 	l.rec.Target.PeakBytes = uint64(stats.SpreadOf(peaks).Max)
 	l.rec.Target.ProbeRPS, l.rec.Target.ProbeP99 = stats.SpreadOf(rpss).Median, stats.SpreadOf(p99s).Median
 	l.rec.Target.HealthRPS = math.Max(1, math.Round(l.cfg.HealthShare*l.rec.Target.ProbeRPS))
@@ -368,10 +271,10 @@ func (l *study) runProbes(ctx context.Context, cpu float64) error {
 func (l *study) checkRecommendation(ctx context.Context) error {
 	res := analyse(l.cfg, l.rec)
 	rec := &res.Recommendation
-	if rec.CPULimitCores == 0 || rec.MemoryLimitBytes == 0 || l.sb == nil {
+	if rec.CPULimitCores == 0 || rec.MemoryLimitBytes == 0 || l.run == nil {
 		return nil
 	}
-	env := l.baseEnv()
+	env := baseEnv(l.cfg)
 	for k, v := range rec.Env {
 		env[k] = v
 	}
@@ -380,14 +283,14 @@ func (l *study) checkRecommendation(ctx context.Context) error {
 		ref[k] = v
 	}
 	delete(ref, "GOMEMLIMIT")
-	t := l.healthTrial(ctx, ref, env, rec.CPULimitCores, rec.MemoryLimitBytes)
+	t, h := l.healthTrial(ctx, checkKey, ref, env, rec.CPULimitCores, rec.MemoryLimitBytes)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if t.BudgetCut {
 		l.plan.note("the budget cut the check trial to %d pairs: its verdict rests on them", t.Pairs)
 	}
-	l.rec.Check = &result.CheckTrial{MemTrial: t, ProbeRPS: l.rec.Target.ProbeRPS, ProbeP99: l.rec.Target.ProbeP99}
+	l.rec.Check = &h
 	l.progress("check: %s CPU + %s memory together: %s", result.CPULabel(rec.CPULimitCores), mebi(rec.MemoryLimitBytes), t.Verdict())
 	return nil
 }

@@ -1,14 +1,12 @@
 package lab
 
 import (
-	"context"
 	"fmt"
+	"io"
 	"maps"
 	"strconv"
-	"time"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
-	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/nongo"
 	"github.com/gofit-dev/gofit/fit"
 )
@@ -37,41 +35,6 @@ func probeEnv(env map[string]string) map[string]string {
 	return out
 }
 
-// startNonGo clears the target's referenced bits before the probe's load,
-// so the file pages referenced after it are the hot ones. It returns when
-// it cleared them, or the zero time when it could not.
-func (l *study) startNonGo(tr *sandbox.Trial) time.Time {
-	if err := nongo.ClearRefs("/", tr.Pid); err != nil {
-		l.sayNonGo("%v: hot file pages will be an upper bound", err)
-		return time.Time{}
-	}
-	return time.Now()
-}
-
-// measureNonGo measures the target after a probe's load, before it stops.
-func (l *study) measureNonGo(ctx context.Context, tr *sandbox.Trial, began time.Time) (*nongo.Measurement, error) {
-	ev, err := nongo.ReadProcess("/", tr.Pid)
-	if err != nil {
-		return nil, err
-	}
-	ev.ClearedRefs = !began.IsZero()
-	g := nongo.ParseGCTrace(tr.Output())
-	ev.GCTrace = &g
-	if ms, err := tr.MemoryStats(); err == nil {
-		ev.KernelBytes = int64(min(ms.Kernel, 1<<60))
-	}
-	if tr.VarsURL != "" {
-		if rt, err := nongo.FetchRuntime(ctx, tr.VarsURL); err == nil {
-			ev.Runtime = &rt
-		}
-	}
-	m, err := nongo.Estimate(ev)
-	if err != nil {
-		return nil, err
-	}
-	return &m, nil
-}
-
 // probeNonGo is one unlimited probe's measurement of the target's non-Go
 // memory, or why there is none.
 type probeNonGo struct {
@@ -82,7 +45,7 @@ type probeNonGo struct {
 // chooseNonGo records the probes' measurement: the largest of them, as
 // gofit's library keeps the largest of its last minute, so that a probe
 // that ended between two fills of a cache does not set it low.
-func (l *study) chooseNonGo(probes []probeNonGo) {
+func chooseNonGo(t *result.TargetInfo, probes []probeNonGo, progress io.Writer) {
 	var best *nongo.Measurement
 	var errs []string
 	for _, p := range probes {
@@ -93,24 +56,23 @@ func (l *study) chooseNonGo(probes []probeNonGo) {
 			errs = append(errs, p.err.Error())
 		}
 	}
-	t := &l.rec.Target
 	if best == nil {
 		t.NonGoError = "not measured"
 		if len(errs) > 0 {
 			t.NonGoError = errs[0]
 		}
-		l.sayNonGo("%s; gofit's setting plans the memory ratio alone", t.NonGoError)
+		sayNonGo(progress, "%s; gofit's setting plans the memory ratio alone", t.NonGoError)
 		return
 	}
 	t.NonGo, t.NonGoBytes = best, best.Bytes
-	l.sayNonGo("%s", result.NonGoLabel(best))
+	sayNonGo(progress, "%s", result.NonGoLabel(best))
 }
 
 // sayNonGo says a line on the progress stream (not a trial: progress
 // counts trials).
-func (l *study) sayNonGo(format string, a ...any) {
-	if l.cfg.Progress != nil {
-		fmt.Fprintf(l.cfg.Progress, "lab: non-Go memory: %s\n", fmt.Sprintf(format, a...))
+func sayNonGo(progress io.Writer, format string, a ...any) {
+	if progress != nil {
+		fmt.Fprintf(progress, "lab: non-Go memory: %s\n", fmt.Sprintf(format, a...))
 	}
 }
 

@@ -49,7 +49,7 @@ func TestGofitHealthyBelowTheRatioOffHeap(t *testing.T) {
 	cfg.Probes = 2
 	cfg.HealthMaxPairs = 5
 	l := newLab(cfg)
-	l.sb, l.memRun, l.pairRun = sb, l.memTrial, l.memPair
+	l.run = newSandboxRunner(cfg, sb, nil)
 	const cpu = 1
 	l.rec.Target.ProbeCPU = cpu
 	ctx := context.Background()
@@ -64,13 +64,13 @@ func TestGofitHealthyBelowTheRatioOffHeap(t *testing.T) {
 		t.Errorf("measured %+v: want 48 ± 8 MiB anonymous by %s, declared", m, nongo.Arenas)
 	}
 	const limit = 112 * mib
-	g := l.healthTrial(ctx, l.memEnv(result.SetGofit, 0), l.memEnv(result.SetGofit, limit), cpu, limit)
+	g := healthVerdict(l, ctx, memEnv(l.cfg, &l.rec, result.SetGofit, 0), memEnv(l.cfg, &l.rec, result.SetGofit, limit), cpu, limit)
 	if !g.Healthy {
 		t.Logf("gofit at %d MiB, first look: %s", limit/mib, g.Verdict())
-		g = l.healthTrial(ctx, l.memEnv(result.SetGofit, 0), l.memEnv(result.SetGofit, limit), cpu, limit)
+		g = healthVerdict(l, ctx, memEnv(l.cfg, &l.rec, result.SetGofit, 0), memEnv(l.cfg, &l.rec, result.SetGofit, limit), cpu, limit)
 	}
-	r := l.healthTrial(ctx, l.memEnv(result.SetAutoMemLimit, 0), l.memEnv(result.SetAutoMemLimit, limit), cpu, limit)
-	t.Logf("non-Go %s; at %d MiB gofit (%s): %s; the ratio: %s", result.NonGoLabel(m), limit/mib, l.memEnv(result.SetGofit, limit)["GOMEMLIMIT"], g.Verdict(), r.Verdict())
+	r := healthVerdict(l, ctx, memEnv(l.cfg, &l.rec, result.SetAutoMemLimit, 0), memEnv(l.cfg, &l.rec, result.SetAutoMemLimit, limit), cpu, limit)
+	t.Logf("non-Go %s; at %d MiB gofit (%s): %s; the ratio: %s", result.NonGoLabel(m), limit/mib, memEnv(l.cfg, &l.rec, result.SetGofit, limit)["GOMEMLIMIT"], g.Verdict(), r.Verdict())
 	if !g.Healthy || r.Healthy {
 		t.Errorf("at %d MiB: gofit healthy %v (%s), the ratio healthy %v (%s); want gofit healthy below the ratio", limit/mib, g.Healthy, g.Verdict(), r.Healthy, r.Verdict())
 	}

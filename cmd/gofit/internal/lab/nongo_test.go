@@ -21,19 +21,19 @@ func TestNonGoDeclared(t *testing.T) {
 	p := func(v int64) *int64 { return &v }
 	l := newLab(defaultConfig(true))
 	m := &nongo.Measurement{Bytes: 52 * mib, AnonBytes: 50 * mib, KernelBytes: 1 * mib, Method: nongo.Arenas, Trusted: true}
-	l.chooseNonGo([]probeNonGo{{err: errors.New("first probe exited")}, {m: m}})
+	chooseNonGo(&l.rec.Target, []probeNonGo{{err: errors.New("first probe exited")}, {m: m}}, l.cfg.Progress)
 	if l.rec.Target.NonGoBytes != 52*mib || l.rec.Target.NonGo != m || declared(l.rec.Target) != (fit.NonGo{Anon: 52 * mib}) {
 		t.Fatalf("chosen %d, %+v", l.rec.Target.NonGoBytes, l.rec.Target.NonGo)
 	}
-	env := l.memEnv(result.SetGofit, 128*mib)
+	env := memEnv(l.cfg, &l.rec, result.SetGofit, 128*mib)
 	if want := strconv.FormatInt(128*mib-52*mib-4*mib, 10); env["GOMEMLIMIT"] != want || env[nongo.EnvVar] != "52Mi" {
 		t.Errorf("gofit env %v: want GOMEMLIMIT %s and %s=52Mi", env, want, nongo.EnvVar)
 	}
-	if env := l.memEnv(result.SetAutoMemLimit, 128*mib); env["GOMEMLIMIT"] != strconv.FormatInt(int64(float64(limit128)*automemlimitRatio), 10) || env[nongo.EnvVar] != "" {
+	if env := memEnv(l.cfg, &l.rec, result.SetAutoMemLimit, 128*mib); env["GOMEMLIMIT"] != strconv.FormatInt(int64(float64(limit128)*automemlimitRatio), 10) || env[nongo.EnvVar] != "" {
 		t.Errorf("ratio env %v changed", env)
 	}
-	l.rec.Memory = []result.MemResult{{Setting: result.SetGofit, FloorBytes: p(76 * mib), HealthyFloorBytes: p(96 * mib)}, {Setting: result.SetAutoMemLimit, FloorBytes: p(92 * mib), HealthyFloorBytes: p(124 * mib)}}
-	res := l.results()
+	mem := []result.MemResult{{Setting: result.SetGofit, FloorBytes: p(76 * mib), HealthyFloorBytes: p(96 * mib)}, {Setting: result.SetAutoMemLimit, FloorBytes: p(92 * mib), HealthyFloorBytes: p(124 * mib)}}
+	res := analyseMemory(l.cfg, l.rec, mem, nil)
 	rec := res.Recommendation
 	if rec.NonGoBytes != 52*mib || rec.Env[nongo.EnvVar] != "52Mi" {
 		t.Errorf("recommendation env %v, non_go_bytes %d", rec.Env, rec.NonGoBytes)
@@ -55,11 +55,11 @@ func TestNonGoDeclared(t *testing.T) {
 // setting plans the ratio alone, and the results say why.
 func TestNonGoNotMeasured(t *testing.T) {
 	l := newLab(defaultConfig(true))
-	l.chooseNonGo([]probeNonGo{{err: nongo.ErrNotGo}})
+	chooseNonGo(&l.rec.Target, []probeNonGo{{err: nongo.ErrNotGo}}, l.cfg.Progress)
 	if l.rec.Target.NonGo != nil || l.rec.Target.NonGoError != nongo.ErrNotGo.Error() || declared(l.rec.Target).Total() != 0 {
 		t.Errorf("%+v", l.rec.Target)
 	}
-	if env := l.memEnv(result.SetGofit, 128*mib); env[nongo.EnvVar] != "" || env["GOMEMLIMIT"] != strconv.FormatInt(int64(float64(limit128)*fit.DefaultMemoryRatio), 10) {
+	if env := memEnv(l.cfg, &l.rec, result.SetGofit, 128*mib); env[nongo.EnvVar] != "" || env["GOMEMLIMIT"] != strconv.FormatInt(int64(float64(limit128)*fit.DefaultMemoryRatio), 10) {
 		t.Errorf("env %v: want the ratio, nothing declared", env)
 	}
 }
@@ -78,8 +78,8 @@ var limit128 int64 = 128 * mib
 // A probe whose referenced bits cannot be cleared (the process is gone,
 // or no permission) does not claim a measured window for its file pages.
 func TestStartNonGoWithoutClearRefs(t *testing.T) {
-	l := newLab(defaultConfig(true))
-	if began := l.startNonGo(&sandbox.Trial{Pid: 1 << 30}); !began.IsZero() {
+	r := newSandboxRunner(defaultConfig(true), nil, nil)
+	if began := r.startNonGo(&sandbox.Trial{Pid: 1 << 30}); !began.IsZero() {
 		t.Errorf("clear_refs of no process: window began %v, want none", began)
 	}
 }

@@ -54,37 +54,97 @@ type searchResult struct {
 // errCut stops a search whose budget is spent.
 var errCut = errors.New("search budget spent")
 
-// Find runs the search.
+// Find runs the search: it asks replay (the pure rule) what to try next
+// given the trials so far, runs that, and stops when replay says the
+// search is over, when the next trial would end after Deadline (the
+// search is then cut: BudgetLimited), or when ctx ends (its error, and no
+// floor). The analysis replays the recorded trials through the same rule,
+// so the floor the study acted on is the floor results.json shows.
 func (s floorSearch) Find(ctx context.Context, run func(context.Context, int64) result.MemTrial) (searchResult, error) {
+	now := s.Now
+	if now == nil {
+		now = time.Now
+	}
+	var trials []result.MemTrial
+	var spent time.Duration
+	for {
+		r, next, more, _ := s.replay(trials)
+		if !more {
+			return r, nil
+		}
+		if err := ctx.Err(); err != nil {
+			r.Floor = 0
+			return r, err
+		}
+		t0 := now()
+		if n := len(trials); !s.Deadline.IsZero() && (t0.After(s.Deadline) || n > 0 && t0.Add(spent/time.Duration(n)).After(s.Deadline)) {
+			return r, nil
+		}
+		t := run(ctx, next)
+		if err := ctx.Err(); err != nil {
+			r.Floor = 0
+			return r, err
+		}
+		spent += now().Sub(t0)
+		t.LimitBytes = next // the replay knows a trial by its limit
+		trials = append(trials, t)
+	}
+}
+
+// errMore and errDiverged end a replay: the trials ran out while the
+// search wanted another, or the next trial ran at a limit other than the
+// one the search asks for (its rule changed since they ran).
+var (
+	errMore     = errors.New("the search wants another trial")
+	errDiverged = errors.New("the trials no longer follow the search")
+)
+
+// replay is the search's rule as a pure function of the trials it ran, in
+// order: where they take it. When the search is over, more is false and r
+// is its result. When it wants another trial, more is true, next is the
+// limit to try, and r is the search as if cut there (BudgetLimited, the
+// floor the lowest limit that passed so far): what the records of a study
+// whose budget or context ended show. diverged says a trial's limit was
+// not the one the search asked for: r is the search cut before it (a
+// replay of old records under a changed rule).
+func (s floorSearch) replay(trials []result.MemTrial) (r searchResult, next int64, more, diverged bool) {
+	i := 0
+	var stop error
+	r, _ = s.find(func(limit int64) (result.MemTrial, error) {
+		switch {
+		case i == len(trials):
+			stop = errMore
+		case trials[i].LimitBytes != limit:
+			stop = errDiverged
+		default:
+			i++
+			return trials[i-1], nil
+		}
+		next = limit
+		return result.MemTrial{}, stop
+	})
+	return r, next, stop != nil, stop == errDiverged
+}
+
+// find is the search, trial by trial from next, which gives the trial at
+// a limit or an error that cuts the search there.
+func (s floorSearch) find(next func(int64) (result.MemTrial, error)) (searchResult, error) {
 	res := max(s.Resolution, 1)
 	align := func(v int64) int64 { return max((v+res-1)/res*res, res) }
 	pass := s.Pass
 	if pass == nil {
 		pass = func(t result.MemTrial) bool { return t.Outcome == result.OK }
 	}
-	now := s.Now
-	if now == nil {
-		now = time.Now
-	}
 	var out searchResult
-	var spent time.Duration
 	passes, runs := map[int64]int{}, map[int64]int{} // per limit
 	try := func(limit int64) (bool, error) {
-		if err := ctx.Err(); err != nil {
-			return false, err
-		}
 		if s.MaxTrials > 0 && len(out.Trials) >= s.MaxTrials {
 			return false, errCut
 		}
-		t0 := now()
-		if n := len(out.Trials); !s.Deadline.IsZero() && (t0.After(s.Deadline) || n > 0 && t0.Add(spent/time.Duration(n)).After(s.Deadline)) {
+		t, err := next(limit)
+		if err != nil {
 			return false, errCut
 		}
-		t := run(ctx, limit)
-		if err := ctx.Err(); err != nil {
-			return false, err
-		}
-		spent += now().Sub(t0)
 		out.Trials = append(out.Trials, t)
 		ok := pass(t)
 		runs[limit]++

@@ -302,3 +302,32 @@ func TestFloorSearchSpan(t *testing.T) {
 		}
 	}
 }
+
+// The search is a pure rule over the trials it ran: its trials, replayed,
+// reach the floor the search found and ask for nothing more; a prefix of
+// them asks for the very limit the search tried next, as if cut there; and
+// a rule changed since (a stricter k of n) leaves the records where they
+// stop following it, its floor cut there.
+func TestFloorSearchReplays(t *testing.T) {
+	s := floorSearch{Lo: 10 * mib, Hi: 100 * mib, Max: 800 * mib, Resolution: mib, Need: 2, Of: 3, Span: 2}
+	f := &fake{floor: 47 * mib, flaky: map[int64][]bool{46 * mib: {true, false}}}
+	r, err := s.Find(context.Background(), f.run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, more, diverged := s.replay(r.Trials)
+	if more || diverged || got.Floor != r.Floor || len(got.Trials) != len(r.Trials) || got.BudgetLimited {
+		t.Errorf("replayed: floor %d MiB, more %v, diverged %v, %d trials; the search found %d MiB in %d", got.Floor/mib, more, diverged, len(got.Trials), r.Floor/mib, len(r.Trials))
+	}
+	for n := 0; n < len(r.Trials); n++ {
+		cut, next, more, _ := s.replay(r.Trials[:n])
+		if !more || next != r.Trials[n].LimitBytes || !cut.BudgetLimited {
+			t.Errorf("after %d trials: next %d MiB (more %v, cut %v), the search tried %d MiB", n, next/mib, more, cut.BudgetLimited, r.Trials[n].LimitBytes/mib)
+		}
+	}
+	strict := s
+	strict.Need, strict.Of = 3, 3
+	if got, _, _, diverged := strict.replay(r.Trials); !diverged || !got.BudgetLimited {
+		t.Errorf("a stricter rule over the same trials: diverged %v, cut %v, floor %d MiB", diverged, got.BudgetLimited, got.Floor/mib)
+	}
+}

@@ -19,40 +19,25 @@ import (
 
 	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
-	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 	"github.com/gofit-dev/gofit/internal/target"
 )
 
-// study runs a study in a sandbox.
+// study runs a study: it decides which trials to run, has its runner
+// run them, and appends what they measured to its records. What the
+// trials mean is the analysis's (analysis.go): where the study needs a
+// verdict to go on (a floor, a health verdict, a CPU comparison's), it
+// asks the analysis's own functions of the records so far.
 type study struct {
 	cfg     Config
-	sb      *sandbox.Sandbox
+	run     runner
 	rec     Records
 	done    int
 	total   int
 	started time.Time
 	rng     *rand.Rand
-	// healthBoot draws the health trials' resamples. The CPU study's
-	// comparisons draw theirs per cell and look (stoppedRatio), so
-	// neither shifts the other's.
-	healthBoot *stats.Bootstrap
-	place      *result.Placement
-	// measure runs one CPU window; tests replace it with a fake.
-	measure func(ctx context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error)
-	// memRun runs one memory trial; tests replace it with a fake.
-	memRun func(ctx context.Context, env map[string]string, cpu float64, limit int64, load memLoad) (result.MemTrial, load.Result)
-	// pairRun runs a health trial's reference and limited runs side by
-	// side; tests replace it with a fake.
-	pairRun func(ctx context.Context, ref, env map[string]string, cpu float64, limit int64, load memLoad) (result.MemTrial, load.Result, result.MemTrial, load.Result)
 	now     func() time.Time
 	// plan is the budget planner (budget.go): what the study can afford.
 	plan *planner
-	// slowestStart is the longest a memory trial's target took to become
-	// ready without a memory limit (the probes, the health references).
-	slowestStart time.Duration
-	// probesNonGo is what the unlimited probes measured of the target's
-	// non-Go memory (nongo.go).
-	probesNonGo []probeNonGo
 }
 
 // errTargetFailed means the target crashed or answered with errors where
@@ -69,10 +54,6 @@ func runStudy(ctx context.Context, sb *sandbox.Sandbox, cfg Config) (*result.Res
 		return &result.Results{}, &Records{}, err
 	}
 	l := newLab(cfg)
-	l.sb = sb
-	l.measure = l.sandboxMeasure
-	l.memRun = l.memTrial
-	l.pairRun = l.memPair
 	l.rec.Machine = machine()
 	l.rec.Target = result.TargetInfo{Command: strings.Join(append([]string{cfg.Target.Path}, cfg.Target.Args...), " "), URL: cfg.Target.URL, Sample: cfg.Sample, PageCache: "cold"}
 	if st, err := os.Stat(cfg.Target.Path); err == nil {
@@ -95,7 +76,9 @@ func runStudy(ctx context.Context, sb *sandbox.Sandbox, cfg Config) (*result.Res
 		res := analyse(l.cfg, l.rec)
 		return &res, &l.rec, err
 	}
-	l.place, l.rec.Placement, l.rec.NCPU = place, place, max(len(place.Target), 1)
+	l.run = newSandboxRunner(cfg, sb, place)
+	l.rec.Runner = l.run.where()
+	l.rec.Placement, l.rec.NCPU = place, max(len(place.Target), 1)
 	if len(place.Target) == 0 {
 		l.rec.NCPU = runtime.NumCPU()
 	}
@@ -122,8 +105,7 @@ func runStudy(ctx context.Context, sb *sandbox.Sandbox, cfg Config) (*result.Res
 func (l *study) elapsed() time.Duration { return l.now().Sub(l.started) }
 
 func newLab(cfg Config) *study {
-	l := &study{cfg: cfg, started: time.Now(), rng: rand.New(rand.NewSource(cfg.Seed)),
-		healthBoot: stats.NewBootstrap(cfg.Resamples, cfg.Seed+1), now: time.Now}
+	l := &study{cfg: cfg, started: time.Now(), rng: rand.New(rand.NewSource(cfg.Seed)), now: time.Now}
 	l.rec.NCPU = runtime.NumCPU()
 	l.rec.Lab.Warnings = append([]string{}, cfg.Warnings...)
 	l.rec.Lab.BudgetSeconds = cfg.Budget.Seconds()
@@ -165,16 +147,6 @@ func (l *study) progress(format string, a ...any) {
 	// say otherwise.
 	eta = max(min(eta, l.cfg.Budget-el), 0)
 	fmt.Fprintf(l.cfg.Progress, "lab [%3d/%3d] %-62s elapsed %s, ETA %s\n", l.done, l.total, fmt.Sprintf(format, a...), el.Round(time.Second), eta.Round(time.Second))
-}
-
-func (l *study) warn(format string, a ...any) {
-	l.note(&l.rec.Lab.Warnings, "warning", fmt.Sprintf(format, a...))
-}
-
-// note adds a line to a list in results.json once, and says it on the
-// progress stream.
-func (l *study) note(list *[]string, kind, line string) {
-	addNote(l.cfg.Progress, list, kind, line)
 }
 
 // addNote appends line to list unless it is there already, and prints it
@@ -224,7 +196,7 @@ func (l *analysis) failure() string {
 			why = append(why, "no CPU quota had error-free cells to recommend")
 		}
 	}
-	if c := l.rec.Check; c != nil && c.Outcome != result.OK {
+	if c := l.res.Recommendation.Check; c != nil && c.Outcome != result.OK {
 		why = append(why, "the check trial of the recommendation failed: "+c.Outcome+" "+c.Detail)
 	}
 	return strings.Join(why, "; ")
@@ -239,13 +211,7 @@ func cellFailed(c result.CPUCell) bool {
 	return c.TargetExited || n == 0 || float64(c.Errors) > maxErrorShare*float64(n)
 }
 
-// mix is the request mix for a window on tr: every window starts the
-// same seeded order, so --seed replays a run's requests.
-func (l *study) mix(tr *sandbox.Trial) *load.Mix { return load.NewMix(tr.Targets, l.cfg.Seed) }
-
 // baseEnv is every trial's extra environment.
-func (l *study) baseEnv() map[string]string { return baseEnv(l.cfg) }
-
 func baseEnv(cfg Config) map[string]string {
 	if cfg.Sample {
 		return map[string]string{"GODEBUG": sampleGODEBUG}

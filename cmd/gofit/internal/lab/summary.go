@@ -2,7 +2,6 @@ package lab
 
 import (
 	"fmt"
-	"hash/fnv"
 	"math"
 	"sort"
 	"time"
@@ -34,7 +33,7 @@ func (l *analysis) summarizeCPU() []result.CPUSummary {
 	})
 	var out []result.CPUSummary
 	for _, k := range keys {
-		g := l.runsOf(k)
+		g := runsOf(l.rec.CPU, k)
 		pick := func(f func(result.CPUCell) float64) result.Metric {
 			xs := make([]float64, len(g))
 			for i, c := range g {
@@ -93,7 +92,7 @@ func (l *analysis) summarizeCPU() []result.CPUSummary {
 		}
 		if k.setting != result.SetGoDefault {
 			baseKey := cellKey{k.q, result.SetGoDefault, k.mode}
-			base := l.runsOf(baseKey)
+			base := runsOf(l.rec.CPU, baseKey)
 			if len(base) > 0 && !s.Failed && !anyFailed(base) {
 				st := headline(k.mode)
 				r, looked := l.stoppedRatio(k, g, base, st)
@@ -127,7 +126,7 @@ func (l *analysis) summarizeCPU() []result.CPUSummary {
 // lower capacity of gofit and go-default, so another setting much slower
 // than both can be offered more than it serves).
 func (l *analysis) saturated(k cellKey) string {
-	runs := l.runsOf(k)
+	runs := runsOf(l.rec.CPU, k)
 	if k.mode != result.Open || len(runs) == 0 {
 		return ""
 	}
@@ -138,121 +137,11 @@ func (l *analysis) saturated(k cellKey) string {
 	if served := pooled(runs).RPS(); served < 0.95*offered {
 		return fmt.Sprintf("served %.0f of %.0f rps offered", served, offered)
 	}
-	capacity := pooled(l.runsOf(cellKey{k.q, k.setting, result.Closed})).RPS()
+	capacity := pooled(runsOf(l.rec.CPU, cellKey{k.q, k.setting, result.Closed})).RPS()
 	if capacity > 0 && offered >= 0.95*capacity {
 		return fmt.Sprintf("offered %.0f rps, %.0f%% of its own closed-loop capacity (%.0f rps)", offered, 100*offered/capacity, capacity)
 	}
 	return ""
-}
-
-// lookAlpha is the two-sided error rate of the interval read at each look
-// of the adaptive repeats (Config.looksAt): 97% intervals. The study
-// stops at the first look that decides, so a false verdict has up to four
-// chances; at 95% a look, the A/A study of the whole procedure
-// (TestAAFalseVerdictRate, docs/results/lab-verdicts.md) gave 6.2% false
-// verdicts, over the 5% promised, and at 97% it gives the rate there.
-// report.go's verdict tables name the level too.
-const lookAlpha = 0.03
-
-// stoppedRatio is a comparison's ratio interval (runs ÷ base, in the
-// order they ran) as the adaptive repeats stopped on it, and the runs a
-// side it rests on: the first look (Config.looksAt) whose interval
-// decided it, else the last look its runs reached, else (under the first
-// look) all of them. Runs after that, an open loop topped up to its
-// latency count or a budget that ran out between looks, inform each
-// cell's own estimate but not the verdict: reading them would be a look
-// the A/A study did not price, and could undo a verdict the study had
-// already stopped on.
-//
-// Each look's resamples are seeded from the run's seed, the cell and the
-// look alone, so the study deciding whether to run on and the report
-// read the same interval at the same look.
-func (l *analysis) stoppedRatio(k cellKey, runs, base []result.CPUCell, st stats.Stat) (stats.Interval, int) {
-	m := min(len(runs), len(base))
-	ratio := func(n int) stats.Interval {
-		h := fnv.New64a()
-		fmt.Fprintf(h, "%d/%g/%s/%s/%d", l.cfg.Seed, k.q, k.setting, k.mode, n)
-		b := stats.NewBootstrap(l.cfg.Resamples, int64(h.Sum64()))
-		b.Alpha = lookAlpha
-		return b.Ratio(pooled(runs[:n]), pooled(base[:n]), st)
-	}
-	var r stats.Interval
-	n := 0
-	for at := 1; at <= m; at++ {
-		if !l.cfg.looksAt(at) {
-			continue
-		}
-		r, n = ratio(at), at
-		if _, decided := stats.Verdict(r, st, st.Margin()); decided {
-			return r, n
-		}
-	}
-	if n == 0 {
-		return ratio(m), m
-	}
-	return r, n
-}
-
-// runsToDecide projects the runs a side at which a comparison read as r
-// at n runs a side would be decided: the square-root law of interval
-// width against runs, with the few-runs widening (stats.Expansion) taken
-// out at n and put back at each count tried. Each way to decide is
-// projected on the side of the interval that stands in its way: a
-// difference on the side facing 1, which must shrink under |log ratio|;
-// "same" on both sides, each of which must shrink inside its bound of the
-// margin. It is the smaller of the two counts, the smallest up to limit
-// whose projected half-width fits, else more than limit (and than n); ok
-// is false where r cannot be projected (an infinite or non-positive
-// interval, or under 2 runs a side).
-func runsToDecide(r stats.Interval, n int, st stats.Stat, limit int) (runs int, ok bool) {
-	if !r.Finite() || r.Value <= 0 || r.Low <= 0 || r.Low > r.Value || r.High < r.Value || n < 2 {
-		return 0, false
-	}
-	never := max(limit, n) + 1
-	need := func(w, target float64) int {
-		if target <= 0 {
-			return never
-		}
-		if w <= target {
-			return n
-		}
-		raw := w / stats.Expansion(n, lookAlpha)
-		for m := n + 1; m <= limit; m++ {
-			if raw*math.Sqrt(float64(n)/float64(m))*stats.Expansion(m, lookAlpha) <= target {
-				return m
-			}
-		}
-		return never
-	}
-	v := math.Log(r.Value)
-	below, above := v-math.Log(r.Low), math.Log(r.High)-v
-	diff := never
-	switch {
-	case v > 0:
-		diff = need(below, v)
-	case v < 0:
-		diff = need(above, -v)
-	}
-	m := st.Margin()
-	same := max(need(below, v-math.Log(1-m)), need(above, math.Log(1+m)-v))
-	return min(diff, same), true
-}
-
-// futile reports whether the adaptive repeats give up on a comparison
-// undecided at a look of n runs a side (its interval r): past the first
-// look, when its projection (runsToDecide) needs more than MaxRepeats.
-// Running it on would spend the budget on a verdict it cannot reach and
-// starve the rest of the sweep (node_exporter's throughput at 250m, whose
-// two settings were within 1%, took 12 runs a side and left 500m, 1000m
-// and the request row uncompared). Stopping without a verdict only takes
-// looks away, so it cannot add a false one. The first look is not used:
-// three runs' spread is too rough a guide.
-func (c Config) futile(r stats.Interval, n int, st stats.Stat) bool {
-	if n <= max(c.MinRepeats, stats.MinRuns) || n >= c.MaxRepeats {
-		return false
-	}
-	runs, ok := runsToDecide(r, n, st, c.MaxRepeats)
-	return ok && runs > c.MaxRepeats
 }
 
 // mostRunsProjected is the most runs a side an undecided comparison's
@@ -268,7 +157,7 @@ const mostRunsProjected = 100
 func (l *analysis) undecidedNote(k cellKey, s *result.CPUSummary, r stats.Interval, n int) string {
 	if !r.Finite() || r.Value <= 0 || r.Low <= 0 {
 		need := stats.MinRuns - n
-		extra := time.Duration(max(need, 0)) * (l.runCost(k) + l.runCost(cellKey{k.q, result.SetGoDefault, k.mode}))
+		extra := time.Duration(max(need, 0)) * (designOf(l.cfg, l.rec).runCost(l.rec.CPU, k) + designOf(l.cfg, l.rec).runCost(l.rec.CPU, cellKey{k.q, result.SetGoDefault, k.mode}))
 		s.RunsToDecide = stats.MinRuns
 		return fmt.Sprintf("undecided: %d runs a side, under the %d a verdict needs (about %v more of the CPU study, --budget %v, would fund them)",
 			n, stats.MinRuns, extra.Round(time.Second), l.budgetFor(extra))
@@ -283,7 +172,7 @@ func (l *analysis) undecidedNote(k cellKey, s *result.CPUSummary, r stats.Interv
 	case !ok || runs <= n:
 	case runs <= mostRunsProjected:
 		s.RunsToDecide = runs
-		extra := time.Duration(runs-n) * (l.runCost(k) + l.runCost(cellKey{k.q, result.SetGoDefault, k.mode}))
+		extra := time.Duration(runs-n) * (designOf(l.cfg, l.rec).runCost(l.rec.CPU, k) + designOf(l.cfg, l.rec).runCost(l.rec.CPU, cellKey{k.q, result.SetGoDefault, k.mode}))
 		flags := fmt.Sprintf("--budget %v", l.budgetFor(extra))
 		if runs > l.cfg.MaxRepeats {
 			flags += fmt.Sprintf(" --max-repeats %d", runs)

@@ -1,24 +1,22 @@
 package lab
 
 import (
-	"context"
 	"maps"
 	"strconv"
-	"time"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 
 	"github.com/gofit-dev/gofit/cgroup"
-	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 	"github.com/gofit-dev/gofit/fit"
 	"github.com/gofit-dev/gofit/internal/target"
 )
 
-// planEnv is what `gofit run` would hand the target under these limits.
-func (l *study) planEnv(cores float64, mem int64) (map[string]string, fit.Plan) {
-	return planEnvNonGo(l.cfg, l.rec.NCPU, l.rec.Binary, declared(l.rec.Target), cores, 0, mem)
+// planEnv is what `gofit run` would hand the target of a study with
+// these records under these limits.
+func planEnv(cfg Config, rec *Records, cores float64, mem int64) (map[string]string, fit.Plan) {
+	return planEnvNonGo(cfg, rec.NCPU, rec.Binary, declared(rec.Target), cores, 0, mem)
 }
 
 func (l *analysis) planEnv(cores float64, mem int64) (map[string]string, fit.Plan) {
@@ -61,132 +59,33 @@ func planEnvNonGo(cfg Config, ncpu int, bin target.Binary, nonGo fit.NonGo, core
 	return env, p
 }
 
-// cpuEnv is a CPU setting's environment and the GOMAXPROCS it implies.
-func (l *study) cpuEnv(setting string, cores float64) (map[string]string, int, string) {
-	return l.cpuEnvRequest(setting, cores, 0)
-}
-
-// cpuEnvRequest is cpuEnv for a container requesting request cores.
-func (l *study) cpuEnvRequest(setting string, cores, request float64) (map[string]string, int, string) {
-	env := l.baseEnv()
-	genv, plan := planEnvRequest(l.cfg, l.rec.NCPU, l.rec.Binary, cores, request, 0)
-	switch setting {
-	case result.SetProcs1:
-		env["GOMAXPROCS"] = "1"
-		return env, 1, "env GOMAXPROCS=1"
-	case result.SetProcsNCPU:
-		env["GOMAXPROCS"] = strconv.Itoa(l.rec.NCPU)
-		return env, l.rec.NCPU, "env GOMAXPROCS=" + strconv.Itoa(l.rec.NCPU)
-	case result.SetGofit:
-		if v, ok := genv["GOMAXPROCS"]; ok {
-			return genv, plan.GOMAXPROCS, "gofit run: env GOMAXPROCS=" + v
-		}
-		return genv, plan.GOMAXPROCS, "gofit run: left to the Go runtime, which agrees"
-	}
-	from := "Go runtime default"
-	if plan.RuntimeFollowsCgroup {
-		from += " (container-aware, Go >= 1.25)"
-	} else {
-		from += " (CPU count)"
-	}
-	return env, plan.RuntimeGOMAXPROCS, from
-}
-
-// memEnv is a memory setting's environment at a limit.
-func (l *study) memEnv(setting string, limit int64) map[string]string {
+// memEnv is a memory setting's environment at a limit, for the target of
+// a study with these records (its probes' CPU and non-Go memory).
+func memEnv(cfg Config, rec *Records, setting string, limit int64) map[string]string {
 	switch setting {
 	case result.SetGofit:
 		// With the marker, as `gofit run` starts a target: one that
 		// imports gofit's library refines these values in-process (it
 		// measures the memory outside its heap); others ignore it.
-		env, p := l.planEnv(l.rec.Target.ProbeCPU, limit)
+		env, p := planEnv(cfg, rec, rec.Target.ProbeCPU, limit)
 		if m, ok := p.Export[fit.MarkerVar]; ok {
 			env[fit.MarkerVar] = m
 		}
-		declareNonGo(env, l.rec.Target.NonGoBytes)
+		declareNonGo(env, rec.Target.NonGoBytes)
 		return env
 	case result.SetLimitGCOff:
-		env := l.baseEnv()
+		env := baseEnv(cfg)
 		env["GOMEMLIMIT"] = strconv.FormatInt(limit, 10)
 		env["GOGC"] = "off"
 		return env
 	case result.SetAutoMemLimit:
-		env := l.baseEnv()
+		env := baseEnv(cfg)
 		if limit > 0 {
 			env["GOMEMLIMIT"] = strconv.FormatInt(int64(float64(limit)*automemlimitRatio), 10)
 		}
 		return env
 	}
-	return l.baseEnv()
-}
-
-// sandboxMeasure runs one CPU window: start the target under the quota,
-// warm it up (excluded from everything), then measure with the cgroup's
-// CPU counters read right before and right after the load, so the CPU
-// window is the load window.
-func (l *study) sandboxMeasure(ctx context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
-	l.sb.Repin()
-	tr, err := l.sb.Start(ctx, l.cfg.Target, sandbox.TrialConfig{CPU: c.quota, CPUReq: c.request, Env: c.env, Warm: true})
-	if err != nil {
-		return result.CPUCell{}, err
-	}
-	defer tr.Stop()
-	inFlight := l.cfg.Concurrency
-	if mode == result.Open {
-		inFlight = load.MaxOpenInFlight
-	}
-	ld := load.NewLoader(inFlight, nil)
-	defer ld.Close()
-	// Warm up connections, caches and the heap's size at this load.
-	if mode == result.Open {
-		ld.Open(ctx, l.mix(tr), offered, l.cfg.Warmup)
-	} else {
-		ld.Closed(ctx, l.mix(tr), 0, l.cfg.Warmup, l.cfg.Concurrency)
-	}
-	procs := c.procs
-	if v, err := tr.Vars(); err == nil && v.GOMAXPROCS > 0 {
-		procs = v.GOMAXPROCS // what the target really runs with
-	}
-	v0, verr0 := tr.Vars()
-	pc0 := tr.CPUOn()
-	s0, _ := tr.Stats()
-	t0 := time.Now()
-	var r load.Result
-	if mode == result.Open {
-		r = ld.Open(ctx, l.mix(tr), offered, window)
-	} else {
-		r = ld.Closed(ctx, l.mix(tr), l.cfg.Requests, window, l.cfg.Concurrency)
-	}
-	s1, _ := tr.Stats()
-	cpuWin := time.Since(t0)
-	pc1 := tr.CPUOn()
-	v1, verr1 := tr.Vars()
-	if ctx.Err() != nil {
-		return result.CPUCell{}, ctx.Err()
-	}
-	cell := result.CPUCell{QuotaCores: c.quota, RequestCores: c.request, Setting: c.setting, SameAs: c.sameAs, Repeat: rep, GOMAXPROCS: procs, GOMAXPROCSFrom: c.from, Mode: mode,
-		Isolated: l.place != nil && l.place.Isolated, RPS: r.RPS, P50: r.P50, P90: r.P90, P99: r.P99, P999: r.P999,
-		Requests: r.Requests, Errors: r.Errors, Cancelled: r.Cancelled, ErrorKinds: r.ErrorKinds, Seconds: r.Seconds, GeneratorCPUSec: r.GenCPUSec,
-		TargetExited: tr.Exited(), Blocks: r.Blocks, Targets: r.Targets}
-	if mode == result.Open {
-		cell.OfferedRPS = offered
-	}
-	cell.Periods = s1.CPU.Periods - s0.CPU.Periods
-	cell.ThrottledPeriods = s1.CPU.ThrottledPeriods - s0.CPU.ThrottledPeriods
-	cell.ThrottledSeconds = (s1.CPU.ThrottledTime - s0.CPU.ThrottledTime).Seconds()
-	used := (s1.CPU.Usage - s0.CPU.Usage).Seconds()
-	cell.CPUSeconds, cell.CPUWindowSeconds = used, cpuWin.Seconds()
-	if r.Requests > 0 {
-		cell.CPUMsPerRequest = used * 1000 / float64(r.Requests)
-	}
-	cell.CPUEfficiency = efficiency(used, cpuWin.Seconds(), c.quota)
-	if verr0 == nil && verr1 == nil {
-		cell.GCCPUShare = gcShare(*v0, *v1)
-	}
-	if l.place != nil && len(l.place.Generator) > 0 {
-		cell.OverlapShare = overlapShare(pc0, pc1, l.place.Generator)
-	}
-	return cell, nil
+	return baseEnv(cfg)
 }
 
 // efficiency is the share of the quota the cgroup used over the window.

@@ -146,13 +146,13 @@ func TestNCPUFoldsIntoAKnownGoDefault(t *testing.T) {
 		l := newLab(cfg)
 		l.rec.NCPU, l.rec.Binary.GoVersion = tc.ncpu, tc.goVersion
 		folded := false
-		for _, c := range l.configs(0.5) {
+		for _, c := range designOf(l.cfg, &l.rec).configs(0.5, 0) {
 			if c.setting == result.SetGoDefault && slices.Contains(c.sameAs, result.SetProcsNCPU) {
 				folded = true
 			}
 		}
 		if folded != tc.folded {
-			t.Errorf("Go %q on %d CPUs at 500m: gomaxprocs=ncpu folded into go-default %v, want %v (%+v)", tc.goVersion, tc.ncpu, folded, tc.folded, l.configs(0.5))
+			t.Errorf("Go %q on %d CPUs at 500m: gomaxprocs=ncpu folded into go-default %v, want %v (%+v)", tc.goVersion, tc.ncpu, folded, tc.folded, designOf(l.cfg, &l.rec).configs(0.5, 0))
 		}
 	}
 }
@@ -186,7 +186,7 @@ func TestOpenRateFromTheWeakerSide(t *testing.T) {
 	if err := l.cpuStudy(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	capacity := pooled(l.runsOf(cellKey{0.5, result.SetGoDefault, result.Closed})).RPS()
+	capacity := pooled(runsOf(l.rec.CPU, cellKey{0.5, result.SetGoDefault, result.Closed})).RPS()
 	for _, r := range f.rates[0.5] {
 		if want := math.Round(0.6 * capacity); r != want {
 			t.Fatalf("offered %v rps at 500m, want 60%% of go-default's %.0f: %.0f", r, capacity, want)
@@ -251,7 +251,7 @@ func TestDecidedAtALookStaysDecided(t *testing.T) {
 	l := newLab(cfg)
 	l.rec = rec
 	all2 := map[float64][]cpuConfig{0.25: {{quota: 0.25, setting: result.SetGoDefault}, {quota: 0.25, setting: result.SetGofit}}}
-	for _, task := range l.undecided(all2, []float64{0.25}) {
+	for _, task := range undecided(l.cfg, &l.rec, all2, []float64{0.25}) {
 		if task.key.mode == result.Closed {
 			t.Errorf("the study would run %+v again, of a comparison decided at its first look", task)
 		}

@@ -196,7 +196,7 @@ Target <code>{{.R.Target.Command}}</code>. {{.R.Lab.Trials}} trials in {{printf 
 <div>
 <h2>Recommendation{{if not .R.Recommendation.Confident}} (not confident){{end}}</h2>
 <pre>{{.R.Recommendation.YAML}}</pre>
-{{with .R.Recommendation.Check}}<p class="meta"><b>Check trial</b> (the pair run together, judged as the health trials are): {{.Outcome}}{{if .Healthy}}, healthy{{else}}, not healthy{{end}}: p99 {{printf "%.1f" .P99}} ms at {{printf "%.0f" .OfferedRPS}} rps, against {{printf "%.1f" .RefP99}} ms without a memory limit{{with .P99Ratio}} (×{{printf "%.2f" .Value}}, 95% interval {{printf "%.2f" .Low}}–{{printf "%.2f" .High}}){{end}}, {{.Pairs}} pairs.</p>{{end}}
+{{with .R.Recommendation.Check}}<p class="meta"><b>Check trial</b> (the pair run together, judged as the health trials are): {{.Outcome}}{{if .Healthy}}, healthy{{else}}, not healthy{{end}}: p99 {{printf "%.1f" .P99}} ms at {{printf "%.0f" .OfferedRPS}} rps, against {{printf "%.1f" .RefP99}} ms without a memory limit{{with .P99Ratio}} (×{{printf "%.2f" .Value}}, 97% interval {{printf "%.2f" .Low}}–{{printf "%.2f" .High}}){{end}}, {{.Pairs}} pairs.</p>{{end}}
 <ul class="reasons">{{range .R.Recommendation.Reasons}}<li>{{.}}</li>{{end}}</ul>
 </div>
 </div>
@@ -206,7 +206,7 @@ Target <code>{{.R.Target.Command}}</code>. {{.R.Lab.Trials}} trials in {{printf 
 <h2>Latency percentiles at {{.SmallestQuota}} (open loop)</h2>
 {{.HDRPlot}}
 <h2>Memory</h2>
-<p class="meta">Each trial starts the target with its binary's page cache {{.R.Target.PageCache}}, under a memory limit and the CPU limit {{.ProbeCPU}}, and drives load. Survival trials: a fixed closed-loop load; survives: no OOM kill, errors at most 1%, no stall. Health trials: a fixed open-loop rate of {{printf "%.0f" .R.Target.HealthRPS}} rps (a share of the unlimited probes' {{printf "%.0f" .R.Target.ProbeRPS}} rps), in pairs of runs alternating the same setting without a memory limit (the reference) and at the limit; healthy: it survives and the 95% interval of its p99 ÷ the reference's lies at or under 2 (pairs are added while the interval straddles 2; at the most pairs the estimate decides). Peak without a limit: {{.Peak}}.</p>
+<p class="meta">Each trial starts the target with its binary's page cache {{.R.Target.PageCache}}, under a memory limit and the CPU limit {{.ProbeCPU}}, and drives load. Survival trials: a fixed closed-loop load; survives: no OOM kill, errors at most 1%, no stall. Health trials: a fixed open-loop rate of {{printf "%.0f" .R.Target.HealthRPS}} rps (a share of the unlimited probes' {{printf "%.0f" .R.Target.ProbeRPS}} rps), in pairs of runs alternating the same setting without a memory limit (the reference) and at the limit; healthy: it survives and the 97% interval of its p99 ÷ the reference's (widened for the few pairs it rests on) lies at or under 2 (pairs are added while the interval straddles 2; at the most pairs the estimate decides). Peak without a limit: {{.Peak}}.</p>
 <table><tr><th>setting</th><th>survival floor</th><th>healthy floor</th><th>trials</th></tr>
 {{range .Floors}}<tr><td>{{.Setting}}</td><td>{{.Floor}}</td><td>{{.Healthy}}</td><td>{{.Trials}}</td></tr>{{end}}</table>
 {{range .MemPlots}}{{.}}{{end}}
@@ -374,7 +374,7 @@ func renderHTML(r *result.Results) ([]byte, error) {
 	mx := axisSpec{label: "memory limit (MiB, log scale); labelled: floors found", log: true, ticks: mibTicks(floors, tested)}
 	d.MemPlots = []template.HTML{
 		template.HTML(chartSVG("Survival against memory limit", mx, axisSpec{label: "share of runs that survived", min: -0.05, max: 1.1}, surv)),
-		template.HTML(chartSVG("Health trials: p99 ÷ unlimited p99 (healthy ≤ 2)", mx, axisSpec{label: "p99 ratio (log scale), 95% interval", log: true}, hl)),
+		template.HTML(chartSVG("Health trials: p99 ÷ unlimited p99 (healthy ≤ 2)", mx, axisSpec{label: "p99 ratio (log scale), 97% interval", log: true}, hl)),
 		template.HTML(chartSVG("p99 at multiples of the no-knob floor", axisSpec{label: "memory limit (MiB, log scale)", log: true, ticks: mibTicks(multLimits, nil)}, axisSpec{label: "p99 (ms, log scale)", log: true}, thr)),
 	}
 	var buf bytes.Buffer

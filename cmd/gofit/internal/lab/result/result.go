@@ -249,7 +249,7 @@ type MemTrial struct {
 	Seconds        float64         `json:"seconds"`
 	OfferedRPS     float64         `json:"offered_rps,omitempty"`      // health trials: the fixed open-loop rate
 	RefP99         float64         `json:"reference_p99_ms,omitempty"` // health trials: p99 of the runs without a memory limit
-	P99Ratio       *stats.Interval `json:"p99_ratio,omitempty"`        // health trials: p99 ÷ the reference's, with its 95% interval
+	P99Ratio       *stats.Interval `json:"p99_ratio,omitempty"`        // health trials: p99 ÷ the reference's, with its 97% interval at the look that decided (or the last)
 	Pairs          int             `json:"pairs,omitempty"`            // health trials: reference and limited runs, alternating
 	Decided        bool            `json:"decided,omitempty"`          // health trials: the interval lay wholly on one side of 2 (else judged on the estimate)
 	BudgetCut      bool            `json:"budget_cut,omitempty"`       // health trials: the budget stopped it before its interval decided or its pairs ran out
