@@ -2,8 +2,10 @@ package monitoring
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -62,12 +64,16 @@ func TestWriteRemovesStale(t *testing.T) {
 
 func TestParams(t *testing.T) {
 	for name, mod := range map[string]func(*Params){
-		"ThrottledShare":  func(p *Params) { p.ThrottledShare = 0 },
-		"GCCPUShare":      func(p *Params) { p.GCCPUShare = 1.5 },
-		"GOMEMLIMITShare": func(p *Params) { p.GOMEMLIMITShare = -1 },
-		"Window":          func(p *Params) { p.Window = 0 },
-		"RunbookURL":      func(p *Params) { p.RunbookURL = "docs/monitoring.md" },
-		"WebhookTimeout":  func(p *Params) { p.WebhookTimeoutSeconds = 0 },
+		"ThrottledShare":    func(p *Params) { p.ThrottledShare = 0 },
+		"GCCPUShare":        func(p *Params) { p.GCCPUShare = 1.5 },
+		"GOMEMLIMITShare":   func(p *Params) { p.GOMEMLIMITShare = -1 },
+		"Window":            func(p *Params) { p.Window = 0 },
+		"RunbookURL":        func(p *Params) { p.RunbookURL = "docs/monitoring.md" },
+		"WebhookTimeout":    func(p *Params) { p.WebhookTimeoutSeconds = 0 },
+		"ClusterLabel":      func(p *Params) { p.ClusterLabel = "k8s-cluster" },
+		"CAdvisorSelector":  func(p *Params) { p.CAdvisorSelector = `job=kubelet` },
+		"KubeStateSelector": func(p *Params) { p.KubeStateSelector = `job="ksm", namespace` },
+		"WebhookName":       func(p *Params) { p.WebhookName = "" },
 	} {
 		p := Default()
 		mod(&p)
@@ -79,13 +85,79 @@ func TestParams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range gs[1].Rules {
+	for _, r := range alertRules(gs) {
 		if r.For != "" && r.For != "5s" {
 			t.Errorf("Fast(5s): %s has for %s", r.Alert, r.For)
 		}
 	}
 	if p := Default(); p.Fast(time.Second).ThrottledShare != p.ThrottledShare {
 		t.Error("Fast changed a threshold")
+	}
+}
+
+// alertRules are the alerts of gs.
+func alertRules(gs []Group) []Rule {
+	var out []Rule
+	for _, g := range gs {
+		for _, r := range g.Rules {
+			if r.Alert != "" {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+// TestSelectors: the selectors and the cluster label are in one place:
+// other values reach every rule that reads those exporters, and every
+// aggregation and join of the rules keeps the cluster label.
+func TestSelectors(t *testing.T) {
+	p := Default()
+	p.CAdvisorSelector, p.KubeStateSelector, p.APIServerSelector = `job="cadvisor"`, `job="ksm", cluster=~".+"`, `job="kube-apiserver"`
+	p.ClusterLabel = "k8s_cluster"
+	gs, err := Groups(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	by := regexp.MustCompile(`\b(by|on) \(([^)]*)\)`)
+	for _, g := range gs {
+		for _, r := range g.Rules {
+			name := r.Record + r.Alert
+			for _, m := range regexp.MustCompile(`\b(container_[a-z_]+|kube_[a-z_]+|apiserver_[a-z_]+)\{([^}]*)\}`).FindAllStringSubmatch(r.Expr, -1) {
+				want := map[string]string{"container": p.CAdvisorSelector, "kube": p.KubeStateSelector, "apiserver": p.APIServerSelector}[strings.SplitN(m[1], "_", 2)[0]]
+				if !strings.HasPrefix(m[2], want) {
+					t.Errorf("%s: %s{%s} without the selector %s", name, m[1], m[2], want)
+				}
+			}
+			for _, m := range by.FindAllStringSubmatch(r.Expr, -1) {
+				if m[2] != "" && !strings.HasPrefix(m[2], "k8s_cluster") {
+					t.Errorf("%s: %s (%s) without the cluster label", name, m[1], m[2])
+				}
+			}
+			for _, bad := range []string{`job="kubelet"`, `job="kube-state-metrics"`, `job="apiserver"`, "(cluster"} {
+				if strings.Contains(r.Expr, bad) {
+					t.Errorf("%s: %s left in\n%s", name, bad, r.Expr)
+				}
+			}
+		}
+	}
+	for _, d := range Dashboards(p) {
+		for _, pn := range d.Panels {
+			for _, tg := range pn.Targets {
+				for _, m := range by.FindAllStringSubmatch(tg.Expr, -1) {
+					if m[2] != "" && !strings.Contains(m[2], "k8s_cluster") && !strings.HasPrefix(m[2], "le") && strings.Contains(m[2], "namespace") {
+						t.Errorf("%s / %s: %s (%s) across clusters", d.Title, pn.Title, m[1], m[2])
+					}
+				}
+			}
+		}
+		found := false
+		for _, v := range d.Templating.List {
+			found = found || v.Name == "cluster" && strings.Contains(fmt.Sprint(v.Query), "k8s_cluster")
+		}
+		if !found {
+			t.Errorf("%s: no cluster variable over k8s_cluster", d.Title)
+		}
 	}
 }
 
