@@ -43,6 +43,10 @@ type Params struct {
 	// against that plan (2 at 1.5 cores fits) rather than the limit.
 	CeilGOMAXPROCS bool
 
+	// chartSentinels: ChartFiles writes sentinels where the chart's
+	// values go (selectors, cluster label, rounding).
+	chartSentinels bool
+
 	// GCCyclesPerSecond: GC cycles a second above which a heap at
 	// GOMEMLIMIT counts as pinned where the process exports no GC CPU
 	// time (client_golang's default collectors export cycles only).
@@ -220,6 +224,19 @@ func splitMatchers(s string) []string {
 		}
 	}
 	return append(out, s[start:])
+}
+
+// roundingFunc is the PromQL function that turns a CPU limit into the
+// GOMAXPROCS gofit plans: floor, or ceil with CeilGOMAXPROCS. The chart's
+// copy carries chartRoundingSentinel instead.
+func (p Params) roundingFunc() string {
+	switch {
+	case p.chartSentinels:
+		return chartRoundingSentinel
+	case p.CeilGOMAXPROCS:
+		return "ceil"
+	}
+	return "floor"
 }
 
 // promDuration writes d the way PromQL and rule files read it: "15m",

@@ -67,12 +67,9 @@ func newStandard(p Params) standardRules {
 	s.on = "on (" + s.by + ")"
 	s.cadv = sel(p.CAdvisorSelector, `container!=""`, `container!="POD"`)
 	s.ksm = p.KubeStateSelector
-	if p.CeilGOMAXPROCS {
-		s.thr = "clamp_min(ceil(" + recCPULimit + "), 1)"
-	} else {
-		// GOMAXPROCS n > limit x ⟺ n > floor(x) for whole n.
-		s.thr = "clamp_min(" + recCPULimit + ", 1)"
-	}
+	// GOMAXPROCS n > limit x ⟺ n > floor(x) for whole n; floor is
+	// spelled out so the chart can write ceil over it (roundingFunc).
+	s.thr = "clamp_min(" + p.roundingFunc() + "(" + recCPULimit + "), 1)"
 	s.gofit = fmt.Sprintf("group by (%s) (gofit_gomaxprocs)", s.by)
 	s.goCtr = fmt.Sprintf("group by (%s) (max_over_time(go_info[%s]))", s.by, promDuration(p.OOMRestartWindow))
 	s.planAnno = fmt.Sprintf(`group by (%s, namespace, pod) (kube_pod_annotations{%s})`, s.cl, sel(p.KubeStateSelector, `annotation_gofit_dev_plan!=""`))
@@ -160,9 +157,6 @@ func (s standardRules) addAlerts(add addFunc) {
 	notGofit := "\nunless " + on + "\n" + s.gofit
 
 	limitWord := "its CPU limit"
-	if p.CeilGOMAXPROCS {
-		limitWord = "its CPU limit rounded up"
-	}
 	add("GoGOMAXPROCSAboveCPULimit", "warning", fd(p.ThrottledFor),
 		fmt.Sprintf("%s > %s\nand %s\n(%s > %s %s)%s", recCtrThrottled, num(p.ThrottledShare), on, recGoProcs, on, s.thr, notGofit),
 		"A Go process is throttled because its GOMAXPROCS is above its CPU limit.",
@@ -190,8 +184,8 @@ func (s standardRules) addAlerts(add addFunc) {
 		return fmt.Sprintf("sum by (%s) (increase(kube_pod_container_status_restarts_total{%s}[%s]))", by, s.ksm, d)
 	}
 	add("GoContainerOOMKilled", "warning", "",
-		fmt.Sprintf("(\n  (%s > 0 and %s %s)\n  or %s\n  (sum by (%s) (increase(container_oom_events_total{%s}[%s])) > 0%s)\n)\nand %s\n%s",
-			restarts(fd(p.OOMWindow)), on, oomKilled, on, by, s.cadv, fd(p.OOMWindow), indent(notGofit, "  "), on, s.goCtr),
+		fmt.Sprintf("(\n  (%s > 0 and %s %s)\n  or %s\n  (sum by (%s) (increase(container_oom_events_total{%s}[%s])) > 0 unless %s %s)\n)\nand %s\n%s",
+			restarts(fd(p.OOMWindow)), on, oomKilled, on, by, s.cadv, fd(p.OOMWindow), on, s.gofit, on, s.goCtr),
 		"A Go container was OOM-killed.",
 		"The OOM killer killed "+who+" in the last "+fd(p.OOMWindow)+" (kube-state-metrics' last terminated reason OOMKilled with a restart, or cAdvisor's container_oom_events_total): the Go runtime's own counters die with the process.")
 
