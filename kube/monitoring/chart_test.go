@@ -22,35 +22,17 @@ func TestChartValues(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping: builds helm on first use (-short)")
 	}
-	h := os.Getenv("GOFIT_HELM")
-	if h == "" {
-		cmd := exec.Command("bash", "../hack/helm.sh")
-		var out, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &stderr
-		if err := cmd.Run(); err != nil {
-			t.Fatalf("build helm: %v\n%s", err, stderr.String())
-		}
-		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-		h = lines[len(lines)-1]
-	}
 	p := Default()
 	p.CAdvisorSelector = `job="kubelet-cadvisor", metrics_path=~"/metrics/cadvisor|/cadvisor"`
 	p.KubeStateSelector = `job="ksm", service="kube-state-metrics"`
 	p.APIServerSelector = `job="kube-apiserver"`
 	p.ClusterLabel = "k8s_cluster"
 	p.CeilGOMAXPROCS = true
-	cmd := exec.Command(h, "template", "gofit", "../../charts/gofit",
-		"--set", "monitoring.enabled=true", "--set", "webhook.policy.ceil=true",
+	out := helmTemplate(t, "--set", "monitoring.enabled=true", "--set", "webhook.policy.ceil=true",
 		"--set", "monitoring.clusterLabel="+p.ClusterLabel,
 		"--set-string", "monitoring.selectors.cadvisor="+strings.ReplaceAll(p.CAdvisorSelector, ",", `\,`),
 		"--set-string", "monitoring.selectors.kubeStateMetrics="+strings.ReplaceAll(p.KubeStateSelector, ",", `\,`),
 		"--set-string", "monitoring.selectors.apiserver="+p.APIServerSelector)
-	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
-	var out, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("helm template: %v\n%s", err, stderr.String())
-	}
 	files, err := Files(p)
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +43,7 @@ func TestChartValues(t *testing.T) {
 	if err := yaml.Unmarshal(files["rules.yaml"], &want); err != nil {
 		t.Fatal(err)
 	}
-	dec := yaml.NewDecoder(&out)
+	dec := yaml.NewDecoder(bytes.NewReader(out))
 	seen := 0
 	for {
 		var o struct {
@@ -108,4 +90,47 @@ func firstDiff(got, want string) string {
 		}
 	}
 	return "lengths differ"
+}
+
+// TestChartLeavesOutAlertsOfDisabledParts: without the webhook or the
+// node agent, the chart's PrometheusRule has none of its alerts (they
+// would fire by design: no target is up).
+func TestChartLeavesOutAlertsOfDisabledParts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping: builds helm on first use (-short)")
+	}
+	for _, c := range []struct{ set, gone, kept string }{
+		{"webhook.enabled=false", "GofitWebhook", "GofitNodeAgent"},
+		{"node.enabled=false", "GofitNodeAgent", "GofitWebhook"},
+	} {
+		out := string(helmTemplate(t, "--set", "monitoring.enabled=true", "--set", c.set))
+		if strings.Contains(out, "alert: "+c.gone) || !strings.Contains(out, "alert: "+c.kept) || !strings.Contains(out, "alert: GoGOMAXPROCSAboveCPULimit") {
+			t.Errorf("%s: alerts %s left in, or %s or the Go alerts left out", c.set, c.gone, c.kept)
+		}
+	}
+}
+
+// helmTemplate renders the chart with args, by the helm kube/hack/helm.sh
+// builds (once, cached by version) or GOFIT_HELM names.
+func helmTemplate(t *testing.T, args ...string) []byte {
+	t.Helper()
+	h := os.Getenv("GOFIT_HELM")
+	if h == "" {
+		cmd := exec.Command("bash", "../hack/helm.sh")
+		var out, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("build helm: %v\n%s", err, stderr.String())
+		}
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		h = lines[len(lines)-1]
+	}
+	cmd := exec.Command(h, append([]string{"template", "gofit", "../../charts/gofit"}, args...)...)
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+t.TempDir(), "HELM_CONFIG_HOME="+t.TempDir(), "HELM_DATA_HOME="+t.TempDir())
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("helm template: %v\n%s", err, stderr.String())
+	}
+	return out.Bytes()
 }
