@@ -236,3 +236,43 @@ func TestPromtool(t *testing.T) {
 		}
 	}
 }
+
+// TestPromtoolCeil: a Go container with GOMAXPROCS 2 at a 1.5-core limit,
+// throttled in half its periods, is what gofit's webhook plans with
+// policy.ceil: GoGOMAXPROCSAboveCPULimit stays silent for it when the
+// rules follow ceil (CeilGOMAXPROCS) and fires when they follow floor.
+func TestPromtoolCeil(t *testing.T) {
+	b := promtest.Need(t)
+	series := `
+      - series: 'container_cpu_cfs_periods_total{job="kubelet", metrics_path="/metrics/cadvisor", namespace="shop", pod="api-1", container="app"}'
+        values: '0+600x30'
+      - series: 'container_cpu_cfs_throttled_periods_total{job="kubelet", metrics_path="/metrics/cadvisor", namespace="shop", pod="api-1", container="app"}'
+        values: '0+300x30'
+      - series: 'go_sched_gomaxprocs_threads{job="shop/api", namespace="shop", pod="api-1", container="app"}'
+        values: '2x30'
+      - series: 'kube_pod_container_resource_limits{job="kube-state-metrics", namespace="shop", pod="api-1", container="app", resource="cpu", unit="core"}'
+        values: '1.5x30'`
+	for _, c := range []struct {
+		ceil   bool
+		firing int
+	}{{true, 0}, {false, 1}} {
+		dir := t.TempDir()
+		p := Default()
+		p.CeilGOMAXPROCS = c.ceil
+		if err := Write(dir, p); err != nil {
+			t.Fatal(err)
+		}
+		test := "rule_files: [rules.yaml]\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:" + series +
+			"\n    promql_expr_test:\n      - expr: count(ALERTS{alertname=\"GoGOMAXPROCSAboveCPULimit\", alertstate=\"firing\", pod=\"api-1\"}) or vector(0)" +
+			"\n        eval_time: 20m\n        exp_samples:\n          - labels: '{}'\n            value: " + fmt.Sprint(c.firing) + "\n"
+		if err := os.WriteFile(filepath.Join(dir, "ceil_test.yaml"), []byte(test), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		out, err := b.RunPromtool(ctx, dir, "test", "rules", "ceil_test.yaml")
+		cancel()
+		if err != nil {
+			t.Errorf("ceil %v: %v\n%s", c.ceil, err, out)
+		}
+	}
+}
