@@ -2,8 +2,10 @@ package monitoring
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -62,12 +64,16 @@ func TestWriteRemovesStale(t *testing.T) {
 
 func TestParams(t *testing.T) {
 	for name, mod := range map[string]func(*Params){
-		"ThrottledShare":  func(p *Params) { p.ThrottledShare = 0 },
-		"GCCPUShare":      func(p *Params) { p.GCCPUShare = 1.5 },
-		"GOMEMLIMITShare": func(p *Params) { p.GOMEMLIMITShare = -1 },
-		"Window":          func(p *Params) { p.Window = 0 },
-		"RunbookURL":      func(p *Params) { p.RunbookURL = "docs/monitoring.md" },
-		"WebhookTimeout":  func(p *Params) { p.WebhookTimeoutSeconds = 0 },
+		"ThrottledShare":    func(p *Params) { p.ThrottledShare = 0 },
+		"GCCPUShare":        func(p *Params) { p.GCCPUShare = 1.5 },
+		"GOMEMLIMITShare":   func(p *Params) { p.GOMEMLIMITShare = -1 },
+		"Window":            func(p *Params) { p.Window = 0 },
+		"RunbookURL":        func(p *Params) { p.RunbookURL = "docs/monitoring.md" },
+		"WebhookTimeout":    func(p *Params) { p.WebhookTimeoutSeconds = 0 },
+		"ClusterLabel":      func(p *Params) { p.ClusterLabel = "k8s-cluster" },
+		"CAdvisorSelector":  func(p *Params) { p.CAdvisorSelector = `job=kubelet` },
+		"KubeStateSelector": func(p *Params) { p.KubeStateSelector = `job="ksm", namespace` },
+		"WebhookName":       func(p *Params) { p.WebhookName = "" },
 	} {
 		p := Default()
 		mod(&p)
@@ -79,13 +85,79 @@ func TestParams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range gs[1].Rules {
+	for _, r := range alertRules(gs) {
 		if r.For != "" && r.For != "5s" {
 			t.Errorf("Fast(5s): %s has for %s", r.Alert, r.For)
 		}
 	}
 	if p := Default(); p.Fast(time.Second).ThrottledShare != p.ThrottledShare {
 		t.Error("Fast changed a threshold")
+	}
+}
+
+// alertRules are the alerts of gs.
+func alertRules(gs []Group) []Rule {
+	var out []Rule
+	for _, g := range gs {
+		for _, r := range g.Rules {
+			if r.Alert != "" {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+// TestSelectors: the selectors and the cluster label are in one place:
+// other values reach every rule that reads those exporters, and every
+// aggregation and join of the rules keeps the cluster label.
+func TestSelectors(t *testing.T) {
+	p := Default()
+	p.CAdvisorSelector, p.KubeStateSelector, p.APIServerSelector = `job="cadvisor"`, `job="ksm", cluster=~".+"`, `job="kube-apiserver"`
+	p.ClusterLabel = "k8s_cluster"
+	gs, err := Groups(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	by := regexp.MustCompile(`\b(by|on) \(([^)]*)\)`)
+	for _, g := range gs {
+		for _, r := range g.Rules {
+			name := r.Record + r.Alert
+			for _, m := range regexp.MustCompile(`\b(container_[a-z_]+|kube_[a-z_]+|apiserver_[a-z_]+)\{([^}]*)\}`).FindAllStringSubmatch(r.Expr, -1) {
+				want := map[string]string{"container": p.CAdvisorSelector, "kube": p.KubeStateSelector, "apiserver": p.APIServerSelector}[strings.SplitN(m[1], "_", 2)[0]]
+				if !strings.HasPrefix(m[2], want) {
+					t.Errorf("%s: %s{%s} without the selector %s", name, m[1], m[2], want)
+				}
+			}
+			for _, m := range by.FindAllStringSubmatch(r.Expr, -1) {
+				if m[2] != "" && !strings.HasPrefix(m[2], "k8s_cluster") {
+					t.Errorf("%s: %s (%s) without the cluster label", name, m[1], m[2])
+				}
+			}
+			for _, bad := range []string{`job="kubelet"`, `job="kube-state-metrics"`, `job="apiserver"`, "(cluster"} {
+				if strings.Contains(r.Expr, bad) {
+					t.Errorf("%s: %s left in\n%s", name, bad, r.Expr)
+				}
+			}
+		}
+	}
+	for _, d := range Dashboards(p) {
+		for _, pn := range d.Panels {
+			for _, tg := range pn.Targets {
+				for _, m := range by.FindAllStringSubmatch(tg.Expr, -1) {
+					if m[2] != "" && !strings.Contains(m[2], "k8s_cluster") && !strings.HasPrefix(m[2], "le") && strings.Contains(m[2], "namespace") {
+						t.Errorf("%s / %s: %s (%s) across clusters", d.Title, pn.Title, m[1], m[2])
+					}
+				}
+			}
+		}
+		found := false
+		for _, v := range d.Templating.List {
+			found = found || v.Name == "cluster" && strings.Contains(fmt.Sprint(v.Query), "k8s_cluster")
+		}
+		if !found {
+			t.Errorf("%s: no cluster variable over k8s_cluster", d.Title)
+		}
 	}
 }
 
@@ -161,6 +233,46 @@ func TestPromtool(t *testing.T) {
 	for _, n := range names {
 		if !strings.Contains(string(tests), "alertname: "+n+"\n") {
 			t.Errorf("testdata/rules_test.yaml does not test %s", n)
+		}
+	}
+}
+
+// TestPromtoolCeil: a Go container with GOMAXPROCS 2 at a 1.5-core limit,
+// throttled in half its periods, is what gofit's webhook plans with
+// policy.ceil: GoGOMAXPROCSAboveCPULimit stays silent for it when the
+// rules follow ceil (CeilGOMAXPROCS) and fires when they follow floor.
+func TestPromtoolCeil(t *testing.T) {
+	b := promtest.Need(t)
+	series := `
+      - series: 'container_cpu_cfs_periods_total{job="kubelet", metrics_path="/metrics/cadvisor", namespace="shop", pod="api-1", container="app"}'
+        values: '0+600x30'
+      - series: 'container_cpu_cfs_throttled_periods_total{job="kubelet", metrics_path="/metrics/cadvisor", namespace="shop", pod="api-1", container="app"}'
+        values: '0+300x30'
+      - series: 'go_sched_gomaxprocs_threads{job="shop/api", namespace="shop", pod="api-1", container="app"}'
+        values: '2x30'
+      - series: 'kube_pod_container_resource_limits{job="kube-state-metrics", namespace="shop", pod="api-1", container="app", resource="cpu", unit="core"}'
+        values: '1.5x30'`
+	for _, c := range []struct {
+		ceil   bool
+		firing int
+	}{{true, 0}, {false, 1}} {
+		dir := t.TempDir()
+		p := Default()
+		p.CeilGOMAXPROCS = c.ceil
+		if err := Write(dir, p); err != nil {
+			t.Fatal(err)
+		}
+		test := "rule_files: [rules.yaml]\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:" + series +
+			"\n    promql_expr_test:\n      - expr: count(ALERTS{alertname=\"GoGOMAXPROCSAboveCPULimit\", alertstate=\"firing\", pod=\"api-1\"}) or vector(0)" +
+			"\n        eval_time: 20m\n        exp_samples:\n          - labels: '{}'\n            value: " + fmt.Sprint(c.firing) + "\n"
+		if err := os.WriteFile(filepath.Join(dir, "ceil_test.yaml"), []byte(test), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		out, err := b.RunPromtool(ctx, dir, "test", "rules", "ceil_test.yaml")
+		cancel()
+		if err != nil {
+			t.Errorf("ceil %v: %v\n%s", c.ceil, err, out)
 		}
 	}
 }

@@ -59,3 +59,21 @@ func TestResolve(t *testing.T) {
 		t.Errorf("got %s\nwant %s", got, want)
 	}
 }
+
+// The latency panel's legends name the quantiles as people say them:
+// p50, p90, p99 and p99.9 (they once read p5, p9, p99 and p999).
+func TestLatencyLegends(t *testing.T) {
+	var got []string
+	for _, d := range Dashboards(Default()) {
+		for _, p := range d.Panels {
+			if strings.HasPrefix(p.Title, "Latency percentiles") {
+				for _, tg := range p.Targets {
+					got = append(got, tg.LegendFormat)
+				}
+			}
+		}
+	}
+	if want := []string{"p50", "p90", "p99", "p99.9"}; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("latency legends %q, want %q", got, want)
+	}
+}

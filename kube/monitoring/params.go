@@ -8,14 +8,58 @@ package monitoring
 
 import (
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
 )
 
-// Params are the thresholds and windows of the alerts. Default returns the
-// shipped values; tests shorten the `for:` windows with Fast.
+// Params are the thresholds and windows of the alerts, and where the
+// standard exporters' series come from. Default returns the shipped
+// values; tests shorten the `for:` windows with Fast.
 type Params struct {
+	// Selectors of the exporters every cluster already runs, as PromQL
+	// label matchers (kubernetes-mixin's cadvisorSelector and
+	// kubeStateMetricsSelector): the one place the rules and dashboards
+	// take them from. The defaults are kube-prometheus's jobs.
+	CAdvisorSelector  string // job="kubelet", metrics_path="/metrics/cadvisor"
+	KubeStateSelector string // job="kube-state-metrics"
+	APIServerSelector string // job="apiserver"
+	// WebhookJobSelector and AgentJobSelector pick gofit's own targets'
+	// up series: the PodMonitors' job label is "NAMESPACE/NAME", a plain
+	// scrape config's the job name.
+	WebhookJobSelector string // job=~"(.+/)?gofit-webhook"
+	AgentJobSelector   string // job=~"(.+/)?gofit-node"
+	// WebhookName is the webhook's name in the
+	// MutatingWebhookConfiguration, as the API server's admission metrics
+	// label it.
+	WebhookName string // pods.gofit.dev
+	// ClusterLabel names the cluster in every aggregation and dashboard
+	// variable (kubernetes-mixin's clusterLabel). Series without it
+	// aggregate as one cluster.
+	ClusterLabel string // cluster
+	// CeilGOMAXPROCS follows the webhook's policy.ceil: gofit's plan then
+	// rounds a fractional CPU limit up, and the GOMAXPROCS rules compare
+	// against that plan (2 at 1.5 cores fits) rather than the limit.
+	CeilGOMAXPROCS bool
+
+	// chartSentinels: ChartFiles writes sentinels where the chart's
+	// values go (selectors, cluster label, rounding).
+	chartSentinels bool
+
+	// GCCyclesPerSecond: GC cycles a second above which a heap at
+	// GOMEMLIMIT counts as pinned where the process exports no GC CPU
+	// time (client_golang's default collectors export cycles only).
+	GCCyclesPerSecond float64 // 2
+	// GOMEMLIMITUnsetFor: a Go container with a memory limit and no
+	// GOMEMLIMIT for this long (info).
+	GOMEMLIMITUnsetFor time.Duration // 1h
+	// OOMRestarts restarts in OOMRestartWindow, the last one OOMKilled.
+	OOMRestarts      float64       // 3
+	OOMRestartWindow time.Duration // 1h
+	// TargetDownFor: a gofit webhook or agent target down or absent.
+	TargetDownFor time.Duration // 10m
+
 	// RunbookURL is docs/monitoring.md; each alert links to its section.
 	RunbookURL string
 	// Window is the rate window of alerts and recording rules ("5m").
@@ -58,6 +102,16 @@ type Params struct {
 // Default returns the thresholds that ship in deploy/monitoring.
 func Default() Params {
 	return Params{
+		CAdvisorSelector:   `job="kubelet", metrics_path="/metrics/cadvisor"`,
+		KubeStateSelector:  `job="kube-state-metrics"`,
+		APIServerSelector:  `job="apiserver"`,
+		WebhookJobSelector: `job=~"(.+/)?gofit-webhook"`,
+		AgentJobSelector:   `job=~"(.+/)?gofit-node"`,
+		WebhookName:        "pods.gofit.dev",
+		ClusterLabel:       "cluster",
+		GCCyclesPerSecond:  2, GOMEMLIMITUnsetFor: time.Hour,
+		OOMRestarts: 3, OOMRestartWindow: time.Hour, TargetDownFor: 10 * time.Minute,
+
 		RunbookURL: "https://github.com/gofit-dev/gofit/blob/main/docs/monitoring.md",
 		Window:     5 * time.Minute,
 
@@ -80,7 +134,8 @@ func Default() Params {
 // windows stay as they are.
 func (p Params) Fast(d time.Duration) Params {
 	for _, f := range []*time.Duration{&p.ThrottledFor, &p.HeapPinnedFor, &p.GOMEMLIMITFor, &p.MemoryHighFor, &p.MemoryStallFor,
-		&p.MajorFaultsFor, &p.WarningFor, &p.WebhookErrorFor, &p.WebhookLatencyFor, &p.CertFor, &p.AgentFor, &p.AgentUnprotectedFor} {
+		&p.MajorFaultsFor, &p.WarningFor, &p.WebhookErrorFor, &p.WebhookLatencyFor, &p.CertFor, &p.AgentFor, &p.AgentUnprotectedFor,
+		&p.GOMEMLIMITUnsetFor, &p.TargetDownFor} {
 		*f = d
 	}
 	return p
@@ -109,10 +164,79 @@ func (p Params) Validate() error {
 		return fmt.Errorf("monitoring params: Window %v, OOMWindow %v, CertExpiry %v, AgentMaxPassAge %v: want at least 1s each",
 			p.Window, p.OOMWindow, p.CertExpiry, p.AgentMaxPassAge)
 	}
+	if p.GCCyclesPerSecond <= 0 || p.OOMRestarts < 1 || p.OOMRestartWindow < time.Second {
+		return fmt.Errorf("monitoring params: GCCyclesPerSecond %v, OOMRestarts %v, OOMRestartWindow %v: want > 0, ≥ 1, ≥ 1s",
+			p.GCCyclesPerSecond, p.OOMRestarts, p.OOMRestartWindow)
+	}
+	if !labelNameRE.MatchString(p.ClusterLabel) {
+		return fmt.Errorf("monitoring params: ClusterLabel %q is not a Prometheus label name", p.ClusterLabel)
+	}
+	if p.WebhookName == "" || strings.ContainsAny(p.WebhookName, `"\`) {
+		return fmt.Errorf("monitoring params: WebhookName %q: want a webhook's name", p.WebhookName)
+	}
+	sels := map[string]string{"CAdvisorSelector": p.CAdvisorSelector, "KubeStateSelector": p.KubeStateSelector,
+		"APIServerSelector": p.APIServerSelector, "WebhookJobSelector": p.WebhookJobSelector, "AgentJobSelector": p.AgentJobSelector}
+	for _, k := range sortedKeys(sels) {
+		if err := checkSelector(sels[k]); err != nil {
+			return fmt.Errorf("monitoring params: %s: %w", k, err)
+		}
+	}
 	if !strings.HasPrefix(p.RunbookURL, "http") {
 		return fmt.Errorf("monitoring params: RunbookURL %q is not a URL", p.RunbookURL)
 	}
 	return nil
+}
+
+var (
+	labelNameRE = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+	// matcherRE is one label matcher with a double-quoted value.
+	matcherRE = regexp.MustCompile(`^\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(=|!=|=~|!~)\s*"(?:[^"\\]|\\.)*"\s*$`)
+)
+
+// checkSelector accepts a comma-separated list of label matchers, as
+// written between a metric's braces: `job="kubelet", metrics_path="/x"`.
+// Empty selects every series.
+func checkSelector(s string) error {
+	if strings.TrimSpace(s) == "" {
+		return nil
+	}
+	for _, m := range splitMatchers(s) {
+		if !matcherRE.MatchString(m) {
+			return fmt.Errorf("%q is not a label matcher (want name=\"value\", comma-separated)", strings.TrimSpace(m))
+		}
+	}
+	return nil
+}
+
+// splitMatchers splits at the commas outside quoted values.
+func splitMatchers(s string) []string {
+	var out []string
+	start, quoted := 0, false
+	for i := 0; i < len(s); i++ {
+		switch {
+		case s[i] == '\\' && quoted:
+			i++
+		case s[i] == '"':
+			quoted = !quoted
+		case s[i] == ',' && !quoted:
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	return append(out, s[start:])
+}
+
+// roundingFunc is the PromQL function that turns a CPU limit into the
+// GOMAXPROCS gofit plans: floor, or ceil with CeilGOMAXPROCS. The chart's
+// copy carries chartRoundingSentinel instead.
+func (p Params) roundingFunc() string {
+	switch {
+	case p.chartSentinels:
+		return chartRoundingSentinel
+	case p.CeilGOMAXPROCS:
+		return "ceil"
+	}
+	return "floor"
 }
 
 // promDuration writes d the way PromQL and rule files read it: "15m",

@@ -57,7 +57,9 @@ func Groups(p Params) ([]Group, error) {
 	w := promDuration(p.Window)
 	// Recording-rule names carry the shipped 5m window; a different
 	// Window keeps the names so the dashboards need no change.
-	keep := "namespace, workload, pod, container"
+	cl := p.ClusterLabel
+	bc := cl + ", " + byContainer
+	keep := cl + ", namespace, workload, pod, container"
 	rate := func(metric, sel string) string {
 		return fmt.Sprintf("sum by (%s) (rate(%s%s[%s]))", keep, metric, sel, w)
 	}
@@ -65,30 +67,35 @@ func Groups(p Params) ([]Group, error) {
 		return Rule{Record: recFitStatus, Expr: fmt.Sprintf("(%s) * 0 + 1", expr), Labels: map[string]string{"status": name}}
 	}
 	max := func(metric string) string { return fmt.Sprintf("max by (%s) (%s)", keep, metric) }
-	on := "on (namespace, pod, container)"
+	on := "on (" + bc + ")"
 	records := []Rule{
 		{Record: recCPU, Expr: rate("gofit_cpu_usage_seconds_total", "")},
 		{Record: recThrottled, Expr: rate("gofit_cpu_throttled_periods_total", "") + "\n/\n" + rate("gofit_cpu_periods_total", "")},
 		{Record: recGC, Expr: rate("gofit_go_cpu_seconds_total", `{class="gc"}`) + "\n/\n" + rate("gofit_go_cpu_seconds_total", `{class=~"gc|scavenge|user"}`)},
 		{Record: recPressure, Expr: fmt.Sprintf("sum by (%s, resource, kind) (rate(gofit_pressure_stalled_seconds_total[%s]))", keep, w)},
 		// A comparison keeps only the labels it matches on: workload too.
-		status("gomaxprocs_above_limit", fmt.Sprintf("%s\n> on (%s)\n%s", max("gofit_gomaxprocs"), keep, max("clamp_min(gofit_cpu_limit_cores, 1)"))),
+		// Above the limit and above gofit's plan (ceil rounding plans 2 at
+		// 1.5 cores), or a user's value the plan warns about.
+		status("gomaxprocs_above_limit", fmt.Sprintf("%s\n> on (%s)\n%s\nand on (%s)\n(\n  %s > on (%s) %s\n  or on (%s)\n  %s\n  or on (%s)\n  (%s unless %s gofit_plan_gomaxprocs)\n)",
+			max("gofit_gomaxprocs"), keep, max("clamp_min(gofit_cpu_limit_cores, 1)"), keep,
+			max("gofit_gomaxprocs"), keep, max("gofit_plan_gomaxprocs"), keep, max(`gofit_plan_warning{warning="gomaxprocs_env_above_limit"}`),
+			keep, max("gofit_gomaxprocs"), on)),
 		status("no_gomemlimit", fmt.Sprintf("%s\nunless %s\ngofit_gomemlimit_bytes", max("gofit_memory_limit_bytes"), on)),
 		status("gomemlimit_at_limit", fmt.Sprintf("%s\n>= on (%s)\n%s", max("gofit_gomemlimit_bytes"), keep, max("gofit_memory_limit_bytes"))),
 		status("warnings", max("gofit_plan_warning")),
 		status("fitted", fmt.Sprintf("%s\nunless %s\n%s{status!=\"fitted\"}", max("gofit_gomaxprocs"), on, recFitStatus)),
-		{Record: recFitCount, Expr: fmt.Sprintf("count by (namespace, status) (%s)", recFitStatus)},
-		{Record: recWorkloadThr, Expr: fmt.Sprintf("sum by (namespace, workload) (rate(gofit_cpu_throttled_periods_total[%s]))\n/\nsum by (namespace, workload) (rate(gofit_cpu_periods_total[%s]))", w, w)},
-		{Record: recWebhookRate, Expr: fmt.Sprintf("sum by (namespace, outcome, code) (rate(gofit_webhook_admissions_total[%s]))", w)},
-		{Record: recWebhookP99, Expr: fmt.Sprintf("histogram_quantile(0.99, sum by (namespace, le) (rate(gofit_webhook_admission_duration_seconds_bucket[%s])))", w)},
-		{Record: recAgentPassP99, Expr: fmt.Sprintf("histogram_quantile(0.99, sum by (node, le) (rate(gofit_node_reconcile_duration_seconds_bucket[%s])))", w)},
+		{Record: recFitCount, Expr: fmt.Sprintf("count by (%s, namespace, status) (%s)", cl, recFitStatus)},
+		{Record: recWorkloadThr, Expr: fmt.Sprintf("sum by (%s, namespace, workload) (rate(gofit_cpu_throttled_periods_total[%s]))\n/\nsum by (%s, namespace, workload) (rate(gofit_cpu_periods_total[%s]))", cl, w, cl, w)},
+		{Record: recWebhookRate, Expr: fmt.Sprintf("sum by (%s, namespace, outcome, code) (rate(gofit_webhook_admissions_total[%s]))", cl, w)},
+		{Record: recWebhookP99, Expr: fmt.Sprintf("histogram_quantile(0.99, sum by (%s, namespace, le) (rate(gofit_webhook_admission_duration_seconds_bucket[%s])))", cl, w)},
+		{Record: recAgentPassP99, Expr: fmt.Sprintf("histogram_quantile(0.99, sum by (%s, node, le) (rate(gofit_node_reconcile_duration_seconds_bucket[%s])))", cl, w)},
 	}
 
 	who := "{{ $labels.namespace }}/{{ $labels.pod }} container {{ $labels.container }}"
 	arate := func(metric, sel string) string {
-		return fmt.Sprintf("sum by (%s) (rate(%s%s[%s]))", byContainer, metric, sel, w)
+		return fmt.Sprintf("sum by (%s) (rate(%s%s[%s]))", bc, metric, sel, w)
 	}
-	amax := func(metric string) string { return fmt.Sprintf("max by (%s) (%s)", byContainer, metric) }
+	amax := func(metric string) string { return fmt.Sprintf("max by (%s) (%s)", bc, metric) }
 	var alerts []Rule
 	add := func(name, severity string, forD string, expr, summary, description string) {
 		alerts = append(alerts, Rule{
@@ -103,12 +110,19 @@ func Groups(p Params) ([]Group, error) {
 	}
 	fd := promDuration
 
+	// Above the limit and not what gofit's plan chose: with ceil rounding
+	// the plan is 2 at 1.5 cores, and gofit's own pods stay silent. A
+	// user's GOMAXPROCS is in the plan too, so the plan's warning
+	// gomaxprocs_env_above_limit counts as above it.
 	add("GofitGOMAXPROCSAboveCPULimit", "warning", fd(p.ThrottledFor),
-		fmt.Sprintf("(\n  %s\n  /\n  %s\n) > %s\nand %s\n(\n  %s\n  >\n  %s\n)",
+		fmt.Sprintf("(\n  %s\n  /\n  %s\n) > %s\nand %s\n(\n  %s\n  >\n  %s\n)\nand %s\n(\n  %s\n  > %s\n  %s\n  or %s\n  %s\n  or %s\n  (%s unless %s gofit_plan_gomaxprocs)\n)",
 			arate("gofit_cpu_throttled_periods_total", ""), arate("gofit_cpu_periods_total", ""), num(p.ThrottledShare), on,
-			amax("gofit_gomaxprocs"), amax("clamp_min(gofit_cpu_limit_cores, 1)")),
+			amax("gofit_gomaxprocs"), amax("clamp_min(gofit_cpu_limit_cores, 1)"), on,
+			amax("gofit_gomaxprocs"), on, amax("gofit_plan_gomaxprocs"),
+			on, amax(`gofit_plan_warning{warning="gomaxprocs_env_above_limit"}`),
+			on, amax("gofit_gomaxprocs"), on),
 		"A Go process is throttled because its GOMAXPROCS is above its CPU limit.",
-		who+" was throttled in {{ $value | humanizePercentage }} of its CFS periods while its GOMAXPROCS is above its CPU limit: its threads spend each period's quota early and wait out the rest. Fit GOMAXPROCS to the limit.")
+		who+" was throttled in {{ $value | humanizePercentage }} of its CFS periods while its GOMAXPROCS is above its CPU limit and gofit's plan: its threads spend each period's quota early and wait out the rest. Fit GOMAXPROCS to the limit.")
 
 	add("GofitGoHeapPinnedAtGOMEMLIMIT", "warning", fd(p.HeapPinnedFor),
 		fmt.Sprintf("(\n  %s\n  /\n  %s\n) > %s\nand %s\n(\n  %s\n  /\n  %s\n) > %s",
@@ -141,12 +155,12 @@ func Groups(p Params) ([]Group, error) {
 		who+" takes {{ $value | humanize }} major page faults a second with its working set above "+pct(p.MajorFaultsUsageShare)+" of its limit: the kernel evicts the binary's code pages and reads them again.")
 
 	add("GofitOOMKills", "warning", "",
-		fmt.Sprintf("sum by (%s) (increase(gofit_oom_kills_total[%s])) > 0", byContainer, fd(p.OOMWindow)),
+		fmt.Sprintf("sum by (%s) (increase(gofit_oom_kills_total[%s])) > 0", bc, fd(p.OOMWindow)),
 		"The OOM killer killed a process in a container.",
 		"The OOM killer killed {{ $value | humanize }} processes in "+who+" in the last "+fd(p.OOMWindow)+".")
 
 	add("GofitPlanWarning", "info", fd(p.WarningFor),
-		fmt.Sprintf("max by (%s, warning) (gofit_plan_warning) > 0", byContainer),
+		fmt.Sprintf("max by (%s, warning) (gofit_plan_warning) > 0", bc),
 		"gofit's plan for a container carries a warning.",
 		who+" runs with gofit warning {{ $labels.warning }} in force.")
 
@@ -157,7 +171,7 @@ func Groups(p Params) ([]Group, error) {
 
 	add("GofitWebhookLatencyNearTimeout", "warning", fd(p.WebhookLatencyFor),
 		fmt.Sprintf("histogram_quantile(0.99, sum by (%s, le) (rate(gofit_webhook_admission_duration_seconds_bucket[%s])))\n> %s",
-			byContainer, w, num(p.WebhookLatencyShare*p.WebhookTimeoutSeconds)),
+			bc, w, num(p.WebhookLatencyShare*p.WebhookTimeoutSeconds)),
 		"The gofit webhook's p99 latency is near its timeoutSeconds.",
 		"The gofit webhook {{ $labels.namespace }}/{{ $labels.pod }} answers 1% of admissions in more than {{ $value | humanizeDuration }}, near the API server's timeout of "+num(p.WebhookTimeoutSeconds)+"s; past it, pods start unfitted.")
 
@@ -166,7 +180,7 @@ func Groups(p Params) ([]Group, error) {
 		"The gofit webhook's serving certificate expires soon.",
 		"The certificate the gofit webhook {{ $labels.namespace }}/{{ $labels.pod }} serves expires in {{ $value | humanizeDuration }} and has not been renewed.")
 
-	byAgent := byContainer + ", node"
+	byAgent := bc + ", node"
 	add("GofitNodeAgentPassesFailing", "warning", fd(p.AgentFor),
 		fmt.Sprintf(`sum by (%s) (increase(gofit_node_skipped_reconciles_total{reason=~"bad_input|no_allocatable"}[%s])) > 0`, byAgent, w),
 		"The gofit node agent's passes fail.",
@@ -187,7 +201,9 @@ func Groups(p Params) ([]Group, error) {
 		"Pods on a node are left without the memory QoS the gofit node agent plans.",
 		"The gofit node agent {{ $labels.namespace }}/{{ $labels.pod }} on {{ $labels.node }} leaves {{ $value | humanize }} pods without their planned memory QoS.")
 
-	return []Group{{Name: "gofit.rules", Rules: records}, {Name: "gofit.alerts", Rules: alerts}}, nil
+	std := newStandard(p)
+	std.addAlerts(add)
+	return []Group{{Name: "gofit.rules", Rules: records}, {Name: "gofit.go.rules", Rules: std.records()}, {Name: "gofit.alerts", Rules: alerts}}, nil
 }
 
 func pct(v float64) string { return num(v*100) + "%" }

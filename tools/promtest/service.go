@@ -7,10 +7,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/internal/cgtest"
 )
 
@@ -28,11 +30,25 @@ type Limits struct {
 // repo, into the test's temporary directory.
 func BuildService(t testing.TB, repo string) string {
 	t.Helper()
-	exe := filepath.Join(t.TempDir(), "service")
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", exe, "./examples/service")
+	return Build(t, repo, "./examples/service")
+}
+
+// BuildPlainService builds plainservice: the same service without gofit,
+// linking only client_golang.
+func BuildPlainService(t testing.TB, repo string) string {
+	t.Helper()
+	return Build(t, repo, "./tools/promtest/plainservice")
+}
+
+// Build builds the command pkg (a path relative to repo) into the test's
+// temporary directory.
+func Build(t testing.TB, repo, pkg string) string {
+	t.Helper()
+	exe := filepath.Join(t.TempDir(), filepath.Base(pkg))
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", exe, pkg)
 	cmd.Dir = repo
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build examples/service: %v\n%s", err, out)
+		t.Fatalf("build %s: %v\n%s", pkg, err, out)
 	}
 	return exe
 }
@@ -42,6 +58,22 @@ func BuildService(t testing.TB, repo string) string {
 // answers. The process is killed when the test ends, before its cgroup
 // is removed, pass or fail; its output is logged when the test failed.
 func StartService(t testing.TB, exe, name string, lim Limits, env []string) string {
+	t.Helper()
+	return StartProcess(t, exe, name, lim, env).Addr
+}
+
+// Process is a service StartProcess started.
+type Process struct {
+	Addr string
+	// Cgroups are its cgroup's paths as the kernel names them (as in
+	// /proc/PID/cgroup), one per hierarchy it was created in: what
+	// cAdvisor names a container. On a v1 host each controller may put
+	// the group at another path.
+	Cgroups []string
+}
+
+// StartProcess is StartService, and says where the process's cgroup is.
+func StartProcess(t testing.TB, exe, name string, lim Limits, env []string) Process {
 	t.Helper()
 	g := cgtest.NewGroup(t)
 	if err := g.SetCPU(lim.CPU, lim.Period); err != nil {
@@ -81,13 +113,19 @@ func StartService(t testing.TB, exe, name string, lim Limits, env []string) stri
 			}
 		}
 	})
+	var paths []string
+	for _, n := range []*cgroup.Node{g.CPU, g.CPUAcct, g.Memory, g.Unified} {
+		if n != nil && !slices.Contains(paths, n.Path) {
+			paths = append(paths, n.Path)
+		}
+	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		resp, err := http.Get("http://" + addr + "/metrics")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return addr
+				return Process{Addr: addr, Cgroups: paths}
 			}
 		}
 		if time.Now().After(deadline) {
