@@ -107,6 +107,9 @@ type State struct {
 const (
 	SkipNoAllocatable = "no_allocatable"
 	SkipBadInput      = "bad_input"
+	// SkipBadConfig: the QoS ConfigMap does not parse or check, and no
+	// good configuration has been in force since the agent started (Run).
+	SkipBadConfig = "bad_config"
 )
 
 // Report is what one reconcile planned and did.
