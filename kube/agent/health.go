@@ -58,8 +58,8 @@ func (h *health) wait(what string) {
 
 // Health says whether the agent is doing its job: nil when a reconcile pass
 // has completed within maxAge of now, and an error naming the key while a
-// QoS ConfigMap that does not parse or check leaves it nothing to write. The text says what it did last, or
-// what it waits for. A pass that stood aside or skipped for want of the
+// QoS ConfigMap that does not parse or check leaves it nothing to write.
+// The text says what it did last, or what it waits for. A pass that stood aside or skipped for want of the
 // node's allocatable memory still completed: the loop is alive, and the
 // reason is in the text, the log and the metrics.
 func (a *Agent) Health(now time.Time, maxAge time.Duration) (string, error) {
