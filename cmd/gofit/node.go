@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -202,12 +203,20 @@ func runNodeReset(args []string, stdout, stderr io.Writer) error {
 	driver := fs.String("cgroup-driver", "", "the kubelet's cgroup driver, systemd or cgroupfs (default: whichever pod root exists)")
 	dryRun := fs.Bool("dry-run", false, "print the writes, in gofit node plan's format; change nothing")
 	asJSON := fs.Bool("json", false, "print JSON")
-	kf := kubeletFlags(fs)
+	kf := kubeletFlags(fs, "the kubelet's config file, read for its own Memory QoS (default: ROOT/"+defaultKubeletConfig+" when it exists and --kubelet-memory-qos is not given)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	// As the agent would: the kubelet's own values stay its own, so
+	// a reset must know what it writes without being told. Its config
+	// file is where kubeadm and most installers put it.
+	if *kf.config == "" && *kf.mode == agent.KubeletAuto {
+		if def := filepath.Join(*root, defaultKubeletConfig); fileExists(def) {
+			*kf.config = def
+		}
 	}
 	k, err := kf.qos()
 	if err != nil {
@@ -237,13 +246,22 @@ func runNodeReset(args []string, stdout, stderr io.Writer) error {
 
 const kubeletModeUsage = "what the kubelet's own Memory QoS writes, without --kubelet-config: auto (its version's defaults: from v1.37 the MemoryQoS gate is on with memoryReservationPolicy None), off, none or tiered (TieredReservation); the agent never writes the files the kubelet owns at a level"
 
+// defaultKubeletConfig is where `gofit node reset` looks for the
+// kubelet's config under --root.
+const defaultKubeletConfig = "var/lib/kubelet/config.yaml"
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
+}
+
 // kubeletFlagSet are the flags plan and reset take to know what the
 // kubelet writes (the agent itself learns its version from the Node).
 type kubeletFlagSet struct{ config, mode, version *string }
 
-func kubeletFlags(fs *flag.FlagSet) kubeletFlagSet {
+func kubeletFlags(fs *flag.FlagSet, configUsage string) kubeletFlagSet {
 	return kubeletFlagSet{
-		config:  fs.String("kubelet-config", "", "the kubelet's config file, read for its own Memory QoS"),
+		config:  fs.String("kubelet-config", "", configUsage),
 		mode:    fs.String("kubelet-memory-qos", agent.KubeletAuto, kubeletModeUsage),
 		version: fs.String("kubelet-version", "", "the kubelet's version, e.g. v1.37.2 (kubectl get node -o jsonpath='{.status.nodeInfo.kubeletVersion}'; default: the newest this gofit knows)"),
 	}
@@ -309,7 +327,7 @@ func runNodePlan(args []string, stdout, stderr io.Writer) error {
 	ratio := fs.Float64("max-protected-ratio", 0.8, "cap on the node's total memory.min, as a share of allocatable memory")
 	overrides := fs.String("pod-overrides", memqos.DefaultPodOverrides, podOverridesUsage)
 	asJSON := fs.Bool("json", false, "print JSON")
-	kf := kubeletFlags(fs)
+	kf := kubeletFlags(fs, "the kubelet's config file, read for its own Memory QoS")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -10,6 +10,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gofit-dev/gofit/kube/agent"
 )
 
 // TestNodePlan runs `gofit node plan --json` on a fixture tree and checks
@@ -194,5 +199,88 @@ func TestNodeReset(t *testing.T) {
 	}
 	if code, _, errOut := run("node", "reset", "--root", "/nonexistent"); code == 0 || !strings.Contains(errOut, "--root") {
 		t.Errorf("bad root: exit %d, %s", code, errOut)
+	}
+}
+
+// TestNodeResetKubeletConfig: `gofit node reset` took the kubelet's
+// defaults unless told otherwise, and on a TieredReservation node zeroed
+// the memory.min and memory.low the kubelet owns. By default it now reads
+// the kubelet's config under --root, as the agent is configured to, and
+// leaves those values alone.
+func TestNodeResetKubeletConfig(t *testing.T) {
+	const podMin = "sys/fs/cgroup/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod5555eeee_0000_4000_8000_000000000005.slice/memory.min"
+	for _, tiered := range []bool{true, false} {
+		root := t.TempDir()
+		if err := os.CopyFS(root, os.DirFS("../../kube/agent/testdata/v2-systemd")); err != nil {
+			t.Fatal(err)
+		}
+		if tiered {
+			cfg := filepath.Join(root, "var/lib/kubelet/config.yaml")
+			if err := os.MkdirAll(filepath.Dir(cfg), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(cfg, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nfeatureGates:\n  MemoryQoS: true\nmemoryReservationPolicy: TieredReservation\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		code, out, errOut := run("node", "reset", "--root", root, "--json")
+		if code != 0 {
+			t.Fatalf("tiered=%v: exit %d: %s", tiered, code, errOut)
+		}
+		var plan struct {
+			Writes  []struct{ Cgroup, File, Value string } `json:"writes"`
+			Kubelet string                                 `json:"kubelet"`
+		}
+		if err := json.Unmarshal([]byte(out), &plan); err != nil {
+			t.Fatal(err)
+		}
+		minLow := 0
+		for _, w := range plan.Writes {
+			if w.File == "memory.min" || w.File == "memory.low" {
+				minLow++
+			}
+		}
+		got, err := os.ReadFile(filepath.Join(root, podMin))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tiered {
+			if minLow != 0 || strings.TrimSpace(string(got)) != "104857600" || !strings.Contains(plan.Kubelet, "config.yaml") {
+				t.Errorf("TieredReservation node: %d memory.min/low writes, pod memory.min now %s, kubelet %q: the kubelet's values were reset",
+					minLow, got, plan.Kubelet)
+			}
+		} else if minLow == 0 || strings.TrimSpace(string(got)) != "0" {
+			t.Errorf("no kubelet config: %d memory.min/low writes, pod memory.min now %s: want the agent's values reset", minLow, got)
+		}
+	}
+}
+
+// TestNodePlanBadConfig: `gofit node plan --config` refuses a ConfigMap
+// the agent refuses, with the agent's error (the one /healthz shows).
+func TestNodePlanBadConfig(t *testing.T) {
+	for _, data := range []map[string]string{
+		{"resource-qos-config": `{"clusterStrategy": {"lsClass": `},
+		{"resource-qos-config": `{"clusterStrategy":{"beClass":{"memoryQOS":{"throttlingPercent":150}}}}`},
+		{"memory-qos": `{"disabledNamespaces": ["kube system"]}`},
+	} {
+		cm := &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{Kind: "ConfigMap", APIVersion: "v1"},
+			ObjectMeta: metav1.ObjectMeta{Name: "slo-controller-config", Namespace: "koordinator-system"}, Data: data}
+		_, _, want := agent.FromConfigMap(cm)
+		if want == nil {
+			t.Fatalf("%v: the agent takes it", data)
+		}
+		b, err := json.Marshal(cm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := filepath.Join(t.TempDir(), "cm.json")
+		if err := os.WriteFile(f, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		code, _, errOut := run("node", "plan", "--pods", "../../kube/agent/testdata/pods.json", "--config", f,
+			"--root", "../../kube/agent/testdata/v2-cgroupfs", "--node-memory", "4294967296")
+		if code == 0 || !strings.Contains(errOut, "--config: "+want.Error()) {
+			t.Errorf("%v: exit %d, stderr %q, want the agent's error %q", data, code, errOut, want)
+		}
 	}
 }

@@ -107,6 +107,9 @@ type State struct {
 const (
 	SkipNoAllocatable = "no_allocatable"
 	SkipBadInput      = "bad_input"
+	// SkipBadConfig: the QoS ConfigMap does not parse or check, and no
+	// good configuration has been in force since the agent started (Run).
+	SkipBadConfig = "bad_config"
 )
 
 // Report is what one reconcile planned and did.
@@ -476,14 +479,24 @@ func (a *Agent) keep(uid types.UID, d podDir) memqos.Kept {
 
 // kubeletWrote recognises the kubelet's TieredReservation in what it wrote:
 // a Guaranteed pod's cgroup holding memory.min equal to the pod's whole
-// request. The agent never plans that (memory.min stays at 9/10 of the
-// limit, which a Guaranteed pod's request equals), so someone else did.
-// Only cgroup v2 has memory.min, and only there does the kubelet do this.
+// request, with memory.low below it. Only cgroup v2 has memory.min, and
+// only there does the kubelet do this.
+//
+// A value the agent itself wrote is never evidence of another writer:
+// after an in-place downsize the memory.min it wrote earlier can equal the
+// new request (LSR at 50% going 2Gi to 1Gi; 10Gi to 9Gi at 100%, kept at
+// 9/10 of the old limit). So the value must not be what the agent left
+// there (Agent.written, this process), nor a pair the agent ever leaves:
+// it keeps memory.low at or above memory.min in every group it writes
+// (memqos raises it; the writer refuses the pair otherwise), while
+// TieredReservation sets only a Guaranteed pod's memory.min. The second
+// test holds across an agent restart, which forgets what it wrote.
 func (a *Agent) kubeletWrote(p memqos.PodResult, podPath string) string {
 	if a.layout.Version != 2 || p.KubeQoS != corev1.PodQOSGuaranteed || p.Request < 1<<20 {
 		return ""
 	}
-	cur, err := a.writer.Read(a.dir(podPath), memqos.FileMin)
+	dir := a.dir(podPath)
+	cur, err := a.writer.Read(dir, memqos.FileMin)
 	if err != nil || cur != p.Request {
 		return ""
 	}
@@ -492,8 +505,15 @@ func (a *Agent) kubeletWrote(p memqos.PodResult, podPath string) string {
 			return ""
 		}
 	}
-	return fmt.Sprintf("%s holds %d, the Guaranteed pod %s/%s's whole memory request, as the kubelet's memoryReservationPolicy TieredReservation writes it",
-		a.cgroupPath(a.dir(podPath))+"/"+memqos.FileMin, cur, p.Namespace, p.Name)
+	if w, ok := a.written[fileKey{dir, memqos.FileMin}]; ok && manage.Same(w, cur) {
+		return "" // the agent's own
+	}
+	low, err := a.writer.Read(dir, memqos.FileLow)
+	if err != nil || low >= cur {
+		return "" // a pair the agent may have left (before a restart)
+	}
+	return fmt.Sprintf("%s holds %d, the Guaranteed pod %s/%s's whole memory request, with memory.low %d below it, as the kubelet's memoryReservationPolicy TieredReservation writes it",
+		a.cgroupPath(dir)+"/"+memqos.FileMin, cur, p.Namespace, p.Name, low)
 }
 
 // cgroupPath turns a directory back into its path under the mount.

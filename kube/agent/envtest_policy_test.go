@@ -22,6 +22,8 @@ import (
 // real kube-apiserver: the QoS class label was the tenant's to set and to
 // change on a running pod, and the agent protects by it. Now it is fixed
 // at creation, and LSR/LSE are claimed only where an administrator allows.
+// SYSTEM too: a BE pod labelled SYSTEM was left to the kernel, its
+// memory.high lifted to max beside the LS pods its throttle protects.
 func TestEnvtestQoSClassPolicy(t *testing.T) {
 	cs, err := kubernetes.NewForConfig(kubetest.Start(t, nil))
 	if err != nil {
@@ -84,6 +86,10 @@ func TestEnvtestQoSClassPolicy(t *testing.T) {
 		{"tenant", map[string]string{memqos.LabelQoSClass: "LSE"}, false},
 		{"tenant", map[string]string{memqos.LabelQoSClass: "lsr"}, false},
 		{"tenant", map[string]string{memqos.LabelQoSClassLegacy: "LSR"}, false},
+		{"tenant", map[string]string{memqos.LabelQoSClass: "SYSTEM"}, false},
+		{"tenant", map[string]string{memqos.LabelQoSClass: "system"}, false},
+		{"tenant", map[string]string{memqos.LabelQoSClassLegacy: "SYSTEM"}, false},
+		{"critical", map[string]string{memqos.LabelQoSClass: "SYSTEM"}, true},
 		{"tenant", map[string]string{memqos.LabelQoSClass: "LS"}, true},
 		{"tenant", map[string]string{memqos.LabelQoSClass: "BE"}, true},
 		{"tenant", nil, true},

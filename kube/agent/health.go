@@ -20,6 +20,22 @@ type health struct {
 	lag     time.Duration
 	// deferred: what the agent leaves to the kubelet (Report.Deferred)
 	deferred []string
+	// config is why the QoS ConfigMap was refused ("" when it was not),
+	// and configBlocks whether that leaves no configuration in force, so
+	// that nothing is written.
+	config       string
+	configBlocks bool
+}
+
+// badConfig records the QoS ConfigMap's error (nil: none) and whether the
+// agent writes nothing for it.
+func (h *health) badConfig(err error, blocks bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.config, h.configBlocks = "", false
+	if err != nil {
+		h.config, h.configBlocks = err.Error(), blocks
+	}
 }
 
 func (h *health) passed(at time.Time, skip, reason string, unknown int, lag time.Duration, deferred []string) {
@@ -41,14 +57,19 @@ func (h *health) wait(what string) {
 }
 
 // Health says whether the agent is doing its job: nil when a reconcile pass
-// has completed within maxAge of now. The text says what it did last, or
-// what it waits for. A pass that stood aside or skipped for want of the
+// has completed within maxAge of now, and an error naming the key while a
+// QoS ConfigMap that does not parse or check leaves it nothing to write.
+// The text says what it did last, or what it waits for. A pass that stood aside or skipped for want of the
 // node's allocatable memory still completed: the loop is alive, and the
 // reason is in the text, the log and the metrics.
 func (a *Agent) Health(now time.Time, maxAge time.Duration) (string, error) {
 	h := &a.health
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.configBlocks {
+		// Treated like a failed read: the values stay as they are.
+		return "", fmt.Errorf("%s: nothing under kubepods is written until it is fixed", h.config)
+	}
 	if h.last.IsZero() {
 		what := h.waiting
 		if what == "" {
@@ -66,6 +87,9 @@ func (a *Agent) Health(now time.Time, maxAge time.Duration) (string, error) {
 	}
 	if h.skip != "" {
 		text += "; it wrote nothing: " + h.skip
+	}
+	if h.config != "" {
+		text += "; " + h.config + ": ignored, the last good configuration stays in force"
 	}
 	if len(h.deferred) > 0 {
 		text += "; it defers to the kubelet for " + strings.Join(h.deferred, "; ")

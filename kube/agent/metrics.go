@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"slices"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gofit-dev/gofit/kube/memqos"
@@ -18,6 +20,7 @@ type Metrics struct {
 	skipped   *prometheus.CounterVec
 	kubelet   prometheus.Gauge
 	defaults  prometheus.Gauge
+	valid     *prometheus.GaugeVec
 	lastPass  prometheus.Gauge
 	unprot    prometheus.Gauge
 	viewLag   prometheus.Gauge
@@ -48,7 +51,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}),
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gofit_node_skipped_reconciles_total",
-			Help: "reconcile passes that wrote nothing, by reason: no_allocatable, bad_input, kubelet_memory_qos.",
+			Help: "reconcile passes that wrote nothing, by reason: no_allocatable, bad_input, bad_config.",
 		}, []string{"reason"}),
 		kubelet: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gofit_node_kubelet_memory_qos", Help: "1 when the kubelet's own Memory QoS writes some of memory.min/low/high on this node (gofit_node_kubelet_owned says which; the agent leaves those to it unless told to take over).",
@@ -56,6 +59,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		defaults: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gofit_node_config_defaults", Help: "1 when the QoS ConfigMap is missing or unreadable and the defaults are in force.",
 		}),
+		valid: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "gofit_node_config_valid",
+			Help: "1 when the key (resource-qos-config, memory-qos) of the QoS ConfigMap as last read parses and checks (or is absent), 0 when it does not: the agent then keeps the last good configuration or, with none since it started, writes nothing.",
+		}, []string{"key"}),
 		lastPass: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "gofit_node_last_reconcile_timestamp_seconds", Help: "when the last reconcile pass ended (Unix time).",
 		}),
@@ -81,10 +88,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "gofit_node_cgroup_conflicts", Help: "pod cgroups that more than one API pod maps to (a forged kubernetes.io/config.mirror): those pods are not planned.",
 		}),
 	}
-	for _, r := range []string{SkipNoAllocatable, SkipBadInput} {
+	for _, r := range []string{SkipNoAllocatable, SkipBadInput, SkipBadConfig} {
 		m.skipped.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.owned, m.foreign, m.writes, m.errors, m.protected, m.duration, m.missing, m.skipped, m.kubelet, m.defaults, m.lastPass, m.unprot, m.viewLag, m.unknown, m.conflicts} {
+	for _, c := range []prometheus.Collector{m.owned, m.foreign, m.writes, m.errors, m.protected, m.duration, m.missing, m.skipped, m.kubelet, m.defaults, m.valid, m.lastPass, m.unprot, m.viewLag, m.unknown, m.conflicts} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -97,6 +104,17 @@ func (m *Metrics) Error() { m.errors.Inc() }
 
 // ConfigDefaults records whether the defaults stand in for the ConfigMap.
 func (m *Metrics) ConfigDefaults(on bool) { m.defaults.Set(b2f(on)) }
+
+// ConfigValid records which keys of the QoS ConfigMap, as last read, do
+// not parse or check (bad; none: all valid).
+func (m *Metrics) ConfigValid(bad []string) {
+	for _, k := range ConfigKeys {
+		m.valid.WithLabelValues(k).Set(b2f(!slices.Contains(bad, k)))
+	}
+}
+
+// Skipped counts a pass that did not run (SkipBadConfig).
+func (m *Metrics) Skipped(reason string) { m.skipped.WithLabelValues(reason).Inc() }
 
 func b2f(b bool) float64 {
 	if b {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/gofit-dev/gofit/cgroup/manage"
 	"github.com/gofit-dev/gofit/kube/memqos"
@@ -165,6 +167,71 @@ func TestKubeletMemoryQoS(t *testing.T) {
 	}
 	if len(rep.Deferred) != 5 {
 		t.Errorf("deferred %q: want kubepods, qos, pod, container min/low and (v1.36's 0.9 factor) container memory.high", rep.Deferred)
+	}
+}
+
+// TestOwnValuesNotKubelets: after an in-place downsize the memory.min the
+// agent wrote for a Guaranteed pod can equal the pod's new request (LSR at
+// 50% going 2Gi to 1Gi; 10Gi to 9Gi at 100%, which the 9/10 guard kept at
+// 9Gi). The agent took its own value for the kubelet's TieredReservation
+// and deferred every level to a kubelet that writes nothing. It must go on
+// writing, in the same process and after a restart.
+func TestOwnValuesNotKubelets(t *testing.T) {
+	for _, tc := range []struct {
+		name, cfg     string
+		from, to      string
+		before, after int64 // the pod's memory.min before and after the downsize
+	}{
+		{"LSR 50% 2Gi to 1Gi", `{"clusterStrategy":{"lsrClass":{"memoryQOS":{"enable":true,"minLimitPercent":50}}}}`,
+			"2Gi", "1Gi", 1 << 30, 512 << 20},
+		{"LSR 100% 10Gi to 9Gi", `{"clusterStrategy":{"lsrClass":{"memoryQOS":{"enable":true,"minLimitPercent":100,"lowLimitPercent":100}}}}`,
+			"10Gi", "9Gi", 9 << 30, (9 << 30) * 9 / 10 / 4096 * 4096},
+	} {
+		for _, restart := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s restart=%v", tc.name, restart), func(t *testing.T) {
+				l, st := nodeFixture(t)
+				st.NodeAllocatable = 32 << 30
+				cfg, err := memqos.ParseConfig([]byte(tc.cfg))
+				if err != nil {
+					t.Fatal(err)
+				}
+				st.Config = cfg
+				var db *corev1.Pod
+				for _, p := range st.Pods {
+					if p.Name == "db" {
+						db = p
+					}
+				}
+				size := func(q string) {
+					r := db.Spec.Containers[0].Resources
+					r.Requests[corev1.ResourceMemory] = resource.MustParse(q)
+					r.Limits[corev1.ResourceMemory] = resource.MustParse(q)
+				}
+				podMin := filepath.Join(l.Mount, guaranteeed, "memory.min")
+				size(tc.from)
+				a := New(l, Options{})
+				if rep := a.Reconcile(st); rep.Skip != "" || len(rep.Apply.Errors) != 0 {
+					t.Fatalf("first pass: skip %q, errors %v", rep.SkipReason, rep.Apply.Errors)
+				}
+				if got := readVal(t, podMin); got != fmt.Sprint(tc.before) {
+					t.Fatalf("before the downsize: memory.min %s, want %d", got, tc.before)
+				}
+				size(tc.to)
+				if q := resource.MustParse(tc.to); q.Value() != tc.before {
+					t.Fatalf("the case does not test anything: new request %d, memory.min %d", q.Value(), tc.before)
+				}
+				if restart {
+					a = New(l, Options{})
+				}
+				rep := a.Reconcile(st)
+				if len(rep.Deferred) != 0 || strings.Contains(rep.Kubelet, "TieredReservation") {
+					t.Errorf("its own value taken for the kubelet's: kubelet %q, deferred %q", rep.Kubelet, rep.Deferred)
+				}
+				if got := readVal(t, podMin); got != fmt.Sprint(tc.after) {
+					t.Errorf("after the downsize: memory.min %s, want %d", got, tc.after)
+				}
+			})
+		}
 	}
 }
 

@@ -108,30 +108,84 @@ func ReadConfig(file string) (*memqos.Config, memqos.Namespaces, error) {
 	}
 	c, err := memqos.ParseConfig(b)
 	if err != nil {
-		return nil, memqos.Namespaces{}, fmt.Errorf("%s: %w", file, err)
+		return nil, memqos.Namespaces{}, fmt.Errorf("%s: %w", file, &ConfigError{Key: memqos.ConfigKey, Err: err})
 	}
 	return c, memqos.Namespaces{}, nil
 }
 
 // FromConfigMap reads the koordinator keys of a ConfigMap; a missing key
-// is an empty configuration.
+// is an empty configuration. A key that does not parse or check is an
+// error (a *ConfigError per key, BadKeys lists them) and no configuration:
+// the agent then keeps what it has in force, or writes nothing.
 func FromConfigMap(cm *corev1.ConfigMap) (*memqos.Config, memqos.Namespaces, error) {
 	c := &memqos.Config{}
 	var ns memqos.Namespaces
-	where := cm.Namespace + "/" + cm.Name
+	var errs keyErrors
 	if s, ok := cm.Data[memqos.ConfigKey]; ok && strings.TrimSpace(s) != "" {
 		var err error
 		if c, err = memqos.ParseConfig([]byte(s)); err != nil {
-			return nil, ns, fmt.Errorf("configmap %s: %w", where, err)
+			errs = append(errs, &ConfigError{Key: memqos.ConfigKey, Err: err})
 		}
 	}
 	if s, ok := cm.Data[memqos.NamespacesKey]; ok && strings.TrimSpace(s) != "" {
 		var err error
 		if ns, err = memqos.ParseNamespaces([]byte(s)); err != nil {
-			return nil, ns, fmt.Errorf("configmap %s: %w", where, err)
+			errs = append(errs, &ConfigError{Key: memqos.NamespacesKey, Err: err})
 		}
 	}
+	if len(errs) > 0 {
+		return nil, memqos.Namespaces{}, fmt.Errorf("configmap %s/%s: %w", cm.Namespace, cm.Name, errs)
+	}
 	return c, ns, nil
+}
+
+// ConfigKeys are the keys of the QoS ConfigMap the agent reads.
+var ConfigKeys = []string{memqos.ConfigKey, memqos.NamespacesKey}
+
+// ConfigError is a key of the QoS ConfigMap that does not parse or check.
+type ConfigError struct {
+	Key string // memqos.ConfigKey or memqos.NamespacesKey
+	Err error  // names the key and the field
+}
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// keyErrors are the errors of several keys, on one line.
+type keyErrors []error
+
+func (k keyErrors) Error() string {
+	parts := make([]string, len(k))
+	for i, e := range k {
+		parts[i] = e.Error()
+	}
+	return strings.Join(parts, "; ")
+}
+
+func (k keyErrors) Unwrap() []error { return k }
+
+// BadKeys lists the keys an error of FromConfigMap or ReadConfig names.
+func BadKeys(err error) []string {
+	var keys []string
+	var walk func(error)
+	walk = func(e error) {
+		if c, ok := e.(*ConfigError); ok {
+			keys = append(keys, c.Key)
+			return
+		}
+		switch u := e.(type) {
+		case interface{ Unwrap() []error }:
+			for _, x := range u.Unwrap() {
+				walk(x)
+			}
+		case interface{ Unwrap() error }:
+			if x := u.Unwrap(); x != nil {
+				walk(x)
+			}
+		}
+	}
+	walk(err)
+	return keys
 }
 
 func readBounded(file string) ([]byte, error) {

@@ -75,7 +75,15 @@ func (a *Agent) Reset() Report {
 		}
 	}
 	// The files the kubelet owns stay its own: resetting them would fight
-	// it (it sets them again) or undo its protection.
+	// it (it sets them again) or undo its protection. Where its values
+	// show TieredReservation, as in a pass, they are its own whatever the
+	// configuration said.
+	if seen := a.tieredInTree(dirs); seen != "" && l.Version == 2 {
+		if _, owned := a.opts.Kubelet.Owns(memqos.LevelPod, memqos.FileMin); !owned {
+			a.log.Warn("the kubelet writes TieredReservation's values: leaving them to it", "seen", seen, "was", a.opts.Kubelet.Reason)
+			a.opts.Kubelet = tieredSeen(seen, 0)
+		}
+	}
 	rep.Values = a.deferToKubelet(&rep, rep.Values)
 	// No bound from the node's size here: every value is 0 or unlimited.
 	a.writer.MaxMemory = 0
@@ -93,6 +101,32 @@ func (a *Agent) Reset() Report {
 	}
 	rep.Duration = time.Since(start)
 	return rep
+}
+
+// tieredInTree recognises TieredReservation without the API's pods (the
+// requests kubeletWrote compares with): a Guaranteed pod's cgroup holding
+// memory.min above 0 with memory.low below it, a pair the agent never
+// leaves (it keeps memory.low at or above memory.min) and the kubelet
+// writes for every Guaranteed pod it makes. Only cgroup v2 has memory.min.
+func (a *Agent) tieredInTree(dirs map[types.UID]podDir) string {
+	if a.layout.Version != 2 {
+		return ""
+	}
+	for _, d := range sortedDirs(dirs) {
+		if d.qos != corev1.PodQOSGuaranteed {
+			continue
+		}
+		dir := a.dir(d.path)
+		mn, err := a.writer.Read(dir, memqos.FileMin)
+		if err != nil || mn <= 0 || mn == manage.Unlimited {
+			continue
+		}
+		if lo, err := a.writer.Read(dir, memqos.FileLow); err == nil && lo < mn {
+			return fmt.Sprintf("%s holds %d with memory.low %d below it, as the kubelet's memoryReservationPolicy TieredReservation writes a Guaranteed pod's request",
+				a.cgroupPath(dir)+"/"+memqos.FileMin, mn, lo)
+		}
+	}
+	return ""
 }
 
 func sortedDirs(dirs map[types.UID]podDir) []podDir {

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -138,5 +139,54 @@ func TestUninstalling(t *testing.T) {
 		if got != tc.want || !strings.Contains(why, "gofit-node") {
 			t.Errorf("%s: %v (%s), want %v", tc.name, got, why, tc.want)
 		}
+	}
+}
+
+// TestResetLeavesTiered: Reset zeroed the pod-level memory.min and
+// memory.low that the kubelet's TieredReservation owns when the agent had
+// not been told of it. It now recognises TieredReservation in the tree as
+// a pass does (a Guaranteed pod's memory.min with memory.low below it, a
+// pair the agent never leaves) and leaves the kubelet's files alone; the
+// agent's own pair is still reset.
+func TestResetLeavesTiered(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		low      string // the Guaranteed pod's memory.low beside memory.min 512Mi
+		kubelets bool
+	}{{"kubelet's pair", "0", true}, {"agent's pair", "536870912", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, _ := nodeFixture(t)
+			write := func(rel, v string) {
+				t.Helper()
+				if err := os.WriteFile(filepath.Join(l.Mount, rel), []byte(v+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			write(guaranteeed+"/memory.min", "536870912")
+			write(guaranteeed+"/memory.low", tc.low)
+			write(staticDir+"/memory.low", "104857600")           // a Burstable pod's request
+			write(sidecarDir+"/ddd000/memory.high", "2147483648") // the agent's BE throttle
+			before := snapshot(t, l.Mount)
+			rep := New(l, Options{}).Reset()
+			if len(rep.Apply.Errors) > 0 {
+				t.Fatal(rep.Apply.Errors)
+			}
+			after := snapshot(t, l.Mount)
+			changed := func(rel string) bool {
+				p := filepath.Join(l.Mount, rel)
+				return before[p] != after[p]
+			}
+			for _, rel := range []string{guaranteeed + "/memory.min", staticDir + "/memory.low"} {
+				if changed(rel) == tc.kubelets {
+					t.Errorf("%s: %q then %q: want it changed only when it is the agent's", rel, before[filepath.Join(l.Mount, rel)], after[filepath.Join(l.Mount, rel)])
+				}
+			}
+			if tc.kubelets && (len(rep.Deferred) == 0 || !strings.Contains(rep.Kubelet, "TieredReservation")) {
+				t.Errorf("deferred %q, kubelet %q", rep.Deferred, rep.Kubelet)
+			}
+			if got := readVal(t, filepath.Join(l.Mount, sidecarDir, "ddd000", "memory.high")); got != "max" {
+				t.Errorf("container memory.high %s: the agent's, reset either way", got)
+			}
+		})
 	}
 }

@@ -214,19 +214,25 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 	}
 
 	// The last good configuration stays in force when the ConfigMap turns
-	// bad: a typo must not drop every pod's protection.
+	// bad: a typo must not drop every pod's protection. With none in force
+	// yet (a restart, or a helm upgrade that brings a new image and a bad
+	// qosConfig together), a bad ConfigMap is treated like a failed read:
+	// nothing is written until it is fixed, and /healthz, the metrics and
+	// the log say why.
 	var cfg *memqos.Config
+	var cfgErr error // why the ConfigMap as last read was refused
 	var nss memqos.Namespaces
 	var cmVersion, lastDefaults, lastSkip, lastWait, lastConflicts string
 	lastUnknown := 0
 	useDefaults := func(why string) {
-		cfg, nss, cmVersion = &memqos.Config{}, memqos.Namespaces{}, ""
+		cfg, nss, cmVersion, cfgErr = &memqos.Config{}, memqos.Namespaces{}, "", nil
 		if why != lastDefaults {
 			a.log.Warn("QoS configuration: using the defaults", "configmap", cmWhere, "reason", why)
 			lastDefaults = why
 		}
 		if a.opts.Metrics != nil {
 			a.opts.Metrics.ConfigDefaults(true)
+			a.opts.Metrics.ConfigValid(nil)
 		}
 	}
 	tick := time.NewTicker(src.Interval)
@@ -263,8 +269,13 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 				a.log.Error("get configmap", "err", cmErr)
 			case cm.ResourceVersion != cmVersion:
 				c, n, perr := FromConfigMap(cm)
+				cfgErr = perr
 				if perr != nil {
-					a.log.Error("configmap ignored; keeping the last good configuration", "err", perr)
+					if cfg == nil {
+						a.log.Error("configmap invalid and no good configuration in force: writing nothing until it is fixed", "keys", BadKeys(perr), "err", perr)
+					} else {
+						a.log.Error("configmap invalid: keeping the last good configuration", "keys", BadKeys(perr), "err", perr)
+					}
 					if a.opts.Metrics != nil {
 						a.opts.Metrics.Error()
 					}
@@ -274,10 +285,19 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 						a.opts.Metrics.ConfigDefaults(false)
 					}
 				}
+				if a.opts.Metrics != nil {
+					a.opts.Metrics.ConfigValid(BadKeys(perr))
+				}
 				cmVersion = cm.ResourceVersion
 			}
+			a.health.badConfig(cfgErr, cfg == nil)
 			if cfg == nil {
-				cfg = &memqos.Config{}
+				// No configuration in force: planning on an empty one
+				// would drop every pod's protection. Write nothing.
+				if a.opts.Metrics != nil && cfgErr != nil {
+					a.opts.Metrics.Skipped(SkipBadConfig)
+				}
+				goto next
 			}
 			list, _ := pods.Lister().List(labels.Everything())
 			var alloc int64

@@ -178,3 +178,171 @@ func TestPassSpacing(t *testing.T) {
 		t.Errorf("%d passes for 100 events in %v, want 1 to %d", n, took.Round(time.Millisecond), limit)
 	}
 }
+
+// TestBadConfigAfterRestart: after a restart, a resource-qos-config or
+// memory-qos that does not parse or check made the agent plan on an empty
+// configuration: memory.min and memory.low 0 and memory.high max on every
+// pod, with /healthz at 200. Now it is treated like a failed read: nothing
+// under kubepods changes, /healthz is 503 naming the key and the error,
+// and gofit_node_config_valid says which key. Once fixed, passes run; a
+// later bad version keeps the last good configuration in force.
+func TestBadConfigAfterRestart(t *testing.T) {
+	good, err := os.ReadFile("testdata/resource-qos.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, key string
+		data      map[string]string
+		want      string // in the error
+	}{
+		{"unparseable resource-qos-config", "resource-qos-config",
+			map[string]string{"resource-qos-config": `{"clusterStrategy": {"lsClass": `}, "resource-qos-config: unexpected end of JSON input"},
+		{"invalid resource-qos-config", "resource-qos-config",
+			map[string]string{"resource-qos-config": `{"clusterStrategy":{"lsClass":{"memoryQOS":{"enable":true,"minLimitPercent":150}}}}`},
+			"resource-qos-config: clusterStrategy.lsClass.memoryQOS.minLimitPercent: 150 is not a percentage"},
+		{"unparseable memory-qos", "memory-qos",
+			map[string]string{"resource-qos-config": string(good), "memory-qos": `{"disabledNamespaces": "kube-system"}`}, "memory-qos: json: cannot unmarshal"},
+		{"invalid memory-qos", "memory-qos",
+			map[string]string{"resource-qos-config": string(good), "memory-qos": `{"disabledNamespaces": ["kube system"]}`},
+			`memory-qos: disabledNamespaces[0]: "kube system" is not a namespace name`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			root := copyTree(t, "testdata/v2-cgroupfs")
+			l, err := Detect(root, "/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			// What the agent wrote before its restart, from a good ConfigMap.
+			before := New(l, Options{})
+			if rep := before.Reconcile(fixtureState(t)); rep.Skip != "" || len(rep.Apply.Changed) == 0 {
+				t.Fatalf("the pass before the restart: skip %q, %d changed", rep.SkipReason, len(rep.Apply.Changed))
+			}
+			kubepods := filepath.Join(l.Mount, "kubepods")
+			snap := snapshot(t, kubepods)
+			pods, err := ReadPodList("testdata/pods.json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "slo-controller-config", Namespace: "koordinator-system", ResourceVersion: "1"},
+				Data: tc.data}
+			objs := []runtime.Object{cm, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", UID: "node-a-uid"},
+				Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("4Gi")}}}}
+			for _, p := range pods {
+				objs = append(objs, p)
+			}
+			cs := fake.NewClientset(objs...)
+			reg := prometheus.NewRegistry()
+			m, err := NewMetrics(reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := New(l, Options{Metrics: m})
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				done <- a.Run(ctx, cs, Source{NodeName: "node-a", Interval: time.Second, SyncTimeout: 5 * time.Second})
+			}()
+			defer func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("run: %v", err)
+				}
+			}()
+			metric := func(name string, labels ...string) float64 {
+				mfs, err := reg.Gather()
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, mf := range mfs {
+					if mf.GetName() != name {
+						continue
+					}
+				next:
+					for _, mm := range mf.GetMetric() {
+						for i, lp := range mm.GetLabel() {
+							if i*2+1 >= len(labels) || lp.GetName() != labels[i*2] || lp.GetValue() != labels[i*2+1] {
+								continue next
+							}
+						}
+						if mm.GetGauge() != nil {
+							return mm.GetGauge().GetValue()
+						}
+						return mm.GetCounter().GetValue()
+					}
+				}
+				return -1
+			}
+			// A few intervals: nothing written, and every sign says why.
+			for deadline := time.Now().Add(4 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+				if metric("gofit_node_skipped_reconciles_total", "reason", SkipBadConfig) >= 3 {
+					break
+				}
+			}
+			if n := metric("gofit_node_skipped_reconciles_total", "reason", SkipBadConfig); n < 3 {
+				t.Errorf("%v passes counted as skipped for bad_config, want 3 or more", n)
+			}
+			after := snapshot(t, kubepods)
+			for p, v := range snap {
+				if after[p] != v {
+					t.Errorf("%s changed from %q to %q under a bad ConfigMap", strings.TrimPrefix(p, l.Mount), v, after[p])
+				}
+			}
+			_, herr := a.Health(time.Now(), time.Minute)
+			if herr == nil || !strings.Contains(herr.Error(), "configmap koordinator-system/slo-controller-config: "+tc.want) {
+				t.Errorf("health under a bad ConfigMap: %v, want an error with %q", herr, tc.want)
+			}
+			for _, k := range ConfigKeys {
+				want := 1.0
+				if k == tc.key {
+					want = 0
+				}
+				if got := metric("gofit_node_config_valid", "key", k); got != want {
+					t.Errorf("gofit_node_config_valid{key=%q} = %v, want %v", k, got, want)
+				}
+			}
+			if tc.name != "unparseable resource-qos-config" {
+				return
+			}
+
+			// Fixed: passes run with it.
+			cm.Data, cm.ResourceVersion = map[string]string{"resource-qos-config": string(good)}, "2"
+			if _, err := cs.CoreV1().ConfigMaps(cm.Namespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+				if _, err := a.Health(time.Now(), time.Minute); err == nil {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("no pass after the ConfigMap was fixed")
+				}
+			}
+			if got := metric("gofit_node_config_valid", "key", tc.key); got != 1 {
+				t.Errorf("fixed: gofit_node_config_valid %v", got)
+			}
+			// Bad again: the good one stays in force, and /healthz says so.
+			cm.Data, cm.ResourceVersion = tc.data, "3"
+			if _, err := cs.CoreV1().ConfigMaps(cm.Namespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(10 * time.Second); metric("gofit_node_config_valid", "key", tc.key) != 0; time.Sleep(50 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the second bad version not seen")
+				}
+			}
+			time.Sleep(1500 * time.Millisecond)
+			text, err := a.Health(time.Now(), time.Minute)
+			if err != nil || !strings.Contains(text, tc.want) || !strings.Contains(text, "the last good configuration stays in force") {
+				t.Errorf("health with a last good configuration: %q, %v", text, err)
+			}
+			after = snapshot(t, kubepods)
+			for p, v := range snap {
+				if after[p] != v {
+					t.Errorf("%s changed from %q to %q with the last good configuration in force", strings.TrimPrefix(p, l.Mount), v, after[p])
+				}
+			}
+		})
+	}
+}

@@ -480,6 +480,69 @@ func computePod(pr *PodResult, pod *corev1.Pod, in Input, env limits, sl *slabs)
 	}
 	pc, ws := allow.filter(pc, in.NodeStrategy.class(class))
 	warns = append(warns, ws...)
+	planPod(pr, pod, class, pc, in, env, sl)
+	if class == BE && pc != nil {
+		// The BE throttle protects the LS pods beside it: what the pod says
+		// of itself may lower it, never lift it (policy none,
+		// throttlingPercent 0 or a higher one, policy default where the
+		// node runs auto). The class's own plan is the ceiling.
+		var byClass PodResult
+		planPod(&byClass, pod, class, nil, in, env, sl)
+		if w := keepThrottle(pr, &byClass, env); w != "" {
+			warns = append(warns, w)
+		}
+	}
+	return warns
+}
+
+// keepThrottle lowers each BE container's memory.high and v1 soft limit
+// in pr to the one its class plans (byClass) where the pod's annotation
+// put it higher, and says which it held down.
+func keepThrottle(pr, byClass *PodResult, env limits) string {
+	var held []string
+	for i := range pr.Containers {
+		if i >= len(byClass.Containers) {
+			break
+		}
+		own, cls := pr.Containers[i].Settings, byClass.Containers[i].Settings
+		low := value(own, FileLow)
+		for j := range own {
+			f := own[j].File
+			if f != FileHigh && f != FileSoftLimit {
+				continue
+			}
+			c, ok := settingOf(cls, f)
+			if !ok || own[j].Value <= c.Value {
+				continue
+			}
+			v := c.Value
+			if f == FileHigh {
+				v = max(v, low) // never below memory.low: c.Value is not either
+			}
+			why := env.say(c.Reason, fmt.Sprintf("; the pod's %s annotation asked for %s, but a BE pod cannot raise its own throttle",
+				AnnotationMemoryQOS, manage.FormatValue(own[j].Value)))
+			own[j] = Setting{File: f, Value: v, Reason: why}
+			held = append(held, pr.Containers[i].Name+" "+f)
+		}
+	}
+	if len(held) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("annotation %s: a BE pod cannot raise its own throttle; kept at its class's: %s",
+		AnnotationMemoryQOS, strings.Join(held, ", "))
+}
+
+func settingOf(ss []Setting, file string) (Setting, bool) {
+	for _, s := range ss {
+		if s.File == file {
+			return s, true
+		}
+	}
+	return Setting{}, false
+}
+
+// planPod plans one pod of class with its (filtered) annotation pc.
+func planPod(pr *PodResult, pod *corev1.Pod, class Class, pc *PodConfig, in Input, env limits, sl *slabs) {
 	*pr = PodResult{UID: CgroupUID(pod, in.Node), Namespace: pod.Namespace, Name: pod.Name, KubeQoS: KubeQoS(pod), Class: class}
 
 	policy := in.Policy
@@ -571,7 +634,7 @@ func computePod(pr *PodResult, pod *corev1.Pod, in Input, env limits, sl *slabs)
 		for _, c := range ctrs {
 			pr.Containers = append(pr.Containers, ContainerResult{Name: c.Name, ID: containerID(pod, c.Name), Settings: restore(LevelContainer)})
 		}
-		return warns
+		return
 	}
 
 	pct := func(p *int64) int64 {
@@ -621,7 +684,6 @@ func computePod(pr *PodResult, pod *corev1.Pod, in Input, env limits, sl *slabs)
 		cr.Settings = knobSettings(cr.Settings, knobs, why, env)
 		pr.Containers = append(pr.Containers, cr)
 	}
-	return warns
 }
 
 func b2i(b bool) int {

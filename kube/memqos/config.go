@@ -9,9 +9,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // ConfigKey is the key of the koordinator ConfigMap that holds the
@@ -105,10 +107,27 @@ func ParseConfig(data []byte) (*Config, error) {
 	return &c, nil
 }
 
-// ParseNamespaces decodes the memory-qos key.
+// ParseNamespaces decodes and checks the memory-qos key. An entry that is
+// not a namespace name (a typo, "kube system") is an error naming it: it
+// would never match, and an allow list that matches nothing turns memory
+// QoS off everywhere.
 func ParseNamespaces(data []byte) (Namespaces, error) {
 	var n Namespaces
 	if err := json.Unmarshal(data, &n); err != nil {
+		return Namespaces{}, fmt.Errorf("%s: %w", NamespacesKey, err)
+	}
+	var errs []error
+	for _, l := range []struct {
+		name string
+		list []string
+	}{{"enabledNamespaces", n.Enabled}, {"disabledNamespaces", n.Disabled}} {
+		for i, ns := range l.list {
+			if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+				errs = append(errs, fmt.Errorf("%s[%d]: %q is not a namespace name: %s", l.name, i, ns, strings.Join(msgs, "; ")))
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
 		return Namespaces{}, fmt.Errorf("%s: %w", NamespacesKey, err)
 	}
 	return n, nil

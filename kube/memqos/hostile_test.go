@@ -24,15 +24,6 @@ func compute(t *testing.T, in Input) Result {
 	return res
 }
 
-func settingOf(ss []Setting, file string) (Setting, bool) {
-	for _, s := range ss {
-		if s.File == file {
-			return s, true
-		}
-	}
-	return Setting{}, false
-}
-
 // TestHugeLimit: a Burstable pod with limits.memory 1Ei (the kubelet admits
 // it) overflowed the arithmetic: negative memory.min, a memory.high below
 // its request, negative class sums, and the node cap switched off for
@@ -290,5 +281,67 @@ func TestOldKernel(t *testing.T) {
 	}
 	if _, err := kernelAtLeast("garbage", 5, 9); err == nil {
 		t.Error("kernel release garbage accepted")
+	}
+}
+
+// TestBestEffortKeepsThrottle: a BE pod lifted its own memory.high to max
+// with its annotation ({"policy":"none"}, or throttlingPercent 0), or
+// above its class's (a higher throttlingPercent, policy default on a node
+// that runs auto). Its throttle protects the LS pods beside it: the pod
+// may lower it, never raise it. (The third way, the label
+// koordinator.sh/qosClass: SYSTEM, is the QoS class policy's to refuse:
+// TestEnvtestQoSClassPolicy.)
+func TestBestEffortKeepsThrottle(t *testing.T) {
+	classCfg := cfg(t, `{"clusterStrategy":{"beClass":{"memoryQOS":{"enable":true,"throttlingPercent":40}}}}`)
+	for _, tc := range []struct {
+		name, ann string
+		policy    Policy
+		strategy  Strategy
+		want      int64 // memory.high of the BE container, on 10Gi allocatable
+	}{
+		{"policy none", `{"policy":"none"}`, PolicyAuto, Strategy{}, 5 * gi},
+		{"policy none, class config", `{"policy":"none"}`, PolicyDefault, classCfg, 4 * gi},
+		{"throttlingPercent 0", `{"throttlingPercent":0}`, PolicyAuto, Strategy{}, 5 * gi},
+		{"throttlingPercent 0, class config", `{"throttlingPercent":0}`, PolicyDefault, classCfg, 4 * gi},
+		{"throttlingPercent above the class's", `{"throttlingPercent":90}`, PolicyDefault, classCfg, 4 * gi},
+		{"policy default on an auto node", `{"policy":"default"}`, PolicyAuto, Strategy{}, 5 * gi},
+		{"lower is the pod's to ask", `{"throttlingPercent":10}`, PolicyDefault, classCfg, gi},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, v := range []int{1, 2} {
+				pod := mkPod("be", nil, map[string]string{AnnotationMemoryQOS: tc.ann}, corev1.PodRunning, ctr{name: "hog"})
+				in := Input{Pods: []*corev1.Pod{pod}, Policy: tc.policy, Strategy: tc.strategy, NodeAllocatable: 10 * gi, CgroupVersion: v}
+				res := compute(t, in)
+				if err := checkRule(in, res); err != nil {
+					t.Error(err)
+				}
+				p := res.Pods[0]
+				if p.Class != BE {
+					t.Fatalf("class %s", p.Class)
+				}
+				c := p.Containers[0].Settings
+				if s, _ := settingOf(c, FileHigh); s.Value != tc.want {
+					t.Errorf("v%d: memory.high %s, want %d (%s)", v, manage.FormatValue(s.Value), tc.want, s.Reason)
+				}
+				if v == 1 {
+					if s, _ := settingOf(c, FileSoftLimit); s.Value != 0 {
+						t.Errorf("v1: soft limit %s, want 0: BE gives memory back first (%s)", manage.FormatValue(s.Value), s.Reason)
+					}
+				}
+				held := false
+				for _, w := range res.Warnings {
+					held = held || strings.Contains(w, "cannot raise its own throttle")
+				}
+				if lifted := tc.want != gi; held != lifted {
+					t.Errorf("warning about the held throttle: %v, want %v (%q)", held, lifted, res.Warnings)
+				}
+				// The reasons are formatted only outside a terse plan; the
+				// values are the same.
+				in.Terse = true
+				if tr := compute(t, in); get(t, tr.Pods[0].Containers[0].Settings, FileHigh) != tc.want {
+					t.Errorf("terse plan: memory.high %d", get(t, tr.Pods[0].Containers[0].Settings, FileHigh))
+				}
+			}
+		})
 	}
 }

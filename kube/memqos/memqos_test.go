@@ -390,6 +390,26 @@ func TestParseConfig(t *testing.T) {
 	}
 }
 
+// TestParseNamespaces: a memory-qos key that is not JSON, or names
+// something that cannot be a namespace, is an error naming the field.
+func TestParseNamespaces(t *testing.T) {
+	for _, tc := range []struct{ in, err string }{
+		{`{"enabledNamespaces": [`, "memory-qos: unexpected end of JSON input"},
+		{`{"enabledNamespaces": "prod"}`, "memory-qos: json: cannot unmarshal"},
+		{`{"disabledNamespaces": ["kube system"]}`, `memory-qos: disabledNamespaces[0]: "kube system" is not a namespace name`},
+		{`{"enabledNamespaces": ["prod", ""]}`, `enabledNamespaces[1]: "" is not a namespace name`},
+	} {
+		_, err := ParseNamespaces([]byte(tc.in))
+		if err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%s: error %v, want one with %q", tc.in, err, tc.err)
+		}
+	}
+	n, err := ParseNamespaces([]byte(`{"enabledNamespaces": ["prod"], "disabledNamespaces": ["kube-system"], "other": 1}`))
+	if err != nil || len(n.Enabled) != 1 || n.Disabled[0] != "kube-system" {
+		t.Errorf("%+v, %v", n, err)
+	}
+}
+
 func TestBatchMemory(t *testing.T) {
 	pod := mkPod("b", map[string]string{LabelQoSClass: "BE"}, nil, corev1.PodRunning, ctr{name: "c"})
 	pod.Spec.Containers[0].Resources.Limits[ResourceBatchMemory] = resource.MustParse("1Gi")

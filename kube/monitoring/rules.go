@@ -186,6 +186,11 @@ func Groups(p Params) ([]Group, error) {
 		"The gofit node agent's passes fail.",
 		"The gofit node agent {{ $labels.namespace }}/{{ $labels.pod }} on {{ $labels.node }} skipped {{ $value | humanize }} passes for bad input or a missing allocatable memory in "+w+": it sets no memory QoS.")
 
+	add("GofitNodeAgentConfigInvalid", "warning", fd(p.AgentFor),
+		fmt.Sprintf("min by (%s, key) (gofit_node_config_valid) == 0", byAgent),
+		"The gofit node agent refuses its QoS ConfigMap.",
+		"The gofit node agent {{ $labels.namespace }}/{{ $labels.pod }} on {{ $labels.node }} refuses the {{ $labels.key }} key of its QoS ConfigMap, which does not parse or check: it keeps the last good configuration, or writes nothing where it has had none since it started. Its /healthz and log name the error.")
+
 	add("GofitNodeAgentPassesStalled", "warning", fd(p.AgentFor),
 		fmt.Sprintf("time() - max by (%s) (gofit_node_last_reconcile_timestamp_seconds) > %s", byAgent, num(p.AgentMaxPassAge.Seconds())),
 		"The gofit node agent's passes do not complete.",

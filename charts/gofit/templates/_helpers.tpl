@@ -42,3 +42,92 @@ app.kubernetes.io/name: gofit-webhook
 {{ .Values.node.namespace }}
 {{- end -}}
 {{- end -}}
+
+{{/*
+gofit.checkQoSConfig fails the render when the QoS ConfigMap the chart
+creates would not parse or check in the agent (kube/memqos ParseConfig and
+ParseNamespaces): an agent that restarts on such a ConfigMap writes
+nothing, so the chart refuses it first. Errors name the value and the field.
+*/}}
+{{- define "gofit.checkQoSConfig" -}}
+{{- $where := "node.qosConfig.resourceQOSConfig" }}
+{{- $raw := .resourceQOSConfig | default "" | trim }}
+{{- if $raw }}
+{{- $c := fromJson $raw }}
+{{- if or (not (hasPrefix "{" $raw)) (hasKey $c "Error") }}
+{{- fail (printf "%s: resource-qos-config is not a JSON object: %v" $where (get $c "Error")) }}
+{{- end }}
+{{- $strategies := list }}
+{{- with $c.clusterStrategy }}
+{{- $strategies = append $strategies (list "clusterStrategy" .) }}
+{{- end }}
+{{- if and (hasKey $c "nodeStrategies") (not (kindIs "slice" $c.nodeStrategies)) }}
+{{- fail (printf "%s: nodeStrategies: not a list" $where) }}
+{{- end }}
+{{- range $i, $ns := $c.nodeStrategies | default list }}
+{{- if not (kindIs "map" $ns) }}
+{{- fail (printf "%s: nodeStrategies[%d]: not an object" $where $i) }}
+{{- end }}
+{{- if not (kindIs "map" $ns.nodeSelector) }}
+{{- fail (printf "%s: nodeStrategies[%d].nodeSelector: missing" $where $i) }}
+{{- end }}
+{{- $strategies = append $strategies (list (printf "nodeStrategies[%d]" $i) $ns) }}
+{{- end }}
+{{- range $strategies }}
+{{- $at := index . 0 }}
+{{- $s := index . 1 }}
+{{- if not (kindIs "map" $s) }}
+{{- fail (printf "%s: %s: not an object" $where $at) }}
+{{- end }}
+{{- range $class := list "lsrClass" "lsClass" "beClass" }}
+{{- with get $s $class }}
+{{- $m := get . "memoryQOS" }}
+{{- if $m }}
+{{- $f := printf "%s: %s.%s.memoryQOS" $where $at $class }}
+{{- if not (kindIs "map" $m) }}
+{{- fail (printf "%s: not an object" $f) }}
+{{- end }}
+{{- if and (hasKey $m "enable") (not (kindIs "bool" $m.enable)) }}
+{{- fail (printf "%s.enable: %v is not true or false" $f $m.enable) }}
+{{- end }}
+{{- range $k, $r := dict "minLimitPercent" (list 0 100) "lowLimitPercent" (list 0 100) "throttlingPercent" (list 0 100) "wmarkRatio" (list 0 100) "wmarkScalePermill" (list 1 1000) "wmarkMinAdj" (list -25 50) "priority" (list 0 12) "priorityEnable" (list 0 1) "oomKillGroup" (list 0 1) }}
+{{- if hasKey $m $k }}
+{{- $v := get $m $k }}
+{{- if not (kindIs "float64" $v) }}
+{{- fail (printf "%s.%s: %v is not a number" $f $k $v) }}
+{{- end }}
+{{- if ne (floor $v) $v }}
+{{- fail (printf "%s.%s: %v is not a whole number" $f $k $v) }}
+{{- end }}
+{{- if or (lt $v (float64 (index $r 0))) (gt $v (float64 (index $r 1))) }}
+{{- fail (printf "%s.%s: %v is outside %v..%v" $f $k $v (index $r 0) (index $r 1)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $where = "node.qosConfig.memoryQOS" }}
+{{- $raw = .memoryQOS | default "" | trim }}
+{{- if $raw }}
+{{- $n := fromJson $raw }}
+{{- if or (not (hasPrefix "{" $raw)) (hasKey $n "Error") }}
+{{- fail (printf "%s: memory-qos is not a JSON object: %v" $where (get $n "Error")) }}
+{{- end }}
+{{- range $list := list "enabledNamespaces" "disabledNamespaces" }}
+{{- if hasKey $n $list }}
+{{- $l := get $n $list }}
+{{- if not (kindIs "slice" $l) }}
+{{- fail (printf "%s: %s: not a list of namespace names" $where $list) }}
+{{- end }}
+{{- range $i, $ns := $l }}
+{{- if or (not (kindIs "string" $ns)) (gt (len (toString $ns)) 63) (not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" (toString $ns))) }}
+{{- fail (printf "%s: %s[%d]: %q is not a namespace name" $where $list $i (toString $ns)) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
