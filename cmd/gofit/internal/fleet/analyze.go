@@ -103,8 +103,8 @@ type Container struct {
 	Gofit Recommendation `json:"gofit"`
 	KRR   Recommendation `json:"krr"`
 	VPA   Recommendation `json:"vpa"`
-	// Series is the pooled series the plots draw (per step: the pods'
-	// total CPU in cores, the peak working set and live heap in bytes).
+	// Series is what the plots draw: per step, the busiest pod's CPU in
+	// cores and the highest working set and live heap in bytes.
 	Series Series `json:"-"`
 }
 
@@ -556,7 +556,7 @@ func findings(o *Observed, rec Recommendation, procsOver bool, opt Options) []Fi
 	return f
 }
 
-// seriesOf pools a group's pods per step for the plots.
+// seriesOf takes the pods' highest figure per step, for the plots.
 func seriesOf(in Input, g Group) Series {
 	s := Series{CPU: make([]float64, in.Steps), WorkingSet: make([]float64, in.Steps), LiveHeap: make([]float64, in.Steps)}
 	for i := range in.Steps {
@@ -568,16 +568,10 @@ func seriesOf(in Input, g Group) Series {
 			live = pod.HeapMin
 		}
 		for i := range in.Steps {
-			if i < len(pod.CPU) && !math.IsNaN(float64(pod.CPU[i])) {
-				if math.IsNaN(s.CPU[i]) {
-					s.CPU[i] = 0
-				}
-				s.CPU[i] += float64(pod.CPU[i])
-			}
 			for _, x := range []struct {
 				dst *float64
 				src []float32
-			}{{&s.WorkingSet[i], pod.WorkingSet}, {&s.LiveHeap[i], live}} {
+			}{{&s.CPU[i], pod.CPU}, {&s.WorkingSet[i], pod.WorkingSet}, {&s.LiveHeap[i], live}} {
 				if i < len(x.src) && !math.IsNaN(float64(x.src[i])) && (math.IsNaN(*x.dst) || float64(x.src[i]) > *x.dst) {
 					*x.dst = float64(x.src[i])
 				}
