@@ -259,10 +259,8 @@ func pool(in Input, g Group, selfInflicted bool) pooled {
 			if ok {
 				p.live = append(p.live, lv)
 			}
-			wa, ok1 := has(pod.WSAvg, i)
-			ha, ok2 := has(pod.HeapAvg, i)
-			if ok1 && ok2 {
-				p.nonHeap = append(p.nonHeap, math.Max(0, wa-ha))
+			if nh, ok := has(pod.NonHeap, i); ok {
+				p.nonHeap = append(p.nonHeap, math.Max(0, nh))
 			}
 		}
 	}

@@ -47,10 +47,11 @@ func (s shape) pod(name string, steps int, step time.Duration) Pod {
 	}
 	if !s.noWS {
 		p.WorkingSet = series(steps, func(int) float64 { return top + s.nonHeap })
-		p.WSAvg = series(steps, func(int) float64 { return (top+s.live)/2 + s.nonHeap })
+	}
+	if !s.noHeap && !s.noWS {
+		p.NonHeap = series(steps, func(int) float64 { return s.nonHeap })
 	}
 	if !s.noHeap {
-		p.HeapAvg = series(steps, func(int) float64 { return (top + s.live) / 2 })
 		p.HeapMin = series(steps, func(int) float64 { return s.live })
 	}
 	return p

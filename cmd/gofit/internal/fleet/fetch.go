@@ -250,7 +250,7 @@ func Fetch(ctx context.Context, prom v1.API, q Query) (Input, error) {
 				n++
 			}
 		}
-		in.Sources[what] = fmt.Sprintf("%s (%d containers)", in.Sources[what], n)
+		in.Sources[what] = fmt.Sprintf("%s (%d series)", in.Sources[what], n)
 		if n == 0 {
 			in.Sources[what] = "none found"
 		}
@@ -346,8 +346,9 @@ func Fetch(ctx context.Context, prom v1.API, q Query) (Input, error) {
 			fmt.Sprintf(`sum by (%[1]s) (increase(container_cpu_cfs_throttled_periods_total%[2]s[%[3]s])) / sum by (%[1]s) (increase(container_cpu_cfs_periods_total%[2]s[%[3]s]))%[4]s`, f.by, f.m(cadvisor), step, f.filter),
 			func(p *Pod) []float32 { return p.Throttled }},
 		{"working_set", "container_memory_working_set_bytes (cAdvisor), the step's peak", over("max_over_time", "container_memory_working_set_bytes", cadvisor), func(p *Pod) []float32 { return p.WorkingSet }},
-		{"working_set_avg", "container_memory_working_set_bytes (cAdvisor), the step's average", over("avg_over_time", "container_memory_working_set_bytes", cadvisor), func(p *Pod) []float32 { return p.WSAvg }},
-		{"heap", "go_memstats_heap_inuse_bytes, the step's average", over("avg_over_time", "go_memstats_heap_inuse_bytes", ""), func(p *Pod) []float32 { return p.HeapAvg }},
+		{"non_heap", "container_memory_working_set_bytes less go_memstats_heap_inuse_bytes, the step's averages",
+			fmt.Sprintf(`max by (%[1]s) (avg_over_time(container_memory_working_set_bytes%[2]s[%[4]s])) - on (%[1]s) max by (%[1]s) (avg_over_time(go_memstats_heap_inuse_bytes%[3]s[%[4]s]))`, f.by, f.m(cadvisor), f.m(""), step),
+			func(p *Pod) []float32 { return p.NonHeap }},
 		{"heap_low", "go_memstats_heap_inuse_bytes, the step's low", over("min_over_time", "go_memstats_heap_inuse_bytes", ""), func(p *Pod) []float32 { return p.HeapMin }},
 		{"live_heap", "go_gc_heap_live_bytes, the step's peak", over("max_over_time", "go_gc_heap_live_bytes", ""), func(p *Pod) []float32 { return p.LiveHeap }},
 		{"gc", "go_cpu_classes_gc_total_cpu_seconds_total", rate("go_cpu_classes_gc_total_cpu_seconds_total", ""), func(p *Pod) []float32 { return p.GC }},
@@ -428,6 +429,6 @@ func newPod(name string, steps int) *Pod {
 		return s
 	}
 	return &Pod{Name: name, GOMAXPROCS: math.NaN(), GOMEMLIMIT: math.NaN(), GOGC: math.NaN(),
-		CPU: nanSeries(), Throttled: nanSeries(), GC: nanSeries(), WorkingSet: nanSeries(), WSAvg: nanSeries(),
-		HeapAvg: nanSeries(), HeapMin: nanSeries(), LiveHeap: nanSeries()}
+		CPU: nanSeries(), Throttled: nanSeries(), GC: nanSeries(), WorkingSet: nanSeries(), NonHeap: nanSeries(),
+		HeapMin: nanSeries(), LiveHeap: nanSeries()}
 }

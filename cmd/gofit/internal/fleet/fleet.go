@@ -57,10 +57,11 @@ type Pod struct {
 	Throttled  []float32 // share of CFS periods throttled in the step
 	GC         []float32 // GC CPU, cores averaged over the step
 	WorkingSet []float32 // working set, the step's peak
-	WSAvg      []float32 // working set, the step's average
-	HeapAvg    []float32 // heap in use, the step's average
-	HeapMin    []float32 // heap in use, the step's low: the heap just after a GC, about the live heap
-	LiveHeap   []float32 // go_gc_heap_live_bytes, the step's peak (Go ≥ 1.21 with the runtime/metrics collector)
+	// NonHeap is the working set's average less the Go heap in use's
+	// average over the step: the memory outside the heap.
+	NonHeap  []float32
+	HeapMin  []float32 // heap in use, the step's low: the heap just after a GC, about the live heap
+	LiveHeap []float32 // go_gc_heap_live_bytes, the step's peak (Go ≥ 1.21 with the runtime/metrics collector)
 }
 
 // Group is one container of a workload: its pods pooled, as KRR and VPA
