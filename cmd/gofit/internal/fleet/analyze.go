@@ -588,7 +588,9 @@ func anyValue(s []float32) bool {
 	return false
 }
 
-func roundUp(x, unit float64) float64 { return math.Ceil(x/unit-1e-9) * unit }
+// roundUp rounds x up to a multiple of unit, without float noise in the
+// thousandths (0.30000000000000004 cores is 300m).
+func roundUp(x, unit float64) float64 { return math.Round(math.Ceil(x/unit-1e-9)*unit*1000) / 1000 }
 
 func fmtCores(c float64) string {
 	if math.IsNaN(c) {
