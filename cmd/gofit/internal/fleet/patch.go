@@ -73,8 +73,18 @@ func Patches(r *Results) ([]Patch, error) {
 						env = append(env, map[string]string{"name": k, "value": g.Env[k]})
 					}
 					ct["env"] = env
-				} else if g.NonGo > 0 {
-					nonGo = append(nonGo, c.Container+"="+qtyMem(float64(g.NonGo)))
+				} else {
+					// The webhook leaves a user's GOMAXPROCS and GOMEMLIMIT
+					// alone: remove them (a no-op where absent) so that it
+					// plans both from the new limits.
+					env := []map[string]string{{"name": "GOMAXPROCS", "$patch": "delete"}, {"name": "GOMEMLIMIT", "$patch": "delete"}}
+					if g.GOGC != "" {
+						env = append(env, map[string]string{"name": "GOGC", "value": g.GOGC})
+					}
+					ct["env"] = env
+					if g.NonGo > 0 {
+						nonGo = append(nonGo, c.Container+"="+qtyMem(float64(g.NonGo)))
+					}
 				}
 				containers = append(containers, ct)
 			}
