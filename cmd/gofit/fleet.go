@@ -12,7 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/fleet"
@@ -133,7 +132,7 @@ func runFleet(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	in, err := fleet.Fetch(ctx, v1.NewAPI(pc), fleet.Query{
+	in, err := fleet.Fetch(ctx, pc, fleet.Query{
 		From: to.Add(-since), To: to, Step: step, Namespace: *ns, Selector: *selector, Cluster: *cluster,
 		ClusterLabel: *clusterLabel, MaxContainers: *maxContainers,
 	})

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/api"
-	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
 )
 
 // fakeProm answers the Prometheus HTTP API as a server holding a
@@ -180,14 +180,14 @@ func (f *fakeProm) rangeAnswer(bw *bufio.Writer, q string, form map[string][]str
 	bw.WriteString(`]}}`)
 }
 
-func fakeAPI(t testing.TB, f *fakeProm) v1.API {
+func fakeAPI(t testing.TB, f *fakeProm) api.Client {
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
 	c, err := api.NewClient(api.Config{Address: srv.URL})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return v1.NewAPI(c)
+	return c
 }
 
 func TestFetchFake(t *testing.T) {
@@ -268,5 +268,25 @@ func BenchmarkFleet5000(b *testing.B) {
 			b.Fatalf("%d workload containers", len(r.Containers))
 		}
 		b.ReportMetric(float64(peak.Load())/(1<<20), "peak-heap-MiB")
+	}
+}
+
+func TestScanMatrix(t *testing.T) {
+	var got []string
+	put := func(m model.Metric, ts, v float64) { got = append(got, fmt.Sprintf("%s %g %g", m["pod"], ts, v)) }
+	body := `{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"pod":"a"},"values":[[1.5,"2"],[3,"NaN"]]},{"metric":{"pod":"b"},"values":[]}]},"warnings":["w"]}`
+	warns, err := scanMatrix(200, []byte(body), put)
+	if err != nil || strings.Join(got, ";") != "a 1.5 2;a 3 NaN" || len(warns) != 1 {
+		t.Errorf("got %q warnings %q err %v", got, warns, err)
+	}
+	for _, tc := range []struct{ body, want string }{
+		{`{"status":"error","errorType":"bad_data","error":"parse error"}`, "bad_data: parse error (HTTP 400)"},
+		{`{"status":"success","data":{"resultType":"vector","result":[]}}`, "want a matrix"},
+		{`{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1,2]]}]}}`, `want '"'`},
+		{`<html>`, "HTTP 400: invalid character"},
+	} {
+		if _, err := scanMatrix(400, []byte(tc.body), put); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %q", tc.body, err, tc.want)
+		}
 	}
 }

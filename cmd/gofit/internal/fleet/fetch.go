@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/api"
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
 )
@@ -78,6 +79,7 @@ func ParseSelector(s string) (string, error) {
 type fetcher struct {
 	ctx     context.Context
 	prom    v1.API
+	raw     api.Client
 	q       Query
 	sel     string // the namespace and cluster matchers, maybe empty
 	by      string // the container key's labels
@@ -126,25 +128,19 @@ func (f *fetcher) ranged(query string, put func(m model.Metric, i int, v float64
 		last := min(c+f.q.ChunkSteps, f.steps) - 1
 		r := v1.Range{Start: f.q.From.Add(time.Duration(c+1) * f.q.Step), End: f.q.From.Add(time.Duration(last+1) * f.q.Step), Step: f.q.Step}
 		f.queries++
-		v, warns, err := f.prom.QueryRange(f.ctx, query, r)
+		from := float64(f.q.From.UnixMilli()) / 1e3
+		warns, err := queryRange(f.ctx, f.raw, query, r.Start, r.End, r.Step, func(m model.Metric, t, v float64) {
+			i := int(math.Round((t-from)/f.q.Step.Seconds())) - 1
+			if i >= 0 && i < f.steps && !math.IsNaN(v) {
+				put(m, i, v)
+				n++
+			}
+		})
 		if err != nil {
 			return n, fmt.Errorf("prometheus query %s: %w", query, err)
 		}
 		for _, w := range warns {
 			f.notes = append(f.notes, fmt.Sprintf("prometheus: %s (query %s)", w, query))
-		}
-		mat, ok := v.(model.Matrix)
-		if !ok {
-			return n, fmt.Errorf("prometheus query %s: got %s, want a matrix", query, v.Type())
-		}
-		for _, s := range mat {
-			for _, p := range s.Values {
-				i := int(math.Round(float64(p.Timestamp.Time().Sub(f.q.From))/float64(f.q.Step))) - 1
-				if i >= 0 && i < f.steps && !math.IsNaN(float64(p.Value)) {
-					put(s.Metric, i, float64(p.Value))
-					n++
-				}
-			}
 		}
 	}
 	return n, nil
@@ -153,7 +149,8 @@ func (f *fetcher) ranged(query string, put func(m model.Metric, i int, v float64
 // Fetch reads the fleet's series. Every query aggregates on the server to
 // one series per container and is limited to Go containers there, and
 // range queries go in chunks of ChunkSteps.
-func Fetch(ctx context.Context, prom v1.API, q Query) (Input, error) {
+func Fetch(ctx context.Context, c api.Client, q Query) (Input, error) {
+	prom := v1.NewAPI(c)
 	if q.Step <= 0 || !q.To.After(q.From) {
 		return Input{}, fmt.Errorf("want a step and a span: step %v, from %v to %v", q.Step, q.From, q.To)
 	}
@@ -173,7 +170,7 @@ func Fetch(ctx context.Context, prom v1.API, q Query) (Input, error) {
 	if steps < 1 {
 		return Input{}, fmt.Errorf("span %v is shorter than one step of %v", q.To.Sub(q.From), q.Step)
 	}
-	f := &fetcher{ctx: ctx, prom: prom, q: q, steps: steps}
+	f := &fetcher{ctx: ctx, prom: prom, raw: c, q: q, steps: steps}
 	var sel []string
 	if q.Namespace != "" {
 		sel = append(sel, fmt.Sprintf("namespace=%q", q.Namespace))

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/api"
-	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 
 	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/internal/cgtest"
@@ -130,7 +129,7 @@ func TestRealFleet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, err := Fetch(context.Background(), v1.NewAPI(pc), Query{From: from, To: from.Add(60 * time.Second), Step: 5 * time.Second, Namespace: "shop", Selector: "app=plain"})
+	in, err := Fetch(context.Background(), pc, Query{From: from, To: from.Add(60 * time.Second), Step: 5 * time.Second, Namespace: "shop", Selector: "app=plain"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -224,7 +225,7 @@ var tmpl = template.Must(template.New("fleet").Funcs(template.FuncMap{
 	"int":    func(v int, r Recommendation) string { return intOr(v, r.Enough()) },
 	"bytesI": func(v int64, r Recommendation) string { return bytesOr(v, r.Enough()) },
 	"anchor": anchor,
-	"hours":  func(s float64) float64 { return s / 3600 },
+	"span":   func(s float64) string { return fmtDuration(secs(s)) },
 	"list":   func(rs ...Recommendation) []Recommendation { return rs },
 }).Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>gofit fleet</title>
@@ -236,19 +237,19 @@ var tmpl = template.Must(template.New("fleet").Funcs(template.FuncMap{
 <p class="meta">{{len .R.Containers}} workload containers with go_* series, from {{.R.Start.UTC.Format "2006-01-02 15:04"}} to {{.R.End.UTC.Format "2006-01-02 15:04 MST"}} in steps of {{printf "%.0f" .R.StepSeconds}} s; {{.R.NonGo}} containers without go_* series left out. Recommendations are per container (per pod); nothing here is applied: the patches are in patches/.</p>
 {{range .R.Notes}}<div class="warn">{{.}}</div>{{end}}
 <h2>Summary</h2>
-<table><tr><th rowspan="2">workload</th><th rowspan="2">container</th><th colspan="8">observed</th><th colspan="4">gofit</th><th colspan="2">KRR simple</th><th colspan="2">VPA</th><th rowspan="2">findings</th></tr>
-<tr><th>CPU req/lim</th><th>mem limit</th><th>GOMAXPROCS</th><th>GOMEMLIMIT</th><th>CPU p95</th><th>throttled</th><th>GC CPU</th><th>live heap max / WS max</th>
-<th>CPU req/lim</th><th>memory</th><th>GOMAXPROCS</th><th>GOMEMLIMIT</th><th>CPU</th><th>memory</th><th>CPU</th><th>memory</th></tr>
-{{range .R.Containers}}<tr><td><a href="#{{anchor .}}">{{.Workload}}</a></td><td>{{.Container}}</td>
-<td>{{cores0 .Observed.Requests.CPU}}/{{cores0 .Observed.Limits.CPU}}</td><td>{{bytes0 .Observed.Limits.Memory}}</td><td>{{num .Observed.GOMAXPROCS "%.0f"}}</td><td>{{gml .Observed.GOMEMLIMIT}}</td>
-<td>{{cores .Observed.CPU.P95}}</td><td>{{pct .Observed.ThrottledShare}}</td><td>{{pct .Observed.GCShare}}</td><td>{{bytes .Observed.LiveHeap.Max}} / {{bytes .Observed.WorkingSet.Max}}</td>
-<td>{{rec .Gofit}}</td><td>{{bytes .Gofit.Memory}}</td><td>{{int .Gofit.GOMAXPROCS .Gofit}}</td><td>{{bytesI .Gofit.GOMEMLIMIT .Gofit}}</td>
-<td>{{rec .KRR}}</td><td>{{bytes .KRR.Memory}}</td><td>{{cores .VPA.CPURequest}}</td><td>{{bytes .VPA.Memory}}</td>
-<td>{{range .Findings}}<span class="find">{{.Code}}</span> {{else}}<span class="ok">none</span>{{end}}</td></tr>
+<table><tr><th rowspan="2">workload · container</th><th colspan="4">observed</th><th colspan="2">gofit</th><th>KRR simple</th><th>VPA</th><th rowspan="2">findings</th></tr>
+<tr><th>CPU req/lim<br>memory limit</th><th>GOMAXPROCS<br>GOMEMLIMIT</th><th>CPU p95<br>throttled · GC</th><th>live heap max<br>working set max</th>
+<th>CPU req/lim<br>memory</th><th>GOMAXPROCS<br>GOMEMLIMIT</th><th>CPU req/lim<br>memory</th><th>CPU<br>memory</th></tr>
+{{range .R.Containers}}<tr><td><a href="#{{anchor .}}">{{.Workload}}</a><br>{{.Container}} ({{len .Pods}} pods)</td>
+<td>{{cores0 .Observed.Requests.CPU}}/{{cores0 .Observed.Limits.CPU}}<br>{{bytes0 .Observed.Limits.Memory}}</td><td>{{num .Observed.GOMAXPROCS "%.0f"}}<br>{{gml .Observed.GOMEMLIMIT}}</td>
+<td>{{cores .Observed.CPU.P95}}<br>{{pct .Observed.ThrottledShare}} · {{pct .Observed.GCShare}}</td><td>{{bytes .Observed.LiveHeap.Max}}<br>{{bytes .Observed.WorkingSet.Max}}</td>
+<td>{{rec .Gofit}}<br>{{bytes .Gofit.Memory}}</td><td>{{int .Gofit.GOMAXPROCS .Gofit}}<br>{{bytesI .Gofit.GOMEMLIMIT .Gofit}}</td>
+<td>{{rec .KRR}}<br>{{bytes .KRR.Memory}}</td><td>{{cores .VPA.CPURequest}}<br>{{bytes .VPA.Memory}}</td>
+<td style="text-align:left">{{range .Findings}}<span class="find">{{.Code}}</span><br>{{else}}<span class="ok">none</span>{{end}}</td></tr>
 {{end}}</table>
 {{range $i, $c := .R.Containers}}
 <h2 id="{{anchor $c}}">{{$c.Workload}} · {{$c.Container}}</h2>
-<p class="meta">Pods: {{range $c.Pods}}{{.}} {{end}}· {{$c.Observed.Samples}} samples over {{printf "%.1f" (hours $c.Observed.SpanSeconds)}} h · Go {{or $c.Observed.GoVersion "unknown"}} · GOGC {{num $c.Observed.GOGC "%.0f"}} · CPU p50/p95/p99/max {{cores $c.Observed.CPU.P50}}/{{cores $c.Observed.CPU.P95}}/{{cores $c.Observed.CPU.P99}}/{{cores $c.Observed.CPU.Max}} · live heap p99/max {{bytes $c.Observed.LiveHeap.P99}}/{{bytes $c.Observed.LiveHeap.Max}} ({{$c.Observed.LiveHeapSource}}) · working set p99/max {{bytes $c.Observed.WorkingSet.P99}}/{{bytes $c.Observed.WorkingSet.Max}} · outside the heap {{bytes $c.Observed.NonHeap}} · OOM kills {{$c.Observed.OOMKills}} · restarts {{$c.Observed.Restarts}}</p>
+<p class="meta">Pods: {{range $c.Pods}}{{.}} {{end}}· {{$c.Observed.Samples}} samples over {{span $c.Observed.SpanSeconds}} · Go {{or $c.Observed.GoVersion "unknown"}} · GOGC {{num $c.Observed.GOGC "%.0f"}} · CPU p50/p95/p99/max {{cores $c.Observed.CPU.P50}}/{{cores $c.Observed.CPU.P95}}/{{cores $c.Observed.CPU.P99}}/{{cores $c.Observed.CPU.Max}} · live heap p99/max {{bytes $c.Observed.LiveHeap.P99}}/{{bytes $c.Observed.LiveHeap.Max}} ({{$c.Observed.LiveHeapSource}}) · working set p99/max {{bytes $c.Observed.WorkingSet.P99}}/{{bytes $c.Observed.WorkingSet.Max}} · outside the heap {{bytes $c.Observed.NonHeap}} · OOM kills {{$c.Observed.OOMKills}} · restarts {{$c.Observed.Restarts}}</p>
 {{range $c.Findings}}<div class="alert"><b>{{.Code}}</b>: {{.Text}}</div>{{end}}
 <div class="top">{{index $.Plots $i}}</div>
 <table><tr><th>method</th><th>CPU req/lim</th><th>memory</th><th>why</th></tr>
@@ -272,9 +273,25 @@ func secs(s float64) time.Duration { return time.Duration(s * float64(time.Secon
 func RenderHTML(r *Results) ([]byte, error) {
 	var plots []template.HTML
 	for _, c := range r.Containers {
-		hours := make([]float64, len(c.Series.CPU))
-		for i := range hours {
-			hours[i] = float64(i+1) * r.StepSeconds / 3600
+		// At most 300 points a line: each the peak of its run of steps,
+		// so a week at 5-minute steps still shows its spikes.
+		per := max(1, (len(c.Series.CPU)+299)/300)
+		hours := make([]float64, 0, len(c.Series.CPU)/per+1)
+		for i := 0; i < len(c.Series.CPU); i += per {
+			hours = append(hours, float64(i+per)*r.StepSeconds/3600)
+		}
+		peaks := func(s []float64) []float64 {
+			out := make([]float64, 0, len(hours))
+			for i := 0; i < len(s); i += per {
+				m := math.NaN()
+				for _, v := range s[i:min(i+per, len(s))] {
+					if !math.IsNaN(v) && (math.IsNaN(m) || v > m) {
+						m = v
+					}
+				}
+				out = append(out, m)
+			}
+			return out
 		}
 		flat := func(name string, v Num) (labreport.ChartLine, bool) {
 			if !v.Valid() || len(hours) == 0 {
@@ -282,7 +299,7 @@ func RenderHTML(r *Results) ([]byte, error) {
 			}
 			return labreport.ChartLine{Name: name, X: []float64{hours[0], hours[len(hours)-1]}, Y: []float64{float64(v), float64(v)}}, true
 		}
-		cpu := []labreport.ChartLine{{Name: "CPU used (busiest pod)", X: hours, Y: c.Series.CPU}}
+		cpu := []labreport.ChartLine{{Name: "CPU used (busiest pod)", X: hours, Y: peaks(c.Series.CPU)}}
 		for _, l := range []struct {
 			name string
 			v    Num
@@ -298,7 +315,7 @@ func RenderHTML(r *Results) ([]byte, error) {
 			}
 			return out
 		}
-		mem := []labreport.ChartLine{{Name: "working set (peak pod)", X: hours, Y: mib(c.Series.WorkingSet)}, {Name: "live heap (peak pod)", X: hours, Y: mib(c.Series.LiveHeap)}}
+		mem := []labreport.ChartLine{{Name: "working set (peak pod)", X: hours, Y: mib(peaks(c.Series.WorkingSet))}, {Name: "live heap (peak pod)", X: hours, Y: mib(peaks(c.Series.LiveHeap))}}
 		for _, l := range []struct {
 			name string
 			v    Num
