@@ -308,3 +308,19 @@ func TestFeedbackLoop(t *testing.T) {
 		}
 	}
 }
+
+// TestRoundUp: figures land on whole millicores, as the reasons and the
+// patches print them (0.30000000000000004 cores was printed once).
+func TestRoundUp(t *testing.T) {
+	for _, tc := range []struct{ x, unit, want float64 }{
+		{0.253 * 1.1, 0.05, 0.3}, {0.1285, 0.01, 0.13}, {0.25, 0.05, 0.25}, {2.0000001, 0.01, 2.01}, {0.07, 0.01, 0.07},
+	} {
+		if got := roundUp(tc.x, tc.unit); got != tc.want {
+			t.Errorf("roundUp(%v, %v) = %v, want %v", tc.x, tc.unit, got, tc.want)
+		}
+	}
+	pol := fit.Policy{}
+	if p := pol.PlanContainer(fit.Container{CPULimit: roundUp(0.253*1.1, 0.05)}); !strings.Contains(fit.Texts(p.Reasons)[0], "CPU limit 0.3 cores") {
+		t.Errorf("reason %q", fit.Texts(p.Reasons))
+	}
+}
