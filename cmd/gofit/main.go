@@ -7,6 +7,7 @@
 //	gofit webhook --cert-file F --key-file F  admission webhook: fit pods at creation
 //	gofit node [plan|experiment] [flags]    node memory-QoS agent, its plan mode and experiment
 //	gofit experiment report [flags]         judge experiment arms on live traffic (Prometheus)
+//	gofit fleet --prometheus URL [flags]    Go-aware plans for every Go container from Prometheus
 //	gofit version [--json]                  version, commit, Go version, policy defaults
 package main
 
@@ -36,6 +37,7 @@ func commands() []command {
 		{"webhook", "[flags]", "serve the admission webhook that fits pods at creation (deploy/webhook)", runWebhook},
 		{"node", "[plan|experiment] [flags]", "node agent: memory QoS for pod cgroups (DaemonSet)", runNode},
 		{"experiment", "report [flags]", "judge an experiment's arms on live traffic from Prometheus", runExperiment},
+		{"fleet", "--prometheus URL [flags]", "Go-aware requests, limits and Go settings for every Go container, from Prometheus", runFleet},
 		{"version", "[--json]", "print the version, commit, Go version and policy defaults", runVersion},
 	}
 }

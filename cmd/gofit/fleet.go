@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/common/model"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/fleet"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/promclient"
+)
+
+// exitFleetFailOn is the exit status when a finding hits --fail-on (as
+// `gofit experiment report --fail-on`).
+const exitFleetFailOn = 3
+
+// promDuration is a flag in Prometheus's duration syntax (7d, 12h, 90m).
+type promDuration struct{ d *time.Duration }
+
+func (p promDuration) String() string {
+	if p.d == nil {
+		return ""
+	}
+	return model.Duration(*p.d).String()
+}
+
+func (p promDuration) Set(s string) error {
+	d, err := model.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("want a duration such as 7d, 12h or 90m")
+	}
+	*p.d = time.Duration(d)
+	return nil
+}
+
+// headers collects repeated --header NAME=VALUE flags.
+type headers map[string]string
+
+func (h headers) String() string { return "" }
+
+func (h headers) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok {
+		k, v, ok = strings.Cut(s, ":")
+	}
+	if k = strings.TrimSpace(k); !ok || k == "" {
+		return fmt.Errorf("want NAME=VALUE, such as X-Scope-OrgID=team-a")
+	}
+	h[k] = strings.TrimSpace(v)
+	return nil
+}
+
+func runFleet(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("fleet", stderr)
+	promURL := fs.String("prometheus", "", "Prometheus, Thanos or Mimir query `URL` (required)")
+	since, step, minSpan := 7*24*time.Hour, 5*time.Minute, 24*time.Hour
+	fs.Var(promDuration{&since}, "since", "read the last `DURATION` (7d, 36h, ...)")
+	fs.Var(promDuration{&step}, "step", "resolution of the series: at least two scrape intervals (`DURATION`)")
+	end := fs.String("end", "", "end `TIME` (RFC 3339; default now)")
+	ns := fs.String("namespace", "", "only this `NAMESPACE` (default all)")
+	selector := fs.String("selector", "", "only pods whose labels match `SELECTOR` (k=v,k!=v; through kube_pod_labels)")
+	cluster := fs.String("cluster", "", "only series whose cluster label is `NAME` (Thanos, Mimir)")
+	clusterLabel := fs.String("cluster-label", "cluster", "the `LABEL` that names the cluster")
+	token := fs.String("bearer-token-file", "", "send the token in `FILE` as Authorization: Bearer")
+	ca := fs.String("ca-file", "", "verify Prometheus's certificate with the PEM bundle in `FILE`")
+	hdrs := headers{}
+	fs.Var(hdrs, "header", "send `NAME=VALUE` with every request (repeatable; X-Scope-OrgID=tenant)")
+	maxContainers := fs.Int("max-containers", 10000, "refuse to read more than `N` Go containers")
+	fs.Var(promDuration{&minSpan}, "min-span", "the least `DURATION` of history a figure rests on")
+	minSamples := fs.Int("min-samples", 60, "the least samples (pod-steps) a figure rests on")
+	asJSON := fs.Bool("json", false, "print results.json to stdout instead of the table")
+	out := fs.String("out", "", "write results.json, report.html and patches/ into `DIR`")
+	failOn := fs.String("fail-on", "", "exit 3 when a container has a finding with one of these `CODES` (comma-separated; see docs/fleet.md)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: gofit fleet --prometheus URL [flags]\n\nLists every Go container Prometheus has series for, with its findings and a Go-aware\nrecommendation (requests, limits, GOMAXPROCS, GOMEMLIMIT, GOGC) beside KRR's and VPA's\non the same data. Nothing is applied. See docs/fleet.md.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	}
+	switch {
+	case *promURL == "":
+		return fmt.Errorf("%w: --prometheus is required", errUsage)
+	case since <= 0:
+		return fmt.Errorf("%w: --since %v: want more than 0", errUsage, model.Duration(since))
+	case step < time.Second || step > since:
+		return fmt.Errorf("%w: --step %v: want at least 1s and at most --since %v", errUsage, model.Duration(step), model.Duration(since))
+	case since/step > 100000:
+		return fmt.Errorf("%w: --since %v at --step %v is %d steps: want at most 100000 (raise --step)", errUsage, model.Duration(since), model.Duration(step), since/step)
+	case *maxContainers < 1:
+		return fmt.Errorf("%w: --max-containers %d: want at least 1", errUsage, *maxContainers)
+	case *minSamples < 1:
+		return fmt.Errorf("%w: --min-samples %d: want at least 1", errUsage, *minSamples)
+	}
+	if *selector != "" {
+		if _, err := fleet.ParseSelector(*selector); err != nil {
+			return fmt.Errorf("%w: --selector: %v", errUsage, err)
+		}
+	}
+	var codes []string
+	for _, c := range strings.Split(*failOn, ",") {
+		if c = strings.TrimSpace(c); c == "" {
+			continue
+		}
+		if !slices.Contains(fleet.Codes(), c) {
+			return fmt.Errorf("%w: --fail-on %q: %q is not a finding code (%s)", errUsage, *failOn, c, strings.Join(fleet.Codes(), ", "))
+		}
+		codes = append(codes, c)
+	}
+	to := time.Now()
+	if *end != "" {
+		var err error
+		if to, err = time.Parse(time.RFC3339, *end); err != nil {
+			return fmt.Errorf("%w: --end: %v", errUsage, err)
+		}
+	}
+	to = to.Truncate(step)
+	pc, err := promclient.Config{URL: *promURL, BearerTokenFile: *token, CAFile: *ca, Headers: hdrs}.Client()
+	if err != nil {
+		return fmt.Errorf("%w: --prometheus, --bearer-token-file, --ca-file or --header: %v", errUsage, err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	in, err := fleet.Fetch(ctx, pc, fleet.Query{
+		From: to.Add(-since), To: to, Step: step, Namespace: *ns, Selector: *selector, Cluster: *cluster,
+		ClusterLabel: *clusterLabel, MaxContainers: *maxContainers,
+	})
+	if err != nil {
+		return err
+	}
+	res := fleet.Analyze(in, fleet.Options{MinSpan: minSpan, MinSamples: *minSamples})
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return fmt.Errorf("encode results: %w", err)
+		}
+	} else {
+		fleet.WriteTable(stdout, res)
+	}
+	if *out != "" {
+		files, err := fleet.WriteFiles(*out, res)
+		if err != nil {
+			return err
+		}
+		w := stdout
+		if *asJSON {
+			w = stderr
+		}
+		fmt.Fprintf(w, "wrote %d files into %s (results.json, report.html, patches/)\n", len(files), *out)
+	}
+	if bad := fleet.Failing(res, codes); len(bad) > 0 {
+		for _, b := range bad {
+			fmt.Fprintf(stderr, "gofit fleet: --fail-on %s: %s\n", *failOn, b)
+		}
+		return exitError{exitFleetFailOn}
+	}
+	return nil
+}

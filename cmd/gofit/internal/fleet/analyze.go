@@ -1,0 +1,620 @@
+package fleet
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gofit-dev/gofit/fit"
+)
+
+// Finding codes: fixed, listed in docs/fleet.md; --fail-on takes them.
+const (
+	CodeGOMAXPROCSAboveLimit  = "gomaxprocs_above_limit"
+	CodeGOMEMLIMITUnset       = "gomemlimit_unset"
+	CodeGOMEMLIMITAtLimit     = "gomemlimit_at_limit"
+	CodeHeapPinned            = "heap_pinned"
+	CodeThrottledByGOMAXPROCS = "throttled_by_gomaxprocs"
+	CodeOverProvisioned       = "over_provisioned"
+	CodeUnderProvisioned      = "under_provisioned"
+	CodeOOMKilled             = "oom_killed"
+	CodeNotEnoughData         = "not_enough_data"
+)
+
+// Codes lists the finding codes in the order the docs list them.
+func Codes() []string {
+	return []string{CodeGOMAXPROCSAboveLimit, CodeGOMEMLIMITUnset, CodeGOMEMLIMITAtLimit, CodeHeapPinned,
+		CodeThrottledByGOMAXPROCS, CodeOverProvisioned, CodeUnderProvisioned, CodeOOMKilled, CodeNotEnoughData}
+}
+
+// Options are the analysis's thresholds; the zero value is the defaults.
+type Options struct {
+	// Policy plans GOMAXPROCS and GOMEMLIMIT (fit's defaults if zero).
+	Policy fit.Policy
+	// MinSpan is the least time a container's CPU and memory series must
+	// cover for a figure (default 24h); MinSamples the least samples
+	// (pod-steps, default 60).
+	MinSpan    time.Duration
+	MinSamples int
+	// MemoryMargin is the share added to the memory the heap and the rest
+	// need (default 0.10), at least MinMemoryMargin bytes (default 16 MiB).
+	MemoryMargin    float64
+	MinMemoryMargin float64
+	// CPULimitMargin is the share added to the p99 of CPU demand for the
+	// limit (default 0.10).
+	CPULimitMargin float64
+	// ThrottledHigh is the share of throttled CFS periods counted as
+	// throttling (default 0.05); GCHigh the GC share of CPU counted as high
+	// (default 0.10); HeapPinned the share of GOMEMLIMIT the live heap's
+	// p99 may reach before the GC is pinned against it (default 0.85).
+	ThrottledHigh, GCHigh, HeapPinned float64
+	// OverFactor: a request more than this times the recommendation is
+	// over-provisioned (default 2), and one below the recommendation over
+	// it under-provisioned.
+	OverFactor float64
+}
+
+func (o Options) withDefaults() Options {
+	def := func(v *float64, d float64) {
+		if *v <= 0 || math.IsNaN(*v) {
+			*v = d
+		}
+	}
+	if o.MinSpan <= 0 {
+		o.MinSpan = 24 * time.Hour
+	}
+	if o.MinSamples <= 0 {
+		o.MinSamples = 60
+	}
+	def(&o.MemoryMargin, 0.10)
+	def(&o.MinMemoryMargin, 16<<20)
+	def(&o.CPULimitMargin, 0.10)
+	def(&o.ThrottledHigh, 0.05)
+	def(&o.GCHigh, 0.10)
+	def(&o.HeapPinned, 0.85)
+	def(&o.OverFactor, 2)
+	return o
+}
+
+// Results is the whole analysis (results.json).
+type Results struct {
+	Start       time.Time         `json:"start"`
+	End         time.Time         `json:"end"`
+	StepSeconds float64           `json:"step_seconds"`
+	Sources     map[string]string `json:"sources"`
+	Notes       []string          `json:"notes,omitempty"`
+	NonGo       int               `json:"non_go_containers"`
+	Containers  []Container       `json:"containers"`
+}
+
+// Container is one workload container's analysis.
+type Container struct {
+	Workload  Workload  `json:"workload"`
+	Container string    `json:"container"`
+	Pods      []string  `json:"pods"`
+	Observed  Observed  `json:"observed"`
+	Findings  []Finding `json:"findings"`
+	// Gofit is gofit's recommendation; KRR and VPA are theirs on the same
+	// data, for comparison.
+	Gofit Recommendation `json:"gofit"`
+	KRR   Recommendation `json:"krr"`
+	VPA   Recommendation `json:"vpa"`
+	// Series is what the plots draw: per step, the busiest pod's CPU in
+	// cores and the highest working set and live heap in bytes.
+	Series Series `json:"-"`
+}
+
+// Series are per-step figures for the plots.
+type Series struct {
+	CPU, WorkingSet, LiveHeap []float64
+}
+
+// Observed is what the data says, with the data it rests on.
+type Observed struct {
+	Requests   Resources `json:"requests"`
+	Limits     Resources `json:"limits"`
+	GOMAXPROCS Num       `json:"gomaxprocs"`
+	// GOMEMLIMIT is null when unknown and 0 when unset (off).
+	GOMEMLIMIT Num    `json:"gomemlimit_bytes"`
+	GOGC       Num    `json:"gogc"` // -1: off
+	GoVersion  string `json:"go_version,omitempty"`
+	// CPU usage percentiles over pod-steps, cores.
+	CPU            Percentiles `json:"cpu_cores"`
+	ThrottledShare Num         `json:"throttled_share"`
+	GCShare        Num         `json:"gc_cpu_share"`
+	GCSource       string      `json:"gc_source,omitempty"`
+	LiveHeap       Percentiles `json:"live_heap_bytes"`
+	LiveHeapSource string      `json:"live_heap_source,omitempty"`
+	WorkingSet     Percentiles `json:"working_set_bytes"`
+	// NonHeap is the memory outside the Go heap: the p99 over pod-steps
+	// of the working set's average less the heap in use's average.
+	NonHeap  Num     `json:"non_heap_bytes"`
+	OOMKills float64 `json:"oom_kills"`
+	Restarts float64 `json:"restarts"`
+	// Samples are pod-steps with CPU usage; SpanSeconds the time they
+	// cover.
+	Samples     int     `json:"samples"`
+	SpanSeconds float64 `json:"span_seconds"`
+}
+
+// Percentiles of a figure; null where there is no data.
+type Percentiles struct {
+	P50 Num `json:"p50"`
+	P95 Num `json:"p95"`
+	P99 Num `json:"p99"`
+	Max Num `json:"max"`
+}
+
+// Finding is one thing wrong, with its code.
+type Finding struct {
+	Code string `json:"code"`
+	Text string `json:"text"`
+}
+
+// Recommendation is one method's figures. Missing lists what a method
+// needed and did not have: then its figures are null ("not enough data").
+type Recommendation struct {
+	Method     string            `json:"method"`
+	CPURequest Num               `json:"cpu_request"`
+	CPULimit   Num               `json:"cpu_limit"` // null: no limit
+	Memory     Num               `json:"memory_bytes"`
+	GOMAXPROCS int               `json:"gomaxprocs,omitempty"`
+	GOMEMLIMIT int64             `json:"gomemlimit_bytes,omitempty"`
+	GOGC       string            `json:"gogc,omitempty"`
+	NonGo      int64             `json:"non_go_bytes,omitempty"` // declared to the webhook
+	Env        map[string]string `json:"env,omitempty"`
+	Reasons    []string          `json:"reasons"`
+	Missing    []string          `json:"missing,omitempty"`
+}
+
+// Enough reports whether the recommendation has figures.
+func (r Recommendation) Enough() bool { return len(r.Missing) == 0 }
+
+// Analyze turns the fetched series into per-container results.
+func Analyze(in Input, opt Options) *Results {
+	opt = opt.withDefaults()
+	r := &Results{Start: in.Start, End: in.Start.Add(time.Duration(in.Steps) * in.Step), StepSeconds: in.Step.Seconds(),
+		Sources: in.Sources, Notes: in.Notes, NonGo: in.NonGo}
+	if r.Sources == nil {
+		r.Sources = map[string]string{}
+	}
+	for _, g := range in.Groups {
+		r.Containers = append(r.Containers, analyzeGroup(in, g, opt))
+	}
+	sort.Slice(r.Containers, func(i, j int) bool {
+		a, b := r.Containers[i], r.Containers[j]
+		if a.Workload.String() != b.Workload.String() {
+			return a.Workload.String() < b.Workload.String()
+		}
+		return a.Container < b.Container
+	})
+	return r
+}
+
+// pooled are a group's pod-steps.
+type pooled struct {
+	cpu, demand, thrCPU      []float64 // per pod-step with CPU
+	ws, live, nonHeap        []float64
+	gcSum, gcCPU, thrSum     float64
+	thrN                     int
+	first, last              int // steps with CPU data
+	liveFromRuntime, anyLive bool
+}
+
+func pool(in Input, g Group, selfInflicted bool) pooled {
+	p := pooled{first: -1, last: -1}
+	has := func(s []float32, i int) (float64, bool) {
+		if i >= len(s) || math.IsNaN(float64(s[i])) {
+			return 0, false
+		}
+		return float64(s[i]), true
+	}
+	for _, pod := range g.Pods {
+		if len(pod.LiveHeap) > 0 {
+			for _, v := range pod.LiveHeap {
+				if !math.IsNaN(float64(v)) {
+					p.liveFromRuntime = true
+					break
+				}
+			}
+		}
+	}
+	for _, pod := range g.Pods {
+		for i := range in.Steps {
+			if c, ok := has(pod.CPU, i); ok {
+				p.cpu = append(p.cpu, c)
+				d := c
+				if t, ok := has(pod.Throttled, i); ok {
+					p.thrSum += t
+					p.thrN++
+					// Usage a CFS quota capped is a floor of demand: raise
+					// it by the share of periods that ran out of quota,
+					// unless GOMAXPROCS caused the throttling (then the fix
+					// is GOMAXPROCS, not more CPU).
+					if !selfInflicted {
+						d = c * (1 + t)
+					}
+				}
+				p.demand = append(p.demand, d)
+				if gc, ok := has(pod.GC, i); ok {
+					p.gcSum += gc
+					p.gcCPU += c
+				}
+				if p.first < 0 || i < p.first {
+					p.first = i
+				}
+				p.last = max(p.last, i)
+			}
+			if w, ok := has(pod.WorkingSet, i); ok {
+				p.ws = append(p.ws, w)
+			}
+			lv, ok := has(pod.LiveHeap, i)
+			if !p.liveFromRuntime {
+				lv, ok = has(pod.HeapMin, i)
+			}
+			if ok {
+				p.live = append(p.live, lv)
+			}
+			if nh, ok := has(pod.NonHeap, i); ok {
+				p.nonHeap = append(p.nonHeap, math.Max(0, nh))
+			}
+		}
+	}
+	return p
+}
+
+// quantile is the q-quantile of xs (sorted in place), linear between
+// order statistics; NaN for none.
+func quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	if !sort.Float64sAreSorted(xs) {
+		sort.Float64s(xs)
+	}
+	pos := q * float64(len(xs)-1)
+	lo := int(math.Floor(pos))
+	hi := min(lo+1, len(xs)-1)
+	return xs[lo] + (xs[hi]-xs[lo])*(pos-float64(lo))
+}
+
+func percentiles(xs []float64) Percentiles {
+	if len(xs) == 0 {
+		return Percentiles{nan, nan, nan, nan}
+	}
+	return Percentiles{Num(quantile(xs, .5)), Num(quantile(xs, .95)), Num(quantile(xs, .99)), Num(quantile(xs, 1))}
+}
+
+func analyzeGroup(in Input, g Group, opt Options) Container {
+	c := Container{Workload: g.Workload, Container: g.Container}
+	o := &c.Observed
+	o.GOMAXPROCS, o.GOMEMLIMIT, o.GOGC = nan, nan, nan
+	// The spec and the runtime's settings: the last pod's that has them
+	// (pods of one workload share a spec; the newest wins).
+	for _, pod := range g.Pods {
+		c.Pods = append(c.Pods, pod.Name)
+		if pod.Requests != (Resources{}) {
+			o.Requests = pod.Requests
+		}
+		if pod.Limits != (Resources{}) {
+			o.Limits = pod.Limits
+		}
+		if !math.IsNaN(pod.GOMAXPROCS) {
+			o.GOMAXPROCS = Num(pod.GOMAXPROCS)
+		}
+		if !math.IsNaN(pod.GOMEMLIMIT) {
+			o.GOMEMLIMIT = Num(pod.GOMEMLIMIT)
+			if pod.GOMEMLIMIT >= math.MaxInt64/2 {
+				o.GOMEMLIMIT = 0
+			}
+		}
+		if !math.IsNaN(pod.GOGC) {
+			o.GOGC = Num(pod.GOGC)
+		}
+		if pod.GoVersion != "" {
+			o.GoVersion = pod.GoVersion
+		}
+		o.OOMKills += pod.OOMKills
+		o.Restarts += pod.Restarts
+	}
+	sort.Strings(c.Pods)
+	lim := o.Limits
+	procsOver := o.GOMAXPROCS.Valid() && lim.CPU > 0 && float64(o.GOMAXPROCS) > lim.CPU
+	p := pool(in, g, procsOver)
+	o.Samples = len(p.cpu)
+	if p.first >= 0 {
+		o.SpanSeconds = float64(p.last-p.first+1) * in.Step.Seconds()
+	}
+	o.CPU = percentiles(slices.Clone(p.cpu))
+	o.ThrottledShare = nan
+	if p.thrN > 0 {
+		o.ThrottledShare = Num(p.thrSum / float64(p.thrN))
+	}
+	o.GCShare = nan
+	if p.gcCPU > 0 {
+		o.GCShare = Num(p.gcSum / p.gcCPU)
+		o.GCSource = in.GCSource
+	}
+	o.LiveHeap = percentiles(slices.Clone(p.live))
+	switch {
+	case p.liveFromRuntime:
+		o.LiveHeapSource = "go_gc_heap_live_bytes"
+	case len(p.live) > 0:
+		o.LiveHeapSource = "go_memstats_heap_inuse_bytes, its low in each step (the heap just after a GC)"
+	}
+	o.WorkingSet = percentiles(slices.Clone(p.ws))
+	o.NonHeap = nan
+	if len(p.nonHeap) > 0 {
+		o.NonHeap = Num(quantile(p.nonHeap, .99))
+	}
+	c.Series = seriesOf(in, g)
+
+	window := fmt.Sprintf("%d samples over %s", o.Samples, fmtDuration(time.Duration(o.SpanSeconds*float64(time.Second))))
+	c.Gofit = recommendGofit(o, p, procsOver, window, opt)
+	c.KRR = KRR(p.cpu, p.ws, window, opt)
+	c.VPA = VPA(in, g, o, opt)
+	c.Findings = findings(o, c.Gofit, procsOver, opt)
+	return c
+}
+
+// missing names what a container lacks for a figure; nil when it has all.
+func missing(o *Observed, p pooled, opt Options, needGo bool) []string {
+	var m []string
+	if o.Samples == 0 {
+		m = append(m, "CPU usage (container_cpu_usage_seconds_total from cAdvisor)")
+	} else if o.Samples < opt.MinSamples || o.SpanSeconds < opt.MinSpan.Seconds() {
+		m = append(m, fmt.Sprintf("history: %d samples over %s, want at least %d over %s",
+			o.Samples, fmtDuration(time.Duration(o.SpanSeconds*float64(time.Second))), opt.MinSamples, fmtDuration(opt.MinSpan)))
+	}
+	if len(p.ws) == 0 {
+		m = append(m, "working set (container_memory_working_set_bytes from cAdvisor)")
+	}
+	if needGo {
+		if len(p.live) == 0 {
+			m = append(m, "live heap (go_gc_heap_live_bytes or go_memstats_heap_inuse_bytes from client_golang)")
+		}
+		if len(p.nonHeap) == 0 && len(p.ws) > 0 && len(p.live) > 0 {
+			m = append(m, "heap in use at the same steps as the working set (go_memstats_heap_inuse_bytes)")
+		}
+	}
+	return m
+}
+
+// recommendGofit is the Go-aware recommendation.
+func recommendGofit(o *Observed, p pooled, procsOver bool, window string, opt Options) Recommendation {
+	r := Recommendation{Method: "gofit", CPURequest: nan, CPULimit: nan, Memory: nan}
+	if r.Missing = missing(o, p, opt, true); len(r.Missing) > 0 {
+		r.Reasons = []string{"not enough data: missing " + strings.Join(r.Missing, "; ")}
+		return r
+	}
+	// CPU: the request covers p95 of demand, the limit p99 with a margin;
+	// a limit of a core or more is whole cores, so that GOMAXPROCS (its
+	// floor) leaves none of it unusable.
+	req := roundUp(quantile(p.demand, .95), 0.01)
+	req = math.Max(req, 0.01)
+	l := quantile(p.demand, .99) * (1 + opt.CPULimitMargin)
+	if l >= 1 {
+		l = math.Ceil(l - 1e-9)
+	} else {
+		l = roundUp(l, 0.05)
+	}
+	l = math.Max(l, req)
+	r.CPURequest, r.CPULimit = Num(req), Num(l)
+	corr := "usage raised by its throttled share where a CFS quota capped it"
+	if procsOver {
+		corr = "usage as measured: the throttling came from GOMAXPROCS above the limit, which the plan fixes"
+	}
+	r.Reasons = append(r.Reasons,
+		fmt.Sprintf("CPU request %s: p95 of demand (%s; %s)", fmtCores(req), corr, window),
+		fmt.Sprintf("CPU limit %s: p99 of demand %s + %.0f%%%s", fmtCores(l), fmtCores(quantile(p.demand, .99)), opt.CPULimitMargin*100,
+			map[bool]string{true: ", rounded up to whole cores so that GOMAXPROCS uses all of it", false: ""}[l >= 1]))
+
+	// Memory: the live heap's peak with the GC's headroom (GOGC), plus
+	// what lies outside the heap, plus a margin. Never the working set's
+	// peak: a heap the GC was let grow (GOGC=off, a GOMEMLIMIT at the
+	// limit) fills whatever limit it gets.
+	gogc := 100.0
+	if o.GOGC.Valid() {
+		gogc = float64(o.GOGC)
+	}
+	live := quantile(p.live, 1)
+	nonHeap := quantile(p.nonHeap, .99)
+	need := func(gogc float64) (float64, float64) {
+		h := 2.0 // GOGC=off: a GOMEMLIMIT bounds the heap; give it GOGC=100's room
+		if gogc >= 0 {
+			h = 1 + math.Min(math.Max(gogc, 25), 400)/100
+		}
+		base := live*h + nonHeap
+		return roundUp(base+math.Max(base*opt.MemoryMargin, opt.MinMemoryMargin), 1<<20), h
+	}
+	mem, h := need(gogc)
+	gogcPlan := ""
+	gcWhy := ""
+	if o.GCShare.Valid() && float64(o.GCShare) >= opt.GCHigh && gogc >= 0 {
+		more := math.Min(gogc*2, 400)
+		mem2, _ := need(more)
+		switch {
+		case o.Limits.Memory >= mem2:
+			gogcPlan, mem, h = strconv.Itoa(int(more)), mem2, 1+more/100
+			gcWhy = fmt.Sprintf("GOGC=%s: the GC takes %.0f%% of the CPU and the current limit %s has room for the heap to grow to %.1f× the live peak",
+				gogcPlan, 100*float64(o.GCShare), fmtBytes(o.Limits.Memory), h)
+		default:
+			gcWhy = fmt.Sprintf("GOGC left alone: the GC takes %.0f%% of the CPU, but GOGC=%.0f would need %s, more than the current limit %s",
+				100*float64(o.GCShare), more, fmtBytes(mem2), fmtBytes(o.Limits.Memory))
+		}
+	}
+	r.Memory = Num(mem)
+	r.Reasons = append(r.Reasons, fmt.Sprintf("memory %s: live heap peak %s × %.2f (GOGC=%s's headroom) + %s outside the heap (p99) + a %.0f%% margin (at least %s); not the working set (peak %s), which a GC may grow into any limit",
+		fmtBytes(mem), fmtBytes(live), h, gogcText(gogc), fmtBytes(nonHeap), opt.MemoryMargin*100, fmtBytes(opt.MinMemoryMargin), fmtBytes(float64(o.WorkingSet.Max))))
+
+	pol := opt.Policy
+	if gogcPlan != "" {
+		po := pol.Options()
+		po.GOGC = gogcPlan
+		if np, err := fit.New(po); err == nil {
+			pol = np
+		}
+	}
+	plan := pol.PlanContainer(fit.Container{
+		CPULimit: l, LeafCPULimit: l, CPURequest: req, MemoryLimit: int64(mem), NonGo: int64(nonHeap), GoVersion: goRelease(o.GoVersion),
+	})
+	r.GOMAXPROCS, r.GOMEMLIMIT, r.GOGC, r.NonGo = plan.GOMAXPROCS, plan.GOMEMLIMIT, plan.GOGC, int64(nonHeap)
+	r.Env = plan.Export
+	for _, n := range plan.Reasons {
+		r.Reasons = append(r.Reasons, "fit: "+n.Text)
+	}
+	if gcWhy != "" {
+		r.Reasons = append(r.Reasons, gcWhy)
+	}
+	return r
+}
+
+func gogcText(g float64) string {
+	if g < 0 {
+		return "off"
+	}
+	return strconv.Itoa(int(g))
+}
+
+// goRelease turns go_info's version ("go1.25.3") into what fit takes.
+func goRelease(v string) string {
+	if strings.HasPrefix(v, "go1.") {
+		return v
+	}
+	return ""
+}
+
+func findings(o *Observed, rec Recommendation, procsOver bool, opt Options) []Finding {
+	var f []Finding
+	add := func(code, format string, a ...any) { f = append(f, Finding{code, fmt.Sprintf(format, a...)}) }
+	lim := o.Limits
+	if o.GOMAXPROCS.Valid() && lim.CPU > 0 && float64(o.GOMAXPROCS) > math.Max(1, math.Ceil(lim.CPU-1e-9)) {
+		add(CodeGOMAXPROCSAboveLimit, "GOMAXPROCS=%d with a CPU limit of %s: up to %d threads spend the quota early in each period and wait out the rest",
+			int(o.GOMAXPROCS), fmtCores(lim.CPU), int(o.GOMAXPROCS))
+	}
+	if lim.Memory > 0 && o.GOMEMLIMIT.Valid() {
+		switch gml := float64(o.GOMEMLIMIT); {
+		case gml == 0:
+			add(CodeGOMEMLIMITUnset, "GOMEMLIMIT unset with a memory limit of %s: the heap grows to GOGC's goal whatever the limit, and the cgroup kills it there", fmtBytes(lim.Memory))
+		case gml >= lim.Memory:
+			add(CodeGOMEMLIMITAtLimit, "GOMEMLIMIT %s is at or above the memory limit %s: memory outside the heap pushes the container over before the GC reacts", fmtBytes(gml), fmtBytes(lim.Memory))
+		}
+	}
+	if gml := float64(o.GOMEMLIMIT); o.GOMEMLIMIT.Valid() && gml > 0 && o.LiveHeap.P99.Valid() && float64(o.LiveHeap.P99) >= opt.HeapPinned*gml {
+		gc := "unknown"
+		if o.GCShare.Valid() {
+			gc = fmt.Sprintf("%.0f%%", 100*float64(o.GCShare))
+		}
+		add(CodeHeapPinned, "the live heap's p99 %s is %.0f%% of GOMEMLIMIT %s: the GC runs back to back to hold it (GC share of CPU %s)",
+			fmtBytes(float64(o.LiveHeap.P99)), 100*float64(o.LiveHeap.P99)/gml, fmtBytes(gml), gc)
+	}
+	thr := float64(o.ThrottledShare)
+	if procsOver && o.ThrottledShare.Valid() && thr >= opt.ThrottledHigh {
+		add(CodeThrottledByGOMAXPROCS, "%.0f%% of CFS periods throttled at a CPU p95 of %s under a limit of %s: GOMAXPROCS=%d runs more threads than the limit pays for",
+			100*thr, fmtCores(float64(o.CPU.P95)), fmtCores(lim.CPU), int(o.GOMAXPROCS))
+	}
+	if o.OOMKills > 0 {
+		add(CodeOOMKilled, "%.0f OOM kills in the window", o.OOMKills)
+	}
+	if !rec.Enough() {
+		add(CodeNotEnoughData, "not enough data: missing %s", strings.Join(rec.Missing, "; "))
+		return f
+	}
+	var over, under []string
+	rc, rm := float64(rec.CPURequest), float64(rec.Memory)
+	if req := o.Requests.CPU; req > 0 && req > opt.OverFactor*rc && req-rc >= 0.1 {
+		over = append(over, fmt.Sprintf("CPU request %s, %.1f× the %s recommended", fmtCores(req), req/rc, fmtCores(rc)))
+	}
+	if m := math.Max(o.Requests.Memory, lim.Memory); m > opt.OverFactor*rm && m-rm >= 64<<20 {
+		over = append(over, fmt.Sprintf("memory %s, %.1f× the %s recommended", fmtBytes(m), m/rm, fmtBytes(rm)))
+	}
+	if req := o.Requests.CPU; req == 0 || req*1.25 < rc {
+		if req == 0 {
+			under = append(under, fmt.Sprintf("no CPU request, %s recommended", fmtCores(rc)))
+		} else {
+			under = append(under, fmt.Sprintf("CPU request %s below the %s recommended", fmtCores(req), fmtCores(rc)))
+		}
+	}
+	if lim.CPU > 0 && !procsOver && o.ThrottledShare.Valid() && thr >= opt.ThrottledHigh {
+		under = append(under, fmt.Sprintf("%.0f%% of CFS periods throttled under a CPU limit of %s", 100*thr, fmtCores(lim.CPU)))
+	}
+	if lim.Memory > 0 && lim.Memory < rm {
+		under = append(under, fmt.Sprintf("memory limit %s below the %s recommended", fmtBytes(lim.Memory), fmtBytes(rm)))
+	}
+	if len(over) > 0 {
+		add(CodeOverProvisioned, "%s", strings.Join(over, "; "))
+	}
+	if len(under) > 0 {
+		add(CodeUnderProvisioned, "%s", strings.Join(under, "; "))
+	}
+	return f
+}
+
+// seriesOf takes the pods' highest figure per step, for the plots.
+func seriesOf(in Input, g Group) Series {
+	s := Series{CPU: make([]float64, in.Steps), WorkingSet: make([]float64, in.Steps), LiveHeap: make([]float64, in.Steps)}
+	for i := range in.Steps {
+		s.CPU[i], s.WorkingSet[i], s.LiveHeap[i] = math.NaN(), math.NaN(), math.NaN()
+	}
+	for _, pod := range g.Pods {
+		live := pod.LiveHeap
+		if !anyValue(live) {
+			live = pod.HeapMin
+		}
+		for i := range in.Steps {
+			for _, x := range []struct {
+				dst *float64
+				src []float32
+			}{{&s.CPU[i], pod.CPU}, {&s.WorkingSet[i], pod.WorkingSet}, {&s.LiveHeap[i], live}} {
+				if i < len(x.src) && !math.IsNaN(float64(x.src[i])) && (math.IsNaN(*x.dst) || float64(x.src[i]) > *x.dst) {
+					*x.dst = float64(x.src[i])
+				}
+			}
+		}
+	}
+	return s
+}
+
+func anyValue(s []float32) bool {
+	for _, v := range s {
+		if !math.IsNaN(float64(v)) {
+			return true
+		}
+	}
+	return false
+}
+
+// roundUp rounds x up to a multiple of unit, without float noise in the
+// thousandths (0.30000000000000004 cores is 300m).
+func roundUp(x, unit float64) float64 { return math.Round(math.Ceil(x/unit-1e-9)*unit*1000) / 1000 }
+
+func fmtCores(c float64) string {
+	if math.IsNaN(c) {
+		return "–"
+	}
+	if c >= 1 && c == math.Trunc(c) {
+		return strconv.Itoa(int(c))
+	}
+	return strconv.Itoa(int(math.Round(c*1000))) + "m"
+}
+
+func fmtBytes(b float64) string {
+	if math.IsNaN(b) || math.IsInf(b, 0) {
+		return "–"
+	}
+	return fit.FormatBytes(int64(b))
+}
+
+func fmtDuration(d time.Duration) string {
+	switch {
+	case d >= 24*time.Hour && d%(24*time.Hour) == 0:
+		return fmt.Sprintf("%dd", d/(24*time.Hour))
+	case d >= time.Hour:
+		return fmt.Sprintf("%.1fh", d.Hours())
+	}
+	return d.Round(time.Second).String()
+}

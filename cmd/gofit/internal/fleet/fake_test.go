@@ -1,0 +1,292 @@
+package fleet
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"runtime/metrics"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/api"
+	"github.com/prometheus/common/model"
+)
+
+// fakeProm answers the Prometheus HTTP API as a server holding a
+// synthetic fleet would, for the queries Fetch sends: n Go containers
+// (two pods per Deployment) and nonGo others. Container i's figures follow
+// fakeFleet; the answers are written as they are made, so the server's
+// own memory stays small next to the client's.
+type fakeProm struct {
+	n, nonGo int
+	queries  atomic.Int64
+	mu       sync.Mutex
+	seen     []string
+}
+
+func (f *fakeProm) labels(i int) string {
+	return fmt.Sprintf(`"namespace":"ns-%d","pod":"web-%d-abc-%d","container":"app"`, i/2%50, i/2, i)
+}
+
+// figures of container i at step time t (seconds): the unfitted ones
+// (every third) run GOMAXPROCS 4 at 250m, throttled.
+func (f *fakeProm) value(metric string, i int, t float64) float64 {
+	day := math.Sin(2 * math.Pi * t / 86400)
+	unfitted := i/2%3 == 0
+	switch metric {
+	case "cpu":
+		return 0.1 + 0.05*day + float64(i%7)*0.01
+	case "throttled":
+		if unfitted {
+			return 0.3
+		}
+		return 0
+	case "ws":
+		return (120 + 10*day + float64(i%11)) * mib
+	case "nonheap":
+		return 30 * mib
+	case "heapmin":
+		return (40 + 5*day) * mib
+	case "live":
+		return (40 + 5*day) * mib
+	case "gc":
+		return 0.01
+	}
+	panic(metric)
+}
+
+func (f *fakeProm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.queries.Add(1)
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, err.Error(), 400)
+		return
+	}
+	q := r.Form.Get("query")
+	f.mu.Lock()
+	f.seen = append(f.seen, q)
+	f.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	bw := bufio.NewWriterSize(w, 1<<16)
+	defer bw.Flush()
+	if strings.HasSuffix(r.URL.Path, "/query_range") {
+		f.rangeAnswer(bw, q, r.Form)
+		return
+	}
+	t, _ := strconv.ParseFloat(r.Form.Get("time"), 64)
+	vec := func(labels func(i int) string, value func(i int) float64) {
+		bw.WriteString(`{"status":"success","data":{"resultType":"vector","result":[`)
+		for i := range f.n {
+			if i > 0 {
+				bw.WriteByte(',')
+			}
+			fmt.Fprintf(bw, `{"metric":{%s},"value":[%.3f,"%g"]}`, labels(i), t, value(i))
+		}
+		bw.WriteString(`]}}`)
+	}
+	plain := func(i int) string { return f.labels(i) }
+	switch {
+	case strings.HasPrefix(q, "count("):
+		fmt.Fprintf(bw, `{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[%.3f,"%d"]}]}}`, t, f.nonGo)
+	case strings.Contains(q, "kube_replicaset_owner"):
+		vec(func(i int) string {
+			return fmt.Sprintf(`"namespace":"ns-%d","replicaset":"web-%d-abc","owner_kind":"Deployment","owner_name":"web-%d"`, i/2%50, i/2, i/2)
+		}, func(int) float64 { return 1 })
+	case strings.Contains(q, "kube_pod_owner"):
+		vec(func(i int) string {
+			return fmt.Sprintf(`"namespace":"ns-%d","pod":"web-%d-abc-%d","owner_kind":"ReplicaSet","owner_name":"web-%d-abc"`, i/2%50, i/2, i, i/2)
+		}, func(int) float64 { return 1 })
+	case strings.Contains(q, "go_sched_gomaxprocs_threads"):
+		vec(plain, func(i int) float64 { return map[bool]float64{true: 4, false: 1}[i/2%3 == 0] })
+	case strings.Contains(q, "go_gc_gomemlimit_bytes"):
+		vec(plain, func(i int) float64 {
+			if i/2%3 == 0 {
+				return math.MaxInt64
+			}
+			return 230 * mib
+		})
+	case strings.Contains(q, "go_gc_gogc_percent"):
+		vec(plain, func(int) float64 { return 100 })
+	case strings.Contains(q, "kube_pod_container_resource_"):
+		bw.WriteString(`{"status":"success","data":{"resultType":"vector","result":[`)
+		for i := range f.n {
+			if i > 0 {
+				bw.WriteByte(',')
+			}
+			fmt.Fprintf(bw, `{"metric":{%s,"resource":"cpu"},"value":[%.3f,"0.25"]},{"metric":{%s,"resource":"memory"},"value":[%.3f,"%d"]}`,
+				f.labels(i), t, f.labels(i), t, 256<<20)
+		}
+		bw.WriteString(`]}}`)
+	case strings.Contains(q, "restarts_total"), strings.Contains(q, "container_oom_events_total"):
+		vec(plain, func(int) float64 { return 0 })
+	case strings.Contains(q, "go_info"):
+		vec(func(i int) string { return f.labels(i) + `,"version":"go1.24.4"` }, func(int) float64 { return 1 })
+	default:
+		bw.WriteString(`{"status":"success","data":{"resultType":"vector","result":[]}}`)
+	}
+}
+
+func (f *fakeProm) rangeAnswer(bw *bufio.Writer, q string, form map[string][]string) {
+	get := func(k string) float64 { v, _ := strconv.ParseFloat(form[k][0], 64); return v }
+	start, end := get("start"), get("end")
+	step, _ := time.ParseDuration(form["step"][0] + "s")
+	if step == 0 {
+		step = time.Duration(get("step") * float64(time.Second))
+	}
+	metric := ""
+	for _, m := range []struct{ sub, name string }{
+		{"container_cpu_cfs_throttled_periods_total", "throttled"},
+		{"container_cpu_usage_seconds_total", "cpu"},
+		{"avg_over_time(container_memory_working_set_bytes", "nonheap"},
+		{"container_memory_working_set_bytes", "ws"},
+		{"min_over_time(go_memstats_heap_inuse_bytes", "heapmin"},
+		{"go_gc_heap_live_bytes", "live"},
+		{"go_cpu_classes_gc_total_cpu_seconds_total", "gc"},
+	} {
+		if strings.Contains(q, m.sub) {
+			metric = m.name
+			break
+		}
+	}
+	bw.WriteString(`{"status":"success","data":{"resultType":"matrix","result":[`)
+	if metric != "" {
+		for i := range f.n {
+			if i > 0 {
+				bw.WriteByte(',')
+			}
+			fmt.Fprintf(bw, `{"metric":{%s},"values":[`, f.labels(i))
+			first := true
+			for t := start; t <= end+1e-6; t += step.Seconds() {
+				if !first {
+					bw.WriteByte(',')
+				}
+				first = false
+				bw.WriteByte('[')
+				bw.WriteString(strconv.FormatFloat(t, 'f', 3, 64))
+				bw.WriteString(`,"`)
+				bw.WriteString(strconv.FormatFloat(f.value(metric, i, t), 'g', 6, 64))
+				bw.WriteString(`"]`)
+			}
+			bw.WriteString(`]}`)
+		}
+	}
+	bw.WriteString(`]}}`)
+}
+
+func fakeAPI(t testing.TB, f *fakeProm) api.Client {
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	c, err := api.NewClient(api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestFetchFake(t *testing.T) {
+	f := &fakeProm{n: 6, nonGo: 4}
+	end := time.Date(2026, 11, 8, 0, 0, 0, 0, time.UTC)
+	in, err := Fetch(context.Background(), fakeAPI(t, f), Query{From: end.Add(-3 * 24 * time.Hour), To: end, Step: 10 * time.Minute, Namespace: "ns-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.NonGo != 4 || len(in.Groups) != 3 {
+		t.Fatalf("non-Go %d, groups %d: %+v", in.NonGo, len(in.Groups), in.Sources)
+	}
+	// Pods group by their ReplicaSet's Deployment.
+	g := in.Groups[0]
+	if g.Workload != (Workload{Namespace: "ns-0", Kind: "Deployment", Name: "web-0"}) || len(g.Pods) != 2 || g.Container != "app" {
+		t.Errorf("first group %+v with %d pods", g.Workload, len(g.Pods))
+	}
+	for _, q := range f.seen {
+		if !strings.Contains(q, `namespace="ns-1"`) {
+			t.Errorf("query without the namespace: %s", q)
+		}
+		if strings.Contains(q, "rate(") && !strings.Contains(q, "and on (cluster, namespace, pod, container) (group by (cluster, namespace, pod, container) (go_info") {
+			t.Errorf("range query not limited to Go containers: %s", q)
+		}
+	}
+	// 3 days of 10-minute steps go in chunks of a day.
+	if got := strings.Count(strings.Join(f.seen, "\n"), "container_cpu_usage_seconds_total{") - 1; got != 3 {
+		t.Errorf("%d CPU range queries, want 3 day chunks", got)
+	}
+	r := Analyze(in, Options{})
+	c := r.Containers[0]
+	if got := codes(c); !slicesEqual(got, []string{CodeGOMAXPROCSAboveLimit, CodeGOMEMLIMITUnset, CodeThrottledByGOMAXPROCS}) {
+		t.Errorf("web-0 findings %q", got)
+	}
+	if c.Gofit.GOMAXPROCS != 1 || !c.Gofit.Enough() || c.Observed.Samples != 2*3*24*6 {
+		t.Errorf("web-0: %+v samples %d", c.Gofit, c.Observed.Samples)
+	}
+}
+
+func slicesEqual(a, b []string) bool { return strings.Join(a, ",") == strings.Join(b, ",") }
+
+// BenchmarkFleet5000 reads a synthetic Prometheus of 5,000 Go containers
+// over 7 days at 5-minute steps (the defaults) and analyses them,
+// reporting the peak heap (the fake server's answers are streamed, so
+// almost all of it is the client's). Goals: under 60 s and 500 MiB.
+func BenchmarkFleet5000(b *testing.B) {
+	f := &fakeProm{n: 5000, nonGo: 3000}
+	prom := fakeAPI(b, f)
+	end := time.Date(2026, 11, 8, 0, 0, 0, 0, time.UTC)
+	for b.Loop() {
+		runtime.GC()
+		var peak atomic.Uint64
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+			for {
+				metrics.Read(s)
+				if v := s[0].Value.Uint64(); v > peak.Load() {
+					peak.Store(v)
+				}
+				select {
+				case <-stop:
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+		}()
+		in, err := Fetch(context.Background(), prom, Query{From: end.Add(-7 * 24 * time.Hour), To: end, Step: 5 * time.Minute})
+		if err != nil {
+			b.Fatal(err)
+		}
+		r := Analyze(in, Options{})
+		close(stop)
+		<-done
+		if len(r.Containers) != 2500 {
+			b.Fatalf("%d workload containers", len(r.Containers))
+		}
+		b.ReportMetric(float64(peak.Load())/(1<<20), "peak-heap-MiB")
+	}
+}
+
+func TestScanMatrix(t *testing.T) {
+	var got []string
+	put := func(m model.Metric, ts, v float64) { got = append(got, fmt.Sprintf("%s %g %g", m["pod"], ts, v)) }
+	body := `{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"pod":"a"},"values":[[1.5,"2"],[3,"NaN"]]},{"metric":{"pod":"b"},"values":[]}]},"warnings":["w"]}`
+	warns, err := scanMatrix(200, []byte(body), put)
+	if err != nil || strings.Join(got, ";") != "a 1.5 2;a 3 NaN" || len(warns) != 1 {
+		t.Errorf("got %q warnings %q err %v", got, warns, err)
+	}
+	for _, tc := range []struct{ body, want string }{
+		{`{"status":"error","errorType":"bad_data","error":"parse error"}`, "bad_data: parse error (HTTP 400)"},
+		{`{"status":"success","data":{"resultType":"vector","result":[]}}`, "want a matrix"},
+		{`{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1,2]]}]}}`, `want '"'`},
+		{`<html>`, "HTTP 400: invalid character"},
+	} {
+		if _, err := scanMatrix(400, []byte(tc.body), put); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %q", tc.body, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,431 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/api"
+	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
+)
+
+// Query is what to read.
+type Query struct {
+	From, To time.Time
+	// Step is the resolution of the series (a range query's step, and the
+	// range its rates and peaks look back over): at least two scrape
+	// intervals.
+	Step time.Duration
+	// Namespace limits to one namespace ("" for all); Selector to pods
+	// whose labels match (k=v and k!=v terms, comma-separated, read
+	// through kube_pod_labels); Cluster to one value of ClusterLabel.
+	Namespace, Selector, Cluster string
+	ClusterLabel                 string // default "cluster"
+	// MaxContainers bounds the Go containers read; more is an error.
+	MaxContainers int
+	// ChunkSteps bounds the steps one range query asks for (default: a
+	// day's worth, at most 10,000): the server's answer and ours stay
+	// bounded whatever --since is.
+	ChunkSteps int
+}
+
+// ErrTooMany is returned when more containers match than MaxContainers.
+var ErrTooMany = errors.New("too many containers")
+
+// ErrNoGo is returned when no container with go_* series matches.
+var ErrNoGo = errors.New("no Go containers")
+
+type key struct{ cluster, ns, pod, container string }
+
+var labelName = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
+
+// ParseSelector turns a label selector (app=web,tier!=db) into
+// kube_pod_labels matchers (label_app="web", label_tier!="db").
+func ParseSelector(s string) (string, error) {
+	var ms []string
+	for _, term := range strings.Split(s, ",") {
+		term = strings.TrimSpace(term)
+		if term == "" {
+			continue
+		}
+		op := "="
+		k, v, ok := strings.Cut(term, "!=")
+		if ok {
+			op = "!="
+		} else if k, v, ok = strings.Cut(term, "=="); !ok {
+			k, v, ok = strings.Cut(term, "=")
+		}
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		if !ok || k == "" || strings.ContainsAny(v, "=!()") {
+			return "", fmt.Errorf("selector term %q: want key=value or key!=value", term)
+		}
+		// kube-state-metrics turns a label key into label_<key> with
+		// every character outside [a-zA-Z0-9_] as _.
+		name := "label_" + regexp.MustCompile(`[^a-zA-Z0-9_]`).ReplaceAllString(k, "_")
+		if !labelName.MatchString(name) {
+			return "", fmt.Errorf("selector term %q: key %q", term, k)
+		}
+		ms = append(ms, fmt.Sprintf("%s%s%q", name, op, v))
+	}
+	return strings.Join(ms, ", "), nil
+}
+
+type fetcher struct {
+	ctx     context.Context
+	prom    v1.API
+	raw     api.Client
+	q       Query
+	sel     string // the namespace and cluster matchers, maybe empty
+	by      string // the container key's labels
+	filter  string // `and on (…) …`: Go containers (of the selected pods)
+	steps   int
+	notes   []string
+	queries int
+}
+
+func (f *fetcher) m(extra string) string {
+	parts := []string{}
+	if f.sel != "" {
+		parts = append(parts, f.sel)
+	}
+	if extra != "" {
+		parts = append(parts, extra)
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
+}
+
+func (f *fetcher) keyOf(m model.Metric) key {
+	return key{string(m[model.LabelName(f.q.ClusterLabel)]), string(m["namespace"]), string(m["pod"]), string(m["container"])}
+}
+
+func (f *fetcher) instant(query string) (model.Vector, error) {
+	f.queries++
+	v, warns, err := f.prom.Query(f.ctx, query, f.q.To)
+	if err != nil {
+		return nil, fmt.Errorf("prometheus query %s: %w", query, err)
+	}
+	for _, w := range warns {
+		f.notes = append(f.notes, fmt.Sprintf("prometheus: %s (query %s)", w, query))
+	}
+	vec, ok := v.(model.Vector)
+	if !ok {
+		return nil, fmt.Errorf("prometheus query %s: got %s, want a vector", query, v.Type())
+	}
+	return vec, nil
+}
+
+// ranged runs query over the window in chunks, handing each series'
+// points (step index, value) to put.
+func (f *fetcher) ranged(query string, put func(m model.Metric, i int, v float64)) (int, error) {
+	n := 0
+	for c := 0; c < f.steps; c += f.q.ChunkSteps {
+		last := min(c+f.q.ChunkSteps, f.steps) - 1
+		r := v1.Range{Start: f.q.From.Add(time.Duration(c+1) * f.q.Step), End: f.q.From.Add(time.Duration(last+1) * f.q.Step), Step: f.q.Step}
+		f.queries++
+		from := float64(f.q.From.UnixMilli()) / 1e3
+		warns, err := queryRange(f.ctx, f.raw, query, r.Start, r.End, r.Step, func(m model.Metric, t, v float64) {
+			i := int(math.Round((t-from)/f.q.Step.Seconds())) - 1
+			if i >= 0 && i < f.steps && !math.IsNaN(v) {
+				put(m, i, v)
+				n++
+			}
+		})
+		if err != nil {
+			return n, fmt.Errorf("prometheus query %s: %w", query, err)
+		}
+		for _, w := range warns {
+			f.notes = append(f.notes, fmt.Sprintf("prometheus: %s (query %s)", w, query))
+		}
+	}
+	return n, nil
+}
+
+// Fetch reads the fleet's series. Every query aggregates on the server to
+// one series per container and is limited to Go containers there, and
+// range queries go in chunks of ChunkSteps.
+func Fetch(ctx context.Context, c api.Client, q Query) (Input, error) {
+	prom := v1.NewAPI(c)
+	if q.Step <= 0 || !q.To.After(q.From) {
+		return Input{}, fmt.Errorf("want a step and a span: step %v, from %v to %v", q.Step, q.From, q.To)
+	}
+	if q.ClusterLabel == "" {
+		q.ClusterLabel = "cluster"
+	}
+	if !labelName.MatchString(q.ClusterLabel) {
+		return Input{}, fmt.Errorf("cluster label %q: not a label name", q.ClusterLabel)
+	}
+	if q.ChunkSteps <= 0 {
+		q.ChunkSteps = int(max(1, min(10000, 24*time.Hour/q.Step)))
+	}
+	if q.MaxContainers <= 0 {
+		q.MaxContainers = 10000
+	}
+	steps := int(q.To.Sub(q.From) / q.Step)
+	if steps < 1 {
+		return Input{}, fmt.Errorf("span %v is shorter than one step of %v", q.To.Sub(q.From), q.Step)
+	}
+	f := &fetcher{ctx: ctx, prom: prom, raw: c, q: q, steps: steps}
+	var sel []string
+	if q.Namespace != "" {
+		sel = append(sel, fmt.Sprintf("namespace=%q", q.Namespace))
+	}
+	if q.Cluster != "" {
+		sel = append(sel, fmt.Sprintf("%s=%q", q.ClusterLabel, q.Cluster))
+	}
+	f.sel = strings.Join(sel, ", ")
+	f.by = q.ClusterLabel + ", namespace, pod, container"
+	podBy := q.ClusterLabel + ", namespace, pod"
+	since := model.Duration(q.To.Sub(q.From)).String()
+	step := model.Duration(q.Step).String()
+	in := Input{Start: q.From, Step: q.Step, Steps: steps, Sources: map[string]string{}}
+
+	goSeries := fmt.Sprintf(`group by (%s) (go_info%s)`, f.by, f.m(`container!=""`))
+	podFilter := ""
+	if q.Selector != "" {
+		ms, err := ParseSelector(q.Selector)
+		if err != nil {
+			return Input{}, err
+		}
+		podFilter = fmt.Sprintf(` and on (%s) group by (%s) (kube_pod_labels%s)`, podBy, podBy, f.m(ms))
+	}
+	f.filter = fmt.Sprintf(` and on (%s) (%s%s)`, f.by, goSeries, podFilter)
+
+	// The Go containers: go_info at any time in the window.
+	goQ := fmt.Sprintf(`max by (%s, version) (last_over_time(go_info%s[%s]))`, f.by, f.m(`container!=""`), since)
+	if podFilter != "" {
+		goQ += fmt.Sprintf(` and on (%s) group by (%s) (last_over_time(kube_pod_labels%s[%s]))`, podBy, podBy, f.m(mustSel(q.Selector)), since)
+	}
+	vec, err := f.instant(goQ)
+	if err != nil {
+		return Input{}, err
+	}
+	pods := map[key]*Pod{}
+	for _, s := range vec {
+		k := f.keyOf(s.Metric)
+		if pods[k] == nil {
+			pods[k] = newPod(k.pod, steps)
+		}
+		pods[k].GoVersion = string(s.Metric["version"])
+	}
+	if len(pods) > q.MaxContainers {
+		return Input{}, fmt.Errorf("%w: %d Go containers match, more than %d (narrow it with --namespace, --selector or --cluster, or raise --max-containers)", ErrTooMany, len(pods), q.MaxContainers)
+	}
+	// Containers without go_* series, counted.
+	all, err := f.instant(fmt.Sprintf(`count(group by (%s) (last_over_time(container_cpu_usage_seconds_total%s[%s])) unless on (%s) group by (%s) (last_over_time(go_info%s[%s])))`,
+		f.by, f.m(`container!="", container!="POD"`), since, f.by, f.by, f.m(`container!=""`), since))
+	if err != nil {
+		return Input{}, err
+	}
+	if len(all) > 0 {
+		in.NonGo = int(all[0].Value)
+	}
+	if len(pods) == 0 {
+		where := "in Prometheus"
+		if f.sel != "" {
+			where = "matching " + f.sel
+		}
+		return Input{}, fmt.Errorf("%w %s: no container has go_info series over the last %s (a Go container counts when client_golang's go_* series are scraped with namespace, pod and container labels, as a PodMonitor gives them); %d containers without them", ErrNoGo, where, since, in.NonGo)
+	}
+	in.Sources["go"] = fmt.Sprintf("go_info: %d Go containers; %d without go_* series left out", len(pods), in.NonGo)
+
+	// Last values over the window: the spec and the runtime's settings.
+	last := func(what, query string, set func(p *Pod, m model.Metric, v float64)) error {
+		vec, err := f.instant(query)
+		if err != nil {
+			return err
+		}
+		n := 0
+		for _, s := range vec {
+			if p := pods[f.keyOf(s.Metric)]; p != nil {
+				set(p, s.Metric, float64(s.Value))
+				n++
+			}
+		}
+		in.Sources[what] = fmt.Sprintf("%s (%d series)", in.Sources[what], n)
+		if n == 0 {
+			in.Sources[what] = "none found"
+		}
+		return nil
+	}
+	lastOf := func(metric, extra string) string {
+		return fmt.Sprintf(`max by (%s) (last_over_time(%s%s[%s]))`, f.by, metric, f.m(extra), since)
+	}
+	for _, r := range []struct {
+		what, metric string
+		set          func(p *Pod, v float64)
+	}{
+		{"gomaxprocs", "go_sched_gomaxprocs_threads", func(p *Pod, v float64) { p.GOMAXPROCS = v }},
+		{"gomemlimit", "go_gc_gomemlimit_bytes", func(p *Pod, v float64) { p.GOMEMLIMIT = v }},
+		{"gogc", "go_gc_gogc_percent", func(p *Pod, v float64) { p.GOGC = v }},
+	} {
+		in.Sources[r.what] = r.metric
+		set := r.set
+		if err := last(r.what, lastOf(r.metric, ""), func(p *Pod, _ model.Metric, v float64) { set(p, v) }); err != nil {
+			return Input{}, err
+		}
+	}
+	for _, kind := range []string{"requests", "limits"} {
+		in.Sources[kind] = "kube_pod_container_resource_" + kind
+		q := fmt.Sprintf(`max by (%s, resource) (last_over_time(kube_pod_container_resource_%s%s[%s]))`, f.by, kind, f.m(`resource=~"cpu|memory"`), since)
+		if err := last(kind, q, func(p *Pod, m model.Metric, v float64) {
+			r := &p.Requests
+			if kind == "limits" {
+				r = &p.Limits
+			}
+			if m["resource"] == "cpu" {
+				r.CPU = v
+			} else {
+				r.Memory = v
+			}
+		}); err != nil {
+			return Input{}, err
+		}
+	}
+	in.Sources["restarts"] = "kube_pod_container_status_restarts_total"
+	if err := last("restarts", fmt.Sprintf(`max by (%s) (increase(kube_pod_container_status_restarts_total%s[%s]))`, f.by, f.m(""), since),
+		func(p *Pod, _ model.Metric, v float64) { p.Restarts = math.Round(v) }); err != nil {
+		return Input{}, err
+	}
+	in.Sources["oom"] = "container_oom_events_total (cAdvisor)"
+	if err := last("oom", fmt.Sprintf(`max by (%s) (increase(container_oom_events_total%s[%s]))`, f.by, f.m(`container!=""`), since),
+		func(p *Pod, _ model.Metric, v float64) { p.OOMKills = math.Round(v) }); err != nil {
+		return Input{}, err
+	}
+	if strings.HasPrefix(in.Sources["oom"], "none") {
+		in.Sources["oom"] = "kube_pod_container_status_last_terminated_reason{reason=\"OOMKilled\"} (at least one kill when seen)"
+		if err := last("oom", fmt.Sprintf(`max by (%s) (max_over_time(kube_pod_container_status_last_terminated_reason%s[%s]))`, f.by, f.m(`reason="OOMKilled"`), since),
+			func(p *Pod, _ model.Metric, v float64) { p.OOMKills = v }); err != nil {
+			return Input{}, err
+		}
+	}
+
+	// Owners: a pod's, and a ReplicaSet's (its Deployment).
+	owners := map[key][2]string{} // pod key (container "") → kind, name
+	vec, err = f.instant(fmt.Sprintf(`max by (%s, owner_kind, owner_name) (last_over_time(kube_pod_owner%s[%s]))`, podBy, f.m(`owner_kind!="", owner_kind!="<none>"`), since))
+	if err != nil {
+		return Input{}, err
+	}
+	for _, s := range vec {
+		k := f.keyOf(s.Metric)
+		owners[k] = [2]string{string(s.Metric["owner_kind"]), string(s.Metric["owner_name"])}
+	}
+	rsOwner := map[key][2]string{}
+	vec, err = f.instant(fmt.Sprintf(`max by (%s, replicaset, owner_kind, owner_name) (last_over_time(kube_replicaset_owner%s[%s]))`, q.ClusterLabel+", namespace", f.m(`owner_kind!="", owner_kind!="<none>"`), since))
+	if err != nil {
+		return Input{}, err
+	}
+	for _, s := range vec {
+		rsOwner[key{string(s.Metric[model.LabelName(q.ClusterLabel)]), string(s.Metric["namespace"]), string(s.Metric["replicaset"]), ""}] = [2]string{string(s.Metric["owner_kind"]), string(s.Metric["owner_name"])}
+	}
+	in.Sources["owners"] = fmt.Sprintf("kube_pod_owner (%d pods), kube_replicaset_owner (%d)", len(owners), len(rsOwner))
+
+	// The series, per step.
+	cadvisor := `container!="", container!="POD"`
+	type rq struct {
+		what, source, query string
+		slot                func(p *Pod) []float32
+	}
+	rate := func(metric, extra string) string {
+		return fmt.Sprintf(`sum by (%s) (rate(%s%s[%s]))%s`, f.by, metric, f.m(extra), step, f.filter)
+	}
+	over := func(fn, metric, extra string) string {
+		return fmt.Sprintf(`max by (%s) (%s(%s%s[%s]))%s`, f.by, fn, metric, f.m(extra), step, f.filter)
+	}
+	for _, r := range []rq{
+		{"cpu", "container_cpu_usage_seconds_total (cAdvisor)", rate("container_cpu_usage_seconds_total", cadvisor), func(p *Pod) []float32 { return p.CPU }},
+		{"throttling", "container_cpu_cfs_throttled_periods_total ÷ container_cpu_cfs_periods_total (cAdvisor)",
+			fmt.Sprintf(`sum by (%[1]s) (increase(container_cpu_cfs_throttled_periods_total%[2]s[%[3]s])) / sum by (%[1]s) (increase(container_cpu_cfs_periods_total%[2]s[%[3]s]))%[4]s`, f.by, f.m(cadvisor), step, f.filter),
+			func(p *Pod) []float32 { return p.Throttled }},
+		{"working_set", "container_memory_working_set_bytes (cAdvisor), the step's peak", over("max_over_time", "container_memory_working_set_bytes", cadvisor), func(p *Pod) []float32 { return p.WorkingSet }},
+		{"non_heap", "container_memory_working_set_bytes less go_memstats_heap_inuse_bytes, the step's averages",
+			fmt.Sprintf(`max by (%[1]s) (avg_over_time(container_memory_working_set_bytes%[2]s[%[4]s])) - on (%[1]s) max by (%[1]s) (avg_over_time(go_memstats_heap_inuse_bytes%[3]s[%[4]s]))`, f.by, f.m(cadvisor), f.m(""), step),
+			func(p *Pod) []float32 { return p.NonHeap }},
+		{"heap_low", "go_memstats_heap_inuse_bytes, the step's low", over("min_over_time", "go_memstats_heap_inuse_bytes", ""), func(p *Pod) []float32 { return p.HeapMin }},
+		{"live_heap", "go_gc_heap_live_bytes, the step's peak", over("max_over_time", "go_gc_heap_live_bytes", ""), func(p *Pod) []float32 { return p.LiveHeap }},
+		{"gc", "go_cpu_classes_gc_total_cpu_seconds_total", rate("go_cpu_classes_gc_total_cpu_seconds_total", ""), func(p *Pod) []float32 { return p.GC }},
+	} {
+		slot := r.slot
+		n, err := f.ranged(r.query, func(m model.Metric, i int, v float64) {
+			if p := pods[f.keyOf(m)]; p != nil {
+				slot(p)[i] = float32(v)
+			}
+		})
+		if err != nil {
+			return Input{}, err
+		}
+		in.Sources[r.what] = r.source
+		if n == 0 {
+			in.Sources[r.what] = "none found"
+		}
+	}
+	in.GCSource = "go_cpu_classes_gc_total_cpu_seconds_total"
+	if strings.HasPrefix(in.Sources["gc"], "none") {
+		// client_golang's default collector: stop-the-world pauses only,
+		// a floor of the GC's CPU.
+		n, err := f.ranged(rate("go_gc_duration_seconds_sum", ""), func(m model.Metric, i int, v float64) {
+			if p := pods[f.keyOf(m)]; p != nil {
+				p.GC[i] = float32(v)
+			}
+		})
+		if err != nil {
+			return Input{}, err
+		}
+		in.GCSource = "go_gc_duration_seconds (stop-the-world pauses only: a floor of the GC's CPU)"
+		in.Sources["gc"] = in.GCSource
+		if n == 0 {
+			in.Sources["gc"], in.GCSource = "none found", ""
+		}
+	}
+	in.Notes = append(in.Notes, f.notes...)
+	in.Sources["queries"] = fmt.Sprintf("%d (range queries in chunks of %d steps of %s)", f.queries, q.ChunkSteps, step)
+
+	groups := map[string]*Group{}
+	for k, p := range pods {
+		w := Workload{Cluster: k.cluster, Namespace: k.ns, Kind: "Pod", Name: k.pod}
+		if o, ok := owners[key{k.cluster, k.ns, k.pod, ""}]; ok {
+			w.Kind, w.Name = o[0], o[1]
+			if o[0] == "ReplicaSet" {
+				if d, ok := rsOwner[key{k.cluster, k.ns, o[1], ""}]; ok {
+					w.Kind, w.Name = d[0], d[1]
+				}
+			}
+		}
+		gk := w.String() + "\x00" + k.container
+		g := groups[gk]
+		if g == nil {
+			g = &Group{Workload: w, Container: k.container}
+			groups[gk] = g
+		}
+		g.Pods = append(g.Pods, *p)
+	}
+	for _, g := range groups {
+		sort.Slice(g.Pods, func(i, j int) bool { return g.Pods[i].Name < g.Pods[j].Name })
+		in.Groups = append(in.Groups, *g)
+	}
+	sort.Slice(in.Groups, func(i, j int) bool {
+		a, b := in.Groups[i], in.Groups[j]
+		return a.Workload.String()+"\x00"+a.Container < b.Workload.String()+"\x00"+b.Container
+	})
+	return in, nil
+}
+
+func mustSel(s string) string { m, _ := ParseSelector(s); return m }
+
+func newPod(name string, steps int) *Pod {
+	nanSeries := func() []float32 {
+		s := make([]float32, steps)
+		for i := range s {
+			s[i] = float32(math.NaN())
+		}
+		return s
+	}
+	return &Pod{Name: name, GOMAXPROCS: math.NaN(), GOMEMLIMIT: math.NaN(), GOGC: math.NaN(),
+		CPU: nanSeries(), Throttled: nanSeries(), GC: nanSeries(), WorkingSet: nanSeries(), NonHeap: nanSeries(),
+		HeapMin: nanSeries(), LiveHeap: nanSeries()}
+}

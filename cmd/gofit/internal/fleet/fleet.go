@@ -1,0 +1,122 @@
+// Package fleet is `gofit fleet`'s pure core: weeks of a fleet's series
+// per container (cAdvisor, kube-state-metrics, the Go runtime's own
+// metrics from client_golang) in, per workload container the figures as
+// observed, findings with fixed codes and a Go-aware recommendation out,
+// with KRR's simple strategy and VPA's recommender computed on the same
+// data beside it. GOMAXPROCS and GOMEMLIMIT come through fit, the policy
+// every other gofit surface uses. The Prometheus shell (fetch.go) and the
+// renderers (report.go, patch.go) sit beside it.
+package fleet
+
+import (
+	"encoding/json"
+	"math"
+	"strconv"
+	"time"
+)
+
+// Resources are a container's CPU (cores) and memory (bytes); 0 is none.
+type Resources struct {
+	CPU    float64 `json:"cpu"`
+	Memory float64 `json:"memory_bytes"`
+}
+
+// Workload is what owns a pod, as kube_pod_owner says (a ReplicaSet's
+// owner, a Deployment, when kube_replicaset_owner knows it). A pod with
+// no owner is its own workload (Kind "Pod").
+type Workload struct {
+	Cluster   string `json:"cluster,omitempty"`
+	Namespace string `json:"namespace"`
+	Kind      string `json:"kind"`
+	Name      string `json:"name"`
+}
+
+func (w Workload) String() string {
+	s := w.Namespace + "/" + w.Kind + "/" + w.Name
+	if w.Cluster != "" {
+		s = w.Cluster + ":" + s
+	}
+	return s
+}
+
+// Pod is one container of one pod: its spec as kube-state-metrics saw it
+// last, the Go runtime's settings as it reported them last (NaN where it
+// did not), its counts over the window, and its series, one value per
+// step from Input.Start (NaN where there was none).
+type Pod struct {
+	Name             string
+	Requests, Limits Resources
+	// GOMAXPROCS, GOMEMLIMIT (bytes; math.MaxInt64 when unset) and GOGC
+	// (percent; -1 for off) as go_sched_gomaxprocs_threads,
+	// go_gc_gomemlimit_bytes and go_gc_gogc_percent report them.
+	GOMAXPROCS, GOMEMLIMIT, GOGC float64
+	GoVersion                    string // go_info's version label
+	OOMKills, Restarts           float64
+
+	CPU        []float32 // cores used, averaged over the step
+	Throttled  []float32 // share of CFS periods throttled in the step
+	GC         []float32 // GC CPU, cores averaged over the step
+	WorkingSet []float32 // working set, the step's peak
+	// NonHeap is the working set's average less the Go heap in use's
+	// average over the step: the memory outside the heap.
+	NonHeap  []float32
+	HeapMin  []float32 // heap in use, the step's low: the heap just after a GC, about the live heap
+	LiveHeap []float32 // go_gc_heap_live_bytes, the step's peak (Go ≥ 1.21 with the runtime/metrics collector)
+}
+
+// Group is one container of a workload: its pods pooled, as KRR and VPA
+// pool them.
+type Group struct {
+	Workload  Workload
+	Container string
+	Pods      []Pod
+}
+
+// Input is what the fetch found.
+type Input struct {
+	Start time.Time
+	Step  time.Duration
+	Steps int
+	// GCSource says which series the GC CPU came from:
+	// go_cpu_classes_gc_total_cpu_seconds_total counts the GC's CPU,
+	// go_gc_duration_seconds only its stop-the-world pauses (a floor).
+	GCSource string
+	Groups   []Group
+	// Sources names where each kind of figure came from ("none found"
+	// when nothing answered); Notes are what the fetch wants said.
+	Sources map[string]string
+	Notes   []string
+	// NonGo counts containers seen without go_* series (left out).
+	NonGo int
+}
+
+// Num is a figure that may be missing (NaN): JSON null, never a made-up 0.
+type Num float64
+
+// MarshalJSON writes null for NaN and infinities.
+func (n Num) MarshalJSON() ([]byte, error) {
+	f := float64(n)
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return []byte("null"), nil
+	}
+	return strconv.AppendFloat(nil, f, 'g', -1, 64), nil
+}
+
+// UnmarshalJSON reads null as NaN.
+func (n *Num) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*n = Num(math.NaN())
+		return nil
+	}
+	var f float64
+	if err := json.Unmarshal(b, &f); err != nil {
+		return err
+	}
+	*n = Num(f)
+	return nil
+}
+
+// Valid reports whether n is a figure.
+func (n Num) Valid() bool { f := float64(n); return !math.IsNaN(f) && !math.IsInf(f, 0) }
+
+var nan = Num(math.NaN())
