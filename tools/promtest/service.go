@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gofit-dev/gofit/internal/cgtest"
+	"github.com/gofit-dev/gofit/cgroup/cgtest"
 )
 
 // Limits are a scrape target's cgroup: a CPU quota of CPU cores per
