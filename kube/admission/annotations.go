@@ -2,7 +2,6 @@ package admission
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -36,8 +35,8 @@ const (
 	// AnnotationCPURequestFactor opts a pod in to GOMAXPROCS from its CPU
 	// request where a container has no CPU limit: max(minimum, ceil(request
 	// × factor)) (fit.Options.CPURequestFactor). A factor such as "1" or
-	// "1.5"; "off" switches off a default the webhook was started with
-	// (--cpu-request-factor).
+	// "1.5", read as GOFIT_CPU_REQUEST_FACTOR is; "off" (or "0") switches
+	// off a default the webhook was started with (--cpu-request-factor).
 	AnnotationCPURequestFactor = "gofit.dev/cpu-request-factor"
 
 	// AnnotationPlan records what the webhook did and why (JSON,
@@ -112,21 +111,16 @@ func readChoices(pod *corev1.Pod, pl planner) choices {
 	return ch
 }
 
-// requestFactor is pol with the CPU request factor an annotation names.
+// requestFactor is pol with the CPU request factor an annotation names,
+// read as GOFIT_CPU_REQUEST_FACTOR is (0 is off), and "off" besides.
 func requestFactor(pol fit.Policy, v string) (fit.Policy, error) {
 	opt := pol.Options()
 	if v = strings.TrimSpace(v); v == "off" {
-		opt.CPURequestFactor = 0
-		return fit.New(opt)
+		v = "0"
 	}
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil {
-		return pol, fmt.Errorf("%q is not a number or off", v)
-	}
-	if err := fit.ValidCPURequestFactor(f); err != nil {
+	if err := opt.Set("GOFIT_CPU_REQUEST_FACTOR", v); err != nil {
 		return pol, err
 	}
-	opt.CPURequestFactor = f
 	return fit.New(opt)
 }
 
