@@ -2,6 +2,8 @@ package admission
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -84,13 +86,13 @@ func readChoices(pod *corev1.Pod, pl planner) choices {
 	}
 	ch.modes, ch.err = parseModes(ann[AnnotationContainers])
 	if ch.err == nil {
-		ch.err = checkNames(AnnotationContainers, keys(ch.modes.byName), pod)
+		ch.err = checkNames(AnnotationContainers, slices.Sorted(maps.Keys(ch.modes.byName)), pod)
 	}
 	if ch.err == nil {
 		ch.nonGo, ch.err = parseNonGo(ann[AnnotationNonGoMemory])
 	}
 	if ch.err == nil {
-		ch.err = checkNames(AnnotationNonGoMemory, keys(ch.nonGo), pod)
+		ch.err = checkNames(AnnotationNonGoMemory, slices.Sorted(maps.Keys(ch.nonGo)), pod)
 	}
 	if v, ok := ann[AnnotationCPURequestFactor]; ok {
 		p, err := requestFactor(pl.pol, v)

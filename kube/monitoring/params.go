@@ -8,7 +8,8 @@ package monitoring
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 )
@@ -93,7 +94,7 @@ func (p Params) Validate() error {
 		"MemoryStallShare": p.MemoryStallShare, "MajorFaultsUsageShare": p.MajorFaultsUsageShare,
 		"WebhookErrorShare": p.WebhookErrorShare, "WebhookLatencyShare": p.WebhookLatencyShare,
 	}
-	for _, k := range sortedKeys(shares) {
+	for _, k := range slices.Sorted(maps.Keys(shares)) {
 		if v := shares[k]; !(v > 0 && v <= 1) {
 			return fmt.Errorf("monitoring params: %s = %v, want a share in (0, 1]", k, v)
 		}
@@ -131,13 +132,4 @@ func promDuration(d time.Duration) string {
 		return fmt.Sprintf("%ds", d/time.Second)
 	}
 	return fmt.Sprintf("%dms", d/time.Millisecond)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

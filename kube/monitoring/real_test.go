@@ -12,12 +12,14 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"maps"
 	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -213,7 +215,7 @@ func TestRealPrometheus(t *testing.T) {
 // latency histogram's default name, and Grafana's $__rate_interval as 1m.
 func Resolve(expr string, vars map[string]string) string {
 	pairs := []string{"${latency_metric}", LatencyMetric, "$latency_metric", LatencyMetric, "$__rate_interval", "1m"}
-	for _, k := range sortedKeys(vars) {
+	for _, k := range slices.Sorted(maps.Keys(vars)) {
 		pairs = append(pairs, "${"+k+"}", vars[k], "$"+k, vars[k])
 	}
 	if _, ok := vars["namespace"]; !ok {
