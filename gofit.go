@@ -32,7 +32,7 @@ import (
 	"github.com/gofit-dev/gofit/fit"
 	"github.com/gofit-dev/gofit/internal/affinity"
 	"github.com/gofit-dev/gofit/internal/procmem"
-	"github.com/gofit-dev/gofit/internal/target"
+	"github.com/gofit-dev/gofit/target"
 )
 
 // MemoryWatch is how often the memory limit alone is re-read between

@@ -15,7 +15,7 @@ import (
 
 	"github.com/gofit-dev/gofit/cgroup/cgrouptest"
 	"github.com/gofit-dev/gofit/fit"
-	"github.com/gofit-dev/gofit/internal/target"
+	"github.com/gofit-dev/gofit/target"
 )
 
 // newTree is a cgroup v2 fixture for one process at /pod/ctr, with no

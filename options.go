@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/gofit-dev/gofit/fit"
-	"github.com/gofit-dev/gofit/internal/target"
+	"github.com/gofit-dev/gofit/target"
 )
 
 type config struct {

@@ -62,9 +62,7 @@ func (f *Fitter) Refresh() error {
 	if f.planned && now == f.last {
 		return nil // steady state: nothing to compute or apply
 	}
-	in := fit.NewInput(l, now.cpus, f.vars)
-	f.self.Describe(&in)
-	in.NonGo = nonGo
+	in := f.self.Input(l, now.cpus, f.vars, nonGo)
 	in.Running = &fit.Running{GOMAXPROCS: now.gomaxprocs, Managed: led.managed, CanHandBack: rt.handBack != nil && !led.noHandBack}
 	p := f.policy.Plan(in)
 	first := !f.planned

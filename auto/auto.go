@@ -21,7 +21,7 @@ import (
 	"os"
 
 	"github.com/gofit-dev/gofit"
-	"github.com/gofit-dev/gofit/internal/envconfig"
+	"github.com/gofit-dev/gofit/auto/internal/envconfig"
 )
 
 var fitter *gofit.Fitter
@@ -33,7 +33,7 @@ func init() {
 // start reads the configuration through lookup, logs to w and starts a
 // Fitter; nil when gofit is not active. extra options come last (tests).
 func start(ctx context.Context, lookup func(string) (string, bool), w io.Writer, extra ...gofit.Option) *gofit.Fitter {
-	cfg := envconfig.Read(lookup)
+	cfg := envconfig.Read(lookup, gofit.ValidRefresh)
 	logger := slog.New(slog.DiscardHandler)
 	if !cfg.LogOff {
 		logger = slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: cfg.LogLevel}))
@@ -43,7 +43,10 @@ func start(ctx context.Context, lookup func(string) (string, bool), w io.Writer,
 	}
 	// The environment gofit reads (GOFIT, GOMAXPROCS, ...) comes through the
 	// same lookup as the configuration.
-	opts := append(cfg.Options, gofit.WithPolicy(cfg.Policy), gofit.WithLogger(logger), gofit.WithLookupEnv(lookup))
+	opts := []gofit.Option{gofit.WithPolicy(cfg.Policy), gofit.WithLogger(logger), gofit.WithLookupEnv(lookup)}
+	if cfg.Refresh != 0 {
+		opts = append(opts, gofit.WithRefresh(cfg.Refresh))
+	}
 	f, err := gofit.Start(ctx, append(opts, extra...)...)
 	if err != nil {
 		level := slog.LevelWarn

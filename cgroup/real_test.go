@@ -12,8 +12,8 @@ import (
 	"time"
 
 	. "github.com/gofit-dev/gofit/cgroup"
+	"github.com/gofit-dev/gofit/cgroup/cgtest"
 	"github.com/gofit-dev/gofit/cgroup/manage"
-	"github.com/gofit-dev/gofit/internal/cgtest"
 )
 
 // These tests create real cgroups under the test process's own and run

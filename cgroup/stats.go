@@ -121,91 +121,70 @@ func (c *Cgroups) MemoryStats() (MemoryStats, error) {
 	if n == nil {
 		return out, nil
 	}
-	var err error
-	if n.Version == 2 {
-		if out.Usage, _, err = c.rd.uint(filepath.Join(n.Dir, "memory.current")); err != nil {
-			return out, err
+	for _, f := range memoryFiles(n.Version, &out) {
+		p := filepath.Join(n.Dir, f.name)
+		var err error
+		if len(f.values) == 1 && f.values[0].key == "" {
+			*f.values[0].to, _, err = c.rd.uint(p)
+		} else {
+			err = c.rd.keyed(p, func(k string, v uint64) {
+				for _, kv := range f.values {
+					if kv.key == k {
+						*kv.to = v
+					}
+				}
+			})
 		}
-		if out.Peak, _, err = c.rd.uint(filepath.Join(n.Dir, "memory.peak")); err != nil {
-			return out, err
-		}
-		err = c.rd.keyed(filepath.Join(n.Dir, "memory.stat"), func(k string, v uint64) {
-			switch k {
-			case "anon":
-				out.Anon = v
-			case "file":
-				out.File = v
-			case "inactive_file":
-				out.InactiveFile = v
-			case "kernel":
-				out.Kernel = v
-			case "pgmajfault":
-				out.MajorFaults = v
-			case "workingset_refault_file", "workingset_refault":
-				out.FileRefaults = v
-			}
-		})
 		if err != nil {
 			return out, err
 		}
-		err = c.rd.keyed(filepath.Join(n.Dir, "memory.events"), func(k string, v uint64) {
-			switch k {
-			case "oom_kill":
-				out.OOMKills = v
-			case "oom":
-				out.OOMs = v
-			case "max":
-				out.MaxHits = v
-			case "high":
-				out.HighHits = v
-			}
-		})
-	} else {
-		if out.Usage, _, err = c.rd.uint(filepath.Join(n.Dir, "memory.usage_in_bytes")); err != nil {
-			return out, err
-		}
-		if out.Peak, _, err = c.rd.uint(filepath.Join(n.Dir, "memory.max_usage_in_bytes")); err != nil {
-			return out, err
-		}
-		if out.MaxHits, _, err = c.rd.uint(filepath.Join(n.Dir, "memory.failcnt")); err != nil {
-			return out, err
-		}
-		if out.Kernel, _, err = c.rd.uint(filepath.Join(n.Dir, "memory.kmem.usage_in_bytes")); err != nil {
-			return out, err
-		}
-		// total_* include descendants, which is what a limit applies to.
-		err = c.rd.keyed(filepath.Join(n.Dir, "memory.stat"), func(k string, v uint64) {
-			switch k {
-			case "total_rss":
-				out.Anon = v
-			case "total_cache":
-				out.File = v
-			case "total_inactive_file":
-				out.InactiveFile = v
-			case "total_pgmajfault":
-				out.MajorFaults = v
-			case "total_workingset_refault_file", "total_workingset_refault":
-				out.FileRefaults = v
-			}
-		})
-		if err != nil {
-			return out, err
-		}
-		err = c.rd.keyed(filepath.Join(n.Dir, "memory.oom_control"), func(k string, v uint64) {
-			switch k {
-			case "oom_kill":
-				out.OOMKills = v
-			case "under_oom":
-				out.OOMs = v
-			}
-		})
-	}
-	if err != nil {
-		return out, err
 	}
 	if out.InactiveFile < out.Usage {
 		out.WorkingSet = out.Usage - out.InactiveFile
 	}
+	var err error
 	out.PSI, err = c.readPSI(n, "memory.pressure")
 	return out, err
+}
+
+// memoryFile is a file MemoryStats reads and the fields of its MemoryStats
+// that the file's values fill: one value with key "" for a file of one
+// number, else a value per key of a flat keyed file.
+type memoryFile struct {
+	name   string
+	values []memoryValue
+}
+
+type memoryValue struct {
+	key string
+	to  *uint64
+}
+
+// memoryFiles lists, in the order they are read, the files of a memory
+// cgroup of the given version and where their values go in s.
+func memoryFiles(version int, s *MemoryStats) []memoryFile {
+	one := func(to *uint64) []memoryValue { return []memoryValue{{"", to}} }
+	if version == 2 {
+		return []memoryFile{
+			{"memory.current", one(&s.Usage)},
+			{"memory.peak", one(&s.Peak)},
+			{"memory.stat", []memoryValue{
+				{"anon", &s.Anon}, {"file", &s.File}, {"inactive_file", &s.InactiveFile}, {"kernel", &s.Kernel},
+				{"pgmajfault", &s.MajorFaults}, {"workingset_refault_file", &s.FileRefaults}, {"workingset_refault", &s.FileRefaults},
+			}},
+			{"memory.events", []memoryValue{{"oom_kill", &s.OOMKills}, {"oom", &s.OOMs}, {"max", &s.MaxHits}, {"high", &s.HighHits}}},
+		}
+	}
+	return []memoryFile{
+		{"memory.usage_in_bytes", one(&s.Usage)},
+		{"memory.max_usage_in_bytes", one(&s.Peak)},
+		{"memory.failcnt", one(&s.MaxHits)},
+		{"memory.kmem.usage_in_bytes", one(&s.Kernel)},
+		// total_* include descendants, which is what a limit applies to.
+		{"memory.stat", []memoryValue{
+			{"total_rss", &s.Anon}, {"total_cache", &s.File}, {"total_inactive_file", &s.InactiveFile},
+			{"total_pgmajfault", &s.MajorFaults}, {"total_workingset_refault_file", &s.FileRefaults}, {"total_workingset_refault", &s.FileRefaults},
+		}},
+		{"memory.oom_control", []memoryValue{{"oom_kill", &s.OOMKills}, {"under_oom", &s.OOMs}}},
+	}
 }

@@ -15,7 +15,7 @@ import (
 	"fmt"
 
 	"github.com/gofit-dev/gofit"
-	"github.com/gofit-dev/gofit/internal/report"
+	"github.com/gofit-dev/gofit/report"
 )
 
 // Name is the expvar name Publish uses.

@@ -60,8 +60,9 @@ type Input struct {
 // NewInput is the input for a process under limits l that may run on cpus
 // CPUs (0: unknown), with vars as its Go runtime's environment. The CPU
 // request is the one l's CPU shares or weight encode, as the kubelet
-// writes it. The caller adds what it knows of the runtime (GoVersion,
-// DefaultGODEBUG, Running) and the non-Go memory.
+// writes it. gofit builds every input through target.Binary.Input, which
+// adds an unknown CPU count's fallback, the runtime (GoVersion,
+// DefaultGODEBUG) and the non-Go memory; the in-process plan adds Running.
 func NewInput(l cgroup.Limits, cpus int, vars map[string]string) Input {
 	return Input{Limits: l, CPUs: cpus, CPURequest: l.CPU.RequestCores(), Vars: vars}
 }

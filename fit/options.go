@@ -284,6 +284,20 @@ func ReadEnv(lookup func(string) (string, bool)) (Options, []error) {
 	return o, errs
 }
 
+// Set sets the option whose environment variable is env (such as
+// GOFIT_CPU_REQUEST_FACTOR) from its text v, parsed and checked as ReadEnv
+// does, for a surface with its own name for an option (the webhook's pod
+// annotations). When v is bad, o is left as it was; an env that names no
+// option is an error too.
+func (o *Options) Set(env, v string) error {
+	for i := range settings {
+		if s := &settings[i]; s.env == env {
+			return s.set(o, v, false)
+		}
+	}
+	return fmt.Errorf("%w: no option is read from %s", ErrBadOption, env)
+}
+
 // Flags are options bound to command-line flags by BindFlags.
 type Flags struct {
 	given map[string]string // by flag name, the last text given

@@ -128,3 +128,23 @@ func TestBindFlagsNamed(t *testing.T) {
 		t.Error("--gogc parsed though not bound")
 	}
 }
+
+// Set reads one option by its variable's name, as ReadEnv does, and leaves
+// the options as they were when the value is bad.
+func TestOptionsSet(t *testing.T) {
+	o := Options{MemoryRatio: 0.8}
+	if err := o.Set("GOFIT_CPU_REQUEST_FACTOR", "1.5"); err != nil || o != (Options{MemoryRatio: 0.8, CPURequestFactor: 1.5}) {
+		t.Errorf("factor 1.5: %+v, %v", o, err)
+	}
+	for _, v := range []string{"lots", "100", "NaN", "-1"} {
+		if err := o.Set("GOFIT_CPU_REQUEST_FACTOR", v); !errors.Is(err, ErrBadOption) || o.CPURequestFactor != 1.5 {
+			t.Errorf("factor %q: %+v, %v; want ErrBadOption and the options unchanged", v, o, err)
+		}
+	}
+	if err := o.Set("GOFIT_CPU_REQUEST_FACTOR", "0"); err != nil || o.CPURequestFactor != 0 {
+		t.Errorf("factor 0 (off): %+v, %v", o, err)
+	}
+	if err := o.Set("GOFIT_NOTHING", "1"); !errors.Is(err, ErrBadOption) || !strings.Contains(err.Error(), "GOFIT_NOTHING") {
+		t.Errorf("unknown variable: %v", err)
+	}
+}

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/gofit-dev/gofit/cgroup"
+	"github.com/gofit-dev/gofit/cgroup/cgtest"
 	"github.com/gofit-dev/gofit/cgroup/manage"
-	"github.com/gofit-dev/gofit/internal/cgtest"
 )
 
 // Real-kernel tests of the writes. They run on the host's cgroups (v1 or

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/gofit-dev/gofit/internal/fastread"
+	"github.com/gofit-dev/gofit/cgroup/fastread"
 )
 
 // Unlimited is the Value meaning "no limit": written as "max" on cgroup v2

@@ -39,12 +39,12 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 	"testing"
 	"unicode"
@@ -241,7 +241,7 @@ var linkRE = regexp.MustCompile(`\[[^\]]*\]\(([^)\s]+)\)`)
 var inlineCodeRE = regexp.MustCompile("`[^`]*`")
 
 func checkLinks(t *testing.T, pg *mdPage, byPath map[string]*mdPage) {
-	for _, n := range sortedLines(pg.prose) {
+	for _, n := range slices.Sorted(maps.Keys(pg.prose)) {
 		text := inlineCodeRE.ReplaceAllString(pg.prose[n], "")
 		for _, m := range linkRE.FindAllStringSubmatch(text, -1) {
 			target := m[1]
@@ -266,7 +266,7 @@ func checkLinks(t *testing.T, pg *mdPage, byPath map[string]*mdPage) {
 				continue
 			}
 			if !tp.anchors[anchor] {
-				t.Errorf("%s:%d: link %q: %s has no heading #%s (it has %s)", pg.path, n, target, dest, anchor, strings.Join(sortedKeys(tp.anchors), ", "))
+				t.Errorf("%s:%d: link %q: %s has no heading #%s (it has %s)", pg.path, n, target, dest, anchor, strings.Join(slices.Sorted(maps.Keys(tp.anchors)), ", "))
 			}
 		}
 	}
@@ -513,14 +513,14 @@ func diffKeys(path string, doc, got any) []string {
 		return nil
 	}
 	var out []string
-	for _, k := range sortedKeys(gm) {
+	for _, k := range slices.Sorted(maps.Keys(gm)) {
 		if _, ok := dm[k]; !ok {
 			out = append(out, fmt.Sprintf("%s.%s is missing from the sample", path, k))
 			continue
 		}
 		out = append(out, diffKeys(path+"."+k, dm[k], gm[k])...)
 	}
-	for _, k := range sortedKeys(dm) {
+	for _, k := range slices.Sorted(maps.Keys(dm)) {
 		if _, ok := gm[k]; !ok {
 			out = append(out, fmt.Sprintf("%s.%s is in the sample but gofit no longer prints it", path, k))
 		}
@@ -560,12 +560,12 @@ func checkResultsSchema(t *testing.T, where string, block []string) {
 	for _, w := range schemaWordRE.FindAllString(text, -1) {
 		words[w] = true
 	}
-	for _, f := range sortedKeys(fields) {
+	for _, f := range slices.Sorted(maps.Keys(fields)) {
 		if !words[f] {
 			t.Errorf("%s: results.json field %q (result.Results) is not in the schema", where, f)
 		}
 	}
-	for _, w := range sortedKeys(words) {
+	for _, w := range slices.Sorted(maps.Keys(words)) {
 		if !fields[w] && !schemaTypeWords[w] {
 			t.Errorf("%s: the schema names %q, which results.json does not have (result.Results)", where, w)
 		}
@@ -1015,7 +1015,7 @@ var inlineFlagRE = regexp.MustCompile(`^--([a-z0-9][a-z0-9-]*)`)
 
 func checkInline(t *testing.T, pg *mdPage, fl *flagTable, mk *makefile) {
 	cmdsHere := commandPages[pg.path]
-	for _, n := range sortedLines(pg.prose) {
+	for _, n := range slices.Sorted(maps.Keys(pg.prose)) {
 		where := fmt.Sprintf("%s:%d", pg.path, n)
 		for _, span := range inlineCodeRE.FindAllString(pg.prose[n], -1) {
 			code := strings.Trim(span, "`")
@@ -1199,7 +1199,7 @@ func checkMakeTargetsDocumented(t *testing.T, pages []*mdPage, mk *makefile) {
 		all.WriteString(strings.Join(pg.lines, "\n"))
 	}
 	text := all.String()
-	for _, tg := range sortedKeys(mk.targets) {
+	for _, tg := range slices.Sorted(maps.Keys(mk.targets)) {
 		if !regexp.MustCompile(`make ` + regexp.QuoteMeta(tg) + `\b`).MatchString(text) {
 			t.Errorf("Makefile target %s is not documented: name it (`make %s`) in docs/development.md", tg, tg)
 		}
@@ -1207,24 +1207,6 @@ func checkMakeTargetsDocumented(t *testing.T, pages []*mdPage, mk *makefile) {
 }
 
 // ---- helpers ----
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
-}
-
-func sortedLines(m map[int]string) []int {
-	ns := make([]int, 0, len(m))
-	for n := range m {
-		ns = append(ns, n)
-	}
-	sort.Ints(ns)
-	return ns
-}
 
 // ---- Go names in inline code ----
 
@@ -1301,7 +1283,7 @@ func (api goAPI) names(t *testing.T, dir string) map[string]bool {
 // checkIdents: a Go name written pkg.Name or pkg.Type.Member in inline
 // code exists in that package.
 func checkIdents(t *testing.T, pg *mdPage, api goAPI) {
-	for _, n := range sortedLines(pg.prose) {
+	for _, n := range slices.Sorted(maps.Keys(pg.prose)) {
 		for _, span := range inlineCodeRE.FindAllString(pg.prose[n], -1) {
 			for _, m := range identRE.FindAllStringSubmatch(span, -1) {
 				dir, ok := goPackages[m[1]]

@@ -12,9 +12,8 @@ import (
 	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/nongo"
 	"github.com/gofit-dev/gofit/fit"
-	"github.com/gofit-dev/gofit/internal/affinity"
-	"github.com/gofit-dev/gofit/internal/report"
-	"github.com/gofit-dev/gofit/internal/target"
+	"github.com/gofit-dev/gofit/report"
+	"github.com/gofit-dev/gofit/target"
 )
 
 // planFlags are the flags shared by inspect and run: the policy's own
@@ -139,11 +138,6 @@ func inspect(root string, cpus int, policy fit.Policy, nonGo fit.NonGo) (report.
 	if err != nil {
 		return report.Report{}, err
 	}
-	in := fit.NewInput(l, cpus, lookupVars(os.LookupEnv))
-	if in.CPUs == 0 {
-		in.CPUs = affinity.CPUs()
-	}
-	target.Self().Describe(&in)
-	in.NonGo = nonGo
+	in := target.Self().Input(l, cpus, lookupVars(os.LookupEnv), nonGo)
 	return report.New(c, l, s, in, policy.Plan(in)), nil
 }

@@ -14,8 +14,7 @@ import (
 	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/nongo"
 	"github.com/gofit-dev/gofit/fit"
-	"github.com/gofit-dev/gofit/internal/affinity"
-	"github.com/gofit-dev/gofit/internal/target"
+	"github.com/gofit-dev/gofit/target"
 )
 
 // pidFlags are inspect's flags for a running process.
@@ -130,13 +129,9 @@ func inspectPID(ctx context.Context, root string, pf pidFlags, cpus int, policy 
 		return r, fmt.Errorf("process %d: %w", pf.pid, err)
 	}
 	r.NonGo = m
-	in := fit.NewInput(l, cpus, nil)
-	if in.CPUs == 0 {
-		in.CPUs = affinity.CPUs()
-	}
-	if b, err := target.Read(filepath.Join(root, "proc", strconv.Itoa(pf.pid), "exe")); err == nil {
-		b.Describe(&in)
-	}
+	// An unreadable executable gets an unknown Go version.
+	b, _ := target.Read(filepath.Join(root, "proc", strconv.Itoa(pf.pid), "exe"))
+	in := b.Input(l, cpus, nil, fit.NonGo{})
 	r.RatioGOMEMLIMIT = policy.Plan(in).GOMEMLIMIT
 	in.NonGo = m.NonGo()
 	p := policy.Plan(in)

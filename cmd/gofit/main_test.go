@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/gofit-dev/gofit/cgroup/cgtest"
 	"github.com/gofit-dev/gofit/fit"
-	"github.com/gofit-dev/gofit/internal/cgtest"
 )
 
 // The test binary doubles as gofit, so integration tests can run it as a

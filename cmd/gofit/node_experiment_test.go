@@ -13,8 +13,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gofit-dev/gofit/cgroup/cgtest"
 	"github.com/gofit-dev/gofit/cgroup/manage"
-	"github.com/gofit-dev/gofit/internal/cgtest"
 )
 
 // TestNodeExperiment runs `gofit node experiment` end to end with the

@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gofit-dev/gofit/cgroup/cgtest"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/nongo"
 	"github.com/gofit-dev/gofit/fit"
-	"github.com/gofit-dev/gofit/internal/cgtest"
 )
 
 // --non-go and GOFIT_NON_GO declare non-Go memory; the flag wins, and a

@@ -13,8 +13,8 @@ import (
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 
+	"github.com/gofit-dev/gofit/cgroup/cgtest"
 	"github.com/gofit-dev/gofit/cgroup/manage"
-	"github.com/gofit-dev/gofit/internal/cgtest"
 )
 
 // TestLabFromPopulatedCgroup runs `gofit lab --quick` end to end from a

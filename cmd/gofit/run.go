@@ -12,8 +12,7 @@ import (
 
 	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/fit"
-	"github.com/gofit-dev/gofit/internal/affinity"
-	"github.com/gofit-dev/gofit/internal/target"
+	"github.com/gofit-dev/gofit/target"
 )
 
 func runRun(args []string, stdout, stderr io.Writer) error {
@@ -112,18 +111,12 @@ func runPlan(root, path string, cpus int, policy fit.Policy, nonGo fit.NonGo, lo
 	if err != nil {
 		return fit.Plan{}, err
 	}
-	in := fit.NewInput(l, cpus, lookupVars(lookup))
-	if in.CPUs == 0 {
-		in.CPUs = affinity.CPUs()
-	}
 	b, err := target.Read(path)
 	if err != nil && !errors.Is(err, target.ErrNotELF) {
 		return fit.Plan{}, err
 	}
 	// A script gets an unknown Go version.
-	b.Describe(&in)
-	in.NonGo = nonGo
-	return policy.Plan(in), nil
+	return policy.Plan(b.Input(l, cpus, lookupVars(lookup), nonGo)), nil
 }
 
 // lookupVars reads the Go runtime variables the policy looks at.

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gofit-dev/gofit/cgroup/cgtest"
 	"github.com/gofit-dev/gofit/cgroup/manage"
-	"github.com/gofit-dev/gofit/internal/cgtest"
 )
 
 // The test binary doubles as the service, so it can run inside a cgroup.

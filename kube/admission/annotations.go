@@ -2,7 +2,8 @@ package admission
 
 import (
 	"fmt"
-	"strconv"
+	"maps"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -36,8 +37,8 @@ const (
 	// AnnotationCPURequestFactor opts a pod in to GOMAXPROCS from its CPU
 	// request where a container has no CPU limit: max(minimum, ceil(request
 	// × factor)) (fit.Options.CPURequestFactor). A factor such as "1" or
-	// "1.5"; "off" switches off a default the webhook was started with
-	// (--cpu-request-factor).
+	// "1.5", read as GOFIT_CPU_REQUEST_FACTOR is; "off" (or "0") switches
+	// off a default the webhook was started with (--cpu-request-factor).
 	AnnotationCPURequestFactor = "gofit.dev/cpu-request-factor"
 
 	// AnnotationPlan records what the webhook did and why (JSON,
@@ -85,13 +86,13 @@ func readChoices(pod *corev1.Pod, pl planner) choices {
 	}
 	ch.modes, ch.err = parseModes(ann[AnnotationContainers])
 	if ch.err == nil {
-		ch.err = checkNames(AnnotationContainers, keys(ch.modes.byName), pod)
+		ch.err = checkNames(AnnotationContainers, slices.Sorted(maps.Keys(ch.modes.byName)), pod)
 	}
 	if ch.err == nil {
 		ch.nonGo, ch.err = parseNonGo(ann[AnnotationNonGoMemory])
 	}
 	if ch.err == nil {
-		ch.err = checkNames(AnnotationNonGoMemory, keys(ch.nonGo), pod)
+		ch.err = checkNames(AnnotationNonGoMemory, slices.Sorted(maps.Keys(ch.nonGo)), pod)
 	}
 	if v, ok := ann[AnnotationCPURequestFactor]; ok {
 		p, err := requestFactor(pl.pol, v)
@@ -112,21 +113,16 @@ func readChoices(pod *corev1.Pod, pl planner) choices {
 	return ch
 }
 
-// requestFactor is pol with the CPU request factor an annotation names.
+// requestFactor is pol with the CPU request factor an annotation names,
+// read as GOFIT_CPU_REQUEST_FACTOR is (0 is off), and "off" besides.
 func requestFactor(pol fit.Policy, v string) (fit.Policy, error) {
 	opt := pol.Options()
 	if v = strings.TrimSpace(v); v == "off" {
-		opt.CPURequestFactor = 0
-		return fit.New(opt)
+		v = "0"
 	}
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil {
-		return pol, fmt.Errorf("%q is not a number or off", v)
-	}
-	if err := fit.ValidCPURequestFactor(f); err != nil {
+	if err := opt.Set("GOFIT_CPU_REQUEST_FACTOR", v); err != nil {
 		return pol, err
 	}
-	opt.CPURequestFactor = f
 	return fit.New(opt)
 }
 

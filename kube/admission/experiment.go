@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -141,7 +142,7 @@ func (e *Experiment) check() error {
 			return fmt.Errorf("field %s.fit: %q is not gofit or none", f, a.Fit)
 		}
 		seen[a.Name] = true
-		for _, k := range sortedKeys(a.Env) {
+		for _, k := range slices.Sorted(maps.Keys(a.Env)) {
 			if err := checkArmVar(k, a.Env[k]); err != nil {
 				return fmt.Errorf("field %s.env.%s: %w", f, k, err)
 			}
@@ -341,7 +342,7 @@ func metaPatch(pod *corev1.Pod, field string, current, set map[string]string) []
 		return []PatchOp{{Op: "add", Path: "/metadata/" + field, Value: set}}
 	}
 	var out []PatchOp
-	for _, k := range sortedKeys(set) {
+	for _, k := range slices.Sorted(maps.Keys(set)) {
 		if v, ok := current[k]; ok && v == set[k] {
 			continue
 		}
@@ -371,7 +372,7 @@ func (m *Mutator) setArmEnv(pod *corev1.Pod, arm Arm) Result {
 			continue
 		}
 		env := slices.Clone(t.c.Env)
-		for _, name := range sortedKeys(want) {
+		for _, name := range slices.Sorted(maps.Keys(want)) {
 			j := lastEntry(env, name)
 			if j >= 0 && env[j].ValueFrom == nil {
 				env[j].Value = want[name]

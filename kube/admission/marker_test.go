@@ -168,7 +168,8 @@ func TestCPURequestFactor(t *testing.T) {
 		{"pod factor 1.5", plain, requested("3", "1.5"), "5", ""},
 		{"pod switches it off", optedIn, requested("3", "off"), "", ""},
 		{"a limit wins", optedIn, withAnn(podOf("p", ctr("app", "1", "")), AnnotationCPURequestFactor, "4"), "1", ""},
-		{"unreadable factor", optedIn, requested("3", "lots"), "3", `annotation gofit.dev/cpu-request-factor: "lots" is not a number or off; using the webhook's setting`},
+		{"pod factor 0 is off too", optedIn, requested("3", "0"), "", ""},
+		{"unreadable factor", optedIn, requested("3", "lots"), "3", `annotation gofit.dev/cpu-request-factor: bad option: "lots" is not a number; using the webhook's setting`},
 		{"factor out of range", plain, requested("3", "100"), "", "CPU request factor 100"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

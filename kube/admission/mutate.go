@@ -3,6 +3,7 @@ package admission
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -211,7 +212,7 @@ func (m *Mutator) Resize(pod *corev1.Pod) Result {
 		owned := ownedEnv(c, pr)
 		stale := false
 		runtimeEnv, _ := userEnv(pod, c, owned)
-		for _, name := range sortedKeys(pr.Env) {
+		for _, name := range slices.Sorted(maps.Keys(pr.Env)) {
 			if _, ours := owned[name]; !ours || name == fit.MarkerVar {
 				continue
 			}
@@ -619,17 +620,6 @@ func withoutEmpty(m map[string]string) map[string]string {
 	}
 	return m
 }
-
-func keys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
-func sortedKeys(m map[string]string) []string { return keys(m) }
 
 func dedupe(s []string) []string {
 	seen := map[string]bool{}

@@ -3,7 +3,7 @@ package agent
 import (
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/gofit-dev/gofit/internal/fastread"
+	"github.com/gofit-dev/gofit/cgroup/fastread"
 	"github.com/gofit-dev/gofit/kube/memqos"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/gofit-dev/gofit/internal/cgtest"
+	"github.com/gofit-dev/gofit/cgroup/cgtest"
 	"github.com/gofit-dev/gofit/kube/memqos"
 )
 

@@ -16,8 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/gofit-dev/gofit/cgroup/cgtest"
 	"github.com/gofit-dev/gofit/cgroup/manage"
-	"github.com/gofit-dev/gofit/internal/cgtest"
 	"github.com/gofit-dev/gofit/kube/memqos"
 )
 

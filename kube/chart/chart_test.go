@@ -11,7 +11,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -37,12 +36,6 @@ func root() string {
 
 func chartDir() string { return filepath.Join(root(), "charts", "gofit") }
 
-var (
-	helmOnce sync.Once
-	helmPath string
-	helmErr  error
-)
-
 // helm is the helm binary kube/hack/helm.sh builds (once, cached by
 // version) or finds; GOFIT_HELM names another.
 func helm(t testing.TB) string {
@@ -50,20 +43,7 @@ func helm(t testing.TB) string {
 	if p := os.Getenv("GOFIT_HELM"); p != "" {
 		return p
 	}
-	helmOnce.Do(func() {
-		cmd := exec.Command("bash", filepath.Join(root(), "kube", "hack", "helm.sh"))
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, os.Stderr
-		if helmErr = cmd.Run(); helmErr != nil {
-			return
-		}
-		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-		helmPath = lines[len(lines)-1]
-	})
-	if helmErr != nil {
-		t.Fatalf("build helm: %v", helmErr)
-	}
-	return helmPath
+	return kubetest.Hack(t, "helm.sh", "helm")
 }
 
 // run runs helm with args and returns its stdout, or its error with stderr.
@@ -223,32 +203,7 @@ func TestParity(t *testing.T) {
 			for _, o := range kustomize(t, tc.deploy...) {
 				want[key(o)] = normal(t, o)
 			}
-			got := map[string]string{}
-			for _, o := range template(t, tc.values) {
-				if got[key(o)] != "" {
-					t.Errorf("the chart renders %s twice", key(o))
-				}
-				got[key(o)] = normal(t, o)
-				for _, l := range helmLabels {
-					if o.GetLabels()[l] == "" {
-						t.Errorf("%s has no %s label", key(o), l)
-					}
-				}
-			}
-			for k, w := range want {
-				g, ok := got[k]
-				switch {
-				case !ok:
-					t.Errorf("deploy/ installs %s; the chart does not", k)
-				case g != w:
-					t.Errorf("%s differs:\n--- deploy/\n%s--- chart\n%s", k, w, g)
-				}
-			}
-			for k := range got {
-				if _, ok := want[k]; !ok {
-					t.Errorf("the chart installs %s; deploy/ does not", k)
-				}
-			}
+			compare(t, "deploy/", want, "the chart", rendered(t, tc.values, nil))
 		})
 	}
 }
@@ -576,30 +531,49 @@ func TestMonitoringParity(t *testing.T) {
 	for _, o := range template(t, `{}`) {
 		base[key(o)] = true
 	}
+	compare(t, "deploy/monitoring", want, "the chart's monitoring", rendered(t, `{"monitoring":{"enabled":true}}`, base))
+}
+
+// rendered is the chart's objects with values, but for those skip holds
+// (nil: none), in normal form by key. An object rendered twice or without
+// one of Helm's labels fails the test.
+func rendered(t *testing.T, values string, skip map[string]bool) map[string]string {
+	t.Helper()
 	got := map[string]string{}
-	for _, o := range template(t, `{"monitoring":{"enabled":true}}`) {
-		if base[key(o)] {
+	for _, o := range template(t, values) {
+		k := key(o)
+		if skip[k] {
 			continue
 		}
-		got[key(o)] = normal(t, o)
+		if got[k] != "" {
+			t.Errorf("the chart renders %s twice", k)
+		}
+		got[k] = normal(t, o)
 		for _, l := range helmLabels {
 			if o.GetLabels()[l] == "" {
-				t.Errorf("%s has no %s label", key(o), l)
+				t.Errorf("%s has no %s label", k, l)
 			}
 		}
 	}
+	return got
+}
+
+// compare fails the test for each object one side installs and the other
+// does not, and for each that differs between them.
+func compare(t *testing.T, wantName string, want map[string]string, gotName string, got map[string]string) {
+	t.Helper()
 	for k, w := range want {
 		g, ok := got[k]
 		switch {
 		case !ok:
-			t.Errorf("deploy/monitoring installs %s; the chart does not", k)
+			t.Errorf("%s installs %s; %s does not", wantName, k, gotName)
 		case g != w:
-			t.Errorf("%s differs:\n--- deploy/monitoring\n%s--- chart\n%s", k, w, g)
+			t.Errorf("%s differs:\n--- %s\n%s--- %s\n%s", k, wantName, w, gotName, g)
 		}
 	}
 	for k := range got {
 		if _, ok := want[k]; !ok {
-			t.Errorf("the chart's monitoring installs %s; deploy/monitoring does not", k)
+			t.Errorf("%s installs %s; %s does not", gotName, k, wantName)
 		}
 	}
 }

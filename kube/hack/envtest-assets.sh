@@ -26,6 +26,8 @@ export GOWORK=off GOFLAGS=-mod=mod
 
 # shellcheck source=progress.sh
 source "$(dirname "$0")/progress.sh"
+# shellcheck source=kube-module.sh
+source "$(dirname "$0")/kube-module.sh"
 
 if [[ ! -x "$OUT/etcd" ]]; then
   mkdir -p "$work/etcd"
@@ -60,21 +62,7 @@ import (
 func main() { os.Exit(cli.Run(app.NewAPIServerCommand())) }
 GO
   cd "$work/apiserver"
-  $GO mod init gofit.local/kube-apiserver >/dev/null 2>&1
-  $GO mod edit -require "k8s.io/kubernetes@v$KUBE_VERSION"
-  # k8s.io/kubernetes points its staging modules at ./staging/...; pin each
-  # one to the matching published v0.x release instead.
-  modfile=$($GO mod download -json "k8s.io/kubernetes@v$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
-  minor=${KUBE_VERSION#1.}
-  for m in $(sed -n 's#^[[:space:]]*\(k8s.io/[a-z-]*\) => ./staging/.*#\1#p' "$modfile"); do
-    [[ $m == k8s.io/sample-cli-plugin ]] && continue
-    $GO mod edit -replace "$m=$m@v0.$minor"
-  done
-  $GO mod tidy >/dev/null
-  v=""
-  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    v="$v -X $p.gitVersion=v$KUBE_VERSION -X $p.gitMajor=1 -X $p.gitMinor=${minor%%.*} -X $p.gitTreeState=clean"
-  done
-  progress "kube-apiserver v$KUBE_VERSION" bash -c "CGO_ENABLED=0 $GO build -trimpath -ldflags='$v' -o '$OUT/kube-apiserver.tmp' . && mv '$OUT/kube-apiserver.tmp' '$OUT/kube-apiserver'"
+  kube_module kube-apiserver
+  progress "kube-apiserver v$KUBE_VERSION" bash -c "CGO_ENABLED=0 $GO build -trimpath -ldflags='$KUBE_LDFLAGS' -o '$OUT/kube-apiserver.tmp' . && mv '$OUT/kube-apiserver.tmp' '$OUT/kube-apiserver'"
 fi
 echo "$OUT"

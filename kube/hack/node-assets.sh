@@ -41,6 +41,8 @@ export GOWORK=off GOFLAGS=-mod=mod
 
 # shellcheck source=progress.sh
 source "$(dirname "$0")/progress.sh"
+# shellcheck source=kube-module.sh
+source "$(dirname "$0")/kube-module.sh"
 
 if [[ ! -x "$OUT/bin/containerd" || ! -x "$OUT/bin/containerd-shim-runc-v2" || ! -x "$OUT/bin/ctr" ]]; then
   mkdir -p "$work/containerd"
@@ -110,24 +112,8 @@ func main() {
 	os.Exit(cli.Run(cmd))
 }
 GO
-  $GO mod init gofit.local/kube >/dev/null 2>&1
-  $GO mod edit -require "k8s.io/kubernetes@v$KUBE_VERSION"
-  # k8s.io/kubernetes points its staging modules at ./staging/...; pin each
-  # one to the matching published v0.x release (as envtest-assets.sh does).
-  modfile=$($GO mod download -json "k8s.io/kubernetes@v$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
-  minor=${KUBE_VERSION#1.}
-  for m in $(sed -n 's#^[[:space:]]*\(k8s.io/[a-z-]*\) => ./staging/.*#\1#p' "$modfile"); do
-    [[ $m == k8s.io/sample-cli-plugin ]] && continue
-    $GO mod edit -replace "$m=$m@v0.$minor"
-  done
-  $GO mod tidy >/dev/null
-  # The version the kubelet reports in the Node's status and kubectl
-  # prints (a module build has no git tree to take it from).
-  v=""
-  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    v="$v -X $p.gitVersion=v$KUBE_VERSION -X $p.gitMajor=1 -X $p.gitMinor=${minor%%.*} -X $p.gitTreeState=clean"
-  done
-  progress "kube v$KUBE_VERSION (controller-manager, scheduler, kubelet, kubectl)" bash -c "CGO_ENABLED=0 $GO build -trimpath -ldflags='-s -w $v' -o '$OUT/bin/kube.tmp' . && mv '$OUT/bin/kube.tmp' '$OUT/bin/kube'"
+  kube_module kube
+  progress "kube v$KUBE_VERSION (controller-manager, scheduler, kubelet, kubectl)" bash -c "CGO_ENABLED=0 $GO build -trimpath -ldflags='-s -w $KUBE_LDFLAGS' -o '$OUT/bin/kube.tmp' . && mv '$OUT/bin/kube.tmp' '$OUT/bin/kube'"
 fi
 
 # Debian's runc and CNI plugins, checked against the pinned upstream

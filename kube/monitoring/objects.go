@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -105,7 +107,7 @@ func scrapeConfig(t scrapeTarget) map[string]any {
 		sd["namespaces"] = map[string]any{"names": t.namespaces}
 	}
 	var rl []map[string]any
-	for _, k := range sortedKeys(t.match) {
+	for _, k := range slices.Sorted(maps.Keys(t.match)) {
 		rl = append(rl, Relabel{SourceLabels: []string{"__meta_kubernetes_pod_label_" + labelName(k)}, Regex: t.match[k], Action: "keep"}.plainKeep())
 	}
 	rl = append(rl,

@@ -8,8 +8,9 @@ package monitoring
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 )
@@ -148,7 +149,7 @@ func (p Params) Validate() error {
 		"MemoryStallShare": p.MemoryStallShare, "MajorFaultsUsageShare": p.MajorFaultsUsageShare,
 		"WebhookErrorShare": p.WebhookErrorShare, "WebhookLatencyShare": p.WebhookLatencyShare,
 	}
-	for _, k := range sortedKeys(shares) {
+	for _, k := range slices.Sorted(maps.Keys(shares)) {
 		if v := shares[k]; !(v > 0 && v <= 1) {
 			return fmt.Errorf("monitoring params: %s = %v, want a share in (0, 1]", k, v)
 		}
@@ -176,7 +177,7 @@ func (p Params) Validate() error {
 	}
 	sels := map[string]string{"CAdvisorSelector": p.CAdvisorSelector, "KubeStateSelector": p.KubeStateSelector,
 		"APIServerSelector": p.APIServerSelector, "WebhookJobSelector": p.WebhookJobSelector, "AgentJobSelector": p.AgentJobSelector}
-	for _, k := range sortedKeys(sels) {
+	for _, k := range slices.Sorted(maps.Keys(sels)) {
 		if err := checkSelector(sels[k]); err != nil {
 			return fmt.Errorf("monitoring params: %s: %w", k, err)
 		}
@@ -255,13 +256,4 @@ func promDuration(d time.Duration) string {
 		return fmt.Sprintf("%ds", d/time.Second)
 	}
 	return fmt.Sprintf("%dms", d/time.Millisecond)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

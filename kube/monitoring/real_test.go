@@ -12,12 +12,14 @@ import (
 	"encoding/pem"
 	"fmt"
 	"io"
+	"maps"
 	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -132,7 +134,7 @@ func TestRealPrometheus(t *testing.T) {
 		{Job: "kubelet", Addr: strings.TrimPrefix(cadv, "http://"), Path: "/metrics/cadvisor", Labels: map[string]string{"metrics_path": "/metrics/cadvisor"}},
 		{Job: "kube-state-metrics", Addr: strings.TrimPrefix(ksm.URL, "http://")},
 	}
-	for _, pod := range sortedKeys(procs) {
+	for _, pod := range slices.Sorted(maps.Keys(procs)) {
 		targets = append(targets, target(procs[pod].Addr, pod, "app"))
 	}
 	prom := promtest.Start(t, bins, promtest.Config{
@@ -372,7 +374,7 @@ func kubeStateMetrics(t *testing.T, pods []corev1.Pod) http.Handler {
 	}
 	typ("kube_replicaset_owner", "gauge")
 	typ("kube_deployment_status_observed_generation", "gauge")
-	for _, rs := range sortedKeys(replicaSets) {
+	for _, rs := range slices.Sorted(maps.Keys(replicaSets)) {
 		deploy := rs[:strings.LastIndex(rs, "-")]
 		fmt.Fprintf(&b, "kube_replicaset_owner{namespace=%q,replicaset=%q,owner_kind=\"Deployment\",owner_name=%q,owner_is_controller=\"true\"} 1\n", testNS, rs, deploy)
 		fmt.Fprintf(&b, "kube_deployment_status_observed_generation{namespace=%q,deployment=%q} 1\n", testNS, deploy)
@@ -419,7 +421,7 @@ func Resolve(expr string, vars map[string]string) string {
 	if _, ok := vars["cluster"]; !ok {
 		pairs = append(pairs, "$cluster", "")
 	}
-	for _, k := range sortedKeys(vars) {
+	for _, k := range slices.Sorted(maps.Keys(vars)) {
 		pairs = append(pairs, "${"+k+"}", vars[k], "$"+k, vars[k])
 	}
 	if _, ok := vars["namespace"]; !ok {

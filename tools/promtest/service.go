@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/gofit-dev/gofit/cgroup"
-	"github.com/gofit-dev/gofit/internal/cgtest"
+	"github.com/gofit-dev/gofit/cgroup/cgtest"
 )
 
 // Limits are a scrape target's cgroup: a CPU quota of CPU cores per

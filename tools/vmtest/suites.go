@@ -42,7 +42,7 @@ func (s Suite) Name() string {
 // Suites is the one list of packages whose tests run on the VM's kernel:
 // every package with tests that need real cgroups. To add one (the node
 // agent's tests, for example), append it here, with the tests that must
-// not skip on each layout; its tests get cgroups through internal/cgtest
+// not skip on each layout; its tests get cgroups through cgroup/cgtest
 // like the others, and run as root inside a populated, non-root cgroup
 // (vmtest.service). `make test-v2` then runs it.
 func Suites() []Suite {

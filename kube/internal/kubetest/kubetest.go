@@ -18,12 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
-var (
-	assetsOnce sync.Once
-	assetsDir  string
-	assetsErr  error
-)
-
 // Assets returns the directory holding kube-apiserver and etcd: the
 // KUBEBUILDER_ASSETS environment variable when set, otherwise what the
 // build script prints (building the binaries on first use, ~6-9 minutes on
@@ -33,23 +27,46 @@ func Assets(t testing.TB) string {
 	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
 		return dir
 	}
-	assetsOnce.Do(func() {
-		_, file, _, _ := runtime.Caller(0)
-		script := filepath.Join(filepath.Dir(file), "..", "..", "hack", "envtest-assets.sh")
-		cmd := exec.Command("bash", script)
-		var out bytes.Buffer
-		cmd.Stdout = &out
-		cmd.Stderr = os.Stderr // progress lines while the cold build runs
-		if assetsErr = cmd.Run(); assetsErr != nil {
-			return
+	return Hack(t, "envtest-assets.sh", "kube-apiserver and etcd for envtest")
+}
+
+// hack holds each kube/hack script's one run in this test binary.
+var hack struct {
+	mu   sync.Mutex
+	runs map[string]func() (string, error)
+}
+
+// Hack runs the script kube/hack/NAME, once per test binary, and returns
+// the last line it prints: the path of what it built (or found cached).
+// Its progress lines go to stderr while a cold build runs. It fails the
+// test, naming what, when the script fails.
+func Hack(t testing.TB, name, what string) string {
+	t.Helper()
+	hack.mu.Lock()
+	run, ok := hack.runs[name]
+	if !ok {
+		run = sync.OnceValues(func() (string, error) {
+			_, file, _, _ := runtime.Caller(0)
+			cmd := exec.Command("bash", filepath.Join(filepath.Dir(file), "..", "..", "hack", name))
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, os.Stderr
+			if err := cmd.Run(); err != nil {
+				return "", err
+			}
+			lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+			return lines[len(lines)-1], nil
+		})
+		if hack.runs == nil {
+			hack.runs = map[string]func() (string, error){}
 		}
-		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-		assetsDir = lines[len(lines)-1]
-	})
-	if assetsErr != nil {
-		t.Fatalf("build kube-apiserver and etcd for envtest: %v", assetsErr)
+		hack.runs[name] = run
 	}
-	return assetsDir
+	hack.mu.Unlock()
+	out, err := run()
+	if err != nil {
+		t.Fatalf("build %s: %v", what, err)
+	}
+	return out
 }
 
 // Start runs a kube-apiserver and etcd for the test and stops them when it

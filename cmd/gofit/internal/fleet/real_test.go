@@ -19,7 +19,7 @@ import (
 	"github.com/prometheus/client_golang/api"
 
 	"github.com/gofit-dev/gofit/cgroup"
-	"github.com/gofit-dev/gofit/internal/cgtest"
+	"github.com/gofit-dev/gofit/cgroup/cgtest"
 	"github.com/gofit-dev/gofit/tools/promtest"
 )
 

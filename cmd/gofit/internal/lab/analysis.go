@@ -15,7 +15,7 @@ import (
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
-	"github.com/gofit-dev/gofit/internal/target"
+	"github.com/gofit-dev/gofit/target"
 )
 
 // The lab is a pipeline whose results flow one way:

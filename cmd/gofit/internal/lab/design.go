@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
-	"github.com/gofit-dev/gofit/internal/target"
+	"github.com/gofit-dev/gofit/target"
 )
 
 // cpuDesign is the CPU study's design: its rows, the distinct

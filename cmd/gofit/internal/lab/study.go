@@ -19,7 +19,7 @@ import (
 
 	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
-	"github.com/gofit-dev/gofit/internal/target"
+	"github.com/gofit-dev/gofit/target"
 )
 
 // study runs a study: it decides which trials to run, has its runner

@@ -10,7 +10,7 @@ import (
 
 	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/fit"
-	"github.com/gofit-dev/gofit/internal/target"
+	"github.com/gofit-dev/gofit/target"
 )
 
 // planEnv is what `gofit run` would hand the target of a study with
@@ -34,13 +34,11 @@ func planEnvRequest(cfg Config, ncpu int, bin target.Binary, cores, request floa
 // following the recommendation declares what the probes measured
 // (GOFIT_NON_GO): the memory setting's and the recommendation's plan.
 func planEnvNonGo(cfg Config, ncpu int, bin target.Binary, nonGo fit.NonGo, cores, request float64, mem int64) (map[string]string, fit.Plan) {
-	in := fit.NewInput(cgroup.Limits{
+	in := bin.Input(cgroup.Limits{
 		// The request as the sandbox writes it (manage.Group.SetCPURequest).
 		CPU:    cgroup.CPULimits{Quota: cores, LeafQuota: cores, QuotaGroup: "(trial)", Shares: uint64(request * 1024)},
 		Memory: cgroup.MemoryLimits{Max: mem, MaxGroup: "(trial)"},
-	}, ncpu, baseEnv(cfg))
-	in.NonGo = nonGo
-	bin.Describe(&in)
+	}, ncpu, baseEnv(cfg), nonGo)
 	pol := fit.Policy{}
 	if request > 0 {
 		// Validated with the config: New cannot fail here.

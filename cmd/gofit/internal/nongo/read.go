@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/gofit-dev/gofit/cgroup"
-	"github.com/gofit-dev/gofit/internal/target"
+	"github.com/gofit-dev/gofit/target"
 )
 
 // maxSmaps bounds a read of /proc/PID/smaps: about 1 KiB per mapping, and

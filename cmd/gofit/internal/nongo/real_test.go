@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gofit-dev/gofit/internal/cgtest"
+	"github.com/gofit-dev/gofit/cgroup/cgtest"
 )
 
 // build builds examples/offheap with cgo on or off.

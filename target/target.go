@@ -2,6 +2,12 @@
 // before it runs: the Go version and GODEBUG defaults built into it, which
 // decide what its runtime does with GOMAXPROCS by itself, and the size of
 // what the loader maps from it, which bounds the page cache it charges.
+// Binary.Input builds the policy's input for it.
+//
+// It is public because two of gofit's modules use it: the library (for the
+// process it runs in) and the gofit command (gofit run and gofit inspect,
+// for the binary they start or look at, and the lab, for its target). A
+// service using gofit's library has no need of it.
 package target
 
 import (
@@ -12,7 +18,9 @@ import (
 	"runtime"
 	"runtime/debug"
 
+	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/fit"
+	"github.com/gofit-dev/gofit/internal/affinity"
 )
 
 // ErrNotELF is wrapped by Read's error for a file that is not an ELF
@@ -73,11 +81,21 @@ func setting(bi *debug.BuildInfo, key string) string {
 	return ""
 }
 
-// Describe fills in what the binary tells the policy about the process it
-// will become: its runtime. It budgets no non-Go memory: before the
-// process runs nothing is measured, and the size of its loadable segments
-// says little about the text it will touch (fit's FileBudgetFloor notes the
-// measurements); the caller adds what the user declares.
-func (b Binary) Describe(in *fit.Input) {
+// Input is the policy's input for a process of b under limits l: one
+// that may run on cpus CPUs (0: as many as the calling thread's affinity
+// mask allows, which a process started from it inherits), with vars as its
+// Go runtime's environment and nonGo the non-Go memory known for it. b
+// tells the policy about its runtime; before the process runs nothing is
+// measured, and the size of its loadable segments says little about the
+// text it will touch (fit's FileBudgetFloor notes the measurements), so
+// nonGo is what the user declares or, in-process, what gofit measures.
+// Running, for the in-process plan, is the caller's to add.
+func (b Binary) Input(l cgroup.Limits, cpus int, vars map[string]string, nonGo fit.NonGo) fit.Input {
+	if cpus == 0 {
+		cpus = affinity.CPUs()
+	}
+	in := fit.NewInput(l, cpus, vars)
 	in.GoVersion, in.DefaultGODEBUG = b.GoVersion, b.DefaultGODEBUG
+	in.NonGo = nonGo
+	return in
 }

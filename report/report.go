@@ -1,5 +1,9 @@
 // Package report assembles what `gofit inspect` shows and what the opt-in
 // expvar publishes: a container's limits, its usage and the plan.
+//
+// It is public because two of gofit's modules use it: the library's
+// debugvars package and the gofit command (gofit inspect). Its JSON form is
+// the one they both print.
 package report
 
 import (

@@ -1,8 +1,14 @@
-// Package cgtest creates real cgroups for integration tests. It skips the
+// Package cgtest creates real cgroups for integration tests (cgrouptest,
+// beside it, writes fake cgroup trees instead). It skips the
 // test, with a one-line reason, only where the machine cannot allow it (not
 // root, no cgroupfs, a read-only or permission-denied cgroupfs); any other
 // failure to create a group fails the test. It removes what it made when the
 // test ends, pass or fail.
+//
+// It is public because every one of gofit's modules has such tests: the
+// library's, the gofit command's, the node agent's (module kube) and the
+// Prometheus rule tests (module tools). It is not meant for other projects:
+// it may change with them.
 package cgtest
 
 import (

@@ -1,6 +1,7 @@
-// Package envconfig turns the GOFIT_* environment variables into options
-// for the runtime library, for the auto package (which has no other way to
-// be configured). GOFIT itself (on or off) is read by the library.
+// Package envconfig turns the GOFIT_* environment variables into settings
+// for the auto package (which has no other way to be configured). GOFIT
+// itself (on or off) is read by the library. It knows nothing of the
+// library: auto, which imports both, turns the settings into options.
 package envconfig
 
 import (
@@ -10,18 +11,18 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gofit-dev/gofit"
 	"github.com/gofit-dev/gofit/fit"
 )
 
 // Config is what the GOFIT_* variables ask for: the policy's options
 // (fit.ReadEnv reads them) and
 //
-//	GOFIT_REFRESH=1s          how often limits are re-read (at least gofit.MinRefresh)
+//	GOFIT_REFRESH=1s          how often limits are re-read (checked by Read's caller)
 //	GOFIT_LOG=warn            log level on stderr (debug, info, warn, error, off)
 type Config struct {
-	Policy   fit.Options    // for gofit.WithPolicy
-	Options  []gofit.Option // the rest: GOFIT_REFRESH
+	Policy fit.Options // for gofit.WithPolicy
+	// Refresh is GOFIT_REFRESH (for gofit.WithRefresh); 0 when unset or bad.
+	Refresh  time.Duration
 	LogLevel slog.Level
 	LogOff   bool
 	// Errors name each variable with a bad value; the others still apply.
@@ -29,7 +30,9 @@ type Config struct {
 }
 
 // Read reads the variables through lookup (os.LookupEnv when nil).
-func Read(lookup func(string) (string, bool)) Config {
+// validRefresh checks GOFIT_REFRESH's interval (gofit.ValidRefresh: the
+// library owns its bounds).
+func Read(lookup func(string) (string, bool), validRefresh func(time.Duration) error) Config {
 	if lookup == nil {
 		lookup = os.LookupEnv
 	}
@@ -40,12 +43,12 @@ func Read(lookup func(string) (string, bool)) Config {
 	if v, ok := lookup("GOFIT_REFRESH"); ok {
 		d, err := time.ParseDuration(v)
 		if err == nil {
-			err = gofit.ValidRefresh(d)
+			err = validRefresh(d)
 		}
 		if err != nil {
 			bad("GOFIT_REFRESH", v, err)
 		} else {
-			c.Options = append(c.Options, gofit.WithRefresh(d))
+			c.Refresh = d
 		}
 	}
 	var errs []error

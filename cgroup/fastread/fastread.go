@@ -6,6 +6,10 @@
 // Every function answers only the common case (ok) and leaves anything
 // else (a missing file, a FIFO, a file too large, an error) to the caller's
 // ordinary path, which then produces its usual error.
+//
+// It is public because two of gofit's modules use it: the library's
+// cgroup/manage (its Writer's reads) and the node agent in module kube
+// (its checks for container directories). Other programs should use os.
 package fastread
 
 import "strings"
