@@ -66,7 +66,7 @@ e2e:
 # a fresh machine's make test (docs/results/test-timings.md).
 MOD := github.com/gofit-dev/gofit
 SERIAL := $(MOD) $(MOD)/auto $(MOD)/cgroup $(MOD)/cgroup/manage $(MOD)/metrics \
-	$(MOD)/cmd/gofit $(MOD)/cmd/gofit/internal/experiment $(MOD)/cmd/gofit/internal/lab \
+	$(MOD)/cmd/gofit $(MOD)/cmd/gofit/internal/experiment $(MOD)/cmd/gofit/internal/fleet $(MOD)/cmd/gofit/internal/lab \
 	$(MOD)/cmd/gofit/internal/lab/sandbox $(MOD)/cmd/gofit/internal/load $(MOD)/cmd/gofit/internal/qoslab \
 	$(MOD)/kube/monitoring $(MOD)/tools/vmtest $(MOD)/tools/shrink
 TEST_P ?= 2
