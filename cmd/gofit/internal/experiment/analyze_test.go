@@ -24,7 +24,7 @@ type arm struct {
 	latency     float64 // × the control's latency
 	cpu         float64 // × CPU per request
 	errors      float64 // error share
-	oomInWindow int     // a window with one OOM kill; -1 none
+	oomInWindow int     // from this window on, an OOM kill per pod and window; -1 none
 }
 
 // synth makes n paired windows of a shared, autocorrelated traffic (AR(1)
@@ -70,7 +70,7 @@ func synth(rng *rand.Rand, n int, arms []arm) Input {
 				w.PauseSecs = w.Pauses * 0.0003 * math.Exp(0.1*rng.NormFloat64())
 				w.WorkingSet = 80e6 * math.Exp(0.02*rng.NormFloat64())
 				w.Heap = 30e6 * math.Exp(0.03*rng.NormFloat64())
-				if i == a.oomInWindow && len(ar.Windows) == 0 {
+				if a.oomInWindow >= 0 && i >= a.oomInWindow {
 					w.OOMKills = 1
 				}
 				ws = append(ws, w)
@@ -157,6 +157,35 @@ func TestAnalyzeFlagsHarmFirst(t *testing.T) {
 	}
 	if r.Arms[0].Harmful {
 		t.Errorf("control harmful: %v", r.Arms[0].Harms)
+	}
+}
+
+// Harm is relative to the control: a restart or an OOM kill is not harm
+// by itself (the control has them too, or it is one), many beyond the
+// control's are.
+func TestAnalyzeHarmIsRelativeToTheControl(t *testing.T) {
+	rng := rand.New(rand.NewSource(4))
+	in := synth(rng, 40, []arm{{name: "c", latency: 1, cpu: 1, oomInWindow: -1}, {name: "one", latency: 1, cpu: 1, oomInWindow: -1}, {name: "both", latency: 1, cpu: 1, oomInWindow: 20}, {name: "many", latency: 1, cpu: 1, oomInWindow: -1}})
+	in.Arms[1].Windows[0][10].Restarts = 1
+	in.Arms[1].Windows[1][30].OOMKills = 1
+	for p := range in.Arms[0].Windows {
+		for i := 20; i < 40; i++ {
+			in.Arms[0].Windows[p][i].OOMKills = 1 // the control OOMs as often as "both"
+		}
+	}
+	for p := range in.Arms[3].Windows {
+		for i := 30; i < 40; i += 2 {
+			in.Arms[3].Windows[p][i].Restarts = 1 // 10 restarts against none
+		}
+	}
+	r, err := Analyze(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{false, false, false, true} {
+		if r.Arms[i].Harmful != want {
+			t.Errorf("arm %s harmful %v, want %v: %v", r.Arms[i].Name, r.Arms[i].Harmful, want, r.Arms[i].Harms)
+		}
 	}
 }
 

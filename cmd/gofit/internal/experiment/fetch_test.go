@@ -137,8 +137,9 @@ func TestFetchClassicHistogramAndSources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.Arms[1].Harmful {
-		t.Errorf("a restarted arm is not harmful: %+v", res.Arms[1])
+	// One restart is not harm relative to the control (TestAnalyzeHarmIsRelativeToTheControl).
+	if res.Arms[1].Restarts != 1 || res.Arms[1].Harmful {
+		t.Errorf("arm b: %v restarts, harmful %v (%v)", res.Arms[1].Restarts, res.Arms[1].Harmful, res.Arms[1].Harms)
 	}
 }
 
