@@ -26,6 +26,9 @@ type Query struct {
 	// series (a PromQL label matcher such as code=~"5..").
 	ErrorMatcher string
 	Control      string // "" means the spec's (from a live pod), else the first arm
+	// Matchers are extra PromQL label matchers for every series
+	// (cluster="prod" where one Prometheus holds several clusters).
+	Matchers []string
 	Resamples    int
 	Seed         int64
 }
@@ -79,7 +82,11 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 		sources = append(sources, fmt.Sprintf("API server (%d live pods)", len(armOf)))
 	}
 	// Gone pods: what kube-state-metrics kept of their labels.
-	kept, err := f.matrix(fmt.Sprintf(`max by (pod, label_gofit_dev_arm) (kube_pod_labels{namespace=%q, label_gofit_dev_experiment=%q})`, q.Namespace, q.Name), false)
+	extra := ""
+	for _, m := range q.Matchers {
+		extra += ", " + m
+	}
+	kept, err := f.matrix(fmt.Sprintf(`max by (pod, label_gofit_dev_arm) (kube_pod_labels{namespace=%q, label_gofit_dev_experiment=%q%s})`, q.Namespace, q.Name, extra), false)
 	if err != nil {
 		return Input{}, err
 	}
@@ -108,15 +115,15 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 	for _, a := range order {
 		seen[a] = true
 	}
-	var extra []string
+	var others []string
 	for _, a := range armOf {
 		if !seen[a] {
 			seen[a] = true
-			extra = append(extra, a)
+			others = append(others, a)
 		}
 	}
-	sort.Strings(extra)
-	order = append(order, extra...)
+	sort.Strings(others)
+	order = append(order, others...)
 	in.Control = q.Control
 	if in.Control == "" {
 		in.Control = spec.Control
@@ -146,7 +153,7 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 		all = append(all, regexp.QuoteMeta(p))
 	}
 	sort.Strings(all)
-	f.sel = fmt.Sprintf(`namespace=%q, pod=~%q`, q.Namespace, strings.Join(all, "|"))
+	f.sel = fmt.Sprintf(`namespace=%q, pod=~%q%s`, q.Namespace, strings.Join(all, "|"), extra)
 	// put adds a pod's per-window values into its windows, marking them
 	// as having the source.
 	put := func(ss model.Matrix, has Source, set func(w *Window, v float64)) {

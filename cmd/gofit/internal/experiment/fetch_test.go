@@ -170,3 +170,27 @@ func TestFetchNoPods(t *testing.T) {
 		t.Errorf("error %v does not say how to keep gone pods' arms", err)
 	}
 }
+
+// TestFetchExtraMatchers: --match cluster=... reaches every query, or a
+// Prometheus holding several clusters would mix their pods of one name.
+func TestFetchExtraMatchers(t *testing.T) {
+	from := time.Unix(1_700_000_000, 0)
+	stub := &promStub{t: t, rules: []stubRule{
+		{"process_cpu_seconds_total", "[" + series(from, map[string]string{"pod": "a-1"}, 6, 6, 6) + "," + series(from, map[string]string{"pod": "b-1"}, 9, 9, 9) + "]"},
+	}}
+	srv := httptest.NewServer(stub)
+	defer srv.Close()
+	c, err := api.NewClient(api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Fetch(context.Background(), v1.NewAPI(c), pods{"a": {"a-1"}, "b": {"b-1"}}, Query{Namespace: "shop", Name: "g", From: from, To: from.Add(3 * time.Minute),
+		Window: time.Minute, Latency: "http_request_duration_seconds", ErrorMatcher: `code=~"5.."`, Matchers: []string{`cluster="prod"`}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range stub.seen {
+		if n, want := strings.Count(q, `cluster="prod"`), strings.Count(q, "namespace="); n != want || n == 0 {
+			t.Errorf("query %s: %d cluster matchers for %d selectors", q, n, want)
+		}
+	}
+}
