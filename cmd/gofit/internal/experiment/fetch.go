@@ -28,9 +28,9 @@ type Query struct {
 	Control      string // "" means the spec's (from a live pod), else the first arm
 	// Matchers are extra PromQL label matchers for every series
 	// (cluster="prod" where one Prometheus holds several clusters).
-	Matchers []string
-	Resamples    int
-	Seed         int64
+	Matchers  []string
+	Resamples int
+	Seed      int64
 }
 
 // Spec is what the API server knows of an experiment: its live pods by
