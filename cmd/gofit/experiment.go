@@ -68,6 +68,7 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 	failOn := fs.String("fail-on", "", "exit 3 when a verdict is one of these `KINDS` (comma-separated: harmful, worse, undecided, better, same)")
 	resamples := fs.Int("resamples", 2000, "bootstrap resamples per interval")
 	seed := fs.Int64("seed", 1, "bootstrap seed")
+	warmUp := fs.Duration("warm-up", time.Minute, "leave out each pod's first `DURATION` after it started (caches, connection pools, the heap growing)")
 	lookEvery := fs.Duration("look-every", 5*time.Minute, "the planned looks' spacing: a report is the look its span reaches, and the error is held over all of them")
 	planned := fs.Duration("planned", 2*time.Hour, "the experiment's planned `DURATION` (its maxDuration): the looks the error is held over")
 	alpha := fs.Float64("alpha", 0.05, "chance of any false verdict over every planned look, metric and arm")
@@ -90,6 +91,8 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: --window %v: want at least 1s", errUsage, *window)
 	case *resamples < 100:
 		return fmt.Errorf("%w: --resamples %d: want at least 100", errUsage, *resamples)
+	case *warmUp < 0:
+		return fmt.Errorf("%w: --warm-up %v: want 0 or more", errUsage, *warmUp)
 	case (*from == "") != (*to == ""):
 		return fmt.Errorf("%w: --from and --to go together", errUsage)
 	}
@@ -143,7 +146,7 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 	defer stop()
 	in, err := experiment.Fetch(ctx, pc, pods, experiment.Query{
 		Namespace: *ns, Name: *name, From: start, To: end, Window: *window, Latency: *latency,
-		ErrorMatcher: *errMatch, Control: *control, Resamples: *resamples, Seed: *seed, Matchers: pf.match,
+		ErrorMatcher: *errMatch, Control: *control, Resamples: *resamples, Seed: *seed, Matchers: pf.match, WarmUp: *warmUp,
 	})
 	if err != nil {
 		return err
@@ -304,6 +307,7 @@ func runExperimentGuard(args []string, stdout, stderr io.Writer) error {
 	harmRate := fs.Float64("harm-rate", 0.5, "harmful: restarts, OOM kills or error share beyond (1+`MARGIN`) times the control's")
 	harmLatency := fs.Float64("harm-latency", 0.25, "harmful: latency p99 beyond (1+`MARGIN`) times the control's")
 	resamples := fs.Int("resamples", 1000, "bootstrap resamples per interval")
+	warmUp := fs.Duration("warm-up", time.Minute, "leave out each pod's first `DURATION` after it started (caches, connection pools, the heap growing)")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig `FILE` (default: $KUBECONFIG, ~/.kube/config or in-cluster)")
 	leaderNS := fs.String("leader-election-namespace", os.Getenv("POD_NAMESPACE"), "`NAMESPACE` of the leader election Lease (default $POD_NAMESPACE; empty: no leader election, for one replica)")
 	metricsAddr := fs.String("metrics-addr", ":9090", "serve /metrics on `ADDR` (empty: none)")
@@ -322,6 +326,8 @@ func runExperimentGuard(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: --prometheus is required", errUsage)
 	case *window < time.Second:
 		return fmt.Errorf("%w: --window %v: want at least 1s", errUsage, *window)
+	case *warmUp < 0:
+		return fmt.Errorf("%w: --warm-up %v: want 0 or more", errUsage, *warmUp)
 	case *interval < *window:
 		return fmt.Errorf("%w: --interval %v: want at least --window %v", errUsage, *interval, *window)
 	case *resamples < 100:
@@ -356,7 +362,7 @@ func runExperimentGuard(args []string, stdout, stderr io.Writer) error {
 			Fetch: func(ctx context.Context, q experiment.Query) (experiment.Input, error) {
 				return experiment.Fetch(ctx, prom, pods, q)
 			},
-			Query: experiment.Query{Window: *window, Latency: *latency, ErrorMatcher: *errMatch, Matchers: pf.match, Resamples: *resamples, Seed: 1},
+			Query: experiment.Query{Window: *window, Latency: *latency, ErrorMatcher: *errMatch, Matchers: pf.match, Resamples: *resamples, Seed: 1, WarmUp: *warmUp},
 			Harm:  experiment.Harm{Rate: *harmRate, ErrorShare: 0.001, Latency: *harmLatency},
 		}.Judge}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -336,7 +336,13 @@ type ArmResult struct {
 	Restarts float64  `json:"restarts"`
 	Harmful  bool     `json:"harmful"`
 	Harms    []string `json:"harms"`
+	// Traffic is the arm's requests per pod against the control's when
+	// they differ (the interval excludes 1 ± 5%), empty otherwise.
+	Traffic string `json:"traffic,omitempty"`
 }
+
+// MinPods is the fewest pods an arm should have: the report warns below.
+const MinPods = 3
 
 // Verdict is one arm's metric against the control's.
 type Verdict struct {
@@ -458,13 +464,15 @@ func Analyze(in Input) (*Results, error) {
 		Sources: in.Sources, Notes: append([]string{}, in.Notes...), Verdicts: []Verdict{},
 		Look: 1, Looks: 1, Alpha: 0.05,
 	}
-	var errShare, p99 Metric
+	var errShare, p99, rps Metric
 	for _, m := range ms {
 		switch m.Name {
 		case "error_share":
 			errShare = m
 		case "p99_seconds":
 			p99 = m
+		case "requests_per_second":
+			rps = m
 		}
 	}
 	// The tests of this look: every quality verdict and harm test of
@@ -492,8 +500,8 @@ func Analyze(in Input) (*Results, error) {
 	b := stats.NewBootstrap(in.Resamples, in.Seed)
 	var bufA, bufC []Window
 	for _, a := range in.Arms {
-		if len(a.Pods) == 1 {
-			res.Notes = append(res.Notes, fmt.Sprintf("arm %s has one pod: a difference of that pod's own (its node, its neighbours) cannot be told from the arm's", a.Name))
+		if len(a.Pods) < MinPods {
+			res.Notes = append(res.Notes, fmt.Sprintf("arm %s has %d pods, fewer than %d: a difference of a pod's own (its node, its neighbours) can hardly be told from the arm's", a.Name, len(a.Pods), MinPods))
 		}
 		ar := ArmResult{Name: a.Name, Pods: append([]string{}, a.Pods...), Metrics: map[string]Value{}, Harms: []string{}}
 		series := ArmSeries{Arm: a.Name, Values: map[string][]float64{}}
@@ -569,6 +577,20 @@ func Analyze(in Input) (*Results, error) {
 		}
 		b.Alpha = level(OBrienFleming)
 		ar.Harmful = len(ar.Harms) > 0
+		// Unequal traffic: a least-request balancer sends less to a
+		// slower arm, whose latency then looks better than it is.
+		if have(rps) {
+			b.Alpha = 0.05
+			iv := b.PairedUnits(n, units, func(idx []int, u [][]int) float64 {
+				bufA, bufC = a.flat(idx, u[0], bufA), c.flat(idx, u[1], bufC)
+				return div(rps.of(bufA), rps.of(bufC))
+			})
+			if iv.Low > 1+rps.Margin || iv.High < 1-rps.Margin {
+				ar.Traffic = fmt.Sprintf("%.3g× %s's requests per pod (95%% interval %.3g to %.3g)", iv.Value, in.Control, iv.Low, iv.High)
+				res.Notes = append(res.Notes, fmt.Sprintf("arm %s gets %s: unequal traffic. A least-request balancer sends less to a slower arm, which then looks better; judge its latency with care", a.Name, ar.Traffic))
+			}
+			b.Alpha = level(OBrienFleming)
+		}
 		for _, h := range ar.Harms {
 			res.Verdicts = append(res.Verdicts, Verdict{Arm: a.Name, Metric: "harm", Verdict: Harmful, Ratio: F(math.NaN()), Low: F(math.NaN()), High: F(math.NaN()), Level: 1 - hl, Detail: h})
 		}

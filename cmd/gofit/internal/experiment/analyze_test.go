@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"strings"
 	"testing"
 	"time"
 
@@ -186,6 +187,33 @@ func TestAnalyzeHarmIsRelativeToTheControl(t *testing.T) {
 		if r.Arms[i].Harmful != want {
 			t.Errorf("arm %s harmful %v, want %v: %v", r.Arms[i].Name, r.Arms[i].Harmful, want, r.Arms[i].Harms)
 		}
+	}
+}
+
+// TestAnalyzeFlagsUnequalTrafficAndFewPods: an arm a balancer sends less
+// to is flagged (its latency would look better); an arm of fewer than 3
+// pods is warned about.
+func TestAnalyzeFlagsUnequalTrafficAndFewPods(t *testing.T) {
+	rng := rand.New(rand.NewSource(9))
+	in := synth(rng, 40, []arm{{name: "c", latency: 1, cpu: 1, oomInWindow: -1}, {name: "less", latency: 1, cpu: 1, oomInWindow: -1}, {name: "even", latency: 1, cpu: 1, oomInWindow: -1}})
+	for _, ws := range in.Arms[1].Windows {
+		for i := range ws {
+			ws[i].Requests = math.Round(ws[i].Requests * 0.7)
+			for j := range ws[i].Latency {
+				ws[i].Latency[j].Count = math.Round(ws[i].Latency[j].Count * 0.7)
+			}
+		}
+	}
+	r, err := Analyze(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Arms[1].Traffic == "" || r.Arms[2].Traffic != "" {
+		t.Errorf("traffic: less %q, even %q", r.Arms[1].Traffic, r.Arms[2].Traffic)
+	}
+	notes := strings.Join(r.Notes, "\n")
+	if !strings.Contains(notes, "arm less gets 0.697") || !strings.Contains(notes, "arm c has 2 pods, fewer than 3") {
+		t.Errorf("notes:\n%s", notes)
 	}
 }
 

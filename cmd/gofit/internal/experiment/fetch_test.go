@@ -194,3 +194,39 @@ func TestFetchExtraMatchers(t *testing.T) {
 		}
 	}
 }
+
+type startedPods struct{ pods }
+
+func (p startedPods) Experiment(ctx context.Context, ns, name string) (Spec, error) {
+	s, _ := p.pods.Experiment(ctx, ns, name)
+	s.Started = map[string]time.Time{"b-1": time.Unix(1_700_000_000, 0).Add(-30 * time.Second)}
+	return s, nil
+}
+
+// TestFetchLeavesOutWarmUp: a pod's first --warm-up after it started is
+// missing data, not its figures; its restarts still count.
+func TestFetchLeavesOutWarmUp(t *testing.T) {
+	from := time.Unix(1_700_000_000, 0)
+	stub := &promStub{t: t, rules: []stubRule{
+		{"process_cpu_seconds_total", "[" + series(from, map[string]string{"pod": "a-1"}, 6, 6, 6) + "," + series(from, map[string]string{"pod": "b-1"}, 60, 9, 9) + "]"},
+		{"kube_pod_start_time", "[" + series(from, map[string]string{"pod": "a-1"}, float64(from.Unix()-100), float64(from.Unix()-100), float64(from.Unix()-100)) + "]"},
+	}}
+	srv := httptest.NewServer(stub)
+	defer srv.Close()
+	c, err := api.NewClient(api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := Fetch(context.Background(), v1.NewAPI(c), startedPods{pods{"a": {"a-1"}, "b": {"b-1"}}}, Query{Namespace: "shop", Name: "g", From: from, To: from.Add(3 * time.Minute),
+		Window: time.Minute, Latency: "http_request_duration_seconds", ErrorMatcher: `code=~"5.."`, WarmUp: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := in.Arms[1].Windows[0]
+	if b[0].Has != 0 || b[0].CPUSeconds != 0 || b[1].CPUSeconds != 9 || b[2].Restarts != 1 {
+		t.Errorf("b-1 (started 30 s before, 1 min warm-up): %+v", b)
+	}
+	if a := in.Arms[0].Windows[0]; a[0].CPUSeconds != 6 { // started 100 s before (kube_pod_start_time)
+		t.Errorf("a-1 (warm before the span): %+v", a)
+	}
+}
