@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 	"github.com/gofit-dev/gofit/kube/admission"
@@ -320,7 +321,15 @@ func (g *Guard) evict(ctx context.Context, r Running, arm string) error {
 			continue
 		}
 		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}}
-		err := g.Client.PolicyV1().Evictions(p.Namespace).Evict(ctx, ev)
+		var err error
+		if rc, ok := g.Client.CoreV1().RESTClient().(*rest.RESTClient); ok && rc != nil {
+			// No retries: client-go would wait out a budget's 429 and its
+			// Retry-After up to 10 times; the next look tries again.
+			err = rc.Post().Namespace(p.Namespace).Resource("pods").Name(p.Name).SubResource("eviction").
+				MaxRetries(0).Body(ev).Do(ctx).Error()
+		} else {
+			err = g.Client.PolicyV1().Evictions(p.Namespace).Evict(ctx, ev)
+		}
 		switch {
 		case err == nil:
 			g.Metrics.eviction("evicted")

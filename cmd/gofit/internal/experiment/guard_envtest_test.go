@@ -103,7 +103,14 @@ func (w *guardWorld) pod(e *admission.Experiment, spec, name string) string {
 	}
 	p.Labels[admission.LabelExperiment], p.Labels[admission.LabelArm] = e.Name, a.Arm
 	p.Annotations[admission.AnnotationArmTicket] = a.Ticket
-	if _, err := w.cs.CoreV1().Pods("shop").Create(w.ctx, p, metav1.CreateOptions{}); err != nil {
+	p, err = w.cs.CoreV1().Pods("shop").Create(w.ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	// Running, as the kubelet would say: a Pending pod's eviction ignores
+	// PodDisruptionBudgets.
+	p.Status.Phase = corev1.PodRunning
+	if _, err := w.cs.CoreV1().Pods("shop").UpdateStatus(w.ctx, p, metav1.UpdateOptions{}); err != nil {
 		w.t.Fatal(err)
 	}
 	return a.Arm
