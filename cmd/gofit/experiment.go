@@ -151,6 +151,14 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	plannedSet := false
+	fs.Visit(func(f *flag.Flag) { plannedSet = plannedSet || f.Name == "planned" })
+	if !plannedSet && in.Planned > 0 && in.Planned != *planned {
+		// The spec's maxDuration is the plan unless --planned says otherwise.
+		if seq, err = experiment.NewSequential(experiment.Looks{Every: *lookEvery, Planned: max(in.Planned, *lookEvery), Alpha: *alpha}); err != nil {
+			return fmt.Errorf("maxDuration %v of experiment %s: %w", in.Planned, *name, err)
+		}
+	}
 	in.Seq = seq
 	res, err := experiment.Analyze(in)
 	if err != nil {

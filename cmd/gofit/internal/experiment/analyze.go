@@ -181,6 +181,9 @@ type Input struct {
 	// Harm is what makes an arm harmful relative to the control; the
 	// zero value is DefaultHarm.
 	Harm Harm
+	// Planned is the experiment's maxDuration as its spec says (0:
+	// none); the report plans its looks over it.
+	Planned time.Duration
 	// VerdictsOnly leaves out each arm's own intervals and series (the
 	// guard reads only the verdicts; they are half the work).
 	VerdictsOnly bool

@@ -277,7 +277,7 @@ func TestAnalyzeMissingSourceIsNoFigure(t *testing.T) {
 func TestSpecOfLivePods(t *testing.T) {
 	pod := func(name, arm string, restarts int32, oom bool) corev1.Pod {
 		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{admission.LabelExperiment: "g", admission.LabelArm: arm},
-			Annotations: map[string]string{admission.AnnotationExperiment: "name: g\ncontrol: b\narms: [{name: a, fit: none}, {name: b, fit: gofit}]"}}}
+			Annotations: map[string]string{admission.AnnotationExperiment: "name: g\ncontrol: b\nmaxDuration: 3h\narms: [{name: a, fit: none}, {name: b, fit: gofit}]"}}}
 		cs := corev1.ContainerStatus{Name: "app", RestartCount: restarts}
 		if oom {
 			cs.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{Reason: "OOMKilled"}
@@ -286,7 +286,7 @@ func TestSpecOfLivePods(t *testing.T) {
 		return p
 	}
 	s := specOf([]corev1.Pod{pod("p1", "a", 0, false), pod("p2", "b", 2, true), pod("p3", "a", 1, false)})
-	if fmt.Sprint(s.Arms) != "[a b]" || s.Control != "b" || len(s.Pods["a"]) != 2 || s.Restarts["b"] != 2 || s.OOMKills["b"] != 1 || s.OOMKills["a"] != 0 || s.Restarts["a"] != 1 {
+	if fmt.Sprint(s.Arms) != "[a b]" || s.Control != "b" || len(s.Pods["a"]) != 2 || s.Restarts["b"] != 2 || s.OOMKills["b"] != 1 || s.OOMKills["a"] != 0 || s.Restarts["a"] != 1 || s.MaxDuration != 3*time.Hour {
 		t.Errorf("spec %+v", s)
 	}
 }

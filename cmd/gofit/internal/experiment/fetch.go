@@ -46,6 +46,8 @@ type Spec struct {
 	Restarts map[string]float64   // arm → container restarts of its live pods
 	OOMKills map[string]float64   // arm → live containers whose last end was an OOM kill
 	Started  map[string]time.Time // pod → when it started
+	// MaxDuration is the spec's maxDuration, 0 without one.
+	MaxDuration time.Duration
 }
 
 // PodSource finds an experiment's live pods (the API server).
@@ -128,6 +130,7 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 	}
 	sort.Strings(others)
 	order = append(order, others...)
+	in.Planned = spec.MaxDuration
 	in.Control = q.Control
 	if in.Control == "" {
 		in.Control = spec.Control

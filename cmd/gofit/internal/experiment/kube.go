@@ -52,7 +52,7 @@ func specOf(pods []corev1.Pod) Spec {
 	}
 	if newest != nil {
 		if e, err := admission.ParseExperiment(newest.Annotations[admission.AnnotationExperiment]); err == nil {
-			s.Arms, s.Control = e.ArmNames(), e.Control
+			s.Arms, s.Control, s.MaxDuration = e.ArmNames(), e.Control, e.Deadline()
 		}
 	}
 	return s
