@@ -72,7 +72,7 @@ var commandPages = map[string][]string{
 	"docs/lab.md":        {"lab"},
 	"docs/webhook.md":    {"webhook"},
 	"docs/node-agent.md": {"node", "node plan", "node reset", "node experiment"},
-	"docs/experiment.md": {"experiment report", "experiment load", "webhook"},
+	"docs/experiment.md": {"experiment report", "experiment guard", "experiment load", "webhook"},
 }
 
 // foreignFlags are flags of other programs that a page names on purpose.
@@ -937,7 +937,7 @@ func newFlagTable(t *testing.T) *flagTable {
 	ft := &flagTable{flags: map[string]map[string]bool{}, hidden: map[string]bool{
 		lab.SampleCommand: true, "node " + qoslab.HogCommand: true,
 	}}
-	names := []string{"node plan", "node reset", "node experiment", "experiment report", "experiment load"}
+	names := []string{"node plan", "node reset", "node experiment", "experiment report", "experiment guard", "experiment load"}
 	for _, c := range commands() {
 		names = append(names, c.name)
 	}
@@ -975,7 +975,7 @@ func (ft *flagTable) check(t *testing.T, where string, args []string, inline boo
 		}
 	}
 	if name == "experiment" && len(rest) > 0 {
-		if sub := strings.Trim(rest[0], "[]"); sub == "report" || sub == "load" {
+		if sub := strings.Trim(rest[0], "[]"); sub == "report" || sub == "guard" || sub == "load" {
 			name, rest = "experiment "+sub, rest[1:]
 		}
 	}

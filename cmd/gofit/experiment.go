@@ -4,24 +4,34 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/api"
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/experiment"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/promclient"
 )
 
 // exitFailOn is the exit status of a report whose verdicts hit --fail-on.
@@ -29,17 +39,20 @@ const exitFailOn = 3
 
 func runExperiment(args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-		fmt.Fprintln(stderr, "Usage: gofit experiment report [flags]\n       gofit experiment load [flags] URL...\n\nreport judges the arms of an experiment on live traffic from Prometheus (docs/experiment.md);\nload sends steady traffic to a workload's pods where there is none (a test cluster).\nRun 'gofit experiment report -h' or 'gofit experiment load -h' for their flags.")
+		fmt.Fprintln(stderr, "Usage: gofit experiment report [flags]\n       gofit experiment guard [flags]\n       gofit experiment load [flags] URL...\n\nreport judges the arms of an experiment on live traffic from Prometheus (docs/experiment.md);\nguard judges every running experiment every --interval and stops a harmful arm;\nload sends steady traffic to a workload's pods where there is none (a test cluster).\nRun 'gofit experiment report -h', 'gofit experiment guard -h' or 'gofit experiment load -h' for their flags.")
 		return flag.ErrHelp
 	}
 	if len(args) > 0 && args[0] == "load" {
 		return runExperimentLoad(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "guard" {
+		return runExperimentGuard(args[1:], stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "report" {
-		return fmt.Errorf("%w: want `gofit experiment report [flags]` or `gofit experiment load [flags] URL...`", errUsage)
+		return fmt.Errorf("%w: want `gofit experiment report [flags]`, `gofit experiment guard [flags]` or `gofit experiment load [flags] URL...`", errUsage)
 	}
 	fs := newFlags("experiment report", stderr)
-	promURL := fs.String("prometheus", "", "Prometheus `URL` (required)")
+	pf := addPromFlags(fs)
 	ns := fs.String("namespace", "", "the experiment's `NAMESPACE` (required)")
 	name := fs.String("name", "", "the experiment's `NAME` (its spec's name; required)")
 	since := fs.Duration("since", time.Hour, "report on the last `DURATION` (unless --from and --to are given)")
@@ -55,6 +68,10 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 	failOn := fs.String("fail-on", "", "exit 3 when a verdict is one of these `KINDS` (comma-separated: harmful, worse, undecided, better, same)")
 	resamples := fs.Int("resamples", 2000, "bootstrap resamples per interval")
 	seed := fs.Int64("seed", 1, "bootstrap seed")
+	warmUp := fs.Duration("warm-up", time.Minute, "leave out each pod's first `DURATION` after it started (caches, connection pools, the heap growing)")
+	lookEvery := fs.Duration("look-every", 5*time.Minute, "the planned looks' spacing: a report is the look its span reaches, and the error is held over all of them")
+	planned := fs.Duration("planned", 2*time.Hour, "the experiment's planned `DURATION` (its maxDuration): the looks the error is held over")
+	alpha := fs.Float64("alpha", 0.05, "chance of any false verdict over every planned look, metric and arm")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: gofit experiment report --prometheus URL --namespace NS --name NAME [flags]\n\nJudges each arm of an experiment (pods the webhook gave arms with the gofit.dev/experiment\nannotation) against its control, from Prometheus over paired time windows. See docs/experiment.md.\n\nFlags:")
 		fs.PrintDefaults()
@@ -66,7 +83,7 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
 	switch {
-	case *promURL == "":
+	case pf.url == "":
 		return fmt.Errorf("%w: --prometheus is required", errUsage)
 	case *ns == "" || *name == "":
 		return fmt.Errorf("%w: --namespace and --name are required", errUsage)
@@ -74,6 +91,8 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: --window %v: want at least 1s", errUsage, *window)
 	case *resamples < 100:
 		return fmt.Errorf("%w: --resamples %d: want at least 100", errUsage, *resamples)
+	case *warmUp < 0:
+		return fmt.Errorf("%w: --warm-up %v: want 0 or more", errUsage, *warmUp)
 	case (*from == "") != (*to == ""):
 		return fmt.Errorf("%w: --from and --to go together", errUsage)
 	}
@@ -101,9 +120,13 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 	if !end.After(start) {
 		return fmt.Errorf("%w: the span from %v to %v is empty", errUsage, start, end)
 	}
-	pc, err := api.NewClient(api.Config{Address: *promURL, Client: &http.Client{Timeout: time.Minute}})
+	seq, err := experiment.NewSequential(experiment.Looks{Every: *lookEvery, Planned: *planned, Alpha: *alpha})
 	if err != nil {
-		return fmt.Errorf("%w: --prometheus %q: %v", errUsage, *promURL, err)
+		return fmt.Errorf("%w: --look-every, --planned or --alpha: %v", errUsage, err)
+	}
+	pc, err := pf.client()
+	if err != nil {
+		return err
 	}
 	var pods experiment.PodSource
 	if !*noKube {
@@ -121,13 +144,22 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	in, err := experiment.Fetch(ctx, v1.NewAPI(pc), pods, experiment.Query{
+	in, err := experiment.Fetch(ctx, pc, pods, experiment.Query{
 		Namespace: *ns, Name: *name, From: start, To: end, Window: *window, Latency: *latency,
-		ErrorMatcher: *errMatch, Control: *control, Resamples: *resamples, Seed: *seed,
+		ErrorMatcher: *errMatch, Control: *control, Resamples: *resamples, Seed: *seed, Matchers: pf.match, WarmUp: *warmUp,
 	})
 	if err != nil {
 		return err
 	}
+	plannedSet := false
+	fs.Visit(func(f *flag.Flag) { plannedSet = plannedSet || f.Name == "planned" })
+	if !plannedSet && in.Planned > 0 && in.Planned != *planned {
+		// The spec's maxDuration is the plan unless --planned says otherwise.
+		if seq, err = experiment.NewSequential(experiment.Looks{Every: *lookEvery, Planned: max(in.Planned, *lookEvery), Alpha: *alpha}); err != nil {
+			return fmt.Errorf("maxDuration %v of experiment %s: %w", in.Planned, *name, err)
+		}
+	}
+	in.Seq = seq
 	res, err := experiment.Analyze(in)
 	if err != nil {
 		return err
@@ -204,5 +236,179 @@ func runExperimentLoad(args []string, stdout, stderr io.Writer) error {
 		}
 		fmt.Fprintln(stdout, line)
 	}
+	return nil
+}
+
+// promFlags are the Prometheus connection flags report and guard share.
+type promFlags struct {
+	url, token, ca string
+	header         headerFlag
+	match          matchFlag
+}
+
+func addPromFlags(fs *flag.FlagSet) *promFlags {
+	p := &promFlags{header: headerFlag{}}
+	fs.StringVar(&p.url, "prometheus", "", "Prometheus `URL` (required)")
+	fs.StringVar(&p.token, "bearer-token-file", "", "send the token in `FILE` as Authorization: Bearer (re-read each request)")
+	fs.StringVar(&p.ca, "ca-file", "", "verify Prometheus's certificate with the PEM bundle in `FILE`")
+	fs.Var(p.header, "header", "send `NAME=VALUE` with every request (repeatable; X-Scope-OrgID=tenant)")
+	fs.Var(&p.match, "match", "add the label matcher `LABEL=VALUE` to every series (repeatable; cluster=prod)")
+	return p
+}
+
+func (p *promFlags) client() (v1.API, error) {
+	c, err := promclient.Config{URL: p.url, BearerTokenFile: p.token, CAFile: p.ca, Headers: p.header, Timeout: time.Minute}.Client()
+	if err != nil {
+		return nil, fmt.Errorf("%w: --prometheus, --bearer-token-file, --ca-file or --header: %v", errUsage, err)
+	}
+	return v1.NewAPI(c), nil
+}
+
+// headerFlag is a repeatable NAME=VALUE.
+type headerFlag map[string]string
+
+func (h headerFlag) String() string { return "" }
+
+func (h headerFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if k = strings.TrimSpace(k); !ok || k == "" {
+		return errors.New("want NAME=VALUE, such as X-Scope-OrgID=team-a")
+	}
+	h[k] = strings.TrimSpace(v)
+	return nil
+}
+
+// matchFlag is a repeatable label matcher, kept as PromQL.
+type matchFlag []string
+
+func (m *matchFlag) String() string { return strings.Join(*m, ",") }
+
+var matcherRE = regexp.MustCompile(`^([a-zA-Z_][a-zA-Z0-9_]*)(=~|!=|!~|=)(.*)$`)
+
+func (m *matchFlag) Set(s string) error {
+	g := matcherRE.FindStringSubmatch(strings.TrimSpace(s))
+	if g == nil {
+		return errors.New("want LABEL=VALUE (or !=, =~, !~), such as cluster=prod")
+	}
+	if strings.HasPrefix(g[1], "__") {
+		return fmt.Errorf("label %s: reserved", g[1])
+	}
+	v := g[3]
+	if uq, err := strconv.Unquote(v); err == nil {
+		v = uq
+	}
+	*m = append(*m, fmt.Sprintf("%s%s%q", g[1], g[2], v))
+	return nil
+}
+
+// runExperimentGuard is `gofit experiment guard`: the leader of its
+// replicas judges every running experiment every --interval.
+func runExperimentGuard(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("experiment guard", stderr)
+	pf := addPromFlags(fs)
+	interval := fs.Duration("interval", 5*time.Minute, "judge every running experiment every `DURATION` (the planned looks' spacing)")
+	planned := fs.Duration("planned", 2*time.Hour, "planned `DURATION` of an experiment without maxDuration: the looks the error is held over")
+	alpha := fs.Float64("alpha", 0.05, "chance of stopping an arm falsely, over every look, metric and arm of an experiment")
+	window := fs.Duration("window", time.Minute, "length of the paired windows: at least 2 scrape intervals")
+	latency := fs.String("latency", "http_request_duration_seconds", "the services' latency histogram `METRIC` (seconds; classic or native)")
+	errMatch := fs.String("errors", `code=~"5.."`, "PromQL label `MATCHER` that selects failed requests among the histogram's series")
+	harmRate := fs.Float64("harm-rate", 0.5, "harmful: restarts, OOM kills or error share beyond (1+`MARGIN`) times the control's")
+	harmLatency := fs.Float64("harm-latency", 0.25, "harmful: latency p99 beyond (1+`MARGIN`) times the control's")
+	resamples := fs.Int("resamples", 1000, "bootstrap resamples per interval")
+	warmUp := fs.Duration("warm-up", time.Minute, "leave out each pod's first `DURATION` after it started (caches, connection pools, the heap growing)")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig `FILE` (default: $KUBECONFIG, ~/.kube/config or in-cluster)")
+	leaderNS := fs.String("leader-election-namespace", os.Getenv("POD_NAMESPACE"), "`NAMESPACE` of the leader election Lease (default $POD_NAMESPACE; empty: no leader election, for one replica)")
+	metricsAddr := fs.String("metrics-addr", ":9090", "serve /metrics on `ADDR` (empty: none)")
+	once := fs.Bool("once", false, "look once and exit (no leader election)")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: gofit experiment guard --prometheus URL [flags]\n\nJudges every running experiment every --interval and stops an arm that is harmful relative to its\ncontrol: new pods no longer get it, its pods are evicted (PodDisruptionBudgets hold), and an Event\nsays why. It never promotes an arm. See docs/experiment.md.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	case pf.url == "":
+		return fmt.Errorf("%w: --prometheus is required", errUsage)
+	case *window < time.Second:
+		return fmt.Errorf("%w: --window %v: want at least 1s", errUsage, *window)
+	case *warmUp < 0:
+		return fmt.Errorf("%w: --warm-up %v: want 0 or more", errUsage, *warmUp)
+	case *interval < *window:
+		return fmt.Errorf("%w: --interval %v: want at least --window %v", errUsage, *interval, *window)
+	case *resamples < 100:
+		return fmt.Errorf("%w: --resamples %d: want at least 100", errUsage, *resamples)
+	case !(*harmRate >= 0) || !(*harmLatency > 0):
+		return fmt.Errorf("%w: --harm-rate %v, --harm-latency %v: want at least 0 and more than 0", errUsage, *harmRate, *harmLatency)
+	}
+	looks := experiment.Looks{Every: *interval, Planned: *planned, Alpha: *alpha}
+	if _, err := experiment.NewSequential(looks); err != nil {
+		return fmt.Errorf("%w: --interval, --planned or --alpha: %v", errUsage, err)
+	}
+	prom, err := pf.client()
+	if err != nil {
+		return err
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = *kubeconfig
+	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return fmt.Errorf("the API server: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("the API server: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	id, _ := os.Hostname()
+	reg := prometheus.NewRegistry()
+	pods := experiment.APIServer{Client: cs}
+	g := &experiment.Guard{Client: cs, Looks: looks, Metrics: experiment.NewGuardMetrics(reg), Log: log, Identity: id,
+		Judge: experiment.PromJudge{
+			Fetch: func(ctx context.Context, q experiment.Query) (experiment.Input, error) {
+				return experiment.Fetch(ctx, prom, pods, q)
+			},
+			Query: experiment.Query{Window: *window, Latency: *latency, ErrorMatcher: *errMatch, Matchers: pf.match, Resamples: *resamples, Seed: 1, WarmUp: *warmUp},
+			Harm:  experiment.Harm{Rate: *harmRate, ErrorShare: 0.001, Latency: *harmLatency},
+		}.Judge}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *once {
+		return g.Once(ctx)
+	}
+	if *metricsAddr != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		srv := &http.Server{Addr: *metricsAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		l, err := net.Listen("tcp", *metricsAddr)
+		if err != nil {
+			return fmt.Errorf("--metrics-addr: %w", err)
+		}
+		go srv.Serve(l)
+		defer srv.Close()
+	}
+	fmt.Fprintf(stdout, "gofit experiment guard: every %v, %g over %v planned\n", *interval, *alpha, *planned)
+	if *leaderNS == "" {
+		return g.Run(ctx)
+	}
+	lock := &resourcelock.LeaseLock{LeaseMeta: metav1.ObjectMeta{Name: "gofit-experiment-guard", Namespace: *leaderNS},
+		Client: cs.CoordinationV1(), LockConfig: resourcelock.ResourceLockConfig{Identity: id}}
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: lock, LeaseDuration: 30 * time.Second, RenewDeadline: 20 * time.Second, RetryPeriod: 5 * time.Second,
+		ReleaseOnCancel: true, Name: "gofit-experiment-guard",
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				log.Info("leading")
+				g.Run(ctx)
+			},
+			OnStoppedLeading: func() { log.Info("stopped leading") },
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("leader election: %w", err)
+	}
+	le.Run(ctx)
 	return nil
 }

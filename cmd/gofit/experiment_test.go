@@ -29,6 +29,13 @@ func TestExperimentReportFlags(t *testing.T) {
 		{[]string{"experiment", "report", "--prometheus", "http://p:9090", "--namespace", "n", "--name", "x", "--from", "2026-01-01T00:00:00Z"}, 2, "--from and --to go together"},
 		{[]string{"experiment", "report", "--prometheus", "http://p:9090", "--namespace", "n", "--name", "x", "--window", "10ms"}, 2, "--window 10ms"},
 		{[]string{"experiment", "report", "--prometheus", "http://p:9090", "--namespace", "n", "--name", "x", "--from", "yesterday", "--to", "now"}, 2, "--from"},
+		{[]string{"experiment", "report", "--prometheus", "http://p:9090", "--namespace", "n", "--name", "x", "--match", "cluster"}, 2, "want LABEL=VALUE"},
+		{[]string{"experiment", "report", "--prometheus", "http://p:9090", "--namespace", "n", "--name", "x", "--header", "X-Scope-OrgID"}, 2, "want NAME=VALUE"},
+		{[]string{"experiment", "report", "--prometheus", "http://p:9090", "--namespace", "n", "--name", "x", "--ca-file", "/nonexistent/ca.pem"}, 2, "prometheus CA file"},
+		{[]string{"experiment", "report", "--prometheus", "http://p:9090", "--namespace", "n", "--name", "x", "--planned", "1m"}, 2, "--planned"},
+		{[]string{"experiment", "guard"}, 2, "--prometheus is required"},
+		{[]string{"experiment", "guard", "--prometheus", "http://p:9090", "--interval", "10s"}, 2, "--interval 10s: want at least --window"},
+		{[]string{"experiment", "guard", "--prometheus", "http://p:9090", "--alpha", "0.7"}, 2, "--alpha"},
 	} {
 		var out, errb bytes.Buffer
 		code := Main(c.args, &out, &errb)

@@ -58,6 +58,10 @@ type Experiment struct {
 	Name    string `json:"name"`              // unique in the namespace; a label value
 	Control string `json:"control,omitempty"` // the arm the others are judged against; the first when empty
 	Arms    []Arm  `json:"arms"`
+	// MaxDuration ("2h") ends the experiment: once this long has passed
+	// since its first arm was assigned, every new pod gets the control
+	// (and the guard plans its looks over it).
+	MaxDuration string `json:"maxDuration,omitempty"`
 }
 
 // Arm is one setting under test: fit (gofit or none) or env (exactly these
@@ -106,7 +110,7 @@ func fieldError(err error) error {
 		return fmt.Errorf("field %s: want %s, got %s", te.Field, te.Type, te.Value)
 	}
 	if s, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return fmt.Errorf("unknown field %s (want name, control, arms[].name, arms[].fit, arms[].env)", s)
+		return fmt.Errorf("unknown field %s (want name, control, maxDuration, arms[].name, arms[].fit, arms[].env)", s)
 	}
 	return err
 }
@@ -146,6 +150,11 @@ func (e *Experiment) check() error {
 			if err := checkArmVar(k, a.Env[k]); err != nil {
 				return fmt.Errorf("field %s.env.%s: %w", f, k, err)
 			}
+		}
+	}
+	if e.MaxDuration != "" {
+		if d, err := time.ParseDuration(e.MaxDuration); err != nil || d <= 0 {
+			return fmt.Errorf("field maxDuration: %q is not a positive duration (such as 2h or 90m)", e.MaxDuration)
 		}
 	}
 	if e.Control != "" && !seen[e.Control] {

@@ -404,6 +404,16 @@ func checkRender(t *testing.T, name string, objs []*unstructured.Unstructured) {
 		}
 	}
 	switch name {
+	case "components":
+		// The experiment guard comes with experiments, leader-elected,
+		// with RBAC for what it uses.
+		has("Deployment gofit-system/gofit-experiment-guard", "experiment", "guard", "--interval=5m",
+			"--prometheus=http://prometheus-operated.monitoring.svc:9090")
+		for _, k := range []string{"ClusterRole /gofit-experiment-guard", "Role gofit-system/gofit-experiment-guard-leader", "ServiceAccount gofit-system/gofit-experiment-guard"} {
+			if kinds[k] == nil {
+				t.Errorf("no %s", k)
+			}
+		}
 	case "webhook-tuned":
 		has("Deployment fit/gofit-webhook", "--memory-ratio=0.8", "--ceil", "--cpu-request-factor=1.5", "--cpu-request-min=1",
 			"--go-version=go1.25", "--log-json", "--service-dns=gofit-webhook.fit.svc", "--self-managed-secret=fit/gofit-webhook-tls")

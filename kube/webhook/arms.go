@@ -183,7 +183,11 @@ func (a *ArmAssigner) try(ctx context.Context, ns string, owner *metav1.OwnerRef
 	if err != nil {
 		return admission.Assignment{}, err
 	}
-	as := admission.Assignment{Arm: admission.LeastFilled(e.ArmNames(), counts), Ticket: ticket}
+	// Only the arms still open: the guard stops a harmful arm on the
+	// Lease, and maxDuration counts from the Lease's creation (the first
+	// assignment).
+	open := e.OpenArms(lease.Annotations, lease.CreationTimestamp.Time, now())
+	as := admission.Assignment{Arm: admission.LeastFilled(open, counts), Ticket: ticket}
 	kept = append(kept, pending{Ticket: ticket, Arm: as.Arm, At: now().UTC()})
 	b, err := json.Marshal(kept)
 	if err != nil {

@@ -175,7 +175,35 @@ type Input struct {
 	// windows add what Prometheus kept for gone ones).
 	Resamples int
 	Seed      int64
+	// Seq holds the error over the plan's looks, metrics and arms; nil
+	// judges this analysis alone, each test at 95%.
+	Seq *Sequential
+	// Harm is what makes an arm harmful relative to the control; the
+	// zero value is DefaultHarm.
+	Harm Harm
+	// Planned is the experiment's maxDuration as its spec says (0:
+	// none); the report plans its looks over it.
+	Planned time.Duration
+	// VerdictsOnly leaves out each arm's own intervals and series (the
+	// guard reads only the verdicts; they are half the work).
+	VerdictsOnly bool
 }
+
+// Harm is the margins beyond the control's that make an arm harmful.
+type Harm struct {
+	// Rate: restarts and OOM kills per pod-window, and the error share,
+	// more than (1+Rate) times the control's (0.5: half as many again).
+	Rate float64
+	// ErrorShare: and the error share at least this much above it
+	// (0.001: one request in a thousand), so that 0 errors against 0.01%
+	// is not harm.
+	ErrorShare float64
+	// Latency: p99 more than (1+Latency) times the control's (0.25).
+	Latency float64
+}
+
+// DefaultHarm is the harm margins when Input.Harm is zero.
+func DefaultHarm() Harm { return Harm{Rate: 0.5, ErrorShare: 0.001, Latency: 0.25} }
 
 // Metric is one figure an arm is judged on.
 type Metric struct {
@@ -311,7 +339,13 @@ type ArmResult struct {
 	Restarts float64  `json:"restarts"`
 	Harmful  bool     `json:"harmful"`
 	Harms    []string `json:"harms"`
+	// Traffic is the arm's requests per pod against the control's when
+	// they differ (the interval excludes 1 ± 5%), empty otherwise.
+	Traffic string `json:"traffic,omitempty"`
 }
+
+// MinPods is the fewest pods an arm should have: the report warns below.
+const MinPods = 3
 
 // Verdict is one arm's metric against the control's.
 type Verdict struct {
@@ -322,7 +356,10 @@ type Verdict struct {
 	Low     F       `json:"low"`
 	High    F       `json:"high"`
 	Margin  float64 `json:"margin"` // same: the interval lies within 1 ± margin
-	Detail  string  `json:"detail,omitempty"`
+	// Level is the interval's level: below 95% of a single look's when
+	// the error is shared among looks, metrics and arms.
+	Level  float64 `json:"level"`
+	Detail string  `json:"detail,omitempty"`
 }
 
 // Verdict values beyond the lab's.
@@ -344,6 +381,12 @@ type Results struct {
 	Arms          []ArmResult       `json:"arms"`
 	Verdicts      []Verdict         `json:"verdicts"`
 	Notes         []string          `json:"notes"`
+	// Look of Looks is this analysis in the plan (1 of 1 without one);
+	// Tests is how many tests share Alpha, the plan's error.
+	Look  int     `json:"look"`
+	Looks int     `json:"looks"`
+	Tests int     `json:"tests"`
+	Alpha float64 `json:"alpha"`
 	// Series are per-arm time series for the plots (not in results.json).
 	Series []ArmSeries `json:"-"`
 }
@@ -414,10 +457,45 @@ func Analyze(in Input) (*Results, error) {
 		}
 		return true
 	}
+	harm := in.Harm
+	if harm == (Harm{}) {
+		harm = DefaultHarm()
+	}
 	res := &Results{
 		Experiment: in.Experiment, Namespace: in.Namespace, Control: in.Control, From: in.From, To: in.To,
 		WindowSeconds: sec, Windows: n, BlockWindows: stats.WindowBlock(n), Resamples: in.Resamples, Seed: in.Seed,
 		Sources: in.Sources, Notes: append([]string{}, in.Notes...), Verdicts: []Verdict{},
+		Look: 1, Looks: 1, Alpha: 0.05,
+	}
+	var errShare, p99, rps Metric
+	for _, m := range ms {
+		switch m.Name {
+		case "error_share":
+			errShare = m
+		case "p99_seconds":
+			p99 = m
+		case "requests_per_second":
+			rps = m
+		}
+	}
+	// The tests of this look: every quality verdict and harm test of
+	// every arm but the control.
+	perArm := 2 // restarts, OOM kills
+	if have(errShare) {
+		perArm += 2 // error share, p99 harm
+	}
+	for _, m := range ms {
+		if m.Verdict && have(m) {
+			perArm++
+		}
+	}
+	res.Tests = perArm * (len(in.Arms) - 1)
+	level := func(Shape) float64 { return 0.05 }
+	if in.Seq != nil {
+		res.Look, res.Looks, res.Alpha = in.Seq.Look(time.Duration(n)*in.Window), in.Seq.K, in.Seq.Looks.Alpha
+		level = func(sh Shape) float64 { return in.Seq.Level(res.Look, res.Tests, sh) }
+		res.Notes = append(res.Notes, fmt.Sprintf("look %d of %d planned (every %v for %v): %g chance of any false verdict over the plan, shared by %d tests a look; quality intervals at %.4g%%, harm at %.4g%%",
+			res.Look, res.Looks, in.Seq.Looks.Every, in.Seq.Looks.Planned, res.Alpha, res.Tests, 100*(1-level(OBrienFleming)), 100*(1-level(Pocock))))
 	}
 	if n < stats.MinWindows {
 		res.Notes = append(res.Notes, fmt.Sprintf("only %d windows: at least %d are needed for an interval; every verdict is undecided (run longer or use a shorter --window)", n, stats.MinWindows))
@@ -425,8 +503,8 @@ func Analyze(in Input) (*Results, error) {
 	b := stats.NewBootstrap(in.Resamples, in.Seed)
 	var bufA, bufC []Window
 	for _, a := range in.Arms {
-		if len(a.Pods) == 1 {
-			res.Notes = append(res.Notes, fmt.Sprintf("arm %s has one pod: a difference of that pod's own (its node, its neighbours) cannot be told from the arm's", a.Name))
+		if len(a.Pods) < MinPods {
+			res.Notes = append(res.Notes, fmt.Sprintf("arm %s has %d pods, fewer than %d: a difference of a pod's own (its node, its neighbours) can hardly be told from the arm's", a.Name, len(a.Pods), MinPods))
 		}
 		ar := ArmResult{Name: a.Name, Pods: append([]string{}, a.Pods...), Metrics: map[string]Value{}, Harms: []string{}}
 		series := ArmSeries{Arm: a.Name, Values: map[string][]float64{}}
@@ -444,7 +522,7 @@ func Analyze(in Input) (*Results, error) {
 		}
 		units := []int{len(a.Pods)}
 		for _, m := range ms {
-			if !have(m) {
+			if !have(m) || in.VerdictsOnly {
 				continue
 			}
 			iv := b.PairedUnits(n, units, func(idx []int, u [][]int) float64 {
@@ -460,22 +538,11 @@ func Analyze(in Input) (*Results, error) {
 			}
 			series.Values[m.Name] = vs
 		}
-		if ar.OOMKills > 0 {
-			ar.Harms = append(ar.Harms, fmt.Sprintf("%.0f OOM kills", ar.OOMKills))
-		}
-		if ar.Restarts > 0 {
-			ar.Harms = append(ar.Harms, fmt.Sprintf("%.0f restarts", ar.Restarts))
-		}
 		res.Arms = append(res.Arms, ar)
 		res.Series = append(res.Series, series)
 	}
-	var errShare Metric
-	for _, m := range ms {
-		if m.Name == "error_share" {
-			errShare = m
-		}
-	}
 	c := &in.Arms[ctrl]
+	cr := &res.Arms[ctrl]
 	for i := range in.Arms {
 		if i == ctrl {
 			continue
@@ -483,20 +550,52 @@ func Analyze(in Input) (*Results, error) {
 		a := &in.Arms[i]
 		ar := &res.Arms[i]
 		units := []int{len(a.Pods), len(c.Pods)}
-		// Harm first: an arm that kills pods or fails requests is
-		// flagged whatever its latency or CPU.
+		// Harm first: an arm that kills pods or fails requests beyond
+		// what the control does is flagged whatever its latency or CPU.
+		hl := level(Pocock)
+		for _, k := range []struct {
+			what      string
+			arm, ctrl float64
+		}{{"OOM kills", ar.OOMKills, cr.OOMKills}, {"restarts", ar.Restarts, cr.Restarts}} {
+			if bad, p := countHarm(k.arm, k.ctrl, exposure(a, n), exposure(c, n), harm.Rate, hl); bad {
+				ar.Harms = append(ar.Harms, fmt.Sprintf("%.0f %s against %.0f in %s (per pod-window beyond %g× the control's: p = %.2g, under %.2g)", k.arm, k.what, k.ctrl, in.Control, 1+harm.Rate, p, hl))
+			}
+		}
+		b.Alpha = hl
 		if have(errShare) {
 			d := b.PairedUnits(n, units, func(idx []int, u [][]int) float64 {
 				bufA, bufC = a.flat(idx, u[0], bufA), c.flat(idx, u[1], bufC)
-				return nz(errShare.of(bufA)) - nz(errShare.of(bufC))
+				return nz(errShare.of(bufA)) - (1+harm.Rate)*nz(errShare.of(bufC)) - harm.ErrorShare
 			})
 			if d.Low > 0 {
-				ar.Harms = append(ar.Harms, fmt.Sprintf("error share higher than %s's by %.3g (95%% interval %.3g to %.3g)", in.Control, d.Value, d.Low, d.High))
+				ar.Harms = append(ar.Harms, fmt.Sprintf("error share above %g× %s's + %g by %.3g (%.4g%% interval %.3g to %.3g)", 1+harm.Rate, in.Control, harm.ErrorShare, d.Value, 100*(1-hl), d.Low, d.High))
+			}
+			r := b.PairedUnits(n, units, func(idx []int, u [][]int) float64 {
+				bufA, bufC = a.flat(idx, u[0], bufA), c.flat(idx, u[1], bufC)
+				return div(p99.of(bufA), p99.of(bufC))
+			})
+			if r.Low > 1+harm.Latency {
+				ar.Harms = append(ar.Harms, fmt.Sprintf("latency p99 %.3g× %s's, beyond the harm margin %g× (%.4g%% interval %.3g to %.3g)", r.Value, in.Control, 1+harm.Latency, 100*(1-hl), r.Low, r.High))
 			}
 		}
+		b.Alpha = level(OBrienFleming)
 		ar.Harmful = len(ar.Harms) > 0
+		// Unequal traffic: a least-request balancer sends less to a
+		// slower arm, whose latency then looks better than it is.
+		if have(rps) {
+			b.Alpha = 0.05
+			iv := b.PairedUnits(n, units, func(idx []int, u [][]int) float64 {
+				bufA, bufC = a.flat(idx, u[0], bufA), c.flat(idx, u[1], bufC)
+				return div(rps.of(bufA), rps.of(bufC))
+			})
+			if iv.Low > 1+rps.Margin || iv.High < 1-rps.Margin {
+				ar.Traffic = fmt.Sprintf("%.3g× %s's requests per pod (95%% interval %.3g to %.3g)", iv.Value, in.Control, iv.Low, iv.High)
+				res.Notes = append(res.Notes, fmt.Sprintf("arm %s gets %s: unequal traffic. A least-request balancer sends less to a slower arm, which then looks better; judge its latency with care", a.Name, ar.Traffic))
+			}
+			b.Alpha = level(OBrienFleming)
+		}
 		for _, h := range ar.Harms {
-			res.Verdicts = append(res.Verdicts, Verdict{Arm: a.Name, Metric: "harm", Verdict: Harmful, Ratio: F(math.NaN()), Low: F(math.NaN()), High: F(math.NaN()), Detail: h})
+			res.Verdicts = append(res.Verdicts, Verdict{Arm: a.Name, Metric: "harm", Verdict: Harmful, Ratio: F(math.NaN()), Low: F(math.NaN()), High: F(math.NaN()), Level: 1 - hl, Detail: h})
 		}
 		for _, m := range ms {
 			if !m.Verdict || !have(m) {
@@ -507,15 +606,31 @@ func Analyze(in Input) (*Results, error) {
 				return div(m.of(bufA), m.of(bufC))
 			})
 			v := Verdict{Arm: a.Name, Metric: m.Name, Ratio: F(iv.Value), Low: F(iv.Low), High: F(iv.High), Margin: m.Margin,
-				Verdict: stats.RatioVerdict(iv, m.Dir, m.Margin)}
+				Level: 1 - b.Alpha, Verdict: stats.RatioVerdict(iv, m.Dir, m.Margin)}
 			if math.IsNaN(iv.Value) {
 				v.Verdict, v.Detail = stats.Undecided, "no data for one side"
 			}
 			res.Verdicts = append(res.Verdicts, v)
 		}
 	}
-	res.Arms[ctrl].Harmful = len(res.Arms[ctrl].Harms) > 0
 	return res, nil
+}
+
+// exposure is an arm's pod-windows with any data: what its counts of
+// restarts and OOM kills are per.
+func exposure(a *Arm, n int) float64 {
+	e := 0.0
+	for _, ws := range a.Windows {
+		for _, w := range ws[:n] {
+			if w.Has != 0 {
+				e++
+			}
+		}
+	}
+	if e == 0 {
+		e = float64(len(a.Pods) * n)
+	}
+	return e
 }
 
 func allUnits(n int) []int {

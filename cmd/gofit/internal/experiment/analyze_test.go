@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,7 +25,7 @@ type arm struct {
 	latency     float64 // × the control's latency
 	cpu         float64 // × CPU per request
 	errors      float64 // error share
-	oomInWindow int     // a window with one OOM kill; -1 none
+	oomInWindow int     // from this window on, an OOM kill per pod and window; -1 none
 }
 
 // synth makes n paired windows of a shared, autocorrelated traffic (AR(1)
@@ -70,7 +71,7 @@ func synth(rng *rand.Rand, n int, arms []arm) Input {
 				w.PauseSecs = w.Pauses * 0.0003 * math.Exp(0.1*rng.NormFloat64())
 				w.WorkingSet = 80e6 * math.Exp(0.02*rng.NormFloat64())
 				w.Heap = 30e6 * math.Exp(0.03*rng.NormFloat64())
-				if i == a.oomInWindow && len(ar.Windows) == 0 {
+				if a.oomInWindow >= 0 && i >= a.oomInWindow {
 					w.OOMKills = 1
 				}
 				ws = append(ws, w)
@@ -160,6 +161,62 @@ func TestAnalyzeFlagsHarmFirst(t *testing.T) {
 	}
 }
 
+// Harm is relative to the control: a restart or an OOM kill is not harm
+// by itself (the control has them too, or it is one), many beyond the
+// control's are.
+func TestAnalyzeHarmIsRelativeToTheControl(t *testing.T) {
+	rng := rand.New(rand.NewSource(4))
+	in := synth(rng, 40, []arm{{name: "c", latency: 1, cpu: 1, oomInWindow: -1}, {name: "one", latency: 1, cpu: 1, oomInWindow: -1}, {name: "both", latency: 1, cpu: 1, oomInWindow: 20}, {name: "many", latency: 1, cpu: 1, oomInWindow: -1}})
+	in.Arms[1].Windows[0][10].Restarts = 1
+	in.Arms[1].Windows[1][30].OOMKills = 1
+	for p := range in.Arms[0].Windows {
+		for i := 20; i < 40; i++ {
+			in.Arms[0].Windows[p][i].OOMKills = 1 // the control OOMs as often as "both"
+		}
+	}
+	for p := range in.Arms[3].Windows {
+		for i := 30; i < 40; i += 2 {
+			in.Arms[3].Windows[p][i].Restarts = 1 // 10 restarts against none
+		}
+	}
+	r, err := Analyze(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{false, false, false, true} {
+		if r.Arms[i].Harmful != want {
+			t.Errorf("arm %s harmful %v, want %v: %v", r.Arms[i].Name, r.Arms[i].Harmful, want, r.Arms[i].Harms)
+		}
+	}
+}
+
+// TestAnalyzeFlagsUnequalTrafficAndFewPods: an arm a balancer sends less
+// to is flagged (its latency would look better); an arm of fewer than 3
+// pods is warned about.
+func TestAnalyzeFlagsUnequalTrafficAndFewPods(t *testing.T) {
+	rng := rand.New(rand.NewSource(9))
+	in := synth(rng, 40, []arm{{name: "c", latency: 1, cpu: 1, oomInWindow: -1}, {name: "less", latency: 1, cpu: 1, oomInWindow: -1}, {name: "even", latency: 1, cpu: 1, oomInWindow: -1}})
+	for _, ws := range in.Arms[1].Windows {
+		for i := range ws {
+			ws[i].Requests = math.Round(ws[i].Requests * 0.7)
+			for j := range ws[i].Latency {
+				ws[i].Latency[j].Count = math.Round(ws[i].Latency[j].Count * 0.7)
+			}
+		}
+	}
+	r, err := Analyze(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Arms[1].Traffic == "" || r.Arms[2].Traffic != "" {
+		t.Errorf("traffic: less %q, even %q", r.Arms[1].Traffic, r.Arms[2].Traffic)
+	}
+	notes := strings.Join(r.Notes, "\n")
+	if !strings.Contains(notes, "arm less gets 0.697") || !strings.Contains(notes, "arm c has 2 pods, fewer than 3") {
+		t.Errorf("notes:\n%s", notes)
+	}
+}
+
 func TestAnalyzeTooFewWindowsIsUndecided(t *testing.T) {
 	rng := rand.New(rand.NewSource(5))
 	r, err := Analyze(synth(rng, 5, []arm{{name: "c", latency: 1, cpu: 1, oomInWindow: -1}, {name: "t", latency: 3, cpu: 3, oomInWindow: -1}}))
@@ -220,7 +277,7 @@ func TestAnalyzeMissingSourceIsNoFigure(t *testing.T) {
 func TestSpecOfLivePods(t *testing.T) {
 	pod := func(name, arm string, restarts int32, oom bool) corev1.Pod {
 		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{admission.LabelExperiment: "g", admission.LabelArm: arm},
-			Annotations: map[string]string{admission.AnnotationExperiment: "name: g\ncontrol: b\narms: [{name: a, fit: none}, {name: b, fit: gofit}]"}}}
+			Annotations: map[string]string{admission.AnnotationExperiment: "name: g\ncontrol: b\nmaxDuration: 3h\narms: [{name: a, fit: none}, {name: b, fit: gofit}]"}}}
 		cs := corev1.ContainerStatus{Name: "app", RestartCount: restarts}
 		if oom {
 			cs.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{Reason: "OOMKilled"}
@@ -229,7 +286,7 @@ func TestSpecOfLivePods(t *testing.T) {
 		return p
 	}
 	s := specOf([]corev1.Pod{pod("p1", "a", 0, false), pod("p2", "b", 2, true), pod("p3", "a", 1, false)})
-	if fmt.Sprint(s.Arms) != "[a b]" || s.Control != "b" || len(s.Pods["a"]) != 2 || s.Restarts["b"] != 2 || s.OOMKills["b"] != 1 || s.OOMKills["a"] != 0 || s.Restarts["a"] != 1 {
+	if fmt.Sprint(s.Arms) != "[a b]" || s.Control != "b" || len(s.Pods["a"]) != 2 || s.Restarts["b"] != 2 || s.OOMKills["b"] != 1 || s.OOMKills["a"] != 0 || s.Restarts["a"] != 1 || s.MaxDuration != 3*time.Hour {
 		t.Errorf("spec %+v", s)
 	}
 }

@@ -26,19 +26,28 @@ type Query struct {
 	// series (a PromQL label matcher such as code=~"5..").
 	ErrorMatcher string
 	Control      string // "" means the spec's (from a live pod), else the first arm
-	Resamples    int
-	Seed         int64
+	// Matchers are extra PromQL label matchers for every series
+	// (cluster="prod" where one Prometheus holds several clusters).
+	Matchers []string
+	// WarmUp is left out after each pod starts: its windows until then
+	// count as missing (restarts and OOM kills still count).
+	WarmUp    time.Duration
+	Resamples int
+	Seed      int64
 }
 
 // Spec is what the API server knows of an experiment: its live pods by
 // arm, the spec a live pod carries (arm order and control) and the
 // restarts of its live containers.
 type Spec struct {
-	Arms     []string            // in the spec's order; nil when no live pod had one
-	Control  string              // the spec's control
-	Pods     map[string][]string // arm → live pods
-	Restarts map[string]float64  // arm → container restarts of its live pods
-	OOMKills map[string]float64  // arm → live containers whose last end was an OOM kill
+	Arms     []string             // in the spec's order; nil when no live pod had one
+	Control  string               // the spec's control
+	Pods     map[string][]string  // arm → live pods
+	Restarts map[string]float64   // arm → container restarts of its live pods
+	OOMKills map[string]float64   // arm → live containers whose last end was an OOM kill
+	Started  map[string]time.Time // pod → when it started
+	// MaxDuration is the spec's maxDuration, 0 without one.
+	MaxDuration time.Duration
 }
 
 // PodSource finds an experiment's live pods (the API server).
@@ -79,7 +88,11 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 		sources = append(sources, fmt.Sprintf("API server (%d live pods)", len(armOf)))
 	}
 	// Gone pods: what kube-state-metrics kept of their labels.
-	kept, err := f.matrix(fmt.Sprintf(`max by (pod, label_gofit_dev_arm) (kube_pod_labels{namespace=%q, label_gofit_dev_experiment=%q})`, q.Namespace, q.Name), false)
+	extra := ""
+	for _, m := range q.Matchers {
+		extra += ", " + m
+	}
+	kept, err := f.matrix(fmt.Sprintf(`max by (pod, label_gofit_dev_arm) (kube_pod_labels{namespace=%q, label_gofit_dev_experiment=%q%s})`, q.Namespace, q.Name, extra), false)
 	if err != nil {
 		return Input{}, err
 	}
@@ -108,15 +121,16 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 	for _, a := range order {
 		seen[a] = true
 	}
-	var extra []string
+	var others []string
 	for _, a := range armOf {
 		if !seen[a] {
 			seen[a] = true
-			extra = append(extra, a)
+			others = append(others, a)
 		}
 	}
-	sort.Strings(extra)
-	order = append(order, extra...)
+	sort.Strings(others)
+	order = append(order, others...)
+	in.Planned = spec.MaxDuration
 	in.Control = q.Control
 	if in.Control == "" {
 		in.Control = spec.Control
@@ -146,7 +160,7 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 		all = append(all, regexp.QuoteMeta(p))
 	}
 	sort.Strings(all)
-	f.sel = fmt.Sprintf(`namespace=%q, pod=~%q`, q.Namespace, strings.Join(all, "|"))
+	f.sel = fmt.Sprintf(`namespace=%q, pod=~%q%s`, q.Namespace, strings.Join(all, "|"), extra)
 	// put adds a pod's per-window values into its windows, marking them
 	// as having the source.
 	put := func(ss model.Matrix, has Source, set func(w *Window, v float64)) {
@@ -310,6 +324,12 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 		}
 		put(m, 0, c.set)
 	}
+	if q.WarmUp > 0 {
+		if err := f.warmUp(in.Arms, spec.Started, q.WarmUp, in.Window); err != nil {
+			return Input{}, err
+		}
+		in.Notes = append(in.Notes, fmt.Sprintf("the first %v after each pod started is left out (--warm-up)", q.WarmUp))
+	}
 	if !in.Have["latency"] && !in.Have["cpu"] {
 		return Input{}, fmt.Errorf("experiment %s in %s, pods %s: %w (latency: %s; cpu: %s)", q.Name, q.Namespace, strings.Join(all, ", "), ErrNoData, in.Sources["latency"], in.Sources["cpu"])
 	}
@@ -347,6 +367,41 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 		}
 	}
 	return in, nil
+}
+
+// warmUp blanks each pod's windows that start before its start plus d:
+// the API server knows live pods' starts, kube_pod_start_time gone ones'.
+func (f fetcher) warmUp(arms []Arm, live map[string]time.Time, d, win time.Duration) error {
+	started := map[string]time.Time{}
+	for p, t := range live {
+		started[p] = t
+	}
+	m, err := f.matrix(fmt.Sprintf(`max by (pod) (kube_pod_start_time{%s})`, f.sel), false)
+	if err != nil {
+		return err
+	}
+	for _, s := range m {
+		p := string(s.Metric["pod"])
+		if _, ok := started[p]; ok || len(s.Values) == 0 {
+			continue
+		}
+		started[p] = time.Unix(int64(s.Values[len(s.Values)-1].Value), 0)
+	}
+	for ai := range arms {
+		for pi, p := range arms[ai].Pods {
+			t, ok := started[p]
+			if !ok {
+				continue
+			}
+			ws := arms[ai].Windows[pi]
+			for i := range ws {
+				if f.q.From.Add(time.Duration(i) * win).Before(t.Add(d)) {
+					ws[i] = Window{Restarts: ws[i].Restarts, OOMKills: ws[i].OOMKills}
+				}
+			}
+		}
+	}
+	return nil
 }
 
 type fetcher struct {

@@ -137,8 +137,9 @@ func TestFetchClassicHistogramAndSources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.Arms[1].Harmful {
-		t.Errorf("a restarted arm is not harmful: %+v", res.Arms[1])
+	// One restart is not harm relative to the control (TestAnalyzeHarmIsRelativeToTheControl).
+	if res.Arms[1].Restarts != 1 || res.Arms[1].Harmful {
+		t.Errorf("arm b: %v restarts, harmful %v (%v)", res.Arms[1].Restarts, res.Arms[1].Harmful, res.Arms[1].Harms)
 	}
 }
 
@@ -167,5 +168,65 @@ func TestFetchNoPods(t *testing.T) {
 	_, err := Fetch(context.Background(), v1.NewAPI(c), nil, Query{Namespace: "shop", Name: "g", From: from, To: from.Add(time.Hour), Window: time.Minute, Latency: "x"})
 	if err == nil || !strings.Contains(err.Error(), "--metric-labels-allowlist") {
 		t.Errorf("error %v does not say how to keep gone pods' arms", err)
+	}
+}
+
+// TestFetchExtraMatchers: --match cluster=... reaches every query, or a
+// Prometheus holding several clusters would mix their pods of one name.
+func TestFetchExtraMatchers(t *testing.T) {
+	from := time.Unix(1_700_000_000, 0)
+	stub := &promStub{t: t, rules: []stubRule{
+		{"process_cpu_seconds_total", "[" + series(from, map[string]string{"pod": "a-1"}, 6, 6, 6) + "," + series(from, map[string]string{"pod": "b-1"}, 9, 9, 9) + "]"},
+	}}
+	srv := httptest.NewServer(stub)
+	defer srv.Close()
+	c, err := api.NewClient(api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Fetch(context.Background(), v1.NewAPI(c), pods{"a": {"a-1"}, "b": {"b-1"}}, Query{Namespace: "shop", Name: "g", From: from, To: from.Add(3 * time.Minute),
+		Window: time.Minute, Latency: "http_request_duration_seconds", ErrorMatcher: `code=~"5.."`, Matchers: []string{`cluster="prod"`}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range stub.seen {
+		if n, want := strings.Count(q, `cluster="prod"`), strings.Count(q, "namespace="); n != want || n == 0 {
+			t.Errorf("query %s: %d cluster matchers for %d selectors", q, n, want)
+		}
+	}
+}
+
+type startedPods struct{ pods }
+
+func (p startedPods) Experiment(ctx context.Context, ns, name string) (Spec, error) {
+	s, _ := p.pods.Experiment(ctx, ns, name)
+	s.Started = map[string]time.Time{"b-1": time.Unix(1_700_000_000, 0).Add(-30 * time.Second)}
+	return s, nil
+}
+
+// TestFetchLeavesOutWarmUp: a pod's first --warm-up after it started is
+// missing data, not its figures; its restarts still count.
+func TestFetchLeavesOutWarmUp(t *testing.T) {
+	from := time.Unix(1_700_000_000, 0)
+	stub := &promStub{t: t, rules: []stubRule{
+		{"process_cpu_seconds_total", "[" + series(from, map[string]string{"pod": "a-1"}, 6, 6, 6) + "," + series(from, map[string]string{"pod": "b-1"}, 60, 9, 9) + "]"},
+		{"kube_pod_start_time", "[" + series(from, map[string]string{"pod": "a-1"}, float64(from.Unix()-100), float64(from.Unix()-100), float64(from.Unix()-100)) + "]"},
+	}}
+	srv := httptest.NewServer(stub)
+	defer srv.Close()
+	c, err := api.NewClient(api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := Fetch(context.Background(), v1.NewAPI(c), startedPods{pods{"a": {"a-1"}, "b": {"b-1"}}}, Query{Namespace: "shop", Name: "g", From: from, To: from.Add(3 * time.Minute),
+		Window: time.Minute, Latency: "http_request_duration_seconds", ErrorMatcher: `code=~"5.."`, WarmUp: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := in.Arms[1].Windows[0]
+	if b[0].Has != 0 || b[0].CPUSeconds != 0 || b[1].CPUSeconds != 9 || b[2].Restarts != 1 {
+		t.Errorf("b-1 (started 30 s before, 1 min warm-up): %+v", b)
+	}
+	if a := in.Arms[0].Windows[0]; a[0].CPUSeconds != 6 { // started 100 s before (kube_pod_start_time)
+		t.Errorf("a-1 (warm before the span): %+v", a)
 	}
 }

@@ -2,6 +2,7 @@ package experiment
 
 import (
 	"context"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,7 +26,7 @@ func (a APIServer) Experiment(ctx context.Context, ns, name string) (Spec, error
 // specOf reads the live pods: arms by label, the spec from the newest
 // pod's annotation (a rollout may have changed it).
 func specOf(pods []corev1.Pod) Spec {
-	s := Spec{Pods: map[string][]string{}, Restarts: map[string]float64{}, OOMKills: map[string]float64{}}
+	s := Spec{Pods: map[string][]string{}, Restarts: map[string]float64{}, OOMKills: map[string]float64{}, Started: map[string]time.Time{}}
 	var newest *corev1.Pod
 	for i := range pods {
 		p := &pods[i]
@@ -34,6 +35,11 @@ func specOf(pods []corev1.Pod) Spec {
 			continue
 		}
 		s.Pods[arm] = append(s.Pods[arm], p.Name)
+		if p.Status.StartTime != nil {
+			s.Started[p.Name] = p.Status.StartTime.Time
+		} else {
+			s.Started[p.Name] = p.CreationTimestamp.Time
+		}
 		for _, c := range p.Status.ContainerStatuses {
 			s.Restarts[arm] += float64(c.RestartCount)
 			if t := c.LastTerminationState.Terminated; t != nil && t.Reason == "OOMKilled" {
@@ -46,7 +52,7 @@ func specOf(pods []corev1.Pod) Spec {
 	}
 	if newest != nil {
 		if e, err := admission.ParseExperiment(newest.Annotations[admission.AnnotationExperiment]); err == nil {
-			s.Arms, s.Control = e.ArmNames(), e.Control
+			s.Arms, s.Control, s.MaxDuration = e.ArmNames(), e.Control, e.Deadline()
 		}
 	}
 	return s

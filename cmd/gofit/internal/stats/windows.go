@@ -32,8 +32,8 @@ const MinWindows = 8
 
 // PairedWindows is the interval of stat(windows), such as a statistic of the arm
 // under test over the statistic of the control, both over the windows
-// listed: the value over every window, and the 95% percentile interval
-// over resamples drawing circular blocks of consecutive windows, the
+// listed: the value over every window, and the percentile interval at
+// level 1-b.Alpha (95% by default) over resamples drawing circular blocks of consecutive windows, the
 // same windows for both sides. Fewer than MinWindows windows give
 // (-Inf, +Inf). A resample whose ratio is not finite (no requests on a
 // side) counts at both ends, widening the interval rather than hiding.
@@ -97,8 +97,19 @@ func (b *Bootstrap) PairedUnits(n int, units []int, stat func(windows []int, uni
 	// k-1 degrees of freedom over the normal's 1.96 (an hour of one-minute
 	// windows is 7.5 blocks: ×1.23). Without this, A/A experiments on
 	// autocorrelated series called differences in 1 of 8 analyses.
+	//
+	// The same factor carries the interval to the level b.Alpha asks for
+	// (a sequential look's share of the error, see the experiment's
+	// boundaries): the 95% percentiles are the stable part of a few
+	// thousand resamples, and their far tails are not.
 	k := float64(n) / float64(l)
-	f := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: k - 1}.Quantile(0.975) / 1.959963984540054
+	alpha := b.Alpha
+	if !(alpha > 0 && alpha < 1) {
+		alpha = 0.05
+	}
+	// (The lower quantile, negated: 1-alpha/2 rounds to 1 for the tiny
+	// alpha of an early look.)
+	f := -distuv.StudentsT{Mu: 0, Sigma: 1, Nu: k - 1}.Quantile(alpha/2) / 1.959963984540054
 	if iv.Value > 0 && iv.Low > 0 {
 		// A ratio's spread is multiplicative: widen it on a log scale,
 		// where it is about symmetric.

@@ -1,0 +1,490 @@
+package experiment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
+	"github.com/gofit-dev/gofit/kube/admission"
+)
+
+// The guard: `gofit experiment guard` judges every running experiment
+// every look and stops an arm that is harmful relative to its control.
+// It is conservative: it only ever stops arms (never promotes one, never
+// changes a workload), and everything it does is visible:
+//
+//   - the stop is written to the experiment's Lease (admission's
+//     AnnotationGuard), which the webhook reads: new pods no longer get
+//     the arm;
+//   - the arm's pods are evicted through the Eviction API, so that
+//     PodDisruptionBudgets hold; their ReplicaSet replaces them, and the
+//     webhook gives the replacements an open arm;
+//   - a Warning Event on the workload says what and why (kubectl get
+//     events), and gofit_experiment_* metrics count it.
+//
+// An experiment past its maxDuration gives new pods the control without
+// the guard (the webhook reads the deadline itself); the guard writes the
+// Event once. Turning the guard off leaves every experiment as it is.
+
+// Running is an experiment the guard found: its Lease, the spec its
+// newest live pod carries, and its live pods.
+type Running struct {
+	Namespace string
+	Lease     *coordinationv1.Lease
+	Spec      *admission.Experiment
+	Pods      []corev1.Pod
+	Started   time.Time // the Lease's creation: the first assignment
+}
+
+// Judge fetches and analyzes an experiment at one look.
+type Judge func(ctx context.Context, r Running, seq *Sequential) (*Results, error)
+
+// Guard is one guard; Run loops, Once is one look at every experiment.
+type Guard struct {
+	Client kubernetes.Interface
+	Judge  Judge
+	// Looks is the plan: Every is the guard's interval; Planned is used
+	// for experiments without maxDuration.
+	Looks   Looks
+	Metrics *GuardMetrics // nil: none
+	Log     *slog.Logger  // nil: silent
+	// Identity names the guard in its Events (the pod's name).
+	Identity string
+	now      func() time.Time
+
+	mu   sync.Mutex
+	seqs map[time.Duration]*Sequential // by planned length
+}
+
+// Decision is one arm the guard stops.
+type Decision struct {
+	Arm    string
+	Reason string
+}
+
+// Decide is the guard's rule, pure: every arm but the control that the
+// analysis found harmful and that is not stopped yet. It never promotes.
+func Decide(r *Results, st admission.GuardStatus) []Decision {
+	var out []Decision
+	for _, a := range r.Arms {
+		if a.Name == r.Control || !a.Harmful {
+			continue
+		}
+		if _, done := st.Stopped[a.Name]; done {
+			continue
+		}
+		out = append(out, Decision{Arm: a.Name, Reason: strings.Join(a.Harms, "; ")})
+	}
+	return out
+}
+
+// Run looks every Looks.Every until ctx ends; a look's errors are logged
+// and counted, never fatal.
+func (g *Guard) Run(ctx context.Context) error {
+	t := time.NewTicker(g.Looks.Every)
+	defer t.Stop()
+	for {
+		if err := g.Once(ctx); err != nil {
+			g.log().Warn("guard look", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (g *Guard) log() *slog.Logger {
+	if g.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return g.Log
+}
+
+func (g *Guard) clock() time.Time {
+	if g.now != nil {
+		return g.now()
+	}
+	return time.Now()
+}
+
+// sequential is the boundaries of a planned length, simulated once.
+func (g *Guard) sequential(planned time.Duration) (*Sequential, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if s := g.seqs[planned]; s != nil {
+		return s, nil
+	}
+	l := g.Looks
+	l.Planned = max(planned, l.Every)
+	s, err := NewSequential(l)
+	if err != nil {
+		return nil, err
+	}
+	if g.seqs == nil {
+		g.seqs = map[time.Duration]*Sequential{}
+	}
+	g.seqs[planned] = s
+	return s, nil
+}
+
+// Find lists the running experiments: each Lease of the arm assigner
+// with a live pod that carries its spec.
+func (g *Guard) Find(ctx context.Context) ([]Running, error) {
+	leases, err := g.Client.CoordinationV1().Leases(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: admission.LabelExperiment})
+	if err != nil {
+		return nil, fmt.Errorf("list experiment leases: %w", err)
+	}
+	var out []Running
+	for i := range leases.Items {
+		l := &leases.Items[i]
+		name := l.Labels[admission.LabelExperiment]
+		pods, err := g.Client.CoreV1().Pods(l.Namespace).List(ctx, metav1.ListOptions{LabelSelector: admission.LabelExperiment + "=" + name})
+		if err != nil {
+			return nil, fmt.Errorf("list pods of experiment %s/%s: %w", l.Namespace, name, err)
+		}
+		r := Running{Namespace: l.Namespace, Lease: l, Started: l.CreationTimestamp.Time}
+		var newest *corev1.Pod
+		for j := range pods.Items {
+			p := &pods.Items[j]
+			if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+				continue
+			}
+			r.Pods = append(r.Pods, *p)
+			if _, ok := p.Annotations[admission.AnnotationExperiment]; ok && (newest == nil || p.CreationTimestamp.After(newest.CreationTimestamp.Time)) {
+				newest = p
+			}
+		}
+		if newest == nil {
+			continue // no live pod: nothing to judge or evict
+		}
+		if r.Spec, err = admission.ParseExperiment(newest.Annotations[admission.AnnotationExperiment]); err != nil || r.Spec.Name != name {
+			continue
+		}
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Namespace+"/"+out[i].Spec.Name < out[j].Namespace+"/"+out[j].Spec.Name
+	})
+	return out, nil
+}
+
+// Once looks at every running experiment once.
+func (g *Guard) Once(ctx context.Context) error {
+	exps, err := g.Find(ctx)
+	if err != nil {
+		g.Metrics.look("error")
+		return err
+	}
+	var errs []error
+	for _, r := range exps {
+		if err := g.guard(ctx, r); err != nil {
+			errs = append(errs, fmt.Errorf("experiment %s/%s: %w", r.Namespace, r.Spec.Name, err))
+		}
+	}
+	g.Metrics.running(len(exps))
+	if len(errs) > 0 {
+		g.Metrics.look("error")
+		return errors.Join(errs...)
+	}
+	g.Metrics.look("ok")
+	return nil
+}
+
+func (g *Guard) guard(ctx context.Context, r Running) error {
+	e := r.Spec
+	st, err := admission.ParseGuardStatus(r.Lease.Annotations)
+	if err != nil {
+		return fmt.Errorf("lease %s/%s: %w", r.Namespace, r.Lease.Name, err)
+	}
+	now := g.clock()
+	if d := e.Deadline(); d > 0 && now.Sub(r.Started) >= d && st.Expired == nil {
+		if err := g.update(ctx, r, func(s *admission.GuardStatus) bool {
+			if s.Expired != nil {
+				return false
+			}
+			at := now.UTC()
+			s.Expired = &at
+			return true
+		}); err != nil {
+			return err
+		}
+		g.event(ctx, r, "ExperimentEnded", fmt.Sprintf("experiment %s ran its maxDuration %s: new pods get the control %s", e.Name, e.MaxDuration, e.Control))
+		g.log().Info("experiment ended", "namespace", r.Namespace, "experiment", e.Name)
+	}
+	g.Metrics.ended(r.Namespace, e.Name, e.Deadline() > 0 && now.Sub(r.Started) >= e.Deadline())
+	planned := e.Deadline()
+	if planned <= 0 {
+		planned = g.Looks.Planned
+	}
+	seq, err := g.sequential(planned)
+	if err != nil {
+		return err
+	}
+	res, err := g.Judge(ctx, r, seq)
+	if err != nil && !errors.Is(err, ErrNoData) {
+		return fmt.Errorf("judge: %w", err)
+	}
+	if res != nil {
+		for _, d := range Decide(res, st) {
+			if err := g.update(ctx, r, func(s *admission.GuardStatus) bool {
+				if _, done := s.Stopped[d.Arm]; done {
+					return false
+				}
+				if s.Stopped == nil {
+					s.Stopped = map[string]admission.ArmStop{}
+				}
+				s.Stopped[d.Arm] = admission.ArmStop{At: now.UTC(), Reason: d.Reason}
+				return true
+			}); err != nil {
+				return err
+			}
+			st.Stopped = withStop(st.Stopped, d.Arm, d.Reason, now)
+			g.event(ctx, r, "ArmStopped", fmt.Sprintf("experiment %s: arm %s stopped as harmful against %s (look %d of %d): %s; its pods are evicted and new pods get the other arms", e.Name, d.Arm, res.Control, res.Look, res.Looks, d.Reason))
+			g.log().Warn("arm stopped", "namespace", r.Namespace, "experiment", e.Name, "arm", d.Arm, "reason", d.Reason)
+		}
+	}
+	for arm := range st.Stopped {
+		if arm == e.Control {
+			continue
+		}
+		g.Metrics.stopped(r.Namespace, e.Name, arm)
+		if err := g.evict(ctx, r, arm); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func withStop(m map[string]admission.ArmStop, arm, reason string, now time.Time) map[string]admission.ArmStop {
+	if m == nil {
+		m = map[string]admission.ArmStop{}
+	}
+	m[arm] = admission.ArmStop{At: now.UTC(), Reason: reason}
+	return m
+}
+
+// update changes the Lease's guard status, re-reading it on a conflict
+// (the webhook writes the same Lease at every assignment).
+func (g *Guard) update(ctx context.Context, r Running, change func(*admission.GuardStatus) bool) error {
+	leases := g.Client.CoordinationV1().Leases(r.Namespace)
+	l := r.Lease.DeepCopy()
+	for range 20 {
+		st, err := admission.ParseGuardStatus(l.Annotations)
+		if err != nil {
+			return fmt.Errorf("lease %s/%s: %w", l.Namespace, l.Name, err)
+		}
+		if !change(&st) {
+			return nil
+		}
+		if l.Annotations == nil {
+			l.Annotations = map[string]string{}
+		}
+		l.Annotations[admission.AnnotationGuard] = st.String()
+		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsConflict(err) {
+			return fmt.Errorf("lease %s/%s: %w", l.Namespace, l.Name, err)
+		}
+		if l, err = leases.Get(ctx, r.Lease.Name, metav1.GetOptions{}); err != nil {
+			return fmt.Errorf("lease %s/%s: %w", r.Namespace, r.Lease.Name, err)
+		}
+	}
+	return fmt.Errorf("lease %s/%s: still conflicting after 20 attempts", r.Namespace, r.Lease.Name)
+}
+
+// evict asks the Eviction API to evict the arm's live pods; a
+// PodDisruptionBudget that allows no disruption now (429) leaves a pod
+// for the next look.
+func (g *Guard) evict(ctx context.Context, r Running, arm string) error {
+	for _, p := range r.Pods {
+		if p.Labels[admission.LabelArm] != arm {
+			continue
+		}
+		ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}}
+		var err error
+		if rc, ok := g.Client.CoreV1().RESTClient().(*rest.RESTClient); ok && rc != nil {
+			// No retries: client-go would wait out a budget's 429 and its
+			// Retry-After up to 10 times; the next look tries again.
+			err = rc.Post().Namespace(p.Namespace).Resource("pods").Name(p.Name).SubResource("eviction").
+				MaxRetries(0).Body(ev).Do(ctx).Error()
+		} else {
+			err = g.Client.PolicyV1().Evictions(p.Namespace).Evict(ctx, ev)
+		}
+		switch {
+		case err == nil:
+			g.Metrics.eviction("evicted")
+			g.log().Info("evicted", "namespace", p.Namespace, "pod", p.Name, "arm", arm)
+		case apierrors.IsTooManyRequests(err):
+			g.Metrics.eviction("blocked")
+			g.log().Info("eviction refused by a PodDisruptionBudget; next look", "namespace", p.Namespace, "pod", p.Name)
+		case apierrors.IsNotFound(err):
+		default:
+			g.Metrics.eviction("error")
+			return fmt.Errorf("evict pod %s/%s: %w", p.Namespace, p.Name, err)
+		}
+	}
+	return nil
+}
+
+// owner is the workload an experiment's Events go on: the controller of
+// its newest pod, and the Deployment above a ReplicaSet.
+func (g *Guard) owner(ctx context.Context, r Running) corev1.ObjectReference {
+	var newest *corev1.Pod
+	for i := range r.Pods {
+		if newest == nil || r.Pods[i].CreationTimestamp.After(newest.CreationTimestamp.Time) {
+			newest = &r.Pods[i]
+		}
+	}
+	ref := corev1.ObjectReference{Kind: "Lease", APIVersion: "coordination.k8s.io/v1", Namespace: r.Namespace, Name: r.Lease.Name, UID: r.Lease.UID}
+	if newest == nil {
+		return ref
+	}
+	c := metav1.GetControllerOfNoCopy(newest)
+	if c == nil {
+		return corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: r.Namespace, Name: newest.Name, UID: newest.UID}
+	}
+	ref = corev1.ObjectReference{Kind: c.Kind, APIVersion: c.APIVersion, Namespace: r.Namespace, Name: c.Name, UID: c.UID}
+	if c.Kind == "ReplicaSet" {
+		if rs, err := g.Client.AppsV1().ReplicaSets(r.Namespace).Get(ctx, c.Name, metav1.GetOptions{}); err == nil {
+			if d := metav1.GetControllerOfNoCopy(rs); d != nil {
+				ref = corev1.ObjectReference{Kind: d.Kind, APIVersion: d.APIVersion, Namespace: r.Namespace, Name: d.Name, UID: d.UID}
+			}
+		}
+	}
+	return ref
+}
+
+// event writes a Warning Event on the experiment's workload; failing to
+// write one is logged (the Lease and the metrics still say it).
+func (g *Guard) event(ctx context.Context, r Running, reason, msg string) {
+	now := metav1.NewTime(g.clock())
+	id := g.Identity
+	if id == "" {
+		id, _ = os.Hostname()
+	}
+	obj := g.owner(ctx, r)
+	ev := &corev1.Event{
+		ObjectMeta:          metav1.ObjectMeta{GenerateName: obj.Name + ".gofit-", Namespace: r.Namespace},
+		InvolvedObject:      obj,
+		Reason:              reason,
+		Message:             msg,
+		Type:                corev1.EventTypeWarning,
+		Source:              corev1.EventSource{Component: "gofit-experiment-guard"},
+		FirstTimestamp:      now,
+		LastTimestamp:       now,
+		Count:               1,
+		ReportingController: "gofit.dev/experiment-guard",
+		ReportingInstance:   id,
+		Action:              reason,
+	}
+	if _, err := g.Client.CoreV1().Events(r.Namespace).Create(ctx, ev, metav1.CreateOptions{}); err != nil {
+		g.log().Warn("event", "namespace", r.Namespace, "reason", reason, "err", err)
+	}
+}
+
+// GuardMetrics are the guard's gofit_experiment_* metrics, on a registry
+// of the caller's.
+type GuardMetrics struct {
+	looks        *prometheus.CounterVec
+	evictions    *prometheus.CounterVec
+	runningGauge prometheus.Gauge
+	stoppedGauge *prometheus.GaugeVec
+	endedGauge   *prometheus.GaugeVec
+}
+
+// NewGuardMetrics registers the guard's metrics on reg.
+func NewGuardMetrics(reg prometheus.Registerer) *GuardMetrics {
+	m := &GuardMetrics{
+		looks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gofit_experiment_guard_looks_total",
+			Help: "Looks of the guard at every running experiment, by result (ok, error)."}, []string{"result"}),
+		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gofit_experiment_guard_evictions_total",
+			Help: "Evictions of a stopped arm's pods, by result (evicted; blocked by a PodDisruptionBudget, retried next look; error)."}, []string{"result"}),
+		runningGauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gofit_experiment_running",
+			Help: "Experiments the guard judged at its last look."}),
+		stoppedGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gofit_experiment_arm_stopped",
+			Help: "1 for an arm the guard stopped as harmful: new pods no longer get it."}, []string{"namespace", "experiment", "arm"}),
+		endedGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gofit_experiment_ended",
+			Help: "1 for an experiment past its maxDuration: new pods get the control."}, []string{"namespace", "experiment"}),
+	}
+	reg.MustRegister(m.looks, m.evictions, m.runningGauge, m.stoppedGauge, m.endedGauge)
+	return m
+}
+
+func (m *GuardMetrics) look(result string) {
+	if m != nil {
+		m.looks.WithLabelValues(result).Inc()
+	}
+}
+
+func (m *GuardMetrics) eviction(result string) {
+	if m != nil {
+		m.evictions.WithLabelValues(result).Inc()
+	}
+}
+
+func (m *GuardMetrics) running(n int) {
+	if m != nil {
+		m.runningGauge.Set(float64(n))
+	}
+}
+
+func (m *GuardMetrics) stopped(ns, exp, arm string) {
+	if m != nil {
+		m.stoppedGauge.WithLabelValues(ns, exp, arm).Set(1)
+	}
+}
+
+func (m *GuardMetrics) ended(ns, exp string, ended bool) {
+	if m != nil {
+		v := 0.0
+		if ended {
+			v = 1
+		}
+		m.endedGauge.WithLabelValues(ns, exp).Set(v)
+	}
+}
+
+// PromJudge is the guard's Judge against Prometheus: the experiment's
+// series from its start (less warm-up) to the last whole window.
+type PromJudge struct {
+	Fetch func(ctx context.Context, q Query) (Input, error)
+	Query Query // Window, Latency, ErrorMatcher, Matchers, Resamples, Seed
+	Harm  Harm
+}
+
+// Judge implements Judge.
+func (p PromJudge) Judge(ctx context.Context, r Running, seq *Sequential) (*Results, error) {
+	q := p.Query
+	q.Namespace, q.Name = r.Namespace, r.Spec.Name
+	q.To = time.Now().Truncate(q.Window)
+	q.From = r.Started.Truncate(q.Window)
+	if q.To.Sub(q.From) < q.Window*stats.MinWindows {
+		return nil, nil // too early for any interval
+	}
+	in, err := p.Fetch(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	in.Seq, in.Harm, in.VerdictsOnly = seq, p.Harm, true
+	return Analyze(in)
+}
