@@ -368,6 +368,13 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request) (*reviewIn, *ht
 	if review.Request.UID == "" {
 		return nil, &httpError{http.StatusBadRequest, "AdmissionReview request has no uid"}
 	}
+	// The API server always sends the object's namespace as the
+	// request's. A review that says otherwise did not come from it, and
+	// the object's namespace would aim the experiment's Lease (and its
+	// owner references) at a namespace of the sender's choosing.
+	if pod := review.Request.Object.pod; pod != nil && pod.Namespace != "" && pod.Namespace != review.Request.Namespace {
+		return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("request.namespace %q differs from request.object.metadata.namespace %q", review.Request.Namespace, pod.Namespace)}
+	}
 	return &review, nil
 }
 
@@ -400,11 +407,11 @@ func (h *Handler) review(ctx context.Context, req *requestIn) (res Result) {
 		h.log.Error("decode pod; admitted unchanged", "uid", req.UID, "error", err)
 		return Result{Outcome: OutcomeError, Warnings: []string{"gofit webhook could not read the pod (" + err.Error() + "); nothing injected"}}
 	}
+	// The request's namespace, never the object's: decode refused any
+	// difference, and a pod being created may carry none.
+	pod.Namespace = req.Namespace
 	if req.Operation == admissionv1.Update {
 		return h.mutator.Resize(pod)
-	}
-	if pod.Namespace == "" {
-		pod.Namespace = req.Namespace // an experiment's arms are counted per namespace
 	}
 	if req.DryRun != nil && *req.DryRun {
 		return h.mutator.Preview(pod) // sideEffects: None

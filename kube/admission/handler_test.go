@@ -2,6 +2,7 @@ package admission
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,11 +11,13 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/sync/semaphore"
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/gofit-dev/gofit/fit"
@@ -279,5 +282,47 @@ func TestStallingQuantity(t *testing.T) {
 	code, resp, raw := post(t, h, []byte(strings.Replace(body, `"cpu":"1"`, `"cpu":"1e0"`, 1)))
 	if code != 200 || !resp.Allowed || len(resp.Patch) == 0 {
 		t.Errorf("cpu 1e0: %d %s", code, raw)
+	}
+}
+
+// nsArm records the namespace of each pod it is asked to assign.
+type nsArm struct {
+	mu  sync.Mutex
+	nss []string
+}
+
+func (a *nsArm) Assign(_ context.Context, pod *corev1.Pod, e *Experiment) (Assignment, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.nss = append(a.nss, pod.Namespace)
+	return Assignment{Arm: e.Arms[0].Name, Ticket: "t"}, nil
+}
+
+// TestNamespaceFromTheRequest: a review whose pod object names another
+// namespace than the request made the experiment's Lease be written
+// there (kube-system, say). Such a review is refused, and the assigner
+// only ever sees the request's namespace.
+func TestNamespaceFromTheRequest(t *testing.T) {
+	arms := &nsArm{}
+	h := NewHandler(NewMutator(fit.Policy{}, WithArmAssigner(arms)), HandlerOptions{})
+	pod := podOf("p", ctr("app", "1", "1Gi"))
+	pod.Annotations = map[string]string{AnnotationExperiment: "name: g\narms: [{name: a, fit: gofit}, {name: b, fit: none}]"}
+	for _, objNS := range []string{"kube-system", "other"} {
+		p := pod.DeepCopy()
+		p.Namespace = objNS
+		code, _, body := post(t, h, review(t, p, admissionv1.Create, "")) // request namespace: default
+		if code != http.StatusBadRequest || !strings.Contains(body, "kube-system") && !strings.Contains(body, "other") {
+			t.Errorf("object in %s, request in default: %d %s", objNS, code, body)
+		}
+	}
+	for _, objNS := range []string{"", "default"} {
+		p := pod.DeepCopy()
+		p.Namespace = objNS
+		if code, _, body := post(t, h, review(t, p, admissionv1.Create, "")); code != http.StatusOK {
+			t.Errorf("object namespace %q, request default: %d %s", objNS, code, body)
+		}
+	}
+	if fmt.Sprint(arms.nss) != "[default default]" {
+		t.Errorf("the assigner saw namespaces %v, want the request's twice", arms.nss)
 	}
 }
