@@ -15,7 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sync/semaphore"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -213,7 +212,7 @@ func TestSlowClients(t *testing.T) {
 	h := newHandler(t, fit.Options{})
 	h.maxBody = 64 << 10
 	h.budget = 2 * h.maxBody // two slots
-	h.inWork = semaphore.NewWeighted(h.budget)
+	h.inWork = newBudget(h.budget)
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	addr := strings.TrimPrefix(srv.URL, "http://")
@@ -310,7 +309,13 @@ func TestNamespaceFromTheRequest(t *testing.T) {
 	for _, objNS := range []string{"kube-system", "other"} {
 		p := pod.DeepCopy()
 		p.Namespace = objNS
-		code, _, body := post(t, h, review(t, p, admissionv1.Create, "")) // request namespace: default
+		var r map[string]any
+		if err := json.Unmarshal(review(t, p, admissionv1.Create, ""), &r); err != nil {
+			t.Fatal(err)
+		}
+		r["request"].(map[string]any)["namespace"] = "default"
+		b, _ := json.Marshal(r)
+		code, _, body := post(t, h, b)
 		if code != http.StatusBadRequest || !strings.Contains(body, "kube-system") && !strings.Contains(body, "other") {
 			t.Errorf("object in %s, request in default: %d %s", objNS, code, body)
 		}
