@@ -113,7 +113,9 @@ func TestSlowClientsCannotStarve(t *testing.T) {
 	}
 	stop()
 	slices.Sort(lat)
-	q := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))].Round(100 * time.Microsecond) }
+	q := func(p float64) time.Duration {
+		return lat[min(len(lat)-1, int(p*float64(len(lat))))].Round(100 * time.Microsecond)
+	}
 	slowMu.Lock()
 	t.Logf("%d real reviews among 10 slow clients over %v: %d failed; p50 %v p90 %v p99 %v max %v; slow clients answered %v",
 		len(lat), run, failed, q(0.5), q(0.9), q(0.99), lat[len(lat)-1].Round(100*time.Microsecond), slowCodes)
