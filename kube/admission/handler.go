@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -391,35 +392,47 @@ var exponentForm = regexp.MustCompile(`^[+-]?[0-9]*\.?[0-9]*[eE][+-]?[0-9]+$`)
 // stallingString finds a string in the JSON b that resource.ParseQuantity
 // would take minutes over (qty.Stalls), were it a quantity field's. It
 // looks at the strings as decoded, as the quantity decoder does
-// ("1\u0065-999999" is such a string too), and trimmed of space.
+// ("1\u0065-999999" is such a string too), and trimmed of space. It
+// streams the tokens: decoding the whole object into a tree first (as it
+// once did) held several times the body in maps for a moment.
 func stallingString(b []byte) (string, bool) {
-	var v any
-	if json.Unmarshal(b, &v) != nil {
-		return "", false // the pod's own decoding reports it
-	}
-	return stallingIn(v)
-}
-
-// stallingIn is stallingString over a decoded JSON value.
-func stallingIn(v any) (string, bool) {
-	switch v := v.(type) {
-	case string:
-		s := strings.TrimSpace(v)
-		return v, exponentForm.MatchString(s) && qty.Stalls(s)
-	case []any:
-		for _, x := range v {
-			if s, ok := stallingIn(x); ok {
-				return s, true
-			}
-		}
-	case map[string]any:
-		for _, x := range v {
-			if s, ok := stallingIn(x); ok {
-				return s, true
-			}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	// The open objects and arrays, each with whether its next token is a
+	// key: an object's keys are never quantities.
+	type frame struct{ object, wantKey bool }
+	var stack []frame
+	valueDone := func() {
+		if n := len(stack); n > 0 && stack[n-1].object {
+			stack[n-1].wantKey = true
 		}
 	}
-	return "", false
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false // the end, or malformed: the pod's own decoding reports it
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{', '[':
+				stack = append(stack, frame{object: t == '{', wantKey: t == '{'})
+			default:
+				stack = stack[:len(stack)-1]
+				valueDone()
+			}
+			continue
+		}
+		if n := len(stack); n > 0 && stack[n-1].object && stack[n-1].wantKey {
+			stack[n-1].wantKey = false
+			continue
+		}
+		if v, ok := tok.(string); ok {
+			if s := strings.TrimSpace(v); exponentForm.MatchString(s) && qty.Stalls(s) {
+				return v, true
+			}
+		}
+		valueDone()
+	}
 }
 
 func (h *Handler) decode(body []byte) (*reviewIn, *httpError) {

@@ -331,3 +331,21 @@ func TestNamespaceFromTheRequest(t *testing.T) {
 		t.Errorf("the assigner saw namespaces %v, want the request's twice", arms.nss)
 	}
 }
+
+// stallingString streams the tokens and judges values only, at any depth.
+func TestStallingStringStreams(t *testing.T) {
+	for in, want := range map[string]bool{
+		`{"a":"5e-400"}`:                     true,
+		`{"5e-400":"x"}`:                     false, // a key is never a quantity
+		`{"a":{"b":[1,"x",{"5e-400":[]}]}}`:  false,
+		`{"a":{"b":[1,"x",{"c":"5e-400"}]}}`: true,
+		`["a",{"k":{}},"1\u0065-999"]`:       true,
+		`{"a":{},"b":"5e-400"}`:              true,
+		`{"a":"1e0"}`:                        false,
+		`{"a":`:                              false,
+	} {
+		if _, got := stallingString([]byte(in)); got != want {
+			t.Errorf("%s: %v, want %v", in, got, want)
+		}
+	}
+}
