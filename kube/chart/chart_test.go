@@ -211,8 +211,8 @@ func TestParity(t *testing.T) {
 		{"cert-manager", `{"webhook":{"certificates":"cert-manager"}}`, []string{"webhook/cert-manager", "node"}},
 		// Each component of deploy/ has its value.
 		{"systemd", `{"node":{"cgroupDriver":"systemd"}}`, []string{"webhook/self-managed", "node+node/systemd"}},
-		{"experiments", `{"webhook":{"experiments":{"enabled":true}}}`, []string{"webhook/self-managed+webhook/experiments", "node"}},
-		{"cert-manager-experiments", `{"webhook":{"certificates":"cert-manager","experiments":{"enabled":true}}}`,
+		{"experiments", `{"webhook":{"experiments":{"enabled":true,"namespaces":["default"]}}}`, []string{"webhook/self-managed+webhook/experiments", "node"}},
+		{"cert-manager-experiments", `{"webhook":{"certificates":"cert-manager","experiments":{"enabled":true,"namespaces":["default"]}}}`,
 			[]string{"webhook/cert-manager+webhook/experiments", "node"}},
 		{"cilium", `{"webhook":{"ciliumNetworkPolicy":{"enabled":true}}}`, []string{"webhook/self-managed+webhook/cilium", "node"}},
 		{"apiserver-cidr", `{"webhook":{"networkPolicy":{"ingressFrom":[{"ipBlock":{"cidr":"10.0.0.0/24"}},{"ipBlock":{"cidr":"10.0.16.0/20"}}]}}}`,
@@ -300,6 +300,9 @@ func TestSchema(t *testing.T) {
 		{`{"monitoring":{"dashboards":{"namespace":"Grafana"}}}`, "/monitoring/dashboards/namespace"},
 		{`{"webhook":{"networkPolicy":{"ingressFrom":[{"ipBlock":{}}]}}}`, "/webhook/networkPolicy/ingressFrom/0/ipBlock"},
 		{`{"webhook":{"experiments":{"enabled":1}}}`, "/webhook/experiments/enabled"},
+		{`{"webhook":{"experiments":{"namespaces":["Shop"]}}}`, "/webhook/experiments/namespaces/0"},
+		// Experiments get per-namespace rights only: none named, none given.
+		{`{"webhook":{"experiments":{"enabled":true}}}`, "webhook.experiments.enabled needs webhook.experiments.namespaces"},
 		{`{"webhook":{"podLabels":{"app.kubernetes.io/name":"other"}}}`, "/webhook/podLabels"},
 		{`{"node":{"podLabels":{"team":1}}}`, "/node/podLabels/team"},
 		{`{"webhook":{"topologySpreadConstraints":[{"maxSkew":1}]}}`, "/webhook/topologySpreadConstraints/0"},
@@ -337,7 +340,7 @@ var matrix = []struct{ name, values string }{
 	{"node-systemd", `{"webhook":{"enabled":false},"node":{"cgroupDriver":"systemd","policy":"auto","metricsPort":9465,"podLabels":{"team":"platform"},
 	  "qosConfig":{"create":true,"namespace":"koordinator-system"},"priorityClassName":"","maxUnavailable":1}}`},
 	{"own-namespaces", `{"namespaces":{"create":false},"image":{"tag":"v9.9.9"}}`},
-	{"components", `{"webhook":{"replicas":1,"pdb":{"minAvailable":0},"experiments":{"enabled":true},"ciliumNetworkPolicy":{"enabled":true},
+	{"components", `{"webhook":{"replicas":1,"pdb":{"minAvailable":0},"experiments":{"enabled":true,"namespaces":["default"]},"ciliumNetworkPolicy":{"enabled":true},
 	  "networkPolicy":{"ingressFrom":[{"ipBlock":{"cidr":"10.0.0.0/24"}},{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]}}}`},
 }
 
@@ -668,4 +671,77 @@ func pinned(img string) bool {
 	name := img[strings.LastIndex(img, "/")+1:]
 	i := strings.LastIndex(name, ":")
 	return i > 0 && i < len(name)-1 && name[i+1:] != "latest"
+}
+
+// TestExperimentsLeastPrivilege: experiments had a ClusterRole with get,
+// create and update on every Lease (node heartbeats, leader elections)
+// and list on every pod. Now: a Role and RoleBinding per namespace named
+// (pods listed and watched for their metadata, Leases), no cluster-wide
+// grant of either, a ValidatingAdmissionPolicy (and its binding) that
+// keeps the webhook's Lease writes to gofit-experiment-*, the flag that
+// keeps experiments to those namespaces, and sideEffects NoneOnDryRun.
+func TestExperimentsLeastPrivilege(t *testing.T) {
+	objs := template(t, `{"webhook":{"experiments":{"enabled":true,"namespaces":["shop","web"]}}}`)
+	roles := map[string]bool{}
+	var vap, vapb bool
+	var args []any
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "ClusterRole":
+			rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+			for _, r := range rules {
+				res, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resources")
+				if slices.Contains(res, "leases") || slices.Contains(res, "pods") {
+					t.Errorf("ClusterRole %s grants %v cluster-wide", o.GetName(), res)
+				}
+			}
+		case "Role":
+			if o.GetName() != "gofit-webhook-experiments" {
+				continue
+			}
+			roles[o.GetNamespace()] = true
+			rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+			got := map[string][]string{}
+			for _, r := range rules {
+				res, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resources")
+				verbs, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "verbs")
+				for _, x := range res {
+					got[x] = verbs
+				}
+			}
+			if fmt.Sprint(got) != "map[leases:[get create update] pods:[list watch]]" {
+				t.Errorf("Role in %s: %v", o.GetNamespace(), got)
+			}
+		case "RoleBinding":
+			if o.GetName() == "gofit-webhook-experiments" && !roles[o.GetNamespace()] {
+				t.Errorf("RoleBinding in %s before its Role", o.GetNamespace())
+			}
+		case "ValidatingAdmissionPolicy":
+			if o.GetName() == "gofit-webhook-leases" {
+				vap = true
+				v, _, _ := unstructured.NestedSlice(o.Object, "spec", "validations")
+				if !strings.Contains(fmt.Sprint(v), `startsWith("gofit-experiment-")`) {
+					t.Errorf("lease policy validations %v", v)
+				}
+			}
+		case "ValidatingAdmissionPolicyBinding":
+			vapb = vapb || o.GetName() == "gofit-webhook-leases"
+		case "Deployment":
+			if o.GetName() == "gofit-webhook" {
+				cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+				args, _, _ = unstructured.NestedSlice(cs[0].(map[string]any), "args")
+			}
+		case "MutatingWebhookConfiguration":
+			whs, _, _ := unstructured.NestedSlice(o.Object, "webhooks")
+			if se := whs[0].(map[string]any)["sideEffects"]; se != "NoneOnDryRun" {
+				t.Errorf("sideEffects %v, want NoneOnDryRun", se)
+			}
+		}
+	}
+	if fmt.Sprint(roles) != "map[shop:true web:true]" || !vap || !vapb {
+		t.Errorf("roles in %v, lease policy %v, binding %v", roles, vap, vapb)
+	}
+	if !slices.Contains(args, any("--experiment-namespaces=shop,web")) {
+		t.Errorf("args %v: no --experiment-namespaces=shop,web", args)
+	}
 }
