@@ -47,6 +47,8 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 	kubeconfig := fs.String("kubeconfig", "", "self-managed certificates and experiments: kubeconfig `FILE` (default: $KUBECONFIG, ~/.kube/config or in-cluster)")
 	experiments := fs.Bool("experiments", false, "give pods that carry the gofit.dev/experiment annotation their experiment arm (needs API access: watches pods' metadata, keeps a Lease per experiment; see docs/experiment.md)")
 	expNamespaces := fs.String("experiment-namespaces", "", "experiments: the comma-separated `NAMESPACES` they may run in (where the webhook's account has its Role); empty: any")
+	clientCA := fs.String("client-ca-file", "", "serve /mutate only to callers with a client certificate from this CA `FILE` (PEM): the API server's, from its AdmissionConfiguration kubeConfigFile")
+	clientToken := fs.String("client-token-file", "", "serve /mutate only to callers with this bearer token (the `FILE`'s content), or a certificate from --client-ca-file")
 	leaderElect := fs.Bool("leader-elect", true, "self-managed certificates: elect one replica to write the certificate")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: gofit webhook --cert-file F --key-file F [flags]\n\nServes the admission webhook that adds GOMAXPROCS and GOMEMLIMIT to pods at creation, from\ntheir limits. Serving needs only the certificate files; --self-managed-secret also keeps the\ncertificate (needs API access). Manifests: deploy/webhook.\n\nFlags:")
@@ -145,19 +147,21 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return webhook.Run(ctx, webhook.Config{
-		Addr:          *addr,
-		CertFile:      *certFile,
-		KeyFile:       *keyFile,
-		CertPoll:      *certPoll,
-		ShutdownDelay: *shutdownDelay,
-		Mutator:       admission.NewMutator(pol, mopts...),
-		MaxBody:       *maxBody,
-		MaxInFlight:   *maxInFlight,
-		MinTLSVersion: minTLS,
-		Namespace:     os.Getenv("POD_NAMESPACE"),
-		Log:           log,
-		SelfManaged:   sm,
-		Kubeconfig:    *kubeconfig,
-		Collectors:    []prometheus.Collector{build.Collector()},
+		Addr:            *addr,
+		CertFile:        *certFile,
+		KeyFile:         *keyFile,
+		CertPoll:        *certPoll,
+		ShutdownDelay:   *shutdownDelay,
+		Mutator:         admission.NewMutator(pol, mopts...),
+		MaxBody:         *maxBody,
+		MaxInFlight:     *maxInFlight,
+		MinTLSVersion:   minTLS,
+		Namespace:       os.Getenv("POD_NAMESPACE"),
+		ClientCAFile:    *clientCA,
+		ClientTokenFile: *clientToken,
+		Log:             log,
+		SelfManaged:     sm,
+		Kubeconfig:      *kubeconfig,
+		Collectors:      []prometheus.Collector{build.Collector()},
 	})
 }
