@@ -745,3 +745,91 @@ func TestExperimentsLeastPrivilege(t *testing.T) {
 		t.Errorf("args %v: no --experiment-namespaces=shop,web", args)
 	}
 }
+
+// TestBoundedScrapes: the PodMonitors had no sampleLimit or labelLimit
+// (a target that grew a label with a pod's UID in it filled the TSDB),
+// and scraped the webhook with insecureSkipVerify. Each monitor, in the
+// chart (moved to other namespaces too) and in deploy/monitoring, now has
+// both limits, none skips verification, and the webhook's verifies
+// against the CA in its Secret by the Service name, from the webhook's
+// namespace (the operator reads the Secret from the monitor's).
+func TestBoundedScrapes(t *testing.T) {
+	renders := map[string][]*unstructured.Unstructured{
+		"deploy/monitoring": kustomize(t, "monitoring"),
+		"chart":             template(t, `{"monitoring":{"enabled":true}}`),
+		"chart moved":       template(t, `{"webhook":{"namespace":"fit"},"monitoring":{"enabled":true,"namespace":"monitoring"}}`),
+	}
+	for name, objs := range renders {
+		webhookNS := "gofit-system"
+		if name == "chart moved" {
+			webhookNS = "fit"
+		}
+		n := 0
+		for _, o := range objs {
+			if o.GetKind() != "PodMonitor" {
+				continue
+			}
+			n++
+			if v, _, _ := unstructured.NestedInt64(o.Object, "spec", "sampleLimit"); v <= 0 {
+				t.Errorf("%s: PodMonitor %s has no sampleLimit", name, o.GetName())
+			}
+			if v, _, _ := unstructured.NestedInt64(o.Object, "spec", "labelLimit"); v <= 0 {
+				t.Errorf("%s: PodMonitor %s has no labelLimit", name, o.GetName())
+			}
+			eps, _, _ := unstructured.NestedSlice(o.Object, "spec", "podMetricsEndpoints")
+			for _, ep := range eps {
+				tc, _, _ := unstructured.NestedMap(ep.(map[string]any), "tlsConfig")
+				if tc["insecureSkipVerify"] == true {
+					t.Errorf("%s: PodMonitor %s skips TLS verification", name, o.GetName())
+				}
+				if o.GetName() != "gofit-webhook" {
+					continue
+				}
+				secret, _, _ := unstructured.NestedString(tc, "ca", "secret", "name")
+				key, _, _ := unstructured.NestedString(tc, "ca", "secret", "key")
+				if secret != "gofit-webhook-tls" || key != "ca.crt" || tc["serverName"] != "gofit-webhook."+webhookNS+".svc" || o.GetNamespace() != webhookNS {
+					t.Errorf("%s: the webhook's monitor in %s: tlsConfig %v", name, o.GetNamespace(), tc)
+				}
+			}
+		}
+		if n != 3 {
+			t.Errorf("%s: %d PodMonitors, want 3", name, n)
+		}
+	}
+}
+
+// TestNetworkPolicies: the agent's metrics port had no NetworkPolicy; the
+// webhook's could name the control plane only through ingressFrom. The
+// agent now has one (its metrics port in, only from metricsFrom when
+// given; the API server's ports out), and controlPlaneCIDRs admits the
+// control plane to the webhook.
+func TestNetworkPolicies(t *testing.T) {
+	for _, tc := range []struct{ values, name, want string }{
+		{`{}`, "gofit-node", `[map[ports:[map[port:9464 protocol:TCP]]]]`},
+		{`{"node":{"metricsPort":9465,"networkPolicy":{"metricsFrom":[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]}}}`, "gofit-node",
+			`[map[from:[map[namespaceSelector:map[matchLabels:map[kubernetes.io/metadata.name:monitoring]]]] ports:[map[port:9465 protocol:TCP]]]]`},
+		{`{"webhook":{"networkPolicy":{"controlPlaneCIDRs":["10.0.0.0/24"],"ingressFrom":[{"ipBlock":{"cidr":"10.0.16.0/20"}}]}}}`, "gofit-webhook",
+			`[map[from:[map[ipBlock:map[cidr:10.0.0.0/24]] map[ipBlock:map[cidr:10.0.16.0/20]]] ports:[map[port:8443 protocol:TCP]]]]`},
+	} {
+		found := false
+		for _, o := range template(t, tc.values) {
+			if o.GetKind() != "NetworkPolicy" || o.GetName() != tc.name {
+				continue
+			}
+			found = true
+			in, _, _ := unstructured.NestedSlice(o.Object, "spec", "ingress")
+			if got := fmt.Sprint(in); got != tc.want {
+				t.Errorf("%s: NetworkPolicy %s ingress %s, want %s", tc.values, tc.name, got, tc.want)
+			}
+			if tc.name == "gofit-node" {
+				eg, _, _ := unstructured.NestedSlice(o.Object, "spec", "egress")
+				if fmt.Sprint(eg) != `[map[ports:[map[port:443 protocol:TCP] map[port:6443 protocol:TCP]]]]` {
+					t.Errorf("agent egress %v", eg)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s: no NetworkPolicy %s", tc.values, tc.name)
+		}
+	}
+}
