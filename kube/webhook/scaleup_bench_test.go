@@ -70,7 +70,7 @@ func BenchmarkExperimentScaleUp(b *testing.B) {
 	}
 	b.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGTERM); _ = cmd.Wait() })
 	eventually(b, "the webhook process", 30*time.Second, func() bool { return servesCA(addr, ca) })
-	url := "https://" + addr + "/mutate"
+	url := "https://localhost:18443/mutate" // the certificate is for localhost
 	fail, none := admissionregistrationv1.Fail, admissionregistrationv1.SideEffectClassNoneOnDryRun
 	timeout := int32(10)
 	mwc := &admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: "gofit-scaleup"},
