@@ -499,12 +499,14 @@ func checkRender(t *testing.T, name string, objs []*unstructured.Unstructured) {
 			t.Errorf("image %v", got)
 		}
 	case "monitoring-moved":
-		want := []string{"PodMonitor monitoring/gofit-webhook", "PodMonitor monitoring/gofit-node", "PrometheusRule monitoring/gofit",
+		// The webhook's monitor stays beside the Secret whose CA it
+		// verifies the scrape with.
+		want := []string{"PodMonitor fit/gofit-webhook", "PodMonitor monitoring/gofit-node", "PrometheusRule monitoring/gofit",
 			"ConfigMap grafana/gofit-fleet-dashboard", "ConfigMap grafana/gofit-workload-dashboard"}
 		if got := monitoringKeys(objs); !slices.Equal(got, sorted(want)) {
 			t.Errorf("monitoring objects %q, want %q", got, sorted(want))
 		}
-		for k, ns := range map[string]string{"PodMonitor monitoring/gofit-webhook": "fit", "PodMonitor monitoring/gofit-node": "gofit-node"} {
+		for k, ns := range map[string]string{"PodMonitor fit/gofit-webhook": "fit", "PodMonitor monitoring/gofit-node": "gofit-node"} {
 			if o := kinds[k]; o != nil {
 				names, _, _ := unstructured.NestedStringSlice(o.Object, "spec", "namespaceSelector", "matchNames")
 				eps, _, _ := unstructured.NestedSlice(o.Object, "spec", "podMetricsEndpoints")
