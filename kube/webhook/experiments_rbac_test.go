@@ -51,7 +51,7 @@ func TestExperimentsRightsOnARealAPIServer(t *testing.T) {
 	}
 	for _, o := range renderDir(t, dir) {
 		switch o.GetKind() {
-		case "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+		case "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
 			if err := admin.Create(ctx, o); err != nil {
 				t.Fatalf("create %s %s: %v", o.GetKind(), o.GetName(), err)
 			}
