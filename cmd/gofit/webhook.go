@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/buildinfo"
 	"github.com/gofit-dev/gofit/fit"
@@ -44,7 +45,10 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 	whName := fs.String("webhook-config", "", "self-managed certificates: the MutatingWebhookConfiguration `NAME` to write the CA into")
 	dns := fs.String("service-dns", "", "self-managed certificates: the Service's DNS `NAME` the certificate is for (e.g. gofit-webhook.gofit-system.svc)")
 	kubeconfig := fs.String("kubeconfig", "", "self-managed certificates and experiments: kubeconfig `FILE` (default: $KUBECONFIG, ~/.kube/config or in-cluster)")
-	experiments := fs.Bool("experiments", false, "give pods that carry the gofit.dev/experiment annotation their experiment arm (needs API access: lists pods, keeps a Lease per experiment; see docs/experiment.md)")
+	experiments := fs.Bool("experiments", false, "give pods that carry the gofit.dev/experiment annotation their experiment arm (needs API access: watches pods' metadata, keeps a Lease per experiment; see docs/experiment.md)")
+	expNamespaces := fs.String("experiment-namespaces", "", "experiments: the comma-separated `NAMESPACES` they may run in (where the webhook's account has its Role); empty: any")
+	clientCA := fs.String("client-ca-file", "", "serve /mutate only to callers with a client certificate from this CA `FILE` (PEM): the API server's, from its AdmissionConfiguration kubeConfigFile")
+	clientToken := fs.String("client-token-file", "", "serve /mutate only to callers with this bearer token (the `FILE`'s content), or a certificate from --client-ca-file")
 	leaderElect := fs.Bool("leader-elect", true, "self-managed certificates: elect one replica to write the certificate")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: gofit webhook --cert-file F --key-file F [flags]\n\nServes the admission webhook that adds GOMAXPROCS and GOMEMLIMIT to pods at creation, from\ntheir limits. Serving needs only the certificate files; --self-managed-secret also keeps the\ncertificate (needs API access). Manifests: deploy/webhook.\n\nFlags:")
@@ -86,6 +90,8 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: --shutdown-delay %v: want 0 or more", errUsage, *shutdownDelay)
 	case *certPoll < 100*time.Millisecond:
 		return fmt.Errorf("%w: --cert-poll %v: want at least 100ms", errUsage, *certPoll)
+	case *expNamespaces != "" && !*experiments:
+		return fmt.Errorf("%w: --experiment-namespaces goes with --experiments", errUsage)
 	case *secret == "" && (*whName != "" || *dns != ""):
 		return fmt.Errorf("%w: --webhook-config and --service-dns go with --self-managed-secret", errUsage)
 	}
@@ -122,7 +128,17 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 	log.Info("gofit webhook", "version", build.Version, "commit", build.Commit, "go", build.GoVersion)
 	mopts := []admission.MutatorOption{admission.WithGoVersion(*goVersion)}
 	if *experiments {
-		arms, err := webhook.NewArmAssigner(*kubeconfig)
+		var nss []string
+		for _, ns := range strings.Split(*expNamespaces, ",") {
+			if ns = strings.TrimSpace(ns); ns == "" {
+				continue
+			}
+			if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+				return fmt.Errorf("%w: --experiment-namespaces: %q is not a namespace name", errUsage, ns)
+			}
+			nss = append(nss, ns)
+		}
+		arms, err := webhook.NewArmAssigner(*kubeconfig, nss)
 		if err != nil {
 			return fmt.Errorf("--experiments: %w", err)
 		}
@@ -131,19 +147,21 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return webhook.Run(ctx, webhook.Config{
-		Addr:          *addr,
-		CertFile:      *certFile,
-		KeyFile:       *keyFile,
-		CertPoll:      *certPoll,
-		ShutdownDelay: *shutdownDelay,
-		Mutator:       admission.NewMutator(pol, mopts...),
-		MaxBody:       *maxBody,
-		MaxInFlight:   *maxInFlight,
-		MinTLSVersion: minTLS,
-		Namespace:     os.Getenv("POD_NAMESPACE"),
-		Log:           log,
-		SelfManaged:   sm,
-		Kubeconfig:    *kubeconfig,
-		Collectors:    []prometheus.Collector{build.Collector()},
+		Addr:            *addr,
+		CertFile:        *certFile,
+		KeyFile:         *keyFile,
+		CertPoll:        *certPoll,
+		ShutdownDelay:   *shutdownDelay,
+		Mutator:         admission.NewMutator(pol, mopts...),
+		MaxBody:         *maxBody,
+		MaxInFlight:     *maxInFlight,
+		MinTLSVersion:   minTLS,
+		Namespace:       os.Getenv("POD_NAMESPACE"),
+		ClientCAFile:    *clientCA,
+		ClientTokenFile: *clientToken,
+		Log:             log,
+		SelfManaged:     sm,
+		Kubeconfig:      *kubeconfig,
+		Collectors:      []prometheus.Collector{build.Collector()},
 	})
 }

@@ -51,6 +51,8 @@ func TestWebhookFlags(t *testing.T) {
 		{[]string{"webhook", "--cert-file", crt, "--key-file", key, "--self-managed-secret", "a/b"}, 2, "needs --webhook-config and --service-dns"},
 		{[]string{"webhook", "--cert-file", crt, "--key-file", key, "--webhook-config", "x"}, 2, "go with --self-managed-secret"},
 		{[]string{"webhook", "--cert-file", crt, "--key-file", key, "extra"}, 2, `unexpected argument "extra"`},
+		{[]string{"webhook", "--cert-file", crt, "--key-file", key, "--experiment-namespaces", "shop"}, 2, "--experiment-namespaces goes with --experiments"},
+		{[]string{"webhook", "--cert-file", crt, "--key-file", key, "--experiments", "--experiment-namespaces", "shop,Web"}, 2, `--experiment-namespaces: "Web" is not a namespace name`},
 		{[]string{"webhook", "--cert-file", crt, "--key-file", key}, 1, "stat " + crt},
 	} {
 		code, _, stderr := run(c.args...)

@@ -6,15 +6,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"mime"
 	"net/http"
 	"os"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 
-	"golang.org/x/sync/semaphore"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -45,10 +46,10 @@ const defaultQueueWait = time.Second
 // budget may take to send its body. The API server sends a review at
 // network speed (7 MiB in well under 100 ms in a cluster); a client that
 // trickles its body would otherwise hold its share until the server's
-// ReadTimeout, and a few of them would make every admission wait out its
-// queue and fail open. The read deadline is also at most a quarter of the
-// queue wait, so that reviews queued behind a slow client still get a
-// slot in time (the budget is first come, first served).
+// ReadTimeout. The read deadline is also at most a quarter of the queue
+// wait. Together with a budget taken by the bytes received (readBody),
+// ten clients trickling 7 MiB bodies leave real reviews served
+// (docs/results/webhook-latency.md).
 const maxBodyRead = time.Second
 
 // Observer is told about every request the Handler answers: its operation
@@ -87,10 +88,11 @@ type HandlerOptions struct {
 	// MaxBody bounds a request body in bytes; 0 means DefaultMaxBody.
 	MaxBody int64
 	// MaxInFlight bounds the work done at once to MaxInFlight reviews of
-	// MaxBody bytes (counted in bytes: each request weighs its
-	// Content-Length, or MaxBody when it names none); 0 means
-	// DefaultMaxInFlight. The others wait (for half the timeout the API
-	// server names, 1 s if none), first come first served, then get 503:
+	// MaxBody bytes (counted in bytes: each request holds the buffer its
+	// body has grown to, never the size it announces); 0 means
+	// DefaultMaxInFlight. A request that finds no room waits (for half
+	// the timeout the API server names, 1 s if none; whoever fits first
+	// goes), or at once if it already holds 256 KiB, then gets 503:
 	// with failurePolicy Ignore the pod starts unfitted, where an
 	// unbounded webhook would be OOM-killed and fit nothing at all.
 	MaxInFlight int
@@ -110,7 +112,7 @@ type Handler struct {
 	obs     Observer
 	maxBody int64
 	budget  int64 // bytes of request bodies in work at once
-	inWork  *semaphore.Weighted
+	inWork  *budget
 	now     func() time.Time
 	ownNS   string
 }
@@ -127,7 +129,7 @@ func NewHandler(m *Mutator, o HandlerOptions) *Handler {
 		o.MaxInFlight = DefaultMaxInFlight
 	}
 	budget := o.MaxBody * int64(o.MaxInFlight)
-	return &Handler{mutator: m, log: o.Log, obs: o.Observer, maxBody: o.MaxBody, budget: budget, inWork: semaphore.NewWeighted(budget), now: time.Now, ownNS: o.Namespace}
+	return &Handler{mutator: m, log: o.Log, obs: o.Observer, maxBody: o.MaxBody, budget: budget, inWork: newBudget(budget), now: time.Now, ownNS: o.Namespace}
 }
 
 // httpError is a request the webhook cannot answer with an AdmissionReview.
@@ -146,29 +148,29 @@ func (h *Handler) observe(op string, o Outcome, code int, start time.Time) {
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := h.now()
-	weight, herr := h.acquire(w, r)
-	if herr != nil {
-		o := OutcomeBusy
-		if herr.code != http.StatusServiceUnavailable {
-			o = OutcomeError
+	fail := func(herr *httpError) {
+		o := OutcomeError
+		if herr.code == http.StatusServiceUnavailable {
+			o = OutcomeBusy
+			w.Header().Set("Retry-After", "1")
 		}
 		h.observe(OperationUnknown, o, herr.code, start)
 		h.log.Warn("admission request not served", "status", herr.code, "error", herr.msg, "remote", r.RemoteAddr)
 		http.Error(w, herr.msg, herr.code)
+	}
+	if herr := h.check(w, r); herr != nil {
+		fail(herr)
 		return
 	}
-	defer h.inWork.Release(weight)
-	// Per connection: the deadline applies to this request's body only,
-	// and is lifted before the response is written.
-	rc := http.NewResponseController(w)
-	if err := rc.SetReadDeadline(time.Now().Add(bodyReadTime(r))); err == nil {
-		defer rc.SetReadDeadline(time.Time{})
-	}
-	review, herr := h.decode(w, r)
+	body, held, herr := h.readBody(w, r)
+	defer h.inWork.release(held) // until the response is written: the pod decoded from it lives as long
 	if herr != nil {
-		h.observe(OperationUnknown, OutcomeError, herr.code, start)
-		h.log.Warn("bad admission request", "status", herr.code, "error", herr.msg, "remote", r.RemoteAddr)
-		http.Error(w, herr.msg, herr.code)
+		fail(herr)
+		return
+	}
+	review, herr := h.decode(body)
+	if herr != nil {
+		fail(herr)
 		return
 	}
 	req := review.Request
@@ -200,28 +202,124 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		"subresource", req.SubResource, "outcome", res.Outcome, "patch_ops", len(res.Patch), "warnings", len(res.Warnings))
 }
 
-// acquire takes the request's weight (its announced size, or MaxBody)
-// from the in-work budget before anything of the body is read, so that
-// waiting requests hold no decoded memory.
-func (h *Handler) acquire(w http.ResponseWriter, r *http.Request) (int64, *httpError) {
+// check refuses what is not an AdmissionReview post before any of the
+// body is read.
+func (h *Handler) check(w http.ResponseWriter, r *http.Request) *httpError {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		return &httpError{http.StatusMethodNotAllowed, "method " + r.Method + " not allowed: POST an AdmissionReview"}
+	}
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
+			return &httpError{http.StatusUnsupportedMediaType, fmt.Sprintf("content type %q: want application/json", ct)}
+		}
+	}
 	if r.ContentLength > h.maxBody {
-		return 0, &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", h.maxBody)}
+		return &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", h.maxBody)}
 	}
-	weight := h.maxBody
-	if r.ContentLength >= 0 {
-		weight = min(r.ContentLength+1, h.maxBody) // an empty body still takes a share
-	}
-	if h.inWork.TryAcquire(weight) {
-		return weight, nil
-	}
-	wait := queueWait(r)
-	ctx, cancel := context.WithTimeout(r.Context(), wait)
+	return nil
+}
+
+// readChunk is the least a body's buffer grows by.
+const readChunk = 64 << 10
+
+// yieldAt: a request that already holds this many bytes of the budget and
+// finds no room for more is refused at once rather than wait holding
+// them. A review of a usual pod (a few kB) never gets there; a client
+// trickling a huge body cannot sit on its share while others wait.
+const yieldAt = 256 << 10
+
+// readBody reads the body into one buffer, taking room in the in-work
+// budget for the buffer as it grows with the bytes actually received,
+// never for the size a request announces: a client that announces 7 MiB
+// and sends little holds little. A request that finds no room waits for
+// it (at most queueWait) holding less than yieldAt, or is refused (503).
+// It returns the bytes held, to be released by the caller (also on
+// error).
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, int64, *httpError) {
+	queue, cancel := context.WithTimeout(r.Context(), queueWait(r))
 	defer cancel()
-	if err := h.inWork.Acquire(ctx, weight); err != nil {
-		w.Header().Set("Retry-After", "1")
-		return 0, &httpError{http.StatusServiceUnavailable, fmt.Sprintf("%d bytes of admission reviews in work; no room for %d more within %v", h.budget, weight, wait)}
+	busy := func(want int64) *httpError {
+		return &httpError{http.StatusServiceUnavailable, fmt.Sprintf("%d bytes of admission reviews in work; no room for %d more within %v", h.budget, want, queueWait(r))}
 	}
-	return weight, nil
+	body := http.MaxBytesReader(w, r.Body, h.maxBody)
+	var (
+		buf      []byte
+		held     int64
+		timedOut func() bool
+	)
+	for {
+		if len(buf) == cap(buf) {
+			// Grow by doubling, to the announced size (plus one byte to
+			// see the end) when there is one, so that an honest body is
+			// copied a few times at most and never over-allocated.
+			want := max(2*int64(cap(buf)), readChunk)
+			if r.ContentLength >= 0 {
+				want = min(want, r.ContentLength+1)
+			}
+			want = min(want, h.maxBody+1)
+			extra := want - int64(cap(buf))
+			if extra <= 0 {
+				return nil, held, &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", h.maxBody)}
+			}
+			if !h.inWork.tryTake(extra) {
+				if held >= yieldAt {
+					return nil, held, busy(extra)
+				}
+				if err := h.inWork.take(queue, extra); err != nil {
+					return nil, held, busy(extra)
+				}
+			}
+			held += extra
+			nb := make([]byte, len(buf), want)
+			copy(nb, buf)
+			buf = nb
+			if timedOut == nil {
+				// The body's deadline runs from its first share of the
+				// budget, not from the wait for it.
+				var stop func()
+				timedOut, stop = h.bodyDeadline(w, r)
+				defer stop()
+			}
+		}
+		n, err := body.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			var mbe *http.MaxBytesError
+			switch {
+			case errors.As(err, &mbe):
+				return nil, held, &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", h.maxBody)}
+			case errors.Is(err, os.ErrDeadlineExceeded) || timedOut():
+				return nil, held, &httpError{http.StatusRequestTimeout, fmt.Sprintf("request body not sent within %v", bodyReadTime(r))}
+			}
+			return nil, held, &httpError{http.StatusBadRequest, "read body: " + err.Error()}
+		}
+	}
+	if len(buf) == 0 {
+		return nil, held, &httpError{http.StatusBadRequest, "empty body: POST an AdmissionReview"}
+	}
+	return buf, held, nil
+}
+
+// bodyDeadline bounds how long the rest of the body may take (see
+// maxBodyRead): the connection's read deadline over HTTP/1, a timer that
+// closes the body where there is none to set (HTTP/2 streams). stop lifts
+// it, so that it never applies to the response or the next request.
+func (h *Handler) bodyDeadline(w http.ResponseWriter, r *http.Request) (timedOut func() bool, stop func()) {
+	d := bodyReadTime(r)
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Now().Add(d)); err == nil {
+		return func() bool { return false }, func() { _ = rc.SetReadDeadline(time.Time{}) }
+	}
+	var fired atomic.Bool
+	t := time.AfterFunc(d, func() {
+		fired.Store(true)
+		_ = r.Body.Close()
+	})
+	return fired.Load, func() { t.Stop() }
 }
 
 // queueWait is how long a request may wait for a share of the budget. The
@@ -294,69 +392,52 @@ var exponentForm = regexp.MustCompile(`^[+-]?[0-9]*\.?[0-9]*[eE][+-]?[0-9]+$`)
 // stallingString finds a string in the JSON b that resource.ParseQuantity
 // would take minutes over (qty.Stalls), were it a quantity field's. It
 // looks at the strings as decoded, as the quantity decoder does
-// ("1\u0065-999999" is such a string too), and trimmed of space.
+// ("1\u0065-999999" is such a string too), and trimmed of space. It
+// streams the tokens: decoding the whole object into a tree first (as it
+// once did) held several times the body in maps for a moment.
 func stallingString(b []byte) (string, bool) {
-	var v any
-	if json.Unmarshal(b, &v) != nil {
-		return "", false // the pod's own decoding reports it
+	dec := json.NewDecoder(bytes.NewReader(b))
+	// The open objects and arrays, each with whether its next token is a
+	// key: an object's keys are never quantities.
+	type frame struct{ object, wantKey bool }
+	var stack []frame
+	valueDone := func() {
+		if n := len(stack); n > 0 && stack[n-1].object {
+			stack[n-1].wantKey = true
+		}
 	}
-	return stallingIn(v)
-}
-
-// stallingIn is stallingString over a decoded JSON value.
-func stallingIn(v any) (string, bool) {
-	switch v := v.(type) {
-	case string:
-		s := strings.TrimSpace(v)
-		return v, exponentForm.MatchString(s) && qty.Stalls(s)
-	case []any:
-		for _, x := range v {
-			if s, ok := stallingIn(x); ok {
-				return s, true
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false // the end, or malformed: the pod's own decoding reports it
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			switch t {
+			case '{', '[':
+				stack = append(stack, frame{object: t == '{', wantKey: t == '{'})
+			default:
+				stack = stack[:len(stack)-1]
+				valueDone()
+			}
+			continue
+		}
+		if n := len(stack); n > 0 && stack[n-1].object && stack[n-1].wantKey {
+			stack[n-1].wantKey = false
+			continue
+		}
+		if v, ok := tok.(string); ok {
+			if s := strings.TrimSpace(v); exponentForm.MatchString(s) && qty.Stalls(s) {
+				return v, true
 			}
 		}
-	case map[string]any:
-		for _, x := range v {
-			if s, ok := stallingIn(x); ok {
-				return s, true
-			}
-		}
+		valueDone()
 	}
-	return "", false
 }
 
-func (h *Handler) decode(w http.ResponseWriter, r *http.Request) (*reviewIn, *httpError) {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		return nil, &httpError{http.StatusMethodNotAllowed, "method " + r.Method + " not allowed: POST an AdmissionReview"}
-	}
-	if ct := r.Header.Get("Content-Type"); ct != "" {
-		if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-			return nil, &httpError{http.StatusUnsupportedMediaType, fmt.Sprintf("content type %q: want application/json", ct)}
-		}
-	}
-	tooBig := &httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", h.maxBody)}
-	// One buffer of the announced size: io.ReadAll would grow it by
-	// doubling, leaving up to twice the body in garbage behind.
-	var buf bytes.Buffer
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength) + bytes.MinRead)
-	}
-	if _, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, h.maxBody)); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, tooBig
-		}
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return nil, &httpError{http.StatusRequestTimeout, fmt.Sprintf("request body not sent within %v", bodyReadTime(r))}
-		}
-		return nil, &httpError{http.StatusBadRequest, "read body: " + err.Error()}
-	}
-	if buf.Len() == 0 {
-		return nil, &httpError{http.StatusBadRequest, "empty body: POST an AdmissionReview"}
-	}
+func (h *Handler) decode(body []byte) (*reviewIn, *httpError) {
 	var review reviewIn
-	if err := json.Unmarshal(buf.Bytes(), &review); err != nil {
+	if err := json.Unmarshal(body, &review); err != nil {
 		return nil, &httpError{http.StatusBadRequest, "decode AdmissionReview: " + err.Error()}
 	}
 	if gv := admissionv1.SchemeGroupVersion.String(); review.APIVersion != gv || review.Kind != "AdmissionReview" {
@@ -367,6 +448,13 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request) (*reviewIn, *ht
 	}
 	if review.Request.UID == "" {
 		return nil, &httpError{http.StatusBadRequest, "AdmissionReview request has no uid"}
+	}
+	// The API server always sends the object's namespace as the
+	// request's. A review that says otherwise did not come from it, and
+	// the object's namespace would aim the experiment's Lease (and its
+	// owner references) at a namespace of the sender's choosing.
+	if pod := review.Request.Object.pod; pod != nil && pod.Namespace != "" && pod.Namespace != review.Request.Namespace {
+		return nil, &httpError{http.StatusBadRequest, fmt.Sprintf("request.namespace %q differs from request.object.metadata.namespace %q", review.Request.Namespace, pod.Namespace)}
 	}
 	return &review, nil
 }
@@ -400,11 +488,11 @@ func (h *Handler) review(ctx context.Context, req *requestIn) (res Result) {
 		h.log.Error("decode pod; admitted unchanged", "uid", req.UID, "error", err)
 		return Result{Outcome: OutcomeError, Warnings: []string{"gofit webhook could not read the pod (" + err.Error() + "); nothing injected"}}
 	}
+	// The request's namespace, never the object's: decode refused any
+	// difference, and a pod being created may carry none.
+	pod.Namespace = req.Namespace
 	if req.Operation == admissionv1.Update {
 		return h.mutator.Resize(pod)
-	}
-	if pod.Namespace == "" {
-		pod.Namespace = req.Namespace // an experiment's arms are counted per namespace
 	}
 	if req.DryRun != nil && *req.DryRun {
 		return h.mutator.Preview(pod) // sideEffects: None

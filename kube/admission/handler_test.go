@@ -2,6 +2,7 @@ package admission
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,11 +11,12 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
-	"golang.org/x/sync/semaphore"
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/gofit-dev/gofit/fit"
@@ -210,7 +212,7 @@ func TestSlowClients(t *testing.T) {
 	h := newHandler(t, fit.Options{})
 	h.maxBody = 64 << 10
 	h.budget = 2 * h.maxBody // two slots
-	h.inWork = semaphore.NewWeighted(h.budget)
+	h.inWork = newBudget(h.budget)
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	addr := strings.TrimPrefix(srv.URL, "http://")
@@ -279,5 +281,71 @@ func TestStallingQuantity(t *testing.T) {
 	code, resp, raw := post(t, h, []byte(strings.Replace(body, `"cpu":"1"`, `"cpu":"1e0"`, 1)))
 	if code != 200 || !resp.Allowed || len(resp.Patch) == 0 {
 		t.Errorf("cpu 1e0: %d %s", code, raw)
+	}
+}
+
+// nsArm records the namespace of each pod it is asked to assign.
+type nsArm struct {
+	mu  sync.Mutex
+	nss []string
+}
+
+func (a *nsArm) Assign(_ context.Context, pod *corev1.Pod, e *Experiment) (Assignment, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.nss = append(a.nss, pod.Namespace)
+	return Assignment{Arm: e.Arms[0].Name, Ticket: "t"}, nil
+}
+
+// TestNamespaceFromTheRequest: a review whose pod object names another
+// namespace than the request made the experiment's Lease be written
+// there (kube-system, say). Such a review is refused, and the assigner
+// only ever sees the request's namespace.
+func TestNamespaceFromTheRequest(t *testing.T) {
+	arms := &nsArm{}
+	h := NewHandler(NewMutator(fit.Policy{}, WithArmAssigner(arms)), HandlerOptions{})
+	pod := podOf("p", ctr("app", "1", "1Gi"))
+	pod.Annotations = map[string]string{AnnotationExperiment: "name: g\narms: [{name: a, fit: gofit}, {name: b, fit: none}]"}
+	for _, objNS := range []string{"kube-system", "other"} {
+		p := pod.DeepCopy()
+		p.Namespace = objNS
+		var r map[string]any
+		if err := json.Unmarshal(review(t, p, admissionv1.Create, ""), &r); err != nil {
+			t.Fatal(err)
+		}
+		r["request"].(map[string]any)["namespace"] = "default"
+		b, _ := json.Marshal(r)
+		code, _, body := post(t, h, b)
+		if code != http.StatusBadRequest || !strings.Contains(body, "kube-system") && !strings.Contains(body, "other") {
+			t.Errorf("object in %s, request in default: %d %s", objNS, code, body)
+		}
+	}
+	for _, objNS := range []string{"", "default"} {
+		p := pod.DeepCopy()
+		p.Namespace = objNS
+		if code, _, body := post(t, h, review(t, p, admissionv1.Create, "")); code != http.StatusOK {
+			t.Errorf("object namespace %q, request default: %d %s", objNS, code, body)
+		}
+	}
+	if fmt.Sprint(arms.nss) != "[default default]" {
+		t.Errorf("the assigner saw namespaces %v, want the request's twice", arms.nss)
+	}
+}
+
+// stallingString streams the tokens and judges values only, at any depth.
+func TestStallingStringStreams(t *testing.T) {
+	for in, want := range map[string]bool{
+		`{"a":"5e-400"}`:                     true,
+		`{"5e-400":"x"}`:                     false, // a key is never a quantity
+		`{"a":{"b":[1,"x",{"5e-400":[]}]}}`:  false,
+		`{"a":{"b":[1,"x",{"c":"5e-400"}]}}`: true,
+		`["a",{"k":{}},"1\u0065-999"]`:       true,
+		`{"a":{},"b":"5e-400"}`:              true,
+		`{"a":"1e0"}`:                        false,
+		`{"a":`:                              false,
+	} {
+		if _, got := stallingString([]byte(in)); got != want {
+			t.Errorf("%s: %v, want %v", in, got, want)
+		}
 	}
 }

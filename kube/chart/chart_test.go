@@ -191,8 +191,8 @@ func TestParity(t *testing.T) {
 		{"cert-manager", `{"webhook":{"certificates":"cert-manager"}}`, []string{"webhook/cert-manager", "node"}},
 		// Each component of deploy/ has its value.
 		{"systemd", `{"node":{"cgroupDriver":"systemd"}}`, []string{"webhook/self-managed", "node+node/systemd"}},
-		{"experiments", `{"webhook":{"experiments":{"enabled":true}}}`, []string{"webhook/self-managed+webhook/experiments", "node"}},
-		{"cert-manager-experiments", `{"webhook":{"certificates":"cert-manager","experiments":{"enabled":true}}}`,
+		{"experiments", `{"webhook":{"experiments":{"enabled":true,"namespaces":["default"]}}}`, []string{"webhook/self-managed+webhook/experiments", "node"}},
+		{"cert-manager-experiments", `{"webhook":{"certificates":"cert-manager","experiments":{"enabled":true,"namespaces":["default"]}}}`,
 			[]string{"webhook/cert-manager+webhook/experiments", "node"}},
 		{"cilium", `{"webhook":{"ciliumNetworkPolicy":{"enabled":true}}}`, []string{"webhook/self-managed+webhook/cilium", "node"}},
 		{"apiserver-cidr", `{"webhook":{"networkPolicy":{"ingressFrom":[{"ipBlock":{"cidr":"10.0.0.0/24"}},{"ipBlock":{"cidr":"10.0.16.0/20"}}]}}}`,
@@ -255,6 +255,9 @@ func TestSchema(t *testing.T) {
 		{`{"monitoring":{"dashboards":{"namespace":"Grafana"}}}`, "/monitoring/dashboards/namespace"},
 		{`{"webhook":{"networkPolicy":{"ingressFrom":[{"ipBlock":{}}]}}}`, "/webhook/networkPolicy/ingressFrom/0/ipBlock"},
 		{`{"webhook":{"experiments":{"enabled":1}}}`, "/webhook/experiments/enabled"},
+		{`{"webhook":{"experiments":{"namespaces":["Shop"]}}}`, "/webhook/experiments/namespaces/0"},
+		// Experiments get per-namespace rights only: none named, none given.
+		{`{"webhook":{"experiments":{"enabled":true}}}`, "webhook.experiments.enabled needs webhook.experiments.namespaces"},
 		{`{"webhook":{"podLabels":{"app.kubernetes.io/name":"other"}}}`, "/webhook/podLabels"},
 		{`{"node":{"podLabels":{"team":1}}}`, "/node/podLabels/team"},
 		{`{"webhook":{"topologySpreadConstraints":[{"maxSkew":1}]}}`, "/webhook/topologySpreadConstraints/0"},
@@ -292,7 +295,7 @@ var matrix = []struct{ name, values string }{
 	{"node-systemd", `{"webhook":{"enabled":false},"node":{"cgroupDriver":"systemd","policy":"auto","metricsPort":9465,"podLabels":{"team":"platform"},
 	  "qosConfig":{"create":true,"namespace":"koordinator-system"},"priorityClassName":"","maxUnavailable":1}}`},
 	{"own-namespaces", `{"namespaces":{"create":false},"image":{"tag":"v9.9.9"}}`},
-	{"components", `{"webhook":{"replicas":1,"pdb":{"minAvailable":0},"experiments":{"enabled":true},"ciliumNetworkPolicy":{"enabled":true},
+	{"components", `{"webhook":{"replicas":1,"pdb":{"minAvailable":0},"experiments":{"enabled":true,"namespaces":["default"]},"ciliumNetworkPolicy":{"enabled":true},
 	  "networkPolicy":{"ingressFrom":[{"ipBlock":{"cidr":"10.0.0.0/24"}},{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]}}}`},
 }
 
@@ -461,12 +464,14 @@ func checkRender(t *testing.T, name string, objs []*unstructured.Unstructured) {
 			t.Errorf("image %v", got)
 		}
 	case "monitoring-moved":
-		want := []string{"PodMonitor monitoring/gofit-webhook", "PodMonitor monitoring/gofit-node", "PrometheusRule monitoring/gofit",
+		// The webhook's monitor stays beside the Secret whose CA it
+		// verifies the scrape with.
+		want := []string{"PodMonitor fit/gofit-webhook", "PodMonitor monitoring/gofit-node", "PrometheusRule monitoring/gofit",
 			"ConfigMap grafana/gofit-fleet-dashboard", "ConfigMap grafana/gofit-workload-dashboard"}
 		if got := monitoringKeys(objs); !slices.Equal(got, sorted(want)) {
 			t.Errorf("monitoring objects %q, want %q", got, sorted(want))
 		}
-		for k, ns := range map[string]string{"PodMonitor monitoring/gofit-webhook": "fit", "PodMonitor monitoring/gofit-node": "gofit-node"} {
+		for k, ns := range map[string]string{"PodMonitor fit/gofit-webhook": "fit", "PodMonitor monitoring/gofit-node": "gofit-node"} {
 			if o := kinds[k]; o != nil {
 				names, _, _ := unstructured.NestedStringSlice(o.Object, "spec", "namespaceSelector", "matchNames")
 				eps, _, _ := unstructured.NestedSlice(o.Object, "spec", "podMetricsEndpoints")
@@ -652,4 +657,169 @@ func pinned(img string) bool {
 	name := img[strings.LastIndex(img, "/")+1:]
 	i := strings.LastIndex(name, ":")
 	return i > 0 && i < len(name)-1 && name[i+1:] != "latest"
+}
+
+// TestExperimentsLeastPrivilege: experiments had a ClusterRole with get,
+// create and update on every Lease (node heartbeats, leader elections)
+// and list on every pod. Now: a Role and RoleBinding per namespace named
+// (pods listed and watched for their metadata, Leases), no cluster-wide
+// grant of either, a ValidatingAdmissionPolicy (and its binding) that
+// keeps the webhook's Lease writes to gofit-experiment-*, the flag that
+// keeps experiments to those namespaces, and sideEffects NoneOnDryRun.
+func TestExperimentsLeastPrivilege(t *testing.T) {
+	objs := template(t, `{"webhook":{"experiments":{"enabled":true,"namespaces":["shop","web"]}}}`)
+	roles := map[string]bool{}
+	var vap, vapb bool
+	var args []any
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "ClusterRole":
+			if !strings.HasPrefix(o.GetName(), "gofit-webhook") {
+				continue // the agent's
+			}
+			rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+			for _, r := range rules {
+				res, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resources")
+				if slices.Contains(res, "leases") || slices.Contains(res, "pods") {
+					t.Errorf("ClusterRole %s grants %v cluster-wide", o.GetName(), res)
+				}
+			}
+		case "Role":
+			if o.GetName() != "gofit-webhook-experiments" {
+				continue
+			}
+			roles[o.GetNamespace()] = true
+			rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+			got := map[string][]string{}
+			for _, r := range rules {
+				res, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resources")
+				verbs, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "verbs")
+				for _, x := range res {
+					got[x] = verbs
+				}
+			}
+			if fmt.Sprint(got) != "map[leases:[get create update] pods:[list watch]]" {
+				t.Errorf("Role in %s: %v", o.GetNamespace(), got)
+			}
+		case "RoleBinding":
+			if o.GetName() == "gofit-webhook-experiments" && !roles[o.GetNamespace()] {
+				t.Errorf("RoleBinding in %s before its Role", o.GetNamespace())
+			}
+		case "ValidatingAdmissionPolicy":
+			if o.GetName() == "gofit-webhook-leases" {
+				vap = true
+				v, _, _ := unstructured.NestedSlice(o.Object, "spec", "validations")
+				if !strings.Contains(fmt.Sprint(v), `startsWith("gofit-experiment-")`) {
+					t.Errorf("lease policy validations %v", v)
+				}
+			}
+		case "ValidatingAdmissionPolicyBinding":
+			vapb = vapb || o.GetName() == "gofit-webhook-leases"
+		case "Deployment":
+			if o.GetName() == "gofit-webhook" {
+				cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+				args, _, _ = unstructured.NestedSlice(cs[0].(map[string]any), "args")
+			}
+		case "MutatingWebhookConfiguration":
+			whs, _, _ := unstructured.NestedSlice(o.Object, "webhooks")
+			if se := whs[0].(map[string]any)["sideEffects"]; se != "NoneOnDryRun" {
+				t.Errorf("sideEffects %v, want NoneOnDryRun", se)
+			}
+		}
+	}
+	if fmt.Sprint(roles) != "map[shop:true web:true]" || !vap || !vapb {
+		t.Errorf("roles in %v, lease policy %v, binding %v", roles, vap, vapb)
+	}
+	if !slices.Contains(args, any("--experiment-namespaces=shop,web")) {
+		t.Errorf("args %v: no --experiment-namespaces=shop,web", args)
+	}
+}
+
+// TestBoundedScrapes: the PodMonitors had no sampleLimit or labelLimit
+// (a target that grew a label with a pod's UID in it filled the TSDB),
+// and scraped the webhook with insecureSkipVerify. Each monitor, in the
+// chart (moved to other namespaces too) and in deploy/monitoring, now has
+// both limits, none skips verification, and the webhook's verifies
+// against the CA in its Secret by the Service name, from the webhook's
+// namespace (the operator reads the Secret from the monitor's).
+func TestBoundedScrapes(t *testing.T) {
+	renders := map[string][]*unstructured.Unstructured{
+		"deploy/monitoring": kustomize(t, "monitoring"),
+		"chart":             template(t, `{"monitoring":{"enabled":true}}`),
+		"chart moved":       template(t, `{"webhook":{"namespace":"fit"},"monitoring":{"enabled":true,"namespace":"monitoring"}}`),
+	}
+	for name, objs := range renders {
+		webhookNS := "gofit-system"
+		if name == "chart moved" {
+			webhookNS = "fit"
+		}
+		n := 0
+		for _, o := range objs {
+			if o.GetKind() != "PodMonitor" {
+				continue
+			}
+			n++
+			for _, f := range []string{"sampleLimit", "labelLimit"} {
+				v, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", f)
+				var n float64
+				if _, err := fmt.Sscan(fmt.Sprint(v), &n); err != nil || n <= 0 {
+					t.Errorf("%s: PodMonitor %s has %s %v, want a positive limit", name, o.GetName(), f, v)
+				}
+			}
+			eps, _, _ := unstructured.NestedSlice(o.Object, "spec", "podMetricsEndpoints")
+			for _, ep := range eps {
+				tc, _, _ := unstructured.NestedMap(ep.(map[string]any), "tlsConfig")
+				if tc["insecureSkipVerify"] == true {
+					t.Errorf("%s: PodMonitor %s skips TLS verification", name, o.GetName())
+				}
+				if o.GetName() != "gofit-webhook" {
+					continue
+				}
+				secret, _, _ := unstructured.NestedString(tc, "ca", "secret", "name")
+				key, _, _ := unstructured.NestedString(tc, "ca", "secret", "key")
+				if secret != "gofit-webhook-tls" || key != "ca.crt" || tc["serverName"] != "gofit-webhook."+webhookNS+".svc" || o.GetNamespace() != webhookNS {
+					t.Errorf("%s: the webhook's monitor in %s: tlsConfig %v", name, o.GetNamespace(), tc)
+				}
+			}
+		}
+		if n != 3 {
+			t.Errorf("%s: %d PodMonitors, want 3", name, n)
+		}
+	}
+}
+
+// TestNetworkPolicies: the agent's metrics port had no NetworkPolicy; the
+// webhook's could name the control plane only through ingressFrom. The
+// agent now has one (its metrics port in, only from metricsFrom when
+// given; the API server's ports out), and controlPlaneCIDRs admits the
+// control plane to the webhook.
+func TestNetworkPolicies(t *testing.T) {
+	for _, tc := range []struct{ values, name, want string }{
+		{`{}`, "gofit-node", `[map[ports:[map[port:9464 protocol:TCP]]]]`},
+		{`{"node":{"metricsPort":9465,"networkPolicy":{"metricsFrom":[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]}}}`, "gofit-node",
+			`[map[from:[map[namespaceSelector:map[matchLabels:map[kubernetes.io/metadata.name:monitoring]]]] ports:[map[port:9465 protocol:TCP]]]]`},
+		{`{"webhook":{"networkPolicy":{"controlPlaneCIDRs":["10.0.0.0/24"],"ingressFrom":[{"ipBlock":{"cidr":"10.0.16.0/20"}}]}}}`, "gofit-webhook",
+			`[map[from:[map[ipBlock:map[cidr:10.0.0.0/24]] map[ipBlock:map[cidr:10.0.16.0/20]]] ports:[map[port:8443 protocol:TCP]]]]`},
+	} {
+		found := false
+		for _, o := range template(t, tc.values) {
+			if o.GetKind() != "NetworkPolicy" || o.GetName() != tc.name {
+				continue
+			}
+			found = true
+			in, _, _ := unstructured.NestedSlice(o.Object, "spec", "ingress")
+			if got := fmt.Sprint(in); got != tc.want {
+				t.Errorf("%s: NetworkPolicy %s ingress %s, want %s", tc.values, tc.name, got, tc.want)
+			}
+			if tc.name == "gofit-node" {
+				eg, _, _ := unstructured.NestedSlice(o.Object, "spec", "egress")
+				if fmt.Sprint(eg) != `[map[ports:[map[port:443 protocol:TCP] map[port:6443 protocol:TCP]]]]` {
+					t.Errorf("agent egress %v", eg)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s: no NetworkPolicy %s", tc.values, tc.name)
+		}
+	}
 }

@@ -56,28 +56,49 @@ func (r Relabel) plain() map[string]any {
 	return map[string]any{"source_labels": r.SourceLabels, "separator": r.Separator, "regex": r.Regex, "target_label": r.TargetLabel, "replacement": r.Replacement, "action": r.Action}
 }
 
-// scrapeTarget is one PodMonitor: which pods, which port, how.
+// scrapeTarget is one PodMonitor: which pods, which port, how, and how
+// much of a scrape Prometheus keeps (a target over its limits fails the
+// scrape, visibly, instead of flooding the TSDB with series).
 type scrapeTarget struct {
-	name       string
-	namespaces []string // nil: any
-	match      map[string]string
-	port       string
-	scheme     string
+	name        string
+	namespaces  []string // nil: any
+	match       map[string]string
+	port        string
+	scheme      string
+	sampleLimit int
+	labelLimit  int
 }
+
+// The webhook's serving certificate: its Secret (the self-managed
+// rotator's and cert-manager's both hold the CA as ca.crt) and the
+// Service name it is for.
+const (
+	WebhookTLSSecret = "gofit-webhook-tls"
+	webhookCAKey     = "ca.crt"
+	WebhookDNS       = "gofit-webhook.gofit-system.svc"
+)
 
 var scrapeTargets = []scrapeTarget{
 	// The webhook serves /metrics on its HTTPS port with a certificate for
-	// its Service name: a scrape of the pod IP skips verification.
-	{name: "gofit-webhook", namespaces: []string{"gofit-system"}, match: map[string]string{"app.kubernetes.io/name": "gofit-webhook"}, port: "https", scheme: "https"},
-	{name: "gofit-node", namespaces: []string{"gofit-node"}, match: map[string]string{"app.kubernetes.io/name": "gofit-node"}, port: "metrics", scheme: "http"},
+	// its Service name: the scrape of a pod IP verifies it against the CA
+	// in its Secret, by that name.
+	{name: "gofit-webhook", namespaces: []string{"gofit-system"}, match: map[string]string{"app.kubernetes.io/name": "gofit-webhook"}, port: "https", scheme: "https",
+		sampleLimit: 2000, labelLimit: 20},
+	// The agent's series grow with the pods on its node.
+	{name: "gofit-node", namespaces: []string{"gofit-node"}, match: map[string]string{"app.kubernetes.io/name": "gofit-node"}, port: "metrics", scheme: "http",
+		sampleLimit: 20000, labelLimit: 20},
 	// Services that serve gofit's metrics opt in (docs/monitoring.md).
-	{name: "gofit-services", match: map[string]string{OptInLabel: "true"}, port: OptInPort, scheme: "http"},
+	{name: "gofit-services", match: map[string]string{OptInLabel: "true"}, port: OptInPort, scheme: "http",
+		sampleLimit: 5000, labelLimit: 30},
 }
 
 func podMonitor(t scrapeTarget) map[string]any {
 	ep := map[string]any{"port": t.port, "path": "/metrics", "scheme": t.scheme, "interval": "30s"}
 	if t.scheme == "https" {
-		ep["tlsConfig"] = map[string]any{"insecureSkipVerify": true}
+		ep["tlsConfig"] = map[string]any{
+			"ca":         map[string]any{"secret": map[string]any{"name": WebhookTLSSecret, "key": webhookCAKey}},
+			"serverName": WebhookDNS,
+		}
 	}
 	var rl []map[string]any
 	for _, r := range targetLabels {
@@ -95,6 +116,8 @@ func podMonitor(t scrapeTarget) map[string]any {
 			"selector":            map[string]any{"matchLabels": t.match},
 			"namespaceSelector":   nsSel,
 			"podMetricsEndpoints": []any{ep},
+			"sampleLimit":         t.sampleLimit,
+			"labelLimit":          t.labelLimit,
 		},
 	}
 }
@@ -119,9 +142,12 @@ func scrapeConfig(t scrapeTarget) map[string]any {
 	for _, r := range targetLabels {
 		rl = append(rl, r.plain())
 	}
-	c := map[string]any{"job_name": t.name, "scheme": t.scheme, "metrics_path": "/metrics", "kubernetes_sd_configs": []any{sd}, "relabel_configs": rl}
+	c := map[string]any{"job_name": t.name, "scheme": t.scheme, "metrics_path": "/metrics", "kubernetes_sd_configs": []any{sd}, "relabel_configs": rl,
+		"sample_limit": t.sampleLimit, "label_limit": t.labelLimit}
 	if t.scheme == "https" {
-		c["tls_config"] = map[string]any{"insecure_skip_verify": true}
+		// The CA of the webhook's Secret, mounted where the Prometheus
+		// Operator mounts spec.secrets (docs/monitoring.md).
+		c["tls_config"] = map[string]any{"ca_file": "/etc/prometheus/secrets/" + WebhookTLSSecret + "/" + webhookCAKey, "server_name": WebhookDNS}
 	}
 	return c
 }

@@ -8,14 +8,20 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gofit-dev/gofit/kube/admission"
@@ -25,51 +31,112 @@ import (
 // only truth, so that any number of webhook replicas, restarted at any
 // moment, agree:
 //
-//   - the live pods of the experiment in the namespace (listed by label,
-//     terminating ones left out) say how many each arm has;
+//   - the live pods of the experiment's workload in the namespace say how
+//     many each arm has. They are read as metadata only (no spec, no env)
+//     from a cache per namespace (an informer on PartialObjectMetadata,
+//     selected by the experiment label, without Succeeded or Failed pods),
+//     never listed per admission;
 //   - a Lease per experiment holds the assignments made but not yet
 //     stored as pods (admission runs before the pod is written), each with
 //     a ticket the pod carries in AnnotationArmTicket, so a pod is counted
 //     once whether it is still on its way or already stored;
 //   - every assignment is written to the Lease with its resourceVersion
 //     (optimistic concurrency): of two replicas choosing at once, one
-//     conflicts, re-reads both and chooses again.
+//     conflicts, re-reads the Lease and chooses again. Within a replica,
+//     one assignment per experiment runs at a time.
 //
-// The Lease is read before the pods are listed: an assignment leaves the
-// Lease only after some replica saw its pod stored, so it is never missed
-// by both.
+// An assignment leaves the Lease once this replica's cache has seen its
+// pod and it is older than settle: another replica's cache, a moment
+// behind, still counts it through the Lease.
+//
+// An experiment belongs to one workload (the pods' Deployment,
+// StatefulSet, ... as known at admission: the controller reference, and
+// for a ReplicaSet its pod-template-hash), named in the Lease: a pod of
+// another workload asking for the same experiment in the namespace gets
+// no arm, and a warning naming the first (ErrOtherOwner). An experiment
+// whose workload has no pods left, live or on their way, passes to the
+// next that asks.
 //
 // The Lease goes with the experiment: it names as its owners the
 // controllers (ReplicaSets, StatefulSets, Jobs, ...) of the pods it gave
 // arms, so the garbage collector deletes it once the last of them is gone.
-// A rollout adds the new ReplicaSet; the Deployment's old ones stay owners
-// while it keeps them in its history. Pods without a controller (bare pods)
-// give it no owner: such an experiment's Lease stays until it is deleted
-// by hand. Losing the Lease loses only assignments on their way (the live
-// pods are the counts), and an assignment whose Lease the collector deletes
-// between its read and its update writes it anew (the API server creates
-// a Lease on update).
+// Pods without a controller (bare pods) give it no owner: such an
+// experiment's Lease stays until it is deleted by hand. Losing the Lease
+// loses only assignments on their way, and an assignment whose Lease the
+// collector deletes between its read and its update writes it anew.
 type ArmAssigner struct {
-	Client kubernetes.Interface
+	Client kubernetes.Interface // Leases
+	// Metadata reads the experiments' pods as metadata only.
+	Metadata metadata.Interface
+	// Namespaces are where experiments may run (the webhook's account
+	// has its Role there); empty means any namespace.
+	Namespaces []string
 	// PendingTTL drops an assignment whose pod never appeared (a later
 	// admission step refused it). 0 means 30 s.
 	PendingTTL time.Duration
 	// Attempts bounds the conflict retries; 0 means 20.
 	Attempts int
 	now      func() time.Time
+
+	mu     sync.Mutex
+	caches map[string]*podCache // by namespace
+	locks  map[string]*keyLock  // by namespace/experiment
+	stop   chan struct{}
 }
+
+// ErrOtherOwner is an experiment that another workload in the namespace
+// already runs under the same name.
+var ErrOtherOwner = errors.New("the experiment belongs to another workload")
+
+// settle is how long an assignment stays in the Lease after its pod was
+// seen stored, for the caches of other replicas to catch up.
+const settle = 5 * time.Second
 
 // leaseName is the Lease of an experiment (a DNS label, so well within
 // a Lease name's 253 characters).
 func leaseName(experiment string) string { return "gofit-experiment-" + experiment }
 
-// annotationPending on the Lease holds the pending assignments as JSON.
-const annotationPending = "gofit.dev/pending-arms"
+// Annotations on the Lease: the pending assignments as JSON, and the
+// workload the experiment belongs to.
+const (
+	annotationPending = "gofit.dev/pending-arms"
+	annotationOwner   = "gofit.dev/experiment-workload"
+)
 
 type pending struct {
 	Ticket string    `json:"ticket"`
 	Arm    string    `json:"arm"`
 	At     time.Time `json:"at"`
+	Seen   time.Time `json:"seen,omitzero"` // when its pod was first seen stored
+}
+
+var podsResource = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+
+// workload names the workload a pod belongs to, from what is known at
+// admission: "Deployment/web" for a ReplicaSet's pod whose
+// pod-template-hash ends the ReplicaSet's name (a rollout's ReplicaSets
+// are one workload), "Kind/name" of any other controller, "" for a bare
+// pod.
+func workload(m *metav1.ObjectMeta) string {
+	c := metav1.GetControllerOfNoCopy(m)
+	if c == nil {
+		return ""
+	}
+	if c.Kind == "ReplicaSet" && c.APIVersion == "apps/v1" {
+		if h := m.Labels["pod-template-hash"]; h != "" {
+			if name, ok := strings.CutSuffix(c.Name, "-"+h); ok && name != "" {
+				return "Deployment/" + name
+			}
+		}
+	}
+	return c.Kind + "/" + c.Name
+}
+
+func describe(w string) string {
+	if w == "" {
+		return "pods without a controller"
+	}
+	return w
 }
 
 // Assign implements admission.ArmAssigner.
@@ -78,15 +145,27 @@ func (a *ArmAssigner) Assign(ctx context.Context, pod *corev1.Pod, e *admission.
 	if ns == "" {
 		return admission.Assignment{}, errors.New("the pod has no namespace")
 	}
+	if len(a.Namespaces) > 0 && !slices.Contains(a.Namespaces, ns) {
+		return admission.Assignment{}, fmt.Errorf("experiments are not enabled in namespace %s (the webhook runs them in %s)", ns, strings.Join(a.Namespaces, ", "))
+	}
+	pc, err := a.cache(ctx, ns)
+	if err != nil {
+		return admission.Assignment{}, err
+	}
+	unlock, err := a.lock(ctx, ns+"/"+e.Name)
+	if err != nil {
+		return admission.Assignment{}, fmt.Errorf("experiment %s: waiting for the assignment before: %w", e.Name, err)
+	}
+	defer unlock()
 	owner := leaseOwner(pod)
+	wl := workload(&pod.ObjectMeta)
 	attempts := a.Attempts
 	if attempts <= 0 {
 		attempts = 20
 	}
-	var err error
 	for i := range attempts {
 		var as admission.Assignment
-		as, err = a.try(ctx, ns, owner, e)
+		as, err = a.try(ctx, ns, owner, wl, pc, e)
 		if err == nil {
 			return as, nil
 		}
@@ -103,6 +182,137 @@ func (a *ArmAssigner) Assign(ctx context.Context, pod *corev1.Pod, e *admission.
 		}
 	}
 	return admission.Assignment{}, fmt.Errorf("experiment %s: lease %s/%s: still conflicting after %d attempts: %w", e.Name, ns, leaseName(e.Name), attempts, err)
+}
+
+// keyLock is one experiment's turn: a channel of one, so that waiting for
+// it ends with the admission's deadline.
+type keyLock struct {
+	ch    chan struct{}
+	users int
+}
+
+func (a *ArmAssigner) lock(ctx context.Context, key string) (func(), error) {
+	a.mu.Lock()
+	if a.locks == nil {
+		a.locks = map[string]*keyLock{}
+	}
+	l := a.locks[key]
+	if l == nil {
+		l = &keyLock{ch: make(chan struct{}, 1)}
+		a.locks[key] = l
+	}
+	l.users++
+	a.mu.Unlock()
+	done := func() {
+		a.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(a.locks, key)
+		}
+		a.mu.Unlock()
+	}
+	select {
+	case l.ch <- struct{}{}:
+		return func() { <-l.ch; done() }, nil
+	case <-ctx.Done():
+		done()
+		return nil, ctx.Err()
+	}
+}
+
+// podCache is the metadata of a namespace's experiment pods.
+type podCache struct {
+	inf     cache.SharedIndexInformer
+	mu      sync.Mutex
+	lastErr error
+}
+
+// byExperiment indexes pods by their experiment label.
+const byExperiment = "experiment"
+
+// cache returns the namespace's pod cache, started on first use and
+// synced within ctx.
+func (a *ArmAssigner) cache(ctx context.Context, ns string) (*podCache, error) {
+	if a.Metadata == nil {
+		return nil, errors.New("no metadata client to read the experiment's pods with")
+	}
+	a.mu.Lock()
+	if a.caches == nil {
+		a.caches = map[string]*podCache{}
+		a.stop = make(chan struct{})
+	}
+	pc := a.caches[ns]
+	if pc == nil {
+		f := metadatainformer.NewFilteredSharedInformerFactory(a.Metadata, 0, ns, func(o *metav1.ListOptions) {
+			o.LabelSelector = admission.LabelExperiment
+			// A finished pod leaves the cache (its watch event is a
+			// delete): metadata alone carries no phase.
+			o.FieldSelector = "status.phase!=Succeeded,status.phase!=Failed"
+		})
+		inf := f.ForResource(podsResource).Informer()
+		pc = &podCache{inf: inf}
+		_ = inf.SetTransform(slimPod)
+		_ = inf.AddIndexers(cache.Indexers{byExperiment: func(obj any) ([]string, error) {
+			if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+				return []string{m.Labels[admission.LabelExperiment]}, nil
+			}
+			return nil, nil
+		}})
+		_ = inf.SetWatchErrorHandler(func(_ *cache.Reflector, err error) {
+			pc.mu.Lock()
+			pc.lastErr = err
+			pc.mu.Unlock()
+		})
+		a.caches[ns] = pc
+		go inf.Run(a.stop)
+	}
+	a.mu.Unlock()
+	if !cache.WaitForCacheSync(ctx.Done(), pc.inf.HasSynced) {
+		pc.mu.Lock()
+		err := pc.lastErr
+		pc.mu.Unlock()
+		if err == nil {
+			err = ctx.Err()
+		}
+		return nil, fmt.Errorf("the pods of namespace %s are not cached yet: %w", ns, err)
+	}
+	return pc, nil
+}
+
+// slimPod keeps of a pod's metadata only what assignment reads: the
+// cache's memory is then a few hundred bytes a pod.
+func slimPod(obj any) (any, error) {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return obj, nil
+	}
+	keep := func(src map[string]string, keys ...string) map[string]string {
+		var out map[string]string
+		for _, k := range keys {
+			if v, ok := src[k]; ok {
+				if out == nil {
+					out = map[string]string{}
+				}
+				out[k] = v
+			}
+		}
+		return out
+	}
+	return &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
+		DeletionTimestamp: m.DeletionTimestamp, OwnerReferences: m.OwnerReferences,
+		Labels:      keep(m.Labels, admission.LabelExperiment, admission.LabelArm, "pod-template-hash"),
+		Annotations: keep(m.Annotations, admission.AnnotationArmTicket),
+	}}, nil
+}
+
+// Close stops the pod caches.
+func (a *ArmAssigner) Close() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.stop != nil {
+		close(a.stop)
+		a.stop, a.caches = nil, nil
+	}
 }
 
 // leaseOwner is the owner reference the Lease takes from a pod: its
@@ -130,7 +340,7 @@ func withOwner(refs []metav1.OwnerReference, owner *metav1.OwnerReference) []met
 	return append(refs, *owner)
 }
 
-func (a *ArmAssigner) try(ctx context.Context, ns string, owner *metav1.OwnerReference, e *admission.Experiment) (admission.Assignment, error) {
+func (a *ArmAssigner) try(ctx context.Context, ns string, owner *metav1.OwnerReference, wl string, pc *podCache, e *admission.Experiment) (admission.Assignment, error) {
 	now := time.Now
 	if a.now != nil {
 		now = a.now
@@ -148,7 +358,11 @@ func (a *ArmAssigner) try(ctx context.Context, ns string, owner *metav1.OwnerRef
 	}
 	if create {
 		lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
-			Labels: map[string]string{admission.LabelExperiment: e.Name, "app.kubernetes.io/managed-by": "gofit"}}}
+			Labels:      map[string]string{admission.LabelExperiment: e.Name, "app.kubernetes.io/managed-by": "gofit"},
+			Annotations: map[string]string{annotationOwner: wl}}}
+	}
+	if lease.Annotations == nil {
+		lease.Annotations = map[string]string{}
 	}
 	var pend []pending
 	if s := lease.Annotations[annotationPending]; s != "" {
@@ -156,28 +370,64 @@ func (a *ArmAssigner) try(ctx context.Context, ns string, owner *metav1.OwnerRef
 			pend = nil // a hand-edited value: start again from the live pods
 		}
 	}
-	pods, err := a.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{
-		LabelSelector: labels.SelectorFromSet(labels.Set{admission.LabelExperiment: e.Name}).String(),
-	})
+	// The cache is read after the Lease: an assignment leaves the Lease
+	// only after its pod was seen stored, so it is never missed by both.
+	objs, err := pc.inf.GetIndexer().ByIndex(byExperiment, e.Name)
 	if err != nil {
-		return admission.Assignment{}, fmt.Errorf("list pods of experiment %s in %s: %w", e.Name, ns, err)
+		return admission.Assignment{}, fmt.Errorf("pods of experiment %s in %s: %w", e.Name, ns, err)
 	}
-	counts := map[string]int{}
+	byOwner := map[string]map[string]int{} // workload -> arm -> live pods
 	stored := map[string]bool{}
-	for _, p := range pods.Items {
-		stored[p.Annotations[admission.AnnotationArmTicket]] = true
-		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+	for _, o := range objs {
+		p, ok := o.(*metav1.PartialObjectMetadata)
+		if !ok || p.DeletionTimestamp != nil {
 			continue
 		}
-		counts[p.Labels[admission.LabelArm]]++
+		w := workload(&p.ObjectMeta)
+		stored[p.Annotations[admission.AnnotationArmTicket]] = true
+		if byOwner[w] == nil {
+			byOwner[w] = map[string]int{}
+		}
+		byOwner[w][p.Labels[admission.LabelArm]]++
 	}
 	kept := pend[:0]
 	for _, p := range pend {
-		if stored[p.Ticket] || now().Sub(p.At) > ttl {
+		if now().Sub(p.At) > ttl || !p.Seen.IsZero() && now().Sub(p.Seen) > settle {
 			continue
 		}
+		if stored[p.Ticket] && p.Seen.IsZero() {
+			p.Seen = now().UTC()
+		}
 		kept = append(kept, p)
-		counts[p.Arm]++
+	}
+	first, claimed := lease.Annotations[annotationOwner]
+	if !claimed {
+		first = wl // a Lease from before experiments had owners
+	}
+	counts := map[string]int{}
+	for arm, n := range byOwner[first] {
+		counts[arm] += n
+	}
+	for _, p := range kept {
+		if !stored[p.Ticket] && p.Seen.IsZero() {
+			counts[p.Arm]++ // on its way: not in the cache yet
+		}
+	}
+	if first != wl {
+		live := 0
+		for _, n := range counts {
+			live += n
+		}
+		if live > 0 {
+			return admission.Assignment{}, fmt.Errorf("%w: experiment %s in namespace %s belongs to %s (%d pods; Lease %s); name this workload's experiment otherwise",
+				ErrOtherOwner, e.Name, ns, describe(first), live, name)
+		}
+		// The first workload has no pods left: the experiment is this
+		// one's now.
+		first, kept, counts = wl, kept[:0], map[string]int{}
+		for arm, n := range byOwner[wl] {
+			counts[arm] += n
+		}
 	}
 	ticket, err := newTicket()
 	if err != nil {
@@ -193,10 +443,8 @@ func (a *ArmAssigner) try(ctx context.Context, ns string, owner *metav1.OwnerRef
 	if err != nil {
 		return admission.Assignment{}, err
 	}
-	if lease.Annotations == nil {
-		lease.Annotations = map[string]string{}
-	}
 	lease.Annotations[annotationPending] = string(b)
+	lease.Annotations[annotationOwner] = first
 	lease.OwnerReferences = withOwner(lease.OwnerReferences, owner)
 	if create {
 		_, err = leases.Create(ctx, lease, metav1.CreateOptions{})
@@ -218,18 +466,19 @@ func newTicket() (string, error) {
 }
 
 // NewArmAssigner reaches the API server through kubeconfig ("" means
-// $KUBECONFIG, ~/.kube/config or in-cluster). The webhook's account needs
-// to list pods and to get, create and update leases in the namespaces
-// that run experiments (deploy/webhook/experiments).
-func NewArmAssigner(kubeconfig string) (*ArmAssigner, error) {
+// $KUBECONFIG, ~/.kube/config or in-cluster), for experiments in
+// namespaces (none: any). The webhook's account needs, in each of them,
+// to list and watch pods and to get, create and update leases
+// (deploy/webhook/experiments, the chart's webhook.experiments.namespaces).
+func NewArmAssigner(kubeconfig string, namespaces []string) (*ArmAssigner, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = kubeconfig
 	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("experiments need API access: %w", err)
 	}
-	// An assignment costs three requests (get, list, update) and more on a
-	// conflict; client-go's default of 5 a second would make a
+	// An assignment costs two requests (get and update the Lease) and
+	// more on a conflict; client-go's default of 5 a second would make a
 	// ReplicaSet's burst of 20 pods outlast the API server's webhook
 	// timeout, and those pods would start unfitted.
 	rc.QPS, rc.Burst = 100, 200
@@ -237,5 +486,9 @@ func NewArmAssigner(kubeconfig string) (*ArmAssigner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("experiments need API access: %w", err)
 	}
-	return &ArmAssigner{Client: cs}, nil
+	md, err := metadata.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("experiments need API access: %w", err)
+	}
+	return &ArmAssigner{Client: cs, Metadata: md, Namespaces: namespaces}, nil
 }

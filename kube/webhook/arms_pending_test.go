@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+	metadatafake "k8s.io/client-go/metadata/fake"
 
 	"github.com/gofit-dev/gofit/kube/admission"
 )
@@ -22,8 +23,10 @@ func TestArmAssignerCountsAssignmentsNotYetStored(t *testing.T) {
 		t.Fatal(err)
 	}
 	cs := fake.NewClientset()
+	md := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
 	now := time.Unix(1_700_000_000, 0)
-	as := &ArmAssigner{Client: cs, PendingTTL: time.Minute, now: func() time.Time { return now }}
+	as := &ArmAssigner{Client: cs, Metadata: md, PendingTTL: time.Minute, now: func() time.Time { return now }}
+	t.Cleanup(as.Close)
 	inShop := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop"}}
 	var got []admission.Assignment
 	for range 4 { // none of these pods is stored yet
@@ -38,13 +41,17 @@ func TestArmAssignerCountsAssignmentsNotYetStored(t *testing.T) {
 	}
 	// The first two pods are stored: each is counted once, as a pod.
 	for i, a := range got[:2] {
-		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p" + string(rune('0'+i)), Namespace: "shop",
+		p := &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: metav1.ObjectMeta{Name: "p" + string(rune('0'+i)), Namespace: "shop",
 			Labels:      map[string]string{admission.LabelExperiment: "g", admission.LabelArm: a.Arm},
 			Annotations: map[string]string{admission.AnnotationArmTicket: a.Ticket}}}
-		if _, err := cs.CoreV1().Pods("shop").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		if _, err := md.Resource(podsResource).Namespace("shop").(metadatafake.MetadataClient).CreateFake(p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
+	eventually(t, "the cache to see the stored pods", 10*time.Second, func() bool {
+		objs, _ := as.caches["shop"].inf.GetIndexer().ByIndex(byExperiment, "g")
+		return len(objs) == 2
+	})
 	if a, _ := as.Assign(ctx, inShop, e); a.Arm != "a" {
 		t.Errorf("after 2 stored and 2 pending over a and b, got %s, want a", a.Arm)
 	}

@@ -19,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 
 	"github.com/gofit-dev/gofit/fit"
@@ -73,6 +74,14 @@ func (r *replicas) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // pods created one by one, in bursts, across deletes and re-creations and
 // a restart of both replicas; a malformed spec gets a warning and the
 // normal fit.
+// newAssigner is an ArmAssigner with its own clients, closed when the test
+// ends.
+func newAssigner(t testing.TB, cfg *rest.Config) *ArmAssigner {
+	a := &ArmAssigner{Client: kubernetes.NewForConfigOrDie(rest.CopyConfig(cfg)), Metadata: metadata.NewForConfigOrDie(rest.CopyConfig(cfg))}
+	t.Cleanup(a.Close)
+	return a
+}
+
 func TestExperimentArms(t *testing.T) {
 	cfg := kubetest.Start(t, nil)
 	// No client-side rate limit: a burst must reach the webhooks at once.
@@ -98,7 +107,7 @@ func TestExperimentArms(t *testing.T) {
 	start := func() *Server {
 		t.Helper()
 		ctx, cancel := context.WithCancel(context.Background())
-		m := admission.NewMutator(fit.Policy{}, admission.WithArmAssigner(&ArmAssigner{Client: kubernetes.NewForConfigOrDie(rest.CopyConfig(cfg))}))
+		m := admission.NewMutator(fit.Policy{}, admission.WithArmAssigner(newAssigner(t, cfg)))
 		s, err := NewServer(Config{Addr: "127.0.0.1:0", CertFile: certFile, KeyFile: keyFile, Mutator: m})
 		if err != nil {
 			t.Fatal(err)

@@ -35,20 +35,32 @@ func TestExperimentsComponent(t *testing.T) {
 	if a := d.Spec.Template.Spec.AutomountServiceAccountToken; a == nil || !*a {
 		t.Error("no service account token: the assigner cannot reach the API server")
 	}
-	var cr rbacv1.ClusterRole
-	find(t, objs, "ClusterRole", "gofit-webhook-experiments", &cr)
-	got := map[string][]string{}
-	for _, r := range cr.Rules {
-		for _, res := range r.Resources {
-			got[res] = r.Verbs
+	if !slices.Contains(d.Spec.Template.Spec.Containers[0].Args, "--experiment-namespaces=default") {
+		t.Errorf("args %v: experiments not kept to the namespace the Role is in", d.Spec.Template.Spec.Containers[0].Args)
+	}
+	// Per namespace, never cluster-wide (issue 37): no ClusterRole of
+	// experiments at all.
+	for _, o := range objs {
+		if o.GetKind() == "ClusterRole" && o.GetName() == "gofit-webhook-experiments" {
+			t.Error("a ClusterRole for experiments")
 		}
 	}
-	if !slices.Equal(got["pods"], []string{"list"}) || !slices.Equal(got["leases"], []string{"get", "create", "update"}) || len(got) != 2 {
-		t.Errorf("rules %v", got)
+	var r rbacv1.Role
+	find(t, objs, "Role", "gofit-webhook-experiments", &r)
+	got := map[string][]string{}
+	for _, rule := range r.Rules {
+		for _, res := range rule.Resources {
+			got[res] = rule.Verbs
+		}
 	}
-	var crb rbacv1.ClusterRoleBinding
-	find(t, objs, "ClusterRoleBinding", "gofit-webhook-experiments", &crb)
-	if s := crb.Subjects; len(s) != 1 || s[0].Name != "gofit-webhook" || s[0].Namespace != "gofit-system" {
-		t.Errorf("subjects %+v", s)
+	if r.Namespace != "default" || !slices.Equal(got["pods"], []string{"list", "watch"}) || !slices.Equal(got["leases"], []string{"get", "create", "update"}) || len(got) != 2 {
+		t.Errorf("Role in %q: rules %v", r.Namespace, got)
 	}
+	var rb rbacv1.RoleBinding
+	find(t, objs, "RoleBinding", "gofit-webhook-experiments", &rb)
+	if s := rb.Subjects; len(s) != 1 || s[0].Name != "gofit-webhook" || s[0].Namespace != "gofit-system" || rb.RoleRef.Kind != "Role" {
+		t.Errorf("subjects %+v, role %+v", s, rb.RoleRef)
+	}
+	find(t, objs, "ValidatingAdmissionPolicy", "gofit-webhook-leases", nil)
+	find(t, objs, "ValidatingAdmissionPolicyBinding", "gofit-webhook-leases", nil)
 }

@@ -80,7 +80,7 @@ func TestManifests(t *testing.T) {
 				t.Fatalf("%d webhooks", len(mwc.Webhooks))
 			}
 			w := mwc.Webhooks[0]
-			if *w.FailurePolicy != admissionregistrationv1.Ignore || *w.TimeoutSeconds != 2 || *w.SideEffects != admissionregistrationv1.SideEffectClassNone ||
+			if *w.FailurePolicy != admissionregistrationv1.Ignore || *w.TimeoutSeconds != 2 || *w.SideEffects != admissionregistrationv1.SideEffectClassNoneOnDryRun ||
 				*w.ReinvocationPolicy != admissionregistrationv1.IfNeededReinvocationPolicy {
 				t.Errorf("webhook policy %+v", w)
 			}

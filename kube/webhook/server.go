@@ -1,14 +1,18 @@
 package webhook
 
 import (
+	"bytes"
 	"context"
+	"crypto/subtle"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,7 +60,17 @@ type Config struct {
 	// Namespace is the webhook's own namespace, never fitted (as
 	// kube-system is not); admission.HandlerOptions.Namespace.
 	Namespace string
-	Log       *slog.Logger
+
+	// ClientCAFile and ClientTokenFile authenticate the API server's
+	// calls to /mutate, as kube-apiserver's AdmissionConfiguration
+	// (kubeConfigFile) lets it present a client certificate or a bearer
+	// token: with either set, a review must come with a certificate that
+	// chains to the CA (PEM) or with the token (the file's content, space
+	// trimmed), else 401. Probes and /metrics stay open. Both are read
+	// at the start.
+	ClientCAFile    string
+	ClientTokenFile string
+	Log             *slog.Logger
 
 	// SelfManaged, for Run, also keeps the certificate (its CertFile and
 	// KeyFile are Config's), reaching the API server through Kubeconfig
@@ -110,13 +124,22 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	s.ln = ln
 
+	auth, clientCAs, err := clientAuth(cfg)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
 	mux := http.NewServeMux()
 	if cfg.Mutator == nil {
 		cfg.Mutator = admission.NewMutator(fit.Policy{})
 	}
-	mux.Handle("/mutate", admission.NewHandler(cfg.Mutator, admission.HandlerOptions{
+	var mutate http.Handler = admission.NewHandler(cfg.Mutator, admission.HandlerOptions{
 		Log: cfg.Log, Observer: s.Metrics, MaxBody: cfg.MaxBody, MaxInFlight: cfg.MaxInFlight, Namespace: cfg.Namespace,
-	}))
+	})
+	if auth != nil {
+		mutate = s.authenticated(auth, mutate)
+	}
+	mux.Handle("/mutate", mutate)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		switch {
@@ -145,6 +168,12 @@ func NewServer(cfg Config) (*Server, error) {
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(cfg.Log.Handler(), slog.LevelDebug),
+	}
+	if clientCAs != nil {
+		// Asked for, never required at the handshake: the kubelet's
+		// probes and Prometheus present none. /mutate checks it.
+		s.srv.TLSConfig.ClientCAs = clientCAs
+		s.srv.TLSConfig.ClientAuth = tls.VerifyClientCertIfGiven
 	}
 	return s, nil
 }
@@ -250,4 +279,62 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	cancel()
 	return err
+}
+
+// clientAuthN is how /mutate's callers prove they are the API server.
+type clientAuthN struct {
+	certs bool   // a verified client certificate will do
+	token []byte // this bearer token will do, when not nil
+}
+
+// clientAuth reads cfg's client CA and token files; nil without either.
+func clientAuth(cfg Config) (*clientAuthN, *x509.CertPool, error) {
+	if cfg.ClientCAFile == "" && cfg.ClientTokenFile == "" {
+		return nil, nil, nil
+	}
+	a := &clientAuthN{}
+	var pool *x509.CertPool
+	if cfg.ClientCAFile != "" {
+		b, err := os.ReadFile(cfg.ClientCAFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("client CA: %w", err)
+		}
+		pool = x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(b) {
+			return nil, nil, fmt.Errorf("client CA %s: no PEM certificate in it", cfg.ClientCAFile)
+		}
+		a.certs = true
+	}
+	if cfg.ClientTokenFile != "" {
+		b, err := os.ReadFile(cfg.ClientTokenFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("client token: %w", err)
+		}
+		if a.token = bytes.TrimSpace(b); len(a.token) == 0 {
+			return nil, nil, fmt.Errorf("client token %s: empty", cfg.ClientTokenFile)
+		}
+	}
+	return a, pool, nil
+}
+
+// authenticated serves next only to a caller a accepts, 401 otherwise
+// (counted as an error of an unknown operation).
+func (s *Server) authenticated(a *clientAuthN, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a.certs && r.TLS != nil && len(r.TLS.VerifiedChains) > 0 {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if a.token != nil {
+			if tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && subtle.ConstantTimeCompare([]byte(tok), a.token) == 1 {
+				next.ServeHTTP(w, r)
+				return
+			}
+		}
+		start := time.Now()
+		s.log.Warn("admission request refused: the caller did not authenticate as the API server", "remote", r.RemoteAddr)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="gofit-webhook"`)
+		http.Error(w, "authenticate as the API server: a client certificate from the configured CA or the bearer token", http.StatusUnauthorized)
+		s.Metrics.ObserveAdmission(admission.OperationUnknown, admission.OutcomeError, http.StatusUnauthorized, time.Since(start))
+	})
 }

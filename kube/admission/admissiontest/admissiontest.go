@@ -16,9 +16,14 @@ import (
 )
 
 // Review wraps a pod in an AdmissionReview for op (CREATE, or UPDATE on
-// pods/resize when sub is "resize"); its uid is "uid-" + the pod's name.
+// pods/resize when sub is "resize"); its uid is "uid-" + the pod's name,
+// its namespace the pod's ("default" when it has none).
 func Review(t testing.TB, pod *corev1.Pod, op admissionv1.Operation, sub string) []byte {
 	t.Helper()
+	ns := pod.Namespace
+	if ns == "" {
+		ns = "default"
+	}
 	raw, err := json.Marshal(pod)
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +35,7 @@ func Review(t testing.TB, pod *corev1.Pod, op admissionv1.Operation, sub string)
 			Kind:        metav1.GroupVersionKind{Version: "v1", Kind: "Pod"},
 			Resource:    metav1.GroupVersionResource{Version: "v1", Resource: "pods"},
 			SubResource: sub,
-			Namespace:   "default",
+			Namespace:   ns,
 			Name:        pod.Name,
 			Operation:   op,
 			Object:      runtime.RawExtension{Raw: raw},
