@@ -64,7 +64,41 @@ func (g *guestRun) experiment(t *testing.T) {
 	os.MkdirAll(dir, 0o755)
 	base, _ := filepath.Rel(dir, "/src/deploy/webhook/self-managed")
 	comp, _ := filepath.Rel(dir, "/src/deploy/webhook/experiments")
-	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - %s\ncomponents:\n  - %s\nimages:\n  - name: ghcr.io/gofit-dev/gofit\n    newTag: e2e\n", base, comp)
+	// The component grants experiments in one namespace (default), as its
+	// comment says to change: the overlay moves its Role and RoleBinding to
+	// shop and names shop in --experiment-namespaces (the last one wins).
+	// One guard replica is enough on one node.
+	k := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - %s
+components:
+  - %s
+images:
+  - name: ghcr.io/gofit-dev/gofit
+    newTag: e2e
+patches:
+  - target: {kind: Deployment, name: gofit-webhook}
+    patch: |-
+      - op: add
+        path: /spec/template/spec/containers/0/args/-
+        value: --experiment-namespaces=shop
+  - target: {kind: Role, name: gofit-webhook-experiments}
+    patch: |-
+      - op: replace
+        path: /metadata/namespace
+        value: shop
+  - target: {kind: RoleBinding, name: gofit-webhook-experiments}
+    patch: |-
+      - op: replace
+        path: /metadata/namespace
+        value: shop
+  - target: {kind: Deployment, name: gofit-experiment-guard}
+    patch: |-
+      - op: replace
+        path: /spec/replicas
+        value: 1
+`, base, comp)
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
 	}
