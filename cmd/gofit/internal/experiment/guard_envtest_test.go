@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/gofit-dev/gofit/kube/admission"
@@ -27,7 +28,7 @@ import (
 
 // startAPIServer runs a real kube-apiserver and etcd (envtest), built or
 // found by the kube module's script; KUBEBUILDER_ASSETS wins when set.
-func startAPIServer(t *testing.T) kubernetes.Interface {
+func startAPIServer(t *testing.T) (kubernetes.Interface, metadata.Interface) {
 	t.Helper()
 	dir := os.Getenv("KUBEBUILDER_ASSETS")
 	if dir == "" {
@@ -50,7 +51,7 @@ func startAPIServer(t *testing.T) kubernetes.Interface {
 			t.Errorf("stop kube-apiserver: %v", err)
 		}
 	})
-	return kubernetes.NewForConfigOrDie(cfg)
+	return kubernetes.NewForConfigOrDie(cfg), metadata.NewForConfigOrDie(cfg)
 }
 
 // guardWorld is a namespace of experiments as the webhook leaves them:
@@ -148,11 +149,12 @@ func (w *guardWorld) events(involved string) []corev1.Event {
 // past maxDuration writes the end once.
 func TestGuardStopsAHarmfulArm(t *testing.T) {
 	ctx := context.Background()
-	cs := startAPIServer(t)
+	cs, md := startAPIServer(t)
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	w := &guardWorld{t: t, ctx: ctx, cs: cs, as: &webhook.ArmAssigner{Client: cs}, rs: map[string]*appsv1.ReplicaSet{}}
+	w := &guardWorld{t: t, ctx: ctx, cs: cs, as: &webhook.ArmAssigner{Client: cs, Metadata: md}, rs: map[string]*appsv1.ReplicaSet{}}
+	t.Cleanup(w.as.Close)
 	harmSpec := `{name: harm, control: base, arms: [{name: base, fit: gofit}, {name: crash, env: {GOGC: "5"}}]}`
 	aaSpec := `{name: aa, maxDuration: 2h, arms: [{name: a, fit: gofit}, {name: a-again, fit: gofit}]}`
 	heldSpec := `{name: held, arms: [{name: base, fit: gofit}, {name: crash, env: {GOGC: "5"}}]}`
