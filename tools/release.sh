@@ -56,19 +56,14 @@ for a in amd64 arm64; do cp "bin/linux-$a/gofit" "$DIST/gofit-linux-$a"; done
 cp bin/gofit-image.tar "$DIST/gofit-image.tar"
 DIGEST=$("$stage/release" digest "$DIST/gofit-image.tar")
 
-# The chart, its version the release's without the v, the image pinned
-# to the digest just built (image.digest wins over the tag).
-cp -r charts/gofit "$stage/gofit"
-sed -i -E -e "s#^(  repository:).*#\1 $IMAGE_REPO#" -e "s#^(  digest:).*#\1 \"$DIGEST\"#" "$stage/gofit/values.yaml"
-grep -q "^  digest: \"$DIGEST\"" "$stage/gofit/values.yaml" || { echo "release: could not pin image.digest in values.yaml" >&2; exit 1; }
-"$HELM" package "$stage/gofit" --version "${VERSION#v}" --app-version "$VERSION" --destination "$DIST" >/dev/null
-
-# deploy/ with every image pinned to the release: tag and digest
+# The chart, its version the release's without the v, and deploy/, the
+# image pinned to the digest just built in both: image.digest (it wins
+# over the tag), and each kustomization's images: newName, newTag, digest
 # (kustomize writes REPO:TAG@DIGEST; the runtime pulls by the digest).
+cp -r charts/gofit "$stage/gofit"
 cp -r deploy "$stage/deploy"
-grep -rl 'newTag:' "$stage/deploy" | while read -r f; do
-  sed -i -E -e "s#^( *newName:).*#\1 $IMAGE_REPO#" -e "s/^( *)newTag:.*/\1newTag: $VERSION\n\1digest: $DIGEST/" -e "/^ *digest: sha256:/{/$DIGEST/!d}" "$f"
-done
+"$stage/release" pin -image "$IMAGE_REPO" -tag "$VERSION" -digest "$DIGEST" -chart-dir "$stage/gofit" -deploy-dir "$stage/deploy"
+"$HELM" package "$stage/gofit" --version "${VERSION#v}" --app-version "$VERSION" --destination "$DIST" >/dev/null
 tar --sort=name --mtime="@$SOURCE_DATE_EPOCH" --owner=0 --group=0 --numeric-owner -C "$stage" -cf - deploy |
   gzip -n -9 > "$DIST/gofit-deploy-$VERSION.tar.gz"
 

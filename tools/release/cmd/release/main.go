@@ -3,6 +3,7 @@
 //
 //	release keygen -o cosign                  # cosign.key (encrypted with $COSIGN_PASSWORD), cosign.pub
 //	release digest dist/gofit-image.tar       # the image index digest, sha256:...
+//	release pin -image REPO -tag vX.Y.Z -digest sha256:... -chart-dir DIR -deploy-dir DIR
 //	release sign -key cosign.key -dist dist -image REPO -chart CHART_REPO \
 //	    -version vX.Y.Z -commit SHA -source URL [-push -tag vX.Y.Z]
 //	release verify -key cosign.pub -dist dist -image REPO -chart CHART_REPO [-tag vX.Y.Z]
@@ -37,19 +38,21 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return errors.New("want a subcommand: keygen, digest, sign, verify")
+		return errors.New("want a subcommand: keygen, digest, pin, sign, verify")
 	}
 	switch args[0] {
 	case "keygen":
 		return keygen(args[1:])
 	case "digest":
 		return digest(args[1:])
+	case "pin":
+		return pin(args[1:])
 	case "sign":
 		return sign(args[1:])
 	case "verify":
 		return verify(args[1:])
 	}
-	return fmt.Errorf("unknown subcommand %q: want keygen, digest, sign, verify", args[0])
+	return fmt.Errorf("unknown subcommand %q: want keygen, digest, pin, sign, verify", args[0])
 }
 
 func keygen(args []string) error {
@@ -91,6 +94,34 @@ func digest(args []string) error {
 		return err
 	}
 	fmt.Println(d)
+	return nil
+}
+
+// pin writes the image a release built into a copy of the chart
+// (values.yaml) and of deploy/ (every kustomization's images:).
+func pin(args []string) error {
+	fs := flag.NewFlagSet("pin", flag.ContinueOnError)
+	image := fs.String("image", "", "the image `REPOSITORY` (required)")
+	tag := fs.String("tag", "", "the image tag, vX.Y.Z (required)")
+	dg := fs.String("digest", "", "the image index digest, sha256:... (required)")
+	chartDir := fs.String("chart-dir", "", "a copy of charts/gofit to pin")
+	deployDir := fs.String("deploy-dir", "", "a copy of deploy/ to pin")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *image == "" || *tag == "" || *dg == "" {
+		return errors.New("-image, -tag and -digest are required")
+	}
+	if *chartDir != "" {
+		if err := release.PinChart(*chartDir, *image, *dg); err != nil {
+			return fmt.Errorf("-chart-dir: %w", err)
+		}
+	}
+	if *deployDir != "" {
+		if err := release.PinDeploy(*deployDir, *image, *tag, *dg); err != nil {
+			return fmt.Errorf("-deploy-dir: %w", err)
+		}
+	}
 	return nil
 }
 
