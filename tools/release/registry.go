@@ -227,6 +227,11 @@ func (c *Chart) Digest() v1.Hash {
 // RawManifest makes a Chart a remote.Taggable.
 func (c *Chart) RawManifest() ([]byte, error) { return c.manifest, nil }
 
+// MediaType is the Content-Type the manifest is pushed with: remote.Put
+// says Docker's v2 schema without it, and helm (oras) then finds no OCI
+// manifest to pull.
+func (c *Chart) MediaType() (types.MediaType, error) { return types.OCIManifestSchema1, nil }
+
 // Push writes the chart's blobs and manifest to repo:VERSION and returns
 // its digest reference.
 func (c *Chart) Push(repo name.Repository, opts ...remote.Option) (name.Digest, error) {
