@@ -41,12 +41,19 @@ image:
 	  -arch $(subst $(empty) $(empty),$(comma),$(strip $(IMAGE_ARCHS))) -source https://github.com/gofit-dev/gofit \
 	  -revision $(COMMIT) -version $(VERSION) $(if $(SBOM_DIR),-sbom-dir $(SBOM_DIR)) -entrypoint /gofit '/gofit=bin/linux-{arch}/gofit'
 
-# make release VERSION=vX.Y.Z: binaries for linux/amd64 and arm64, the
-# image index, the SBOMs, the packaged chart and deploy/ pinned to the
-# version, with sha256sums, in dist/ (tools/release.sh; docs/install.md).
+# make release VERSION=vX.Y.Z KEY=cosign.key: binaries for linux/amd64 and
+# arm64, the image index, the SBOMs, the packaged chart and deploy/ pinned
+# to the version and the index digest, sha256sums, all signed (sha256sums
+# signature, SLSA provenance, SBOM attestations), in dist/.
+# REGISTRY=host:port/path also publishes: the image, the chart (OCI), their
+# signatures and attestations. UNSIGNED=1 builds without a key.
+# (tools/release.sh, tools/release; docs/install.md.)
+KEY ?=
+REGISTRY ?=
+UNSIGNED ?=
 .PHONY: release
 release:
-	VERSION=$(VERSION) GO=$(GO) bash tools/release.sh
+	VERSION=$(VERSION) GO=$(GO) KEY=$(KEY) REGISTRY=$(REGISTRY) UNSIGNED=$(UNSIGNED) bash tools/release.sh
 
 # gofit on a real single-node Kubernetes (kube/e2e): a cgroup v2 kernel in
 # a QEMU VM running etcd, kube-apiserver, controller-manager, scheduler,

@@ -59,19 +59,37 @@ func run(t testing.TB, args ...string) ([]byte, error) {
 	return out.Bytes(), nil
 }
 
-// template renders the chart with the values given as JSON.
+// template renders the chart with the values given as JSON, as a
+// release in gofit-system.
 func template(t testing.TB, values string) []*unstructured.Unstructured {
 	t.Helper()
-	f := filepath.Join(t.TempDir(), "values.json")
-	if err := os.WriteFile(f, []byte(values), 0o644); err != nil {
-		t.Fatal(err)
+	return templateIn(t, "gofit-system", values)
+}
+
+// templateIn renders the chart as a release in namespace ns with the
+// values files given as JSON, later ones over earlier ones (helm -f).
+func templateIn(t testing.TB, ns string, values ...string) []*unstructured.Unstructured {
+	t.Helper()
+	args := []string{"template", "gofit", chartDir(), "--namespace", ns}
+	for i, v := range values {
+		f := filepath.Join(t.TempDir(), fmt.Sprintf("values%d.json", i))
+		if err := os.WriteFile(f, []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "-f", f)
 	}
-	out, err := run(t, "template", "gofit", chartDir(), "--namespace", "gofit-system", "-f", f)
+	out, err := run(t, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return decode(t, out)
 }
+
+// deployLayout are the values that place the chart's objects as deploy/
+// places them: the webhook in gofit-system and the agent in gofit-node,
+// both namespaces the chart's, with their Pod Security labels (a release
+// in another namespace, so that neither is the release's own).
+const deployLayout = `{"namespaces":{"create":true},"webhook":{"namespace":"gofit-system"},"node":{"namespace":"gofit-node"}}`
 
 func decode(t testing.TB, b []byte) []*unstructured.Unstructured {
 	t.Helper()
@@ -175,7 +193,8 @@ func normal(t testing.TB, o *unstructured.Unstructured) string {
 	return string(b)
 }
 
-// TestParity: the chart's default render installs the objects deploy/
+// TestParity: the chart's default render, placed as deploy/ places its
+// objects (deployLayout), installs the objects deploy/
 // installs (self-managed certificates and the node agent), and with
 // certificates: cert-manager, those of deploy/webhook/cert-manager; each
 // component of deploy/ (systemd, experiments, cilium, apiserver-cidr) is a
@@ -261,6 +280,15 @@ func TestSchema(t *testing.T) {
 		{`{"webhook":{"podLabels":{"app.kubernetes.io/name":"other"}}}`, "/webhook/podLabels"},
 		{`{"node":{"podLabels":{"team":1}}}`, "/node/podLabels/team"},
 		{`{"webhook":{"topologySpreadConstraints":[{"maxSkew":1}]}}`, "/webhook/topologySpreadConstraints/0"},
+		{`{"commonLabels":{"team":1}}`, "/commonLabels/team"},
+		{`{"rbac":{"create":"yes"}}`, "/rbac/create"},
+		{`{"webhook":{"serviceAccount":{"nam":"x"}}}`, "nam"},
+		{`{"node":{"serviceAccount":{"name":"Platform"}}}`, "/node/serviceAccount/name"},
+		{`{"webhook":{"hostNetwork":"true"}}`, "/webhook/hostNetwork"},
+		{`{"webhook":{"port":0}}`, "/webhook/port"},
+		{`{"webhook":{"securityContext":"restricted"}}`, "/webhook/securityContext"},
+		{`{"node":{"podSecurityContext":[]}}`, "/node/podSecurityContext"},
+		{`{"webhook":{"networkPolicy":{"apiServerCIDRs":["10.0.0.1"]}}}`, "/webhook/networkPolicy/apiServerCIDRs/0"},
 		// Not the schema's (two fields), the template's: a budget that
 		// allows no eviction blocks every drain.
 		{`{"webhook":{"replicas":1}}`, "webhook.pdb.minAvailable (1) must be below webhook.replicas (1)"},
@@ -294,10 +322,23 @@ var matrix = []struct{ name, values string }{
 	  "imagePullSecrets":[{"name":"regcred"}]}`},
 	{"node-systemd", `{"webhook":{"enabled":false},"node":{"cgroupDriver":"systemd","policy":"auto","metricsPort":9465,"podLabels":{"team":"platform"},
 	  "qosConfig":{"create":true,"namespace":"koordinator-system"},"priorityClassName":"","maxUnavailable":1}}`},
-	{"own-namespaces", `{"namespaces":{"create":false},"image":{"tag":"v9.9.9"}}`},
+	{"own-namespaces", `{"namespaces":{"create":true},"node":{"namespace":"gofit-node"},"image":{"tag":"v9.9.9"}}`},
+	{"platform", platformValues},
 	{"components", `{"webhook":{"replicas":1,"pdb":{"minAvailable":0},"experiments":{"enabled":true,"namespaces":["default"]},"ciliumNetworkPolicy":{"enabled":true},
 	  "networkPolicy":{"ingressFrom":[{"ipBlock":{"cidr":"10.0.0.0/24"}},{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]}}}`},
 }
+
+// platformValues bend the chart to a cluster whose platform team owns
+// the ServiceAccounts, the RBAC and the UIDs: every option of
+// docs/install.md's "Fitting your cluster", checked by checkRender.
+const platformValues = `{"commonLabels":{"team":"platform","cost-center":"42"},"rbac":{"create":false},
+  "webhook":{"serviceAccount":{"create":false,"name":"platform-webhook"},"hostNetwork":true,"port":9443,
+    "podSecurityContext":{"runAsNonRoot":true,"runAsUser":1000650000,"fsGroup":1000650000,"seccompProfile":{"type":"RuntimeDefault"}},
+    "securityContext":{"allowPrivilegeEscalation":false,"readOnlyRootFilesystem":true,"capabilities":{"drop":["ALL"]},"runAsGroup":1000650000},
+    "priorityClass":{"create":false},"priorityClassName":"system-cluster-critical",
+    "networkPolicy":{"apiServerCIDRs":["10.0.0.0/24","fd00::/64"]}},
+  "node":{"serviceAccount":{"create":false,"name":"platform-node"},"priorityClassName":"system-node-critical",
+    "podSecurityContext":{"seccompProfile":{"type":"RuntimeDefault"}}}}`
 
 // permissive is a CRD that takes any object of its kind: the dry run
 // checks names, namespaces and references, not cert-manager's or the
@@ -420,7 +461,7 @@ func checkRender(t *testing.T, name string, objs []*unstructured.Unstructured) {
 	case "webhook-tuned":
 		has("Deployment fit/gofit-webhook", "--memory-ratio=0.8", "--ceil", "--cpu-request-factor=1.5", "--cpu-request-min=1",
 			"--go-version=go1.25", "--log-json", "--service-dns=gofit-webhook.fit.svc", "--self-managed-secret=fit/gofit-webhook-tls")
-		if kinds["DaemonSet gofit-node/gofit-node"] != nil || kinds["PodDisruptionBudget fit/gofit-webhook"] != nil ||
+		if kinds["DaemonSet gofit-system/gofit-node"] != nil || kinds["PodDisruptionBudget fit/gofit-webhook"] != nil ||
 			kinds["NetworkPolicy fit/gofit-webhook"] != nil {
 			t.Error("a disabled part was rendered")
 		}
@@ -442,10 +483,10 @@ func checkRender(t *testing.T, name string, objs []*unstructured.Unstructured) {
 			t.Errorf("image %v", got)
 		}
 	case "node-systemd":
-		if l, _, _ := unstructured.NestedStringMap(kinds["DaemonSet gofit-node/gofit-node"].Object, "spec", "template", "metadata", "labels"); l["team"] != "platform" || l["app.kubernetes.io/name"] != "gofit-node" {
+		if l, _, _ := unstructured.NestedStringMap(kinds["DaemonSet gofit-system/gofit-node"].Object, "spec", "template", "metadata", "labels"); l["team"] != "platform" || l["app.kubernetes.io/name"] != "gofit-node" {
 			t.Errorf("agent pod labels %v", l)
 		}
-		has("DaemonSet gofit-node/gofit-node", "--cgroup-driver=systemd", "--policy=auto", "--metrics-addr=:9465",
+		has("DaemonSet gofit-system/gofit-node", "--cgroup-driver=systemd", "--policy=auto", "--metrics-addr=:9465",
 			"--configmap-namespace=koordinator-system")
 		if kinds["ConfigMap koordinator-system/slo-controller-config"] == nil || kinds["Role koordinator-system/gofit-node-config"] == nil {
 			t.Error("the QoS ConfigMap or its Role is not in koordinator-system")
@@ -453,11 +494,21 @@ func checkRender(t *testing.T, name string, objs []*unstructured.Unstructured) {
 		if kinds["Deployment gofit-system/gofit-webhook"] != nil {
 			t.Error("the webhook was rendered")
 		}
-	case "own-namespaces":
+	case "default":
+		// Namespaces are not the chart's: helm uninstall leaves them.
 		for k := range kinds {
 			if strings.HasPrefix(k, "Namespace ") {
-				t.Errorf("namespaces.create false rendered %s", k)
+				t.Errorf("the default render has %s", k)
 			}
+		}
+		if kinds["DaemonSet gofit-system/gofit-node"] == nil || kinds["Deployment gofit-system/gofit-webhook"] == nil {
+			t.Error("the webhook and the agent are not in the release's namespace")
+		}
+	case "own-namespaces":
+		// The agent's own namespace, privileged; never the release's.
+		ns := kinds["Namespace /gofit-node"]
+		if ns == nil || ns.GetLabels()["pod-security.kubernetes.io/enforce"] != "privileged" || kinds["Namespace /gofit-system"] != nil {
+			t.Errorf("namespaces.create with node.namespace gofit-node: %v", ns)
 		}
 		img, _, _ := unstructured.NestedSlice(kinds["DaemonSet gofit-node/gofit-node"].Object, "spec", "template", "spec", "containers")
 		if got := img[0].(map[string]any)["image"]; got != "ghcr.io/gofit-dev/gofit:v9.9.9" {
@@ -471,7 +522,7 @@ func checkRender(t *testing.T, name string, objs []*unstructured.Unstructured) {
 		if got := monitoringKeys(objs); !slices.Equal(got, sorted(want)) {
 			t.Errorf("monitoring objects %q, want %q", got, sorted(want))
 		}
-		for k, ns := range map[string]string{"PodMonitor fit/gofit-webhook": "fit", "PodMonitor monitoring/gofit-node": "gofit-node"} {
+		for k, ns := range map[string]string{"PodMonitor fit/gofit-webhook": "fit", "PodMonitor monitoring/gofit-node": "gofit-system"} {
 			if o := kinds[k]; o != nil {
 				names, _, _ := unstructured.NestedStringSlice(o.Object, "spec", "namespaceSelector", "matchNames")
 				eps, _, _ := unstructured.NestedSlice(o.Object, "spec", "podMetricsEndpoints")
@@ -491,6 +542,46 @@ func checkRender(t *testing.T, name string, objs []*unstructured.Unstructured) {
 		}
 		if !strings.Contains(string(dash), `vector(5)`) {
 			t.Error("timeoutSeconds 5: the fleet dashboard lacks vector(5)")
+		}
+	case "platform":
+		for k, o := range kinds {
+			switch o.GetKind() {
+			case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "PriorityClass":
+				t.Errorf("rbac.create, serviceAccount.create and priorityClass.create false rendered %s", k)
+			}
+			if l := o.GetLabels(); l["team"] != "platform" || l["cost-center"] != "42" {
+				t.Errorf("%s lacks commonLabels: %v", k, l)
+			}
+		}
+		dep := kinds["Deployment gofit-system/gofit-webhook"]
+		spec, _, _ := unstructured.NestedMap(dep.Object, "spec", "template", "spec")
+		if spec["serviceAccountName"] != "platform-webhook" || spec["hostNetwork"] != true || spec["dnsPolicy"] != "ClusterFirstWithHostNet" ||
+			spec["priorityClassName"] != "system-cluster-critical" {
+			t.Errorf("webhook pod spec: serviceAccountName %v, hostNetwork %v, dnsPolicy %v, priorityClassName %v",
+				spec["serviceAccountName"], spec["hostNetwork"], spec["dnsPolicy"], spec["priorityClassName"])
+		}
+		if psc, _ := spec["securityContext"].(map[string]any); psc["runAsUser"] != int64(1000650000) || psc["fsGroup"] != int64(1000650000) {
+			t.Errorf("webhook pod securityContext %v", psc)
+		}
+		c := spec["containers"].([]any)[0].(map[string]any)
+		if sc, _ := c["securityContext"].(map[string]any); sc["runAsGroup"] != int64(1000650000) || sc["readOnlyRootFilesystem"] != true {
+			t.Errorf("webhook container securityContext %v", sc)
+		}
+		if p := c["ports"].([]any)[0].(map[string]any); p["containerPort"] != int64(9443) {
+			t.Errorf("webhook port %v", p)
+		}
+		has("Deployment gofit-system/gofit-webhook", "--addr=:9443")
+		np, _ := json.Marshal(kinds["NetworkPolicy gofit-system/gofit-webhook"].Object)
+		for _, w := range []string{`"port":9443`, `"to":[{"ipBlock":{"cidr":"10.0.0.0/24"}},{"ipBlock":{"cidr":"fd00::/64"}}]`} {
+			if !strings.Contains(string(np), w) {
+				t.Errorf("NetworkPolicy lacks %s: %s", w, np)
+			}
+		}
+		ds := kinds["DaemonSet gofit-system/gofit-node"]
+		dspec, _, _ := unstructured.NestedMap(ds.Object, "spec", "template", "spec")
+		if dspec["serviceAccountName"] != "platform-node" || dspec["priorityClassName"] != "system-node-critical" || dspec["securityContext"] == nil {
+			t.Errorf("agent pod spec: serviceAccountName %v, priorityClassName %v, securityContext %v",
+				dspec["serviceAccountName"], dspec["priorityClassName"], dspec["securityContext"])
 		}
 	case "monitoring-rules-only":
 		if got := monitoringKeys(objs); !slices.Equal(got, []string{"PrometheusRule gofit-system/gofit"}) {
@@ -543,7 +634,9 @@ func TestMonitoringParity(t *testing.T) {
 		t.Fatalf("deploy/monitoring: %d objects, want at least 6", len(want))
 	}
 	base := map[string]bool{}
-	for _, o := range template(t, `{}`) {
+	// Placed as deploy/ places the webhook and the agent, whose
+	// namespaces the PodMonitors select.
+	for _, o := range templateIn(t, "default", deployLayout, `{}`) {
 		base[key(o)] = true
 	}
 	compare(t, "deploy/monitoring", want, "the chart's monitoring", rendered(t, `{"monitoring":{"enabled":true}}`, base))
@@ -555,7 +648,7 @@ func TestMonitoringParity(t *testing.T) {
 func rendered(t *testing.T, values string, skip map[string]bool) map[string]string {
 	t.Helper()
 	got := map[string]string{}
-	for _, o := range template(t, values) {
+	for _, o := range templateIn(t, "default", deployLayout, values) {
 		k := key(o)
 		if skip[k] {
 			continue

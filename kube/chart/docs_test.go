@@ -13,7 +13,8 @@ import (
 
 // opaque values are taken whole (a Kubernetes field, a map of names):
 // their keys are the user's, not the chart's.
-var opaque = []string{"resources", "nodeSelector", "affinity", "env", "podAnnotations", "podLabels", "namespaceSelector", "objectSelector", "labels"}
+var opaque = []string{"resources", "nodeSelector", "affinity", "env", "podAnnotations", "podLabels", "namespaceSelector", "objectSelector", "labels",
+	"securityContext", "podSecurityContext", "commonLabels"}
 
 // leaves lists the dotted paths of values.yaml's settings.
 func leaves(m map[string]any, prefix string, out *[]string) {

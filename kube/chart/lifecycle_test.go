@@ -38,9 +38,10 @@ func kubeconfig(t *testing.T, cfg *rest.Config) string {
 // TestHelmLifecycle installs, upgrades and uninstalls the chart with helm
 // against a real kube-apiserver (envtest), as an operator would, and
 // checks what each step leaves:
-//   - the release can live in the webhook's namespace, created by
-//     `helm install -n gofit-system --create-namespace` as cert-manager's
-//     and Kyverno's are, and both namespaces get their Pod Security labels;
+//   - the release lives in the namespace `helm install -n gofit-system
+//     --create-namespace` makes, as cert-manager's and Kyverno's do, the
+//     webhook and the agent with it; the namespace is Helm's, not the
+//     chart's, and helm uninstall leaves it;
 //   - NOTES.txt is printed;
 //   - an upgrade keeps what the running webhook wrote (the CA bundle, the
 //     certificate Secret) and is not an uninstall to the node agent;
@@ -61,8 +62,8 @@ func TestHelmLifecycle(t *testing.T) {
 	}
 	// The agent's view: its ServiceAccount's RBAC, nothing more.
 	sa := rest.CopyConfig(cfg)
-	sa.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:gofit-node:gofit-node",
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:gofit-node", "system:authenticated"}}
+	sa.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:gofit-system:gofit-node",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:gofit-system", "system:authenticated"}}
 	agentCS, err := kubernetes.NewForConfig(sa)
 	if err != nil {
 		t.Fatal(err)
@@ -74,9 +75,8 @@ func TestHelmLifecycle(t *testing.T) {
 		return string(out), err
 	}
 
-	// As cert-manager and Kyverno are installed: the release in the
-	// webhook's namespace, which Helm creates first. The chart's own
-	// Namespace object takes it over and labels it.
+	// As cert-manager and Kyverno are installed: the release in a
+	// namespace Helm creates first, the chart's objects in it.
 	out, err := helmRun("install", "gofit", chart, "-n", "gofit-system", "--create-namespace")
 	if err != nil {
 		t.Fatal(err)
@@ -86,17 +86,14 @@ func TestHelmLifecycle(t *testing.T) {
 			t.Errorf("helm install's NOTES lack %q:\n%s", w, out)
 		}
 	}
-	for n, level := range map[string]string{"gofit-system": "restricted", "gofit-node": "privileged"} {
-		ns, err := cs.CoreV1().Namespaces().Get(ctx, n, metav1.GetOptions{})
-		if err != nil || ns.Labels["pod-security.kubernetes.io/enforce"] != level {
-			t.Errorf("namespace %s: labels %v, %v; want Pod Security %s enforced", n, ns.Labels, err, level)
-		}
+	if _, err := cs.CoreV1().Namespaces().Get(ctx, "gofit-node", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the default install made namespace gofit-node: %v", err)
 	}
-	ds, err := cs.AppsV1().DaemonSets("gofit-node").Get(ctx, "gofit-node", metav1.GetOptions{})
+	ds, err := cs.AppsV1().DaemonSets("gofit-system").Get(ctx, "gofit-node", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if yes, why := agent.Uninstalling(ctx, agentCS, "gofit-node", "gofit-node", ds.UID); yes {
+	if yes, why := agent.Uninstalling(ctx, agentCS, "gofit-system", "gofit-node", ds.UID); yes {
 		t.Errorf("after install the agent would reset: %s", why)
 	}
 
@@ -126,11 +123,11 @@ func TestHelmLifecycle(t *testing.T) {
 	if err != nil || *dep.Spec.Replicas != 4 {
 		t.Errorf("after the upgrade: webhook %v replicas, %v", dep.Spec.Replicas, err)
 	}
-	ds2, err := cs.AppsV1().DaemonSets("gofit-node").Get(ctx, "gofit-node", metav1.GetOptions{})
+	ds2, err := cs.AppsV1().DaemonSets("gofit-system").Get(ctx, "gofit-node", metav1.GetOptions{})
 	if err != nil || ds2.UID != ds.UID || !strings.Contains(strings.Join(ds2.Spec.Template.Spec.Containers[0].Args, " "), "--interval=20s") {
 		t.Errorf("after the upgrade: DaemonSet %v (UID %s, was %s), %v", ds2.Spec.Template.Spec.Containers[0].Args, ds2.UID, ds.UID, err)
 	}
-	if yes, why := agent.Uninstalling(ctx, agentCS, "gofit-node", "gofit-node", ds.UID); yes {
+	if yes, why := agent.Uninstalling(ctx, agentCS, "gofit-system", "gofit-node", ds.UID); yes {
 		t.Errorf("an upgrade would make the agent reset: %s", why)
 	}
 	if mwc, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "gofit-webhook", metav1.GetOptions{}); err != nil ||
@@ -147,19 +144,37 @@ func TestHelmLifecycle(t *testing.T) {
 	if _, err := cs.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, "gofit-webhook", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("after uninstall the webhook configuration is still there: %v", err)
 	}
-	if yes, why := agent.Uninstalling(ctx, agentCS, "gofit-node", "gofit-node", ds.UID); !yes {
+	if yes, why := agent.Uninstalling(ctx, agentCS, "gofit-system", "gofit-node", ds.UID); !yes {
 		t.Errorf("after helm uninstall the agent would keep its values: %s", why)
 	} else {
 		t.Logf("after helm uninstall the agent resets: %s", why)
 	}
-	var nsLeft []string
-	for _, n := range []string{"gofit-system", "gofit-node"} {
-		ns, err := cs.CoreV1().Namespaces().Get(ctx, n, metav1.GetOptions{})
-		if err == nil && ns.DeletionTimestamp == nil && ns.Status.Phase != corev1.NamespaceTerminating {
-			nsLeft = append(nsLeft, n)
-		}
+	// The namespace is Helm's (--create-namespace), not the chart's:
+	// uninstall leaves it, with nothing of the chart's in it.
+	ns, err := cs.CoreV1().Namespaces().Get(ctx, "gofit-system", metav1.GetOptions{})
+	if err != nil || ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating {
+		t.Errorf("helm uninstall deleted namespace gofit-system: %v", err)
 	}
-	if len(nsLeft) > 0 {
-		t.Errorf("helm uninstall left namespaces %v", nsLeft)
+	for _, what := range []func() error{
+		func() error {
+			_, err := cs.AppsV1().Deployments("gofit-system").Get(ctx, "gofit-webhook", metav1.GetOptions{})
+			return err
+		},
+		func() error {
+			_, err := cs.AppsV1().DaemonSets("gofit-system").Get(ctx, "gofit-node", metav1.GetOptions{})
+			return err
+		},
+		func() error {
+			_, err := cs.CoreV1().Secrets("gofit-system").Get(ctx, "gofit-webhook-tls", metav1.GetOptions{})
+			return err
+		},
+		func() error {
+			_, err := cs.CoreV1().ServiceAccounts("gofit-system").Get(ctx, "gofit-node", metav1.GetOptions{})
+			return err
+		},
+	} {
+		if err := what(); !apierrors.IsNotFound(err) {
+			t.Errorf("helm uninstall left an object of the chart in gofit-system: %v", err)
+		}
 	}
 }

@@ -5,6 +5,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
 {{- define "gofit.webhookLabels" -}}
@@ -29,7 +32,7 @@ app.kubernetes.io/name: gofit-webhook
 {{- end -}}
 
 {{- define "gofit.qosNamespace" -}}
-{{ .Values.node.qosConfig.namespace | default .Values.node.namespace }}
+{{ .Values.node.qosConfig.namespace | default (include "gofit.nodeNamespace" .) }}
 {{- end -}}
 
 {{/* Where the monitoring objects go: monitoring.namespace, else the webhook's, else the agent's. */}}
@@ -37,9 +40,9 @@ app.kubernetes.io/name: gofit-webhook
 {{- if .Values.monitoring.namespace -}}
 {{ .Values.monitoring.namespace }}
 {{- else if .Values.webhook.enabled -}}
-{{ .Values.webhook.namespace }}
+{{ include "gofit.webhookNamespace" . }}
 {{- else -}}
-{{ .Values.node.namespace }}
+{{ include "gofit.nodeNamespace" . }}
 {{- end -}}
 {{- end -}}
 
@@ -130,4 +133,22 @@ nothing, so the chart refuses it first. Errors name the value and the field.
 {{- end }}
 {{- end }}
 {{- end }}
+{{- end -}}
+
+{{/* The namespaces: the component's value, else the release's. */}}
+{{- define "gofit.webhookNamespace" -}}
+{{ .Values.webhook.namespace | default .Release.Namespace }}
+{{- end -}}
+
+{{- define "gofit.nodeNamespace" -}}
+{{ .Values.node.namespace | default .Release.Namespace }}
+{{- end -}}
+
+{{/* The ServiceAccounts: serviceAccount.name, else gofit-webhook / gofit-node. */}}
+{{- define "gofit.webhookServiceAccount" -}}
+{{ .Values.webhook.serviceAccount.name | default "gofit-webhook" }}
+{{- end -}}
+
+{{- define "gofit.nodeServiceAccount" -}}
+{{ .Values.node.serviceAccount.name | default "gofit-node" }}
 {{- end -}}
