@@ -486,7 +486,11 @@ func (g *guestRun) helm(args ...string) (string, error) {
 // chart installs gofit with the Helm chart: the image imported into the
 // node, and the agent told the kubelet runs TieredReservation.
 func (g *guestRun) chart(t *testing.T) {
-	out, err := g.helm("install", "gofit", "/src/charts/gofit", "--wait", "--timeout", "10m",
+	// As docs/install.md says: the release's namespace made by Helm (and
+	// left by uninstall), the agent in a privileged namespace of its own
+	// that the chart makes.
+	out, err := g.helm("install", "gofit", "/src/charts/gofit", "-n", "gofit-system", "--create-namespace", "--wait", "--timeout", "10m",
+		"--set", "namespaces.create=true", "--set", "node.namespace=gofit-node",
 		"--set", "image.tag=e2e", "--set", "image.pullPolicy=Never",
 		"--set-json", `node.extraArgs=["--kubelet-memory-qos=tiered"]`)
 	t.Logf("helm install: %s", tailLines(out, 20))
@@ -514,7 +518,7 @@ func (g *guestRun) chart(t *testing.T) {
 // with the kubelet's TieredReservation values left in place.
 func (g *guestRun) helmUninstall(t *testing.T) {
 	before := snapshotLevels()
-	out, err := g.helm("uninstall", "gofit", "--wait", "--timeout", "5m")
+	out, err := g.helm("uninstall", "gofit", "-n", "gofit-system", "--wait", "--timeout", "5m")
 	t.Logf("helm uninstall: %s", strings.TrimSpace(out))
 	if err != nil {
 		t.Fatal(err)
