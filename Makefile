@@ -77,10 +77,13 @@ SERIAL := $(MOD) $(MOD)/auto $(MOD)/cgroup $(MOD)/cgroup/manage $(MOD)/metrics \
 	$(MOD)/cmd/gofit/internal/lab/sandbox $(MOD)/cmd/gofit/internal/load $(MOD)/cmd/gofit/internal/qoslab \
 	$(MOD)/kube/monitoring $(MOD)/tools/vmtest $(MOD)/tools/shrink
 TEST_P ?= 2
+# Both passes run whatever the first gives; make test fails if either did.
 test:
 	$(GO) vet work
-	$(GO) test -count=1 -p $(TEST_P) -timeout 40m $$($(GO) list work | grep -vxF $(foreach p,$(SERIAL),-e $(p)))
-	$(GO) test -count=1 -p 1 -timeout 40m $(SERIAL)
+	rc=0; \
+	$(GO) test -count=1 -p $(TEST_P) -timeout 40m $$($(GO) list work | grep -vxF $(foreach p,$(SERIAL),-e $(p))) || rc=1; \
+	$(GO) test -count=1 -p 1 -timeout 40m $(SERIAL) || rc=1; \
+	exit $$rc
 
 # The real-cgroup tests on a cgroup v2 and a hybrid kernel in a QEMU VM
 # (tools/vmtest; part of make test too). GOFIT_VM_PKGS=REGEXP narrows the

@@ -7,7 +7,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	metafake "k8s.io/client-go/metadata/fake"
 
 	"github.com/gofit-dev/gofit/kube/admission"
 )
@@ -23,7 +25,12 @@ func TestArmAssignerSkipsStoppedArms(t *testing.T) {
 	}
 	cs := fake.NewClientset()
 	now := time.Unix(1_700_000_000, 0)
-	as := &ArmAssigner{Client: cs, now: func() time.Time { return now }}
+	scheme := runtime.NewScheme()
+	if err := metav1.AddMetaToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	as := &ArmAssigner{Client: cs, Metadata: metafake.NewSimpleMetadataClient(scheme), now: func() time.Time { return now }}
+	t.Cleanup(as.Close)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop"}}
 	if _, err := as.Assign(ctx, pod, e); err != nil {
 		t.Fatal(err)
