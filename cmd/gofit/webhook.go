@@ -127,6 +127,7 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 	build := buildinfo.Read()
 	log.Info("gofit webhook", "version", build.Version, "commit", build.Commit, "go", build.GoVersion)
 	mopts := []admission.MutatorOption{admission.WithGoVersion(*goVersion)}
+	var warm func(context.Context) // starts the arm assigner's caches
 	if *experiments {
 		var nss []string
 		for _, ns := range strings.Split(*expNamespaces, ",") {
@@ -143,9 +144,13 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--experiments: %w", err)
 		}
 		mopts = append(mopts, admission.WithArmAssigner(arms))
+		warm = arms.Warm
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if warm != nil {
+		warm(ctx)
+	}
 	return webhook.Run(ctx, webhook.Config{
 		Addr:            *addr,
 		CertFile:        *certFile,

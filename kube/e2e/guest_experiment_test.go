@@ -158,22 +158,25 @@ patches:
 	phase("4 replicas ready", t0)
 	// An assignment that misses admission.ArmDeadline (1 s) gives the pod
 	// gofit's normal fit and no arm, by design. Under TCG, 4 pods admitted
-	// within a second through 2 replicas contending for the Lease can miss
-	// it (1 pod in 1 of 5 runs): such a pod must have the normal fit, and
-	// is replaced once, alone, when it must get its arm.
-	var noArm []string
-	for _, p := range pods {
-		if p.Labels["gofit.dev/experiment"] == "" {
-			noArm = append(noArm, p.Name)
-			if env := envOf(p.Spec.Containers[0]); env["GOFIT_RUN"] == "" {
-				t.Errorf("pod %s: no arm and no normal fit either: env %v", p.Name, env)
+	// within a second, assigned one at a time per experiment, can miss it:
+	// such a pod must have the normal fit, and is replaced alone, one at a
+	// time, up to 3 rounds, until every pod has its arm.
+	for round := 0; ; round++ {
+		var noArm []string
+		for _, p := range pods {
+			if p.Labels["gofit.dev/experiment"] == "" {
+				noArm = append(noArm, p.Name)
+				if env := envOf(p.Spec.Containers[0]); env["GOFIT_RUN"] == "" {
+					t.Errorf("pod %s: no arm and no normal fit either: env %v", p.Name, env)
+				}
 			}
 		}
-	}
-	if len(noArm) > 0 {
-		t.Logf("pods with no arm (assignment over its deadline), replaced: %v", noArm)
-		if _, stderr, err := c.run(append([]string{"delete", "pod", "-n", "shop"}, noArm...)...); err != nil {
-			t.Fatalf("delete %v: %v: %s", noArm, err, stderr)
+		if len(noArm) == 0 || round == 3 {
+			break
+		}
+		t.Logf("round %d: pods with no arm (assignment over its deadline), replacing %s of %v", round+1, noArm[0], noArm)
+		if _, stderr, err := c.run("delete", "pod", "-n", "shop", noArm[0]); err != nil {
+			t.Fatalf("delete %s: %v: %s", noArm[0], err, stderr)
 		}
 		err = poll(6*time.Minute, "4 ready experiment pods after the replacement", func() (bool, error) {
 			list, err := c.cs.CoreV1().Pods("shop").List(g.ctx, metav1.ListOptions{LabelSelector: "app=experiment"})

@@ -229,6 +229,17 @@ type podCache struct {
 // byExperiment indexes pods by their experiment label.
 const byExperiment = "experiment"
 
+// Warm starts the pod cache of every namespace in Namespaces, so that
+// the first admission there does not spend its arm deadline on the
+// cache's first list: under a slow API server (the e2e node's emulated
+// CPUs) that list alone took longer than the deadline. It returns at
+// once; each cache syncs in the background until ctx ends.
+func (a *ArmAssigner) Warm(ctx context.Context) {
+	for _, ns := range a.Namespaces {
+		go func() { _, _ = a.cache(ctx, ns) }()
+	}
+}
+
 // cache returns the namespace's pod cache, started on first use and
 // synced within ctx.
 func (a *ArmAssigner) cache(ctx context.Context, ns string) (*podCache, error) {
