@@ -151,7 +151,9 @@ patches:
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		c.run("delete", "-f", "/src/kube/e2e/testdata/experiment.yaml", "--ignore-not-found", "--wait=false")
+		// Waited for: the next step (restart-cm-fails) watches every value
+		// under kubepods, and pods still leaving would move their levels.
+		c.run("delete", "-f", "/src/kube/e2e/testdata/experiment.yaml", "--ignore-not-found", "--cascade=foreground", "--wait=true", "--timeout=5m")
 		c.run("delete", "pod", "-n", "shop", "experiment-load", "--ignore-not-found", "--wait=false")
 	})
 	pods := g.waitDeployment(t, "shop", expDeploy, 4, 6*time.Minute)
