@@ -162,6 +162,16 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 			}
 			io.WriteString(w, text+"\n")
 		})
+		// Alive while the loop comes round, whatever it writes: the
+		// liveness and startup probes ask this, so that a bad ConfigMap
+		// (503 on /healthz, the agent unready) does not crash-loop it.
+		mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) {
+			if err := a.Live(time.Now(), 3**interval+*syncTimeout); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+			io.WriteString(w, "ok\n")
+		})
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go srv.Serve(ln)
 		defer srv.Close()

@@ -25,6 +25,36 @@ type health struct {
 	// that nothing is written.
 	config       string
 	configBlocks bool
+	// loop is when Run's loop last came round, whatever the pass did:
+	// what /livez judges (a bad ConfigMap stops writes, not the loop).
+	loop time.Time
+}
+
+// tick records that Run's loop came round at t.
+func (h *health) tick(t time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.loop = t
+}
+
+// Live says whether the agent's process is worth keeping: nil unless
+// Run's loop has stopped coming round for more than maxAge. It is what a
+// liveness probe asks (/livez). A ConfigMap that does not parse fails
+// Health, not Live: restarting the agent cannot fix the ConfigMap, and a
+// crash-looping agent would lose the loop that notices when it is fixed.
+// Before the loop's first turn the start-up wait is bounded by the
+// agent's own --sync-timeout, which ends the process with an error.
+func (a *Agent) Live(now time.Time, maxAge time.Duration) error {
+	h := &a.health
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.loop.IsZero() {
+		return nil
+	}
+	if age := now.Sub(h.loop).Round(time.Millisecond); age > maxAge {
+		return fmt.Errorf("the reconcile loop last came round %v ago, more than %v", age, maxAge)
+	}
+	return nil
 }
 
 // badConfig records the QoS ConfigMap's error (nil: none) and whether the

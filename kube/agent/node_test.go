@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -503,5 +504,29 @@ func TestForeignWritesNotTheAgentsOwn(t *testing.T) {
 	a.noteForeign(&rep)
 	if len(rep.Foreign) != 0 {
 		t.Errorf("values the writer held back reported as another writer's: %+v", rep.Foreign)
+	}
+}
+
+// TestLiveWithBadConfig: a QoS ConfigMap that does not parse makes the
+// agent unhealthy (it writes nothing) but not dead: a liveness probe that
+// asked /healthz would restart it in a loop that cannot fix the
+// ConfigMap. Only a loop that stops coming round is dead.
+func TestLiveWithBadConfig(t *testing.T) {
+	l, _ := nodeFixture(t)
+	a := New(l, Options{Policy: memqos.PolicyAuto})
+	now := time.Now()
+	if err := a.Live(now, time.Minute); err != nil {
+		t.Errorf("before the loop starts (bounded by --sync-timeout): %v", err)
+	}
+	a.health.tick(now)
+	a.health.badConfig(errors.New("configmap kube-system/memory-qos: resource-qos-config: bad"), true)
+	if _, err := a.Health(now, time.Minute); err == nil {
+		t.Error("healthy with a bad ConfigMap and nothing in force")
+	}
+	if err := a.Live(now.Add(30*time.Second), time.Minute); err != nil {
+		t.Errorf("bad ConfigMap, loop coming round: not live: %v", err)
+	}
+	if err := a.Live(now.Add(2*time.Minute), time.Minute); err == nil {
+		t.Error("live two minutes after the loop last came round")
 	}
 }

@@ -238,6 +238,7 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 	tick := time.NewTicker(src.Interval)
 	defer tick.Stop()
 	for {
+		a.health.tick(time.Now())
 		node, err := nodes.Lister().Get(src.NodeName)
 		switch {
 		case apierrors.IsNotFound(err):

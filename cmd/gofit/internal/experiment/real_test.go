@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -29,16 +30,17 @@ import (
 // that pod, scraped by a real Prometheus with the pod's namespace and name
 // as labels, under the same open-loop traffic per pod.
 const (
-	realNS      = "shop"
-	realCPU     = 0.25
-	realMemory  = 256 << 20
-	realPeriod  = 100 * time.Millisecond
-	realWindow  = 5 * time.Second
-	realSpan    = 2 * time.Minute
-	realRate    = 110 // requests a second per pod, of about 1.75 ms of CPU each: 3/4 of 250m fitted, more than all of it starved
-	realPerArm  = 2
-	realWeight  = 64 // cpu.shares as for 64 cores: the quota, not the neighbours, limits each pod
-	realWorkArg = "/work?n=2000"
+	realNS       = "shop"
+	realCPU      = 0.25
+	realMemory   = 256 << 20
+	realPeriod   = 100 * time.Millisecond
+	realWindow   = 5 * time.Second
+	realSpan     = 2 * time.Minute
+	realLoad     = 0.7 // of each pod's quota a fitted pod spends on traffic: room to spare fitted, little starved
+	realPerArm   = 2
+	realWeight   = 64 // cpu.shares as for 64 cores: the quota, not the neighbours, limits each pod
+	realWorkArg  = "/work?n=2000"
+	realInFlight = 64
 )
 
 // TestRealPrometheusExperiment runs an experiment on real processes and a
@@ -93,10 +95,17 @@ func TestRealPrometheusExperiment(t *testing.T) {
 	}
 	prom := promtest.Start(t, bins, promtest.Config{Interval: time.Second, Targets: targets})
 
+	// The rate is set from what a request costs on this machine: a
+	// hash-heavy request takes 1.7 ms of CPU with SHA instructions and
+	// 7 ms without, and a fixed rate would overload every pod on one
+	// machine and idle them on another.
+	cost := requestCost(t, addrs[pods[0].Name])
+	rate := max(5, int(realLoad*realCPU/cost))
+	t.Logf("a request costs %.2f ms of CPU here: %d requests a second per pod", cost*1000, rate)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	for _, addr := range addrs {
-		wg.Go(func() { openLoop(ctx, addr, realRate) })
+		wg.Go(func() { openLoop(ctx, addr, rate) })
 	}
 	time.Sleep(5 * time.Second) // warm up: the first scrapes and GC cycles
 	from := time.Now().Truncate(time.Second)
@@ -171,8 +180,8 @@ func TestRealPrometheusExperiment(t *testing.T) {
 		}
 	}
 	for _, a := range r.Arms {
-		if got := a.Metrics["requests_per_second"].Value; got < 0.9*realRate {
-			t.Logf("arm %s: %.1f requests a second per pod of the %d sent: the generator or the arm fell behind", a.Name, got, realRate)
+		if got := float64(a.Metrics["requests_per_second"].Value); got < 0.9*float64(rate) {
+			t.Logf("arm %s: %.1f requests a second per pod of the %d sent: the generator or the arm fell behind", a.Name, got, rate)
 		}
 	}
 }
@@ -227,8 +236,13 @@ func (p livePods) Experiment(context.Context, string, string) (Spec, error) { re
 // load balancer gets its share of traffic. The schedule is kept from the
 // start: a sender that falls behind (a busy host) sends what it owes at
 // once, where a time.Ticker would drop the ticks and lower the rate.
+//
+// At most realInFlight requests are outstanding: one more is dropped, not
+// queued. An arm that cannot keep up would otherwise collect connections
+// until its listen backlog fills and Prometheus's scrapes time out too.
 func openLoop(ctx context.Context, addr string, rate int) {
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: realInFlight}}
+	slots := make(chan struct{}, realInFlight)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	start := time.Now()
@@ -243,7 +257,13 @@ func openLoop(ctx context.Context, addr string, rate int) {
 		} else if ctx.Err() != nil {
 			return
 		}
+		select {
+		case slots <- struct{}{}:
+		default:
+			continue // the arm is realInFlight requests behind
+		}
 		wg.Go(func() {
+			defer func() { <-slots }()
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+realWorkArg, nil)
 			resp, err := c.Do(req)
 			if err != nil {
@@ -253,4 +273,52 @@ func openLoop(ctx context.Context, addr string, rate int) {
 			resp.Body.Close()
 		})
 	}
+}
+
+// requestCost is the CPU seconds one request to addr takes, measured
+// with requests one at a time for two seconds and the service's own
+// process_cpu_seconds_total (which counts in 10 ms ticks: two seconds
+// of a 250m quota is 50 of them).
+func requestCost(t *testing.T, addr string) float64 {
+	t.Helper()
+	before := processCPU(t, addr)
+	n := 0
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); n++ {
+		resp, err := http.Get("http://" + addr + realWorkArg)
+		if err != nil {
+			t.Fatalf("calibrate on %s: %v", addr, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	used := processCPU(t, addr) - before
+	if used <= 0 || n == 0 {
+		t.Fatalf("calibrate on %s: %d requests used %.3fs of CPU", addr, n, used)
+	}
+	return used / float64(n)
+}
+
+// processCPU reads process_cpu_seconds_total from addr's /metrics.
+func processCPU(t *testing.T, addr string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "process_cpu_seconds_total "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("%s/metrics: process_cpu_seconds_total %q: %v", addr, v, err)
+			}
+			return f
+		}
+	}
+	t.Fatalf("%s/metrics has no process_cpu_seconds_total", addr)
+	return 0
 }
