@@ -18,6 +18,8 @@ func runLab(args []string, stdout, stderr io.Writer) error {
 	var o lab.Options
 	fs.BoolVar(&o.Quick, "quick", false, "a reduced study: one quota, within 4 minutes on 2 cores")
 	fs.StringVar(&o.Cmd, "cmd", "", "your service's command; {port} is replaced by a free port (no shell quoting: use sh -c '...' for that)")
+	fs.StringVar(&o.Image, "image", "", "an OCI image to study instead of --cmd: oci:DIR, oci-archive:FILE, docker-archive:FILE or a registry reference (docker config credentials); run as its entrypoint, cmd, env, working directory and user, with $PORT set to {port}")
+	fs.StringVar(&o.Args, "args", "", "with --image: replaces the image's cmd; {port} is replaced by a free port")
 	fs.StringVar(&o.URL, "url", "", "URL to load, e.g. http://127.0.0.1:{port}/api; readiness is polled here")
 	fs.StringVar(&o.Out, "out", "gofit-lab", "directory for report.html and results.json")
 	fs.BoolVar(&o.JSON, "json", false, "print results.json to stdout instead of the summary")

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
 	"io"
 	"os"
 
@@ -51,6 +52,7 @@ func usage(w io.Writer) {
 }
 
 func main() {
+	sandbox.MaybeExec() // the lab's image helper (gofit lab --image): never returns when asked for
 	os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 // The test binary doubles as gofit, so integration tests can run it as a
 // real process inside a cgroup without a separate build.
 func TestMain(m *testing.M) {
+	sandbox.MaybeExec()
 	if os.Getenv("GOFIT_TEST_AS_GOFIT") == "1" {
 		os.Exit(Main(os.Args[1:], os.Stdout, os.Stderr))
 	}

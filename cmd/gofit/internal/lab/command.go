@@ -10,9 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/image"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/report"
@@ -75,6 +77,11 @@ func Main(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	if cfg.ImageRef != "" {
+		if err := fromImage(ctx, &cfg, dir); err != nil {
+			return err
+		}
+	}
 	if cfg.Target.Path == "" {
 		// The embedded sample: this very binary, copied so its page cache
 		// can be evicted before each trial without touching the running
@@ -94,6 +101,10 @@ func Main(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	// its own copy, so neither is charged for the other's page cache.
 	cfg.RefTarget = cfg.Target
 	cfg.RefTarget.Path = filepath.Join(dir, "reference-"+filepath.Base(cfg.Target.Path))
+	if cfg.Target.Root != nil {
+		// Inside the image's root, beside the original.
+		cfg.RefTarget.Path = filepath.Join(filepath.Dir(cfg.Target.Path), ".gofit-reference-"+filepath.Base(cfg.Target.Path))
+	}
 	if err := copyFile(cfg.Target.Path, cfg.RefTarget.Path); err != nil {
 		cfg.RefTarget = sandbox.Target{}
 		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("the health trials' reference shares %s with the limited run (%v): page cache one faults in is charged to the other", cfg.Target.Path, err))
@@ -251,4 +262,28 @@ func checkOut(dir string) (undo func(), err error) {
 		return nil, err
 	}
 	return undo, nil
+}
+
+// fromImage opens --image, unpacks it into dir and makes it the target:
+// its entrypoint and cmd (or --args), env with PORT={port}, working
+// directory and user, run in its root filesystem. Every check is made
+// before any trial starts.
+func fromImage(ctx context.Context, cfg *Config, dir string) error {
+	im, err := image.Load(ctx, cfg.ImageRef, filepath.Join(dir, "rootfs"), dir)
+	if err != nil {
+		return err
+	}
+	argv := im.Command(cfg.ImageArgs)
+	if len(argv) == 0 {
+		return fmt.Errorf("%w: --image %s: --args is empty and the image has no entrypoint: nothing to run", ErrUsage, cfg.ImageRef)
+	}
+	_, onHost, err := im.Resolve(argv[0])
+	if err != nil {
+		return fmt.Errorf("--image %s: its command %q: %w", cfg.ImageRef, strings.Join(argv, " "), err)
+	}
+	env := append(slices.Clone(im.Env), "PORT={port}")
+	cfg.Target.Path, cfg.Target.Args, cfg.Target.Env = onHost, argv[1:], env
+	cfg.Target.Root = &sandbox.Root{Dir: im.Root, Cwd: im.WorkingDir, UID: im.UID, GID: im.GID}
+	cfg.Image = fmt.Sprintf("%s (%s, %s)", cfg.ImageRef, im.Digest, im.Platform)
+	return nil
 }

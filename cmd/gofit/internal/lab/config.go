@@ -48,6 +48,13 @@ type Config struct {
 	// Sample is set when Target is the embedded sample, whose main module
 	// is run with Go ≥ 1.25's GOMAXPROCS default (see README).
 	Sample bool
+	// Image describes the OCI image Target runs from (--image): reference,
+	// digest and platform. Empty: a --cmd binary or the sample.
+	Image string
+	// ImageRef is --image: Main opens it and sets Target from it;
+	// ImageArgs is --args, which replaces the image's cmd (nil: not given).
+	ImageRef  string
+	ImageArgs []string
 
 	Quotas []float64 // CPU quotas in cores
 	// CPURequest adds the row "no limit, request R": no CPU quota, the CPU
@@ -193,6 +200,8 @@ type Options struct {
 	Seed         int64
 	ReadyURL     string        // polled for readiness instead of URL
 	ReadyTimeout time.Duration // how long a start may take
+	Image        string        // an OCI image to run instead of --cmd: oci:DIR, oci-archive:FILE, docker-archive:FILE or a registry reference
+	Args         string        // with Image: replaces the image's cmd; {port} is replaced
 	// Given names the options the user set, by flag name ("repeats"): a
 	// count or duration given as 0 is a mistake, not the default.
 	Given map[string]bool
@@ -287,26 +296,47 @@ func (o Options) target(cfg *Config) error {
 	if o.URL != "" && o.Targets != "" {
 		return usagef("--url and --targets: give one")
 	}
-	if (o.Cmd == "") != (o.URL == "" && o.Targets == "") {
+	if o.Cmd != "" && o.Image != "" {
+		return usagef("--cmd and --image: give one")
+	}
+	if set("args") && o.Image == "" {
+		return usagef("--args goes with --image (put a binary's arguments in --cmd)")
+	}
+	if o.Image != "" && o.URL == "" && o.Targets == "" {
+		return usagef("--image goes with --url or --targets (the image's port is {port}, also in $PORT)")
+	}
+	if (o.Cmd == "" && o.Image == "") != (o.URL == "" && o.Targets == "") {
 		return usagef("--cmd goes with --url or --targets")
 	}
 	if len(o.Headers) > 0 && o.URL == "" {
 		return usagef("--header goes with --url (put headers in the --targets file)")
 	}
-	if (o.ReadyURL != "" || set("ready-timeout")) && o.Cmd == "" {
-		return usagef("--ready-url and --ready-timeout go with --cmd")
+	if (o.ReadyURL != "" || set("ready-timeout")) && o.Cmd == "" && o.Image == "" {
+		return usagef("--ready-url and --ready-timeout go with --cmd or --image")
 	}
 	if set("ready-timeout") && o.ReadyTimeout <= 0 {
 		return usagef("--ready-timeout %v: must be positive", o.ReadyTimeout)
 	}
-	if o.Cmd == "" {
+	if o.Cmd == "" && o.Image == "" {
 		return nil
 	}
-	words := strings.Fields(o.Cmd)
-	if len(words) == 0 {
-		return usagef("--cmd %q: no command", o.Cmd)
+	t := sandbox.Target{URL: o.URL, ReadyURL: o.ReadyURL, ReadyTimeout: o.ReadyTimeout}
+	if o.Image != "" {
+		// Main opens the image and fills in the command.
+		cfg.ImageRef = o.Image
+		if set("args") {
+			cfg.ImageArgs = strings.Fields(o.Args)
+			if cfg.ImageArgs == nil {
+				cfg.ImageArgs = []string{} // --args '': the entrypoint alone
+			}
+		}
+	} else {
+		words := strings.Fields(o.Cmd)
+		if len(words) == 0 {
+			return usagef("--cmd %q: no command", o.Cmd)
+		}
+		t.Path, t.Args = words[0], words[1:]
 	}
-	t := sandbox.Target{Path: words[0], Args: words[1:], URL: o.URL, ReadyURL: o.ReadyURL, ReadyTimeout: o.ReadyTimeout}
 	if o.URL != "" {
 		if err := load.CheckURL(o.URL); err != nil {
 			return usagef("--url %v", err)

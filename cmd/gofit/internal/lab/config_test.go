@@ -68,6 +68,9 @@ func TestOptionsConfig(t *testing.T) {
 		want string
 	}{
 		{Options{Cmd: "x", Given: given("cmd")}, "--cmd goes with --url or --targets"},
+		{Options{Cmd: "x", Image: "oci:d", URL: "http://h/", Given: given("cmd", "image", "url")}, "--cmd and --image: give one"},
+		{Options{Cmd: "x", Args: "-v", URL: "http://h/", Given: given("cmd", "args", "url")}, "--args goes with --image"},
+		{Options{Image: "oci:d", Given: given("image")}, "--image goes with --url or --targets"},
 		{Options{Cmd: " ", URL: "http://h/", Given: given("cmd", "url")}, `--cmd " ": no command`},
 		{Options{Cmd: "svc", URL: "ftp://h/", Given: given("cmd", "url")}, "--url"},
 		{Options{Quotas: "0.5,fast", Given: given("quotas")}, `--quotas: "fast"`},

@@ -55,7 +55,7 @@ func runStudy(ctx context.Context, sb *sandbox.Sandbox, cfg Config) (*result.Res
 	}
 	l := newLab(cfg)
 	l.rec.Machine = machine()
-	l.rec.Target = result.TargetInfo{Command: strings.Join(append([]string{cfg.Target.Path}, cfg.Target.Args...), " "), URL: cfg.Target.URL, Sample: cfg.Sample, PageCache: "cold"}
+	l.rec.Target = result.TargetInfo{Command: strings.Join(append([]string{cfg.Target.Shown()}, cfg.Target.Args...), " "), URL: cfg.Target.URL, Sample: cfg.Sample, Image: cfg.Image, PageCache: "cold"}
 	if st, err := os.Stat(cfg.Target.Path); err == nil {
 		l.rec.Target.BinaryBytes = st.Size()
 	}
@@ -122,6 +122,15 @@ func machine() result.Machine {
 	m := result.Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}
 	if c, err := cgroup.NewFS("/").Self(); err == nil {
 		m.CgroupVersion = c.Version()
+	}
+	m.Host, _ = os.Hostname()
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPUModel = strings.TrimSpace(v)
+				break
+			}
+		}
 	}
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = strings.TrimSpace(string(b))

@@ -179,8 +179,8 @@ var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{"st
 <style>
 ` + CSS + `</style></head><body>
 <h1>gofit lab report</h1>
-<p class="meta">{{.R.Machine.CPUs}} CPUs, cgroup v{{.R.Machine.CgroupVersion}}, {{.R.Machine.GoVersion}}, kernel {{.R.Machine.Kernel}}, load average at start {{.R.Machine.LoadAvg}}.
-Target <code>{{.R.Target.Command}}</code>. {{.R.Lab.Trials}} trials in {{printf "%.0f" .R.Lab.WallSeconds}} s (budget {{printf "%.0f" .R.Lab.BudgetSeconds}} s).</p>
+<p class="meta">{{with .R.Machine.Host}}{{.}}: {{end}}{{.R.Machine.CPUs}} CPUs{{with .R.Machine.CPUModel}} ({{.}}){{end}}, cgroup v{{.R.Machine.CgroupVersion}}, {{.R.Machine.GoVersion}}, kernel {{.R.Machine.Kernel}}, load average at start {{.R.Machine.LoadAvg}}.
+Target <code>{{.R.Target.Command}}</code>{{with .R.Target.Image}} from image <code>{{.}}</code>{{end}}. {{.R.Lab.Trials}} trials in {{printf "%.0f" .R.Lab.WallSeconds}} s (budget {{printf "%.0f" .R.Lab.BudgetSeconds}} s).</p>
 {{if .R.Lab.Failed}}<div class="alert"><b>Not a trustworthy result:</b> {{.R.Lab.Failed}}.</div>{{end}}
 {{if .Placement}}<div class="{{if .R.Placement.Isolated}}meta{{else}}warn{{end}}"><b>Isolation:</b> {{.R.Placement.Note}}.{{if .Overlap}} Measured: {{.Overlap}}{{end}}</div>{{end}}
 {{range .R.Lab.Warnings}}<div class="warn">{{.}}</div>{{end}}
@@ -389,8 +389,18 @@ func mibf(b int64) float64 { return float64(b) / (1 << 20) }
 // Summary prints the terminal summary: the verdicts and the
 // recommendation first.
 func Summary(w io.Writer, r *result.Results) {
-	fmt.Fprintf(w, "\ngofit lab: %d CPUs, cgroup v%d, %s, kernel %s, load average %s\n", r.Machine.CPUs, r.Machine.CgroupVersion, r.Machine.GoVersion, r.Machine.Kernel, r.Machine.LoadAvg)
+	where := ""
+	if r.Machine.Host != "" {
+		where = " on " + r.Machine.Host
+	}
+	if r.Machine.CPUModel != "" {
+		where += " (" + r.Machine.CPUModel + ")"
+	}
+	fmt.Fprintf(w, "\ngofit lab%s: %d CPUs, cgroup v%d, %s, kernel %s, load average %s\n", where, r.Machine.CPUs, r.Machine.CgroupVersion, r.Machine.GoVersion, r.Machine.Kernel, r.Machine.LoadAvg)
 	fmt.Fprintf(w, "target: %s\n", r.Target.Command)
+	if r.Target.Image != "" {
+		fmt.Fprintf(w, "image: %s\n", r.Target.Image)
+	}
 	if r.Lab.Failed != "" {
 		fmt.Fprintf(w, "\n!! NOT TRUSTWORTHY: %s\n", r.Lab.Failed)
 	}

@@ -31,6 +31,8 @@ type Results struct {
 
 // Machine describes where the study ran.
 type Machine struct {
+	Host          string `json:"host,omitempty"`
+	CPUModel      string `json:"cpu_model,omitempty"`
 	CPUs          int    `json:"cpus"`
 	CgroupVersion int    `json:"cgroup_version"`
 	GoVersion     string `json:"go_version"`
@@ -40,7 +42,10 @@ type Machine struct {
 
 // TargetInfo describes the service studied.
 type TargetInfo struct {
-	Command       string  `json:"command"`
+	Command string `json:"command"`
+	// Image is the OCI image the target ran from (--image): the reference
+	// as given, its manifest digest and platform. Empty: a --cmd binary.
+	Image         string  `json:"image,omitempty"`
 	URL           string  `json:"url"`
 	Sample        bool    `json:"sample"`
 	BinaryBytes   int64   `json:"binary_bytes"`

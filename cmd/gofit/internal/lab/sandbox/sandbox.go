@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -64,7 +65,19 @@ type Target struct {
 	// mix's first GET target).
 	ReadyURL     string
 	ReadyTimeout time.Duration // default 30s
-	Env          []string      // base environment (default: the lab's, without GO* runtime variables)
+	Env          []string      // base environment (default: the lab's, without GO* runtime variables); "{port}" is replaced in values
+	// Root, when set, runs the target in an image's root filesystem
+	// (gofit lab --image): Path is then the executable on this machine,
+	// inside Root.Dir, whose page cache the cold starts evict.
+	Root *Root
+}
+
+// Root is an unpacked image's root filesystem and how its process runs
+// there: the working directory and the user and group IDs.
+type Root struct {
+	Dir      string
+	Cwd      string
+	UID, GID int
 }
 
 // Mix is the requests the target gets, {port} not yet replaced.
@@ -362,10 +375,24 @@ func (s *Sandbox) Start(ctx context.Context, t Target, cfg TrialConfig) (*Trial,
 	if u, err := url.Parse(tr.Targets[0].URL); err == nil {
 		tr.VarsURL = u.Scheme + "://" + u.Host + "/debug/vars"
 	}
-	cmd := g.Command(t.Path, args...)
+	var cmd *exec.Cmd
+	if t.Root != nil {
+		helper, err := rootCommand(t, args)
+		if err != nil {
+			return fail(err)
+		}
+		cmd = g.Command(helper[0], helper[1:]...)
+	} else {
+		cmd = g.Command(t.Path, args...)
+	}
 	env := t.Env
 	if env == nil {
 		env = load.CleanEnv()
+	} else {
+		env = slices.Clone(env)
+		for i, e := range env {
+			env[i] = strings.ReplaceAll(e, "{port}", port)
+		}
 	}
 	for k, v := range cfg.Env {
 		env = append(env, k+"="+v)

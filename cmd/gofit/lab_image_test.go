@@ -1,0 +1,167 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gofit-dev/gofit/tools/ociimage"
+)
+
+// httpbinVersion is examples/labservices' go-httpbin (make lab-services).
+const httpbinVersion = "v2.26.0"
+
+// buildHTTPBin installs go-httpbin, static, into a temporary directory.
+func buildHTTPBin(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "install", "-trimpath", "github.com/mccutchen/go-httpbin/v2/cmd/go-httpbin@"+httpbinVersion)
+	cmd.Env = append(os.Environ(), "GOBIN="+dir, "GOWORK=off", "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go install go-httpbin@%s: %v\n%s", httpbinVersion, err, out)
+	}
+	return filepath.Join(dir, "go-httpbin")
+}
+
+type labMemory struct {
+	Target struct {
+		Command string `json:"command"`
+		Image   string `json:"image"`
+	} `json:"target"`
+	Machine struct {
+		Host     string `json:"host"`
+		CPUModel string `json:"cpu_model"`
+	} `json:"machine"`
+	Memory []struct {
+		Setting string `json:"setting"`
+		Floor   *int64 `json:"floor_bytes"`
+		Healthy *int64 `json:"healthy_floor_bytes"`
+	} `json:"memory"`
+	Lab struct {
+		Failed string `json:"failed"`
+	} `json:"lab"`
+}
+
+// TestLabImage runs the quick study on an OCI archive of go-httpbin (one
+// of examples/labservices, written with go-containerregistry, run as the
+// image's nonroot user with the port from $PORT) and on the same binary
+// with --cmd: the memory floors agree to within a step of the search (4
+// MiB), since it is the same program under the same limits. Then it
+// checks that nothing of the image is left behind. About 6 minutes on 2
+// cores.
+func TestLabImage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping the lab's real study in -short mode")
+	}
+	canLab(t)
+	bin := buildHTTPBin(t)
+	exe, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(t.TempDir(), "httpbin.tar")
+	f, err := os.Create(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ociimage.Write(f, ociimage.Image{
+		Ref:   "example.com/go-httpbin:" + httpbinVersion,
+		Files: append(ociimage.Base(nil), ociimage.File{Path: "/bin", Mode: os.ModeDir | 0o755}, ociimage.File{Path: "/bin/go-httpbin", Mode: 0o755, Data: exe}),
+		// go-httpbin takes HOST and PORT from its environment; the lab
+		// sets PORT.
+		Entrypoint: []string{"go-httpbin"},
+		Env:        []string{"PATH=/bin", "HOST=127.0.0.1"},
+		User:       "65532:65532",
+		WorkingDir: "/home/nonroot",
+		Platforms:  []ociimage.Platform{{Arch: runtime.GOARCH}},
+	})
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets, err := filepath.Abs("../../examples/labservices/httpbin.targets")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(name string, args ...string) labMemory {
+		out := t.TempDir()
+		// One CPU repeat: the CPU verdicts are TestLabQuick's; the
+		// memory floors are compared here.
+		cmd := gofitCmd(append([]string{"lab", "--quick", "--repeats", "1", "--max-repeats", "1", "--json", "--out", out, "--targets", targets}, args...)...)
+		cmd.Dir = filepath.Dir(targets) // the targets file's @body4k.json
+		var stdout, stderr syncBuffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		start := time.Now()
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("gofit lab %s: %v\n%s", name, err, stderr.String())
+		}
+		t.Logf("gofit lab --quick %s took %v", name, time.Since(start).Round(time.Second))
+		if left := leftovers(t, cmd.Process.Pid); len(left) > 0 {
+			t.Errorf("%s: left behind: %v", name, left)
+		}
+		var r labMemory
+		if err := json.Unmarshal([]byte(stdout.String()), &r); err != nil {
+			t.Fatalf("%s: --json output: %v\n%s", name, err, stdout.String())
+		}
+		if r.Lab.Failed != "" {
+			t.Errorf("%s: the study failed: %s", name, r.Lab.Failed)
+		}
+		return r
+	}
+	img := run("--image", "--image", "oci-archive:"+archive)
+	if img.Target.Command != "/bin/go-httpbin" || !strings.HasPrefix(img.Target.Image, "oci-archive:"+archive+" (sha256:") ||
+		!strings.HasSuffix(img.Target.Image, ", linux/"+runtime.GOARCH+")") {
+		t.Errorf("target %+v: want the command inside the image and the image's digest and platform", img.Target)
+	}
+	if img.Machine.Host == "" {
+		t.Errorf("machine %+v: no host", img.Machine)
+	}
+	cmd := run("--cmd", "--cmd", bin+" -host 127.0.0.1 -port {port}")
+	const step = 4 << 20
+	floors := map[string]*int64{}
+	for _, m := range cmd.Memory {
+		floors[m.Setting] = m.Floor
+	}
+	for _, m := range img.Memory {
+		c, ok := floors[m.Setting]
+		if !ok {
+			t.Errorf("setting %s: in the image's study only", m.Setting)
+			continue
+		}
+		t.Logf("%s: floor %s from the image, %s from the binary; healthy %s and %s", m.Setting, mib(m.Floor), mib(c), mib(m.Healthy), mib(healthyOf(cmd, m.Setting)))
+		if (m.Floor == nil) != (c == nil) || m.Floor != nil && abs(*m.Floor-*c) > step {
+			t.Errorf("setting %s: floor %s from the image, %s from the same binary: more than a step (4 MiB) apart", m.Setting, mib(m.Floor), mib(c))
+		}
+	}
+}
+
+func healthyOf(r labMemory, setting string) *int64 {
+	for _, m := range r.Memory {
+		if m.Setting == setting {
+			return m.Healthy
+		}
+	}
+	return nil
+}
+
+func mib(b *int64) string {
+	if b == nil {
+		return "none"
+	}
+	return fmt.Sprintf("%.1f MiB", float64(*b)/(1<<20))
+}
+
+func abs(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
