@@ -10,12 +10,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/image"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/report"
 )
@@ -281,7 +281,11 @@ func fromImage(ctx context.Context, cfg *Config, dir string) error {
 	if err != nil {
 		return fmt.Errorf("--image %s: its command %q: %w", cfg.ImageRef, strings.Join(argv, " "), err)
 	}
-	env := append(slices.Clone(im.Env), "PORT={port}")
+	env, dropped := load.WithoutRuntimeVars(im.Env)
+	if len(dropped) > 0 {
+		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("the image sets %s: left out, since each trial sets its own (the baseline none)", strings.Join(dropped, ", ")))
+	}
+	env = append(env, "PORT={port}")
 	cfg.Target.Path, cfg.Target.Args, cfg.Target.Env = onHost, argv[1:], env
 	cfg.Target.Root = &sandbox.Root{Dir: im.Root, Cwd: im.WorkingDir, UID: im.UID, GID: im.GID}
 	cfg.Image = fmt.Sprintf("%s (%s, %s)", cfg.ImageRef, im.Digest, im.Platform)

@@ -17,16 +17,25 @@ import (
 // carries one, and a target importing gofit's auto package would take a
 // trial's GOMAXPROCS=1 for gofit's own value and follow the cgroup.
 func CleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
+	env, _ := WithoutRuntimeVars(os.Environ())
+	return env
+}
+
+// WithoutRuntimeVars is env without the variables the lab's settings
+// set (GOMAXPROCS, GOMEMLIMIT, GOGC, GODEBUG, GOFIT and gofit's marker),
+// and the names it took out: one left in would become every trial's
+// setting, the baseline's too.
+func WithoutRuntimeVars(env []string) (kept, dropped []string) {
+	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
 		switch k {
 		case "GOMAXPROCS", "GOMEMLIMIT", "GOGC", "GODEBUG", "GOFIT", fit.MarkerVar:
+			dropped = append(dropped, k)
 			continue
 		}
-		env = append(env, kv)
+		kept = append(kept, kv)
 	}
-	return env
+	return kept, dropped
 }
 
 // FreePort is a TCP port on 127.0.0.1 that was free a moment ago.

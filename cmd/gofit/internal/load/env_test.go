@@ -1,6 +1,7 @@
 package load
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -27,5 +28,18 @@ func TestCleanEnv(t *testing.T) {
 	}
 	if !kept {
 		t.Error("cleanEnv dropped an unrelated variable")
+	}
+}
+
+// TestWithoutRuntimeVars: an image's or the lab's own GOMAXPROCS,
+// GOMEMLIMIT, GOGC, GODEBUG and GOFIT would become every trial's
+// setting; they are taken out and named, the rest kept in order.
+func TestWithoutRuntimeVars(t *testing.T) {
+	kept, dropped := WithoutRuntimeVars([]string{"PATH=/bin", "GOMAXPROCS=4", "GOGC=50", "HOME=/", "GODEBUG=x=1", "GOMEMLIMIT=1GiB", "GOFIT=off", "GOPATH=/go"})
+	if want := []string{"PATH=/bin", "HOME=/", "GOPATH=/go"}; !slices.Equal(kept, want) {
+		t.Errorf("kept %q, want %q", kept, want)
+	}
+	if want := []string{"GOMAXPROCS", "GOGC", "GODEBUG", "GOMEMLIMIT", "GOFIT"}; !slices.Equal(dropped, want) {
+		t.Errorf("dropped %q, want %q", dropped, want)
 	}
 }
