@@ -160,16 +160,19 @@ patches:
 	phase("4 replicas ready", t0)
 	// An assignment that misses admission.ArmDeadline (1 s) gives the pod
 	// gofit's normal fit and no arm, by design. Under TCG, 4 pods admitted
-	// within a second, assigned one at a time per experiment, can miss it:
-	// such a pod must have the normal fit, and is replaced alone, one at a
-	// time, up to 3 rounds, until every pod has its arm.
+	// within a second, assigned one at a time per experiment, can miss it;
+	// and a review that outlasts the webhook's 2 s timeoutSeconds is
+	// admitted unmutated (failurePolicy Ignore: the webhook-failover step
+	// counts these). Either pod is replaced alone, one at a time, up to 3
+	// rounds, until every pod has its arm; the check after the loop fails
+	// the step if one still has none.
 	for round := 0; ; round++ {
 		var noArm []string
 		for _, p := range pods {
 			if p.Labels["gofit.dev/experiment"] == "" {
 				noArm = append(noArm, p.Name)
 				if env := envOf(p.Spec.Containers[0]); env["GOFIT_RUN"] == "" {
-					t.Errorf("pod %s: no arm and no normal fit either: env %v", p.Name, env)
+					t.Logf("pod %s: no arm and no normal fit: admitted unmutated (the review outlasted the webhook's timeoutSeconds, and it fails open): env %v", p.Name, env)
 				}
 			}
 		}
