@@ -42,6 +42,9 @@ func prefix(in Input, n int) Input {
 // false experiments would come from a true rate of 5% less than 1% of
 // the time.
 func TestAASequentialLooks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping in -short: a simulation of sequential experiments (11 s; minutes under -race); make test runs it")
+	}
 	experiments, resamples := 10, 200
 	if v, err := strconv.Atoi(os.Getenv("GOFIT_AA_EXPERIMENTS")); err == nil && v >= 10 {
 		experiments, resamples = v, 400

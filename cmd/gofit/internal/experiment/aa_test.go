@@ -23,6 +23,9 @@ import (
 // of 5% less than 1% of the time (a one-sided binomial bound), so that it
 // catches a broken interval without failing on the luck of the seeds.
 func TestAAFalseVerdictRate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping in -short: 100 simulated analyses (18 s; minutes under -race); make test runs them")
+	}
 	analyses := 100
 	if v, err := strconv.Atoi(os.Getenv("GOFIT_AA_ANALYSES")); err == nil && v >= 20 {
 		analyses = v // the figures in docs/results ran 400

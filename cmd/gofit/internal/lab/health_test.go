@@ -171,6 +171,9 @@ func newFakeMemLab(t *testing.T, seed int64, quick bool) (*study, *fakeMem) {
 // back-to-back pairs of studies as a rate: more than one pair in ten
 // two steps apart fails.
 func TestHealthyFloorRepeats(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping in -short: 24 simulated memory studies (13 s; minutes under -race), no concurrency of their own; make test runs them")
+	}
 	for _, quick := range []bool{false, true} {
 		floors := map[string][]int64{}
 		var res int64
@@ -236,6 +239,9 @@ func TestHealthyFloorRepeats(t *testing.T) {
 // studies, at the band's top. With the edge confirmed 2 of 3 at one step,
 // 17 of the 76 pairs were two steps apart (60 against 68 MiB).
 func TestSurvivalFloorRepeatsOverABand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping in -short: 20 simulated memory studies (15 s; minutes under -race), no concurrency of their own; make test runs them")
+	}
 	var floors []int64
 	apart, pairs := 0, 0
 	for seed := int64(1); seed <= 20; seed++ {
