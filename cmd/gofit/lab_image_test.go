@@ -55,10 +55,14 @@ type labMemory struct {
 // TestLabImage runs the quick study on an OCI archive of go-httpbin (one
 // of examples/labservices, written with go-containerregistry, run as the
 // image's nonroot user with the port from $PORT) and on the same binary
-// with --cmd: the memory floors agree to within a step of the search (4
-// MiB), since it is the same program under the same limits. Then it
-// checks that nothing of the image is left behind. About 6 minutes on 2
-// cores.
+// with --cmd: the survival floors agree as closely as two --quick runs of
+// one binary do. --quick confirms a floor 2 of 3 at one 4 MiB step, and
+// where a service's edge is a band two such runs land up to two steps
+// apart (92 and 100 MiB for the sample: docs/results/memory.md), so a
+// test that asked for one step would fail a correct lab about one run in
+// five; more than two steps apart is a difference of the image's own.
+// The difference is logged. Then it checks that nothing of the image is
+// left behind. About 6 minutes on 2 cores.
 func TestLabImage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping the lab's real study in -short mode")
@@ -129,7 +133,7 @@ func TestLabImage(t *testing.T) {
 		t.Errorf("machine %+v: no host", img.Machine)
 	}
 	cmd := run("--cmd", "--cmd", bin+" -host 127.0.0.1 -port {port}")
-	const step = 4 << 20
+	const step, tolerance = 4 << 20, 2 // bytes; steps
 	floors := map[string]*int64{}
 	for _, m := range cmd.Memory {
 		floors[m.Setting] = m.Floor
@@ -141,8 +145,8 @@ func TestLabImage(t *testing.T) {
 			continue
 		}
 		t.Logf("%s: floor %s from the image, %s from the binary; healthy %s and %s", m.Setting, mib(m.Floor), mib(c), mib(m.Healthy), mib(healthyOf(cmd, m.Setting)))
-		if (m.Floor == nil) != (c == nil) || m.Floor != nil && abs(*m.Floor-*c) > step {
-			t.Errorf("setting %s: floor %s from the image, %s from the same binary: more than a step (4 MiB) apart", m.Setting, mib(m.Floor), mib(c))
+		if (m.Floor == nil) != (c == nil) || m.Floor != nil && abs(*m.Floor-*c) > tolerance*step {
+			t.Errorf("setting %s: floor %s from the image, %s from the same binary: more than %d steps (4 MiB each) apart", m.Setting, mib(m.Floor), mib(c), tolerance)
 		}
 	}
 }
