@@ -253,10 +253,7 @@ func startFaultProxy(t *testing.T, cmPath string) *faultProxy {
 
 // agentRestartConfigFails restarts the agent while every read of its
 // ConfigMap fails with a 503, and checks that it writes nothing meanwhile,
-// says so in /healthz, and resumes once the reads succeed. Then it makes
-// the ConfigMap unparseable and restarts the agent on it: nothing changes,
-// /healthz is 503 naming the key, /livez stays 200 (the kubelet does not
-// restart it in a loop), and fixing the ConfigMap heals it.
+// says so in /healthz, and resumes once the reads succeed.
 //
 // How the list fails, and for the agent only: the agent's pod is pointed
 // (KUBERNETES_SERVICE_HOST/PORT in its container's env, which the in-cluster
@@ -454,100 +451,6 @@ func (g *guestRun) agentRestartConfigFails(t *testing.T) {
 	}
 	t.Logf("resumed: the late pod got memory.low %d %.1fs after the reads succeeded", num(readValue(t, lateDir, "memory.low")), time.Since(healed).Seconds())
 
-	// A ConfigMap that does not parse, and an agent restarted on it (back
-	// to the API server directly): treated like a failed read, it writes
-	// nothing, /healthz names the key and the error, and /livez keeps the
-	// kubelet from restarting it.
-	cm, err := c.cs.CoreV1().ConfigMaps("gofit-node").Get(g.ctx, "slo-controller-config", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	good := cm.Data["resource-qos-config"]
-	cm.Data["resource-qos-config"] = `{"clusterStrategy": {`
-	if cm, err = c.cs.CoreV1().ConfigMaps("gofit-node").Update(g.ctx, cm, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	fixed := false
-	fix := func() error {
-		if fixed {
-			return nil
-		}
-		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			cur, err := c.cs.CoreV1().ConfigMaps("gofit-node").Get(g.ctx, "slo-controller-config", metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			cur.Data["resource-qos-config"] = good
-			if _, err = c.cs.CoreV1().ConfigMaps("gofit-node").Update(g.ctx, cur, metav1.UpdateOptions{}); err == nil {
-				fixed = true
-			}
-			return err
-		})
-	}
-	// Runs before the DaemonSet's restore above waits for a ready agent.
-	defer func() {
-		if err := fix(); err != nil {
-			t.Errorf("restoring resource-qos-config: %v", err)
-		}
-	}()
-	time.Sleep(11 * time.Second) // one interval: the running agent keeps its last good configuration
-	before = memValues()
-	if err := g.setAgentEnv(origEnv); err != nil {
-		t.Fatal(err)
-	}
-	restarted := g.agentPod(t, "KUBERNETES_SERVICE_HOST=", 5*time.Minute)
-	t.Logf("agent restarted on the unparseable ConfigMap: %s (was %s)", restarted.Name, agent.Name)
-	restartedDir := podCgroup(restarted, string(restarted.UID))
-	watchStart = time.Now()
-	diff, seen = nil, map[string]bool{}
-	for {
-		d, _ := watchValues(before, 5*time.Second, oldDir, newDir, restartedDir)
-		for _, x := range d {
-			if !seen[x] {
-				seen[x] = true
-				diff = append(diff, x)
-			}
-		}
-		code, body, _ = agentHTTP(restarted, "/healthz")
-		// Three intervals, as above; /livez and the restart count below
-		// say whether the kubelet would restart it.
-		if strings.Contains(body, "configmap gofit-node/slo-controller-config: resource-qos-config: ") && time.Since(watchStart) > 35*time.Second {
-			break
-		}
-		if time.Since(watchStart) > 4*time.Minute {
-			t.Errorf("/healthz never named the bad key: %d %q", code, body)
-			break
-		}
-	}
-	t.Logf("/healthz %d after %.0fs on the unparseable ConfigMap: %s", code, time.Since(watchStart).Seconds(), body)
-	if len(diff) > 0 {
-		t.Errorf("values changed after a restart on an unparseable ConfigMap: %s", strings.Join(diff, "; "))
-	}
-	if code != http.StatusServiceUnavailable || !strings.Contains(body, "nothing under kubepods is written") {
-		t.Errorf("/healthz %d %q on an unparseable ConfigMap, want 503 naming the key and the error", code, body)
-	}
-	if lc, lb, err := agentHTTP(restarted, "/livez"); err != nil || lc != http.StatusOK {
-		t.Errorf("/livez %d %q %v on an unparseable ConfigMap, want 200: a restart cannot fix it", lc, lb, err)
-	}
-	if p, err := c.cs.CoreV1().Pods("gofit-node").Get(g.ctx, restarted.Name, metav1.GetOptions{}); err != nil {
-		t.Error(err)
-	} else if n := p.Status.ContainerStatuses[0].RestartCount; n != 0 {
-		t.Errorf("the kubelet restarted the agent %d times on an unparseable ConfigMap", n)
-	}
-	if v := num(readValue(t, plainDir, "memory.low")); v != plainLow {
-		t.Errorf("the unannotated pod's memory.low %d on an unparseable ConfigMap, want %d (kept)", v, plainLow)
-	}
-	if err := fix(); err != nil {
-		t.Fatal(err)
-	}
-	err = poll(3*time.Minute, "the agent healthy once the ConfigMap is fixed", func() (bool, error) {
-		code, body, err = agentHTTP(restarted, "/healthz")
-		return err == nil && code == 200, fmt.Errorf("%d %q %v", code, body, err)
-	})
-	if err != nil {
-		g.agentLog(t)
-		t.Error(err)
-	}
 }
 
 // setAgentEnv sets the env of the agent DaemonSet's container (a rolling
