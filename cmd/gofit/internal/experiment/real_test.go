@@ -136,9 +136,18 @@ func TestRealPrometheusExperiment(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Every arm has its pods and data for its windows. The starved arm's
+	// GC runs without pause inside a quarter of a core, so some of its
+	// scrapes time out (CI's run: 22 of 24 windows on a machine without
+	// SHA instructions); the healthy arms miss at most one window, the
+	// starved one at most half.
 	for _, a := range r.Arms {
-		if len(a.Pods) != realPerArm || a.Windows < r.Windows-1 {
-			t.Errorf("arm %s: pods %v, %d of %d windows with data", a.Name, a.Pods, a.Windows, r.Windows)
+		least := r.Windows - 1
+		if a.Name == "starved" {
+			least = r.Windows / 2
+		}
+		if len(a.Pods) != realPerArm || a.Windows < least {
+			t.Errorf("arm %s: pods %v, %d of %d windows with data, want at least %d", a.Name, a.Pods, a.Windows, r.Windows, least)
 		}
 	}
 	for _, s := range []string{"latency", "cpu", "throttling", "gc", "memory"} {
