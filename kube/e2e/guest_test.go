@@ -46,6 +46,9 @@ func TestGuest(t *testing.T) {
 	up, _ := os.ReadFile("/proc/uptime")
 	c := startCluster(t, p)
 	t.Logf("node Ready %.1fs after the cluster started (guest uptime at start %s)", c.ready.Seconds(), strings.Fields(string(up))[0])
+	stopCPU := make(chan struct{})
+	defer close(stopCPU)
+	go sampleCPU(filepath.Join(c.logs, "cpu.log"), 30*time.Second, stopCPU)
 	ctx := context.Background()
 	g := &guestRun{c: c, ctx: ctx, tmp: t.TempDir(), kubeletMode: agent.KubeletAuto, agentNS: "gofit-node"}
 
