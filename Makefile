@@ -61,7 +61,7 @@ release:
 # the webhook, the node agent and the library checked on what the kubelet
 # made. Fails (never skips) when the node cannot start. See docs/e2e.md.
 e2e:
-	GOFIT_E2E=1 $(GO) test -count=1 -v -timeout 70m -run '^(TestNode|TestDeployTogether)$$' ./kube/e2e
+	GOFIT_E2E=1 $(GO) test -count=1 -v -timeout 85m -run '^(TestNode|TestDeployTogether)$$' ./kube/e2e
 
 # The workspace (go.work) holds the library (.), the command (cmd/gofit),
 # the Kubernetes parts (kube) and the tools; "work" names every package in

@@ -101,9 +101,11 @@ func TestLabImage(t *testing.T) {
 	}
 	run := func(name string, args ...string) labMemory {
 		out := t.TempDir()
-		// One CPU repeat: the CPU verdicts are TestLabQuick's; the
-		// memory floors are compared here.
-		cmd := gofitCmd(append([]string{"lab", "--quick", "--repeats", "1", "--max-repeats", "1", "--json", "--out", out, "--targets", targets}, args...)...)
+		// One short CPU repeat: the CPU verdicts are TestLabQuick's; the
+		// memory floors are compared here, and the memory half is the
+		// quick study's own.
+		cmd := gofitCmd(append([]string{"lab", "--quick", "--repeats", "1", "--max-repeats", "1",
+			"--requests", "100", "--open-duration", "2s", "--json", "--out", out, "--targets", targets}, args...)...)
 		cmd.Dir = filepath.Dir(targets) // the targets file's @body4k.json
 		var stdout, stderr syncBuffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -89,7 +89,17 @@ func procTicks() map[int]procCPU {
 		}
 		u, _ := strconv.ParseUint(f[11], 10, 64)
 		st, _ := strconv.ParseUint(f[12], 10, 64)
-		out[pid] = procCPU{name: s[open+1 : closing], ticks: u + st}
+		name := s[open+1 : closing]
+		// The node's multi-call binary runs as kubelet, controller-manager,
+		// scheduler and kubectl: name it by its first argument.
+		if name == "kube" {
+			if cl, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); err == nil {
+				if args := strings.Split(string(cl), "\x00"); len(args) > 1 && args[1] != "" {
+					name = args[1]
+				}
+			}
+		}
+		out[pid] = procCPU{name: name, ticks: u + st}
 	}
 	return out
 }

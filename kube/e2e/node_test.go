@@ -105,7 +105,7 @@ func TestNode(t *testing.T) {
 	}
 	r := &vmtest.Run{Kernel: k, Tools: tools, Layout: vmtest.V2, Source: src, Memory: 5120, CPUs: 2,
 		Shares: map[string]string{"node": node, "envtest": envtest, "images": images, "helm": helm, "prometheus": prometheusDir(t)},
-		Binaries: []vmtest.Binary{{Name: "e2e.test", Path: bin, Dir: "kube/e2e", Timeout: 50 * time.Minute,
+		Binaries: []vmtest.Binary{{Name: "e2e.test", Path: bin, Dir: "kube/e2e", Timeout: 75 * time.Minute,
 			Args: guestArgs}},
 		Console: &lineLog{t: t, prefix: "console: "}}
 	rep := r.Boot(ctx)
