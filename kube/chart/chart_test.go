@@ -326,6 +326,11 @@ var matrix = []struct{ name, values string }{
 	{"platform", platformValues},
 	{"components", `{"webhook":{"replicas":1,"pdb":{"minAvailable":0},"experiments":{"enabled":true,"namespaces":["default"]},"ciliumNetworkPolicy":{"enabled":true},
 	  "networkPolicy":{"ingressFrom":[{"ipBlock":{"cidr":"10.0.0.0/24"}},{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]}}}`},
+	// Every name from fullnameOverride (issue 43): checkRender follows each
+	// reference to an object of the render.
+	{"renamed", `{"fullnameOverride":"acme","webhook":{"experiments":{"enabled":true,"namespaces":["default"]},"ciliumNetworkPolicy":{"enabled":true}},
+	  "monitoring":{"enabled":true},"node":{"qosConfig":{"create":true}}}`},
+	{"renamed-cert-manager", `{"nameOverride":"acme","webhook":{"certificates":"cert-manager"}}`},
 }
 
 // platformValues bend the chart to a cluster whose platform team owns
@@ -448,6 +453,8 @@ func checkRender(t *testing.T, name string, objs []*unstructured.Unstructured) {
 		}
 	}
 	switch name {
+	case "renamed", "renamed-cert-manager":
+		checkRenamed(t, objs, "acme")
 	case "components":
 		// The experiment guard comes with experiments, leader-elected,
 		// with RBAC for what it uses.
@@ -913,6 +920,164 @@ func TestNetworkPolicies(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("%s: no NetworkPolicy %s", tc.values, tc.name)
+		}
+	}
+}
+
+// checkRenamed checks a render with the names starting with prefix: every
+// object of the chart's own (the monitoring objects keep theirs: alerts and
+// dashboards select by their job names) is named prefix-..., and every
+// name one object gives another (flags, roleRefs, subjects, Secrets,
+// Services, resourceNames, the webhook's service and cert-manager's CA
+// injection) names an object of the render, or a fixed name of gofit's
+// code (its Leases).
+func checkRenamed(t *testing.T, objs []*unstructured.Unstructured, prefix string) {
+	names := map[string]bool{} // "Kind name"
+	for _, o := range objs {
+		names[o.GetKind()+" "+o.GetName()] = true
+		switch o.GetKind() {
+		case "PodMonitor", "PrometheusRule", "Namespace":
+			continue
+		case "ConfigMap":
+			if strings.HasSuffix(o.GetName(), "-dashboard") || o.GetName() == "slo-controller-config" {
+				continue
+			}
+		}
+		if !strings.HasPrefix(o.GetName(), prefix+"-") {
+			t.Errorf("%s: not named %s-...", key(o), prefix)
+		}
+	}
+	ref := func(from *unstructured.Unstructured, kind, name string) {
+		t.Helper()
+		if !names[kind+" "+name] {
+			t.Errorf("%s names %s %q, which the render has not got", key(from), kind, name)
+		}
+	}
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "RoleBinding", "ClusterRoleBinding":
+			kind, _, _ := unstructured.NestedString(o.Object, "roleRef", "kind")
+			name, _, _ := unstructured.NestedString(o.Object, "roleRef", "name")
+			ref(o, kind, name)
+			subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
+			for _, s := range subjects {
+				ref(o, "ServiceAccount", s.(map[string]any)["name"].(string))
+			}
+		case "ValidatingAdmissionPolicyBinding":
+			name, _, _ := unstructured.NestedString(o.Object, "spec", "policyName")
+			ref(o, "ValidatingAdmissionPolicy", name)
+		case "MutatingWebhookConfiguration":
+			hooks, _, _ := unstructured.NestedSlice(o.Object, "webhooks")
+			for _, h := range hooks {
+				svc, _, _ := unstructured.NestedString(h.(map[string]any), "clientConfig", "service", "name")
+				ref(o, "Service", svc)
+			}
+			if from := o.GetAnnotations()["cert-manager.io/inject-ca-from"]; from != "" {
+				_, name, _ := strings.Cut(from, "/")
+				ref(o, "Certificate", name)
+			}
+		case "Certificate":
+			secret, _, _ := unstructured.NestedString(o.Object, "spec", "secretName")
+			names["Secret "+secret] = true // cert-manager writes it
+			issuer, _, _ := unstructured.NestedString(o.Object, "spec", "issuerRef", "name")
+			ref(o, "Issuer", issuer)
+			dns, _, _ := unstructured.NestedStringSlice(o.Object, "spec", "dnsNames")
+			for _, d := range dns {
+				svc, _, _ := strings.Cut(d, ".")
+				ref(o, "Service", svc)
+			}
+		case "Issuer":
+			if secret, ok, _ := unstructured.NestedString(o.Object, "spec", "ca", "secretName"); ok {
+				names["Secret "+secret] = true
+			}
+		}
+	}
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "Deployment", "DaemonSet":
+			spec, _, _ := unstructured.NestedMap(o.Object, "spec", "template", "spec")
+			if sa, ok := spec["serviceAccountName"].(string); ok {
+				ref(o, "ServiceAccount", sa)
+			}
+			if pc, ok := spec["priorityClassName"].(string); ok && strings.HasPrefix(pc, prefix+"-") {
+				ref(o, "PriorityClass", pc)
+			}
+			vols, _, _ := unstructured.NestedSlice(spec, "volumes")
+			for _, v := range vols {
+				if sec, ok, _ := unstructured.NestedString(v.(map[string]any), "secret", "secretName"); ok {
+					ref(o, "Secret", sec)
+				}
+			}
+			cs, _, _ := unstructured.NestedSlice(spec, "containers")
+			for _, a := range cs[0].(map[string]any)["args"].([]any) {
+				flag, val, _ := strings.Cut(a.(string), "=")
+				switch flag {
+				case "--webhook-config":
+					ref(o, "MutatingWebhookConfiguration", val)
+				case "--self-managed-secret":
+					_, sec, _ := strings.Cut(val, "/")
+					ref(o, "Secret", sec)
+				case "--service-dns":
+					svc, _, _ := strings.Cut(val, ".")
+					ref(o, "Service", svc)
+				case "--daemonset":
+					ref(o, "DaemonSet", val)
+				}
+			}
+		case "Role", "ClusterRole":
+			rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+			for _, r := range rules {
+				r := r.(map[string]any)
+				rn, _ := r["resourceNames"].([]any)
+				res, _ := r["resources"].([]any)
+				for _, n := range rn {
+					kind := map[string]string{"secrets": "Secret", "daemonsets": "DaemonSet", "mutatingwebhookconfigurations": "MutatingWebhookConfiguration",
+						"leases": "Lease", "namespaces": "Namespace", "configmaps": "ConfigMap"}[res[0].(string)]
+					switch {
+					case kind == "Lease" || kind == "Namespace" || kind == "ConfigMap" && n == "slo-controller-config":
+						// gofit's code names its Leases; namespaces are the
+						// release's.
+					case kind == "":
+						t.Errorf("%s: resourceNames %v of %v: a kind this check does not know", key(o), rn, res)
+					default:
+						ref(o, kind, n.(string))
+					}
+				}
+			}
+		case "PodMonitor":
+			eps, _, _ := unstructured.NestedSlice(o.Object, "spec", "podMetricsEndpoints")
+			for _, e := range eps {
+				if sec, ok, _ := unstructured.NestedString(e.(map[string]any), "tlsConfig", "ca", "secret", "name"); ok {
+					ref(o, "Secret", sec)
+				}
+				if sn, ok, _ := unstructured.NestedString(e.(map[string]any), "tlsConfig", "serverName"); ok {
+					svc, _, _ := strings.Cut(sn, ".")
+					ref(o, "Service", svc)
+				}
+			}
+		}
+	}
+}
+
+// TestNameOverrideErrors: a name the chart cannot build on is refused with
+// the value's name, before anything is rendered.
+func TestNameOverrideErrors(t *testing.T) {
+	for _, tc := range []struct{ values, want string }{
+		{`{"fullnameOverride":"Acme_1"}`, "fullnameOverride"},
+		{`{"nameOverride":"` + strings.Repeat("a", 39) + `"}`, "nameOverride"},
+		{`{"fullnameOverride":"-acme"}`, "fullnameOverride"},
+	} {
+		f := filepath.Join(t.TempDir(), "values.json")
+		if err := os.WriteFile(f, []byte(tc.values), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := run(t, "template", "gofit", chartDir(), "-n", "gofit-system", "-f", f)
+		if err == nil {
+			t.Errorf("%s: rendered, want an error", tc.values)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %q does not name %s", tc.values, err, tc.want)
 		}
 	}
 }

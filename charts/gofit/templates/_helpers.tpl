@@ -144,11 +144,42 @@ nothing, so the chart refuses it first. Errors name the value and the field.
 {{ .Values.node.namespace | default .Release.Namespace }}
 {{- end -}}
 
-{{/* The ServiceAccounts: serviceAccount.name, else gofit-webhook / gofit-node. */}}
+{{/*
+gofit.fullname is what every object's name starts with: fullnameOverride,
+else nameOverride, else "gofit" (gofit-webhook, gofit-node, ...). Unlike
+most charts the release's name is not in it: one gofit runs per cluster,
+and its cluster-wide objects keep the names deploy/ gives them. The
+components' app.kubernetes.io/name labels (gofit-webhook, gofit-node,
+gofit-experiment-guard) do not change with it: selectors cannot change on
+an upgrade, and the monitoring selects by them.
+*/}}
+{{- define "gofit.fullname" -}}
+{{- $v := .Values.fullnameOverride | default .Values.nameOverride | default "gofit" -}}
+{{- $field := ternary "fullnameOverride" "nameOverride" (not (empty .Values.fullnameOverride)) -}}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" $v) -}}
+{{- fail (printf "%s: %q is not a DNS label (lowercase letters, digits and '-', starting and ending with a letter or digit)" $field $v) -}}
+{{- end -}}
+{{- if gt (len $v) 38 -}}
+{{- fail (printf "%s: %q is %d characters; at most 38, so that the longest name made from it (%s-experiment-guard-leader) stays a 63-character label" $field $v (len $v) $v) -}}
+{{- end -}}
+{{- $v -}}
+{{- end -}}
+
+{{/* The ServiceAccounts: serviceAccount.name, else <fullname>-webhook / <fullname>-node. */}}
 {{- define "gofit.webhookServiceAccount" -}}
-{{ .Values.webhook.serviceAccount.name | default "gofit-webhook" }}
+{{ .Values.webhook.serviceAccount.name | default (printf "%s-webhook" (include "gofit.fullname" .)) }}
 {{- end -}}
 
 {{- define "gofit.nodeServiceAccount" -}}
-{{ .Values.node.serviceAccount.name | default "gofit-node" }}
+{{ .Values.node.serviceAccount.name | default (printf "%s-node" (include "gofit.fullname" .)) }}
+{{- end -}}
+
+{{/* The webhook's priorityClassName: the chart's own PriorityClass follows
+the names (<fullname>-webhook) while the value is its default. */}}
+{{- define "gofit.webhookPriorityClassName" -}}
+{{- $n := .Values.webhook.priorityClassName -}}
+{{- if and .Values.webhook.priorityClass.create (eq $n "gofit-webhook") -}}
+{{- $n = printf "%s-webhook" (include "gofit.fullname" .) -}}
+{{- end -}}
+{{- $n -}}
 {{- end -}}
