@@ -3,10 +3,12 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -70,6 +72,9 @@ type Agent struct {
 	// written is what the last pass left in each file it owns, to tell
 	// when someone else changed one since.
 	written map[fileKey]int64
+	// self holds the cgroups found to be the agent's own cgroup namespace
+	// root (see ownCgroupRefusal), under mu: never written again.
+	self map[string]bool
 }
 
 // New returns an Agent for the cgroups described by layout.
@@ -295,7 +300,22 @@ func (a *Agent) Reconcile(st State) Report {
 	// The writer checks again what memqos promises: no memory value
 	// outside [0, allocatable] and min ≤ low ≤ high per group.
 	a.writer.MaxMemory = st.NodeAllocatable
+	if len(a.self) > 0 {
+		// The agent's own cgroup, which the kernel refuses it: dropped
+		// as deferToKubelet drops, a.cache.srcs kept parallel.
+		out, srcs := rep.Values[:0], a.cache.srcs[:0]
+		for i, v := range rep.Values {
+			if !a.self[v.Dir] {
+				out = append(out, v)
+				if i < len(a.cache.srcs) {
+					srcs = append(srcs, a.cache.srcs[i])
+				}
+			}
+		}
+		rep.Values, a.cache.srcs = out, srcs
+	}
 	rep.Apply = a.writer.Apply(rep.Values)
+	rep.Apply.Errors = a.dropOwnCgroup(rep.Apply.Errors)
 	if in.Terse && len(rep.Apply.Changed) > 0 {
 		a.explain(in, &rep)
 	}
@@ -523,4 +543,51 @@ func (a *Agent) cgroupPath(dir string) string {
 		return dir
 	}
 	return rel
+}
+
+// dropOwnCgroup takes out of errs the writes the kernel refused because
+// the cgroup is the agent's own, and remembers that cgroup so that no
+// later pass tries it. Where cgroup2 is mounted with nsdelegate (systemd's
+// default), a container's cgroup is the root of its cgroup namespace, and
+// the kernel refuses (EPERM) any process inside a write to that root's
+// files, memory.high among them, however privileged. The agent's own pod
+// is one of the pods it plans for, so without this every pass on such a
+// node failed a write, logged an error and fed the write-errors alert.
+// The cgroup is the agent's own when its cgroup.procs lists this process.
+func (a *Agent) dropOwnCgroup(errs []error) []error {
+	out := errs[:0]
+	for _, err := range errs {
+		var pe *fs.PathError
+		if errors.Is(err, fs.ErrPermission) && errors.As(err, &pe) {
+			dir := filepath.Dir(pe.Path)
+			if a.self[dir] || ownCgroup(dir) {
+				if a.self == nil {
+					a.self = map[string]bool{}
+				}
+				if !a.self[dir] {
+					a.log.Info("not writing the agent's own cgroup: it is the root of the agent's cgroup namespace, which the kernel keeps from writes inside it (nsdelegate)",
+						"cgroup", a.cgroupPath(dir))
+				}
+				a.self[dir] = true
+				continue
+			}
+		}
+		out = append(out, err)
+	}
+	return out
+}
+
+// ownCgroup says whether dir's cgroup.procs lists this process.
+func ownCgroup(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return false
+	}
+	me := strconv.Itoa(os.Getpid())
+	for _, l := range strings.Fields(string(b)) {
+		if l == me {
+			return true
+		}
+	}
+	return false
 }

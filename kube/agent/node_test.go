@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -528,5 +530,91 @@ func TestLiveWithBadConfig(t *testing.T) {
 	}
 	if err := a.Live(now.Add(2*time.Minute), time.Minute); err == nil {
 		t.Error("live two minutes after the loop last came round")
+	}
+}
+
+// setImmutable sets or clears the immutable flag of file, which makes the
+// kernel refuse root's writes (EPERM) as nsdelegate does to a cgroup
+// namespace's root.
+func setImmutable(file string, on bool) error {
+	const immutable = 0x10 // FS_IMMUTABLE_FL
+	fd, err := unix.Open(file, unix.O_RDONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	flags, err := unix.IoctlGetInt(fd, unix.FS_IOC_GETFLAGS)
+	if err != nil {
+		return err
+	}
+	if on {
+		flags |= immutable
+	} else {
+		flags &^= immutable
+	}
+	return unix.IoctlSetPointerInt(fd, unix.FS_IOC_SETFLAGS, flags)
+}
+
+// TestOwnCgroupNotWritten: where cgroup2 is mounted with nsdelegate, the
+// kernel refuses the agent writes to its own container's cgroup (its
+// cgroup namespace's root). The agent plans for its own pod like any
+// other, so it met EPERM there every pass: an error logged and counted
+// each time, and the write-errors alert firing for good (seen on the
+// e2e node). Now that cgroup, known by this process in its cgroup.procs,
+// is left alone after the first refusal, while a refused write anywhere
+// else is still an error.
+func TestOwnCgroupNotWritten(t *testing.T) {
+	l, st := nodeFixture(t)
+	own := filepath.Join(l.Mount, sidecarDir, "ddd000")
+	other := filepath.Join(l.Mount, sidecarDir, "eee111")
+	if err := os.WriteFile(filepath.Join(own, "cgroup.procs"), []byte(fmt.Sprintf("%d\n", os.Getpid())), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{own, other} {
+		f := filepath.Join(d, "memory.high")
+		if err := setImmutable(f, true); err != nil {
+			t.Skipf("the immutable flag, which stands in for nsdelegate here, is not on this filesystem: %v", err)
+		}
+		t.Cleanup(func() { setImmutable(f, false) }) // before t.TempDir's removal
+	}
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	a := New(l, Options{Policy: memqos.PolicyAuto, Metrics: m, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	rep := a.Reconcile(st)
+	if len(rep.Apply.Errors) != 1 || !strings.Contains(rep.Apply.Errors[0].Error(), "eee111") {
+		t.Fatalf("errors %v, want one, for the other container's memory.high", rep.Apply.Errors)
+	}
+	if !strings.Contains(logs.String(), "not writing the agent's own cgroup") || !strings.Contains(logs.String(), "ddd000") {
+		t.Errorf("the log does not say why its own cgroup is left:\n%s", logs.String())
+	}
+	if got := readVal(t, filepath.Join(l.Mount, guaranteeed, "ccc999", "memory.low")); got != "536870912" {
+		t.Errorf("the rest of the node: ccc999 memory.low %s, want 536870912", got)
+	}
+	// Later passes do not try it again, and say so no more.
+	setImmutable(filepath.Join(other, "memory.high"), false)
+	logs.Reset()
+	for range 2 {
+		rep = a.Reconcile(st)
+		if len(rep.Apply.Errors) != 0 {
+			t.Errorf("a later pass: errors %v", rep.Apply.Errors)
+		}
+		for _, c := range rep.Apply.Changed {
+			if c.Dir == own {
+				t.Errorf("a later pass wrote its own cgroup: %+v", c)
+			}
+		}
+	}
+	if strings.Contains(logs.String(), "own cgroup") {
+		t.Errorf("said again:\n%s", logs.String())
+	}
+	if got := testutil.ToFloat64(m.errors); got != 1 {
+		t.Errorf("gofit_node_cgroup_write_errors_total = %v, want 1 (the other container's)", got)
+	}
+	if got := readVal(t, filepath.Join(other, "memory.high")); got != "2147483648" {
+		t.Errorf("the other container's memory.high %s once writable, want 2147483648", got)
 	}
 }
