@@ -125,3 +125,35 @@ func busyShare(a, b [2]uint64) float64 {
 	}
 	return float64(b[0]-a[0]) / float64(b[1]-a[1])
 }
+
+// writeRequestCounts writes the API server's request counts by
+// verb, resource and code (apiserver_request_total), largest first, to file.
+func (c *cluster) writeRequestCounts(file string) {
+	out, _, err := c.run("get", "--raw", "/metrics")
+	if err != nil {
+		os.WriteFile(file, []byte(err.Error()+"\n"), 0o644)
+		return
+	}
+	type row struct {
+		n    float64
+		line string
+	}
+	var rows []row
+	for _, l := range strings.Split(out, "\n") {
+		if !strings.HasPrefix(l, "apiserver_request_total{") {
+			continue
+		}
+		i := strings.LastIndexByte(l, ' ')
+		n, err := strconv.ParseFloat(l[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		rows = append(rows, row{n, l[:i]})
+	}
+	sort.Slice(rows, func(i, j int) bool { return rows[i].n > rows[j].n })
+	var b bytes.Buffer
+	for _, r := range rows {
+		fmt.Fprintf(&b, "%10.0f %s\n", r.n, r.line)
+	}
+	os.WriteFile(file, b.Bytes(), 0o644)
+}

@@ -49,6 +49,9 @@ func TestGuest(t *testing.T) {
 	stopCPU := make(chan struct{})
 	defer close(stopCPU)
 	go sampleCPU(filepath.Join(c.logs, "cpu.log"), 30*time.Second, stopCPU)
+	// Who kept the API server busy, for the next look at the guest's CPU
+	// (it runs before the cluster stops: cleanups run last first).
+	t.Cleanup(func() { c.writeRequestCounts(filepath.Join(c.logs, "apiserver-requests.txt")) })
 	ctx := context.Background()
 	g := &guestRun{c: c, ctx: ctx, tmp: t.TempDir(), kubeletMode: agent.KubeletAuto, agentNS: "gofit-node"}
 
