@@ -42,6 +42,13 @@ func TestGuest(t *testing.T) {
 			t.Fatalf("-e2e.steps (GOFIT_E2E_STEPS): %v", err)
 		}
 	}
+	var skipRE *regexp.Regexp
+	if *skipFlag != "" {
+		var err error
+		if skipRE, err = regexp.Compile(*skipFlag); err != nil {
+			t.Fatalf("-e2e.skip (GOFIT_E2E_SKIP): %v", err)
+		}
+	}
 	p := guestPaths{node: "/mnt/node", envtest: "/mnt/envtest", images: "/mnt/images", helm: "/mnt/helm"}
 	up, _ := os.ReadFile("/proc/uptime")
 	c := startCluster(t, p)
@@ -95,6 +102,10 @@ func TestGuest(t *testing.T) {
 		t.Logf("phase %s", ph.name)
 		for _, s := range ph.steps {
 			if stepsRE != nil && !stepsRE.MatchString(s.name) {
+				continue
+			}
+			if skipRE != nil && skipRE.MatchString(s.name) {
+				t.Logf("%s: LEFT OUT (-e2e.skip %q)", s.name, *skipFlag)
 				continue
 			}
 			t0 := time.Now()
