@@ -83,12 +83,33 @@ func (g *guestRun) runPod(t *testing.T, p *corev1.Pod) *corev1.Pod {
 // deletePods deletes pods by name and waits until they are gone.
 func (g *guestRun) deletePods(t *testing.T, ns string, names ...string) {
 	t.Helper()
+	var dirs []string
 	for _, n := range names {
+		if p, err := g.c.cs.CoreV1().Pods(ns).Get(g.ctx, n, metav1.GetOptions{}); err == nil {
+			dirs = append(dirs, podCgroup(p, string(p.UID)))
+		}
 		err := g.c.cs.CoreV1().Pods(ns).Delete(g.ctx, n, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
 		if err != nil && !apierrors.IsNotFound(err) {
 			t.Error(err)
 		}
 	}
+	// Gone from the node too: the agent keeps a pod cgroup that outlives
+	// its API pod in its levels' sums, so a step that measures the levels
+	// next saw them fall by this pod's memory.low when the kubelet got
+	// round to removing it (forged-mirror, after resize-infeasible: 64 MiB).
+	defer func() {
+		err := poll(3*time.Minute, "the cgroups of pods "+strings.Join(names, ", ")+" gone", func() (bool, error) {
+			for _, d := range dirs {
+				if _, err := os.Stat(d); err == nil {
+					return false, fmt.Errorf("%s still there", d)
+				}
+			}
+			return true, nil
+		})
+		if err != nil {
+			t.Error(err)
+		}
+	}()
 	err := poll(3*time.Minute, "pods "+strings.Join(names, ", ")+" gone", func() (bool, error) {
 		for _, n := range names {
 			if _, err := g.c.cs.CoreV1().Pods(ns).Get(g.ctx, n, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
