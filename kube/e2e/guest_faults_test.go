@@ -98,15 +98,7 @@ func (g *guestRun) deletePods(t *testing.T, ns string, names ...string) {
 	// next saw them fall by this pod's memory.low when the kubelet got
 	// round to removing it (forged-mirror, after resize-infeasible: 64 MiB).
 	defer func() {
-		err := poll(3*time.Minute, "the cgroups of pods "+strings.Join(names, ", ")+" gone", func() (bool, error) {
-			for _, d := range dirs {
-				if _, err := os.Stat(d); err == nil {
-					return false, fmt.Errorf("%s still there", d)
-				}
-			}
-			return true, nil
-		})
-		if err != nil {
+		if err := waitGone(3*time.Minute, "the cgroups of pods "+strings.Join(names, ", "), dirs); err != nil {
 			t.Error(err)
 		}
 	}()

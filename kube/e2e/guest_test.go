@@ -914,14 +914,7 @@ func (g *guestRun) deleted(t *testing.T) {
 		t.Error(err)
 	}
 	g.c.run("delete", "pod", "-n", "shop", "unfitted", "--ignore-not-found", "--wait=true", "--timeout=3m")
-	err := poll(5*time.Minute, "the deleted pods' cgroups gone", func() (bool, error) {
-		for _, d := range dirs {
-			if _, err := os.Stat(d); err == nil {
-				return false, fmt.Errorf("%s still there", d)
-			}
-		}
-		return true, nil
-	})
+	err := waitGone(5*time.Minute, "the deleted pods' cgroups", dirs)
 	if err != nil {
 		t.Error(err)
 	}
@@ -959,3 +952,15 @@ func subdirs(dir string) []string {
 }
 
 func mustQuantity(s string) resource.Quantity { return resource.MustParse(s) }
+
+// waitGone waits until none of dirs exists (what names them in errors).
+func waitGone(timeout time.Duration, what string, dirs []string) error {
+	return poll(timeout, what+" gone", func() (bool, error) {
+		for _, d := range dirs {
+			if _, err := os.Stat(d); err == nil {
+				return false, fmt.Errorf("%s still there", d)
+			}
+		}
+		return true, nil
+	})
+}
