@@ -46,6 +46,7 @@ const (
 	// latest keeps the kubelet from trying to pull.
 	gofitImage   = "ghcr.io/gofit-dev/gofit:e2e"
 	serviceImage = "ghcr.io/gofit-dev/gofit-service:e2e"
+	plainImage   = "ghcr.io/gofit-dev/gofit-plainservice:e2e"
 	pauseImage   = "registry.k8s.io/pause:e2e"
 )
 
@@ -506,13 +507,37 @@ func (c *cluster) waitAPIServer(timeout time.Duration) error {
 	})
 }
 
+// kcmControllers leaves out the controllers that nothing on this node
+// uses (no volumes but the kubelet's own, no CSRs, quotas, autoscalers,
+// CronJobs or DRA): under TCG each one's informers and resyncs cost the
+// CPU every step waits for (issue 44: the idle guest was 95-100% busy, the
+// controller-manager 14-19% of a CPU). What the steps use stays: the
+// workload controllers, endpoints, namespaces, service accounts and their
+// root CA, the garbage collector, disruption budgets, node lifecycle.
+var kcmControllers = "*," + strings.Join([]string{
+	"-endpointslice-mirroring-controller", "-replicationcontroller-controller", "-resourcequota-controller",
+	"-horizontal-pod-autoscaler-controller", "-cronjob-controller", "-ttl-after-finished-controller",
+	"-certificatesigningrequest-signing-controller", "-certificatesigningrequest-approving-controller",
+	"-certificatesigningrequest-cleaner-controller", "-podcertificaterequest-cleaner-controller",
+	"-bootstrap-signer-controller", "-token-cleaner-controller", "-node-ipam-controller",
+	"-device-taint-eviction-controller", "-persistentvolume-binder-controller",
+	"-persistentvolume-attach-detach-controller", "-persistentvolume-expander-controller",
+	"-persistentvolumeclaim-protection-controller", "-persistentvolume-protection-controller",
+	"-podgroup-protection-controller", "-kube-apiserver-serving-clustertrustbundle-publisher-controller",
+	"-ephemeral-volume-controller", "-storageversion-garbage-collector-controller", "-resourceclaim-controller",
+	"-resourcepoolstatusrequest-controller", "-legacy-serviceaccount-token-cleaner-controller",
+	"-volumeattributesclass-protection-controller", "-storage-version-migrator-controller",
+	"-selinux-warning-controller",
+}, ",")
+
 func (c *cluster) startControllers() error {
 	kube := filepath.Join(c.paths.node, "bin", "kube")
 	admin := filepath.Join(c.dir, "admin.kubeconfig")
 	if err := c.start("kube-controller-manager", kube, "kube-controller-manager", "--kubeconfig="+admin,
 		"--authentication-kubeconfig="+admin, "--authorization-kubeconfig="+admin,
 		"--service-account-private-key-file="+c.dir+"/sa.key", "--root-ca-file="+c.dir+"/ca.crt",
-		"--use-service-account-credentials=false", "--leader-elect=false", "--bind-address=127.0.0.1"); err != nil {
+		"--use-service-account-credentials=false", "--leader-elect=false", "--bind-address=127.0.0.1",
+		"--controllers="+kcmControllers); err != nil {
 		return err
 	}
 	return c.start("kube-scheduler", kube, "kube-scheduler", "--kubeconfig="+admin,
@@ -590,7 +615,7 @@ func (c *cluster) ctr(args ...string) ([]byte, error) {
 // unpacks in ctr for the native snapshotter: the transfer service unpacks
 // only for the snapshotters its config names, overlayfs by default.
 func (c *cluster) importImages() error {
-	for _, f := range []string{"pause.tar", "gofit.tar", "service.tar"} {
+	for _, f := range []string{"pause.tar", "gofit.tar", "service.tar", "plain.tar"} {
 		if out, err := c.ctr("images", "import", "--local", "--snapshotter", "native", filepath.Join(c.paths.images, f)); err != nil {
 			return fmt.Errorf("ctr images import %s: %w: %s", f, err, out)
 		}
@@ -599,7 +624,7 @@ func (c *cluster) importImages() error {
 	if err != nil {
 		return err
 	}
-	for _, want := range []string{pauseImage, gofitImage, serviceImage} {
+	for _, want := range []string{pauseImage, gofitImage, serviceImage, plainImage} {
 		if !bytes.Contains(out, []byte(want)) {
 			return fmt.Errorf("after import, containerd has no %s; it has:\n%s", want, out)
 		}

@@ -60,7 +60,7 @@ func TestGuest(t *testing.T) {
 	// (it runs before the cluster stops: cleanups run last first).
 	t.Cleanup(func() { c.writeRequestCounts(filepath.Join(c.logs, "apiserver-requests.txt")) })
 	ctx := context.Background()
-	g := &guestRun{c: c, ctx: ctx, tmp: t.TempDir(), kubeletMode: agent.KubeletAuto, agentNS: "gofit-node"}
+	g := &guestRun{c: c, ctx: ctx, top: t, tmp: t.TempDir(), kubeletMode: agent.KubeletAuto, agentNS: "gofit-node"}
 
 	// Two phases on one boot. Phase 1 runs the kubelet with its MemoryQoS
 	// defaults and installs gofit from deploy/; it ends by uninstalling.
@@ -81,6 +81,8 @@ func TestGuest(t *testing.T) {
 			{"plan", g.plan},
 			{"resize", g.resize},
 			{"static", g.static},
+			{"fleet-alerts", g.fleetAlerts},
+			{"fleet", g.fleetStep},
 			{"experiment", g.experiment},
 			{"restart-cm-fails", g.agentRestartConfigFails},
 			{"resize-infeasible", g.infeasibleResize},
@@ -125,6 +127,9 @@ type guestStep struct {
 type guestRun struct {
 	c   *cluster
 	ctx context.Context
+	// top is TestGuest's own T: what outlives one step (kube-state-
+	// metrics, the fleet steps' Prometheus and load) ends with it.
+	top *testing.T
 	tmp string
 	// Set by the steps, for the ones after them.
 	svc        *corev1.Pod
@@ -136,6 +141,8 @@ type guestRun struct {
 	// namespace.
 	kubeletMode string
 	agentNS     string
+	ksmUp       bool
+	fleet       *fleetRun
 }
 
 // overlay writes a kustomization that only swaps the image: how a user
@@ -420,9 +427,18 @@ var sample = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$`
 // metrics scrapes the service pod's /metrics: unlabelled samples by name.
 func (g *guestRun) metrics(t *testing.T) map[string]float64 {
 	t.Helper()
-	body, err := httpGet("http://" + g.svcIP + ":8080/metrics")
+	m, err := scrape("http://" + g.svcIP + ":8080/metrics")
 	if err != nil {
 		t.Fatal(err)
+	}
+	return m
+}
+
+// scrape reads a /metrics endpoint: its unlabelled samples by name.
+func scrape(url string) (map[string]float64, error) {
+	body, err := httpGet(url)
+	if err != nil {
+		return nil, err
 	}
 	m := map[string]float64{}
 	for _, l := range strings.Split(body, "\n") {
@@ -430,7 +446,7 @@ func (g *guestRun) metrics(t *testing.T) map[string]float64 {
 			m[s[1]], _ = strconv.ParseFloat(s[3], 64)
 		}
 	}
-	return m
+	return m, nil
 }
 
 // cgroupDirs are the service pod's cgroups as the kubelet named them

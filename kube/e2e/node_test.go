@@ -88,6 +88,7 @@ func TestNode(t *testing.T) {
 	}
 	node := script(t, src, "kube/hack/node-assets.sh")
 	helm := filepath.Dir(script(t, src, "kube/hack/helm.sh"))
+	ksm := filepath.Dir(script(t, src, "kube/hack/ksm.sh"))
 	t.Logf("node components ready in %v (envtest %s, node %s)", time.Since(t0).Round(time.Second), envtest, node)
 
 	t0 = time.Now()
@@ -118,7 +119,7 @@ func TestNode(t *testing.T) {
 		t.Logf("GOFIT_E2E_SKIP=%q: the guest's steps that match are LEFT OUT of this run", skip)
 	}
 	r := &vmtest.Run{Kernel: k, Tools: tools, Layout: vmtest.V2, Source: src, Memory: 5120, CPUs: 2,
-		Shares: map[string]string{"node": node, "envtest": envtest, "images": images, "helm": helm, "prometheus": prometheusDir(t)},
+		Shares: map[string]string{"node": node, "envtest": envtest, "images": images, "helm": helm, "prometheus": prometheusDir(t), "ksm": ksm},
 		Binaries: []vmtest.Binary{{Name: "e2e.test", Path: bin, Dir: "kube/e2e", Timeout: 75 * time.Minute,
 			Args: guestArgs}},
 		Console: &lineLog{t: t, prefix: "console: "}}
@@ -170,8 +171,9 @@ func script(t *testing.T, src, name string) string {
 	return lines[len(lines)-1]
 }
 
-// buildImages writes the three image tarballs the guest imports (the
-// gofit image as `make image` builds it, examples/service, and a pause
+// buildImages writes the image tarballs the guest imports (the
+// gofit image as `make image` builds it, examples/service, the plain
+// client_golang service of the fleet steps, and a pause
 // image) and a static gofit binary for `gofit node plan` in the guest.
 func buildImages(t *testing.T, src, dir string) {
 	t.Helper()
@@ -193,10 +195,11 @@ func buildImages(t *testing.T, src, dir string) {
 		t.Fatal(err)
 	}
 	os.WriteFile(filepath.Join(dir, "gofit"), gofitBin, 0o755)
-	// The other two images are written by the tool make image uses (one
+	// The other images are written by the tool make image uses (one
 	// platform each: the node's).
 	for _, img := range []struct{ tar, ref, pkg, user string }{
 		{"service.tar", serviceImage, "./examples/service", "65532:65532"},
+		{"plain.tar", plainImage, "./tools/promtest/plainservice", "65532:65532"},
 		{"pause.tar", pauseImage, "./tools/ociimage/pause", "65535:65535"},
 	} {
 		exe := filepath.Join(t.TempDir(), "app")

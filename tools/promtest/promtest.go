@@ -152,7 +152,10 @@ type Config struct {
 // Server is a running Prometheus.
 type Server struct {
 	URL string
-	cmd *exec.Cmd
+	// Stop ends the server before the test does (the test's end stops it
+	// too; either may come first).
+	Stop func()
+	cmd  *exec.Cmd
 }
 
 // Start runs Prometheus with cfg until the test ends, and waits until it
@@ -190,7 +193,8 @@ func Start(t testing.TB, b Binaries, cfg Config) *Server {
 	}
 	done := make(chan struct{})
 	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
+	s := &Server{URL: "http://" + addr, cmd: cmd}
+	s.Stop = sync.OnceFunc(func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-done:
@@ -199,13 +203,15 @@ func Start(t testing.TB, b Binaries, cfg Config) *Server {
 			<-done
 		}
 		logf.Close()
+	})
+	t.Cleanup(func() {
+		s.Stop()
 		if t.Failed() {
 			if out, err := os.ReadFile(logf.Name()); err == nil && len(out) > 0 {
 				t.Logf("prometheus log:\n%s", tail(out, 4000))
 			}
 		}
 	})
-	s := &Server{URL: "http://" + addr, cmd: cmd}
 	if cfg.Ready <= 0 {
 		cfg.Ready = 30 * time.Second
 	}
