@@ -60,97 +60,12 @@ func (g *guestRun) experiment(t *testing.T) {
 
 	// The webhook with experiments on: the component on the same overlay.
 	t0 := time.Now()
-	dir := filepath.Join(g.tmp, "webhook-experiments")
-	os.MkdirAll(dir, 0o755)
-	base, _ := filepath.Rel(dir, "/src/deploy/webhook/self-managed")
-	comp, _ := filepath.Rel(dir, "/src/deploy/webhook/experiments")
-	// The component grants experiments in one namespace (default), as its
-	// comment says to change: the overlay moves its Role and RoleBinding to
-	// shop and names shop in --experiment-namespaces (the last one wins).
-	// One guard replica is enough on one node. The 3 new webhook replicas
-	// start together (maxSurge 3): one at a time took 227 s under TCG,
-	// and the old ones serve until the new are ready either way.
-	k := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - %s
-components:
-  - %s
-images:
-  - name: ghcr.io/gofit-dev/gofit
-    newTag: e2e
-patches:
-  - target: {kind: Deployment, name: gofit-webhook}
-    patch: |-
-      - op: add
-        path: /spec/template/spec/containers/0/args/-
-        value: --experiment-namespaces=shop
-  - target: {kind: Role, name: gofit-webhook-experiments}
-    patch: |-
-      - op: replace
-        path: /metadata/namespace
-        value: shop
-  - target: {kind: RoleBinding, name: gofit-webhook-experiments}
-    patch: |-
-      - op: replace
-        path: /metadata/namespace
-        value: shop
-  - target: {kind: Deployment, name: gofit-experiment-guard}
-    patch: |-
-      - op: replace
-        path: /spec/replicas
-        value: 1
-  - target: {kind: Deployment, name: gofit-webhook}
-    patch: |-
-      - op: add
-        path: /spec/strategy
-        value: {type: RollingUpdate, rollingUpdate: {maxSurge: 3, maxUnavailable: 0}}
-`, base, comp)
-	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// Retried: under TCG on a loaded host the API server can time a TLS
-	// handshake out (seen: kubectl's openapi download).
-	err := poll(3*time.Minute, "kubectl apply -k (self-managed + experiments)", func() (bool, error) {
-		_, stderr, err := c.run("apply", "-k", dir)
-		if err == nil && stderr != "" {
-			t.Logf("kubectl apply -k (self-managed + experiments): %s", stderr)
-		}
-		return err == nil, err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Every replica must have --experiments before a pod asks for an arm:
-	// a replica without it gives the normal fit and a warning, and the API
-	// server can still reach a terminating one (see webhookDown).
-	err = poll(8*time.Minute, "every webhook replica started with --experiments", func() (bool, error) {
-		l, err := c.cs.CoreV1().Pods("gofit-system").List(g.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=gofit-webhook"})
-		if err != nil {
-			return false, err
-		}
-		ready := 0
-		for _, p := range l.Items {
-			if !slices.Contains(p.Spec.Containers[0].Args, "--experiments") {
-				return false, fmt.Errorf("pod %s without --experiments; pods: %s", p.Name, podSummary(l.Items))
-			}
-			for _, cs := range p.Status.ContainerStatuses {
-				if cs.Ready && p.DeletionTimestamp == nil {
-					ready++
-				}
-			}
-		}
-		return ready == 3 && len(l.Items) == 3, fmt.Errorf("%d of %d ready; pods: %s", ready, len(l.Items), podSummary(l.Items))
-	})
-	if err != nil {
-		g.describe(t, "gofit-system")
-		t.Fatal(err)
-	}
+	g.experimentsOn(t)
 	phase("webhook rolled out with --experiments", t0)
 
 	// The workload: 4 replicas, 2 arms.
 	t0 = time.Now()
-	err = poll(3*time.Minute, "kubectl apply -f testdata/experiment.yaml", func() (bool, error) {
+	err := poll(3*time.Minute, "kubectl apply -f testdata/experiment.yaml", func() (bool, error) {
 		_, _, err := c.run("apply", "-f", "/src/kube/e2e/testdata/experiment.yaml")
 		return err == nil, err
 	})
@@ -163,58 +78,8 @@ patches:
 		c.run("delete", "-f", "/src/kube/e2e/testdata/experiment.yaml", "--ignore-not-found", "--cascade=foreground", "--wait=true", "--timeout=5m")
 		c.run("delete", "pod", "-n", "shop", "experiment-load", "--ignore-not-found", "--wait=false")
 	})
-	pods := g.waitDeployment(t, "shop", expDeploy, 4, 6*time.Minute)
-	phase("4 replicas ready", t0)
-	// An assignment that misses admission.ArmDeadline (1 s) gives the pod
-	// gofit's normal fit and no arm, by design. Under TCG, 4 pods admitted
-	// within a second, assigned one at a time per experiment, can miss it;
-	// and a review that outlasts the webhook's 2 s timeoutSeconds is
-	// admitted unmutated (failurePolicy Ignore: the webhook-failover step
-	// counts these). Either pod is replaced alone, one at a time, up to 3
-	// rounds, until every pod has its arm; the check after the loop fails
-	// the step if one still has none.
-	for round := 0; ; round++ {
-		var noArm []string
-		for _, p := range pods {
-			if p.Labels["gofit.dev/experiment"] == "" {
-				noArm = append(noArm, p.Name)
-				if env := envOf(p.Spec.Containers[0]); env["GOFIT_RUN"] == "" {
-					t.Logf("pod %s: no arm and no normal fit: admitted unmutated (the review outlasted the webhook's timeoutSeconds, and it fails open): env %v", p.Name, env)
-				}
-			}
-		}
-		if len(noArm) == 0 || round == 3 {
-			break
-		}
-		t.Logf("round %d: pods with no arm (assignment over its deadline), replacing %s of %v", round+1, noArm[0], noArm)
-		if _, stderr, err := c.run("delete", "pod", "-n", "shop", noArm[0]); err != nil {
-			t.Fatalf("delete %s: %v: %s", noArm[0], err, stderr)
-		}
-		err = poll(6*time.Minute, "4 ready experiment pods after the replacement", func() (bool, error) {
-			list, err := c.cs.CoreV1().Pods("shop").List(g.ctx, metav1.ListOptions{LabelSelector: "app=experiment"})
-			if err != nil {
-				return false, err
-			}
-			pods = nil
-			ready := 0
-			for _, p := range list.Items {
-				if p.DeletionTimestamp != nil {
-					continue
-				}
-				pods = append(pods, p)
-				for _, cond := range p.Status.Conditions {
-					if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue && p.Status.PodIP != "" {
-						ready++
-					}
-				}
-			}
-			return len(pods) == 4 && ready == 4, fmt.Errorf("%d pods, %d ready: %s", len(pods), ready, podSummary(pods))
-		})
-		if err != nil {
-			g.describe(t, "shop")
-			t.Fatal(err)
-		}
-	}
+	pods := g.armedPods(t, "shop", expDeploy, 4)
+	phase("4 replicas ready, each with its arm", t0)
 	byArm := map[string][]string{}
 	var targets []promtest.Target
 	var urls []string
@@ -426,4 +291,137 @@ patches:
 	}
 	phase("lease gone after the Deployment", t0)
 	phase("the whole step", step)
+}
+
+// experimentsOn installs the webhook with the experiments component (once
+// per boot), as docs/experiment.md tells a user to, and waits until every
+// replica runs with --experiments. The experiment and experiment-guard
+// steps need it; whichever runs first installs it.
+func (g *guestRun) experimentsOn(t *testing.T) {
+	t.Helper()
+	c := g.c
+	if g.experiments {
+		return
+	}
+	dir := filepath.Join(g.tmp, "webhook-experiments")
+	os.MkdirAll(dir, 0o755)
+	base, _ := filepath.Rel(dir, "/src/deploy/webhook/self-managed")
+	comp, _ := filepath.Rel(dir, "/src/deploy/webhook/experiments")
+	// The component grants experiments in one namespace (default), as its
+	// comment says to change: the overlay moves its Role and RoleBinding to
+	// shop and names shop in --experiment-namespaces (the last one wins).
+	// One guard replica is enough on one node. The 3 new webhook replicas
+	// start together (maxSurge 3): one at a time took 227 s under TCG,
+	// and the old ones serve until the new are ready either way.
+	k := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - %s
+components:
+  - %s
+images:
+  - name: ghcr.io/gofit-dev/gofit
+    newTag: e2e
+patches:
+  - target: {kind: Deployment, name: gofit-webhook}
+    patch: |-
+      - op: add
+        path: /spec/template/spec/containers/0/args/-
+        value: --experiment-namespaces=shop
+  - target: {kind: Role, name: gofit-webhook-experiments}
+    patch: |-
+      - op: replace
+        path: /metadata/namespace
+        value: shop
+  - target: {kind: RoleBinding, name: gofit-webhook-experiments}
+    patch: |-
+      - op: replace
+        path: /metadata/namespace
+        value: shop
+  - target: {kind: Deployment, name: gofit-experiment-guard}
+    patch: |-
+      - op: replace
+        path: /spec/replicas
+        value: 1
+  - target: {kind: Deployment, name: gofit-webhook}
+    patch: |-
+      - op: add
+        path: /spec/strategy
+        value: {type: RollingUpdate, rollingUpdate: {maxSurge: 3, maxUnavailable: 0}}
+`, base, comp)
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Retried: under TCG on a loaded host the API server can time a TLS
+	// handshake out (seen: kubectl's openapi download).
+	err := poll(3*time.Minute, "kubectl apply -k (self-managed + experiments)", func() (bool, error) {
+		_, stderr, err := c.run("apply", "-k", dir)
+		if err == nil && stderr != "" {
+			t.Logf("kubectl apply -k (self-managed + experiments): %s", stderr)
+		}
+		return err == nil, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every replica must have --experiments before a pod asks for an arm:
+	// a replica without it gives the normal fit and a warning, and the API
+	// server can still reach a terminating one (see webhookDown).
+	err = poll(8*time.Minute, "every webhook replica started with --experiments", func() (bool, error) {
+		l, err := c.cs.CoreV1().Pods("gofit-system").List(g.ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=gofit-webhook"})
+		if err != nil {
+			return false, err
+		}
+		ready := 0
+		for _, p := range l.Items {
+			if !slices.Contains(p.Spec.Containers[0].Args, "--experiments") {
+				return false, fmt.Errorf("pod %s without --experiments; pods: %s", p.Name, podSummary(l.Items))
+			}
+			for _, cs := range p.Status.ContainerStatuses {
+				if cs.Ready && p.DeletionTimestamp == nil {
+					ready++
+				}
+			}
+		}
+		return ready == 3 && len(l.Items) == 3, fmt.Errorf("%d of %d ready; pods: %s", ready, len(l.Items), podSummary(l.Items))
+	})
+	if err != nil {
+		g.describe(t, "gofit-system")
+		t.Fatal(err)
+	}
+	g.experiments = true
+}
+
+// armedPods waits for a Deployment of examples/service under an
+// experiment to have n ready pods and returns them, replacing a pod that
+// got no arm. An assignment that misses admission.ArmDeadline (1 s)
+// gives the pod gofit's normal fit and no arm, by design. Under TCG, pods
+// admitted within a second, assigned one at a time per experiment, can
+// miss it; and a review that outlasts the webhook's 2 s timeoutSeconds is
+// admitted unmutated (failurePolicy Ignore: the webhook-failover step
+// counts these). Such a pod is replaced alone, one at a time, up to 3
+// rounds; the caller's checks fail the step if one still has none.
+func (g *guestRun) armedPods(t *testing.T, ns, deploy string, n int) []corev1.Pod {
+	t.Helper()
+	c := g.c
+	pods := g.waitDeployment(t, ns, deploy, int32(n), 6*time.Minute)
+	for round := 0; ; round++ {
+		var noArm []string
+		for _, p := range pods {
+			if p.Labels["gofit.dev/experiment"] == "" {
+				noArm = append(noArm, p.Name)
+				if env := envOf(p.Spec.Containers[0]); env["GOFIT_RUN"] == "" {
+					t.Logf("pod %s: no arm and no normal fit: admitted unmutated (the review outlasted the webhook's timeoutSeconds, and it fails open): env %v", p.Name, env)
+				}
+			}
+		}
+		if len(noArm) == 0 || round == 3 {
+			return pods
+		}
+		t.Logf("round %d: pods with no arm (assignment over its deadline), replacing %s of %v", round+1, noArm[0], noArm)
+		if _, stderr, err := c.run("delete", "pod", "-n", ns, noArm[0]); err != nil {
+			t.Fatalf("delete %s: %v: %s", noArm[0], err, stderr)
+		}
+		pods = g.waitDeployment(t, ns, deploy, int32(n), 6*time.Minute)
+	}
 }

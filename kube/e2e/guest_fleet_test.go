@@ -69,12 +69,12 @@ func (g *guestRun) kubeStateMetrics(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = poll(3*time.Minute, "kube-state-metrics serving kube_pod_owner", func() (bool, error) {
+	err = poll(3*time.Minute, "kube-state-metrics serving kube_node_info", func() (bool, error) {
 		body, err := httpGet("http://" + ksmAddr + "/metrics")
 		if err != nil {
 			return false, err
 		}
-		return strings.Contains(body, "kube_pod_owner{"), fmt.Errorf("no kube_pod_owner yet")
+		return strings.Contains(body, "kube_node_info{"), fmt.Errorf("no kube_node_info yet")
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -84,6 +84,7 @@ func TestGuest(t *testing.T) {
 			{"fleet-alerts", g.fleetAlerts},
 			{"fleet", g.fleetStep},
 			{"experiment", g.experiment},
+			{"experiment-guard", g.experimentGuard},
 			{"restart-cm-fails", g.agentRestartConfigFails},
 			{"resize-infeasible", g.infeasibleResize},
 			{"forged-mirror", g.forgedMirror},
@@ -142,6 +143,7 @@ type guestRun struct {
 	kubeletMode string
 	agentNS     string
 	ksmUp       bool
+	experiments bool
 	fleet       *fleetRun
 }
 

@@ -147,6 +147,9 @@ type Config struct {
 	// Ready bounds the wait for the server to start (default 30s; an
 	// emulated VM needs minutes).
 	Ready time.Duration
+	// Host is the address to serve on, on a free port (default
+	// 127.0.0.1; a node's address for clients in pods).
+	Host string
 }
 
 // Server is a running Prometheus.
@@ -171,7 +174,7 @@ func Start(t testing.TB, b Binaries, cfg Config) *Server {
 	if err := os.WriteFile(conf, []byte(configYAML(cfg)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	addr, err := freeAddr()
+	addr, err := freeAddr(cfg.Host)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,8 +247,11 @@ func tail(b []byte, n int) []byte {
 	return b
 }
 
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func freeAddr(host string) (string, error) {
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return "", fmt.Errorf("find a free port: %w", err)
 	}

@@ -1,0 +1,224 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gofit-dev/gofit/kube/admission"
+	"github.com/gofit-dev/gofit/tools/promtest"
+)
+
+// The experiment-guard step's pace: the shipped guard looks every 5
+// minutes over a 2-hour plan; here every 30 s over 10 minutes, so that
+// the error is held over 20 looks (the flags docs/experiment.md names).
+var guardArgs = []string{"experiment", "guard", "--interval=30s", "--window=15s", "--warm-up=15s",
+	"--planned=10m", "--resamples=200", "--metrics-addr=:9090"}
+
+// experimentGuard is issue 42's step on the node: the guard, as the
+// experiments component deploys it (its Deployment, RBAC and leader
+// election; only its Prometheus and pace changed), judges two running
+// experiments under the same load:
+//   - guarded: the control fitted by gofit, and an arm with GOGC=off and
+//     no GOMEMLIMIT whose heap the kernel OOM-kills again and again;
+//   - aa: gofit's fit against itself.
+//
+// The guard must stop the harmful arm (the Lease's annotation, which the
+// webhook then reads), evict its pods so that the ReplicaSet replaces
+// them with the control, and write an ArmStopped Event on the
+// Deployment; and it must leave the A/A pair running.
+func (g *guestRun) experimentGuard(t *testing.T) {
+	c := g.c
+	step := time.Now()
+	phase := func(what string) {
+		t.Logf("experiment-guard: %s at %.1fs", what, time.Since(step).Seconds())
+	}
+	g.experimentsOn(t)
+	ksm := g.kubeStateMetrics(t)
+	phase("webhook with experiments, kube-state-metrics")
+
+	err := poll(3*time.Minute, "kubectl apply -f testdata/guard.yaml", func() (bool, error) {
+		_, _, err := c.run("apply", "-f", "/src/kube/e2e/testdata/guard.yaml")
+		return err == nil, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	loadCtx, stopLoad := context.WithCancel(context.Background())
+	t.Cleanup(func() {
+		stopLoad()
+		wg.Wait()
+		// The guard's Prometheus ends with this step: scale the guard
+		// down rather than have it fail its looks in later steps.
+		c.run("scale", "deployment", "-n", "gofit-system", "gofit-experiment-guard", "--replicas=0")
+		var dirs []string
+		if list, err := c.cs.CoreV1().Pods("shop").List(g.ctx, metav1.ListOptions{LabelSelector: "app in (guarded, aa)"}); err == nil {
+			for _, p := range list.Items {
+				dirs = append(dirs, podCgroup(&p, string(p.UID)))
+			}
+		}
+		c.run("delete", "-f", "/src/kube/e2e/testdata/guard.yaml", "--ignore-not-found", "--cascade=foreground", "--wait=true", "--timeout=5m")
+		// Gone from the node too, before the steps that read every level
+		// under kubepods.
+		if err := waitGone(3*time.Minute, "the guard step's pods' cgroups", dirs); err != nil {
+			t.Log(err)
+		}
+	})
+	guarded := g.armedPods(t, "shop", "guarded", 4)
+	aa := g.armedPods(t, "shop", "aa", 2)
+	arms := map[string][]string{}
+	for _, p := range append(append([]corev1.Pod(nil), guarded...), aa...) {
+		arms[p.Labels["gofit.dev/experiment"]+"/"+p.Labels["gofit.dev/arm"]] = append(arms[p.Labels["gofit.dev/experiment"]+"/"+p.Labels["gofit.dev/arm"]], p.Name)
+		if p.Labels["gofit.dev/arm"] == "nogc" {
+			if env := envOf(p.Spec.Containers[0]); env["GOGC"] != "off" || env["GOFIT"] != "off" || env["GOMEMLIMIT"] != "" {
+				t.Errorf("pod %s of arm nogc: env %v, want GOGC=off and GOFIT=off alone", p.Name, env)
+			}
+		}
+	}
+	for _, a := range []string{"guarded/base", "guarded/nogc", "aa/a", "aa/a-again"} {
+		if want := map[bool]int{true: 2, false: 1}[strings.HasPrefix(a, "guarded/")]; len(arms[a]) != want {
+			g.describe(t, "shop")
+			t.Fatalf("pods by experiment/arm %v: want 2 in each of guarded's arms and 1 in each of aa's", arms)
+		}
+	}
+	phase(fmt.Sprintf("6 pods with their arms %v", arms))
+
+	// Prometheus on the node's address, where the guard's pod reaches it.
+	targets := []promtest.Target{
+		{Job: "kubelet", Addr: nodeIP + ":10250", Path: "/metrics/cadvisor", HTTPS: true, Labels: map[string]string{"metrics_path": "/metrics/cadvisor"}},
+		{Job: "kube-state-metrics", Addr: ksm},
+	}
+	for _, p := range append(append([]corev1.Pod(nil), guarded...), aa...) {
+		targets = append(targets, promtest.Target{Job: "service", Addr: p.Status.PodIP + ":8080",
+			Labels: map[string]string{"namespace": p.Namespace, "pod": p.Name, "container": "service"}})
+		// Requests (the latency histogram) and scrapes of /metrics, which
+		// allocate: without a GC the heap grows into the limit.
+		steadyLoad(loadCtx, &wg, "http://"+p.Status.PodIP+":8080/work?n=500", 1)
+		steadyLoad(loadCtx, &wg, "http://"+p.Status.PodIP+":8080/metrics", 1)
+	}
+	prom := promtest.Start(t, promtest.Binaries{Prometheus: "/mnt/prometheus/prometheus"}, promtest.Config{
+		Interval: 5 * time.Second, Targets: targets, Ready: 5 * time.Minute, Host: nodeIP})
+	loaded := time.Now()
+	phase("prometheus at " + prom.URL + ", load on every pod")
+
+	// The guard: the component's Deployment (one replica, from the
+	// overlay), pointed at this Prometheus at the step's pace.
+	args, _ := json.Marshal(append(guardArgs, "--prometheus="+prom.URL))
+	patch := fmt.Sprintf(`[{"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": %s}, {"op": "replace", "path": "/spec/replicas", "value": 1}]`, args)
+	if _, stderr, err := c.run("patch", "deployment", "-n", "gofit-system", "gofit-experiment-guard", "--type", "json", "-p", patch); err != nil {
+		t.Fatalf("patch the guard: %v: %s", err, stderr)
+	}
+	gp := g.waitDeployment(t, "gofit-system", "gofit-experiment-guard", 1, 6*time.Minute)
+	phase("guard " + gp[0].Name + " running")
+	guardLog := func() string {
+		out, _, _ := c.run("logs", "-n", "gofit-system", gp[0].Name, "--tail=40")
+		return out
+	}
+
+	// The stop, on the Lease; then the Event; then the arm's pods replaced.
+	var st admission.GuardStatus
+	err = poll(12*time.Minute, "the guard stopping arm nogc of guarded", func() (bool, error) {
+		l, err := c.cs.CoordinationV1().Leases("shop").Get(g.ctx, "gofit-experiment-guarded", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if st, err = admission.ParseGuardStatus(l.Annotations); err != nil {
+			return false, err
+		}
+		_, stopped := st.Stopped["nogc"]
+		return stopped, fmt.Errorf("guard status %s; pods: %s", st, g.podsOf("shop", "app=guarded"))
+	})
+	if err != nil {
+		g.describe(t, "shop")
+		t.Fatalf("%v\nguard's log:\n%s", err, guardLog())
+	}
+	if _, ok := st.Stopped["base"]; ok || len(st.Stopped) != 1 {
+		t.Errorf("guard status %s: want nogc stopped alone (the control is never stopped)", st)
+	}
+	phase(fmt.Sprintf("nogc stopped %.0fs after the load started: %s", st.Stopped["nogc"].At.Sub(loaded).Seconds(), st.Stopped["nogc"].Reason))
+
+	err = poll(2*time.Minute, "an ArmStopped Event on Deployment guarded", func() (bool, error) {
+		ev, err := c.cs.CoreV1().Events("shop").List(g.ctx, metav1.ListOptions{FieldSelector: "reason=ArmStopped"})
+		if err != nil {
+			return false, err
+		}
+		var seen []string
+		for _, e := range ev.Items {
+			seen = append(seen, e.InvolvedObject.Kind+"/"+e.InvolvedObject.Name+": "+e.Message)
+			if e.InvolvedObject.Kind == "Deployment" && e.InvolvedObject.Name == "guarded" && e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, "nogc") {
+				t.Logf("event: %s", e.Message)
+				return true, nil
+			}
+		}
+		return false, fmt.Errorf("ArmStopped events: %q", seen)
+	})
+	if err != nil {
+		t.Error(err)
+	}
+	err = poll(6*time.Minute, "guarded's pods all in the control, 4 ready", func() (bool, error) {
+		list, err := c.cs.CoreV1().Pods("shop").List(g.ctx, metav1.ListOptions{LabelSelector: "app=guarded"})
+		if err != nil {
+			return false, err
+		}
+		ready := 0
+		var live []corev1.Pod
+		for _, p := range list.Items {
+			if p.DeletionTimestamp != nil {
+				continue
+			}
+			live = append(live, p)
+			if p.Labels["gofit.dev/arm"] == "nogc" {
+				return false, fmt.Errorf("pod %s still in nogc: %s", p.Name, podSummary(list.Items))
+			}
+			for _, cond := range p.Status.Conditions {
+				if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+					ready++
+				}
+			}
+		}
+		return ready == 4 && len(live) == 4, fmt.Errorf("%d of %d ready: %s", ready, len(live), podSummary(live))
+	})
+	if err != nil {
+		g.describe(t, "shop")
+		t.Fatalf("%v\nguard's log:\n%s", err, guardLog())
+	}
+	phase("nogc's pods replaced by the control's")
+
+	// The A/A pair ran all along under the same load and guard.
+	l, err := c.cs.CoordinationV1().Leases("shop").Get(g.ctx, "gofit-experiment-aa", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if aaSt, err := admission.ParseGuardStatus(l.Annotations); err != nil || len(aaSt.Stopped) > 0 {
+		t.Errorf("A/A experiment's guard status %s (%v): want no arm stopped", aaSt, err)
+	}
+	if list, err := c.cs.CoreV1().Pods("shop").List(g.ctx, metav1.ListOptions{LabelSelector: "app=aa"}); err == nil {
+		for _, p := range list.Items {
+			if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+				t.Errorf("A/A pod %s: %s (deleting: %v), want running, never evicted", p.Name, p.Status.Phase, p.DeletionTimestamp != nil)
+			}
+		}
+	}
+	t.Logf("guard's log:\n%s", guardLog())
+}
+
+// podsOf summarises the pods of a selector, for a poll's error.
+func (g *guestRun) podsOf(ns, selector string) string {
+	list, err := g.c.cs.CoreV1().Pods(ns).List(g.ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return err.Error()
+	}
+	var s []string
+	for _, p := range list.Items {
+		s = append(s, p.Labels["gofit.dev/arm"]+":"+podSummary([]corev1.Pod{p}))
+	}
+	return strings.Join(s, "; ")
+}
