@@ -323,7 +323,7 @@ func analyzeGroup(in Input, g Group, opt Options) Container {
 	}
 	sort.Strings(c.Pods)
 	lim := o.Limits
-	procsOver := o.GOMAXPROCS.Valid() && lim.CPU > 0 && float64(o.GOMAXPROCS) > lim.CPU
+	procsOver := gomaxprocsAbove(o.GOMAXPROCS, lim.CPU)
 	p := pool(in, g, procsOver)
 	o.Samples = len(p.cpu)
 	if p.first >= 0 {
@@ -359,6 +359,14 @@ func analyzeGroup(in Input, g Group, opt Options) Container {
 	c.VPA = VPA(in, g, o, opt)
 	c.Findings = findings(o, c.Gofit, procsOver, opt)
 	return c
+}
+
+// gomaxprocsAbove: GOMAXPROCS runs more threads than a CPU limit pays
+// for, that is more than the limit rounded up (and never 1: a process
+// fitted to a limit under a core runs 1, and its throttling is demand).
+// The findings, the CPU correction and the rules compare it the same way.
+func gomaxprocsAbove(procs Num, limit float64) bool {
+	return procs.Valid() && limit > 0 && float64(procs) > math.Max(1, math.Ceil(limit-1e-9))
 }
 
 // missing names what a container lacks for a figure; nil when it has all.
@@ -492,7 +500,7 @@ func findings(o *Observed, rec Recommendation, procsOver bool, opt Options) []Fi
 	var f []Finding
 	add := func(code, format string, a ...any) { f = append(f, Finding{code, fmt.Sprintf(format, a...)}) }
 	lim := o.Limits
-	if o.GOMAXPROCS.Valid() && lim.CPU > 0 && float64(o.GOMAXPROCS) > math.Max(1, math.Ceil(lim.CPU-1e-9)) {
+	if procsOver {
 		add(CodeGOMAXPROCSAboveLimit, "GOMAXPROCS=%d with a CPU limit of %s: up to %d threads spend the quota early in each period and wait out the rest",
 			int(o.GOMAXPROCS), fmtCores(lim.CPU), int(o.GOMAXPROCS))
 	}
