@@ -161,6 +161,43 @@ func TestAnalyzeFlagsHarmFirst(t *testing.T) {
 	}
 }
 
+// TestAnalyzeLatencyHarmMargin: an arm whose p99 is well beyond
+// (1+Harm.Latency) times the control's is harmful, one within the margin
+// is not, and the margin is the one given (--harm-latency). The buckets
+// blunt a factor on latency: slow's p99 is about 2.5× the control's
+// (95% interval 2.35 to 2.72), near's 1.1× (0.98 to 1.27).
+func TestAnalyzeLatencyHarmMargin(t *testing.T) {
+	rng := rand.New(rand.NewSource(7))
+	in := synth(rng, 40, []arm{{name: "c", latency: 1, cpu: 1, oomInWindow: -1}, {name: "slow", latency: 3, cpu: 1, oomInWindow: -1}, {name: "near", latency: 1.1, cpu: 1, oomInWindow: -1}})
+	for _, tc := range []struct {
+		margin float64 // 0: DefaultHarm's 0.25
+		slow   string  // slow's harm, "" for none; near is never harmful
+	}{
+		{0, "beyond the harm margin 1.25×"},
+		{1, "beyond the harm margin 2×"},
+		{2, ""}, // within 3×
+	} {
+		in.Harm = Harm{}
+		if tc.margin > 0 {
+			in.Harm = Harm{Rate: 0.5, ErrorShare: 0.001, Latency: tc.margin}
+		}
+		r, err := Analyze(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, want := range []string{"", tc.slow, ""} {
+			a := r.Arms[i]
+			got := strings.Join(a.Harms, "; ")
+			if a.Harmful != (want != "") || (want == "") != (got == "") || !strings.Contains(got, want) || (want != "" && !strings.HasPrefix(got, "latency p99 ")) {
+				t.Errorf("margin %g: arm %s harmful %v (%q), want %q", tc.margin, a.Name, a.Harmful, got, want)
+			}
+		}
+		if v := verdictOf(r, "slow", "harm"); (v.Verdict == Harmful) != (tc.slow != "") {
+			t.Errorf("margin %g: slow's harm verdict %+v", tc.margin, v)
+		}
+	}
+}
+
 // Harm is relative to the control: a restart or an OOM kill is not harm
 // by itself (the control has them too, or it is one), many beyond the
 // control's are.
