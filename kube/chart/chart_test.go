@@ -275,6 +275,9 @@ func TestSchema(t *testing.T) {
 		{`{"webhook":{"networkPolicy":{"ingressFrom":[{"ipBlock":{}}]}}}`, "/webhook/networkPolicy/ingressFrom/0/ipBlock"},
 		{`{"webhook":{"experiments":{"enabled":1}}}`, "/webhook/experiments/enabled"},
 		{`{"webhook":{"experiments":{"namespaces":["Shop"]}}}`, "/webhook/experiments/namespaces/0"},
+		{`{"experimentGuard":{"prometheus":{"caSecret":{"name":"Prometheus-CA"}}}}`, "/experimentGuard/prometheus/caSecret/name"},
+		{`{"experimentGuard":{"prometheus":{"bearerTokenSecret":{"name":"reader","key":"../token"}}}}`, "/experimentGuard/prometheus/bearerTokenSecret/key"},
+		{`{"experimentGuard":{"prometheus":{"caSecret":{"name":"ca","path":"/ca"}}}}`, "path"},
 		// Experiments get per-namespace rights only: none named, none given.
 		{`{"webhook":{"experiments":{"enabled":true}}}`, "webhook.experiments.enabled needs webhook.experiments.namespaces"},
 		{`{"webhook":{"podLabels":{"app.kubernetes.io/name":"other"}}}`, "/webhook/podLabels"},
@@ -325,7 +328,8 @@ var matrix = []struct{ name, values string }{
 	{"own-namespaces", `{"namespaces":{"create":true},"node":{"namespace":"gofit-node"},"image":{"tag":"v9.9.9"}}`},
 	{"platform", platformValues},
 	{"components", `{"webhook":{"replicas":1,"pdb":{"minAvailable":0},"experiments":{"enabled":true,"namespaces":["default"]},"ciliumNetworkPolicy":{"enabled":true},
-	  "networkPolicy":{"ingressFrom":[{"ipBlock":{"cidr":"10.0.0.0/24"}},{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]}}}`},
+	  "networkPolicy":{"ingressFrom":[{"ipBlock":{"cidr":"10.0.0.0/24"}},{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]}},
+	  "experimentGuard":{"prometheus":{"caSecret":{"name":"prometheus-ca","key":"ca.crt"},"bearerTokenSecret":{"name":"prometheus-reader","key":"token"}}}}`},
 	// Every name from fullnameOverride (issue 43): checkRender follows each
 	// reference to an object of the render.
 	{"renamed", `{"fullnameOverride":"acme","webhook":{"experiments":{"enabled":true,"namespaces":["default"]},"ciliumNetworkPolicy":{"enabled":true}},
@@ -465,6 +469,10 @@ func checkRender(t *testing.T, name string, objs []*unstructured.Unstructured) {
 				t.Errorf("no %s", k)
 			}
 		}
+		// Its Prometheus CA and token from Secrets, mounted read-only.
+		checkGuardSecrets(t, kinds["Deployment gofit-system/gofit-experiment-guard"],
+			[]string{"--bearer-token-file=/etc/gofit/prometheus-token/token", "--ca-file=/etc/gofit/prometheus-ca/ca.crt"},
+			map[string]string{"prometheus-ca": "prometheus-ca/ca.crt", "prometheus-token": "prometheus-reader/token"})
 	case "webhook-tuned":
 		has("Deployment fit/gofit-webhook", "--memory-ratio=0.8", "--ceil", "--cpu-request-factor=1.5", "--cpu-request-min=1",
 			"--go-version=go1.25", "--log-json", "--service-dns=gofit-webhook.fit.svc", "--self-managed-secret=fit/gofit-webhook-tls")
@@ -832,6 +840,110 @@ func TestExperimentsLeastPrivilege(t *testing.T) {
 	}
 	if !slices.Contains(args, any("--experiment-namespaces=shop,web")) {
 		t.Errorf("args %v: no --experiment-namespaces=shop,web", args)
+	}
+}
+
+// checkGuardSecrets checks that the guard's Deployment dep passes the
+// flags (and no other --ca-file or --bearer-token-file), and mounts
+// exactly the volumes named, each Secret SECRET/KEY with the key alone,
+// read-only at /etc/gofit/VOLUME.
+func checkGuardSecrets(t *testing.T, dep *unstructured.Unstructured, flags []string, volumes map[string]string) {
+	t.Helper()
+	if dep == nil {
+		t.Fatal("no experiment guard Deployment")
+	}
+	spec, _, _ := unstructured.NestedMap(dep.Object, "spec", "template", "spec")
+	c := spec["containers"].([]any)[0].(map[string]any)
+	var got []string
+	for _, a := range c["args"].([]any) {
+		if s := a.(string); strings.HasPrefix(s, "--ca-file=") || strings.HasPrefix(s, "--bearer-token-file=") {
+			got = append(got, s)
+		}
+	}
+	if !slices.Equal(got, flags) {
+		t.Errorf("guard file flags %q, want %q", got, flags)
+	}
+	vols := map[string]string{}
+	vs, _ := spec["volumes"].([]any)
+	for _, v := range vs {
+		v := v.(map[string]any)
+		name, _ := v["name"].(string)
+		sec, _ := v["secret"].(map[string]any)
+		items, _ := sec["items"].([]any)
+		if sec == nil || len(items) != 1 || len(v) != 2 {
+			t.Errorf("guard volume %v: want a Secret with one item", v)
+			continue
+		}
+		it := items[0].(map[string]any)
+		if it["path"] != it["key"] {
+			t.Errorf("guard volume %s: item %v, want the key at its own name", name, it)
+		}
+		vols[name] = fmt.Sprintf("%v/%v", sec["secretName"], it["key"])
+	}
+	if fmt.Sprint(vols) != fmt.Sprint(volumes) {
+		t.Errorf("guard volumes %v, want %v", vols, volumes)
+	}
+	mounts := map[string]string{}
+	ms, _ := c["volumeMounts"].([]any)
+	for _, m := range ms {
+		m := m.(map[string]any)
+		if m["readOnly"] != true {
+			t.Errorf("guard mount %v is not read-only", m)
+		}
+		mounts[m["name"].(string)] = m["mountPath"].(string)
+	}
+	want := map[string]string{}
+	for v := range volumes {
+		want[v] = "/etc/gofit/" + v
+	}
+	if fmt.Sprint(mounts) != fmt.Sprint(want) {
+		t.Errorf("guard mounts %v, want %v", mounts, want)
+	}
+}
+
+// TestExperimentGuardSecrets: the guard's --ca-file and
+// --bearer-token-file could name only files already in its image; the
+// CA and the token now come from Secrets (experimentGuard.prometheus.
+// caSecret, bearerTokenSecret), each mounted read-only with its key
+// alone, and the flag names the mounted file. A file and a Secret for
+// the same flag are refused.
+func TestExperimentGuardSecrets(t *testing.T) {
+	const on = `"webhook":{"experiments":{"enabled":true,"namespaces":["shop"]}}`
+	for _, tc := range []struct {
+		name, guard string
+		flags       []string
+		volumes     map[string]string
+	}{
+		{"none", `{}`, nil, map[string]string{}},
+		{"files", `{"caFile":"/etc/ssl/prom.pem","bearerTokenFile":"/var/run/secrets/kubernetes.io/serviceaccount/token"}`,
+			[]string{"--bearer-token-file=/var/run/secrets/kubernetes.io/serviceaccount/token", "--ca-file=/etc/ssl/prom.pem"}, map[string]string{}},
+		{"secrets", `{"caSecret":{"name":"prom-tls","key":"ca.pem"},"bearerTokenSecret":{"name":"prom-reader"}}`,
+			[]string{"--bearer-token-file=/etc/gofit/prometheus-token/token", "--ca-file=/etc/gofit/prometheus-ca/ca.pem"},
+			map[string]string{"prometheus-ca": "prom-tls/ca.pem", "prometheus-token": "prom-reader/token"}},
+		{"ca secret and token file", `{"caSecret":{"name":"prom-tls"},"bearerTokenFile":"/var/run/secrets/kubernetes.io/serviceaccount/token"}`,
+			[]string{"--bearer-token-file=/var/run/secrets/kubernetes.io/serviceaccount/token", "--ca-file=/etc/gofit/prometheus-ca/ca.crt"},
+			map[string]string{"prometheus-ca": "prom-tls/ca.crt"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs := template(t, `{`+on+`,"experimentGuard":{"prometheus":`+tc.guard+`}}`)
+			var dep *unstructured.Unstructured
+			for _, o := range objs {
+				if key(o) == "Deployment gofit-system/gofit-experiment-guard" {
+					dep = o
+				}
+			}
+			checkGuardSecrets(t, dep, tc.flags, tc.volumes)
+		})
+	}
+	for _, v := range []string{`{"caFile":"/ca.pem","caSecret":{"name":"prom-tls"}}`, `{"bearerTokenFile":"/token","bearerTokenSecret":{"name":"prom-reader"}}`} {
+		f := filepath.Join(t.TempDir(), "values.json")
+		if err := os.WriteFile(f, []byte(`{`+on+`,"experimentGuard":{"prometheus":`+v+`}}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := run(t, "template", "gofit", chartDir(), "-n", "gofit-system", "-f", f)
+		if err == nil || !strings.Contains(err.Error(), "set one of experimentGuard.prometheus.") {
+			t.Errorf("%s: error %v, want one naming both values", v, err)
+		}
 	}
 }
 
