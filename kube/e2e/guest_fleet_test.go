@@ -353,7 +353,8 @@ func (g *guestRun) fleetStep(t *testing.T) {
 	if len(rec.Missing) > 0 || rec.GOMAXPROCS < 1 || rec.GOMEMLIMIT <= 0 || rec.Memory == nil || rec.CPULimit == nil {
 		t.Fatalf("unfitted: gofit's recommendation %+v: want figures (is the history short of --min-span?)", rec)
 	}
-	if float64(rec.GOMAXPROCS) > *rec.CPULimit+1e-9 || float64(rec.GOMEMLIMIT) >= *rec.Memory {
+	// fit's GOMAXPROCS: the limit rounded down, and never below 1.
+	if float64(rec.GOMAXPROCS) > math.Max(1, math.Floor(*rec.CPULimit+1e-9)) || float64(rec.GOMEMLIMIT) >= *rec.Memory {
 		t.Errorf("unfitted: GOMAXPROCS %d at a %g-core limit, GOMEMLIMIT %d under %g bytes: not a fit", rec.GOMAXPROCS, *rec.CPULimit, rec.GOMEMLIMIT, *rec.Memory)
 	}
 

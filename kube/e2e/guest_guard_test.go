@@ -45,8 +45,7 @@ func (g *guestRun) experimentGuard(t *testing.T) {
 	phase("webhook with experiments, kube-state-metrics")
 
 	err := poll(3*time.Minute, "kubectl apply -f testdata/guard.yaml", func() (bool, error) {
-		// shop as the service step makes it (when that did not run).
-		_, _, err := c.run("apply", "-f", "/src/kube/e2e/testdata/namespace.yaml", "-f", "/src/kube/e2e/testdata/guard.yaml")
+		_, _, err := c.run("apply", "-f", "/src/kube/e2e/testdata/guard.yaml")
 		return err == nil, err
 	})
 	if err != nil {
