@@ -394,6 +394,9 @@ patches:
 		g.describe(t, "gofit-system")
 		t.Fatal(err)
 	}
+	// And the API server reaches them: on a fresh install (this step
+	// run alone) the caBundle comes after the pods are ready.
+	g.webhookInjects(t)
 	g.experiments = true
 }
 
