@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"math"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -88,24 +86,12 @@ func (g *guestRun) kubeStateMetrics(t *testing.T) string {
 }
 
 // steadyLoad sends closed-loop requests to url from n workers until ctx
-// ends: the fleet steps' traffic, from the test process in the guest.
+// ends: the fleet and guard steps' traffic, from the test process in the
+// guest.
 func steadyLoad(ctx context.Context, wg *sync.WaitGroup, url string, n int) {
-	cl := http.Client{Timeout: 10 * time.Second}
 	for range n {
 		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for ctx.Err() == nil {
-				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-				resp, err := cl.Do(req)
-				if err != nil {
-					time.Sleep(200 * time.Millisecond)
-					continue
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}
-		}()
+		go func() { defer wg.Done(); promtest.Load(ctx, url) }()
 	}
 }
 

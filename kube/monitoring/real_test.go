@@ -432,19 +432,7 @@ func Resolve(expr string, vars map[string]string) string {
 
 // load asks addr for /work?n=20000 (about 20 ms of CPU each) until ctx
 // ends: with a few at once, the service always has work to run.
-func load(ctx context.Context, addr string) {
-	c := &http.Client{Timeout: 10 * time.Second}
-	for ctx.Err() == nil {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/work?n=20000", nil)
-		resp, err := c.Do(req)
-		if err != nil {
-			time.Sleep(10 * time.Millisecond)
-			continue
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-	}
-}
+func load(ctx context.Context, addr string) { promtest.Load(ctx, "http://"+addr+"/work?n=20000") }
 
 // startWebhook runs the real webhook server on a self-signed certificate
 // and sends it admission reviews until ctx ends; it returns the address.

@@ -1,6 +1,8 @@
 package promtest
 
 import (
+	"context"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -132,5 +134,22 @@ func StartProcess(t testing.TB, exe, name string, lim Limits, env []string) Proc
 			t.Fatalf("%s: /metrics not answering after 20s: %v", name, err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Load asks url again and again, one request at a time, until ctx ends:
+// a closed loop that keeps a service busy. A failed request is retried
+// after a short pause (the service restarting, an OOM kill).
+func Load(ctx context.Context, url string) {
+	c := &http.Client{Timeout: 10 * time.Second}
+	for ctx.Err() == nil {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := c.Do(req)
+		if err != nil {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
 	}
 }
