@@ -177,16 +177,24 @@ func TestRealPrometheusExperiment(t *testing.T) {
 			t.Errorf("A/A: fitted-again %s is %s (%s)", v.Metric, v.Verdict, ratioText(v))
 		}
 	}
-	// The starved arm is worse on what a 1 MiB GOMEMLIMIT must make worse
-	// on any machine, whatever its speed or load: the GC runs all the time,
-	// so the GC's share of CPU and the CPU each request costs go up. Its
-	// latency goes up too where the load fills its quota, but how much
-	// depends on the machine (issue 44): the figures are in
-	// docs/results/experiment.md, not asserted here.
-	for _, metric := range []string{"cpu_seconds_per_request", "gc_cpu_share"} {
-		if v := verdictOf(r, "starved", metric); v.Verdict != stats.Worse {
-			t.Errorf("GOMEMLIMIT=1MiB: %s is %s (%s), want worse", metric, v.Verdict, ratioText(v))
+	// The starved arm shows what a 1 MiB GOMEMLIMIT must do on any
+	// machine, whatever its speed or load: the GC runs all the time, so
+	// its share of the CPU is worse and the heap is smaller. What that
+	// costs each request depends on how much CPU a request takes besides
+	// its allocations: on this machine without SHA instructions (8 ms a
+	// request) the 2026-11-28 run gave ×0.994 [0.825–1.157] where earlier
+	// runs gave ×1.41 (issue 44), so it is asserted only never to be
+	// better; latency likewise depends on the machine. The figures are in
+	// docs/results/experiment.md.
+	for metric, want := range map[string]string{"gc_cpu_share": stats.Worse, "heap_bytes": stats.Better} {
+		if v := verdictOf(r, "starved", metric); v.Verdict != want {
+			t.Errorf("GOMEMLIMIT=1MiB: %s is %s (%s), want %s", metric, v.Verdict, ratioText(v), want)
 		}
+	}
+	if v := verdictOf(r, "starved", "cpu_seconds_per_request"); v.Verdict == stats.Better {
+		t.Errorf("GOMEMLIMIT=1MiB: cpu_seconds_per_request is better (%s): a GC that never stops cannot make requests cheaper", ratioText(v))
+	} else {
+		t.Logf("GOMEMLIMIT=1MiB: cpu_seconds_per_request %s (%s)", v.Verdict, ratioText(v))
 	}
 	for _, a := range r.Arms {
 		if got := float64(a.Metrics["requests_per_second"].Value); got < 0.9*float64(rate) {
