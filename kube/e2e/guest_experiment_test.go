@@ -407,8 +407,9 @@ patches:
 // admitted within a second, assigned one at a time per experiment, can
 // miss it; and a review that outlasts the webhook's 2 s timeoutSeconds is
 // admitted unmutated (failurePolicy Ignore: the webhook-failover step
-// counts these). Such a pod is replaced alone, one at a time, up to 3
-// rounds; the caller's checks fail the step if one still has none.
+// counts these). Such a pod is replaced alone, one at a time, up to one
+// round a replica; the caller's checks fail the step if one still has
+// none.
 func (g *guestRun) armedPods(t *testing.T, ns, deploy string, n int) []corev1.Pod {
 	t.Helper()
 	c := g.c
@@ -423,7 +424,7 @@ func (g *guestRun) armedPods(t *testing.T, ns, deploy string, n int) []corev1.Po
 				}
 			}
 		}
-		if len(noArm) == 0 || round == 3 {
+		if len(noArm) == 0 || round == n {
 			return pods
 		}
 		t.Logf("round %d: pods with no arm (assignment over its deadline), replacing %s of %v", round+1, noArm[0], noArm)
