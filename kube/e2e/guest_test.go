@@ -263,8 +263,10 @@ func (g *guestRun) waitDeployment(t *testing.T, ns, name string, n int32, timeou
 				pods = append(pods, p)
 			}
 		}
-		return d.Status.ReadyReplicas == n && d.Status.UpdatedReplicas == n && int32(len(pods)) == n,
-			fmt.Errorf("ready %d of %d; pods: %s", d.Status.ReadyReplicas, n, podSummary(pods))
+		// The status must be of the current spec: right after a patch
+		// it still describes the old rollout, complete.
+		return d.Status.ObservedGeneration >= d.Generation && d.Status.ReadyReplicas == n && d.Status.UpdatedReplicas == n && int32(len(pods)) == n,
+			fmt.Errorf("ready %d of %d (generation %d observed %d); pods: %s", d.Status.ReadyReplicas, n, d.Generation, d.Status.ObservedGeneration, podSummary(pods))
 	})
 	if err != nil {
 		g.describe(t, ns)
