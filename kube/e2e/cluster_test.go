@@ -507,37 +507,13 @@ func (c *cluster) waitAPIServer(timeout time.Duration) error {
 	})
 }
 
-// kcmControllers leaves out the controllers that nothing on this node
-// uses (no volumes but the kubelet's own, no CSRs, quotas, autoscalers,
-// CronJobs or DRA): under TCG each one's informers and resyncs cost the
-// CPU every step waits for (issue 44: the idle guest was 95-100% busy, the
-// controller-manager 14-19% of a CPU). What the steps use stays: the
-// workload controllers, endpoints, namespaces, service accounts and their
-// root CA, the garbage collector, disruption budgets, node lifecycle.
-var kcmControllers = "*," + strings.Join([]string{
-	"-endpointslice-mirroring-controller", "-replicationcontroller-controller", "-resourcequota-controller",
-	"-horizontal-pod-autoscaler-controller", "-cronjob-controller", "-ttl-after-finished-controller",
-	"-certificatesigningrequest-signing-controller", "-certificatesigningrequest-approving-controller",
-	"-certificatesigningrequest-cleaner-controller", "-podcertificaterequest-cleaner-controller",
-	"-bootstrap-signer-controller", "-token-cleaner-controller", "-node-ipam-controller",
-	"-device-taint-eviction-controller", "-persistentvolume-binder-controller",
-	"-persistentvolume-attach-detach-controller", "-persistentvolume-expander-controller",
-	"-persistentvolumeclaim-protection-controller", "-persistentvolume-protection-controller",
-	"-podgroup-protection-controller", "-kube-apiserver-serving-clustertrustbundle-publisher-controller",
-	"-ephemeral-volume-controller", "-storageversion-garbage-collector-controller", "-resourceclaim-controller",
-	"-resourcepoolstatusrequest-controller", "-legacy-serviceaccount-token-cleaner-controller",
-	"-volumeattributesclass-protection-controller", "-storage-version-migrator-controller",
-	"-selinux-warning-controller",
-}, ",")
-
 func (c *cluster) startControllers() error {
 	kube := filepath.Join(c.paths.node, "bin", "kube")
 	admin := filepath.Join(c.dir, "admin.kubeconfig")
 	if err := c.start("kube-controller-manager", kube, "kube-controller-manager", "--kubeconfig="+admin,
 		"--authentication-kubeconfig="+admin, "--authorization-kubeconfig="+admin,
 		"--service-account-private-key-file="+c.dir+"/sa.key", "--root-ca-file="+c.dir+"/ca.crt",
-		"--use-service-account-credentials=false", "--leader-elect=false", "--bind-address=127.0.0.1",
-		"--controllers="+kcmControllers); err != nil {
+		"--use-service-account-credentials=false", "--leader-elect=false", "--bind-address=127.0.0.1"); err != nil {
 		return err
 	}
 	return c.start("kube-scheduler", kube, "kube-scheduler", "--kubeconfig="+admin,
