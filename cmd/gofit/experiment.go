@@ -314,6 +314,7 @@ func runExperimentGuard(args []string, stdout, stderr io.Writer) error {
 	errMatch := fs.String("errors", `code=~"5.."`, "PromQL label `MATCHER` that selects failed requests among the histogram's series")
 	harmRate := fs.Float64("harm-rate", 0.5, "harmful: restarts, OOM kills or error share beyond (1+`MARGIN`) times the control's")
 	harmLatency := fs.Float64("harm-latency", 0.25, "harmful: latency p99 beyond (1+`MARGIN`) times the control's")
+	harmUnready := fs.Float64("harm-unready", 0.01, "harmful: pods not ready a `SHARE` of the time beyond --harm-rate times the control's share (a stalled pod answers nothing)")
 	resamples := fs.Int("resamples", 1000, "bootstrap resamples per interval")
 	warmUp := fs.Duration("warm-up", time.Minute, "leave out each pod's first `DURATION` after it started (caches, connection pools, the heap growing)")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig `FILE` (default: $KUBECONFIG, ~/.kube/config or in-cluster)")
@@ -342,6 +343,8 @@ func runExperimentGuard(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: --resamples %d: want at least 100", errUsage, *resamples)
 	case !(*harmRate >= 0) || !(*harmLatency > 0):
 		return fmt.Errorf("%w: --harm-rate %v, --harm-latency %v: want at least 0 and more than 0", errUsage, *harmRate, *harmLatency)
+	case !(*harmUnready > 0 && *harmUnready < 1):
+		return fmt.Errorf("%w: --harm-unready %v: want a share more than 0 and less than 1", errUsage, *harmUnready)
 	}
 	looks := experiment.Looks{Every: *interval, Planned: *planned, Alpha: *alpha}
 	if _, err := experiment.NewSequential(looks); err != nil {
@@ -371,7 +374,7 @@ func runExperimentGuard(args []string, stdout, stderr io.Writer) error {
 				return experiment.Fetch(ctx, prom, pods, q)
 			},
 			Query: experiment.Query{Window: *window, Latency: *latency, ErrorMatcher: *errMatch, Matchers: pf.match, Resamples: *resamples, Seed: 1, WarmUp: *warmUp},
-			Harm:  experiment.Harm{Rate: *harmRate, ErrorShare: 0.001, Latency: *harmLatency},
+			Harm:  experiment.Harm{Rate: *harmRate, ErrorShare: 0.001, Latency: *harmLatency, Unready: *harmUnready},
 		}.Judge}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

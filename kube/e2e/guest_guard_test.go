@@ -27,7 +27,10 @@ var guardArgs = []string{"experiment", "guard", "--interval=30s", "--window=15s"
 // election; only its Prometheus and pace changed), judges two running
 // experiments under the same load:
 //   - guarded: the control fitted by gofit, and an arm with GOGC=off and
-//     no GOMEMLIMIT whose heap the kernel OOM-kills again and again;
+//     no GOMEMLIMIT whose heap grows into the limit: there it stalls,
+//     failing its readiness probe and scrapes (what an earlier run of
+//     this step showed for 12 minutes, and the guard then missed), or
+//     the kernel OOM-kills it;
 //   - aa: gofit's fit against itself.
 //
 // The guard must stop the harmful arm (the Lease's annotation, which the

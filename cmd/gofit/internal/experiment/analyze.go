@@ -39,6 +39,11 @@ type Window struct {
 	Heap       float64
 	OOMKills   float64
 	Restarts   float64
+	// Unready is the share of the window the pod was not ready (or,
+	// without kube-state-metrics, did not answer its scrapes): a Go
+	// service near its memory limit often stalls rather than dies, and
+	// a stalled pod has no latency to judge.
+	Unready float64
 
 	grid   *grid     // set by Analyze: the latency buckets of every window
 	counts []float64 // Latency's counts on grid
@@ -59,6 +64,7 @@ const (
 	HasPauses
 	HasMemory
 	HasHeap
+	HasReady
 	HasAll = HasLatency | HasCPU | HasThrottling | HasGC | HasPauses | HasMemory | HasHeap
 )
 
@@ -200,10 +206,13 @@ type Harm struct {
 	ErrorShare float64
 	// Latency: p99 more than (1+Latency) times the control's (0.25).
 	Latency float64
+	// Unready: the share of pod-time not ready more than (1+Rate) times
+	// the control's and at least this much above it (0.01: 36 s an hour).
+	Unready float64
 }
 
 // DefaultHarm is the harm margins when Input.Harm is zero.
-func DefaultHarm() Harm { return Harm{Rate: 0.5, ErrorShare: 0.001, Latency: 0.25} }
+func DefaultHarm() Harm { return Harm{Rate: 0.5, ErrorShare: 0.001, Latency: 0.25, Unready: 0.01} }
 
 // Metric is one figure an arm is judged on.
 type Metric struct {
@@ -335,10 +344,13 @@ type ArmResult struct {
 	Windows int              `json:"windows"` // windows with data
 	Metrics map[string]Value `json:"metrics"`
 	// OOMKills and Restarts are counts over the whole span.
-	OOMKills float64  `json:"oom_kills"`
-	Restarts float64  `json:"restarts"`
-	Harmful  bool     `json:"harmful"`
-	Harms    []string `json:"harms"`
+	OOMKills float64 `json:"oom_kills"`
+	Restarts float64 `json:"restarts"`
+	// Unready is the share of the arm's pod-time not ready (NaN: no
+	// source said).
+	Unready F        `json:"unready_share"`
+	Harmful bool     `json:"harmful"`
+	Harms   []string `json:"harms"`
 	// Traffic is the arm's requests per pod against the control's when
 	// they differ (the interval excludes 1 ± 5%), empty otherwise.
 	Traffic string `json:"traffic,omitempty"`
@@ -481,6 +493,9 @@ func Analyze(in Input) (*Results, error) {
 	// The tests of this look: every quality verdict and harm test of
 	// every arm but the control.
 	perArm := 2 // restarts, OOM kills
+	if in.Have["ready"] {
+		perArm++ // time not ready
+	}
 	if have(errShare) {
 		perArm += 2 // error share, p99 harm
 	}
@@ -506,7 +521,7 @@ func Analyze(in Input) (*Results, error) {
 		if len(a.Pods) < MinPods {
 			res.Notes = append(res.Notes, fmt.Sprintf("arm %s has %d pods, fewer than %d: a difference of a pod's own (its node, its neighbours) can hardly be told from the arm's", a.Name, len(a.Pods), MinPods))
 		}
-		ar := ArmResult{Name: a.Name, Pods: append([]string{}, a.Pods...), Metrics: map[string]Value{}, Harms: []string{}}
+		ar := ArmResult{Name: a.Name, Pods: append([]string{}, a.Pods...), Metrics: map[string]Value{}, Harms: []string{}, Unready: F(math.NaN())}
 		series := ArmSeries{Arm: a.Name, Values: map[string][]float64{}}
 		for i := range n {
 			any := false
@@ -519,6 +534,11 @@ func Analyze(in Input) (*Results, error) {
 				ar.Windows++
 			}
 			series.T = append(series.T, in.From.Add(time.Duration(i)*in.Window))
+		}
+		if in.Have["ready"] {
+			all := allUnits(len(a.Pods))
+			bufA = a.flat(allUnits(n), all, bufA)
+			ar.Unready = F(unready(bufA))
 		}
 		units := []int{len(a.Pods)}
 		for _, m := range ms {
@@ -562,6 +582,18 @@ func Analyze(in Input) (*Results, error) {
 			}
 		}
 		b.Alpha = hl
+		if in.Have["ready"] {
+			// A stalled pod answers nothing, so its latency and errors
+			// are missing, not bad: time not ready is the harm itself.
+			d := b.PairedUnits(n, units, func(idx []int, u [][]int) float64 {
+				bufA, bufC = a.flat(idx, u[0], bufA), c.flat(idx, u[1], bufC)
+				return nz(unready(bufA)) - (1+harm.Rate)*nz(unready(bufC)) - harm.Unready
+			})
+			if d.Low > 0 {
+				ar.Harms = append(ar.Harms, fmt.Sprintf("not ready %.3g of the time against %s's %.3g, beyond %g× it + %g (%.4g%% interval of the excess %.3g to %.3g)",
+					float64(ar.Unready), in.Control, float64(cr.Unready), 1+harm.Rate, harm.Unready, 100*(1-hl), d.Low, d.High))
+			}
+		}
 		if have(errShare) {
 			d := b.PairedUnits(n, units, func(idx []int, u [][]int) float64 {
 				bufA, bufC = a.flat(idx, u[0], bufA), c.flat(idx, u[1], bufC)
@@ -631,6 +663,22 @@ func exposure(a *Arm, n int) float64 {
 		e = float64(len(a.Pods) * n)
 	}
 	return e
+}
+
+// unready is the share of the windows' pod-time not ready, over the
+// windows that have a readiness source.
+func unready(ws []Window) float64 {
+	var s, t float64
+	for _, w := range ws {
+		if w.Has&HasReady != 0 {
+			s += w.Unready
+			t++
+		}
+	}
+	if t == 0 {
+		return math.NaN()
+	}
+	return s / t
 }
 
 func allUnits(n int) []int {

@@ -327,3 +327,51 @@ func TestSpecOfLivePods(t *testing.T) {
 		t.Errorf("spec %+v", s)
 	}
 }
+
+// TestAnalyzeStalledArmIsHarmful: near its memory limit a Go service
+// often stalls rather than dies: it fails its readiness probe and its
+// scrapes, so its latency and errors go missing rather than bad, and it
+// never restarts. The e2e's guard judged such an arm (GOGC=off) harmless
+// for 12 minutes. Time not ready is now harm; a blip the control has as
+// well is not.
+func TestAnalyzeStalledArmIsHarmful(t *testing.T) {
+	rng := rand.New(rand.NewSource(6))
+	in := synth(rng, 40, []arm{{name: "c", latency: 1, cpu: 1, oomInWindow: -1}, {name: "stall", latency: 1, cpu: 1, oomInWindow: -1}, {name: "blip", latency: 1, cpu: 1, oomInWindow: -1}})
+	in.Have["ready"] = true
+	for _, a := range in.Arms {
+		for _, ws := range a.Windows {
+			for i := range ws {
+				ws[i].Has |= HasReady
+			}
+		}
+	}
+	for _, ws := range in.Arms[1].Windows {
+		for i := 15; i < 40; i++ {
+			// Stalled: cAdvisor still sees the cgroup; the service
+			// answers nothing.
+			ws[i] = Window{Has: HasReady | HasCPU | HasMemory, Unready: 1, CPUSeconds: 0.01, WorkingSet: 50e6}
+		}
+	}
+	in.Arms[0].Windows[1][12].Unready = 0.5 // the control's pods blip too
+	in.Arms[2].Windows[0][30].Unready = 0.5
+	r, err := Analyze(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{false, true, false} {
+		if r.Arms[i].Harmful != want {
+			t.Errorf("arm %s harmful %v, want %v: %v", r.Arms[i].Name, r.Arms[i].Harmful, want, r.Arms[i].Harms)
+		}
+	}
+	if h := strings.Join(r.Arms[1].Harms, "; "); !strings.Contains(h, "not ready 0.625 of the time") {
+		t.Errorf("stall's harms %q: want the time not ready named", h)
+	}
+	if got := float64(r.Arms[0].Unready); got != 0.5/80 {
+		t.Errorf("control's share not ready %v, want %v", got, 0.5/80)
+	}
+	// Without a readiness source the share is unknown, never 0.
+	in.Have["ready"] = false
+	if r, err = Analyze(in); err != nil || !math.IsNaN(float64(r.Arms[0].Unready)) {
+		t.Errorf("no source: share %v (%v), want NaN", r.Arms[0].Unready, err)
+	}
+}

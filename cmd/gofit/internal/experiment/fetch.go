@@ -291,6 +291,11 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 			{"gofit_oom_kills_total", inc("gofit_oom_kills_total", "")}}},
 		{"restarts", 0, func(w *Window, v float64) { w.Restarts += v }, [][2]string{
 			{"kube_pod_container_status_restarts_total", inc("kube_pod_container_status_restarts_total", "")}}},
+		// A pod that stalls near its memory limit fails its readiness
+		// probe and its scrapes long before (if ever) it is killed.
+		{"ready", HasReady, func(w *Window, v float64) { w.Unready = math.Max(w.Unready, min(max(v, 0), 1)) }, [][2]string{
+			{"kube_pod_status_ready{condition=\"false\"}", fmt.Sprintf(`max by (pod) (avg_over_time(kube_pod_status_ready{%s, condition="false"}[%s]))`, f.sel, f.rng())},
+			{"up (scrapes that failed)", fmt.Sprintf(`max by (pod) (1 - avg_over_time(up{%s}[%s]))`, f.sel, f.rng())}}},
 	}
 	for _, s := range steps {
 		m, err := first(s.what, s.cands...)

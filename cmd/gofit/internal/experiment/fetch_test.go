@@ -230,3 +230,23 @@ func TestFetchLeavesOutWarmUp(t *testing.T) {
 		t.Errorf("a-1 (warm before the span): %+v", a)
 	}
 }
+
+// TestFetchReadiness: kube-state-metrics' ready condition gives each
+// window's share not ready; without it, the share of failed scrapes.
+func TestFetchReadiness(t *testing.T) {
+	from := time.Unix(1_700_000_000, 0)
+	cpu := stubRule{"process_cpu_seconds_total", "[" + series(from, map[string]string{"pod": "a-1"}, 6, 6, 6) + "," + series(from, map[string]string{"pod": "b-1"}, 9, 9, 9) + "]"}
+	for _, c := range []struct {
+		rule stubRule
+		src  string
+	}{
+		{stubRule{`kube_pod_status_ready{namespace="shop"`, "[" + series(from, map[string]string{"pod": "a-1"}, 0, 0, 0) + "," + series(from, map[string]string{"pod": "b-1"}, 0, 0.5, 1) + "]"}, "kube_pod_status_ready"},
+		{stubRule{`avg_over_time(up{namespace="shop"`, "[" + series(from, map[string]string{"pod": "a-1"}, 0, 0, 0) + "," + series(from, map[string]string{"pod": "b-1"}, 0, 0.5, 1) + "]"}, "up (scrapes that failed)"},
+	} {
+		in := fetchFrom(t, &promStub{t: t, rules: []stubRule{c.rule, cpu}}, pods{"a": {"a-1"}, "b": {"b-1"}})
+		b := in.Arms[1].Windows[0]
+		if !in.Have["ready"] || !strings.HasPrefix(in.Sources["ready"], c.src) || b[1].Unready != 0.5 || b[2].Unready != 1 || b[0].Has&HasReady == 0 {
+			t.Errorf("%s: have %v, source %q, b-1 windows %+v", c.src, in.Have["ready"], in.Sources["ready"], b)
+		}
+	}
+}

@@ -155,6 +155,7 @@ func Failing(r *Results, kinds []string) []Verdict {
 var tmpl = template.Must(template.New("experiment").Funcs(template.FuncMap{
 	"fmt":   func(name string, v F) string { return format(name, float64(v)) },
 	"ratio": ratioText,
+	"pct":   func(v F) string { return format("error_share", float64(v)) },
 }).Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>gofit experiment {{.R.Experiment}}</title>
 <style>
@@ -175,6 +176,7 @@ var tmpl = template.Must(template.New("experiment").Funcs(template.FuncMap{
 {{range .Metrics}}{{$m := .}}<tr><td>{{.Label}}</td>{{range $.R.Arms}}{{with index .Metrics $m.Name}}<td>{{fmt $m.Name .Value}} <span class="ci">[{{fmt $m.Name .Low}}–{{fmt $m.Name .High}}]</span></td>{{else}}<td>–</td>{{end}}{{end}}</tr>{{end}}
 <tr><td>OOM kills</td>{{range .R.Arms}}<td>{{.OOMKills}}</td>{{end}}</tr>
 <tr><td>restarts</td>{{range .R.Arms}}<td>{{.Restarts}}</td>{{end}}</tr>
+<tr><td>time not ready</td>{{range .R.Arms}}<td>{{pct .Unready}}</td>{{end}}</tr>
 </table>
 <h2>Over time</h2>
 <p class="meta">Each point is one window's figure for the arm (pods pooled).</p>
