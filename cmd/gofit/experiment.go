@@ -23,11 +23,8 @@ import (
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/experiment"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
@@ -396,22 +393,8 @@ func runExperimentGuard(args []string, stdout, stderr io.Writer) error {
 	if *leaderNS == "" {
 		return g.Run(ctx)
 	}
-	lock := &resourcelock.LeaseLock{LeaseMeta: metav1.ObjectMeta{Name: "gofit-experiment-guard", Namespace: *leaderNS},
-		Client: cs.CoordinationV1(), LockConfig: resourcelock.ResourceLockConfig{Identity: id}}
-	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock: lock, LeaseDuration: 30 * time.Second, RenewDeadline: 20 * time.Second, RetryPeriod: 5 * time.Second,
-		ReleaseOnCancel: true, Name: "gofit-experiment-guard",
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
-				log.Info("leading")
-				g.Run(ctx)
-			},
-			OnStoppedLeading: func() { log.Info("stopped leading") },
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("leader election: %w", err)
-	}
-	le.Run(ctx)
-	return nil
+	// A replica that loses the Lease exits (the Deployment starts it
+	// again as a follower): it never acts beside the new leader.
+	return experiment.Lead(ctx, cs, experiment.Election{Namespace: *leaderNS, Name: "gofit-experiment-guard", Identity: id}, log,
+		func(ctx context.Context) { g.Run(ctx) })
 }

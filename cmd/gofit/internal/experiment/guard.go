@@ -99,7 +99,7 @@ func Decide(r *Results, st admission.GuardStatus) []Decision {
 func (g *Guard) Run(ctx context.Context) error {
 	t := time.NewTicker(g.Looks.Every)
 	defer t.Stop()
-	for {
+	for ctx.Err() == nil {
 		if err := g.Once(ctx); err != nil {
 			g.log().Warn("guard look", "err", err)
 		}
@@ -109,6 +109,7 @@ func (g *Guard) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 	}
+	return nil
 }
 
 func (g *Guard) log() *slog.Logger {
