@@ -103,15 +103,22 @@ type Container struct {
 	Gofit Recommendation `json:"gofit"`
 	KRR   Recommendation `json:"krr"`
 	VPA   Recommendation `json:"vpa"`
-	// Series is what the plots draw: per step, the busiest pod's CPU in
-	// cores and the highest working set and live heap in bytes.
+	// Series is what the plots draw: per run of steps, the busiest pod's
+	// CPU in cores and the highest working set and live heap in bytes.
 	Series Series `json:"-"`
 }
 
-// Series are per-step figures for the plots.
+// Series are the plots' figures: point i is the peak of steps
+// [i*Per, (i+1)*Per), at most plotPoints of them, so that a fleet's week
+// is not held twice over at full resolution for its plots.
 type Series struct {
+	Per                       int
 	CPU, WorkingSet, LiveHeap []float64
 }
+
+// plotPoints is the most points a plot line has: each the peak of its run
+// of steps, so a week at 5-minute steps still shows its spikes.
+const plotPoints = 300
 
 // Observed is what the data says, with the data it rests on.
 type Observed struct {
@@ -564,8 +571,10 @@ func findings(o *Observed, rec Recommendation, procsOver bool, opt Options) []Fi
 
 // seriesOf takes the pods' highest figure per step, for the plots.
 func seriesOf(in Input, g Group) Series {
-	s := Series{CPU: make([]float64, in.Steps), WorkingSet: make([]float64, in.Steps), LiveHeap: make([]float64, in.Steps)}
-	for i := range in.Steps {
+	per := max(1, (in.Steps+plotPoints-1)/plotPoints)
+	n := (in.Steps + per - 1) / per
+	s := Series{Per: per, CPU: make([]float64, n), WorkingSet: make([]float64, n), LiveHeap: make([]float64, n)}
+	for i := range n {
 		s.CPU[i], s.WorkingSet[i], s.LiveHeap[i] = math.NaN(), math.NaN(), math.NaN()
 	}
 	for _, pod := range g.Pods {
@@ -577,7 +586,7 @@ func seriesOf(in Input, g Group) Series {
 			for _, x := range []struct {
 				dst *float64
 				src []float32
-			}{{&s.CPU[i], pod.CPU}, {&s.WorkingSet[i], pod.WorkingSet}, {&s.LiveHeap[i], live}} {
+			}{{&s.CPU[i/per], pod.CPU}, {&s.WorkingSet[i/per], pod.WorkingSet}, {&s.LiveHeap[i/per], live}} {
 				if i < len(x.src) && !math.IsNaN(float64(x.src[i])) && (math.IsNaN(*x.dst) || float64(x.src[i]) > *x.dst) {
 					*x.dst = float64(x.src[i])
 				}

@@ -209,7 +209,7 @@ func Fetch(ctx context.Context, c api.Client, q Query) (Input, error) {
 	for _, s := range vec {
 		k := f.keyOf(s.Metric)
 		if pods[k] == nil {
-			pods[k] = newPod(k.pod, steps)
+			pods[k] = newPod(k.pod)
 		}
 		pods[k].GoVersion = string(s.Metric["version"])
 	}
@@ -329,7 +329,7 @@ func Fetch(ctx context.Context, c api.Client, q Query) (Input, error) {
 	cadvisor := `container!="", container!="POD"`
 	type rq struct {
 		what, source, query string
-		slot                func(p *Pod) []float32
+		slot                func(p *Pod) *[]float32
 	}
 	rate := func(metric, extra string) string {
 		return fmt.Sprintf(`sum by (%s) (rate(%s%s[%s]))%s`, f.by, metric, f.m(extra), step, f.filter)
@@ -338,22 +338,22 @@ func Fetch(ctx context.Context, c api.Client, q Query) (Input, error) {
 		return fmt.Sprintf(`max by (%s) (%s(%s%s[%s]))%s`, f.by, fn, metric, f.m(extra), step, f.filter)
 	}
 	for _, r := range []rq{
-		{"cpu", "container_cpu_usage_seconds_total (cAdvisor)", rate("container_cpu_usage_seconds_total", cadvisor), func(p *Pod) []float32 { return p.CPU }},
+		{"cpu", "container_cpu_usage_seconds_total (cAdvisor)", rate("container_cpu_usage_seconds_total", cadvisor), func(p *Pod) *[]float32 { return &p.CPU }},
 		{"throttling", "container_cpu_cfs_throttled_periods_total ÷ container_cpu_cfs_periods_total (cAdvisor)",
 			fmt.Sprintf(`sum by (%[1]s) (increase(container_cpu_cfs_throttled_periods_total%[2]s[%[3]s])) / sum by (%[1]s) (increase(container_cpu_cfs_periods_total%[2]s[%[3]s]))%[4]s`, f.by, f.m(cadvisor), step, f.filter),
-			func(p *Pod) []float32 { return p.Throttled }},
-		{"working_set", "container_memory_working_set_bytes (cAdvisor), the step's peak", over("max_over_time", "container_memory_working_set_bytes", cadvisor), func(p *Pod) []float32 { return p.WorkingSet }},
+			func(p *Pod) *[]float32 { return &p.Throttled }},
+		{"working_set", "container_memory_working_set_bytes (cAdvisor), the step's peak", over("max_over_time", "container_memory_working_set_bytes", cadvisor), func(p *Pod) *[]float32 { return &p.WorkingSet }},
 		{"non_heap", "container_memory_working_set_bytes less go_memstats_heap_inuse_bytes, the step's averages",
 			fmt.Sprintf(`max by (%[1]s) (avg_over_time(container_memory_working_set_bytes%[2]s[%[4]s])) - on (%[1]s) max by (%[1]s) (avg_over_time(go_memstats_heap_inuse_bytes%[3]s[%[4]s]))`, f.by, f.m(cadvisor), f.m(""), step),
-			func(p *Pod) []float32 { return p.NonHeap }},
-		{"heap_low", "go_memstats_heap_inuse_bytes, the step's low", over("min_over_time", "go_memstats_heap_inuse_bytes", ""), func(p *Pod) []float32 { return p.HeapMin }},
-		{"live_heap", "go_gc_heap_live_bytes, the step's peak", over("max_over_time", "go_gc_heap_live_bytes", ""), func(p *Pod) []float32 { return p.LiveHeap }},
-		{"gc", "go_cpu_classes_gc_total_cpu_seconds_total", rate("go_cpu_classes_gc_total_cpu_seconds_total", ""), func(p *Pod) []float32 { return p.GC }},
+			func(p *Pod) *[]float32 { return &p.NonHeap }},
+		{"heap_low", "go_memstats_heap_inuse_bytes, the step's low", over("min_over_time", "go_memstats_heap_inuse_bytes", ""), func(p *Pod) *[]float32 { return &p.HeapMin }},
+		{"live_heap", "go_gc_heap_live_bytes, the step's peak", over("max_over_time", "go_gc_heap_live_bytes", ""), func(p *Pod) *[]float32 { return &p.LiveHeap }},
+		{"gc", "go_cpu_classes_gc_total_cpu_seconds_total", rate("go_cpu_classes_gc_total_cpu_seconds_total", ""), func(p *Pod) *[]float32 { return &p.GC }},
 	} {
 		slot := r.slot
 		n, err := f.ranged(r.query, func(m model.Metric, i int, v float64) {
 			if p := pods[f.keyOf(m)]; p != nil {
-				slot(p)[i] = float32(v)
+				set(slot(p), steps, i, v)
 			}
 		})
 		if err != nil {
@@ -370,7 +370,7 @@ func Fetch(ctx context.Context, c api.Client, q Query) (Input, error) {
 		// a floor of the GC's CPU.
 		n, err := f.ranged(rate("go_gc_duration_seconds_sum", ""), func(m model.Metric, i int, v float64) {
 			if p := pods[f.keyOf(m)]; p != nil {
-				p.GC[i] = float32(v)
+				set(&p.GC, steps, i, v)
 			}
 		})
 		if err != nil {
@@ -417,15 +417,20 @@ func Fetch(ctx context.Context, c api.Client, q Query) (Input, error) {
 
 func mustSel(s string) string { m, _ := ParseSelector(s); return m }
 
-func newPod(name string, steps int) *Pod {
-	nanSeries := func() []float32 {
-		s := make([]float32, steps)
-		for i := range s {
-			s[i] = float32(math.NaN())
+// newPod is a pod with no figures yet: its series are allocated as
+// their first points come (most fleets lack some of them: a fleet's
+// week of a series it does not have would be 8 KiB a container of NaN).
+func newPod(name string) *Pod {
+	return &Pod{Name: name, GOMAXPROCS: math.NaN(), GOMEMLIMIT: math.NaN(), GOGC: math.NaN()}
+}
+
+// set puts step i's value in *s, allocating it (every step NaN) first.
+func set(s *[]float32, steps, i int, v float64) {
+	if *s == nil {
+		*s = make([]float32, steps)
+		for j := range *s {
+			(*s)[j] = float32(math.NaN())
 		}
-		return s
 	}
-	return &Pod{Name: name, GOMAXPROCS: math.NaN(), GOMEMLIMIT: math.NaN(), GOGC: math.NaN(),
-		CPU: nanSeries(), Throttled: nanSeries(), GC: nanSeries(), WorkingSet: nanSeries(), NonHeap: nanSeries(),
-		HeapMin: nanSeries(), LiveHeap: nanSeries()}
+	(*s)[i] = float32(v)
 }

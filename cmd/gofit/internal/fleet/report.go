@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"html/template"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -273,25 +272,12 @@ func secs(s float64) time.Duration { return time.Duration(s * float64(time.Secon
 func RenderHTML(r *Results) ([]byte, error) {
 	var plots []template.HTML
 	for _, c := range r.Containers {
-		// At most 300 points a line: each the peak of its run of steps,
-		// so a week at 5-minute steps still shows its spikes.
-		per := max(1, (len(c.Series.CPU)+299)/300)
-		hours := make([]float64, 0, len(c.Series.CPU)/per+1)
-		for i := 0; i < len(c.Series.CPU); i += per {
-			hours = append(hours, float64(i+per)*r.StepSeconds/3600)
-		}
-		peaks := func(s []float64) []float64 {
-			out := make([]float64, 0, len(hours))
-			for i := 0; i < len(s); i += per {
-				m := math.NaN()
-				for _, v := range s[i:min(i+per, len(s))] {
-					if !math.IsNaN(v) && (math.IsNaN(m) || v > m) {
-						m = v
-					}
-				}
-				out = append(out, m)
-			}
-			return out
+		// Each point is the peak of its run of steps (Series), plotted at
+		// the run's end.
+		per := max(1, c.Series.Per)
+		hours := make([]float64, len(c.Series.CPU))
+		for i := range hours {
+			hours[i] = float64((i+1)*per) * r.StepSeconds / 3600
 		}
 		flat := func(name string, v Num) (labreport.ChartLine, bool) {
 			if !v.Valid() || len(hours) == 0 {
@@ -299,7 +285,7 @@ func RenderHTML(r *Results) ([]byte, error) {
 			}
 			return labreport.ChartLine{Name: name, X: []float64{hours[0], hours[len(hours)-1]}, Y: []float64{float64(v), float64(v)}}, true
 		}
-		cpu := []labreport.ChartLine{{Name: "CPU used (busiest pod)", X: hours, Y: peaks(c.Series.CPU)}}
+		cpu := []labreport.ChartLine{{Name: "CPU used (busiest pod)", X: hours, Y: c.Series.CPU}}
 		for _, l := range []struct {
 			name string
 			v    Num
@@ -315,7 +301,7 @@ func RenderHTML(r *Results) ([]byte, error) {
 			}
 			return out
 		}
-		mem := []labreport.ChartLine{{Name: "working set (peak pod)", X: hours, Y: mib(peaks(c.Series.WorkingSet))}, {Name: "live heap (peak pod)", X: hours, Y: mib(peaks(c.Series.LiveHeap))}}
+		mem := []labreport.ChartLine{{Name: "working set (peak pod)", X: hours, Y: mib(c.Series.WorkingSet)}, {Name: "live heap (peak pod)", X: hours, Y: mib(c.Series.LiveHeap)}}
 		for _, l := range []struct {
 			name string
 			v    Num

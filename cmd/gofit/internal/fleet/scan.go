@@ -40,6 +40,14 @@ func queryRange(ctx context.Context, c api.Client, query string, start, end time
 	return scanMatrix(resp.StatusCode, body, put)
 }
 
+// rawPoints is a series' points as they stand in the answer's body: no
+// copy (json.RawMessage copies, which for a day of a fleet is the body's
+// size again), so the body must outlive it and stay unchanged.
+type rawPoints []byte
+
+// UnmarshalJSON keeps b, a slice of the body encoding/json decodes.
+func (r *rawPoints) UnmarshalJSON(b []byte) error { *r = b; return nil }
+
 // rangeAnswer is the API's envelope; each series' points stay raw until
 // scanPoints reads them.
 type rangeAnswer struct {
@@ -50,8 +58,8 @@ type rangeAnswer struct {
 	Data      struct {
 		ResultType string `json:"resultType"`
 		Result     []struct {
-			Metric model.Metric    `json:"metric"`
-			Values json.RawMessage `json:"values"`
+			Metric model.Metric `json:"metric"`
+			Values rawPoints    `json:"values"`
 		} `json:"result"`
 	} `json:"data"`
 }
