@@ -590,8 +590,8 @@ func Analyze(in Input) (*Results, error) {
 				return nz(unready(bufA)) - (1+harm.Rate)*nz(unready(bufC)) - harm.Unready
 			})
 			if d.Low > 0 {
-				ar.Harms = append(ar.Harms, fmt.Sprintf("not ready %.3g of the time against %s's %.3g, beyond %g× it + %g (%.4g%% interval of the excess %.3g to %.3g)",
-					float64(ar.Unready), in.Control, float64(cr.Unready), 1+harm.Rate, harm.Unready, 100*(1-hl), d.Low, d.High))
+				ar.Harms = append(ar.Harms, fmt.Sprintf("not ready %.3g%% of the time against %s's %.3g%%, beyond %g× it + %g points (%.4g%% interval of the excess %.3g to %.3g points)",
+					100*float64(ar.Unready), in.Control, 100*float64(cr.Unready), 1+harm.Rate, 100*harm.Unready, 100*(1-hl), 100*d.Low, 100*d.High))
 			}
 		}
 		if have(errShare) {

@@ -363,7 +363,7 @@ func TestAnalyzeStalledArmIsHarmful(t *testing.T) {
 			t.Errorf("arm %s harmful %v, want %v: %v", r.Arms[i].Name, r.Arms[i].Harmful, want, r.Arms[i].Harms)
 		}
 	}
-	if h := strings.Join(r.Arms[1].Harms, "; "); !strings.Contains(h, "not ready 0.625 of the time") {
+	if h := strings.Join(r.Arms[1].Harms, "; "); !strings.Contains(h, "not ready 62.5% of the time") {
 		t.Errorf("stall's harms %q: want the time not ready named", h)
 	}
 	if got := float64(r.Arms[0].Unready); got != 0.5/80 {
