@@ -4,6 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -27,10 +31,9 @@ var guardArgs = []string{"experiment", "guard", "--interval=30s", "--window=15s"
 // election; only its Prometheus and pace changed), judges two running
 // experiments under the same load:
 //   - guarded: the control fitted by gofit, and an arm with GOGC=off and
-//     no GOMEMLIMIT whose heap grows into the limit: there it stalls,
-//     failing its readiness probe and scrapes (what an earlier run of
-//     this step showed for 12 minutes, and the guard then missed), or
-//     the kernel OOM-kills it;
+//     no GOMEMLIMIT whose heap grows into the limit, where the kernel
+//     OOM-kills it, or it stalls and fails its readiness probe: its
+//     pods restart, back off and are not ready much of the time;
 //   - aa: gofit's fit against itself.
 //
 // The guard must stop the harmful arm (the Lease's annotation, which the
@@ -109,10 +112,14 @@ func (g *guestRun) experimentGuard(t *testing.T) {
 	for _, p := range append(append([]corev1.Pod(nil), guarded...), aa...) {
 		targets = append(targets, promtest.Target{Job: "service", Addr: p.Status.PodIP + ":8080",
 			Labels: map[string]string{"namespace": p.Namespace, "pod": p.Name, "container": "service"}})
-		// Requests (the latency histogram) and scrapes of /metrics, which
-		// allocate: without a GC the heap grows into the limit.
-		steadyLoad(loadCtx, &wg, "http://"+p.Status.PodIP+":8080/work?n=500", 1)
-		steadyLoad(loadCtx, &wg, "http://"+p.Status.PodIP+":8080/metrics", 1)
+		// Requests (the latency histogram) and reads of /metrics, which
+		// allocate about 150 KiB each: without a GC the heap grows into
+		// the limit within minutes. Paced, not closed loops: six pods
+		// each running flat out at their limits starved the guest's
+		// kubelet until the node went NotReady and every pod, the
+		// controls too, failed its probes (2026-11-28).
+		pacedLoad(loadCtx, &wg, "http://"+p.Status.PodIP+":8080/work?n=200", 250*time.Millisecond)
+		pacedLoad(loadCtx, &wg, "http://"+p.Status.PodIP+":8080/metrics", 500*time.Millisecond)
 	}
 	prom := promtest.Start(t, promtest.Binaries{Prometheus: "/mnt/prometheus/prometheus"}, promtest.Config{
 		Interval: 5 * time.Second, Targets: targets, Ready: 5 * time.Minute, Host: nodeIP})
@@ -128,9 +135,16 @@ func (g *guestRun) experimentGuard(t *testing.T) {
 	}
 	gp := g.waitDeployment(t, "gofit-system", "gofit-experiment-guard", 1, 6*time.Minute)
 	phase("guard " + gp[0].Name + " running")
+	// The guard's log from the node's own files: kubectl logs goes
+	// through the kubelet, which a busy guest answers too late.
 	guardLog := func() string {
-		out, _, _ := c.run("logs", "-n", "gofit-system", gp[0].Name, "--tail=40")
-		return out
+		files, _ := filepath.Glob("/var/log/pods/gofit-system_" + gp[0].Name + "_*/*/*.log")
+		var out []string
+		for _, f := range files {
+			b, _ := os.ReadFile(f)
+			out = append(out, f+":\n"+tailLines(string(b), 40))
+		}
+		return strings.Join(out, "\n")
 	}
 
 	// The stop, on the Lease; then the Event; then the arm's pods replaced.
@@ -218,6 +232,30 @@ func (g *guestRun) experimentGuard(t *testing.T) {
 		}
 	}
 	t.Logf("guard's log:\n%s", guardLog())
+}
+
+// pacedLoad sends a GET to url every d, one at a time (a slow answer
+// delays the next), until ctx ends.
+func pacedLoad(ctx context.Context, wg *sync.WaitGroup, url string, d time.Duration) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c := &http.Client{Timeout: 10 * time.Second}
+		t := time.NewTicker(d)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			if resp, err := c.Do(req); err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}
+	}()
 }
 
 // podsOf summarises the pods of a selector, for a poll's error.

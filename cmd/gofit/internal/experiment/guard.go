@@ -243,7 +243,17 @@ func (g *Guard) guard(ctx context.Context, r Running) error {
 	if err != nil && !errors.Is(err, ErrNoData) {
 		return fmt.Errorf("judge: %w", err)
 	}
+	if err != nil {
+		g.log().Info("look", "namespace", r.Namespace, "experiment", e.Name, "no_data", err.Error())
+	}
 	if res != nil {
+		// What each look saw, an arm a line: why an arm was or was not
+		// stopped can be read after the fact.
+		for _, a := range res.Arms {
+			g.log().Info("look", "namespace", r.Namespace, "experiment", e.Name, "look", fmt.Sprintf("%d/%d", res.Look, res.Looks),
+				"arm", a.Name, "pods", len(a.Pods), "windows", a.Windows, "restarts", a.Restarts, "oom_kills", a.OOMKills,
+				"unready_share", float64(a.Unready), "harms", len(a.Harms))
+		}
 		for _, d := range Decide(res, st) {
 			if err := g.update(ctx, r, func(s *admission.GuardStatus) bool {
 				if _, done := s.Stopped[d.Arm]; done {
