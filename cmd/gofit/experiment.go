@@ -311,7 +311,7 @@ func runExperimentGuard(args []string, stdout, stderr io.Writer) error {
 	errMatch := fs.String("errors", `code=~"5.."`, "PromQL label `MATCHER` that selects failed requests among the histogram's series")
 	harmRate := fs.Float64("harm-rate", 0.5, "harmful: restarts, OOM kills or error share beyond (1+`MARGIN`) times the control's")
 	harmLatency := fs.Float64("harm-latency", 0.25, "harmful: latency p99 beyond (1+`MARGIN`) times the control's")
-	harmUnready := fs.Float64("harm-unready", 0.01, "harmful: pods not ready a `SHARE` of the time beyond --harm-rate times the control's share (a stalled pod answers nothing)")
+	harmUnready := fs.Float64("harm-unready", 0.01, "harmful: pods not ready more of the time than (1+--harm-rate) times the control's share plus this `SHARE` (a stalled pod answers nothing)")
 	resamples := fs.Int("resamples", 1000, "bootstrap resamples per interval")
 	warmUp := fs.Duration("warm-up", time.Minute, "leave out each pod's first `DURATION` after it started (caches, connection pools, the heap growing)")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig `FILE` (default: $KUBECONFIG, ~/.kube/config or in-cluster)")

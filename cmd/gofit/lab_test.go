@@ -383,6 +383,11 @@ func interruptLab(t *testing.T, dir string, args ...string) {
 	for !strings.Contains(stderr.String(), "lab [  2/") && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
+	if !strings.Contains(stderr.String(), "lab [  2/") {
+		cmd.Process.Signal(syscall.SIGINT)
+		cmd.Wait()
+		t.Fatalf("no second trial within 60 s, so no interrupt mid-trial to test:\n%s", stderr.String())
+	}
 	time.Sleep(300 * time.Millisecond)
 	cmd.Process.Signal(syscall.SIGINT)
 	done := make(chan error, 1)

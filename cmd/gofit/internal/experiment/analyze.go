@@ -582,25 +582,34 @@ func Analyze(in Input) (*Results, error) {
 			}
 		}
 		b.Alpha = hl
-		if in.Have["ready"] {
+		switch {
+		case !in.Have["ready"]:
+		case math.IsNaN(float64(ar.Unready)) || math.IsNaN(float64(cr.Unready)):
+			res.Notes = append(res.Notes, fmt.Sprintf("arm %s: time not ready not judged: no readiness data for it or for %s (missing, never taken as ready)", a.Name, in.Control))
+		default:
 			// A stalled pod answers nothing, so its latency and errors
 			// are missing, not bad: time not ready is the harm itself.
-			d := b.PairedUnits(n, units, func(idx []int, u [][]int) float64 {
+			// A ratio to the bar (the control's share, its margin
+			// added), so that the interval widens to this look's level
+			// on the scale a ratio has.
+			r := b.PairedUnits(n, units, func(idx []int, u [][]int) float64 {
 				bufA, bufC = a.flat(idx, u[0], bufA), c.flat(idx, u[1], bufC)
-				return nz(unready(bufA)) - (1+harm.Rate)*nz(unready(bufC)) - harm.Unready
+				return div(unready(bufA), (1+harm.Rate)*unready(bufC)+harm.Unready)
 			})
-			if d.Low > 0 {
-				ar.Harms = append(ar.Harms, fmt.Sprintf("not ready %.3g%% of the time against %s's %.3g%%, beyond %g× it + %g points (%.4g%% interval of the excess %.3g to %.3g points)",
-					100*float64(ar.Unready), in.Control, 100*float64(cr.Unready), 1+harm.Rate, 100*harm.Unready, 100*(1-hl), 100*d.Low, 100*d.High))
+			if r.Low > 1 {
+				ar.Harms = append(ar.Harms, fmt.Sprintf("not ready %.3g%% of the time against %s's %.3g%%: %.3g× the bar of %g× it + %g points (%.4g%% interval %.3g to %.3g)",
+					100*float64(ar.Unready), in.Control, 100*float64(cr.Unready), r.Value, 1+harm.Rate, 100*harm.Unready, 100*(1-hl), r.Low, r.High))
 			}
 		}
 		if have(errShare) {
+			// A ratio to the bar, as for time not ready: a difference's
+			// interval would not widen to this look's level.
 			d := b.PairedUnits(n, units, func(idx []int, u [][]int) float64 {
 				bufA, bufC = a.flat(idx, u[0], bufA), c.flat(idx, u[1], bufC)
-				return nz(errShare.of(bufA)) - (1+harm.Rate)*nz(errShare.of(bufC)) - harm.ErrorShare
+				return div(nz(errShare.of(bufA)), (1+harm.Rate)*nz(errShare.of(bufC))+harm.ErrorShare)
 			})
-			if d.Low > 0 {
-				ar.Harms = append(ar.Harms, fmt.Sprintf("error share above %g× %s's + %g by %.3g (%.4g%% interval %.3g to %.3g)", 1+harm.Rate, in.Control, harm.ErrorShare, d.Value, 100*(1-hl), d.Low, d.High))
+			if d.Low > 1 {
+				ar.Harms = append(ar.Harms, fmt.Sprintf("error share %.3g× the bar of %g× %s's + %g (%.4g%% interval %.3g to %.3g)", d.Value, 1+harm.Rate, in.Control, harm.ErrorShare, 100*(1-hl), d.Low, d.High))
 			}
 			r := b.PairedUnits(n, units, func(idx []int, u [][]int) float64 {
 				bufA, bufC = a.flat(idx, u[0], bufA), c.flat(idx, u[1], bufC)

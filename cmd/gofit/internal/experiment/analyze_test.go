@@ -369,6 +369,16 @@ func TestAnalyzeStalledArmIsHarmful(t *testing.T) {
 	if got := float64(r.Arms[0].Unready); got != 0.5/80 {
 		t.Errorf("control's share not ready %v, want %v", got, 0.5/80)
 	}
+	// A control without readiness data is unknown, never ready: the
+	// stalled arm is not judged on it, and the notes say so.
+	for _, ws := range in.Arms[0].Windows {
+		for i := range ws {
+			ws[i].Has &^= HasReady
+		}
+	}
+	if r, err = Analyze(in); err != nil || r.Arms[1].Harmful || !strings.Contains(strings.Join(r.Notes, "\n"), "arm stall: time not ready not judged") {
+		t.Errorf("control without readiness: stall harmful %v %v, notes %q (%v)", r.Arms[1].Harmful, r.Arms[1].Harms, r.Notes, err)
+	}
 	// Without a readiness source the share is unknown, never 0.
 	in.Have["ready"] = false
 	if r, err = Analyze(in); err != nil || !math.IsNaN(float64(r.Arms[0].Unready)) {

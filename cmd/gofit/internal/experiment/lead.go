@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,15 +44,26 @@ func Lead(ctx context.Context, cs kubernetes.Interface, e Election, log *slog.Lo
 	}
 	lock := &resourcelock.LeaseLock{LeaseMeta: metav1.ObjectMeta{Name: e.Name, Namespace: e.Namespace},
 		Client: cs.CoordinationV1(), LockConfig: resourcelock.ResourceLockConfig{Identity: e.Identity}}
-	done := make(chan struct{})
-	var led atomic.Bool
+	// client-go starts OnStartedLeading on a goroutine of its own: it
+	// may begin after le.Run has returned. returned, under mu, keeps a
+	// late start from running at all, and running is waited for, so
+	// nothing acts after Lead returns.
+	var mu sync.Mutex
+	var running sync.WaitGroup
+	returned := false
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock: lock, Name: e.Name, ReleaseOnCancel: true,
 		LeaseDuration: d(e.LeaseDuration, 30*time.Second), RenewDeadline: d(e.RenewDeadline, 20*time.Second), RetryPeriod: d(e.RetryPeriod, 5*time.Second),
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
-				defer close(done)
-				led.Store(true)
+				mu.Lock()
+				if returned {
+					mu.Unlock()
+					return
+				}
+				running.Add(1)
+				mu.Unlock()
+				defer running.Done()
 				log.Info("leading", "lease", e.Namespace+"/"+e.Name, "identity", e.Identity)
 				run(ctx)
 			},
@@ -63,9 +74,10 @@ func Lead(ctx context.Context, cs kubernetes.Interface, e Election, log *slog.Lo
 		return fmt.Errorf("leader election (lease %s/%s): %w", e.Namespace, e.Name, err)
 	}
 	le.Run(ctx)
-	if led.Load() {
-		<-done // run has returned: nothing acts after Lead does
-	}
+	mu.Lock()
+	returned = true
+	mu.Unlock()
+	running.Wait()
 	if ctx.Err() != nil {
 		return nil
 	}

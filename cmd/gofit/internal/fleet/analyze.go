@@ -569,7 +569,7 @@ func findings(o *Observed, rec Recommendation, procsOver bool, opt Options) []Fi
 	return f
 }
 
-// seriesOf takes the pods' highest figure per step, for the plots.
+// seriesOf takes the pods' highest figure per run of Series.Per steps, for the plots.
 func seriesOf(in Input, g Group) Series {
 	per := max(1, (in.Steps+plotPoints-1)/plotPoints)
 	n := (in.Steps + per - 1) / per
