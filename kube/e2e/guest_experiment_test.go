@@ -124,7 +124,7 @@ func (g *guestRun) experiment(t *testing.T) {
 	// labels (as a PodMonitor gives them), and the kubelet's cAdvisor,
 	// whose series carry their own.
 	t0 = time.Now()
-	targets = append(targets, promtest.Target{Job: "cadvisor", Addr: nodeIP + ":10250", Path: "/metrics/cadvisor", HTTPS: true})
+	targets = append(targets, promtest.Target{Job: "cadvisor", Addr: nodeIP + ":10250", Path: "/metrics/cadvisor", HTTPS: true, Interval: cadvisorScrape})
 	prom := promtest.Start(t, promtest.Binaries{Prometheus: "/mnt/prometheus/prometheus"}, promtest.Config{Interval: expScrape, Targets: targets, Ready: 5 * time.Minute})
 	phase("prometheus ready at "+prom.URL, t0)
 

@@ -106,7 +106,7 @@ func (g *guestRun) experimentGuard(t *testing.T) {
 
 	// Prometheus on the node's address, where the guard's pod reaches it.
 	targets := []promtest.Target{
-		{Job: "kubelet", Addr: nodeIP + ":10250", Path: "/metrics/cadvisor", HTTPS: true, Labels: map[string]string{"metrics_path": "/metrics/cadvisor"}},
+		{Job: "kubelet", Addr: nodeIP + ":10250", Path: "/metrics/cadvisor", HTTPS: true, Labels: map[string]string{"metrics_path": "/metrics/cadvisor"}, Interval: cadvisorScrape},
 		{Job: "kube-state-metrics", Addr: ksm},
 	}
 	for _, p := range append(append([]corev1.Pod(nil), guarded...), aa...) {

@@ -137,6 +137,10 @@ type Target struct {
 	Path   string // default /metrics
 	HTTPS  bool   // scheme https, certificate not verified
 	Labels map[string]string
+	// Interval, when set, is this target's scrape interval and timeout
+	// (default Config.Interval): a kubelet's cAdvisor in an emulated
+	// guest can take longer to answer than a service's /metrics.
+	Interval time.Duration
 }
 
 // Config is what the server scrapes and evaluates.
@@ -283,6 +287,10 @@ func configYAML(cfg Config) string {
 			path = "/metrics"
 		}
 		fmt.Fprintf(&b, "  - job_name: %s\n    metrics_path: %s\n", strconv.Quote(fmt.Sprintf("%s-%d", job, i)), strconv.Quote(path))
+		if tg.Interval > 0 {
+			tiv := strconv.Quote(tg.Interval.String())
+			fmt.Fprintf(&b, "    scrape_interval: %s\n    scrape_timeout: %s\n", tiv, tiv)
+		}
 		if tg.HTTPS {
 			b.WriteString("    scheme: https\n    tls_config:\n      insecure_skip_verify: true\n")
 		}
