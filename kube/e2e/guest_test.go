@@ -99,6 +99,7 @@ func TestGuest(t *testing.T) {
 			{"chart", g.chart},
 			{"one-writer-tiered", g.oneWriter},
 			{"helm-uninstall", g.helmUninstall},
+			{"chart-upgrade", g.chartUpgrade},
 		}},
 	}
 	for _, ph := range phases {

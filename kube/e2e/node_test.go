@@ -37,7 +37,7 @@ var skipFlag = flag.String("e2e.skip", "", "regexp: leave out the TestGuest step
 var mustPass = []string{"TestGuest", "TestGuest/webhook", "TestGuest/agent", "TestGuest/service", "TestGuest/injected",
 	"TestGuest/protected", "TestGuest/fixtures", "TestGuest/plan",
 	"TestGuest/restart-cm-fails", "TestGuest/resize-infeasible", "TestGuest/forged-mirror", "TestGuest/webhook-failover",
-	"TestGuest/one-writer", "TestGuest/uninstall", "TestGuest/tiered", "TestGuest/chart", "TestGuest/one-writer-tiered", "TestGuest/helm-uninstall"}
+	"TestGuest/one-writer", "TestGuest/uninstall", "TestGuest/tiered", "TestGuest/chart", "TestGuest/one-writer-tiered", "TestGuest/helm-uninstall", "TestGuest/chart-upgrade"}
 
 // TestNode boots a cgroup v2 kernel with a single-node Kubernetes inside
 // and runs TestGuest there. Everything it needs is built or fetched here

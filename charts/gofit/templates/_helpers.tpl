@@ -135,13 +135,56 @@ nothing, so the chart refuses it first. Errors name the value and the field.
 {{- end }}
 {{- end -}}
 
-{{/* The namespaces: the component's value, else the release's. */}}
+{{/* The namespaces: the component's value; else, on an upgrade, where
+this release already runs the component (an earlier chart put the agent
+in gofit-node: moving its DaemonSet deletes it, which its agents take
+for an uninstall and reset every pod's memory.min); else the release's. */}}
 {{- define "gofit.webhookNamespace" -}}
-{{ .Values.webhook.namespace | default .Release.Namespace }}
+{{- if .Values.webhook.namespace -}}
+{{ .Values.webhook.namespace }}
+{{- else -}}
+{{ include "gofit.placed" (list . "apps/v1" "Deployment" (printf "%s-webhook" (include "gofit.fullname" .))) | default .Release.Namespace }}
+{{- end -}}
 {{- end -}}
 
 {{- define "gofit.nodeNamespace" -}}
-{{ .Values.node.namespace | default .Release.Namespace }}
+{{- if .Values.node.namespace -}}
+{{ .Values.node.namespace }}
+{{- else -}}
+{{ include "gofit.placed" (list . "apps/v1" "DaemonSet" (printf "%s-node" (include "gofit.fullname" .))) | default .Release.Namespace }}
+{{- end -}}
+{{- end -}}
+
+{{/* gofit.placed (list $ apiVersion kind name): the namespace of the
+object of that kind and name that this release owns in the cluster (Helm's
+release annotations), or "" (none; or helm template, which looks nothing
+up). */}}
+{{- define "gofit.placed" -}}
+{{- $root := index . 0 -}}
+{{- $found := "" -}}
+{{- $name := index . 3 -}}
+{{- range (lookup (index . 1) (index . 2) "" "").items | default list -}}
+{{- $a := .metadata.annotations | default dict -}}
+{{- if and (eq .metadata.name $name) (eq (get $a "meta.helm.sh/release-name") $root.Release.Name) (eq (get $a "meta.helm.sh/release-namespace") $root.Release.Namespace) -}}
+{{- $found = .metadata.namespace -}}
+{{- end -}}
+{{- end -}}
+{{- $found -}}
+{{- end -}}
+
+{{/* gofit.ownedNamespace (list $ name): "true" when namespace name is a
+chart object of this release (an earlier chart made its namespaces), so
+an upgrade keeps rendering it rather than have Helm delete it, and all in
+it. */}}
+{{- define "gofit.ownedNamespace" -}}
+{{- $root := index . 0 -}}
+{{- $ns := lookup "v1" "Namespace" "" (index . 1) -}}
+{{- if $ns -}}
+{{- $a := $ns.metadata.annotations | default dict -}}
+{{- if and (eq (get $a "meta.helm.sh/release-name") $root.Release.Name) (eq (get $a "meta.helm.sh/release-namespace") $root.Release.Namespace) -}}
+true
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
