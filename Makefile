@@ -55,6 +55,13 @@ UNSIGNED ?=
 release:
 	VERSION=$(VERSION) GO=$(GO) KEY=$(KEY) REGISTRY=$(REGISTRY) UNSIGNED=$(UNSIGNED) bash tools/release.sh
 
+# A release verified with the real cosign CLI, by docs/install.md's
+# commands, against a local registry (tools/release/cosign-cli.sh): not in
+# make test, as cosign is a 5-minute build.
+.PHONY: release-verify-cli
+release-verify-cli:
+	GO=$(GO) bash tools/release/cosign-cli.sh
+
 # gofit on a real single-node Kubernetes (kube/e2e): a cgroup v2 kernel in
 # a QEMU VM running etcd, kube-apiserver, controller-manager, scheduler,
 # containerd + runc + CNI and the kubelet; deploy/ applied with kubectl;
