@@ -136,14 +136,15 @@ nothing, so the chart refuses it first. Errors name the value and the field.
 {{- end -}}
 
 {{/* The namespaces: the component's value; else, on an upgrade, where
-this release already runs the component (an earlier chart put the agent
-in gofit-node: moving its DaemonSet deletes it, which its agents take
-for an uninstall and reset every pod's memory.min); else the release's. */}}
+this release already runs the component (until commit 787a781 the chart
+put the webhook in gofit-system and the agent in gofit-node by default:
+moving the agent's DaemonSet deletes it, which its agents take for an
+uninstall, resetting every pod's memory.min); else the release's. */}}
 {{- define "gofit.webhookNamespace" -}}
 {{- if .Values.webhook.namespace -}}
 {{ .Values.webhook.namespace }}
 {{- else -}}
-{{ include "gofit.placed" (list . "apps/v1" "Deployment" (printf "%s-webhook" (include "gofit.fullname" .))) | default .Release.Namespace }}
+{{ include "gofit.placed" (list . "apps/v1" "Deployment" (printf "%s-webhook" (include "gofit.fullname" .)) "gofit-system") | default .Release.Namespace }}
 {{- end -}}
 {{- end -}}
 
@@ -151,25 +152,25 @@ for an uninstall and reset every pod's memory.min); else the release's. */}}
 {{- if .Values.node.namespace -}}
 {{ .Values.node.namespace }}
 {{- else -}}
-{{ include "gofit.placed" (list . "apps/v1" "DaemonSet" (printf "%s-node" (include "gofit.fullname" .))) | default .Release.Namespace }}
+{{ include "gofit.placed" (list . "apps/v1" "DaemonSet" (printf "%s-node" (include "gofit.fullname" .)) "gofit-node") | default .Release.Namespace }}
 {{- end -}}
 {{- end -}}
 
-{{/* gofit.placed (list $ apiVersion kind name): the namespace of the
-object of that kind and name that this release owns in the cluster (Helm's
-release annotations), or "" (none; or helm template, which looks nothing
-up). */}}
+{{/* gofit.placed (list $ apiVersion kind name namespace): namespace, when
+this release owns the object of that kind and name there (Helm's release
+annotations), else "" (also under helm template, which looks nothing up).
+One get by name: no list of the cluster's objects, as every template that
+names a namespace asks again. */}}
 {{- define "gofit.placed" -}}
 {{- $root := index . 0 -}}
-{{- $found := "" -}}
-{{- $name := index . 3 -}}
-{{- range (lookup (index . 1) (index . 2) "" "").items | default list -}}
-{{- $a := .metadata.annotations | default dict -}}
-{{- if and (eq .metadata.name $name) (eq (get $a "meta.helm.sh/release-name") $root.Release.Name) (eq (get $a "meta.helm.sh/release-namespace") $root.Release.Namespace) -}}
-{{- $found = .metadata.namespace -}}
+{{- $ns := index . 4 -}}
+{{- $obj := lookup (index . 1) (index . 2) $ns (index . 3) -}}
+{{- if $obj -}}
+{{- $a := $obj.metadata.annotations | default dict -}}
+{{- if and (eq (get $a "meta.helm.sh/release-name") $root.Release.Name) (eq (get $a "meta.helm.sh/release-namespace") $root.Release.Namespace) -}}
+{{ $ns }}
 {{- end -}}
 {{- end -}}
-{{- $found -}}
 {{- end -}}
 
 {{/* gofit.ownedNamespace (list $ name): "true" when namespace name is a
