@@ -35,6 +35,19 @@ func kubeconfig(t *testing.T, cfg *rest.Config) string {
 	return f
 }
 
+// serviceAccount is a client that asks as ServiceAccount ns/name does.
+func serviceAccount(t *testing.T, cfg *rest.Config, ns, name string) kubernetes.Interface {
+	t.Helper()
+	sa := rest.CopyConfig(cfg)
+	sa.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":" + name,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"}}
+	cs, err := kubernetes.NewForConfig(sa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
 // TestHelmLifecycle installs, upgrades and uninstalls the chart with helm
 // against a real kube-apiserver (envtest), as an operator would, and
 // checks what each step leaves:
@@ -61,13 +74,7 @@ func TestHelmLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The agent's view: its ServiceAccount's RBAC, nothing more.
-	sa := rest.CopyConfig(cfg)
-	sa.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:gofit-system:gofit-node",
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:gofit-system", "system:authenticated"}}
-	agentCS, err := kubernetes.NewForConfig(sa)
-	if err != nil {
-		t.Fatal(err)
-	}
+	agentCS := serviceAccount(t, cfg, "gofit-system", "gofit-node")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	helmRun := func(args ...string) (string, error) {

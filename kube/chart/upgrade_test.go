@@ -11,7 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/gofit-dev/gofit/kube/agent"
@@ -49,13 +48,7 @@ func TestHelmUpgradeFromPrevious(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sa := rest.CopyConfig(cfg)
-	sa.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:gofit-node:gofit-node",
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:gofit-node", "system:authenticated"}}
-	agentCS, err := kubernetes.NewForConfig(sa)
-	if err != nil {
-		t.Fatal(err)
-	}
+	agentCS := serviceAccount(t, cfg, "gofit-node", "gofit-node")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	helmRun := func(args ...string) {

@@ -189,15 +189,7 @@ func (g *guestRun) oneWriter(t *testing.T) {
 		t.Errorf("/healthz does not say what the agent defers to the kubelet")
 	}
 
-	// Settle: the agent has nothing pending for these pods.
-	err = poll(2*time.Minute, "the agent's plan applied", func() (bool, error) {
-		rep := g.dryRun(t)
-		return len(rep.Apply.Changed) == 0, fmt.Errorf("%d pending, e.g. %+v", len(rep.Apply.Changed), rep.Apply.Changed)
-	})
-	if err != nil {
-		g.agentLog(t)
-		t.Fatal(err)
-	}
+	g.settled(t)
 	foreign0 := sumPrefix(g.agentMetrics(t), "gofit_node_foreign_writes_total")
 	type key struct{ dir, file string }
 	seen := map[key][]string{}
@@ -311,6 +303,20 @@ func (g *guestRun) oneWriter(t *testing.T) {
 				t.Errorf("%s memory.high %d: the agent's auto profile sets it between request and limit", ctr, h)
 			}
 		}
+	}
+}
+
+// settled waits until the agent has nothing pending on the node: a dry
+// run of its plan against the live cgroups changes nothing.
+func (g *guestRun) settled(t *testing.T) {
+	t.Helper()
+	err := poll(2*time.Minute, "the agent's plan applied", func() (bool, error) {
+		rep := g.dryRun(t)
+		return len(rep.Apply.Changed) == 0, fmt.Errorf("%d pending, e.g. %+v", len(rep.Apply.Changed), rep.Apply.Changed)
+	})
+	if err != nil {
+		g.agentLog(t)
+		t.Fatal(err)
 	}
 }
 

@@ -48,14 +48,7 @@ func (g *guestRun) chartUpgrade(t *testing.T) {
 	}()
 	g.agentNS = "gofit-node"
 	g.waitDaemonSet(t, "gofit-node", "gofit-node")
-	err = poll(2*time.Minute, "the agent's plan applied", func() (bool, error) {
-		rep := g.dryRun(t)
-		return len(rep.Apply.Changed) == 0, fmt.Errorf("%d pending, e.g. %+v", len(rep.Apply.Changed), rep.Apply.Changed)
-	})
-	if err != nil {
-		g.agentLog(t)
-		t.Fatal(err)
-	}
+	g.settled(t)
 	// What the sampler watches: the files that held protection before.
 	type file struct{ dir, name string }
 	base := map[file]int64{}
