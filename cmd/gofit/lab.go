@@ -8,8 +8,10 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/buildinfo"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab"
 )
 
@@ -43,6 +45,13 @@ func runLab(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.Replay, "replay", "", "analyse an earlier run's records.json in `DIR` again (results.json and report.html into --out); runs nothing")
 	fs.StringVar(&o.ReadyURL, "ready-url", "", "URL polled until the service is ready (default: --url, or the first GET target); 503 means still starting")
 	fs.DurationVar(&o.ReadyTimeout, "ready-timeout", 0, "how long the service may take to become ready (default 30s)")
+	fs.BoolVar(&o.Kube, "kube", false, "run the trials as pods through the API server (one trial per node at a time; the load from a pod; counters from the gofit node agent): --image must be a registry reference, or none for the sample")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "with --kube: the kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster)")
+	fs.StringVar(&o.Context, "context", "", "with --kube: the kubeconfig context (default: its current one)")
+	fs.StringVar(&o.Namespace, "namespace", "", "with --kube: the namespace of the run's pods (default: the context's, else default)")
+	fs.StringVar(&o.NodeSelector, "node-selector", "", "with --kube: key=value[,key=value] of the nodes trials may run on")
+	fs.StringVar(&o.AgentNamespace, "agent-namespace", "", "with --kube: the gofit node agent's namespace (default: gofit-node, then gofit-system)")
+	fs.StringVar(&o.KubeOptions.Image, "kube-image", defaultKubeImage(), "with --kube: the gofit image the load pod (and the sample) runs")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -75,4 +84,21 @@ func runLabSample(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: gofit %s ADDR", errUsage, lab.SampleCommand)
 	}
 	return lab.ServeSample(args[0])
+}
+
+func runLabLoad(args []string, stdout, stderr io.Writer) error {
+	if len(args) != 1 {
+		return fmt.Errorf("%w: gofit %s ADDR", errUsage, lab.LoadCommand)
+	}
+	return lab.ServeLoad(args[0])
+}
+
+// defaultKubeImage is this release's image, "" for a build without a
+// release version (--kube then needs --kube-image).
+func defaultKubeImage() string {
+	v := buildinfo.Read().Version
+	if !strings.HasPrefix(v, "v") || strings.Contains(v, "devel") {
+		return ""
+	}
+	return "ghcr.io/gofit-dev/gofit:" + v
 }

@@ -65,7 +65,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	cmds := append(commands(), command{name: lab.SampleCommand, run: runLabSample}) // hidden: the lab's sample service
+	// Hidden: the lab's sample service, and its load pod's server
+	// (gofit lab --kube).
+	cmds := append(commands(), command{name: lab.SampleCommand, run: runLabSample}, command{name: lab.LoadCommand, run: runLabLoad})
 	for _, c := range cmds {
 		if c.name != args[0] {
 			continue

@@ -151,6 +151,9 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		// Read-only pod cgroup counters and node facts for `gofit lab
+		// --kube`, reached through the API server's pod proxy.
+		mux.Handle("/v1/", layout.StatsHandler())
 		// Healthy while reconcile passes complete: before the first one
 		// (the API not listed yet) and after three missed intervals it
 		// says why with a 503, so the probes stop passing a stuck agent.

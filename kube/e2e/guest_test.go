@@ -81,6 +81,7 @@ func TestGuest(t *testing.T) {
 			{"plan", g.plan},
 			{"resize", g.resize},
 			{"static", g.static},
+			{"lab-pods", g.labPods},
 			{"fleet-alerts", g.fleetAlerts},
 			{"fleet", g.fleetStep},
 			{"experiment", g.experiment},

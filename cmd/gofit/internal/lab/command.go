@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/image"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 
@@ -44,6 +45,20 @@ func Main(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	// A run that ends before writing anything leaves no new directory.
 	defer undoOut()
 
+	if o.Kube {
+		if cfg.ImageRef == "" {
+			cfg.Sample = true
+			cfg.Target = sandbox.Target{URL: "http://127.0.0.1:{port}/work", ReadyTimeout: cfg.Target.ReadyTimeout}
+		}
+		cfg.Image = cfg.ImageRef
+		start := time.Now()
+		cfg.Progress = stderr
+		for _, w := range cfg.Warnings {
+			fmt.Fprintf(stderr, "gofit lab: warning: %s\n", w)
+		}
+		res, rec, runErr := runPodStudy(ctx, cfg, o.KubeOptions, stderr)
+		return finish(ctx, o, cfg, res, rec, runErr, start, stdout, stderr)
+	}
 	if cfg.Target.Path != "" {
 		path, err := exec.LookPath(cfg.Target.Path)
 		if err != nil {
@@ -116,6 +131,12 @@ func Main(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 
 	start := time.Now()
 	res, rec, runErr := runStudy(ctx, sb, cfg)
+	return finish(ctx, o, cfg, res, rec, runErr, start, stdout, stderr)
+}
+
+// finish writes what a study measured (partial when ctx ended it) and
+// prints the summary or results.json.
+func finish(ctx context.Context, o Options, cfg Config, res *result.Results, rec *Records, runErr error, start time.Time, stdout, stderr io.Writer) error {
 	interrupted := ctx.Err() != nil
 	paths, werr := report.Write(o.Out, res)
 	if werr == nil && !res.Empty() {

@@ -202,6 +202,10 @@ type Options struct {
 	ReadyTimeout time.Duration // how long a start may take
 	Image        string        // an OCI image to run instead of --cmd: oci:DIR, oci-archive:FILE, docker-archive:FILE or a registry reference
 	Args         string        // with Image: replaces the image's cmd; {port} is replaced
+	// Kube runs the trials as pods through the API server (--kube), as
+	// KubeOptions say.
+	Kube bool
+	KubeOptions
 	// Given names the options the user set, by flag name ("repeats"): a
 	// count or duration given as 0 is a mistake, not the default.
 	Given map[string]bool
@@ -298,6 +302,14 @@ func (o Options) target(cfg *Config) error {
 	}
 	if o.Cmd != "" && o.Image != "" {
 		return usagef("--cmd and --image: give one")
+	}
+	if o.Kube && o.Cmd != "" {
+		return usagef("--kube runs images: give --image (a registry reference the nodes can pull), or neither for the sample")
+	}
+	for _, f := range []string{"kubeconfig", "context", "namespace", "node-selector", "agent-namespace", "kube-image"} {
+		if set(f) && !o.Kube {
+			return usagef("--%s goes with --kube", f)
+		}
 	}
 	if set("args") && o.Image == "" {
 		return usagef("--args goes with --image (put a binary's arguments in --cmd)")
@@ -468,4 +480,14 @@ func checkTarget(t sandbox.Target) error {
 		return usagef("--cmd with --url or --targets: no target")
 	}
 	return nil
+}
+
+// KubeOptions are --kube's flags.
+type KubeOptions struct {
+	Kubeconfig     string
+	Context        string
+	Namespace      string // "": the kubeconfig context's, else "default"
+	NodeSelector   string // k=v,k2=v2
+	AgentNamespace string // "": where deploy/node or the chart runs it
+	Image          string // the gofit image of the load pod and the sample
 }

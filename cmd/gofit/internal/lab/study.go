@@ -47,29 +47,22 @@ var errTargetFailed = errors.New("the target failed")
 // runStudy runs the study. It stops early, returning ctx's error and what was
 // measured so far, when ctx ends.
 func runStudy(ctx context.Context, sb *sandbox.Sandbox, cfg Config) (*result.Results, *Records, error) {
-	if err := cfg.Validate(); err != nil {
+	l, err := newStudy(cfg)
+	if err != nil {
 		return &result.Results{}, &Records{}, err
 	}
 	if err := checkTarget(cfg.Target); err != nil {
 		return &result.Results{}, &Records{}, err
 	}
-	l := newLab(cfg)
-	l.rec.Machine = machine()
-	l.rec.Target = result.TargetInfo{Command: strings.Join(append([]string{cfg.Target.Shown()}, cfg.Target.Args...), " "), URL: cfg.Target.URL, Sample: cfg.Sample, Image: cfg.Image, PageCache: "cold"}
 	if st, err := os.Stat(cfg.Target.Path); err == nil {
 		l.rec.Target.BinaryBytes = st.Size()
 	}
-	if cfg.Sample {
-		l.rec.Target.GoDefaultNote = "the sample runs with GODEBUG=" + sampleGODEBUG + ": the default of a main module at go 1.25 or later on " + runtime.Version()
-	} else {
-		l.rec.Target.GoDefaultNote = "whatever the target's build gives (its go.mod go line decides containermaxprocs)"
+	if b, err := target.Read(cfg.Target.Path); err == nil {
+		l.rec.Binary = b
 	}
 	need := 2 // Go ≥ 1.25 never defaults below 2
 	for _, q := range cfg.Quotas {
 		need = max(need, int(math.Ceil(q-1e-9)))
-	}
-	if b, err := target.Read(cfg.Target.Path); err == nil {
-		l.rec.Binary = b
 	}
 	place, err := sb.Isolate(need)
 	if err != nil {
@@ -77,13 +70,37 @@ func runStudy(ctx context.Context, sb *sandbox.Sandbox, cfg Config) (*result.Res
 		return &res, &l.rec, err
 	}
 	l.run = newSandboxRunner(cfg, sb, place)
-	l.rec.Runner = l.run.where()
 	l.rec.Placement, l.rec.NCPU = place, max(len(place.Target), 1)
 	if len(place.Target) == 0 {
 		l.rec.NCPU = runtime.NumCPU()
 	}
+	return l.execute(ctx)
+}
+
+// newStudy checks cfg and starts the records of a study of it.
+func newStudy(cfg Config) (*study, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	l := newLab(cfg)
+	l.rec.Machine = machine()
+	l.rec.Target = result.TargetInfo{Command: strings.Join(append([]string{cfg.Target.Shown()}, cfg.Target.Args...), " "), URL: cfg.Target.URL, Sample: cfg.Sample, Image: cfg.Image, PageCache: "cold"}
+	if cfg.Sample {
+		l.rec.Target.GoDefaultNote = "the sample runs with GODEBUG=" + sampleGODEBUG + ": the default of a main module at go 1.25 or later on " + runtime.Version()
+	} else {
+		l.rec.Target.GoDefaultNote = "whatever the target's build gives (its go.mod go line decides containermaxprocs)"
+	}
+	return l, nil
+}
+
+// recorder is a runner with more to say in the records than where()
+// (the pod runner: the nodes its trials ran on).
+type recorder interface{ record(*Records) }
+
+// execute runs the study's parts with l.run, then analyses the records.
+func (l *study) execute(ctx context.Context) (*result.Results, *Records, error) {
 	genStart := load.SelfCPU()
-	err = l.cpuStudy(ctx)
+	err := l.cpuStudy(ctx)
 	if err == nil {
 		err = l.memoryStudy(ctx)
 	}
@@ -94,6 +111,10 @@ func runStudy(ctx context.Context, sb *sandbox.Sandbox, cfg Config) (*result.Res
 	l.rec.Lab.Trials = l.done
 	l.rec.Lab.WallSeconds = time.Since(l.started).Seconds()
 	l.rec.Lab.GeneratorCPUSeconds = (load.SelfCPU() - genStart).Seconds()
+	l.rec.Runner = l.run.where()
+	if r, ok := l.run.(recorder); ok {
+		r.record(&l.rec)
+	}
 	res := analyse(l.cfg, l.rec)
 	if err == nil && res.Lab.Failed != "" {
 		err = fmt.Errorf("%w: %s", errTargetFailed, res.Lab.Failed)

@@ -179,7 +179,7 @@ var reportTmpl = template.Must(template.New("report").Funcs(template.FuncMap{"st
 <style>
 ` + CSS + `</style></head><body>
 <h1>gofit lab report</h1>
-<p class="meta">{{with .R.Machine.Host}}{{.}}: {{end}}{{.R.Machine.CPUs}} CPUs{{with .R.Machine.CPUModel}} ({{.}}){{end}}, cgroup v{{.R.Machine.CgroupVersion}}, {{.R.Machine.GoVersion}}, kernel {{.R.Machine.Kernel}}, load average at start {{.R.Machine.LoadAvg}}.
+<p class="meta">{{with .R.Machine.Host}}{{.}}: {{end}}{{.R.Machine.CPUs}} CPUs{{with .R.Machine.CPUModel}} ({{.}}){{end}}, cgroup v{{.R.Machine.CgroupVersion}}, {{.R.Machine.GoVersion}}, kernel {{.R.Machine.Kernel}}{{with .R.Machine.LoadAvg}}, load average at start {{.}}{{end}}.{{with .R.Machine.Where}}<br>Trials: {{.}}.{{end}}
 Target <code>{{.R.Target.Command}}</code>{{with .R.Target.Image}} from image <code>{{.}}</code>{{end}}. {{.R.Lab.Trials}} trials in {{printf "%.0f" .R.Lab.WallSeconds}} s (budget {{printf "%.0f" .R.Lab.BudgetSeconds}} s).</p>
 {{if .R.Lab.Failed}}<div class="alert"><b>Not a trustworthy result:</b> {{.R.Lab.Failed}}.</div>{{end}}
 {{if .Placement}}<div class="{{if .R.Placement.Isolated}}meta{{else}}warn{{end}}"><b>Isolation:</b> {{.R.Placement.Note}}.{{if .Overlap}} Measured: {{.Overlap}}{{end}}</div>{{end}}
@@ -397,6 +397,9 @@ func Summary(w io.Writer, r *result.Results) {
 		where += " (" + r.Machine.CPUModel + ")"
 	}
 	fmt.Fprintf(w, "\ngofit lab%s: %d CPUs, cgroup v%d, %s, kernel %s, load average %s\n", where, r.Machine.CPUs, r.Machine.CgroupVersion, r.Machine.GoVersion, r.Machine.Kernel, r.Machine.LoadAvg)
+	if r.Machine.Where != "" {
+		fmt.Fprintf(w, "trials: %s\n", r.Machine.Where)
+	}
 	fmt.Fprintf(w, "target: %s\n", r.Target.Command)
 	if r.Target.Image != "" {
 		fmt.Fprintf(w, "image: %s\n", r.Target.Image)

@@ -38,6 +38,10 @@ type Machine struct {
 	GoVersion     string `json:"go_version"`
 	Kernel        string `json:"kernel"`
 	LoadAvg       string `json:"loadavg_at_start"` // /proc/loadavg: other work on the machine
+	// Where says where a cluster run's trials ran (gofit lab --kube):
+	// the namespace, each node with its kernel and CPU, and the load
+	// pod's node. Host and the rest are then the first trial node's.
+	Where string `json:"where,omitempty"`
 }
 
 // TargetInfo describes the service studied.

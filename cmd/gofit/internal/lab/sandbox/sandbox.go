@@ -534,6 +534,12 @@ func (tr *Trial) Vars() (*RuntimeVars, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("%s: %s", tr.VarsURL, resp.Status)
 	}
+	return ParseVars(resp.Body, tr.VarsURL)
+}
+
+// ParseVars reads a /debug/vars document (from src, for errors): the
+// sample's own variables, else the runtime's memstats.
+func ParseVars(r io.Reader, src string) (*RuntimeVars, error) {
 	var v struct {
 		Sample   *RuntimeVars `json:"sample"`
 		Memstats *struct {
@@ -541,8 +547,8 @@ func (tr *Trial) Vars() (*RuntimeVars, error) {
 			NumGC         uint32
 		} `json:"memstats"`
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 8<<20)).Decode(&v); err != nil {
-		return nil, fmt.Errorf("%s: %w", tr.VarsURL, err)
+	if err := json.NewDecoder(io.LimitReader(r, 8<<20)).Decode(&v); err != nil {
+		return nil, fmt.Errorf("%s: %w", src, err)
 	}
 	if v.Sample != nil {
 		return v.Sample, nil
@@ -550,7 +556,7 @@ func (tr *Trial) Vars() (*RuntimeVars, error) {
 	if v.Memstats != nil {
 		return &RuntimeVars{GCCPUFraction: v.Memstats.GCCPUFraction, NumGC: v.Memstats.NumGC}, nil
 	}
-	return nil, fmt.Errorf("%s: no memstats", tr.VarsURL)
+	return nil, fmt.Errorf("%s: no memstats", src)
 }
 
 // Stop kills the target, reaps it, keeps the final stats and removes the

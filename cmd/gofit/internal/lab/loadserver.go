@@ -1,0 +1,152 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
+)
+
+// LoadCommand is the gofit subcommand a `gofit lab --kube` run's load
+// pod serves: the lab's load generator behind one HTTP endpoint, so the
+// load comes from a pod beside the trials (other nodes where there are
+// any) and only its summary crosses the API server.
+const LoadCommand = "lab-load"
+
+// loadPath is where ServeLoad takes a loadRequest and answers a loadReply.
+const loadPath = "/v1/load"
+
+// loadRequest is one window of load, as the lab's runner would drive it
+// from this machine.
+type loadRequest struct {
+	Targets []wireTarget `json:"targets"`
+	Seed    int64        `json:"seed"`
+	// Open: Rate requests a second for Window; else a closed loop of
+	// Concurrency workers for Requests (0: no bound) or Window.
+	Open        bool          `json:"open"`
+	Rate        float64       `json:"rate,omitempty"`
+	Window      time.Duration `json:"window_ns"`
+	Requests    int           `json:"requests,omitempty"`
+	Concurrency int           `json:"concurrency,omitempty"`
+	InFlight    int           `json:"in_flight"`
+	// MinRate: the stall rule's floor (0: none). The load pod cannot read
+	// the trial's fault counters, so only a window without completions
+	// stops a load early (load.Loader's no-progress rule).
+	MinRate float64 `json:"min_rate,omitempty"`
+}
+
+// wireTarget is a load.Target with its body, which load.Target's JSON
+// leaves out (reports name the file instead).
+type wireTarget struct {
+	load.Target
+	Body []byte `json:"body,omitempty"`
+}
+
+// loadReply is what the window measured.
+type loadReply struct {
+	Result load.Result   `json:"result"`
+	Blocks []stats.Block `json:"blocks"`
+	Error  string        `json:"error,omitempty"`
+}
+
+func wireTargets(ts []load.Target) []wireTarget {
+	out := make([]wireTarget, len(ts))
+	for i, t := range ts {
+		out[i] = wireTarget{Target: t, Body: t.Body}
+	}
+	return out
+}
+
+// check says what is wrong with a request, naming the field.
+func (q *loadRequest) check() error {
+	switch {
+	case len(q.Targets) == 0:
+		return errors.New("targets: none")
+	case q.Window <= 0 && (q.Open || q.Requests <= 0):
+		return errors.New("window_ns: must be above 0")
+	case q.Open && q.Rate <= 0:
+		return errors.New("rate: must be above 0 in an open loop")
+	case !q.Open && q.Concurrency <= 0:
+		return errors.New("concurrency: must be above 0 in a closed loop")
+	case q.InFlight <= 0 || q.InFlight > 4096:
+		return errors.New("in_flight: must be 1 to 4096")
+	case q.Window > time.Hour:
+		return errors.New("window_ns: at most an hour")
+	}
+	for i, t := range q.Targets {
+		if err := load.CheckURL(t.URL); err != nil {
+			return fmt.Errorf("targets[%d].url: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// runLoad drives one window.
+func runLoad(ctx context.Context, q loadRequest) loadReply {
+	ts := make([]load.Target, len(q.Targets))
+	for i, t := range q.Targets {
+		ts[i] = t.Target
+		ts[i].Body = t.Body
+	}
+	ld := load.NewLoader(q.InFlight, nil)
+	ld.MinRate = q.MinRate
+	defer ld.Close()
+	mix := load.NewMix(ts, q.Seed)
+	var res load.Result
+	if q.Open {
+		res = ld.Open(ctx, mix, q.Rate, q.Window)
+	} else {
+		res = ld.Closed(ctx, mix, q.Requests, q.Window, q.Concurrency)
+	}
+	return loadReply{Result: res, Blocks: res.Blocks}
+}
+
+// loadHandler serves loadPath, one window at a time: windows side by
+// side would share this pod's CPUs and skew each other's timing.
+func loadHandler() http.Handler {
+	var mu sync.Mutex
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+loadPath, func(w http.ResponseWriter, r *http.Request) {
+		var q loadRequest
+		if err := json.NewDecoder(io.LimitReader(r.Body, 64<<20)).Decode(&q); err != nil {
+			http.Error(w, "load request: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		if err := q.check(); err != nil {
+			http.Error(w, "load request: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		rep := runLoad(r.Context(), q)
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(rep)
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	return mux
+}
+
+// ServeLoad serves the lab's load on addr until SIGTERM or SIGINT.
+func ServeLoad(addr string) error {
+	srv := &http.Server{Addr: addr, Handler: loadHandler(), ReadHeaderTimeout: 5 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

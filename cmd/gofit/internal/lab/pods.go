@@ -1,0 +1,942 @@
+//go:build !nokube
+
+package lab
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
+	"github.com/gofit-dev/gofit/kube/agent"
+)
+
+// The pod runner: `gofit lab --kube` runs each trial as an ordinary pod
+// through the API server, on a node picked by --node-selector, one trial
+// per node at a time; the load comes from a load pod (gofit lab-load) on
+// another node where there is one; the counters come from the gofit node
+// agent on the trial's node (agent.StatsHandler), through the API
+// server's pod proxy. Every object a run makes is owned by one ConfigMap,
+// so deleting it (as the run does when it ends, and the garbage collector
+// when the run was killed) deletes the rest.
+
+const (
+	// podPort is {port} in a pod: each trial has its own network
+	// namespace, so every trial can use the same one.
+	podPort    = 8080
+	loadPort   = 8081
+	labelApp   = "app.kubernetes.io/name"
+	labelRun   = "gofit.dev/lab-run"
+	labelRole  = "gofit.dev/lab-role"
+	appName    = "gofit-lab"
+	agentLabel = "app.kubernetes.io/name=gofit-node"
+	// annHeartbeat is the owner's last sign of life (RFC 3339), renewed
+	// every heartbeatEvery: a run killed outright (SIGKILL, a lost
+	// machine) stops renewing, and the next run in the namespace deletes
+	// its owner, and with it the rest, once it is staleAfter old.
+	annHeartbeat   = "gofit.dev/lab-heartbeat"
+	heartbeatEvery = 30 * time.Second
+	staleAfter     = 3 * time.Minute
+	roleTrial      = "trial"
+	roleLoad       = "load"
+	podSchedule    = 5 * time.Minute // scheduling and pulling, not counted against readiness
+)
+
+// defaultAgentNamespaces are where deploy/node and the chart run the
+// agent, tried in order when --agent-namespace is not given.
+var defaultAgentNamespaces = []string{"gofit-node", "gofit-system"}
+
+// parseSelector reads k=v,k2=v2 (--node-selector).
+func parseSelector(s string) (map[string]string, error) {
+	out := map[string]string{}
+	if strings.TrimSpace(s) == "" {
+		return out, nil
+	}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok || k == "" {
+			return nil, usagef("--node-selector %q: want key=value[,key=value]", s)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// podTarget is what a trial pod runs: an image with its arguments (nil:
+// the image's own cmd) and env, serving on its pod IP.
+type podTarget struct {
+	image string
+	args  []string
+	env   []corev1.EnvVar
+	mix   []load.Target // {port} and the host still to set
+	ready string        // the readiness URL, the same
+}
+
+// podRunner is the runner of `gofit lab --kube`.
+type podRunner struct {
+	cfg      Config
+	cs       kubernetes.Interface
+	ns       string
+	id       string
+	owner    metav1.OwnerReference
+	target   podTarget
+	image    string
+	selector map[string]string
+	agentNS  []string
+	progress io.Writer
+	// slots are the nodes trials may run on, one trial each at a time;
+	// "" is one slot the scheduler places (the nodes could not be
+	// listed).
+	slots   chan string
+	nslots  int
+	load    *corev1.Pod
+	loadOn  string
+	mu      sync.Mutex
+	agents  map[string]string // node → agent pod name:port
+	agentOf map[string]string // node → the agent's namespace
+	nodes   map[string]agent.NodeInfo
+	used    []string // nodes trials ran on, in order of first use
+	slowest time.Duration
+	// stopHeartbeat ends the owner's heartbeat (close).
+	stopHeartbeat func()
+}
+
+// heartbeat renews the owner's annHeartbeat until ctx ends.
+func (r *podRunner) heartbeat(ctx context.Context, name string) {
+	t := time.NewTicker(heartbeatEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, annHeartbeat, time.Now().UTC().Format(time.RFC3339))
+		if _, err := r.cs.CoreV1().ConfigMaps(r.ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil && ctx.Err() == nil {
+			fmt.Fprintf(r.progress, "lab: warning: renewing %s/%s's heartbeat: %v (a later run may take this one for dead after %v)\n", r.ns, name, err, staleAfter)
+		}
+	}
+}
+
+// sweepStale deletes the owners of lab runs in ns (but keep) whose
+// heartbeat is older than staleAfter at now, in the background, so the
+// garbage collector deletes their pods; it returns their names.
+func sweepStale(ctx context.Context, cs kubernetes.Interface, ns, keep string, now time.Time) []string {
+	l, err := cs.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: labelApp + "=" + appName})
+	if err != nil {
+		return nil
+	}
+	var out []string
+	bg := metav1.DeletePropagationBackground
+	for _, cm := range l.Items {
+		if cm.Name == keep || cm.Labels[labelRun] == "" {
+			continue
+		}
+		hb, err := time.Parse(time.RFC3339, cm.Annotations[annHeartbeat])
+		if err != nil {
+			hb = cm.CreationTimestamp.Time
+		}
+		if now.Sub(hb) < staleAfter {
+			continue
+		}
+		uid := cm.UID
+		if err := cs.CoreV1().ConfigMaps(ns).Delete(ctx, cm.Name, metav1.DeleteOptions{PropagationPolicy: &bg, Preconditions: &metav1.Preconditions{UID: &uid}}); err == nil {
+			out = append(out, cm.Name)
+		}
+	}
+	return out
+}
+
+// newPodRunner connects, makes the run's owner and its load pod; the
+// caller must call close, which deletes everything.
+func newPodRunner(ctx context.Context, cfg Config, ko KubeOptions, progress io.Writer) (*podRunner, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if ko.Kubeconfig != "" {
+		rules.ExplicitPath = ko.Kubeconfig
+	}
+	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: ko.Context})
+	rc, err := cc.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig: %w", err)
+	}
+	rc.UserAgent = "gofit-lab"
+	ns := ko.Namespace
+	if ns == "" {
+		if ns, _, err = cc.Namespace(); err != nil || ns == "" {
+			ns = "default"
+		}
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	sel, err := parseSelector(ko.NodeSelector)
+	if err != nil {
+		return nil, err
+	}
+	r := &podRunner{cfg: cfg, cs: cs, ns: ns, selector: sel, image: ko.Image, progress: progress,
+		agents: map[string]string{}, agentOf: map[string]string{}, nodes: map[string]agent.NodeInfo{}}
+	r.agentNS = defaultAgentNamespaces
+	if ko.AgentNamespace != "" {
+		r.agentNS = []string{ko.AgentNamespace}
+	}
+	if r.target, err = podTargetOf(cfg, ko.Image); err != nil {
+		return nil, err
+	}
+	if err := r.start(ctx); err != nil {
+		r.close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// podTargetOf is the trial pods' container: --image with --args, or the
+// embedded sample from the gofit image.
+func podTargetOf(cfg Config, gofitImage string) (podTarget, error) {
+	port := strconv.Itoa(podPort)
+	t := podTarget{env: []corev1.EnvVar{{Name: "PORT", Value: port}}}
+	if cfg.ImageRef == "" {
+		if gofitImage == "" {
+			return t, usagef("--kube-image: no gofit image to run the sample and the load from (this build has no release version to default to)")
+		}
+		t.image, t.args = gofitImage, []string{SampleCommand, ":" + port}
+		t.mix, t.ready = load.Get("http://127.0.0.1:{port}/work", nil), "http://127.0.0.1:{port}/work"
+		return t, nil
+	}
+	if strings.HasPrefix(cfg.ImageRef, "oci:") || strings.HasPrefix(cfg.ImageRef, "oci-archive:") || strings.HasPrefix(cfg.ImageRef, "docker-archive:") {
+		return t, usagef("--image %s: --kube runs images the nodes pull; give a registry reference", cfg.ImageRef)
+	}
+	if gofitImage == "" {
+		return t, usagef("--kube-image: no gofit image for the load pod (this build has no release version to default to)")
+	}
+	t.image = cfg.ImageRef
+	if cfg.ImageArgs != nil {
+		t.args = make([]string, len(cfg.ImageArgs))
+		for i, a := range cfg.ImageArgs {
+			t.args[i] = strings.ReplaceAll(a, "{port}", port)
+		}
+	}
+	t.mix, t.ready = cfg.Target.Mix(), cfg.Target.Ready()
+	return t, nil
+}
+
+// onPod points a URL at a pod: {port} becomes podPort and the host the
+// pod's IP, the port kept.
+func onPod(raw, ip string) (string, string, error) {
+	u, err := url.Parse(strings.ReplaceAll(raw, "{port}", strconv.Itoa(podPort)))
+	if err != nil {
+		return "", "", err
+	}
+	port := u.Port()
+	if port == "" {
+		port = "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+	}
+	u.Host = net.JoinHostPort(ip, port)
+	return u.String(), port, nil
+}
+
+func runID() string {
+	b := make([]byte, 4)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// start makes the owner, finds the nodes and starts the load pod.
+func (r *podRunner) start(ctx context.Context) error {
+	r.id = runID()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "gofit-lab-" + r.id, Namespace: r.ns,
+		Labels: map[string]string{labelApp: appName, labelRun: r.id}},
+		Data: map[string]string{"owner": "gofit lab --kube: deleting this deletes the run's pods"}}
+	cm.Annotations = map[string]string{annHeartbeat: time.Now().UTC().Format(time.RFC3339)}
+	cm, err := r.cs.CoreV1().ConfigMaps(r.ns).Create(ctx, cm, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("--namespace %s: create the run's owner: %w", r.ns, err)
+	}
+	r.owner = metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: cm.Name, UID: cm.UID}
+	for _, name := range sweepStale(ctx, r.cs, r.ns, cm.Name, time.Now()) {
+		fmt.Fprintf(r.progress, "lab: deleted %s/%s, the owner of a run that stopped renewing its heartbeat (and with it that run's pods)\n", r.ns, name)
+	}
+	hbCtx, stopHB := context.WithCancel(context.Background())
+	r.stopHeartbeat = stopHB
+	go r.heartbeat(hbCtx, cm.Name)
+	nodes, listed := r.listNodes(ctx)
+	loadNode := ""
+	if listed {
+		if len(nodes.trial) == 0 {
+			return fmt.Errorf("--node-selector %q: no Ready, schedulable node matches", labels.Set(r.selector).String())
+		}
+		loadNode = nodes.load
+		if loadNode == "" && len(nodes.trial) > 1 {
+			// Give the load a node of its own; the trials keep the rest.
+			loadNode, nodes.trial = nodes.trial[len(nodes.trial)-1], nodes.trial[:len(nodes.trial)-1]
+		}
+	} else {
+		nodes.trial = []string{""}
+	}
+	r.nslots = len(nodes.trial)
+	r.slots = make(chan string, r.nslots)
+	for _, n := range nodes.trial {
+		r.slots <- n
+	}
+	lp := r.pod(roleLoad, loadNode, podTarget{image: r.image, args: []string{LoadCommand, ":" + strconv.Itoa(loadPort)}}, nil, 0, 0, 0, "/healthz", loadPort)
+	if loadNode == "" && listed {
+		lp.Spec.NodeSelector = nil // anywhere: it shares a trial node
+	}
+	if r.load, err = r.cs.CoreV1().Pods(r.ns).Create(ctx, lp, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create the load pod: %w", err)
+	}
+	if r.load, err = r.waitReady(ctx, r.load.Name, 2*time.Minute); err != nil {
+		return fmt.Errorf("the load pod %s/%s: %w", r.ns, r.load.Name, err)
+	}
+	r.loadOn = r.load.Spec.NodeName
+	fmt.Fprintf(r.progress, "lab: pods in %s (run %s): trials on %s, one at a time each; load from %s on %s\n",
+		r.ns, r.id, nodeList(nodes.trial), r.load.Name, r.loadOn)
+	return nil
+}
+
+func nodeList(ns []string) string {
+	if len(ns) == 1 && ns[0] == "" {
+		return "the node the scheduler picks (nodes cannot be listed)"
+	}
+	return strings.Join(ns, ", ")
+}
+
+type nodePlan struct {
+	trial []string // Ready, schedulable nodes matching the selector
+	load  string   // a Ready node outside them, if any
+}
+
+// listNodes finds the trial nodes; listed is false when this user may
+// not list nodes (a namespace-scoped Role): the scheduler then picks.
+func (r *podRunner) listNodes(ctx context.Context) (nodePlan, bool) {
+	var p nodePlan
+	nl, err := r.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return p, false
+	}
+	sel := labels.SelectorFromSet(r.selector)
+	for _, n := range nl.Items {
+		if n.Spec.Unschedulable || !nodeReady(&n) {
+			continue
+		}
+		if sel.Matches(labels.Set(n.Labels)) {
+			p.trial = append(p.trial, n.Name)
+		} else if p.load == "" && len(r.selector) > 0 {
+			p.load = n.Name
+		}
+	}
+	slices.Sort(p.trial)
+	return p, true
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// pod is a trial or load pod: the run's labels and owner, on node (""
+// anywhere the selector allows), with these limits (0: none) and env.
+func (r *podRunner) pod(role, node string, t podTarget, env map[string]string, cpuLimit, cpuRequest float64, memLimit int64, readyPath string, port int) *corev1.Pod {
+	no := false
+	c := corev1.Container{Name: "target", Image: t.image, Args: t.args, Env: slices.Clone(t.env),
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		Ports:           []corev1.ContainerPort{{Name: "http", ContainerPort: int32(port)}},
+		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: readyPath, Port: intstr.FromInt32(int32(port))}},
+			PeriodSeconds: 1, TimeoutSeconds: 2, FailureThreshold: 1, SuccessThreshold: 1},
+		Resources:       corev1.ResourceRequirements{Limits: corev1.ResourceList{}, Requests: corev1.ResourceList{}},
+		SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: &no, Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}
+	if role == roleTrial {
+		c.Name = "target"
+	} else {
+		c.Name = "load"
+	}
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		c.Env = append(c.Env, corev1.EnvVar{Name: k, Value: env[k]})
+	}
+	if cpuLimit > 0 {
+		q := *resource.NewMilliQuantity(int64(cpuLimit*1000+0.5), resource.DecimalSI)
+		c.Resources.Limits[corev1.ResourceCPU], c.Resources.Requests[corev1.ResourceCPU] = q, q
+	}
+	if cpuRequest > 0 {
+		c.Resources.Requests[corev1.ResourceCPU] = *resource.NewMilliQuantity(int64(cpuRequest*1000+0.5), resource.DecimalSI)
+	}
+	if memLimit > 0 {
+		q := *resource.NewQuantity(memLimit, resource.BinarySI)
+		c.Resources.Limits[corev1.ResourceMemory], c.Resources.Requests[corev1.ResourceMemory] = q, q
+	}
+	sel := map[string]string{}
+	for k, v := range r.selector {
+		sel[k] = v
+	}
+	if node != "" {
+		sel["kubernetes.io/hostname"] = node
+	}
+	grace := int64(1)
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "gofit-lab-" + r.id + "-" + role + "-", Namespace: r.ns,
+			Labels:          map[string]string{labelApp: appName, labelRun: r.id, labelRole: role},
+			OwnerReferences: []metav1.OwnerReference{r.owner}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{c}, RestartPolicy: corev1.RestartPolicyNever, NodeSelector: sel,
+			SecurityContext:               &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+			TerminationGracePeriodSeconds: &grace, EnableServiceLinks: &no, AutomountServiceAccountToken: &no},
+	}
+}
+
+// errPodFailed: the pod's container ended before it was ready.
+var errPodFailed = errors.New("the pod failed")
+
+// waitReady waits until pod name is Ready: scheduling and pulling within
+// podSchedule, then readiness within ready.
+func (r *podRunner) waitReady(ctx context.Context, name string, ready time.Duration) (*corev1.Pod, error) {
+	var running time.Time
+	deadline := time.Now().Add(podSchedule)
+	for {
+		p, err := r.cs.CoreV1().Pods(r.ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		if why := podEnded(p); why != "" {
+			return p, fmt.Errorf("%w: %s", errPodFailed, why)
+		}
+		if running.IsZero() && p.Status.Phase == corev1.PodRunning {
+			running = time.Now()
+			deadline = running.Add(ready)
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue && p.Status.PodIP != "" {
+				return p, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			if running.IsZero() {
+				return p, fmt.Errorf("not running within %v: %s", podSchedule, podWaiting(p))
+			}
+			return p, &notReadyError{after: ready}
+		}
+		select {
+		case <-ctx.Done():
+			return p, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+type notReadyError struct{ after time.Duration }
+
+func (e *notReadyError) Error() string { return fmt.Sprintf("running, not ready within %v", e.after) }
+
+// podEnded says how a pod's container ended ("" while it has not).
+func podEnded(p *corev1.Pod) string {
+	for _, s := range p.Status.ContainerStatuses {
+		if t := s.State.Terminated; t != nil {
+			return fmt.Sprintf("container %s exited %d (%s) %s", s.Name, t.ExitCode, t.Reason, strings.TrimSpace(t.Message))
+		}
+	}
+	if p.Status.Phase == corev1.PodFailed {
+		return "pod failed: " + p.Status.Reason + " " + p.Status.Message
+	}
+	return ""
+}
+
+// oomKilled says whether the kubelet reports the container OOM-killed.
+func oomKilled(p *corev1.Pod) bool {
+	for _, s := range p.Status.ContainerStatuses {
+		if t := s.State.Terminated; t != nil && t.Reason == "OOMKilled" {
+			return true
+		}
+	}
+	return false
+}
+
+func podWaiting(p *corev1.Pod) string {
+	for _, s := range p.Status.ContainerStatuses {
+		if w := s.State.Waiting; w != nil {
+			return w.Reason + ": " + w.Message
+		}
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Status != corev1.ConditionTrue && c.Message != "" {
+			return string(c.Type) + ": " + c.Message
+		}
+	}
+	return "phase " + string(p.Status.Phase)
+}
+
+// delete deletes a pod now and waits until it is gone, so the next
+// trial on its node meets none of its processes.
+func (r *podRunner) delete(name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	zero := int64(0)
+	err := r.cs.CoreV1().Pods(r.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	for err == nil && ctx.Err() == nil {
+		_, err = r.cs.CoreV1().Pods(r.ns).Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+}
+
+// close deletes the owner, and with it (the garbage collector's
+// background deletion) every pod of the run; the pods are deleted here
+// too so the run does not end with them still on the nodes.
+func (r *podRunner) close() error {
+	if r.stopHeartbeat != nil {
+		r.stopHeartbeat()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var errs []error
+	sel := labelRun + "=" + r.id
+	if r.id != "" {
+		zero := int64(0)
+		if err := r.cs.CoreV1().Pods(r.ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{LabelSelector: sel}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete the run's pods (%s): %w", sel, err))
+		}
+		bg := metav1.DeletePropagationBackground
+		if err := r.cs.CoreV1().ConfigMaps(r.ns).Delete(ctx, "gofit-lab-"+r.id, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete the run's owner %s/gofit-lab-%s: %w", r.ns, r.id, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// where names the nodes the trials ran on, their kernels and CPUs.
+func (r *podRunner) where() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var parts []string
+	for _, n := range r.used {
+		info := r.nodes[n]
+		parts = append(parts, fmt.Sprintf("%s (kernel %s, %d× %s)", n, info.Kernel, info.CPUs, info.CPUModel))
+	}
+	if len(parts) == 0 {
+		parts = []string{"no node yet"}
+	}
+	load := "load from pod " + r.loadName() + " on " + r.loadOn
+	if slices.Contains(r.used, r.loadOn) {
+		load += ", a trial node: it shares the trials' CPUs"
+	} else {
+		load += ", another node"
+	}
+	return fmt.Sprintf("pods in namespace %s on %s; %s", r.ns, strings.Join(parts, ", "), load)
+}
+
+func (r *podRunner) loadName() string {
+	if r.load == nil {
+		return ""
+	}
+	return r.load.Name
+}
+
+// placement is the report's isolation line for a pod run.
+func (r *podRunner) placement() *result.Placement {
+	r.mu.Lock()
+	shared := slices.Contains(r.used, r.loadOn)
+	r.mu.Unlock()
+	p := &result.Placement{Isolated: !shared}
+	if shared {
+		p.Note = "the load pod ran on a trial node (no other node was available): it competes with the trial for the node's CPUs"
+	} else {
+		p.Note = "one trial per node at a time; the load pod on node " + r.loadOn + ", apart from every trial"
+	}
+	return p
+}
+
+// agentFor finds the gofit node agent on node and reads the node's facts
+// once.
+func (r *podRunner) agentFor(ctx context.Context, node string) (ns, pod string, err error) {
+	r.mu.Lock()
+	pod, ok := r.agents[node]
+	ns = r.agentOf[node]
+	r.mu.Unlock()
+	if ok {
+		return ns, pod, nil
+	}
+	var tried []string
+	for _, ans := range r.agentNS {
+		pl, err := r.cs.CoreV1().Pods(ans).List(ctx, metav1.ListOptions{LabelSelector: agentLabel, FieldSelector: "spec.nodeName=" + node})
+		if err != nil {
+			tried = append(tried, fmt.Sprintf("%s: %v", ans, err))
+			continue
+		}
+		for _, p := range pl.Items {
+			if p.Status.Phase != corev1.PodRunning {
+				continue
+			}
+			for _, c := range p.Spec.Containers {
+				for _, cp := range c.Ports {
+					if cp.Name == "metrics" {
+						pod = p.Name + ":" + strconv.Itoa(int(cp.ContainerPort))
+					}
+				}
+			}
+			if pod != "" {
+				var info agent.NodeInfo
+				if err := r.proxyJSON(ctx, ans, pod, agent.NodeInfoPath, &info); err != nil {
+					return "", "", fmt.Errorf("the gofit node agent %s/%s on %s: %w (is it this version or later?)", ans, p.Name, node, err)
+				}
+				r.mu.Lock()
+				r.agents[node], r.agentOf[node], r.nodes[node] = pod, ans, info
+				r.mu.Unlock()
+				return ans, pod, nil
+			}
+		}
+		tried = append(tried, ans+": no running agent pod there")
+	}
+	return "", "", fmt.Errorf("node %s: --kube reads each trial's cgroup through the gofit node agent on its node, and found none (%s); install it (docs/install.md) or name its namespace with --agent-namespace", node, strings.Join(tried, "; "))
+}
+
+// proxyJSON GETs path from pod (name:port) in ns through the API server.
+func (r *podRunner) proxyJSON(ctx context.Context, ns, pod, path string, v any) error {
+	b, err := r.cs.CoreV1().RESTClient().Get().Namespace(ns).Resource("pods").Name(pod).SubResource("proxy").Suffix(path).DoRaw(ctx)
+	if err != nil {
+		return fmt.Errorf("GET %s: %w", path, err)
+	}
+	return json.Unmarshal(b, v)
+}
+
+// cgroupOf reads pod's cgroup through its node's agent.
+func (r *podRunner) cgroupOf(ctx context.Context, p *corev1.Pod) (agent.PodCgroup, error) {
+	var out agent.PodCgroup
+	ns, ap, err := r.agentFor(ctx, p.Spec.NodeName)
+	if err != nil {
+		return out, err
+	}
+	err = r.proxyJSON(ctx, ns, ap, agent.PodStatsPath+string(p.UID), &out)
+	return out, err
+}
+
+// drive has the load pod run one window.
+func (r *podRunner) drive(ctx context.Context, q loadRequest) (load.Result, error) {
+	body, err := json.Marshal(q)
+	if err != nil {
+		return load.Result{}, err
+	}
+	b, err := r.cs.CoreV1().RESTClient().Post().Namespace(r.ns).Resource("pods").Name(r.load.Name+":"+strconv.Itoa(loadPort)).
+		SubResource("proxy").Suffix(loadPath).Body(body).SetHeader("Content-Type", "application/json").DoRaw(ctx)
+	if err != nil {
+		return load.Result{}, fmt.Errorf("the load pod %s: %w: %s", r.load.Name, err, strings.TrimSpace(string(b)))
+	}
+	var rep loadReply
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return load.Result{}, fmt.Errorf("the load pod %s: %w", r.load.Name, err)
+	}
+	rep.Result.Blocks = rep.Blocks
+	rep.Result.Duration = time.Duration(rep.Result.Seconds * float64(time.Second))
+	return rep.Result, nil
+}
+
+// trialPod is a started trial: its pod, Ready, and the mix pointed at it.
+type trialPod struct {
+	pod  *corev1.Pod
+	node string
+	mix  []wireTarget
+	took time.Duration
+}
+
+// startTrial takes a node, creates the trial pod there and waits until
+// it is ready; the caller must call r.stopTrial.
+func (r *podRunner) startTrial(ctx context.Context, env map[string]string, cpuLimit, cpuRequest float64, memLimit int64, ready time.Duration) (*trialPod, error) {
+	var node string
+	select {
+	case node = <-r.slots:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	readyURL, port, err := onPod(r.target.ready, "0.0.0.0")
+	if err != nil {
+		r.slots <- node
+		return nil, err
+	}
+	u, _ := url.Parse(readyURL)
+	pn, _ := strconv.Atoi(port)
+	spec := r.pod(roleTrial, node, r.target, env, cpuLimit, cpuRequest, memLimit, u.RequestURI(), pn)
+	p, err := r.cs.CoreV1().Pods(r.ns).Create(ctx, spec, metav1.CreateOptions{})
+	if err != nil {
+		r.slots <- node
+		return nil, fmt.Errorf("create a trial pod: %w", err)
+	}
+	tp := &trialPod{pod: p, node: node}
+	t0 := time.Now()
+	p, err = r.waitReady(ctx, p.Name, ready)
+	if p != nil {
+		tp.pod = p
+	}
+	tp.took = time.Since(t0)
+	if err != nil {
+		return tp, err
+	}
+	if tp.node == "" {
+		tp.node = p.Spec.NodeName
+	}
+	r.mu.Lock()
+	if !slices.Contains(r.used, p.Spec.NodeName) {
+		r.used = append(r.used, p.Spec.NodeName)
+	}
+	r.mu.Unlock()
+	for _, t := range r.target.mix {
+		u, _, err := onPod(t.URL, p.Status.PodIP)
+		if err != nil {
+			return tp, err
+		}
+		t.URL = u
+		tp.mix = append(tp.mix, wireTarget{Target: t, Body: t.Body})
+	}
+	return tp, nil
+}
+
+// stopTrial deletes the trial's pod and frees its node.
+func (r *podRunner) stopTrial(tp *trialPod) {
+	if tp == nil {
+		return
+	}
+	r.delete(tp.pod.Name)
+	r.slots <- tp.node
+}
+
+// vars reads the target's /debug/vars through the API server.
+func (r *podRunner) vars(ctx context.Context, tp *trialPod) (*sandbox.RuntimeVars, error) {
+	b, err := r.cs.CoreV1().RESTClient().Get().Namespace(r.ns).Resource("pods").Name(tp.pod.Name + ":" + strconv.Itoa(podPort)).
+		SubResource("proxy").Suffix("debug/vars").DoRaw(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return sandbox.ParseVars(strings.NewReader(string(b)), "pod "+tp.pod.Name+" /debug/vars")
+}
+
+func (r *podRunner) cpu(ctx context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
+	ready := r.cfg.Target.ReadyTimeout
+	if ready <= 0 {
+		ready = sandbox.DefaultReadyTimeout
+	}
+	tp, err := r.startTrial(ctx, c.env, c.quota, c.request, 0, ready)
+	defer r.stopTrial(tp)
+	if err != nil {
+		return result.CPUCell{}, err
+	}
+	q := loadRequest{Targets: tp.mix, Seed: r.cfg.Seed, Open: mode == result.Open, Rate: offered, Window: r.cfg.Warmup,
+		Concurrency: r.cfg.Concurrency, InFlight: r.cfg.Concurrency}
+	if mode == result.Open {
+		q.InFlight = load.MaxOpenInFlight
+	}
+	if _, err := r.drive(ctx, q); err != nil {
+		return result.CPUCell{}, err
+	}
+	procs := c.procs
+	v0, verr0 := r.vars(ctx, tp)
+	if verr0 == nil && v0.GOMAXPROCS > 0 {
+		procs = v0.GOMAXPROCS
+	}
+	s0, err := r.cgroupOf(ctx, tp.pod)
+	if err != nil {
+		return result.CPUCell{}, err
+	}
+	t0 := time.Now()
+	q.Window = window
+	if mode != result.Open {
+		q.Requests = r.cfg.Requests
+	}
+	res, err := r.drive(ctx, q)
+	if err != nil {
+		return result.CPUCell{}, err
+	}
+	s1, err := r.cgroupOf(ctx, tp.pod)
+	cpuWin := time.Since(t0)
+	if err != nil {
+		return result.CPUCell{}, err
+	}
+	v1, verr1 := r.vars(ctx, tp)
+	if ctx.Err() != nil {
+		return result.CPUCell{}, ctx.Err()
+	}
+	cur, _ := r.cs.CoreV1().Pods(r.ns).Get(ctx, tp.pod.Name, metav1.GetOptions{})
+	cell := result.CPUCell{QuotaCores: c.quota, RequestCores: c.request, Setting: c.setting, SameAs: c.sameAs, Repeat: rep, GOMAXPROCS: procs, GOMAXPROCSFrom: c.from, Mode: mode,
+		Isolated: r.loadOn != tp.pod.Spec.NodeName, RPS: res.RPS, P50: res.P50, P90: res.P90, P99: res.P99, P999: res.P999,
+		Requests: res.Requests, Errors: res.Errors, Cancelled: res.Cancelled, ErrorKinds: res.ErrorKinds, Seconds: res.Seconds, GeneratorCPUSec: res.GenCPUSec,
+		TargetExited: cur != nil && podEnded(cur) != "", Blocks: res.Blocks, Targets: res.Targets}
+	if mode == result.Open {
+		cell.OfferedRPS = offered
+	}
+	cell.Periods = s1.CPU.Periods - s0.CPU.Periods
+	cell.ThrottledPeriods = s1.CPU.ThrottledPeriods - s0.CPU.ThrottledPeriods
+	cell.ThrottledSeconds = s1.CPU.ThrottledSeconds - s0.CPU.ThrottledSeconds
+	used := s1.CPU.UsageSeconds - s0.CPU.UsageSeconds
+	cell.CPUSeconds, cell.CPUWindowSeconds = used, cpuWin.Seconds()
+	if res.Requests > 0 {
+		cell.CPUMsPerRequest = used * 1000 / float64(res.Requests)
+	}
+	cell.CPUEfficiency = efficiency(used, cpuWin.Seconds(), c.quota)
+	if verr0 == nil && verr1 == nil {
+		cell.GCCPUShare = gcShare(*v0, *v1)
+	}
+	return cell, nil
+}
+
+// memory runs the specs side by side where there are nodes for them, one
+// per node; with fewer nodes, the rest wait for one (trials never share
+// a node's CPUs).
+func (r *podRunner) memory(ctx context.Context, specs ...memSpec) []memRun {
+	out := make([]memRun, len(specs))
+	var wg sync.WaitGroup
+	for i := range specs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = r.memTrial(ctx, specs[i])
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+func (r *podRunner) memTrial(ctx context.Context, s memSpec) memRun {
+	t := result.MemTrial{LimitBytes: s.limit}
+	began := time.Now()
+	r.mu.Lock()
+	slowest := r.slowest
+	r.mu.Unlock()
+	wait := startWait(r.cfg.Target, s.limit, slowest)
+	tp, err := r.startTrial(ctx, s.env, s.cpu, 0, s.limit, wait)
+	defer r.stopTrial(tp)
+	ng := probeNonGo{err: errors.New("not measured in pods: the lab reads the target's memory maps on this machine only")}
+	if err != nil {
+		t.Seconds = time.Since(began).Seconds()
+		t.Outcome, t.Detail = result.Errored, err.Error()
+		var nr *notReadyError
+		switch {
+		case tp != nil && oomKilled(tp.pod):
+			t.Outcome, t.Detail = result.OOMKilled, "OOM-killed while starting: "+podEnded(tp.pod)
+		case errors.As(err, &nr) && s.limit > 0 && slowest > 0:
+			t.Outcome = result.Stalled
+			t.Detail = fmt.Sprintf("not ready within %v (its slowest start without a limit took %v)", wait, slowest.Round(10*time.Millisecond))
+		}
+		return memRun{trial: t, nonGo: ng}
+	}
+	if s.limit == 0 {
+		r.mu.Lock()
+		r.slowest = max(r.slowest, tp.took)
+		r.mu.Unlock()
+	}
+	ml := s.load
+	q := loadRequest{Targets: tp.mix, Seed: r.cfg.Seed, MinRate: ml.probeRPS * stallShare}
+	if ml.rate > 0 {
+		q.Open, q.Rate, q.Window, q.InFlight = true, ml.rate, ml.window, load.MaxOpenInFlight
+	} else {
+		q.Requests, q.Window, q.Concurrency, q.InFlight = ml.requests, ml.maxDur, memConcurrency, memConcurrency
+	}
+	res, lerr := r.drive(ctx, q)
+	st, serr := r.cgroupOf(ctx, tp.pod)
+	cur := r.settle(ctx, tp.pod, lerr != nil || res.Errors > 0 || res.Stalled)
+	t.RPS, t.P99, t.Errors = res.RPS, res.P99, res.Errors
+	t.PeakBytes, t.PageCacheBytes, t.MajorFaults, t.LimitHits = st.Memory.Peak, st.Memory.File, st.Memory.MajorFaults, st.Memory.MaxHits
+	t.Seconds = time.Since(began).Seconds()
+	switch {
+	case oomKilled(cur) || st.Memory.OOMKills > 0:
+		t.Outcome, t.Detail = result.OOMKilled, fmt.Sprintf("OOM-killed (%d kills in the pod's cgroup; the kubelet says %q)", st.Memory.OOMKills, podEnded(cur))
+	case lerr != nil:
+		t.Outcome, t.Detail = result.Errored, lerr.Error()
+	case res.Stalled:
+		t.Outcome, t.Detail = result.Stalled, fmt.Sprintf("no request completed for %v while major faults reached %d", 2*load.StallWindow, st.Memory.MajorFaults)
+	case podEnded(cur) != "":
+		t.Outcome, t.Detail = result.Errored, "the target exited during the load: "+podEnded(cur)
+	case float64(res.Errors) > maxErrorShare*float64(res.Errors+res.Requests) || res.Requests == 0:
+		t.Outcome, t.Detail = result.Errored, fmt.Sprintf("%d errors in %d requests (%s)", res.Errors, res.Errors+res.Requests, res.ErrorSummary())
+	case serr != nil:
+		t.Outcome, t.Detail = result.Errored, "could not read the pod's cgroup: "+serr.Error()
+	default:
+		t.Outcome = result.OK
+	}
+	return memRun{trial: t, load: res, nonGo: ng}
+}
+
+// settle reads the pod once more; after a load that went wrong it waits a
+// little for the kubelet to report the container's end (an OOM kill's
+// reason reaches the pod's status a sync later).
+func (r *podRunner) settle(ctx context.Context, p *corev1.Pod, wrong bool) *corev1.Pod {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		cur, err := r.cs.CoreV1().Pods(r.ns).Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			return p
+		}
+		if !wrong || podEnded(cur) != "" || time.Now().After(deadline) || ctx.Err() != nil {
+			return cur
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// runPodStudy runs the study with the trials as pods (gofit lab --kube).
+func runPodStudy(ctx context.Context, cfg Config, ko KubeOptions, progress io.Writer) (*result.Results, *Records, error) {
+	l, err := newStudy(cfg)
+	if err != nil {
+		return &result.Results{}, &Records{}, err
+	}
+	r, err := newPodRunner(ctx, cfg, ko, progress)
+	if err != nil {
+		return &result.Results{}, &Records{}, err
+	}
+	l.run = r
+	res, rec, err := l.execute(ctx)
+	if cerr := r.close(); cerr != nil {
+		err = errors.Join(err, cerr)
+	}
+	return res, rec, err
+}
+
+// record says in the records where the trials ran: the first trial
+// node's facts as the machine, the load's placement, the target as the
+// image the pods ran.
+func (r *podRunner) record(rec *Records) {
+	rec.Placement = r.placement()
+	rec.Machine.Where = r.where()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.used) > 0 {
+		n := r.nodes[r.used[0]]
+		rec.Machine.Host, rec.Machine.Kernel, rec.Machine.CPUModel, rec.Machine.CPUs = r.used[0], n.Kernel, n.CPUModel, n.CPUs
+		rec.Machine.CgroupVersion, rec.Machine.LoadAvg = n.Cgroup, ""
+		rec.NCPU = max(n.CPUs, 1)
+	}
+
+	rec.Target.Command = strings.Join(append([]string{r.target.image}, r.target.args...), " ")
+	rec.Target.Image = r.target.image
+	rec.Target.PageCache = "as the node has it (pods start with whatever page cache the node holds)"
+	rec.Target.BinaryBytes = 0
+}

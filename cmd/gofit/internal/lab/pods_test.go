@@ -1,0 +1,161 @@
+//go:build !nokube
+
+package lab
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	kfake "k8s.io/client-go/kubernetes/fake"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
+)
+
+// TestTrialPod: a trial is an ordinary pod with the trial's limits and
+// env, owned by the run's ConfigMap, on its node, never restarted.
+func TestTrialPod(t *testing.T) {
+	r := &podRunner{id: "ab12", ns: "lab", selector: map[string]string{"pool": "bench"},
+		owner: metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "gofit-lab-ab12", UID: types.UID("u1")}}
+	tgt := podTarget{image: "registry.example/svc:1", args: []string{"--port", "8080"}, env: []corev1.EnvVar{{Name: "PORT", Value: "8080"}}}
+	p := r.pod(roleTrial, "node-a", tgt, map[string]string{"GOMAXPROCS": "1", "GODEBUG": "x=1"}, 0.25, 0, 64<<20, "/healthz", 8080)
+	c := p.Spec.Containers[0]
+	if got := c.Resources.Limits.Cpu().MilliValue(); got != 250 {
+		t.Errorf("cpu limit %dm, want 250m", got)
+	}
+	if got := c.Resources.Requests.Cpu().MilliValue(); got != 250 {
+		t.Errorf("cpu request %dm, want 250m (the limit)", got)
+	}
+	if got := c.Resources.Limits.Memory().Value(); got != 64<<20 {
+		t.Errorf("memory limit %d", got)
+	}
+	var env []string
+	for _, e := range c.Env {
+		env = append(env, e.Name+"="+e.Value)
+	}
+	if strings.Join(env, " ") != "PORT=8080 GODEBUG=x=1 GOMAXPROCS=1" {
+		t.Errorf("env %v", env)
+	}
+	if p.Spec.NodeSelector["pool"] != "bench" || p.Spec.NodeSelector["kubernetes.io/hostname"] != "node-a" {
+		t.Errorf("node selector %v", p.Spec.NodeSelector)
+	}
+	if p.Spec.RestartPolicy != corev1.RestartPolicyNever || len(p.OwnerReferences) != 1 || p.OwnerReferences[0].UID != "u1" {
+		t.Errorf("restart %s, owners %v", p.Spec.RestartPolicy, p.OwnerReferences)
+	}
+	if p.Labels[labelRun] != "ab12" || p.Labels[labelRole] != roleTrial || c.ReadinessProbe.HTTPGet.Path != "/healthz" {
+		t.Errorf("labels %v, probe %+v", p.Labels, c.ReadinessProbe.HTTPGet)
+	}
+	// The request row: CPU weight, no CPU limit; no memory limit.
+	p = r.pod(roleTrial, "", tgt, nil, 0, 0.5, 0, "/", 8080)
+	c = p.Spec.Containers[0]
+	if _, ok := c.Resources.Limits[corev1.ResourceCPU]; ok || c.Resources.Requests.Cpu().MilliValue() != 500 {
+		t.Errorf("request row: limits %v requests %v", c.Resources.Limits, c.Resources.Requests)
+	}
+	if _, ok := p.Spec.NodeSelector["kubernetes.io/hostname"]; ok {
+		t.Error("no node: the scheduler places it, yet the pod names one")
+	}
+}
+
+func TestPodTargetOf(t *testing.T) {
+	cfg := Config{}
+	pt, err := podTargetOf(cfg, "ghcr.io/gofit-dev/gofit:v1")
+	if err != nil || pt.image != "ghcr.io/gofit-dev/gofit:v1" || strings.Join(pt.args, " ") != SampleCommand+" :8080" {
+		t.Errorf("sample: %+v %v", pt, err)
+	}
+	if _, err := podTargetOf(cfg, ""); err == nil || !strings.Contains(err.Error(), "--kube-image") {
+		t.Errorf("sample without an image: %v", err)
+	}
+	for _, ref := range []string{"oci:dir", "oci-archive:a.tar", "docker-archive:b.tar"} {
+		cfg := Config{ImageRef: ref}
+		if _, err := podTargetOf(cfg, "g"); err == nil || !strings.Contains(err.Error(), "registry reference") {
+			t.Errorf("%s: %v", ref, err)
+		}
+	}
+	cfg = Config{ImageRef: "registry.example/svc:1", ImageArgs: []string{"-listen", ":{port}"},
+		Target: sandbox.Target{URL: "http://127.0.0.1:{port}/api"}}
+	pt, err = podTargetOf(cfg, "g")
+	if err != nil || strings.Join(pt.args, " ") != "-listen :8080" || pt.ready != "http://127.0.0.1:{port}/api" {
+		t.Errorf("image: %+v %v", pt, err)
+	}
+	// No --args: the image's own cmd.
+	cfg.ImageArgs = nil
+	if pt, _ := podTargetOf(cfg, "g"); pt.args != nil {
+		t.Errorf("args %v, want the image's cmd", pt.args)
+	}
+}
+
+func TestOnPod(t *testing.T) {
+	for _, c := range []struct{ in, want, port string }{
+		{"http://127.0.0.1:{port}/work", "http://10.1.2.3:8080/work", "8080"},
+		{"http://localhost:9000/a?b=c", "http://10.1.2.3:9000/a?b=c", "9000"},
+		{"http://localhost/x", "http://10.1.2.3:80/x", "80"},
+	} {
+		got, port, err := onPod(c.in, "10.1.2.3")
+		if err != nil || got != c.want || port != c.port {
+			t.Errorf("onPod(%s) = %s %s %v, want %s %s", c.in, got, port, err, c.want, c.port)
+		}
+	}
+	if got, _, _ := onPod("http://127.0.0.1:{port}/", "fd00::5"); got != "http://[fd00::5]:8080/" {
+		t.Errorf("IPv6: %s", got)
+	}
+}
+
+func TestParseSelector(t *testing.T) {
+	m, err := parseSelector("pool=bench, zone=a")
+	if err != nil || m["pool"] != "bench" || m["zone"] != "a" {
+		t.Errorf("%v %v", m, err)
+	}
+	if _, err := parseSelector("pool"); err == nil || !strings.Contains(err.Error(), "--node-selector") {
+		t.Errorf("no =: %v", err)
+	}
+}
+
+// TestSweepStale: a run killed outright stops renewing its owner's
+// heartbeat; the next run deletes that owner (its pods follow through
+// the garbage collector) and leaves live runs and other ConfigMaps.
+func TestSweepStale(t *testing.T) {
+	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
+	cm := func(name, run string, hb time.Time) *corev1.ConfigMap {
+		c := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "lab", UID: types.UID(name),
+			Labels: map[string]string{labelApp: appName, labelRun: run}, CreationTimestamp: metav1.NewTime(now.Add(-time.Hour))}}
+		if !hb.IsZero() {
+			c.Annotations = map[string]string{annHeartbeat: hb.Format(time.RFC3339)}
+		}
+		return c
+	}
+	other := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "app-config", Namespace: "lab"}}
+	cs := kfake.NewSimpleClientset(
+		cm("gofit-lab-dead", "dead", now.Add(-10*time.Minute)),
+		cm("gofit-lab-live", "live", now.Add(-20*time.Second)),
+		cm("gofit-lab-nohb", "nohb", time.Time{}), // created an hour ago, never renewed
+		cm("gofit-lab-self", "self", now.Add(-time.Hour)),
+		other)
+	got := sweepStale(context.Background(), cs, "lab", "gofit-lab-self", now)
+	if strings.Join(got, ",") != "gofit-lab-dead,gofit-lab-nohb" {
+		t.Errorf("swept %v", got)
+	}
+	left, _ := cs.CoreV1().ConfigMaps("lab").List(context.Background(), metav1.ListOptions{})
+	var names []string
+	for _, c := range left.Items {
+		names = append(names, c.Name)
+	}
+	if strings.Join(names, ",") != "app-config,gofit-lab-live,gofit-lab-self" {
+		t.Errorf("left %v", names)
+	}
+}
+
+func TestPodEnded(t *testing.T) {
+	p := &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "target",
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}}}}}}
+	if !oomKilled(p) || !strings.Contains(podEnded(p), "137 (OOMKilled)") {
+		t.Errorf("oom: %v %q", oomKilled(p), podEnded(p))
+	}
+	p.Status.ContainerStatuses[0].State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	if oomKilled(p) || podEnded(p) != "" {
+		t.Error("a running container ended")
+	}
+}
