@@ -306,6 +306,9 @@ func (o Options) target(cfg *Config) error {
 	if o.Kube && o.Cmd != "" {
 		return usagef("--kube runs images: give --image (a registry reference the nodes can pull), or neither for the sample")
 	}
+	if _, err := parseSelector(o.NodeSelector); err != nil {
+		return err
+	}
 	for _, f := range []string{"kubeconfig", "context", "namespace", "node-selector", "agent-namespace", "kube-image"} {
 		if set(f) && !o.Kube {
 			return usagef("--%s goes with --kube", f)
@@ -490,4 +493,20 @@ type KubeOptions struct {
 	NodeSelector   string // k=v,k2=v2
 	AgentNamespace string // "": where deploy/node or the chart runs it
 	Image          string // the gofit image of the load pod and the sample
+}
+
+// parseSelector reads k=v,k2=v2 (--node-selector).
+func parseSelector(s string) (map[string]string, error) {
+	out := map[string]string{}
+	if strings.TrimSpace(s) == "" {
+		return out, nil
+	}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok || k == "" {
+			return nil, usagef("--node-selector %q: want key=value[,key=value]", s)
+		}
+		out[k] = v
+	}
+	return out, nil
 }

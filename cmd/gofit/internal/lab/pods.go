@@ -69,22 +69,6 @@ const (
 // agent, tried in order when --agent-namespace is not given.
 var defaultAgentNamespaces = []string{"gofit-node", "gofit-system"}
 
-// parseSelector reads k=v,k2=v2 (--node-selector).
-func parseSelector(s string) (map[string]string, error) {
-	out := map[string]string{}
-	if strings.TrimSpace(s) == "" {
-		return out, nil
-	}
-	for _, kv := range strings.Split(s, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
-		if !ok || k == "" {
-			return nil, usagef("--node-selector %q: want key=value[,key=value]", s)
-		}
-		out[k] = v
-	}
-	return out, nil
-}
-
 // podTarget is what a trial pod runs: an image with its arguments (nil:
 // the image's own cmd) and env, serving on its pod IP.
 type podTarget struct {
