@@ -97,7 +97,10 @@ func (g *guestRun) labPods(t *testing.T) {
 		}
 	}()
 	t0 := time.Now()
-	stdout, stderr, runErr := g.lab(kc, "--quick", "--out", out)
+	// --quick's 4-minute budget goes on the CPU study's minimum cells
+	// under TCG (each a pod started, ~30 s); 10 minutes leave the memory
+	// study some limited trials.
+	stdout, stderr, runErr := g.lab(kc, "--quick", "--budget", "10m", "--out", out)
 	close(stop)
 	wg.Wait()
 	t.Logf("gofit lab --kube --quick: %v in %.0fs\n%s", runErr, time.Since(t0).Seconds(), tailLines(stderr, 40))
@@ -149,8 +152,14 @@ func (g *guestRun) labPods(t *testing.T) {
 	if len(res.CPU) == 0 || len(res.Memory) == 0 {
 		t.Errorf("%d CPU cells and %d memory settings measured", len(res.CPU), len(res.Memory))
 	}
-	if html, err := os.ReadFile(filepath.Join(out, "report.html")); err != nil || !bytes.Contains(html, []byte(nodeName)) {
+	html, err := os.ReadFile(filepath.Join(out, "report.html"))
+	if err != nil || !bytes.Contains(html, []byte(nodeName)) {
 		t.Errorf("report.html (%v) does not name the node %s", err, nodeName)
+	}
+	// Beside the node's logs, for a look at the report from the host.
+	if c.logs != "" {
+		os.WriteFile(filepath.Join(c.logs, "lab-pods-report.html"), html, 0o644)
+		os.WriteFile(filepath.Join(c.logs, "lab-pods-results.json"), b, 0o644)
 	}
 	replayed := filepath.Join(g.tmp, "lab-pods-replay")
 	cmd := exec.Command(filepath.Join(c.paths.images, "gofit"), "lab", "--replay", out, "--out", replayed)
