@@ -48,6 +48,9 @@ type planner struct {
 	pairN        int
 	// mem is the survival trials' plan, sized once the probes ran.
 	mem memPlan
+	// parallel is how many trials the runner runs at once (runner
+	// parallelism: 1 locally, a cluster's trial nodes with --kube).
+	parallel int
 }
 
 func newPlanner(cfg *Config, elapsed func() time.Duration, lab *result.LabInfo) *planner {
@@ -109,7 +112,10 @@ type cpuRow struct {
 // minRowCost is what a row's minimum runs cost at the shortest open-loop
 // window: what the row needs before any of its verdicts can be decided.
 func (p *planner) minRowCost(r cpuRow) time.Duration {
-	half := time.Duration(r.runs / 2)
+	// A round's runs go out p.parallel at a time (one per node on a
+	// cluster): its wall time is that of its batches.
+	n := max(p.parallel, 1)
+	half := time.Duration((r.runs/2 + n - 1) / n)
 	return half*(p.cfg.ClosedWindow+p.runOverhead()) + half*(p.openFloor()+p.runOverhead())
 }
 

@@ -145,6 +145,15 @@ func TestPlannerFundsRowsInOrder(t *testing.T) {
 	if len(lab.NotCompared) != 2 || !strings.Contains(lab.NotCompared[0], "at 250m") || !strings.Contains(lab.NotCompared[1], "at 1000m") || !lab.BudgetLimited {
 		t.Errorf("not compared %q, budget_limited %v", lab.NotCompared, lab.BudgetLimited)
 	}
+	// Three trial nodes run a round's runs three at a time: a row costs
+	// a third, and the same budget holds all three rows.
+	p.parallel = 3
+	if got := p.minRowCost(rows[0]); got != cost/3 {
+		t.Errorf("a row on 3 nodes costs %v, want a third of %v", got, cost)
+	}
+	if funded := p.planRows(rows); len(funded) != 3 {
+		t.Errorf("on 3 nodes funded %d rows, want 3", len(funded))
+	}
 }
 
 // TestOpenWindowNotesOnlyACut: a window at the floor that is also all

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
@@ -56,18 +57,26 @@ func (l *study) cpuStudy(ctx context.Context) error {
 	offered := map[float64]float64{}
 	windows := map[float64]time.Duration{}
 	all := map[float64][]cpuConfig{}
-	runOne := func(c cpuConfig, mode result.Mode, rep int) error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
+	// measure runs one cell; keep records it (in the study's order, one
+	// at a time, whatever ran side by side).
+	type measured struct {
+		cell result.CPUCell
+		took time.Duration
+		err  error
+	}
+	measure := func(c cpuConfig, mode result.Mode, rep int) measured {
 		win := d.closedWindow()
 		if mode == result.Open {
 			win = windows[c.quota]
 		}
 		began := l.now()
 		cell, err := l.run.cpu(ctx, c, mode, offered[c.quota], win, rep)
+		return measured{cell, l.now().Sub(began), err}
+	}
+	keep := func(c cpuConfig, mode result.Mode, rep int, m measured) error {
+		cell, err := m.cell, m.err
 		if err == nil {
-			l.plan.ranCPU(l.now().Sub(began) - time.Duration(cell.Seconds*float64(time.Second)))
+			l.plan.ranCPU(m.took - time.Duration(cell.Seconds*float64(time.Second)))
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -99,14 +108,39 @@ func (l *study) cpuStudy(ctx context.Context) error {
 		}
 		return nil
 	}
+	runOne := func(c cpuConfig, mode result.Mode, rep int) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return keep(c, mode, rep, measure(c, mode, rep))
+	}
+	par := parallelism(l.run)
 	round := func(cs []cpuConfig, mode result.Mode, rep int) error {
 		order := append([]cpuConfig(nil), cs...)
 		// A fresh order each round, so drift (thermal, noisy neighbours)
 		// spreads over all configurations.
 		l.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-		for _, c := range order {
-			if err := runOne(c, mode, rep); err != nil {
+		// In batches of the runner's parallelism, each batch's cells side
+		// by side (on their own nodes), recorded in the round's order.
+		for i := 0; i < len(order); i += par {
+			if err := ctx.Err(); err != nil {
 				return err
+			}
+			batch := order[i:min(i+par, len(order))]
+			out := make([]measured, len(batch))
+			var wg sync.WaitGroup
+			for j, c := range batch {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					out[j] = measure(c, mode, rep)
+				}()
+			}
+			wg.Wait()
+			for j, c := range batch {
+				if err := keep(c, mode, rep, out[j]); err != nil {
+					return err
+				}
 			}
 		}
 		return nil

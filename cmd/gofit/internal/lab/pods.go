@@ -924,3 +924,6 @@ func (r *podRunner) record(rec *Records) {
 	rec.Target.PageCache = "as the node has it (pods start with whatever page cache the node holds)"
 	rec.Target.BinaryBytes = 0
 }
+
+// parallel is the number of trial nodes: one trial on each at a time.
+func (r *podRunner) parallel() int { return r.nslots }

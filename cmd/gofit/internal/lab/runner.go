@@ -35,6 +35,19 @@ type runner interface {
 	where() string
 }
 
+// A parallelRunner runs up to parallel() trials at once without their
+// sharing CPUs (the pod runner: one per trial node), so the study sends
+// a round's CPU runs out in batches of that many.
+type parallelRunner interface{ parallel() int }
+
+// parallelism is how many trials r runs at once: 1 unless it says more.
+func parallelism(r runner) int {
+	if p, ok := r.(parallelRunner); ok {
+		return max(p.parallel(), 1)
+	}
+	return 1
+}
+
 // memSpec is one memory trial: the limits and environment its target
 // starts under, and its load.
 type memSpec struct {
