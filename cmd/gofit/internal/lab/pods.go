@@ -291,6 +291,10 @@ func (r *podRunner) start(ctx context.Context) error {
 	lp := r.pod(roleLoad, loadNode, podTarget{image: r.image, args: []string{LoadCommand, ":" + strconv.Itoa(loadPort)}}, nil, 0, 0, 0, "/healthz", loadPort)
 	if loadNode == "" && listed {
 		lp.Spec.NodeSelector = nil // anywhere: it shares a trial node
+	} else if loadNode != "" {
+		// Pinned to its node alone: that node is usually one the trials'
+		// --node-selector does not match.
+		lp.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": loadNode}
 	}
 	if r.load, err = r.cs.CoreV1().Pods(r.ns).Create(ctx, lp, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create the load pod: %w", err)
@@ -486,8 +490,10 @@ func podWaiting(p *corev1.Pod) string {
 func (r *podRunner) delete(name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	zero := int64(0)
-	err := r.cs.CoreV1().Pods(r.ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	// The pod's own 1 s grace, not 0: a zero grace period force-deletes
+	// the object before the kubelet has stopped the container, and the
+	// node's next trial would meet it.
+	err := r.cs.CoreV1().Pods(r.ns).Delete(ctx, name, metav1.DeleteOptions{})
 	for err == nil && ctx.Err() == nil {
 		_, err = r.cs.CoreV1().Pods(r.ns).Get(ctx, name, metav1.GetOptions{})
 		if err == nil {
