@@ -7,9 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
@@ -134,16 +131,4 @@ func loadHandler() http.Handler {
 }
 
 // ServeLoad serves the lab's load on addr until SIGTERM or SIGINT.
-func ServeLoad(addr string) error {
-	srv := &http.Server{Addr: addr, Handler: loadHandler(), ReadHeaderTimeout: 5 * time.Second}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		srv.Close()
-	}()
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
-}
+func ServeLoad(addr string) error { return serveUntilSignal(addr, loadHandler()) }

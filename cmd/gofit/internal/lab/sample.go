@@ -47,7 +47,13 @@ func ServeSample(addr string) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/work", sampleWork)
 	mux.Handle("/debug/vars", expvar.Handler())
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	return serveUntilSignal(addr, mux)
+}
+
+// serveUntilSignal serves h on addr until SIGTERM or SIGINT: the lab's
+// helper processes (the sample, the load pod).
+func serveUntilSignal(addr string, h http.Handler) error {
+	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	go func() {
