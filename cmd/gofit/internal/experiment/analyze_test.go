@@ -26,6 +26,12 @@ type arm struct {
 	cpu         float64 // × CPU per request
 	errors      float64 // error share
 	oomInWindow int     // from this window on, an OOM kill per pod and window; -1 none
+	// pods is the arm's pod count (0: 2); podSpread the standard
+	// deviation (log scale) of each pod's own lasting offset in latency
+	// and CPU: a pod on a slower core, or whose CFS period falls badly
+	// against its traffic, for its whole life (0: none).
+	pods      int
+	podSpread float64
 }
 
 // synth makes n paired windows of a shared, autocorrelated traffic (AR(1)
@@ -41,15 +47,25 @@ func synth(rng *rand.Rand, n int, arms []arm) Input {
 	in := Input{Experiment: "gmp", Namespace: "shop", Control: arms[0].name, From: time.Unix(1_700_000_000, 0), Window: time.Minute,
 		Have: map[string]bool{"latency": true, "cpu": true, "throttling": true, "gc": true, "pauses": true, "memory": true, "heap": true}, Seed: 1, Resamples: 400}
 	for _, a := range arms {
-		ar := Arm{Name: a.name, Pods: []string{a.name + "-1", a.name + "-2"}}
+		ar := Arm{Name: a.name}
+		pods := a.pods
+		if pods == 0 {
+			pods = 2
+		}
+		for p := range pods {
+			ar.Pods = append(ar.Pods, fmt.Sprintf("%s-%d", a.name, p+1))
+		}
 		for range ar.Pods {
 			var ws []Window
-			ay := 0.0
+			ay, own := 0.0, 0.0
+			if a.podSpread > 0 {
+				own = a.podSpread * rng.NormFloat64()
+			}
 			for i := range n {
 				ay = 0.6*ay + 0.08*rng.NormFloat64() // the pod drifts on its own too
 				req := load[i] * 60 * math.Exp(0.05*rng.NormFloat64())
 				// Latency: lognormal, slower under load, shared by the moment.
-				mu := math.Log(0.02*a.latency) + 0.3*math.Log(load[i]/200) + ay
+				mu := math.Log(0.02*a.latency) + 0.3*math.Log(load[i]/200) + ay + own
 				w := Window{Has: HasAll, Requests: math.Round(req)}
 				w.Errors = math.Round(req * a.errors)
 				prev := 0.0
@@ -62,7 +78,7 @@ func synth(rng *rand.Rand, n int, arms []arm) Input {
 					w.Latency = append(w.Latency, Bucket{lower, ub, math.Round((c - prev) * w.Requests)})
 					prev, lower = c, ub
 				}
-				w.CPUSeconds = w.Requests * 0.002 * a.cpu * math.Exp(0.04*rng.NormFloat64()+ay/4)
+				w.CPUSeconds = w.Requests * 0.002 * a.cpu * math.Exp(0.04*rng.NormFloat64()+(ay+own)/4)
 				w.Periods = 600
 				w.Throttled = w.Periods * math.Min(1, 0.1*load[i]/200*a.cpu*math.Exp(0.1*rng.NormFloat64()))
 				w.GoBusy = w.CPUSeconds * 1.05

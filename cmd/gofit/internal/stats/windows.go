@@ -110,14 +110,84 @@ func (b *Bootstrap) PairedUnits(n int, units []int, stat func(windows []int, uni
 	// (The lower quantile, negated: 1-alpha/2 rounds to 1 for the tiny
 	// alpha of an early look.)
 	f := -distuv.StudentsT{Mu: 0, Sigma: 1, Nu: k - 1}.Quantile(alpha/2) / 1.959963984540054
-	if iv.Value > 0 && iv.Low > 0 {
-		// A ratio's spread is multiplicative: widen it on a log scale,
-		// where it is about symmetric.
-		iv.Low, iv.High = iv.Value*math.Pow(iv.Low/iv.Value, f), iv.Value*math.Pow(iv.High/iv.Value, f)
+	// The pods are too few as well: a pod that differs from its arm's
+	// others for its whole life (a slower core, a CFS period that falls
+	// badly against its traffic) is one draw of the pod level, and a
+	// group of m pods knows their spread as m draws do (unitFactor).
+	// Without this, A/A pairs of 2 real pods an arm were called ×1.2
+	// apart in p90 (CI, 2026-11-29) and synthetic pods with lasting
+	// offsets gave 1 in 5 false verdicts (TestAAFalseVerdictRate).
+	//
+	// Each level's share of the spread gets its own factor. A second
+	// bootstrap draws the pods alone, every window kept: its spread is
+	// the pods' part u, and the joint one's j holds both, j² ≈ w² + u²
+	// (independent draws). The interval's reach on each side is then
+	// √(f²·j² + (fu²-f²)·u²): f on the windows' part, fu on the pods'.
+	// A stall both pods share is all windows and keeps f; two pods that
+	// differ for the whole run are all pods and get fu.
+	fu := unitFactor(units, alpha)
+	uLow, uHigh := iv.Value, iv.Value
+	if fu > f {
+		for r := range xs {
+			for g, u := range units {
+				drawn[g] = drawn[g][:0]
+				for range u {
+					drawn[g] = append(drawn[g], b.rng.Intn(u))
+				}
+			}
+			x := stat(all, drawn)
+			if math.IsNaN(x) || math.IsInf(x, 0) {
+				x = math.Inf(1 - 2*(r%2))
+			}
+			xs[r] = x
+		}
+		uLow, uHigh = percentiles(xs)
 	} else {
-		iv.Low, iv.High = iv.Value-f*(iv.Value-iv.Low), iv.Value+f*(iv.High-iv.Value)
+		fu = f
 	}
+	// A ratio's spread is multiplicative: widen it on a log scale, where
+	// it is about symmetric.
+	logs := iv.Value > 0 && iv.Low > 0 && uLow > 0
+	reach := func(end, uEnd float64) float64 {
+		if math.IsInf(end, 0) {
+			return end
+		}
+		j, u := end-iv.Value, uEnd-iv.Value
+		if logs {
+			j, u = math.Log(end/iv.Value), math.Log(uEnd/iv.Value)
+		}
+		// The pods' part can come out larger than the whole by chance:
+		// it is then the whole.
+		u = math.Copysign(math.Min(math.Abs(u), math.Abs(j)), j)
+		d := math.Copysign(math.Sqrt(f*f*j*j+(fu*fu-f*f)*u*u), j)
+		if logs {
+			return iv.Value * math.Exp(d)
+		}
+		return iv.Value + d
+	}
+	iv.Low, iv.High = reach(iv.Low, uLow), reach(iv.High, uHigh)
 	return iv
+}
+
+// unitFactor is how much the percentile interval of a unit bootstrap of
+// groups of units[g] units is too narrow at level 1-alpha: 1 when no
+// group has more than one unit (nothing to correct from), else the
+// smallest group's lost variance, √(m/(m-1)), times Student's t with
+// Σm-G degrees of freedom over the normal's 1.96.
+func unitFactor(units []int, alpha float64) float64 {
+	sum, least := 0, 0
+	for _, m := range units {
+		sum += m
+		if m > 1 && (least == 0 || m < least) {
+			least = m
+		}
+	}
+	df := sum - len(units)
+	if least == 0 || df < 1 {
+		return 1
+	}
+	t := -distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(df)}.Quantile(alpha/2) / 1.959963984540054
+	return math.Sqrt(float64(least)/float64(least-1)) * t
 }
 
 // Direction says which way a metric improves.
