@@ -73,6 +73,7 @@ var defaultAgentNamespaces = []string{"gofit-node", "gofit-system"}
 // the image's own cmd) and env, serving on its pod IP.
 type podTarget struct {
 	image string
+	flag  string // the flag that named image, for errors: "--image" or "--kube-image"
 	args  []string
 	env   []corev1.EnvVar
 	mix   []load.Target // {port} and the host still to set
@@ -206,7 +207,7 @@ func podTargetOf(cfg Config, gofitImage string) (podTarget, error) {
 		if gofitImage == "" {
 			return t, usagef("--kube-image: no gofit image to run the sample and the load from (this build has no release version to default to)")
 		}
-		t.image, t.args = gofitImage, []string{SampleCommand, ":" + port}
+		t.image, t.flag, t.args = gofitImage, "--kube-image", []string{SampleCommand, ":" + port}
 		t.mix, t.ready = load.Get("http://127.0.0.1:{port}/work", nil), "http://127.0.0.1:{port}/work"
 		return t, nil
 	}
@@ -216,7 +217,7 @@ func podTargetOf(cfg Config, gofitImage string) (podTarget, error) {
 	if gofitImage == "" {
 		return t, usagef("--kube-image: no gofit image for the load pod (this build has no release version to default to)")
 	}
-	t.image = cfg.ImageRef
+	t.image, t.flag = cfg.ImageRef, "--image"
 	if cfg.ImageArgs != nil {
 		t.args = make([]string, len(cfg.ImageArgs))
 		for i, a := range cfg.ImageArgs {
@@ -288,7 +289,7 @@ func (r *podRunner) start(ctx context.Context) error {
 	for _, n := range nodes.trial {
 		r.slots <- n
 	}
-	lp := r.pod(roleLoad, loadNode, podTarget{image: r.image, args: []string{LoadCommand, ":" + strconv.Itoa(loadPort)}}, nil, 0, 0, 0, "/healthz", loadPort)
+	lp := r.pod(roleLoad, loadNode, podTarget{image: r.image, flag: "--kube-image", args: []string{LoadCommand, ":" + strconv.Itoa(loadPort)}}, nil, 0, 0, 0, "/healthz", loadPort)
 	if loadNode == "" && listed {
 		lp.Spec.NodeSelector = nil // anywhere: it shares a trial node
 	} else if loadNode != "" {
@@ -299,7 +300,7 @@ func (r *podRunner) start(ctx context.Context) error {
 	if r.load, err = r.cs.CoreV1().Pods(r.ns).Create(ctx, lp, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create the load pod: %w", err)
 	}
-	if r.load, err = r.waitReady(ctx, r.load.Name, 2*time.Minute); err != nil {
+	if r.load, err = r.waitReady(ctx, r.load.Name, "--kube-image "+r.image, 2*time.Minute); err != nil {
 		return fmt.Errorf("the load pod %s/%s: %w", r.ns, r.load.Name, err)
 	}
 	r.loadOn = r.load.Spec.NodeName
@@ -405,12 +406,14 @@ func (r *podRunner) pod(role, node string, t podTarget, env map[string]string, c
 	}
 }
 
-// errPodFailed: the pod's container ended before it was ready.
-var errPodFailed = errors.New("the pod failed")
-
 // waitReady waits until pod name is Ready: scheduling and pulling within
-// podSchedule, then readiness within ready.
-func (r *podRunner) waitReady(ctx context.Context, name string, ready time.Duration) (*corev1.Pod, error) {
+// podSchedule, then readiness within ready. A pod whose container ended,
+// or that waits for what will not come (its image cannot be pulled or
+// named, its config is wrong), fails at once with a *sandbox.StartError
+// naming image (the flag and the image: "--image REF"), as a local
+// target that will not start does: the study then stops on the
+// target's fault. Not ready in time is a StartError with TimedOut.
+func (r *podRunner) waitReady(ctx context.Context, name, image string, ready time.Duration) (*corev1.Pod, error) {
 	var running time.Time
 	deadline := time.Now().Add(podSchedule)
 	for {
@@ -419,7 +422,14 @@ func (r *podRunner) waitReady(ctx context.Context, name string, ready time.Durat
 			return nil, err
 		}
 		if why := podEnded(p); why != "" {
-			return p, fmt.Errorf("%w: %s", errPodFailed, why)
+			out := result.Errored
+			if oomKilled(p) {
+				out = result.OOMKilled
+			}
+			return p, &sandbox.StartError{Outcome: out, Detail: fmt.Sprintf("pod %s (%s) ended before it was ready: %s", name, image, why)}
+		}
+		if why := podStuck(p); why != "" {
+			return p, &sandbox.StartError{Outcome: result.Errored, Detail: fmt.Sprintf("%s: pod %s cannot start: %s", image, name, why)}
 		}
 		if running.IsZero() && p.Status.Phase == corev1.PodRunning {
 			running = time.Now()
@@ -432,9 +442,9 @@ func (r *podRunner) waitReady(ctx context.Context, name string, ready time.Durat
 		}
 		if time.Now().After(deadline) {
 			if running.IsZero() {
-				return p, fmt.Errorf("not running within %v: %s", podSchedule, podWaiting(p))
+				return p, fmt.Errorf("pod %s not running within %v: %s", name, podSchedule, podWaiting(p))
 			}
-			return p, &notReadyError{after: ready}
+			return p, &sandbox.StartError{Outcome: result.Stalled, TimedOut: true, Detail: fmt.Sprintf("pod %s (%s) running, not ready within %v", name, image, ready)}
 		}
 		select {
 		case <-ctx.Done():
@@ -444,9 +454,21 @@ func (r *podRunner) waitReady(ctx context.Context, name string, ready time.Durat
 	}
 }
 
-type notReadyError struct{ after time.Duration }
+// stuckReasons are a container's waiting reasons that waiting does not
+// cure: the kubelet has given up pulling for now (ImagePullBackOff,
+// after ErrImagePull, which alone may be a registry's hiccup), or the
+// image or the pod's config is wrong.
+var stuckReasons = []string{"ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
 
-func (e *notReadyError) Error() string { return fmt.Sprintf("running, not ready within %v", e.after) }
+// podStuck says why a pod's container waits for what will not come, or "".
+func podStuck(p *corev1.Pod) string {
+	for _, s := range p.Status.ContainerStatuses {
+		if w := s.State.Waiting; w != nil && slices.Contains(stuckReasons, w.Reason) {
+			return strings.TrimSpace(w.Reason + ": " + w.Message)
+		}
+	}
+	return ""
+}
 
 // podEnded says how a pod's container ended ("" while it has not).
 func podEnded(p *corev1.Pod) string {
@@ -684,7 +706,7 @@ func (r *podRunner) startTrial(ctx context.Context, env map[string]string, cpuLi
 	}
 	tp := &trialPod{pod: p, node: node}
 	t0 := time.Now()
-	p, err = r.waitReady(ctx, p.Name, ready)
+	p, err = r.waitReady(ctx, p.Name, r.target.flag+" "+r.target.image, ready)
 	if p != nil {
 		tp.pod = p
 	}
@@ -828,11 +850,11 @@ func (r *podRunner) memTrial(ctx context.Context, s memSpec) memRun {
 	if err != nil {
 		t.Seconds = time.Since(began).Seconds()
 		t.Outcome, t.Detail = result.Errored, err.Error()
-		var nr *notReadyError
+		var se *sandbox.StartError
 		switch {
 		case tp != nil && oomKilled(tp.pod):
 			t.Outcome, t.Detail = result.OOMKilled, "OOM-killed while starting: "+podEnded(tp.pod)
-		case errors.As(err, &nr) && s.limit > 0 && slowest > 0:
+		case errors.As(err, &se) && se.TimedOut && s.limit > 0 && slowest > 0:
 			t.Outcome = result.Stalled
 			t.Detail = fmt.Sprintf("not ready within %v (its slowest start without a limit took %v)", wait, slowest.Round(10*time.Millisecond))
 		}

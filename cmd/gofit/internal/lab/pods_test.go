@@ -4,6 +4,7 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kfake "k8s.io/client-go/kubernetes/fake"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
 )
 
@@ -157,5 +159,49 @@ func TestPodEnded(t *testing.T) {
 	p.Status.ContainerStatuses[0].State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
 	if oomKilled(p) || podEnded(p) != "" {
 		t.Error("a running container ended")
+	}
+}
+
+// TestWaitReadyFailsFast: a trial pod whose image cannot be pulled, or
+// whose container cannot be created, fails the wait at once, as the
+// target's failure (a *sandbox.StartError) naming the flag and image the
+// user gave, rather than after minutes of waiting; a first ErrImagePull
+// (a registry's hiccup) is waited on.
+func TestWaitReadyFailsFast(t *testing.T) {
+	const image = "--image registry.example/shop:1.2"
+	for _, c := range []struct {
+		name     string
+		state    corev1.ContainerState
+		fails    bool
+		outcome  string
+		contains string
+	}{
+		{"backoff", corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: `Back-off pulling image "registry.example/shop:1.2"`}}, true, result.Errored, "ImagePullBackOff"},
+		{"invalid", corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "InvalidImageName"}}, true, result.Errored, "InvalidImageName"},
+		{"config", corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerConfigError", Message: `secret "db" not found`}}, true, result.Errored, `secret "db" not found`},
+		{"exited", corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 2, Reason: "Error"}}, true, result.Errored, "exited 2"},
+		{"oom", corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}}, true, result.OOMKilled, "OOMKilled"},
+		{"first pull error", corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull"}}, false, "", ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "trial-1", Namespace: "lab"},
+				Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{Name: "target", State: c.state}}}}
+			r := &podRunner{cs: kfake.NewSimpleClientset(p), ns: "lab"}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			t0 := time.Now()
+			_, err := r.waitReady(ctx, "trial-1", image, time.Minute)
+			var se *sandbox.StartError
+			switch {
+			case !c.fails:
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("gave up on a first ErrImagePull: %v", err)
+				}
+			case !errors.As(err, &se):
+				t.Fatalf("after %v: %v, want a *sandbox.StartError", time.Since(t0).Round(time.Millisecond), err)
+			case se.Outcome != c.outcome || !strings.Contains(se.Detail, image) || !strings.Contains(se.Detail, c.contains):
+				t.Errorf("outcome %s, detail %q: want %s, naming %q and %q", se.Outcome, se.Detail, c.outcome, image, c.contains)
+			}
+		})
 	}
 }
