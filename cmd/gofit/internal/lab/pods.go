@@ -289,7 +289,8 @@ func (r *podRunner) start(ctx context.Context) error {
 	for _, n := range nodes.trial {
 		r.slots <- n
 	}
-	lp := r.pod(roleLoad, loadNode, podTarget{image: r.image, flag: "--kube-image", args: []string{LoadCommand, ":" + strconv.Itoa(loadPort)}}, nil, 0, 0, 0, "/healthz", loadPort)
+	lp := r.pod(roleLoad, loadNode, podTarget{image: r.image, flag: "--kube-image", args: []string{LoadCommand, ":" + strconv.Itoa(loadPort)}}, nil, 0, 0, 0,
+		&url.URL{Scheme: "http", Host: net.JoinHostPort("0.0.0.0", strconv.Itoa(loadPort)), Path: "/healthz"})
 	if loadNode == "" && listed {
 		lp.Spec.NodeSelector = nil // anywhere: it shares a trial node
 	} else if loadNode != "" {
@@ -355,12 +356,17 @@ func nodeReady(n *corev1.Node) bool {
 
 // pod is a trial or load pod: the run's labels and owner, on node (""
 // anywhere the selector allows), with these limits (0: none) and env.
-func (r *podRunner) pod(role, node string, t podTarget, env map[string]string, cpuLimit, cpuRequest float64, memLimit int64, readyPath string, port int) *corev1.Pod {
+func (r *podRunner) pod(role, node string, t podTarget, env map[string]string, cpuLimit, cpuRequest float64, memLimit int64, ready *url.URL) *corev1.Pod {
 	no := false
+	port, _ := strconv.Atoi(ready.Port())
+	scheme := corev1.URISchemeHTTP
+	if ready.Scheme == "https" {
+		scheme = corev1.URISchemeHTTPS
+	}
 	c := corev1.Container{Name: "target", Image: t.image, Args: t.args, Env: slices.Clone(t.env),
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Ports:           []corev1.ContainerPort{{Name: "http", ContainerPort: int32(port)}},
-		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: readyPath, Port: intstr.FromInt32(int32(port))}},
+		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: ready.RequestURI(), Port: intstr.FromInt32(int32(port)), Scheme: scheme}},
 			PeriodSeconds: 1, TimeoutSeconds: 2, FailureThreshold: 1, SuccessThreshold: 1},
 		Resources:       corev1.ResourceRequirements{Limits: corev1.ResourceList{}, Requests: corev1.ResourceList{}},
 		SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: &no, Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}
@@ -676,10 +682,21 @@ func (r *podRunner) drive(ctx context.Context, q loadRequest) (load.Result, erro
 
 // trialPod is a started trial: its pod, Ready, and the mix pointed at it.
 type trialPod struct {
-	pod  *corev1.Pod
-	node string
-	mix  []wireTarget
-	took time.Duration
+	pod   *corev1.Pod
+	node  string
+	mix   []wireTarget
+	took  time.Duration
+	proxy string // the pod's name for the API server's proxy: [https:]NAME:PORT of its ready URL
+}
+
+// proxyName is the pod proxy's name for pod and ready's scheme and port,
+// as the API server reads it: "https:NAME:PORT", or "NAME:PORT" for http.
+func proxyName(pod string, ready *url.URL) string {
+	n := pod + ":" + ready.Port()
+	if ready.Scheme == "https" {
+		n = "https:" + n
+	}
+	return n
 }
 
 // startTrial takes a node, creates the trial pod there and waits until
@@ -691,20 +708,19 @@ func (r *podRunner) startTrial(ctx context.Context, env map[string]string, cpuLi
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	readyURL, port, err := onPod(r.target.ready, "0.0.0.0")
+	readyURL, _, err := onPod(r.target.ready, "0.0.0.0")
 	if err != nil {
 		r.slots <- node
 		return nil, err
 	}
 	u, _ := url.Parse(readyURL)
-	pn, _ := strconv.Atoi(port)
-	spec := r.pod(roleTrial, node, r.target, env, cpuLimit, cpuRequest, memLimit, u.RequestURI(), pn)
+	spec := r.pod(roleTrial, node, r.target, env, cpuLimit, cpuRequest, memLimit, u)
 	p, err := r.cs.CoreV1().Pods(r.ns).Create(ctx, spec, metav1.CreateOptions{})
 	if err != nil {
 		r.slots <- node
 		return nil, fmt.Errorf("create a trial pod: %w", err)
 	}
-	tp := &trialPod{pod: p, node: node}
+	tp := &trialPod{pod: p, node: node, proxy: proxyName(p.Name, u)}
 	t0 := time.Now()
 	p, err = r.waitReady(ctx, p.Name, r.target.flag+" "+r.target.image, ready)
 	if p != nil {
@@ -744,7 +760,7 @@ func (r *podRunner) stopTrial(tp *trialPod) {
 
 // vars reads the target's /debug/vars through the API server.
 func (r *podRunner) vars(ctx context.Context, tp *trialPod) (*sandbox.RuntimeVars, error) {
-	b, err := r.cs.CoreV1().RESTClient().Get().Namespace(r.ns).Resource("pods").Name(tp.pod.Name + ":" + strconv.Itoa(podPort)).
+	b, err := r.cs.CoreV1().RESTClient().Get().Namespace(r.ns).Resource("pods").Name(tp.proxy).
 		SubResource("proxy").Suffix("debug/vars").DoRaw(ctx)
 	if err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ package lab
 import (
 	"context"
 	"errors"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +25,7 @@ func TestTrialPod(t *testing.T) {
 	r := &podRunner{id: "ab12", ns: "lab", selector: map[string]string{"pool": "bench"},
 		owner: metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "gofit-lab-ab12", UID: types.UID("u1")}}
 	tgt := podTarget{image: "registry.example/svc:1", args: []string{"--port", "8080"}, env: []corev1.EnvVar{{Name: "PORT", Value: "8080"}}}
-	p := r.pod(roleTrial, "node-a", tgt, map[string]string{"GOMAXPROCS": "1", "GODEBUG": "x=1"}, 0.25, 0, 64<<20, "/healthz", 8080)
+	p := r.pod(roleTrial, "node-a", tgt, map[string]string{"GOMAXPROCS": "1", "GODEBUG": "x=1"}, 0.25, 0, 64<<20, mustURL(t, "http://0.0.0.0:8080/healthz"))
 	c := p.Spec.Containers[0]
 	if got := c.Resources.Limits.Cpu().MilliValue(); got != 250 {
 		t.Errorf("cpu limit %dm, want 250m", got)
@@ -52,7 +53,7 @@ func TestTrialPod(t *testing.T) {
 		t.Errorf("labels %v, probe %+v", p.Labels, c.ReadinessProbe.HTTPGet)
 	}
 	// The request row: CPU weight, no CPU limit; no memory limit.
-	p = r.pod(roleTrial, "", tgt, nil, 0, 0.5, 0, "/", 8080)
+	p = r.pod(roleTrial, "", tgt, nil, 0, 0.5, 0, mustURL(t, "http://0.0.0.0:8080/"))
 	c = p.Spec.Containers[0]
 	if _, ok := c.Resources.Limits[corev1.ResourceCPU]; ok || c.Resources.Requests.Cpu().MilliValue() != 500 {
 		t.Errorf("request row: limits %v requests %v", c.Resources.Limits, c.Resources.Requests)
@@ -203,5 +204,39 @@ func TestWaitReadyFailsFast(t *testing.T) {
 				t.Errorf("outcome %s, detail %q: want %s, naming %q and %q", se.Outcome, se.Detail, c.outcome, image, c.contains)
 			}
 		})
+	}
+}
+
+func mustURL(t *testing.T, raw string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// TestTrialPodHTTPS: a target that serves TLS (--url https://...) is
+// probed and read (/debug/vars through the API server's proxy) over
+// https on its own port, not http on 8080.
+func TestTrialPodHTTPS(t *testing.T) {
+	r := &podRunner{ns: "lab", id: "abcd"}
+	u, _, err := onPod("https://127.0.0.1:8443/ready?deep=1", "0.0.0.0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := r.pod(roleTrial, "", podTarget{image: "shop:1"}, nil, 0.5, 0, 0, mustURL(t, u))
+	g := p.Spec.Containers[0].ReadinessProbe.HTTPGet
+	if g.Scheme != corev1.URISchemeHTTPS || g.Port.IntValue() != 8443 || g.Path != "/ready?deep=1" {
+		t.Errorf("probe %s port %v path %q: want HTTPS 8443 /ready?deep=1", g.Scheme, g.Port.IntValue(), g.Path)
+	}
+	if c := p.Spec.Containers[0].Ports[0].ContainerPort; c != 8443 {
+		t.Errorf("container port %d, want 8443", c)
+	}
+	if got := proxyName("trial-1", mustURL(t, u)); got != "https:trial-1:8443" {
+		t.Errorf("proxy name %q, want https:trial-1:8443", got)
+	}
+	if got := proxyName("trial-1", mustURL(t, "http://0.0.0.0:9090/")); got != "trial-1:9090" {
+		t.Errorf("proxy name %q, want trial-1:9090", got)
 	}
 }
