@@ -2,11 +2,13 @@ package lab
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
@@ -21,6 +23,15 @@ const LoadCommand = "lab-load"
 
 // loadPath is where ServeLoad takes a loadRequest and answers a loadReply.
 const loadPath = "/v1/load"
+
+// The load pod drives load only for the run that started it: the run
+// gives it a token in its env and sends it with every request. Without
+// one, anything that reaches the pod on the cluster's network could aim
+// its generator at any URL.
+const (
+	LoadTokenEnv    = "GOFIT_LAB_LOAD_TOKEN"
+	loadTokenHeader = "X-Gofit-Lab-Token"
+)
 
 // loadRequest is one window of load, as the lab's runner would drive it
 // from this machine.
@@ -110,9 +121,13 @@ func runLoad(ctx context.Context, q loadRequest) loadReply {
 // loadHandler serves loadPath. Windows of trials on different nodes run
 // side by side here, as the local lab drives a health pair's two loads
 // from one process: their generator CPU is in each reply.
-func loadHandler() http.Handler {
+func loadHandler(token string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+loadPath, func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get(loadTokenHeader)), []byte(token)) != 1 {
+			http.Error(w, "load request: no or a wrong "+loadTokenHeader+": this load pod drives load only for the run that started it", http.StatusForbidden)
+			return
+		}
 		var q loadRequest
 		if err := json.NewDecoder(io.LimitReader(r.Body, 64<<20)).Decode(&q); err != nil {
 			http.Error(w, "load request: "+err.Error(), http.StatusBadRequest)
@@ -130,5 +145,12 @@ func loadHandler() http.Handler {
 	return mux
 }
 
-// ServeLoad serves the lab's load on addr until SIGTERM or SIGINT.
-func ServeLoad(addr string) error { return serveUntilSignal(addr, loadHandler()) }
+// ServeLoad serves the lab's load on addr until SIGTERM or SIGINT, to
+// requests that carry the token in $GOFIT_LAB_LOAD_TOKEN.
+func ServeLoad(addr string) error {
+	token := os.Getenv(LoadTokenEnv)
+	if len(token) < 16 {
+		return fmt.Errorf("$%s: want the run's token (16 characters or more), got %d characters: the load pod serves only the run that started it", LoadTokenEnv, len(token))
+	}
+	return serveUntilSignal(addr, loadHandler(token))
+}

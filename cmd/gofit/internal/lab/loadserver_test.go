@@ -31,11 +31,17 @@ func TestLoadServer(t *testing.T) {
 		io.WriteString(w, "ok\n")
 	}))
 	defer target.Close()
-	srv := httptest.NewServer(loadHandler())
+	const token = "0123456789abcdef0123456789abcdef"
+	srv := httptest.NewServer(loadHandler(token))
 	defer srv.Close()
-	post := func(q loadRequest) (int, loadReply, string) {
+	postAs := func(tok string, q loadRequest) (int, loadReply, string) {
 		b, _ := json.Marshal(q)
-		resp, err := http.Post(srv.URL+loadPath, "application/json", bytes.NewReader(b))
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+loadPath, bytes.NewReader(b))
+		req.Header.Set("Content-Type", "application/json")
+		if tok != "" {
+			req.Header.Set(loadTokenHeader, tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,6 +54,15 @@ func TestLoadServer(t *testing.T) {
 			}
 		}
 		return resp.StatusCode, rep, string(body)
+	}
+	post := func(q loadRequest) (int, loadReply, string) { return postAs(token, q) }
+	// Only the run that started the pod drives it: without its token,
+	// or with another, nothing is sent.
+	for _, tok := range []string{"", "fedcba9876543210fedcba9876543210"} {
+		code, _, body := postAs(tok, loadRequest{Targets: wireTargets([]load.Target{{Method: http.MethodGet, URL: target.URL + "/a", Weight: 1}}), Seed: 1, Requests: 5, Window: time.Second, Concurrency: 1, InFlight: 1})
+		if code != http.StatusForbidden || hits.Load() != 0 || !strings.Contains(body, loadTokenHeader) {
+			t.Errorf("token %q: %d %q, %d hits: want 403 naming %s and no load", tok, code, body, hits.Load(), loadTokenHeader)
+		}
 	}
 	mix := []load.Target{{Method: http.MethodGet, URL: target.URL + "/a", Weight: 1}, {Method: http.MethodPost, URL: target.URL + "/b", Body: []byte(`{"q":1}`), Weight: 1}}
 	code, rep, body := post(loadRequest{Targets: wireTargets(mix), Seed: 1, Requests: 60, Window: 10 * time.Second, Concurrency: 4, InFlight: 4})
@@ -72,5 +87,15 @@ func TestLoadServer(t *testing.T) {
 		if code != http.StatusBadRequest || !strings.Contains(body, field+":") {
 			t.Errorf("%s: %d %q", field, code, body)
 		}
+	}
+}
+
+// TestServeLoadNeedsToken: a load pod started without its run's token
+// refuses to serve at all, naming the variable.
+func TestServeLoadNeedsToken(t *testing.T) {
+	t.Setenv(LoadTokenEnv, "short")
+	err := ServeLoad("127.0.0.1:0")
+	if err == nil || !strings.Contains(err.Error(), "$"+LoadTokenEnv) {
+		t.Errorf("ServeLoad with a 5-character token: %v, want an error naming $%s", err, LoadTokenEnv)
 	}
 }

@@ -89,6 +89,7 @@ type podRunner struct {
 	owner    metav1.OwnerReference
 	target   podTarget
 	image    string
+	token    string // the load pod's: it serves this run alone
 	selector map[string]string
 	agentNS  []string
 	progress io.Writer
@@ -255,6 +256,9 @@ func runID() string {
 // start makes the owner, finds the nodes and starts the load pod.
 func (r *podRunner) start(ctx context.Context) error {
 	r.id = runID()
+	tok := make([]byte, 16)
+	rand.Read(tok)
+	r.token = hex.EncodeToString(tok)
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "gofit-lab-" + r.id, Namespace: r.ns,
 		Labels: map[string]string{labelApp: appName, labelRun: r.id}},
 		Data: map[string]string{"owner": "gofit lab --kube: deleting this deletes the run's pods"}}
@@ -289,7 +293,8 @@ func (r *podRunner) start(ctx context.Context) error {
 	for _, n := range nodes.trial {
 		r.slots <- n
 	}
-	lp := r.pod(roleLoad, loadNode, podTarget{image: r.image, flag: "--kube-image", args: []string{LoadCommand, ":" + strconv.Itoa(loadPort)}}, nil, 0, 0, 0,
+	lp := r.pod(roleLoad, loadNode, podTarget{image: r.image, flag: "--kube-image", args: []string{LoadCommand, ":" + strconv.Itoa(loadPort)},
+		env: []corev1.EnvVar{{Name: LoadTokenEnv, Value: r.token}}}, nil, 0, 0, 0,
 		&url.URL{Scheme: "http", Host: net.JoinHostPort("0.0.0.0", strconv.Itoa(loadPort)), Path: "/healthz"})
 	if loadNode == "" && listed {
 		lp.Spec.NodeSelector = nil // anywhere: it shares a trial node
@@ -667,7 +672,7 @@ func (r *podRunner) drive(ctx context.Context, q loadRequest) (load.Result, erro
 		return load.Result{}, err
 	}
 	b, err := r.cs.CoreV1().RESTClient().Post().Namespace(r.ns).Resource("pods").Name(r.load.Name+":"+strconv.Itoa(loadPort)).
-		SubResource("proxy").Suffix(loadPath).Body(body).SetHeader("Content-Type", "application/json").DoRaw(ctx)
+		SubResource("proxy").Suffix(loadPath).Body(body).SetHeader("Content-Type", "application/json").SetHeader(loadTokenHeader, r.token).DoRaw(ctx)
 	if err != nil {
 		return load.Result{}, fmt.Errorf("the load pod %s: %w: %s", r.load.Name, err, strings.TrimSpace(string(b)))
 	}
