@@ -129,7 +129,12 @@ func (r *podRunner) heartbeat(ctx context.Context, name string) {
 
 // sweepStale deletes the owners of lab runs in ns (but keep) whose
 // heartbeat is older than staleAfter at now, in the background, so the
-// garbage collector deletes their pods; it returns their names.
+// garbage collector deletes their pods; it returns their names. Both
+// times are the API server's, never a run's own clock: now is the
+// creation time of this run's owner, and a heartbeat is the latest
+// time the server stamped on an owner's managed fields (each renewal
+// changes its annotation, and the server stamps the change), so that a
+// run on a machine whose clock is behind is not taken for dead.
 func sweepStale(ctx context.Context, cs kubernetes.Interface, ns, keep string, now time.Time) []string {
 	l, err := cs.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: labelApp + "=" + appName})
 	if err != nil {
@@ -141,11 +146,7 @@ func sweepStale(ctx context.Context, cs kubernetes.Interface, ns, keep string, n
 		if cm.Name == keep || cm.Labels[labelRun] == "" {
 			continue
 		}
-		hb, err := time.Parse(time.RFC3339, cm.Annotations[annHeartbeat])
-		if err != nil {
-			hb = cm.CreationTimestamp.Time
-		}
-		if now.Sub(hb) < staleAfter {
+		if now.Sub(lastWrite(&cm)) < staleAfter {
 			continue
 		}
 		uid := cm.UID
@@ -154,6 +155,18 @@ func sweepStale(ctx context.Context, cs kubernetes.Interface, ns, keep string, n
 		}
 	}
 	return out
+}
+
+// lastWrite is the latest time the API server stamped on o: its
+// creation, or a later write's managed fields.
+func lastWrite(o metav1.Object) time.Time {
+	t := o.GetCreationTimestamp().Time
+	for _, m := range o.GetManagedFields() {
+		if m.Time != nil && m.Time.After(t) {
+			t = m.Time.Time
+		}
+	}
+	return t
 }
 
 // newPodRunner connects, makes the run's owner and its load pod; the
@@ -268,7 +281,7 @@ func (r *podRunner) start(ctx context.Context) error {
 		return fmt.Errorf("--namespace %s: create the run's owner: %w", r.ns, err)
 	}
 	r.owner = metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: cm.Name, UID: cm.UID}
-	for _, name := range sweepStale(ctx, r.cs, r.ns, cm.Name, time.Now()) {
+	for _, name := range sweepStale(ctx, r.cs, r.ns, cm.Name, cm.CreationTimestamp.Time) {
 		fmt.Fprintf(r.progress, "lab: deleted %s/%s, the owner of a run that stopped renewing its heartbeat (and with it that run's pods)\n", r.ns, name)
 	}
 	hbCtx, stopHB := context.WithCancel(context.Background())

@@ -121,24 +121,33 @@ func TestParseSelector(t *testing.T) {
 // heartbeat; the next run deletes that owner (its pods follow through
 // the garbage collector) and leaves live runs and other ConfigMaps.
 func TestSweepStale(t *testing.T) {
+	// now is the API server's clock (this run's owner's creation); each
+	// owner's heartbeat annotation is its writer's clock, and its
+	// managed fields' time the server's stamp of that write.
 	now := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
-	cm := func(name, run string, hb time.Time) *corev1.ConfigMap {
+	cm := func(name, run string, wrote, clock time.Time) *corev1.ConfigMap {
 		c := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "lab", UID: types.UID(name),
 			Labels: map[string]string{labelApp: appName, labelRun: run}, CreationTimestamp: metav1.NewTime(now.Add(-time.Hour))}}
-		if !hb.IsZero() {
-			c.Annotations = map[string]string{annHeartbeat: hb.Format(time.RFC3339)}
+		if !wrote.IsZero() {
+			at := metav1.NewTime(wrote)
+			c.Annotations = map[string]string{annHeartbeat: clock.Format(time.RFC3339)}
+			c.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "gofit-lab", Operation: metav1.ManagedFieldsOperationUpdate, Time: &at}}
 		}
 		return c
 	}
 	other := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "app-config", Namespace: "lab"}}
 	cs := kfake.NewSimpleClientset(
-		cm("gofit-lab-dead", "dead", now.Add(-10*time.Minute)),
-		cm("gofit-lab-live", "live", now.Add(-20*time.Second)),
-		cm("gofit-lab-nohb", "nohb", time.Time{}), // created an hour ago, never renewed
-		cm("gofit-lab-self", "self", now.Add(-time.Hour)),
+		cm("gofit-lab-dead", "dead", now.Add(-10*time.Minute), now.Add(-10*time.Minute)),
+		cm("gofit-lab-live", "live", now.Add(-20*time.Second), now.Add(-20*time.Second)),
+		// Renewed 20 s ago by a machine whose clock is 10 minutes behind.
+		cm("gofit-lab-skewed", "skewed", now.Add(-20*time.Second), now.Add(-10*time.Minute-20*time.Second)),
+		// Renewed 10 minutes ago by a machine whose clock is ahead: dead.
+		cm("gofit-lab-ahead", "ahead", now.Add(-10*time.Minute), now.Add(time.Minute)),
+		cm("gofit-lab-nohb", "nohb", time.Time{}, time.Time{}), // created an hour ago, never renewed
+		cm("gofit-lab-self", "self", now.Add(-time.Hour), now.Add(-time.Hour)),
 		other)
 	got := sweepStale(context.Background(), cs, "lab", "gofit-lab-self", now)
-	if strings.Join(got, ",") != "gofit-lab-dead,gofit-lab-nohb" {
+	if strings.Join(got, ",") != "gofit-lab-ahead,gofit-lab-dead,gofit-lab-nohb" {
 		t.Errorf("swept %v", got)
 	}
 	left, _ := cs.CoreV1().ConfigMaps("lab").List(context.Background(), metav1.ListOptions{})
@@ -146,7 +155,7 @@ func TestSweepStale(t *testing.T) {
 	for _, c := range left.Items {
 		names = append(names, c.Name)
 	}
-	if strings.Join(names, ",") != "app-config,gofit-lab-live,gofit-lab-self" {
+	if strings.Join(names, ",") != "app-config,gofit-lab-live,gofit-lab-self,gofit-lab-skewed" {
 		t.Errorf("left %v", names)
 	}
 }
