@@ -291,7 +291,7 @@ func (r *podRunner) start(ctx context.Context) error {
 	loadNode := ""
 	if listed {
 		if len(nodes.trial) == 0 {
-			return fmt.Errorf("--node-selector %q: no Ready, schedulable node matches", labels.Set(r.selector).String())
+			return fmt.Errorf("--node-selector %q: no Ready, schedulable node without a NoSchedule or NoExecute taint matches (the lab's pods tolerate none)", labels.Set(r.selector).String())
 		}
 		loadNode = nodes.load
 		if loadNode == "" && len(nodes.trial) > 1 {
@@ -309,12 +309,11 @@ func (r *podRunner) start(ctx context.Context) error {
 	lp := r.pod(roleLoad, loadNode, podTarget{image: r.image, flag: "--kube-image", args: []string{LoadCommand, ":" + strconv.Itoa(loadPort)},
 		env: []corev1.EnvVar{{Name: LoadTokenEnv, Value: r.token}}}, nil, 0, 0, 0,
 		&url.URL{Scheme: "http", Host: net.JoinHostPort("0.0.0.0", strconv.Itoa(loadPort)), Path: "/healthz"})
-	if loadNode == "" && listed {
-		lp.Spec.NodeSelector = nil // anywhere: it shares a trial node
-	} else if loadNode != "" {
-		// Pinned to its node alone: that node is usually one the trials'
-		// --node-selector does not match.
-		lp.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": loadNode}
+	if listed {
+		// Anywhere (it shares a trial node), or pinned to its node alone:
+		// that node is usually one the trials' --node-selector does not
+		// match.
+		lp.Spec.NodeSelector = nil
 	}
 	if r.load, err = r.cs.CoreV1().Pods(r.ns).Create(ctx, lp, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create the load pod: %w", err)
@@ -336,12 +335,15 @@ func nodeList(ns []string) string {
 }
 
 type nodePlan struct {
-	trial []string // Ready, schedulable nodes matching the selector
-	load  string   // a Ready node outside them, if any
+	trial []string // Ready, schedulable, untainted nodes matching the selector
+	load  string   // such a node outside them, if any
 }
 
 // listNodes finds the trial nodes; listed is false when this user may
 // not list nodes (a namespace-scoped Role): the scheduler then picks.
+// The lab's pods tolerate no taint, so a node with a NoSchedule or
+// NoExecute taint (a control plane, a dedicated pool) is none of them:
+// a trial waiting there would never start.
 func (r *podRunner) listNodes(ctx context.Context) (nodePlan, bool) {
 	var p nodePlan
 	nl, err := r.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -350,7 +352,7 @@ func (r *podRunner) listNodes(ctx context.Context) (nodePlan, bool) {
 	}
 	sel := labels.SelectorFromSet(r.selector)
 	for _, n := range nl.Items {
-		if n.Spec.Unschedulable || !nodeReady(&n) {
+		if n.Spec.Unschedulable || !nodeReady(&n) || repels(&n) {
 			continue
 		}
 		if sel.Matches(labels.Set(n.Labels)) {
@@ -361,6 +363,16 @@ func (r *podRunner) listNodes(ctx context.Context) (nodePlan, bool) {
 	}
 	slices.Sort(p.trial)
 	return p, true
+}
+
+// repels says whether a taint keeps pods without tolerations off n.
+func repels(n *corev1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
+			return true
+		}
+	}
+	return false
 }
 
 func nodeReady(n *corev1.Node) bool {
@@ -416,15 +428,19 @@ func (r *podRunner) pod(role, node string, t podTarget, env map[string]string, c
 	for k, v := range r.selector {
 		sel[k] = v
 	}
+	var aff *corev1.Affinity
 	if node != "" {
-		sel["kubernetes.io/hostname"] = node
+		// By the node's name, which a kubernetes.io/hostname label need
+		// not equal (cloud nodes are often named otherwise).
+		aff = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}}}}}
 	}
 	grace := int64(1)
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "gofit-lab-" + r.id + "-" + role + "-", Namespace: r.ns,
 			Labels:          map[string]string{labelApp: appName, labelRun: r.id, labelRole: role},
 			OwnerReferences: []metav1.OwnerReference{r.owner}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{c}, RestartPolicy: corev1.RestartPolicyNever, NodeSelector: sel,
+		Spec: corev1.PodSpec{Containers: []corev1.Container{c}, RestartPolicy: corev1.RestartPolicyNever, NodeSelector: sel, Affinity: aff,
 			SecurityContext:               &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
 			TerminationGracePeriodSeconds: &grace, EnableServiceLinks: &no, AutomountServiceAccountToken: &no},
 	}

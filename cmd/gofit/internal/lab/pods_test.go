@@ -43,8 +43,8 @@ func TestTrialPod(t *testing.T) {
 	if strings.Join(env, " ") != "PORT=8080 GODEBUG=x=1 GOMAXPROCS=1" {
 		t.Errorf("env %v", env)
 	}
-	if p.Spec.NodeSelector["pool"] != "bench" || p.Spec.NodeSelector["kubernetes.io/hostname"] != "node-a" {
-		t.Errorf("node selector %v", p.Spec.NodeSelector)
+	if p.Spec.NodeSelector["pool"] != "bench" || len(p.Spec.NodeSelector) != 1 || pinnedTo(p) != "node-a" {
+		t.Errorf("node selector %v, pinned to %q: want pool=bench, on node-a by name", p.Spec.NodeSelector, pinnedTo(p))
 	}
 	if p.Spec.RestartPolicy != corev1.RestartPolicyNever || len(p.OwnerReferences) != 1 || p.OwnerReferences[0].UID != "u1" {
 		t.Errorf("restart %s, owners %v", p.Spec.RestartPolicy, p.OwnerReferences)
@@ -58,8 +58,8 @@ func TestTrialPod(t *testing.T) {
 	if _, ok := c.Resources.Limits[corev1.ResourceCPU]; ok || c.Resources.Requests.Cpu().MilliValue() != 500 {
 		t.Errorf("request row: limits %v requests %v", c.Resources.Limits, c.Resources.Requests)
 	}
-	if _, ok := p.Spec.NodeSelector["kubernetes.io/hostname"]; ok {
-		t.Error("no node: the scheduler places it, yet the pod names one")
+	if p.Spec.Affinity != nil {
+		t.Errorf("no node: the scheduler places it, yet the pod names one: %+v", p.Spec.Affinity)
 	}
 }
 
@@ -247,5 +247,52 @@ func TestTrialPodHTTPS(t *testing.T) {
 	}
 	if got := proxyName("trial-1", mustURL(t, "http://0.0.0.0:9090/")); got != "trial-1:9090" {
 		t.Errorf("proxy name %q, want trial-1:9090", got)
+	}
+}
+
+// pinnedTo is the node p's required node affinity names by metadata.name.
+func pinnedTo(p *corev1.Pod) string {
+	a := p.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return ""
+	}
+	for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		for _, f := range term.MatchFields {
+			if f.Key == "metadata.name" && f.Operator == corev1.NodeSelectorOpIn && len(f.Values) == 1 {
+				return f.Values[0]
+			}
+		}
+	}
+	return ""
+}
+
+// TestListNodes: trials go to Ready, schedulable nodes the selector
+// matches and no NoSchedule or NoExecute taint guards (the lab's pods
+// tolerate none); the load to such a node outside the selector.
+func TestListNodes(t *testing.T) {
+	node := func(name string, lbl map[string]string, ready bool, taint corev1.TaintEffect) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbl}}
+		st := corev1.ConditionFalse
+		if ready {
+			st = corev1.ConditionTrue
+		}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st}}
+		if taint != "" {
+			n.Spec.Taints = []corev1.Taint{{Key: "dedicated", Value: "x", Effect: taint}}
+		}
+		return n
+	}
+	bench := map[string]string{"pool": "bench"}
+	cs := kfake.NewSimpleClientset(
+		node("bench-1", bench, true, ""),
+		node("bench-2", bench, true, corev1.TaintEffectNoSchedule),
+		node("bench-3", bench, false, ""),
+		node("bench-4", bench, true, corev1.TaintEffectPreferNoSchedule), // a preference: pods still land
+		node("cp", nil, true, corev1.TaintEffectNoExecute),
+		node("web-1", nil, true, ""))
+	r := &podRunner{cs: cs, selector: bench}
+	p, listed := r.listNodes(context.Background())
+	if !listed || strings.Join(p.trial, ",") != "bench-1,bench-4" || p.load != "web-1" {
+		t.Errorf("listed %v, trials %v, load %q: want bench-1,bench-4 and web-1", listed, p.trial, p.load)
 	}
 }
