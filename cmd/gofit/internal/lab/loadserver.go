@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
@@ -23,6 +24,9 @@ const LoadCommand = "lab-load"
 
 // loadPath is where ServeLoad takes a loadRequest and answers a loadReply.
 const loadPath = "/v1/load"
+
+// loadCPUPath answers the load pod's own CPU seconds since it started.
+const loadCPUPath = "/v1/cpu"
 
 // The load pod drives load only for the run that started it: the run
 // gives it a token in its env and sends it with every request. Without
@@ -50,6 +54,21 @@ type loadRequest struct {
 	// the trial's fault counters, so only a window without completions
 	// stops a load early (load.Loader's no-progress rule).
 	MinRate float64 `json:"min_rate,omitempty"`
+	// Warmup: first drive the same load this long on the same
+	// connections, measured by nothing (0: none).
+	Warmup time.Duration `json:"warmup_ns,omitempty"`
+	// Marks are URLs read right before and right after the window (the
+	// trial cgroup's counters from the node agent, the target's
+	// /debug/vars), so that what they count is the window's alone, as
+	// the local lab reads its counters around its load.
+	Marks []string `json:"marks,omitempty"`
+}
+
+// mark is one of a window's Marks read at its two edges.
+type mark struct {
+	Start json.RawMessage `json:"start,omitempty"`
+	End   json.RawMessage `json:"end,omitempty"`
+	Error string          `json:"error,omitempty"`
 }
 
 // wireTarget is a load.Target with its body, which load.Target's JSON
@@ -64,6 +83,10 @@ type loadReply struct {
 	Result load.Result   `json:"result"`
 	Blocks []stats.Block `json:"blocks"`
 	Error  string        `json:"error,omitempty"`
+	// Marks in the request's order; WindowSeconds from the end of the
+	// start reads to the end of the end reads (the local lab's CPU window).
+	Marks         []mark  `json:"marks,omitempty"`
+	WindowSeconds float64 `json:"window_seconds,omitempty"`
 }
 
 func wireTargets(ts []load.Target) []wireTarget {
@@ -89,6 +112,15 @@ func (q *loadRequest) check() error {
 		return errors.New("in_flight: must be 1 to 4096")
 	case q.Window > time.Hour:
 		return errors.New("window_ns: at most an hour")
+	case q.Warmup < 0 || q.Warmup > time.Hour:
+		return errors.New("warmup_ns: 0 to an hour")
+	case len(q.Marks) > 4:
+		return errors.New("marks: at most 4")
+	}
+	for i, m := range q.Marks {
+		if err := load.CheckURL(m); err != nil {
+			return fmt.Errorf("marks[%d]: %w", i, err)
+		}
 	}
 	for i, t := range q.Targets {
 		if err := load.CheckURL(t.URL); err != nil {
@@ -108,6 +140,17 @@ func runLoad(ctx context.Context, q loadRequest) loadReply {
 	ld := load.NewLoader(q.InFlight, nil)
 	ld.MinRate = q.MinRate
 	defer ld.Close()
+	if q.Warmup > 0 {
+		// Every window starts the same seeded order, the warm-up too.
+		if q.Open {
+			ld.Open(ctx, load.NewMix(ts, q.Seed), q.Rate, q.Warmup)
+		} else {
+			ld.Closed(ctx, load.NewMix(ts, q.Seed), 0, q.Warmup, q.Concurrency)
+		}
+	}
+	marks := make([]mark, len(q.Marks))
+	readMarks(ctx, q.Marks, marks, false)
+	t0 := time.Now()
 	mix := load.NewMix(ts, q.Seed)
 	var res load.Result
 	if q.Open {
@@ -115,7 +158,53 @@ func runLoad(ctx context.Context, q loadRequest) loadReply {
 	} else {
 		res = ld.Closed(ctx, mix, q.Requests, q.Window, q.Concurrency)
 	}
-	return loadReply{Result: res, Blocks: res.Blocks}
+	readMarks(ctx, q.Marks, marks, true)
+	return loadReply{Result: res, Blocks: res.Blocks, Marks: marks, WindowSeconds: time.Since(t0).Seconds()}
+}
+
+// markClient reads marks: small JSON documents from the pod network.
+var markClient = &http.Client{Timeout: 5 * time.Second}
+
+// readMarks reads each URL into its mark's start or end, side by side.
+func readMarks(ctx context.Context, urls []string, into []mark, end bool) {
+	var wg sync.WaitGroup
+	for i, u := range urls {
+		wg.Go(func() {
+			b, err := getMark(ctx, u)
+			switch {
+			case err != nil && into[i].Error == "":
+				into[i].Error = err.Error()
+			case err == nil && end:
+				into[i].End = b
+			case err == nil:
+				into[i].Start = b
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func getMark(ctx context.Context, u string) (json.RawMessage, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := markClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return nil, fmt.Errorf("GET %s: %w", u, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", u, resp.Status)
+	}
+	if !json.Valid(b) {
+		return nil, fmt.Errorf("GET %s: not JSON", u)
+	}
+	return b, nil
 }
 
 // loadHandler serves loadPath. Windows of trials on different nodes run
@@ -142,6 +231,14 @@ func loadHandler(token string) http.Handler {
 		json.NewEncoder(w).Encode(rep)
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	// The generator's own CPU since it started: windows of trials on
+	// different nodes overlap here, so a window's generator_cpu_seconds
+	// may hold another's; the run's total comes from this.
+	start := load.SelfCPU()
+	mux.HandleFunc("GET "+loadCPUPath, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]float64{"cpu_seconds": (load.SelfCPU() - start).Seconds()})
+	})
 	return mux
 }
 

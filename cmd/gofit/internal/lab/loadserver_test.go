@@ -3,6 +3,7 @@ package lab
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -76,7 +77,37 @@ func TestLoadServer(t *testing.T) {
 	if code != http.StatusOK || rep.Result.Requests < 80 || rep.Result.Requests > 101 || rep.Result.P99 <= 0 {
 		t.Errorf("open loop at 200/s for 0.5 s: %d %d requests, p99 %v %s", code, rep.Result.Requests, rep.Result.P99, body)
 	}
+	// A warm-up on the same connections, then the window with its marks
+	// read at its edges: the counter a mark serves counts the requests
+	// the target has seen, so the marks' difference is the window's alone.
+	counter := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, `{"hits":%d}`, hits.Load())
+	}))
+	defer counter.Close()
+	before := hits.Load()
+	code, rep, body = post(loadRequest{Targets: wireTargets(mix), Seed: 1, Requests: 40, Window: 10 * time.Second, Warmup: 300 * time.Millisecond,
+		Concurrency: 2, InFlight: 2, Marks: []string{counter.URL, counter.URL + "/missing-is-fine", target.URL + "/nope"}})
+	if code != http.StatusOK || len(rep.Marks) != 3 {
+		t.Fatalf("marks: %d %s", code, body)
+	}
+	var m0, m1 struct{ Hits int64 }
+	if err := json.Unmarshal(rep.Marks[0].Start, &m0); err != nil || json.Unmarshal(rep.Marks[0].End, &m1) != nil {
+		t.Fatalf("mark 0: %+v: %v", rep.Marks[0], err)
+	}
+	// (A warm-up request cut off at its end may reach the target after
+	// the first mark: up to one per worker.)
+	if warm, in := m0.Hits-before, m1.Hits-m0.Hits; warm <= 0 || in < 40 || in > 42 || rep.Result.Requests != 40 {
+		t.Errorf("warm-up %d requests (want some, outside the window), window %d between the marks and %d measured: want 40 (+2 at most)", warm, in, rep.Result.Requests)
+	}
+	if rep.WindowSeconds <= 0 || rep.WindowSeconds < rep.Result.Seconds {
+		t.Errorf("window %v s, the load's %v s: the window holds the load", rep.WindowSeconds, rep.Result.Seconds)
+	}
+	if rep.Marks[2].Error == "" {
+		t.Errorf("a mark that is not JSON: no error (%+v)", rep.Marks[2])
+	}
 	for field, q := range map[string]loadRequest{
+		"marks[0]":       {Targets: wireTargets(mix), Window: time.Second, Concurrency: 1, InFlight: 1, Marks: []string{"file:///etc/passwd"}},
+		"warmup_ns":      {Targets: wireTargets(mix), Window: time.Second, Concurrency: 1, InFlight: 1, Warmup: -time.Second},
 		"targets":        {Window: time.Second, Concurrency: 1, InFlight: 1},
 		"rate":           {Targets: wireTargets(mix), Open: true, Window: time.Second, InFlight: 1},
 		"concurrency":    {Targets: wireTargets(mix), Window: time.Second, InFlight: 1},

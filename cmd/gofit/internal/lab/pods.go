@@ -3,6 +3,7 @@
 package lab
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -38,21 +39,26 @@ import (
 // through the API server, on a node picked by --node-selector, one trial
 // per node at a time; the load comes from a load pod (gofit lab-load) on
 // another node where there is one; the counters come from the gofit node
-// agent on the trial's node (agent.StatsHandler), through the API
-// server's pod proxy. Every object a run makes is owned by one ConfigMap,
+// agent on the trial's node (agent.StatsHandler): read by the load pod
+// at a CPU window's very edges over the pod network, and through the API
+// server's pod proxy after a memory trial. Every object a run makes is owned by one ConfigMap,
 // so deleting it (as the run does when it ends, and the garbage collector
 // when the run was killed) deletes the rest.
 
 const (
 	// podPort is {port} in a pod: each trial has its own network
 	// namespace, so every trial can use the same one.
-	podPort    = 8080
-	loadPort   = 8081
-	labelApp   = "app.kubernetes.io/name"
-	labelRun   = "gofit.dev/lab-run"
-	labelRole  = "gofit.dev/lab-role"
-	appName    = "gofit-lab"
-	agentLabel = "app.kubernetes.io/name=gofit-node"
+	podPort = 8080
+	// The load pod's requests: a share of a node's CPU and memory, no
+	// limit (a generator throttled by a quota would time the quota).
+	loadCPURequest    = "250m"
+	loadMemoryRequest = "128Mi"
+	loadPort          = 8081
+	labelApp          = "app.kubernetes.io/name"
+	labelRun          = "gofit.dev/lab-run"
+	labelRole         = "gofit.dev/lab-role"
+	appName           = "gofit-lab"
+	agentLabel        = "app.kubernetes.io/name=gofit-node"
 	// annHeartbeat is the owner's last sign of life (RFC 3339), renewed
 	// every heartbeatEvery: a run killed outright (SIGKILL, a lost
 	// machine) stops renewing, and the next run in the namespace deletes
@@ -102,6 +108,7 @@ type podRunner struct {
 	loadOn  string
 	mu      sync.Mutex
 	agents  map[string]string // node → agent pod name:port
+	agentIP map[string]string // node → the agent's IP:port on the pod network
 	agentOf map[string]string // node → the agent's namespace
 	nodes   map[string]agent.NodeInfo
 	used    []string // nodes trials ran on, in order of first use
@@ -197,7 +204,7 @@ func newPodRunner(ctx context.Context, cfg Config, ko KubeOptions, progress io.W
 		return nil, err
 	}
 	r := &podRunner{cfg: cfg, cs: cs, ns: ns, selector: sel, image: ko.Image, progress: progress,
-		agents: map[string]string{}, agentOf: map[string]string{}, nodes: map[string]agent.NodeInfo{}}
+		agents: map[string]string{}, agentIP: map[string]string{}, agentOf: map[string]string{}, nodes: map[string]agent.NodeInfo{}}
 	r.agentNS = defaultAgentNamespaces
 	if ko.AgentNamespace != "" {
 		r.agentNS = []string{ko.AgentNamespace}
@@ -309,6 +316,10 @@ func (r *podRunner) start(ctx context.Context) error {
 	lp := r.pod(roleLoad, loadNode, podTarget{image: r.image, flag: "--kube-image", args: []string{LoadCommand, ":" + strconv.Itoa(loadPort)},
 		env: []corev1.EnvVar{{Name: LoadTokenEnv, Value: r.token}}}, nil, 0, 0, 0,
 		&url.URL{Scheme: "http", Host: net.JoinHostPort("0.0.0.0", strconv.Itoa(loadPort)), Path: "/healthz"})
+	// Burstable, not BestEffort: the node neither evicts nor OOM-kills
+	// the generator first, and the scheduler counts a share of CPU for it.
+	lp.Spec.Containers[0].Resources.Requests = corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse(loadCPURequest), corev1.ResourceMemory: resource.MustParse(loadMemoryRequest)}
 	if listed {
 		// Anywhere (it shares a trial node), or pinned to its node alone:
 		// that node is usually one the trials' --node-selector does not
@@ -665,6 +676,7 @@ func (r *podRunner) agentFor(ctx context.Context, node string) (ns, pod string, 
 				}
 				r.mu.Lock()
 				r.agents[node], r.agentOf[node], r.nodes[node] = pod, ans, info
+				r.agentIP[node] = net.JoinHostPort(p.Status.PodIP, pod[strings.LastIndexByte(pod, ':')+1:])
 				r.mu.Unlock()
 				return ans, pod, nil
 			}
@@ -695,42 +707,32 @@ func (r *podRunner) cgroupOf(ctx context.Context, p *corev1.Pod) (agent.PodCgrou
 }
 
 // drive has the load pod run one window.
-func (r *podRunner) drive(ctx context.Context, q loadRequest) (load.Result, error) {
+func (r *podRunner) drive(ctx context.Context, q loadRequest) (loadReply, error) {
+	var rep loadReply
 	body, err := json.Marshal(q)
 	if err != nil {
-		return load.Result{}, err
+		return rep, err
 	}
 	b, err := r.cs.CoreV1().RESTClient().Post().Namespace(r.ns).Resource("pods").Name(r.load.Name+":"+strconv.Itoa(loadPort)).
 		SubResource("proxy").Suffix(loadPath).Body(body).SetHeader("Content-Type", "application/json").SetHeader(loadTokenHeader, r.token).DoRaw(ctx)
 	if err != nil {
-		return load.Result{}, fmt.Errorf("the load pod %s: %w: %s", r.load.Name, err, strings.TrimSpace(string(b)))
+		return rep, fmt.Errorf("the load pod %s: %w: %s", r.load.Name, err, strings.TrimSpace(string(b)))
 	}
-	var rep loadReply
 	if err := json.Unmarshal(b, &rep); err != nil {
-		return load.Result{}, fmt.Errorf("the load pod %s: %w", r.load.Name, err)
+		return rep, fmt.Errorf("the load pod %s: %w", r.load.Name, err)
 	}
 	rep.Result.Blocks = rep.Blocks
 	rep.Result.Duration = time.Duration(rep.Result.Seconds * float64(time.Second))
-	return rep.Result, nil
+	return rep, nil
 }
 
 // trialPod is a started trial: its pod, Ready, and the mix pointed at it.
 type trialPod struct {
-	pod   *corev1.Pod
-	node  string
-	mix   []wireTarget
-	took  time.Duration
-	proxy string // the pod's name for the API server's proxy: [https:]NAME:PORT of its ready URL
-}
-
-// proxyName is the pod proxy's name for pod and ready's scheme and port,
-// as the API server reads it: "https:NAME:PORT", or "NAME:PORT" for http.
-func proxyName(pod string, ready *url.URL) string {
-	n := pod + ":" + ready.Port()
-	if ready.Scheme == "https" {
-		n = "https:" + n
-	}
-	return n
+	pod  *corev1.Pod
+	node string
+	mix  []wireTarget
+	took time.Duration
+	vars string // the target's /debug/vars on its pod IP, on its ready URL's scheme and port
 }
 
 // startTrial takes a node, creates the trial pod there and waits until
@@ -754,7 +756,7 @@ func (r *podRunner) startTrial(ctx context.Context, env map[string]string, cpuLi
 		r.slots <- node
 		return nil, fmt.Errorf("create a trial pod: %w", err)
 	}
-	tp := &trialPod{pod: p, node: node, proxy: proxyName(p.Name, u)}
+	tp := &trialPod{pod: p, node: node}
 	t0 := time.Now()
 	p, err = r.waitReady(ctx, p.Name, r.target.flag+" "+r.target.image, ready)
 	if p != nil {
@@ -780,6 +782,13 @@ func (r *podRunner) startTrial(ctx context.Context, env map[string]string, cpuLi
 		t.URL = u
 		tp.mix = append(tp.mix, wireTarget{Target: t, Body: t.Body})
 	}
+	// /debug/vars beside the ready URL, as the local sandbox finds it.
+	v, _, err := onPod(r.target.ready, p.Status.PodIP)
+	if err != nil {
+		return tp, err
+	}
+	vu, _ := url.Parse(v)
+	tp.vars = vu.Scheme + "://" + vu.Host + "/debug/vars"
 	return tp, nil
 }
 
@@ -792,16 +801,6 @@ func (r *podRunner) stopTrial(tp *trialPod) {
 	r.slots <- tp.node
 }
 
-// vars reads the target's /debug/vars through the API server.
-func (r *podRunner) vars(ctx context.Context, tp *trialPod) (*sandbox.RuntimeVars, error) {
-	b, err := r.cs.CoreV1().RESTClient().Get().Namespace(r.ns).Resource("pods").Name(tp.proxy).
-		SubResource("proxy").Suffix("debug/vars").DoRaw(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return sandbox.ParseVars(strings.NewReader(string(b)), "pod "+tp.pod.Name+" /debug/vars")
-}
-
 func (r *podRunner) cpu(ctx context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
 	ready := r.cfg.Target.ReadyTimeout
 	if ready <= 0 {
@@ -812,62 +811,51 @@ func (r *podRunner) cpu(ctx context.Context, c cpuConfig, mode result.Mode, offe
 	if err != nil {
 		return result.CPUCell{}, err
 	}
-	q := loadRequest{Targets: tp.mix, Seed: r.cfg.Seed, Open: mode == result.Open, Rate: offered, Window: r.cfg.Warmup,
-		Concurrency: r.cfg.Concurrency, InFlight: r.cfg.Concurrency}
+	if _, _, err := r.agentFor(ctx, tp.pod.Spec.NodeName); err != nil {
+		return result.CPUCell{}, err
+	}
+	r.mu.Lock()
+	counters := "http://" + r.agentIP[tp.pod.Spec.NodeName] + agent.PodStatsPath + string(tp.pod.UID)
+	r.mu.Unlock()
+	// One request: the warm-up and the window on the same connections,
+	// the counters and /debug/vars read by the load pod right at the
+	// window's edges, so no API server round trip falls inside it.
+	q := loadRequest{Targets: tp.mix, Seed: r.cfg.Seed, Open: mode == result.Open, Rate: offered, Window: window, Warmup: r.cfg.Warmup,
+		Concurrency: r.cfg.Concurrency, InFlight: r.cfg.Concurrency, Marks: []string{counters, tp.vars}}
 	if mode == result.Open {
 		q.InFlight = load.MaxOpenInFlight
-	}
-	if _, err := r.drive(ctx, q); err != nil {
-		return result.CPUCell{}, err
-	}
-	procs := c.procs
-	v0, verr0 := r.vars(ctx, tp)
-	if verr0 == nil && v0.GOMAXPROCS > 0 {
-		procs = v0.GOMAXPROCS
-	}
-	s0, err := r.cgroupOf(ctx, tp.pod)
-	if err != nil {
-		return result.CPUCell{}, err
-	}
-	t0 := time.Now()
-	q.Window = window
-	if mode != result.Open {
+	} else {
 		q.Requests = r.cfg.Requests
 	}
-	res, err := r.drive(ctx, q)
+	rp, err := r.drive(ctx, q)
 	if err != nil {
 		return result.CPUCell{}, err
 	}
-	s1, err := r.cgroupOf(ctx, tp.pod)
-	cpuWin := time.Since(t0)
-	if err != nil {
-		return result.CPUCell{}, err
-	}
-	v1, verr1 := r.vars(ctx, tp)
 	if ctx.Err() != nil {
 		return result.CPUCell{}, ctx.Err()
 	}
+	var s0, s1 agent.PodCgroup
+	if m := rp.Marks[0]; m.Error != "" || json.Unmarshal(m.Start, &s0) != nil || json.Unmarshal(m.End, &s1) != nil {
+		return result.CPUCell{}, fmt.Errorf("the load pod %s reads the trial's counters from the gofit node agent at %s at the window's edges, and could not (%s): let pods in namespace %s reach the agent's metrics port (a NetworkPolicy?)",
+			r.load.Name, counters, m.Error, r.ns)
+	}
+	procs := c.procs
+	w := cpuWindow{res: rp.Result, periods: s1.CPU.Periods - s0.CPU.Periods, throttledPeriods: s1.CPU.ThrottledPeriods - s0.CPU.ThrottledPeriods,
+		throttledSec: s1.CPU.ThrottledSeconds - s0.CPU.ThrottledSeconds, usedSec: s1.CPU.UsageSeconds - s0.CPU.UsageSeconds, windowSec: rp.WindowSeconds,
+		isolated: r.loadOn != tp.pod.Spec.NodeName}
+	if m := rp.Marks[1]; m.Error == "" {
+		v0, err0 := sandbox.ParseVars(bytes.NewReader(m.Start), "pod "+tp.pod.Name+" /debug/vars")
+		v1, err1 := sandbox.ParseVars(bytes.NewReader(m.End), "pod "+tp.pod.Name+" /debug/vars")
+		if err0 == nil && err1 == nil {
+			w.v0, w.v1 = v0, v1
+			if v0.GOMAXPROCS > 0 {
+				procs = v0.GOMAXPROCS // what the target really runs with
+			}
+		}
+	}
 	cur, _ := r.cs.CoreV1().Pods(r.ns).Get(ctx, tp.pod.Name, metav1.GetOptions{})
-	cell := result.CPUCell{QuotaCores: c.quota, RequestCores: c.request, Setting: c.setting, SameAs: c.sameAs, Repeat: rep, GOMAXPROCS: procs, GOMAXPROCSFrom: c.from, Mode: mode,
-		Isolated: r.loadOn != tp.pod.Spec.NodeName, RPS: res.RPS, P50: res.P50, P90: res.P90, P99: res.P99, P999: res.P999,
-		Requests: res.Requests, Errors: res.Errors, Cancelled: res.Cancelled, ErrorKinds: res.ErrorKinds, Seconds: res.Seconds, GeneratorCPUSec: res.GenCPUSec,
-		TargetExited: cur != nil && podEnded(cur) != "", Blocks: res.Blocks, Targets: res.Targets}
-	if mode == result.Open {
-		cell.OfferedRPS = offered
-	}
-	cell.Periods = s1.CPU.Periods - s0.CPU.Periods
-	cell.ThrottledPeriods = s1.CPU.ThrottledPeriods - s0.CPU.ThrottledPeriods
-	cell.ThrottledSeconds = s1.CPU.ThrottledSeconds - s0.CPU.ThrottledSeconds
-	used := s1.CPU.UsageSeconds - s0.CPU.UsageSeconds
-	cell.CPUSeconds, cell.CPUWindowSeconds = used, cpuWin.Seconds()
-	if res.Requests > 0 {
-		cell.CPUMsPerRequest = used * 1000 / float64(res.Requests)
-	}
-	cell.CPUEfficiency = efficiency(used, cpuWin.Seconds(), c.quota)
-	if verr0 == nil && verr1 == nil {
-		cell.GCCPUShare = gcShare(*v0, *v1)
-	}
-	return cell, nil
+	w.exited = cur != nil && podEnded(cur) != ""
+	return cpuCell(c, mode, offered, rep, procs, w), nil
 }
 
 // memory runs the specs side by side where there are nodes for them, one
@@ -922,7 +910,8 @@ func (r *podRunner) memTrial(ctx context.Context, s memSpec) memRun {
 	} else {
 		q.Requests, q.Window, q.Concurrency, q.InFlight = ml.requests, ml.maxDur, memConcurrency, memConcurrency
 	}
-	res, lerr := r.drive(ctx, q)
+	rp, lerr := r.drive(ctx, q)
+	res := rp.Result
 	st, serr := r.cgroupOf(ctx, tp.pod)
 	cur := r.settle(ctx, tp.pod, lerr != nil || res.Errors > 0 || res.Stalled)
 	t.RPS, t.P99, t.Errors = res.RPS, res.P99, res.Errors
@@ -997,6 +986,13 @@ func (r *podRunner) record(rec *Records) {
 		rec.NCPU = max(n.CPUs, 1)
 	}
 
+	// The generator is the load pod, not this process.
+	var gen struct {
+		CPU float64 `json:"cpu_seconds"`
+	}
+	if err := r.proxyJSON(context.Background(), r.ns, r.load.Name+":"+strconv.Itoa(loadPort), loadCPUPath, &gen); err == nil {
+		rec.Lab.GeneratorCPUSeconds = gen.CPU
+	}
 	rec.Target.Command = strings.Join(append([]string{r.target.image}, r.target.args...), " ")
 	rec.Target.Image = r.target.image
 	rec.Target.PageCache = "as the node has it (pods start with whatever page cache the node holds)"

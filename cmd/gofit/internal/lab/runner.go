@@ -157,25 +157,13 @@ func (r *sandboxRunner) cpu(ctx context.Context, c cpuConfig, mode result.Mode, 
 	if ctx.Err() != nil {
 		return result.CPUCell{}, ctx.Err()
 	}
-	cell := result.CPUCell{QuotaCores: c.quota, RequestCores: c.request, Setting: c.setting, SameAs: c.sameAs, Repeat: rep, GOMAXPROCS: procs, GOMAXPROCSFrom: c.from, Mode: mode,
-		Isolated: r.place != nil && r.place.Isolated, RPS: res.RPS, P50: res.P50, P90: res.P90, P99: res.P99, P999: res.P999,
-		Requests: res.Requests, Errors: res.Errors, Cancelled: res.Cancelled, ErrorKinds: res.ErrorKinds, Seconds: res.Seconds, GeneratorCPUSec: res.GenCPUSec,
-		TargetExited: tr.Exited(), Blocks: res.Blocks, Targets: res.Targets}
-	if mode == result.Open {
-		cell.OfferedRPS = offered
-	}
-	cell.Periods = s1.CPU.Periods - s0.CPU.Periods
-	cell.ThrottledPeriods = s1.CPU.ThrottledPeriods - s0.CPU.ThrottledPeriods
-	cell.ThrottledSeconds = (s1.CPU.ThrottledTime - s0.CPU.ThrottledTime).Seconds()
-	used := (s1.CPU.Usage - s0.CPU.Usage).Seconds()
-	cell.CPUSeconds, cell.CPUWindowSeconds = used, cpuWin.Seconds()
-	if res.Requests > 0 {
-		cell.CPUMsPerRequest = used * 1000 / float64(res.Requests)
-	}
-	cell.CPUEfficiency = efficiency(used, cpuWin.Seconds(), c.quota)
+	w := cpuWindow{res: res, periods: s1.CPU.Periods - s0.CPU.Periods, throttledPeriods: s1.CPU.ThrottledPeriods - s0.CPU.ThrottledPeriods,
+		throttledSec: (s1.CPU.ThrottledTime - s0.CPU.ThrottledTime).Seconds(), usedSec: (s1.CPU.Usage - s0.CPU.Usage).Seconds(), windowSec: cpuWin.Seconds(),
+		exited: tr.Exited(), isolated: r.place != nil && r.place.Isolated}
 	if verr0 == nil && verr1 == nil {
-		cell.GCCPUShare = gcShare(*v0, *v1)
+		w.v0, w.v1 = v0, v1
 	}
+	cell := cpuCell(c, mode, offered, rep, procs, w)
 	if r.place != nil && len(r.place.Generator) > 0 {
 		cell.OverlapShare = overlapShare(pc0, pc1, r.place.Generator)
 	}
