@@ -101,6 +101,10 @@ type Config struct {
 	Seed     int64
 	Warnings []string  // minimums the user overrode (from the command line)
 	Progress io.Writer `json:"-"` // progress lines; nil for none
+	// QuotasGiven: Quotas came from --quotas, not the defaults (whose
+	// last row is this machine's CPUs, which --kube replaces with its
+	// nodes').
+	QuotasGiven bool `json:"-"`
 }
 
 // defaultConfig is the default study, or with quick the reduced one.
@@ -221,7 +225,7 @@ func (o Options) Config() (Config, error) {
 	set := func(name string) bool { return o.Given[name] }
 	cfg := defaultConfig(o.Quick)
 	if set("quotas") {
-		cfg.Quotas = nil
+		cfg.Quotas, cfg.QuotasGiven = nil, true
 		for _, s := range strings.Split(o.Quotas, ",") {
 			q, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
 			if err != nil || !(q >= 0.01 && q <= 1024) {

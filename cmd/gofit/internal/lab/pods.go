@@ -11,8 +11,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,10 +32,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/image"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 	"github.com/gofit-dev/gofit/kube/agent"
+	"github.com/gofit-dev/gofit/target"
 )
 
 // The pod runner: `gofit lab --kube` runs each trial as an ordinary pod
@@ -113,6 +118,10 @@ type podRunner struct {
 	nodes   map[string]agent.NodeInfo
 	used    []string // nodes trials ran on, in order of first use
 	slowest time.Duration
+	// nodeCPUs and nodeAlloc are nodePlan's cpus and alloc (0: the nodes
+	// could not be listed), less the load pod's request where it shares.
+	nodeCPUs  int
+	nodeAlloc float64
 	// stopHeartbeat ends the owner's heartbeat (close).
 	stopHeartbeat func()
 }
@@ -309,6 +318,12 @@ func (r *podRunner) start(ctx context.Context) error {
 		nodes.trial = []string{""}
 	}
 	r.nslots = len(nodes.trial)
+	r.nodeCPUs, r.nodeAlloc = nodes.cpus, nodes.alloc
+	if listed && loadNode == "" {
+		// The load pod's request shares a trial node.
+		q := resource.MustParse(loadCPURequest)
+		r.nodeAlloc -= q.AsApproximateFloat64()
+	}
 	r.slots = make(chan string, r.nslots)
 	for _, n := range nodes.trial {
 		r.slots <- n
@@ -348,6 +363,11 @@ func nodeList(ns []string) string {
 type nodePlan struct {
 	trial []string // Ready, schedulable, untainted nodes matching the selector
 	load  string   // such a node outside them, if any
+	// cpus and alloc are the fewest CPUs and allocatable cores of a
+	// trial node: what a pod's runtime counts, and the largest quota a
+	// trial pod can be scheduled with.
+	cpus  int
+	alloc float64
 }
 
 // listNodes finds the trial nodes; listed is false when this user may
@@ -368,6 +388,13 @@ func (r *podRunner) listNodes(ctx context.Context) (nodePlan, bool) {
 		}
 		if sel.Matches(labels.Set(n.Labels)) {
 			p.trial = append(p.trial, n.Name)
+			c, a := int(n.Status.Capacity.Cpu().Value()), n.Status.Allocatable.Cpu().AsApproximateFloat64()
+			if len(p.trial) == 1 || c < p.cpus {
+				p.cpus = c
+			}
+			if len(p.trial) == 1 || a < p.alloc {
+				p.alloc = a
+			}
 		} else if p.load == "" && len(r.selector) > 0 {
 			p.load = n.Name
 		}
@@ -955,20 +982,114 @@ func (r *podRunner) settle(ctx context.Context, p *corev1.Pod, wrong bool) *core
 
 // runPodStudy runs the study with the trials as pods (gofit lab --kube).
 func runPodStudy(ctx context.Context, cfg Config, ko KubeOptions, progress io.Writer) (*result.Results, *Records, error) {
-	l, err := newStudy(cfg)
-	if err != nil {
+	if err := cfg.Validate(); err != nil {
 		return &result.Results{}, &Records{}, err
 	}
 	r, err := newPodRunner(ctx, cfg, ko, progress)
 	if err != nil {
 		return &result.Results{}, &Records{}, err
 	}
+	// The study is designed for the nodes' CPUs, not this machine's.
+	cfg, err = nodeQuotas(cfg, r.nodeCPUs, r.nodeAlloc)
+	var l *study
+	if err == nil {
+		l, err = newStudy(cfg)
+	}
+	if err != nil {
+		return &result.Results{}, &Records{}, errors.Join(err, r.close())
+	}
+	if r.nodeCPUs > 0 {
+		l.rec.NCPU = r.nodeCPUs
+	}
+	bin, err := podBinary(ctx, cfg, progress)
+	if err != nil {
+		l.rec.Lab.Warnings = append(l.rec.Lab.Warnings, err.Error())
+		fmt.Fprintf(progress, "gofit lab: warning: %v\n", err)
+	}
+	l.rec.Binary = bin
 	l.run = r
 	res, rec, err := l.execute(ctx)
 	if cerr := r.close(); cerr != nil {
 		err = errors.Join(err, cerr)
 	}
 	return res, rec, err
+}
+
+// nodeQuotas fits the study's CPU quotas to the trial nodes: cpus CPUs
+// each, alloc cores allocatable (both 0: unknown, nothing changes). The
+// default quotas' whole-machine row becomes the nodes' (their CPUs, or
+// what is allocatable if less); a quota from --quotas above what a node
+// can allocate is an error, since its trial pod would never schedule.
+func nodeQuotas(cfg Config, cpus int, alloc float64) (Config, error) {
+	if cpus <= 0 {
+		return cfg, nil
+	}
+	if cfg.QuotasGiven {
+		for _, q := range cfg.Quotas {
+			if q > alloc+1e-9 {
+				return cfg, usagef("--quotas: %g cores is more than a trial node has allocatable (%.2f of %d CPUs, the load pod's request counted where it shares the node): its trial pod would never be scheduled", q, alloc, cpus)
+			}
+		}
+		return cfg, nil
+	}
+	var qs []float64
+	whole := false
+	for _, q := range cfg.Quotas {
+		if q > 1 {
+			whole = true // the default's last row: this machine's CPUs
+			continue
+		}
+		if q <= alloc+1e-9 {
+			qs = append(qs, q)
+		}
+	}
+	if top := math.Floor(min(float64(cpus), alloc)*100) / 100; whole && top > 1 {
+		qs = append(qs, top)
+	}
+	if len(qs) == 0 {
+		return cfg, fmt.Errorf("--node-selector: the trial nodes have %.2f cores allocatable, less than the smallest quota %g", alloc, slices.Min(cfg.Quotas))
+	}
+	cfg.Quotas = qs
+	if cfg.CPURequest > 0 {
+		cfg.CPURequest = slices.Min(qs)
+	}
+	return cfg, nil
+}
+
+// podBinary is what the trial pods run, read here: this gofit for the
+// sample (the image of this release runs this build's sample), else
+// --image pulled and unpacked into a temporary directory, its entrypoint
+// read. It is the Go version and module facts the study designs by; an
+// error says why they are unknown.
+func podBinary(ctx context.Context, cfg Config, progress io.Writer) (target.Binary, error) {
+	if cfg.ImageRef == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return target.Binary{}, err
+		}
+		return target.Read(self)
+	}
+	dir, err := os.MkdirTemp("", "gofit-lab-image-")
+	if err != nil {
+		return target.Binary{}, err
+	}
+	defer os.RemoveAll(dir)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	fmt.Fprintf(progress, "lab: reading --image %s here for its Go version\n", cfg.ImageRef)
+	im, err := image.Load(ctx, cfg.ImageRef, filepath.Join(dir, "rootfs"), dir)
+	if err != nil {
+		return target.Binary{}, fmt.Errorf("%w: its Go version is unknown here, and the study plans as for an unknown one", err)
+	}
+	argv := im.Command(cfg.ImageArgs)
+	if len(argv) == 0 {
+		return target.Binary{}, fmt.Errorf("--image %s: no entrypoint to read", cfg.ImageRef)
+	}
+	_, onHost, err := im.Resolve(argv[0])
+	if err != nil {
+		return target.Binary{}, fmt.Errorf("--image %s: its command %q: %w", cfg.ImageRef, argv[0], err)
+	}
+	return target.Read(onHost)
 }
 
 // record says in the records where the trials ran: the first trial

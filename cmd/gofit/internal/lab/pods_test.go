@@ -5,12 +5,15 @@ package lab
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	kfake "k8s.io/client-go/kubernetes/fake"
@@ -276,16 +279,66 @@ func TestListNodes(t *testing.T) {
 		return n
 	}
 	bench := map[string]string{"pool": "bench"}
+	sized := func(n *corev1.Node, cpus, alloc string) *corev1.Node {
+		n.Status.Capacity = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpus)}
+		n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(alloc)}
+		return n
+	}
 	cs := kfake.NewSimpleClientset(
-		node("bench-1", bench, true, ""),
+		sized(node("bench-1", bench, true, ""), "8", "7800m"),
 		node("bench-2", bench, true, corev1.TaintEffectNoSchedule),
 		node("bench-3", bench, false, ""),
-		node("bench-4", bench, true, corev1.TaintEffectPreferNoSchedule), // a preference: pods still land
+		sized(node("bench-4", bench, true, corev1.TaintEffectPreferNoSchedule), "4", "3900m"), // a preference: pods still land
 		node("cp", nil, true, corev1.TaintEffectNoExecute),
 		node("web-1", nil, true, ""))
 	r := &podRunner{cs: cs, selector: bench}
 	p, listed := r.listNodes(context.Background())
 	if !listed || strings.Join(p.trial, ",") != "bench-1,bench-4" || p.load != "web-1" {
 		t.Errorf("listed %v, trials %v, load %q: want bench-1,bench-4 and web-1", listed, p.trial, p.load)
+	}
+	if p.cpus != 4 || p.alloc != 3.9 {
+		t.Errorf("trial nodes' fewest CPUs %d, allocatable %v: want 4 and 3.9 (bench-4's)", p.cpus, p.alloc)
+	}
+}
+
+// TestNodeQuotas: a cluster run's study is designed for its trial nodes:
+// the default whole-machine row becomes the nodes' CPUs (or what they can
+// allocate), quotas no node can allocate are dropped from the defaults
+// and refused from --quotas, naming the flag.
+func TestNodeQuotas(t *testing.T) {
+	def := Config{Quotas: []float64{0.25, 0.5, 1, 16}, CPURequest: 0.25} // a 16-CPU laptop's defaults
+	for _, c := range []struct {
+		name   string
+		cfg    Config
+		cpus   int
+		alloc  float64
+		want   []float64
+		errHas string
+	}{
+		{"unknown nodes", def, 0, 0, []float64{0.25, 0.5, 1, 16}, ""},
+		{"4-CPU nodes", def, 4, 3.9, []float64{0.25, 0.5, 1, 3.9}, ""},
+		{"64-CPU nodes", def, 64, 63.5, []float64{0.25, 0.5, 1, 63.5}, ""},
+		{"2-CPU node shared with the load", def, 2, 1.65, []float64{0.25, 0.5, 1, 1.65}, ""},
+		{"1-CPU node", def, 1, 0.9, []float64{0.25, 0.5}, ""},
+		{"quick", Config{Quotas: []float64{0.25}}, 8, 7.5, []float64{0.25}, ""},
+		{"given, fits", Config{Quotas: []float64{0.5, 2}, QuotasGiven: true}, 4, 3.9, []float64{0.5, 2}, ""},
+		{"given, too large", Config{Quotas: []float64{0.5, 4}, QuotasGiven: true}, 4, 3.9, nil, "--quotas: 4 cores"},
+		{"no room at all", def, 1, 0.1, nil, "less than the smallest quota"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := nodeQuotas(c.cfg, c.cpus, c.alloc)
+			switch {
+			case c.errHas != "":
+				if err == nil || !strings.Contains(err.Error(), c.errHas) {
+					t.Errorf("err %v, want one containing %q", err, c.errHas)
+				}
+			case err != nil:
+				t.Errorf("err %v", err)
+			case fmt.Sprint(got.Quotas) != fmt.Sprint(c.want):
+				t.Errorf("quotas %v, want %v", got.Quotas, c.want)
+			case got.CPURequest > 0 && got.CPURequest != slices.Min(got.Quotas):
+				t.Errorf("request row %v, want the smallest quota", got.CPURequest)
+			}
+		})
 	}
 }
