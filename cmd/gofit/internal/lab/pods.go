@@ -888,21 +888,45 @@ func (r *podRunner) cpu(ctx context.Context, c cpuConfig, mode result.Mode, offe
 // memory runs the specs side by side where there are nodes for them, one
 // per node; with fewer nodes, the rest wait for one (trials never share
 // a node's CPUs).
+//
+// With a node for each, their loads start together once every pod is
+// ready (or failed to be), as the sandbox starts a pair and then drives
+// both: the pair's two windows see the same moment of the cluster. A
+// barrier on one node would wait forever for the second trial's slot.
 func (r *podRunner) memory(ctx context.Context, specs ...memSpec) []memRun {
 	out := make([]memRun, len(specs))
-	var wg sync.WaitGroup
-	for i := range specs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			out[i] = r.memTrial(ctx, specs[i])
-		}()
-	}
-	wg.Wait()
+	sideBySide(len(specs), len(specs) > 1 && len(specs) <= r.nslots, func(i int, started func()) {
+		out[i] = r.memTrial(ctx, specs[i], started)
+	})
 	return out
 }
 
-func (r *podRunner) memTrial(ctx context.Context, s memSpec) memRun {
+// sideBySide runs n trials, each on its own goroutine. run(i, started)
+// calls started once its trial's pod has started (or failed to); with
+// together, started returns only when every trial has called it (or
+// returned), so that their loads begin together.
+func sideBySide(n int, together bool, run func(i int, started func())) {
+	var gate, wg sync.WaitGroup
+	gate.Add(n)
+	for i := range n {
+		wg.Go(func() {
+			var once sync.Once
+			done := func() { once.Do(gate.Done) }
+			defer done() // a run that never calls started holds no one
+			run(i, func() {
+				done()
+				if together {
+					gate.Wait()
+				}
+			})
+		})
+	}
+	wg.Wait()
+}
+
+// memTrial runs one memory trial, calling started between its pod's
+// start and its load.
+func (r *podRunner) memTrial(ctx context.Context, s memSpec, started func()) memRun {
 	t := result.MemTrial{LimitBytes: s.limit}
 	began := time.Now()
 	r.mu.Lock()
@@ -911,6 +935,7 @@ func (r *podRunner) memTrial(ctx context.Context, s memSpec) memRun {
 	wait := startWait(r.cfg.Target, s.limit, slowest)
 	tp, err := r.startTrial(ctx, s.env, s.cpu, 0, s.limit, wait)
 	defer r.stopTrial(tp)
+	started()
 	ng := probeNonGo{err: errors.New("not measured in pods: the lab reads the target's memory maps on this machine only")}
 	if err != nil {
 		t.Seconds = time.Since(began).Seconds()

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -340,5 +341,51 @@ func TestNodeQuotas(t *testing.T) {
 				t.Errorf("request row %v, want the smallest quota", got.CPURequest)
 			}
 		})
+	}
+}
+
+// TestSideBySide: a health pair on two nodes starts both pods, then both
+// loads together, so that the pair's windows see the same moment; on one
+// node (not together) each trial runs through on its own; a trial that
+// never reports its start holds no one.
+func TestSideBySide(t *testing.T) {
+	run := func(together bool, startFor []time.Duration) (startsEnd time.Time, loads []time.Time) {
+		var mu sync.Mutex
+		loads = make([]time.Time, len(startFor))
+		sideBySide(len(startFor), together, func(i int, started func()) {
+			time.Sleep(startFor[i])
+			mu.Lock()
+			if now := time.Now(); now.After(startsEnd) {
+				startsEnd = now
+			}
+			mu.Unlock()
+			started()
+			loads[i] = time.Now()
+		})
+		return startsEnd, loads
+	}
+	end, loads := run(true, []time.Duration{10 * time.Millisecond, 150 * time.Millisecond})
+	for i, l := range loads {
+		if l.Before(end) {
+			t.Errorf("together: load %d began %v before the last pod started", i, end.Sub(l))
+		}
+	}
+	end, loads = run(false, []time.Duration{10 * time.Millisecond, 150 * time.Millisecond})
+	if !loads[0].Before(end) {
+		t.Errorf("one at a time: load 0 waited for the other trial's start")
+	}
+	finished := make(chan struct{})
+	go func() {
+		sideBySide(2, true, func(i int, started func()) {
+			if i == 1 {
+				started()
+			}
+		})
+		close(finished)
+	}()
+	select {
+	case <-finished:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a trial that never called started held the other")
 	}
 }
