@@ -105,17 +105,24 @@ func (p *planner) openFloor() time.Duration {
 // name in notes.
 type cpuRow struct {
 	q     float64
-	runs  int
+	cells int // distinct environments at the row: a round's cells, per mode
 	label string
+}
+
+// batches is how many batches of runs one mode of a row's minimum takes:
+// MinRepeats rounds of its cells, each round going out p.parallel cells
+// at a time (one per node on a cluster), so a round of 4 cells on 3
+// nodes is 2 batches, not 4/3.
+func (p *planner) batches(r cpuRow) int {
+	n := max(p.parallel, 1)
+	return max(p.cfg.MinRepeats, 1) * ((r.cells + n - 1) / n)
 }
 
 // minRowCost is what a row's minimum runs cost at the shortest open-loop
 // window: what the row needs before any of its verdicts can be decided.
 func (p *planner) minRowCost(r cpuRow) time.Duration {
-	// A round's runs go out p.parallel at a time (one per node on a
-	// cluster): its wall time is that of its batches.
-	n := max(p.parallel, 1)
-	half := time.Duration((r.runs/2 + n - 1) / n)
+	// Its wall time is that of its batches.
+	half := time.Duration(p.batches(r))
 	return half*(p.cfg.ClosedWindow+p.runOverhead()) + half*(p.openFloor()+p.runOverhead())
 }
 
@@ -182,7 +189,7 @@ func (p *planner) planOpenWindow(rows []cpuRow, i int, rate float64) time.Durati
 	var closedLater time.Duration
 	openRuns := 0
 	for j, r := range rows[i:] {
-		n := r.runs / 2
+		n := p.batches(r)
 		openRuns += n
 		if j > 0 {
 			closedLater += time.Duration(n) * (p.cfg.ClosedWindow + p.runOverhead())

@@ -134,7 +134,7 @@ func TestPlannerFundsRowsInOrder(t *testing.T) {
 	if got := p.runOverhead(); got != 4*time.Second {
 		t.Errorf("overhead after runs of 3s and 5s: %v, want 4s", got)
 	}
-	rows := []cpuRow{{q: 0.5, runs: 12, label: "500m"}, {q: 0.25, runs: 12, label: "250m"}, {q: 1, runs: 12, label: "1000m"}}
+	rows := []cpuRow{{q: 0.5, cells: 3, label: "500m"}, {q: 0.25, cells: 3, label: "250m"}, {q: 1, cells: 3, label: "1000m"}}
 	cost := p.minRowCost(rows[0])
 	// The CPU study's share less the adaptive reserve holds a row and a half.
 	cfg.Budget = time.Duration(1.5 * float64(cost) / (1 - adaptiveReserve) / cpuShare)
@@ -145,14 +145,20 @@ func TestPlannerFundsRowsInOrder(t *testing.T) {
 	if len(lab.NotCompared) != 2 || !strings.Contains(lab.NotCompared[0], "at 250m") || !strings.Contains(lab.NotCompared[1], "at 1000m") || !lab.BudgetLimited {
 		t.Errorf("not compared %q, budget_limited %v", lab.NotCompared, lab.BudgetLimited)
 	}
-	// Three trial nodes run a round's runs three at a time: a row costs
-	// a third, and the same budget holds all three rows.
+	// Three trial nodes run a round's three cells side by side: a row
+	// costs a third, and the same budget holds all three rows.
 	p.parallel = 3
 	if got := p.minRowCost(rows[0]); got != cost/3 {
-		t.Errorf("a row on 3 nodes costs %v, want a third of %v", got, cost)
+		t.Errorf("a row of 3 cells on 3 nodes costs %v, want a third of %v", got, cost)
 	}
 	if funded := p.planRows(rows); len(funded) != 3 {
 		t.Errorf("on 3 nodes funded %d rows, want 3", len(funded))
+	}
+	// Rounds are not pooled: each of a row's MinRepeats rounds of 4 cells
+	// on 3 nodes is 2 batches (3 cells, then 1), so its minimum is 6
+	// batches a mode, not the 4 that 12 runs over 3 nodes would be.
+	if got := p.batches(cpuRow{q: 1, cells: 4}); got != 2*cfg.MinRepeats {
+		t.Errorf("4 cells on 3 nodes: %d batches a mode, want %d", got, 2*cfg.MinRepeats)
 	}
 }
 
@@ -165,7 +171,7 @@ func TestOpenWindowNotesOnlyACut(t *testing.T) {
 	var lab result.LabInfo
 	elapsed := cfg.Budget // the CPU study's time is gone: every window is cut to the floor
 	p := newPlanner(&cfg, func() time.Duration { return elapsed }, &lab)
-	rows := []cpuRow{{q: 0.5, runs: 12, label: "500m"}}
+	rows := []cpuRow{{q: 0.5, cells: 2, label: "500m"}}
 	if got := p.planOpenWindow(rows, 0, 2000); got != cfg.MinOpenWindow || len(lab.BudgetNotes) != 0 || lab.BudgetLimited {
 		t.Errorf("at 2000 rps: window %v, notes %q; want %v and no note", got, lab.BudgetNotes, cfg.MinOpenWindow)
 	}

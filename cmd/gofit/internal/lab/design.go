@@ -119,7 +119,7 @@ func (d cpuDesign) order() []cpuRow {
 	})
 	out := make([]cpuRow, len(rows))
 	for i, q := range rows {
-		out[i] = cpuRow{q: q, runs: len(d.configs(q, d.requestAt(q))) * d.cfg.MinRepeats * 2, label: result.RowLabel(q, d.requestAt(q))}
+		out[i] = cpuRow{q: q, cells: len(d.configs(q, d.requestAt(q))), label: result.RowLabel(q, d.requestAt(q))}
 	}
 	return out
 }
