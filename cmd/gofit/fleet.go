@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"syscall"
@@ -134,7 +135,7 @@ func runFleet(args []string, stdout, stderr io.Writer) error {
 	defer stop()
 	in, err := fleet.Fetch(ctx, pc, fleet.Query{
 		From: to.Add(-since), To: to, Step: step, Namespace: *ns, Selector: *selector, Cluster: *cluster,
-		ClusterLabel: *clusterLabel, MaxContainers: *maxContainers,
+		ClusterLabel: *clusterLabel, MaxContainers: *maxContainers, Found: fitHeap,
 	})
 	if err != nil {
 		return err
@@ -167,4 +168,17 @@ func runFleet(args []string, stdout, stderr io.Writer) error {
 		return exitError{exitFleetFailOn}
 	}
 	return nil
+}
+
+// fitHeap bounds gofit fleet's own heap to what the fleet's series need
+// (fleet.HeapGoal), unless GOMEMLIMIT says otherwise or a lower limit is
+// already set (gofit's own fit, in a container): the tool fits itself,
+// as it asks of the services it reads.
+func fitHeap(containers, steps int) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	if goal := fleet.HeapGoal(containers, steps); goal < debug.SetMemoryLimit(-1) {
+		debug.SetMemoryLimit(goal)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"runtime/debug"
 	"runtime/metrics"
 	"strconv"
 	"strings"
@@ -193,9 +194,26 @@ func fakeAPI(t testing.TB, f *fakeProm) api.Client {
 func TestFetchFake(t *testing.T) {
 	f := &fakeProm{n: 6, nonGo: 4}
 	end := time.Date(2026, 11, 8, 0, 0, 0, 0, time.UTC)
-	in, err := Fetch(context.Background(), fakeAPI(t, f), Query{From: end.Add(-3 * 24 * time.Hour), To: end, Step: 10 * time.Minute, Namespace: "ns-1"})
+	var found [2]int
+	in, err := Fetch(context.Background(), fakeAPI(t, f), Query{From: end.Add(-3 * 24 * time.Hour), To: end, Step: 10 * time.Minute, Namespace: "ns-1",
+		Found: func(n, steps int) {
+			if len(f.seen) == 0 || strings.Contains(strings.Join(f.seen, "\n"), "rate(") {
+				t.Errorf("Found told after a series was read, or before the containers were known: %q", f.seen)
+			}
+			found = [2]int{n, steps}
+		}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// gofit fleet sizes its heap before any series is read: 6 containers'
+	// 432 steps (3 days of 10 minutes).
+	if found != [2]int{6, 432} {
+		t.Errorf("Found(%d, %d), want 6 containers of 432 steps", found[0], found[1])
+	}
+	// 5,000 containers over 7 days at 5-minute steps: their 7 series
+	// (282 MB) and a quarter more, and 64 MiB: about 400 MiB.
+	if g := HeapGoal(5000, 2016); g < 380<<20 || g > 420<<20 {
+		t.Errorf("HeapGoal(5000, 2016) = %d MiB, want about 400", g>>20)
 	}
 	if in.NonGo != 4 || len(in.Groups) != 3 {
 		t.Fatalf("non-Go %d, groups %d: %+v", in.NonGo, len(in.Groups), in.Sources)
@@ -257,13 +275,17 @@ func BenchmarkFleet5000(b *testing.B) {
 				}
 			}
 		}()
-		in, err := Fetch(context.Background(), prom, Query{From: end.Add(-7 * 24 * time.Hour), To: end, Step: 5 * time.Minute})
+		// As gofit fleet does: a soft memory limit of what the series need.
+		old := debug.SetMemoryLimit(-1)
+		in, err := Fetch(context.Background(), prom, Query{From: end.Add(-7 * 24 * time.Hour), To: end, Step: 5 * time.Minute,
+			Found: func(n, steps int) { debug.SetMemoryLimit(HeapGoal(n, steps)) }})
 		if err != nil {
 			b.Fatal(err)
 		}
 		r := Analyze(in, Options{})
 		close(stop)
 		<-done
+		debug.SetMemoryLimit(old)
 		if len(r.Containers) != 2500 {
 			b.Fatalf("%d workload containers", len(r.Containers))
 		}
