@@ -78,18 +78,8 @@ func (b *Bootstrap) PairedUnits(n int, units []int, stat func(windows []int, uni
 				idx = append(idx, (start+k)%n)
 			}
 		}
-		for g, u := range units {
-			drawn[g] = drawn[g][:0]
-			for range u {
-				drawn[g] = append(drawn[g], b.rng.Intn(u))
-			}
-		}
-		x := stat(idx, drawn)
-		if math.IsNaN(x) || math.IsInf(x, 0) {
-			// Alternate ends so that undefined resamples widen both.
-			x = math.Inf(1 - 2*(r%2))
-		}
-		xs[r] = x
+		b.drawUnits(units, drawn)
+		xs[r] = defined(stat(idx, drawn), r)
 	}
 	iv.Low, iv.High = percentiles(xs)
 	// A resample of k blocks knows the spread of k draws: like a mean of
@@ -129,17 +119,8 @@ func (b *Bootstrap) PairedUnits(n int, units []int, stat func(windows []int, uni
 	uLow, uHigh := iv.Value, iv.Value
 	if fu > f {
 		for r := range xs {
-			for g, u := range units {
-				drawn[g] = drawn[g][:0]
-				for range u {
-					drawn[g] = append(drawn[g], b.rng.Intn(u))
-				}
-			}
-			x := stat(all, drawn)
-			if math.IsNaN(x) || math.IsInf(x, 0) {
-				x = math.Inf(1 - 2*(r%2))
-			}
-			xs[r] = x
+			b.drawUnits(units, drawn)
+			xs[r] = defined(stat(all, drawn), r)
 		}
 		uLow, uHigh = percentiles(xs)
 	} else {
@@ -167,6 +148,26 @@ func (b *Bootstrap) PairedUnits(n int, units []int, stat func(windows []int, uni
 	}
 	iv.Low, iv.High = reach(iv.Low, uLow), reach(iv.High, uHigh)
 	return iv
+}
+
+// drawUnits draws each group's units with replacement into drawn.
+func (b *Bootstrap) drawUnits(units []int, drawn [][]int) {
+	for g, u := range units {
+		drawn[g] = drawn[g][:0]
+		for range u {
+			drawn[g] = append(drawn[g], b.rng.Intn(u))
+		}
+	}
+}
+
+// defined is resample r's statistic x, or, where x is undefined (no
+// requests on a side), an end: alternately +Inf and -Inf, so that
+// undefined resamples widen both ends rather than hide.
+func defined(x float64, r int) float64 {
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return math.Inf(1 - 2*(r%2))
+	}
+	return x
 }
 
 // unitFactor is how much the percentile interval of a unit bootstrap of
