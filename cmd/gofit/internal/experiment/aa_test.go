@@ -80,6 +80,38 @@ func TestAAFalseVerdictRate(t *testing.T) {
 			t.Errorf("%s: a real difference called worse in only %d of %d analyses", m, power[m], analyses)
 		}
 	}
+	// Two pods an arm: the pods' own offsets are then most of the spread,
+	// drawing 2 of 2 cannot show it, and the pod-level widening
+	// (stats.PairedUnits) must hold the error (without it: 14-23%).
+	const fewAnalyses = 40
+	few := map[string]int{}
+	for s := range fewAnalyses {
+		rng := rand.New(rand.NewSource(int64(5000 + s)))
+		in := synth(rng, 60, []arm{
+			{name: "a", latency: 1, cpu: 1, oomInWindow: -1, pods: 2, podSpread: aaPodSpread},
+			{name: "a-again", latency: 1, cpu: 1, oomInWindow: -1, pods: 2, podSpread: aaPodSpread},
+		})
+		in.Seed = int64(s)
+		r, err := Analyze(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range r.Verdicts {
+			if v.Verdict == "better" || v.Verdict == "worse" || v.Verdict == Harmful {
+				few[v.Metric]++
+			}
+		}
+	}
+	fewBound := 0
+	for (distuv.Binomial{N: fewAnalyses, P: 0.05}).CDF(float64(fewBound)) < 0.99 {
+		fewBound++
+	}
+	for _, m := range metrics {
+		t.Logf("2 pods an arm, %d analyses: %-24s %5.1f%% false", fewAnalyses, m, 100*float64(few[m])/fewAnalyses)
+		if few[m] > fewBound {
+			t.Errorf("2 pods an arm: %s: false verdicts in %d of %d A/A analyses, more than %d", m, few[m], fewAnalyses, fewBound)
+		}
+	}
 }
 
 // aaPodSpread is each synthetic pod's lasting offset (log scale): two

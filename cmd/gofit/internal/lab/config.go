@@ -105,6 +105,10 @@ type Config struct {
 	// last row is this machine's CPUs, which --kube replaces with its
 	// nodes').
 	QuotasGiven bool `json:"-"`
+	// WholeRow: the default study measures the whole machine too (its
+	// CPUs as a quota, left out where that is 1 or fewer); --kube makes it
+	// the trial nodes'.
+	WholeRow bool `json:"-"`
 }
 
 // defaultConfig is the default study, or with quick the reduced one.
@@ -150,6 +154,7 @@ func defaultConfig(quick bool) Config {
 		Resamples:   1000,
 		Seed:        1,
 	}
+	c.WholeRow = !quick
 	if ncpu <= 1 {
 		c.Quotas = []float64{0.25, 0.5, 1}
 	}

@@ -84,9 +84,11 @@ func TestLoadServer(t *testing.T) {
 		fmt.Fprintf(w, `{"hits":%d}`, hits.Load())
 	}))
 	defer counter.Close()
+	missing := httptest.NewServer(http.NotFoundHandler()) // a target without /debug/vars
+	defer missing.Close()
 	before := hits.Load()
 	code, rep, body = post(loadRequest{Targets: wireTargets(mix), Seed: 1, Requests: 40, Window: 10 * time.Second, Warmup: 300 * time.Millisecond,
-		Concurrency: 2, InFlight: 2, Marks: []string{counter.URL, counter.URL + "/missing-is-fine", target.URL + "/nope"}})
+		Concurrency: 2, InFlight: 2, Marks: []string{counter.URL, missing.URL, target.URL + "/nope"}})
 	if code != http.StatusOK || len(rep.Marks) != 3 {
 		t.Fatalf("marks: %d %s", code, body)
 	}
@@ -101,6 +103,9 @@ func TestLoadServer(t *testing.T) {
 	}
 	if rep.WindowSeconds <= 0 || rep.WindowSeconds < rep.Result.Seconds {
 		t.Errorf("window %v s, the load's %v s: the window holds the load", rep.WindowSeconds, rep.Result.Seconds)
+	}
+	if rep.Marks[0].Error != "" || !strings.Contains(rep.Marks[1].Error, "404") || rep.Marks[1].Start != nil {
+		t.Errorf("a mark that answers 404: %+v; the one that answers: %+v", rep.Marks[1], rep.Marks[0])
 	}
 	if rep.Marks[2].Error == "" {
 		t.Errorf("a mark that is not JSON: no error (%+v)", rep.Marks[2])

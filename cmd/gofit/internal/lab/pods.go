@@ -388,7 +388,14 @@ func (r *podRunner) listNodes(ctx context.Context) (nodePlan, bool) {
 		}
 		if sel.Matches(labels.Set(n.Labels)) {
 			p.trial = append(p.trial, n.Name)
+			// What a pod can still ask for there: allocatable less what
+			// the node's pods already ask (the agent's, the network's),
+			// where this user may list them; else allocatable, and a
+			// pod that will not fit fails its wait naming --quotas.
 			c, a := int(n.Status.Capacity.Cpu().Value()), n.Status.Allocatable.Cpu().AsApproximateFloat64()
+			if asked, err := r.requestedCPU(ctx, n.Name); err == nil {
+				a -= asked
+			}
 			if len(p.trial) == 1 || c < p.cpus {
 				p.cpus = c
 			}
@@ -401,6 +408,31 @@ func (r *podRunner) listNodes(ctx context.Context) (nodePlan, bool) {
 	}
 	slices.Sort(p.trial)
 	return p, true
+}
+
+// requestedCPU is the CPU the pods on node ask for, as the scheduler
+// counts it: each pod's containers' requests, or its largest init
+// container's if more, and its overhead.
+func (r *podRunner) requestedCPU(ctx context.Context, node string) (float64, error) {
+	pl, err := r.cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+	if err != nil {
+		return 0, err
+	}
+	sum := 0.0
+	for _, p := range pl.Items {
+		if p.Spec.NodeName != node || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		run, ini := 0.0, 0.0
+		for _, c := range p.Spec.Containers {
+			run += c.Resources.Requests.Cpu().AsApproximateFloat64()
+		}
+		for _, c := range p.Spec.InitContainers {
+			ini = max(ini, c.Resources.Requests.Cpu().AsApproximateFloat64())
+		}
+		sum += max(run, ini) + p.Spec.Overhead.Cpu().AsApproximateFloat64()
+	}
+	return sum, nil
 }
 
 // repels says whether a taint keeps pods without tolerations off n.
@@ -492,12 +524,19 @@ func (r *podRunner) pod(role, node string, t podTarget, env map[string]string, c
 // target that will not start does: the study then stops on the
 // target's fault. Not ready in time is a StartError with TimedOut.
 func (r *podRunner) waitReady(ctx context.Context, name, image string, ready time.Duration) (*corev1.Pod, error) {
-	var running time.Time
+	var running, unschedulable time.Time
 	deadline := time.Now().Add(podSchedule)
 	for {
 		p, err := r.cs.CoreV1().Pods(r.ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return nil, err
+		}
+		if why := podUnschedulable(p); why == "" {
+			unschedulable = time.Time{}
+		} else if unschedulable.IsZero() {
+			unschedulable = time.Now()
+		} else if time.Since(unschedulable) >= unschedulableFor {
+			return p, fmt.Errorf("pod %s (%s) cannot be scheduled: %s: lower --quotas, or choose nodes with room with --node-selector", name, image, why)
 		}
 		if why := podEnded(p); why != "" {
 			out := result.Errored
@@ -532,11 +571,28 @@ func (r *podRunner) waitReady(ctx context.Context, name, image string, ready tim
 	}
 }
 
+// unschedulableFor is how long a pod may stay unschedulable before the
+// wait gives up: long enough for a trial pod just deleted on the node to
+// free its CPU, far shorter than podSchedule.
+var unschedulableFor = time.Minute
+
+// podUnschedulable is the scheduler's reason p has no node, or "".
+func podUnschedulable(p *corev1.Pod) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return c.Message
+		}
+	}
+	return ""
+}
+
 // stuckReasons are a container's waiting reasons that waiting does not
 // cure: the kubelet has given up pulling for now (ImagePullBackOff,
 // after ErrImagePull, which alone may be a registry's hiccup), or the
-// image or the pod's config is wrong.
-var stuckReasons = []string{"ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
+// image or the pod's config is wrong. (CreateContainerError and
+// RunContainerError are often a busy runtime's, and retried: they are
+// waited on.)
+var stuckReasons = []string{"ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError"}
 
 // podStuck says why a pod's container waits for what will not come, or "".
 func podStuck(p *corev1.Pod) string {
@@ -861,6 +917,9 @@ func (r *podRunner) cpu(ctx context.Context, c cpuConfig, mode result.Mode, offe
 	if ctx.Err() != nil {
 		return result.CPUCell{}, ctx.Err()
 	}
+	if len(rp.Marks) != len(q.Marks) {
+		return result.CPUCell{}, fmt.Errorf("--kube-image %s: its load pod answered %d of the window's %d counter reads: it is older than this gofit (run the image of this release, or build one from this source)", r.image, len(rp.Marks), len(q.Marks))
+	}
 	var s0, s1 agent.PodCgroup
 	if m := rp.Marks[0]; m.Error != "" || json.Unmarshal(m.Start, &s0) != nil || json.Unmarshal(m.End, &s1) != nil {
 		return result.CPUCell{}, fmt.Errorf("the load pod %s reads the trial's counters from the gofit node agent at %s at the window's edges, and could not (%s): let pods in namespace %s reach the agent's metrics port (a NetworkPolicy?)",
@@ -1041,10 +1100,11 @@ func runPodStudy(ctx context.Context, cfg Config, ko KubeOptions, progress io.Wr
 }
 
 // nodeQuotas fits the study's CPU quotas to the trial nodes: cpus CPUs
-// each, alloc cores allocatable (both 0: unknown, nothing changes). The
-// default quotas' whole-machine row becomes the nodes' (their CPUs, or
-// what is allocatable if less); a quota from --quotas above what a node
-// can allocate is an error, since its trial pod would never schedule.
+// each, alloc cores a pod can still ask for (both 0: unknown, nothing
+// changes). The default study's whole-machine row becomes the nodes'
+// (their CPUs, or what a pod can ask for there if less); a quota from
+// --quotas above that is an error, since its trial pod would never
+// schedule.
 func nodeQuotas(cfg Config, cpus int, alloc float64) (Config, error) {
 	if cpus <= 0 {
 		return cfg, nil
@@ -1058,17 +1118,13 @@ func nodeQuotas(cfg Config, cpus int, alloc float64) (Config, error) {
 		return cfg, nil
 	}
 	var qs []float64
-	whole := false
 	for _, q := range cfg.Quotas {
-		if q > 1 {
-			whole = true // the default's last row: this machine's CPUs
-			continue
-		}
-		if q <= alloc+1e-9 {
+		// The defaults' only row above 1 is this machine's CPUs.
+		if q <= 1 && q <= alloc+1e-9 {
 			qs = append(qs, q)
 		}
 	}
-	if top := math.Floor(min(float64(cpus), alloc)*100) / 100; whole && top > 1 {
+	if top := math.Floor(min(float64(cpus), alloc)*100) / 100; cfg.WholeRow && top > 1 {
 		qs = append(qs, top)
 	}
 	if len(qs) == 0 {
@@ -1094,7 +1150,7 @@ func podBinary(ctx context.Context, cfg Config, progress io.Writer) (target.Bina
 		}
 		return target.Read(self)
 	}
-	dir, err := os.MkdirTemp("", "gofit-lab-image-")
+	dir, err := sandbox.TempDir() // a later lab run removes it if this one is killed
 	if err != nil {
 		return target.Binary{}, err
 	}
@@ -1123,22 +1179,26 @@ func podBinary(ctx context.Context, cfg Config, progress io.Writer) (target.Bina
 func (r *podRunner) record(rec *Records) {
 	rec.Placement = r.placement()
 	rec.Machine.Where = r.where()
+	// The generator is the load pod, not this process.
+	var gen struct {
+		CPU float64 `json:"cpu_seconds"`
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if err := r.proxyJSON(ctx, r.ns, r.load.Name+":"+strconv.Itoa(loadPort), loadCPUPath, &gen); err == nil {
+		rec.Lab.GeneratorCPUSeconds = gen.CPU
+	}
+	cancel()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.used) > 0 {
 		n := r.nodes[r.used[0]]
 		rec.Machine.Host, rec.Machine.Kernel, rec.Machine.CPUModel, rec.Machine.CPUs = r.used[0], n.Kernel, n.CPUModel, n.CPUs
 		rec.Machine.CgroupVersion, rec.Machine.LoadAvg = n.Cgroup, ""
-		rec.NCPU = max(n.CPUs, 1)
+		if r.nodeCPUs == 0 {
+			rec.NCPU = max(n.CPUs, 1) // else as the study was designed: the fewest of the trial nodes'
+		}
 	}
 
-	// The generator is the load pod, not this process.
-	var gen struct {
-		CPU float64 `json:"cpu_seconds"`
-	}
-	if err := r.proxyJSON(context.Background(), r.ns, r.load.Name+":"+strconv.Itoa(loadPort), loadCPUPath, &gen); err == nil {
-		rec.Lab.GeneratorCPUSeconds = gen.CPU
-	}
 	rec.Target.Command = strings.Join(append([]string{r.target.image}, r.target.args...), " ")
 	rec.Target.Image = r.target.image
 	rec.Target.PageCache = "as the node has it (pods start with whatever page cache the node holds)"

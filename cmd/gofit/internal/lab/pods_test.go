@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"slices"
 	"strings"
@@ -291,14 +292,24 @@ func TestListNodes(t *testing.T) {
 		node("bench-3", bench, false, ""),
 		sized(node("bench-4", bench, true, corev1.TaintEffectPreferNoSchedule), "4", "3900m"), // a preference: pods still land
 		node("cp", nil, true, corev1.TaintEffectNoExecute),
-		node("web-1", nil, true, ""))
+		node("web-1", nil, true, ""),
+		// What bench-4's pods ask for is not a trial's: 3.9 - 0.9 - 0.2.
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "agent", Namespace: "gofit-node"}, Spec: corev1.PodSpec{NodeName: "bench-4",
+			Containers:     []corev1.Container{{Name: "a", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("900m")}}}},
+			InitContainers: []corev1.Container{{Name: "i", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}}}},
+			Overhead:       corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("200m")}}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "done", Namespace: "x"}, Spec: corev1.PodSpec{NodeName: "bench-4",
+			Containers: []corev1.Container{{Name: "a", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}}}}},
+			Status: corev1.PodStatus{Phase: corev1.PodSucceeded}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere", Namespace: "x"}, Spec: corev1.PodSpec{NodeName: "web-1",
+			Containers: []corev1.Container{{Name: "a", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}}}}}})
 	r := &podRunner{cs: cs, selector: bench}
 	p, listed := r.listNodes(context.Background())
 	if !listed || strings.Join(p.trial, ",") != "bench-1,bench-4" || p.load != "web-1" {
 		t.Errorf("listed %v, trials %v, load %q: want bench-1,bench-4 and web-1", listed, p.trial, p.load)
 	}
-	if p.cpus != 4 || p.alloc != 3.9 {
-		t.Errorf("trial nodes' fewest CPUs %d, allocatable %v: want 4 and 3.9 (bench-4's)", p.cpus, p.alloc)
+	if p.cpus != 4 || math.Abs(p.alloc-2.8) > 1e-9 {
+		t.Errorf("trial nodes' fewest CPUs %d, room %v: want 4 and 2.8 (bench-4's 3.9 allocatable less its pods' 1.1)", p.cpus, p.alloc)
 	}
 }
 
@@ -307,7 +318,8 @@ func TestListNodes(t *testing.T) {
 // allocate), quotas no node can allocate are dropped from the defaults
 // and refused from --quotas, naming the flag.
 func TestNodeQuotas(t *testing.T) {
-	def := Config{Quotas: []float64{0.25, 0.5, 1, 16}, CPURequest: 0.25} // a 16-CPU laptop's defaults
+	def := Config{Quotas: []float64{0.25, 0.5, 1, 16}, CPURequest: 0.25, WholeRow: true} // a 16-CPU laptop's defaults
+	one := Config{Quotas: []float64{0.25, 0.5, 1}, CPURequest: 0.25, WholeRow: true}     // a 1-CPU laptop's
 	for _, c := range []struct {
 		name   string
 		cfg    Config
@@ -322,6 +334,7 @@ func TestNodeQuotas(t *testing.T) {
 		{"2-CPU node shared with the load", def, 2, 1.65, []float64{0.25, 0.5, 1, 1.65}, ""},
 		{"1-CPU node", def, 1, 0.9, []float64{0.25, 0.5}, ""},
 		{"quick", Config{Quotas: []float64{0.25}}, 8, 7.5, []float64{0.25}, ""},
+		{"1-CPU laptop, 8-CPU nodes", one, 8, 7.5, []float64{0.25, 0.5, 1, 7.5}, ""},
 		{"given, fits", Config{Quotas: []float64{0.5, 2}, QuotasGiven: true}, 4, 3.9, []float64{0.5, 2}, ""},
 		{"given, too large", Config{Quotas: []float64{0.5, 4}, QuotasGiven: true}, 4, 3.9, nil, "--quotas: 4 cores"},
 		{"no room at all", def, 1, 0.1, nil, "less than the smallest quota"},
@@ -387,5 +400,22 @@ func TestSideBySide(t *testing.T) {
 	case <-finished:
 	case <-time.After(5 * time.Second):
 		t.Fatal("a trial that never called started held the other")
+	}
+}
+
+// TestWaitReadyUnschedulable: a trial pod the scheduler cannot place
+// (its quota is more than any node has room for) fails its wait after
+// unschedulableFor, naming --quotas, not after the 5-minute podSchedule.
+func TestWaitReadyUnschedulable(t *testing.T) {
+	defer func(d time.Duration) { unschedulableFor = d }(unschedulableFor)
+	unschedulableFor = 300 * time.Millisecond
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "trial-1", Namespace: "lab"}, Status: corev1.PodStatus{Phase: corev1.PodPending,
+		Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/3 nodes are available: 3 Insufficient cpu."}}}}
+	r := &podRunner{cs: kfake.NewSimpleClientset(p), ns: "lab"}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := r.waitReady(ctx, "trial-1", "--kube-image gofit:1", time.Minute)
+	if err == nil || !strings.Contains(err.Error(), "--quotas") || !strings.Contains(err.Error(), "Insufficient cpu") {
+		t.Errorf("unschedulable pod: %v, want an error naming --quotas and the scheduler's reason", err)
 	}
 }

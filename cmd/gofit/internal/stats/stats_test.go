@@ -230,3 +230,50 @@ func TestPairedRatioCoversOnFewPairs(t *testing.T) {
 		t.Errorf("%d of %d 95%% paired intervals on 3 pairs missed the true ratio", missed, trials)
 	}
 }
+
+// TestPairedUnitsFewPods: two arms of the same setting, 2 pods each,
+// whose pods differ for the whole run (arm a's 1.10 and 1.06, arm b's
+// 0.95 and 0.99) under little window noise. Drawing 2 pods of 2 knows
+// nothing of how far two pods can lie apart, so the interval from the
+// draws alone excludes 1 (a false "worse"); widened for the pods' few
+// degrees of freedom, it must not. With one pod an arm nothing can be
+// drawn, and the interval is the windows' alone, about as PairedWindows
+// gives it (the draws of the pods shift the random stream).
+func TestPairedUnitsFewPods(t *testing.T) {
+	const n = 40
+	rng := rand.New(rand.NewSource(3))
+	level := func(pods []float64) [][]float64 {
+		out := make([][]float64, len(pods))
+		for p, base := range pods {
+			for range n {
+				out[p] = append(out[p], base*(1+0.002*rng.NormFloat64()))
+			}
+		}
+		return out
+	}
+	a, c := level([]float64{1.10, 1.06}), level([]float64{0.95, 0.99})
+	mean := func(v [][]float64, idx, pods []int) float64 {
+		s, k := 0.0, 0
+		for _, p := range pods {
+			for _, i := range idx {
+				s += v[p][i]
+				k++
+			}
+		}
+		return s / float64(k)
+	}
+	ratio := func(idx []int, u [][]int) float64 { return mean(a, idx, u[0]) / mean(c, idx, u[1]) }
+	iv := NewBootstrap(2000, 1).PairedUnits(n, []int{2, 2}, ratio)
+	if !(iv.Low < 1 && iv.High > 1) {
+		t.Errorf("2 pods an arm, the same setting: ratio %.3f [%.3f, %.3f], want an interval holding 1", iv.Value, iv.Low, iv.High)
+	}
+	// The same data read as one pod an arm (each arm's first): no pod
+	// level, the windows' interval, narrow and the same as PairedWindows.
+	one := NewBootstrap(2000, 1).PairedUnits(n, []int{1, 1}, func(idx []int, _ [][]int) float64 {
+		return mean(a, idx, []int{0}) / mean(c, idx, []int{0})
+	})
+	win := NewBootstrap(2000, 1).PairedWindows(n, func(idx []int) float64 { return mean(a, idx, []int{0}) / mean(c, idx, []int{0}) })
+	if math.Abs(one.Low-win.Low) > 0.001 || math.Abs(one.High-win.High) > 0.001 || one.High-one.Low > 0.01 {
+		t.Errorf("one pod an arm: [%.4f, %.4f], windows alone [%.4f, %.4f]: want about the same, narrow", one.Low, one.High, win.Low, win.High)
+	}
+}

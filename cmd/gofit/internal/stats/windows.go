@@ -128,7 +128,9 @@ func (b *Bootstrap) PairedUnits(n int, units []int, stat func(windows []int, uni
 	}
 	// A ratio's spread is multiplicative: widen it on a log scale, where
 	// it is about symmetric.
-	logs := iv.Value > 0 && iv.Low > 0 && uLow > 0
+	// The scale is the joint interval's: the pods-only one must not
+	// decide it.
+	logs := iv.Value > 0 && iv.Low > 0
 	reach := func(end, uEnd float64) float64 {
 		if math.IsInf(end, 0) {
 			return end
@@ -137,8 +139,12 @@ func (b *Bootstrap) PairedUnits(n int, units []int, stat func(windows []int, uni
 		if logs {
 			j, u = math.Log(end/iv.Value), math.Log(uEnd/iv.Value)
 		}
-		// The pods' part can come out larger than the whole by chance:
-		// it is then the whole.
+		// The pods' part can come out larger than the whole by chance,
+		// or undefined (an end at 0 or infinite on a log scale): it is
+		// then the whole.
+		if math.IsNaN(u) || math.IsInf(u, 0) {
+			u = j
+		}
 		u = math.Copysign(math.Min(math.Abs(u), math.Abs(j)), j)
 		d := math.Copysign(math.Sqrt(f*f*j*j+(fu*fu-f*f)*u*u), j)
 		if logs {
