@@ -4,10 +4,9 @@ import (
 	"maps"
 	"strconv"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
-
-	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 
 	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/fit"
