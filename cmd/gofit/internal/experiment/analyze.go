@@ -312,10 +312,16 @@ func Quantile(ws []Window, p float64) float64 {
 }
 
 func div(a, b float64) float64 {
-	if b == 0 {
-		return math.NaN()
+	switch {
+	case b != 0:
+		return a / b
+	case a > 0:
+		// Something over nothing: the arm is infinitely above a
+		// control that had none (a resample of windows in which the
+		// control never collected), a direction, not a gap.
+		return math.Inf(1)
 	}
-	return a / b
+	return math.NaN()
 }
 
 // Value is a figure and its 95% interval, as results.json carries it.
@@ -648,8 +654,11 @@ func Analyze(in Input) (*Results, error) {
 			})
 			v := Verdict{Arm: a.Name, Metric: m.Name, Ratio: F(iv.Value), Low: F(iv.Low), High: F(iv.High), Margin: m.Margin,
 				Level: 1 - b.Alpha, Verdict: stats.RatioVerdict(iv, m.Dir, m.Margin)}
-			if math.IsNaN(iv.Value) {
+			switch {
+			case math.IsNaN(iv.Value):
 				v.Verdict, v.Detail = stats.Undecided, "no data for one side"
+			case math.IsInf(iv.Value, 0):
+				v.Verdict, v.Detail = stats.Undecided, fmt.Sprintf("%s's is 0: no ratio", in.Control)
 			}
 			res.Verdicts = append(res.Verdicts, v)
 		}

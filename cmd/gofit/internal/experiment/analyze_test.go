@@ -401,3 +401,42 @@ func TestAnalyzeStalledArmIsHarmful(t *testing.T) {
 		t.Errorf("no source: share %v (%v), want NaN", r.Arms[0].Unready, err)
 	}
 }
+
+// The Go runtime updates its CPU classes only at a GC, so a pod that
+// collects every few windows shows no GC CPU and no busy CPU in most
+// windows (CI, 2026-11-29: a fitted arm of 2 pods at 0.06% GC share). A
+// resample whose control collected nothing is an arm infinitely worse,
+// not an undefined one: the starved arm must still be called worse.
+func TestAnalyzeSparseGCControl(t *testing.T) {
+	rng := rand.New(rand.NewSource(9))
+	in := synth(rng, 24, []arm{{name: "fitted", latency: 1, cpu: 1, oomInWindow: -1}, {name: "again", latency: 1, cpu: 1, oomInWindow: -1}, {name: "starved", latency: 1, cpu: 1.3, oomInWindow: -1}})
+	for a, every := range []int{12, 12, 1} {
+		for p, ws := range in.Arms[a].Windows {
+			for i := range ws {
+				switch {
+				case every == 1:
+					ws[i].GCSeconds = ws[i].GoBusy * 0.2
+				case (i+3*p)%every == 0:
+					// One GC's snapshot: every busy second since the last.
+					ws[i].GoBusy *= float64(every)
+					ws[i].GCSeconds = ws[i].GoBusy * 0.0006
+				default:
+					ws[i].GoBusy, ws[i].GCSeconds = 0, 0
+				}
+			}
+		}
+	}
+	r, err := Analyze(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := verdictOf(r, "starved", "gc_cpu_share"); v.Verdict != "worse" || !(float64(v.Low) > 1) {
+		t.Errorf("starved gc_cpu_share: %+v, want worse with a low end above 1", v)
+	}
+	if v := verdictOf(r, "again", "gc_cpu_share"); v.Verdict == "worse" || v.Verdict == "better" {
+		t.Errorf("again gc_cpu_share: %+v, want no difference", v)
+	}
+	if v := r.Arms[0].Metrics["gc_cpu_share"]; !(v.Low > 0 && v.Low <= v.Value && v.Value <= v.High && !math.IsInf(float64(v.High), 0)) {
+		t.Errorf("fitted's own gc_cpu_share: %+v, want a finite interval around it", v)
+	}
+}

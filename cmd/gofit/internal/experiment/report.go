@@ -93,10 +93,19 @@ func ratioText(v Verdict) string {
 		return v.Detail
 	}
 	lo, hi := float64(v.Low), float64(v.High)
-	if math.IsInf(lo, 0) || math.IsInf(hi, 0) || math.IsNaN(lo) || math.IsNaN(hi) {
+	if math.IsNaN(lo) || math.IsNaN(hi) || math.IsInf(lo, -1) && math.IsInf(hi, 1) {
 		return fmt.Sprintf("×%.3f (no interval)", float64(v.Ratio))
 	}
-	return fmt.Sprintf("×%.3f [%.3f–%.3f]", float64(v.Ratio), lo, hi)
+	end := func(x float64) string {
+		switch {
+		case math.IsInf(x, 1):
+			return "∞"
+		case math.IsInf(x, -1):
+			return "-∞"
+		}
+		return fmt.Sprintf("%.3f", x)
+	}
+	return fmt.Sprintf("×%.3f [%s–%s]", float64(v.Ratio), end(lo), end(hi))
 }
 
 // WriteSummary prints the terminal summary.

@@ -277,3 +277,38 @@ func TestPairedUnitsFewPods(t *testing.T) {
 		t.Errorf("one pod an arm: [%.4f, %.4f], windows alone [%.4f, %.4f]: want about the same, narrow", one.Low, one.High, win.Low, win.High)
 	}
 }
+
+func TestDefinedPercentiles(t *testing.T) {
+	seq := func(n int) []float64 {
+		xs := make([]float64, n)
+		for i := range xs {
+			xs[i] = float64(i + 1)
+		}
+		return xs
+	}
+	// A few undefined resamples are left out.
+	xs := append(seq(95), math.NaN(), math.NaN(), math.NaN(), math.NaN(), math.NaN())
+	if lo, hi := definedPercentiles(xs); lo != 3 || hi != 93 {
+		t.Errorf("5 NaN of 100: [%v, %v], want [3, 93]", lo, hi)
+	}
+	// Many widen both ends.
+	xs = seq(80)
+	for range 20 {
+		xs = append(xs, math.NaN())
+	}
+	if lo, hi := definedPercentiles(xs); !math.IsInf(lo, -1) || !math.IsInf(hi, 1) {
+		t.Errorf("20 NaN of 100: [%v, %v], want both ends infinite", lo, hi)
+	}
+	// An infinite resample counts at its own end only.
+	xs = seq(90)
+	for range 10 {
+		xs = append(xs, math.Inf(1))
+	}
+	if lo, hi := definedPercentiles(xs); lo != 3 || !math.IsInf(hi, 1) {
+		t.Errorf("10 +Inf of 100: [%v, %v], want [3, +Inf]", lo, hi)
+	}
+	// All undefined: no interval.
+	if lo, hi := definedPercentiles([]float64{math.NaN(), math.NaN()}); !math.IsInf(lo, -1) || !math.IsInf(hi, 1) {
+		t.Errorf("all NaN: [%v, %v]", lo, hi)
+	}
+}

@@ -35,8 +35,9 @@ const MinWindows = 8
 // listed: the value over every window, and the percentile interval at
 // level 1-b.Alpha (95% by default) over resamples drawing circular blocks of consecutive windows, the
 // same windows for both sides. Fewer than MinWindows windows give
-// (-Inf, +Inf). A resample whose ratio is not finite (no requests on a
-// side) counts at both ends, widening the interval rather than hiding.
+// (-Inf, +Inf). Resamples whose statistic is undefined (no requests on a
+// side) are left out while few, else count at both ends
+// (definedPercentiles).
 func (b *Bootstrap) PairedWindows(n int, stat func(windows []int) float64) Interval {
 	return b.PairedUnits(n, nil, func(windows []int, _ [][]int) float64 { return stat(windows) })
 }
@@ -79,9 +80,9 @@ func (b *Bootstrap) PairedUnits(n int, units []int, stat func(windows []int, uni
 			}
 		}
 		b.drawUnits(units, drawn)
-		xs[r] = defined(stat(idx, drawn), r)
+		xs[r] = stat(idx, drawn)
 	}
-	iv.Low, iv.High = percentiles(xs)
+	iv.Low, iv.High = definedPercentiles(xs)
 	// A resample of k blocks knows the spread of k draws: like a mean of
 	// k values, its percentiles are too narrow by about Student's t with
 	// k-1 degrees of freedom over the normal's 1.96 (an hour of one-minute
@@ -120,9 +121,9 @@ func (b *Bootstrap) PairedUnits(n int, units []int, stat func(windows []int, uni
 	if fu > f {
 		for r := range xs {
 			b.drawUnits(units, drawn)
-			xs[r] = defined(stat(all, drawn), r)
+			xs[r] = stat(all, drawn)
 		}
-		uLow, uHigh = percentiles(xs)
+		uLow, uHigh = definedPercentiles(xs)
 	} else {
 		fu = f
 	}
@@ -132,7 +133,7 @@ func (b *Bootstrap) PairedUnits(n int, units []int, stat func(windows []int, uni
 	// decide it.
 	logs := iv.Value > 0 && iv.Low > 0
 	reach := func(end, uEnd float64) float64 {
-		if math.IsInf(end, 0) {
+		if math.IsInf(end, 0) || math.IsInf(iv.Value, 0) || math.IsNaN(iv.Value) {
 			return end
 		}
 		j, u := end-iv.Value, uEnd-iv.Value
@@ -166,14 +167,46 @@ func (b *Bootstrap) drawUnits(units []int, drawn [][]int) {
 	}
 }
 
-// defined is resample r's statistic x, or, where x is undefined (no
-// requests on a side), an end: alternately +Inf and -Inf, so that
-// undefined resamples widen both ends rather than hide.
-func defined(x float64, r int) float64 {
-	if math.IsNaN(x) || math.IsInf(x, 0) {
-		return math.Inf(1 - 2*(r%2))
+// MaxUndefined is the largest share of resamples whose statistic may be
+// undefined (NaN) and be left out of an interval.
+const MaxUndefined = 0.10
+
+// definedPercentiles is the 95% percentile interval of the resamples xs
+// (reordered), some of which may be undefined: NaN, when a resample drew
+// no requests on a side, or only windows in which a control that
+// collects rarely reported no GC (the Go runtime updates its CPU classes
+// at a GC only). Up to MaxUndefined of them are left out, and the
+// interval is the one given that the statistic exists, as a bootstrap of
+// rare events has it: counting them at the ends instead turned a GC share
+// 370× the control's into no interval at all (CI, 2026-11-29). More of
+// them count alternately at +Inf and -Inf, widening both ends rather
+// than hiding. An infinite resample (a ratio over a control that had
+// none) counts at its own end: it says which way the arm lies.
+func definedPercentiles(xs []float64) (lo, hi float64) {
+	nan := 0
+	for _, x := range xs {
+		if math.IsNaN(x) {
+			nan++
+		}
 	}
-	return x
+	if nan == 0 {
+		return percentiles(xs)
+	}
+	if float64(nan) <= MaxUndefined*float64(len(xs)) && nan < len(xs) {
+		kept := xs[:0]
+		for _, x := range xs {
+			if !math.IsNaN(x) {
+				kept = append(kept, x)
+			}
+		}
+		return percentiles(kept)
+	}
+	for r, x := range xs {
+		if math.IsNaN(x) {
+			xs[r] = math.Inf(1 - 2*(r%2))
+		}
+	}
+	return percentiles(xs)
 }
 
 // unitFactor is how much the percentile interval of a unit bootstrap of
