@@ -52,6 +52,7 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 	pf := addPromFlags(fs)
 	ns := fs.String("namespace", "", "the experiment's `NAMESPACE` (required)")
 	name := fs.String("name", "", "the experiment's `NAME` (its spec's name; required)")
+	workload := fs.String("workload", "", "the experiment's `WORKLOAD` (Deployment/web, StatefulSet/db; \"<none>\" for pods without a controller); needed only when several workloads in the namespace run an experiment of this name")
 	since := fs.Duration("since", time.Hour, "report on the last `DURATION` (unless --from and --to are given)")
 	from := fs.String("from", "", "start `TIME` (RFC 3339), with --to")
 	to := fs.String("to", "", "end `TIME` (RFC 3339), with --from")
@@ -92,6 +93,11 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: --warm-up %v: want 0 or more", errUsage, *warmUp)
 	case (*from == "") != (*to == ""):
 		return fmt.Errorf("%w: --from and --to go together", errUsage)
+	}
+	if w := *workload; w != "" && w != experiment.NoController {
+		if kind, n, ok := strings.Cut(w, "/"); !ok || kind == "" || n == "" || strings.Contains(n, "/") {
+			return fmt.Errorf("%w: --workload %q: want KIND/NAME, such as Deployment/web, or %q", errUsage, w, experiment.NoController)
+		}
 	}
 	var kinds []string
 	for _, k := range strings.Split(*failOn, ",") {
@@ -142,7 +148,7 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	in, err := experiment.Fetch(ctx, pc, pods, experiment.Query{
-		Namespace: *ns, Name: *name, From: start, To: end, Window: *window, Latency: *latency,
+		Namespace: *ns, Name: *name, Workload: *workload, From: start, To: end, Window: *window, Latency: *latency,
 		ErrorMatcher: *errMatch, Control: *control, Resamples: *resamples, Seed: *seed, Matchers: pf.match, WarmUp: *warmUp,
 	})
 	if err != nil {

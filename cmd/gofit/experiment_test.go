@@ -25,6 +25,7 @@ func TestExperimentReportFlags(t *testing.T) {
 		{[]string{"experiment", "load", "10.0.0.1:8080/work"}, 2, `URL "10.0.0.1:8080/work"`},
 		{[]string{"experiment", "report"}, 2, "--prometheus is required"},
 		{[]string{"experiment", "report", "--prometheus", "http://p:9090", "--name", "x"}, 2, "--namespace and --name are required"},
+		{[]string{"experiment", "report", "--prometheus", "http://p:9090", "--namespace", "n", "--name", "x", "--workload", "web"}, 2, `--workload "web": want KIND/NAME`},
 		{[]string{"experiment", "report", "--prometheus", "http://p:9090", "--namespace", "n", "--name", "x", "--fail-on", "harmful,wrose"}, 2, `"wrose" is not harmful`},
 		{[]string{"experiment", "report", "--prometheus", "http://p:9090", "--namespace", "n", "--name", "x", "--from", "2026-01-01T00:00:00Z"}, 2, "--from and --to go together"},
 		{[]string{"experiment", "report", "--prometheus", "http://p:9090", "--namespace", "n", "--name", "x", "--window", "10ms"}, 2, "--window 10ms"},

@@ -61,8 +61,8 @@ func TestRolloutTemplates(t *testing.T) {
 	}
 	samples := map[string]string{"namespace": "shop", "experiment": "gc"}
 	for _, a := range tmpl.Spec.Args {
-		if a.Value != "" {
-			samples[a.Name] = a.Value
+		if _, given := samples[a.Name]; !given {
+			samples[a.Name] = a.Value // its default ("" for the workload)
 		}
 	}
 	c := tmpl.Spec.Metrics[0].Provider.Job.Spec.Template.Spec.Containers[0]

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gofit-dev/gofit/kube/admission"
 	"github.com/gofit-dev/gofit/tools/promtest"
 )
 
@@ -112,7 +113,7 @@ func (g *guestRun) experiment(t *testing.T) {
 		t.Fatalf("pods by arm %v: want 2 and 2", byArm)
 	}
 	// The Lease the assignments went through is owned by the ReplicaSet.
-	lease, err := c.cs.CoordinationV1().Leases("shop").Get(g.ctx, "gofit-experiment-"+expName, metav1.GetOptions{})
+	lease, err := c.cs.CoordinationV1().Leases("shop").Get(g.ctx, admission.ExperimentLease(expName, "Deployment/"+expDeploy), metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the experiment's Lease: %v", err)
 	}
@@ -280,7 +281,7 @@ func (g *guestRun) experiment(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = poll(3*time.Minute, "the garbage collector deleting the experiment's Lease", func() (bool, error) {
-		_, err := c.cs.CoordinationV1().Leases("shop").Get(g.ctx, "gofit-experiment-"+expName, metav1.GetOptions{})
+		_, err := c.cs.CoordinationV1().Leases("shop").Get(g.ctx, admission.ExperimentLease(expName, "Deployment/"+expDeploy), metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return true, nil
 		}

@@ -217,7 +217,7 @@ func (g *guestRun) experimentGuard(t *testing.T) {
 	phase("nogc's pods replaced by the control's")
 
 	// The A/A pair ran all along under the same load and guard.
-	l, err := c.cs.CoordinationV1().Leases("shop").Get(g.ctx, "gofit-experiment-aa", metav1.GetOptions{})
+	l, err := c.cs.CoordinationV1().Leases("shop").Get(g.ctx, admission.ExperimentLease("aa", "Deployment/aa"), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

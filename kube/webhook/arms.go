@@ -49,13 +49,13 @@ import (
 // pod and it is older than settle: another replica's cache, a moment
 // behind, still counts it through the Lease.
 //
-// An experiment belongs to one workload (the pods' Deployment,
+// An experiment is its name within one workload (the pods' Deployment,
 // StatefulSet, ... as known at admission: the controller reference, and
-// for a ReplicaSet its pod-template-hash), named in the Lease: a pod of
-// another workload asking for the same experiment in the namespace gets
-// no arm, and a warning naming the first (ErrOtherOwner). An experiment
-// whose workload has no pods left, live or on their way, passes to the
-// next that asks.
+// for a ReplicaSet its pod-template-hash; admission.Workload) of one
+// namespace: each workload that runs an experiment of a name has its own
+// Lease (admission.ExperimentLease), arms counted over its own pods, and
+// its own guard status. A Lease of an older webhook (one per name and
+// namespace) is still used for the workload it names.
 //
 // The Lease goes with the experiment: it names as its owners the
 // controllers (ReplicaSets, StatefulSets, Jobs, ...) of the pods it gave
@@ -84,24 +84,13 @@ type ArmAssigner struct {
 	stop   chan struct{}
 }
 
-// ErrOtherOwner is an experiment that another workload in the namespace
-// already runs under the same name.
-var ErrOtherOwner = errors.New("the experiment belongs to another workload")
-
 // settle is how long an assignment stays in the Lease after its pod was
 // seen stored, for the caches of other replicas to catch up.
 const settle = 5 * time.Second
 
-// leaseName is the Lease of an experiment (a DNS label, so well within
-// a Lease name's 253 characters).
-func leaseName(experiment string) string { return "gofit-experiment-" + experiment }
-
-// Annotations on the Lease: the pending assignments as JSON, and the
-// workload the experiment belongs to.
-const (
-	annotationPending = "gofit.dev/pending-arms"
-	annotationOwner   = "gofit.dev/experiment-workload"
-)
+// annotationPending on the Lease: the pending assignments as JSON (the
+// workload it belongs to is in admission.AnnotationWorkload).
+const annotationPending = "gofit.dev/pending-arms"
 
 type pending struct {
 	Ticket string    `json:"ticket"`
@@ -111,33 +100,6 @@ type pending struct {
 }
 
 var podsResource = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
-
-// workload names the workload a pod belongs to, from what is known at
-// admission: "Deployment/web" for a ReplicaSet's pod whose
-// pod-template-hash ends the ReplicaSet's name (a rollout's ReplicaSets
-// are one workload), "Kind/name" of any other controller, "" for a bare
-// pod.
-func workload(m *metav1.ObjectMeta) string {
-	c := metav1.GetControllerOfNoCopy(m)
-	if c == nil {
-		return ""
-	}
-	if c.Kind == "ReplicaSet" && c.APIVersion == "apps/v1" {
-		if h := m.Labels["pod-template-hash"]; h != "" {
-			if name, ok := strings.CutSuffix(c.Name, "-"+h); ok && name != "" {
-				return "Deployment/" + name
-			}
-		}
-	}
-	return c.Kind + "/" + c.Name
-}
-
-func describe(w string) string {
-	if w == "" {
-		return "pods without a controller"
-	}
-	return w
-}
 
 // Assign implements admission.ArmAssigner.
 func (a *ArmAssigner) Assign(ctx context.Context, pod *corev1.Pod, e *admission.Experiment) (admission.Assignment, error) {
@@ -152,13 +114,13 @@ func (a *ArmAssigner) Assign(ctx context.Context, pod *corev1.Pod, e *admission.
 	if err != nil {
 		return admission.Assignment{}, err
 	}
-	unlock, err := a.lock(ctx, ns+"/"+e.Name)
+	wl := admission.Workload(&pod.ObjectMeta)
+	unlock, err := a.lock(ctx, ns+"/"+e.Name+"/"+wl)
 	if err != nil {
-		return admission.Assignment{}, fmt.Errorf("experiment %s: waiting for the assignment before: %w", e.Name, err)
+		return admission.Assignment{}, fmt.Errorf("experiment %s of %s: waiting for the assignment before: %w", e.Name, admission.DescribeWorkload(wl), err)
 	}
 	defer unlock()
 	owner := leaseOwner(pod)
-	wl := workload(&pod.ObjectMeta)
 	attempts := a.Attempts
 	if attempts <= 0 {
 		attempts = 20
@@ -181,7 +143,7 @@ func (a *ArmAssigner) Assign(ctx context.Context, pod *corev1.Pod, e *admission.
 		case <-time.After(time.Duration(n.Int64()+1) * time.Millisecond):
 		}
 	}
-	return admission.Assignment{}, fmt.Errorf("experiment %s: lease %s/%s: still conflicting after %d attempts: %w", e.Name, ns, leaseName(e.Name), attempts, err)
+	return admission.Assignment{}, fmt.Errorf("experiment %s: lease %s/%s: still conflicting after %d attempts: %w", e.Name, ns, admission.ExperimentLease(e.Name, wl), attempts, err)
 }
 
 // keyLock is one experiment's turn: a channel of one, so that waiting for
@@ -361,16 +323,28 @@ func (a *ArmAssigner) try(ctx context.Context, ns string, owner *metav1.OwnerRef
 		ttl = 30 * time.Second
 	}
 	leases := a.Client.CoordinationV1().Leases(ns)
-	name := leaseName(e.Name)
+	name := admission.ExperimentLease(e.Name, wl)
 	lease, err := leases.Get(ctx, name, metav1.GetOptions{})
 	create := apierrors.IsNotFound(err)
 	if err != nil && !create {
 		return admission.Assignment{}, fmt.Errorf("lease %s/%s: %w", ns, name, err)
 	}
 	if create {
+		// An older webhook's Lease for this workload: keep using it, its
+		// guard status and its start (maxDuration) with it.
+		legacy := admission.LegacyExperimentLease(e.Name)
+		old, err := leases.Get(ctx, legacy, metav1.GetOptions{})
+		switch {
+		case err == nil && old.Annotations[admission.AnnotationWorkload] == wl:
+			lease, create = old, false
+		case err != nil && !apierrors.IsNotFound(err):
+			return admission.Assignment{}, fmt.Errorf("lease %s/%s: %w", ns, legacy, err)
+		}
+	}
+	if create {
 		lease = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns,
 			Labels:      map[string]string{admission.LabelExperiment: e.Name, "app.kubernetes.io/managed-by": "gofit"},
-			Annotations: map[string]string{annotationOwner: wl}}}
+			Annotations: map[string]string{admission.AnnotationWorkload: wl}}}
 	}
 	if lease.Annotations == nil {
 		lease.Annotations = map[string]string{}
@@ -387,19 +361,15 @@ func (a *ArmAssigner) try(ctx context.Context, ns string, owner *metav1.OwnerRef
 	if err != nil {
 		return admission.Assignment{}, fmt.Errorf("pods of experiment %s in %s: %w", e.Name, ns, err)
 	}
-	byOwner := map[string]map[string]int{} // workload -> arm -> live pods
+	counts := map[string]int{} // arm -> live pods of this workload
 	stored := map[string]bool{}
 	for _, o := range objs {
 		p, ok := o.(*metav1.PartialObjectMetadata)
-		if !ok || p.DeletionTimestamp != nil {
+		if !ok || p.DeletionTimestamp != nil || admission.Workload(&p.ObjectMeta) != wl {
 			continue
 		}
-		w := workload(&p.ObjectMeta)
 		stored[p.Annotations[admission.AnnotationArmTicket]] = true
-		if byOwner[w] == nil {
-			byOwner[w] = map[string]int{}
-		}
-		byOwner[w][p.Labels[admission.LabelArm]]++
+		counts[p.Labels[admission.LabelArm]]++
 	}
 	kept := pend[:0]
 	for _, p := range pend {
@@ -411,33 +381,9 @@ func (a *ArmAssigner) try(ctx context.Context, ns string, owner *metav1.OwnerRef
 		}
 		kept = append(kept, p)
 	}
-	first, claimed := lease.Annotations[annotationOwner]
-	if !claimed {
-		first = wl // a Lease from before experiments had owners
-	}
-	counts := map[string]int{}
-	for arm, n := range byOwner[first] {
-		counts[arm] += n
-	}
 	for _, p := range kept {
 		if !stored[p.Ticket] && p.Seen.IsZero() {
 			counts[p.Arm]++ // on its way: not in the cache yet
-		}
-	}
-	if first != wl {
-		live := 0
-		for _, n := range counts {
-			live += n
-		}
-		if live > 0 {
-			return admission.Assignment{}, fmt.Errorf("%w: experiment %s in namespace %s belongs to %s (%d pods; Lease %s); name this workload's experiment otherwise",
-				ErrOtherOwner, e.Name, ns, describe(first), live, name)
-		}
-		// The first workload has no pods left: the experiment is this
-		// one's now.
-		first, kept, counts = wl, kept[:0], map[string]int{}
-		for arm, n := range byOwner[wl] {
-			counts[arm] += n
 		}
 	}
 	ticket, err := newTicket()
@@ -455,7 +401,7 @@ func (a *ArmAssigner) try(ctx context.Context, ns string, owner *metav1.OwnerRef
 		return admission.Assignment{}, err
 	}
 	lease.Annotations[annotationPending] = string(b)
-	lease.Annotations[annotationOwner] = first
+	lease.Annotations[admission.AnnotationWorkload] = wl
 	lease.OwnerReferences = withOwner(lease.OwnerReferences, owner)
 	if create {
 		_, err = leases.Create(ctx, lease, metav1.CreateOptions{})

@@ -36,7 +36,7 @@ func TestArmAssignerSkipsStoppedArms(t *testing.T) {
 		t.Fatal(err)
 	}
 	leases := cs.CoordinationV1().Leases("shop")
-	l, err := leases.Get(ctx, "gofit-experiment-g", metav1.GetOptions{})
+	l, err := leases.Get(ctx, admission.ExperimentLease("g", ""), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,15 +2,15 @@ package webhook
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -67,7 +67,7 @@ func TestExperimentLeaseGoesWithItsOwners(t *testing.T) {
 	as := newAssigner(t, cfg)
 	owners := func(t *testing.T) []metav1.OwnerReference {
 		t.Helper()
-		l, err := cs.CoordinationV1().Leases("shop").Get(ctx, leaseName("gmp"), metav1.GetOptions{})
+		l, err := cs.CoordinationV1().Leases("shop").Get(ctx, admission.ExperimentLease("gmp", "Deployment/web"), metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -107,14 +107,19 @@ func TestExperimentLeaseGoesWithItsOwners(t *testing.T) {
 		assign(t, podOf(rs1))
 		wantOwners(t, rs1, rs2)
 	})
-	t.Run("a bare pod is another workload: no arm, no owner", func(t *testing.T) {
-		if _, err := as.Assign(ctx, podOf(nil), e); !errors.Is(err, ErrOtherOwner) || !strings.Contains(err.Error(), "Deployment/web") {
-			t.Errorf("a bare pod in Deployment web's experiment: %v, want ErrOtherOwner naming Deployment/web", err)
-		}
+	t.Run("a bare pod is another workload: its own Lease, no owner", func(t *testing.T) {
+		assign(t, podOf(nil))
 		wantOwners(t, rs1, rs2)
+		l, err := cs.CoordinationV1().Leases("shop").Get(ctx, admission.ExperimentLease("gmp", ""), metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("the bare pods' Lease: %v", err)
+		}
+		if len(l.OwnerReferences) != 0 || l.Annotations[admission.AnnotationWorkload] != "" {
+			t.Errorf("bare pods' Lease: owners %+v, workload %q: want none", l.OwnerReferences, l.Annotations[admission.AnnotationWorkload])
+		}
 	})
 	t.Run("an old Lease without owners gains them", func(t *testing.T) {
-		l, err := cs.CoordinationV1().Leases("shop").Get(ctx, leaseName("gmp"), metav1.GetOptions{})
+		l, err := cs.CoordinationV1().Leases("shop").Get(ctx, admission.ExperimentLease("gmp", "Deployment/web"), metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,7 +138,7 @@ func TestExperimentLeaseGoesWithItsOwners(t *testing.T) {
 		gc := newAssigner(t, cfg)
 		gc.now = func() time.Time {
 			if !deleted.Swap(true) {
-				if err := cs.CoordinationV1().Leases("shop").Delete(ctx, leaseName("gmp"), metav1.DeleteOptions{}); err != nil {
+				if err := cs.CoordinationV1().Leases("shop").Delete(ctx, admission.ExperimentLease("gmp", "Deployment/web"), metav1.DeleteOptions{}); err != nil {
 					t.Errorf("delete the lease: %v", err)
 				}
 			}
@@ -149,13 +154,14 @@ func TestExperimentLeaseGoesWithItsOwners(t *testing.T) {
 	})
 }
 
-// TestExperimentKeyedByOwner: two Deployments in one namespace that used
+// TestExperimentPerWorkload: two Deployments in one namespace that used
 // the same experiment name merged their arms (pods were counted by the
-// label alone). The experiment belongs to the first workload now: the
-// second's pods get no arm and an error naming the first, the first's
-// counts ignore any other workload's pods that carry the label, and once
-// the first has no pods left the name passes to the next.
-func TestExperimentKeyedByOwner(t *testing.T) {
+// label alone), and later the second was refused any arm. An experiment
+// is its name within one workload: each Deployment gets its own Lease
+// and its arms counted over its own pods only, whatever labels another
+// workload's pods carry; an older webhook's Lease (one per name) is kept
+// for the workload it names, its guard status with it.
+func TestExperimentPerWorkload(t *testing.T) {
 	cfg := kubetest.Start(t, nil)
 	ctx := context.Background()
 	cs := kubernetes.NewForConfigOrDie(cfg)
@@ -188,49 +194,58 @@ func TestExperimentKeyedByOwner(t *testing.T) {
 		}
 	}
 	as := newAssigner(t, cfg)
-	var arms []string
-	for range 2 {
-		a, err := as.Assign(ctx, podOf("web"), e)
+	next := func(t *testing.T, deploy string) string {
+		t.Helper()
+		a, err := as.Assign(ctx, podOf(deploy), e)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("Deployment %s: %v", deploy, err)
 		}
-		store(t, podOf("web"), a)
-		arms = append(arms, a.Arm)
+		store(t, podOf(deploy), a)
+		return a.Arm
 	}
-	if fmt.Sprint(arms) != "[a b]" {
-		t.Fatalf("web's arms %v, want [a b]", arms)
+	if got := next(t, "web") + " " + next(t, "web"); got != "a b" {
+		t.Fatalf("web's arms %s, want a b", got)
 	}
-	_, err = as.Assign(ctx, podOf("api"), e)
-	if !errors.Is(err, ErrOtherOwner) || !strings.Contains(err.Error(), "Deployment/web") {
-		t.Fatalf("Deployment api asking for web's experiment: %v, want ErrOtherOwner naming Deployment/web", err)
+	// api runs its own gmp: its first pod starts its own count.
+	if got := next(t, "api"); got != "a" {
+		t.Errorf("api's first pod: arm %s, want a (web's pods counted in api's arms)", got)
 	}
-	// A pod of api labelled by hand with arm a is not one of web's.
+	// A pod of api labelled by hand with arm a is api's, not web's.
 	store(t, podOf("api"), admission.Assignment{Arm: "a", Ticket: "by-hand"})
-	a, err := as.Assign(ctx, podOf("web"), e)
-	if err != nil {
+	if got := next(t, "web"); got != "a" { // web has 1 a, 1 b: a tie goes to a
+		t.Errorf("web's third pod: arm %s, want a (api's pods counted in web's arms)", got)
+	}
+	if got := next(t, "api"); got != "b" { // api has 2 a
+		t.Errorf("api's third pod: arm %s, want b", got)
+	}
+	for _, w := range []string{"Deployment/web", "Deployment/api"} {
+		l, err := cs.CoordinationV1().Leases("shop").Get(ctx, admission.ExperimentLease("gmp", w), metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("%s's Lease: %v", w, err)
+		}
+		if got := l.Annotations[admission.AnnotationWorkload]; got != w || l.Labels[admission.LabelExperiment] != "gmp" {
+			t.Errorf("%s's Lease: workload %q, labels %v", w, got, l.Labels)
+		}
+	}
+	// An older webhook's Lease, its arm b stopped by the guard: still
+	// the experiment of the workload it names.
+	st := admission.GuardStatus{Stopped: map[string]admission.ArmStop{"b": {At: time.Now().UTC(), Reason: "harmful"}}}
+	legacy := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: admission.LegacyExperimentLease("gmp"), Namespace: "shop",
+		Labels:      map[string]string{admission.LabelExperiment: "gmp"},
+		Annotations: map[string]string{admission.AnnotationWorkload: "Deployment/old", admission.AnnotationGuard: st.String()}}}
+	if _, err := cs.CoordinationV1().Leases("shop").Create(ctx, legacy, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if a.Arm != "a" { // web has 1 a, 1 b: a tie goes to a
-		t.Errorf("web's third pod: arm %s, want a (api's pod counted in web's arms)", a.Arm)
+	if got := next(t, "old") + " " + next(t, "old"); got != "a a" {
+		t.Errorf("Deployment old's arms %s, want a a (b stopped in its older Lease)", got)
 	}
-	store(t, podOf("web"), a)
-	// web's pods go: the name passes to api.
-	if err := cs.CoreV1().Pods("shop").DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, metav1.ListOptions{LabelSelector: "app=web"}); err != nil {
-		t.Fatal(err)
+	if _, err := cs.CoordinationV1().Leases("shop").Get(ctx, admission.ExperimentLease("gmp", "Deployment/old"), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("Deployment old got a new Lease (%v): want its older one kept", err)
 	}
-	l, err := cs.CoordinationV1().Leases("shop").Get(ctx, leaseName("gmp"), metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	l, err := cs.CoordinationV1().Leases("shop").Get(ctx, admission.LegacyExperimentLease("gmp"), metav1.GetOptions{})
+	if err != nil || l.Annotations[annotationPending] == "" {
+		t.Errorf("older Lease: %v, pending %q: want the assignments in it", err, l.Annotations[annotationPending])
 	}
-	l.Annotations[annotationPending] = "" // web's assignments on their way are gone too
-	if _, err := cs.CoordinationV1().Leases("shop").Update(ctx, l, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "api to get the experiment", 10*time.Second, func() bool {
-		a, err := as.Assign(ctx, podOf("api"), e)
-		// api has one pod (the stray, arm a): its next is b.
-		return err == nil && a.Arm == "b"
-	})
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -58,7 +58,7 @@ func TestArmAssignerCountsAssignmentsNotYetStored(t *testing.T) {
 	// The pending ones whose pods never came expire: the two stored pods
 	// are a tie, and a tie goes to the first arm.
 	now = now.Add(2 * time.Minute)
-	l, err := cs.CoordinationV1().Leases("shop").Get(ctx, "gofit-experiment-g", metav1.GetOptions{})
+	l, err := cs.CoordinationV1().Leases("shop").Get(ctx, admission.ExperimentLease("g", ""), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -166,6 +166,7 @@ func (a *Arm) flat(idx, units []int, buf []Window) []Window {
 type Input struct {
 	Experiment string
 	Namespace  string
+	Workload   string // the experiment's workload, "" when not known
 	Control    string
 	From, To   time.Time
 	Window     time.Duration
@@ -387,6 +388,7 @@ const Harmful = "harmful"
 type Results struct {
 	Experiment    string            `json:"experiment"`
 	Namespace     string            `json:"namespace"`
+	Workload      string            `json:"workload,omitempty"`
 	Control       string            `json:"control"`
 	From          time.Time         `json:"from"`
 	To            time.Time         `json:"to"`
@@ -480,7 +482,7 @@ func Analyze(in Input) (*Results, error) {
 		harm = DefaultHarm()
 	}
 	res := &Results{
-		Experiment: in.Experiment, Namespace: in.Namespace, Control: in.Control, From: in.From, To: in.To,
+		Experiment: in.Experiment, Namespace: in.Namespace, Workload: in.Workload, Control: in.Control, From: in.From, To: in.To,
 		WindowSeconds: sec, Windows: n, BlockWindows: stats.WindowBlock(n), Resamples: in.Resamples, Seed: in.Seed,
 		Sources: in.Sources, Notes: append([]string{}, in.Notes...), Verdicts: []Verdict{},
 		Look: 1, Looks: 1, Alpha: 0.05,

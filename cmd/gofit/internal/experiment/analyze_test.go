@@ -338,7 +338,7 @@ func TestSpecOfLivePods(t *testing.T) {
 		p.Status.ContainerStatuses = []corev1.ContainerStatus{cs}
 		return p
 	}
-	s := specOf([]corev1.Pod{pod("p1", "a", 0, false), pod("p2", "b", 2, true), pod("p3", "a", 1, false)})
+	s := specOf([]corev1.Pod{pod("p1", "a", 0, false), pod("p2", "b", 2, true), pod("p3", "a", 1, false)}, "")
 	if fmt.Sprint(s.Arms) != "[a b]" || s.Control != "b" || len(s.Pods["a"]) != 2 || s.Restarts["b"] != 2 || s.OOMKills["b"] != 1 || s.OOMKills["a"] != 0 || s.Restarts["a"] != 1 || s.MaxDuration != 3*time.Hour {
 		t.Errorf("spec %+v", s)
 	}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,15 +15,23 @@ import (
 
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gofit-dev/gofit/kube/admission"
 )
 
 // Query is what to fetch.
 type Query struct {
 	Namespace string
 	Name      string // the experiment
-	From, To  time.Time
-	Window    time.Duration // the paired windows' length (the range queries' step)
-	Latency   string        // the service's latency histogram (classic or native), seconds
+	// Workload is the experiment's workload ("Deployment/web", as
+	// admission.Workload names it; NoController for pods without one).
+	// "" means the only one that runs an experiment of this name in the
+	// namespace: with two, Fetch asks for one.
+	Workload string
+	From, To time.Time
+	Window   time.Duration // the paired windows' length (the range queries' step)
+	Latency  string        // the service's latency histogram (classic or native), seconds
 	// ErrorMatcher selects the failed requests among the histogram's
 	// series (a PromQL label matcher such as code=~"5..").
 	ErrorMatcher string
@@ -40,19 +50,62 @@ type Query struct {
 // arm, the spec a live pod carries (arm order and control) and the
 // restarts of its live containers.
 type Spec struct {
-	Arms     []string             // in the spec's order; nil when no live pod had one
-	Control  string               // the spec's control
-	Pods     map[string][]string  // arm → live pods
-	Restarts map[string]float64   // arm → container restarts of its live pods
-	OOMKills map[string]float64   // arm → live containers whose last end was an OOM kill
-	Started  map[string]time.Time // pod → when it started
+	// Workloads are the workloads whose live pods run an experiment of
+	// this name, whichever was asked for (NoController for pods without
+	// one).
+	Workloads []string
+	Arms      []string             // in the spec's order; nil when no live pod had one
+	Control   string               // the spec's control
+	Pods      map[string][]string  // arm → live pods
+	Restarts  map[string]float64   // arm → container restarts of its live pods
+	OOMKills  map[string]float64   // arm → live containers whose last end was an OOM kill
+	Started   map[string]time.Time // pod → when it started
 	// MaxDuration is the spec's maxDuration, 0 without one.
 	MaxDuration time.Duration
 }
 
-// PodSource finds an experiment's live pods (the API server).
+// PodSource finds an experiment's live pods (the API server): those of
+// workload, or of every workload for "".
 type PodSource interface {
-	Experiment(ctx context.Context, namespace, name string) (Spec, error)
+	Experiment(ctx context.Context, namespace, name, workload string) (Spec, error)
+}
+
+// NoController is the workload of pods without a controller, as
+// kube-state-metrics's kube_pod_owner names it.
+const NoController = "<none>"
+
+// WorkloadOf is admission.Workload with NoController for "".
+func WorkloadOf(m *metav1.ObjectMeta) string {
+	if w := admission.Workload(m); w != "" {
+		return w
+	}
+	return NoController
+}
+
+// sameWorkload reports whether a gone pod's workload (ownerWorkload's,
+// which takes a ReplicaSet for a Deployment's) is want: an Argo Rollout's
+// ReplicaSets look the same in kube_pod_owner.
+func sameWorkload(gone, want string) bool {
+	if gone == want {
+		return true
+	}
+	name, ok := strings.CutPrefix(want, "Rollout/")
+	return ok && gone == "Deployment/"+name
+}
+
+// ownerWorkload is the workload of a gone pod from its kube_pod_owner
+// series: a ReplicaSet's NAME-HASH is taken for Deployment NAME, as for
+// live pods (where the pod-template-hash label says so).
+func ownerWorkload(kind, name string) string {
+	switch {
+	case kind == "" || kind == NoController:
+		return NoController
+	case kind == "ReplicaSet":
+		if i := strings.LastIndexByte(name, '-'); i > 0 && i < len(name)-1 {
+			return "Deployment/" + name[:i]
+		}
+	}
+	return kind + "/" + name
 }
 
 // Fetch finds the arms' pods and reads their series into paired windows.
@@ -76,9 +129,18 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 	var sources []string
 	if pods != nil {
 		var err error
-		spec, err = pods.Experiment(ctx, q.Namespace, q.Name)
+		spec, err = pods.Experiment(ctx, q.Namespace, q.Name, q.Workload)
 		if err != nil {
 			return Input{}, fmt.Errorf("pods of experiment %s in %s from the API server: %w", q.Name, q.Namespace, err)
+		}
+		if q.Workload == "" {
+			if len(spec.Workloads) > 1 {
+				return Input{}, fmt.Errorf("experiment %s in namespace %s runs in %d workloads (%s), each its own experiment: name one with --workload", q.Name, q.Namespace, len(spec.Workloads), strings.Join(spec.Workloads, ", "))
+			}
+			if len(spec.Workloads) == 1 {
+				q.Workload = spec.Workloads[0]
+				f.q.Workload = q.Workload
+			}
 		}
 		for arm, ps := range spec.Pods {
 			for _, p := range ps {
@@ -96,17 +158,56 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 	if err != nil {
 		return Input{}, err
 	}
-	added := 0
+	// Their workloads: kube_pod_owner, exported by default.
+	owners := map[string]string{} // gone pod → workload
+	if len(kept) > 0 {
+		ows, err := f.matrix(fmt.Sprintf(`max by (pod, owner_kind, owner_name) (kube_pod_owner{namespace=%q, owner_is_controller=~"true|<none>"%s})`, q.Namespace, extra), false)
+		if err != nil {
+			return Input{}, err
+		}
+		for _, s := range ows {
+			owners[string(s.Metric["pod"])] = ownerWorkload(string(s.Metric["owner_kind"]), string(s.Metric["owner_name"]))
+		}
+	}
+	added, unknown := 0, 0
+	goneIn := map[string]bool{} // workloads of the gone pods, none asked for
 	for _, s := range kept {
 		p, arm := string(s.Metric["pod"]), string(s.Metric["label_gofit_dev_arm"])
 		if p == "" || arm == "" {
 			continue
 		}
-		if _, ok := armOf[p]; !ok {
-			armOf[p] = arm
-			added++
+		if _, ok := armOf[p]; ok {
+			continue
+		}
+		w, known := owners[p]
+		switch {
+		case !known && len(owners) > 0:
+			unknown++
+			continue
+		case !known:
+			// No kube_pod_owner at all: every workload's gone pods
+			// count, as they did before experiments were per workload.
+		case q.Workload != "" && !sameWorkload(w, q.Workload):
+			continue
+		case q.Workload == "":
+			goneIn[w] = true
+		}
+		armOf[p] = arm
+		added++
+	}
+	if q.Workload == "" && len(goneIn) > 1 {
+		ws := slices.Sorted(maps.Keys(goneIn))
+		return Input{}, fmt.Errorf("experiment %s in namespace %s ran in %d workloads (%s), each its own experiment: name one with --workload", q.Name, q.Namespace, len(ws), strings.Join(ws, ", "))
+	}
+	if q.Workload == "" && len(goneIn) == 1 {
+		for w := range goneIn {
+			q.Workload = w
 		}
 	}
+	if unknown > 0 {
+		in.Notes = append(in.Notes, fmt.Sprintf("%d gone pods of experiment %s left out: kube_pod_owner does not say their workload", unknown, q.Name))
+	}
+	in.Workload = q.Workload
 	if len(kept) > 0 {
 		sources = append(sources, fmt.Sprintf("Prometheus kube_pod_labels (%d pods, %d not live)", len(kept), added))
 	}

@@ -12,6 +12,10 @@ import (
 
 	"github.com/prometheus/client_golang/api"
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gofit-dev/gofit/kube/admission"
 )
 
 // promStub answers range queries from canned matrices: the first rule
@@ -66,7 +70,7 @@ func nativeSeries(from time.Time, pod string, counts ...float64) string {
 
 type pods map[string][]string
 
-func (p pods) Experiment(context.Context, string, string) (Spec, error) {
+func (p pods) Experiment(context.Context, string, string, string) (Spec, error) {
 	return Spec{Arms: []string{"a", "b"}, Control: "a", Pods: p, Restarts: map[string]float64{"b": 1}, OOMKills: map[string]float64{}}, nil
 }
 
@@ -85,7 +89,7 @@ func fetchFrom(t *testing.T, stub *promStub, live PodSource) Input {
 		t.Fatal(err)
 	}
 	for _, q := range stub.seen {
-		if strings.Contains(q, "kube_pod_labels") {
+		if strings.Contains(q, "kube_pod_labels") || strings.Contains(q, "kube_pod_owner") {
 			continue
 		}
 		if !strings.Contains(q, `namespace="shop"`) || !strings.Contains(q, `pod=~"`) {
@@ -197,8 +201,8 @@ func TestFetchExtraMatchers(t *testing.T) {
 
 type startedPods struct{ pods }
 
-func (p startedPods) Experiment(ctx context.Context, ns, name string) (Spec, error) {
-	s, _ := p.pods.Experiment(ctx, ns, name)
+func (p startedPods) Experiment(ctx context.Context, ns, name, workload string) (Spec, error) {
+	s, _ := p.pods.Experiment(ctx, ns, name, workload)
 	s.Started = map[string]time.Time{"b-1": time.Unix(1_700_000_000, 0).Add(-30 * time.Second)}
 	return s, nil
 }
@@ -247,6 +251,104 @@ func TestFetchReadiness(t *testing.T) {
 		b := in.Arms[1].Windows[0]
 		if !in.Have["ready"] || !strings.HasPrefix(in.Sources["ready"], c.src) || b[1].Unready != 0.5 || b[2].Unready != 1 || b[0].Has&HasReady == 0 {
 			t.Errorf("%s: have %v, source %q, b-1 windows %+v", c.src, in.Have["ready"], in.Sources["ready"], b)
+		}
+	}
+}
+
+// livePodsOf is a PodSource over real pod objects, as the API server
+// lists them.
+type livePodsOf []corev1.Pod
+
+func (p livePodsOf) Experiment(_ context.Context, _, _, workload string) (Spec, error) {
+	return specOf(p, workload), nil
+}
+
+// TestFetchPerWorkload: an experiment is its name within one workload.
+// Two Deployments that both run gmp in shop are two experiments: a report
+// without --workload names both and asks for one, and one with it counts
+// only that workload's pods, live and gone (by kube_pod_owner).
+func TestFetchPerWorkload(t *testing.T) {
+	from := time.Unix(1_700_000_000, 0)
+	yes := true
+	pod := func(name, deploy, arm string) corev1.Pod {
+		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop",
+			Labels:          map[string]string{admission.LabelExperiment: "g", admission.LabelArm: arm, "pod-template-hash": "abc12"},
+			Annotations:     map[string]string{admission.AnnotationExperiment: "name: g\narms: [{name: a, fit: gofit}, {name: b, fit: none}]"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: deploy + "-abc12", Controller: &yes}}}}
+	}
+	live := livePodsOf{pod("web-1", "web", "a"), pod("web-2", "web", "b"), pod("api-1", "api", "a"), pod("api-2", "api", "b")}
+	stub := &promStub{t: t, rules: []stubRule{
+		{"kube_pod_labels", "[" + series(from, map[string]string{"pod": "web-old", "label_gofit_dev_arm": "b"}, 1, 1, 1) + "," +
+			series(from, map[string]string{"pod": "api-old", "label_gofit_dev_arm": "a"}, 1, 1, 1) + "," +
+			series(from, map[string]string{"pod": "who-old", "label_gofit_dev_arm": "a"}, 1, 1, 1) + "]"},
+		{"kube_pod_owner", "[" + series(from, map[string]string{"pod": "web-old", "owner_kind": "ReplicaSet", "owner_name": "web-zz9"}, 1, 1, 1) + "," +
+			series(from, map[string]string{"pod": "api-old", "owner_kind": "ReplicaSet", "owner_name": "api-x1"}, 1, 1, 1) + "]"},
+		{"process_cpu_seconds_total", "[" + series(from, map[string]string{"pod": "web-1"}, 6, 6, 6) + "," + series(from, map[string]string{"pod": "api-1"}, 6, 6, 6) + "]"},
+	}}
+	srv := httptest.NewServer(stub)
+	defer srv.Close()
+	c, err := api.NewClient(api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := Query{Namespace: "shop", Name: "g", From: from, To: from.Add(3 * time.Minute), Window: time.Minute, Latency: "http_request_duration_seconds", ErrorMatcher: `code=~"5.."`}
+	_, err = Fetch(context.Background(), v1.NewAPI(c), live, q)
+	if err == nil || !strings.Contains(err.Error(), "Deployment/api, Deployment/web") || !strings.Contains(err.Error(), "--workload") {
+		t.Fatalf("two workloads, none named: %v, want an error naming both and --workload", err)
+	}
+	q.Workload = "Deployment/web"
+	in, err := Fetch(context.Background(), v1.NewAPI(c), live, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, a := range in.Arms {
+		got = append(got, a.Name+":"+strings.Join(a.Pods, ","))
+	}
+	if fmt.Sprint(got) != "[a:web-1 b:web-2,web-old]" || in.Workload != "Deployment/web" {
+		t.Errorf("web's arms %v (workload %q), want [a:web-1 b:web-2,web-old]", got, in.Workload)
+	}
+	if !strings.Contains(strings.Join(in.Notes, "\n"), "1 gone pods of experiment g left out") {
+		t.Errorf("notes %q: want the gone pod without an owner named", in.Notes)
+	}
+	// One workload live: it is the experiment, and its gone pods only.
+	in, err = Fetch(context.Background(), v1.NewAPI(c), live[2:], Query{Namespace: "shop", Name: "g", From: from, To: from.Add(3 * time.Minute), Window: time.Minute, Latency: "x", ErrorMatcher: `code=~"5.."`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = got[:0]
+	for _, a := range in.Arms {
+		got = append(got, a.Name+":"+strings.Join(a.Pods, ","))
+	}
+	if fmt.Sprint(got) != "[a:api-1,api-old b:api-2]" || in.Workload != "Deployment/api" {
+		t.Errorf("api alone: arms %v (workload %q)", got, in.Workload)
+	}
+}
+
+func TestOwnerWorkload(t *testing.T) {
+	for _, c := range [][3]string{
+		{"ReplicaSet", "web-5d8f7c", "Deployment/web"},
+		{"ReplicaSet", "web-api-77aa", "Deployment/web-api"},
+		{"StatefulSet", "db", "StatefulSet/db"},
+		{"<none>", "<none>", NoController},
+		{"", "", NoController},
+	} {
+		if got := ownerWorkload(c[0], c[1]); got != c[2] {
+			t.Errorf("ownerWorkload(%s, %s) = %s, want %s", c[0], c[1], got, c[2])
+		}
+	}
+	for _, c := range []struct {
+		gone, want string
+		same       bool
+	}{
+		{"Deployment/web", "Deployment/web", true},
+		{"Deployment/web", "Rollout/web", true},
+		{"Deployment/web", "Rollout/api", false},
+		{"Deployment/web", "StatefulSet/web", false},
+		{NoController, NoController, true},
+	} {
+		if got := sameWorkload(c.gone, c.want); got != c.same {
+			t.Errorf("sameWorkload(%s, %s) = %v", c.gone, c.want, got)
 		}
 	}
 }

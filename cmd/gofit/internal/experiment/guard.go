@@ -46,10 +46,14 @@ import (
 // newest live pod carries, and its live pods.
 type Running struct {
 	Namespace string
-	Lease     *coordinationv1.Lease
-	Spec      *admission.Experiment
-	Pods      []corev1.Pod
-	Started   time.Time // the Lease's creation: the first assignment
+	// Workload is the experiment's (Query.Workload's form): its Lease
+	// says which; "" for a Lease of a webhook from before experiments had
+	// workloads.
+	Workload string
+	Lease    *coordinationv1.Lease
+	Spec     *admission.Experiment
+	Pods     []corev1.Pod
+	Started  time.Time // the Lease's creation: the first assignment
 }
 
 // Judge fetches and analyzes an experiment at one look.
@@ -147,7 +151,7 @@ func (g *Guard) sequential(planned time.Duration) (*Sequential, error) {
 }
 
 // Find lists the running experiments: each Lease of the arm assigner
-// with a live pod that carries its spec.
+// with a live pod of its workload that carries its spec.
 func (g *Guard) Find(ctx context.Context) ([]Running, error) {
 	leases, err := g.Client.CoordinationV1().Leases(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: admission.LabelExperiment})
 	if err != nil {
@@ -162,11 +166,20 @@ func (g *Guard) Find(ctx context.Context) ([]Running, error) {
 			return nil, fmt.Errorf("list pods of experiment %s/%s: %w", l.Namespace, name, err)
 		}
 		r := Running{Namespace: l.Namespace, Lease: l, Started: l.CreationTimestamp.Time}
+		if w, ok := l.Annotations[admission.AnnotationWorkload]; ok {
+			r.Workload = w
+			if w == "" {
+				r.Workload = NoController
+			}
+		}
 		var newest *corev1.Pod
 		for j := range pods.Items {
 			p := &pods.Items[j]
 			if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 				continue
+			}
+			if r.Workload != "" && WorkloadOf(&p.ObjectMeta) != r.Workload {
+				continue // another workload's experiment of the same name
 			}
 			r.Pods = append(r.Pods, *p)
 			if _, ok := p.Annotations[admission.AnnotationExperiment]; ok && (newest == nil || p.CreationTimestamp.After(newest.CreationTimestamp.Time)) {
@@ -182,7 +195,7 @@ func (g *Guard) Find(ctx context.Context) ([]Running, error) {
 		out = append(out, r)
 	}
 	sort.Slice(out, func(i, j int) bool {
-		return out[i].Namespace+"/"+out[i].Spec.Name < out[j].Namespace+"/"+out[j].Spec.Name
+		return out[i].Namespace+"/"+out[i].Spec.Name+"/"+out[i].Workload < out[j].Namespace+"/"+out[j].Spec.Name+"/"+out[j].Workload
 	})
 	return out, nil
 }
@@ -197,7 +210,7 @@ func (g *Guard) Once(ctx context.Context) error {
 	var errs []error
 	for _, r := range exps {
 		if err := g.guard(ctx, r); err != nil {
-			errs = append(errs, fmt.Errorf("experiment %s/%s: %w", r.Namespace, r.Spec.Name, err))
+			errs = append(errs, fmt.Errorf("experiment %s/%s of %s: %w", r.Namespace, r.Spec.Name, r.Workload, err))
 		}
 	}
 	g.Metrics.running(len(exps))
@@ -230,7 +243,7 @@ func (g *Guard) guard(ctx context.Context, r Running) error {
 		g.event(ctx, r, "ExperimentEnded", fmt.Sprintf("experiment %s ran its maxDuration %s: new pods get the control %s", e.Name, e.MaxDuration, e.Control))
 		g.log().Info("experiment ended", "namespace", r.Namespace, "experiment", e.Name)
 	}
-	g.Metrics.ended(r.Namespace, e.Name, e.Deadline() > 0 && now.Sub(r.Started) >= e.Deadline())
+	g.Metrics.ended(r.Namespace, e.Name, r.Workload, e.Deadline() > 0 && now.Sub(r.Started) >= e.Deadline())
 	planned := e.Deadline()
 	if planned <= 0 {
 		planned = g.Looks.Planned
@@ -244,13 +257,13 @@ func (g *Guard) guard(ctx context.Context, r Running) error {
 		return fmt.Errorf("judge: %w", err)
 	}
 	if err != nil {
-		g.log().Info("look", "namespace", r.Namespace, "experiment", e.Name, "no_data", err.Error())
+		g.log().Info("look", "namespace", r.Namespace, "experiment", e.Name, "workload", r.Workload, "no_data", err.Error())
 	}
 	if res != nil {
 		// What each look saw, an arm a line: why an arm was or was not
 		// stopped can be read after the fact.
 		for _, a := range res.Arms {
-			g.log().Info("look", "namespace", r.Namespace, "experiment", e.Name, "look", fmt.Sprintf("%d/%d", res.Look, res.Looks),
+			g.log().Info("look", "namespace", r.Namespace, "experiment", e.Name, "workload", r.Workload, "look", fmt.Sprintf("%d/%d", res.Look, res.Looks),
 				"arm", a.Name, "pods", len(a.Pods), "windows", a.Windows, "restarts", a.Restarts, "oom_kills", a.OOMKills,
 				"unready_share", float64(a.Unready), "harms", len(a.Harms))
 		}
@@ -269,14 +282,14 @@ func (g *Guard) guard(ctx context.Context, r Running) error {
 			}
 			st.Stopped = withStop(st.Stopped, d.Arm, d.Reason, now)
 			g.event(ctx, r, "ArmStopped", fmt.Sprintf("experiment %s: arm %s stopped as harmful against %s (look %d of %d): %s; its pods are evicted and new pods get the other arms", e.Name, d.Arm, res.Control, res.Look, res.Looks, d.Reason))
-			g.log().Warn("arm stopped", "namespace", r.Namespace, "experiment", e.Name, "arm", d.Arm, "reason", d.Reason)
+			g.log().Warn("arm stopped", "namespace", r.Namespace, "experiment", e.Name, "workload", r.Workload, "arm", d.Arm, "reason", d.Reason)
 		}
 	}
 	for arm := range st.Stopped {
 		if arm == e.Control {
 			continue
 		}
-		g.Metrics.stopped(r.Namespace, e.Name, arm)
+		g.Metrics.stopped(r.Namespace, e.Name, r.Workload, arm)
 		if err := g.evict(ctx, r, arm); err != nil {
 			return err
 		}
@@ -433,9 +446,9 @@ func NewGuardMetrics(reg prometheus.Registerer) *GuardMetrics {
 		runningGauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gofit_experiment_running",
 			Help: "Experiments the guard judged at its last look."}),
 		stoppedGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gofit_experiment_arm_stopped",
-			Help: "1 for an arm the guard stopped as harmful: new pods no longer get it."}, []string{"namespace", "experiment", "arm"}),
+			Help: "1 for an arm the guard stopped as harmful: new pods no longer get it."}, []string{"namespace", "experiment", "workload", "arm"}),
 		endedGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gofit_experiment_ended",
-			Help: "1 for an experiment past its maxDuration: new pods get the control."}, []string{"namespace", "experiment"}),
+			Help: "1 for an experiment past its maxDuration: new pods get the control."}, []string{"namespace", "experiment", "workload"}),
 	}
 	reg.MustRegister(m.looks, m.evictions, m.runningGauge, m.stoppedGauge, m.endedGauge)
 	return m
@@ -459,19 +472,19 @@ func (m *GuardMetrics) running(n int) {
 	}
 }
 
-func (m *GuardMetrics) stopped(ns, exp, arm string) {
+func (m *GuardMetrics) stopped(ns, exp, workload, arm string) {
 	if m != nil {
-		m.stoppedGauge.WithLabelValues(ns, exp, arm).Set(1)
+		m.stoppedGauge.WithLabelValues(ns, exp, workload, arm).Set(1)
 	}
 }
 
-func (m *GuardMetrics) ended(ns, exp string, ended bool) {
+func (m *GuardMetrics) ended(ns, exp, workload string, ended bool) {
 	if m != nil {
 		v := 0.0
 		if ended {
 			v = 1
 		}
-		m.endedGauge.WithLabelValues(ns, exp).Set(v)
+		m.endedGauge.WithLabelValues(ns, exp, workload).Set(v)
 	}
 }
 
@@ -486,7 +499,7 @@ type PromJudge struct {
 // Judge implements Judge.
 func (p PromJudge) Judge(ctx context.Context, r Running, seq *Sequential) (*Results, error) {
 	q := p.Query
-	q.Namespace, q.Name = r.Namespace, r.Spec.Name
+	q.Namespace, q.Name, q.Workload = r.Namespace, r.Spec.Name, r.Workload
 	q.To = time.Now().Truncate(q.Window)
 	q.From = r.Started.Truncate(q.Window)
 	if q.To.Sub(q.From) < q.Window*stats.MinWindows {

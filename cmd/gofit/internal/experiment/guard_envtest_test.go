@@ -67,12 +67,22 @@ type guardWorld struct {
 
 func (w *guardWorld) experiment(spec string, pods int) *admission.Experiment {
 	w.t.Helper()
+	return w.experimentOf("", spec, pods)
+}
+
+// experimentOf is experiment in the workload (ReplicaSet APP-rs, pods
+// labelled app=APP) of app, "" for the experiment's name.
+func (w *guardWorld) experimentOf(app, spec string, pods int) *admission.Experiment {
+	w.t.Helper()
 	e, err := admission.ParseExperiment(spec)
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	labels := map[string]string{"app": e.Name}
-	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: e.Name + "-rs", Namespace: "shop"},
+	if app == "" {
+		app = e.Name
+	}
+	labels := map[string]string{"app": app}
+	rs := &appsv1.ReplicaSet{ObjectMeta: metav1.ObjectMeta{Name: app + "-rs", Namespace: "shop"},
 		Spec: appsv1.ReplicaSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}}}}}
@@ -80,21 +90,21 @@ func (w *guardWorld) experiment(spec string, pods int) *admission.Experiment {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	w.rs[e.Name] = rs
+	w.rs[app] = rs
 	for i := range pods {
-		w.pod(e, spec, fmt.Sprintf("%s-%d", e.Name, i))
+		w.pod(app, e, spec, fmt.Sprintf("%s-%d", app, i))
 	}
 	return e
 }
 
 // pod admits one pod of the experiment: it asks the assigner for an arm
 // and stores the pod with it, as the webhook would.
-func (w *guardWorld) pod(e *admission.Experiment, spec, name string) string {
+func (w *guardWorld) pod(app string, e *admission.Experiment, spec, name string) string {
 	w.t.Helper()
-	rs := w.rs[e.Name]
+	rs := w.rs[app]
 	yes := true
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop",
-		Labels:          map[string]string{"app": e.Name},
+		Labels:          map[string]string{"app": app},
 		Annotations:     map[string]string{admission.AnnotationExperiment: spec},
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: rs.Name, UID: rs.UID, Controller: &yes}}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}}}
@@ -117,9 +127,10 @@ func (w *guardWorld) pod(e *admission.Experiment, spec, name string) string {
 	return a.Arm
 }
 
-func (w *guardWorld) arms(exp string) map[string]int {
+// arms counts the live pods of app's workload by arm.
+func (w *guardWorld) arms(app string) map[string]int {
 	w.t.Helper()
-	ps, err := w.cs.CoreV1().Pods("shop").List(w.ctx, metav1.ListOptions{LabelSelector: admission.LabelExperiment + "=" + exp})
+	ps, err := w.cs.CoreV1().Pods("shop").List(w.ctx, metav1.ListOptions{LabelSelector: "app=" + app})
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -145,8 +156,10 @@ func (w *guardWorld) events(involved string) []corev1.Event {
 // Warning Event on its ReplicaSet, the metric), after which the webhook's
 // assigner gives new pods the control; the A/A one is left alone; a
 // PodDisruptionBudget that allows no disruption keeps a stopped arm's
-// pods until a later look. A second look repeats nothing, and a look
-// past maxDuration writes the end once.
+// pods until a later look. Another workload that runs an experiment of
+// the same name is another experiment: judged on its own, untouched. A
+// second look repeats nothing, and a look past maxDuration writes the
+// end once.
 func TestGuardStopsAHarmfulArm(t *testing.T) {
 	ctx := context.Background()
 	cs, md := startAPIServer(t)
@@ -161,6 +174,7 @@ func TestGuardStopsAHarmfulArm(t *testing.T) {
 	harm := w.experiment(harmSpec, 4)
 	w.experiment(aaSpec, 4)
 	w.experiment(heldSpec, 4)
+	w.experimentOf("harm-too", harmSpec, 4) // harm in another workload, healthy
 	pdb := &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "held", Namespace: "shop"},
 		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &intstr.IntOrString{Type: intstr.Int, IntVal: 4},
 			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "held"}}}}
@@ -175,12 +189,12 @@ func TestGuardStopsAHarmfulArm(t *testing.T) {
 	// restarting every other minute from minute 10.
 	judged := map[string]int{}
 	judge := func(_ context.Context, r Running, seq *Sequential) (*Results, error) {
-		judged[r.Spec.Name]++
+		judged[r.Workload]++
 		rng := rand.New(rand.NewSource(int64(len(r.Spec.Name))))
 		arms := []arm{{name: r.Spec.Arms[0].Name, latency: 1, cpu: 1, oomInWindow: -1}, {name: r.Spec.Arms[1].Name, latency: 1, cpu: 1, oomInWindow: -1}}
 		in := synth(rng, 30, arms)
 		in.Experiment, in.Namespace, in.Control = r.Spec.Name, r.Namespace, r.Spec.Control
-		if r.Spec.Arms[1].Name == "crash" {
+		if r.Spec.Arms[1].Name == "crash" && r.Workload != "ReplicaSet/harm-too-rs" {
 			for p := range in.Arms[1].Windows {
 				for i := 10; i < 30; i += 2 {
 					in.Arms[1].Windows[p][i].Restarts = 1
@@ -195,12 +209,13 @@ func TestGuardStopsAHarmfulArm(t *testing.T) {
 	if err := g.Once(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if judged["harm"] != 1 || judged["aa"] != 1 || judged["held"] != 1 {
+	if fmt.Sprint(judged) != "map[ReplicaSet/aa-rs:1 ReplicaSet/harm-rs:1 ReplicaSet/harm-too-rs:1 ReplicaSet/held-rs:1]" {
 		t.Fatalf("judged %v, want each experiment once", judged)
 	}
-	lease := func(exp string) admission.GuardStatus {
+	// lease is the guard status of experiment exp in app's workload.
+	lease := func(exp, app string) admission.GuardStatus {
 		t.Helper()
-		l, err := cs.CoordinationV1().Leases("shop").Get(ctx, "gofit-experiment-"+exp, metav1.GetOptions{})
+		l, err := cs.CoordinationV1().Leases("shop").Get(ctx, admission.ExperimentLease(exp, "ReplicaSet/"+app+"-rs"), metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -210,11 +225,20 @@ func TestGuardStopsAHarmfulArm(t *testing.T) {
 		}
 		return st
 	}
-	if st := lease("harm"); len(st.Stopped) != 1 || !strings.Contains(st.Stopped["crash"].Reason, "restarts") {
+	if st := lease("harm", "harm"); len(st.Stopped) != 1 || !strings.Contains(st.Stopped["crash"].Reason, "restarts") {
 		t.Errorf("harm's guard status %+v, want crash stopped for its restarts", st)
 	}
-	if st := lease("aa"); len(st.Stopped) != 0 || st.Expired != nil {
+	if st := lease("aa", "aa"); len(st.Stopped) != 0 || st.Expired != nil {
 		t.Errorf("the A/A experiment was touched: %+v", st)
+	}
+	if st := lease("harm", "harm-too"); len(st.Stopped) != 0 {
+		t.Errorf("harm in another workload stopped: %+v", st)
+	}
+	if got := w.arms("harm-too"); got["crash"] != 2 || got["base"] != 2 {
+		t.Errorf("harm in another workload after the guard: %v, want both arms kept", got)
+	}
+	if evs := w.events("harm-too-rs"); len(evs) != 0 {
+		t.Errorf("events on the other workload's harm: %+v", evs)
 	}
 	// The crash pods are gone (evicted; unscheduled pods go at once), the
 	// held ones stay: the budget allows no disruption.
@@ -234,7 +258,7 @@ func TestGuardStopsAHarmfulArm(t *testing.T) {
 	if evs := w.events("aa-rs"); len(evs) != 0 {
 		t.Errorf("events on the A/A experiment: %+v", evs)
 	}
-	if v := testutil.ToFloat64(g.Metrics.stoppedGauge.WithLabelValues("shop", "harm", "crash")); v != 1 {
+	if v := testutil.ToFloat64(g.Metrics.stoppedGauge.WithLabelValues("shop", "harm", "ReplicaSet/harm-rs", "crash")); v != 1 {
 		t.Errorf("gofit_experiment_arm_stopped{harm,crash} = %v", v)
 	}
 	if v := testutil.ToFloat64(g.Metrics.evictions.WithLabelValues("evicted")); v != 2 {
@@ -245,7 +269,7 @@ func TestGuardStopsAHarmfulArm(t *testing.T) {
 	}
 	// The ReplicaSet's replacements: the webhook gives them the control.
 	for i := range 3 {
-		if a := w.pod(harm, harmSpec, fmt.Sprintf("harm-new-%d", i)); a != "base" {
+		if a := w.pod("harm", harm, harmSpec, fmt.Sprintf("harm-new-%d", i)); a != "base" {
 			t.Errorf("replacement %d got arm %s, want the control base", i, a)
 		}
 	}
@@ -263,7 +287,7 @@ func TestGuardStopsAHarmfulArm(t *testing.T) {
 	if evs := w.events("aa-rs"); len(evs) != 1 || evs[0].Reason != "ExperimentEnded" {
 		t.Errorf("events on aa-rs past maxDuration: %+v", evs)
 	}
-	if st := lease("aa"); st.Expired == nil || len(st.Stopped) != 0 {
+	if st := lease("aa", "aa"); st.Expired == nil || len(st.Stopped) != 0 {
 		t.Errorf("aa's status past maxDuration: %+v", st)
 	}
 }

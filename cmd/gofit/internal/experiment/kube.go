@@ -2,6 +2,8 @@ package experiment
 
 import (
 	"context"
+	"slices"
+	"sort"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,23 +17,31 @@ import (
 type APIServer struct{ Client kubernetes.Interface }
 
 // Experiment implements PodSource.
-func (a APIServer) Experiment(ctx context.Context, ns, name string) (Spec, error) {
+func (a APIServer) Experiment(ctx context.Context, ns, name, workload string) (Spec, error) {
 	list, err := a.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: admission.LabelExperiment + "=" + name})
 	if err != nil {
 		return Spec{}, err
 	}
-	return specOf(list.Items), nil
+	return specOf(list.Items, workload), nil
 }
 
-// specOf reads the live pods: arms by label, the spec from the newest
-// pod's annotation (a rollout may have changed it).
-func specOf(pods []corev1.Pod) Spec {
+// specOf reads the live pods of workload ("" for every one): arms by
+// label, the spec from the newest pod's annotation (a rollout may have
+// changed it).
+func specOf(pods []corev1.Pod, workload string) Spec {
 	s := Spec{Pods: map[string][]string{}, Restarts: map[string]float64{}, OOMKills: map[string]float64{}, Started: map[string]time.Time{}}
 	var newest *corev1.Pod
 	for i := range pods {
 		p := &pods[i]
 		arm := p.Labels[admission.LabelArm]
 		if arm == "" {
+			continue
+		}
+		w := WorkloadOf(&p.ObjectMeta)
+		if !slices.Contains(s.Workloads, w) {
+			s.Workloads = append(s.Workloads, w)
+		}
+		if workload != "" && w != workload {
 			continue
 		}
 		s.Pods[arm] = append(s.Pods[arm], p.Name)
@@ -50,6 +60,7 @@ func specOf(pods []corev1.Pod) Spec {
 			newest = p
 		}
 	}
+	sort.Strings(s.Workloads)
 	if newest != nil {
 		if e, err := admission.ParseExperiment(newest.Annotations[admission.AnnotationExperiment]); err == nil {
 			s.Arms, s.Control, s.MaxDuration = e.ArmNames(), e.Control, e.Deadline()

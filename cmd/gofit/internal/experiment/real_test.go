@@ -262,7 +262,9 @@ func (a *inTurn) Assign(_ context.Context, _ *corev1.Pod, e *admission.Experimen
 // livePods answers as the API server would, from the admitted pods.
 type livePods []corev1.Pod
 
-func (p livePods) Experiment(context.Context, string, string) (Spec, error) { return specOf(p), nil }
+func (p livePods) Experiment(_ context.Context, _, _, workload string) (Spec, error) {
+	return specOf(p, workload), nil
+}
 
 // openLoop sends rate requests a second to addr, each at its scheduled
 // time whether or not the ones before have answered, as a pod behind a

@@ -108,9 +108,20 @@ func ratioText(v Verdict) string {
 	return fmt.Sprintf("×%.3f [%s–%s]", float64(v.Ratio), end(lo), end(hi))
 }
 
+// where is the experiment's namespace and, when known, its workload.
+func (r *Results) where() string {
+	if r.Workload == "" {
+		return r.Namespace
+	}
+	if r.Workload == NoController {
+		return r.Namespace + " (pods without a controller)"
+	}
+	return r.Namespace + " (" + r.Workload + ")"
+}
+
 // WriteSummary prints the terminal summary.
 func WriteSummary(w io.Writer, r *Results) {
-	fmt.Fprintf(w, "experiment %s in %s, control %s: %d windows of %.0fs from %s to %s\n", r.Experiment, r.Namespace, r.Control, r.Windows, r.WindowSeconds,
+	fmt.Fprintf(w, "experiment %s in %s, control %s: %d windows of %.0fs from %s to %s\n", r.Experiment, r.where(), r.Control, r.Windows, r.WindowSeconds,
 		r.From.UTC().Format("2006-01-02 15:04"), r.To.UTC().Format("15:04 MST"))
 	keys := make([]string, 0, len(r.Sources))
 	for k := range r.Sources {
@@ -171,7 +182,7 @@ var tmpl = template.Must(template.New("experiment").Funcs(template.FuncMap{
 {{.CSS}}
 </style></head><body>
 <h1>gofit experiment {{.R.Experiment}}</h1>
-<p class="meta">Namespace {{.R.Namespace}}, control arm <b>{{.R.Control}}</b>. {{.R.Windows}} paired windows of {{printf "%.0f" .R.WindowSeconds}} s from {{.R.From.UTC.Format "2006-01-02 15:04:05"}} to {{.R.To.UTC.Format "15:04:05 MST"}}; blocks of {{.R.BlockWindows}} windows, {{.R.Resamples}} resamples (seed {{.R.Seed}}).</p>
+<p class="meta">Namespace {{.R.Namespace}}{{with .R.Workload}}, workload {{.}}{{end}}, control arm <b>{{.R.Control}}</b>. {{.R.Windows}} paired windows of {{printf "%.0f" .R.WindowSeconds}} s from {{.R.From.UTC.Format "2006-01-02 15:04:05"}} to {{.R.To.UTC.Format "15:04:05 MST"}}; blocks of {{.R.BlockWindows}} windows, {{.R.Resamples}} resamples (seed {{.R.Seed}}).</p>
 {{range .R.Notes}}<div class="warn">{{.}}</div>{{end}}
 {{range .R.Arms}}{{if .Harmful}}<div class="alert"><b>{{.Name}} is harmful:</b> {{range .Harms}}{{.}}. {{end}}</div>{{end}}{{end}}
 <h2>Verdicts against {{.R.Control}}</h2>
