@@ -7,6 +7,7 @@ require (
 	github.com/gofit-dev/gofit v0.0.0
 	github.com/google/go-containerregistry v0.22.1
 	github.com/in-toto/attestation v1.2.0
+	github.com/mccutchen/go-httpbin/v2 v2.26.0
 	github.com/prometheus/client_golang v1.23.2
 	github.com/sigstore/sigstore v1.10.11
 	google.golang.org/protobuf v1.36.12

@@ -77,6 +77,13 @@ type Process struct {
 // StartProcess is StartService, and says where the process's cgroup is.
 func StartProcess(t testing.TB, exe, name string, lim Limits, env []string) Process {
 	t.Helper()
+	return StartCommand(t, name, lim, env, func(addr string) []string { return []string{exe, "-addr", addr} })
+}
+
+// StartCommand is StartProcess for a command line other than
+// "EXE -addr ADDR": argv gives it for the address to listen on.
+func StartCommand(t testing.TB, name string, lim Limits, env []string, argv func(addr string) []string) Process {
+	t.Helper()
 	g := cgtest.NewGroup(t)
 	if err := g.SetCPU(lim.CPU, lim.Period); err != nil {
 		t.Fatal(err)
@@ -93,7 +100,8 @@ func StartProcess(t testing.TB, exe, name string, lim Limits, env []string) Proc
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	cmd := g.Command(exe, "-addr", addr)
+	args := argv(addr)
+	cmd := g.Command(args[0], args[1:]...)
 	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "GOFIT_LOG=warn"}, env...)
 	logf, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
 	if err != nil {

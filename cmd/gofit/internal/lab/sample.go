@@ -15,10 +15,15 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
 )
 
-// The embedded sample service: an HTTP handler shaped like a typical API.
+// The embedded sample service: an HTTP handler shaped like a typical API,
+// with /debug/vars and /metrics.
 // Each /work request does about 1ms of CPU work (SHA-256 rounds), allocates
 // 128 KiB of garbage, waits 2ms as if on a backend, and replies. The
 // process keeps a 24 MiB live set (a cache) for its whole life.
@@ -47,6 +52,12 @@ func ServeSample(addr string) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/work", sampleWork)
 	mux.Handle("/debug/vars", expvar.Handler())
+	// /metrics as a Go service scraped by Prometheus has them
+	// (client_golang's Go and process collectors): gofit fleet reads the
+	// sample like any other (its ground truth, docs/results/fleet.md).
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return serveUntilSignal(addr, mux)
 }
 
