@@ -126,9 +126,9 @@ type fleetContainer struct {
 		Restarts float64 `json:"restarts"`
 	} `json:"observed"`
 	Findings []struct{ Code string } `json:"findings"`
-	Gofit    rec                      `json:"gofit"`
-	KRR      rec                      `json:"krr"`
-	VPA      rec                      `json:"vpa"`
+	Gofit    rec                     `json:"gofit"`
+	KRR      rec                     `json:"krr"`
+	VPA      rec                     `json:"vpa"`
 }
 
 func truth(b *testing.B, bins promtest.Binaries, cadvisor, gofit string, s service) row {
