@@ -2,7 +2,7 @@
 GO ?= go
 FUZZTIME ?= 20s
 
-.PHONY: build build-nokube image e2e test test-v2 qos-v2 bench fuzz lab vet test-go-min test-race tidy-check check lab-services lab-real
+.PHONY: build build-nokube image e2e test test-v2 qos-v2 bench fuzz lab vet test-go-min test-race tidy-check check lab-services lab-real groundtruth
 
 # The version and commit gofit reports (gofit version, the log's first
 # line, gofit_build_info): make release sets VERSION.
@@ -133,7 +133,13 @@ tidy-check:
 	cd tools && GOWORK=off $(GO) mod tidy -diff
 
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem work
+	$(GO) test -run '^$$' -bench . -skip FleetGroundTruth -benchmem work
+
+# gofit fleet against ground truth (docs/results/fleet.md): the lab's
+# sample and go-httpbin, unfitted and then with fleet's figures, under a
+# real cAdvisor and Prometheus. About 30 minutes, as root.
+groundtruth:
+	cd tools && $(GO) test -count=1 -run '^$$' -bench FleetGroundTruth -benchtime 1x -timeout 60m -v ./groundtruth
 
 # Run every fuzz target for FUZZTIME each (go test -fuzz takes one target at a time).
 # check counts executions instead of seconds: Go 1.26's fuzz coordinator
