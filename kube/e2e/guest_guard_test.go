@@ -150,7 +150,7 @@ func (g *guestRun) experimentGuard(t *testing.T) {
 	// The stop, on the Lease; then the Event; then the arm's pods replaced.
 	var st admission.GuardStatus
 	err := poll(12*time.Minute, "the guard stopping arm nogc of guarded", func() (bool, error) {
-		l, err := c.cs.CoordinationV1().Leases("shop").Get(g.ctx, "gofit-experiment-guarded", metav1.GetOptions{})
+		l, err := c.cs.CoordinationV1().Leases("shop").Get(g.ctx, admission.ExperimentLease("guarded", "Deployment/guarded"), metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}

@@ -273,7 +273,7 @@ func slimPod(obj any) (any, error) {
 	return &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: metav1.ObjectMeta{
 		Name: m.Name, Namespace: m.Namespace, UID: m.UID, ResourceVersion: m.ResourceVersion,
 		DeletionTimestamp: m.DeletionTimestamp, OwnerReferences: m.OwnerReferences,
-		Labels:      keep(m.Labels, admission.LabelExperiment, admission.LabelArm, "pod-template-hash"),
+		Labels:      keep(m.Labels, admission.LabelExperiment, admission.LabelArm, "pod-template-hash", "rollouts-pod-template-hash"),
 		Annotations: keep(m.Annotations, admission.AnnotationArmTicket),
 	}}, nil
 }
@@ -331,14 +331,21 @@ func (a *ArmAssigner) try(ctx context.Context, ns string, owner *metav1.OwnerRef
 	}
 	if create {
 		// An older webhook's Lease for this workload: keep using it, its
-		// guard status and its start (maxDuration) with it.
+		// guard status and its start (maxDuration) with it. One from
+		// before Leases named their workload is this workload's when no
+		// other workload has live pods of the experiment (the rule of
+		// that time: the experiment was the first asker's).
 		legacy := admission.LegacyExperimentLease(e.Name)
 		old, err := leases.Get(ctx, legacy, metav1.GetOptions{})
 		switch {
-		case err == nil && old.Annotations[admission.AnnotationWorkload] == wl:
-			lease, create = old, false
 		case err != nil && !apierrors.IsNotFound(err):
 			return admission.Assignment{}, fmt.Errorf("lease %s/%s: %w", ns, legacy, err)
+		case err != nil:
+		default:
+			owner, named := old.Annotations[admission.AnnotationWorkload]
+			if named && owner == wl || !named && onlyWorkload(pc, e.Name, wl) {
+				lease, create = old, false
+			}
 		}
 	}
 	if create {
@@ -412,6 +419,21 @@ func (a *ArmAssigner) try(ctx context.Context, ns string, owner *metav1.OwnerRef
 		return admission.Assignment{}, err
 	}
 	return as, nil
+}
+
+// onlyWorkload reports whether no live pod of experiment name in the
+// cache belongs to a workload other than wl.
+func onlyWorkload(pc *podCache, name, wl string) bool {
+	objs, err := pc.inf.GetIndexer().ByIndex(byExperiment, name)
+	if err != nil {
+		return false
+	}
+	for _, o := range objs {
+		if p, ok := o.(*metav1.PartialObjectMetadata); ok && p.DeletionTimestamp == nil && admission.Workload(&p.ObjectMeta) != wl {
+			return false
+		}
+	}
+	return true
 }
 
 func newTicket() (string, error) {

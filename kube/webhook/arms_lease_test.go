@@ -182,40 +182,62 @@ func TestExperimentPerWorkload(t *testing.T) {
 				UID: types.UID("uid-" + deploy), Controller: ptr(true)}}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}}}
 	}
+	// rolloutPod is a pod of Argo Rollout name's ReplicaSet NAME-6c9f.
+	rolloutPod := func(name string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: name + "-6c9f-", Namespace: "shop",
+			Labels: map[string]string{"app": name, "rollouts-pod-template-hash": "6c9f"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: name + "-6c9f",
+				UID: types.UID("uid-rollout-" + name), Controller: ptr(true)}}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}}}
+	}
 	// store writes the pod with its arm, as the API server would after
 	// admission.
-	store := func(t *testing.T, p *corev1.Pod, as admission.Assignment) {
+	store := func(t *testing.T, exp *admission.Experiment, p *corev1.Pod, as admission.Assignment) {
 		t.Helper()
 		p = p.DeepCopy()
-		p.Labels[admission.LabelExperiment], p.Labels[admission.LabelArm] = e.Name, as.Arm
+		p.Labels[admission.LabelExperiment], p.Labels[admission.LabelArm] = exp.Name, as.Arm
 		p.Annotations = map[string]string{admission.AnnotationArmTicket: as.Ticket}
 		if _, err := cs.CoreV1().Pods("shop").Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	as := newAssigner(t, cfg)
-	next := func(t *testing.T, deploy string) string {
+	// nextOf admits p for experiment exp through as and stores it.
+	nextOf := func(t *testing.T, as *ArmAssigner, exp *admission.Experiment, p *corev1.Pod) string {
 		t.Helper()
-		a, err := as.Assign(ctx, podOf(deploy), e)
+		a, err := as.Assign(ctx, p, exp)
 		if err != nil {
-			t.Fatalf("Deployment %s: %v", deploy, err)
+			t.Fatalf("%s: %v", p.GenerateName, err)
 		}
-		store(t, podOf(deploy), a)
+		store(t, exp, p, a)
 		return a.Arm
 	}
-	if got := next(t, "web") + " " + next(t, "web"); got != "a b" {
-		t.Fatalf("web's arms %s, want a b", got)
+	next := func(t *testing.T, deploy string) string {
+		t.Helper()
+		return nextOf(t, as, e, podOf(deploy))
 	}
-	// api runs its own gmp: its first pod starts its own count.
+	arms := func(t *testing.T, n int, f func() string) string {
+		t.Helper()
+		var got []string
+		for range n {
+			got = append(got, f())
+		}
+		return strings.Join(got, " ")
+	}
+	if got := arms(t, 3, func() string { return next(t, "web") }); got != "a b a" {
+		t.Fatalf("web's arms %s, want a b a", got)
+	}
+	// api runs its own gmp: its first pod starts its own count (with
+	// web's 2 a and 1 b it would get b).
 	if got := next(t, "api"); got != "a" {
 		t.Errorf("api's first pod: arm %s, want a (web's pods counted in api's arms)", got)
 	}
 	// A pod of api labelled by hand with arm a is api's, not web's.
-	store(t, podOf("api"), admission.Assignment{Arm: "a", Ticket: "by-hand"})
-	if got := next(t, "web"); got != "a" { // web has 1 a, 1 b: a tie goes to a
-		t.Errorf("web's third pod: arm %s, want a (api's pods counted in web's arms)", got)
+	store(t, e, podOf("api"), admission.Assignment{Arm: "a", Ticket: "by-hand"})
+	if got := next(t, "web"); got != "b" { // web: 2 a, 1 b
+		t.Errorf("web's fourth pod: arm %s, want b", got)
 	}
-	if got := next(t, "api"); got != "b" { // api has 2 a
+	if got := next(t, "api"); got != "b" { // api: 2 a
 		t.Errorf("api's third pod: arm %s, want b", got)
 	}
 	for _, w := range []string{"Deployment/web", "Deployment/api"} {
@@ -227,24 +249,80 @@ func TestExperimentPerWorkload(t *testing.T) {
 			t.Errorf("%s's Lease: workload %q, labels %v", w, got, l.Labels)
 		}
 	}
-	// An older webhook's Lease, its arm b stopped by the guard: still
-	// the experiment of the workload it names.
+
+	// Older webhooks' Leases: gofit-experiment-NAME, arm b stopped by the
+	// guard.
 	st := admission.GuardStatus{Stopped: map[string]admission.ArmStop{"b": {At: time.Now().UTC(), Reason: "harmful"}}}
-	legacy := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: admission.LegacyExperimentLease("gmp"), Namespace: "shop",
-		Labels:      map[string]string{admission.LabelExperiment: "gmp"},
-		Annotations: map[string]string{admission.AnnotationWorkload: "Deployment/old", admission.AnnotationGuard: st.String()}}}
-	if _, err := cs.CoordinationV1().Leases("shop").Create(ctx, legacy, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	legacy := func(t *testing.T, exp string, annotations map[string]string) {
+		t.Helper()
+		annotations[admission.AnnotationGuard] = st.String()
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: admission.LegacyExperimentLease(exp), Namespace: "shop",
+			Labels: map[string]string{admission.LabelExperiment: exp}, Annotations: annotations}}
+		if _, err := cs.CoordinationV1().Leases("shop").Create(ctx, l, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if got := next(t, "old") + " " + next(t, "old"); got != "a a" {
+	kept := func(t *testing.T, exp, w string) {
+		t.Helper()
+		if _, err := cs.CoordinationV1().Leases("shop").Get(ctx, admission.ExperimentLease(exp, w), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("%s got a new Lease for %s (%v): want its older one kept", w, exp, err)
+		}
+		l, err := cs.CoordinationV1().Leases("shop").Get(ctx, admission.LegacyExperimentLease(exp), metav1.GetOptions{})
+		if err != nil || l.Annotations[annotationPending] == "" || l.Annotations[admission.AnnotationWorkload] != w {
+			t.Errorf("older Lease of %s: %v, annotations %v: want the assignments in it, and %s named", exp, err, l.Annotations, w)
+		}
+	}
+	parse := func(spec string) *admission.Experiment {
+		x, err := admission.ParseExperiment(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	// One that names its workload: still that workload's experiment.
+	legacy(t, "gmp", map[string]string{admission.AnnotationWorkload: "Deployment/old"})
+	if got := arms(t, 2, func() string { return next(t, "old") }); got != "a a" {
 		t.Errorf("Deployment old's arms %s, want a a (b stopped in its older Lease)", got)
 	}
-	if _, err := cs.CoordinationV1().Leases("shop").Get(ctx, admission.ExperimentLease("gmp", "Deployment/old"), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("Deployment old got a new Lease (%v): want its older one kept", err)
+	kept(t, "gmp", "Deployment/old")
+	// One from before Leases named a workload: the experiment of the
+	// workload that asks, when no other has live pods of it...
+	solo := parse("name: solo\narms: [{name: a, fit: gofit}, {name: b, fit: none}]")
+	legacy(t, "solo", map[string]string{})
+	if got := arms(t, 2, func() string { return nextOf(t, as, solo, podOf("lone")) }); got != "a a" {
+		t.Errorf("Deployment lone's arms %s, want a a (b stopped in the older Lease)", got)
 	}
-	l, err := cs.CoordinationV1().Leases("shop").Get(ctx, admission.LegacyExperimentLease("gmp"), metav1.GetOptions{})
-	if err != nil || l.Annotations[annotationPending] == "" {
-		t.Errorf("older Lease: %v, pending %q: want the assignments in it", err, l.Annotations[annotationPending])
+	kept(t, "solo", "Deployment/lone")
+	// ...and not when another has: it gets its own.
+	duo := parse("name: duo\narms: [{name: a, fit: gofit}, {name: b, fit: none}]")
+	legacy(t, "duo", map[string]string{})
+	store(t, duo, podOf("first"), admission.Assignment{Arm: "b", Ticket: "old-webhook"})
+	eventually(t, "the cache to see first's pod", 10*time.Second, func() bool {
+		objs, _ := as.caches["shop"].inf.GetIndexer().ByIndex(byExperiment, "duo")
+		return len(objs) == 1
+	})
+	if got := arms(t, 2, func() string { return nextOf(t, as, duo, podOf("second")) }); got != "a b" {
+		t.Errorf("Deployment second's arms %s, want a b (its own experiment, b open)", got)
+	}
+	if _, err := cs.CoordinationV1().Leases("shop").Get(ctx, admission.ExperimentLease("duo", "Deployment/second"), metav1.GetOptions{}); err != nil {
+		t.Errorf("Deployment second's own Lease: %v", err)
+	}
+
+	// An Argo Rollout's pods are one workload, counted from the cache
+	// once their assignments have left the Lease.
+	ro := newAssigner(t, cfg)
+	roll := parse("name: roll\narms: [{name: a, fit: gofit}, {name: b, fit: none}]")
+	if got := arms(t, 3, func() string { return nextOf(t, ro, roll, rolloutPod("shop")) }); got != "a b a" {
+		t.Fatalf("Rollout shop's arms %s, want a b a", got)
+	}
+	eventually(t, "the cache to see the Rollout's pods", 10*time.Second, func() bool {
+		objs, _ := ro.caches["shop"].inf.GetIndexer().ByIndex(byExperiment, "roll")
+		return len(objs) == 3
+	})
+	later := time.Now().Add(2 * time.Minute) // every assignment has left the Lease
+	ro.now = func() time.Time { return later }
+	if got := nextOf(t, ro, roll, rolloutPod("shop")); got != "b" {
+		t.Errorf("Rollout shop's fourth pod: arm %s, want b (its 2 a and 1 b not counted)", got)
 	}
 }
 

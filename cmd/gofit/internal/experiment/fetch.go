@@ -54,12 +54,15 @@ type Spec struct {
 	// this name, whichever was asked for (NoController for pods without
 	// one).
 	Workloads []string
-	Arms      []string             // in the spec's order; nil when no live pod had one
-	Control   string               // the spec's control
-	Pods      map[string][]string  // arm → live pods
-	Restarts  map[string]float64   // arm → container restarts of its live pods
-	OOMKills  map[string]float64   // arm → live containers whose last end was an OOM kill
-	Started   map[string]time.Time // pod → when it started
+	// Live is the workload of every live pod of the experiment's name,
+	// whichever workload was asked for.
+	Live     map[string]string
+	Arms     []string             // in the spec's order; nil when no live pod had one
+	Control  string               // the spec's control
+	Pods     map[string][]string  // arm → live pods
+	Restarts map[string]float64   // arm → container restarts of its live pods
+	OOMKills map[string]float64   // arm → live containers whose last end was an OOM kill
+	Started  map[string]time.Time // pod → when it started
 	// MaxDuration is the spec's maxDuration, 0 without one.
 	MaxDuration time.Duration
 }
@@ -94,14 +97,18 @@ func sameWorkload(gone, want string) bool {
 }
 
 // ownerWorkload is the workload of a gone pod from its kube_pod_owner
-// series: a ReplicaSet's NAME-HASH is taken for Deployment NAME, as for
-// live pods (where the pod-template-hash label says so).
+// series: a ReplicaSet NAME-HASH whose HASH is a pod-template-hash's is
+// taken for Deployment NAME, as for live pods (where the
+// pod-template-hash label says so); another ReplicaSet is itself.
 func ownerWorkload(kind, name string) string {
 	switch {
 	case kind == "" || kind == NoController:
 		return NoController
 	case kind == "ReplicaSet":
-		if i := strings.LastIndexByte(name, '-'); i > 0 && i < len(name)-1 {
+		// A Deployment names its ReplicaSets NAME-HASH, HASH of
+		// Kubernetes' safe alphabet (no vowels, no 0, 1 or 3).
+		if i := strings.LastIndexByte(name, '-'); i > 0 && len(name)-i-1 >= 4 && len(name)-i-1 <= 10 &&
+			strings.Trim(name[i+1:], "bcdfghjklmnpqrstvwxz2456789") == "" {
 			return "Deployment/" + name[:i]
 		}
 	}
@@ -179,14 +186,17 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 		if _, ok := armOf[p]; ok {
 			continue
 		}
+		if _, live := spec.Live[p]; live {
+			continue // live, in another workload: not this experiment's
+		}
 		w, known := owners[p]
 		switch {
-		case !known && len(owners) > 0:
+		case !known && (len(owners) > 0 || len(spec.Workloads) > 1):
 			unknown++
 			continue
 		case !known:
-			// No kube_pod_owner at all: every workload's gone pods
-			// count, as they did before experiments were per workload.
+			// No kube_pod_owner at all, and one workload at most runs
+			// the experiment now: its gone pods count.
 		case q.Workload != "" && !sameWorkload(w, q.Workload):
 			continue
 		case q.Workload == "":

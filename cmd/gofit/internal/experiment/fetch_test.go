@@ -281,8 +281,8 @@ func TestFetchPerWorkload(t *testing.T) {
 		{"kube_pod_labels", "[" + series(from, map[string]string{"pod": "web-old", "label_gofit_dev_arm": "b"}, 1, 1, 1) + "," +
 			series(from, map[string]string{"pod": "api-old", "label_gofit_dev_arm": "a"}, 1, 1, 1) + "," +
 			series(from, map[string]string{"pod": "who-old", "label_gofit_dev_arm": "a"}, 1, 1, 1) + "]"},
-		{"kube_pod_owner", "[" + series(from, map[string]string{"pod": "web-old", "owner_kind": "ReplicaSet", "owner_name": "web-zz9"}, 1, 1, 1) + "," +
-			series(from, map[string]string{"pod": "api-old", "owner_kind": "ReplicaSet", "owner_name": "api-x1"}, 1, 1, 1) + "]"},
+		{"kube_pod_owner", "[" + series(from, map[string]string{"pod": "web-old", "owner_kind": "ReplicaSet", "owner_name": "web-7zz9b4"}, 1, 1, 1) + "," +
+			series(from, map[string]string{"pod": "api-old", "owner_kind": "ReplicaSet", "owner_name": "api-x4c9z"}, 1, 1, 1) + "]"},
 		{"process_cpu_seconds_total", "[" + series(from, map[string]string{"pod": "web-1"}, 6, 6, 6) + "," + series(from, map[string]string{"pod": "api-1"}, 6, 6, 6) + "]"},
 	}}
 	srv := httptest.NewServer(stub)
@@ -325,10 +325,52 @@ func TestFetchPerWorkload(t *testing.T) {
 	}
 }
 
+// Without kube_pod_owner a gone pod's workload is unknown: with two
+// workloads live, such pods are left out (with a note), and a pod the API
+// server lists live in another workload never counts.
+func TestFetchPerWorkloadWithoutOwners(t *testing.T) {
+	from := time.Unix(1_700_000_000, 0)
+	yes := true
+	pod := func(name, deploy, arm string) corev1.Pod {
+		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop",
+			Labels:          map[string]string{admission.LabelExperiment: "g", admission.LabelArm: arm, "pod-template-hash": "abc12"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: deploy + "-abc12", Controller: &yes}}}}
+	}
+	live := livePodsOf{pod("web-1", "web", "a"), pod("web-2", "web", "b"), pod("api-1", "api", "a")}
+	stub := &promStub{t: t, rules: []stubRule{
+		{"kube_pod_labels", "[" + series(from, map[string]string{"pod": "web-old", "label_gofit_dev_arm": "b"}, 1, 1, 1) + "," +
+			series(from, map[string]string{"pod": "api-1", "label_gofit_dev_arm": "a"}, 1, 1, 1) + "]"},
+		{"process_cpu_seconds_total", "[" + series(from, map[string]string{"pod": "web-1"}, 6, 6, 6) + "]"},
+	}}
+	srv := httptest.NewServer(stub)
+	defer srv.Close()
+	c, err := api.NewClient(api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := Fetch(context.Background(), v1.NewAPI(c), live, Query{Namespace: "shop", Name: "g", Workload: "Deployment/web", From: from, To: from.Add(3 * time.Minute),
+		Window: time.Minute, Latency: "x", ErrorMatcher: `code=~"5.."`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, a := range in.Arms {
+		got = append(got, a.Name+":"+strings.Join(a.Pods, ","))
+	}
+	if fmt.Sprint(got) != "[a:web-1 b:web-2]" {
+		t.Errorf("web's arms %v, want [a:web-1 b:web-2]: api's live pod or a gone pod of unknown workload counted", got)
+	}
+	if !strings.Contains(strings.Join(in.Notes, "\n"), "1 gone pods of experiment g left out") {
+		t.Errorf("notes %q: want the gone pod of unknown workload named", in.Notes)
+	}
+}
+
 func TestOwnerWorkload(t *testing.T) {
 	for _, c := range [][3]string{
 		{"ReplicaSet", "web-5d8f7c", "Deployment/web"},
-		{"ReplicaSet", "web-api-77aa", "Deployment/web-api"},
+		{"ReplicaSet", "web-api-77bb9", "Deployment/web-api"},
+		{"ReplicaSet", "my-rs", "ReplicaSet/my-rs"},
+		{"ReplicaSet", "cache-primary", "ReplicaSet/cache-primary"},
 		{"StatefulSet", "db", "StatefulSet/db"},
 		{"<none>", "<none>", NoController},
 		{"", "", NoController},

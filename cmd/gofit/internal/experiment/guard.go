@@ -171,6 +171,24 @@ func (g *Guard) Find(ctx context.Context) ([]Running, error) {
 			if w == "" {
 				r.Workload = NoController
 			}
+		} else {
+			// A Lease from before Leases named their workload: the
+			// experiment of the one workload whose live pods carry its
+			// name; with several, whose it is cannot be told, and it is
+			// left alone rather than judged or evicted across them.
+			ws := map[string]bool{}
+			for j := range pods.Items {
+				if p := &pods.Items[j]; p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+					ws[WorkloadOf(&p.ObjectMeta)] = true
+				}
+			}
+			if len(ws) > 1 {
+				g.log().Warn("lease names no workload and pods of several carry its experiment: not judged", "namespace", l.Namespace, "lease", l.Name, "experiment", name, "workloads", len(ws))
+				continue
+			}
+			for w := range ws {
+				r.Workload = w
+			}
 		}
 		var newest *corev1.Pod
 		for j := range pods.Items {

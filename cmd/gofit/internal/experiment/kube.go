@@ -29,7 +29,7 @@ func (a APIServer) Experiment(ctx context.Context, ns, name, workload string) (S
 // label, the spec from the newest pod's annotation (a rollout may have
 // changed it).
 func specOf(pods []corev1.Pod, workload string) Spec {
-	s := Spec{Pods: map[string][]string{}, Restarts: map[string]float64{}, OOMKills: map[string]float64{}, Started: map[string]time.Time{}}
+	s := Spec{Pods: map[string][]string{}, Live: map[string]string{}, Restarts: map[string]float64{}, OOMKills: map[string]float64{}, Started: map[string]time.Time{}}
 	var newest *corev1.Pod
 	for i := range pods {
 		p := &pods[i]
@@ -38,6 +38,7 @@ func specOf(pods []corev1.Pod, workload string) Spec {
 			continue
 		}
 		w := WorkloadOf(&p.ObjectMeta)
+		s.Live[p.Name] = w
 		if !slices.Contains(s.Workloads, w) {
 			s.Workloads = append(s.Workloads, w)
 		}

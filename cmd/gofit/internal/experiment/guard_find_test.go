@@ -1,0 +1,63 @@
+package experiment
+
+import (
+	"context"
+	"testing"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/gofit-dev/gofit/kube/admission"
+)
+
+// TestFindPerWorkload: each Lease is one workload's experiment, judged on
+// that workload's pods only; a Lease of an older webhook that names no
+// workload is the one workload's whose pods carry the experiment, and is
+// left alone (never judged or evicted across workloads) when several do.
+func TestFindPerWorkload(t *testing.T) {
+	yes := true
+	spec := func(name string) string {
+		return "name: " + name + "\narms: [{name: a, fit: gofit}, {name: b, fit: none}]"
+	}
+	pod := func(name, deploy, exp string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop",
+			Labels:          map[string]string{admission.LabelExperiment: exp, admission.LabelArm: "a", "pod-template-hash": "abc12"},
+			Annotations:     map[string]string{admission.AnnotationExperiment: spec(exp)},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: deploy + "-abc12", Controller: &yes}}},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	}
+	lease := func(name, exp string, annotations map[string]string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop",
+			Labels: map[string]string{admission.LabelExperiment: exp}, Annotations: annotations}}
+	}
+	cs := fake.NewClientset(
+		pod("web-1", "web", "gmp"), pod("api-1", "api", "gmp"), pod("api-2", "api", "gmp"),
+		lease(admission.ExperimentLease("gmp", "Deployment/web"), "gmp", map[string]string{admission.AnnotationWorkload: "Deployment/web"}),
+		lease(admission.ExperimentLease("gmp", "Deployment/api"), "gmp", map[string]string{admission.AnnotationWorkload: "Deployment/api"}),
+		// older webhooks' Leases, naming no workload
+		pod("solo-1", "solo", "solo"), lease(admission.LegacyExperimentLease("solo"), "solo", nil),
+		pod("x-1", "x", "mixed"), pod("y-1", "y", "mixed"), lease(admission.LegacyExperimentLease("mixed"), "mixed", nil),
+	)
+	g := &Guard{Client: cs}
+	got, err := g.Find(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"gmp Deployment/api": 2, "gmp Deployment/web": 1, "solo Deployment/solo": 1}
+	if len(got) != len(want) {
+		t.Errorf("found %d experiments, want %d: %+v", len(got), len(want), got)
+	}
+	for _, r := range got {
+		k := r.Spec.Name + " " + r.Workload
+		if n, ok := want[k]; !ok || len(r.Pods) != n {
+			t.Errorf("experiment %s with %d pods, want %v", k, len(r.Pods), want)
+		}
+		for _, p := range r.Pods {
+			if w := WorkloadOf(&p.ObjectMeta); w != r.Workload {
+				t.Errorf("experiment %s judges pod %s of %s", k, p.Name, w)
+			}
+		}
+	}
+}
