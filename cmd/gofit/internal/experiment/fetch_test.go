@@ -255,6 +255,15 @@ func TestFetchReadiness(t *testing.T) {
 	}
 }
 
+// workloadPod is a live pod of experiment g, arm arm, in Deployment deploy.
+func workloadPod(name, deploy, arm string) corev1.Pod {
+	yes := true
+	return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop",
+		Labels:          map[string]string{admission.LabelExperiment: "g", admission.LabelArm: arm, "pod-template-hash": "abc12"},
+		Annotations:     map[string]string{admission.AnnotationExperiment: "name: g\narms: [{name: a, fit: gofit}, {name: b, fit: none}]"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: deploy + "-abc12", Controller: &yes}}}}
+}
+
 // livePodsOf is a PodSource over real pod objects, as the API server
 // lists them.
 type livePodsOf []corev1.Pod
@@ -269,14 +278,7 @@ func (p livePodsOf) Experiment(_ context.Context, _, _, workload string) (Spec, 
 // only that workload's pods, live and gone (by kube_pod_owner).
 func TestFetchPerWorkload(t *testing.T) {
 	from := time.Unix(1_700_000_000, 0)
-	yes := true
-	pod := func(name, deploy, arm string) corev1.Pod {
-		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop",
-			Labels:          map[string]string{admission.LabelExperiment: "g", admission.LabelArm: arm, "pod-template-hash": "abc12"},
-			Annotations:     map[string]string{admission.AnnotationExperiment: "name: g\narms: [{name: a, fit: gofit}, {name: b, fit: none}]"},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: deploy + "-abc12", Controller: &yes}}}}
-	}
-	live := livePodsOf{pod("web-1", "web", "a"), pod("web-2", "web", "b"), pod("api-1", "api", "a"), pod("api-2", "api", "b")}
+	live := livePodsOf{workloadPod("web-1", "web", "a"), workloadPod("web-2", "web", "b"), workloadPod("api-1", "api", "a"), workloadPod("api-2", "api", "b")}
 	stub := &promStub{t: t, rules: []stubRule{
 		{"kube_pod_labels", "[" + series(from, map[string]string{"pod": "web-old", "label_gofit_dev_arm": "b"}, 1, 1, 1) + "," +
 			series(from, map[string]string{"pod": "api-old", "label_gofit_dev_arm": "a"}, 1, 1, 1) + "," +
@@ -330,13 +332,7 @@ func TestFetchPerWorkload(t *testing.T) {
 // server lists live in another workload never counts.
 func TestFetchPerWorkloadWithoutOwners(t *testing.T) {
 	from := time.Unix(1_700_000_000, 0)
-	yes := true
-	pod := func(name, deploy, arm string) corev1.Pod {
-		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop",
-			Labels:          map[string]string{admission.LabelExperiment: "g", admission.LabelArm: arm, "pod-template-hash": "abc12"},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: deploy + "-abc12", Controller: &yes}}}}
-	}
-	live := livePodsOf{pod("web-1", "web", "a"), pod("web-2", "web", "b"), pod("api-1", "api", "a")}
+	live := livePodsOf{workloadPod("web-1", "web", "a"), workloadPod("web-2", "web", "b"), workloadPod("api-1", "api", "a")}
 	stub := &promStub{t: t, rules: []stubRule{
 		{"kube_pod_labels", "[" + series(from, map[string]string{"pod": "web-old", "label_gofit_dev_arm": "b"}, 1, 1, 1) + "," +
 			series(from, map[string]string{"pod": "api-1", "label_gofit_dev_arm": "a"}, 1, 1, 1) + "]"},
