@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -280,6 +281,64 @@ func TestSBOM(t *testing.T) {
 	}
 	if c := rel.Metadata.Component; c.Version != "v1.2.3" || c.PackageURL != "pkg:golang/github.com/gofit-dev/gofit/tools@v1.2.3" || c.BOMRef != c.PackageURL {
 		t.Errorf("with version v1.2.3: component %s %s %s", c.Version, c.PackageURL, c.BOMRef)
+	}
+
+	// Built in a git checkout with VCS stamping (the go command's default
+	// where git is installed, unless GOFLAGS says -buildvcs=false), Go
+	// stamps a pseudo-version of its own; the release's version still
+	// names the component, and the stamped one is kept.
+	if err := exec.Command("git", "rev-parse", "--git-dir").Run(); err != nil {
+		t.Logf("not in a git checkout (%v): the VCS-stamped case is TestMainVersion's alone", err)
+		return
+	}
+	stamped := filepath.Join(t.TempDir(), "mkimage")
+	if out, err := exec.Command("go", "build", "-trimpath", "-buildvcs=true", "-o", stamped, "./mkimage").CombinedOutput(); err != nil {
+		t.Fatalf("build mkimage -buildvcs=true: %v\n%s", err, out)
+	}
+	if b, err = os.ReadFile(stamped); err != nil {
+		t.Fatal(err)
+	}
+	if raw, err = SBOMVersion(b, created, "v1.2.3"); err != nil {
+		t.Fatal(err)
+	}
+	rel = cdx.BOM{}
+	if err := cdx.NewBOMDecoder(bytes.NewReader(raw), cdx.BOMFileFormatJSON).Decode(&rel); err != nil {
+		t.Fatal(err)
+	}
+	c := rel.Metadata.Component
+	var kept string
+	if c.Properties != nil {
+		for _, p := range *c.Properties {
+			if p.Name == "go.main.version" {
+				kept = p.Value
+			}
+		}
+	}
+	if c.Version != "v1.2.3" || c.PackageURL != "pkg:golang/github.com/gofit-dev/gofit/tools@v1.2.3" || !strings.HasPrefix(kept, "v") {
+		t.Errorf("VCS-stamped build with version v1.2.3: component %s %s, go.main.version %q", c.Version, c.PackageURL, kept)
+	}
+}
+
+// TestMainVersion: which version an SBOM names for the main module.
+func TestMainVersion(t *testing.T) {
+	vcs := []debug.BuildSetting{{Key: "vcs", Value: "git"}, {Key: "vcs.revision", Value: "79423932bb31"}}
+	for _, c := range []struct {
+		name, built, given string
+		settings           []debug.BuildSetting
+		want               string
+	}{
+		{"workspace build, no release", "(devel)", "", nil, "(devel)"},
+		{"workspace build, release", "(devel)", "v1.2.3", nil, "v1.2.3"},
+		{"no version recorded, release", "", "v1.2.3", nil, "v1.2.3"},
+		{"VCS pseudo-version, release", "v0.0.0-20261129072925-79423932bb31", "v1.2.3", vcs, "v1.2.3"},
+		{"VCS dirty tree, release", "v1.2.2+dirty", "v1.2.3", vcs, "v1.2.3"},
+		{"VCS pseudo-version, no release", "v0.0.0-20261129072925-79423932bb31", "", vcs, "v0.0.0-20261129072925-79423932bb31"},
+		{"module at a version (go install PATH@VERSION)", "v1.2.0", "v1.2.3", nil, "v1.2.0"},
+	} {
+		bi := &debug.BuildInfo{Main: debug.Module{Path: "github.com/gofit-dev/gofit/cmd/gofit", Version: c.built}, Settings: c.settings}
+		if got := mainVersion(bi, c.given); got != c.want {
+			t.Errorf("%s: mainVersion(%q, %q) = %q, want %q", c.name, c.built, c.given, got, c.want)
+		}
 	}
 }
 

@@ -21,11 +21,9 @@ func SBOM(exe []byte, created time.Time) ([]byte, error) {
 	return SBOMVersion(exe, created, "")
 }
 
-// SBOMVersion is SBOM with the described component's version: a binary
-// built inside a workspace or without a module version records its main
-// module as "(devel)", and a release's SBOM should name the release
-// (make release passes VERSION). A version the build info does record
-// wins.
+// SBOMVersion is SBOM with the described component's version, which a
+// release's SBOM should name (make release passes VERSION); see
+// mainVersion for when the build info's own version wins.
 func SBOMVersion(exe []byte, created time.Time, version string) ([]byte, error) {
 	bi, err := buildinfo.Read(bytes.NewReader(exe))
 	if err != nil {
@@ -35,11 +33,14 @@ func SBOMVersion(exe []byte, created time.Time, version string) ([]byte, error) 
 	bom := cdx.NewBOM()
 	bom.SerialNumber = fmt.Sprintf("urn:uuid:%x-%x-%x-%x-%x", sum[0:4], sum[4:6], sum[6:8], sum[8:10], sum[10:16])
 	m := bi.Main
-	if version != "" && (m.Version == "" || m.Version == "(devel)") {
-		m.Version = version
+	props := []cdx.Property{{Name: "go.version", Value: bi.GoVersion}}
+	if v := mainVersion(bi, version); v != m.Version {
+		if m.Version != "" && m.Version != "(devel)" {
+			props = append(props, cdx.Property{Name: "go.main.version", Value: m.Version})
+		}
+		m.Version = v
 	}
 	main := component(m, cdx.ComponentTypeApplication)
-	props := []cdx.Property{{Name: "go.version", Value: bi.GoVersion}}
 	for _, s := range bi.Settings {
 		switch s.Key {
 		case "GOOS", "GOARCH", "CGO_ENABLED", "-trimpath", "-tags", "vcs.revision", "vcs.time":
@@ -85,4 +86,31 @@ func component(m debug.Module, typ cdx.ComponentType) cdx.Component {
 		c.Properties = &[]cdx.Property{{Name: "go.sum", Value: m.Sum}}
 	}
 	return c
+}
+
+// mainVersion is the version an SBOM names for the executable's main
+// module, given the version the caller names (release, or ""):
+//   - built in a workspace or without a module version, the build info
+//     says "(devel)" or nothing: the caller's version;
+//   - built in a VCS checkout, Go 1.24 and later stamp a version of their
+//     own from it (a pseudo-version such as v0.0.0-20261129072925-79423932bb31,
+//     "+dirty" for a modified tree), which also names no release when the
+//     module sits in a subdirectory whose tags it does not match: the
+//     caller's version (the stamped one is kept as go.main.version);
+//   - built from a module at a version (go install PATH@VERSION, no VCS
+//     stamp): that version, which is what was built.
+func mainVersion(bi *debug.BuildInfo, version string) string {
+	v := bi.Main.Version
+	if version == "" {
+		return v
+	}
+	if v == "" || v == "(devel)" {
+		return version
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" {
+			return version
+		}
+	}
+	return v
 }
