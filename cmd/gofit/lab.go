@@ -1,15 +1,11 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/buildinfo"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab"
@@ -60,7 +56,7 @@ func runLab(args []string, stdout, stderr io.Writer) error {
 	}
 	o.Given = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { o.Given[f.Name] = true })
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cleanupContext()
 	defer stop()
 	err := lab.Main(ctx, o, stdout, stderr)
 	switch {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -500,6 +501,80 @@ func TestLabFailingTarget(t *testing.T) {
 			}
 			if left := leftovers(t, cmd.Process.Pid); len(left) > 0 {
 				t.Errorf("left behind: %v", left)
+			}
+		})
+	}
+}
+
+// TestLabHangupAndBrokenPipe: a lab whose terminal closes (SIGHUP), and
+// one interrupted while its stderr is a pipe nobody reads any more (Ctrl-C
+// on `gofit lab 2>&1 | tee lab.log` ends tee too), still remove what they
+// made: before, the first died at once and the second died of SIGPIPE at
+// its next progress line, and both left their cgroups and temporary
+// directory behind.
+func TestLabHangupAndBrokenPipe(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping in -short mode")
+	}
+	canLab(t)
+	for _, c := range []struct {
+		name   string
+		sig    syscall.Signal
+		closed bool
+	}{{"SIGHUP", syscall.SIGHUP, false}, {"SIGINT with stderr's reader gone", syscall.SIGINT, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			cmd := gofitCmd("lab", "--quick", "--out", t.TempDir())
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd.Stderr = w
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			w.Close()
+			// Read the progress until the second trial runs.
+			seen := make(chan bool, 1)
+			go func() {
+				sc := bufio.NewScanner(r)
+				for sc.Scan() {
+					if strings.Contains(sc.Text(), "lab [  2/") {
+						seen <- true
+						if c.closed {
+							return // and the reader goes
+						}
+					}
+				}
+			}()
+			select {
+			case <-seen:
+			case <-time.After(60 * time.Second):
+				cmd.Process.Signal(syscall.SIGINT)
+				cmd.Wait()
+				r.Close()
+				t.Fatal("no second trial within 60 s, so no interrupt mid-trial to test")
+			}
+			if c.closed {
+				r.Close()
+			}
+			time.Sleep(300 * time.Millisecond)
+			cmd.Process.Signal(c.sig)
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case err := <-done:
+				if code := cmd.ProcessState.ExitCode(); code != 130 {
+					t.Errorf("the lab exited %d (%v, %v) after %s, want 130", code, err, cmd.ProcessState, c.name)
+				}
+			case <-time.After(30 * time.Second):
+				cmd.Process.Kill()
+				t.Fatalf("the lab did not stop within 30s of %s", c.name)
+			}
+			if !c.closed {
+				r.Close()
+			}
+			if left := leftovers(t, cmd.Process.Pid); len(left) > 0 {
+				t.Errorf("left behind after %s: %v", c.name, left)
 			}
 		})
 	}

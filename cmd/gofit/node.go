@@ -462,7 +462,7 @@ func runNodeExperiment(args []string, stdout, stderr io.Writer) error {
 	}
 	cfg := qoslab.Config{Exe: exe, SampleArgs: func(addr string) []string { return []string{lab.SampleCommand, addr} },
 		NodeLimit: *nodeMem, LSRequest: *lsReq, LSLimit: *lsLim, HogBytes: *hog, Rate: *rate, Duration: *dur, Repeats: *reps, Progress: stderr}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cleanupContext()
 	defer stop()
 	res, err := qoslab.Run(ctx, cfg)
 	if err != nil {
