@@ -31,17 +31,26 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// The guest's fixed addresses. The node has no network card: its address
-// sits on lo, and so does the kubernetes Service's ClusterIP. With the API
-// server listening on :443 (the Service's port), a pod that dials
-// 10.96.0.1:443 reaches it through the bridge's gateway without kube-proxy,
-// which would need iptables or nftables in the guest. The API server
-// reaches the webhook by endpoint IP (--enable-aggregator-routing).
+// The node's fixed addresses. The control plane (etcd, kube-apiserver,
+// controller-manager, scheduler) runs on the host at native speed, in a
+// network namespace TestNode makes for the run; the guest runs only the
+// kubelet, containerd, runc and the pods. A tap device in that namespace
+// (hostIP) and the guest's virtio card (nodeIP) share one /24. The
+// kubernetes Service's ClusterIP sits on the namespace's lo, where the API
+// server listens on :443 (the Service's port): a pod that dials
+// 10.96.0.1:443 is routed by the guest to the host without kube-proxy,
+// which would need iptables or nftables in the guest. The host routes the
+// pod CIDR to the guest, so the API server reaches the kubelet and the
+// webhook's pods by endpoint IP (--enable-aggregator-routing).
 const (
 	nodeName  = "e2e-node"
 	nodeIP    = "10.0.2.15"
+	hostIP    = "10.0.2.2"
+	netPrefix = "/24"
 	serviceIP = "10.96.0.1"
 	podCIDR   = "10.244.0.0/24"
+	// The tap device's name in the run's network namespace.
+	tapName = "gofit0"
 	// Image references as the tarballs name them; a tag other than
 	// latest keeps the kubelet from trying to pull.
 	gofitImage   = "ghcr.io/gofit-dev/gofit:e2e"
@@ -50,12 +59,18 @@ const (
 	pauseImage   = "registry.k8s.io/pause:e2e"
 )
 
+// apiServerURL is where the guest and the host's clients reach the API
+// server.
+const apiServerURL = "https://" + hostIP + ":443"
+
 // guestPaths are where TestNode shares things into the guest.
 type guestPaths struct {
 	node    string // node-assets.sh's directory: bin/, cni/, lib/
 	envtest string // envtest-assets.sh's: kube-apiserver, etcd
 	images  string // the image tarballs and a static gofit binary
 	helm    string // kube/hack/helm.sh's directory: helm
+	pki     string // the host's PKI and kubeconfigs (controlPlane.dir)
+	control string // the host's control-plane logs, followed live
 }
 
 // cluster is the running node: its processes and an admin client.
@@ -71,10 +86,13 @@ type cluster struct {
 	rest    *rest.Config
 	kubectl []string // argv prefix
 	ready   time.Duration
+	// etcdData is etcd's data directory (on the host's control plane).
+	etcdData string
 }
 
-// startCluster brings the node up or fails the test: a node that cannot
-// start is a failure, never a skip.
+// startCluster brings the node up in the guest or fails the test: a node
+// that cannot start is a failure, never a skip. The control plane is
+// already running on the host (startControlPlane): the guest joins it.
 func startCluster(t *testing.T, p guestPaths) *cluster {
 	start := time.Now()
 	c := &cluster{t: t, paths: p, dir: "/etc/kubernetes", logs: "/var/log/e2e"}
@@ -93,23 +111,72 @@ func startCluster(t *testing.T, p guestPaths) *cluster {
 		t.Logf("node: %s (%.1fs)", what, time.Since(start).Seconds())
 	}
 	step("host setup", c.setupHost())
-	step("certificates and kubeconfigs", c.writePKI())
+	step("certificates and kubeconfigs from the host", c.loadPKI())
 	// Everything starts at once and waits for what it needs by retrying,
-	// as on a real node; under TCG the API server's first start is the long
-	// pole (minutes), and the rest overlaps with it.
-	step("etcd", c.startEtcd())
+	// as on a real node.
 	step("containerd started", c.startContainerd())
-	step("kube-apiserver started", c.startAPIServer())
 	step("kubelet started", c.startKubelet())
 	step("containerd answering", c.waitContainerd())
 	step("images imported", c.importImages())
-	step("kube-apiserver ready", c.waitAPIServerRestarting(15*time.Minute))
-	// These two exit when the API server does not answer at their start
-	// (they read their authentication ConfigMap once).
-	step("controller-manager and scheduler started", c.startControllers())
+	step("kube-apiserver on the host ready", c.waitAPIServer(5*time.Minute))
 	step("node Ready", c.waitNodeReady(10*time.Minute))
 	c.ready = time.Since(start)
 	return c
+}
+
+// startControlPlane runs etcd, kube-apiserver, kube-controller-manager and
+// kube-scheduler on the host, in the network namespace TestNode made for
+// the run, under root: the PKI and kubeconfigs in root/pki (the guest's
+// /mnt/pki), the components' logs in root/logs (the guest follows them as
+// /mnt/control), etcd's data in root/etcd.
+func startControlPlane(t *testing.T, node, envtest, root string) *cluster {
+	start := time.Now()
+	c := &cluster{t: t, paths: guestPaths{node: node, envtest: envtest}, dir: filepath.Join(root, "pki"),
+		logs: filepath.Join(root, "logs"), etcdData: filepath.Join(root, "etcd")}
+	for _, d := range []string{c.dir, c.logs, c.etcdData} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(c.stop)
+	step := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			c.dumpLogs()
+			t.Fatalf("control plane: %s: %v", what, err)
+		}
+		t.Logf("control plane: %s (%.1fs)", what, time.Since(start).Seconds())
+	}
+	step("network: lo, "+tapName+" at "+hostIP+netPrefix+", "+serviceIP+", a route to "+podCIDR, setupHostNetwork())
+	step("certificates and kubeconfigs", c.writePKI())
+	step("etcd", c.startEtcd())
+	step("kube-apiserver started", c.startAPIServer())
+	step("kube-apiserver ready", c.waitAPIServerRestarting(5*time.Minute))
+	// These two exit when the API server does not answer at their start
+	// (they read their authentication ConfigMap once).
+	step("controller-manager and scheduler started", c.startControllers())
+	c.ready = time.Since(start)
+	return c
+}
+
+// setupHostNetwork makes the host's side of the run's network, inside the
+// namespace the run made (nothing outside it changes): the tap device the
+// guest's virtio card joins, the Service IP on lo and the pod CIDR routed
+// to the node.
+func setupHostNetwork() error {
+	for _, args := range [][]string{
+		{"ip", "link", "set", "lo", "up"},
+		{"ip", "tuntap", "add", "dev", tapName, "mode", "tap"},
+		{"ip", "addr", "add", hostIP + netPrefix, "dev", tapName},
+		{"ip", "link", "set", tapName, "up"},
+		{"ip", "addr", "add", serviceIP + "/32", "dev", "lo"},
+		{"ip", "route", "add", podCIDR, "via", nodeIP, "dev", tapName},
+	} {
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			return fmt.Errorf("%s: %w: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	return nil
 }
 
 func (c *cluster) setupHost() error {
@@ -146,13 +213,22 @@ func (c *cluster) setupHost() error {
 			return err
 		}
 	}
+	// The virtio card joins the host's tap: the node's address, and the
+	// host (the control plane) as the default route, which also carries
+	// the pods' traffic to the Service IP. The guest forwards between the
+	// card and the pods' bridge.
 	for _, args := range [][]string{
-		{"ip", "addr", "add", nodeIP + "/32", "dev", "lo"},
-		{"ip", "addr", "add", serviceIP + "/32", "dev", "lo"},
+		{"ip", "link", "set", "lo", "up"},
+		{"ip", "link", "set", "eth0", "up"},
+		{"ip", "addr", "add", nodeIP + netPrefix, "dev", "eth0"},
+		{"ip", "route", "add", "default", "via", hostIP},
 	} {
 		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
 			return fmt.Errorf("%s: %w: %s", strings.Join(args, " "), err, out)
 		}
+	}
+	if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
+		return fmt.Errorf("ip_forward: %w", err)
 	}
 	// memory_recursiveprot, as systemd mounts cgroup2: a pod's
 	// memory.min/low then covers containers that claim none themselves
@@ -228,7 +304,7 @@ func (c *cluster) writePKI() error {
 		NotBefore: now, NotAfter: now.Add(48 * time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames:    []string{"localhost", nodeName, "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(nodeIP), net.ParseIP(serviceIP)}}
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(hostIP), net.ParseIP(nodeIP), net.ParseIP(serviceIP)}}
 	srvDER, err := x509.CreateCertificate(rand.Reader, srvTmpl, ca, &srvKey.PublicKey, caKey)
 	if err != nil {
 		return err
@@ -254,6 +330,7 @@ func (c *cluster) writePKI() error {
 		// which the Node authorizer and NodeRestriction know by its group.
 		"tokens.csv": []byte(fmt.Sprintf("%s,admin,admin,system:masters\n%s,system:node:%s,kubelet,system:nodes\n",
 			thePKI.adminToken, kubeletToken, nodeName)),
+		"admin.token":        []byte(thePKI.adminToken),
 		"admin.kubeconfig":   kubeconfig(thePKI.caPEM, thePKI.adminToken),
 		"kubelet.kubeconfig": kubeconfig(thePKI.caPEM, kubeletToken),
 	}
@@ -262,7 +339,32 @@ func (c *cluster) writePKI() error {
 			return err
 		}
 	}
-	c.rest = &rest.Config{Host: "https://127.0.0.1:443", BearerToken: thePKI.adminToken,
+	return c.clients()
+}
+
+// loadPKI is the guest's half of writePKI: the host's files, shared as
+// paths.pki, copied to c.dir (kubeconfigs, the CA, and the API server's
+// own key pair, which the fault proxy serves), and the admin clients.
+func (c *cluster) loadPKI() error {
+	if err := copyTree(c.paths.pki, c.dir); err != nil {
+		return fmt.Errorf("the host's PKI from %s: %w", c.paths.pki, err)
+	}
+	ca, err := os.ReadFile(filepath.Join(c.dir, "ca.crt"))
+	if err != nil {
+		return err
+	}
+	tok, err := os.ReadFile(filepath.Join(c.dir, "admin.token"))
+	if err != nil {
+		return err
+	}
+	thePKI = pki{caPEM: ca, adminToken: strings.TrimSpace(string(tok))}
+	return c.clients()
+}
+
+// clients makes the admin client and kubectl's argv from thePKI.
+func (c *cluster) clients() error {
+	var err error
+	c.rest = &rest.Config{Host: apiServerURL, BearerToken: thePKI.adminToken,
 		TLSClientConfig: rest.TLSClientConfig{CAData: thePKI.caPEM}, QPS: 50, Burst: 100}
 	c.cs, err = kubernetes.NewForConfig(c.rest)
 	c.kubectl = []string{filepath.Join(c.paths.node, "bin", "kube"), "kubectl", "--kubeconfig", filepath.Join(c.dir, "admin.kubeconfig")}
@@ -281,7 +383,7 @@ kind: Config
 clusters:
 - name: e2e
   cluster:
-    server: https://127.0.0.1:443
+    server: %s
     certificate-authority-data: %s
 users:
 - name: e2e
@@ -291,7 +393,7 @@ contexts:
 - name: e2e
   context: {cluster: e2e, user: e2e}
 current-context: e2e
-`, b64(ca), token))
+`, apiServerURL, b64(ca), token))
 }
 
 // start runs a component in the background with its output in its log.
@@ -303,8 +405,10 @@ func (c *cluster) start(name, bin string, args ...string) error {
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = append(os.Environ(), "PATH="+filepath.Join(c.paths.node, "bin")+":"+os.Getenv("PATH"))
-	// Its own process group, so that stopping it takes its children along.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group, so that stopping it takes its children along;
+	// killed with the test process (on the host, a test killed by its
+	// timeout runs no cleanup).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return fmt.Errorf("start %s: %w", name, err)
@@ -393,7 +497,7 @@ func poll(timeout time.Duration, what string, f func() (bool, error)) error {
 }
 
 func (c *cluster) startEtcd() error {
-	if err := c.start("etcd", filepath.Join(c.paths.envtest, "etcd"), "--data-dir=/var/lib/etcd",
+	if err := c.start("etcd", filepath.Join(c.paths.envtest, "etcd"), "--data-dir="+c.etcdData,
 		"--listen-client-urls=http://127.0.0.1:2379", "--advertise-client-urls=http://127.0.0.1:2379",
 		"--listen-peer-urls=http://127.0.0.1:2380", "--unsafe-no-fsync"); err != nil {
 		return err
@@ -414,7 +518,7 @@ func (c *cluster) startAPIServerAs(name string) error {
 	d := c.dir
 	return c.start(name, filepath.Join(c.paths.envtest, "kube-apiserver"),
 		"--etcd-servers=http://127.0.0.1:2379",
-		"--bind-address=0.0.0.0", "--secure-port=443", "--advertise-address="+nodeIP,
+		"--bind-address=0.0.0.0", "--secure-port=443", "--advertise-address="+hostIP,
 		"--service-cluster-ip-range=10.96.0.0/16",
 		"--tls-cert-file="+d+"/apiserver.crt", "--tls-private-key-file="+d+"/apiserver.key",
 		"--client-ca-file="+d+"/ca.crt", "--token-auth-file="+d+"/tokens.csv",

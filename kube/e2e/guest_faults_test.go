@@ -235,7 +235,7 @@ func startFaultProxy(t *testing.T, cmPath string) *faultProxy {
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(thePKI.caPEM)
-	target, _ := url.Parse("https://127.0.0.1:443")
+	target, _ := url.Parse(apiServerURL)
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}
 	rp.FlushInterval = -1 // watches stream
@@ -794,6 +794,7 @@ func (g *guestRun) webhookFailover(t *testing.T) {
 		}
 		close(next)
 		killed := make(chan struct{})
+		mark := markLogs(g.c.paths.control)
 		start := time.Now()
 		var wg sync.WaitGroup
 		for w := 0; w < workers; w++ {
@@ -845,6 +846,23 @@ func (g *guestRun) webhookFailover(t *testing.T) {
 		}
 		t.Logf("%s: %s killed %.2fs into the burst; %d pods created in %.2fs: %d mutated, %d admitted unmutated (failed open), %d errors; relative to the kill: %s",
 			round, victim.Name, killAt.Seconds(), len(results), results[len(results)-1].at.Seconds(), ok, open, failed, strings.Join(timeline, ", "))
+		// Why each call failed open, from the API server's own log (the
+		// host's, shared live): a call that outlasted the webhook's
+		// timeout is slow, not lost; a refused, reset or unanswered one
+		// is a lost replica.
+		apiLog, err := mark.since(g.c.paths.control)
+		if err != nil {
+			t.Fatalf("%s: the API server's log: %v", round, err)
+		}
+		var slow, lost []string
+		for _, f := range parseFailOpen(apiLog) {
+			if f.Slow {
+				slow = append(slow, f.Reason)
+			} else {
+				lost = append(lost, f.Reason)
+			}
+		}
+		t.Logf("%s: the API server failed open %d calls: %d slow (timeouts), %d lost: %q", round, len(slow)+len(lost), len(slow), len(lost), append(slow, lost...))
 		switch {
 		case failed > 0:
 			t.Errorf("%s: %d creations failed: the webhook must fail open, never block", round, failed)
@@ -880,8 +898,12 @@ func (g *guestRun) webhookFailover(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-		case open > 0 || ok != burst:
-			t.Errorf("%s: %d of %d pods mutated, %d failed open: a deleted replica must lose no admission", round, ok, burst, open)
+		case len(lost) > 0:
+			t.Errorf("%s: %d of %d pods mutated; the API server lost %d admissions to the deleted replica: %q", round, ok, burst, len(lost), lost)
+		case open > len(slow):
+			t.Errorf("%s: %d of %d pods mutated, %d failed open, and the API server's log explains only %d as timeouts: a deleted replica must lose no admission", round, ok, burst, open, len(slow))
+		case open > 0:
+			t.Logf("%s: %d pods failed open on calls that outlasted the webhook's timeout, none lost: slow, not a failover's loss", round, open)
 		}
 	}
 	pods := g.waitDeployment(t, "gofit-system", "gofit-webhook", 3, 10*time.Minute)

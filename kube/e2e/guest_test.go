@@ -49,7 +49,7 @@ func TestGuest(t *testing.T) {
 			t.Fatalf("-e2e.skip (GOFIT_E2E_SKIP): %v", err)
 		}
 	}
-	p := guestPaths{node: "/mnt/node", envtest: "/mnt/envtest", images: "/mnt/images", helm: "/mnt/helm"}
+	p := guestPaths{node: "/mnt/node", envtest: "/mnt/envtest", images: "/mnt/images", helm: "/mnt/helm", pki: "/mnt/pki", control: "/mnt/control"}
 	up, _ := os.ReadFile("/proc/uptime")
 	c := startCluster(t, p)
 	t.Logf("node Ready %.1fs after the cluster started (guest uptime at start %s)", c.ready.Seconds(), strings.Fields(string(up))[0])

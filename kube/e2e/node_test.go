@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"flag"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,7 +39,8 @@ var skipFlag = flag.String("e2e.skip", "", "regexp: leave out the TestGuest step
 var mustPass = []string{"TestGuest", "TestGuest/webhook", "TestGuest/agent", "TestGuest/service", "TestGuest/injected",
 	"TestGuest/protected", "TestGuest/fixtures", "TestGuest/plan",
 	"TestGuest/restart-cm-fails", "TestGuest/resize-infeasible", "TestGuest/forged-mirror", "TestGuest/webhook-failover",
-	"TestGuest/one-writer", "TestGuest/uninstall", "TestGuest/tiered", "TestGuest/chart", "TestGuest/one-writer-tiered", "TestGuest/helm-uninstall", "TestGuest/chart-upgrade"}
+	"TestGuest/one-writer", "TestGuest/uninstall", "TestGuest/tiered", "TestGuest/chart", "TestGuest/one-writer-tiered", "TestGuest/helm-uninstall", "TestGuest/chart-upgrade",
+	"TestGuest/lab-pods", "TestGuest/fleet-alerts", "TestGuest/fleet", "TestGuest/experiment", "TestGuest/experiment-guard"}
 
 // TestNode boots a cgroup v2 kernel with a single-node Kubernetes inside
 // and runs TestGuest there. Everything it needs is built or fetched here
@@ -48,6 +51,10 @@ var mustPass = []string{"TestGuest", "TestGuest/webhook", "TestGuest/agent", "Te
 func TestNode(t *testing.T) {
 	if *guest {
 		t.Skip("inside the VM: TestGuest is the test here")
+	}
+	if plan := os.Getenv(netnsEnv); plan != "" {
+		runInNetns(t, plan)
+		return
 	}
 	// Half an hour on 2 cores under TCG: its own make target (CI runs it
 	// after make test), not part of every go test of the workspace.
@@ -118,13 +125,80 @@ func TestNode(t *testing.T) {
 		guestArgs = append(guestArgs, "-e2e.skip", skip)
 		t.Logf("GOFIT_E2E_SKIP=%q: the guest's steps that match are LEFT OUT of this run", skip)
 	}
-	r := &vmtest.Run{Kernel: k, Tools: tools, Layout: vmtest.V2, Source: src, Memory: 5120, CPUs: 2,
-		Shares: map[string]string{"node": node, "envtest": envtest, "images": images, "helm": helm, "prometheus": prometheusDir(t), "ksm": ksm},
-		Binaries: []vmtest.Binary{{Name: "e2e.test", Path: bin, Dir: "kube/e2e", Timeout: 75 * time.Minute,
-			Args: guestArgs}},
+	// The control plane and the VM run in a network namespace of their
+	// own (the run's tap device, addresses and routes live and die with
+	// it): this test binary again, with the plan in a file.
+	run := nodeRun{Kernel: k, Tools: tools, Source: src, Bin: bin, GuestArgs: guestArgs, Steps: steps, Skip: skip,
+		Envtest: envtest, Node: node,
+		Shares: map[string]string{"node": node, "envtest": envtest, "images": images, "helm": helm, "prometheus": prometheusDir(t), "ksm": ksm}}
+	planFile := filepath.Join(t.TempDir(), "run.json")
+	b, err := json.Marshal(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(planFile, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestNode$", "-test.v", "-test.count=1", "-test.timeout", "82m")
+	cmd.Env = append(os.Environ(), netnsEnv+"="+planFile)
+	// Its own network namespace; killed with this process, whose test
+	// timeout then still reaches everything it started.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
+	out := &lineLog{t: t, prefix: "netns: "}
+	cmd.Stdout, cmd.Stderr = out, out
+	err = cmd.Run()
+	t.Logf("the run in its network namespace ended after %v (%v since the test started)", time.Since(t0).Round(time.Second), time.Since(start).Round(time.Second))
+	if err != nil {
+		t.Fatalf("the control plane and the node in their network namespace: %v", err)
+	}
+}
+
+// netnsEnv carries the plan of the run to the copy of TestNode that runs
+// it in its own network namespace.
+const netnsEnv = "GOFIT_E2E_NETNS_RUN"
+
+// nodeRun is what the build half of TestNode hands the half that runs the
+// control plane and the VM.
+type nodeRun struct {
+	Kernel        *vmtest.Kernel
+	Tools         *vmtest.Tools
+	Source, Bin   string
+	GuestArgs     []string
+	Steps, Skip   string
+	Envtest, Node string
+	Shares        map[string]string
+}
+
+// runInNetns is TestNode inside the run's network namespace: the control
+// plane on the host, at native speed, then the VM joined to it by a tap
+// device, then the guest's verdicts.
+func runInNetns(t *testing.T, planFile string) {
+	b, err := os.ReadFile(planFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var run nodeRun
+	if err := json.Unmarshal(b, &run); err != nil {
+		t.Fatalf("%s: %v", planFile, err)
+	}
+	root := t.TempDir()
+	cp := startControlPlane(t, run.Node, run.Envtest, root)
+	t.Logf("control plane up in %.1fs; its logs: %s (the guest's /mnt/control)", cp.ready.Seconds(), cp.logs)
+	stopCPU := make(chan struct{})
+	defer close(stopCPU)
+	go sampleCPU(filepath.Join(cp.logs, "host-cpu.log"), 30*time.Second, stopCPU)
+	shares := map[string]string{"pki": cp.dir, "control": cp.logs}
+	for k, v := range run.Shares {
+		shares[k] = v
+	}
+	r := &vmtest.Run{Kernel: run.Kernel, Tools: run.Tools, Layout: vmtest.V2, Source: run.Source, Memory: 5120, CPUs: 2,
+		Shares: shares, Tap: tapName,
+		Binaries: []vmtest.Binary{{Name: "e2e.test", Path: run.Bin, Dir: "kube/e2e", Timeout: 75 * time.Minute,
+			Args: run.GuestArgs}},
 		Console: &lineLog{t: t, prefix: "console: "}}
-	rep := r.Boot(ctx)
-	t.Logf("VM booted in %.1fs; the whole run took %.1fs (%v since the test started)", rep.Boot.Seconds(), rep.Wall.Seconds(), time.Since(start).Round(time.Second))
+	start := time.Now()
+	rep := r.Boot(context.Background())
+	t.Logf("VM booted in %.1fs; the whole run took %.1fs (%v since the control plane started)", rep.Boot.Seconds(), rep.Wall.Seconds(), time.Since(start).Round(time.Second))
 	if rep.Err != nil {
 		t.Errorf("VM: %v; console ends:\n%s", rep.Err, tailLines(rep.Console, 40))
 	}
@@ -147,8 +221,8 @@ func TestNode(t *testing.T) {
 	}
 	for _, name := range mustPass {
 		step := strings.TrimPrefix(name, "TestGuest/")
-		if name != "TestGuest" && (steps != "" && !regexp.MustCompile(steps).MatchString(step) ||
-			skip != "" && regexp.MustCompile(skip).MatchString(step)) {
+		if name != "TestGuest" && (run.Steps != "" && !regexp.MustCompile(run.Steps).MatchString(step) ||
+			run.Skip != "" && regexp.MustCompile(run.Skip).MatchString(step)) {
 			continue
 		}
 		if status[name] != "PASS" {

@@ -67,8 +67,12 @@ func FetchKernel(ctx context.Context, cache, version string, logf func(string, .
 
 // NodeModules are the modules a Kubernetes node needs beside the share's:
 // the CNI bridge plugin's Linux bridge (with its stp and llc) and the veth
-// pairs that join each pod to it. Debian builds them as modules.
-func NodeModules() []string { return []string{"llc", "stp", "bridge", "veth"} }
+// pairs that join each pod to it, and the virtio network card (with the
+// failover modules it depends on) that joins the guest to the control
+// plane on the host. Debian builds them as modules.
+func NodeModules() []string {
+	return []string{"llc", "stp", "bridge", "veth", "failover", "net_failover", "virtio_net"}
+}
 
 // FetchKernelWith is FetchKernel with extra modules (each listed after what
 // it depends on, or an error names the missing one), cached apart from the
