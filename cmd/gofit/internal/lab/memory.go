@@ -203,7 +203,7 @@ func (l *study) memoryStudy(ctx context.Context) error {
 		l.rec.Memory = append(l.rec.Memory, memRecord{Setting: setting, Survival: []result.MemTrial{}, Health: []healthRecord{}})
 		m := &l.rec.Memory[len(l.rec.Memory)-1]
 		ss := survivalSearch(l.cfg, peak)
-		ss.Deadline, ss.Now = began.Add(share/2), l.now
+		ss.Deadline, ss.Now, ss.Cost = began.Add(share/2), l.now, l.plan.memTrialCost()
 		if i == 0 {
 			// The memory study's minimum, kept back from the start
 			// (memReserve): however late the CPU study left it, the first
@@ -223,7 +223,7 @@ func (l *study) memoryStudy(ctx context.Context) error {
 		}
 		if err == nil && sr.Floor > 0 {
 			hs := healthySearch(l.cfg, peak, sr.Floor)
-			hs.Deadline, hs.Now = began.Add(share), l.now
+			hs.Deadline, hs.Now, hs.Cost = began.Add(share), l.now, time.Duration(max(l.cfg.HealthPairs, 1))*l.plan.pairCost()
 			ref := memEnv(l.cfg, &l.rec, setting, 0)
 			hr, herr := hs.Find(ctx, func(ctx context.Context, limit int64) result.MemTrial {
 				t, h := l.healthTrial(ctx, healthKey(setting, len(m.Health)), ref, memEnv(l.cfg, &l.rec, setting, limit), cpu, limit)

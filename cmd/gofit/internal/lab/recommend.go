@@ -377,7 +377,7 @@ func (l *analysis) memVerdicts() []string {
 	var parts []string
 	for _, m := range l.res.Memory {
 		f, h := m.FloorLabels()
-		parts = append(parts, fmt.Sprintf("%s survives from %s, healthy from %s", m.Setting, f, h))
+		parts = append(parts, fmt.Sprintf("%s: survival floor %s, healthy floor %s", m.Setting, f, h))
 	}
 	return []string{"memory floors: " + strings.Join(parts, "; ")}
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
-	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 )
 
 // slowPods is a runner whose every trial starts as slowly as a pod on
@@ -106,11 +105,24 @@ func TestSlowPodsKeepTheMemoryStudy(t *testing.T) {
 	if n := len(rec.Memory[0].Survival); n < memMinSurvival {
 		t.Errorf("%s: %d limited survival trials, want at least %d", rec.Memory[0].Setting, n, memMinSurvival)
 	}
-	// No memory figure without limited trials behind it.
+	// No memory figure without limited trials behind it, and every
+	// setting of the study in the results, measured or not.
+	if len(res.Memory) != len(cfg.MemSettings) {
+		t.Errorf("%d memory settings in the results, want the study's %d (%v)", len(res.Memory), len(cfg.MemSettings), cfg.MemSettings)
+	}
 	for _, m := range res.Memory {
-		if m.FloorBytes != nil && len(m.Trials) == 0 || m.HealthyFloorBytes != nil && len(m.HealthyTrials) == 0 {
-			t.Errorf("%s: a floor without a limited trial", m.Setting)
+		for _, c := range []struct {
+			what   string
+			floor  *int64
+			trials int
+			f      result.Finding
+		}{{"survival", m.FloorBytes, len(m.Trials), m.SurvivalFinding}, {"healthy", m.HealthyFloorBytes, len(m.HealthyTrials), m.HealthyFinding}} {
+			figure := c.f.Status == result.FloorFound || c.f.Status == result.FloorBounded
+			if (c.floor != nil) != figure || c.f.Trials != c.trials || (c.trials == 0) != (c.f.Status == result.NotMeasured) {
+				t.Errorf("%s %s floor %v: finding %+v over %d limited trials", m.Setting, c.what, c.floor, c.f, c.trials)
+			}
 		}
+		t.Logf("%s: survival floor %s; healthy floor %s", m.Setting, m.SurvivalFinding.Label(m.FloorBytes), m.HealthyFinding.Label(m.HealthyFloorBytes))
 	}
 	if r := res.Recommendation; r.MemoryLimitBytes > 0 && !strings.Contains(strings.Join(r.Reasons, "\n"), "trials") {
 		t.Errorf("a memory recommendation without the trials it rests on: %q", r.Reasons)
@@ -119,5 +131,36 @@ func TestSlowPodsKeepTheMemoryStudy(t *testing.T) {
 	if most := cfg.Budget + 2*(run.start+10*time.Second); took > most {
 		t.Errorf("the study took %v of a %v budget", took, cfg.Budget)
 	}
-	_ = load.Result{}
+}
+
+// What a floor rests on, from its search: found when the search ran to
+// its end, bounded when the budget cut it after a pass, above when
+// nothing passed, not measured without a trial; with the highest limit
+// under the floor that failed.
+func TestFindingOf(t *testing.T) {
+	tr := func(mib64 int64, ok bool) result.MemTrial {
+		t := result.MemTrial{LimitBytes: mib64 * mib, Outcome: result.OOMKilled}
+		if ok {
+			t.Outcome = result.OK
+		}
+		return t
+	}
+	for _, c := range []struct {
+		name   string
+		r      searchResult
+		status string
+		failed int64
+	}{
+		{"none", searchResult{}, result.NotMeasured, 0},
+		{"found", searchResult{Floor: 24 * mib, Trials: []result.MemTrial{tr(60, true), tr(20, false), tr(40, true), tr(24, true), tr(22, false), tr(24, true)}}, result.FloorFound, 22 * mib},
+		{"one pass at the bracket's top", searchResult{Floor: 60 * mib, BudgetLimited: true, Trials: []result.MemTrial{tr(60, true)}}, result.FloorBounded, 0},
+		{"bounded on both sides", searchResult{Floor: 40 * mib, BudgetLimited: true, Trials: []result.MemTrial{tr(60, true), tr(20, false), tr(40, true)}}, result.FloorBounded, 20 * mib},
+		{"a limit that failed once and passed once is not a failure", searchResult{Floor: 24 * mib, Trials: []result.MemTrial{tr(28, false), tr(28, true), tr(24, true), tr(20, false)}}, result.FloorFound, 20 * mib},
+		{"nothing passed", searchResult{Trials: []result.MemTrial{tr(60, false), tr(120, false)}}, result.FloorAbove, 120 * mib},
+	} {
+		f := findingOf(c.r, nil)
+		if f.Status != c.status || f.FailedBytes != c.failed || f.Trials != len(c.r.Trials) || f.BudgetCut != c.r.BudgetLimited {
+			t.Errorf("%s: %+v, want %s, failed at %d MiB", c.name, f, c.status, c.failed/mib)
+		}
+	}
 }
