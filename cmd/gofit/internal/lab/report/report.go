@@ -374,7 +374,7 @@ func renderHTML(r *result.Results) ([]byte, error) {
 	for _, t := range r.Throughput {
 		multLimits = append(multLimits, mibf(t.LimitBytes))
 	}
-	mx := axisSpec{label: "memory limit (MiB, log scale); labelled: floors found", log: true, ticks: mibTicks(floors, tested)}
+	mx := axisSpec{label: "memory limit (MiB, log scale); labelled: floors found or bounded", log: true, ticks: mibTicks(floors, tested)}
 	d.MemPlots = []template.HTML{
 		template.HTML(chartSVG("Survival against memory limit", mx, axisSpec{label: "share of runs that survived", min: -0.05, max: 1.1}, surv)),
 		template.HTML(chartSVG("Health trials: p99 ÷ unlimited p99 (healthy ≤ 2)", mx, axisSpec{label: "p99 ratio (log scale), 97% interval", log: true}, hl)),
