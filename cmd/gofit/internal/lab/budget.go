@@ -221,8 +221,8 @@ func (p *planner) planRows(rows []cpuRow) []cpuRow {
 		if spent+cost <= avail || first && r.q > 0 {
 			if spent+cost > avail {
 				k := p.repeatsFit(r, avail-spent, 0)
-				p.shortRow(r, k)
 				cost = p.roundsCost(r, k, k)
+				p.shortRow(r, k, spent+cost <= avail)
 			}
 			funded = append(funded, r)
 			spent += cost
@@ -261,15 +261,17 @@ func (p *planner) rowRepeats(r cpuRow, done int) int {
 	left := time.Duration(float64(p.cpuBudget())*(1-adaptiveReserve)) - p.elapsed()
 	k := p.repeatsFit(r, left, done)
 	if k < p.cfg.MinRepeats {
-		p.shortRow(r, k)
+		p.shortRow(r, k, p.roundsCost(r, max(k-done, 0), k) <= left)
 	}
 	return k
 }
 
 // shortRow says, once per count, that row r gets k rounds of the
-// MinRepeats its verdicts need, at what a trial costs, what the memory
-// study keeps back, and the --budget that would fund both.
-func (p *planner) shortRow(r cpuRow, k int) {
+// MinRepeats its verdicts need (fit: the budget funds them; else even
+// one round does not fit and it runs past the budget), at what a trial
+// costs, what the memory study keeps back, and the --budget that would
+// fund both.
+func (p *planner) shortRow(r cpuRow, k int, fit bool) {
 	if n, ok := p.shortAt[r.q]; ok && n <= k {
 		return
 	}
@@ -278,8 +280,16 @@ func (p *planner) shortRow(r cpuRow, k int) {
 	}
 	p.shortAt[r.q] = k
 	need := p.roundsCost(r, p.cfg.MinRepeats, p.cfg.MinRepeats)
-	p.note("at %s a trial (its start and stop included), --budget %v funds %d of the %d rounds the CPU study's verdicts at %s need beside the memory study's minimum (%d probes, %d limited trials and the check trial: %s, kept back): its verdicts there stay undecided; --budget %v would fund both",
-		p.trialStart().Round(time.Second), p.cfg.Budget, k, p.cfg.MinRepeats, r.label, p.cfg.Probes, memMinSurvival, p.memReserve().Round(time.Second), p.budgetFor(need))
+	funds := fmt.Sprintf("funds %d of the %d rounds", k, p.cfg.MinRepeats)
+	if !fit {
+		funds = fmt.Sprintf("funds none of the %d rounds", p.cfg.MinRepeats)
+	}
+	then := "its verdicts there stay undecided"
+	if !fit {
+		then = "one round runs anyway, past the budget (the memory trials run under the CPU limit it recommends), and its verdicts stay undecided"
+	}
+	p.note("at %s a trial (its start and stop included), --budget %v %s the CPU study's verdicts at %s need beside the memory study's minimum (%d probes, %d limited trials and the check trial: %s, kept back): %s; --budget %v would fund both",
+		p.trialStart().Round(time.Second), p.cfg.Budget, funds, r.label, p.cfg.Probes, memMinSurvival, p.memReserve().Round(time.Second), then, p.budgetFor(need))
 }
 
 // cutRow records that row r is not compared: left is what the budget had
@@ -376,7 +386,7 @@ func (p *planner) planMemory(probeRPS, probeSeconds float64) memPlan {
 		p.mem = m
 		return m
 	}
-	left := p.cfg.Budget - p.elapsed() - p.checkReserve()
+	left := max(p.cfg.Budget-p.elapsed()-p.checkReserve(), 0)
 	trials := len(p.cfg.MemSettings) * memTrialsPlanned(*p.cfg)
 	per := left / 3 / time.Duration(max(trials, 1))
 	// A trial's start-up and stop cost what the probes' did beyond their

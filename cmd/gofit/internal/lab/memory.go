@@ -223,7 +223,7 @@ func (l *study) memoryStudy(ctx context.Context) error {
 		}
 		if err == nil && sr.Floor > 0 {
 			hs := healthySearch(l.cfg, peak, sr.Floor)
-			hs.Deadline, hs.Now, hs.Cost = began.Add(share), l.now, time.Duration(max(l.cfg.HealthPairs, 1))*l.plan.pairCost()
+			hs.Deadline, hs.Now, hs.Cost = began.Add(share), l.now, l.plan.pairCost()
 			ref := memEnv(l.cfg, &l.rec, setting, 0)
 			hr, herr := hs.Find(ctx, func(ctx context.Context, limit int64) result.MemTrial {
 				t, h := l.healthTrial(ctx, healthKey(setting, len(m.Health)), ref, memEnv(l.cfg, &l.rec, setting, limit), cpu, limit)
