@@ -102,9 +102,11 @@ func (g *guestRun) labPods(t *testing.T) {
 	// the check trial) back from the start at what a pod's start costs
 	// here, and the CPU study gets what is left (issue 57: before, the
 	// CPU study's 12 minimum cells spent 13 minutes and no trial had a
-	// memory limit). 13 minutes fund that minimum and the CPU study's
-	// first round whatever the emulator's speed; how many more rounds
-	// they fund is the emulator's business, and not checked.
+	// memory limit). 13 minutes fund that minimum whatever the
+	// emulator's speed; how many CPU rounds they fund beside it (2 at
+	// 30 s a pod start, 1 at 45 s, none at 90 s: the lab's
+	// TestSlowPodsKeepTheMemoryStudy) is the emulator's business,
+	// checked below against what the lab says it did.
 	stdout, stderr, runErr := g.lab(kc, "--quick", "--budget", "13m", "--out", out)
 	close(stop)
 	wg.Wait()
@@ -128,8 +130,8 @@ func (g *guestRun) labPods(t *testing.T) {
 	if len(mismatches) > 0 {
 		t.Errorf("%d trial pods' cgroups did not hold their pods' limits:\n%s", len(mismatches), strings.Join(mismatches, "\n"))
 	}
-	if cpuLimited < 2 || memLimited < 2 {
-		t.Errorf("checked %d trial pods' cgroups, %d with a CPU limit and %d with a memory limit; want at least 2 of each", len(checked), cpuLimited, memLimited)
+	if memLimited < 2 {
+		t.Errorf("checked %d trial pods' cgroups, %d with a CPU limit and %d with a memory limit; want at least 2 with a memory limit", len(checked), cpuLimited, memLimited)
 	}
 	// The lab's own records: its memory trials ran under limits, and the
 	// results say how many each floor rests on.
@@ -154,7 +156,11 @@ func (g *guestRun) labPods(t *testing.T) {
 			CPUModel string `json:"cpu_model"`
 			Where    string `json:"where"`
 		} `json:"machine"`
-		CPU    []json.RawMessage `json:"cpu"`
+		CPU []json.RawMessage `json:"cpu"`
+		Lab struct {
+			NotCompared []string `json:"not_compared"`
+			BudgetNotes []string `json:"budget_notes"`
+		} `json:"lab"`
 		Memory []struct {
 			Setting  string `json:"setting"`
 			Survival struct {
@@ -180,7 +186,18 @@ func (g *guestRun) labPods(t *testing.T) {
 	if !strings.Contains(res.Machine.Where, nodeName) || !strings.Contains(res.Machine.Where, "kernel") || res.Machine.Host != nodeName || res.Machine.Kernel == "" || res.Machine.CPUModel == "" {
 		t.Errorf("the results do not say where the trials ran: machine %+v", res.Machine)
 	}
-	if len(res.CPU) == 0 || len(res.Memory) == 0 {
+	t.Logf("budget notes: %q", res.Lab.BudgetNotes)
+	// Where one CPU round fits beside the memory study's minimum, the
+	// CPU study runs and its pods held
+	// their CPU limits; where none does, the lab says which row it left
+	// out and the --budget that would fund it.
+	switch {
+	case len(res.CPU) > 0 && cpuLimited < 2:
+		t.Errorf("%d CPU cells in results.json, and the sampler saw %d trial pods with a CPU limit; want at least 2", len(res.CPU), cpuLimited)
+	case len(res.CPU) == 0 && len(res.Lab.NotCompared) == 0:
+		t.Errorf("no CPU cell in results.json, and no row named in lab.not_compared")
+	}
+	if len(res.Memory) == 0 {
 		t.Errorf("%d CPU cells and %d memory settings measured", len(res.CPU), len(res.Memory))
 	}
 	html, err := os.ReadFile(filepath.Join(out, "report.html"))

@@ -208,9 +208,10 @@ func (p *planner) minRowCost(r cpuRow) time.Duration {
 // comparisons could only be undecided, and the time is better spent
 // deciding the rows before it. Each left-out row is named in
 // lab.not_compared with what it would have taken. The first row with a
-// quota is funded whatever it costs, with as many rounds as fit
-// (rowRepeats): the memory study runs under the CPU limit the CPU study
-// recommends, and a recommendation needs its open-loop cells.
+// quota is funded with fewer rounds (rowRepeats) where one round of it
+// fits and its minimum does not: the memory study runs under the CPU
+// limit the CPU study recommends, and a recommendation needs its
+// open-loop cells; the start says its verdicts will stay undecided.
 func (p *planner) planRows(rows []cpuRow) []cpuRow {
 	avail := time.Duration(float64(p.cpuBudget())*(1-adaptiveReserve)) - p.elapsed()
 	var funded []cpuRow
@@ -218,11 +219,11 @@ func (p *planner) planRows(rows []cpuRow) []cpuRow {
 	first := true
 	for _, r := range rows {
 		cost := p.minRowCost(r)
-		if spent+cost <= avail || first && r.q > 0 {
+		if spent+cost <= avail || first && r.q > 0 && spent+p.roundsCost(r, 1, 1) <= avail {
 			if spent+cost > avail {
 				k := p.repeatsFit(r, avail-spent, 0)
 				cost = p.roundsCost(r, k, k)
-				p.shortRow(r, k, spent+cost <= avail)
+				p.shortRow(r, k)
 			}
 			funded = append(funded, r)
 			spent += cost
@@ -261,17 +262,15 @@ func (p *planner) rowRepeats(r cpuRow, done int) int {
 	left := time.Duration(float64(p.cpuBudget())*(1-adaptiveReserve)) - p.elapsed()
 	k := p.repeatsFit(r, left, done)
 	if k < p.cfg.MinRepeats {
-		p.shortRow(r, k, p.roundsCost(r, max(k-done, 0), k) <= left)
+		p.shortRow(r, k)
 	}
 	return k
 }
 
 // shortRow says, once per count, that row r gets k rounds of the
-// MinRepeats its verdicts need (fit: the budget funds them; else even
-// one round does not fit and it runs past the budget), at what a trial
-// costs, what the memory study keeps back, and the --budget that would
-// fund both.
-func (p *planner) shortRow(r cpuRow, k int, fit bool) {
+// MinRepeats its verdicts need, at what a trial costs, what the memory
+// study keeps back, and the --budget that would fund both.
+func (p *planner) shortRow(r cpuRow, k int) {
 	if n, ok := p.shortAt[r.q]; ok && n <= k {
 		return
 	}
@@ -280,16 +279,20 @@ func (p *planner) shortRow(r cpuRow, k int, fit bool) {
 	}
 	p.shortAt[r.q] = k
 	need := p.roundsCost(r, p.cfg.MinRepeats, p.cfg.MinRepeats)
-	funds := fmt.Sprintf("funds %d of the %d rounds", k, p.cfg.MinRepeats)
-	if !fit {
-		funds = fmt.Sprintf("funds none of the %d rounds", p.cfg.MinRepeats)
+	p.note("at %s a trial (its start and stop included), --budget %v funds %d of the %d rounds the CPU study's verdicts at %s need%s: its verdicts there stay undecided; --budget %v would fund them and the memory study's minimum",
+		p.trialStart().Round(time.Second), p.cfg.Budget, k, p.cfg.MinRepeats, r.label, p.reserveNote(need), p.budgetFor(need))
+}
+
+// reserveNote names the memory study's reserve where it, not the CPU
+// study's share, is what keeps need (CPU runs, before the adaptive
+// reserve) out of the CPU study ("" otherwise).
+func (p *planner) reserveNote(need time.Duration) string {
+	share := time.Duration(float64(p.cfg.Budget) * cpuShare)
+	if p.cfg.Budget-p.memReserve() >= share || need > time.Duration(float64(share)*(1-adaptiveReserve)) {
+		return ""
 	}
-	then := "its verdicts there stay undecided"
-	if !fit {
-		then = "one round runs anyway, past the budget (the memory trials run under the CPU limit it recommends), and its verdicts stay undecided"
-	}
-	p.note("at %s a trial (its start and stop included), --budget %v %s the CPU study's verdicts at %s need beside the memory study's minimum (%d probes, %d limited trials and the check trial: %s, kept back): %s; --budget %v would fund both",
-		p.trialStart().Round(time.Second), p.cfg.Budget, funds, r.label, p.cfg.Probes, memMinSurvival, p.memReserve().Round(time.Second), then, p.budgetFor(need))
+	return fmt.Sprintf(" beside the memory study's minimum (%d probes, %d limited trials and the check trial at %s a trial: %s, kept back)",
+		p.cfg.Probes, memMinSurvival, p.trialStart().Round(time.Second), p.memReserve().Round(time.Second))
 }
 
 // cutRow records that row r is not compared: left is what the budget had
@@ -302,8 +305,8 @@ func (p *planner) cutRow(r cpuRow, left, need time.Duration) {
 	}
 	// The budget whose CPU share, less the reserve, covers need.
 	budget := p.budgetFor(need)
-	msg := fmt.Sprintf("not compared at %s: the budget funds %d of the %d runs a verdict needs (--budget %v would fund them)",
-		r.label, min(funds, p.cfg.MinRepeats), p.cfg.MinRepeats, budget)
+	msg := fmt.Sprintf("not compared at %s: the budget funds %d of the %d runs a verdict needs%s (--budget %v would fund them)",
+		r.label, min(funds, p.cfg.MinRepeats), p.cfg.MinRepeats, p.reserveNote(need), budget)
 	p.lab.NotCompared = append(p.lab.NotCompared, msg)
 	p.note("%s", msg)
 }

@@ -187,10 +187,15 @@ func (l *study) cpuStudy(ctx context.Context) error {
 	firstQuota := slices.IndexFunc(planned, func(r cpuRow) bool { return r.q > 0 })
 	for i := 0; i < len(planned); i++ {
 		q := planned[i].q
-		if need := l.plan.minRowCost(planned[i]); i != firstQuota && l.elapsed()+need > l.plan.cpuBudget() {
+		full := l.plan.minRowCost(planned[i])
+		need := full
+		if i == firstQuota {
+			need = l.plan.roundsCost(planned[i], 1, 1) // rowRepeats takes it on from one round
+		}
+		if l.elapsed()+need > l.plan.cpuBudget() {
 			// Slower than planned, or the deciding row's repeats took
 			// it: what is left cannot take this row to a verdict.
-			l.plan.cutRow(planned[i], l.plan.cpuBudget()-l.elapsed(), l.elapsed()+need)
+			l.plan.cutRow(planned[i], l.plan.cpuBudget()-l.elapsed(), l.elapsed()+full)
 			planned = slices.Delete(planned, i, i+1)
 			if i < firstQuota {
 				firstQuota--
