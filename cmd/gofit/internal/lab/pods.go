@@ -1214,5 +1214,7 @@ func (r *podRunner) record(rec *Records) {
 // memory study's time back at this price until trials measure theirs).
 func (r *podRunner) startCost() time.Duration { return r.loadStarted }
 
+var _ startCoster = (*podRunner)(nil)
+
 // parallel is the number of trial nodes: one trial on each at a time.
 func (r *podRunner) parallel() int { return r.nslots }
