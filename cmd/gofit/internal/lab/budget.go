@@ -21,10 +21,11 @@ import (
 //     reserve leaves if that is less; each open-loop window is as long
 //     as OpenSamples needs or as the CPU study's time left allows,
 //     whichever is shorter; adaptive repeats run only while one more
-//     fits. Its first quota row always runs, with fewer than MinRepeats
-//     rounds when only that fits (its verdicts then stay undecided, and
-//     the memory trials have a CPU limit to run under); the start says
-//     so and names the --budget that would fund both;
+//     fits. Where its first quota row's minimum does not fit and one
+//     round does, that row runs as many rounds as fit (its verdicts
+//     then stay undecided, and the memory trials have a CPU limit to
+//     run under); the start says so and names the --budget that would
+//     fund both. A row not even one round of which fits is not started;
 //   - the memory study gets the rest, less the check trial: the probes a
 //     fixed share of it, and each memory trial as many requests as the
 //     planned number of trials leaves time for; each setting's searches

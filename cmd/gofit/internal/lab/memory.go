@@ -96,13 +96,13 @@ func memResults(cfg Config, rec *Records) (out []result.MemResult, warnings []st
 		}
 		out = append(out, r)
 	}
-	// A setting the budget left no time to start is in the results too:
-	// not measured, rather than missing from a run that looks complete.
+	// A setting the study never started (the budget ran out first, a
+	// note says so; or the study stopped) is in the results too: not
+	// measured, rather than missing from a run that looks complete.
 	for _, setting := range cfg.MemSettings {
 		if !slices.ContainsFunc(rec.Memory, func(m memRecord) bool { return m.Setting == setting }) {
 			out = append(out, result.MemResult{Setting: setting, Trials: []result.MemTrial{}, HealthyTrials: []result.MemTrial{}, Survival: []result.Survival{},
-				BudgetLimited: true, HealthyBudgetLimited: true,
-				SurvivalFinding: result.Finding{Status: result.NotMeasured, BudgetCut: true}, HealthyFinding: result.Finding{Status: result.NotMeasured, BudgetCut: true}})
+				SurvivalFinding: result.Finding{Status: result.NotMeasured}, HealthyFinding: result.Finding{Status: result.NotMeasured}})
 		}
 	}
 	return out, warnings
