@@ -204,33 +204,52 @@ func Analyze(in Input, opt Options) *Results {
 
 // pooled are a group's pod-steps.
 type pooled struct {
-	cpu, demand, thrCPU      []float64 // per pod-step with CPU
+	cpu, demand              []float64 // per pod-step with CPU
 	ws, live, nonHeap        []float64
 	gcSum, gcCPU, thrSum     float64
 	thrN                     int
 	first, last              int // steps with CPU data
-	liveFromRuntime, anyLive bool
+	liveFromRuntime, anyGoal bool
 }
 
-func pool(in Input, g Group, selfInflicted bool) pooled {
+func has(s []float32, i int) (float64, bool) {
+	if i >= len(s) || math.IsNaN(float64(s[i])) {
+		return 0, false
+	}
+	return float64(s[i]), true
+}
+
+// goalLive is the divisor that turns a pod's heap goal into a bound of its
+// live heap, 1 + GOGC/100, or 0 where the goal says nothing of it: GOGC
+// off, or a GOMEMLIMIT set (it lowers the goal below that, so the
+// quotient would fall short of the live heap). An unknown GOGC is taken
+// as 100 and an unknown GOMEMLIMIT as unset: the memory planned from it,
+// the quotient × 2, is then the goal itself, what the heap grew to.
+func goalLive(pod Pod) float64 {
+	gogc := 100.0
+	if !math.IsNaN(pod.GOGC) {
+		gogc = pod.GOGC
+	}
+	if gogc <= 0 || (!math.IsNaN(pod.GOMEMLIMIT) && pod.GOMEMLIMIT < math.MaxInt64/2) {
+		return 0
+	}
+	return 1 + gogc/100
+}
+
+func pool(in Input, g Group) pooled {
 	p := pooled{first: -1, last: -1}
-	has := func(s []float32, i int) (float64, bool) {
-		if i >= len(s) || math.IsNaN(float64(s[i])) {
-			return 0, false
-		}
-		return float64(s[i]), true
-	}
 	for _, pod := range g.Pods {
-		if len(pod.LiveHeap) > 0 {
-			for _, v := range pod.LiveHeap {
-				if !math.IsNaN(float64(v)) {
-					p.liveFromRuntime = true
-					break
-				}
-			}
+		if anyValue(pod.LiveHeap) {
+			p.liveFromRuntime = true
 		}
 	}
 	for _, pod := range g.Pods {
+		// Usage a CFS quota capped is a floor of demand: raise it by the
+		// share of periods that ran out of quota, unless the pod's own
+		// GOMAXPROCS above its limit caused the throttling (then the fix
+		// is GOMAXPROCS, not more CPU).
+		selfInflicted := gomaxprocsAbove(Num(pod.GOMAXPROCS), pod.Limits.CPU)
+		div := goalLive(pod)
 		for i := range in.Steps {
 			if c, ok := has(pod.CPU, i); ok {
 				p.cpu = append(p.cpu, c)
@@ -238,10 +257,6 @@ func pool(in Input, g Group, selfInflicted bool) pooled {
 				if t, ok := has(pod.Throttled, i); ok {
 					p.thrSum += t
 					p.thrN++
-					// Usage a CFS quota capped is a floor of demand: raise
-					// it by the share of periods that ran out of quota,
-					// unless GOMAXPROCS caused the throttling (then the fix
-					// is GOMAXPROCS, not more CPU).
 					if !selfInflicted {
 						d = c * (1 + t)
 					}
@@ -259,9 +274,16 @@ func pool(in Input, g Group, selfInflicted bool) pooled {
 			if w, ok := has(pod.WorkingSet, i); ok {
 				p.ws = append(p.ws, w)
 			}
+			// The live heap: the runtime's own figure where it is
+			// exported; else the lower of two bounds above it, the
+			// allocated heap's low and the heap goal ÷ (1 + GOGC/100).
 			lv, ok := has(pod.LiveHeap, i)
 			if !p.liveFromRuntime {
-				lv, ok = has(pod.HeapMin, i)
+				lv, ok = has(pod.HeapAllocLow, i)
+				if goal, gok := has(pod.HeapGoal, i); gok && div > 0 && (!ok || goal/div < lv) {
+					lv, ok = goal/div, true
+					p.anyGoal = true
+				}
 			}
 			if ok {
 				p.live = append(p.live, lv)
@@ -331,7 +353,7 @@ func analyzeGroup(in Input, g Group, opt Options) Container {
 	sort.Strings(c.Pods)
 	lim := o.Limits
 	procsOver := gomaxprocsAbove(o.GOMAXPROCS, lim.CPU)
-	p := pool(in, g, procsOver)
+	p := pool(in, g)
 	o.Samples = len(p.cpu)
 	if p.first >= 0 {
 		o.SpanSeconds = float64(p.last-p.first+1) * in.Step.Seconds()
@@ -350,8 +372,10 @@ func analyzeGroup(in Input, g Group, opt Options) Container {
 	switch {
 	case p.liveFromRuntime:
 		o.LiveHeapSource = "go_gc_heap_live_bytes"
+	case p.anyGoal:
+		o.LiveHeapSource = "the lower of go_memstats_heap_alloc_bytes's low in each step and go_memstats_next_gc_bytes ÷ (1 + GOGC/100)"
 	case len(p.live) > 0:
-		o.LiveHeapSource = "go_memstats_heap_inuse_bytes, its low in each step (the heap just after a GC)"
+		o.LiveHeapSource = "go_memstats_heap_alloc_bytes, its low in each step (an upper bound: objects not yet swept count)"
 	}
 	o.WorkingSet = percentiles(slices.Clone(p.ws))
 	o.NonHeap = nan
@@ -390,10 +414,10 @@ func missing(o *Observed, p pooled, opt Options, needGo bool) []string {
 	}
 	if needGo {
 		if len(p.live) == 0 {
-			m = append(m, "live heap (go_gc_heap_live_bytes or go_memstats_heap_inuse_bytes from client_golang)")
+			m = append(m, "live heap (go_gc_heap_live_bytes, or go_memstats_heap_alloc_bytes and go_memstats_next_gc_bytes from client_golang)")
 		}
 		if len(p.nonHeap) == 0 && len(p.ws) > 0 && len(p.live) > 0 {
-			m = append(m, "heap in use at the same steps as the working set (go_memstats_heap_inuse_bytes)")
+			m = append(m, "the heap's resident spans at the same steps as the working set (go_memstats_heap_inuse_bytes, _idle_bytes, _released_bytes)")
 		}
 	}
 	return m
@@ -580,7 +604,7 @@ func seriesOf(in Input, g Group) Series {
 	for _, pod := range g.Pods {
 		live := pod.LiveHeap
 		if !anyValue(live) {
-			live = pod.HeapMin
+			live = pod.HeapAllocLow
 		}
 		for i := range in.Steps {
 			for _, x := range []struct {

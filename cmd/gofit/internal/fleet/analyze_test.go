@@ -52,7 +52,13 @@ func (s shape) pod(name string, steps int, step time.Duration) Pod {
 		p.NonHeap = series(steps, func(int) float64 { return s.nonHeap })
 	}
 	if !s.noHeap {
-		p.HeapMin = series(steps, func(int) float64 { return s.live })
+		// As the runtime reports them: the allocated heap's low in a
+		// step still holds objects not yet swept, and the goal is GOGC's
+		// (a GOMEMLIMIT set lowers it: then the fleet does not use it).
+		p.HeapAllocLow = series(steps, func(int) float64 { return 1.3 * s.live })
+		if s.gogc > 0 {
+			p.HeapGoal = series(steps, func(int) float64 { return s.live * (1 + s.gogc/100) })
+		}
 	}
 	return p
 }
@@ -116,7 +122,7 @@ func TestAnalyze(t *testing.T) {
 			want: []string{CodeGOMEMLIMITUnset, CodeNotEnoughData}, missing: "history: 40 samples over 1.7h, want at least 60 over 1d"},
 		{name: "no Go heap series", steps: week,
 			s:    shape{cpu: 0.5, live: 100 * mib, nonHeap: 30 * mib, gomaxprocs: 1, gogc: 100, gomemlimit: math.NaN(), noHeap: true, req: Resources{1, 512 * mib}, lim: Resources{1, 512 * mib}},
-			want: []string{CodeNotEnoughData}, missing: "live heap (go_gc_heap_live_bytes or go_memstats_heap_inuse_bytes"},
+			want: []string{CodeNotEnoughData}, missing: "live heap (go_gc_heap_live_bytes, or go_memstats_heap_alloc_bytes"},
 		{name: "no working set", steps: week,
 			s:    shape{cpu: 0.5, live: 100 * mib, gomaxprocs: 1, gogc: 100, gomemlimit: unset, noWS: true},
 			want: []string{CodeNotEnoughData}, missing: "working set (container_memory_working_set_bytes"},
@@ -161,8 +167,8 @@ func TestAnalyze(t *testing.T) {
 				}
 			}},
 		{name: "GC-bound without memory to spare: GOGC left alone", steps: week,
-			s: shape{cpu: 0.8, gc: 0.25, live: 60 * mib, nonHeap: 20 * mib, gomaxprocs: 1, gomemlimit: 150 * mib, gogc: 100,
-				req: Resources{0.9, 160 * mib}, lim: Resources{1, 160 * mib}},
+			s: shape{cpu: 0.8, gc: 0.25, live: 60 * mib, nonHeap: 20 * mib, gomaxprocs: 1, gomemlimit: 180 * mib, gogc: 100,
+				req: Resources{0.9, 200 * mib}, lim: Resources{1, 200 * mib}},
 			want: nil,
 			check: func(t *testing.T, c Container) {
 				if c.Gofit.GOGC != "" || !strings.Contains(strings.Join(c.Gofit.Reasons, "\n"), "GOGC left alone") {
@@ -213,7 +219,11 @@ func checkMemory(t *testing.T, c Container, s shape) {
 	if g.GOGC == "200" {
 		h = 3
 	}
-	base := s.live*h + s.nonHeap
+	live := s.live
+	if s.gogc <= 0 || (!math.IsNaN(s.gomemlimit) && s.gomemlimit < math.MaxInt64/2) {
+		live = 1.3 * s.live // the allocated heap's low, a bound above the live heap
+	}
+	base := live*h + s.nonHeap
 	want := roundUp(base+math.Max(0.1*base, 16*mib), mib)
 	if math.Abs(float64(g.Memory)-want) > mib {
 		t.Errorf("memory %v, want %v (live %v × %v + non-heap %v + margin)", fmtBytes(float64(g.Memory)), fmtBytes(want), fmtBytes(s.live), h, fmtBytes(s.nonHeap))

@@ -57,10 +57,21 @@ type Pod struct {
 	Throttled  []float32 // share of CFS periods throttled in the step
 	GC         []float32 // GC CPU, cores averaged over the step
 	WorkingSet []float32 // working set, the step's peak
-	// NonHeap is the working set's average less the Go heap in use's
-	// average over the step: the memory outside the heap.
-	NonHeap  []float32
-	HeapMin  []float32 // heap in use, the step's low: the heap just after a GC, about the live heap
+	// NonHeap is the memory outside the Go heap: the working set's
+	// average over the step less the heap's resident spans' (in use, and
+	// idle but not yet released to the OS: both are Go's heap).
+	NonHeap []float32
+	// HeapAllocLow is go_memstats_heap_alloc_bytes's low in the step: an
+	// upper bound of the live heap (objects marked at the last GC stay
+	// allocated until the next one). Not the heap in use: its spans are
+	// not swept free of dead objects right after a GC, so its low sits
+	// near the heap's peak.
+	HeapAllocLow []float32
+	// HeapGoal is go_memstats_next_gc_bytes's peak in the step: the heap
+	// the GC lets grow before the next cycle, the live heap × (1 +
+	// GOGC/100) (and a little: stacks and globals) where no GOMEMLIMIT
+	// binds.
+	HeapGoal []float32
 	LiveHeap []float32 // go_gc_heap_live_bytes, the step's peak (Go ≥ 1.21 with the runtime/metrics collector)
 }
 
