@@ -52,6 +52,9 @@ type Pod struct {
 	GOMAXPROCS, GOMEMLIMIT, GOGC float64
 	GoVersion                    string // go_info's version label
 	OOMKills, Restarts           float64
+	// Created is when the pod was created (kube_pod_created, Unix
+	// seconds; 0 when unknown): the newest pod's spec is the workload's.
+	Created float64
 
 	CPU        []float32 // cores used, averaged over the step
 	Throttled  []float32 // share of CFS periods throttled in the step
@@ -81,6 +84,15 @@ type Group struct {
 	Workload  Workload
 	Container string
 	Pods      []Pod
+	HPA       *HPA // the HorizontalPodAutoscaler scaling the workload, if any
+}
+
+// HPA is a HorizontalPodAutoscaler, as kube-state-metrics describes it,
+// and whether it scales on CPU or memory utilisation.
+type HPA struct {
+	Name   string `json:"name"`
+	CPU    bool   `json:"cpu"`
+	Memory bool   `json:"memory"`
 }
 
 // Input is what the fetch found.
