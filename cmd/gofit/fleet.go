@@ -151,7 +151,7 @@ func runFleet(args []string, stdout, stderr io.Writer) error {
 		fleet.WriteTable(stdout, res)
 	}
 	if *out != "" {
-		files, err := fleet.WriteFiles(*out, res)
+		files, skipped, err := fleet.WriteFiles(*out, res)
 		if err != nil {
 			return err
 		}
@@ -159,7 +159,10 @@ func runFleet(args []string, stdout, stderr io.Writer) error {
 		if *asJSON {
 			w = stderr
 		}
-		fmt.Fprintf(w, "wrote %d files into %s (results.json, report.html, patches/)\n", len(files), *out)
+		fmt.Fprintf(w, "wrote %d files into %s (results.json, report.html, patches/, kustomize/)\n", len(files), *out)
+		for _, s := range skipped {
+			fmt.Fprintf(w, "patches: %s\n", s)
+		}
 	}
 	if bad := fleet.Failing(res, codes); len(bad) > 0 {
 		for _, b := range bad {

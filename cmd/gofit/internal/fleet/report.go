@@ -162,37 +162,57 @@ func Failing(r *Results, codes []string) []string {
 	return out
 }
 
-// WriteFiles writes results.json, report.html and the patches into dir.
-func WriteFiles(dir string, r *Results) ([]string, error) {
-	if err := os.MkdirAll(filepath.Join(dir, "patches"), 0o755); err != nil {
-		return nil, fmt.Errorf("report directory: %w", err)
-	}
+// WriteFiles writes results.json, report.html, the patches (patches/,
+// for kubectl) and the same as kustomize patches (kustomize/env/ and
+// kustomize/webhook/, each with its kustomization.yaml) into dir; skipped
+// says which workloads got no patch and why (also in patches/skipped.txt).
+// Every file lands inside dir: a name that would not is an error.
+func WriteFiles(dir string, r *Results) (files, skipped []string, err error) {
 	js, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
-		return nil, fmt.Errorf("encode results: %w", err)
+		return nil, nil, fmt.Errorf("encode results: %w", err)
 	}
 	html, err := RenderHTML(r)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	files := map[string][]byte{"results.json": append(js, '\n'), "report.html": html}
-	patches, err := Patches(r)
+	byName := map[string][]byte{"results.json": append(js, '\n'), "report.html": html}
+	patches, skipped, err := Patches(r)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	kust := map[string][]string{}
 	for _, p := range patches {
-		files[filepath.Join("patches", p.File)] = p.Body
+		byName[filepath.Join("patches", p.File)] = p.Body
+		byName[filepath.Join("kustomize", p.Mode, p.File)] = p.Kustomize
+		kust[p.Mode] = append(kust[p.Mode], p.File)
 	}
-	var out []string
-	for name, b := range files {
-		p := filepath.Join(dir, name)
-		if err := writeFile(p, b); err != nil {
-			return nil, err
+	for mode, names := range kust {
+		var b strings.Builder
+		b.WriteString("# gofit fleet: add these patches to an overlay whose resources hold the workloads\napiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\npatches:\n")
+		for _, n := range names {
+			fmt.Fprintf(&b, "- path: %s\n", n)
 		}
-		out = append(out, p)
+		byName[filepath.Join("kustomize", mode, "kustomization.yaml")] = []byte(b.String())
 	}
-	sort.Strings(out)
-	return out, nil
+	if len(skipped) > 0 {
+		byName[filepath.Join("patches", "skipped.txt")] = []byte(strings.Join(skipped, "\n") + "\n")
+	}
+	for name, b := range byName {
+		if !filepath.IsLocal(name) {
+			return nil, nil, fmt.Errorf("write %s into %s: not a name inside it", name, dir)
+		}
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return nil, nil, fmt.Errorf("report directory: %w", err)
+		}
+		if err := writeFile(p, b); err != nil {
+			return nil, nil, err
+		}
+		files = append(files, p)
+	}
+	sort.Strings(files)
+	return files, skipped, nil
 }
 
 // writeFile replaces p whole or not at all.
