@@ -115,7 +115,11 @@ type Results struct {
 	Sources     map[string]string `json:"sources"`
 	Notes       []string          `json:"notes,omitempty"`
 	NonGo       int               `json:"non_go_containers"`
-	Containers  []Container       `json:"containers"`
+	// Unread counts Go series left out, by reason; Gaps counts workload
+	// containers by what their figures lack or assume (Gap* codes).
+	Unread     map[string]int `json:"unread,omitempty"`
+	Gaps       map[string]int `json:"gaps,omitempty"`
+	Containers []Container    `json:"containers"`
 }
 
 // Container is one workload container's analysis.
@@ -125,6 +129,8 @@ type Container struct {
 	Pods      []string  `json:"pods"`
 	Observed  Observed  `json:"observed"`
 	Findings  []Finding `json:"findings"`
+	// Gaps are what the figures lack or assume, with a fixed code each.
+	Gaps []Finding `json:"gaps,omitempty"`
 	// HPA is the HorizontalPodAutoscaler that scales the workload, if any.
 	HPA *HPA `json:"hpa,omitempty"`
 	// Gofit is gofit's recommendation; KRR and VPA are theirs on the same
@@ -217,12 +223,16 @@ func (r Recommendation) Enough() bool { return len(r.Missing) == 0 }
 func Analyze(in Input, opt Options) *Results {
 	opt = opt.withDefaults()
 	r := &Results{Start: in.Start, End: in.Start.Add(time.Duration(in.Steps) * in.Step), StepSeconds: in.Step.Seconds(),
-		Sources: in.Sources, Notes: in.Notes, NonGo: in.NonGo}
+		Sources: in.Sources, Notes: in.Notes, NonGo: in.NonGo, Unread: in.Unread, Gaps: map[string]int{}}
 	if r.Sources == nil {
 		r.Sources = map[string]string{}
 	}
 	for _, g := range in.Groups {
-		r.Containers = append(r.Containers, analyzeGroup(in, g, opt))
+		c := analyzeGroup(in, g, opt)
+		for _, gap := range c.Gaps {
+			r.Gaps[gap.Code]++
+		}
+		r.Containers = append(r.Containers, c)
 	}
 	sort.Slice(r.Containers, func(i, j int) bool {
 		a, b := r.Containers[i], r.Containers[j]
@@ -484,10 +494,49 @@ func analyzeGroup(in Input, g Group, opt Options) Container {
 	window := fmt.Sprintf("%d samples over %s", o.Samples, fmtDuration(time.Duration(o.SpanSeconds*float64(time.Second))))
 	c.HPA = g.HPA
 	c.Gofit = recommendGofit(o, p, g.HPA, procsOver, window, opt)
-	c.KRR = KRR(p.cpu, p.ws, window, opt)
+	c.KRR = KRR(in, g, g.HPA, opt)
 	c.VPA = VPA(in, g, o, opt)
 	c.Findings = findings(o, c.Gofit, procsOver, opt)
+	c.Gaps = gaps(o, c.Gofit, g.HPA, opt)
 	return c
+}
+
+// Gap codes: what a container's figures lack or assume (Container.Gaps,
+// counted in Results.Gaps).
+const (
+	GapGOGCUnknown       = "gogc_unknown"
+	GapGOMEMLIMITUnknown = "gomemlimit_unknown"
+	GapGOMAXPROCSUnknown = "gomaxprocs_unknown"
+	GapNotEnoughData     = "not_enough_data"
+	GapHPA               = "hpa"
+)
+
+func gaps(o *Observed, rec Recommendation, hpa *HPA, opt Options) []Finding {
+	var g []Finding
+	old := "not exported: client_golang before v1.20, or its Go collector without them"
+	if !o.GOGC.Valid() {
+		g = append(g, Finding{GapGOGCUnknown, "GOGC unknown (go_gc_gogc_percent " + old + "): assumed 100 and never raised"})
+	}
+	if !o.GOMEMLIMIT.Valid() {
+		g = append(g, Finding{GapGOMEMLIMITUnknown, "GOMEMLIMIT unknown (go_gc_gomemlimit_bytes " + old + "): taken as unset, and its findings not checked"})
+	}
+	if !o.GOMAXPROCS.Valid() {
+		g = append(g, Finding{GapGOMAXPROCSUnknown, "GOMAXPROCS unknown (go_sched_gomaxprocs_threads " + old + "): its findings not checked, and throttling read as demand"})
+	}
+	if !rec.Enough() {
+		g = append(g, Finding{GapNotEnoughData, "no figures: missing " + strings.Join(rec.Missing, "; ")})
+	}
+	if hpa != nil && (hpa.CPU || hpa.Memory) && !opt.AllowHPA {
+		var on []string
+		if hpa.CPU {
+			on = append(on, "CPU")
+		}
+		if hpa.Memory {
+			on = append(on, "memory")
+		}
+		g = append(g, Finding{GapHPA, fmt.Sprintf("HPA %s scales on %s utilisation: left as it is (--allow-hpa sizes it)", hpa.Name, strings.Join(on, " and "))})
+	}
+	return g
 }
 
 // gomaxprocsAbove: GOMAXPROCS runs more threads than a CPU limit pays

@@ -247,27 +247,49 @@ func checkMemory(t *testing.T, c Container, s shape) {
 }
 
 func TestKRRAndVPA(t *testing.T) {
-	cpu := []float64{}
-	for i := range 100 {
-		cpu = append(cpu, float64(i+1)/100) // 0.01 … 1.00
+	// KRR's simple strategy reads each pod: its CPU p95 and its working
+	// set's peak, then the highest pod's.
+	const kstep = 5 * time.Minute
+	ksteps := 100
+	in := input(ksteps, kstep, Pod{Name: "a"}, Pod{Name: "b"})
+	for i := range ksteps {
+		set(&in.Groups[0].Pods[0].CPU, ksteps, i, float64(i+1)/100) // 0.01 … 1.00: p95 0.9505
+		set(&in.Groups[0].Pods[1].CPU, ksteps, i, 0.5)
+		set(&in.Groups[0].Pods[0].WorkingSet, ksteps, i, 100*mib)
+		set(&in.Groups[0].Pods[1].WorkingSet, ksteps, i, float64(200+i%3*50)*mib) // peak 300MiB
 	}
-	ws := []float64{100 * mib, 300 * mib, 200 * mib}
-	k := KRR(slices.Clone(cpu), slices.Clone(ws), "w", Options{})
-	if got := float64(k.CPURequest); math.Abs(got-0.9505) > 1e-9 {
-		t.Errorf("KRR CPU %v, want p95 0.9505", got)
+	k := KRR(in, in.Groups[0], nil, Options{})
+	if got := float64(k.CPURequest); got != 0.951 {
+		t.Errorf("KRR CPU %v, want the highest pod's p95 0.9505, up to the millicore", got)
 	}
 	if k.CPULimit.Valid() {
 		t.Errorf("KRR CPU limit %v, want none", k.CPULimit)
 	}
-	if got := float64(k.Memory); got != 300*mib*1.15 {
-		t.Errorf("KRR memory %v, want 345MiB", got)
+	if got := float64(k.Memory); got != math.Ceil(300*1.15)*mib {
+		t.Errorf("KRR memory %v, want 345MiB", fmtBytes(got))
+	}
+	// Its minimums: 10m and 100MiB.
+	for i := range ksteps {
+		in.Groups[0].Pods[0].CPU[i], in.Groups[0].Pods[1].CPU[i] = 0.001, 0.001
+		in.Groups[0].Pods[0].WorkingSet[i], in.Groups[0].Pods[1].WorkingSet[i] = 20*mib, 20*mib
+	}
+	if k := KRR(in, in.Groups[0], nil, Options{}); float64(k.CPURequest) != 0.01 || float64(k.Memory) != 100*mib {
+		t.Errorf("KRR minimums: %v %v, want 10m and 100MiB", k.CPURequest, fmtBytes(float64(k.Memory)))
+	}
+	// Fewer than 100 points: not enough data; an HPA on CPU: no CPU figure.
+	short := input(40, kstep, in.Groups[0].Pods[0])
+	if k := KRR(short, short.Groups[0], nil, Options{}); k.Enough() || k.CPURequest.Valid() {
+		t.Errorf("KRR on 40 points: %+v", k)
+	}
+	if k := KRR(in, in.Groups[0], &HPA{Name: "h", CPU: true}, Options{}); k.CPURequest.Valid() || !k.Memory.Valid() {
+		t.Errorf("KRR under an HPA on CPU: %v %v", k.CPURequest, k.Memory)
 	}
 
 	// VPA: a flat 0.5 core and a flat 400MiB over two days.
 	const step = 10 * time.Minute
 	steps := 2 * 24 * 6
 	s := shape{cpu: 0.5, live: 150 * mib, nonHeap: 100 * mib, req: Resources{0.5, 512 * mib}}
-	in := input(steps, step, s.pod("p", steps, step))
+	in = input(steps, step, s.pod("p", steps, step))
 	v := VPA(in, in.Groups[0], &Observed{}, Options{})
 	// The histogram answers a bucket's upper end: within 5% above.
 	if got := float64(v.CPURequest) / 1.15; got < 0.5 || got > 0.5*1.08 {

@@ -28,9 +28,15 @@ import (
 // own memory stays small next to the client's.
 type fakeProm struct {
 	n, nonGo int
-	queries  atomic.Int64
-	mu       sync.Mutex
-	seen     []string
+	// cron: the pods are a CronJob's Jobs' (kube_pod_owner says Job,
+	// kube_job_owner CronJob); hpa: web-0 has an HPA on CPU utilisation;
+	// old: client_golang before v1.20 (no GOMAXPROCS, GOMEMLIMIT or GOGC
+	// gauges); noContainer: pods whose go_info has no container label.
+	cron, hpa, old bool
+	noContainer    int
+	queries        atomic.Int64
+	mu             sync.Mutex
+	seen           []string
 }
 
 func (f *fakeProm) labels(i int) string {
@@ -96,15 +102,43 @@ func (f *fakeProm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	plain := func(i int) string { return f.labels(i) }
 	switch {
+	case strings.HasPrefix(q, "count(") && strings.Contains(q, `container=""`):
+		fmt.Fprintf(bw, `{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[%.3f,"%d"]}]}}`, t, f.noContainer)
+	case strings.HasPrefix(q, "count(") && strings.Contains(q, `pod=""`):
+		bw.WriteString(`{"status":"success","data":{"resultType":"vector","result":[]}}`)
 	case strings.HasPrefix(q, "count("):
 		fmt.Fprintf(bw, `{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[%.3f,"%d"]}]}}`, t, f.nonGo)
 	case strings.Contains(q, "kube_replicaset_owner"):
 		vec(func(i int) string {
 			return fmt.Sprintf(`"namespace":"ns-%d","replicaset":"web-%d-abc","owner_kind":"Deployment","owner_name":"web-%d"`, i/2%50, i/2, i/2)
 		}, func(int) float64 { return 1 })
+	case strings.Contains(q, "kube_job_owner"):
+		if f.cron {
+			vec(func(i int) string {
+				return fmt.Sprintf(`"namespace":"ns-%d","job_name":"web-%d-abc","owner_kind":"CronJob","owner_name":"web-%d"`, i/2%50, i/2, i/2)
+			}, func(int) float64 { return 1 })
+		} else {
+			bw.WriteString(`{"status":"success","data":{"resultType":"vector","result":[]}}`)
+		}
+	case strings.Contains(q, "kube_horizontalpodautoscaler_info"):
+		if f.hpa {
+			fmt.Fprintf(bw, `{"status":"success","data":{"resultType":"vector","result":[{"metric":{"namespace":"ns-0","horizontalpodautoscaler":"web-0-hpa","scaletargetref_kind":"Deployment","scaletargetref_name":"web-0"},"value":[%.3f,"1"]}]}}`, t)
+		} else {
+			bw.WriteString(`{"status":"success","data":{"resultType":"vector","result":[]}}`)
+		}
+	case strings.Contains(q, "kube_horizontalpodautoscaler_spec_target_metric"):
+		fmt.Fprintf(bw, `{"status":"success","data":{"resultType":"vector","result":[{"metric":{"namespace":"ns-0","horizontalpodautoscaler":"web-0-hpa","metric_name":"cpu"},"value":[%.3f,"80"]}]}}`, t)
+	case strings.Contains(q, "kube_pod_created"):
+		vec(func(i int) string { return fmt.Sprintf(`"namespace":"ns-%d","pod":"web-%d-abc-%d"`, i/2%50, i/2, i) }, func(i int) float64 { return float64(1.7e9 + i) })
+	case f.old && (strings.Contains(q, "go_sched_gomaxprocs_threads") || strings.Contains(q, "go_gc_gomemlimit_bytes") || strings.Contains(q, "go_gc_gogc_percent")):
+		bw.WriteString(`{"status":"success","data":{"resultType":"vector","result":[]}}`)
 	case strings.Contains(q, "kube_pod_owner"):
+		kind := "ReplicaSet"
+		if f.cron {
+			kind = "Job"
+		}
 		vec(func(i int) string {
-			return fmt.Sprintf(`"namespace":"ns-%d","pod":"web-%d-abc-%d","owner_kind":"ReplicaSet","owner_name":"web-%d-abc"`, i/2%50, i/2, i, i/2)
+			return fmt.Sprintf(`"namespace":"ns-%d","pod":"web-%d-abc-%d","owner_kind":"%s","owner_name":"web-%d-abc"`, i/2%50, i/2, i, kind, i/2)
 		}, func(int) float64 { return 1 })
 	case strings.Contains(q, "go_sched_gomaxprocs_threads"):
 		vec(plain, func(i int) float64 { return map[bool]float64{true: 4, false: 1}[i/2%3 == 0] })
@@ -245,6 +279,60 @@ func TestFetchFake(t *testing.T) {
 	}
 	if c.Gofit.GOMAXPROCS != 1 || !c.Gofit.Enough() || c.Observed.Samples != 2*3*24*6 {
 		t.Errorf("web-0: %+v samples %d", c.Gofit, c.Observed.Samples)
+	}
+}
+
+// TestFetchCoverage: a CronJob's Jobs' pods group by the CronJob, an
+// HPA on CPU utilisation leaves CPU alone, pods are ordered by
+// kube_pod_created, and what could not be read is counted and said:
+// series without a container label, and GOGC, GOMEMLIMIT and GOMAXPROCS
+// where client_golang before v1.20 does not export them.
+func TestFetchCoverage(t *testing.T) {
+	f := &fakeProm{n: 6, nonGo: 4, cron: true, hpa: false, old: true, noContainer: 3}
+	end := time.Date(2026, 11, 8, 0, 0, 0, 0, time.UTC)
+	q := Query{From: end.Add(-3 * 24 * time.Hour), To: end, Step: 10 * time.Minute}
+	in, err := Fetch(context.Background(), fakeAPI(t, f), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := in.Groups[0]
+	if g.Workload != (Workload{Namespace: "ns-0", Kind: "CronJob", Name: "web-0"}) || len(g.Pods) != 2 || g.Pods[0].Created != 1.7e9 {
+		t.Errorf("first group %+v, pods %+v", g.Workload, len(g.Pods))
+	}
+	if in.Unread[UnreadNoContainer] != 3 {
+		t.Errorf("unread %v, want 3 without a container label", in.Unread)
+	}
+	r := Analyze(in, Options{})
+	if r.Unread[UnreadNoContainer] != 3 || r.Gaps[GapGOGCUnknown] != 3 || r.Gaps[GapGOMEMLIMITUnknown] != 3 {
+		t.Errorf("unread %v gaps %v", r.Unread, r.Gaps)
+	}
+	c := r.Containers[0]
+	if why := strings.Join(c.Gofit.Reasons, "\n"); !strings.Contains(why, "GOGC assumed 100") {
+		t.Errorf("GOGC assumed without a word:\n%s", why)
+	}
+	var tab strings.Builder
+	WriteTable(&tab, r)
+	for _, want := range []string{"3 " + UnreadNoContainer, "GOGC unknown"} {
+		if !strings.Contains(tab.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, tab.String())
+		}
+	}
+
+	f = &fakeProm{n: 6, hpa: true}
+	in, err = Fetch(context.Background(), fakeAPI(t, f), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := in.Groups[0].HPA; h == nil || h.Name != "web-0-hpa" || !h.CPU || h.Memory {
+		t.Fatalf("HPA %+v", h)
+	}
+	r = Analyze(in, Options{})
+	c = r.Containers[0]
+	if c.Gofit.CPURequest.Valid() || !c.Gofit.Memory.Valid() || c.KRR.CPURequest.Valid() || r.Gaps[GapHPA] != 1 {
+		t.Errorf("under an HPA on CPU: gofit %v/%v KRR %v, gaps %v", c.Gofit.CPURequest, c.Gofit.Memory, c.KRR.CPURequest, r.Gaps)
+	}
+	if r2 := Analyze(in, Options{AllowHPA: true}); !r2.Containers[0].Gofit.CPURequest.Valid() {
+		t.Errorf("AllowHPA: no CPU request")
 	}
 }
 

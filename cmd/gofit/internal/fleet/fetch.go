@@ -246,6 +246,21 @@ func Fetch(ctx context.Context, c api.Client, q Query) (Input, error) {
 	if len(all) > 0 {
 		in.NonGo = int(all[0].Value)
 	}
+	// Go series that cannot be read as a container's, counted by reason:
+	// they are left out, and the report says so.
+	in.Unread = map[string]int{}
+	for _, u := range []struct{ why, query string }{
+		{UnreadNoContainer, fmt.Sprintf(`count(group by (%s) (last_over_time(go_info%s[%s])))`, podBy, f.m(`pod!="", container=""`), since)},
+		{UnreadNoPod, fmt.Sprintf(`count(group by (job, instance) (last_over_time(go_info%s[%s])))`, f.m(`pod=""`), since)},
+	} {
+		vec, err := f.instant(u.query)
+		if err != nil {
+			return Input{}, err
+		}
+		if len(vec) > 0 && vec[0].Value > 0 {
+			in.Unread[u.why] = int(vec[0].Value)
+		}
+	}
 	if len(pods) == 0 {
 		where := "in Prometheus"
 		if f.sel != "" {
@@ -311,6 +326,16 @@ func Fetch(ctx context.Context, c api.Client, q Query) (Input, error) {
 			return Input{}, err
 		}
 	}
+	in.Sources["created"] = "kube_pod_created"
+	created := map[key]float64{}
+	vec, err = f.instant(fmt.Sprintf(`max by (%s) (last_over_time(kube_pod_created%s[%s]))`, podBy, f.m(""), since))
+	if err != nil {
+		return Input{}, err
+	}
+	for _, s := range vec {
+		created[f.keyOf(s.Metric)] = float64(s.Value)
+	}
+	in.Sources["created"] = fmt.Sprintf("kube_pod_created (%d pods)", len(created))
 	in.Sources["restarts"] = "kube_pod_container_status_restarts_total"
 	if err := last("restarts", fmt.Sprintf(`max by (%s) (increase(kube_pod_container_status_restarts_total%s[%s]))`, f.by, f.m(""), since),
 		func(p *Pod, _ model.Metric, v float64) { p.Restarts = math.Round(v) }); err != nil {
@@ -347,7 +372,48 @@ func Fetch(ctx context.Context, c api.Client, q Query) (Input, error) {
 	for _, s := range vec {
 		rsOwner[key{string(s.Metric[model.LabelName(q.ClusterLabel)]), string(s.Metric["namespace"]), string(s.Metric["replicaset"]), ""}] = [2]string{string(s.Metric["owner_kind"]), string(s.Metric["owner_name"])}
 	}
-	in.Sources["owners"] = fmt.Sprintf("kube_pod_owner (%d pods), kube_replicaset_owner (%d)", len(owners), len(rsOwner))
+	// A Job's owner, a CronJob: its jobTemplate is what can be patched.
+	jobOwner := map[key][2]string{}
+	vec, err = f.instant(fmt.Sprintf(`max by (%s, job_name, owner_kind, owner_name) (last_over_time(kube_job_owner%s[%s]))`, q.ClusterLabel+", namespace", f.m(`owner_kind!="", owner_kind!="<none>"`), since))
+	if err != nil {
+		return Input{}, err
+	}
+	for _, s := range vec {
+		jobOwner[key{string(s.Metric[model.LabelName(q.ClusterLabel)]), string(s.Metric["namespace"]), string(s.Metric["job_name"]), ""}] = [2]string{string(s.Metric["owner_kind"]), string(s.Metric["owner_name"])}
+	}
+	in.Sources["owners"] = fmt.Sprintf("kube_pod_owner (%d pods), kube_replicaset_owner (%d), kube_job_owner (%d)", len(owners), len(rsOwner), len(jobOwner))
+
+	// HorizontalPodAutoscalers: what each scales, and on which resources'
+	// utilisation (the targets whose meaning a new request changes).
+	hpas := map[key]*HPA{} // workload key (pod = kind/name)
+	hpaByName := map[key]*HPA{}
+	vec, err = f.instant(fmt.Sprintf(`max by (%s, horizontalpodautoscaler, scaletargetref_kind, scaletargetref_name) (last_over_time(kube_horizontalpodautoscaler_info%s[%s]))`, q.ClusterLabel+", namespace", f.m(""), since))
+	if err != nil {
+		return Input{}, err
+	}
+	for _, s := range vec {
+		c, ns := string(s.Metric[model.LabelName(q.ClusterLabel)]), string(s.Metric["namespace"])
+		h := &HPA{Name: string(s.Metric["horizontalpodautoscaler"])}
+		hpas[key{c, ns, string(s.Metric["scaletargetref_kind"]) + "/" + string(s.Metric["scaletargetref_name"]), ""}] = h
+		hpaByName[key{c, ns, h.Name, ""}] = h
+	}
+	if len(hpas) > 0 {
+		vec, err = f.instant(fmt.Sprintf(`max by (%s, horizontalpodautoscaler, metric_name) (last_over_time(kube_horizontalpodautoscaler_spec_target_metric%s[%s]))`, q.ClusterLabel+", namespace", f.m(`metric_name=~"cpu|memory", metric_target_type="utilization"`), since))
+		if err != nil {
+			return Input{}, err
+		}
+		for _, s := range vec {
+			if h := hpaByName[key{string(s.Metric[model.LabelName(q.ClusterLabel)]), string(s.Metric["namespace"]), string(s.Metric["horizontalpodautoscaler"]), ""}]; h != nil {
+				switch s.Metric["metric_name"] {
+				case "cpu":
+					h.CPU = true
+				case "memory":
+					h.Memory = true
+				}
+			}
+		}
+	}
+	in.Sources["hpa"] = fmt.Sprintf("kube_horizontalpodautoscaler_info, kube_horizontalpodautoscaler_spec_target_metric (%d HPAs)", len(hpas))
 
 	// The series, per step.
 	cadvisor := `container!="", container!="POD"`
@@ -415,16 +481,28 @@ func Fetch(ctx context.Context, c api.Client, q Query) (Input, error) {
 		w := Workload{Cluster: k.cluster, Namespace: k.ns, Kind: "Pod", Name: k.pod}
 		if o, ok := owners[key{k.cluster, k.ns, k.pod, ""}]; ok {
 			w.Kind, w.Name = o[0], o[1]
-			if o[0] == "ReplicaSet" {
+			switch o[0] {
+			case "ReplicaSet":
 				if d, ok := rsOwner[key{k.cluster, k.ns, o[1], ""}]; ok {
 					w.Kind, w.Name = d[0], d[1]
 				}
+			case "Job":
+				if d, ok := jobOwner[key{k.cluster, k.ns, o[1], ""}]; ok {
+					w.Kind, w.Name = d[0], d[1]
+				}
 			}
+		}
+		if c, ok := created[key{k.cluster, k.ns, k.pod, ""}]; ok {
+			p.Created = c
 		}
 		gk := w.String() + "\x00" + k.container
 		g := groups[gk]
 		if g == nil {
 			g = &Group{Workload: w, Container: k.container}
+			if h := hpas[key{w.Cluster, w.Namespace, w.Kind + "/" + w.Name, ""}]; h != nil {
+				hc := *h
+				g.HPA = &hc
+			}
 			groups[gk] = g
 		}
 		g.Pods = append(g.Pods, *p)

@@ -111,7 +111,16 @@ type Input struct {
 	Notes   []string
 	// NonGo counts containers seen without go_* series (left out).
 	NonGo int
+	// Unread counts Go series that could not be read as a container's,
+	// by reason (UnreadNoContainer, UnreadNoPod): left out, and said.
+	Unread map[string]int
 }
+
+// Reasons Go series are left unread (Input.Unread, Results.Unread).
+const (
+	UnreadNoContainer = "go_info without a container label (pods; a PodMonitor or ServiceMonitor gives it)"
+	UnreadNoPod       = "go_info without namespace and pod labels (targets; scraped outside the pods' service discovery)"
+)
 
 // Num is a figure that may be missing (NaN): JSON null, never a made-up 0.
 type Num float64
