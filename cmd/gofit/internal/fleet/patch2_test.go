@@ -13,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	"sigs.k8s.io/yaml"
 )
@@ -211,4 +212,29 @@ func FuzzPatchLabels(f *testing.F) {
 		}
 		checkPatchFiles(t, ps)
 	})
+}
+
+// TestCPULimitChoices: --cpu-limit none removes the limit, keep leaves
+// it, the default sets it.
+func TestCPULimitChoices(t *testing.T) {
+	const week, step = 7 * 24 * 12, 5 * time.Minute
+	s := shape{cpu: 0.1, wave: 0.03, gc: 0.01, live: 40 * mib, nonHeap: 20 * mib, gomaxprocs: 1, gomemlimit: math.MaxInt64, gogc: 100,
+		req: Resources{0.25, 256 * mib}, lim: Resources{2, 256 * mib}}
+	d := appsv1.Deployment{}
+	d.Spec.Template.Spec.Containers = []corev1.Container{{Name: "app", Image: "web:1", Resources: corev1.ResourceRequirements{
+		Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2")}}}}
+	for _, tc := range []struct{ mode, want string }{{"", "150m"}, {CPULimitNone, ""}, {CPULimitKeep, "2"}} {
+		r := Analyze(input(week, step, s.pod("web-1", week, step)), Options{CPULimit: tc.mode})
+		ps, _, err := Patches(r)
+		if err != nil || len(ps) != 2 {
+			t.Fatalf("%q: %d patches, %v", tc.mode, len(ps), err)
+		}
+		var got appsv1.Deployment
+		applyPatch(t, ps[0], d, &got)
+		lim := got.Spec.Template.Spec.Containers[0].Resources.Limits
+		cpu, ok := lim[corev1.ResourceCPU]
+		if gotS := map[bool]string{true: cpu.String(), false: ""}[ok]; gotS != tc.want {
+			t.Errorf("--cpu-limit %q: limit %q, want %q\n%s", tc.mode, gotS, tc.want, ps[0].Body)
+		}
+	}
 }
