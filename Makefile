@@ -2,7 +2,7 @@
 GO ?= go
 FUZZTIME ?= 20s
 
-.PHONY: build build-nokube image e2e test test-v2 qos-v2 bench fuzz lab vet test-go-min test-race tidy-check check lab-services lab-real groundtruth
+.PHONY: build build-nokube image e2e test test-v2 qos-v2 bench fuzz lab vet test-go-min test-race tidy-check check lab-services lab-real groundtruth vpa-golden
 
 # The version and commit gofit reports (gofit version, the log's first
 # line, gofit_build_info): make release sets VERSION.
@@ -131,6 +131,7 @@ tidy-check:
 	cd cmd/gofit && GOWORK=off $(GO) mod tidy -diff
 	cd kube && GOWORK=off $(GO) mod tidy -diff
 	cd tools && GOWORK=off $(GO) mod tidy -diff
+	cd tools/vpapeer && GOWORK=off $(GO) mod tidy -diff
 
 bench:
 	$(GO) test -run '^$$' -bench . -skip FleetGroundTruth -benchmem work
@@ -138,6 +139,12 @@ bench:
 # gofit fleet against ground truth (docs/results/fleet.md): the lab's
 # sample and go-httpbin, unfitted and then with fleet's figures, under a
 # real cAdvisor and Prometheus. About 30 minutes, as root.
+# VPA's targets from VPA's own recommender code for gofit fleet's VPA
+# scenarios (its own module, outside go.work: it needs k8s.io v0.37).
+vpa-golden:
+	cd cmd/gofit && GOFIT_WRITE_VPA_SCENARIOS=1 $(GO) test -count=1 -run TestVPAAgainstItsModule ./internal/fleet/ >/dev/null || true
+	cd tools/vpapeer && GOWORK=off $(GO) run . -in ../../cmd/gofit/internal/fleet/testdata/vpa/scenarios.json -out ../../cmd/gofit/internal/fleet/testdata/vpa/golden.json
+
 groundtruth:
 	cd tools && $(GO) test -count=1 -run '^$$' -bench FleetGroundTruth -benchtime 1x -timeout 60m -v ./groundtruth
 

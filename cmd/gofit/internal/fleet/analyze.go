@@ -227,8 +227,12 @@ func Analyze(in Input, opt Options) *Results {
 	if r.Sources == nil {
 		r.Sources = map[string]string{}
 	}
+	perWorkload := map[string]int{}
 	for _, g := range in.Groups {
-		c := analyzeGroup(in, g, opt)
+		perWorkload[g.Workload.String()]++
+	}
+	for _, g := range in.Groups {
+		c := analyzeGroup(in, g, perWorkload[g.Workload.String()], opt)
 		for _, gap := range c.Gaps {
 			r.Gaps[gap.Code]++
 		}
@@ -425,7 +429,7 @@ func lastStep(p Pod) int {
 	return last
 }
 
-func analyzeGroup(in Input, g Group, opt Options) Container {
+func analyzeGroup(in Input, g Group, containersInPod int, opt Options) Container {
 	c := Container{Workload: g.Workload, Container: g.Container}
 	o := &c.Observed
 	o.GOMAXPROCS, o.GOMEMLIMIT, o.GOGC = nan, nan, nan
@@ -495,7 +499,7 @@ func analyzeGroup(in Input, g Group, opt Options) Container {
 	c.HPA = g.HPA
 	c.Gofit = recommendGofit(o, p, g.HPA, procsOver, window, opt)
 	c.KRR = KRR(in, g, g.HPA, opt)
-	c.VPA = VPA(in, g, o, opt)
+	c.VPA = VPA(in, g, containersInPod)
 	c.Findings = findings(o, c.Gofit, procsOver, opt)
 	c.Gaps = gaps(o, c.Gofit, g.HPA, opt)
 	return c

@@ -290,7 +290,7 @@ func TestKRRAndVPA(t *testing.T) {
 	steps := 2 * 24 * 6
 	s := shape{cpu: 0.5, live: 150 * mib, nonHeap: 100 * mib, req: Resources{0.5, 512 * mib}}
 	in = input(steps, step, s.pod("p", steps, step))
-	v := VPA(in, in.Groups[0], &Observed{}, Options{})
+	v := VPA(in, in.Groups[0], 1)
 	// The histogram answers a bucket's upper end: within 5% above.
 	if got := float64(v.CPURequest) / 1.15; got < 0.5 || got > 0.5*1.08 {
 		t.Errorf("VPA CPU %v/1.15 = %v, want 0.5 to its bucket's end", float64(v.CPURequest), got)
@@ -301,7 +301,7 @@ func TestKRRAndVPA(t *testing.T) {
 	// A small container gets VPA's minimums.
 	s = shape{cpu: 0.001, live: 10 * mib, nonHeap: 5 * mib}
 	in = input(steps, step, s.pod("p", steps, step))
-	v = VPA(in, in.Groups[0], &Observed{}, Options{})
+	v = VPA(in, in.Groups[0], 1)
 	if float64(v.CPURequest) != vpaMinCPU || float64(v.Memory) != vpaMinMemory {
 		t.Errorf("VPA minimums: %v %v", v.CPURequest, v.Memory)
 	}

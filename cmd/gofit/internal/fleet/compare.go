@@ -165,18 +165,34 @@ func (h *histogram) percentile(p float64) float64 {
 }
 
 // VPA computes the VPA recommender's target on the same data: CPU
-// samples weighted by the request (at least 0.1 core), memory as one
-// peak per pod and 24 h interval, an OOM kill as a peak of 1.2× (at
-// least +100 MiB) the memory it died at.
-func VPA(in Input, g Group, o *Observed, opt Options) Recommendation {
+// samples weighted alike, memory as one peak per pod and 24 h interval,
+// an OOM kill as a peak of 1.2× (at least +100 MiB) the request or the
+// interval's peak.
+//
+// Its figures are checked against VPA's own code (v1.8.1) in
+// TestVPAAgainstItsModule. containersInPod is how many containers the
+// pod's minimums are split among: the workload's Go containers (its
+// other containers are not known here, so a pod with sidecars gets a
+// higher minimum than VPA would give it).
+func VPA(in Input, g Group, containersInPod int) Recommendation {
+	return vpa(in, g, containersInPod)
+}
+
+func vpa(in Input, g Group, containersInPod int) Recommendation {
+	ooms := 0.0
+	for _, p := range g.Pods {
+		ooms += p.OOMKills
+	}
 	r := Recommendation{Method: "vpa", CPURequest: nan, CPULimit: nan, Memory: nan}
 	cpu := newHistogram(vpaCPUFirst, vpaCPUMax, in.Start)
 	mem := newHistogram(vpaMemFirst, vpaMemMax, in.Start)
 	var nCPU, nMem int
-	maxWS := 0.0
 	per := int(max(1, vpaMemoryInterval/in.Step))
 	for _, pod := range g.Pods {
-		w := math.Max(pod.Requests.CPU, vpaMinSampleW)
+		// v1.8 weighs every CPU sample alike (minSampleWeight), whatever
+		// the request.
+		w := vpaMinSampleW
+		lastPeak, lastAt := math.NaN(), time.Time{}
 		for i := range in.Steps {
 			t := in.Start.Add(time.Duration(i+1) * in.Step)
 			if i < len(pod.CPU) && !math.IsNaN(float64(pod.CPU[i])) {
@@ -192,14 +208,27 @@ func VPA(in Input, g Group, o *Observed, opt Options) Recommendation {
 				}
 			}
 			if !math.IsNaN(peak) {
-				mem.add(peak, 1, in.Start.Add(time.Duration(s)*in.Step))
+				lastPeak, lastAt = peak, in.Start.Add(time.Duration(s)*in.Step)
+				mem.add(peak, 1, lastAt)
 				nMem++
-				maxWS = math.Max(maxWS, peak)
 			}
 		}
+		// An OOM kill is a peak of 1.2× (at least +100MiB) the memory
+		// request or the interval's peak, whichever is higher; it takes
+		// the interval's place where it is above its peak (RecordOOM).
 		if pod.OOMKills > 0 {
-			used := math.Max(math.Max(pod.Requests.Memory, pod.Limits.Memory), maxWS)
-			mem.add(math.Max(used*vpaOOMBumpRatio, used+vpaOOMMinBump), 1, in.Start.Add(time.Duration(in.Steps)*in.Step))
+			used := pod.Requests.Memory
+			if !math.IsNaN(lastPeak) {
+				used = math.Max(used, lastPeak)
+			}
+			oom := math.Max(used*vpaOOMBumpRatio, used+vpaOOMMinBump)
+			switch {
+			case math.IsNaN(lastPeak):
+				mem.add(oom, 1, in.Start.Add(time.Duration(in.Steps)*in.Step))
+			case oom > lastPeak:
+				mem.add(lastPeak, -1, lastAt)
+				mem.add(oom, 1, lastAt)
+			}
 		}
 	}
 	if nCPU == 0 {
@@ -212,13 +241,15 @@ func VPA(in Input, g Group, o *Observed, opt Options) Recommendation {
 		r.Reasons = []string{"not enough data"}
 		return r
 	}
-	c := math.Max(cpu.percentile(vpaTarget)*(1+vpaSafety), vpaMinCPU)
-	m := math.Max(mem.percentile(vpaTarget)*(1+vpaSafety), vpaMinMemory)
+	// The pod's minimums are split among its containers.
+	share := 1 / float64(max(containersInPod, 1))
+	c := math.Max(cpu.percentile(vpaTarget)*(1+vpaSafety), vpaMinCPU*share)
+	m := math.Max(mem.percentile(vpaTarget)*(1+vpaSafety), vpaMinMemory*share)
 	r.CPURequest, r.Memory = Num(c), Num(m)
 	r.Reasons = []string{
-		fmt.Sprintf("CPU target %s: p90 of a decaying histogram (half-life 24h, %d samples weighted by the request) + 15%%", fmtCores(c), nCPU),
-		fmt.Sprintf("memory target %s: p90 of %d daily working-set peaks (decaying) + 15%%, at least 250MiB%s", fmtBytes(m), nMem,
-			map[bool]string{true: fmt.Sprintf("; %.0f OOM kills bumped", o.OOMKills), false: ""}[o.OOMKills > 0]),
+		fmt.Sprintf("CPU target %s: p90 of a decaying histogram (half-life 24h, %d samples weighted alike) + 15%%, at least 25m ÷ %d containers", fmtCores(c), nCPU, max(containersInPod, 1)),
+		fmt.Sprintf("memory target %s: p90 of %d daily working-set peaks (decaying) + 15%%, at least 250MiB ÷ %d containers%s", fmtBytes(m), nMem, max(containersInPod, 1),
+			map[bool]string{true: fmt.Sprintf("; %.0f OOM kills bumped", ooms), false: ""}[ooms > 0]),
 		"VPA sets requests; limits keep their ratio to requests",
 	}
 	return r
