@@ -136,15 +136,15 @@ tidy-check:
 bench:
 	$(GO) test -run '^$$' -bench . -skip FleetGroundTruth -benchmem work
 
-# gofit fleet against ground truth (docs/results/fleet.md): the lab's
-# sample and go-httpbin, unfitted and then with fleet's figures, under a
-# real cAdvisor and Prometheus. About 30 minutes, as root.
 # VPA's targets from VPA's own recommender code for gofit fleet's VPA
 # scenarios (its own module, outside go.work: it needs k8s.io v0.37).
 vpa-golden:
 	cd cmd/gofit && GOFIT_WRITE_VPA_SCENARIOS=1 $(GO) test -count=1 -run TestVPAAgainstItsModule ./internal/fleet/ >/dev/null || true
 	cd tools/vpapeer && GOWORK=off $(GO) run . -in ../../cmd/gofit/internal/fleet/testdata/vpa/scenarios.json -out ../../cmd/gofit/internal/fleet/testdata/vpa/golden.json
 
+# gofit fleet against ground truth (docs/results/fleet.md): the lab's
+# sample and go-httpbin, unfitted and then with fleet's figures, under a
+# real cAdvisor and Prometheus. About 30 minutes, as root.
 groundtruth:
 	cd tools && $(GO) test -count=1 -run '^$$' -bench FleetGroundTruth -benchtime 1x -timeout 60m -v ./groundtruth
 
@@ -153,7 +153,7 @@ groundtruth:
 # can fail a target with a bare "context deadline exceeded" when a timed
 # run ends (golang/go#75804, fixed in Go 1.27); a count has no deadline.
 fuzz:
-	@for pkg in ./cgroup ./fit ./internal/procmem ./kube/admission ./kube/memqos ./cmd/gofit/internal/nongo; do \
+	@for pkg in ./cgroup ./fit ./internal/procmem ./kube/admission ./kube/memqos ./cmd/gofit/internal/nongo ./cmd/gofit/internal/fleet; do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep ^Fuzz); do \
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 	  done; \
