@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-func unfittedResults(t *testing.T, w Workload) *Results {
+func unfittedResults(t testing.TB, w Workload) *Results {
 	t.Helper()
 	const week, step = 7 * 24 * 12, 5 * time.Minute
 	s := shape{cpu: 0.1, wave: 0.03, throttled: 0.3, gc: 0.01, live: 40 * mib, nonHeap: 20 * mib, gomaxprocs: 4, gomemlimit: math.MaxInt64, gogc: 100,
@@ -199,7 +199,7 @@ func FuzzPatchLabels(f *testing.F) {
 	f.Add("../../x", "shop", "web", "app")
 	f.Add("eu\nx", "shop", "web.v2", "app")
 	f.Add("", "a", "b", "c")
-	r := unfittedResults(&testing.T{}, Workload{Namespace: "shop", Kind: "Deployment", Name: "web"})
+	r := unfittedResults(f, Workload{Namespace: "shop", Kind: "Deployment", Name: "web"})
 	f.Fuzz(func(t *testing.T, cluster, ns, name, container string) {
 		rr := *r
 		c := rr.Containers[0]
