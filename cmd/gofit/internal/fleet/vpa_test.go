@@ -132,6 +132,7 @@ func TestVPAAgainstItsModule(t *testing.T) {
 		}
 		in, g := s.input()
 		v := vpa(in, g, s.ContainersInPod)
+		t.Logf("%-30s ours CPU %.3f memory %s; VPA's CPU %.3f memory %s", s.Name, float64(v.CPURequest), fmtBytes(float64(v.Memory)), want.CPU, fmtBytes(want.Memory))
 		within := func(got, want float64) bool { return math.Abs(got-want) <= 0.05*want }
 		if !within(float64(v.CPURequest), want.CPU) || !within(float64(v.Memory), want.Memory) {
 			t.Errorf("%s: ours CPU %v memory %s; %s's CPU %v memory %s", s.Name, float64(v.CPURequest), fmtBytes(float64(v.Memory)),
