@@ -80,7 +80,7 @@ func runFleet(args []string, stdout, stderr io.Writer) error {
 	cpuReqQ := fs.Float64("cpu-request-percentile", 0.95, "the CPU request covers this `QUANTILE` of CPU demand over pod-steps")
 	cpuLimQ := fs.Float64("cpu-limit-percentile", 0.99, "the CPU limit covers this `QUANTILE` of CPU demand (with a 10% margin)")
 	memQ := fs.Float64("memory-percentile", 0.99, "memory rests on this `QUANTILE` of the live heap and of the memory outside it over pod-steps (1: the peak)")
-	cpuLimit := fs.String("cpu-limit", fleet.CPULimitPercentile, "how to set the CPU limit: `MODE` percentile (--cpu-limit-percentile), none (the patches remove it) or keep")
+	cpuLimit := fs.String("cpu-limit", fleet.CPULimitPercentile, "how to set the CPU limit: `MODE` percentile (of the steps' mean demand, --cpu-limit-percentile), burst (of each step's highest 1-minute demand: one more, costlier query), none (the patches remove it) or keep")
 	allowHPA := fs.Bool("allow-hpa", false, "size CPU and memory even where an HPA scales on their utilisation (as KRR's --allow-hpa)")
 	asJSON := fs.Bool("json", false, "print results.json to stdout instead of the table")
 	out := fs.String("out", "", "write results.json, report.html and patches/ into `DIR`")
@@ -121,9 +121,9 @@ func runFleet(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: --cpu-limit-percentile %v: want at least --cpu-request-percentile %v", errUsage, *cpuLimQ, *cpuReqQ)
 	}
 	switch *cpuLimit {
-	case fleet.CPULimitPercentile, fleet.CPULimitNone, fleet.CPULimitKeep:
+	case fleet.CPULimitPercentile, fleet.CPULimitBurst, fleet.CPULimitNone, fleet.CPULimitKeep:
 	default:
-		return fmt.Errorf("%w: --cpu-limit %q: want percentile, none or keep", errUsage, *cpuLimit)
+		return fmt.Errorf("%w: --cpu-limit %q: want percentile, burst, none or keep", errUsage, *cpuLimit)
 	}
 	if *selector != "" {
 		if _, err := fleet.ParseSelector(*selector); err != nil {
@@ -156,7 +156,7 @@ func runFleet(args []string, stdout, stderr io.Writer) error {
 	defer stop()
 	in, err := fleet.Fetch(ctx, pc, fleet.Query{
 		From: to.Add(-since), To: to, Step: step, Namespace: *ns, Selector: *selector, Cluster: *cluster,
-		ClusterLabel: *clusterLabel, MaxContainers: *maxContainers, Found: fitHeap,
+		ClusterLabel: *clusterLabel, MaxContainers: *maxContainers, Found: fitHeap, CPUBurst: *cpuLimit == fleet.CPULimitBurst,
 	})
 	if err != nil {
 		return err

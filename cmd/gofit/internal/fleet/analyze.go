@@ -36,6 +36,7 @@ const (
 	CPULimitPercentile = "percentile"
 	CPULimitNone       = "none"
 	CPULimitKeep       = "keep"
+	CPULimitBurst      = "burst"
 )
 
 // Options are the analysis's thresholds; the zero value is the defaults.
@@ -61,8 +62,10 @@ type Options struct {
 	// pod's hour does not size a workload; 1 is the peak).
 	CPURequestPercentile, CPULimitPercentile, MemoryPercentile float64
 	// CPULimit is how the CPU limit is set: CPULimitPercentile (the
-	// default), CPULimitNone (none: the patches remove it) or CPULimitKeep
-	// (left as it is).
+	// default), CPULimitBurst (the CPULimitPercentile of each step's
+	// highest 1-minute demand, so that a burst inside a step is not
+	// averaged away; needs Query.CPUBurst's series), CPULimitNone (none:
+	// the patches remove it) or CPULimitKeep (left as it is).
 	CPULimit string
 	// AllowHPA sizes CPU and memory under an HPA that scales on them
 	// (KRR's --allow-hpa); by default they are left as they are.
@@ -251,6 +254,7 @@ func Analyze(in Input, opt Options) *Results {
 // pooled are a group's pod-steps.
 type pooled struct {
 	cpu, demand              []float64 // per pod-step with CPU
+	burst                    []float64 // per pod-step with a CPU peak: its demand
 	ws, live, nonHeap        []float64
 	gcSum, gcCPU, thrSum     float64
 	thrN                     int
@@ -316,6 +320,10 @@ func pool(in Input, g Group) pooled {
 					}
 				}
 				p.demand = append(p.demand, d)
+				if pk, ok := has(pod.CPUPeak, i); ok {
+					// The peak minute's demand: raised as the step's mean is.
+					p.burst = append(p.burst, math.Max(pk, c)*d/math.Max(c, 1e-9))
+				}
 				if gc, ok := has(pod.GC, i); ok {
 					p.gcSum += gc
 					p.gcCPU += c
@@ -610,6 +618,23 @@ func recommendGofit(o *Observed, p pooled, hpa *HPA, procsOver bool, window stri
 				planLim = req
 			}
 			r.Reasons = append(r.Reasons, fmt.Sprintf("CPU limit left as it is (--cpu-limit keep): %s", cores0(o.Limits.CPU)))
+		case CPULimitBurst:
+			if len(p.burst) == 0 {
+				r.Missing = append(r.Missing, "CPU bursts (the step's highest 1-minute rate of container_cpu_usage_seconds_total, read with --cpu-limit burst)")
+				r.CPURequest, r.Reasons = nan, []string{"not enough data: missing " + strings.Join(r.Missing, "; ")}
+				return r
+			}
+			q := quantile(p.burst, opt.CPULimitPercentile)
+			l := q * (1 + opt.CPULimitMargin)
+			if l >= 1 {
+				l = math.Ceil(l - 1e-9)
+			} else {
+				l = roundUp(l, 0.05)
+			}
+			l = math.Max(l, req)
+			r.CPULimit, planLim = Num(l), l
+			r.Reasons = append(r.Reasons, fmt.Sprintf("CPU limit %s: %s of each step's highest 1-minute demand %s + %.0f%% (--cpu-limit burst; the steps' means put it at %s)%s", fmtCores(l), pctl(opt.CPULimitPercentile), fmtCores(q), opt.CPULimitMargin*100,
+				fmtCores(quantile(p.demand, opt.CPULimitPercentile)), map[bool]string{true: ", rounded up to whole cores so that GOMAXPROCS uses all of it", false: ""}[l >= 1]))
 		default:
 			q := quantile(p.demand, opt.CPULimitPercentile)
 			l := q * (1 + opt.CPULimitMargin)

@@ -51,6 +51,8 @@ func (f *fakeProm) value(metric string, i int, t float64) float64 {
 	switch metric {
 	case "cpu":
 		return 0.1 + 0.05*day + float64(i%7)*0.01
+	case "burst":
+		return 3 * (0.1 + 0.05*day + float64(i%7)*0.01)
 	case "throttled":
 		if unfitted {
 			return 0.3
@@ -179,6 +181,7 @@ func (f *fakeProm) rangeAnswer(bw *bufio.Writer, q string, form map[string][]str
 	}
 	metric := ""
 	for _, m := range []struct{ sub, name string }{
+		{":30s])", "burst"},
 		{"container_cpu_cfs_throttled_periods_total", "throttled"},
 		{"container_cpu_usage_seconds_total", "cpu"},
 		{"avg_over_time(container_memory_working_set_bytes", "nonheap"},
@@ -326,6 +329,9 @@ func TestFetchCoverage(t *testing.T) {
 	if h := in.Groups[0].HPA; h == nil || h.Name != "web-0-hpa" || !h.CPU || h.Memory {
 		t.Fatalf("HPA %+v", h)
 	}
+	if in.Sources["cpu_burst"] != "" {
+		t.Errorf("burst series read without CPUBurst: %q", in.Sources["cpu_burst"])
+	}
 	r = Analyze(in, Options{})
 	c = r.Containers[0]
 	if c.Gofit.CPURequest.Valid() || !c.Gofit.Memory.Valid() || c.KRR.CPURequest.Valid() || r.Gaps[GapHPA] != 1 {
@@ -333,6 +339,21 @@ func TestFetchCoverage(t *testing.T) {
 	}
 	if r2 := Analyze(in, Options{AllowHPA: true}); !r2.Containers[0].Gofit.CPURequest.Valid() {
 		t.Errorf("AllowHPA: no CPU request")
+	}
+
+	// --cpu-limit burst reads each step's highest minute.
+	q.CPUBurst = true
+	in, err = Fetch(context.Background(), fakeAPI(t, f), q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(in.Sources["cpu_burst"], "highest 1m rate") || !anyValue(in.Groups[1].Pods[0].CPUPeak) {
+		t.Errorf("burst series: %q", in.Sources["cpu_burst"])
+	}
+	b := Analyze(in, Options{CPULimit: CPULimitBurst}).Containers[1].Gofit
+	m := Analyze(in, Options{}).Containers[1].Gofit
+	if !(float64(b.CPULimit) > 2*float64(m.CPULimit)) {
+		t.Errorf("burst limit %v, mean limit %v: want the bursts' (3× the means)", b.CPULimit, m.CPULimit)
 	}
 }
 

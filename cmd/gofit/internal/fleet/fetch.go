@@ -37,7 +37,19 @@ type Query struct {
 	// many steps each series has, before any series is read: gofit fleet
 	// bounds its own heap by HeapGoal of them.
 	Found func(containers, steps int)
+	// CPUBurst also reads each step's highest 1-minute CPU rate
+	// (Pod.CPUPeak) for --cpu-limit burst: a subquery at BurstResolution,
+	// which costs the server more than the step's mean.
+	CPUBurst bool
 }
+
+// BurstWindow and BurstResolution are the CPU burst series' rate window
+// and subquery resolution: the step's highest 1-minute rate, evaluated
+// every 30 s (at least two scrapes of 30 s or less in each window).
+const (
+	BurstWindow     = time.Minute
+	BurstResolution = 30 * time.Second
+)
 
 // seriesKinds is how many per-step series Fetch holds per container at
 // most (cpu, throttling, working set, non-heap, heap allocated low, heap
@@ -453,6 +465,22 @@ func Fetch(ctx context.Context, c api.Client, q Query) (Input, error) {
 		in.Sources[r.what] = r.source
 		if n == 0 {
 			in.Sources[r.what] = "none found"
+		}
+	}
+	if q.CPUBurst {
+		burst := fmt.Sprintf(`max_over_time((sum by (%s) (rate(container_cpu_usage_seconds_total%s[%s])))[%s:%s])%s`,
+			f.by, f.m(cadvisor), model.Duration(BurstWindow), step, model.Duration(BurstResolution), f.filter)
+		n, err := f.ranged(burst, func(m model.Metric, i int, v float64) {
+			if p := pods[f.keyOf(m)]; p != nil {
+				set(&p.CPUPeak, steps, i, v)
+			}
+		})
+		if err != nil {
+			return Input{}, err
+		}
+		in.Sources["cpu_burst"] = fmt.Sprintf("container_cpu_usage_seconds_total (cAdvisor), the step's highest %s rate every %s", model.Duration(BurstWindow), model.Duration(BurstResolution))
+		if n == 0 {
+			in.Sources["cpu_burst"] = "none found"
 		}
 	}
 	in.GCSource = "go_cpu_classes_gc_total_cpu_seconds_total"

@@ -96,3 +96,27 @@ func TestNewestPodSpec(t *testing.T) {
 		}
 	})
 }
+
+// TestCPULimitBurst: a service whose 5-minute means sit at 0.3 cores but
+// that bursts to 1.5 cores for a minute in each step gets a limit from
+// the bursts with --cpu-limit burst, and says so; without the series it
+// has no figure and says what is missing.
+func TestCPULimitBurst(t *testing.T) {
+	const week, step = 7 * 24 * 12, 5 * time.Minute
+	s := shape{cpu: 0.3, live: 50 * mib, nonHeap: 20 * mib, gomaxprocs: 2, gomemlimit: math.MaxInt64, gogc: 100,
+		req: Resources{0.3, 256 * mib}, lim: Resources{2, 256 * mib}}
+	p := s.pod("web-1", week, step)
+	mean := Analyze(input(week, step, p), Options{}).Containers[0].Gofit
+	p.CPUPeak = series(week, func(int) float64 { return 1.5 })
+	c := Analyze(input(week, step, p), Options{CPULimit: CPULimitBurst}).Containers[0].Gofit
+	if float64(mean.CPULimit) >= 1 || float64(c.CPULimit) != 2 || c.GOMAXPROCS != 2 {
+		t.Errorf("limit from the means %v; from the bursts %v with GOMAXPROCS %d: want 2 whole cores", mean.CPULimit, c.CPULimit, c.GOMAXPROCS)
+	}
+	if why := strings.Join(c.Reasons, "\n"); !strings.Contains(why, "highest 1-minute demand") {
+		t.Errorf("reasons:\n%s", why)
+	}
+	p.CPUPeak = nil
+	if c := Analyze(input(week, step, p), Options{CPULimit: CPULimitBurst}).Containers[0].Gofit; c.Enough() || !strings.Contains(strings.Join(c.Missing, ""), "CPU bursts") {
+		t.Errorf("no burst series: %+v", c)
+	}
+}

@@ -57,6 +57,7 @@ type Pod struct {
 	Created float64
 
 	CPU        []float32 // cores used, averaged over the step
+	CPUPeak    []float32 // the step's highest 1-minute rate (Query.CPUBurst only)
 	Throttled  []float32 // share of CFS periods throttled in the step
 	GC         []float32 // GC CPU, cores averaged over the step
 	WorkingSet []float32 // working set, the step's peak
