@@ -277,20 +277,26 @@ func has(s []float32, i int) (float64, bool) {
 }
 
 // goalLive is the divisor that turns a pod's heap goal into a bound of its
-// live heap, 1 + GOGC/100, or 0 where the goal says nothing of it: GOGC
-// off, or a GOMEMLIMIT set (it lowers the goal below that, so the
-// quotient would fall short of the live heap). An unknown GOGC is taken
-// as 100 and an unknown GOMEMLIMIT as unset: the memory planned from it,
-// the quotient × 2, is then the goal itself, what the heap grew to.
-func goalLive(pod Pod) float64 {
+// live heap, 1 + GOGC/100, and the highest goal it holds for; 0 where the
+// goal says nothing of the live heap (GOGC off). A GOMEMLIMIT lowers the
+// goal below that once the goal nears it, so with one set the goal is
+// used only up to half of it (the runtime's other memory is not half the
+// limit). An unknown GOGC is taken as 100 and an unknown GOMEMLIMIT as
+// unset: the memory planned from it, the quotient × 2, is then the goal
+// itself, what the heap grew to.
+func goalLive(pod Pod) (div, upTo float64) {
 	gogc := 100.0
 	if !math.IsNaN(pod.GOGC) {
 		gogc = pod.GOGC
 	}
-	if gogc <= 0 || (!math.IsNaN(pod.GOMEMLIMIT) && pod.GOMEMLIMIT < math.MaxInt64/2) {
-		return 0
+	if gogc <= 0 {
+		return 0, 0
 	}
-	return 1 + gogc/100
+	upTo = math.Inf(1)
+	if !math.IsNaN(pod.GOMEMLIMIT) && pod.GOMEMLIMIT < math.MaxInt64/2 {
+		upTo = pod.GOMEMLIMIT / 2
+	}
+	return 1 + gogc/100, upTo
 }
 
 func pool(in Input, g Group) pooled {
@@ -306,7 +312,7 @@ func pool(in Input, g Group) pooled {
 		// GOMAXPROCS above its limit caused the throttling (then the fix
 		// is GOMAXPROCS, not more CPU).
 		selfInflicted := gomaxprocsAbove(Num(pod.GOMAXPROCS), pod.Limits.CPU)
-		div := goalLive(pod)
+		div, upTo := goalLive(pod)
 		peak, wsPeak := math.NaN(), 0.0
 		for i := range in.Steps {
 			if c, ok := has(pod.CPU, i); ok {
@@ -343,7 +349,7 @@ func pool(in Input, g Group) pooled {
 			lv, ok := has(pod.LiveHeap, i)
 			if !p.liveFromRuntime {
 				lv, ok = has(pod.HeapAllocLow, i)
-				if goal, gok := has(pod.HeapGoal, i); gok && div > 0 && (!ok || goal/div < lv) {
+				if goal, gok := has(pod.HeapGoal, i); gok && div > 0 && goal <= upTo && (!ok || goal/div < lv) {
 					lv, ok = goal/div, true
 					p.anyGoal = true
 				}
@@ -492,7 +498,7 @@ func analyzeGroup(in Input, g Group, containersInPod int, opt Options) Container
 	case p.liveFromRuntime:
 		o.LiveHeapSource = "go_gc_heap_live_bytes"
 	case p.anyGoal:
-		o.LiveHeapSource = "the lower of go_memstats_heap_alloc_bytes's low in each step and go_memstats_next_gc_bytes ÷ (1 + GOGC/100)"
+		o.LiveHeapSource = "the lower of go_memstats_heap_alloc_bytes's low in each step and go_memstats_next_gc_bytes ÷ (1 + GOGC/100) where no GOMEMLIMIT lowers it"
 	case len(p.live) > 0:
 		o.LiveHeapSource = "go_memstats_heap_alloc_bytes, its low in each step (an upper bound: objects not yet swept count)"
 	}

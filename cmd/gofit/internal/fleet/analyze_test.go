@@ -54,7 +54,7 @@ func (s shape) pod(name string, steps int, step time.Duration) Pod {
 	if !s.noHeap {
 		// As the runtime reports them: the allocated heap's low in a
 		// step still holds objects not yet swept, and the goal is GOGC's
-		// (a GOMEMLIMIT set lowers it: then the fleet does not use it).
+		// (a GOMEMLIMIT it nears lowers it: then the fleet does not use it).
 		p.HeapAllocLow = series(steps, func(int) float64 { return 1.3 * s.live })
 		if s.gogc > 0 {
 			p.HeapGoal = series(steps, func(int) float64 { return s.live * (1 + s.gogc/100) })
@@ -220,7 +220,8 @@ func checkMemory(t *testing.T, c Container, s shape) {
 		h = 3
 	}
 	live := s.live
-	if s.gogc <= 0 || (!math.IsNaN(s.gomemlimit) && s.gomemlimit < math.MaxInt64/2) {
+	goal := s.live * (1 + s.gogc/100)
+	if s.gogc <= 0 || (!math.IsNaN(s.gomemlimit) && s.gomemlimit < math.MaxInt64/2 && goal > s.gomemlimit/2) {
 		live = 1.3 * s.live // the allocated heap's low, a bound above the live heap
 	}
 	base := live*h + s.nonHeap

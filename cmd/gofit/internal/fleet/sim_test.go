@@ -20,6 +20,9 @@ type goProc struct {
 	runtime           float64 // the runtime's own memory outside the heap (stacks, metadata)
 	// old: client_golang before v1.20, no GOGC or GOMEMLIMIT gauges.
 	old bool
+	// gomemlimit, where set (0: unset), far above the heap: it does not
+	// lower the goal.
+	gomemlimit float64
 }
 
 // scrape is one scrape at phase phi (0 just after a GC, 1 at the goal).
@@ -40,6 +43,9 @@ func (g goProc) at(phi float64) scrape {
 func (g goProc) pod(name string, steps, n int, rng *rand.Rand) Pod {
 	p := newPod(name)
 	p.GOGC, p.GOMEMLIMIT, p.GOMAXPROCS, p.GoVersion = g.gogc, math.MaxInt64, 1, "go1.24.4"
+	if g.gomemlimit > 0 {
+		p.GOMEMLIMIT = g.gomemlimit
+	}
 	if g.old {
 		p.GOGC, p.GOMEMLIMIT, p.GOMAXPROCS = math.NaN(), math.NaN(), math.NaN()
 	}
@@ -79,6 +85,7 @@ func TestMemoryNotCountedTwice(t *testing.T) {
 		{"48MiB live, GOGC=100 not exported", goProc{live: 48 * mib, nonGo: 4 * mib, gogc: 100, runtime: 6 * mib, old: true}},
 		{"100MiB live, GOGC=50 not exported", goProc{live: 100 * mib, nonGo: 10 * mib, gogc: 50, runtime: 8 * mib, old: true}},
 		{"100MiB live, GOGC=300 not exported", goProc{live: 100 * mib, nonGo: 10 * mib, gogc: 300, runtime: 8 * mib, old: true}},
+		{"48MiB live, GOGC=100, GOMEMLIMIT 1GiB", goProc{live: 48 * mib, nonGo: 4 * mib, gogc: 100, runtime: 6 * mib, gomemlimit: 1 << 30}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(1, 2))
