@@ -238,3 +238,35 @@ func TestCPULimitChoices(t *testing.T) {
 		}
 	}
 }
+
+// TestPatchUnderHPA: under an HPA on CPU utilisation the patch leaves
+// CPU as it is (requests and limit) and sets memory; with AllowHPA it
+// sets both.
+func TestPatchUnderHPA(t *testing.T) {
+	const week, step = 7 * 24 * 12, 5 * time.Minute
+	s := shape{cpu: 0.1, wave: 0.03, gc: 0.01, live: 40 * mib, nonHeap: 20 * mib, gomaxprocs: 1, gomemlimit: math.MaxInt64, gogc: 100,
+		req: Resources{0.5, 256 * mib}, lim: Resources{1, 256 * mib}}
+	d := appsv1.Deployment{}
+	d.Spec.Template.Spec.Containers = []corev1.Container{{Name: "app", Image: "web:1", Resources: corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")},
+		Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}}
+	for _, allow := range []bool{false, true} {
+		in := input(week, step, s.pod("web-1", week, step))
+		in.Groups[0].HPA = &HPA{Name: "web", CPU: true}
+		r := Analyze(in, Options{AllowHPA: allow})
+		ps, _, err := Patches(r)
+		if err != nil || len(ps) != 2 {
+			t.Fatalf("allow %v: %d patches, %v", allow, len(ps), err)
+		}
+		var got appsv1.Deployment
+		applyPatch(t, ps[0], d, &got)
+		res := got.Spec.Template.Spec.Containers[0].Resources
+		kept := res.Requests.Cpu().String() == "500m" && res.Limits.Cpu().String() == "1"
+		if kept == allow || res.Limits.Memory().Value() != int64(float64(r.Containers[0].Gofit.Memory)) {
+			t.Errorf("allow %v: resources %+v\n%s", allow, res, ps[0].Body)
+		}
+		if g := r.Containers[0].Gofit; g.GOMAXPROCS != 1 || g.Env["GOMAXPROCS"] != "1" {
+			t.Errorf("allow %v: GOMAXPROCS %d env %v: want fit's for the limit in force", allow, g.GOMAXPROCS, g.Env)
+		}
+	}
+}
