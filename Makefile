@@ -143,10 +143,11 @@ vpa-golden:
 	cd tools/vpapeer && GOWORK=off $(GO) run . -in ../../cmd/gofit/internal/fleet/testdata/vpa/scenarios.json -out ../../cmd/gofit/internal/fleet/testdata/vpa/golden.json
 
 # gofit fleet against ground truth (docs/results/fleet.md): the lab's
-# sample and go-httpbin, unfitted and then with fleet's figures, under a
-# real cAdvisor and Prometheus. About 30 minutes, as root.
+# sample and go-httpbin, trained under a steady load, then unfitted and
+# with gofit's, KRR's and VPA's figures under a bursty load none of them
+# saw, with a real cAdvisor and Prometheus. About 90 minutes, as root.
 groundtruth:
-	cd tools && $(GO) test -count=1 -run '^$$' -bench FleetGroundTruth -benchtime 1x -timeout 60m -v ./groundtruth
+	cd tools && $(GO) test -count=1 -run '^$$' -bench FleetGroundTruth -benchtime 1x -timeout 150m -v ./groundtruth
 
 # Run every fuzz target for FUZZTIME each (go test -fuzz takes one target at a time).
 # check counts executions instead of seconds: Go 1.26's fuzz coordinator
