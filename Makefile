@@ -2,7 +2,7 @@
 GO ?= go
 FUZZTIME ?= 20s
 
-.PHONY: build build-nokube image e2e test test-v2 qos-v2 bench fuzz lab vet test-go-min test-race tidy-check check lab-services lab-real groundtruth
+.PHONY: build build-nokube image e2e test test-v2 qos-v2 bench fuzz lab vet test-go-min test-race tidy-check check lab-services lab-real groundtruth vpa-golden
 
 # The version and commit gofit reports (gofit version, the log's first
 # line, gofit_build_info): make release sets VERSION.
@@ -131,22 +131,30 @@ tidy-check:
 	cd cmd/gofit && GOWORK=off $(GO) mod tidy -diff
 	cd kube && GOWORK=off $(GO) mod tidy -diff
 	cd tools && GOWORK=off $(GO) mod tidy -diff
+	cd tools/vpapeer && GOWORK=off $(GO) mod tidy -diff
 
 bench:
 	$(GO) test -run '^$$' -bench . -skip FleetGroundTruth -benchmem work
 
+# VPA's targets from VPA's own recommender code for gofit fleet's VPA
+# scenarios (its own module, outside go.work: it needs k8s.io v0.37).
+vpa-golden:
+	cd cmd/gofit && GOFIT_WRITE_VPA_SCENARIOS=1 $(GO) test -count=1 -run TestVPAAgainstItsModule ./internal/fleet/ >/dev/null || true
+	cd tools/vpapeer && GOWORK=off $(GO) run . -in ../../cmd/gofit/internal/fleet/testdata/vpa/scenarios.json -out ../../cmd/gofit/internal/fleet/testdata/vpa/golden.json
+
 # gofit fleet against ground truth (docs/results/fleet.md): the lab's
-# sample and go-httpbin, unfitted and then with fleet's figures, under a
-# real cAdvisor and Prometheus. About 30 minutes, as root.
+# sample and go-httpbin, trained under a steady load, then unfitted and
+# with gofit's, KRR's and VPA's figures under a bursty load none of them
+# saw, with a real cAdvisor and Prometheus. About 90 minutes, as root.
 groundtruth:
-	cd tools && $(GO) test -count=1 -run '^$$' -bench FleetGroundTruth -benchtime 1x -timeout 60m -v ./groundtruth
+	cd tools && $(GO) test -count=1 -run '^$$' -bench FleetGroundTruth -benchtime 1x -timeout 150m -v ./groundtruth
 
 # Run every fuzz target for FUZZTIME each (go test -fuzz takes one target at a time).
 # check counts executions instead of seconds: Go 1.26's fuzz coordinator
 # can fail a target with a bare "context deadline exceeded" when a timed
 # run ends (golang/go#75804, fixed in Go 1.27); a count has no deadline.
 fuzz:
-	@for pkg in ./cgroup ./fit ./internal/procmem ./kube/admission ./kube/memqos ./cmd/gofit/internal/nongo; do \
+	@for pkg in ./cgroup ./fit ./internal/procmem ./kube/admission ./kube/memqos ./cmd/gofit/internal/nongo ./cmd/gofit/internal/fleet; do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep ^Fuzz); do \
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 	  done; \

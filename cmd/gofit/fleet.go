@@ -77,6 +77,11 @@ func runFleet(args []string, stdout, stderr io.Writer) error {
 	maxContainers := fs.Int("max-containers", 10000, "refuse to read more than `N` Go containers")
 	fs.Var(promDuration{&minSpan}, "min-span", "the least `DURATION` of history a figure rests on")
 	minSamples := fs.Int("min-samples", 60, "the least samples (pod-steps) a figure rests on")
+	cpuReqQ := fs.Float64("cpu-request-percentile", 0.95, "the CPU request covers this `QUANTILE` of CPU demand over pod-steps")
+	cpuLimQ := fs.Float64("cpu-limit-percentile", 0.99, "the CPU limit covers this `QUANTILE` of CPU demand (with a 10% margin)")
+	memQ := fs.Float64("memory-percentile", 0.99, "memory rests on this `QUANTILE` of the live heap and of the memory outside it over pod-steps (1: the peak)")
+	cpuLimit := fs.String("cpu-limit", fleet.CPULimitPercentile, "how to set the CPU limit: `MODE` percentile (of the steps' mean demand, --cpu-limit-percentile), burst (of each step's highest 1-minute demand: one more, costlier query), none (the patches remove it) or keep")
+	allowHPA := fs.Bool("allow-hpa", false, "size CPU and memory even where an HPA scales on their utilisation (as KRR's --allow-hpa)")
 	asJSON := fs.Bool("json", false, "print results.json to stdout instead of the table")
 	out := fs.String("out", "", "write results.json, report.html and patches/ into `DIR`")
 	failOn := fs.String("fail-on", "", "exit 3 when a container has a finding with one of these `CODES` (comma-separated; see docs/fleet.md)")
@@ -103,6 +108,22 @@ func runFleet(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: --max-containers %d: want at least 1", errUsage, *maxContainers)
 	case *minSamples < 1:
 		return fmt.Errorf("%w: --min-samples %d: want at least 1", errUsage, *minSamples)
+	}
+	for _, q := range []struct {
+		flag string
+		v    float64
+	}{{"cpu-request-percentile", *cpuReqQ}, {"cpu-limit-percentile", *cpuLimQ}, {"memory-percentile", *memQ}} {
+		if !(q.v > 0 && q.v <= 1) {
+			return fmt.Errorf("%w: --%s %v: want more than 0 and at most 1 (0.99 is p99)", errUsage, q.flag, q.v)
+		}
+	}
+	if *cpuLimQ < *cpuReqQ {
+		return fmt.Errorf("%w: --cpu-limit-percentile %v: want at least --cpu-request-percentile %v", errUsage, *cpuLimQ, *cpuReqQ)
+	}
+	switch *cpuLimit {
+	case fleet.CPULimitPercentile, fleet.CPULimitBurst, fleet.CPULimitNone, fleet.CPULimitKeep:
+	default:
+		return fmt.Errorf("%w: --cpu-limit %q: want percentile, burst, none or keep", errUsage, *cpuLimit)
 	}
 	if *selector != "" {
 		if _, err := fleet.ParseSelector(*selector); err != nil {
@@ -135,12 +156,13 @@ func runFleet(args []string, stdout, stderr io.Writer) error {
 	defer stop()
 	in, err := fleet.Fetch(ctx, pc, fleet.Query{
 		From: to.Add(-since), To: to, Step: step, Namespace: *ns, Selector: *selector, Cluster: *cluster,
-		ClusterLabel: *clusterLabel, MaxContainers: *maxContainers, Found: fitHeap,
+		ClusterLabel: *clusterLabel, MaxContainers: *maxContainers, Found: fitHeap, CPUBurst: *cpuLimit == fleet.CPULimitBurst,
 	})
 	if err != nil {
 		return err
 	}
-	res := fleet.Analyze(in, fleet.Options{MinSpan: minSpan, MinSamples: *minSamples})
+	res := fleet.Analyze(in, fleet.Options{MinSpan: minSpan, MinSamples: *minSamples, CPURequestPercentile: *cpuReqQ,
+		CPULimitPercentile: *cpuLimQ, MemoryPercentile: *memQ, CPULimit: *cpuLimit, AllowHPA: *allowHPA})
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -151,7 +173,7 @@ func runFleet(args []string, stdout, stderr io.Writer) error {
 		fleet.WriteTable(stdout, res)
 	}
 	if *out != "" {
-		files, err := fleet.WriteFiles(*out, res)
+		files, skipped, err := fleet.WriteFiles(*out, res)
 		if err != nil {
 			return err
 		}
@@ -159,7 +181,10 @@ func runFleet(args []string, stdout, stderr io.Writer) error {
 		if *asJSON {
 			w = stderr
 		}
-		fmt.Fprintf(w, "wrote %d files into %s (results.json, report.html, patches/)\n", len(files), *out)
+		fmt.Fprintf(w, "wrote %d files into %s (results.json, report.html, patches/, kustomize/)\n", len(files), *out)
+		for _, s := range skipped {
+			fmt.Fprintf(w, "patches: %s\n", s)
+		}
 	}
 	if bad := fleet.Failing(res, codes); len(bad) > 0 {
 		for _, b := range bad {

@@ -28,6 +28,10 @@ func TestFleetFlagErrors(t *testing.T) {
 		{[]string{"--prometheus", "localhost:9090"}, `prometheus URL "localhost:9090"`},
 		{[]string{"--prometheus", "http://p", "--bearer-token-file", "/nonexistent/token"}, "prometheus bearer token file: open /nonexistent/token"},
 		{[]string{"--prometheus", "http://p", "--end", "yesterday"}, "--end:"},
+		{[]string{"--prometheus", "http://p", "--memory-percentile", "0"}, "--memory-percentile 0: want more than 0 and at most 1"},
+		{[]string{"--prometheus", "http://p", "--cpu-request-percentile", "95"}, "--cpu-request-percentile 95: want more than 0 and at most 1"},
+		{[]string{"--prometheus", "http://p", "--cpu-limit-percentile", "0.9", "--cpu-request-percentile", "0.95"}, "--cpu-limit-percentile 0.9: want at least --cpu-request-percentile 0.95"},
+		{[]string{"--prometheus", "http://p", "--cpu-limit", "spiky"}, `--cpu-limit "spiky": want percentile, burst, none or keep`},
 	} {
 		var o, e bytes.Buffer
 		code := Main(append([]string{"fleet"}, tc.args...), &o, &e)

@@ -29,7 +29,7 @@ func runLab(args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&o.OpenFraction, "open-fraction", 0, "open-loop rate as a share of the lower closed-loop capacity of gofit and go-default at the quota (default 0.6)")
 	fs.DurationVar(&o.OpenDuration, "open-duration", 0, "open loop: fixed window per run (overrides the 5000-latency minimum)")
 	fs.IntVar(&o.MemRequests, "mem-requests", 0, "requests per memory trial (default 1200; --quick 800)")
-	fs.DurationVar(&o.Budget, "budget", 0, "wall time the adaptive repeats must fit in (default 15m; --quick 4m)")
+	fs.DurationVar(&o.Budget, "budget", 0, "wall time the study must fit in: the memory study's minimum is kept back first, the CPU study gets at most half (default 15m; --quick 4m)")
 	fs.Float64Var(&o.TargetRPS, "target-rps", 0, "recommend the cheapest quota × setting that serves this many requests/s (open loop at this rate)")
 	fs.DurationVar(&o.SLOP99, "slo-p99", 0, "with --target-rps: the p99 latency the recommendation must meet, e.g. 50ms")
 	fs.StringVar(&o.Targets, "targets", "", "request mix instead of --url: a file in vegeta's format (METHOD URL [weight=N], header lines, @body-file, a blank line between targets); {port} works here too")

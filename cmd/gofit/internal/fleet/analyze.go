@@ -31,6 +31,14 @@ func Codes() []string {
 		CodeThrottledByGOMAXPROCS, CodeOverProvisioned, CodeUnderProvisioned, CodeOOMKilled, CodeNotEnoughData}
 }
 
+// CPU limit choices (Options.CPULimit, --cpu-limit).
+const (
+	CPULimitPercentile = "percentile"
+	CPULimitNone       = "none"
+	CPULimitKeep       = "keep"
+	CPULimitBurst      = "burst"
+)
+
 // Options are the analysis's thresholds; the zero value is the defaults.
 type Options struct {
 	// Policy plans GOMAXPROCS and GOMEMLIMIT (fit's defaults if zero).
@@ -44,9 +52,27 @@ type Options struct {
 	// need (default 0.10), at least MinMemoryMargin bytes (default 16 MiB).
 	MemoryMargin    float64
 	MinMemoryMargin float64
-	// CPULimitMargin is the share added to the p99 of CPU demand for the
-	// limit (default 0.10).
+	// CPULimitMargin is the share added to the CPULimitPercentile of CPU
+	// demand for the limit (default 0.10).
 	CPULimitMargin float64
+	// CPURequestPercentile and CPULimitPercentile are the quantiles of CPU
+	// demand over pod-steps the request and the limit rest on (defaults
+	// 0.95 and 0.99); MemoryPercentile the quantile of the live heap and of
+	// the memory outside it over pod-steps (default 0.99, so that one
+	// pod's hour does not size a workload; 1 is the peak).
+	CPURequestPercentile, CPULimitPercentile, MemoryPercentile float64
+	// CPULimit is how the CPU limit is set: CPULimitPercentile (the
+	// default), CPULimitBurst (the CPULimitPercentile of each step's
+	// highest 1-minute demand, so that a burst inside a step is not
+	// averaged away; needs Query.CPUBurst's series), CPULimitNone (none:
+	// the patches remove it) or CPULimitKeep (left as it is).
+	CPULimit string
+	// AllowHPA sizes CPU and memory under an HPA that scales on them
+	// (KRR's --allow-hpa); by default they are left as they are.
+	AllowHPA bool
+	// OOMBump is the factor over the memory limit a container was
+	// OOM-killed at below which it is never planned (default 1.2, VPA's).
+	OOMBump float64
 	// ThrottledHigh is the share of throttled CFS periods counted as
 	// throttling (default 0.05); GCHigh the GC share of CPU counted as high
 	// (default 0.10); HeapPinned the share of GOMEMLIMIT the live heap's
@@ -73,6 +99,10 @@ func (o Options) withDefaults() Options {
 	def(&o.MemoryMargin, 0.10)
 	def(&o.MinMemoryMargin, 16<<20)
 	def(&o.CPULimitMargin, 0.10)
+	def(&o.CPURequestPercentile, 0.95)
+	def(&o.CPULimitPercentile, 0.99)
+	def(&o.MemoryPercentile, 0.99)
+	def(&o.OOMBump, 1.2)
 	def(&o.ThrottledHigh, 0.05)
 	def(&o.GCHigh, 0.10)
 	def(&o.HeapPinned, 0.85)
@@ -88,7 +118,11 @@ type Results struct {
 	Sources     map[string]string `json:"sources"`
 	Notes       []string          `json:"notes,omitempty"`
 	NonGo       int               `json:"non_go_containers"`
-	Containers  []Container       `json:"containers"`
+	// Unread counts Go series left out, by reason; Gaps counts workload
+	// containers by what their figures lack or assume (Gap* codes).
+	Unread     map[string]int `json:"unread,omitempty"`
+	Gaps       map[string]int `json:"gaps,omitempty"`
+	Containers []Container    `json:"containers"`
 }
 
 // Container is one workload container's analysis.
@@ -98,6 +132,10 @@ type Container struct {
 	Pods      []string  `json:"pods"`
 	Observed  Observed  `json:"observed"`
 	Findings  []Finding `json:"findings"`
+	// Gaps are what the figures lack or assume, with a fixed code each.
+	Gaps []Finding `json:"gaps,omitempty"`
+	// HPA is the HorizontalPodAutoscaler that scales the workload, if any.
+	HPA *HPA `json:"hpa,omitempty"`
 	// Gofit is gofit's recommendation; KRR and VPA are theirs on the same
 	// data, for comparison.
 	Gofit Recommendation `json:"gofit"`
@@ -165,17 +203,20 @@ type Finding struct {
 // Recommendation is one method's figures. Missing lists what a method
 // needed and did not have: then its figures are null ("not enough data").
 type Recommendation struct {
-	Method     string            `json:"method"`
-	CPURequest Num               `json:"cpu_request"`
-	CPULimit   Num               `json:"cpu_limit"` // null: no limit
-	Memory     Num               `json:"memory_bytes"`
-	GOMAXPROCS int               `json:"gomaxprocs,omitempty"`
-	GOMEMLIMIT int64             `json:"gomemlimit_bytes,omitempty"`
-	GOGC       string            `json:"gogc,omitempty"`
-	NonGo      int64             `json:"non_go_bytes,omitempty"` // declared to the webhook
-	Env        map[string]string `json:"env,omitempty"`
-	Reasons    []string          `json:"reasons"`
-	Missing    []string          `json:"missing,omitempty"`
+	Method     string `json:"method"`
+	CPURequest Num    `json:"cpu_request"`
+	CPULimit   Num    `json:"cpu_limit"` // null: no limit, or the limit kept (CPULimitKept)
+	// CPULimitKept: the CPU limit (and, with no CPU request, the request)
+	// is left as it is, not removed.
+	CPULimitKept bool              `json:"cpu_limit_kept,omitempty"`
+	Memory       Num               `json:"memory_bytes"`
+	GOMAXPROCS   int               `json:"gomaxprocs,omitempty"`
+	GOMEMLIMIT   int64             `json:"gomemlimit_bytes,omitempty"`
+	GOGC         string            `json:"gogc,omitempty"`
+	NonGo        int64             `json:"non_go_bytes,omitempty"` // declared to the webhook
+	Env          map[string]string `json:"env,omitempty"`
+	Reasons      []string          `json:"reasons"`
+	Missing      []string          `json:"missing,omitempty"`
 }
 
 // Enough reports whether the recommendation has figures.
@@ -185,12 +226,20 @@ func (r Recommendation) Enough() bool { return len(r.Missing) == 0 }
 func Analyze(in Input, opt Options) *Results {
 	opt = opt.withDefaults()
 	r := &Results{Start: in.Start, End: in.Start.Add(time.Duration(in.Steps) * in.Step), StepSeconds: in.Step.Seconds(),
-		Sources: in.Sources, Notes: in.Notes, NonGo: in.NonGo}
+		Sources: in.Sources, Notes: in.Notes, NonGo: in.NonGo, Unread: in.Unread, Gaps: map[string]int{}}
 	if r.Sources == nil {
 		r.Sources = map[string]string{}
 	}
+	perWorkload := map[string]int{}
 	for _, g := range in.Groups {
-		r.Containers = append(r.Containers, analyzeGroup(in, g, opt))
+		perWorkload[g.Workload.String()]++
+	}
+	for _, g := range in.Groups {
+		c := analyzeGroup(in, g, perWorkload[g.Workload.String()], opt)
+		for _, gap := range c.Gaps {
+			r.Gaps[gap.Code]++
+		}
+		r.Containers = append(r.Containers, c)
 	}
 	sort.Slice(r.Containers, func(i, j int) bool {
 		a, b := r.Containers[i], r.Containers[j]
@@ -204,33 +253,67 @@ func Analyze(in Input, opt Options) *Results {
 
 // pooled are a group's pod-steps.
 type pooled struct {
-	cpu, demand, thrCPU      []float64 // per pod-step with CPU
+	cpu, demand              []float64 // per pod-step with CPU
+	burst                    []float64 // per pod-step with a CPU peak: its demand
 	ws, live, nonHeap        []float64
 	gcSum, gcCPU, thrSum     float64
 	thrN                     int
 	first, last              int // steps with CPU data
-	liveFromRuntime, anyLive bool
+	liveFromRuntime, anyGoal bool
+	podLive                  []podPeak // each pod's live heap peak
+	oomAt                    float64   // the highest memory limit (else working set) a pod was OOM-killed at
 }
 
-func pool(in Input, g Group, selfInflicted bool) pooled {
+type podPeak struct {
+	name string
+	max  float64
+}
+
+func has(s []float32, i int) (float64, bool) {
+	if i >= len(s) || math.IsNaN(float64(s[i])) {
+		return 0, false
+	}
+	return float64(s[i]), true
+}
+
+// goalLive is the divisor that turns a pod's heap goal into a bound of its
+// live heap, 1 + GOGC/100, and the highest goal it holds for; 0 where the
+// goal says nothing of the live heap (GOGC off). A GOMEMLIMIT lowers the
+// goal below that once the goal nears it, so with one set the goal is
+// used only up to half of it (the runtime's other memory is not half the
+// limit). An unknown GOGC is taken as 100 and an unknown GOMEMLIMIT as
+// unset: the memory planned from it, the quotient × 2, is then the goal
+// itself, what the heap grew to.
+func goalLive(pod Pod) (div, upTo float64) {
+	gogc := 100.0
+	if !math.IsNaN(pod.GOGC) {
+		gogc = pod.GOGC
+	}
+	if gogc <= 0 {
+		return 0, 0
+	}
+	upTo = math.Inf(1)
+	if !math.IsNaN(pod.GOMEMLIMIT) && pod.GOMEMLIMIT < math.MaxInt64/2 {
+		upTo = pod.GOMEMLIMIT / 2
+	}
+	return 1 + gogc/100, upTo
+}
+
+func pool(in Input, g Group) pooled {
 	p := pooled{first: -1, last: -1}
-	has := func(s []float32, i int) (float64, bool) {
-		if i >= len(s) || math.IsNaN(float64(s[i])) {
-			return 0, false
-		}
-		return float64(s[i]), true
-	}
 	for _, pod := range g.Pods {
-		if len(pod.LiveHeap) > 0 {
-			for _, v := range pod.LiveHeap {
-				if !math.IsNaN(float64(v)) {
-					p.liveFromRuntime = true
-					break
-				}
-			}
+		if anyValue(pod.LiveHeap) {
+			p.liveFromRuntime = true
 		}
 	}
 	for _, pod := range g.Pods {
+		// Usage a CFS quota capped is a floor of demand: raise it by the
+		// share of periods that ran out of quota, unless the pod's own
+		// GOMAXPROCS above its limit caused the throttling (then the fix
+		// is GOMAXPROCS, not more CPU).
+		selfInflicted := gomaxprocsAbove(Num(pod.GOMAXPROCS), pod.Limits.CPU)
+		div, upTo := goalLive(pod)
+		peak, wsPeak := math.NaN(), 0.0
 		for i := range in.Steps {
 			if c, ok := has(pod.CPU, i); ok {
 				p.cpu = append(p.cpu, c)
@@ -238,15 +321,15 @@ func pool(in Input, g Group, selfInflicted bool) pooled {
 				if t, ok := has(pod.Throttled, i); ok {
 					p.thrSum += t
 					p.thrN++
-					// Usage a CFS quota capped is a floor of demand: raise
-					// it by the share of periods that ran out of quota,
-					// unless GOMAXPROCS caused the throttling (then the fix
-					// is GOMAXPROCS, not more CPU).
 					if !selfInflicted {
 						d = c * (1 + t)
 					}
 				}
 				p.demand = append(p.demand, d)
+				if pk, ok := has(pod.CPUPeak, i); ok {
+					// The peak minute's demand: raised as the step's mean is.
+					p.burst = append(p.burst, math.Max(pk, c)*d/math.Max(c, 1e-9))
+				}
 				if gc, ok := has(pod.GC, i); ok {
 					p.gcSum += gc
 					p.gcCPU += c
@@ -258,17 +341,38 @@ func pool(in Input, g Group, selfInflicted bool) pooled {
 			}
 			if w, ok := has(pod.WorkingSet, i); ok {
 				p.ws = append(p.ws, w)
+				wsPeak = math.Max(wsPeak, w)
 			}
+			// The live heap: the runtime's own figure where it is
+			// exported; else the lower of two bounds above it, the
+			// allocated heap's low and the heap goal ÷ (1 + GOGC/100).
 			lv, ok := has(pod.LiveHeap, i)
 			if !p.liveFromRuntime {
-				lv, ok = has(pod.HeapMin, i)
+				lv, ok = has(pod.HeapAllocLow, i)
+				if goal, gok := has(pod.HeapGoal, i); gok && div > 0 && goal <= upTo && (!ok || goal/div < lv) {
+					lv, ok = goal/div, true
+					p.anyGoal = true
+				}
 			}
 			if ok {
 				p.live = append(p.live, lv)
+				if math.IsNaN(peak) || lv > peak {
+					peak = lv
+				}
 			}
 			if nh, ok := has(pod.NonHeap, i); ok {
 				p.nonHeap = append(p.nonHeap, math.Max(0, nh))
 			}
+		}
+		if !math.IsNaN(peak) {
+			p.podLive = append(p.podLive, podPeak{pod.Name, peak})
+		}
+		if pod.OOMKills > 0 {
+			at := pod.Limits.Memory
+			if at <= 0 {
+				at = wsPeak
+			}
+			p.oomAt = math.Max(p.oomAt, at)
 		}
 	}
 	return p
@@ -296,13 +400,56 @@ func percentiles(xs []float64) Percentiles {
 	return Percentiles{Num(quantile(xs, .5)), Num(quantile(xs, .95)), Num(quantile(xs, .99)), Num(quantile(xs, 1))}
 }
 
-func analyzeGroup(in Input, g Group, opt Options) Container {
+// newestLast orders pods oldest first: by creation where
+// kube-state-metrics said, else by the last step with data, then by name.
+func newestLast(pods []Pod) []Pod {
+	type aged struct {
+		p        Pod
+		created  float64
+		lastSeen int
+	}
+	as := make([]aged, len(pods))
+	for i, p := range pods {
+		as[i] = aged{p, p.Created, lastStep(p)}
+	}
+	sort.SliceStable(as, func(i, j int) bool {
+		a, b := as[i], as[j]
+		if a.created > 0 && b.created > 0 && a.created != b.created {
+			return a.created < b.created
+		}
+		if a.lastSeen != b.lastSeen {
+			return a.lastSeen < b.lastSeen
+		}
+		return a.p.Name < b.p.Name
+	})
+	out := make([]Pod, len(as))
+	for i, a := range as {
+		out[i] = a.p
+	}
+	return out
+}
+
+// lastStep is the last step a pod has CPU or working-set data at; -1 for none.
+func lastStep(p Pod) int {
+	last := -1
+	for _, s := range [][]float32{p.CPU, p.WorkingSet} {
+		for i := len(s) - 1; i > last; i-- {
+			if !math.IsNaN(float64(s[i])) {
+				last = i
+				break
+			}
+		}
+	}
+	return last
+}
+
+func analyzeGroup(in Input, g Group, containersInPod int, opt Options) Container {
 	c := Container{Workload: g.Workload, Container: g.Container}
 	o := &c.Observed
 	o.GOMAXPROCS, o.GOMEMLIMIT, o.GOGC = nan, nan, nan
-	// The spec and the runtime's settings: the last pod's that has them
-	// (pods of one workload share a spec; the newest wins).
-	for _, pod := range g.Pods {
+	// The spec and the runtime's settings: the newest pod's that has them
+	// (after a rollout the old pods' are history).
+	for _, pod := range newestLast(g.Pods) {
 		c.Pods = append(c.Pods, pod.Name)
 		if pod.Requests != (Resources{}) {
 			o.Requests = pod.Requests
@@ -331,7 +478,7 @@ func analyzeGroup(in Input, g Group, opt Options) Container {
 	sort.Strings(c.Pods)
 	lim := o.Limits
 	procsOver := gomaxprocsAbove(o.GOMAXPROCS, lim.CPU)
-	p := pool(in, g, procsOver)
+	p := pool(in, g)
 	o.Samples = len(p.cpu)
 	if p.first >= 0 {
 		o.SpanSeconds = float64(p.last-p.first+1) * in.Step.Seconds()
@@ -350,22 +497,64 @@ func analyzeGroup(in Input, g Group, opt Options) Container {
 	switch {
 	case p.liveFromRuntime:
 		o.LiveHeapSource = "go_gc_heap_live_bytes"
+	case p.anyGoal:
+		o.LiveHeapSource = "the lower of go_memstats_heap_alloc_bytes's low in each step and go_memstats_next_gc_bytes ÷ (1 + GOGC/100) where no GOMEMLIMIT lowers it"
 	case len(p.live) > 0:
-		o.LiveHeapSource = "go_memstats_heap_inuse_bytes, its low in each step (the heap just after a GC)"
+		o.LiveHeapSource = "go_memstats_heap_alloc_bytes, its low in each step (an upper bound: objects not yet swept count)"
 	}
 	o.WorkingSet = percentiles(slices.Clone(p.ws))
 	o.NonHeap = nan
 	if len(p.nonHeap) > 0 {
-		o.NonHeap = Num(quantile(p.nonHeap, .99))
+		o.NonHeap = Num(quantile(p.nonHeap, opt.MemoryPercentile))
 	}
 	c.Series = seriesOf(in, g)
 
 	window := fmt.Sprintf("%d samples over %s", o.Samples, fmtDuration(time.Duration(o.SpanSeconds*float64(time.Second))))
-	c.Gofit = recommendGofit(o, p, procsOver, window, opt)
-	c.KRR = KRR(p.cpu, p.ws, window, opt)
-	c.VPA = VPA(in, g, o, opt)
+	c.HPA = g.HPA
+	c.Gofit = recommendGofit(o, p, g.HPA, procsOver, window, opt)
+	c.KRR = KRR(in, g, g.HPA, opt)
+	c.VPA = VPA(in, g, containersInPod)
 	c.Findings = findings(o, c.Gofit, procsOver, opt)
+	c.Gaps = gaps(o, c.Gofit, g.HPA, opt)
 	return c
+}
+
+// Gap codes: what a container's figures lack or assume (Container.Gaps,
+// counted in Results.Gaps).
+const (
+	GapGOGCUnknown       = "gogc_unknown"
+	GapGOMEMLIMITUnknown = "gomemlimit_unknown"
+	GapGOMAXPROCSUnknown = "gomaxprocs_unknown"
+	GapNotEnoughData     = "not_enough_data"
+	GapHPA               = "hpa"
+)
+
+func gaps(o *Observed, rec Recommendation, hpa *HPA, opt Options) []Finding {
+	var g []Finding
+	old := "not exported: client_golang before v1.20, or its Go collector without them"
+	if !o.GOGC.Valid() {
+		g = append(g, Finding{GapGOGCUnknown, "GOGC unknown (go_gc_gogc_percent " + old + "): assumed 100 and never raised"})
+	}
+	if !o.GOMEMLIMIT.Valid() {
+		g = append(g, Finding{GapGOMEMLIMITUnknown, "GOMEMLIMIT unknown (go_gc_gomemlimit_bytes " + old + "): taken as unset, and its findings not checked"})
+	}
+	if !o.GOMAXPROCS.Valid() {
+		g = append(g, Finding{GapGOMAXPROCSUnknown, "GOMAXPROCS unknown (go_sched_gomaxprocs_threads " + old + "): its findings not checked, and throttling read as demand"})
+	}
+	if !rec.Enough() {
+		g = append(g, Finding{GapNotEnoughData, "no figures: missing " + strings.Join(rec.Missing, "; ")})
+	}
+	if hpa != nil && (hpa.CPU || hpa.Memory) && !opt.AllowHPA {
+		var on []string
+		if hpa.CPU {
+			on = append(on, "CPU")
+		}
+		if hpa.Memory {
+			on = append(on, "memory")
+		}
+		g = append(g, Finding{GapHPA, fmt.Sprintf("HPA %s scales on %s utilisation: left as it is (--allow-hpa sizes it)", hpa.Name, strings.Join(on, " and "))})
+	}
+	return g
 }
 
 // gomaxprocsAbove: GOMAXPROCS runs more threads than a CPU limit pays
@@ -390,54 +579,93 @@ func missing(o *Observed, p pooled, opt Options, needGo bool) []string {
 	}
 	if needGo {
 		if len(p.live) == 0 {
-			m = append(m, "live heap (go_gc_heap_live_bytes or go_memstats_heap_inuse_bytes from client_golang)")
+			m = append(m, "live heap (go_gc_heap_live_bytes, or go_memstats_heap_alloc_bytes and go_memstats_next_gc_bytes from client_golang)")
 		}
 		if len(p.nonHeap) == 0 && len(p.ws) > 0 && len(p.live) > 0 {
-			m = append(m, "heap in use at the same steps as the working set (go_memstats_heap_inuse_bytes)")
+			m = append(m, "the heap's resident spans at the same steps as the working set (go_memstats_heap_inuse_bytes, _idle_bytes, _released_bytes)")
 		}
 	}
 	return m
 }
 
 // recommendGofit is the Go-aware recommendation.
-func recommendGofit(o *Observed, p pooled, procsOver bool, window string, opt Options) Recommendation {
+func recommendGofit(o *Observed, p pooled, hpa *HPA, procsOver bool, window string, opt Options) Recommendation {
 	r := Recommendation{Method: "gofit", CPURequest: nan, CPULimit: nan, Memory: nan}
 	if r.Missing = missing(o, p, opt, true); len(r.Missing) > 0 {
 		r.Reasons = []string{"not enough data: missing " + strings.Join(r.Missing, "; ")}
 		return r
 	}
-	// CPU: the request covers p95 of demand, the limit p99 with a margin;
-	// a limit of a core or more is whole cores, so that GOMAXPROCS (its
-	// floor) leaves none of it unusable.
-	req := roundUp(quantile(p.demand, .95), 0.01)
-	req = math.Max(req, 0.01)
-	l := quantile(p.demand, .99) * (1 + opt.CPULimitMargin)
-	if l >= 1 {
-		l = math.Ceil(l - 1e-9)
+	// CPU: the request covers a quantile of demand (p95), the limit a
+	// higher one (p99) with a margin; a limit of a core or more is whole
+	// cores, so that GOMAXPROCS (its floor) leaves none of it unusable.
+	// Under an HPA that scales on CPU utilisation, CPU is left alone: a
+	// new request changes what its target means.
+	planReq, planLim := o.Requests.CPU, o.Limits.CPU
+	if hpa != nil && hpa.CPU && !opt.AllowHPA {
+		r.CPULimitKept = true
+		r.Reasons = append(r.Reasons, fmt.Sprintf("CPU left as it is: HorizontalPodAutoscaler %s scales on CPU utilisation, whose meaning a new request changes (--allow-hpa sizes it anyway)", hpa.Name))
 	} else {
-		l = roundUp(l, 0.05)
+		req := roundUp(quantile(p.demand, opt.CPURequestPercentile), 0.01)
+		req = math.Max(req, 0.01)
+		r.CPURequest, planReq = Num(req), req
+		corr := "usage raised by its throttled share where a CFS quota capped it"
+		if procsOver {
+			corr = "usage as measured: the throttling came from GOMAXPROCS above the limit, which the plan fixes"
+		}
+		r.Reasons = append(r.Reasons, fmt.Sprintf("CPU request %s: %s of demand (%s; %s)", fmtCores(req), pctl(opt.CPURequestPercentile), corr, window))
+		switch opt.CPULimit {
+		case CPULimitNone:
+			planLim = 0
+			r.Reasons = append(r.Reasons, "no CPU limit (--cpu-limit none): the patches remove it; GOMAXPROCS follows the node")
+		case CPULimitKeep:
+			r.CPULimitKept = true
+			planLim = math.Max(planLim, 0)
+			if planLim > 0 && planLim < req {
+				planLim = req
+			}
+			r.Reasons = append(r.Reasons, fmt.Sprintf("CPU limit left as it is (--cpu-limit keep): %s", cores0(o.Limits.CPU)))
+		case CPULimitBurst:
+			if len(p.burst) == 0 {
+				r.Missing = append(r.Missing, "CPU bursts (the step's highest 1-minute rate of container_cpu_usage_seconds_total, read with --cpu-limit burst)")
+				r.CPURequest, r.Reasons = nan, []string{"not enough data: missing " + strings.Join(r.Missing, "; ")}
+				return r
+			}
+			q := quantile(p.burst, opt.CPULimitPercentile)
+			l := q * (1 + opt.CPULimitMargin)
+			if l >= 1 {
+				l = math.Ceil(l - 1e-9)
+			} else {
+				l = roundUp(l, 0.05)
+			}
+			l = math.Max(l, req)
+			r.CPULimit, planLim = Num(l), l
+			r.Reasons = append(r.Reasons, fmt.Sprintf("CPU limit %s: %s of each step's highest 1-minute demand %s + %.0f%% (--cpu-limit burst; the steps' means put it at %s)%s", fmtCores(l), pctl(opt.CPULimitPercentile), fmtCores(q), opt.CPULimitMargin*100,
+				fmtCores(quantile(p.demand, opt.CPULimitPercentile)), map[bool]string{true: ", rounded up to whole cores so that GOMAXPROCS uses all of it", false: ""}[l >= 1]))
+		default:
+			q := quantile(p.demand, opt.CPULimitPercentile)
+			l := q * (1 + opt.CPULimitMargin)
+			if l >= 1 {
+				l = math.Ceil(l - 1e-9)
+			} else {
+				l = roundUp(l, 0.05)
+			}
+			l = math.Max(l, req)
+			r.CPULimit, planLim = Num(l), l
+			r.Reasons = append(r.Reasons, fmt.Sprintf("CPU limit %s: %s of demand %s + %.0f%%%s", fmtCores(l), pctl(opt.CPULimitPercentile), fmtCores(q), opt.CPULimitMargin*100,
+				map[bool]string{true: ", rounded up to whole cores so that GOMAXPROCS uses all of it", false: ""}[l >= 1]))
+		}
 	}
-	l = math.Max(l, req)
-	r.CPURequest, r.CPULimit = Num(req), Num(l)
-	corr := "usage raised by its throttled share where a CFS quota capped it"
-	if procsOver {
-		corr = "usage as measured: the throttling came from GOMAXPROCS above the limit, which the plan fixes"
-	}
-	r.Reasons = append(r.Reasons,
-		fmt.Sprintf("CPU request %s: p95 of demand (%s; %s)", fmtCores(req), corr, window),
-		fmt.Sprintf("CPU limit %s: p99 of demand %s + %.0f%%%s", fmtCores(l), fmtCores(quantile(p.demand, .99)), opt.CPULimitMargin*100,
-			map[bool]string{true: ", rounded up to whole cores so that GOMAXPROCS uses all of it", false: ""}[l >= 1]))
 
-	// Memory: the live heap's peak with the GC's headroom (GOGC), plus
-	// what lies outside the heap, plus a margin. Never the working set's
-	// peak: a heap the GC was let grow (GOGC=off, a GOMEMLIMIT at the
-	// limit) fills whatever limit it gets.
-	gogc := 100.0
-	if o.GOGC.Valid() {
+	// Memory: the live heap (a high quantile over pod-steps) with the GC's
+	// headroom (GOGC), plus what lies outside the heap, plus a margin.
+	// Never the working set's peak: a heap the GC was let grow (GOGC=off,
+	// a GOMEMLIMIT at the limit) fills whatever limit it gets.
+	gogc, gogcKnown := 100.0, o.GOGC.Valid()
+	if gogcKnown {
 		gogc = float64(o.GOGC)
 	}
-	live := quantile(p.live, 1)
-	nonHeap := quantile(p.nonHeap, .99)
+	live := quantile(p.live, opt.MemoryPercentile)
+	nonHeap := quantile(p.nonHeap, opt.MemoryPercentile)
 	need := func(gogc float64) (float64, float64) {
 		h := 2.0 // GOGC=off: a GOMEMLIMIT bounds the heap; give it GOGC=100's room
 		if gogc >= 0 {
@@ -449,22 +677,55 @@ func recommendGofit(o *Observed, p pooled, procsOver bool, window string, opt Op
 	mem, h := need(gogc)
 	gogcPlan := ""
 	gcWhy := ""
-	if o.GCShare.Valid() && float64(o.GCShare) >= opt.GCHigh && gogc >= 0 {
+	memHPA := hpa != nil && hpa.Memory && !opt.AllowHPA
+	if o.GCShare.Valid() && float64(o.GCShare) >= opt.GCHigh && gogc >= 0 && !memHPA {
 		more := math.Min(gogc*2, 400)
 		mem2, _ := need(more)
 		switch {
+		case !gogcKnown:
+			// Raising an unknown GOGC could halve the headroom the heap
+			// has: a live heap read as goal ÷ 2 is a quarter short at
+			// GOGC=50.
+			gcWhy = fmt.Sprintf("GOGC left alone: the GC takes %.0f%% of the CPU, but GOGC is unknown (go_gc_gogc_percent not exported)", 100*float64(o.GCShare))
 		case o.Limits.Memory >= mem2:
 			gogcPlan, mem, h = strconv.Itoa(int(more)), mem2, 1+more/100
-			gcWhy = fmt.Sprintf("GOGC=%s: the GC takes %.0f%% of the CPU and the current limit %s has room for the heap to grow to %.1f× the live peak",
+			gcWhy = fmt.Sprintf("GOGC=%s: the GC takes %.0f%% of the CPU and the current limit %s has room for the heap to grow to %.1f× the live heap",
 				gogcPlan, 100*float64(o.GCShare), fmtBytes(o.Limits.Memory), h)
 		default:
 			gcWhy = fmt.Sprintf("GOGC left alone: the GC takes %.0f%% of the CPU, but GOGC=%.0f would need %s, more than the current limit %s",
 				100*float64(o.GCShare), more, fmtBytes(mem2), fmtBytes(o.Limits.Memory))
 		}
 	}
-	r.Memory = Num(mem)
-	r.Reasons = append(r.Reasons, fmt.Sprintf("memory %s: live heap peak %s × %.2f (GOGC=%s's headroom) + %s outside the heap (p99) + a %.0f%% margin (at least %s); not the working set (peak %s), which a GC may grow into any limit",
-		fmtBytes(mem), fmtBytes(live), h, gogcText(gogc), fmtBytes(nonHeap), opt.MemoryMargin*100, fmtBytes(opt.MinMemoryMargin), fmtBytes(float64(o.WorkingSet.Max))))
+	gogcWhy := "GOGC=" + gogcText(gogc) + "'s headroom"
+	if !gogcKnown {
+		gogcWhy = "GOGC assumed 100: go_gc_gogc_percent not exported (client_golang before v1.20)"
+	}
+	planMem := o.Limits.Memory
+	if memHPA {
+		r.Reasons = append(r.Reasons, fmt.Sprintf("memory left as it is: HorizontalPodAutoscaler %s scales on memory utilisation (--allow-hpa sizes it anyway); it would be %s", hpa.Name, fmtBytes(mem)))
+	} else {
+		r.Reasons = append(r.Reasons, fmt.Sprintf("memory %s: live heap %s %s × %.2f (%s) + %s outside the heap (%s) + a %.0f%% margin (at least %s); not the working set (peak %s), which a GC may grow into any limit",
+			fmtBytes(mem), pctl(opt.MemoryPercentile), fmtBytes(live), h, gogcWhy, fmtBytes(nonHeap), pctl(opt.MemoryPercentile), opt.MemoryMargin*100, fmtBytes(opt.MinMemoryMargin), fmtBytes(float64(o.WorkingSet.Max))))
+		if len(p.podLive) > 1 {
+			var above []string
+			for _, pl := range p.podLive {
+				if pl.max > 1.5*live {
+					above = append(above, fmt.Sprintf("%s (%s)", pl.name, fmtBytes(pl.max)))
+				}
+			}
+			if len(above) > 0 {
+				r.Reasons = append(r.Reasons, fmt.Sprintf("pods whose live heap peaked above 1.5× the %s, left to that quantile (a leak, or a burst; --memory-percentile 1 sizes for the peak): %s",
+					pctl(opt.MemoryPercentile), strings.Join(above, ", ")))
+			}
+		}
+		// A container the kernel killed is never planned below the limit
+		// it died at: that limit was too small, whatever the heap says.
+		if p.oomAt > 0 && mem < p.oomAt*opt.OOMBump {
+			mem = roundUp(p.oomAt*opt.OOMBump, 1<<20)
+			r.Reasons = append(r.Reasons, fmt.Sprintf("memory raised to %s: %.0f OOM kills at a limit of %s, and never below %.1f× it", fmtBytes(mem), o.OOMKills, fmtBytes(p.oomAt), opt.OOMBump))
+		}
+		r.Memory, planMem = Num(mem), mem
+	}
 
 	pol := opt.Policy
 	if gogcPlan != "" {
@@ -475,7 +736,7 @@ func recommendGofit(o *Observed, p pooled, procsOver bool, window string, opt Op
 		}
 	}
 	plan := pol.PlanContainer(fit.Container{
-		CPULimit: l, LeafCPULimit: l, CPURequest: req, MemoryLimit: int64(mem), NonGo: int64(nonHeap), GoVersion: goRelease(o.GoVersion),
+		CPULimit: planLim, LeafCPULimit: planLim, CPURequest: planReq, MemoryLimit: int64(planMem), NonGo: int64(nonHeap), GoVersion: goRelease(o.GoVersion),
 	})
 	r.GOMAXPROCS, r.GOMEMLIMIT, r.GOGC, r.NonGo = plan.GOMAXPROCS, plan.GOMEMLIMIT, plan.GOGC, int64(nonHeap)
 	r.Env = plan.Export
@@ -486,6 +747,14 @@ func recommendGofit(o *Observed, p pooled, procsOver bool, window string, opt Op
 		r.Reasons = append(r.Reasons, gcWhy)
 	}
 	return r
+}
+
+// pctl names a quantile as the reasons print it: p95, p99.9, max.
+func pctl(q float64) string {
+	if q >= 1 {
+		return "max"
+	}
+	return "p" + strconv.FormatFloat(q*100, 'f', -1, 64)
 }
 
 func gogcText(g float64) string {
@@ -580,7 +849,7 @@ func seriesOf(in Input, g Group) Series {
 	for _, pod := range g.Pods {
 		live := pod.LiveHeap
 		if !anyValue(live) {
-			live = pod.HeapMin
+			live = pod.HeapAllocLow
 		}
 		for i := range in.Steps {
 			for _, x := range []struct {

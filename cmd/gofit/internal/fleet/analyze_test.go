@@ -52,7 +52,13 @@ func (s shape) pod(name string, steps int, step time.Duration) Pod {
 		p.NonHeap = series(steps, func(int) float64 { return s.nonHeap })
 	}
 	if !s.noHeap {
-		p.HeapMin = series(steps, func(int) float64 { return s.live })
+		// As the runtime reports them: the allocated heap's low in a
+		// step still holds objects not yet swept, and the goal is GOGC's
+		// (a GOMEMLIMIT it nears lowers it: then the fleet does not use it).
+		p.HeapAllocLow = series(steps, func(int) float64 { return 1.3 * s.live })
+		if s.gogc > 0 {
+			p.HeapGoal = series(steps, func(int) float64 { return s.live * (1 + s.gogc/100) })
+		}
 	}
 	return p
 }
@@ -116,7 +122,7 @@ func TestAnalyze(t *testing.T) {
 			want: []string{CodeGOMEMLIMITUnset, CodeNotEnoughData}, missing: "history: 40 samples over 1.7h, want at least 60 over 1d"},
 		{name: "no Go heap series", steps: week,
 			s:    shape{cpu: 0.5, live: 100 * mib, nonHeap: 30 * mib, gomaxprocs: 1, gogc: 100, gomemlimit: math.NaN(), noHeap: true, req: Resources{1, 512 * mib}, lim: Resources{1, 512 * mib}},
-			want: []string{CodeNotEnoughData}, missing: "live heap (go_gc_heap_live_bytes or go_memstats_heap_inuse_bytes"},
+			want: []string{CodeNotEnoughData}, missing: "live heap (go_gc_heap_live_bytes, or go_memstats_heap_alloc_bytes"},
 		{name: "no working set", steps: week,
 			s:    shape{cpu: 0.5, live: 100 * mib, gomaxprocs: 1, gogc: 100, gomemlimit: unset, noWS: true},
 			want: []string{CodeNotEnoughData}, missing: "working set (container_memory_working_set_bytes"},
@@ -161,8 +167,8 @@ func TestAnalyze(t *testing.T) {
 				}
 			}},
 		{name: "GC-bound without memory to spare: GOGC left alone", steps: week,
-			s: shape{cpu: 0.8, gc: 0.25, live: 60 * mib, nonHeap: 20 * mib, gomaxprocs: 1, gomemlimit: 150 * mib, gogc: 100,
-				req: Resources{0.9, 160 * mib}, lim: Resources{1, 160 * mib}},
+			s: shape{cpu: 0.8, gc: 0.25, live: 60 * mib, nonHeap: 20 * mib, gomaxprocs: 1, gomemlimit: 180 * mib, gogc: 100,
+				req: Resources{0.9, 200 * mib}, lim: Resources{1, 200 * mib}},
 			want: nil,
 			check: func(t *testing.T, c Container) {
 				if c.Gofit.GOGC != "" || !strings.Contains(strings.Join(c.Gofit.Reasons, "\n"), "GOGC left alone") {
@@ -213,7 +219,12 @@ func checkMemory(t *testing.T, c Container, s shape) {
 	if g.GOGC == "200" {
 		h = 3
 	}
-	base := s.live*h + s.nonHeap
+	live := s.live
+	goal := s.live * (1 + s.gogc/100)
+	if s.gogc <= 0 || (!math.IsNaN(s.gomemlimit) && s.gomemlimit < math.MaxInt64/2 && goal > s.gomemlimit/2) {
+		live = 1.3 * s.live // the allocated heap's low, a bound above the live heap
+	}
+	base := live*h + s.nonHeap
 	want := roundUp(base+math.Max(0.1*base, 16*mib), mib)
 	if math.Abs(float64(g.Memory)-want) > mib {
 		t.Errorf("memory %v, want %v (live %v × %v + non-heap %v + margin)", fmtBytes(float64(g.Memory)), fmtBytes(want), fmtBytes(s.live), h, fmtBytes(s.nonHeap))
@@ -237,28 +248,50 @@ func checkMemory(t *testing.T, c Container, s shape) {
 }
 
 func TestKRRAndVPA(t *testing.T) {
-	cpu := []float64{}
-	for i := range 100 {
-		cpu = append(cpu, float64(i+1)/100) // 0.01 … 1.00
+	// KRR's simple strategy reads each pod: its CPU p95 and its working
+	// set's peak, then the highest pod's.
+	const kstep = 5 * time.Minute
+	ksteps := 100
+	in := input(ksteps, kstep, Pod{Name: "a"}, Pod{Name: "b"})
+	for i := range ksteps {
+		set(&in.Groups[0].Pods[0].CPU, ksteps, i, float64(i+1)/100) // 0.01 … 1.00: p95 0.9505
+		set(&in.Groups[0].Pods[1].CPU, ksteps, i, 0.5)
+		set(&in.Groups[0].Pods[0].WorkingSet, ksteps, i, 100*mib)
+		set(&in.Groups[0].Pods[1].WorkingSet, ksteps, i, float64(200+i%3*50)*mib) // peak 300MiB
 	}
-	ws := []float64{100 * mib, 300 * mib, 200 * mib}
-	k := KRR(slices.Clone(cpu), slices.Clone(ws), "w", Options{})
-	if got := float64(k.CPURequest); math.Abs(got-0.9505) > 1e-9 {
-		t.Errorf("KRR CPU %v, want p95 0.9505", got)
+	k := KRR(in, in.Groups[0], nil, Options{})
+	if got := float64(k.CPURequest); got != 0.951 {
+		t.Errorf("KRR CPU %v, want the highest pod's p95 0.9505, up to the millicore", got)
 	}
 	if k.CPULimit.Valid() {
 		t.Errorf("KRR CPU limit %v, want none", k.CPULimit)
 	}
-	if got := float64(k.Memory); got != 300*mib*1.15 {
-		t.Errorf("KRR memory %v, want 345MiB", got)
+	if got := float64(k.Memory); got != math.Ceil(300*1.15)*mib {
+		t.Errorf("KRR memory %v, want 345MiB", fmtBytes(got))
+	}
+	// Its minimums: 10m and 100MiB.
+	for i := range ksteps {
+		in.Groups[0].Pods[0].CPU[i], in.Groups[0].Pods[1].CPU[i] = 0.001, 0.001
+		in.Groups[0].Pods[0].WorkingSet[i], in.Groups[0].Pods[1].WorkingSet[i] = 20*mib, 20*mib
+	}
+	if k := KRR(in, in.Groups[0], nil, Options{}); float64(k.CPURequest) != 0.01 || float64(k.Memory) != 100*mib {
+		t.Errorf("KRR minimums: %v %v, want 10m and 100MiB", k.CPURequest, fmtBytes(float64(k.Memory)))
+	}
+	// Fewer than 100 points: not enough data; an HPA on CPU: no CPU figure.
+	short := input(40, kstep, in.Groups[0].Pods[0])
+	if k := KRR(short, short.Groups[0], nil, Options{}); k.Enough() || k.CPURequest.Valid() {
+		t.Errorf("KRR on 40 points: %+v", k)
+	}
+	if k := KRR(in, in.Groups[0], &HPA{Name: "h", CPU: true}, Options{}); k.CPURequest.Valid() || !k.Memory.Valid() {
+		t.Errorf("KRR under an HPA on CPU: %v %v", k.CPURequest, k.Memory)
 	}
 
 	// VPA: a flat 0.5 core and a flat 400MiB over two days.
 	const step = 10 * time.Minute
 	steps := 2 * 24 * 6
 	s := shape{cpu: 0.5, live: 150 * mib, nonHeap: 100 * mib, req: Resources{0.5, 512 * mib}}
-	in := input(steps, step, s.pod("p", steps, step))
-	v := VPA(in, in.Groups[0], &Observed{}, Options{})
+	in = input(steps, step, s.pod("p", steps, step))
+	v := VPA(in, in.Groups[0], 1)
 	// The histogram answers a bucket's upper end: within 5% above.
 	if got := float64(v.CPURequest) / 1.15; got < 0.5 || got > 0.5*1.08 {
 		t.Errorf("VPA CPU %v/1.15 = %v, want 0.5 to its bucket's end", float64(v.CPURequest), got)
@@ -269,7 +302,7 @@ func TestKRRAndVPA(t *testing.T) {
 	// A small container gets VPA's minimums.
 	s = shape{cpu: 0.001, live: 10 * mib, nonHeap: 5 * mib}
 	in = input(steps, step, s.pod("p", steps, step))
-	v = VPA(in, in.Groups[0], &Observed{}, Options{})
+	v = VPA(in, in.Groups[0], 1)
 	if float64(v.CPURequest) != vpaMinCPU || float64(v.Memory) != vpaMinMemory {
 		t.Errorf("VPA minimums: %v %v", v.CPURequest, v.Memory)
 	}

@@ -3,30 +3,90 @@ package fleet
 import (
 	"fmt"
 	"math"
+	"strings"
 	"time"
 )
 
-// KRR's simple strategy (robusta-dev/krr, strategies/simple.py): the CPU
-// request at the p95 of usage, no CPU limit, memory request and limit at
-// the working set's peak + 15%.
-func KRR(cpu, ws []float64, window string, opt Options) Recommendation {
+// KRR's simple strategy at its defaults (robusta-dev/krr,
+// robusta_krr/strategies/simple.py and core/runner.py, read at d6baa74,
+// July 2026; our own code): the CPU request is the highest of each pod's
+// own p95 of usage, with no CPU limit; memory (request and limit) the
+// highest of each pod's working-set peak + 15%; each figure rounded up
+// (to 1m, to 1MiB) and at least 10m and 100MiB; a figure needs 100
+// points and 3 hours of history, and none is given for a resource an HPA
+// scales on by utilisation (unless --allow-hpa). KRR reads 336 hours at
+// 1.25-minute steps by default; here it reads gofit's window and step,
+// so that every method sees the same samples.
+const (
+	krrCPUPercentile = 0.95
+	krrMemoryBuffer  = 0.15
+	krrMinCPU        = 0.010
+	krrMinMemory     = 100 << 20
+	krrPointsNeeded  = 100
+	krrMinHistory    = 3 * time.Hour
+)
+
+// KRR computes KRR's simple strategy on a group's series.
+func KRR(in Input, g Group, hpa *HPA, opt Options) Recommendation {
 	r := Recommendation{Method: "krr-simple", CPURequest: nan, CPULimit: nan, Memory: nan}
-	if len(cpu) == 0 {
-		r.Missing = append(r.Missing, "CPU usage (container_cpu_usage_seconds_total)")
+	cpu, mem := math.NaN(), math.NaN()
+	var nCPU, nMem int
+	first, last := -1, -1
+	for _, pod := range g.Pods {
+		var xs []float64
+		for i := range in.Steps {
+			if v, ok := has(pod.CPU, i); ok {
+				xs = append(xs, v)
+				if first < 0 || i < first {
+					first = i
+				}
+				last = max(last, i)
+			}
+			if v, ok := has(pod.WorkingSet, i); ok {
+				nMem++
+				if math.IsNaN(mem) || v > mem {
+					mem = v
+				}
+			}
+		}
+		nCPU += len(xs)
+		if q := quantile(xs, krrCPUPercentile); !math.IsNaN(q) && (math.IsNaN(cpu) || q > cpu) {
+			cpu = q
+		}
 	}
-	if len(ws) == 0 {
+	span := time.Duration(0)
+	if first >= 0 {
+		span = time.Duration(last-first+1) * in.Step
+	}
+	short := span < krrMinHistory
+	switch {
+	case nCPU == 0:
+		r.Missing = append(r.Missing, "CPU usage (container_cpu_usage_seconds_total)")
+	case nCPU < krrPointsNeeded || short:
+		r.Missing = append(r.Missing, fmt.Sprintf("CPU history: %d points over %s, KRR wants %d over %s", nCPU, fmtDuration(span), krrPointsNeeded, fmtDuration(krrMinHistory)))
+	case hpa != nil && hpa.CPU && !opt.AllowHPA:
+		r.Reasons = append(r.Reasons, fmt.Sprintf("CPU: none (HPA %s scales on CPU utilisation; KRR says \"HPA detected\")", hpa.Name))
+	default:
+		c := math.Max(math.Ceil(cpu*1000-1e-9)/1000, krrMinCPU)
+		r.CPURequest = Num(c)
+		r.Reasons = append(r.Reasons, fmt.Sprintf("CPU request %s: the highest pod's p95 of usage (%d points), at least 10m; no CPU limit", fmtCores(c), nCPU))
+	}
+	switch {
+	case nMem == 0:
 		r.Missing = append(r.Missing, "working set (container_memory_working_set_bytes)")
+	case nMem < krrPointsNeeded || short:
+		r.Missing = append(r.Missing, fmt.Sprintf("memory history: %d points over %s, KRR wants %d over %s", nMem, fmtDuration(span), krrPointsNeeded, fmtDuration(krrMinHistory)))
+	case hpa != nil && hpa.Memory && !opt.AllowHPA:
+		r.Reasons = append(r.Reasons, fmt.Sprintf("memory: none (HPA %s scales on memory utilisation; KRR says \"HPA detected\")", hpa.Name))
+	default:
+		m := math.Max(math.Ceil(mem*(1+krrMemoryBuffer)/(1<<20)-1e-9)*(1<<20), krrMinMemory)
+		r.Memory = Num(m)
+		r.Reasons = append(r.Reasons, fmt.Sprintf("memory %s: the highest pod's working-set peak %s + 15%%, at least 100MiB", fmtBytes(m), fmtBytes(mem)))
 	}
 	if len(r.Missing) > 0 {
-		r.Reasons = []string{"not enough data"}
-		return r
+		r.Reasons = append(r.Reasons, "not enough data: "+strings.Join(r.Missing, "; "))
 	}
-	r.CPURequest = Num(quantile(cpu, .95))
-	r.Memory = Num(quantile(ws, 1) * 1.15)
-	r.Reasons = []string{
-		fmt.Sprintf("CPU request %s: p95 of usage, no CPU limit (%s)", fmtCores(float64(r.CPURequest)), window),
-		fmt.Sprintf("memory %s: working set peak %s + 15%%", fmtBytes(float64(r.Memory)), fmtBytes(quantile(ws, 1))),
-	}
+	r.Reasons = append(r.Reasons, "on gofit's window and step (KRR's own defaults: 336h at 1.25m)")
 	return r
 }
 
@@ -105,18 +165,34 @@ func (h *histogram) percentile(p float64) float64 {
 }
 
 // VPA computes the VPA recommender's target on the same data: CPU
-// samples weighted by the request (at least 0.1 core), memory as one
-// peak per pod and 24 h interval, an OOM kill as a peak of 1.2× (at
-// least +100 MiB) the memory it died at.
-func VPA(in Input, g Group, o *Observed, opt Options) Recommendation {
+// samples weighted alike, memory as one peak per pod and 24 h interval,
+// an OOM kill as a peak of 1.2× (at least +100 MiB) the request or the
+// interval's peak.
+//
+// Its figures are checked against VPA's own code (v1.8.1) in
+// TestVPAAgainstItsModule. containersInPod is how many containers the
+// pod's minimums are split among: the workload's Go containers (its
+// other containers are not known here, so a pod with sidecars gets a
+// higher minimum than VPA would give it).
+func VPA(in Input, g Group, containersInPod int) Recommendation {
+	return vpa(in, g, containersInPod)
+}
+
+func vpa(in Input, g Group, containersInPod int) Recommendation {
+	ooms := 0.0
+	for _, p := range g.Pods {
+		ooms += p.OOMKills
+	}
 	r := Recommendation{Method: "vpa", CPURequest: nan, CPULimit: nan, Memory: nan}
 	cpu := newHistogram(vpaCPUFirst, vpaCPUMax, in.Start)
 	mem := newHistogram(vpaMemFirst, vpaMemMax, in.Start)
 	var nCPU, nMem int
-	maxWS := 0.0
 	per := int(max(1, vpaMemoryInterval/in.Step))
 	for _, pod := range g.Pods {
-		w := math.Max(pod.Requests.CPU, vpaMinSampleW)
+		// v1.8 weighs every CPU sample alike (minSampleWeight), whatever
+		// the request.
+		w := vpaMinSampleW
+		lastPeak, lastAt := math.NaN(), time.Time{}
 		for i := range in.Steps {
 			t := in.Start.Add(time.Duration(i+1) * in.Step)
 			if i < len(pod.CPU) && !math.IsNaN(float64(pod.CPU[i])) {
@@ -132,14 +208,27 @@ func VPA(in Input, g Group, o *Observed, opt Options) Recommendation {
 				}
 			}
 			if !math.IsNaN(peak) {
-				mem.add(peak, 1, in.Start.Add(time.Duration(s)*in.Step))
+				lastPeak, lastAt = peak, in.Start.Add(time.Duration(s)*in.Step)
+				mem.add(peak, 1, lastAt)
 				nMem++
-				maxWS = math.Max(maxWS, peak)
 			}
 		}
+		// An OOM kill is a peak of 1.2× (at least +100MiB) the memory
+		// request or the interval's peak, whichever is higher; it takes
+		// the interval's place where it is above its peak (RecordOOM).
 		if pod.OOMKills > 0 {
-			used := math.Max(math.Max(pod.Requests.Memory, pod.Limits.Memory), maxWS)
-			mem.add(math.Max(used*vpaOOMBumpRatio, used+vpaOOMMinBump), 1, in.Start.Add(time.Duration(in.Steps)*in.Step))
+			used := pod.Requests.Memory
+			if !math.IsNaN(lastPeak) {
+				used = math.Max(used, lastPeak)
+			}
+			oom := math.Max(used*vpaOOMBumpRatio, used+vpaOOMMinBump)
+			switch {
+			case math.IsNaN(lastPeak):
+				mem.add(oom, 1, in.Start.Add(time.Duration(in.Steps)*in.Step))
+			case oom > lastPeak:
+				mem.add(lastPeak, -1, lastAt)
+				mem.add(oom, 1, lastAt)
+			}
 		}
 	}
 	if nCPU == 0 {
@@ -152,13 +241,15 @@ func VPA(in Input, g Group, o *Observed, opt Options) Recommendation {
 		r.Reasons = []string{"not enough data"}
 		return r
 	}
-	c := math.Max(cpu.percentile(vpaTarget)*(1+vpaSafety), vpaMinCPU)
-	m := math.Max(mem.percentile(vpaTarget)*(1+vpaSafety), vpaMinMemory)
+	// The pod's minimums are split among its containers.
+	share := 1 / float64(max(containersInPod, 1))
+	c := math.Max(cpu.percentile(vpaTarget)*(1+vpaSafety), vpaMinCPU*share)
+	m := math.Max(mem.percentile(vpaTarget)*(1+vpaSafety), vpaMinMemory*share)
 	r.CPURequest, r.Memory = Num(c), Num(m)
 	r.Reasons = []string{
-		fmt.Sprintf("CPU target %s: p90 of a decaying histogram (half-life 24h, %d samples weighted by the request) + 15%%", fmtCores(c), nCPU),
-		fmt.Sprintf("memory target %s: p90 of %d daily working-set peaks (decaying) + 15%%, at least 250MiB%s", fmtBytes(m), nMem,
-			map[bool]string{true: fmt.Sprintf("; %.0f OOM kills bumped", o.OOMKills), false: ""}[o.OOMKills > 0]),
+		fmt.Sprintf("CPU target %s: p90 of a decaying histogram (half-life 24h, %d samples weighted alike) + 15%%, at least 25m ÷ %d containers", fmtCores(c), nCPU, max(containersInPod, 1)),
+		fmt.Sprintf("memory target %s: p90 of %d daily working-set peaks (decaying) + 15%%, at least 250MiB ÷ %d containers%s", fmtBytes(m), nMem, max(containersInPod, 1),
+			map[bool]string{true: fmt.Sprintf("; %.0f OOM kills bumped", ooms), false: ""}[ooms > 0]),
 		"VPA sets requests; limits keep their ratio to requests",
 	}
 	return r

@@ -37,18 +37,32 @@ type Query struct {
 	// many steps each series has, before any series is read: gofit fleet
 	// bounds its own heap by HeapGoal of them.
 	Found func(containers, steps int)
+	// CPUBurst also reads each step's highest 1-minute CPU rate
+	// (Pod.CPUPeak) for --cpu-limit burst: a subquery at BurstResolution,
+	// which costs the server more than the step's mean.
+	CPUBurst bool
 }
 
+// BurstWindow and BurstResolution are the CPU burst series' rate window
+// and subquery resolution: the step's highest 1-minute rate, evaluated
+// every 30 s (at least two scrapes of 30 s or less in each window).
+const (
+	BurstWindow     = time.Minute
+	BurstResolution = 30 * time.Second
+)
+
 // seriesKinds is how many per-step series Fetch holds per container at
-// most (cpu, throttling, working set, non-heap, heap low, live heap, GC).
-const seriesKinds = 7
+// most (cpu, throttling, working set, non-heap, heap allocated low, heap
+// goal, live heap, GC).
+const seriesKinds = 8
 
 // HeapGoal is the heap Fetch and Analyze need for containers' series of
 // steps steps: the series themselves (a float32 a step) with a quarter
 // more, and 64 MiB for one chunk's answer and the analysis. As a soft
 // memory limit it keeps the collector from letting the heap run to
 // twice what is live (GOGC=100): for 5,000 containers over 7 days at
-// 5-minute steps, 400 MiB where the heap had peaked at 773 MiB.
+// 5-minute steps, about 450 MiB (with 7 series, 400 MiB where the heap
+// had peaked at 773 MiB).
 func HeapGoal(containers, steps int) int64 {
 	series := int64(containers) * seriesKinds * int64(steps) * 4
 	return series + series/4 + 64<<20
@@ -244,6 +258,21 @@ func Fetch(ctx context.Context, c api.Client, q Query) (Input, error) {
 	if len(all) > 0 {
 		in.NonGo = int(all[0].Value)
 	}
+	// Go series that cannot be read as a container's, counted by reason:
+	// they are left out, and the report says so.
+	in.Unread = map[string]int{}
+	for _, u := range []struct{ why, query string }{
+		{UnreadNoContainer, fmt.Sprintf(`count(group by (%s) (last_over_time(go_info%s[%s])))`, podBy, f.m(`pod!="", container=""`), since)},
+		{UnreadNoPod, fmt.Sprintf(`count(group by (job, instance) (last_over_time(go_info%s[%s])))`, f.m(`pod=""`), since)},
+	} {
+		vec, err := f.instant(u.query)
+		if err != nil {
+			return Input{}, err
+		}
+		if len(vec) > 0 && vec[0].Value > 0 {
+			in.Unread[u.why] = int(vec[0].Value)
+		}
+	}
 	if len(pods) == 0 {
 		where := "in Prometheus"
 		if f.sel != "" {
@@ -309,6 +338,16 @@ func Fetch(ctx context.Context, c api.Client, q Query) (Input, error) {
 			return Input{}, err
 		}
 	}
+	in.Sources["created"] = "kube_pod_created"
+	created := map[key]float64{}
+	vec, err = f.instant(fmt.Sprintf(`max by (%s) (last_over_time(kube_pod_created%s[%s]))`, podBy, f.m(""), since))
+	if err != nil {
+		return Input{}, err
+	}
+	for _, s := range vec {
+		created[f.keyOf(s.Metric)] = float64(s.Value)
+	}
+	in.Sources["created"] = fmt.Sprintf("kube_pod_created (%d pods)", len(created))
 	in.Sources["restarts"] = "kube_pod_container_status_restarts_total"
 	if err := last("restarts", fmt.Sprintf(`max by (%s) (increase(kube_pod_container_status_restarts_total%s[%s]))`, f.by, f.m(""), since),
 		func(p *Pod, _ model.Metric, v float64) { p.Restarts = math.Round(v) }); err != nil {
@@ -345,7 +384,48 @@ func Fetch(ctx context.Context, c api.Client, q Query) (Input, error) {
 	for _, s := range vec {
 		rsOwner[key{string(s.Metric[model.LabelName(q.ClusterLabel)]), string(s.Metric["namespace"]), string(s.Metric["replicaset"]), ""}] = [2]string{string(s.Metric["owner_kind"]), string(s.Metric["owner_name"])}
 	}
-	in.Sources["owners"] = fmt.Sprintf("kube_pod_owner (%d pods), kube_replicaset_owner (%d)", len(owners), len(rsOwner))
+	// A Job's owner, a CronJob: its jobTemplate is what can be patched.
+	jobOwner := map[key][2]string{}
+	vec, err = f.instant(fmt.Sprintf(`max by (%s, job_name, owner_kind, owner_name) (last_over_time(kube_job_owner%s[%s]))`, q.ClusterLabel+", namespace", f.m(`owner_kind!="", owner_kind!="<none>"`), since))
+	if err != nil {
+		return Input{}, err
+	}
+	for _, s := range vec {
+		jobOwner[key{string(s.Metric[model.LabelName(q.ClusterLabel)]), string(s.Metric["namespace"]), string(s.Metric["job_name"]), ""}] = [2]string{string(s.Metric["owner_kind"]), string(s.Metric["owner_name"])}
+	}
+	in.Sources["owners"] = fmt.Sprintf("kube_pod_owner (%d pods), kube_replicaset_owner (%d), kube_job_owner (%d)", len(owners), len(rsOwner), len(jobOwner))
+
+	// HorizontalPodAutoscalers: what each scales, and on which resources'
+	// utilisation (the targets whose meaning a new request changes).
+	hpas := map[key]*HPA{} // workload key (pod = kind/name)
+	hpaByName := map[key]*HPA{}
+	vec, err = f.instant(fmt.Sprintf(`max by (%s, horizontalpodautoscaler, scaletargetref_kind, scaletargetref_name) (last_over_time(kube_horizontalpodautoscaler_info%s[%s]))`, q.ClusterLabel+", namespace", f.m(""), since))
+	if err != nil {
+		return Input{}, err
+	}
+	for _, s := range vec {
+		c, ns := string(s.Metric[model.LabelName(q.ClusterLabel)]), string(s.Metric["namespace"])
+		h := &HPA{Name: string(s.Metric["horizontalpodautoscaler"])}
+		hpas[key{c, ns, string(s.Metric["scaletargetref_kind"]) + "/" + string(s.Metric["scaletargetref_name"]), ""}] = h
+		hpaByName[key{c, ns, h.Name, ""}] = h
+	}
+	if len(hpas) > 0 {
+		vec, err = f.instant(fmt.Sprintf(`max by (%s, horizontalpodautoscaler, metric_name) (last_over_time(kube_horizontalpodautoscaler_spec_target_metric%s[%s]))`, q.ClusterLabel+", namespace", f.m(`metric_name=~"cpu|memory", metric_target_type="utilization"`), since))
+		if err != nil {
+			return Input{}, err
+		}
+		for _, s := range vec {
+			if h := hpaByName[key{string(s.Metric[model.LabelName(q.ClusterLabel)]), string(s.Metric["namespace"]), string(s.Metric["horizontalpodautoscaler"]), ""}]; h != nil {
+				switch s.Metric["metric_name"] {
+				case "cpu":
+					h.CPU = true
+				case "memory":
+					h.Memory = true
+				}
+			}
+		}
+	}
+	in.Sources["hpa"] = fmt.Sprintf("kube_horizontalpodautoscaler_info, kube_horizontalpodautoscaler_spec_target_metric (%d HPAs)", len(hpas))
 
 	// The series, per step.
 	cadvisor := `container!="", container!="POD"`
@@ -365,10 +445,11 @@ func Fetch(ctx context.Context, c api.Client, q Query) (Input, error) {
 			fmt.Sprintf(`sum by (%[1]s) (increase(container_cpu_cfs_throttled_periods_total%[2]s[%[3]s])) / sum by (%[1]s) (increase(container_cpu_cfs_periods_total%[2]s[%[3]s]))%[4]s`, f.by, f.m(cadvisor), step, f.filter),
 			func(p *Pod) *[]float32 { return &p.Throttled }},
 		{"working_set", "container_memory_working_set_bytes (cAdvisor), the step's peak", over("max_over_time", "container_memory_working_set_bytes", cadvisor), func(p *Pod) *[]float32 { return &p.WorkingSet }},
-		{"non_heap", "container_memory_working_set_bytes less go_memstats_heap_inuse_bytes, the step's averages",
-			fmt.Sprintf(`max by (%[1]s) (avg_over_time(container_memory_working_set_bytes%[2]s[%[4]s])) - on (%[1]s) max by (%[1]s) (avg_over_time(go_memstats_heap_inuse_bytes%[3]s[%[4]s]))`, f.by, f.m(cadvisor), f.m(""), step),
+		{"non_heap", "container_memory_working_set_bytes less the heap's resident spans (go_memstats_heap_inuse_bytes + go_memstats_heap_idle_bytes − go_memstats_heap_released_bytes), the step's averages",
+			fmt.Sprintf(`max by (%[1]s) (avg_over_time(container_memory_working_set_bytes%[2]s[%[4]s])) - on (%[1]s) (max by (%[1]s) (avg_over_time(go_memstats_heap_inuse_bytes%[3]s[%[4]s])) + on (%[1]s) max by (%[1]s) (avg_over_time(go_memstats_heap_idle_bytes%[3]s[%[4]s])) - on (%[1]s) max by (%[1]s) (avg_over_time(go_memstats_heap_released_bytes%[3]s[%[4]s])))`, f.by, f.m(cadvisor), f.m(""), step),
 			func(p *Pod) *[]float32 { return &p.NonHeap }},
-		{"heap_low", "go_memstats_heap_inuse_bytes, the step's low", over("min_over_time", "go_memstats_heap_inuse_bytes", ""), func(p *Pod) *[]float32 { return &p.HeapMin }},
+		{"heap_alloc_low", "go_memstats_heap_alloc_bytes, the step's low", over("min_over_time", "go_memstats_heap_alloc_bytes", ""), func(p *Pod) *[]float32 { return &p.HeapAllocLow }},
+		{"heap_goal", "go_memstats_next_gc_bytes, the step's peak", over("max_over_time", "go_memstats_next_gc_bytes", ""), func(p *Pod) *[]float32 { return &p.HeapGoal }},
 		{"live_heap", "go_gc_heap_live_bytes, the step's peak", over("max_over_time", "go_gc_heap_live_bytes", ""), func(p *Pod) *[]float32 { return &p.LiveHeap }},
 		{"gc", "go_cpu_classes_gc_total_cpu_seconds_total", rate("go_cpu_classes_gc_total_cpu_seconds_total", ""), func(p *Pod) *[]float32 { return &p.GC }},
 	} {
@@ -384,6 +465,22 @@ func Fetch(ctx context.Context, c api.Client, q Query) (Input, error) {
 		in.Sources[r.what] = r.source
 		if n == 0 {
 			in.Sources[r.what] = "none found"
+		}
+	}
+	if q.CPUBurst {
+		burst := fmt.Sprintf(`max_over_time((sum by (%s) (rate(container_cpu_usage_seconds_total%s[%s])))[%s:%s])%s`,
+			f.by, f.m(cadvisor), model.Duration(BurstWindow), step, model.Duration(BurstResolution), f.filter)
+		n, err := f.ranged(burst, func(m model.Metric, i int, v float64) {
+			if p := pods[f.keyOf(m)]; p != nil {
+				set(&p.CPUPeak, steps, i, v)
+			}
+		})
+		if err != nil {
+			return Input{}, err
+		}
+		in.Sources["cpu_burst"] = fmt.Sprintf("container_cpu_usage_seconds_total (cAdvisor), the step's highest %s rate every %s", model.Duration(BurstWindow), model.Duration(BurstResolution))
+		if n == 0 {
+			in.Sources["cpu_burst"] = "none found"
 		}
 	}
 	in.GCSource = "go_cpu_classes_gc_total_cpu_seconds_total"
@@ -412,16 +509,28 @@ func Fetch(ctx context.Context, c api.Client, q Query) (Input, error) {
 		w := Workload{Cluster: k.cluster, Namespace: k.ns, Kind: "Pod", Name: k.pod}
 		if o, ok := owners[key{k.cluster, k.ns, k.pod, ""}]; ok {
 			w.Kind, w.Name = o[0], o[1]
-			if o[0] == "ReplicaSet" {
+			switch o[0] {
+			case "ReplicaSet":
 				if d, ok := rsOwner[key{k.cluster, k.ns, o[1], ""}]; ok {
 					w.Kind, w.Name = d[0], d[1]
 				}
+			case "Job":
+				if d, ok := jobOwner[key{k.cluster, k.ns, o[1], ""}]; ok {
+					w.Kind, w.Name = d[0], d[1]
+				}
 			}
+		}
+		if c, ok := created[key{k.cluster, k.ns, k.pod, ""}]; ok {
+			p.Created = c
 		}
 		gk := w.String() + "\x00" + k.container
 		g := groups[gk]
 		if g == nil {
 			g = &Group{Workload: w, Container: k.container}
+			if h := hpas[key{w.Cluster, w.Namespace, w.Kind + "/" + w.Name, ""}]; h != nil {
+				hc := *h
+				g.HPA = &hc
+			}
 			groups[gk] = g
 		}
 		g.Pods = append(g.Pods, *p)

@@ -52,15 +52,30 @@ type Pod struct {
 	GOMAXPROCS, GOMEMLIMIT, GOGC float64
 	GoVersion                    string // go_info's version label
 	OOMKills, Restarts           float64
+	// Created is when the pod was created (kube_pod_created, Unix
+	// seconds; 0 when unknown): the newest pod's spec is the workload's.
+	Created float64
 
 	CPU        []float32 // cores used, averaged over the step
+	CPUPeak    []float32 // the step's highest 1-minute rate (Query.CPUBurst only)
 	Throttled  []float32 // share of CFS periods throttled in the step
 	GC         []float32 // GC CPU, cores averaged over the step
 	WorkingSet []float32 // working set, the step's peak
-	// NonHeap is the working set's average less the Go heap in use's
-	// average over the step: the memory outside the heap.
-	NonHeap  []float32
-	HeapMin  []float32 // heap in use, the step's low: the heap just after a GC, about the live heap
+	// NonHeap is the memory outside the Go heap: the working set's
+	// average over the step less the heap's resident spans' (in use, and
+	// idle but not yet released to the OS: both are Go's heap).
+	NonHeap []float32
+	// HeapAllocLow is go_memstats_heap_alloc_bytes's low in the step: an
+	// upper bound of the live heap (objects marked at the last GC stay
+	// allocated until the next one). Not the heap in use: its spans are
+	// not swept free of dead objects right after a GC, so its low sits
+	// near the heap's peak.
+	HeapAllocLow []float32
+	// HeapGoal is go_memstats_next_gc_bytes's peak in the step: the heap
+	// the GC lets grow before the next cycle, the live heap × (1 +
+	// GOGC/100) (and a little: stacks and globals) where no GOMEMLIMIT
+	// binds.
+	HeapGoal []float32
 	LiveHeap []float32 // go_gc_heap_live_bytes, the step's peak (Go ≥ 1.21 with the runtime/metrics collector)
 }
 
@@ -70,6 +85,15 @@ type Group struct {
 	Workload  Workload
 	Container string
 	Pods      []Pod
+	HPA       *HPA // the HorizontalPodAutoscaler scaling the workload, if any
+}
+
+// HPA is a HorizontalPodAutoscaler, as kube-state-metrics describes it,
+// and whether it scales on CPU or memory utilisation.
+type HPA struct {
+	Name   string `json:"name"`
+	CPU    bool   `json:"cpu"`
+	Memory bool   `json:"memory"`
 }
 
 // Input is what the fetch found.
@@ -88,7 +112,16 @@ type Input struct {
 	Notes   []string
 	// NonGo counts containers seen without go_* series (left out).
 	NonGo int
+	// Unread counts Go series that could not be read as a container's,
+	// by reason (UnreadNoContainer, UnreadNoPod): left out, and said.
+	Unread map[string]int
 }
+
+// Reasons Go series are left unread (Input.Unread, Results.Unread).
+const (
+	UnreadNoContainer = "go_info without a container label (pods; a PodMonitor or ServiceMonitor gives it)"
+	UnreadNoPod       = "go_info without namespace and pod labels (targets; scraped outside the pods' service discovery)"
+)
 
 // Num is a figure that may be missing (NaN): JSON null, never a made-up 0.
 type Num float64

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 )
 
@@ -22,15 +23,22 @@ type Patch struct {
 	// webhook) or "webhook" (resources and the non-Go memory annotation:
 	// the webhook injects the env from the limits at admission).
 	Mode string
+	// File is a plain file name (no directory): its parts are valid
+	// Kubernetes names and the cluster label, escaped.
 	File string
 	Body []byte
+	// Kustomize is the same patch as a kustomize patch file: the object's
+	// apiVersion, kind and metadata, then the patch.
+	Kustomize []byte
 }
 
 // Patches are strategic-merge patches per workload, one with resources
 // and env, one with resources and the webhook's annotation, for the
-// containers gofit has figures for. Bare pods get none: their resources
-// are changed by recreating them.
-func Patches(r *Results) ([]Patch, error) {
+// containers gofit has figures for. Bare pods get none (their resources
+// are changed by recreating them), nor do Jobs (a Job's pod template is
+// immutable: a CronJob's jobTemplate is patched instead), nor workloads
+// whose labels are not valid Kubernetes names: skipped says which and why.
+func Patches(r *Results) (patches []Patch, skipped []string, err error) {
 	byW := map[string][]Container{}
 	var order []string
 	for _, c := range r.Containers {
@@ -44,42 +52,52 @@ func Patches(r *Results) ([]Patch, error) {
 		byW[k] = append(byW[k], c)
 	}
 	sort.Strings(order)
-	var out []Patch
 	for _, k := range order {
 		cs := byW[k]
 		w := cs[0].Workload
 		api, path := apiOf(w.Kind)
-		if api == "" {
+		switch {
+		case w.Kind == "Job":
+			skipped = append(skipped, fmt.Sprintf("%s: no patch: a Job's pod template is immutable; change the manifest or the controller that makes it", safeName(w)))
+			continue
+		case api == "":
+			skipped = append(skipped, fmt.Sprintf("%s: no patch: gofit patches Deployments, StatefulSets, DaemonSets, ReplicaSets and CronJobs", safeName(w)))
+			continue
+		}
+		if why := invalidNames(w, cs); why != "" {
+			skipped = append(skipped, fmt.Sprintf("%s: no patch: %s", safeName(w), why))
 			continue
 		}
 		for _, mode := range []string{"env", "webhook"} {
 			var containers []any
 			var nonGo []string
 			for _, c := range cs {
-				g := c.Gofit
-				res := map[string]any{
-					"requests": map[string]string{"cpu": qtyCPU(float64(g.CPURequest)), "memory": qtyMem(float64(g.Memory))},
-					"limits":   map[string]string{"cpu": qtyCPU(float64(g.CPULimit)), "memory": qtyMem(float64(g.Memory))},
+				ct := map[string]any{"name": c.Container}
+				if res := resources(c.Gofit); len(res) > 0 {
+					ct["resources"] = res
 				}
-				ct := map[string]any{"name": c.Container, "resources": res}
+				g := c.Gofit
+				// valueFrom: null replaces a value the container took
+				// from elsewhere (a resourceFieldRef, a ConfigMap): the API
+				// server refuses an env var with both.
 				if mode == "env" {
 					keys := make([]string, 0, len(g.Env))
 					for k := range g.Env {
 						keys = append(keys, k)
 					}
 					sort.Strings(keys)
-					var env []map[string]string
+					var env []map[string]any
 					for _, k := range keys {
-						env = append(env, map[string]string{"name": k, "value": g.Env[k]})
+						env = append(env, map[string]any{"name": k, "value": g.Env[k], "valueFrom": nil})
 					}
 					ct["env"] = env
 				} else {
 					// The webhook leaves a user's GOMAXPROCS and GOMEMLIMIT
 					// alone: remove them (a no-op where absent) so that it
 					// plans both from the new limits.
-					env := []map[string]string{{"name": "GOMAXPROCS", "$patch": "delete"}, {"name": "GOMEMLIMIT", "$patch": "delete"}}
+					env := []map[string]any{{"name": "GOMAXPROCS", "$patch": "delete"}, {"name": "GOMEMLIMIT", "$patch": "delete"}}
 					if g.GOGC != "" {
-						env = append(env, map[string]string{"name": "GOGC", "value": g.GOGC})
+						env = append(env, map[string]any{"name": "GOGC", "value": g.GOGC, "valueFrom": nil})
 					}
 					ct["env"] = env
 					if g.NonGo > 0 {
@@ -98,19 +116,113 @@ func Patches(r *Results) ([]Patch, error) {
 			}
 			b, err := yaml.Marshal(body)
 			if err != nil {
-				return nil, fmt.Errorf("patch for %s: %w", w, err)
+				return nil, nil, fmt.Errorf("patch for %s: %w", safeName(w), err)
 			}
-			file := fmt.Sprintf("%s.%s.%s.%s.yaml", w.Namespace, strings.ToLower(w.Kind), w.Name, mode)
+			kind := strings.ToLower(w.Kind)
+			file := fmt.Sprintf("%s.%s.%s.%s.yaml", w.Namespace, kind, w.Name, mode)
 			if w.Cluster != "" {
-				file = w.Cluster + "." + file
+				file = escapeLabel(w.Cluster) + "." + file
 			}
+			what := map[string]string{"env": "resources and Go env", "webhook": "resources; the gofit webhook injects the env"}[mode]
 			head := fmt.Sprintf("# gofit fleet: %s (%s)\n# kubectl patch %s %s -n %s --type strategic --patch-file %s\n",
-				w, map[string]string{"env": "resources and Go env", "webhook": "resources; the gofit webhook injects the env"}[mode],
-				strings.ToLower(w.Kind), w.Name, w.Namespace, file)
-			out = append(out, Patch{Workload: w, Mode: mode, File: file, Body: append([]byte(head), b...)})
+				safeName(w), what, kind, w.Name, w.Namespace, file)
+			full := map[string]any{"apiVersion": api, "kind": w.Kind, "metadata": map[string]string{"name": w.Name, "namespace": w.Namespace}}
+			for k, v := range body.(map[string]any) {
+				full[k] = v
+			}
+			kb, err := yaml.Marshal(full)
+			if err != nil {
+				return nil, nil, fmt.Errorf("kustomize patch for %s: %w", safeName(w), err)
+			}
+			patches = append(patches, Patch{Workload: w, Mode: mode, File: file, Body: append([]byte(head), b...),
+				Kustomize: append([]byte(fmt.Sprintf("# gofit fleet: %s (%s)\n", safeName(w), what)), kb...)})
 		}
 	}
-	return out, nil
+	return patches, skipped, nil
+}
+
+// resources are a recommendation's requests and limits as a patch sets
+// them: a figure left out (an HPA's resource, a CPU limit kept) is not
+// touched, and a CPU limit of none is removed (null).
+func resources(g Recommendation) map[string]any {
+	req, lim := map[string]any{}, map[string]any{}
+	if g.CPURequest.Valid() {
+		req["cpu"] = qtyCPU(float64(g.CPURequest))
+		if g.CPULimit.Valid() {
+			lim["cpu"] = qtyCPU(float64(g.CPULimit))
+		} else if !g.CPULimitKept {
+			lim["cpu"] = nil
+		}
+	}
+	if g.Memory.Valid() {
+		req["memory"] = qtyMem(float64(g.Memory))
+		lim["memory"] = qtyMem(float64(g.Memory))
+	}
+	res := map[string]any{}
+	if len(req) > 0 {
+		res["requests"] = req
+	}
+	if len(lim) > 0 {
+		res["limits"] = lim
+	}
+	return res
+}
+
+// invalidNames says which of a workload's names is not a valid
+// Kubernetes name (they come from Prometheus labels, which any scrape
+// config can set, and end up in file names, YAML and a shell command);
+// "" when all are valid.
+func invalidNames(w Workload, cs []Container) string {
+	check := func(what, v string, errs []string) string {
+		if len(errs) > 0 {
+			return fmt.Sprintf("%s %s is not a valid Kubernetes name (%s)", what, strconv.Quote(v), errs[0])
+		}
+		return ""
+	}
+	if why := check("namespace", w.Namespace, validation.IsDNS1123Label(w.Namespace)); why != "" {
+		return why
+	}
+	if why := check(strings.ToLower(w.Kind)+" name", w.Name, validation.IsDNS1123Subdomain(w.Name)); why != "" {
+		return why
+	}
+	for _, c := range cs {
+		if why := check("container", c.Container, validation.IsDNS1123Label(c.Container)); why != "" {
+			return why
+		}
+	}
+	return ""
+}
+
+// escapeLabel makes a label value one plain file-name part: bytes outside
+// [A-Za-z0-9_-] become %XX (so "." still separates the parts, and no
+// value is a path or a line).
+func escapeLabel(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	return b.String()
+}
+
+// safeName is a workload's name for a comment line or a message: each
+// part escaped unless it is a valid name, so no label breaks a line.
+func safeName(w Workload) string {
+	part := func(s string) string {
+		if len(validation.IsDNS1123Subdomain(s)) == 0 {
+			return s
+		}
+		return escapeLabel(s)
+	}
+	s := part(w.Namespace) + "/" + part(w.Kind) + "/" + part(w.Name)
+	if w.Cluster != "" {
+		s = escapeLabel(w.Cluster) + ":" + s
+	}
+	return s
 }
 
 // apiOf is a kind's place for its pod template: the path of fields above

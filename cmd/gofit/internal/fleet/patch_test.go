@@ -21,7 +21,7 @@ func TestPatchesApply(t *testing.T) {
 	s := shape{cpu: 0.1, wave: 0.03, throttled: 0.3, gc: 0.01, live: 40 * mib, nonHeap: 20 * mib, gomaxprocs: 4, gomemlimit: 1 << 62, gogc: 100,
 		req: Resources{0.25, 256 * mib}, lim: Resources{0.25, 256 * mib}}
 	r := Analyze(input(week, step, s.pod("web-1", week, step)), Options{})
-	ps, err := Patches(r)
+	ps, _, err := Patches(r)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -138,7 +138,7 @@ func TestRealFleet(t *testing.T) {
 	WriteTable(&sum, r)
 	t.Logf("gofit fleet:\n%s", sum.String())
 	if dir := os.Getenv("GOFIT_FLEET_OUT"); dir != "" {
-		if _, err := WriteFiles(dir, r); err != nil {
+		if _, _, err := WriteFiles(dir, r); err != nil {
 			t.Fatal(err)
 		}
 	}

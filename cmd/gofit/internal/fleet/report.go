@@ -35,7 +35,7 @@ func WriteTable(w io.Writer, r *Results) {
 	}
 	tw.Flush()
 	for _, c := range r.Containers {
-		if len(c.Findings) == 0 && !c.Gofit.Enough() {
+		if len(c.Findings) == 0 && len(c.Gaps) == 0 && !c.Gofit.Enough() {
 			continue
 		}
 		fmt.Fprintf(w, "\n%s %s:\n", c.Workload, c.Container)
@@ -45,10 +45,31 @@ func WriteTable(w io.Writer, r *Results) {
 		for _, s := range c.Gofit.Reasons {
 			fmt.Fprintf(w, "  - %s\n", s)
 		}
+		for _, g := range c.Gaps {
+			fmt.Fprintf(w, "  ? %s: %s\n", g.Code, g.Text)
+		}
+	}
+	if len(r.Unread) > 0 || len(r.Gaps) > 0 {
+		fmt.Fprintf(w, "\nNot read, or read with assumptions:\n")
+		for _, k := range sortedKeys(r.Unread) {
+			fmt.Fprintf(w, "  %d %s: left out\n", r.Unread[k], k)
+		}
+		for _, k := range sortedKeys(r.Gaps) {
+			fmt.Fprintf(w, "  %d workload containers: %s\n", r.Gaps[k], k)
+		}
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
+}
+
+func sortedKeys(m map[string]int) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
 }
 
 func podCount(r *Results) int {
@@ -162,37 +183,57 @@ func Failing(r *Results, codes []string) []string {
 	return out
 }
 
-// WriteFiles writes results.json, report.html and the patches into dir.
-func WriteFiles(dir string, r *Results) ([]string, error) {
-	if err := os.MkdirAll(filepath.Join(dir, "patches"), 0o755); err != nil {
-		return nil, fmt.Errorf("report directory: %w", err)
-	}
+// WriteFiles writes results.json, report.html, the patches (patches/,
+// for kubectl) and the same as kustomize patches (kustomize/env/ and
+// kustomize/webhook/, each with its kustomization.yaml) into dir; skipped
+// says which workloads got no patch and why (also in patches/skipped.txt).
+// Every file lands inside dir: a name that would not is an error.
+func WriteFiles(dir string, r *Results) (files, skipped []string, err error) {
 	js, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
-		return nil, fmt.Errorf("encode results: %w", err)
+		return nil, nil, fmt.Errorf("encode results: %w", err)
 	}
 	html, err := RenderHTML(r)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	files := map[string][]byte{"results.json": append(js, '\n'), "report.html": html}
-	patches, err := Patches(r)
+	byName := map[string][]byte{"results.json": append(js, '\n'), "report.html": html}
+	patches, skipped, err := Patches(r)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	kust := map[string][]string{}
 	for _, p := range patches {
-		files[filepath.Join("patches", p.File)] = p.Body
+		byName[filepath.Join("patches", p.File)] = p.Body
+		byName[filepath.Join("kustomize", p.Mode, p.File)] = p.Kustomize
+		kust[p.Mode] = append(kust[p.Mode], p.File)
 	}
-	var out []string
-	for name, b := range files {
-		p := filepath.Join(dir, name)
-		if err := writeFile(p, b); err != nil {
-			return nil, err
+	for mode, names := range kust {
+		var b strings.Builder
+		b.WriteString("# gofit fleet: add these patches to an overlay whose resources hold the workloads\napiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\npatches:\n")
+		for _, n := range names {
+			fmt.Fprintf(&b, "- path: %s\n", n)
 		}
-		out = append(out, p)
+		byName[filepath.Join("kustomize", mode, "kustomization.yaml")] = []byte(b.String())
 	}
-	sort.Strings(out)
-	return out, nil
+	if len(skipped) > 0 {
+		byName[filepath.Join("patches", "skipped.txt")] = []byte(strings.Join(skipped, "\n") + "\n")
+	}
+	for name, b := range byName {
+		if !filepath.IsLocal(name) {
+			return nil, nil, fmt.Errorf("write %s into %s: not a name inside it", name, dir)
+		}
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return nil, nil, fmt.Errorf("report directory: %w", err)
+		}
+		if err := writeFile(p, b); err != nil {
+			return nil, nil, err
+		}
+		files = append(files, p)
+	}
+	sort.Strings(files)
+	return files, skipped, nil
 }
 
 // writeFile replaces p whole or not at all.
@@ -235,6 +276,8 @@ var tmpl = template.Must(template.New("fleet").Funcs(template.FuncMap{
 <h1>gofit fleet</h1>
 <p class="meta">{{len .R.Containers}} workload containers with go_* series, from {{.R.Start.UTC.Format "2006-01-02 15:04"}} to {{.R.End.UTC.Format "2006-01-02 15:04 MST"}} in steps of {{printf "%.0f" .R.StepSeconds}} s; {{.R.NonGo}} containers without go_* series left out. Recommendations are per container (per pod); nothing here is applied: the patches are in patches/.</p>
 {{range .R.Notes}}<div class="warn">{{.}}</div>{{end}}
+{{range $k, $v := .R.Unread}}<div class="warn">{{$v}} {{$k}}: left out</div>{{end}}
+{{range $k, $v := .R.Gaps}}<div class="warn">{{$v}} workload containers: {{$k}}</div>{{end}}
 <h2>Summary</h2>
 <table><tr><th rowspan="2">workload · container</th><th colspan="4">observed</th><th colspan="2">gofit</th><th>KRR simple</th><th>VPA</th><th rowspan="2">findings</th></tr>
 <tr><th>CPU req/lim<br>memory limit</th><th>GOMAXPROCS<br>GOMEMLIMIT</th><th>CPU p95<br>throttled · GC</th><th>live heap max<br>working set max</th>
@@ -250,6 +293,7 @@ var tmpl = template.Must(template.New("fleet").Funcs(template.FuncMap{
 <h2 id="{{anchor $c}}">{{$c.Workload}} · {{$c.Container}}</h2>
 <p class="meta">Pods: {{range $c.Pods}}{{.}} {{end}}· {{$c.Observed.Samples}} samples over {{span $c.Observed.SpanSeconds}} · Go {{or $c.Observed.GoVersion "unknown"}} · GOGC {{num $c.Observed.GOGC "%.0f"}} · CPU p50/p95/p99/max {{cores $c.Observed.CPU.P50}}/{{cores $c.Observed.CPU.P95}}/{{cores $c.Observed.CPU.P99}}/{{cores $c.Observed.CPU.Max}} · live heap p99/max {{bytes $c.Observed.LiveHeap.P99}}/{{bytes $c.Observed.LiveHeap.Max}} ({{$c.Observed.LiveHeapSource}}) · working set p99/max {{bytes $c.Observed.WorkingSet.P99}}/{{bytes $c.Observed.WorkingSet.Max}} · outside the heap {{bytes $c.Observed.NonHeap}} · OOM kills {{$c.Observed.OOMKills}} · restarts {{$c.Observed.Restarts}}</p>
 {{range $c.Findings}}<div class="alert"><b>{{.Code}}</b>: {{.Text}}</div>{{end}}
+{{range $c.Gaps}}<div class="warn"><b>{{.Code}}</b>: {{.Text}}</div>{{end}}
 <div class="top">{{index $.Plots $i}}</div>
 <table><tr><th>method</th><th>CPU req/lim</th><th>memory</th><th>why</th></tr>
 {{range (list $c.Gofit $c.KRR $c.VPA)}}<tr><td>{{.Method}}</td><td>{{rec .}}</td><td>{{bytes .Memory}}</td><td style="text-align:left">{{range .Reasons}}{{.}}<br>{{end}}{{if .Env}}env: {{range $k, $v := .Env}}{{$k}}={{$v}} {{end}}{{end}}</td></tr>{{end}}

@@ -35,12 +35,13 @@ func TestReport(t *testing.T) {
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	files, err := WriteFiles(dir, r)
+	files, _, err := WriteFiles(dir, r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Patches for the two with figures; none for the one without.
-	if len(files) != 2+4 {
+	// Patches for the two with figures (kubectl's and kustomize's, two
+	// kustomization.yaml); none for the one without.
+	if len(files) != 2+4+4+2 {
 		t.Errorf("files %q", files)
 	}
 	html, err := os.ReadFile(filepath.Join(dir, "report.html"))

@@ -12,18 +12,34 @@ import (
 // starts and cut against it while it runs, so the study ends within the
 // budget plus one trial whatever the target's speed:
 //
-//   - the CPU study gets cpuShare of the budget; each open-loop window is
-//     as long as OpenSamples needs or as the CPU study's time left allows,
-//     whichever is shorter; adaptive repeats run only while one more fits;
+//   - the memory study's minimum (memReserve: the probes, memMinSurvival
+//     limited trials of its first setting, the check trial) is kept back
+//     from the start, priced at what a trial costs on this runner (a
+//     pod's start on a cluster: tens of seconds on a slow node), and
+//     re-priced as trials measure it;
+//   - the CPU study gets cpuShare of the budget, or what the memory
+//     reserve leaves if that is less; each open-loop window is as long
+//     as OpenSamples needs or as the CPU study's time left allows,
+//     whichever is shorter; adaptive repeats run only while one more
+//     fits. Where its first quota row's minimum does not fit and one
+//     round does, that row runs as many rounds as fit (its verdicts
+//     then stay undecided, and the memory trials have a CPU limit to
+//     run under); the start says so and names the --budget that would
+//     fund both. A row not even one round of which fits is not started;
 //   - the memory study gets the rest, less the check trial: the probes a
 //     fixed share of it, and each memory trial as many requests as the
 //     planned number of trials leaves time for; each setting's searches
-//     stop (FloorSearch.Allow) at that setting's share of the time left;
+//     stop (FloorSearch.Allow) at that setting's share of the time left,
+//     the first setting's survival search never before memMinSurvival
+//     limited trials ran;
 //   - the check trial is kept back from the start.
 //
 // A target too slow to reach the sample minimums within the budget gets
 // the samples it has, wider intervals, and a note in lab.budget_notes
-// (lab.budget_limited is set).
+// (lab.budget_limited is set). A memory figure says how many limited
+// trials it rests on and whether its search found the floor or only
+// bounded it (result.Finding): "not measured" rather than a figure
+// without limited trials behind it.
 
 // cpuShare is the part of the budget the CPU study may spend.
 const cpuShare = 0.5
@@ -51,6 +67,14 @@ type planner struct {
 	// parallel is how many trials the runner runs at once (runner
 	// parallelism: 1 locally, a cluster's trial nodes with --kube).
 	parallel int
+	// startHint is what the runner says a trial's start costs before any
+	// trial measured it (the pod runner: its load pod's start); 0: none.
+	startHint time.Duration
+	// What memory trials have cost so far, each start to stop.
+	memSum time.Duration
+	memN   int
+	// shortAt is the rounds each short row was last said to get.
+	shortAt map[float64]int
 }
 
 func newPlanner(cfg *Config, elapsed func() time.Duration, lab *result.LabInfo) *planner {
@@ -58,9 +82,62 @@ func newPlanner(cfg *Config, elapsed func() time.Duration, lab *result.LabInfo) 
 }
 
 // cpuBudget is the part of the budget the CPU study may spend, adaptive
-// repeats included; the memory study needs the rest.
+// repeats included: cpuShare of it, or what the memory study's minimum
+// (memReserve) leaves if that is less. The memory study needs the rest.
 func (p *planner) cpuBudget() time.Duration {
-	return time.Duration(float64(p.cfg.Budget) * cpuShare)
+	share := time.Duration(float64(p.cfg.Budget) * cpuShare)
+	return max(min(share, p.cfg.Budget-p.memReserve()), 0)
+}
+
+// memMinSurvival is how many limited survival trials of its first
+// setting the memory study is never without: the bracket's top (a limit
+// that survives), its bottom and a bisection between them, and one more
+// at the edge. Fewer bound no floor on both sides; the planner keeps
+// their time back from the start (memReserve).
+const memMinSurvival = 4
+
+// trialStart is what a trial costs besides its load: starting the
+// target (a pod, on a cluster), and stopping it. Measured from the CPU
+// runs (less their warm-up) once there are any, else the runner's own
+// measure (startHint), else a second.
+func (p *planner) trialStart() time.Duration {
+	if p.overheadRuns > 0 {
+		return max(p.runOverhead()-p.cfg.Warmup, 500*time.Millisecond)
+	}
+	return max(p.startHint, time.Second)
+}
+
+// ranMemory tells the planner what a memory trial cost, start to stop.
+func (p *planner) ranMemory(took time.Duration) {
+	p.memSum += max(took, 0)
+	p.memN++
+}
+
+// memTrialCost is what one memory trial costs: the mean of those run so
+// far, else a start and a closed-loop window's load.
+func (p *planner) memTrialCost() time.Duration {
+	if p.memN > 0 {
+		return p.memSum / time.Duration(p.memN)
+	}
+	return p.trialStart() + p.cfg.ClosedWindow
+}
+
+// memReserve is the memory study's minimum, kept back from the CPU
+// study: the unlimited probes, memMinSurvival limited trials of the first
+// setting, and the check trial.
+func (p *planner) memReserve() time.Duration {
+	if len(p.cfg.MemSettings) == 0 {
+		return 0
+	}
+	return time.Duration(p.cfg.Probes+memMinSurvival)*p.memTrialCost() + p.checkReserve()
+}
+
+// budgetFor is the --budget that funds cpuNeed of CPU runs (before the
+// adaptive reserve) and the memory study's minimum, in whole minutes.
+func (p *planner) budgetFor(cpuNeed time.Duration) time.Duration {
+	cpu := time.Duration(float64(cpuNeed) / (1 - adaptiveReserve))
+	b := max(time.Duration(float64(cpu)/cpuShare), cpu+p.memReserve())
+	return (b + time.Minute - 1).Truncate(time.Minute)
 }
 
 // note records that the budget cut a phase short.
@@ -85,7 +162,7 @@ func (p *planner) ranPair(took time.Duration) {
 // reads, statistics. Measured from the runs so far.
 func (p *planner) runOverhead() time.Duration {
 	if p.overheadRuns == 0 {
-		return p.cfg.Warmup + time.Second
+		return p.cfg.Warmup + max(p.startHint, time.Second)
 	}
 	return p.overheadSum / time.Duration(p.overheadRuns)
 }
@@ -131,21 +208,92 @@ func (p *planner) minRowCost(r cpuRow) time.Duration {
 // is not started: with fewer than stats.MinRuns runs a side its
 // comparisons could only be undecided, and the time is better spent
 // deciding the rows before it. Each left-out row is named in
-// lab.not_compared with what it would have taken.
+// lab.not_compared with what it would have taken. The first row with a
+// quota is funded with fewer rounds (rowRepeats) where one round of it
+// fits and its minimum does not: the memory study runs under the CPU
+// limit the CPU study recommends, and a recommendation needs its
+// open-loop cells; the start says its verdicts will stay undecided.
 func (p *planner) planRows(rows []cpuRow) []cpuRow {
 	avail := time.Duration(float64(p.cpuBudget())*(1-adaptiveReserve)) - p.elapsed()
 	var funded []cpuRow
 	var spent time.Duration
+	first := true
 	for _, r := range rows {
 		cost := p.minRowCost(r)
-		if spent+cost <= avail {
+		if spent+cost <= avail || first && r.q > 0 && spent+p.roundsCost(r, 1, 1) <= avail {
+			if spent+cost > avail {
+				k := p.repeatsFit(r, avail-spent, 0)
+				cost = p.roundsCost(r, k, k)
+				p.shortRow(r, k)
+			}
 			funded = append(funded, r)
 			spent += cost
+			first = first && r.q <= 0
 			continue
 		}
 		p.cutRow(r, avail-spent, spent+cost)
 	}
 	return funded
+}
+
+// roundsCost is what closed and open rounds of row r cost.
+func (p *planner) roundsCost(r cpuRow, closed, open int) time.Duration {
+	n := max(p.parallel, 1)
+	b := time.Duration((r.cells + n - 1) / n)
+	return time.Duration(closed)*b*(p.cfg.ClosedWindow+p.runOverhead()) + time.Duration(open)*b*(p.openFloor()+p.runOverhead())
+}
+
+// repeatsFit is the most rounds of each mode of row r (MinRepeats at
+// most, 1 at least) whose runs fit in left, done of its closed rounds
+// run already.
+func (p *planner) repeatsFit(r cpuRow, left time.Duration, done int) int {
+	for k := max(p.cfg.MinRepeats, 1); k > 1; k-- {
+		if p.roundsCost(r, max(k-done, 0), k) <= left {
+			return k
+		}
+	}
+	return 1
+}
+
+// rowRepeats is how many rounds of each mode the CPU study's time left
+// funds at row r, done of its closed rounds run: MinRepeats, or fewer
+// (never under 1) where the memory study's reserve leaves less; a cut is
+// noted (shortRow).
+func (p *planner) rowRepeats(r cpuRow, done int) int {
+	left := time.Duration(float64(p.cpuBudget())*(1-adaptiveReserve)) - p.elapsed()
+	k := p.repeatsFit(r, left, done)
+	if k < p.cfg.MinRepeats {
+		p.shortRow(r, k)
+	}
+	return k
+}
+
+// shortRow says, once per count, that row r gets k rounds of the
+// MinRepeats its verdicts need, at what a trial costs, what the memory
+// study keeps back, and the --budget that would fund both.
+func (p *planner) shortRow(r cpuRow, k int) {
+	if n, ok := p.shortAt[r.q]; ok && n <= k {
+		return
+	}
+	if p.shortAt == nil {
+		p.shortAt = map[float64]int{}
+	}
+	p.shortAt[r.q] = k
+	need := p.roundsCost(r, p.cfg.MinRepeats, p.cfg.MinRepeats)
+	p.note("at %s a trial (its start and stop included), --budget %v funds %d of the %d rounds the CPU study's verdicts at %s need%s: its verdicts there stay undecided; --budget %v would fund them and the memory study's minimum",
+		p.trialStart().Round(time.Second), p.cfg.Budget, k, p.cfg.MinRepeats, r.label, p.reserveNote(need), p.budgetFor(need))
+}
+
+// reserveNote names the memory study's reserve where it, not the CPU
+// study's share, is what keeps need (CPU runs, before the adaptive
+// reserve) out of the CPU study ("" otherwise).
+func (p *planner) reserveNote(need time.Duration) string {
+	share := time.Duration(float64(p.cfg.Budget) * cpuShare)
+	if p.cfg.Budget-p.memReserve() >= share || need > time.Duration(float64(share)*(1-adaptiveReserve)) {
+		return ""
+	}
+	return fmt.Sprintf(" beside the memory study's minimum (%d probes, %d limited trials and the check trial at %s a trial: %s, kept back)",
+		p.cfg.Probes, memMinSurvival, p.trialStart().Round(time.Second), p.memReserve().Round(time.Second))
 }
 
 // cutRow records that row r is not compared: left is what the budget had
@@ -157,10 +305,9 @@ func (p *planner) cutRow(r cpuRow, left, need time.Duration) {
 		funds = int(left / perRun)
 	}
 	// The budget whose CPU share, less the reserve, covers need.
-	budget := time.Duration(float64(need) / (1 - adaptiveReserve) / cpuShare)
-	budget = (budget + time.Minute - 1).Truncate(time.Minute)
-	msg := fmt.Sprintf("not compared at %s: the budget funds %d of the %d runs a verdict needs (--budget %v would fund them)",
-		r.label, min(funds, p.cfg.MinRepeats), p.cfg.MinRepeats, budget)
+	budget := p.budgetFor(need)
+	msg := fmt.Sprintf("not compared at %s: the budget funds %d of the %d runs a verdict needs%s (--budget %v would fund them)",
+		r.label, min(funds, p.cfg.MinRepeats), p.cfg.MinRepeats, p.reserveNote(need), budget)
 	p.lab.NotCompared = append(p.lab.NotCompared, msg)
 	p.note("%s", msg)
 }
@@ -243,7 +390,7 @@ func (p *planner) planMemory(probeRPS, probeSeconds float64) memPlan {
 		p.mem = m
 		return m
 	}
-	left := p.cfg.Budget - p.elapsed() - p.checkReserve()
+	left := max(p.cfg.Budget-p.elapsed()-p.checkReserve(), 0)
 	trials := len(p.cfg.MemSettings) * memTrialsPlanned(*p.cfg)
 	per := left / 3 / time.Duration(max(trials, 1))
 	// A trial's start-up and stop cost what the probes' did beyond their
@@ -267,10 +414,11 @@ const defaultCheckReserve = 20 * time.Second
 
 // pairCost is what one health pair (a reference and a limited run side by
 // side, started cold) has cost so far: the mean over every pair run, or
-// the health window plus the probes' start-up before any.
+// before any the health window and two starts (on one trial node a
+// pair's pods start one after the other).
 func (p *planner) pairCost() time.Duration {
 	if p.pairN == 0 {
-		return p.cfg.HealthWindow + 2*time.Second
+		return p.cfg.HealthWindow + 2*p.trialStart()
 	}
 	return p.pairSum / time.Duration(p.pairN)
 }
@@ -290,4 +438,20 @@ const minMemRequests = 50
 func (p *planner) probeCap() time.Duration {
 	left := p.cfg.Budget - p.elapsed() - p.checkReserve()
 	return max(left/time.Duration(5*max(p.cfg.Probes, 1)), 5*time.Second)
+}
+
+// repeatCost is what one more run of cell k costs: its mean window so
+// far (the design's estimate, runCost) plus what a run has cost besides
+// its window, where that is more (a pod's start on a cluster).
+func (p *planner) repeatCost(d cpuDesign, cells []result.CPUCell, k cellKey) time.Duration {
+	est := d.runCost(cells, k)
+	win := p.cfg.ClosedWindow
+	if runs := runsOf(cells, k); len(runs) > 0 {
+		var s float64
+		for _, r := range runs {
+			s += r.Seconds
+		}
+		win = time.Duration(s / float64(len(runs)) * float64(time.Second))
+	}
+	return max(est, win+p.runOverhead())
 }

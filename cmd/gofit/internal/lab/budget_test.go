@@ -179,3 +179,36 @@ func TestOpenWindowNotesOnlyACut(t *testing.T) {
 		t.Errorf("at 50 rps: window %v, notes %q; want %v, cut from 33.4s", got, lab.BudgetNotes, cfg.MinOpenWindow)
 	}
 }
+
+// The memory study's minimum is kept back from the CPU study, priced at
+// what a trial's start costs on the runner: on this machine (a second)
+// the CPU study keeps its half of --quick's 4 minutes; at a pod's 40 s
+// start, 13 minutes leave the CPU study what the reserve does not take,
+// and the --budget named to fund a row covers the reserve too.
+func TestPlannerKeepsTheMemoryReserve(t *testing.T) {
+	cfg := defaultConfig(true)
+	var lab result.LabInfo
+	p := newPlanner(&cfg, func() time.Duration { return 0 }, &lab)
+	if got, want := p.cpuBudget(), cfg.Budget/2; got != want {
+		t.Errorf("sandbox, 4m: CPU budget %v, want %v (reserve %v)", got, want, p.memReserve())
+	}
+	cfg.Budget = 13 * time.Minute
+	p.startHint = 40 * time.Second
+	reserve := p.memReserve()
+	// 2 probes and 4 survival trials at a start and a window each, and
+	// the check trial's 2 pairs of two starts each.
+	if want := 6*(40*time.Second+cfg.ClosedWindow) + 2*(cfg.HealthWindow+80*time.Second); reserve != want {
+		t.Errorf("reserve at 40 s a start: %v, want %v", reserve, want)
+	}
+	if got := p.cpuBudget(); got != cfg.Budget-reserve || got >= cfg.Budget/2 {
+		t.Errorf("pods, 13m: CPU budget %v, want the %v the reserve %v leaves", got, cfg.Budget-reserve, reserve)
+	}
+	row := cpuRow{q: 0.25, cells: 2, label: "250m"}
+	if k := p.repeatsFit(row, time.Duration(float64(p.cpuBudget())*(1-adaptiveReserve)), 0); k != 1 {
+		t.Errorf("%d rounds of 250m fit, want 1", k)
+	}
+	need := p.roundsCost(row, cfg.MinRepeats, cfg.MinRepeats)
+	if b := p.budgetFor(need); time.Duration(float64(b-p.memReserve())*(1-adaptiveReserve)) < need || time.Duration(float64(b)*cpuShare*(1-adaptiveReserve)) < need {
+		t.Errorf("--budget %v named to fund %v of CPU runs and a %v reserve does not", b, need, p.memReserve())
+	}
+}

@@ -76,7 +76,7 @@ type Config struct {
 	MinOpenWindow    time.Duration
 	TargetRPS        float64       // open loop at this rate at every quota, and recommend for it
 	SLOP99           time.Duration // with TargetRPS: the p99 the recommendation must meet
-	Budget           time.Duration // wall time the adaptive repeats must fit in
+	Budget           time.Duration // wall time the whole study must fit in (budget.go)
 	MemSettings      []string      // of SetNone, SetGofit, SetLimitGCOff, SetAutoMemLimit
 	MemRequests      int           // requests per memory trial
 	Probes           int           // unlimited memory probes: the peak, and the capacity HealthShare is of

@@ -163,7 +163,7 @@ func (l *study) cpuStudy(ctx context.Context) error {
 				return false, nil
 			}
 			for _, t := range todo {
-				if l.elapsed()+d.runCost(l.rec.CPU, t.key) > l.plan.cpuBudget() {
+				if l.elapsed()+l.plan.repeatCost(d, l.rec.CPU, t.key) > l.plan.cpuBudget() {
 					return true, nil
 				}
 				var c cpuConfig
@@ -184,22 +184,43 @@ func (l *study) cpuStudy(ctx context.Context) error {
 		quotas[i] = r.q
 	}
 	least := smallestQuota(quotas)
+	firstQuota := slices.IndexFunc(planned, func(r cpuRow) bool { return r.q > 0 })
 	for i := 0; i < len(planned); i++ {
 		q := planned[i].q
-		if need := l.plan.minRowCost(planned[i]); l.elapsed()+need > l.plan.cpuBudget() {
+		full := l.plan.minRowCost(planned[i])
+		need := full
+		if i == firstQuota {
+			need = l.plan.roundsCost(planned[i], 1, 1) // rowRepeats takes it on from one round
+		}
+		if l.elapsed()+need > l.plan.cpuBudget() {
 			// Slower than planned, or the deciding row's repeats took
 			// it: what is left cannot take this row to a verdict.
-			l.plan.cutRow(planned[i], l.plan.cpuBudget()-l.elapsed(), l.elapsed()+need)
+			l.plan.cutRow(planned[i], l.plan.cpuBudget()-l.elapsed(), l.elapsed()+full)
 			planned = slices.Delete(planned, i, i+1)
+			if i < firstQuota {
+				firstQuota--
+			}
 			i--
 			continue
 		}
 		cs := d.configs(q, d.requestAt(q))
 		all[q] = cs
-		for rep := 1; rep <= l.cfg.MinRepeats; rep++ {
+		// The first quota row runs as many rounds as the CPU study's time
+		// left funds beside the memory study's reserve, re-priced before
+		// each round from what the runs so far cost (a pod's start is
+		// known only once one started); the other rows their minimum.
+		reps := func(done int) int {
+			if i != firstQuota {
+				return l.cfg.MinRepeats
+			}
+			return l.plan.rowRepeats(planned[i], done)
+		}
+		closed := 0
+		for rep := 1; rep <= l.cfg.MinRepeats && rep <= reps(rep-1); rep++ {
 			if err := round(cs, result.Closed, rep); err != nil {
 				return err
 			}
+			closed = rep
 		}
 		if l.cfg.TargetRPS > 0 {
 			offered[q] = l.cfg.TargetRPS
@@ -207,7 +228,7 @@ func (l *study) cpuStudy(ctx context.Context) error {
 			offered[q] = openRate(l.cfg, l.rec.CPU, q, cs)
 		}
 		windows[q] = l.plan.planOpenWindow(planned, i, offered[q])
-		for rep := 1; rep <= l.cfg.MinRepeats; rep++ {
+		for rep, open := 1, min(reps(closed), closed); rep <= open; rep++ {
 			if err := round(cs, result.Open, rep); err != nil {
 				return err
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -74,16 +75,20 @@ func memResults(cfg Config, rec *Records) (out []result.MemResult, warnings []st
 		if diverged {
 			warnings = append(warnings, fmt.Sprintf("memory %s: the survival trials leave today's search after %d of %d: its floor is where they still agreed", m.Setting, len(sr.Trials), len(m.Survival)))
 		}
+		r.SurvivalFinding = findingOf(sr, nil)
+		r.HealthyFinding = result.Finding{Status: result.NotMeasured}
 		if sr.Floor > 0 {
 			r.FloorBytes = &sr.Floor
 			for i, h := range m.Health {
 				t, _ := judgeTrial(cfg, healthKey(m.Setting, i), h)
 				r.HealthyTrials = append(r.HealthyTrials, t)
 			}
-			hr, _, _, diverged := healthySearch(cfg, peak, sr.Floor).replay(r.HealthyTrials)
+			hs := healthySearch(cfg, peak, sr.Floor)
+			hr, _, _, diverged := hs.replay(r.HealthyTrials)
 			if hr.Floor > 0 {
 				r.HealthyFloorBytes = &hr.Floor
 			}
+			r.HealthyFinding = findingOf(hr, hs.Pass)
 			r.HealthyBudgetLimited = hr.BudgetLimited
 			if diverged {
 				warnings = append(warnings, fmt.Sprintf("memory %s: the health trials leave today's healthy search after %d of %d: its healthy floor is where they still agreed", m.Setting, len(hr.Trials), len(m.Health)))
@@ -91,7 +96,46 @@ func memResults(cfg Config, rec *Records) (out []result.MemResult, warnings []st
 		}
 		out = append(out, r)
 	}
+	// A setting the study never started (the budget ran out first, a
+	// note says so; or the study stopped) is in the results too: not
+	// measured, rather than missing from a run that looks complete.
+	for _, setting := range cfg.MemSettings {
+		if !slices.ContainsFunc(rec.Memory, func(m memRecord) bool { return m.Setting == setting }) {
+			out = append(out, result.MemResult{Setting: setting, Trials: []result.MemTrial{}, HealthyTrials: []result.MemTrial{}, Survival: []result.Survival{},
+				SurvivalFinding: result.Finding{Status: result.NotMeasured}, HealthyFinding: result.Finding{Status: result.NotMeasured}})
+		}
+	}
 	return out, warnings
+}
+
+// findingOf is what a search's floor rests on: its trials (pass judges
+// one; nil: it survived), whether it ran to its end, and the highest
+// limit under the floor that failed (with no floor, the highest tried).
+func findingOf(r searchResult, pass func(result.MemTrial) bool) result.Finding {
+	if pass == nil {
+		pass = func(t result.MemTrial) bool { return t.Outcome == result.OK }
+	}
+	f := result.Finding{Trials: len(r.Trials), BudgetCut: r.BudgetLimited}
+	passed := map[int64]bool{}
+	for _, t := range r.Trials {
+		passed[t.LimitBytes] = passed[t.LimitBytes] || pass(t)
+	}
+	for _, t := range r.Trials {
+		if !passed[t.LimitBytes] && (r.Floor == 0 || t.LimitBytes < r.Floor) {
+			f.FailedBytes = max(f.FailedBytes, t.LimitBytes)
+		}
+	}
+	switch {
+	case len(r.Trials) == 0:
+		f.Status = result.NotMeasured
+	case r.Floor == 0:
+		f.Status = result.FloorAbove
+	case r.BudgetLimited:
+		f.Status = result.FloorBounded
+	default:
+		f.Status = result.FloorFound
+	}
+	return f
 }
 
 // compared says whether a memory setting is one the study exists to
@@ -134,13 +178,14 @@ func (l *study) memoryStudy(ctx context.Context) error {
 	var searched time.Duration // the searches so far, to foresee the next
 	for i, setting := range l.cfg.MemSettings {
 		// gofit, no knob and the automemlimit peer are the comparison the
-		// study exists for: each starts while any budget is left. Any other
-		// setting starts only if a search as long as the ones before it
-		// (plus the check trial) still fits.
+		// study exists for: each starts while one trial (and the check
+		// trial) still fits. Any other setting starts only if a search as
+		// long as the ones before it (plus the check trial) still fits. A
+		// setting that does not start is "not measured" in the results.
 		if i > 0 {
 			next := searched/time.Duration(i) + l.plan.checkReserve()
 			if compared(setting) {
-				next = 0
+				next = l.plan.memTrialCost() + l.plan.checkReserve()
 			}
 			if l.now().Sub(l.started)+next > l.cfg.Budget {
 				l.plan.note("the budget (%v) ran out before the memory study of %s", l.cfg.Budget, strings.Join(l.cfg.MemSettings[i:], ", "))
@@ -158,9 +203,15 @@ func (l *study) memoryStudy(ctx context.Context) error {
 		l.rec.Memory = append(l.rec.Memory, memRecord{Setting: setting, Survival: []result.MemTrial{}, Health: []healthRecord{}})
 		m := &l.rec.Memory[len(l.rec.Memory)-1]
 		ss := survivalSearch(l.cfg, peak)
-		ss.Deadline, ss.Now = began.Add(share/2), l.now
+		ss.Deadline, ss.Now, ss.Cost = began.Add(share/2), l.now, l.plan.memTrialCost()
+		if i == 0 {
+			// The memory study's minimum, kept back from the start
+			// (memReserve): however late the CPU study left it, the first
+			// setting's floor rests on limited trials.
+			ss.MinTrials = memMinSurvival
+		}
 		sr, err := ss.Find(ctx, func(ctx context.Context, limit int64) result.MemTrial {
-			t := l.run.memory(ctx, memSpec{env: memEnv(l.cfg, &l.rec, setting, limit), cpu: cpu, limit: limit, load: survival})[0].trial
+			t := l.memTrial(ctx, memSpec{env: memEnv(l.cfg, &l.rec, setting, limit), cpu: cpu, limit: limit, load: survival}).trial
 			if ctx.Err() == nil {
 				m.Survival = append(m.Survival, t)
 			}
@@ -172,7 +223,7 @@ func (l *study) memoryStudy(ctx context.Context) error {
 		}
 		if err == nil && sr.Floor > 0 {
 			hs := healthySearch(l.cfg, peak, sr.Floor)
-			hs.Deadline, hs.Now = began.Add(share), l.now
+			hs.Deadline, hs.Now, hs.Cost = began.Add(share), l.now, l.plan.pairCost()
 			ref := memEnv(l.cfg, &l.rec, setting, 0)
 			hr, herr := hs.Find(ctx, func(ctx context.Context, limit int64) result.MemTrial {
 				t, h := l.healthTrial(ctx, healthKey(setting, len(m.Health)), ref, memEnv(l.cfg, &l.rec, setting, limit), cpu, limit)
@@ -222,7 +273,7 @@ table:
 				break table
 			}
 			limit := int64(math.Ceil(float64(noKnobFloor)*mult/float64(l.cfg.Resolution))) * l.cfg.Resolution
-			run := l.run.memory(ctx, memSpec{env: memEnv(l.cfg, &l.rec, setting, limit), cpu: cpu, limit: limit, load: survival})[0]
+			run := l.memTrial(ctx, memSpec{env: memEnv(l.cfg, &l.rec, setting, limit), cpu: cpu, limit: limit, load: survival})
 			if err := ctx.Err(); err != nil {
 				return err
 			}
@@ -234,6 +285,15 @@ table:
 	return nil
 }
 
+// memTrial runs one memory trial (a probe, a survival trial, a
+// throughput cell) and tells the planner what it cost.
+func (l *study) memTrial(ctx context.Context, s memSpec) memRun {
+	t0 := l.now()
+	run := l.run.memory(ctx, s)[0]
+	l.plan.ranMemory(l.now().Sub(t0))
+	return run
+}
+
 // runProbes runs the unlimited probes under cpu: the peak (the searches'
 // bracket), the capacity the health trials' fixed rate is a share of, and
 // the non-Go memory gofit's setting declares.
@@ -243,7 +303,7 @@ func (l *study) runProbes(ctx context.Context, cpu float64) error {
 	var rpss, p99s, peaks, secs []float64
 	var nonGo []probeNonGo
 	for i := 0; i < l.cfg.Probes; i++ {
-		run := l.run.memory(ctx, memSpec{env: probeEnv(memEnv(l.cfg, &l.rec, result.SetNone, 0)), cpu: cpu, load: memLoad{requests: l.cfg.MemRequests, maxDur: l.plan.probeCap(), measureNonGo: true}})[0]
+		run := l.memTrial(ctx, memSpec{env: probeEnv(memEnv(l.cfg, &l.rec, result.SetNone, 0)), cpu: cpu, load: memLoad{requests: l.cfg.MemRequests, maxDur: l.plan.probeCap(), measureNonGo: true}})
 		if err := ctx.Err(); err != nil {
 			return err
 		}

@@ -107,17 +107,19 @@ type podRunner struct {
 	// slots are the nodes trials may run on, one trial each at a time;
 	// "" is one slot the scheduler places (the nodes could not be
 	// listed).
-	slots   chan string
-	nslots  int
-	load    *corev1.Pod
-	loadOn  string
-	mu      sync.Mutex
-	agents  map[string]string // node → agent pod name:port
-	agentIP map[string]string // node → the agent's IP:port on the pod network
-	agentOf map[string]string // node → the agent's namespace
-	nodes   map[string]agent.NodeInfo
-	used    []string // nodes trials ran on, in order of first use
-	slowest time.Duration
+	slots  chan string
+	nslots int
+	load   *corev1.Pod
+	loadOn string
+	// loadStarted is how long the load pod took to become ready.
+	loadStarted time.Duration
+	mu          sync.Mutex
+	agents      map[string]string // node → agent pod name:port
+	agentIP     map[string]string // node → the agent's IP:port on the pod network
+	agentOf     map[string]string // node → the agent's namespace
+	nodes       map[string]agent.NodeInfo
+	used        []string // nodes trials ran on, in order of first use
+	slowest     time.Duration
 	// nodeCPUs and nodeAlloc are nodePlan's cpus and alloc (0: the nodes
 	// could not be listed), less the load pod's request where it shares.
 	nodeCPUs  int
@@ -344,10 +346,12 @@ func (r *podRunner) start(ctx context.Context) error {
 	if r.load, err = r.cs.CoreV1().Pods(r.ns).Create(ctx, lp, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("create the load pod: %w", err)
 	}
+	began := time.Now()
 	if r.load, err = r.waitReady(ctx, r.load.Name, "--kube-image "+r.image, 2*time.Minute); err != nil {
 		return fmt.Errorf("the load pod %s/%s: %w", r.ns, r.load.Name, err)
 	}
 	r.loadOn = r.load.Spec.NodeName
+	r.loadStarted = time.Since(began)
 	fmt.Fprintf(r.progress, "lab: pods in %s (run %s): trials on %s, one at a time each; load from %s on %s\n",
 		r.ns, r.id, nodeList(nodes.trial), r.load.Name, r.loadOn)
 	return nil
@@ -1204,6 +1208,13 @@ func (r *podRunner) record(rec *Records) {
 	rec.Target.PageCache = "as the node has it (pods start with whatever page cache the node holds)"
 	rec.Target.BinaryBytes = 0
 }
+
+// startCost is what a pod's start cost before any trial pod started:
+// the load pod's, from its creation to Ready (the planner keeps the
+// memory study's time back at this price until trials measure theirs).
+func (r *podRunner) startCost() time.Duration { return r.loadStarted }
+
+var _ startCoster = (*podRunner)(nil)
 
 // parallel is the number of trial nodes: one trial on each at a time.
 func (r *podRunner) parallel() int { return r.nslots }

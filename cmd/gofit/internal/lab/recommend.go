@@ -250,6 +250,7 @@ func (l *analysis) recommendMemory(rec *result.Recommendation) memChoice {
 		}
 	}
 	var c memChoice
+	var found result.Finding
 	kind := "healthy floor"
 	switch g, a := healthy[result.SetGofit], healthy[result.SetAutoMemLimit]; {
 	case g > 0 && (a == 0 || g <= a):
@@ -273,13 +274,32 @@ func (l *analysis) recommendMemory(rec *result.Recommendation) memChoice {
 		}
 	}
 	if c.floor == 0 {
+		if len(l.res.Memory) > 0 {
+			rec.Reasons = append(rec.Reasons, "memory: no limit recommended: no setting has a floor that a trial under a memory limit found or bounded")
+			rec.Reasons = append(rec.Reasons, l.memVerdicts()...)
+		}
 		return c
+	}
+	for _, m := range l.res.Memory {
+		if m.Setting == c.setting {
+			found = m.HealthyFinding
+			if m.HealthyFloorBytes == nil || *m.HealthyFloorBytes != c.floor {
+				found = m.SurvivalFinding
+			}
+		}
 	}
 	const step = 4 << 20
 	rec.MemoryLimitBytes = int64(math.Ceil(float64(c.floor)*memHeadroom/step)) * step
 	rec.MemoryRequestBytes = rec.MemoryLimitBytes
 	rec.Reasons = append(rec.Reasons, fmt.Sprintf("memory %s: the %s with setting %q (%s, at %s CPU) plus %.0f%% headroom; request = limit so the pod is not reclaimed before others",
 		mebi(rec.MemoryLimitBytes), kind, c.setting, fit.FormatBytes(c.floor), result.CPULabel(l.res.Target.ProbeCPU), (memHeadroom-1)*100))
+	if found.Status == result.FloorBounded {
+		n := fmt.Sprintf("%d limited trials", found.Trials)
+		if found.Trials == 1 {
+			n = "one limited trial"
+		}
+		rec.Reasons = append(rec.Reasons, fmt.Sprintf("memory: that floor is bounded, not found: the budget cut its search after %s, so the service may need less; a longer --budget finds it", n))
+	}
 	rec.Reasons = append(rec.Reasons, l.memVerdicts()...)
 	return c
 }
@@ -357,7 +377,7 @@ func (l *analysis) memVerdicts() []string {
 	var parts []string
 	for _, m := range l.res.Memory {
 		f, h := m.FloorLabels()
-		parts = append(parts, fmt.Sprintf("%s survives from %s, healthy from %s (%d trials)", m.Setting, f, h, len(m.Trials)+len(m.HealthyTrials)))
+		parts = append(parts, fmt.Sprintf("%s: survival floor %s, healthy floor %s", m.Setting, f, h))
 	}
 	return []string{"memory floors: " + strings.Join(parts, "; ")}
 }

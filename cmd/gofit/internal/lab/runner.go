@@ -48,6 +48,19 @@ func parallelism(r runner) int {
 	return 1
 }
 
+// A startCoster says what a trial's start costs before any trial ran
+// (the pod runner: its load pod's start), so that the budget planner
+// prices the memory study's reserve from the start.
+type startCoster interface{ startCost() time.Duration }
+
+// startCostOf is r's own measure of a trial's start, or 0.
+func startCostOf(r runner) time.Duration {
+	if s, ok := r.(startCoster); ok {
+		return s.startCost()
+	}
+	return 0
+}
+
 // memSpec is one memory trial: the limits and environment its target
 // starts under, and its load.
 type memSpec struct {

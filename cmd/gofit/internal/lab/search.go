@@ -32,10 +32,12 @@ type floorSearch struct {
 	FailConfirm int
 	MaxTrials   int // stop here with the lowest limit that passed (0: no bound)
 	// Deadline bounds the search's wall time: no trial starts that the
-	// trials so far say would end after it (zero: no bound). Now is the
-	// clock (nil: time.Now).
-	Deadline time.Time
-	Now      func() time.Time
+	// trials so far (before any, Cost) say would end after it (zero: no
+	// bound), once MinTrials have run. Now is the clock (nil: time.Now).
+	Deadline  time.Time
+	MinTrials int
+	Cost      time.Duration
+	Now       func() time.Time
 	// Pass decides a trial; nil means it survived (outcome ok).
 	Pass func(result.MemTrial) bool
 }
@@ -77,7 +79,11 @@ func (s floorSearch) Find(ctx context.Context, run func(context.Context, int64) 
 			return r, err
 		}
 		t0 := now()
-		if n := len(trials); !s.Deadline.IsZero() && (t0.After(s.Deadline) || n > 0 && t0.Add(spent/time.Duration(n)).After(s.Deadline)) {
+		est := s.Cost
+		if n := len(trials); n > 0 {
+			est = spent / time.Duration(n)
+		}
+		if !s.Deadline.IsZero() && len(trials) >= s.MinTrials && (!t0.Before(s.Deadline) || t0.Add(est).After(s.Deadline)) {
 			return r, nil
 		}
 		t := run(ctx, next)

@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -235,13 +236,16 @@ func TestFloorSearchCeiling(t *testing.T) {
 			t.Errorf("tried %d MiB, over Max: %v", l/mib, mibs(f.runs))
 		}
 	}
-	m := result.MemResult{Setting: "x", SearchedToBytes: r.Max}
-	if s, h := m.FloorLabels(); s != "above 256MiB" || h != s {
-		t.Errorf("labels %q, %q; want \"above 256MiB\" for both", s, h)
+	m := result.MemResult{Setting: "x", SearchedToBytes: r.Max, SurvivalFinding: findingOf(r, nil), HealthyFinding: result.Finding{Status: result.NotMeasured}}
+	if s, h := m.FloorLabels(); !strings.HasPrefix(s, "above 256MiB (") || h != "not measured" {
+		t.Errorf("labels %q, %q; want \"above 256MiB\", and no healthy search", s, h)
 	}
-	m.BudgetLimited = true
-	if s, _ := m.FloorLabels(); s != "none found" {
-		t.Errorf("a search the budget cut is no lower bound, got %q", s)
+	// A search the budget cut is bounded below by what it tried, not by
+	// the ceiling it never reached.
+	r.Trials, r.BudgetLimited = r.Trials[:2], true
+	m.SurvivalFinding = findingOf(r, nil)
+	if s, _ := m.FloorLabels(); strings.Contains(s, "256MiB") || !strings.Contains(s, "the budget cut the search") {
+		t.Errorf("a search the budget cut after 2 trials: %q", s)
 	}
 }
 

@@ -207,8 +207,9 @@ Target <code>{{.R.Target.Command}}</code>{{with .R.Target.Image}} from image <co
 {{.HDRPlot}}
 <h2>Memory</h2>
 <p class="meta">Each trial starts the target with its binary's page cache {{.R.Target.PageCache}}, under a memory limit and the CPU limit {{.ProbeCPU}}, and drives load. Survival trials: a fixed closed-loop load; survives: no OOM kill, errors at most 1%, no stall. Health trials: a fixed open-loop rate of {{printf "%.0f" .R.Target.HealthRPS}} rps (a share of the unlimited probes' {{printf "%.0f" .R.Target.ProbeRPS}} rps), in pairs of runs alternating the same setting without a memory limit (the reference) and at the limit; healthy: it survives and the 97% interval of its p99 ÷ the reference's (widened for the few pairs it rests on) lies at or under 2 (pairs are added while the interval straddles 2; at the most pairs the estimate decides). Peak without a limit: {{.Peak}}.</p>
-<table><tr><th>setting</th><th>survival floor</th><th>healthy floor</th><th>trials</th></tr>
-{{range .Floors}}<tr><td>{{.Setting}}</td><td>{{.Floor}}</td><td>{{.Healthy}}</td><td>{{.Trials}}</td></tr>{{end}}</table>
+<table><tr><th>setting</th><th>survival floor</th><th>healthy floor</th><th>limited trials (survival + health)</th></tr>
+{{range .Floors}}<tr{{if .Short}} class="undecided"{{end}}><td>{{.Setting}}</td><td>{{.Floor}}</td><td>{{.Healthy}}</td><td>{{.Survival}} + {{.Health}}</td></tr>{{end}}</table>
+<p class="meta">Each floor says what it rests on. <b>found</b>: its search ran to its end, between a limit that failed and the floor that passed. <b>bounded</b>: the budget cut the search after a limit passed; the floor is at most that limit. <b>above</b>: no limit tried passed. <b>not measured</b>: no trial ran under a memory limit, so there is no figure.</p>
 {{range .MemPlots}}{{.}}{{end}}
 <details><summary>Every CPU summary cell</summary>
 <table><tr><th>quota</th><th>setting</th><th>mode</th><th>GOMAXPROCS</th><th>offered rps</th><th>rps [95% CI]</th><th>p99 ms [95% CI]</th><th>repeats</th><th>samples</th><th>CPU efficiency</th><th>throttled s</th><th>errors</th><th>isolated</th><th>notes</th></tr>
@@ -231,7 +232,8 @@ Target <code>{{.R.Target.Command}}</code>{{with .R.Target.Image}} from image <co
 
 type floorRow struct {
 	Setting, Floor, Healthy string
-	Trials                  int
+	Survival, Health        int  // limited trials each floor rests on
+	Short                   bool // a floor not found: bounded, above or not measured
 }
 
 type memTrialRow struct {
@@ -330,7 +332,8 @@ func renderHTML(r *result.Results) ([]byte, error) {
 	var surv, thr, hl []line
 	var floors, tested []float64
 	for _, m := range r.Memory {
-		row := floorRow{Setting: m.Setting, Trials: len(m.Trials) + len(m.HealthyTrials)}
+		row := floorRow{Setting: m.Setting, Survival: m.SurvivalFinding.Trials, Health: m.HealthyFinding.Trials,
+			Short: m.SurvivalFinding.Status != result.FloorFound || m.HealthyFinding.Status != result.FloorFound}
 		row.Floor, row.Healthy = m.FloorLabels()
 		if m.FloorBytes != nil {
 			floors = append(floors, mibf(*m.FloorBytes))
@@ -371,7 +374,7 @@ func renderHTML(r *result.Results) ([]byte, error) {
 	for _, t := range r.Throughput {
 		multLimits = append(multLimits, mibf(t.LimitBytes))
 	}
-	mx := axisSpec{label: "memory limit (MiB, log scale); labelled: floors found", log: true, ticks: mibTicks(floors, tested)}
+	mx := axisSpec{label: "memory limit (MiB, log scale); labelled: floors found or bounded", log: true, ticks: mibTicks(floors, tested)}
 	d.MemPlots = []template.HTML{
 		template.HTML(chartSVG("Survival against memory limit", mx, axisSpec{label: "share of runs that survived", min: -0.05, max: 1.1}, surv)),
 		template.HTML(chartSVG("Health trials: p99 ÷ unlimited p99 (healthy ≤ 2)", mx, axisSpec{label: "p99 ratio (log scale), 97% interval", log: true}, hl)),
@@ -434,7 +437,7 @@ func Summary(w io.Writer, r *result.Results) {
 		fmt.Fprintf(w, "  non-Go memory: %s\n", result.NonGoLabel(r.Target.NonGo))
 		for _, m := range r.Memory {
 			f, h := m.FloorLabels()
-			fmt.Fprintf(w, "  %-26s survives from %-10s healthy from %-10s %d trials\n", m.Setting, f, h, len(m.Trials)+len(m.HealthyTrials))
+			fmt.Fprintf(w, "  %-26s survival floor %s\n  %-26s healthy floor  %s\n", m.Setting, f, "", h)
 		}
 	}
 	conf := ""

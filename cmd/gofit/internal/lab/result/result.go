@@ -202,23 +202,68 @@ type MemResult struct {
 	// With no floor (and no budget cut) every limit up to it failed: the
 	// setting needs more memory than that, however much more.
 	SearchedToBytes int64 `json:"searched_to_bytes"`
+	// What each floor rests on: how many limited trials, and whether its
+	// search found it or only bounded it.
+	SurvivalFinding Finding `json:"survival_finding"`
+	HealthyFinding  Finding `json:"healthy_finding"`
 }
 
-// floorLabels gives the survival and healthy floors as a person reads
-// them: a size, "above N" when every limit up to the search's ceiling
-// failed, or "none found" when the search ended without one.
+// Statuses of a memory figure (Finding.Status).
+const (
+	// FloorFound: the search ran to its end; the floor lies above the
+	// highest limit under it that failed.
+	FloorFound = "found"
+	// FloorBounded: the budget cut the search after a limit passed; the
+	// floor is at most that limit.
+	FloorBounded = "bounded"
+	// FloorAbove: no limit tried passed; the floor is above the highest.
+	FloorAbove = "above"
+	// NotMeasured: no limited trial ran; there is no figure.
+	NotMeasured = "not_measured"
+)
+
+// Finding is what a memory floor rests on.
+type Finding struct {
+	Status string `json:"status"`
+	// Trials is how many trials under a memory limit the search ran
+	// (survival trials, or health trials each judged from its pairs).
+	Trials int `json:"trials"`
+	// FailedBytes is the highest limit under the floor that failed (0:
+	// none did); with no floor, the highest limit tried.
+	FailedBytes int64 `json:"failed_bytes"`
+	// BudgetCut: the budget ended the search before its rule did.
+	BudgetCut bool `json:"budget_cut"`
+}
+
+// Label is the floor as a person reads it, with what it rests on.
+func (f Finding) Label(floor *int64) string {
+	trials := fmt.Sprintf("%d trials", f.Trials)
+	if f.Trials == 1 {
+		trials = "1 trial"
+	}
+	switch {
+	case f.Status == FloorFound && floor != nil:
+		if f.FailedBytes > 0 {
+			return fmt.Sprintf("%s (found: %s failed; %s)", fit.FormatBytes(*floor), fit.FormatBytes(f.FailedBytes), trials)
+		}
+		return fmt.Sprintf("%s (found; %s)", fit.FormatBytes(*floor), trials)
+	case f.Status == FloorBounded && floor != nil:
+		if f.FailedBytes > 0 {
+			return fmt.Sprintf("%s–%s (bounded: the budget cut the search; %s)", fit.FormatBytes(f.FailedBytes), fit.FormatBytes(*floor), trials)
+		}
+		return fmt.Sprintf("at most %s (bounded: the budget cut the search; %s)", fit.FormatBytes(*floor), trials)
+	case f.Status == FloorAbove && f.BudgetCut:
+		return fmt.Sprintf("above %s (the budget cut the search; %s, none passed)", fit.FormatBytes(f.FailedBytes), trials)
+	case f.Status == FloorAbove:
+		return fmt.Sprintf("above %s (%s, none passed)", fit.FormatBytes(f.FailedBytes), trials)
+	}
+	return "not measured"
+}
+
+// FloorLabels gives the survival and healthy floors as a person reads
+// them, each with what it rests on (Finding.Label).
 func (m MemResult) FloorLabels() (survival, healthy string) {
-	survival, healthy = "none found", "none found"
-	if m.FloorBytes != nil {
-		survival = fit.FormatBytes(*m.FloorBytes)
-	} else if m.SearchedToBytes > 0 && !m.BudgetLimited {
-		survival = "above " + fit.FormatBytes(m.SearchedToBytes)
-		healthy = survival
-	}
-	if m.HealthyFloorBytes != nil {
-		healthy = fit.FormatBytes(*m.HealthyFloorBytes)
-	}
-	return survival, healthy
+	return m.SurvivalFinding.Label(m.FloorBytes), m.HealthyFinding.Label(m.HealthyFloorBytes)
 }
 
 // ThroughputCell is rps and latency at a multiple of the no-knob floor.
