@@ -180,9 +180,9 @@ func countTest(name string, a, c *Arm, n int, margin float64, of func(Window) fl
 	t := harmTest{name: name, e: make([]float64, n), gate: make([]bool, n)}
 	m := newOddsMixture()
 	live := func(w Window) bool { return w.Has != 0 || of(w) > 0 }
-	own := make([]float64, len(a.Pods))     // each arm pod's events so far
-	seen := make([]bool, len(a.Pods))       // and whether it has had data
-	var ctrl, ctrlExp float64 // the control's events and pod-windows
+	own := make([]float64, len(a.Pods)) // each arm pod's events so far
+	seen := make([]bool, len(a.Pods))   // and whether it has had data
+	var ctrl, ctrlExp float64           // the control's events and pod-windows
 	for i := range n {
 		ma, mc := podsWith(a, i, live), podsWith(c, i, live)
 		var x, y float64
