@@ -297,7 +297,7 @@ func (g *Guard) guard(ctx context.Context, r Running) (judged bool, err error) {
 		for _, a := range res.Arms {
 			g.log().Info("look", "namespace", r.Namespace, "experiment", e.Name, "workload", r.Workload, "look", fmt.Sprintf("%d/%d", res.Look, res.Looks),
 				"arm", a.Name, "pods", len(a.Pods), "windows", a.Windows, "restarts", a.Restarts, "oom_kills", a.OOMKills,
-				"unready_share", float64(a.Unready), "harms", len(a.Harms))
+				"unready_share", float64(a.Unready), "harm_evidence", float64(a.HarmEvidence), "harm_bar", 1/res.HarmAlpha, "harms", len(a.Harms))
 		}
 		for _, d := range Decide(res, st) {
 			if err := g.update(ctx, r, func(s *admission.GuardStatus) bool {
