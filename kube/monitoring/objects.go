@@ -87,6 +87,10 @@ var scrapeTargets = []scrapeTarget{
 	// The agent's series grow with the pods on its node.
 	{name: "gofit-node", namespaces: []string{"gofit-node"}, match: map[string]string{"app.kubernetes.io/name": "gofit-node"}, port: "metrics", scheme: "http",
 		sampleLimit: 20000, labelLimit: 20},
+	// The experiment guard (deploy/webhook/experiments): its looks'
+	// timestamp is what GofitExperimentGuardLooksStale reads.
+	{name: "gofit-experiment-guard", namespaces: []string{"gofit-system"}, match: map[string]string{"app.kubernetes.io/name": "gofit-experiment-guard"}, port: "metrics", scheme: "http",
+		sampleLimit: 2000, labelLimit: 20},
 	// Services that serve gofit's metrics opt in (docs/monitoring.md).
 	{name: "gofit-services", match: map[string]string{OptInLabel: "true"}, port: OptInPort, scheme: "http",
 		sampleLimit: 5000, labelLimit: 30},

@@ -355,9 +355,14 @@ type ArmResult struct {
 	Restarts float64 `json:"restarts"`
 	// Unready is the share of the arm's pod-time not ready (NaN: no
 	// source said).
-	Unready F        `json:"unready_share"`
-	Harmful bool     `json:"harmful"`
-	Harms   []string `json:"harms"`
+	Unready F    `json:"unready_share"`
+	Harmful bool `json:"harmful"`
+	// HarmEvidence is the largest e-value of the arm's harm tests'
+	// weighted mean over the windows (harm.go): harmful from 1/HarmAlpha.
+	HarmEvidence F `json:"harm_evidence"`
+	// HarmfulAt is the end of the window at which it first got there.
+	HarmfulAt *time.Time `json:"harmful_at,omitempty"`
+	Harms     []string   `json:"harms"`
 	// Traffic is the arm's requests per pod against the control's when
 	// they differ (the interval excludes 1 ± 5%), empty otherwise.
 	Traffic string `json:"traffic,omitempty"`
@@ -407,6 +412,9 @@ type Results struct {
 	Looks int     `json:"looks"`
 	Tests int     `json:"tests"`
 	Alpha float64 `json:"alpha"`
+	// HarmAlpha is each arm's chance of a false harmful verdict, at any
+	// window, however often it is looked at.
+	HarmAlpha float64 `json:"harm_alpha"`
 	// Series are per-arm time series for the plots (not in results.json).
 	Series []ArmSeries `json:"-"`
 }
@@ -487,26 +495,16 @@ func Analyze(in Input) (*Results, error) {
 		Sources: in.Sources, Notes: append([]string{}, in.Notes...), Verdicts: []Verdict{},
 		Look: 1, Looks: 1, Alpha: 0.05,
 	}
-	var errShare, p99, rps Metric
+	var rps Metric
 	for _, m := range ms {
-		switch m.Name {
-		case "error_share":
-			errShare = m
-		case "p99_seconds":
-			p99 = m
-		case "requests_per_second":
+		if m.Name == "requests_per_second" {
 			rps = m
 		}
 	}
-	// The tests of this look: every quality verdict and harm test of
-	// every arm but the control.
-	perArm := 2 // restarts, OOM kills
-	if in.Have["ready"] {
-		perArm++ // time not ready
-	}
-	if have(errShare) {
-		perArm += 2 // error share, p99 harm
-	}
+	// The tests of this look: every quality verdict of every arm but the
+	// control. Harm has its own α (harm.go), never shared with them: the
+	// guard acts on harm alone.
+	perArm := 0
 	for _, m := range ms {
 		if m.Verdict && have(m) {
 			perArm++
@@ -514,12 +512,17 @@ func Analyze(in Input) (*Results, error) {
 	}
 	res.Tests = perArm * (len(in.Arms) - 1)
 	level := func(Shape) float64 { return 0.05 }
+	res.HarmAlpha = 0.05
 	if in.Seq != nil {
 		res.Look, res.Looks, res.Alpha = in.Seq.Look(time.Duration(n)*in.Window), in.Seq.K, in.Seq.Looks.Alpha
 		level = func(sh Shape) float64 { return in.Seq.Level(res.Look, res.Tests, sh) }
-		res.Notes = append(res.Notes, fmt.Sprintf("look %d of %d planned (every %v for %v): %g chance of any false verdict over the plan, shared by %d tests a look; quality intervals at %.4g%%, harm at %.4g%%",
-			res.Look, res.Looks, in.Seq.Looks.Every, in.Seq.Looks.Planned, res.Alpha, res.Tests, 100*(1-level(OBrienFleming)), 100*(1-level(Pocock))))
+		// The plan's α again, for harm: anytime-valid over every window
+		// from the start, shared by the arms.
+		res.HarmAlpha = in.Seq.Looks.Alpha / float64(max(len(in.Arms)-1, 1))
+		res.Notes = append(res.Notes, fmt.Sprintf("look %d of %d planned (every %v for %v): %g chance of any false quality verdict over the plan, shared by %d tests a look, intervals at %.4g%%; harm anytime-valid at %.3g an arm over every window from the start",
+			res.Look, res.Looks, in.Seq.Looks.Every, in.Seq.Looks.Planned, res.Alpha, res.Tests, 100*(1-level(OBrienFleming)), res.HarmAlpha))
 	}
+	harmBar := 1 / res.HarmAlpha
 	if n < stats.MinWindows {
 		res.Notes = append(res.Notes, fmt.Sprintf("only %d windows: at least %d are needed for an interval; every verdict is undecided (run longer or use a shorter --window)", n, stats.MinWindows))
 	}
@@ -580,55 +583,20 @@ func Analyze(in Input) (*Results, error) {
 		units := []int{len(a.Pods), len(c.Pods)}
 		// Harm first: an arm that kills pods or fails requests beyond
 		// what the control does is flagged whatever its latency or CPU.
-		hl := level(Pocock)
-		for _, k := range []struct {
-			what      string
-			arm, ctrl float64
-		}{{"OOM kills", ar.OOMKills, cr.OOMKills}, {"restarts", ar.Restarts, cr.Restarts}} {
-			if bad, p := countHarm(k.arm, k.ctrl, exposure(a, n), exposure(c, n), harm.Rate, hl); bad {
-				ar.Harms = append(ar.Harms, fmt.Sprintf("%.0f %s against %.0f in %s (per pod-window beyond %g× the control's: p = %.2g, under %.2g)", k.arm, k.what, k.ctrl, in.Control, 1+harm.Rate, p, hl))
-			}
+		// Anytime-valid (harm.go): the e-process from the first window,
+		// at the harm's own α, shared by the arms under test.
+		ev := harmEvidence(a, c, n, harm, in.Have, in.Seed, harmBar)
+		ar.HarmEvidence = F(ev.E)
+		if ev.First >= 0 {
+			at := in.From.Add(time.Duration(ev.First+1) * in.Window)
+			ar.Harms = append(ar.Harms, harmSummary(ev, n, fmt.Sprintf("window %d of %d (%s)", ev.First+1, n, at.UTC().Format(time.RFC3339))))
+			ar.HarmfulAt = &at
 		}
-		b.Alpha = hl
-		switch {
-		case !in.Have["ready"]:
-		case math.IsNaN(float64(ar.Unready)) || math.IsNaN(float64(cr.Unready)):
+		ar.Harmful = len(ar.Harms) > 0
+		if in.Have["ready"] && (math.IsNaN(float64(ar.Unready)) || math.IsNaN(float64(cr.Unready))) {
 			res.Notes = append(res.Notes, fmt.Sprintf("arm %s: time not ready not judged: no readiness data for it or for %s (missing, never taken as ready)", a.Name, in.Control))
-		default:
-			// A stalled pod answers nothing, so its latency and errors
-			// are missing, not bad: time not ready is the harm itself.
-			// A ratio to the bar (the control's share, its margin
-			// added), so that the interval widens to this look's level
-			// on the scale a ratio has.
-			r := b.PairedUnits(n, units, func(idx []int, u [][]int) float64 {
-				bufA, bufC = a.flat(idx, u[0], bufA), c.flat(idx, u[1], bufC)
-				return div(unready(bufA), (1+harm.Rate)*unready(bufC)+harm.Unready)
-			})
-			if r.Low > 1 {
-				ar.Harms = append(ar.Harms, fmt.Sprintf("not ready %.3g%% of the time against %s's %.3g%%: %.3g× the bar of %g× it + %g points (%.4g%% interval %.3g to %.3g)",
-					100*float64(ar.Unready), in.Control, 100*float64(cr.Unready), r.Value, 1+harm.Rate, 100*harm.Unready, 100*(1-hl), r.Low, r.High))
-			}
-		}
-		if have(errShare) {
-			// A ratio to the bar, as for time not ready: a difference's
-			// interval would not widen to this look's level.
-			d := b.PairedUnits(n, units, func(idx []int, u [][]int) float64 {
-				bufA, bufC = a.flat(idx, u[0], bufA), c.flat(idx, u[1], bufC)
-				return div(nz(errShare.of(bufA)), (1+harm.Rate)*nz(errShare.of(bufC))+harm.ErrorShare)
-			})
-			if d.Low > 1 {
-				ar.Harms = append(ar.Harms, fmt.Sprintf("error share %.3g× the bar of %g× %s's + %g (%.4g%% interval %.3g to %.3g)", d.Value, 1+harm.Rate, in.Control, harm.ErrorShare, 100*(1-hl), d.Low, d.High))
-			}
-			r := b.PairedUnits(n, units, func(idx []int, u [][]int) float64 {
-				bufA, bufC = a.flat(idx, u[0], bufA), c.flat(idx, u[1], bufC)
-				return div(p99.of(bufA), p99.of(bufC))
-			})
-			if r.Low > 1+harm.Latency {
-				ar.Harms = append(ar.Harms, fmt.Sprintf("latency p99 %.3g× %s's, beyond the harm margin %g× (%.4g%% interval %.3g to %.3g)", r.Value, in.Control, 1+harm.Latency, 100*(1-hl), r.Low, r.High))
-			}
 		}
 		b.Alpha = level(OBrienFleming)
-		ar.Harmful = len(ar.Harms) > 0
 		// Unequal traffic: a least-request balancer sends less to a
 		// slower arm, whose latency then looks better than it is.
 		if have(rps) {
@@ -644,7 +612,7 @@ func Analyze(in Input) (*Results, error) {
 			b.Alpha = level(OBrienFleming)
 		}
 		for _, h := range ar.Harms {
-			res.Verdicts = append(res.Verdicts, Verdict{Arm: a.Name, Metric: "harm", Verdict: Harmful, Ratio: F(math.NaN()), Low: F(math.NaN()), High: F(math.NaN()), Level: 1 - hl, Detail: h})
+			res.Verdicts = append(res.Verdicts, Verdict{Arm: a.Name, Metric: "harm", Verdict: Harmful, Ratio: F(math.NaN()), Low: F(math.NaN()), High: F(math.NaN()), Level: 1 - 1/harmBar, Detail: h})
 		}
 		for _, m := range ms {
 			if !m.Verdict || !have(m) {
@@ -666,23 +634,6 @@ func Analyze(in Input) (*Results, error) {
 		}
 	}
 	return res, nil
-}
-
-// exposure is an arm's pod-windows with any data: what its counts of
-// restarts and OOM kills are per.
-func exposure(a *Arm, n int) float64 {
-	e := 0.0
-	for _, ws := range a.Windows {
-		for _, w := range ws[:n] {
-			if w.Has != 0 {
-				e++
-			}
-		}
-	}
-	if e == 0 {
-		e = float64(len(a.Pods) * n)
-	}
-	return e
 }
 
 // unready is the share of the windows' pod-time not ready, over the

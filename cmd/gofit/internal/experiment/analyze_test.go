@@ -147,7 +147,10 @@ func TestAnalyzeCallsARealDifference(t *testing.T) {
 				t.Errorf("arm %s %s: %+v", a.Name, m, v)
 			}
 		}
-		if a.Harmful {
+		// two's p99 is 1.5× the control's, beyond the harm margin of
+		// 1.25×: the anytime-valid harm tests (harm.go) may say so,
+		// on latency alone. The others are harmless.
+		if a.Harmful && (a.Name != "two" || len(a.Harms) != 1 || !strings.HasPrefix(a.Harms[0], "latency p99 beyond the harm margin 1.25×")) {
 			t.Errorf("arm %s harmful: %v", a.Name, a.Harms)
 		}
 	}

@@ -397,11 +397,6 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 		{"heap", HasHeap, func(w *Window, v float64) { w.Heap += v }, [][2]string{
 			{"go_memstats_heap_inuse_bytes", avg("go_memstats_heap_inuse_bytes", "")},
 			{"gofit_go_heap_live_bytes", avg("gofit_go_heap_live_bytes", "")}}},
-		{"oom", 0, func(w *Window, v float64) { w.OOMKills += v }, [][2]string{
-			{"container_oom_events_total (cAdvisor)", inc("container_oom_events_total", cadvisor)},
-			{"gofit_oom_kills_total", inc("gofit_oom_kills_total", "")}}},
-		{"restarts", 0, func(w *Window, v float64) { w.Restarts += v }, [][2]string{
-			{"kube_pod_container_status_restarts_total", inc("kube_pod_container_status_restarts_total", "")}}},
 		// A pod that stalls near its memory limit fails its readiness
 		// probe and its scrapes long before (if ever) it is killed.
 		{"ready", HasReady, func(w *Window, v float64) { w.Unready = math.Max(w.Unready, min(max(v, 0), 1)) }, [][2]string{
@@ -417,6 +412,12 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 		if m == nil {
 			in.Sources[s.what] = "none found"
 		}
+	}
+	// Restarts and OOM kills: whole numbers per window, never
+	// extrapolated rates (increase() said 10.3 restarts), and a kernel
+	// OOM kill as one (issue 57).
+	if err := f.restartsAndOOMs(&in, put, covered, loc); err != nil {
+		return Input{}, err
 	}
 	// The companions of what was found, from the same source.
 	companions := []struct {
@@ -483,6 +484,138 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 		}
 	}
 	return in, nil
+}
+
+// restartsAndOOMs reads restarts from kube-state-metrics' counter of
+// each container, as whole increases per window (counterSteps), and
+// calls those whose container's last end at the window's end was
+// OOMKilled (kube_pod_container_status_last_terminated_reason) OOM
+// kills: the kernel killed the container's process at its limit.
+// Without that series, OOM kills come from cAdvisor's
+// container_oom_events_total or gofit's gofit_oom_kills_total, whole
+// increases as well.
+func (f fetcher) restartsAndOOMs(in *Input, put func(model.Matrix, Source, func(*Window, float64)), covered map[string]map[int]bool, loc map[string][2]int) error {
+	const cadvisor = `, container!="", container!="POD"`
+	restarts, err := f.counterSteps(fmt.Sprintf(`max by (pod, container) (kube_pod_container_status_restarts_total{%s})`, f.sel))
+	if err != nil {
+		return err
+	}
+	armsOf := func(m model.Matrix) map[int]bool {
+		out := map[int]bool{}
+		for _, s := range m {
+			if l, ok := loc[string(s.Metric["pod"])]; ok {
+				out[l[0]] = true
+			}
+		}
+		return out
+	}
+	if len(restarts) > 0 {
+		in.Have["restarts"] = true
+		in.Sources["restarts"] = "kube_pod_container_status_restarts_total (whole increases per window)"
+		covered["restarts"] = armsOf(restarts)
+		put(restarts, 0, func(w *Window, v float64) { w.Restarts += v })
+	} else {
+		in.Sources["restarts"] = "none found"
+	}
+	reason, err := f.matrix(fmt.Sprintf(`max by (pod, container) (kube_pod_container_status_last_terminated_reason{%s, reason="OOMKilled"})`, f.sel), false)
+	if err != nil {
+		return err
+	}
+	if len(reason) > 0 && len(restarts) > 0 {
+		oom := map[[2]string]map[model.Time]bool{}
+		for _, s := range reason {
+			k := [2]string{string(s.Metric["pod"]), string(s.Metric["container"])}
+			for _, v := range s.Values {
+				if v.Value == 1 {
+					if oom[k] == nil {
+						oom[k] = map[model.Time]bool{}
+					}
+					oom[k][v.Timestamp] = true
+				}
+			}
+		}
+		var kills model.Matrix
+		for _, s := range restarts {
+			k := [2]string{string(s.Metric["pod"]), string(s.Metric["container"])}
+			o := &model.SampleStream{Metric: s.Metric}
+			for _, v := range s.Values {
+				if v.Value > 0 && oom[k][v.Timestamp] {
+					o.Values = append(o.Values, v)
+				}
+			}
+			kills = append(kills, o)
+		}
+		in.Have["oom"] = true
+		in.Sources["oom"] = `kube_pod_container_status_last_terminated_reason{reason="OOMKilled"} at each restart`
+		covered["oom"] = covered["restarts"]
+		put(kills, 0, func(w *Window, v float64) { w.OOMKills += v })
+		return nil
+	}
+	for _, c := range [][2]string{
+		{"container_oom_events_total (cAdvisor, whole increases per window)", fmt.Sprintf(`sum by (pod) (container_oom_events_total{%s%s})`, f.sel, cadvisor)},
+		{"gofit_oom_kills_total (whole increases per window)", fmt.Sprintf(`sum by (pod) (gofit_oom_kills_total{%s})`, f.sel)},
+	} {
+		m, err := f.counterSteps(c[1])
+		if err != nil {
+			return err
+		}
+		if len(m) == 0 {
+			continue
+		}
+		in.Have["oom"] = true
+		in.Sources["oom"] = c[0]
+		covered["oom"] = armsOf(m)
+		put(m, 0, func(w *Window, v float64) { w.OOMKills += v })
+		return nil
+	}
+	in.Sources["oom"] = "none found"
+	return nil
+}
+
+// counterSteps runs query (a counter per series) at every window
+// boundary from From, and gives each series its whole increase per
+// window, stamped at the window's end: the difference from the series'
+// last sample, or the new value after a reset. A series first seen
+// after From is a new container or pod, counted from 0; one seen at
+// From starts there. Extrapolation (increase, rate) would turn 10
+// restarts into 10.3.
+func (f fetcher) counterSteps(query string) (model.Matrix, error) {
+	r := v1.Range{Start: f.q.From, End: f.q.From.Add(time.Duration(f.n) * f.q.Window), Step: f.q.Window}
+	v, warns, err := f.prom.QueryRange(f.ctx, query, r)
+	if err != nil {
+		return nil, fmt.Errorf("prometheus query %s: %w", query, err)
+	}
+	for _, w := range warns {
+		f.warn(fmt.Sprintf("prometheus: %s (query %s)", w, query))
+	}
+	m, ok := v.(model.Matrix)
+	if !ok {
+		return nil, fmt.Errorf("prometheus query %s: got %s, want a matrix", query, v.Type())
+	}
+	start := model.TimeFromUnixNano(f.q.From.UnixNano())
+	var out model.Matrix
+	for _, s := range m {
+		o := &model.SampleStream{Metric: s.Metric}
+		last, have := 0.0, false
+		for _, p := range s.Values {
+			x := float64(p.Value)
+			if math.IsNaN(x) || x < 0 {
+				continue
+			}
+			if !have && p.Timestamp.Equal(start) {
+				last, have = x, true
+				continue
+			}
+			d := x - last
+			if d < 0 {
+				d = x // a reset: the counter started again
+			}
+			last, have = x, true
+			o.Values = append(o.Values, model.SamplePair{Timestamp: p.Timestamp, Value: model.SampleValue(math.Round(d))})
+		}
+		out = append(out, o)
+	}
+	return out, nil
 }
 
 // warmUp blanks each pod's windows that start before its start plus d:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -388,5 +389,71 @@ func TestOwnerWorkload(t *testing.T) {
 		if got := sameWorkload(c.gone, c.want); got != c.same {
 			t.Errorf("sameWorkload(%s, %s) = %v", c.gone, c.want, got)
 		}
+	}
+}
+
+// boundaries is a matrix entry with one value per window boundary, from
+// the span's start: what a counter's raw series gives at each step.
+func boundaries(from time.Time, labels map[string]string, values ...float64) string {
+	lb, _ := json.Marshal(labels)
+	var vs []string
+	for i, v := range values {
+		if math.IsNaN(v) {
+			continue
+		}
+		vs = append(vs, fmt.Sprintf(`[%d,"%g"]`, from.Add(time.Duration(i)*time.Minute).Unix(), v))
+	}
+	return fmt.Sprintf(`{"metric":%s,"values":[%s]}`, lb, strings.Join(vs, ","))
+}
+
+// TestFetchRestartsAreWholeAndOOMKillsKnown is issue 57's second item:
+// restarts are the counter's whole increases per window (the guard
+// logged increase()'s 10.3 and 11.8), and a restart whose container last
+// ended OOMKilled is an OOM kill, as kube-state-metrics says, where the
+// guard had logged oom_kills=0 beside ten restarts of an arm growing
+// into its limit.
+func TestFetchRestartsAreWholeAndOOMKillsKnown(t *testing.T) {
+	from := time.Unix(1_700_000_000, 0)
+	nan := math.NaN()
+	stub := &promStub{t: t, rules: []stubRule{
+		{"process_cpu_seconds_total", "[" + series(from, map[string]string{"pod": "a-1"}, 6, 6, 6) + "," + series(from, map[string]string{"pod": "b-1"}, 9, 9, 9) + "]"},
+		{"kube_pod_container_status_restarts_total", "[" +
+			// b-1 had 2 restarts before the span: 0, then 1, then 2.
+			boundaries(from, map[string]string{"pod": "b-1", "container": "app"}, 2, 2, 3, 5) + "," +
+			// a-1's series is new in the second window, with a restart;
+			// then its counter is reset to 0 (a reset is never negative).
+			boundaries(from, map[string]string{"pod": "a-1", "container": "app"}, nan, nan, 1, 0) + "]"},
+		{`kube_pod_container_status_last_terminated_reason{`, "[" +
+			boundaries(from, map[string]string{"pod": "b-1", "container": "app"}, 0, 0, 0, 1) + "]"},
+	}}
+	in := fetchFrom(t, stub, pods{"a": {"a-1"}, "b": {"b-1"}})
+	var got [2][3]float64
+	var ooms [2][3]float64
+	for a := range 2 {
+		for i, w := range in.Arms[a].Windows[0] {
+			got[a][i], ooms[a][i] = w.Restarts, w.OOMKills
+		}
+	}
+	if got != [2][3]float64{{0, 1, 0}, {0, 1, 2}} || ooms != [2][3]float64{{0, 0, 0}, {0, 0, 2}} {
+		t.Errorf("restarts per window %v, OOM kills %v; want [[0 1 0] [0 1 2]] and [[0 0 0] [0 0 2]]", got, ooms)
+	}
+	if !strings.Contains(in.Sources["restarts"], "whole increases") || !strings.Contains(in.Sources["oom"], "OOMKilled") {
+		t.Errorf("sources %v", in.Sources)
+	}
+	for _, q := range stub.seen {
+		if strings.Contains(q, "increase(kube_pod_container_status_restarts_total") || strings.Contains(q, "increase(container_oom_events_total") {
+			t.Errorf("an extrapolated count: %s", q)
+		}
+	}
+	// Without kube-state-metrics' reasons, cAdvisor's OOM events, whole.
+	stub.rules = append(stub.rules[:1], stubRule{"container_oom_events_total", "[" + boundaries(from, map[string]string{"pod": "b-1"}, 1, 2, 2, 4) + "]"})
+	in = fetchFrom(t, stub, pods{"a": {"a-1"}, "b": {"b-1"}})
+	for i, want := range []float64{1, 0, 2} {
+		if w := in.Arms[1].Windows[0][i]; w.OOMKills != want {
+			t.Errorf("cAdvisor: window %d: %v OOM kills, want %v", i, w.OOMKills, want)
+		}
+	}
+	if !strings.HasPrefix(in.Sources["oom"], "container_oom_events_total") {
+		t.Errorf("oom source %q", in.Sources["oom"])
 	}
 }

@@ -226,10 +226,13 @@ func (g *Guard) Once(ctx context.Context) error {
 		return err
 	}
 	var errs []error
+	stale := false
 	for _, r := range exps {
-		if err := g.guard(ctx, r); err != nil {
+		judged, err := g.guard(ctx, r)
+		if err != nil {
 			errs = append(errs, fmt.Errorf("experiment %s/%s of %s: %w", r.Namespace, r.Spec.Name, r.Workload, err))
 		}
+		stale = stale || !judged
 	}
 	g.Metrics.running(len(exps))
 	if len(errs) > 0 {
@@ -237,14 +240,22 @@ func (g *Guard) Once(ctx context.Context) error {
 		return errors.Join(errs...)
 	}
 	g.Metrics.look("ok")
+	if !stale {
+		// Every experiment judged on its data: a look that saw none
+		// (no series yet, or stale ones) leaves the timestamp, and its
+		// alert, where it was.
+		g.Metrics.lookDone(g.clock())
+	}
 	return nil
 }
 
-func (g *Guard) guard(ctx context.Context, r Running) error {
+// guard looks at one experiment: judged says whether it had the data
+// for a judgement (never when Prometheus failed or had no series).
+func (g *Guard) guard(ctx context.Context, r Running) (judged bool, err error) {
 	e := r.Spec
 	st, err := admission.ParseGuardStatus(r.Lease.Annotations)
 	if err != nil {
-		return fmt.Errorf("lease %s/%s: %w", r.Namespace, r.Lease.Name, err)
+		return false, fmt.Errorf("lease %s/%s: %w", r.Namespace, r.Lease.Name, err)
 	}
 	now := g.clock()
 	if d := e.Deadline(); d > 0 && now.Sub(r.Started) >= d && st.Expired == nil {
@@ -256,7 +267,7 @@ func (g *Guard) guard(ctx context.Context, r Running) error {
 			s.Expired = &at
 			return true
 		}); err != nil {
-			return err
+			return false, err
 		}
 		g.event(ctx, r, "ExperimentEnded", fmt.Sprintf("experiment %s ran its maxDuration %s: new pods get the control %s", e.Name, e.MaxDuration, e.Control))
 		g.log().Info("experiment ended", "namespace", r.Namespace, "experiment", e.Name)
@@ -268,11 +279,14 @@ func (g *Guard) guard(ctx context.Context, r Running) error {
 	}
 	seq, err := g.sequential(planned)
 	if err != nil {
-		return err
+		return false, err
 	}
 	res, err := g.Judge(ctx, r, seq)
 	if err != nil && !errors.Is(err, ErrNoData) {
-		return fmt.Errorf("judge: %w", err)
+		// Fail closed: without data (Prometheus down, a query refused)
+		// the guard judges nothing new, but the arms it stopped stay
+		// stopped, and their pods keep being evicted.
+		return false, errors.Join(fmt.Errorf("judge: %w", err), g.evictStopped(ctx, r, st))
 	}
 	if err != nil {
 		g.log().Info("look", "namespace", r.Namespace, "experiment", e.Name, "workload", r.Workload, "no_data", err.Error())
@@ -283,7 +297,7 @@ func (g *Guard) guard(ctx context.Context, r Running) error {
 		for _, a := range res.Arms {
 			g.log().Info("look", "namespace", r.Namespace, "experiment", e.Name, "workload", r.Workload, "look", fmt.Sprintf("%d/%d", res.Look, res.Looks),
 				"arm", a.Name, "pods", len(a.Pods), "windows", a.Windows, "restarts", a.Restarts, "oom_kills", a.OOMKills,
-				"unready_share", float64(a.Unready), "harms", len(a.Harms))
+				"unready_share", float64(a.Unready), "harm_evidence", float64(a.HarmEvidence), "harm_bar", 1/res.HarmAlpha, "harms", len(a.Harms))
 		}
 		for _, d := range Decide(res, st) {
 			if err := g.update(ctx, r, func(s *admission.GuardStatus) bool {
@@ -296,18 +310,27 @@ func (g *Guard) guard(ctx context.Context, r Running) error {
 				s.Stopped[d.Arm] = admission.ArmStop{At: now.UTC(), Reason: d.Reason}
 				return true
 			}); err != nil {
-				return err
+				return false, err
 			}
 			st.Stopped = withStop(st.Stopped, d.Arm, d.Reason, now)
 			g.event(ctx, r, "ArmStopped", fmt.Sprintf("experiment %s: arm %s stopped as harmful against %s (look %d of %d): %s; its pods are evicted and new pods get the other arms", e.Name, d.Arm, res.Control, res.Look, res.Looks, d.Reason))
 			g.log().Warn("arm stopped", "namespace", r.Namespace, "experiment", e.Name, "workload", r.Workload, "arm", d.Arm, "reason", d.Reason)
 		}
 	}
+	// Too early for an interval (res nil, no error) is a judgement:
+	// there was nothing yet to judge.
+	judged = err == nil
+	return judged, g.evictStopped(ctx, r, st)
+}
+
+// evictStopped evicts the live pods of every arm the Lease says is
+// stopped (never the control's).
+func (g *Guard) evictStopped(ctx context.Context, r Running, st admission.GuardStatus) error {
 	for arm := range st.Stopped {
-		if arm == e.Control {
+		if arm == r.Spec.Control {
 			continue
 		}
-		g.Metrics.stopped(r.Namespace, e.Name, r.Workload, arm)
+		g.Metrics.stopped(r.Namespace, r.Spec.Name, r.Workload, arm)
 		if err := g.evict(ctx, r, arm); err != nil {
 			return err
 		}
@@ -448,6 +471,7 @@ func (g *Guard) event(ctx context.Context, r Running, reason, msg string) {
 // of the caller's.
 type GuardMetrics struct {
 	looks        *prometheus.CounterVec
+	lastLook     prometheus.Gauge
 	evictions    *prometheus.CounterVec
 	runningGauge prometheus.Gauge
 	stoppedGauge *prometheus.GaugeVec
@@ -461,6 +485,8 @@ func NewGuardMetrics(reg prometheus.Registerer) *GuardMetrics {
 			Help: "Looks of the guard at every running experiment, by result (ok, error)."}, []string{"result"}),
 		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gofit_experiment_guard_evictions_total",
 			Help: "Evictions of a stopped arm's pods, by result (evicted; blocked by a PodDisruptionBudget, retried next look; error)."}, []string{"result"}),
+		lastLook: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gofit_experiment_guard_last_look_success_timestamp_seconds",
+			Help: "When the guard last completed a look at every running experiment with their data (Unix seconds); 0 before the first. Stale: the guard judges nothing new (its stopped arms are still evicted)."}),
 		runningGauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gofit_experiment_running",
 			Help: "Experiments the guard judged at its last look."}),
 		stoppedGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gofit_experiment_arm_stopped",
@@ -468,13 +494,19 @@ func NewGuardMetrics(reg prometheus.Registerer) *GuardMetrics {
 		endedGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gofit_experiment_ended",
 			Help: "1 for an experiment past its maxDuration: new pods get the control."}, []string{"namespace", "experiment", "workload"}),
 	}
-	reg.MustRegister(m.looks, m.evictions, m.runningGauge, m.stoppedGauge, m.endedGauge)
+	reg.MustRegister(m.looks, m.lastLook, m.evictions, m.runningGauge, m.stoppedGauge, m.endedGauge)
 	return m
 }
 
 func (m *GuardMetrics) look(result string) {
 	if m != nil {
 		m.looks.WithLabelValues(result).Inc()
+	}
+}
+
+func (m *GuardMetrics) lookDone(at time.Time) {
+	if m != nil {
+		m.lastLook.Set(float64(at.UnixNano()) / 1e9)
 	}
 }
 

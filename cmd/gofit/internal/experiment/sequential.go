@@ -7,8 +7,6 @@ import (
 	"math/rand"
 	"sort"
 	"time"
-
-	"gonum.org/v1/gonum/stat/distuv"
 )
 
 // Honest across looks and metrics. The guard judges an experiment every
@@ -132,26 +130,4 @@ func (s *Sequential) Level(look, m int, sh Shape) float64 {
 	// erfc keeps the far tail an early look has (1e-25 at z = 10), where
 	// 1-Φ(z) would be 0: a level of 0 would read as "no level given".
 	return math.Erfc(s.Z(look, m, sh) / math.Sqrt2)
-}
-
-// countHarm tests whether an arm's count of events (restarts, OOM
-// kills) is beyond the control's rate with a margin: given both counts,
-// under "the arm's rate per pod-window is at most (1+margin) times the
-// control's" the arm's share of the events is at most p0; its count is
-// harm when at least as many would come less often than alpha (an exact
-// binomial tail). One event, or a few the control had as many of, never
-// is.
-func countHarm(arm, ctrl, armExposure, ctrlExposure, margin, alpha float64) (bool, float64) {
-	if arm <= 0 || armExposure <= 0 || ctrlExposure <= 0 {
-		return false, 1
-	}
-	p0 := (1 + margin) * armExposure / ((1+margin)*armExposure + ctrlExposure)
-	n := math.Round(arm + ctrl)
-	x := math.Round(arm)
-	// P(X ≥ x) for X ~ Binomial(n, p0).
-	p := 1 - distuv.Binomial{N: n, P: p0}.CDF(x-1)
-	if x <= 0 {
-		p = 1
-	}
-	return p < alpha, p
 }

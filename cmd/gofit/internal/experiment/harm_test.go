@@ -1,0 +1,133 @@
+package experiment
+
+import (
+	"math/rand"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gofit-dev/gofit/kube/admission"
+)
+
+// guardSeq is the e2e guard's plan (kube/e2e guardArgs: a look every
+// 30 s over 10 minutes).
+func guardSeq(t *testing.T) *Sequential {
+	t.Helper()
+	seq, err := NewSequential(Looks{Every: 30 * time.Second, Planned: 10 * time.Minute, Alpha: 0.05})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seq
+}
+
+// nogcShape is issue 57's failed run, 40 windows of 15 s and 2 pods a
+// side: the control base, and nogc with restarts (5 a pod, 10 in all,
+// against none) and/or time not ready (40% against base's 8%).
+func nogcShape(seed int64, restarts, unready bool) Input {
+	rng := rand.New(rand.NewSource(seed))
+	in := synth(rng, 40, []arm{{name: "base", latency: 1, cpu: 1, oomInWindow: -1}, {name: "nogc", latency: 1, cpu: 1, oomInWindow: -1}})
+	in.Window = 15 * time.Second
+	in.Have["ready"] = true
+	for _, a := range in.Arms {
+		for _, ws := range a.Windows {
+			for i := range ws {
+				ws[i].Has |= HasReady
+			}
+		}
+	}
+	for p, ws := range in.Arms[0].Windows {
+		for i := range ws {
+			if (i+5*p)%5 == 2 {
+				ws[i].Unready = 0.4 // 8 windows of 40 at 40%: 8%
+			}
+		}
+	}
+	for p, ws := range in.Arms[1].Windows {
+		for i := range ws {
+			phase := (i + 5*p) % 10
+			if unready && phase >= 6 {
+				ws[i].Unready = 1 // 16 of 40 windows: 40%
+			}
+			if restarts && phase == 9 && i >= 10 {
+				ws[i].Restarts = 1
+			}
+		}
+	}
+	if restarts {
+		// 10 in all, 5 a pod, from the first quarter on.
+		for p, ws := range in.Arms[1].Windows {
+			n := 0
+			for i := range ws {
+				n += int(ws[i].Restarts)
+			}
+			for i := 12; n < 5; i += 3 {
+				if ws[i].Restarts == 0 {
+					ws[i].Restarts = 1
+					n++
+				}
+			}
+			_ = p
+		}
+	}
+	return in
+}
+
+// TestGuardStopsTheFailedRunsArm is issue 57's proof: an arm with 10
+// restarts against none, or not ready 40% of the time against 8%, over
+// 40 windows with 2 pods a side, is harmful to the guard's decision. The
+// planned-looks harm tests let all three go (harms=0 at every look of
+// the e2e's 12 minutes): the count test at Pocock's level for 16 tests
+// and 20 looks, and a pod-level bootstrap of 2 of 2 pods whose interval
+// at that level could not exclude 1.
+func TestGuardStopsTheFailedRunsArm(t *testing.T) {
+	for _, tc := range []struct {
+		name              string
+		restarts, unready bool
+	}{{"restarts", true, false}, {"unready", false, true}, {"both", true, true}} {
+		in := nogcShape(57, tc.restarts, tc.unready)
+		in.Seq, in.VerdictsOnly, in.Resamples = guardSeq(t), true, 200
+		var restarts float64
+		for _, ws := range in.Arms[1].Windows {
+			for _, w := range ws {
+				restarts += w.Restarts
+			}
+		}
+		if tc.restarts && restarts != 10 {
+			t.Fatalf("%s: the shape has %v restarts, want 10", tc.name, restarts)
+		}
+		r, err := Analyze(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds := Decide(r, admission.GuardStatus{})
+		if len(ds) != 1 || ds[0].Arm != "nogc" {
+			t.Errorf("%s: decisions %+v, want nogc stopped (evidence %v, bar %v; unready %v against %v)", tc.name, ds, r.Arms[1].HarmEvidence, 1/r.HarmAlpha, r.Arms[1].Unready, r.Arms[0].Unready)
+			continue
+		}
+		t.Logf("%s: stopped at %v: %s", tc.name, r.Arms[1].HarmfulAt.Sub(in.From), ds[0].Reason)
+		want := map[string]string{"restarts": "restarts against 0 in base", "unready": "of the time against base's"}
+		for k, s := range want {
+			if (k == "restarts" && tc.restarts || k == "unready" && tc.unready) && tc.name != "both" && !strings.Contains(ds[0].Reason, s) {
+				t.Errorf("%s: reason %q: want %q", tc.name, ds[0].Reason, s)
+			}
+		}
+	}
+}
+
+// A harm one pod alone carries (a crash loop on a bad node) does not
+// stop an arm of two: the other pod has none.
+func TestHarmOnOnePodIsNotTheArms(t *testing.T) {
+	in := nogcShape(58, false, false)
+	in.Seq, in.VerdictsOnly, in.Resamples = guardSeq(t), true, 200
+	for i := 5; i < 40; i += 2 {
+		in.Arms[1].Windows[0][i].Restarts = 1
+		in.Arms[1].Windows[0][i].Unready = 1
+	}
+	r, err := Analyze(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Arms[1].Harmful {
+		t.Errorf("one pod's crash loop stopped the arm: %v", r.Arms[1].Harms)
+	}
+}
