@@ -335,6 +335,12 @@ var matrix = []struct{ name, values string }{
 	{"renamed", `{"fullnameOverride":"acme","webhook":{"experiments":{"enabled":true,"namespaces":["default"]},"ciliumNetworkPolicy":{"enabled":true}},
 	  "monitoring":{"enabled":true},"node":{"qosConfig":{"create":true}}}`},
 	{"renamed-cert-manager", `{"nameOverride":"acme","webhook":{"certificates":"cert-manager"}}`},
+	// Issue 55: an existing ClusterIssuer, budgets by maxUnavailable, the
+	// guard scheduled like the webhook.
+	{"cluster-issuer-budgets", `{"webhook":{"certificates":"cert-manager","certManager":{"issuerRef":{"name":"corp-ca","kind":"ClusterIssuer"}},
+	  "pdb":{"maxUnavailable":"34%"},"experiments":{"enabled":true,"namespaces":["default"]}},
+	  "experimentGuard":{"pdb":{"maxUnavailable":1},"priorityClassName":"system-cluster-critical","tolerations":[{"key":"dedicated","operator":"Exists"}],
+	    "topologySpreadConstraints":[{"maxSkew":1,"topologyKey":"topology.kubernetes.io/zone","whenUnsatisfiable":"ScheduleAnyway"}]}}`},
 }
 
 // platformValues bend the chart to a cluster whose platform team owns
