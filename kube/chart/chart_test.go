@@ -341,6 +341,7 @@ var matrix = []struct{ name, values string }{
 	  "pdb":{"maxUnavailable":"34%"},"experiments":{"enabled":true,"namespaces":["default"]}},
 	  "experimentGuard":{"pdb":{"maxUnavailable":1},"priorityClassName":"system-cluster-critical","tolerations":[{"key":"dedicated","operator":"Exists"}],
 	    "topologySpreadConstraints":[{"maxSkew":1,"topologyKey":"topology.kubernetes.io/zone","whenUnsatisfiable":"ScheduleAnyway"}]}}`},
+	{"service-monitors", `{"monitoring":{"enabled":true,"namespace":"monitoring","serviceMonitors":{"enabled":true}}}`},
 }
 
 // platformValues bend the chart to a cluster whose platform team owns
@@ -433,7 +434,7 @@ func TestDryRun(t *testing.T) {
 
 // dryRunKinds are the kinds TestDryRun must have applied at least once
 // over the matrix.
-var dryRunKinds = []string{"PodMonitor", "PrometheusRule", "ConfigMap", "Certificate", "Issuer", "DaemonSet", "Deployment",
+var dryRunKinds = []string{"PodMonitor", "ServiceMonitor", "PrometheusRule", "ConfigMap", "Certificate", "Issuer", "DaemonSet", "Deployment",
 	"MutatingWebhookConfiguration", "ValidatingAdmissionPolicy", "CiliumNetworkPolicy", "ClusterRole", "NetworkPolicy", "PodDisruptionBudget"}
 
 // checkRender checks that the values reached the objects they are for.

@@ -240,3 +240,76 @@ func TestArgoCDNotes(t *testing.T) {
 		t.Error("the Argo CD block does not set RespectIgnoreDifferences=true")
 	}
 }
+
+// TestServiceMonitors: with monitoring.serviceMonitors the webhook's and
+// the agent's monitors are ServiceMonitors in place of their PodMonitors
+// (never both: each target would be scraped twice). Each selects a
+// Service the chart renders in the namespace it watches, by a port that
+// Service names, and relabels job to what the PodMonitor gave it
+// (NAMESPACE/NAME), which the alerts and dashboards select by.
+func TestServiceMonitors(t *testing.T) {
+	objs := templateIn(t, "platform", `{"fullnameOverride":"acme","node":{"metricsPort":9470},"monitoring":{"enabled":true,"namespace":"monitoring","serviceMonitors":{"enabled":true}}}`)
+	for _, name := range []string{"gofit-webhook", "gofit-node"} {
+		if find(objs, "PodMonitor", name) != nil {
+			t.Errorf("PodMonitor %s rendered beside its ServiceMonitor", name)
+		}
+		sm := find(objs, "ServiceMonitor", name)
+		if sm == nil {
+			t.Fatalf("no ServiceMonitor %s", name)
+		}
+		nss, _, _ := unstructured.NestedStringSlice(sm.Object, "spec", "namespaceSelector", "matchNames")
+		sel, _, _ := unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
+		eps, _, _ := unstructured.NestedSlice(sm.Object, "spec", "endpoints")
+		if len(eps) != 1 {
+			t.Fatalf("%s: %d endpoints", name, len(eps))
+		}
+		ep := eps[0].(map[string]any)
+		var svc *unstructured.Unstructured
+		for _, o := range objs {
+			if o.GetKind() != "Service" || !slices.Contains(nss, o.GetNamespace()) {
+				continue
+			}
+			match := true
+			for k, v := range sel {
+				match = match && o.GetLabels()[k] == v
+			}
+			if match {
+				if svc != nil {
+					t.Errorf("%s selects both Service %s and %s", name, svc.GetName(), o.GetName())
+				}
+				svc = o
+			}
+		}
+		if svc == nil {
+			t.Fatalf("%s: no Service in %v labelled %v", name, nss, sel)
+		}
+		ports, _, _ := unstructured.NestedSlice(svc.Object, "spec", "ports")
+		named := false
+		for _, p := range ports {
+			named = named || p.(map[string]any)["name"] == ep["port"]
+		}
+		if !named {
+			t.Errorf("%s: port %v is not a port of Service %s: %v", name, ep["port"], svc.GetName(), ports)
+		}
+		job := ""
+		for _, r := range ep["relabelings"].([]any) {
+			if m := r.(map[string]any); m["targetLabel"] == "job" {
+				job, _ = m["replacement"].(string)
+			}
+		}
+		if want := sm.GetNamespace() + "/" + name; job != want {
+			t.Errorf("%s: job relabelled to %q, want %q (the PodMonitor's)", name, job, want)
+		}
+	}
+	if svc := find(objs, "Service", "acme-node-metrics"); svc == nil {
+		t.Error("no metrics Service for the agent, named after fullnameOverride")
+	} else if p, _, _ := unstructured.NestedSlice(svc.Object, "spec", "ports"); p[0].(map[string]any)["port"] != float64(9470) {
+		t.Errorf("agent metrics Service ports %v, want node.metricsPort 9470", p)
+	}
+	if find(objs, "PodMonitor", "gofit-services") == nil {
+		t.Error("the services PodMonitor is gone: it is for your pods, and stays a PodMonitor")
+	}
+	if objs := template(t, `{"monitoring":{"enabled":true}}`); find(objs, "ServiceMonitor", "gofit-webhook") != nil || find(objs, "PodMonitor", "gofit-webhook") == nil {
+		t.Error("by default the webhook's monitor is a PodMonitor")
+	}
+}
