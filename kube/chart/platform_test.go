@@ -313,3 +313,62 @@ func TestServiceMonitors(t *testing.T) {
 		t.Error("by default the webhook's monitor is a PodMonitor")
 	}
 }
+
+// TestHelmTestProbe: helm test's pod runs gofit webhook probe (tested in
+// cmd/gofit against the real admission handler) at the webhook's own
+// Service and port, with the CA from the Secret the webhook serves from,
+// under any fullnameOverride and either kind of certificates; it is not
+// selected by the webhook's Service or budget, and tests.enabled=false
+// leaves it out.
+func TestHelmTestProbe(t *testing.T) {
+	for _, c := range []struct{ values, full string }{
+		{`{}`, "gofit"},
+		{`{"fullnameOverride":"acme","webhook":{"certificates":"cert-manager","namespace":"fit"}}`, "acme"},
+	} {
+		objs := template(t, c.values)
+		pod := find(objs, "Pod", c.full+"-webhook-probe")
+		if pod == nil {
+			t.Fatalf("%s: no helm test pod", c.values)
+		}
+		if pod.GetAnnotations()["helm.sh/hook"] != "test" {
+			t.Errorf("%s: the probe is not a helm test hook: %v", c.values, pod.GetAnnotations())
+		}
+		svc := find(objs, "Service", c.full+"-webhook")
+		if svc == nil || svc.GetNamespace() != pod.GetNamespace() {
+			t.Fatalf("%s: no webhook Service beside the probe", c.values)
+		}
+		cs, _, _ := unstructured.NestedSlice(pod.Object, "spec", "containers")
+		args, _, _ := unstructured.NestedStringSlice(cs[0].(map[string]any), "args")
+		want := []string{"webhook", "probe", "--url=https://" + svc.GetName() + "." + svc.GetNamespace() + ".svc:443/mutate", "--ca-file=/etc/gofit/webhook-ca/ca.crt"}
+		if !slices.Equal(args, want) {
+			t.Errorf("%s: probe args %q, want %q", c.values, args, want)
+		}
+		ports, _, _ := unstructured.NestedSlice(svc.Object, "spec", "ports")
+		if ports[0].(map[string]any)["port"] != float64(443) {
+			t.Errorf("%s: the webhook Service's port is %v, the probe calls 443", c.values, ports[0])
+		}
+		sel, _, _ := unstructured.NestedStringMap(svc.Object, "spec", "selector")
+		for k, v := range sel {
+			if pod.GetLabels()[k] == v && k == "app.kubernetes.io/name" {
+				t.Errorf("%s: the webhook Service selects the probe pod", c.values)
+			}
+		}
+		vols, _, _ := unstructured.NestedSlice(pod.Object, "spec", "volumes")
+		secret, _, _ := unstructured.NestedString(vols[0].(map[string]any), "secret", "secretName")
+		served := ""
+		if cert := find(objs, "Certificate", c.full+"-webhook"); cert != nil {
+			served, _, _ = unstructured.NestedString(cert.Object, "spec", "secretName")
+		} else if s := find(objs, "Secret", c.full+"-webhook-tls"); s != nil {
+			served = s.GetName()
+		}
+		if secret == "" || secret != served {
+			t.Errorf("%s: the probe reads the CA from Secret %q, the webhook serves from %q", c.values, secret, served)
+		}
+	}
+	if find(template(t, `{"tests":{"enabled":false}}`), "Pod", "gofit-webhook-probe") != nil {
+		t.Error("tests.enabled=false renders the probe")
+	}
+	if find(template(t, `{"webhook":{"enabled":false}}`), "Pod", "gofit-webhook-probe") != nil {
+		t.Error("the probe without the webhook")
+	}
+}
