@@ -58,6 +58,7 @@ want ok cosign verify-blob --key "$A" --signature sha256sums.sig --insecure-igno
 want ok sha256sum -c sha256sums
 want ok cosign verify --key "$A" --insecure-ignore-tlog $H "$R/gofit:v0.1.0"
 want ok cosign verify-attestation --key "$A" --insecure-ignore-tlog $H --type slsaprovenance1 "$R/gofit:v0.1.0"
+want ok cosign verify --key "$A" --insecure-ignore-tlog $H "$R/gofit@sha256:$PD"
 want ok cosign verify-attestation --key "$A" --insecure-ignore-tlog $H --type cyclonedx "$R/gofit@sha256:$PD"
 want ok cosign verify --key "$A" --insecure-ignore-tlog $H "$R/charts/gofit:0.1.0"
 # The provenance names the commit the release was built from.
