@@ -13,8 +13,14 @@
 #   provenance.intoto.jsonl                SLSA provenance v1 of every file above, the
 #                                          image index, its platforms and the chart (OCI)
 #   sbom-linux-{amd64,arm64}.intoto.jsonl  the SBOMs as attestations of each platform
-#   cosign.pub                             the public key that verifies them
+#   cosign.pub                             the public key that verifies them (a copy:
+#                                          users verify against the repository's)
 #
+# The repository's cosign.pub is the trust anchor: users verify every release
+# against it, never the copy inside the release (docs/install.md). KEY must
+# be its private half; sign refuses another key. ANCHOR names another public
+# key to hold KEY to (a rotation, docs/install.md#key-rotation), and ANCHOR=
+# (empty) signs with any key: a test release, not one to publish.
 # KEY is a cosign key (cosign generate-key-pair, or
 # `go run ./tools/release/cmd/release keygen`), its password in
 # COSIGN_PASSWORD; UNSIGNED=1 builds without one (nothing signed). With
@@ -36,6 +42,7 @@ export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct)}
 DIST=${DIST:-dist}
 HELM=${GOFIT_HELM:-$(bash kube/hack/helm.sh)}
 COMMIT=${COMMIT:-$(git rev-parse HEAD)}
+ANCHOR=${ANCHOR-cosign.pub}
 if [[ -z ${KEY:-} && -z ${UNSIGNED:-} ]]; then
   echo "release: set KEY=cosign.key (COSIGN_PASSWORD its password), or UNSIGNED=1 for an unsigned build" >&2; exit 2
 fi
@@ -72,7 +79,7 @@ cat "$DIST/sha256sums"
 
 if [[ -n ${KEY:-} ]]; then
   "$stage/release" sign -key "$KEY" -dist "$DIST" -image "$IMAGE_REPO" -chart "$CHART_REPO" \
-    -version "$VERSION" -commit "$COMMIT" -started "$started" ${REGISTRY:+-push -tag "$VERSION"}
+    -version "$VERSION" -commit "$COMMIT" -started "$started" ${ANCHOR:+-anchor "$ANCHOR"} ${REGISTRY:+-push -tag "$VERSION"}
 elif [[ -n ${REGISTRY:-} ]]; then
   echo "release: REGISTRY needs KEY: an unsigned release is not published" >&2; exit 2
 fi

@@ -27,6 +27,9 @@ import (
 )
 
 func runWebhook(args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "probe" {
+		return runWebhookProbe(args[1:], stdout, stderr)
+	}
 	fs := newFlags("webhook", stderr)
 	addr := fs.String("addr", ":8443", "serve HTTPS on `HOST:PORT` (/mutate, /healthz, /readyz, /metrics)")
 	certFile := fs.String("cert-file", "", "serving certificate `FILE` (PEM), re-read when it changes")

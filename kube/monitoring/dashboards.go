@@ -241,8 +241,8 @@ func workload(p Params) Dashboard {
 	}
 	var l layout
 	// From the standard exporters: any Go container, fitted or not.
-	l.add(Panel{Title: "CPU used, request and limit", Description: "CPU the container used (cAdvisor, 5m rate) against its request and limit (kube-state-metrics).",
-		FieldConfig: unit("cores"), Targets: []Target{
+	l.add(Panel{Title: "CPU used, request and limit", Description: "CPU the container used, in cores (cAdvisor, 5m rate), against its request and limit (kube-state-metrics).",
+		FieldConfig: unit("short"), Targets: []Target{
 			{Expr: "sum by (pod) (" + s(recCtrCPU) + ")", LegendFormat: "{{pod}} used"},
 			{Expr: line("max by (pod) ("+ksm("kube_pod_container_resource_requests", `resource="cpu"`)+")", "request") + " or " + line(byPod(recCPULimit), "limit"), LegendFormat: "{{pod}} {{line}}"},
 		}}, false)

@@ -77,3 +77,30 @@ func TestLatencyLegends(t *testing.T) {
 		t.Errorf("latency legends %q, want %q", got, want)
 	}
 }
+
+// grafanaUnits are the unit IDs Grafana's unit picker offers that a
+// dashboard of rates, shares, sizes and durations has use for, as
+// grafana/grafana packages/grafana-data/src/valueFormats/categories.ts
+// spells them. A unit Grafana does not know ("cores") is shown as a
+// bare suffix and is not scaled.
+var grafanaUnits = map[string]bool{
+	"none": true, "short": true, "percent": true, "percentunit": true,
+	"bytes": true, "decbytes": true, "bits": true, "Bps": true,
+	"ns": true, "µs": true, "ms": true, "s": true, "m": true, "h": true, "d": true,
+	"dtdurations": true, "dtdurationms": true, "dateTimeAsIso": true, "dateTimeFromNow": true,
+	"cps": true, "ops": true, "reqps": true, "rps": true, "wps": true, "iops": true, "hertz": true,
+}
+
+// Every panel's unit is one of Grafana's unit IDs: the workload
+// dashboard's CPU panel once said "cores", which Grafana does not know.
+func TestDashboardUnits(t *testing.T) {
+	for _, p := range []Params{Default(), func() Params { p := Default(); p.ClusterLabel = "k8s_cluster"; return p }()} {
+		for _, d := range Dashboards(p) {
+			for _, pn := range d.Panels {
+				if u := pn.FieldConfig.Defaults.Unit; u != "" && !grafanaUnits[u] {
+					t.Errorf("%s: panel %q has unit %q, not one of Grafana's unit IDs", d.Title, pn.Title, u)
+				}
+			}
+		}
+	}
+}

@@ -92,7 +92,8 @@ type Params struct {
 	WebhookTimeoutSeconds float64       // the MutatingWebhookConfiguration's timeoutSeconds (2)
 	WebhookLatencyShare   float64       // p99 / timeout (0.5)
 	WebhookLatencyFor     time.Duration // 10m
-	CertExpiry            time.Duration // 7 days
+	CertExpiry            time.Duration // 7 days (warning)
+	CertExpiryCritical    time.Duration // 1 day (critical; under CertExpiry)
 	CertFor               time.Duration // 15m
 
 	AgentMaxPassAge     time.Duration // no pass ended for this long (5m; passes run every 10s)
@@ -125,7 +126,7 @@ func Default() Params {
 		OOMWindow: 10 * time.Minute, WarningFor: 10 * time.Minute,
 		WebhookErrorShare: 0.05, WebhookErrorFor: 10 * time.Minute,
 		WebhookTimeoutSeconds: 2, WebhookLatencyShare: 0.5, WebhookLatencyFor: 10 * time.Minute,
-		CertExpiry: 7 * 24 * time.Hour, CertFor: 15 * time.Minute,
+		CertExpiry: 7 * 24 * time.Hour, CertExpiryCritical: 24 * time.Hour, CertFor: 15 * time.Minute,
 		AgentMaxPassAge: 5 * time.Minute, AgentFor: 10 * time.Minute, AgentUnprotectedFor: 15 * time.Minute,
 	}
 }
@@ -164,6 +165,9 @@ func (p Params) Validate() error {
 	if p.Window < time.Second || p.OOMWindow < time.Second || p.CertExpiry < time.Second || p.AgentMaxPassAge < time.Second {
 		return fmt.Errorf("monitoring params: Window %v, OOMWindow %v, CertExpiry %v, AgentMaxPassAge %v: want at least 1s each",
 			p.Window, p.OOMWindow, p.CertExpiry, p.AgentMaxPassAge)
+	}
+	if p.CertExpiryCritical < time.Second || p.CertExpiryCritical >= p.CertExpiry {
+		return fmt.Errorf("monitoring params: CertExpiryCritical %v: want at least 1s and under CertExpiry %v", p.CertExpiryCritical, p.CertExpiry)
 	}
 	if p.GCCyclesPerSecond <= 0 || p.OOMRestarts < 1 || p.OOMRestartWindow < time.Second {
 		return fmt.Errorf("monitoring params: GCCyclesPerSecond %v, OOMRestarts %v, OOMRestartWindow %v: want > 0, ≥ 1, ≥ 1s",

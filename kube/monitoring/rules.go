@@ -91,7 +91,8 @@ func Groups(p Params) ([]Group, error) {
 		{Record: recAgentPassP99, Expr: fmt.Sprintf("histogram_quantile(0.99, sum by (%s, node, le) (rate(gofit_node_reconcile_duration_seconds_bucket[%s])))", cl, w)},
 	}
 
-	who := "{{ $labels.namespace }}/{{ $labels.pod }} container {{ $labels.container }}"
+	inCluster := clusterPhrase(cl)
+	who := "{{ $labels.namespace }}/{{ $labels.pod }} container {{ $labels.container }}" + inCluster
 	arate := func(metric, sel string) string {
 		return fmt.Sprintf("sum by (%s) (rate(%s%s[%s]))", bc, metric, sel, w)
 	}
@@ -167,34 +168,43 @@ func Groups(p Params) ([]Group, error) {
 	add("GofitWebhookAdmissionErrors", "warning", fd(p.WebhookErrorFor),
 		fmt.Sprintf("%s\n/\n%s\n> %s", arate("gofit_webhook_admissions_total", `{outcome=~"error|busy"}`), arate("gofit_webhook_admissions_total", ""), num(p.WebhookErrorShare)),
 		"The gofit webhook fails admissions and lets pods in unfitted.",
-		"The gofit webhook {{ $labels.namespace }}/{{ $labels.pod }} answered {{ $value | humanizePercentage }} of its admissions with an error or busy: with failurePolicy Ignore those pods start without a fit.")
+		"The gofit webhook {{ $labels.namespace }}/{{ $labels.pod }}"+inCluster+" answered {{ $value | humanizePercentage }} of its admissions with an error or busy: with failurePolicy Ignore those pods start without a fit.")
 
 	add("GofitWebhookLatencyNearTimeout", "warning", fd(p.WebhookLatencyFor),
 		fmt.Sprintf("histogram_quantile(0.99, sum by (%s, le) (rate(gofit_webhook_admission_duration_seconds_bucket[%s])))\n> %s",
 			bc, w, num(p.WebhookLatencyShare*p.WebhookTimeoutSeconds)),
 		"The gofit webhook's p99 latency is near its timeoutSeconds.",
-		"The gofit webhook {{ $labels.namespace }}/{{ $labels.pod }} answers 1% of admissions in more than {{ $value | humanizeDuration }}, near the API server's timeout of "+num(p.WebhookTimeoutSeconds)+"s; past it, pods start unfitted.")
+		"The gofit webhook {{ $labels.namespace }}/{{ $labels.pod }}"+inCluster+" answers 1% of admissions in more than {{ $value | humanizeDuration }}, near the API server's timeout of "+num(p.WebhookTimeoutSeconds)+"s; past it, pods start unfitted.")
 
+	// Two tiers of one alert, as kubernetes-mixin's
+	// KubeClientCertificateExpiration: a warning with days to act, then
+	// critical when the webhook is hours from serving an expired
+	// certificate (every admission then fails open).
+	certLeft := fmt.Sprintf("(%s > 0) - time()", amax("gofit_webhook_certificate_expiry_timestamp_seconds"))
 	add("GofitWebhookCertificateExpiring", "warning", fd(p.CertFor),
-		fmt.Sprintf("(%s > 0) - time() < %s", amax("gofit_webhook_certificate_expiry_timestamp_seconds"), num(p.CertExpiry.Seconds())),
+		fmt.Sprintf("%s < %s", certLeft, num(p.CertExpiry.Seconds())),
 		"The gofit webhook's serving certificate expires soon.",
-		"The certificate the gofit webhook {{ $labels.namespace }}/{{ $labels.pod }} serves expires in {{ $value | humanizeDuration }} and has not been renewed.")
+		"The certificate the gofit webhook {{ $labels.namespace }}/{{ $labels.pod }}"+inCluster+" serves expires in {{ $value | humanizeDuration }} and has not been renewed.")
+	add("GofitWebhookCertificateExpiring", "critical", fd(p.CertFor),
+		fmt.Sprintf("%s < %s", certLeft, num(p.CertExpiryCritical.Seconds())),
+		"The gofit webhook's serving certificate is about to expire.",
+		"The certificate the gofit webhook {{ $labels.namespace }}/{{ $labels.pod }}"+inCluster+" serves expires in {{ $value | humanizeDuration }} and has not been renewed: once it has, the API server cannot call the webhook and admits every pod unfitted.")
 
 	byAgent := bc + ", node"
 	add("GofitNodeAgentPassesFailing", "warning", fd(p.AgentFor),
 		fmt.Sprintf(`sum by (%s) (increase(gofit_node_skipped_reconciles_total{reason=~"bad_input|no_allocatable"}[%s])) > 0`, byAgent, w),
 		"The gofit node agent's passes fail.",
-		"The gofit node agent {{ $labels.namespace }}/{{ $labels.pod }} on {{ $labels.node }} skipped {{ $value | humanize }} passes for bad input or a missing allocatable memory in "+w+": it sets no memory QoS.")
+		"The gofit node agent {{ $labels.namespace }}/{{ $labels.pod }} on {{ $labels.node }}"+inCluster+" skipped {{ $value | humanize }} passes for bad input or a missing allocatable memory in "+w+": it sets no memory QoS.")
 
 	add("GofitNodeAgentConfigInvalid", "warning", fd(p.AgentFor),
 		fmt.Sprintf("min by (%s, key) (gofit_node_config_valid) == 0", byAgent),
 		"The gofit node agent refuses its QoS ConfigMap.",
-		"The gofit node agent {{ $labels.namespace }}/{{ $labels.pod }} on {{ $labels.node }} refuses the {{ $labels.key }} key of its QoS ConfigMap, which does not parse or check: it keeps the last good configuration, or writes nothing where it has had none since it started. Its /healthz and log name the error.")
+		"The gofit node agent {{ $labels.namespace }}/{{ $labels.pod }} on {{ $labels.node }}"+inCluster+" refuses the {{ $labels.key }} key of its QoS ConfigMap, which does not parse or check: it keeps the last good configuration, or writes nothing where it has had none since it started. Its /healthz and log name the error.")
 
 	add("GofitNodeAgentPassesStalled", "warning", fd(p.AgentFor),
 		fmt.Sprintf("time() - max by (%s) (gofit_node_last_reconcile_timestamp_seconds) > %s", byAgent, num(p.AgentMaxPassAge.Seconds())),
 		"The gofit node agent's passes do not complete.",
-		"The gofit node agent {{ $labels.namespace }}/{{ $labels.pod }} on {{ $labels.node }} ended no pass for {{ $value | humanizeDuration }}.")
+		"The gofit node agent {{ $labels.namespace }}/{{ $labels.pod }} on {{ $labels.node }}"+inCluster+" ended no pass for {{ $value | humanizeDuration }}.")
 
 	// The guard fails closed (it keeps evicting the arms it stopped), but
 	// judges nothing new while it cannot read its data: three of its
@@ -207,16 +217,23 @@ func Groups(p Params) ([]Group, error) {
 	add("GofitNodeAgentWriteErrors", "warning", fd(p.AgentFor),
 		fmt.Sprintf("sum by (%s) (increase(gofit_node_cgroup_write_errors_total[%s])) > 0", byAgent, w),
 		"The gofit node agent cannot write cgroup files.",
-		"The gofit node agent {{ $labels.namespace }}/{{ $labels.pod }} on {{ $labels.node }} had {{ $value | humanize }} failed cgroup reads or writes in "+w+".")
+		"The gofit node agent {{ $labels.namespace }}/{{ $labels.pod }} on {{ $labels.node }}"+inCluster+" had {{ $value | humanize }} failed cgroup reads or writes in "+w+".")
 
 	add("GofitNodeAgentPodsUnprotected", "warning", fd(p.AgentUnprotectedFor),
 		fmt.Sprintf("max by (%s) (gofit_node_unprotected_pods) > 0", byAgent),
 		"Pods on a node are left without the memory QoS the gofit node agent plans.",
-		"The gofit node agent {{ $labels.namespace }}/{{ $labels.pod }} on {{ $labels.node }} leaves {{ $value | humanize }} pods without their planned memory QoS.")
+		"The gofit node agent {{ $labels.namespace }}/{{ $labels.pod }} on {{ $labels.node }}"+inCluster+" leaves {{ $value | humanize }} pods without their planned memory QoS.")
 
 	std := newStandard(p)
 	std.addAlerts(add)
 	return []Group{{Name: "gofit.rules", Rules: records}, {Name: "gofit.go.rules", Rules: std.records()}, {Name: "gofit.alerts", Rules: alerts}}, nil
+}
+
+// clusterPhrase names the cluster in a description where the alert's
+// series carry the cluster label (kubernetes-mixin's "on cluster" idiom);
+// a single-cluster Prometheus without the label reads as before.
+func clusterPhrase(label string) string {
+	return "{{ with $labels." + label + " }} in cluster {{ . }}{{ end }}"
 }
 
 func pct(v float64) string { return num(v*100) + "%" }

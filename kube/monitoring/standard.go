@@ -22,7 +22,11 @@ import (
 
 // Recording rule names of the standard series.
 var (
-	recOwner         = "namespace_workload_pod:" + "kube_pod_owner" + ":relabel"
+	// gofit's own name for kubernetes-mixin's
+	// namespace_workload_pod:kube_pod_owner:relabel: under
+	// kube-prometheus-stack both would write the same series from two
+	// groups (TestBesideKubernetesMixin).
+	recOwner         = "namespace_workload_pod:" + "gofit_kube_pod_owner" + ":relabel"
 	recCtrThrottled  = "namespace_pod_container:" + "container_cpu_cfs_throttled_periods" + ":ratio_rate5m"
 	recCtrCPU        = "namespace_pod_container:" + "container_cpu_usage_seconds" + ":rate5m"
 	recCtrWorkingSet = "namespace_pod_container:" + "container_memory_working_set_bytes" + ":max"
@@ -107,9 +111,11 @@ func (s standardRules) records() []Rule {
 			by, indent(expr, "    "), "on ("+cl+", namespace, pod)", recOwner, "on ("+cl+", namespace, pod)", cl+", namespace, pod", recGoProcs)}
 	}
 	return []Rule{
-		// The workload of each pod, as kubernetes-mixin's
-		// namespace_workload_pod:kube_pod_owner:relabel: a Deployment
-		// through its ReplicaSet, a StatefulSet, a DaemonSet.
+		// The workload of each pod, computed as kubernetes-mixin's
+		// namespace_workload_pod:kube_pod_owner:relabel is (a Deployment
+		// through its ReplicaSet, a StatefulSet, a DaemonSet) but under
+		// gofit's name: the rules work without the mixin and never write
+		// its series.
 		{Record: recOwner, Labels: map[string]string{"workload_type": "deployment"}, Expr: fmt.Sprintf(
 			"max by (%s, namespace, workload, pod) (\n  label_replace(\n    label_replace(kube_pod_owner{%s}, \"replicaset\", \"$1\", \"owner_name\", \"(.*)\")\n    * on (%s, namespace, replicaset) group_left (owner_name)\n    topk by (%s, namespace, replicaset) (1, max by (%s, namespace, replicaset, owner_name) (kube_replicaset_owner{%s})),\n    \"workload\", \"$1\", \"owner_name\", \"(.*)\"\n  )\n)",
 			cl, sel(s.ksm, `owner_kind="ReplicaSet"`), cl, cl, cl, sel(s.ksm, `owner_kind="Deployment"`))},
@@ -153,7 +159,8 @@ type addFunc func(name, severity, forD, expr, summary, description string)
 func (s standardRules) addAlerts(add addFunc) {
 	p, on, by, cl := s.p, s.on, s.by, s.cl
 	fd := promDuration
-	who := "{{ $labels.namespace }}/{{ $labels.pod }} container {{ $labels.container }}"
+	inCluster := clusterPhrase(cl)
+	who := "{{ $labels.namespace }}/{{ $labels.pod }} container {{ $labels.container }}" + inCluster
 	notGofit := "\nunless " + on + "\n" + s.gofit
 
 	limitWord := "its CPU limit"
@@ -198,11 +205,11 @@ func (s standardRules) addAlerts(add addFunc) {
 	add("GofitWebhookFailingOpen", "warning", fd(p.WebhookErrorFor),
 		fmt.Sprintf("sum by (%s, name) (increase(apiserver_admission_webhook_fail_open_count{%s}[%s])) > 0", cl, api, s.w),
 		"The API server admits pods without gofit's webhook.",
-		"The API server failed open on the webhook {{ $labels.name }} {{ $value | humanize }} times in "+s.w+": it could not call it (down, timing out, a bad certificate) and, with failurePolicy Ignore, admitted those pods unfitted.")
+		"The API server"+inCluster+" failed open on the webhook {{ $labels.name }} {{ $value | humanize }} times in "+s.w+": it could not call it (down, timing out, a bad certificate) and, with failurePolicy Ignore, admitted those pods unfitted.")
 	add("GofitWebhookRejections", "warning", fd(p.WebhookErrorFor),
 		fmt.Sprintf("sum by (%s, name, operation, rejection_code) (increase(apiserver_admission_webhook_rejection_count{%s}[%s])) > 0", cl, api, s.w),
 		"The API server rejects requests because of gofit's webhook.",
-		"The API server rejected {{ $value | humanize }} {{ $labels.operation }} requests in "+s.w+" on the webhook {{ $labels.name }} (code {{ $labels.rejection_code }}): gofit's webhook never denies a pod, so a request it answered badly failed closed.")
+		"The API server"+inCluster+" rejected {{ $value | humanize }} {{ $labels.operation }} requests in "+s.w+" on the webhook {{ $labels.name }} (code {{ $labels.rejection_code }}): gofit's webhook never denies a pod, so a request it answered badly failed closed.")
 
 	clusters := fmt.Sprintf("(group by (%s) (kube_node_info{%s}) or on () vector(1))", cl, s.ksm)
 	target := func(component, jobSel, extra string) {
@@ -211,7 +218,7 @@ func (s standardRules) addAlerts(add addFunc) {
 		add(name+"TargetDown", "warning", fd(p.TargetDownFor),
 			fmt.Sprintf("max by (%s, namespace, pod%s) (up{%s}) == 0", cl, extra, jobSel),
 			"Prometheus cannot scrape a "+human+".",
-			"Prometheus cannot scrape the "+human+" {{ $labels.namespace }}/{{ $labels.pod }}: it is down, or its metrics port is unreachable.")
+			"Prometheus cannot scrape the "+human+" {{ $labels.namespace }}/{{ $labels.pod }}"+inCluster+": it is down, or its metrics port is unreachable.")
 		add(name+"Absent", "warning", fd(p.TargetDownFor),
 			fmt.Sprintf("%s\nunless on (%s)\ngroup by (%s) (up{%s} == 1)", clusters, cl, cl, jobSel),
 			"No "+human+" is up.",

@@ -159,6 +159,9 @@ type Config struct {
 // Server is a running Prometheus.
 type Server struct {
 	URL string
+	// LogFile is the server's log (warnings and errors): rule
+	// evaluation results it refused to ingest are logged there.
+	LogFile string
 	// Stop ends the server before the test does (the test's end stops it
 	// too; either may come first).
 	Stop func()
@@ -200,7 +203,7 @@ func Start(t testing.TB, b Binaries, cfg Config) *Server {
 	}
 	done := make(chan struct{})
 	go func() { cmd.Wait(); close(done) }()
-	s := &Server{URL: "http://" + addr, cmd: cmd}
+	s := &Server{URL: "http://" + addr, LogFile: logf.Name(), cmd: cmd}
 	s.Stop = sync.OnceFunc(func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -360,6 +363,43 @@ func (s *Server) Alerts(ctx context.Context) ([]Alert, error) {
 		return nil, fmt.Errorf("alerts: %w", err)
 	}
 	return data.Alerts, nil
+}
+
+// RuleState is one rule as /api/v1/rules lists it.
+type RuleState struct {
+	Group     string
+	File      string
+	Name      string // the record or alert name
+	Type      string // "recording" or "alerting"
+	Health    string // "ok", "err" or "unknown" (not evaluated yet)
+	LastError string
+}
+
+// Rules lists every loaded rule with its health after its last
+// evaluation.
+func (s *Server) Rules(ctx context.Context) ([]RuleState, error) {
+	var data struct {
+		Groups []struct {
+			Name  string `json:"name"`
+			File  string `json:"file"`
+			Rules []struct {
+				Name      string `json:"name"`
+				Type      string `json:"type"`
+				Health    string `json:"health"`
+				LastError string `json:"lastError"`
+			} `json:"rules"`
+		} `json:"groups"`
+	}
+	if err := s.get(ctx, "/api/v1/rules", &data); err != nil {
+		return nil, fmt.Errorf("rules: %w", err)
+	}
+	var out []RuleState
+	for _, g := range data.Groups {
+		for _, r := range g.Rules {
+			out = append(out, RuleState{Group: g.Name, File: g.File, Name: r.Name, Type: r.Type, Health: r.Health, LastError: r.LastError})
+		}
+	}
+	return out, nil
 }
 
 // TargetHealth maps each target's scrape URL to its health ("up",

@@ -35,7 +35,12 @@ mkdir -p "$work/key" "$work/other"
 (cd "$work/other" && cosign generate-key-pair >/dev/null 2>&1)
 R=localhost:$port/gofit-dev
 head=$(git rev-parse HEAD)
-DIST="$work/dist" make release VERSION=v0.1.0 KEY="$work/key/cosign.key" REGISTRY="$R" >"$work/release.log" 2>&1 ||
+# ANCHOR=: a throwaway key, not the repository's cosign.pub. It stands
+# for the project's key below: every command verifies against it, kept
+# apart from the release, as docs/install.md says.
+A="$work/key/cosign.pub"
+repo=$PWD
+DIST="$work/dist" ANCHOR= make release VERSION=v0.1.0 KEY="$work/key/cosign.key" REGISTRY="$R" >"$work/release.log" 2>&1 ||
   { tail -20 "$work/release.log"; echo "cosign-cli: make release failed" >&2; exit 1; }
 cd "$work/dist"
 failed=0
@@ -49,14 +54,15 @@ want() {
 # A registry on plain HTTP, as this one is, needs --allow-http-registry.
 H=--allow-http-registry
 PD=$(python3 -c 'import json,base64; d=json.loads(open("sbom-linux-amd64.intoto.jsonl").readline()); print(json.loads(base64.b64decode(d["payload"]))["subject"][0]["digest"]["sha256"])')
-want ok cosign verify-blob --key cosign.pub --signature sha256sums.sig --insecure-ignore-tlog sha256sums
+want ok cosign verify-blob --key "$A" --signature sha256sums.sig --insecure-ignore-tlog sha256sums
 want ok sha256sum -c sha256sums
-want ok cosign verify --key cosign.pub --insecure-ignore-tlog $H "$R/gofit:v0.1.0"
-want ok cosign verify-attestation --key cosign.pub --insecure-ignore-tlog $H --type slsaprovenance1 "$R/gofit:v0.1.0"
-want ok cosign verify-attestation --key cosign.pub --insecure-ignore-tlog $H --type cyclonedx "$R/gofit@sha256:$PD"
-want ok cosign verify --key cosign.pub --insecure-ignore-tlog $H "$R/charts/gofit:0.1.0"
+want ok cosign verify --key "$A" --insecure-ignore-tlog $H "$R/gofit:v0.1.0"
+want ok cosign verify-attestation --key "$A" --insecure-ignore-tlog $H --type slsaprovenance1 "$R/gofit:v0.1.0"
+want ok cosign verify --key "$A" --insecure-ignore-tlog $H "$R/gofit@sha256:$PD"
+want ok cosign verify-attestation --key "$A" --insecure-ignore-tlog $H --type cyclonedx "$R/gofit@sha256:$PD"
+want ok cosign verify --key "$A" --insecure-ignore-tlog $H "$R/charts/gofit:0.1.0"
 # The provenance names the commit the release was built from.
-commit=$(cosign verify-attestation --key cosign.pub --insecure-ignore-tlog $H --type slsaprovenance1 "$R/gofit:v0.1.0" 2>/dev/null |
+commit=$(cosign verify-attestation --key "$A" --insecure-ignore-tlog $H --type slsaprovenance1 "$R/gofit:v0.1.0" 2>/dev/null |
   python3 -c 'import sys,json,base64; d=json.loads(sys.stdin.readline()); print(json.loads(base64.b64decode(d["payload"]))["predicate"]["buildDefinition"]["resolvedDependencies"][0]["digest"]["gitCommit"])')
 if [[ $commit == "$head" ]]; then
   echo "cosign-cli: the provenance names the commit, $commit"
@@ -69,5 +75,13 @@ want fail cosign verify --key "$work/other/cosign.pub" --insecure-ignore-tlog $H
 # A changed file fails the signed sums.
 echo tampered >>gofit-linux-amd64
 want fail sha256sum -c --quiet sha256sums
+# Re-signed with another key (sums rewritten, the release's cosign.pub
+# replaced): the release's own key now vouches for it, the anchor does not.
+sha256sum -- gofit-* sbom-linux-*.cdx.json > sha256sums
+$GO -C "$repo" run ./tools/release/cmd/release sign -key "$work/other/cosign.key" -dist "$work/dist" \
+  -version v0.1.0 -commit "$head" >/dev/null
+want ok sha256sum -c --quiet sha256sums
+want ok cosign verify-blob --key cosign.pub --signature sha256sums.sig --insecure-ignore-tlog sha256sums
+want fail cosign verify-blob --key "$A" --signature sha256sums.sig --insecure-ignore-tlog sha256sums
 if ((failed)); then echo "cosign-cli: FAILED" >&2; exit 1; fi
 echo "cosign-cli: cosign v$COSIGN_VERSION verified the release"

@@ -227,6 +227,14 @@ func Publish(s signature.Signer, r Release, signed *Signed, tag string, opts ...
 			return err
 		}
 	}
+	// Each platform's image is signed too: a policy engine checks the
+	// digest a pod spec names, which may be a platform's rather than the
+	// index's.
+	for _, d := range signed.Platforms {
+		if err := SignImage(s, d, opts...); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -343,7 +351,12 @@ func VerifyPublished(v signature.Verifier, r Release, tag string, opts ...remote
 	if _, err := VerifyImageAttestations(v, idx, ProvenanceType, opts...); err != nil {
 		return err
 	}
-	for _, d := range signed.Platforms {
+	for p, d := range signed.Platforms {
+		if got, err := VerifyImage(v, d, opts...); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		} else if got != d {
+			return fmt.Errorf("%w: %s resolves to %s", ErrVerify, d, got)
+		}
 		if _, err := VerifyImageAttestations(v, d, CycloneDXType, opts...); err != nil {
 			return err
 		}

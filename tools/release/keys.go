@@ -24,6 +24,9 @@ package release
 
 import (
 	"crypto/elliptic"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -105,3 +108,46 @@ func PublicKeyPEM(s signature.Signer) ([]byte, error) {
 // ErrVerify marks every failed verification: a bad signature, a digest
 // that does not match, a missing signature or attestation.
 var ErrVerify = errors.New("verification failed")
+
+// Fingerprint is a public key PEM's fingerprint as the README and
+// docs/install.md print the project's: "sha256:" and the hex SHA-256 of
+// the key's DER SubjectPublicKeyInfo, what
+// `openssl pkey -pubin -in cosign.pub -outform DER | sha256sum` prints.
+func Fingerprint(pubPEM []byte) (string, error) {
+	pub, err := cryptoutils.UnmarshalPEMToPublicKey(pubPEM)
+	if err != nil {
+		return "", fmt.Errorf("public key: %w", err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return "", fmt.Errorf("public key: %w", err)
+	}
+	h := sha256.Sum256(der)
+	return "sha256:" + hex.EncodeToString(h[:]), nil
+}
+
+// ErrNotAnchor: the signing key is not the one the repository publishes
+// (cosign.pub at its root), so users who verify against that key, as
+// docs/install.md says, would reject the release.
+var ErrNotAnchor = errors.New("the signing key is not the trust anchor")
+
+// CheckAnchor returns ErrNotAnchor unless s's public key is the key in
+// anchorPEM.
+func CheckAnchor(s signature.Signer, anchorPEM []byte) error {
+	want, err := Fingerprint(anchorPEM)
+	if err != nil {
+		return fmt.Errorf("anchor: %w", err)
+	}
+	pub, err := PublicKeyPEM(s)
+	if err != nil {
+		return err
+	}
+	got, err := Fingerprint(pub)
+	if err != nil {
+		return err
+	}
+	if got != want {
+		return fmt.Errorf("%w: it is %s, the anchor %s", ErrNotAnchor, got, want)
+	}
+	return nil
+}

@@ -67,19 +67,56 @@ func PinKustomization(k []byte, repo, tag, digest string) ([]byte, bool, error) 
 	return []byte(strings.Join(out, "\n")), pinned, nil
 }
 
+// SourceImage is the image repository deploy/'s manifests name in full
+// where kustomize's images: cannot reach them (deploy/rollouts: an
+// AnalysisTemplate's Job inside a CRD).
+const SourceImage = "ghcr.io/gofit-dev/gofit"
+
+// imageLineRE matches a YAML line "image: REPO[:TAG][@DIGEST]" for one of
+// repos.
+func imageLineRE(repos ...string) *regexp.Regexp {
+	for i, r := range repos {
+		repos[i] = regexp.QuoteMeta(r)
+	}
+	return regexp.MustCompile(`^(\s*(?:-\s+)?image:\s*)"?(?:` + strings.Join(repos, "|") + `)(?::[\w][\w.-]*)?(?:@sha256:[0-9a-f]{64})?"?\s*$`)
+}
+
+// PinImageRefs points every "image: SourceImage[:TAG]" line (or one an
+// earlier pin wrote for repo) at repo:tag@digest, keeping the rest of the
+// file. It reports whether it changed a line.
+func PinImageRefs(b []byte, repo, tag, digest string) ([]byte, bool, error) {
+	if !digestRE.MatchString(digest) {
+		return nil, false, fmt.Errorf("digest %q: want sha256:<64 hex>", digest)
+	}
+	imageLineRE := imageLineRE(SourceImage, repo)
+	lines := strings.Split(string(b), "\n")
+	pinned := false
+	for i, l := range lines {
+		if m := imageLineRE.FindStringSubmatch(l); m != nil {
+			lines[i], pinned = m[1]+repo+":"+tag+"@"+digest, true
+		}
+	}
+	return []byte(strings.Join(lines, "\n")), pinned, nil
+}
+
 // PinDeploy pins every kustomization.yaml under dir (PinKustomization)
-// and fails if none had an image to pin.
+// and every other YAML file's full image references (PinImageRefs), and
+// fails if nothing had an image to pin.
 func PinDeploy(dir, repo, tag, digest string) error {
 	n := 0
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || d.Name() != "kustomization.yaml" {
+		if err != nil || d.IsDir() || !strings.HasSuffix(d.Name(), ".yaml") {
 			return err
 		}
 		b, err := os.ReadFile(p)
 		if err != nil {
 			return err
 		}
-		out, pinned, err := PinKustomization(b, repo, tag, digest)
+		pin := PinImageRefs
+		if d.Name() == "kustomization.yaml" {
+			pin = PinKustomization
+		}
+		out, pinned, err := pin(b, repo, tag, digest)
 		if err != nil {
 			return fmt.Errorf("%s: %w", p, err)
 		}
@@ -93,7 +130,7 @@ func PinDeploy(dir, repo, tag, digest string) error {
 		return err
 	}
 	if n == 0 {
-		return fmt.Errorf("%s: no kustomization.yaml with an image newTag to pin", dir)
+		return fmt.Errorf("%s: no kustomization.yaml with an image newTag, nor an image: %s line, to pin", dir, SourceImage)
 	}
 	return nil
 }

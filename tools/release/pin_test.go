@@ -103,6 +103,30 @@ func TestPinDeploy(t *testing.T) {
 	if n < 2 {
 		t.Errorf("%d images pinned, want the webhook's and the agent's", n)
 	}
+	// Nothing the release ships names gofit's image by tag alone: the
+	// rollouts' AnalysisTemplate once kept ghcr.io/gofit-dev/gofit:v0.1.0.
+	refs := 0
+	filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		if err != nil || info.IsDir() || !strings.HasSuffix(p, ".yaml") || info.Name() == "kustomization.yaml" {
+			return err
+		}
+		b, _ := os.ReadFile(p)
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.Contains(l, SourceImage) || strings.Contains(l, "registry.example/gofit") {
+				refs++
+				if !strings.HasSuffix(strings.TrimSpace(l), "registry.example/gofit:v9.8.7@"+testDigest) {
+					t.Errorf("%s: %q is not pinned to the release's digest", p, strings.TrimSpace(l))
+				}
+			}
+		}
+		return nil
+	})
+	if refs == 0 {
+		t.Error("no full image reference under deploy/ (deploy/rollouts names one)")
+	}
+	if out, pinned, err := PinImageRefs([]byte("image: ghcr.io/gofit-dev/gofit-other:v1\nimage: docker.io/library/busybox:1\n"), "r", "v1", testDigest); err != nil || pinned || !strings.Contains(string(out), "gofit-other:v1") {
+		t.Errorf("PinImageRefs pinned another image: %q %v %v", out, pinned, err)
+	}
 	if err := PinDeploy(t.TempDir(), "r", "v1", testDigest); err == nil {
 		t.Error("PinDeploy of a directory without kustomizations succeeded")
 	}

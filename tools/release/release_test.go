@@ -350,6 +350,23 @@ func TestPublishVerify(t *testing.T) {
 			t.Fatalf("the other key's own signature: %v", err)
 		}
 	})
+	t.Run("a platform's signature from another key", func(t *testing.T) {
+		// Each platform's image is signed as well as the index, for
+		// policy engines that check a platform's digest.
+		for p, d := range signed.Platforms {
+			if _, err := VerifyImage(v, d); err != nil {
+				t.Fatalf("%s %s not signed: %v", p, d, err)
+			}
+		}
+		d := signed.Platforms["linux/arm64"]
+		if err := SignImage(other, d); err != nil {
+			t.Fatal(err)
+		}
+		defer SignImage(s, d)
+		if err := VerifyPublished(v, r, "v9.8.7"); !errors.Is(err, ErrVerify) {
+			t.Fatalf("VerifyPublished with arm64 signed by another key: %v, want ErrVerify", err)
+		}
+	})
 	t.Run("a signature for another digest", func(t *testing.T) {
 		// Our valid signature of the chart, copied to the index's .sig tag.
 		chartSig, _ := cosignTag(signed.Chart, "sig")

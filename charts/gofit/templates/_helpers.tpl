@@ -227,3 +227,29 @@ the names (<fullname>-webhook) while the value is its default. */}}
 {{- end -}}
 {{- $n -}}
 {{- end -}}
+
+{{/*
+gofit.pdbSpec (list PDB-VALUES REPLICAS "webhook.pdb" "webhook.replicas"): a
+PodDisruptionBudget's minAvailable or maxUnavailable (maxUnavailable, when
+set, replaces minAvailable, as a budget takes one), refusing a budget that
+allows no eviction: every node drain would wait on it forever.
+*/}}
+{{- define "gofit.pdbSpec" -}}
+{{- $p := index . 0 -}}
+{{- $replicas := int (index . 1) -}}
+{{- $at := index . 2 -}}
+{{- $replicasAt := index . 3 -}}
+{{- if not (kindIs "invalid" $p.maxUnavailable) -}}
+{{- if and (not (kindIs "string" $p.maxUnavailable)) (le (int $p.maxUnavailable) 0) -}}
+{{- fail (printf "%s.maxUnavailable (%v) must be above 0: such a PodDisruptionBudget allows no eviction, and every node drain waits on it forever" $at $p.maxUnavailable) -}}
+{{- end -}}
+maxUnavailable: {{ $p.maxUnavailable }}
+{{- else -}}
+{{- $min := $p.minAvailable -}}
+{{- if kindIs "invalid" $min }}{{ $min = 1 }}{{ end -}}
+{{- if and (not (kindIs "string" $min)) (ge (int $min) $replicas) -}}
+{{- fail (printf "%s.minAvailable (%d) must be below %s (%d): such a PodDisruptionBudget allows no eviction, and every node drain waits on it forever. Raise %s, lower %s.minAvailable, set %s.maxUnavailable, or set %s.enabled=false" $at (int $min) $replicasAt $replicas $replicasAt $at $at $at) -}}
+{{- end -}}
+minAvailable: {{ $min }}
+{{- end -}}
+{{- end -}}

@@ -8,7 +8,9 @@
 //
 // Each argument is IMAGE_PATH=HOST_FILE, {arch} in HOST_FILE standing for
 // each -arch in turn; every image also gets /etc/passwd, /etc/group (root
-// and nonroot 65532), /tmp and the host's CA bundle. The entrypoint's
+// and nonroot 65532), /tmp and a CA bundle (ociimage.CABundle: Mozilla's
+// roots from a Go module pinned by go.sum, not the build host's, so two
+// hosts build the same digest; -cacerts FILE for another). The entrypoint's
 // executable gets an SBOM (CycloneDX) per platform from its Go build info.
 // It prints the index digest.
 package main
@@ -42,7 +44,7 @@ func run(args []string) error {
 	dockerArch := fs.String("docker-arch", "", "the platform docker load gets (default: this machine's if built, else the first)")
 	entry := fs.String("entrypoint", "", "entrypoint, words separated by spaces")
 	user := fs.String("user", ociimage.NonRoot, `user:group the image runs as by default ("0:0" for root)`)
-	ca := fs.String("cacerts", "/etc/ssl/certs/ca-certificates.crt", `CA bundle to put at /etc/ssl/certs/ca-certificates.crt ("" for none)`)
+	ca := fs.String("cacerts", "pinned", `CA bundle to put at /etc/ssl/certs/ca-certificates.crt: "pinned" (Mozilla's roots, ociimage.CABundle), a file, or "" for none`)
 	source := fs.String("source", "", "org.opencontainers.image.source annotation (the repository URL)")
 	revision := fs.String("revision", "", "org.opencontainers.image.revision annotation (the commit)")
 	version := fs.String("version", "", "org.opencontainers.image.version annotation")
@@ -64,10 +66,14 @@ func run(args []string) error {
 		created = time.Unix(sec, 0).UTC()
 	}
 	var caData []byte
-	if *ca != "" {
+	switch *ca {
+	case "":
+	case "pinned":
+		caData = ociimage.CABundle()
+	default:
 		b, err := os.ReadFile(*ca)
 		if err != nil {
-			return fmt.Errorf("-cacerts: %w (install ca-certificates, or -cacerts '' for an image without)", err)
+			return fmt.Errorf("-cacerts: %w (-cacerts pinned for the pinned bundle, or '' for an image without)", err)
 		}
 		caData = b
 	}

@@ -5,8 +5,9 @@
 //	release digest dist/gofit-image.tar       # the image index digest, sha256:...
 //	release pin -image REPO -tag vX.Y.Z -digest sha256:... -chart-dir DIR -deploy-dir DIR
 //	release sign -key cosign.key -dist dist -image REPO -chart CHART_REPO \
-//	    -version vX.Y.Z -commit SHA -source URL [-push -tag vX.Y.Z]
+//	    -version vX.Y.Z -commit SHA -source URL [-anchor cosign.pub] [-push -tag vX.Y.Z]
 //	release verify -key cosign.pub -dist dist -image REPO -chart CHART_REPO [-tag vX.Y.Z]
+//	release fingerprint cosign.pub             # sha256:... as the README prints it
 //
 // -image and -chart are repositories without a tag (registry/.../gofit);
 // with -push (sign) or -tag (verify) they are a registry the command
@@ -38,7 +39,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return errors.New("want a subcommand: keygen, digest, pin, sign, verify")
+		return errors.New("want a subcommand: keygen, digest, pin, sign, verify, fingerprint")
 	}
 	switch args[0] {
 	case "keygen":
@@ -51,8 +52,10 @@ func run(args []string) error {
 		return sign(args[1:])
 	case "verify":
 		return verify(args[1:])
+	case "fingerprint":
+		return fingerprint(args[1:])
 	}
-	return fmt.Errorf("unknown subcommand %q: want keygen, digest, pin, sign, verify", args[0])
+	return fmt.Errorf("unknown subcommand %q: want keygen, digest, pin, sign, verify, fingerprint", args[0])
 }
 
 func keygen(args []string) error {
@@ -171,6 +174,7 @@ func sign(args []string) error {
 	source := c.fs.String("source", "https://github.com/gofit-dev/gofit", "the source repository URL")
 	push := c.fs.Bool("push", false, "publish: push the image as -image:-tag, the chart, signatures and attestations")
 	started := c.fs.Int64("started", 0, "when the build started, Unix seconds (provenance)")
+	anchor := c.fs.String("anchor", "", "refuse a -key whose public key is not this `FILE` (the repository's cosign.pub, which users verify against)")
 	if err := c.fs.Parse(args); err != nil {
 		return err
 	}
@@ -192,6 +196,15 @@ func sign(args []string) error {
 	s, err := release.LoadSignerFile(*c.key)
 	if err != nil {
 		return fmt.Errorf("-key: %w", err)
+	}
+	if *anchor != "" {
+		a, err := os.ReadFile(*anchor)
+		if err != nil {
+			return fmt.Errorf("-anchor: %w", err)
+		}
+		if err := release.CheckAnchor(s, a); err != nil {
+			return fmt.Errorf("-key %s, -anchor %s: %w (rotating the key? docs/install.md#key-rotation)", *c.key, *anchor, err)
+		}
 	}
 	b := release.Build{Version: *version, Commit: *commit, Source: *source, Epoch: epoch,
 		Finished: time.Now().UTC(), Toolchain: runtime.Version()}
@@ -236,6 +249,11 @@ func verify(args []string) error {
 	if err != nil {
 		return fmt.Errorf("-key: %w", err)
 	}
+	if pub, err := os.ReadFile(*c.key); err == nil {
+		if fp, err := release.Fingerprint(pub); err == nil {
+			fmt.Printf("key %s: %s\n", *c.key, fp)
+		}
+	}
 	if *c.tag == "" {
 		signed, err := release.VerifyDir(v, r)
 		if err != nil {
@@ -248,6 +266,24 @@ func verify(args []string) error {
 		return err
 	}
 	fmt.Printf("verified %s and %s:%s with its chart in %s\n", r.Dir, r.ImageRepo, *c.tag, r.ChartRepo)
+	return nil
+}
+
+// fingerprint prints a public key's fingerprint, the form the README
+// gives the project's key in.
+func fingerprint(args []string) error {
+	if len(args) != 1 {
+		return errors.New("fingerprint: want one public key file")
+	}
+	b, err := os.ReadFile(args[0])
+	if err != nil {
+		return err
+	}
+	fp, err := release.Fingerprint(b)
+	if err != nil {
+		return fmt.Errorf("%s: %w", args[0], err)
+	}
+	fmt.Println(fp)
 	return nil
 }
 
