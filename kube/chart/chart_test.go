@@ -1171,6 +1171,35 @@ func checkRenamed(t *testing.T, objs []*unstructured.Unstructured, prefix string
 	}
 }
 
+// TestSecretsByName: no Role of the chart reads Secrets but by name. A
+// namespace's Secrets hold Helm's releases and the guard's Prometheus
+// token; the webhook keeps one of them (issue 51, item 4).
+func TestSecretsByName(t *testing.T) {
+	for _, values := range []string{`{}`, `{"webhook":{"certificates":"cert-manager"}}`,
+		`{"webhook":{"experiments":{"enabled":true,"namespaces":["shop"]}}}`} {
+		n := 0
+		for _, o := range template(t, values) {
+			if o.GetKind() != "Role" && o.GetKind() != "ClusterRole" {
+				continue
+			}
+			rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+			for _, r := range rules {
+				res, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resources")
+				names, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resourceNames")
+				if slices.Contains(res, "secrets") || slices.Contains(res, "*") {
+					n++
+					if len(names) == 0 {
+						t.Errorf("%s: %s %s grants Secrets %v without resourceNames", values, o.GetKind(), o.GetName(), r)
+					}
+				}
+			}
+		}
+		if values == `{}` && n == 0 {
+			t.Errorf("%s: no rule on Secrets at all; the self-managed rotator needs its own", values)
+		}
+	}
+}
+
 // TestNameOverrideErrors: a name the chart cannot build on is refused with
 // the value's name, before anything is rendered.
 func TestNameOverrideErrors(t *testing.T) {
