@@ -64,6 +64,7 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME, from the downward API)")
 	cmNS := fs.String("configmap-namespace", "koordinator-system", "namespace of the koordinator ConfigMap")
 	cmName := fs.String("configmap-name", "slo-controller-config", "name of the ConfigMap with resource-qos-config and memory-qos")
+	noCM := fs.Bool("no-configmap", false, "read no ConfigMap: run on the built-in defaults (every class disabled). Without it a ConfigMap that is missing or forbidden is a bad one: nothing is written")
 	policy := fs.String("policy", "default", "policy for pods without a memoryQOS annotation: default (follow the ConfigMap) or auto")
 	ratio := fs.Float64("max-protected-ratio", 0.8, "cap on the node's total memory.min, as a share of allocatable memory")
 	interval := fs.Duration("interval", agent.DefaultInterval, "reconcile interval when nothing changes")
@@ -191,7 +192,7 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 			dsUID = ds.UID
 		}
 	}
-	if err := a.Run(ctx, cs, agent.Source{NodeName: *nodeName, ConfigMapNamespace: *cmNS, ConfigMapName: *cmName, Interval: *interval,
+	if err := a.Run(ctx, cs, agent.Source{NodeName: *nodeName, ConfigMapNamespace: *cmNS, ConfigMapName: *cmName, NoConfigMap: *noCM, Interval: *interval,
 		SyncTimeout: *syncTimeout, KubeletConfig: *kubeletConfig, KubeletMode: *kubeletMode}); err != nil || *daemonSet == "" {
 		return err
 	}
