@@ -313,6 +313,10 @@ func withOwner(refs []metav1.OwnerReference, owner *metav1.OwnerReference) []met
 	return append(refs, *owner)
 }
 
+// ErrLeaseTaken is the error when both names an experiment's Lease may
+// have in a workload hold another workload's Lease.
+var ErrLeaseTaken = errors.New("the experiment's Lease is another workload's")
+
 func (a *ArmAssigner) try(ctx context.Context, ns string, owner *metav1.OwnerReference, wl string, pc *podCache, e *admission.Experiment) (admission.Assignment, error) {
 	now := time.Now
 	if a.now != nil {
@@ -323,8 +327,23 @@ func (a *ArmAssigner) try(ctx context.Context, ns string, owner *metav1.OwnerRef
 		ttl = 30 * time.Second
 	}
 	leases := a.Client.CoordinationV1().Leases(ns)
-	name := admission.ExperimentLease(e.Name, wl)
-	lease, err := leases.Get(ctx, name, metav1.GetOptions{})
+	// A Lease found by name is this workload's only if it says so: the
+	// name carries 32 bits of the workload's hash, and another
+	// workload's Lease (a collision) or one someone else made would
+	// otherwise merge two workloads' arms and guard status, and be
+	// rewritten as this one's. On a mismatch the name is derived again
+	// with 64 bits; a mismatch there too is refused.
+	var name string
+	var lease *coordinationv1.Lease
+	var err error
+	for _, n := range []string{admission.ExperimentLease(e.Name, wl), admission.ExperimentLeaseLong(e.Name, wl)} {
+		name = n
+		lease, err = leases.Get(ctx, name, metav1.GetOptions{})
+		if err != nil || lease.Annotations[admission.AnnotationWorkload] == wl {
+			break
+		}
+		err = fmt.Errorf("%w: it names workload %q, not %q", ErrLeaseTaken, lease.Annotations[admission.AnnotationWorkload], admission.DescribeWorkload(wl))
+	}
 	create := apierrors.IsNotFound(err)
 	if err != nil && !create {
 		return admission.Assignment{}, fmt.Errorf("lease %s/%s: %w", ns, name, err)

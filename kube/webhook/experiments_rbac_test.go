@@ -75,6 +75,12 @@ func TestExperimentsRightsOnARealAPIServer(t *testing.T) {
 		}
 		return true
 	})
+	// The guard's leader Lease is not the webhook's to write, in any
+	// namespace it may run experiments in (issue 51, item 8: it was
+	// gofit-experiment-guard, inside the policy's prefix).
+	if _, err := saCS.CoordinationV1().Leases("default").Create(ctx, lease(admission.GuardLeaderLease), metav1.CreateOptions{}); err == nil || !strings.Contains(err.Error(), "gofit-experiment-") {
+		t.Errorf("the guard's leader Lease %s as the webhook: %v, want the policy's refusal", admission.GuardLeaderLease, err)
+	}
 	for _, ns := range []string{"kube-node-lease", "kube-system"} {
 		if _, err := saCS.CoordinationV1().Leases(ns).Create(ctx, lease("gofit-experiment-x"), metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
 			t.Errorf("a Lease in %s: %v, want forbidden", ns, err)
