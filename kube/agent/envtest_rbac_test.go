@@ -118,7 +118,7 @@ func TestEnvtestConfigMapUnreadable(t *testing.T) {
 	file := filepath.Join(filepath.Dir(cd), "memory.low")
 	read := func() string { b, _ := os.ReadFile(file); return strings.TrimSpace(string(b)) }
 
-	run := func(t *testing.T, src Source, check func(a *Agent, m *Metrics)) {
+	run := func(t *testing.T, src Source, check func(t *testing.T, a *Agent, m *Metrics)) {
 		reg := prometheus.NewRegistry()
 		m, err := NewMetrics(reg)
 		if err != nil {
@@ -134,10 +134,10 @@ func TestEnvtestConfigMapUnreadable(t *testing.T) {
 				t.Errorf("run: %v", err)
 			}
 		}()
-		check(a, m)
+		check(t, a, m)
 	}
-	refused := func(why string) func(a *Agent, m *Metrics) {
-		return func(a *Agent, m *Metrics) {
+	refused := func(why string) func(t *testing.T, a *Agent, m *Metrics) {
+		return func(t *testing.T, a *Agent, m *Metrics) {
 			// Three passes written off for the bad ConfigMap, then look.
 			deadline := time.Now().Add(30 * time.Second)
 			for testutil.ToFloat64(m.skipped.WithLabelValues(SkipBadConfig)) < 3 {
@@ -172,7 +172,7 @@ func TestEnvtestConfigMapUnreadable(t *testing.T) {
 	t.Run("no-configmap", func(t *testing.T) {
 		// The administrator's explicit choice: the defaults, and --policy
 		// auto protects the pod up to its request.
-		run(t, Source{NodeName: "node-a", NoConfigMap: true, Interval: 200 * time.Millisecond, MinGap: time.Millisecond}, func(a *Agent, m *Metrics) {
+		run(t, Source{NodeName: "node-a", NoConfigMap: true, Interval: 200 * time.Millisecond, MinGap: time.Millisecond}, func(t *testing.T, a *Agent, m *Metrics) {
 			var got string
 			for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 				if got = read(); got == "104857600" {
