@@ -1222,3 +1222,69 @@ func TestNameOverrideErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestWebhookHostNetwork (issue 51, item 7): the CiliumNetworkPolicy
+// admitted port 8443 whatever webhook.port said, and with hostNetwork
+// the webhook listened on every address of the node, where no
+// NetworkPolicy applies, to anyone. Now the Cilium policy follows
+// webhook.port; on the node's network the webhook binds to the node's
+// address, and the chart refuses to render without client
+// authentication.
+func TestWebhookHostNetwork(t *testing.T) {
+	webhook := func(objs []*unstructured.Unstructured) (args []string, env map[string]string, vols []string, cnpPorts []string) {
+		env = map[string]string{}
+		for _, o := range objs {
+			switch {
+			case o.GetKind() == "Deployment" && o.GetName() == "gofit-webhook":
+				cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+				c := cs[0].(map[string]any)
+				args, _, _ = unstructured.NestedStringSlice(c, "args")
+				es, _, _ := unstructured.NestedSlice(c, "env")
+				for _, e := range es {
+					e := e.(map[string]any)
+					env[e["name"].(string)] = fmt.Sprint(e["value"], e["valueFrom"])
+				}
+				vs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "volumes")
+				for _, v := range vs {
+					vols = append(vols, v.(map[string]any)["name"].(string))
+				}
+			case o.GetKind() == "CiliumNetworkPolicy":
+				in, _, _ := unstructured.NestedSlice(o.Object, "spec", "ingress")
+				for _, r := range in {
+					tps, _, _ := unstructured.NestedSlice(r.(map[string]any), "toPorts")
+					for _, tp := range tps {
+						ps, _, _ := unstructured.NestedSlice(tp.(map[string]any), "ports")
+						for _, p := range ps {
+							cnpPorts = append(cnpPorts, p.(map[string]any)["port"].(string))
+						}
+					}
+				}
+			}
+		}
+		return
+	}
+	_, _, _, ports := webhook(template(t, `{"webhook":{"port":9443,"ciliumNetworkPolicy":{"enabled":true}}}`))
+	if fmt.Sprint(ports) != "[9443]" {
+		t.Errorf("Cilium policy ports %v with webhook.port 9443, want [9443]", ports)
+	}
+
+	args, env, vols, _ := webhook(template(t, `{"webhook":{"hostNetwork":true,"clientAuth":{"caConfigMap":{"name":"apiserver-client-ca"}}}}`))
+	if !slices.Contains(args, "--addr=$(HOST_IP):8443") || !strings.Contains(env["HOST_IP"], "status.hostIP") {
+		t.Errorf("hostNetwork: args %v, HOST_IP %q: want the node's address only", args, env["HOST_IP"])
+	}
+	if !slices.Contains(args, "--client-ca-file=/etc/gofit/client-ca/ca.crt") || !slices.Contains(vols, "client-ca") {
+		t.Errorf("clientAuth.caConfigMap: args %v, volumes %v", args, vols)
+	}
+	args, _, vols, _ = webhook(template(t, `{"webhook":{"clientAuth":{"tokenSecret":{"name":"apiserver-token","key":"t"}}}}`))
+	if !slices.Contains(args, "--client-token-file=/etc/gofit/client-token/t") || !slices.Contains(vols, "client-token") || !slices.Contains(args, "--addr=:8443") {
+		t.Errorf("clientAuth.tokenSecret: args %v, volumes %v", args, vols)
+	}
+
+	f := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(f, []byte(`{"webhook":{"hostNetwork":true}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run(t, "template", "gofit", chartDir(), "-n", "gofit-system", "-f", f); err == nil || !strings.Contains(string(out)+err.Error(), "webhook.clientAuth") {
+		t.Errorf("hostNetwork without clientAuth: %v, want a refusal naming webhook.clientAuth", err)
+	}
+}
