@@ -341,7 +341,7 @@ var matrix = []struct{ name, values string }{
 // the ServiceAccounts, the RBAC and the UIDs: every option of
 // docs/install.md's "Fitting your cluster", checked by checkRender.
 const platformValues = `{"commonLabels":{"team":"platform","cost-center":"42"},"rbac":{"create":false},
-  "webhook":{"serviceAccount":{"create":false,"name":"platform-webhook"},"hostNetwork":true,"port":9443,
+  "webhook":{"serviceAccount":{"create":false,"name":"platform-webhook"},"hostNetwork":true,"port":9443,"clientAuth":{"caConfigMap":{"name":"apiserver-client-ca"}},
     "podSecurityContext":{"runAsNonRoot":true,"runAsUser":1000650000,"fsGroup":1000650000,"seccompProfile":{"type":"RuntimeDefault"}},
     "securityContext":{"allowPrivilegeEscalation":false,"readOnlyRootFilesystem":true,"capabilities":{"drop":["ALL"]},"runAsGroup":1000650000},
     "priorityClass":{"create":false},"priorityClassName":"system-cluster-critical",
@@ -585,7 +585,7 @@ func checkRender(t *testing.T, name string, objs []*unstructured.Unstructured) {
 		if p := c["ports"].([]any)[0].(map[string]any); p["containerPort"] != int64(9443) {
 			t.Errorf("webhook port %v", p)
 		}
-		has("Deployment gofit-system/gofit-webhook", "--addr=:9443")
+		has("Deployment gofit-system/gofit-webhook", "--addr=$(HOST_IP):9443") // on the node's network: its address only
 		np, _ := json.Marshal(kinds["NetworkPolicy gofit-system/gofit-webhook"].Object)
 		for _, w := range []string{`"port":9443`, `"to":[{"ipBlock":{"cidr":"10.0.0.0/24"}},{"ipBlock":{"cidr":"fd00::/64"}}]`} {
 			if !strings.Contains(string(np), w) {
