@@ -316,9 +316,10 @@ func (a *Agent) Reconcile(st State) Report {
 	}
 	// Only the files the agent owns, below kubepods: srcs kept parallel.
 	{
+		root := a.kubepodsDir()
 		out, srcs := rep.Values[:0], a.cache.srcs[:0]
 		for i, v := range rep.Values {
-			if a.owns(v) {
+			if a.owns(v, root) {
 				out = append(out, v)
 				if i < len(a.cache.srcs) {
 					srcs = append(srcs, a.cache.srcs[i])
@@ -620,8 +621,7 @@ var Writable = map[string]bool{
 // owns reports whether v is a file in Writable below the kubepods
 // subtree; if not it logs and counts the refusal: a bug in planning must
 // not become a write of anything else.
-func (a *Agent) owns(v manage.Value) bool {
-	root := filepath.Clean(a.layout.dir(a.layout.Kubepods))
+func (a *Agent) owns(v manage.Value, root string) bool {
 	dir := filepath.Clean(v.Dir)
 	if Writable[v.File] && (dir == root || strings.HasPrefix(dir, root+string(filepath.Separator))) {
 		return true
@@ -633,11 +633,16 @@ func (a *Agent) owns(v manage.Value) bool {
 	return false
 }
 
+// kubepodsDir is the kubepods subtree on disk, the only one the agent
+// writes in.
+func (a *Agent) kubepodsDir() string { return filepath.Clean(a.layout.dir(a.layout.Kubepods)) }
+
 // confine keeps of vals those the agent owns.
 func (a *Agent) confine(vals []manage.Value) []manage.Value {
+	root := a.kubepodsDir()
 	out := vals[:0]
 	for _, v := range vals {
-		if a.owns(v) {
+		if a.owns(v, root) {
 			out = append(out, v)
 		}
 	}
