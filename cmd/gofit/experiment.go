@@ -29,6 +29,7 @@ import (
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/experiment"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/promclient"
+	"github.com/gofit-dev/gofit/kube/admission"
 )
 
 // exitFailOn is the exit status of a report whose verdicts hit --fail-on.
@@ -401,6 +402,6 @@ func runExperimentGuard(args []string, stdout, stderr io.Writer) error {
 	}
 	// A replica that loses the Lease exits (the Deployment starts it
 	// again as a follower): it never acts beside the new leader.
-	return experiment.Lead(ctx, cs, experiment.Election{Namespace: *leaderNS, Name: "gofit-experiment-guard", Identity: id}, log,
+	return experiment.Lead(ctx, cs, experiment.Election{Namespace: *leaderNS, Name: admission.GuardLeaderLease, Identity: id}, log,
 		func(ctx context.Context) { g.Run(ctx) })
 }

@@ -44,7 +44,7 @@ func runLab(args []string, stdout, stderr io.Writer) error {
 	fs.BoolVar(&o.Kube, "kube", false, "run the trials as pods through the API server (one trial per node at a time; the load from a pod; counters from the gofit node agent): --image must be a registry reference, or none for the sample")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "with --kube: the kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster)")
 	fs.StringVar(&o.Context, "context", "", "with --kube: the kubeconfig context (default: its current one)")
-	fs.StringVar(&o.Namespace, "namespace", "", "with --kube: the namespace of the run's pods (default: the context's, else default)")
+	fs.StringVar(&o.Namespace, "namespace", "", "with --kube: the namespace of the run's pods (default gofit-lab, the one deploy/lab makes)")
 	fs.StringVar(&o.NodeSelector, "node-selector", "", "with --kube: key=value[,key=value] of the nodes trials may run on")
 	fs.StringVar(&o.AgentNamespace, "agent-namespace", "", "with --kube: the gofit node agent's namespace (default: gofit-node, then gofit-system)")
 	fs.StringVar(&o.KubeOptions.Image, "kube-image", defaultKubeImage(), "with --kube: the gofit image the load pod (and the sample) runs")

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -20,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -64,6 +66,7 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME, from the downward API)")
 	cmNS := fs.String("configmap-namespace", "koordinator-system", "namespace of the koordinator ConfigMap")
 	cmName := fs.String("configmap-name", "slo-controller-config", "name of the ConfigMap with resource-qos-config and memory-qos")
+	noCM := fs.Bool("no-configmap", false, "read no ConfigMap: run on the built-in defaults (every class disabled). Without it a ConfigMap that is missing or forbidden is a bad one: nothing is written")
 	policy := fs.String("policy", "default", "policy for pods without a memoryQOS annotation: default (follow the ConfigMap) or auto")
 	ratio := fs.Float64("max-protected-ratio", 0.8, "cap on the node's total memory.min, as a share of allocatable memory")
 	interval := fs.Duration("interval", agent.DefaultInterval, "reconcile interval when nothing changes")
@@ -75,6 +78,7 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	resetAfter := fs.Duration("reset-after", agent.DefaultResetAfter, "how long a pod cgroup must be empty and out of the API's view before its values go back to the kernel defaults")
 	daemonSet := fs.String("daemonset", "", "the agent's DaemonSet, in namespace $POD_NAMESPACE: when it is gone or being deleted as the agent stops (an uninstall, not a rolling update), the agent resets what it wrote (empty: never)")
 	metricsAddr := fs.String("metrics-addr", ":9464", "address for /metrics and /healthz (empty: off)")
+	metricsSecure := fs.Bool("metrics-secure", false, "serve --metrics-addr over TLS (a certificate made at start), and /metrics and /v1/ only to callers whose token the API server accepts and who may get the path (TokenReview, SubjectAccessReview); /healthz and /livez stay open")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster config)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := parseFlags(fs, args); err != nil {
@@ -175,7 +179,19 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 			}
 			io.WriteString(w, "ok\n")
 		})
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		var h http.Handler = mux
+		if *metricsSecure {
+			if h, err = agent.Guarded(cfg, mux, logr.FromSlogHandler(log.Handler()), "/healthz", "/livez"); err != nil {
+				return fmt.Errorf("--metrics-secure: %w", err)
+			}
+			host, _ := os.Hostname()
+			tc, err := agent.SelfSignedTLS(host)
+			if err != nil {
+				return fmt.Errorf("--metrics-secure: %w", err)
+			}
+			ln = tls.NewListener(ln, tc)
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 		go srv.Serve(ln)
 		defer srv.Close()
 	}
@@ -191,7 +207,7 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 			dsUID = ds.UID
 		}
 	}
-	if err := a.Run(ctx, cs, agent.Source{NodeName: *nodeName, ConfigMapNamespace: *cmNS, ConfigMapName: *cmName, Interval: *interval,
+	if err := a.Run(ctx, cs, agent.Source{NodeName: *nodeName, ConfigMapNamespace: *cmNS, ConfigMapName: *cmName, NoConfigMap: *noCM, Interval: *interval,
 		SyncTimeout: *syncTimeout, KubeletConfig: *kubeletConfig, KubeletMode: *kubeletMode}); err != nil || *daemonSet == "" {
 		return err
 	}

@@ -59,6 +59,22 @@ func ExperimentLease(name, w string) string {
 	return "gofit-experiment-" + name + "-" + hex.EncodeToString(h[:4])
 }
 
+// GuardLeaderLease is the experiment guard's leader election Lease. It
+// is outside the gofit-experiment- prefix that the Lease policy lets the
+// webhook write, so no forged review, and no experiment's Lease, can
+// take or reset the guard's lead.
+const GuardLeaderLease = "gofit-guard-leader"
+
+// ExperimentLeaseLong is the Lease name for experiment name in workload w
+// when ExperimentLease's name is taken by another workload's Lease (two
+// workloads whose hashes share their first 32 bits, or a Lease someone
+// else made): the first 16 hex digits of the hash, at most 17+63+17
+// characters.
+func ExperimentLeaseLong(name, w string) string {
+	h := sha256.Sum256([]byte(w))
+	return "gofit-experiment-" + name + "-" + hex.EncodeToString(h[:8])
+}
+
 // LegacyExperimentLease is the Lease name of webhooks before experiments
 // were per workload (one experiment of a name per namespace). Such a
 // Lease is still used for the workload it names, so an upgrade in the

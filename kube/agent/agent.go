@@ -314,6 +314,20 @@ func (a *Agent) Reconcile(st State) Report {
 		}
 		rep.Values, a.cache.srcs = out, srcs
 	}
+	// Only the files the agent owns, below kubepods: srcs kept parallel.
+	{
+		root := a.kubepodsDir()
+		out, srcs := rep.Values[:0], a.cache.srcs[:0]
+		for i, v := range rep.Values {
+			if a.owns(v, root) {
+				out = append(out, v)
+				if i < len(a.cache.srcs) {
+					srcs = append(srcs, a.cache.srcs[i])
+				}
+			}
+		}
+		rep.Values, a.cache.srcs = out, srcs
+	}
 	rep.Apply = a.writer.Apply(rep.Values)
 	rep.Apply.Errors = a.dropOwnCgroup(rep.Apply.Errors)
 	if in.Terse && len(rep.Apply.Changed) > 0 {
@@ -590,4 +604,47 @@ func ownCgroup(dir string) bool {
 		}
 	}
 	return false
+}
+
+// Writable are the only files the agent writes. Its kubepods mount is
+// read-write for uid 0, so the kernel would let it write any file there
+// (cgroup.kill, memory.max, cgroup.procs): the values it owns live in
+// every pod's and container's cgroup, which come and go with the pods,
+// so no narrower mount can hold them. confine keeps the agent's own
+// writes to these, below kubepods (docs/node-agent.md#what-the-agent-writes).
+var Writable = map[string]bool{
+	memqos.FileMin: true, memqos.FileLow: true, memqos.FileHigh: true, memqos.FileSoftLimit: true,
+	memqos.FileWmarkRatio: true, memqos.FileWmarkScale: true, memqos.FileWmarkMin: true,
+	memqos.FilePriority: true, memqos.FilePrioOOM: true, memqos.FileOOMGroup: true,
+}
+
+// owns reports whether v is a file in Writable below the kubepods
+// subtree; if not it logs and counts the refusal: a bug in planning must
+// not become a write of anything else.
+func (a *Agent) owns(v manage.Value, root string) bool {
+	dir := filepath.Clean(v.Dir)
+	if Writable[v.File] && (dir == root || strings.HasPrefix(dir, root+string(filepath.Separator))) {
+		return true
+	}
+	a.log.Error("refused to write a file the agent does not own", "dir", v.Dir, "file", v.File, "kubepods", root)
+	if a.opts.Metrics != nil {
+		a.opts.Metrics.Error()
+	}
+	return false
+}
+
+// kubepodsDir is the kubepods subtree on disk, the only one the agent
+// writes in.
+func (a *Agent) kubepodsDir() string { return filepath.Clean(a.layout.dir(a.layout.Kubepods)) }
+
+// confine keeps of vals those the agent owns.
+func (a *Agent) confine(vals []manage.Value) []manage.Value {
+	root := a.kubepodsDir()
+	out := vals[:0]
+	for _, v := range vals {
+		if a.owns(v, root) {
+			out = append(out, v)
+		}
+	}
+	return out
 }

@@ -10,6 +10,7 @@ import (
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
@@ -60,11 +61,15 @@ func TestEnvtestQoSClassPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	create := func(ns string, labels map[string]string) (*corev1.Pod, error) {
+	// createAs makes a pod with res as its container's resources: none
+	// is BestEffort to the kubelet, a request Burstable.
+	createAs := func(ns string, labels map[string]string, res corev1.ResourceList) (*corev1.Pod, error) {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{GenerateName: "p-", Namespace: ns, Labels: labels},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x"}}}}
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x", Resources: corev1.ResourceRequirements{Requests: res}}}}}
 		return cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
 	}
+	burstable := corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}
+	create := func(ns string, labels map[string]string) (*corev1.Pod, error) { return createAs(ns, labels, burstable) }
 	lsr := map[string]string{memqos.LabelQoSClass: "LSR"}
 	// The policy takes effect once the API server has compiled it.
 	deadline := time.Now().Add(60 * time.Second)
@@ -98,6 +103,35 @@ func TestEnvtestQoSClassPolicy(t *testing.T) {
 		_, err := create(tc.ns, tc.labels)
 		if (err == nil) != tc.ok {
 			t.Errorf("create in %s with %v: %v, want allowed=%v", tc.ns, tc.labels, err, tc.ok)
+		}
+	}
+	// The class follows from the resources as the kubelet classes them
+	// (issue 51, item 2): a BestEffort pod labelled LS escaped the BE
+	// throttle (with {"policy":"none"}, memory.high went to max). It may
+	// claim only BE, unless the namespace grants any class; a zero
+	// request is no request to the kubelet.
+	zero := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("0"), corev1.ResourceMemory: resource.MustParse("0")}
+	storage := corev1.ResourceList{corev1.ResourceEphemeralStorage: resource.MustParse("1Gi")}
+	for _, tc := range []struct {
+		ns     string
+		labels map[string]string
+		res    corev1.ResourceList
+		ok     bool
+	}{
+		{"tenant", map[string]string{memqos.LabelQoSClass: "LS"}, nil, false},
+		{"tenant", map[string]string{memqos.LabelQoSClass: "ls"}, zero, false},
+		{"tenant", map[string]string{memqos.LabelQoSClassLegacy: "LS"}, storage, false},
+		{"tenant", map[string]string{memqos.LabelQoSClass: "NONE"}, nil, false},
+		{"tenant", map[string]string{memqos.LabelQoSClass: "BE"}, nil, true},
+		{"tenant", nil, nil, true},
+		{"tenant", map[string]string{memqos.LabelQoSClass: "LS"}, burstable, true},
+		{"critical", map[string]string{memqos.LabelQoSClass: "LS"}, nil, true},
+	} {
+		_, err := createAs(tc.ns, tc.labels, tc.res)
+		if (err == nil) != tc.ok {
+			t.Errorf("create in %s with %v and requests %v: %v, want allowed=%v", tc.ns, tc.labels, tc.res, err, tc.ok)
+		} else if err != nil && !strings.Contains(err.Error(), "BestEffort") {
+			t.Errorf("create in %s with %v and requests %v: %v, want the BestEffort refusal", tc.ns, tc.labels, tc.res, err)
 		}
 	}
 	// On a running pod the class cannot be changed, added or removed;

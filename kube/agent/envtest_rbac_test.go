@@ -2,12 +2,15 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -58,15 +61,31 @@ func rbacEnv(t *testing.T, rules []rbacv1.PolicyRule) (admin, agent kubernetes.I
 	return admin, agent
 }
 
-// TestEnvtestConfigMapForbidden: with a Role that does not cover the ConfigMap's
-// namespace (here: a namespace that does not exist) the agent waited for
-// a cache that never synced, while /healthz said ok. It now reconciles on
-// the defaults and says why.
-func TestEnvtestConfigMapForbidden(t *testing.T) {
+// TestEnvtestConfigMapUnreadable: a ConfigMap the agent may not read
+// (403: the Role does not cover its namespace) or that does not exist
+// (404) used to mean the defaults, whose first pass writes min 0, low 0
+// and high max to every pod, while /healthz said ok (issue 51, item 3).
+// Both are now a bad ConfigMap: nothing is written, /healthz answers 503
+// naming it, gofit_node_config_unreadable is 1. Only NoConfigMap (the
+// --no-configmap flag) runs on the defaults.
+func TestEnvtestConfigMapUnreadable(t *testing.T) {
 	admin, cs := rbacEnv(t, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods", "nodes"}, Verbs: []string{"get", "list", "watch"}}})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}); err != nil {
+	ctx := context.Background()
+	for _, ns := range []string{"shop", "gofit-node"} {
+		if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The agent may read ConfigMaps in gofit-node, where there is none.
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "config", Namespace: "gofit-node"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch"}}}}
+	if _, err := admin.RbacV1().Roles("gofit-node").Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "config", Namespace: "gofit-node"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "config"},
+		Subjects: []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: "gofit-node"}}}
+	if _, err := admin.RbacV1().RoleBindings("gofit-node").Create(ctx, rb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ls", Namespace: "shop"}, Spec: corev1.PodSpec{NodeName: "node-a",
@@ -84,53 +103,90 @@ func TestEnvtestConfigMapForbidden(t *testing.T) {
 	mem := filepath.Join(root, "sys/fs/cgroup")
 	layout := &Layout{Version: 2, Driver: DriverCgroupfs, Mount: mem, Kubepods: "/kubepods"}
 	cd := filepath.Join(mem, filepath.FromSlash(layout.PodPath(corev1.PodQOSBurstable, pod.UID)), "abc")
+	// What a good configuration wrote before the restart.
+	const before = "52428800"
 	for _, d := range []string{filepath.Join(mem, "kubepods"), filepath.Join(mem, "kubepods/burstable"), filepath.Dir(cd), cd} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 		for _, f := range []string{"memory.min", "memory.low"} {
-			if err := os.WriteFile(filepath.Join(d, f), []byte("0\n"), 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(d, f), []byte(before+"\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	a := New(layout, Options{Policy: memqos.PolicyAuto})
-	done := make(chan error, 1)
-	go func() {
-		done <- a.Run(ctx, cs, Source{NodeName: "node-a", ConfigMapNamespace: "no-such-namespace", Interval: time.Second})
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("run: %v", err)
-		}
-	}()
-	// The pod's memory.low: the container's is the kubelet's (v1.37, the
-	// newest known, for a node without a kubelet version).
 	file := filepath.Join(filepath.Dir(cd), "memory.low")
-	var got string
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		b, _ := os.ReadFile(file)
-		if got = strings.TrimSpace(string(b)); got == "104857600" {
-			break
+	read := func() string { b, _ := os.ReadFile(file); return strings.TrimSpace(string(b)) }
+
+	run := func(t *testing.T, src Source, check func(t *testing.T, a *Agent, m *Metrics)) {
+		reg := prometheus.NewRegistry()
+		m, err := NewMetrics(reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := New(layout, Options{Policy: memqos.PolicyAuto, Metrics: m})
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- a.Run(rctx, cs, src) }()
+		defer func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("run: %v", err)
+			}
+		}()
+		check(t, a, m)
+	}
+	refused := func(why string) func(t *testing.T, a *Agent, m *Metrics) {
+		return func(t *testing.T, a *Agent, m *Metrics) {
+			// Three passes written off for the bad ConfigMap, then look.
+			deadline := time.Now().Add(30 * time.Second)
+			for testutil.ToFloat64(m.skipped.WithLabelValues(SkipBadConfig)) < 3 {
+				if time.Now().After(deadline) {
+					t.Fatalf("no pass written off for the %s ConfigMap; memory.low = %s", why, read())
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if got := read(); got != before {
+				t.Errorf("memory.low = %s with the ConfigMap %s, want %s kept", got, why, before)
+			}
+			_, err := a.Health(time.Now(), time.Minute)
+			if err == nil || !errors.Is(err, ErrConfigUnreadable) && !strings.Contains(err.Error(), "unreadable") || !strings.Contains(err.Error(), "nothing under kubepods is written") {
+				t.Errorf("health with the ConfigMap %s: %v, want 503 naming it", why, err)
+			} else {
+				t.Log(err)
+			}
+			if v := testutil.ToFloat64(m.unreadable); v != 1 {
+				t.Errorf("gofit_node_config_unreadable = %v with the ConfigMap %s", v, why)
+			}
+			if v := testutil.ToFloat64(m.defaults); v != 0 {
+				t.Errorf("gofit_node_config_defaults = %v with the ConfigMap %s", v, why)
+			}
 		}
 	}
-	if got != "104857600" {
-		t.Fatalf("no reconcile with the ConfigMap forbidden: memory.low = %s", got)
-	}
-	// The pass records itself after its writes: the file can show the
-	// value a moment before /healthz knows of the pass.
-	var text string
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if text, err = a.Health(time.Now(), time.Minute); err == nil || time.Now().After(deadline) {
-			break
-		}
-	}
-	if err != nil {
-		t.Errorf("health: %v", err)
-	} else {
-		t.Log(text)
-	}
+	t.Run("forbidden", func(t *testing.T) {
+		run(t, Source{NodeName: "node-a", ConfigMapNamespace: "koordinator-system", Interval: 200 * time.Millisecond, MinGap: time.Millisecond}, refused("forbidden"))
+	})
+	t.Run("missing", func(t *testing.T) {
+		run(t, Source{NodeName: "node-a", ConfigMapNamespace: "gofit-node", Interval: 200 * time.Millisecond, MinGap: time.Millisecond}, refused("missing"))
+	})
+	t.Run("no-configmap", func(t *testing.T) {
+		// The administrator's explicit choice: the defaults, and --policy
+		// auto protects the pod up to its request.
+		run(t, Source{NodeName: "node-a", NoConfigMap: true, Interval: 200 * time.Millisecond, MinGap: time.Millisecond}, func(t *testing.T, a *Agent, m *Metrics) {
+			var got string
+			for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+				if got = read(); got == "104857600" {
+					break
+				}
+			}
+			if got != "104857600" {
+				t.Fatalf("memory.low = %s with --no-configmap, want 104857600", got)
+			}
+			if v := testutil.ToFloat64(m.defaults); v != 1 {
+				t.Errorf("gofit_node_config_defaults = %v with --no-configmap", v)
+			}
+		})
+	})
 }
 
 // TestEnvtestSyncTimeout: without the right to list pods the agent waited

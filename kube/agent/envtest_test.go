@@ -105,6 +105,12 @@ func TestEnvtest(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// An empty ConfigMap: the defaults, named. (A missing one is a bad
+	// one: the agent would write nothing.)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "slo-controller-config", Namespace: "koordinator-system"}}
+	if _, err := cs.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	a := New(layout, Options{Policy: memqos.PolicyAuto, ResetAfter: 2 * time.Second})
 	done := make(chan error, 1)
 	go func() {
@@ -145,9 +151,8 @@ func TestEnvtest(t *testing.T) {
 	// koordinator's ConfigMap sets BE throttling through a node strategy
 	// matching this node's labels; the BE pod follows it once its
 	// annotation asks for the default policy instead of --policy auto.
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "slo-controller-config", Namespace: "koordinator-system"},
-		Data: map[string]string{memqos.ConfigKey: `{"nodeStrategies":[{"nodeSelector":{"matchLabels":{"pool":"web"}},"beClass":{"memoryQOS":{"enable":true,"throttlingPercent":25}}}]}`}}
-	if _, err := cs.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+	cm.Data = map[string]string{memqos.ConfigKey: `{"nodeStrategies":[{"nodeSelector":{"matchLabels":{"pool":"web"}},"beClass":{"memoryQOS":{"enable":true,"throttlingPercent":25}}}]}`}
+	if _, err := cs.CoreV1().ConfigMaps(cm.Namespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	annotate := func(v string) {

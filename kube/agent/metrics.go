@@ -12,22 +12,23 @@ import (
 // caller's (never the global one). Every label takes values from a fixed
 // set.
 type Metrics struct {
-	writes    *prometheus.CounterVec
-	errors    prometheus.Counter
-	protected *prometheus.GaugeVec
-	duration  prometheus.Histogram
-	missing   prometheus.Gauge
-	skipped   *prometheus.CounterVec
-	kubelet   prometheus.Gauge
-	defaults  prometheus.Gauge
-	valid     *prometheus.GaugeVec
-	lastPass  prometheus.Gauge
-	unprot    prometheus.Gauge
-	viewLag   prometheus.Gauge
-	unknown   prometheus.Gauge
-	conflicts prometheus.Gauge
-	owned     *prometheus.GaugeVec
-	foreign   *prometheus.CounterVec
+	writes     *prometheus.CounterVec
+	errors     prometheus.Counter
+	protected  *prometheus.GaugeVec
+	duration   prometheus.Histogram
+	missing    prometheus.Gauge
+	skipped    *prometheus.CounterVec
+	kubelet    prometheus.Gauge
+	defaults   prometheus.Gauge
+	unreadable prometheus.Gauge
+	valid      *prometheus.GaugeVec
+	lastPass   prometheus.Gauge
+	unprot     prometheus.Gauge
+	viewLag    prometheus.Gauge
+	unknown    prometheus.Gauge
+	conflicts  prometheus.Gauge
+	owned      *prometheus.GaugeVec
+	foreign    *prometheus.CounterVec
 }
 
 // NewMetrics registers the agent's metrics on reg.
@@ -57,7 +58,10 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "gofit_node_kubelet_memory_qos", Help: "1 when the kubelet's own Memory QoS writes some of memory.min/low/high on this node (gofit_node_kubelet_owned says which; the agent leaves those to it unless told to take over).",
 		}),
 		defaults: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "gofit_node_config_defaults", Help: "1 when the QoS ConfigMap is missing or unreadable and the defaults are in force.",
+			Name: "gofit_node_config_defaults", Help: "1 when the agent runs on the built-in defaults, as --no-configmap asks.",
+		}),
+		unreadable: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "gofit_node_config_unreadable", Help: "1 when the QoS ConfigMap does not exist or the agent may not read it (404 or 403): a bad ConfigMap, so the last good configuration stays or, with none since the agent started, nothing is written.",
 		}),
 		valid: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gofit_node_config_valid",
@@ -91,7 +95,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	for _, r := range []string{SkipNoAllocatable, SkipBadInput, SkipBadConfig} {
 		m.skipped.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.owned, m.foreign, m.writes, m.errors, m.protected, m.duration, m.missing, m.skipped, m.kubelet, m.defaults, m.valid, m.lastPass, m.unprot, m.viewLag, m.unknown, m.conflicts} {
+	for _, c := range []prometheus.Collector{m.owned, m.foreign, m.writes, m.errors, m.protected, m.duration, m.missing, m.skipped, m.kubelet, m.defaults, m.unreadable, m.valid, m.lastPass, m.unprot, m.viewLag, m.unknown, m.conflicts} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -104,6 +108,10 @@ func (m *Metrics) Error() { m.errors.Inc() }
 
 // ConfigDefaults records whether the defaults stand in for the ConfigMap.
 func (m *Metrics) ConfigDefaults(on bool) { m.defaults.Set(b2f(on)) }
+
+// ConfigUnreadable records whether the QoS ConfigMap was last found
+// missing or forbidden.
+func (m *Metrics) ConfigUnreadable(on bool) { m.unreadable.Set(b2f(on)) }
 
 // ConfigValid records which keys of the QoS ConfigMap, as last read, do
 // not parse or check (bad; none: all valid).

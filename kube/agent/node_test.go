@@ -618,3 +618,40 @@ func TestOwnCgroupNotWritten(t *testing.T) {
 		t.Errorf("the other container's memory.high %s once writable, want 2147483648", got)
 	}
 }
+
+// TestConfine: the agent's kubepods mount is writable for uid 0, so the
+// kernel would let it write any file there (issue 51, item 10). The
+// agent writes only the memory files it owns (Writable), below kubepods;
+// anything else a plan could hold is dropped, logged and counted.
+func TestConfine(t *testing.T) {
+	l, _ := nodeFixture(t)
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs strings.Builder
+	a := New(l, Options{Metrics: m, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	kp := filepath.Join(l.Mount, filepath.FromSlash(l.Kubepods))
+	pod := filepath.Join(kp, "burstable", "pod1")
+	vals := []manage.Value{
+		{Dir: pod, File: memqos.FileLow, Value: 1},
+		{Dir: kp, File: memqos.FileMin, Value: 0},
+		{Dir: pod, File: "memory.max", Value: 1},
+		{Dir: pod, File: "cgroup.kill", Value: 1},
+		{Dir: pod, File: "cgroup.procs", Value: 1},
+		{Dir: filepath.Join(l.Mount, "system.slice"), File: memqos.FileLow, Value: 1},
+		{Dir: filepath.Join(pod, "..", "..", "..", "system.slice"), File: memqos.FileLow, Value: 1},
+		{Dir: kp + "-evil", File: memqos.FileLow, Value: 1},
+	}
+	got := a.confine(vals)
+	if len(got) != 2 || got[0].Dir != pod || got[1].Dir != kp {
+		t.Errorf("kept %+v, want the pod's memory.low and kubepods' memory.min only", got)
+	}
+	if n := testutil.ToFloat64(m.errors); n != 6 {
+		t.Errorf("%v refusals counted, want 6", n)
+	}
+	if !strings.Contains(logs.String(), "cgroup.kill") {
+		t.Errorf("the log does not name the refused file:\n%s", logs.String())
+	}
+}

@@ -87,6 +87,7 @@ func (a *Agent) Reset() Report {
 	rep.Values = a.deferToKubelet(&rep, rep.Values)
 	// No bound from the node's size here: every value is 0 or unlimited.
 	a.writer.MaxMemory = 0
+	rep.Values = a.confine(rep.Values)
 	rep.Apply = a.writer.Apply(rep.Values)
 	for _, f := range a.writer.MissingFiles() {
 		rep.Warnings = append(rep.Warnings, f+": not on this kernel; skipped")

@@ -31,6 +31,13 @@ type Source struct {
 	// koordinator-system/slo-controller-config by default.
 	ConfigMapNamespace string
 	ConfigMapName      string
+	// NoConfigMap is the administrator's explicit choice of the built-in
+	// defaults (every class disabled): no ConfigMap is read. Without it a
+	// ConfigMap that does not exist (404) or that the agent may not read
+	// (403) is a bad ConfigMap, not the defaults: the defaults would write
+	// min 0, low 0 and high max to every pod, dropping what the
+	// configuration and the pods' overrides protect.
+	NoConfigMap bool
 	// Interval between reconciles without events (default 10s).
 	Interval time.Duration
 	// MinGap is the least time between two passes (default
@@ -145,7 +152,13 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 	named := []struct {
 		name string
 		inf  cache.SharedIndexInformer
-	}{{"pods on node " + src.NodeName, pods.Informer()}, {"node " + src.NodeName, nodes.Informer()}, {"configmap " + cmWhere, cms.Informer()}}
+	}{{"pods on node " + src.NodeName, pods.Informer()}, {"node " + src.NodeName, nodes.Informer()}}
+	if !src.NoConfigMap {
+		named = append(named, struct {
+			name string
+			inf  cache.SharedIndexInformer
+		}{"configmap " + cmWhere, cms.Informer()})
+	}
 	for _, n := range named {
 		if _, err := n.inf.AddEventHandler(h); err != nil {
 			return fmt.Errorf("watch: %w", err)
@@ -155,18 +168,22 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 		}
 	}
 	stop := make(chan struct{})
-	for _, f := range []informers.SharedInformerFactory{podF, nodeF, cmF} {
+	factories := []informers.SharedInformerFactory{podF, nodeF}
+	if !src.NoConfigMap {
+		factories = append(factories, cmF)
+	}
+	for _, f := range factories {
 		f.Start(stop)
 	}
 	defer func() {
 		close(stop) // Shutdown waits for the informers, which wait for stop
-		podF.Shutdown()
-		nodeF.Shutdown()
-		cmF.Shutdown()
+		for _, f := range factories {
+			f.Shutdown()
+		}
 	}()
-	// The pods and the node are needed; the ConfigMap is not: when it
-	// cannot be read (no such namespace, or the Role does not cover it)
-	// the defaults apply, with the reason logged, rather than no pass at all.
+	// The pods and the node are needed before anything else; the
+	// ConfigMap is waited for below, and a ConfigMap that cannot be read
+	// (no such object, or the Role does not cover it) is a bad one.
 	a.health.wait("the first list of pods and of the node")
 	syncCtx, cancelSync := context.WithTimeout(ctx, src.SyncTimeout)
 	synced := cache.WaitForCacheSync(syncCtx.Done(), pods.Informer().HasSynced, nodes.Informer().HasSynced)
@@ -192,19 +209,24 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 	// would drop every pod's protection: wait for it too, until it is
 	// listed or the API server has said it cannot be read (configRefused).
 	// Past SyncTimeout the loop below keeps waiting, writing nothing.
-	a.health.wait("the first list of configmap " + cmWhere)
-	cmCtx, cancelCM := context.WithTimeout(ctx, src.SyncTimeout)
-	_ = wait.PollUntilContextCancel(cmCtx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
-		return cms.Informer().HasSynced() || configRefused(werr.get(named[2].name)), nil
-	})
-	cancelCM()
-	if ctx.Err() != nil {
-		return nil
+	if !src.NoConfigMap {
+		a.health.wait("the first list of configmap " + cmWhere)
+		cmCtx, cancelCM := context.WithTimeout(ctx, src.SyncTimeout)
+		_ = wait.PollUntilContextCancel(cmCtx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
+			return cms.Informer().HasSynced() || configRefused(werr.get(named[2].name)), nil
+		})
+		cancelCM()
+		if ctx.Err() != nil {
+			return nil
+		}
 	}
 	// lastDeferred is what the log last said the agent defers to.
 	var lastDeferred string
 	if err := a.learnKubelet(src, nodes.Lister()); err != nil {
 		return err
+	}
+	if src.NoConfigMap {
+		cmWhere = "none (--no-configmap: the built-in defaults)"
 	}
 	a.log.Info("watching", "node", src.NodeName, "configmap", cmWhere,
 		"cgroup_version", a.layout.Version, "driver", a.layout.Driver, "kubepods", a.layout.Kubepods, "interval", src.Interval)
@@ -219,20 +241,37 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 	// qosConfig together), a bad ConfigMap is treated like a failed read:
 	// nothing is written until it is fixed, and /healthz, the metrics and
 	// the log say why.
+	//
+	// A ConfigMap that does not exist or that the agent may not read is
+	// bad in the same way: only --no-configmap means the defaults.
 	var cfg *memqos.Config
 	var cfgErr error // why the ConfigMap as last read was refused
 	var nss memqos.Namespaces
-	var cmVersion, lastDefaults, lastSkip, lastWait, lastConflicts string
+	var cmVersion, lastUnreadable, lastSkip, lastWait, lastConflicts string
 	lastUnknown := 0
-	useDefaults := func(why string) {
-		cfg, nss, cmVersion, cfgErr = &memqos.Config{}, memqos.Namespaces{}, "", nil
-		if why != lastDefaults {
-			a.log.Warn("QoS configuration: using the defaults", "configmap", cmWhere, "reason", why)
-			lastDefaults = why
+	if src.NoConfigMap {
+		cfg, nss = &memqos.Config{}, memqos.Namespaces{}
+		a.log.Info("QoS configuration: the built-in defaults (--no-configmap)")
+	}
+	if a.opts.Metrics != nil {
+		a.opts.Metrics.ConfigDefaults(src.NoConfigMap)
+		a.opts.Metrics.ConfigUnreadable(false)
+	}
+	unreadable := func(why string) {
+		cfgErr, cmVersion = fmt.Errorf("configmap %s: %w: %s", cmWhere, ErrConfigUnreadable, why), ""
+		if why != lastUnreadable {
+			if cfg == nil {
+				a.log.Error("QoS configuration unreadable and no good configuration in force: writing nothing until it can be read (--no-configmap runs on the defaults)", "configmap", cmWhere, "reason", why)
+			} else {
+				a.log.Error("QoS configuration unreadable: keeping the last good configuration", "configmap", cmWhere, "reason", why)
+			}
+			lastUnreadable = why
+			if a.opts.Metrics != nil {
+				a.opts.Metrics.Error()
+			}
 		}
 		if a.opts.Metrics != nil {
-			a.opts.Metrics.ConfigDefaults(true)
-			a.opts.Metrics.ConfigValid(nil)
+			a.opts.Metrics.ConfigUnreadable(true)
 		}
 	}
 	tick := time.NewTicker(src.Interval)
@@ -246,50 +285,53 @@ func (a *Agent) Run(ctx context.Context, cs kubernetes.Interface, src Source) er
 		case err != nil:
 			a.log.Error("get node", "err", err)
 		default:
-			listErr := werr.get(named[2].name)
-			switch cm, cmErr := cms.Lister().ConfigMaps(src.ConfigMapNamespace).Get(src.ConfigMapName); {
-			case !cms.Informer().HasSynced() && configRefused(listErr):
-				useDefaults(listErr.Error())
-			case !cms.Informer().HasSynced():
-				// A throttled, timed-out or failing list says nothing of
-				// the configuration: the defaults would drop every pod's
-				// protection. Write nothing until it is listed.
-				why := "not listed yet"
-				if listErr != nil {
-					why = listErr.Error()
-				}
-				a.health.wait("the first list of configmap " + cmWhere + " (" + why + "); nothing written until then")
-				if why != lastWait {
-					a.log.Warn("QoS configuration not listed yet; writing nothing until it is", "configmap", cmWhere, "reason", why)
-					lastWait = why
-				}
-				goto next
-			case apierrors.IsNotFound(cmErr):
-				useDefaults("no such ConfigMap")
-			case cmErr != nil:
-				a.log.Error("get configmap", "err", cmErr)
-			case cm.ResourceVersion != cmVersion:
-				c, n, perr := FromConfigMap(cm)
-				cfgErr = perr
-				if perr != nil {
-					if cfg == nil {
-						a.log.Error("configmap invalid and no good configuration in force: writing nothing until it is fixed", "keys", BadKeys(perr), "err", perr)
+			if !src.NoConfigMap {
+				listErr := werr.get(named[2].name)
+				switch cm, cmErr := cms.Lister().ConfigMaps(src.ConfigMapNamespace).Get(src.ConfigMapName); {
+				case !cms.Informer().HasSynced() && configRefused(listErr):
+					unreadable(listErr.Error())
+				case !cms.Informer().HasSynced():
+					// A throttled, timed-out or failing list says nothing of
+					// the configuration: the defaults would drop every pod's
+					// protection. Write nothing until it is listed.
+					why := "not listed yet"
+					if listErr != nil {
+						why = listErr.Error()
+					}
+					a.health.wait("the first list of configmap " + cmWhere + " (" + why + "); nothing written until then")
+					if why != lastWait {
+						a.log.Warn("QoS configuration not listed yet; writing nothing until it is", "configmap", cmWhere, "reason", why)
+						lastWait = why
+					}
+					goto next
+				case apierrors.IsNotFound(cmErr):
+					unreadable("no such ConfigMap")
+				case cmErr != nil:
+					a.log.Error("get configmap", "err", cmErr)
+				case cm.ResourceVersion != cmVersion:
+					lastUnreadable = ""
+					if a.opts.Metrics != nil {
+						a.opts.Metrics.ConfigUnreadable(false)
+					}
+					c, n, perr := FromConfigMap(cm)
+					cfgErr = perr
+					if perr != nil {
+						if cfg == nil {
+							a.log.Error("configmap invalid and no good configuration in force: writing nothing until it is fixed", "keys", BadKeys(perr), "err", perr)
+						} else {
+							a.log.Error("configmap invalid: keeping the last good configuration", "keys", BadKeys(perr), "err", perr)
+						}
+						if a.opts.Metrics != nil {
+							a.opts.Metrics.Error()
+						}
 					} else {
-						a.log.Error("configmap invalid: keeping the last good configuration", "keys", BadKeys(perr), "err", perr)
+						cfg, nss = c, n
 					}
 					if a.opts.Metrics != nil {
-						a.opts.Metrics.Error()
+						a.opts.Metrics.ConfigValid(BadKeys(perr))
 					}
-				} else {
-					cfg, nss, lastDefaults = c, n, ""
-					if a.opts.Metrics != nil {
-						a.opts.Metrics.ConfigDefaults(false)
-					}
+					cmVersion = cm.ResourceVersion
 				}
-				if a.opts.Metrics != nil {
-					a.opts.Metrics.ConfigValid(BadKeys(perr))
-				}
-				cmVersion = cm.ResourceVersion
 			}
 			a.health.badConfig(cfgErr, cfg == nil)
 			if cfg == nil {
@@ -368,10 +410,14 @@ func slimPod(obj any) (any, error) {
 	return obj, nil
 }
 
+// ErrConfigUnreadable is the error /healthz names when the QoS ConfigMap
+// does not exist or may not be read.
+var ErrConfigUnreadable = errors.New("unreadable (no such ConfigMap, or not the agent's to read)")
+
 // configRefused reports whether a list error of the ConfigMap is the API
 // server's answer about the configuration itself (no such object, or not
-// ours to read), after which the defaults apply. Anything else (429 from
-// API priority and fairness, a timeout, a 5xx) is a hiccup, not an answer.
+// ours to read): a bad ConfigMap. Anything else (429 from API priority
+// and fairness, a timeout, a 5xx) is a hiccup, not an answer.
 func configRefused(err error) bool {
 	return err != nil && (apierrors.IsNotFound(err) || apierrors.IsForbidden(err))
 }

@@ -133,7 +133,7 @@ func TestPassSpacing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- a.Run(ctx, cs, Source{NodeName: "node-a", Interval: time.Hour, MinGap: 500 * time.Millisecond, SyncTimeout: 5 * time.Second})
+		done <- a.Run(ctx, cs, Source{NodeName: "node-a", NoConfigMap: true, Interval: time.Hour, MinGap: 500 * time.Millisecond, SyncTimeout: 5 * time.Second})
 	}()
 	defer func() {
 		cancel()

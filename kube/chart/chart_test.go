@@ -348,7 +348,7 @@ var matrix = []struct{ name, values string }{
 // the ServiceAccounts, the RBAC and the UIDs: every option of
 // docs/install.md's "Fitting your cluster", checked by checkRender.
 const platformValues = `{"commonLabels":{"team":"platform","cost-center":"42"},"rbac":{"create":false},
-  "webhook":{"serviceAccount":{"create":false,"name":"platform-webhook"},"hostNetwork":true,"port":9443,
+  "webhook":{"serviceAccount":{"create":false,"name":"platform-webhook"},"hostNetwork":true,"port":9443,"clientAuth":{"caConfigMap":{"name":"apiserver-client-ca"}},
     "podSecurityContext":{"runAsNonRoot":true,"runAsUser":1000650000,"fsGroup":1000650000,"seccompProfile":{"type":"RuntimeDefault"}},
     "securityContext":{"allowPrivilegeEscalation":false,"readOnlyRootFilesystem":true,"capabilities":{"drop":["ALL"]},"runAsGroup":1000650000},
     "priorityClass":{"create":false},"priorityClassName":"system-cluster-critical",
@@ -592,7 +592,7 @@ func checkRender(t *testing.T, name string, objs []*unstructured.Unstructured) {
 		if p := c["ports"].([]any)[0].(map[string]any); p["containerPort"] != int64(9443) {
 			t.Errorf("webhook port %v", p)
 		}
-		has("Deployment gofit-system/gofit-webhook", "--addr=:9443")
+		has("Deployment gofit-system/gofit-webhook", "--addr=$(HOST_IP):9443") // on the node's network: its address only
 		np, _ := json.Marshal(kinds["NetworkPolicy gofit-system/gofit-webhook"].Object)
 		for _, w := range []string{`"port":9443`, `"to":[{"ipBlock":{"cidr":"10.0.0.0/24"}},{"ipBlock":{"cidr":"fd00::/64"}}]`} {
 			if !strings.Contains(string(np), w) {
@@ -814,7 +814,7 @@ func TestExperimentsLeastPrivilege(t *testing.T) {
 					got[x] = verbs
 				}
 			}
-			if fmt.Sprint(got) != "map[leases:[get create update] pods:[list watch]]" {
+			if fmt.Sprint(got) != "map[daemonsets:[get] jobs:[get] leases:[get create update] pods:[list watch] replicasets:[get] statefulsets:[get]]" {
 				t.Errorf("Role in %s: %v", o.GetNamespace(), got)
 			}
 		case "RoleBinding":
@@ -1179,6 +1179,35 @@ func checkRenamed(t *testing.T, objs []*unstructured.Unstructured, prefix string
 	}
 }
 
+// TestSecretsByName: no Role of the chart reads Secrets but by name. A
+// namespace's Secrets hold Helm's releases and the guard's Prometheus
+// token; the webhook keeps one of them (issue 51, item 4).
+func TestSecretsByName(t *testing.T) {
+	for _, values := range []string{`{}`, `{"webhook":{"certificates":"cert-manager"}}`,
+		`{"webhook":{"experiments":{"enabled":true,"namespaces":["shop"]}}}`} {
+		n := 0
+		for _, o := range template(t, values) {
+			if o.GetKind() != "Role" && o.GetKind() != "ClusterRole" {
+				continue
+			}
+			rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+			for _, r := range rules {
+				res, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resources")
+				names, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resourceNames")
+				if slices.Contains(res, "secrets") || slices.Contains(res, "*") {
+					n++
+					if len(names) == 0 {
+						t.Errorf("%s: %s %s grants Secrets %v without resourceNames", values, o.GetKind(), o.GetName(), r)
+					}
+				}
+			}
+		}
+		if values == `{}` && n == 0 {
+			t.Errorf("%s: no rule on Secrets at all; the self-managed rotator needs its own", values)
+		}
+	}
+}
+
 // TestNameOverrideErrors: a name the chart cannot build on is refused with
 // the value's name, before anything is rendered.
 func TestNameOverrideErrors(t *testing.T) {
@@ -1199,5 +1228,71 @@ func TestNameOverrideErrors(t *testing.T) {
 		if !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %q does not name %s", tc.values, err, tc.want)
 		}
+	}
+}
+
+// TestWebhookHostNetwork (issue 51, item 7): the CiliumNetworkPolicy
+// admitted port 8443 whatever webhook.port said, and with hostNetwork
+// the webhook listened on every address of the node, where no
+// NetworkPolicy applies, to anyone. Now the Cilium policy follows
+// webhook.port; on the node's network the webhook binds to the node's
+// address, and the chart refuses to render without client
+// authentication.
+func TestWebhookHostNetwork(t *testing.T) {
+	webhook := func(objs []*unstructured.Unstructured) (args []string, env map[string]string, vols []string, cnpPorts []string) {
+		env = map[string]string{}
+		for _, o := range objs {
+			switch {
+			case o.GetKind() == "Deployment" && o.GetName() == "gofit-webhook":
+				cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+				c := cs[0].(map[string]any)
+				args, _, _ = unstructured.NestedStringSlice(c, "args")
+				es, _, _ := unstructured.NestedSlice(c, "env")
+				for _, e := range es {
+					e := e.(map[string]any)
+					env[e["name"].(string)] = fmt.Sprint(e["value"], e["valueFrom"])
+				}
+				vs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "volumes")
+				for _, v := range vs {
+					vols = append(vols, v.(map[string]any)["name"].(string))
+				}
+			case o.GetKind() == "CiliumNetworkPolicy":
+				in, _, _ := unstructured.NestedSlice(o.Object, "spec", "ingress")
+				for _, r := range in {
+					tps, _, _ := unstructured.NestedSlice(r.(map[string]any), "toPorts")
+					for _, tp := range tps {
+						ps, _, _ := unstructured.NestedSlice(tp.(map[string]any), "ports")
+						for _, p := range ps {
+							cnpPorts = append(cnpPorts, p.(map[string]any)["port"].(string))
+						}
+					}
+				}
+			}
+		}
+		return
+	}
+	_, _, _, ports := webhook(template(t, `{"webhook":{"port":9443,"ciliumNetworkPolicy":{"enabled":true}}}`))
+	if fmt.Sprint(ports) != "[9443]" {
+		t.Errorf("Cilium policy ports %v with webhook.port 9443, want [9443]", ports)
+	}
+
+	args, env, vols, _ := webhook(template(t, `{"webhook":{"hostNetwork":true,"clientAuth":{"caConfigMap":{"name":"apiserver-client-ca"}}}}`))
+	if !slices.Contains(args, "--addr=$(HOST_IP):8443") || !strings.Contains(env["HOST_IP"], "status.hostIP") {
+		t.Errorf("hostNetwork: args %v, HOST_IP %q: want the node's address only", args, env["HOST_IP"])
+	}
+	if !slices.Contains(args, "--client-ca-file=/etc/gofit/client-ca/ca.crt") || !slices.Contains(vols, "client-ca") {
+		t.Errorf("clientAuth.caConfigMap: args %v, volumes %v", args, vols)
+	}
+	args, _, vols, _ = webhook(template(t, `{"webhook":{"clientAuth":{"tokenSecret":{"name":"apiserver-token","key":"t"}}}}`))
+	if !slices.Contains(args, "--client-token-file=/etc/gofit/client-token/t") || !slices.Contains(vols, "client-token") || !slices.Contains(args, "--addr=:8443") {
+		t.Errorf("clientAuth.tokenSecret: args %v, volumes %v", args, vols)
+	}
+
+	f := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(f, []byte(`{"webhook":{"hostNetwork":true}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run(t, "template", "gofit", chartDir(), "-n", "gofit-system", "-f", f); err == nil || !strings.Contains(string(out)+err.Error(), "webhook.clientAuth") {
+		t.Errorf("hostNetwork without clientAuth: %v, want a refusal naming webhook.clientAuth", err)
 	}
 }

@@ -201,6 +201,11 @@ func Groups(p Params) ([]Group, error) {
 		"The gofit node agent refuses its QoS ConfigMap.",
 		"The gofit node agent {{ $labels.namespace }}/{{ $labels.pod }} on {{ $labels.node }}"+inCluster+" refuses the {{ $labels.key }} key of its QoS ConfigMap, which does not parse or check: it keeps the last good configuration, or writes nothing where it has had none since it started. Its /healthz and log name the error.")
 
+	add("GofitNodeAgentConfigUnreadable", "warning", fd(p.AgentFor),
+		fmt.Sprintf("max by (%s) (gofit_node_config_unreadable) == 1", byAgent),
+		"The gofit node agent cannot read its QoS ConfigMap.",
+		"The gofit node agent {{ $labels.namespace }}/{{ $labels.pod }} on {{ $labels.node }} finds no QoS ConfigMap, or may not read it (404 or 403): it keeps the last good configuration, or writes nothing where it has had none since it started. Create the ConfigMap, grant the agent's Role on it, or run the agent with --no-configmap for the built-in defaults.")
+
 	add("GofitNodeAgentPassesStalled", "warning", fd(p.AgentFor),
 		fmt.Sprintf("time() - max by (%s) (gofit_node_last_reconcile_timestamp_seconds) > %s", byAgent, num(p.AgentMaxPassAge.Seconds())),
 		"The gofit node agent's passes do not complete.",

@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
@@ -78,10 +79,15 @@ type ArmAssigner struct {
 	Attempts int
 	now      func() time.Time
 
-	mu     sync.Mutex
-	caches map[string]*podCache // by namespace
-	locks  map[string]*keyLock  // by namespace/experiment
-	stop   chan struct{}
+	// trustReviews skips verifyOwner: for tests of everything else,
+	// whose pods name owners that need not exist.
+	trustReviews bool
+
+	mu       sync.Mutex
+	verified map[types.UID]bool   // owners the API server has shown
+	caches   map[string]*podCache // by namespace
+	locks    map[string]*keyLock  // by namespace/experiment
+	stop     chan struct{}
 }
 
 // settle is how long an assignment stays in the Lease after its pod was
@@ -109,6 +115,12 @@ func (a *ArmAssigner) Assign(ctx context.Context, pod *corev1.Pod, e *admission.
 	}
 	if len(a.Namespaces) > 0 && !slices.Contains(a.Namespaces, ns) {
 		return admission.Assignment{}, fmt.Errorf("experiments are not enabled in namespace %s (the webhook runs them in %s)", ns, strings.Join(a.Namespaces, ", "))
+	}
+	// Nothing is written, and no cache started, for a review whose owner
+	// the API server does not hold: /mutate may be reached by a forged
+	// review, not only by the API server.
+	if err := a.verifyOwner(ctx, pod); err != nil {
+		return admission.Assignment{}, err
 	}
 	pc, err := a.cache(ctx, ns)
 	if err != nil {
@@ -288,6 +300,76 @@ func (a *ArmAssigner) Close() {
 	}
 }
 
+// ErrUnverifiedOwner is the error for a review whose pod's owner the API
+// server does not hold (or holds under another UID), or cannot be
+// checked: no arm, no Lease write, no cache started.
+var ErrUnverifiedOwner = errors.New("the pod's owner is not one the API server holds")
+
+// ownerResources are the controllers whose existence verifyOwner checks:
+// those that create pods in Kubernetes itself (an Argo Rollout's pods
+// are its ReplicaSets').
+var ownerResources = map[schema.GroupVersionKind]schema.GroupVersionResource{
+	{Group: "apps", Version: "v1", Kind: "ReplicaSet"}:  {Group: "apps", Version: "v1", Resource: "replicasets"},
+	{Group: "apps", Version: "v1", Kind: "StatefulSet"}: {Group: "apps", Version: "v1", Resource: "statefulsets"},
+	{Group: "apps", Version: "v1", Kind: "DaemonSet"}:   {Group: "apps", Version: "v1", Resource: "daemonsets"},
+	{Group: "batch", Version: "v1", Kind: "Job"}:        {Group: "batch", Version: "v1", Resource: "jobs"},
+}
+
+// verifyOwner checks, before anything is written or cached, that the
+// controller the review's pod names exists in the pod's namespace with
+// that UID, by a GET of its metadata from the API server (remembered by
+// UID, so a workload's later pods cost nothing). A GET rather than an
+// informer: a ReplicaSet's first pods are admitted moments after it is
+// stored, before an informer would hold it, and an informer over every
+// ReplicaSet of a namespace costs memory and list rights. A pod without
+// a controller has nothing to check: it may run an experiment only in a
+// namespace --experiment-namespaces lists, the administrator's opt-in.
+func (a *ArmAssigner) verifyOwner(ctx context.Context, pod *corev1.Pod) error {
+	if a.trustReviews {
+		return nil
+	}
+	c := metav1.GetControllerOfNoCopy(pod)
+	if c == nil {
+		if slices.Contains(a.Namespaces, pod.Namespace) {
+			return nil
+		}
+		return fmt.Errorf("%w: a pod without a controller may run an experiment only in a namespace --experiment-namespaces lists", ErrUnverifiedOwner)
+	}
+	gv, err := schema.ParseGroupVersion(c.APIVersion)
+	if err != nil {
+		return fmt.Errorf("%w: owner apiVersion %q: %v", ErrUnverifiedOwner, c.APIVersion, err)
+	}
+	gvr, ok := ownerResources[gv.WithKind(c.Kind)]
+	if !ok {
+		return fmt.Errorf("%w: its controller %s %s is not a kind the webhook checks (ReplicaSet, StatefulSet, DaemonSet, Job)", ErrUnverifiedOwner, c.Kind, c.Name)
+	}
+	a.mu.Lock()
+	known := a.verified[c.UID]
+	a.mu.Unlock()
+	if known {
+		return nil
+	}
+	if a.Metadata == nil {
+		return errors.New("no metadata client to check the pod's owner with")
+	}
+	m, err := a.Metadata.Resource(gvr).Namespace(pod.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("%w: %s %s/%s does not exist", ErrUnverifiedOwner, c.Kind, pod.Namespace, c.Name)
+	case err != nil:
+		return fmt.Errorf("the pod's owner %s %s/%s: %w", c.Kind, pod.Namespace, c.Name, err)
+	case m.UID != c.UID:
+		return fmt.Errorf("%w: %s %s/%s has UID %s, the pod names %s", ErrUnverifiedOwner, c.Kind, pod.Namespace, c.Name, m.UID, c.UID)
+	}
+	a.mu.Lock()
+	if a.verified == nil || len(a.verified) >= 10000 {
+		a.verified = map[types.UID]bool{} // bounded: forget, and check again
+	}
+	a.verified[c.UID] = true
+	a.mu.Unlock()
+	return nil
+}
+
 // leaseOwner is the owner reference the Lease takes from a pod: its
 // controller's, without controller or blockOwnerDeletion (the Lease has
 // several owners, and blocking a ReplicaSet's deletion would need the
@@ -313,6 +395,10 @@ func withOwner(refs []metav1.OwnerReference, owner *metav1.OwnerReference) []met
 	return append(refs, *owner)
 }
 
+// ErrLeaseTaken is the error when both names an experiment's Lease may
+// have in a workload hold another workload's Lease.
+var ErrLeaseTaken = errors.New("the experiment's Lease is another workload's")
+
 func (a *ArmAssigner) try(ctx context.Context, ns string, owner *metav1.OwnerReference, wl string, pc *podCache, e *admission.Experiment) (admission.Assignment, error) {
 	now := time.Now
 	if a.now != nil {
@@ -323,8 +409,23 @@ func (a *ArmAssigner) try(ctx context.Context, ns string, owner *metav1.OwnerRef
 		ttl = 30 * time.Second
 	}
 	leases := a.Client.CoordinationV1().Leases(ns)
-	name := admission.ExperimentLease(e.Name, wl)
-	lease, err := leases.Get(ctx, name, metav1.GetOptions{})
+	// A Lease found by name is this workload's only if it says so: the
+	// name carries 32 bits of the workload's hash, and another
+	// workload's Lease (a collision) or one someone else made would
+	// otherwise merge two workloads' arms and guard status, and be
+	// rewritten as this one's. On a mismatch the name is derived again
+	// with 64 bits; a mismatch there too is refused.
+	var name string
+	var lease *coordinationv1.Lease
+	var err error
+	for _, n := range []string{admission.ExperimentLease(e.Name, wl), admission.ExperimentLeaseLong(e.Name, wl)} {
+		name = n
+		lease, err = leases.Get(ctx, name, metav1.GetOptions{})
+		if err != nil || lease.Annotations[admission.AnnotationWorkload] == wl {
+			break
+		}
+		err = fmt.Errorf("%w: it names workload %q, not %q", ErrLeaseTaken, lease.Annotations[admission.AnnotationWorkload], admission.DescribeWorkload(wl))
+	}
 	create := apierrors.IsNotFound(err)
 	if err != nil && !create {
 		return admission.Assignment{}, fmt.Errorf("lease %s/%s: %w", ns, name, err)

@@ -29,7 +29,7 @@ func TestArmAssignerSkipsStoppedArms(t *testing.T) {
 	if err := metav1.AddMetaToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	as := &ArmAssigner{Client: cs, Metadata: metafake.NewSimpleMetadataClient(scheme), now: func() time.Time { return now }}
+	as := &ArmAssigner{Client: cs, Metadata: metafake.NewSimpleMetadataClient(scheme), Namespaces: []string{"shop"}, now: func() time.Time { return now }}
 	t.Cleanup(as.Close)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop"}}
 	if _, err := as.Assign(ctx, pod, e); err != nil {

@@ -68,7 +68,9 @@ var rotatorLease = leaseTimings{
 
 // RunSelfManaged runs the rotator until ctx ends. It needs API access: get,
 // list, watch and update on the Secret (in its namespace) and on the
-// MutatingWebhookConfiguration, and Leases for leader election.
+// MutatingWebhookConfiguration, each by resourceNames (its lists and
+// watches carry a metadata.name field selector), and Leases for leader
+// election.
 //
 // A rotator that ends with an error once running (a lost leader lease, an
 // API server that stopped answering) is logged and replaced by a fresh one
@@ -123,6 +125,12 @@ var rotators atomic.Int64
 // newRotator builds a manager with the rotator.
 func newRotator(cfg *rest.Config, sm SelfManaged, lt leaseTimings, log logr.Logger, run int64) (manager.Manager, error) {
 	ns := sm.Secret.Namespace
+	// Lists and watches see only the Secret and the webhook
+	// configuration the rotator keeps, so RBAC can grant those by name.
+	cfg = scopedByName(cfg, map[string]string{
+		"/api/v1/namespaces/" + ns + "/secrets":                               sm.Secret.Name,
+		"/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations": sm.WebhookConfig,
+	})
 	mgr, err := ctrl.NewManager(cfg, manager.Options{
 		Logger:                        log,
 		Metrics:                       metricsserver.Options{BindAddress: "0"}, // the webhook serves its own

@@ -53,7 +53,10 @@ func TestExperimentsComponent(t *testing.T) {
 			got[res] = rule.Verbs
 		}
 	}
-	if r.Namespace != "default" || !slices.Equal(got["pods"], []string{"list", "watch"}) || !slices.Equal(got["leases"], []string{"get", "create", "update"}) || len(got) != 2 {
+	if r.Namespace != "default" || !slices.Equal(got["pods"], []string{"list", "watch"}) || !slices.Equal(got["leases"], []string{"get", "create", "update"}) ||
+		// The pod's controller, checked before anything is written (issue 51, item 1).
+		!slices.Equal(got["replicasets"], []string{"get"}) || !slices.Equal(got["statefulsets"], []string{"get"}) ||
+		!slices.Equal(got["daemonsets"], []string{"get"}) || !slices.Equal(got["jobs"], []string{"get"}) || len(got) != 6 {
 		t.Errorf("Role in %q: rules %v", r.Namespace, got)
 	}
 	var rb rbacv1.RoleBinding

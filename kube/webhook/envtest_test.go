@@ -438,6 +438,12 @@ func TestEnvtest(t *testing.T) {
 		_, denied["update another Secret"] = sa.CoreV1().Secrets("gofit-system").Update(ctx, other, metav1.UpdateOptions{})
 		_, denied["create a Secret"] = sa.CoreV1().Secrets("gofit-system").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "new"}}, metav1.CreateOptions{})
 		_, denied["read Secrets elsewhere"] = sa.CoreV1().Secrets("fitted").List(ctx, metav1.ListOptions{})
+		// Only its own Secret, by name (issue 51 item 4): not Helm's
+		// releases, not the guard's Prometheus token.
+		_, denied["get another Secret"] = sa.CoreV1().Secrets("gofit-system").Get(ctx, "other", metav1.GetOptions{})
+		_, denied["list the namespace's Secrets"] = sa.CoreV1().Secrets("gofit-system").List(ctx, metav1.ListOptions{})
+		_, denied["watch the namespace's Secrets"] = sa.CoreV1().Secrets("gofit-system").Watch(ctx, metav1.ListOptions{})
+		_, denied["list webhook configurations"] = sa.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
 		_, denied["list pods"] = sa.CoreV1().Pods("fitted").List(ctx, metav1.ListOptions{})
 		denied["delete its webhook configuration"] = sa.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(ctx, "gofit-webhook", metav1.DeleteOptions{})
 		for what, err := range denied {

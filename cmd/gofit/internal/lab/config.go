@@ -498,7 +498,7 @@ func checkTarget(t sandbox.Target) error {
 type KubeOptions struct {
 	Kubeconfig     string
 	Context        string
-	Namespace      string // "": the kubeconfig context's, else "default"
+	Namespace      string // "": DefaultNamespace, the one deploy/lab makes
 	NodeSelector   string // k=v,k2=v2
 	AgentNamespace string // "": where deploy/node or the chart runs it
 	Image          string // the gofit image of the load pod and the sample

@@ -76,6 +76,31 @@ const (
 	podSchedule    = 5 * time.Minute // scheduling and pulling, not counted against readiness
 )
 
+// DefaultNamespace is the namespace deploy/lab makes, with the Roles the
+// lab needs: --namespace's default, not the kubeconfig context's nor
+// "default", where the run's pods would land beside the user's own.
+const DefaultNamespace = "gofit-lab"
+
+// runNamespace is where the run's pods go: --namespace, else
+// DefaultNamespace (never the kubeconfig context's).
+func runNamespace(ko KubeOptions) string {
+	if ko.Namespace != "" {
+		return ko.Namespace
+	}
+	return DefaultNamespace
+}
+
+// podDeadline is every pod's activeDeadlineSeconds: the study ends
+// within its budget plus one trial (at most the budget), and a pod may
+// wait podSchedule to be placed first. Past it the kubelet ends the pod
+// by itself, so a run killed outright (SIGKILL, a lost laptop) leaves no
+// pod running beyond its study's time; the next run's sweep deletes
+// the objects.
+func podDeadline(cfg Config) *int64 {
+	d := int64((2*cfg.Budget + podSchedule + time.Second - 1) / time.Second)
+	return &d
+}
+
 // defaultAgentNamespaces are where deploy/node and the chart run the
 // agent, tried in order when --agent-namespace is not given.
 var defaultAgentNamespaces = []string{"gofit-node", "gofit-system"}
@@ -200,12 +225,7 @@ func newPodRunner(ctx context.Context, cfg Config, ko KubeOptions, progress io.W
 		return nil, fmt.Errorf("--kubeconfig: %w", err)
 	}
 	rc.UserAgent = "gofit-lab"
-	ns := ko.Namespace
-	if ns == "" {
-		if ns, _, err = cc.Namespace(); err != nil || ns == "" {
-			ns = "default"
-		}
-	}
+	ns := runNamespace(ko)
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
@@ -516,7 +536,8 @@ func (r *podRunner) pod(role, node string, t podTarget, env map[string]string, c
 			OwnerReferences: []metav1.OwnerReference{r.owner}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{c}, RestartPolicy: corev1.RestartPolicyNever, NodeSelector: sel, Affinity: aff,
 			SecurityContext:               &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
-			TerminationGracePeriodSeconds: &grace, EnableServiceLinks: &no, AutomountServiceAccountToken: &no},
+			TerminationGracePeriodSeconds: &grace, EnableServiceLinks: &no, AutomountServiceAccountToken: &no,
+			ActiveDeadlineSeconds: podDeadline(r.cfg)},
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -27,7 +28,7 @@ import (
 // TestTrialPod: a trial is an ordinary pod with the trial's limits and
 // env, owned by the run's ConfigMap, on its node, never restarted.
 func TestTrialPod(t *testing.T) {
-	r := &podRunner{id: "ab12", ns: "lab", selector: map[string]string{"pool": "bench"},
+	r := &podRunner{id: "ab12", ns: "lab", selector: map[string]string{"pool": "bench"}, cfg: Config{Budget: 15 * time.Minute},
 		owner: metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "gofit-lab-ab12", UID: types.UID("u1")}}
 	tgt := podTarget{image: "registry.example/svc:1", args: []string{"--port", "8080"}, env: []corev1.EnvVar{{Name: "PORT", Value: "8080"}}}
 	p := r.pod(roleTrial, "node-a", tgt, map[string]string{"GOMAXPROCS": "1", "GODEBUG": "x=1"}, 0.25, 0, 64<<20, mustURL(t, "http://0.0.0.0:8080/healthz"))
@@ -56,6 +57,12 @@ func TestTrialPod(t *testing.T) {
 	}
 	if p.Labels[labelRun] != "ab12" || p.Labels[labelRole] != roleTrial || c.ReadinessProbe.HTTPGet.Path != "/healthz" {
 		t.Errorf("labels %v, probe %+v", p.Labels, c.ReadinessProbe.HTTPGet)
+	}
+	// A killed run's pods end by themselves (issue 51, item 9): twice
+	// the budget (the study ends within it plus one trial) and the time
+	// to be scheduled.
+	if d := p.Spec.ActiveDeadlineSeconds; d == nil || *d != int64((30*time.Minute+podSchedule)/time.Second) {
+		t.Errorf("activeDeadlineSeconds %v, want %d", d, int64((30*time.Minute+podSchedule)/time.Second))
 	}
 	// The request row: CPU weight, no CPU limit; no memory limit.
 	p = r.pod(roleTrial, "", tgt, nil, 0, 0.5, 0, mustURL(t, "http://0.0.0.0:8080/"))
@@ -417,5 +424,25 @@ func TestWaitReadyUnschedulable(t *testing.T) {
 	_, err := r.waitReady(ctx, "trial-1", "--kube-image gofit:1", time.Minute)
 	if err == nil || !strings.Contains(err.Error(), "--quotas") || !strings.Contains(err.Error(), "Insufficient cpu") {
 		t.Errorf("unschedulable pod: %v, want an error naming --quotas and the scheduler's reason", err)
+	}
+}
+
+// TestRunNamespace: without --namespace the run's pods went to the
+// kubeconfig context's namespace, else default, not the one deploy/lab
+// makes with the lab's Roles (issue 51, item 9).
+func TestRunNamespace(t *testing.T) {
+	if got := runNamespace(KubeOptions{Context: "team"}); got != "gofit-lab" {
+		t.Errorf("no --namespace: %q, want gofit-lab (deploy/lab's)", got)
+	}
+	// The namespace deploy/lab makes.
+	b, err := os.ReadFile("../../../../deploy/lab/rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "kind: Namespace\nmetadata:\n  name: "+DefaultNamespace+"\n") {
+		t.Errorf("deploy/lab/rbac.yaml makes no namespace %s", DefaultNamespace)
+	}
+	if got := runNamespace(KubeOptions{Namespace: "bench"}); got != "bench" {
+		t.Errorf("--namespace bench: %q", got)
 	}
 }
