@@ -222,9 +222,47 @@ func TestParity(t *testing.T) {
 			for _, o := range kustomize(t, tc.deploy...) {
 				want[key(o)] = normal(t, o)
 			}
-			compare(t, "deploy/", want, "the chart", rendered(t, tc.values, nil))
+			// Both run the agent on the built-in defaults out of the box, in
+			// the way each kind of user changes them: deploy/node ships an
+			// empty QoS ConfigMap that a kustomize user owns and patches; the
+			// chart reads none (node.qosConfig.name "") and takes one by
+			// value. Compared with the chart reading that ConfigMap, deploy/
+			// has the ConfigMap itself in addition.
+			values := mergeJSON(t, tc.values, `{"node":{"qosConfig":{"name":"slo-controller-config"}}}`)
+			delete(want, "ConfigMap gofit-node/slo-controller-config")
+			compare(t, "deploy/", want, "the chart", rendered(t, values, nil))
 		})
 	}
+}
+
+// mergeJSON merges the JSON object b into a (b wins), recursively.
+func mergeJSON(t *testing.T, a, b string) string {
+	t.Helper()
+	var ma, mb map[string]any
+	if err := json.Unmarshal([]byte(a), &ma); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(b), &mb); err != nil {
+		t.Fatal(err)
+	}
+	var merge func(dst, src map[string]any)
+	merge = func(dst, src map[string]any) {
+		for k, v := range src {
+			if sv, ok := v.(map[string]any); ok {
+				if dv, ok := dst[k].(map[string]any); ok {
+					merge(dv, sv)
+					continue
+				}
+			}
+			dst[k] = v
+		}
+	}
+	merge(ma, mb)
+	out, err := json.Marshal(ma)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
 }
 
 // TestKubeVersion: the chart's kubeVersion admits no Kubernetes release

@@ -293,7 +293,12 @@ func (g *guestRun) agentRestartConfigFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() {
-		g.c.run("delete", "configmap", "-n", "gofit-node", "slo-controller-config", "--ignore-not-found")
+		// Back to deploy/node's own ConfigMap (no data: the defaults).
+		// Deleting it would leave the agent on this configuration and
+		// unready: a missing ConfigMap is a bad one (issue 51).
+		if _, _, err := g.c.run("replace", "-f", "/src/deploy/node/configmap.yaml"); err != nil {
+			t.Errorf("restoring deploy/node's ConfigMap: %v", err)
+		}
 	}()
 	plain := g.runPod(t, plainPod("plain", "80Mi", nil))
 	defer g.deletePods(t, faultsNS, "plain", "late")
