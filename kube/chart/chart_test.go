@@ -699,7 +699,20 @@ func TestMonitoringParity(t *testing.T) {
 	for _, o := range templateIn(t, "default", deployLayout, `{}`) {
 		base[key(o)] = true
 	}
+	// The guard's PodMonitor: deploy/monitoring ships it for the
+	// webhook's experiments component; the chart renders it where it
+	// installs the guard, with experiments on.
+	const guard = "PodMonitor gofit-system/gofit-experiment-guard"
+	guardWant, ok := want[guard]
+	if !ok {
+		t.Errorf("deploy/monitoring has no %s", guard)
+	}
+	delete(want, guard)
 	compare(t, "deploy/monitoring", want, "the chart's monitoring", rendered(t, `{"monitoring":{"enabled":true}}`, base))
+	withGuard := rendered(t, `{"monitoring":{"enabled":true},"webhook":{"experiments":{"enabled":true,"namespaces":["default"]}}}`, nil)
+	if got := withGuard[guard]; got != guardWant {
+		t.Errorf("%s with experiments on:\n--- deploy/monitoring\n%s--- the chart\n%s", guard, guardWant, got)
+	}
 }
 
 // rendered is the chart's objects with values, but for those skip holds
@@ -1040,8 +1053,14 @@ func TestBoundedScrapes(t *testing.T) {
 				}
 			}
 		}
-		if n != 3 {
-			t.Errorf("%s: %d PodMonitors, want 3", name, n)
+		// The webhook's, the agent's and gofit-services; deploy/monitoring
+		// also the experiment guard's (the chart's comes with experiments).
+		want := 3
+		if name == "deploy/monitoring" {
+			want = 4
+		}
+		if n != want {
+			t.Errorf("%s: %d PodMonitors, want %d", name, n, want)
 		}
 	}
 }

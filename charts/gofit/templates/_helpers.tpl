@@ -31,6 +31,22 @@ app.kubernetes.io/name: gofit-webhook
 {{- end }}
 {{- end -}}
 
+{{/*
+The QoS ConfigMap the agent reads: node.qosConfig.name; with create: true
+and no name, koordinator's slo-controller-config; "" reads none (the
+built-in defaults, --no-configmap). An upgrade from a chart whose default
+read gofit's slo-controller-config, where that ConfigMap exists, fails
+rather than drop the protection it gives (a lookup: helm template and
+--dry-run cannot see it).
+*/}}
+{{- define "gofit.qosConfigName" -}}
+{{- $name := .Values.node.qosConfig.name | default (ternary "slo-controller-config" "" (.Values.node.qosConfig.create | default false)) -}}
+{{- if and (not $name) .Release.IsUpgrade (lookup "v1" "ConfigMap" (include "gofit.qosNamespace" .) "slo-controller-config") -}}
+{{- fail (printf "node.qosConfig.name: the chart now reads no QoS ConfigMap by default, and %s/slo-controller-config exists, which the previous chart's default read: set node.qosConfig.name=slo-controller-config to keep its protection, or delete it to run on the built-in defaults" (include "gofit.qosNamespace" .)) -}}
+{{- end -}}
+{{- $name -}}
+{{- end -}}
+
 {{- define "gofit.qosNamespace" -}}
 {{ .Values.node.qosConfig.namespace | default (include "gofit.nodeNamespace" .) }}
 {{- end -}}
