@@ -215,9 +215,11 @@ func Groups(p Params) ([]Group, error) {
 	// judges nothing new while it cannot read its data: three of its
 	// shipped 5-minute looks missed.
 	add("GofitExperimentGuardLooksStale", "warning", fd(p.AgentFor),
-		fmt.Sprintf("time() - max by (%s) (gofit_experiment_guard_last_look_success_timestamp_seconds) > 900", bc),
+		// Over the replicas: one leads and looks, the followers keep
+		// their start time (a per-pod rule fired for every follower).
+		fmt.Sprintf("time() - max by (%s, namespace) (gofit_experiment_guard_last_look_success_timestamp_seconds) > 900", cl),
 		"The gofit experiment guard has judged no experiment on its data for 15 minutes.",
-		"The gofit experiment guard {{ $labels.namespace }}/{{ $labels.pod }} last completed a look that judged every running experiment on its data {{ $value | humanizeDuration }} ago: Prometheus is down or slow, or has no series for an experiment. Arms it stopped stay stopped and evicted; new harm goes unjudged.")
+		"The gofit experiment guard in {{ $labels.namespace }}"+inCluster+" last completed a look that judged every running experiment on its data {{ $value | humanizeDuration }} ago: Prometheus is down or slow, or has no series for an experiment, or no replica leads. Arms it stopped stay stopped and evicted; new harm goes unjudged.")
 
 	add("GofitNodeAgentWriteErrors", "warning", fd(p.AgentFor),
 		fmt.Sprintf("sum by (%s) (increase(gofit_node_cgroup_write_errors_total[%s])) > 0", byAgent, w),

@@ -486,7 +486,7 @@ func NewGuardMetrics(reg prometheus.Registerer) *GuardMetrics {
 		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gofit_experiment_guard_evictions_total",
 			Help: "Evictions of a stopped arm's pods, by result (evicted; blocked by a PodDisruptionBudget, retried next look; error)."}, []string{"result"}),
 		lastLook: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gofit_experiment_guard_last_look_success_timestamp_seconds",
-			Help: "When the guard last completed a look at every running experiment with their data (Unix seconds); 0 before the first. Stale: the guard judges nothing new (its stopped arms are still evicted)."}),
+			Help: "When the guard last completed a look at every running experiment with their data (Unix seconds); its start before the first. Stale: the guard judges nothing new (its stopped arms are still evicted)."}),
 		runningGauge: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gofit_experiment_running",
 			Help: "Experiments the guard judged at its last look."}),
 		stoppedGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gofit_experiment_arm_stopped",
@@ -494,6 +494,10 @@ func NewGuardMetrics(reg prometheus.Registerer) *GuardMetrics {
 		endedGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "gofit_experiment_ended",
 			Help: "1 for an experiment past its maxDuration: new pods get the control."}, []string{"namespace", "experiment", "workload"}),
 	}
+	// Stale is counted from the start: a guard that never completes a look
+	// alerts as one that stopped looking does, and one just started does
+	// not.
+	m.lastLook.Set(float64(time.Now().Unix()))
 	reg.MustRegister(m.looks, m.lastLook, m.evictions, m.runningGauge, m.stoppedGauge, m.endedGauge)
 	return m
 }

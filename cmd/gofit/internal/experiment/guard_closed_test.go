@@ -60,6 +60,7 @@ func TestGuardFailsClosed(t *testing.T) {
 		g := &Guard{Client: cs, Looks: DefaultLooks(), Metrics: NewGuardMetrics(reg),
 			Judge: func(context.Context, Running, *Sequential) (*Results, error) { return nil, tc.judge }}
 		g.now = func() time.Time { return time.Unix(1_700_000_600, 0) }
+		started := testutil.ToFloat64(g.Metrics.lastLook)
 		err := g.Once(context.Background())
 		if (err != nil) != tc.fails {
 			t.Errorf("%s: look error %v", tc.name, err)
@@ -68,8 +69,8 @@ func TestGuardFailsClosed(t *testing.T) {
 		if len(evicted) != 2 || evicted[0] != "web-2" || evicted[1] != "web-3" {
 			t.Errorf("%s: evicted %v, want the stopped arm's web-2 and web-3", tc.name, evicted)
 		}
-		if v := testutil.ToFloat64(g.Metrics.lastLook); v != 0 {
-			t.Errorf("%s: last successful look at %v, want 0 (none judged on data)", tc.name, v)
+		if v := testutil.ToFloat64(g.Metrics.lastLook); v != started || v < 1_700_000_000 {
+			t.Errorf("%s: last successful look at %v, want the guard's start %v (none judged on data)", tc.name, v, started)
 		}
 	}
 	// A look with data moves it.
