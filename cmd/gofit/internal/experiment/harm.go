@@ -41,13 +41,15 @@ import (
 //     mixture SPRT (Robbins 1970; Lindon and Malek, "Anytime-valid
 //     inference for multinomial count data", NeurIPS 2022), on
 //     conditional binomials as for Poisson rates.
-//   - Time not ready: D = arm's share − min(1, (1+rate)·control's +
-//     floor) per window, in [−1, 1]; the e-process is a mixture of
-//     constant bets Π(1+λD) (Waudby-Smith and Ramdas, "Estimating means
-//     of bounded random variables by betting", JRSS B 2023). Bets up to
-//     0.7: larger ones, and an adaptive bet learning from the last
-//     windows, stopped a stalled arm sooner but read a stall's windows
-//     as independent evidence (4.8% A/A false stops against 1.6%).
+//   - Time not ready: D = arm's share − ((1+rate)·control's + floor)
+//     per window, in [−(1+rate+floor), 1] (the bar is not capped at 1,
+//     which would break the null's linearity); the e-process is a
+//     mixture of constant bets Π(1+λD) (Waudby-Smith and Ramdas,
+//     "Estimating means of bounded random variables by betting", JRSS B
+//     2023), λ up to 0.9/(1+rate+floor). An adaptive bet learning from
+//     the last windows stopped a stalled arm sooner but read a stall's
+//     windows as independent evidence (4.8% A/A false stops against
+//     1.6%).
 //
 // Each count's p0 and each bet rest on the arm's and the control's
 // windows as they come, never on a look's length. Windows are not
@@ -64,7 +66,7 @@ var harmThetas = []float64{4, 8, 16, 64, 256, 1024}
 
 // harmBets are the constant bets the unready test mixes over, as
 // fractions of the largest bet that keeps every factor positive.
-var harmBets = []float64{0.1, 0.2, 0.35, 0.5, 0.7}
+var harmBets = []float64{0.1, 0.2, 0.35, 0.5, 0.7, 0.9}
 
 // harmWeights are the tests' weights in the arm's mean e-value, fixed
 // in advance (they sum to 1): a restart and time not ready are what a
@@ -267,10 +269,12 @@ func everyPod(seen []bool, ok func(p int) bool) bool {
 func unreadyTest(a, c *Arm, n int, harm Harm) harmTest {
 	t := harmTest{name: "unready", e: make([]float64, n), gate: make([]bool, n)}
 	logs := make([]float64, len(harmBets))
-	// The bar is capped at 1 (never more than all the time), so that
-	// D ≥ −1 and the bets can reach 1: the uncapped bar's −(1+rate+floor)
-	// kept them under 2/3 and took 40% longer to stop a stalled arm.
-	lmax := 1.0
+	// The bar is not capped at 1: min(1, ·) is concave, so with a control
+	// often wholly unready the capped bar's mean falls below the null's
+	// (1+rate)·E[control]+floor and D's mean could be positive under the
+	// null (review, Jensen). Uncapped, D ≥ −(1+rate+floor), and the bets
+	// are scaled to keep 1+λD ≥ 0.
+	lmax := 1 / (1 + harm.Rate + harm.Unready)
 	ownS, ownT := make([]float64, len(a.Pods)), make([]float64, len(a.Pods))
 	seen := make([]bool, len(a.Pods))
 	ctrlS, ctrlT := make([]float64, len(c.Pods)), make([]float64, len(c.Pods))
@@ -312,7 +316,7 @@ func unreadyTest(a, c *Arm, n int, harm Harm) harmTest {
 			}
 		}
 		if sa, oka := share(ca); oka && okc {
-			d := sa - math.Min(1, (1+harm.Rate)*sc+harm.Unready)
+			d := sa - ((1+harm.Rate)*sc + harm.Unready)
 			for j, f := range harmBets {
 				logs[j] += math.Log1p(f * lmax * d)
 			}

@@ -131,3 +131,34 @@ func TestHarmOnOnePodIsNotTheArms(t *testing.T) {
 		t.Errorf("one pod's crash loop stopped the arm: %v", r.Arms[1].Harms)
 	}
 }
+
+// TestUnreadyTestHoldsUnderABimodalControl: the time-not-ready e-process
+// is a test supermartingale under its null, E[arm's share] ≤
+// (1+rate)·E[control's] + floor, even where the control is often wholly
+// unready. With the bar capped at 1 it was not (min is concave): a
+// control unready all or none of each window, half and half, and an arm
+// at exactly the null's bound grew the e-value past 1/α (review of
+// issue 57's fix).
+func TestUnreadyTestHoldsUnderABimodalControl(t *testing.T) {
+	harm := Harm{Rate: 0.5, Unready: 0.01}
+	const n = 400
+	mk := func(name string, share func(i int) float64) *Arm {
+		a := &Arm{Name: name, Pods: []string{name + "-1"}, Windows: [][]Window{make([]Window, n)}}
+		for i := range n {
+			a.Windows[0][i] = Window{Has: HasReady, Unready: share(i)}
+		}
+		return a
+	}
+	ctrl := mk("c", func(i int) float64 { return float64(i % 2) })
+	// The null's bound: (1+0.5)·0.5 + 0.01.
+	arm := mk("a", func(int) float64 { return 1.5*0.5 + 0.01 })
+	tst := unreadyTest(arm, ctrl, n, harm)
+	if e := tst.e[n-1]; e >= 1 {
+		t.Errorf("e-value after %d windows at the null's bound: %.3g, want below 1 (a supermartingale from 1)", n, e)
+	}
+	for i, e := range tst.e {
+		if e >= 20 {
+			t.Fatalf("e-value %.3g reached 1/α at window %d under the null", e, i)
+		}
+	}
+}
