@@ -27,8 +27,11 @@ var failOpenLine = regexp.MustCompile(`Failed calling webhook, failing open ([^:
 // own timeoutSeconds, the client's deadline, a read that waited too long.
 var slowReasons = []string{"context deadline exceeded", "Client.Timeout exceeded", "i/o timeout", "timeout awaiting response headers"}
 
-// parseFailOpen finds the calls failed open in an API server log.
-func parseFailOpen(log string) []failOpen {
+// parseFailOpen finds the calls failed open in an API server log. A call
+// whose error names the lost replica's address (victim, may be empty)
+// is a loss whatever its error: a deleted pod's address often answers
+// nothing, and the call then ends at its deadline like a slow one.
+func parseFailOpen(log, victim string) []failOpen {
 	var out []failOpen
 	for _, line := range strings.Split(log, "\n") {
 		m := failOpenLine.FindStringSubmatch(strings.TrimRight(line, "\r"))
@@ -36,6 +39,10 @@ func parseFailOpen(log string) []failOpen {
 			continue
 		}
 		f := failOpen{Hook: m[1], Reason: m[2]}
+		if victim != "" && strings.Contains(m[2], victim+":") {
+			out = append(out, f)
+			continue
+		}
 		for _, r := range slowReasons {
 			if strings.Contains(m[2], r) {
 				f.Slow = true
@@ -87,9 +94,11 @@ W1206 06:10:02.123456      12 dispatcher.go:210] Failed calling webhook, failing
 W1206 06:10:02.200000      12 dispatcher.go:210] Failed calling webhook, failing open fit.gofit.dev: failed calling webhook "fit.gofit.dev": failed to call webhook: Post "https://10.244.0.8:8443/mutate?timeout=2s": dial tcp 10.244.0.8:8443: connect: connection refused
 W1206 06:10:02.300000      12 dispatcher.go:210] Failed calling webhook, failing open fit.gofit.dev: failed calling webhook "fit.gofit.dev": failed to call webhook: Post "https://10.244.0.8:8443/mutate?timeout=2s": net/http: request canceled (Client.Timeout exceeded while awaiting headers)
 W1206 06:10:02.400000      12 dispatcher.go:210] Failed calling webhook, failing open fit.gofit.dev: failed calling webhook "fit.gofit.dev": failed to call webhook: Post "https://10.244.0.8:8443/mutate?timeout=2s": EOF
+W1206 06:10:02.500000      12 dispatcher.go:210] Failed calling webhook, failing open fit.gofit.dev: failed calling webhook "fit.gofit.dev": failed to call webhook: Post "https://gofit-webhook.gofit-system.svc:443/mutate?timeout=2s": dial tcp 10.244.0.9:8443: i/o timeout
 `
-	got := parseFailOpen(log)
-	want := []bool{true, false, true, false}
+	got := parseFailOpen(log, "10.244.0.9")
+	// The last timed out, but on the lost replica's address: lost.
+	want := []bool{true, false, true, false, false}
 	if len(got) != len(want) {
 		t.Fatalf("%d calls failed open, want %d: %+v", len(got), len(want), got)
 	}

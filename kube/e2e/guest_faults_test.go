@@ -852,15 +852,15 @@ func (g *guestRun) webhookFailover(t *testing.T) {
 		t.Logf("%s: %s killed %.2fs into the burst; %d pods created in %.2fs: %d mutated, %d admitted unmutated (failed open), %d errors; relative to the kill: %s",
 			round, victim.Name, killAt.Seconds(), len(results), results[len(results)-1].at.Seconds(), ok, open, failed, strings.Join(timeline, ", "))
 		// Why each call failed open, from the API server's own log (the
-		// host's, shared live): a call that outlasted the webhook's
-		// timeout is slow, not lost; a refused, reset or unanswered one
-		// is a lost replica.
+		// host's, shared live): a call to the lost replica's address, or
+		// one refused or reset, is a lost admission; one that outlasted
+		// the webhook's timeout on a live replica is slow, not lost.
 		apiLog, err := mark.since(g.c.paths.control)
 		if err != nil {
 			t.Fatalf("%s: the API server's log: %v", round, err)
 		}
 		var slow, lost []string
-		for _, f := range parseFailOpen(apiLog) {
+		for _, f := range parseFailOpen(apiLog, victim.Status.PodIP) {
 			if f.Slow {
 				slow = append(slow, f.Reason)
 			} else {

@@ -7,12 +7,15 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -182,7 +185,33 @@ func runInNetns(t *testing.T, planFile string) {
 		t.Fatalf("%s: %v", planFile, err)
 	}
 	root := t.TempDir()
-	cp := startControlPlane(t, run.Node, run.Envtest, root)
+	// Ctrl-C or CI's TERM: the test's cleanups would not run, and the
+	// control plane's PKI (the CA's and the admin's keys) and etcd's data
+	// would stay in /tmp. The components, QEMU and the network namespace
+	// go with this process whatever ends it.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sig)
+	var cp *cluster
+	var mu sync.Mutex
+	go func() {
+		s, ok := <-sig
+		if !ok {
+			return
+		}
+		mu.Lock()
+		if cp != nil {
+			cp.stop()
+		}
+		os.RemoveAll(root)
+		fmt.Fprintf(os.Stderr, "e2e: %v: the control plane stopped and %s removed\n", s, root)
+		os.Exit(130)
+	}()
+	func() {
+		mu.Lock()
+		defer mu.Unlock()
+		cp = startControlPlane(t, run.Node, run.Envtest, root)
+	}()
 	t.Logf("control plane up in %.1fs; its logs: %s (the guest's /mnt/control)", cp.ready.Seconds(), cp.logs)
 	stopCPU := make(chan struct{})
 	defer close(stopCPU)
