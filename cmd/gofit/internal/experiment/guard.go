@@ -20,7 +20,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 	"github.com/gofit-dev/gofit/kube/admission"
 )
 
@@ -556,8 +555,11 @@ func (p PromJudge) Judge(ctx context.Context, r Running, seq *Sequential) (*Resu
 	q.Namespace, q.Name, q.Workload = r.Namespace, r.Spec.Name, r.Workload
 	q.To = time.Now().Truncate(q.Window)
 	q.From = r.Started.Truncate(q.Window)
-	if q.To.Sub(q.From) < q.Window*stats.MinWindows {
-		return nil, nil // too early for any interval
+	// Harm is anytime-valid from the first whole window (quality verdicts
+	// stay undecided below stats.MinWindows, in Analyze): waiting for 8
+	// windows kept a crash-looping arm running for 8 of them (review).
+	if q.To.Sub(q.From) < q.Window {
+		return nil, nil // not one whole window yet
 	}
 	in, err := p.Fetch(ctx, q)
 	if err != nil {
