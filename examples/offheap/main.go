@@ -22,7 +22,6 @@ package main
 import (
 	"context"
 	"crypto/sha256"
-	"errors"
 	"expvar"
 	"flag"
 	"fmt"
@@ -31,14 +30,13 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"os/signal"
 	"runtime"
 	"runtime/debug"
 	"sync"
 	"syscall"
-	"time"
 
 	"github.com/gofit-dev/gofit"
+	"github.com/gofit-dev/gofit/examples/serve"
 )
 
 func main() {
@@ -222,15 +220,5 @@ func run(args []string) error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/work", s.work)
 	mux.Handle("/debug/vars", expvar.Handler())
-	srv := &http.Server{Addr: c.addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		srv.Close()
-	}()
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return serve.UntilSignal(c.addr, mux, 0)
 }

@@ -8,18 +8,10 @@
 package main
 
 import (
-	"context"
-	"crypto/sha256"
-	"errors"
 	"expvar"
 	"flag"
-	"fmt"
 	"log"
 	"net/http"
-	"os"
-	"os/signal"
-	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,6 +20,7 @@ import (
 
 	"github.com/gofit-dev/gofit/auto"
 	"github.com/gofit-dev/gofit/debugvars"
+	"github.com/gofit-dev/gofit/examples/serve"
 	"github.com/gofit-dev/gofit/metrics"
 )
 
@@ -47,19 +40,10 @@ func main() {
 	// an experiment's arm), where gofit's own CPU figures are not.
 	reg.MustRegister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux.Handle("/debug/vars", expvar.Handler())
-	mux.Handle("/work", timed(reg, "/work", http.HandlerFunc(work)))
+	mux.Handle("/work", timed(reg, "/work", http.HandlerFunc(serve.Work)))
 
-	srv := &http.Server{Addr: *addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(shutdown)
-	}()
 	log.Printf("listening on %s", *addr)
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := serve.UntilSignal(*addr, mux, 5*time.Second); err != nil {
 		log.Fatal(err)
 	}
 }
@@ -76,24 +60,4 @@ func timed(reg prometheus.Registerer, handler string, h http.Handler) http.Handl
 	}, []string{"code"})
 	reg.MustRegister(latency)
 	return promhttp.InstrumentHandlerDuration(latency, h)
-}
-
-// work burns CPU: ?n= rounds of SHA-256 over 1 KiB (default 2000, about 2ms).
-func work(w http.ResponseWriter, r *http.Request) {
-	n := 2000
-	if s := r.URL.Query().Get("n"); s != "" {
-		v, err := strconv.Atoi(s)
-		if err != nil || v < 0 || v > 1_000_000 {
-			http.Error(w, "n: want an integer from 0 to 1000000", http.StatusBadRequest)
-			return
-		}
-		n = v
-	}
-	buf := make([]byte, 1024)
-	var sum [32]byte
-	for i := 0; i < n; i++ {
-		sum = sha256.Sum256(buf)
-		copy(buf, sum[:])
-	}
-	fmt.Fprintf(w, "%x\n", sum[:4])
 }

@@ -9,9 +9,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 
+	"github.com/gofit-dev/gofit/tools/archive"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -62,7 +62,7 @@ func OpenImageTar(path string) (*Layout, error) {
 		return nil, err
 	}
 	l := &Layout{dir: dir}
-	if err := untar(f, dir); err != nil {
+	if err := archive.Unpack(f, dir); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -101,44 +101,6 @@ func OpenImageTar(path string) (*Layout, error) {
 		return nil, fmt.Errorf("%s: no image index named by io.containerd.image.name", path)
 	}
 	return l, nil
-}
-
-func untar(r io.Reader, dir string) error {
-	tr := tar.NewReader(r)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		p := filepath.Join(dir, filepath.FromSlash(h.Name))
-		if !strings.HasPrefix(p, dir+string(filepath.Separator)) {
-			return fmt.Errorf("tar entry %q leaves the layout", h.Name)
-		}
-		switch h.Typeflag {
-		case tar.TypeDir:
-			if err := os.MkdirAll(p, 0o755); err != nil {
-				return err
-			}
-		case tar.TypeReg:
-			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-				return err
-			}
-			f, err := os.Create(p)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(f, tr)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return err
-			}
-		}
-	}
 }
 
 // Platforms maps each linux/ARCH of the index to its image manifest digest.

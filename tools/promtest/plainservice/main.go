@@ -10,19 +10,12 @@
 package main
 
 import (
-	"context"
-	"crypto/sha256"
-	"errors"
 	"flag"
-	"fmt"
 	"log"
 	"net/http"
-	"os"
-	"os/signal"
-	"strconv"
-	"syscall"
 	"time"
 
+	"github.com/gofit-dev/gofit/examples/serve"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -44,38 +37,9 @@ func main() {
 
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.Handle("/work", promhttp.InstrumentHandlerDuration(latency, http.HandlerFunc(work)))
+	mux.Handle("/work", promhttp.InstrumentHandlerDuration(latency, http.HandlerFunc(serve.Work)))
 
-	srv := &http.Server{Addr: *addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(shutdown)
-	}()
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := serve.UntilSignal(*addr, mux, 5*time.Second); err != nil {
 		log.Fatal(err)
 	}
-}
-
-// work burns CPU: ?n= rounds of SHA-256 over 1 KiB (default 2000, about 2ms).
-func work(w http.ResponseWriter, r *http.Request) {
-	n := 2000
-	if s := r.URL.Query().Get("n"); s != "" {
-		v, err := strconv.Atoi(s)
-		if err != nil || v < 0 || v > 1_000_000 {
-			http.Error(w, "n: want an integer from 0 to 1000000", http.StatusBadRequest)
-			return
-		}
-		n = v
-	}
-	buf := make([]byte, 1024)
-	var sum [32]byte
-	for i := 0; i < n; i++ {
-		sum = sha256.Sum256(buf)
-		copy(buf, sum[:])
-	}
-	fmt.Fprintf(w, "%x\n", sum[:4])
 }

@@ -31,24 +31,8 @@ func WriteFiles(dir string, r *Results) ([]string, error) {
 	var out []string
 	for name, b := range map[string][]byte{"results.json": append(js, '\n'), "report.html": html} {
 		p := filepath.Join(dir, name)
-		tmp, err := os.CreateTemp(dir, "."+name+".*")
-		if err != nil {
-			return nil, fmt.Errorf("write %s: %w", p, err)
-		}
-		_, werr := tmp.Write(b)
-		if werr == nil {
-			werr = tmp.Chmod(0o644) // as the lab's files: a report is for reading
-		}
-		cerr := tmp.Close()
-		if werr == nil {
-			werr = cerr
-		}
-		if werr == nil {
-			werr = os.Rename(tmp.Name(), p)
-		}
-		if werr != nil {
-			os.Remove(tmp.Name())
-			return nil, fmt.Errorf("write %s: %w", p, werr)
+		if err := labreport.WriteAtomic(p, b); err != nil {
+			return nil, err
 		}
 		out = append(out, p)
 	}

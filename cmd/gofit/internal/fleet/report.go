@@ -227,36 +227,13 @@ func WriteFiles(dir string, r *Results) (files, skipped []string, err error) {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return nil, nil, fmt.Errorf("report directory: %w", err)
 		}
-		if err := writeFile(p, b); err != nil {
+		if err := labreport.WriteAtomic(p, b); err != nil {
 			return nil, nil, err
 		}
 		files = append(files, p)
 	}
 	sort.Strings(files)
 	return files, skipped, nil
-}
-
-// writeFile replaces p whole or not at all.
-func writeFile(p string, b []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	_, werr := tmp.Write(b)
-	if werr == nil {
-		werr = tmp.Chmod(0o644)
-	}
-	if cerr := tmp.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(tmp.Name(), p)
-	}
-	if werr != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("write %s: %w", p, werr)
-	}
-	return nil
 }
 
 var tmpl = template.Must(template.New("fleet").Funcs(template.FuncMap{

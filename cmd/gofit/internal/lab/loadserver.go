@@ -14,6 +14,7 @@ import (
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
+	"github.com/gofit-dev/gofit/examples/serve"
 )
 
 // LoadCommand is the gofit subcommand a `gofit lab --kube` run's load
@@ -249,5 +250,5 @@ func ServeLoad(addr string) error {
 	if len(token) < 16 {
 		return fmt.Errorf("$%s: want the run's token (16 characters or more), got %d characters: the load pod serves only the run that started it", LoadTokenEnv, len(token))
 	}
-	return serveUntilSignal(addr, loadHandler(token))
+	return serve.UntilSignal(addr, loadHandler(token), 0)
 }

@@ -1,18 +1,13 @@
 package lab
 
 import (
-	"context"
 	"crypto/sha256"
-	"errors"
 	"expvar"
 	"fmt"
 	"net/http"
-	"os"
-	"os/signal"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
+	"github.com/gofit-dev/gofit/examples/serve"
 )
 
 // The embedded sample service: an HTTP handler shaped like a typical API,
@@ -58,23 +54,7 @@ func ServeSample(addr string) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	return serveUntilSignal(addr, mux)
-}
-
-// serveUntilSignal serves h on addr until SIGTERM or SIGINT: the lab's
-// helper processes (the sample, the load pod).
-func serveUntilSignal(addr string, h http.Handler) error {
-	srv := &http.Server{Addr: addr, Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		srv.Close()
-	}()
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return serve.UntilSignal(addr, mux, 0)
 }
 
 func sampleWork(w http.ResponseWriter, r *http.Request) {

@@ -7,12 +7,10 @@
 package image
 
 import (
-	"archive/tar"
 	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -20,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gofit-dev/gofit/tools/archive"
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -189,7 +188,7 @@ func Load(ctx context.Context, ref, root, tmp string) (*Image, error) {
 	}
 	rc := mutate.Extract(img)
 	defer rc.Close()
-	if err := Unpack(rc, root); err != nil {
+	if err := archive.Unpack(rc, root); err != nil {
 		return nil, fmt.Errorf("--image %s: unpack: %w", ref, err)
 	}
 	if im.UID, im.GID, err = lookupUser(root, im.User); err != nil {
@@ -278,118 +277,6 @@ func InRoot(root, p string) (string, error) {
 	return filepath.Join(root, cur), nil
 }
 
-// Unpack writes a flattened image filesystem (mutate.Extract's tar) into
-// root. Entries cannot escape it: names are cleaned, and no entry is
-// written through a symbolic link (a layer with a link "etc -> /etc" and
-// then "etc/passwd" is refused). Devices, FIFOs and sockets are skipped:
-// a service under test needs none of its own.
-func Unpack(r io.Reader, root string) error {
-	tr := tar.NewReader(r)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		rel := path.Clean("/" + h.Name)
-		if rel == "/" {
-			continue
-		}
-		dst := filepath.Join(root, rel)
-		if err := noLinkParents(root, path.Dir(rel)); err != nil {
-			return fmt.Errorf("%s: %w", h.Name, err)
-		}
-		mode := os.FileMode(h.Mode) & os.ModePerm
-		switch h.Typeflag {
-		case tar.TypeDir:
-			st, err := os.Lstat(dst)
-			switch {
-			case err == nil && st.IsDir():
-				if err := os.Chmod(dst, mode); err != nil {
-					return err
-				}
-			default:
-				if err == nil { // a file or a link where a directory goes
-					if err := os.Remove(dst); err != nil {
-						return err
-					}
-				}
-				if err := os.Mkdir(dst, mode); err != nil {
-					return err
-				}
-				if err := os.Chmod(dst, mode); err != nil {
-					return err
-				}
-			}
-		case tar.TypeReg:
-			os.Remove(dst)
-			f, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(f, tr)
-			if cerr := f.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return fmt.Errorf("%s: %w", h.Name, err)
-			}
-			if err := os.Chmod(dst, mode); err != nil { // past the umask
-				return err
-			}
-		case tar.TypeSymlink:
-			os.Remove(dst)
-			if err := os.Symlink(h.Linkname, dst); err != nil {
-				return err
-			}
-		case tar.TypeLink:
-			src := path.Clean("/" + h.Linkname)
-			if err := noLinkParents(root, path.Dir(src)); err != nil {
-				return fmt.Errorf("%s: link to %s: %w", h.Name, h.Linkname, err)
-			}
-			os.Remove(dst)
-			if err := os.Link(filepath.Join(root, src), dst); err != nil {
-				return err
-			}
-		default:
-			continue
-		}
-		_ = os.Lchown(dst, h.Uid, h.Gid)
-	}
-}
-
-// noLinkParents fails when a directory on the way from root to dir (a
-// path inside root) is a symbolic link.
-func noLinkParents(root, dir string) error {
-	cur := root
-	for _, part := range strings.Split(strings.TrimPrefix(path.Clean("/"+dir), "/"), "/") {
-		if part == "" {
-			continue
-		}
-		cur = filepath.Join(cur, part)
-		st, err := os.Lstat(cur)
-		if errors.Is(err, os.ErrNotExist) {
-			// Tars may omit a file's directories.
-			if err := os.Mkdir(cur, 0o755); err != nil {
-				return err
-			}
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if st.Mode()&os.ModeSymlink != 0 {
-			return fmt.Errorf("goes through the symbolic link %s", strings.TrimPrefix(cur, root))
-		}
-		if !st.IsDir() {
-			return fmt.Errorf("%s is not a directory", strings.TrimPrefix(cur, root))
-		}
-	}
-	return nil
-}
-
 // lookupUser turns a config's user (name or number, then optionally
 // :group) into numbers, from the image's /etc/passwd and /etc/group.
 func lookupUser(root, user string) (uid, gid int, err error) {
@@ -459,7 +346,7 @@ func untarLayout(file, dir string) error {
 		return err
 	}
 	defer f.Close()
-	if err := Unpack(f, dir); err != nil {
+	if err := archive.Unpack(f, dir); err != nil {
 		return fmt.Errorf("%s: %w", file, err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "index.json")); err != nil {

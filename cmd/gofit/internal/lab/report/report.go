@@ -60,30 +60,35 @@ func Write(dir string, r *result.Results) ([]string, error) {
 	return paths, nil
 }
 
-// WriteAtomic writes path via a temporary file and a rename, so an
-// interrupted run never leaves a half-written file behind (the lab's
-// records.json is written the same way).
+// WriteAtomic replaces path whole or not at all: it writes a temporary
+// file beside it, syncs it, makes it readable by all (0644: a report is
+// for reading) and renames it over path, so an interrupted run never
+// leaves a half-written file behind. It is gofit's one writer for
+// results, records and reports (the lab's, the experiment's, the
+// fleet's); its errors name path.
 func WriteAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".gofit-*")
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
-		return err
+		return fmt.Errorf("write %s: %w", path, err)
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Sync()
 	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
+	if err == nil {
+		err = tmp.Chmod(0o644)
 	}
-	if err := tmp.Close(); err != nil {
-		return err
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
 	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return err
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
 	}
-	return os.Rename(tmp.Name(), path)
+	if err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
 }
 
 // verdictRow is one setting across the quotas, for the verdict tables.
