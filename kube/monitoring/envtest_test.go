@@ -89,7 +89,9 @@ func TestServerSideDryRun(t *testing.T) {
 		}
 		f.Close()
 	}
-	if want := fmt.Sprint(map[string]int{"ConfigMap": 2, "PodMonitor": 3, "PrometheusRule": 1}); fmt.Sprint(kinds) != want {
+	// PodMonitors: the webhook, the agent, gofit-services and the experiment
+	// guard.
+	if want := fmt.Sprint(map[string]int{"ConfigMap": 2, "PodMonitor": 4, "PrometheusRule": 1}); fmt.Sprint(kinds) != want {
 		t.Errorf("objects dry-run: %v, want %s", kinds, want)
 	}
 	// Dry run means nothing stays.
