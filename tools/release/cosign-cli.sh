@@ -89,14 +89,15 @@ failed=0
 # on the registry REGISTRY and PLATFORM_DIGEST are filled in and
 # --allow-http-registry added (the registry is plain HTTP, as the docs say).
 run() {
-  local l=$1
+  local l=$1 got
+  local -a w
   case $l in
   curl*)
     [[ $l == *" https://raw.githubusercontent.com/gofit-dev/gofit/main/cosign.pub"* && $l == *"o gofit.pub "* ]] ||
       { echo "curl: not the project's key into gofit.pub: $l"; return 1; }
     cp "$anchor" gofit.pub ;;
   openssl*)
-    local got; got=$(bash -c "$l") || return 1
+    got=$(bash -c "$l") || return 1
     [[ "sha256:${got%% *}" == "$fp" ]] || { echo "fingerprint sha256:${got%% *}, want $fp"; return 1; } ;;
   cosign\ *)
     l=${l//REGISTRY/$R}; l=${l//PLATFORM_DIGEST/$PD}
@@ -111,13 +112,13 @@ run() {
 want() {
   local w=$1 got; shift
   if run "$1" >"$work/out" 2>&1; then got=ok; else got=fail; fi
-  if [[ $got == "$w" ]]; then echo "cosign-cli: v$v: $got as it should: $1"
-  else echo "cosign-cli: v$v: WRONG, $got: $1"; tail -5 "$work/out"; failed=1; fi
+  if [[ $got == "$w" ]]; then echo "cosign-cli: $who: $got as it should: $1"
+  else echo "cosign-cli: $who: WRONG, $got: $1"; grep -v '^WARNING' "$work/out" | tail -c 800; failed=1; fi
 }
 fp=$($GO -C "$repo" run ./tools/release/cmd/release fingerprint "$A")
 
 for v in $COSIGN_VERSIONS; do
-  cosign=${bin[$v]}/cosign
+  cosign=${bin[$v]}/cosign who="cosign v$v"
   s=$(date +%s)
   echo "cosign-cli: $("$cosign" version 2>/dev/null | awk '/^GitVersion/{print $2}')"
   anchor=$A
@@ -128,7 +129,7 @@ for v in $COSIGN_VERSIONS; do
   if [[ $commit == "$head" ]]; then echo "cosign-cli: v$v: the provenance names the commit, $commit"
   else echo "cosign-cli: v$v: WRONG: the provenance names $commit"; failed=1; fi
   # Another key (the docs' gofit.pub now another's) verifies nothing.
-  anchor=$work/other/cosign.pub
+  anchor=$work/other/cosign.pub who="cosign v$v, another key"
   for l in "${files[@]}" "${registry[@]}"; do
     case $l in openssl* | sha256sum*) ;; curl*) want ok "$l" ;; *) want fail "$l" ;; esac
   done
@@ -145,7 +146,7 @@ sha256sum -- gofit-* sbom-linux-*.cdx.json >sha256sums
 $GO -C "$repo" run ./tools/release/cmd/release sign -key "$work/other/cosign.key" -dist "$work/forged" \
   -version v0.1.0 -commit "$head" >/dev/null
 for v in $COSIGN_VERSIONS; do
-  cosign=${bin[$v]}/cosign
+  cosign=${bin[$v]}/cosign who="cosign v$v, forged release"
   anchor=$A
   for l in "${files[@]}"; do
     case $l in cosign* | go*) want fail "$l" ;; *) want ok "$l" ;; esac
@@ -154,7 +155,7 @@ for v in $COSIGN_VERSIONS; do
 done
 cd "$work/dist"
 echo tampered >>gofit-linux-amd64
-v=sha256sum want fail "sha256sum -c --quiet sha256sums"
+who="changed binary" want fail "sha256sum -c --quiet sha256sums"
 
 if ((failed)); then echo "cosign-cli: FAILED" >&2; exit 1; fi
 echo "cosign-cli: cosign $COSIGN_VERSIONS verified the release by docs/install.md's commands, in $(since "$t0")"
