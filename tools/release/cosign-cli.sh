@@ -112,6 +112,7 @@ run() {
 want() {
   local w=$1 got; shift
   if run "$1" >"$work/out" 2>&1; then got=ok; else got=fail; fi
+  grep -i 'deprecated' "$work/out" >>"$work/deprecated" || true
   if [[ $got == "$w" ]]; then echo "cosign-cli: $who: $got as it should: $1"
   else echo "cosign-cli: $who: WRONG, $got: $1"; grep -v '^WARNING' "$work/out" | tail -c 800; failed=1; fi
 }
@@ -157,5 +158,7 @@ cd "$work/dist"
 echo tampered >>gofit-linux-amd64
 who="changed binary" want fail "sha256sum -c --quiet sha256sums"
 
+# What cosign says is going away, for the next change of format.
+if [[ -s $work/deprecated ]]; then sort -u "$work/deprecated" | sed 's/^/cosign-cli: cosign warned: /'; fi
 if ((failed)); then echo "cosign-cli: FAILED" >&2; exit 1; fi
 echo "cosign-cli: cosign $COSIGN_VERSIONS verified the release by docs/install.md's commands, in $(since "$t0")"
