@@ -59,7 +59,7 @@ release:
 # each built from its module and cached by version), by docs/install.md's
 # commands, against a local registry, and a tampered release re-signed
 # with another key refused (tools/release/cosign-cli.sh): not in make
-# test, as each cosign is a 5-10 minute build.
+# test, as each cosign is a 10-16 minute build on 2 loaded cores.
 COSIGN_VERSIONS ?= 2.6.5 3.1.3
 .PHONY: release-verify-cli
 release-verify-cli:

@@ -5,7 +5,7 @@
 # docs/install.md's "Verifying a release" gives (read from the page, so
 # the page and this check cannot drift), and refused under another key
 # and on a tampered release re-signed with another key. Not part of make
-# test or CI: cosign is a large build (about 5-10 minutes cold per version
+# test or CI: cosign is a large build (10-16 minutes cold per version
 # on 2 cores; then cached by version under ~/.cache/gofit). tools/release's
 # tests check the same signatures with sigstore's Go modules on every make
 # test.
