@@ -55,12 +55,15 @@ UNSIGNED ?=
 release:
 	VERSION=$(VERSION) GO=$(GO) KEY=$(KEY) REGISTRY=$(REGISTRY) UNSIGNED=$(UNSIGNED) bash tools/release.sh
 
-# A release verified with the real cosign CLI, by docs/install.md's
-# commands, against a local registry (tools/release/cosign-cli.sh): not in
-# make test, as cosign is a 5-minute build.
+# A release verified with the real cosign CLI, v2 and v3 (COSIGN_VERSIONS,
+# each built from its module and cached by version), by docs/install.md's
+# commands, against a local registry, and a tampered release re-signed
+# with another key refused (tools/release/cosign-cli.sh): not in make
+# test, as each cosign is a 10-16 minute build on 2 loaded cores.
+COSIGN_VERSIONS ?= 2.6.5 3.1.3
 .PHONY: release-verify-cli
 release-verify-cli:
-	GO=$(GO) bash tools/release/cosign-cli.sh
+	GO=$(GO) COSIGN_VERSIONS="$(COSIGN_VERSIONS)" bash tools/release/cosign-cli.sh
 
 # gofit on a real single-node Kubernetes (kube/e2e): a cgroup v2 kernel in
 # a QEMU VM running etcd, kube-apiserver, controller-manager, scheduler,
