@@ -193,6 +193,7 @@ func runInNetns(t *testing.T, planFile string) {
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sig)
 	var cp *cluster
+	var share string
 	var mu sync.Mutex
 	go func() {
 		s, ok := <-sig
@@ -203,8 +204,12 @@ func runInNetns(t *testing.T, planFile string) {
 		if cp != nil {
 			cp.stop()
 		}
-		os.RemoveAll(root)
-		fmt.Fprintf(os.Stderr, "e2e: %v: the control plane stopped and %s removed\n", s, root)
+		// t.TempDir's own parent (TestNode…) too, and the VM's share.
+		os.RemoveAll(filepath.Dir(root))
+		if share != "" {
+			os.RemoveAll(share)
+		}
+		fmt.Fprintf(os.Stderr, "e2e: %v: the control plane stopped; %s and %q removed\n", s, filepath.Dir(root), share)
 		os.Exit(130)
 	}()
 	func() {
@@ -230,7 +235,8 @@ func runInNetns(t *testing.T, planFile string) {
 		Cmdline: "tsc=reliable clocksource=tsc",
 		Binaries: []vmtest.Binary{{Name: "e2e.test", Path: run.Bin, Dir: "kube/e2e", Timeout: 75 * time.Minute,
 			Args: run.GuestArgs}},
-		Console: &lineLog{t: t, prefix: "console: "}}
+		Console: &lineLog{t: t, prefix: "console: "},
+		OnShare: func(dir string) { mu.Lock(); share = dir; mu.Unlock() }}
 	start := time.Now()
 	rep := r.Boot(context.Background())
 	t.Logf("VM booted in %.1fs; the whole run took %.1fs (%v since the control plane started)", rep.Boot.Seconds(), rep.Wall.Seconds(), time.Since(start).Round(time.Second))

@@ -135,6 +135,10 @@ type Run struct {
 	Tap string
 	// Cmdline is appended to the kernel's command line.
 	Cmdline string
+	// OnShare, when set, is told the share directory as soon as it
+	// exists: a caller that is interrupted can remove it (Boot removes it
+	// when it returns).
+	OnShare func(dir string)
 }
 
 // Report is the outcome of a boot.
@@ -158,6 +162,9 @@ func (r *Run) Boot(ctx context.Context) *Report {
 		return rep
 	}
 	defer os.RemoveAll(share)
+	if r.OnShare != nil {
+		r.OnShare(share)
+	}
 	if rep.Err = r.prepare(share); rep.Err != nil {
 		return rep
 	}
