@@ -372,3 +372,21 @@ func TestHelmTestProbe(t *testing.T) {
 		t.Error("the probe without the webhook")
 	}
 }
+
+// TestHelmTestProbeLeftOutWhereRefused: with client authentication or the
+// Cilium policy the webhook refuses the probe's pod (no certificate or
+// token; not the API server), so helm test would always fail: the chart
+// renders no probe there.
+func TestHelmTestProbeLeftOutWhereRefused(t *testing.T) {
+	for _, values := range []string{
+		`{"webhook":{"clientAuth":{"tokenSecret":{"name":"tok"}}}}`,
+		`{"webhook":{"clientAuth":{"caConfigMap":{"name":"ca"}}}}`,
+		`{"webhook":{"ciliumNetworkPolicy":{"enabled":true}}}`,
+	} {
+		for _, o := range template(t, values) {
+			if o.GetKind() == "Pod" && strings.HasSuffix(o.GetName(), "-webhook-probe") {
+				t.Errorf("%s: helm test's probe %s rendered, which the webhook would refuse", values, o.GetName())
+			}
+		}
+	}
+}
