@@ -527,6 +527,9 @@ func (c *cluster) startAPIServerAs(name string) error {
 		"--service-account-key-file="+d+"/sa.pub", "--service-account-signing-key-file="+d+"/sa.key",
 		// No kube-proxy: webhooks and aggregated APIs by endpoint IP.
 		"--enable-aggregator-routing=true",
+		// The kubelet (logs, exec) by the node's address: the host's
+		// namespace cannot resolve the node's name, which it tries first.
+		"--kubelet-preferred-address-types=InternalIP",
 		// API Priority and Fairness only slows the first start under TCG.
 		"--enable-priority-and-fairness=false",
 		"--profiling=false")
