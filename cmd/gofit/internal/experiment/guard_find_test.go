@@ -2,12 +2,18 @@ package experiment
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/gofit-dev/gofit/kube/admission"
 )
@@ -59,5 +65,43 @@ func TestFindPerWorkload(t *testing.T) {
 				t.Errorf("experiment %s judges pod %s of %s", k, p.Name, w)
 			}
 		}
+	}
+}
+
+// TestFindInItsNamespaces: with Roles in the experiment namespaces only
+// (issue 53, least privilege), a cluster-wide list of Leases is
+// forbidden; the guard lists each of its namespaces and no other, and an
+// error says which namespace it could not list.
+func TestFindInItsNamespaces(t *testing.T) {
+	lease := func(ns string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: admission.ExperimentLease("gmp", "Deployment/web"), Namespace: ns,
+			Labels: map[string]string{admission.LabelExperiment: "gmp"}, Annotations: map[string]string{admission.AnnotationWorkload: "Deployment/web"}}}
+	}
+	cs := fake.NewClientset(lease("shop"), lease("kube-system"))
+	var listed []string
+	cs.PrependReactor("list", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		ns := a.GetNamespace()
+		listed = append(listed, ns)
+		if ns != "shop" {
+			return true, nil, apierrors.NewForbidden(schema.GroupResource{Group: "coordination.k8s.io", Resource: "leases"}, "", fmt.Errorf("no Role in %q", ns))
+		}
+		return false, nil, nil
+	})
+	g := &Guard{Client: cs, Namespaces: []string{"shop"}}
+	got, err := g.Find(context.Background())
+	if err != nil {
+		t.Fatalf("find in shop: %v", err)
+	}
+	if fmt.Sprint(listed) != "[shop]" {
+		t.Errorf("listed Leases in %q, want shop only", listed)
+	}
+	for _, r := range got {
+		if r.Namespace != "shop" {
+			t.Errorf("found an experiment in %s", r.Namespace)
+		}
+	}
+	g.Namespaces = []string{"shop", "web"}
+	if _, err := g.Find(context.Background()); err == nil || !strings.Contains(err.Error(), "namespace web") {
+		t.Errorf("a namespace without the Role: %v, want an error naming it", err)
 	}
 }
