@@ -247,6 +247,7 @@ func runExperimentLoad(args []string, stdout, stderr io.Writer) error {
 // promFlags are the Prometheus connection flags report and guard share.
 type promFlags struct {
 	url, token, ca string
+	insecureHTTP   bool
 	header         headerFlag
 	match          matchFlag
 }
@@ -256,13 +257,17 @@ func addPromFlags(fs *flag.FlagSet) *promFlags {
 	fs.StringVar(&p.url, "prometheus", "", "Prometheus `URL` (required)")
 	fs.StringVar(&p.token, "bearer-token-file", "", "send the token in `FILE` as Authorization: Bearer (re-read each request)")
 	fs.StringVar(&p.ca, "ca-file", "", "verify Prometheus's certificate with the PEM bundle in `FILE`")
+	fs.BoolVar(&p.insecureHTTP, "prometheus-insecure-http", false, "send the bearer token (or an Authorization header) to an http:// --prometheus, in the clear")
 	fs.Var(p.header, "header", "send `NAME=VALUE` with every request (repeatable; X-Scope-OrgID=tenant)")
 	fs.Var(&p.match, "match", "add the label matcher `LABEL=VALUE` to every series (repeatable; cluster=prod)")
 	return p
 }
 
 func (p *promFlags) client() (v1.API, error) {
-	c, err := promclient.Config{URL: p.url, BearerTokenFile: p.token, CAFile: p.ca, Headers: p.header, Timeout: time.Minute}.Client()
+	c, err := promclient.Config{URL: p.url, BearerTokenFile: p.token, CAFile: p.ca, Headers: p.header, Timeout: time.Minute, InsecureHTTP: p.insecureHTTP}.Client()
+	if errors.Is(err, promclient.ErrCredentialOverHTTP) {
+		return nil, fmt.Errorf("%w: --prometheus with --bearer-token-file or an Authorization --header: %v", errUsage, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: --prometheus, --bearer-token-file, --ca-file or --header: %v", errUsage, err)
 	}

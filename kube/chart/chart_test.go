@@ -367,7 +367,7 @@ var matrix = []struct{ name, values string }{
 	{"platform", platformValues},
 	{"components", `{"webhook":{"replicas":1,"pdb":{"minAvailable":0},"experiments":{"enabled":true,"namespaces":["default"]},"ciliumNetworkPolicy":{"enabled":true},
 	  "networkPolicy":{"ingressFrom":[{"ipBlock":{"cidr":"10.0.0.0/24"}},{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]}},
-	  "experimentGuard":{"prometheus":{"caSecret":{"name":"prometheus-ca","key":"ca.crt"},"bearerTokenSecret":{"name":"prometheus-reader","key":"token"}}}}`},
+	  "experimentGuard":{"prometheus":{"url":"https://prometheus-operated.monitoring.svc:9090","caSecret":{"name":"prometheus-ca","key":"ca.crt"},"bearerTokenSecret":{"name":"prometheus-reader","key":"token"}}}}`},
 	// Every name from fullnameOverride (issue 43): checkRender follows each
 	// reference to an object of the render.
 	{"renamed", `{"fullnameOverride":"acme","webhook":{"experiments":{"enabled":true,"namespaces":["default"]},"ciliumNetworkPolicy":{"enabled":true}},
@@ -508,7 +508,7 @@ func checkRender(t *testing.T, name string, objs []*unstructured.Unstructured) {
 		// The experiment guard comes with experiments, leader-elected,
 		// with RBAC for what it uses.
 		has("Deployment gofit-system/gofit-experiment-guard", "experiment", "guard", "--interval=5m",
-			"--prometheus=http://prometheus-operated.monitoring.svc:9090", "--namespaces=default")
+			"--prometheus=https://prometheus-operated.monitoring.svc:9090", "--namespaces=default")
 		for _, k := range []string{"Role default/gofit-experiment-guard", "RoleBinding default/gofit-experiment-guard", "Role gofit-system/gofit-experiment-guard-leader",
 			"ServiceAccount gofit-system/gofit-experiment-guard", "ValidatingAdmissionPolicy /gofit-experiment-guard-leases"} {
 			if kinds[k] == nil {
@@ -1023,7 +1023,7 @@ func TestExperimentGuardSecrets(t *testing.T) {
 			map[string]string{"prometheus-ca": "prom-tls/ca.crt"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			objs := template(t, `{`+on+`,"experimentGuard":{"prometheus":`+tc.guard+`}}`)
+			objs := template(t, `{`+on+`,"experimentGuard":{"prometheus":`+mergeJSON(t, `{"url":"https://prometheus.monitoring.svc:9090"}`, tc.guard)+`}}`)
 			var dep *unstructured.Unstructured
 			for _, o := range objs {
 				if key(o) == "Deployment gofit-system/gofit-experiment-guard" {
@@ -1041,6 +1041,27 @@ func TestExperimentGuardSecrets(t *testing.T) {
 		_, err := run(t, "template", "gofit", chartDir(), "-n", "gofit-system", "-f", f)
 		if err == nil || !strings.Contains(err.Error(), "set one of experimentGuard.prometheus.") {
 			t.Errorf("%s: error %v, want one naming both values", v, err)
+		}
+	}
+	// A token over http:// (issue 53): refused at render, unless
+	// insecureHTTP says so, which passes --prometheus-insecure-http.
+	for _, v := range []string{`{"bearerTokenFile":"/token"}`, `{"bearerTokenSecret":{"name":"prom-reader"}}`, `{"headers":{"Authorization":"Basic eDp5"}}`} {
+		f := filepath.Join(t.TempDir(), "values.json")
+		if err := os.WriteFile(f, []byte(`{`+on+`,"experimentGuard":{"prometheus":`+v+`}}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := run(t, "template", "gofit", chartDir(), "-n", "gofit-system", "-f", f)
+		if err == nil || !strings.Contains(err.Error(), "experimentGuard.prometheus.insecureHTTP") {
+			t.Errorf("%s over http://: error %v, want one naming experimentGuard.prometheus.insecureHTTP", v, err)
+		}
+	}
+	for _, o := range template(t, `{`+on+`,"experimentGuard":{"prometheus":{"bearerTokenFile":"/token","insecureHTTP":true}}}`) {
+		if key(o) != "Deployment gofit-system/gofit-experiment-guard" {
+			continue
+		}
+		cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		if args, _, _ := unstructured.NestedStringSlice(cs[0].(map[string]any), "args"); !slices.Contains(args, "--prometheus-insecure-http") {
+			t.Errorf("insecureHTTP: guard args %q lack --prometheus-insecure-http", args)
 		}
 	}
 }
