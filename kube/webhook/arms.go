@@ -457,6 +457,15 @@ func (a *ArmAssigner) try(ctx context.Context, ns string, owner *metav1.OwnerRef
 	if lease.Annotations == nil {
 		lease.Annotations = map[string]string{}
 	}
+	// A spec the Lease has not run is a new experiment under an old name
+	// (admission.RunFor): it starts now, with no arm stopped and nothing
+	// pending, whatever the old run left.
+	run, fresh := admission.RunFor(&lease.ObjectMeta, e, now())
+	if fresh {
+		delete(lease.Annotations, admission.AnnotationGuard)
+		delete(lease.Annotations, annotationPending)
+	}
+	lease.Annotations[admission.AnnotationRun] = run.String()
 	var pend []pending
 	if s := lease.Annotations[annotationPending]; s != "" {
 		if err := json.Unmarshal([]byte(s), &pend); err != nil {
@@ -499,9 +508,9 @@ func (a *ArmAssigner) try(ctx context.Context, ns string, owner *metav1.OwnerRef
 		return admission.Assignment{}, err
 	}
 	// Only the arms still open: the guard stops a harmful arm on the
-	// Lease, and maxDuration counts from the Lease's creation (the first
+	// Lease, and maxDuration counts from the run's start (its first
 	// assignment).
-	open := e.OpenArms(lease.Annotations, lease.CreationTimestamp.Time, now())
+	open := e.OpenArms(lease.Annotations, run.Start, now())
 	as := admission.Assignment{Arm: admission.LeastFilled(open, counts), Ticket: ticket}
 	kept = append(kept, pending{Ticket: ticket, Arm: as.Arm, At: now().UTC()})
 	b, err := json.Marshal(kept)

@@ -52,7 +52,7 @@ type Running struct {
 	Lease    *coordinationv1.Lease
 	Spec     *admission.Experiment
 	Pods     []corev1.Pod
-	Started  time.Time // the Lease's creation: the first assignment
+	Started  time.Time // the Lease's current run's start (admission.RunStart): its first assignment
 }
 
 // Judge fetches and analyzes an experiment at one look.
@@ -178,7 +178,7 @@ func (g *Guard) Find(ctx context.Context) ([]Running, error) {
 		if err != nil {
 			return nil, fmt.Errorf("list pods of experiment %s/%s: %w", l.Namespace, name, err)
 		}
-		r := Running{Namespace: l.Namespace, Lease: l, Started: l.CreationTimestamp.Time}
+		r := Running{Namespace: l.Namespace, Lease: l, Started: admission.RunStart(&l.ObjectMeta)}
 		if w, ok := l.Annotations[admission.AnnotationWorkload]; ok {
 			r.Workload = w
 			if w == "" {
@@ -385,6 +385,11 @@ func (g *Guard) update(ctx context.Context, r Running, change func(*admission.Gu
 		}
 		if l, err = leases.Get(ctx, r.Lease.Name, metav1.GetOptions{}); err != nil {
 			return fmt.Errorf("lease %s/%s: %w", r.Namespace, r.Lease.Name, err)
+		}
+		if !admission.RunStart(&l.ObjectMeta).Equal(r.Started) {
+			// A new spec started a new run since the look: the
+			// decision was about the old one.
+			return fmt.Errorf("lease %s/%s: a new run started at %v: the look's decision is not written", r.Namespace, r.Lease.Name, admission.RunStart(&l.ObjectMeta))
 		}
 	}
 	return fmt.Errorf("lease %s/%s: still conflicting after 20 attempts", r.Namespace, r.Lease.Name)
