@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	mrand "math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -78,6 +79,9 @@ type ArmAssigner struct {
 	// Attempts bounds the conflict retries; 0 means 20.
 	Attempts int
 	now      func() time.Time
+	// pick breaks ties between the least filled arms (LeastFilled);
+	// nil: math/rand/v2's IntN.
+	pick func(n int) int
 
 	// trustReviews skips verifyOwner: for tests of everything else,
 	// whose pods name owners that need not exist.
@@ -511,7 +515,11 @@ func (a *ArmAssigner) try(ctx context.Context, ns string, owner *metav1.OwnerRef
 	// Lease, and maxDuration counts from the run's start (its first
 	// assignment).
 	open := e.OpenArms(lease.Annotations, run.Start, now())
-	as := admission.Assignment{Arm: admission.LeastFilled(open, counts), Ticket: ticket}
+	pick := a.pick
+	if pick == nil {
+		pick = mrand.IntN
+	}
+	as := admission.Assignment{Arm: admission.LeastFilled(open, counts, pick), Ticket: ticket}
 	kept = append(kept, pending{Ticket: ticket, Arm: as.Arm, At: now().UTC()})
 	b, err := json.Marshal(kept)
 	if err != nil {

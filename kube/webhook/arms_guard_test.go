@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -151,5 +152,34 @@ func TestNewSpecStartsFresh(t *testing.T) {
 	}
 	if s := admission.RunStart(&l.ObjectMeta); !s.Equal(now) {
 		t.Errorf("the run restarted at %v", s)
+	}
+}
+
+// TestArmAssignerRandomizesTies (issue 53): the assigner breaks ties at
+// random (LeastFilled with math/rand/v2), not in spec order: over 30
+// new experiments the first pod does not always get the first arm (all
+// 30 by chance: 3^-30).
+func TestArmAssignerRandomizesTies(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	if err := metav1.AddMetaToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	as := &ArmAssigner{Client: fake.NewClientset(), Metadata: metafake.NewSimpleMetadataClient(scheme), Namespaces: []string{"shop"}}
+	t.Cleanup(as.Close)
+	first := map[string]int{}
+	for i := range 30 {
+		e, err := admission.ParseExperiment(fmt.Sprintf("name: e%d\narms: [{name: a, fit: gofit}, {name: b, fit: none}, {name: c, env: {GOGC: '50'}}]", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := as.Assign(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop"}}, e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first[a.Arm]++
+	}
+	if first["a"] == 30 {
+		t.Errorf("first arms %v: ties broken in spec order", first)
 	}
 }
