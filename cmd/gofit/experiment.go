@@ -23,6 +23,7 @@ import (
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -246,6 +247,7 @@ func runExperimentLoad(args []string, stdout, stderr io.Writer) error {
 // promFlags are the Prometheus connection flags report and guard share.
 type promFlags struct {
 	url, token, ca string
+	insecureHTTP   bool
 	header         headerFlag
 	match          matchFlag
 }
@@ -255,13 +257,17 @@ func addPromFlags(fs *flag.FlagSet) *promFlags {
 	fs.StringVar(&p.url, "prometheus", "", "Prometheus `URL` (required)")
 	fs.StringVar(&p.token, "bearer-token-file", "", "send the token in `FILE` as Authorization: Bearer (re-read each request)")
 	fs.StringVar(&p.ca, "ca-file", "", "verify Prometheus's certificate with the PEM bundle in `FILE`")
+	fs.BoolVar(&p.insecureHTTP, "prometheus-insecure-http", false, "send the bearer token (or an Authorization header) to an http:// --prometheus, in the clear")
 	fs.Var(p.header, "header", "send `NAME=VALUE` with every request (repeatable; X-Scope-OrgID=tenant)")
 	fs.Var(&p.match, "match", "add the label matcher `LABEL=VALUE` to every series (repeatable; cluster=prod)")
 	return p
 }
 
 func (p *promFlags) client() (v1.API, error) {
-	c, err := promclient.Config{URL: p.url, BearerTokenFile: p.token, CAFile: p.ca, Headers: p.header, Timeout: time.Minute}.Client()
+	c, err := promclient.Config{URL: p.url, BearerTokenFile: p.token, CAFile: p.ca, Headers: p.header, Timeout: time.Minute, InsecureHTTP: p.insecureHTTP}.Client()
+	if errors.Is(err, promclient.ErrCredentialOverHTTP) {
+		return nil, fmt.Errorf("%w: --prometheus with --bearer-token-file or an Authorization --header: %v", errUsage, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: --prometheus, --bearer-token-file, --ca-file or --header: %v", errUsage, err)
 	}
@@ -325,6 +331,7 @@ func runExperimentGuard(args []string, stdout, stderr io.Writer) error {
 	leaderNS := fs.String("leader-election-namespace", os.Getenv("POD_NAMESPACE"), "`NAMESPACE` of the leader election Lease (default $POD_NAMESPACE; empty: no leader election, for one replica)")
 	metricsAddr := fs.String("metrics-addr", ":9090", "serve /metrics on `ADDR` (empty: none)")
 	once := fs.Bool("once", false, "look once and exit (no leader election)")
+	namespaces := fs.String("namespaces", "", "the comma-separated `NAMESPACES` experiments run in, where the guard's account has its Role; empty: every namespace (cluster-wide rights)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: gofit experiment guard --prometheus URL [flags]\n\nJudges every running experiment every --interval and stops an arm that is harmful relative to its\ncontrol: new pods no longer get it, its pods are evicted (PodDisruptionBudgets hold), and an Event\nsays why. It never promotes an arm. See docs/experiment.md.\n\nFlags:")
 		fs.PrintDefaults()
@@ -350,6 +357,16 @@ func runExperimentGuard(args []string, stdout, stderr io.Writer) error {
 	case !(*harmUnready > 0 && *harmUnready < 1):
 		return fmt.Errorf("%w: --harm-unready %v: want a share more than 0 and less than 1", errUsage, *harmUnready)
 	}
+	var nss []string
+	for _, ns := range strings.Split(*namespaces, ",") {
+		if ns = strings.TrimSpace(ns); ns == "" {
+			continue
+		}
+		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+			return fmt.Errorf("%w: --namespaces: %q is not a namespace name", errUsage, ns)
+		}
+		nss = append(nss, ns)
+	}
 	looks := experiment.Looks{Every: *interval, Planned: *planned, Alpha: *alpha}
 	if _, err := experiment.NewSequential(looks); err != nil {
 		return fmt.Errorf("%w: --interval, --planned or --alpha: %v", errUsage, err)
@@ -372,7 +389,7 @@ func runExperimentGuard(args []string, stdout, stderr io.Writer) error {
 	id, _ := os.Hostname()
 	reg := prometheus.NewRegistry()
 	pods := experiment.APIServer{Client: cs}
-	g := &experiment.Guard{Client: cs, Looks: looks, Metrics: experiment.NewGuardMetrics(reg), Log: log, Identity: id,
+	g := &experiment.Guard{Client: cs, Looks: looks, Metrics: experiment.NewGuardMetrics(reg), Log: log, Identity: id, Namespaces: nss,
 		Judge: experiment.PromJudge{
 			Fetch: func(ctx context.Context, q experiment.Query) (experiment.Input, error) {
 				return experiment.Fetch(ctx, prom, pods, q)

@@ -37,6 +37,7 @@ func TestExperimentReportFlags(t *testing.T) {
 		{[]string{"experiment", "guard"}, 2, "--prometheus is required"},
 		{[]string{"experiment", "guard", "--prometheus", "http://p:9090", "--interval", "10s"}, 2, "--interval 10s: want at least --window"},
 		{[]string{"experiment", "guard", "--prometheus", "http://p:9090", "--alpha", "0.7"}, 2, "--alpha"},
+		{[]string{"experiment", "guard", "--prometheus", "http://p:9090", "--namespaces", "shop,Web"}, 2, `--namespaces: "Web" is not a namespace name`},
 	} {
 		var out, errb bytes.Buffer
 		code := Main(c.args, &out, &errb)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -72,6 +73,7 @@ func runFleet(args []string, stdout, stderr io.Writer) error {
 	clusterLabel := fs.String("cluster-label", "cluster", "the `LABEL` that names the cluster")
 	token := fs.String("bearer-token-file", "", "send the token in `FILE` as Authorization: Bearer")
 	ca := fs.String("ca-file", "", "verify Prometheus's certificate with the PEM bundle in `FILE`")
+	insecureHTTP := fs.Bool("prometheus-insecure-http", false, "send the bearer token (or an Authorization header) to an http:// --prometheus, in the clear")
 	hdrs := headers{}
 	fs.Var(hdrs, "header", "send `NAME=VALUE` with every request (repeatable; X-Scope-OrgID=tenant)")
 	maxContainers := fs.Int("max-containers", 10000, "refuse to read more than `N` Go containers")
@@ -148,7 +150,10 @@ func runFleet(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	to = to.Truncate(step)
-	pc, err := promclient.Config{URL: *promURL, BearerTokenFile: *token, CAFile: *ca, Headers: hdrs}.Client()
+	pc, err := promclient.Config{URL: *promURL, BearerTokenFile: *token, CAFile: *ca, Headers: hdrs, InsecureHTTP: *insecureHTTP}.Client()
+	if errors.Is(err, promclient.ErrCredentialOverHTTP) {
+		return fmt.Errorf("%w: --prometheus with --bearer-token-file or an Authorization --header: %v", errUsage, err)
+	}
 	if err != nil {
 		return fmt.Errorf("%w: --prometheus, --bearer-token-file, --ca-file or --header: %v", errUsage, err)
 	}

@@ -225,17 +225,32 @@ type ArmAssigner interface {
 	Assign(ctx context.Context, pod *corev1.Pod, e *Experiment) (Assignment, error)
 }
 
-// LeastFilled picks the arm with the fewest pods in counts, the earliest
-// in arms on a tie. Each new pod going to an arm with the fewest keeps
-// the arms within one pod of each other for any number of pods.
-func LeastFilled(arms []string, counts map[string]int) string {
-	best := ""
+// LeastFilled picks the arm with the fewest pods in counts, and among
+// arms tied for the fewest, the one pick(n) chooses of the n tied (in
+// arms' order); pick returns a number in [0, n). Each new pod going to an
+// arm with the fewest keeps the arms within one pod of each other for any
+// number of pods; with pick uniform (rand.IntN), each block of len(arms)
+// pods from level counts is a random permutation of the arms (permuted
+// blocks), so no arm lines up with the order pods are created in, and so
+// with a node or zone that topology spreading fills in turn. A nil pick
+// takes the first tied arm (spec order).
+func LeastFilled(arms []string, counts map[string]int, pick func(n int) int) string {
+	var tied []string
 	for _, a := range arms {
-		if best == "" || counts[a] < counts[best] {
-			best = a
+		switch {
+		case len(tied) == 0 || counts[a] < counts[tied[0]]:
+			tied = append(tied[:0], a)
+		case counts[a] == counts[tied[0]]:
+			tied = append(tied, a)
 		}
 	}
-	return best
+	if len(tied) == 0 {
+		return ""
+	}
+	if pick == nil || len(tied) == 1 {
+		return tied[0]
+	}
+	return tied[pick(len(tied))]
 }
 
 // WithArmAssigner lets the Mutator run experiments (Admit); without one a

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"strings"
 	"testing"
@@ -79,7 +80,7 @@ func TestLeastFilledStaysWithinOne(t *testing.T) {
 	arms := []string{"a", "b", "c"}
 	counts := map[string]int{}
 	for n := 1; n <= 20; n++ {
-		counts[LeastFilled(arms, counts)]++
+		counts[LeastFilled(arms, counts, nil)]++
 		lo, hi := n, 0
 		for _, a := range arms {
 			lo, hi = min(lo, counts[a]), max(hi, counts[a])
@@ -90,8 +91,8 @@ func TestLeastFilledStaysWithinOne(t *testing.T) {
 	}
 	// Deletes leave a gap; the next pods fill it.
 	counts["b"] -= 2
-	counts[LeastFilled(arms, counts)]++
-	counts[LeastFilled(arms, counts)]++
+	counts[LeastFilled(arms, counts, nil)]++
+	counts[LeastFilled(arms, counts, nil)]++
 	if counts["a"] != counts["b"] {
 		t.Errorf("after two deletes from b and two new pods: %v", counts)
 	}
@@ -240,5 +241,44 @@ func TestDryRunAssignsNoArm(t *testing.T) {
 	again := applyPatch(t, created, dry(created))
 	if arms.next != 1 || again.Labels[LabelArm] != "two" || envOf(again.Spec.Containers[0])["GOMAXPROCS"] != "2" {
 		t.Errorf("dry run of an assigned pod: %d assignments, arm %q, env %v", arms.next, again.Labels[LabelArm], envOf(again.Spec.Containers[0]))
+	}
+}
+
+// TestLeastFilledPermutedBlocks (issue 53): ties went to the arm first in
+// the spec, so pod 1, 4, 7, ... of every experiment got the first arm,
+// and an arm could line up with the node or zone topology spreading
+// fills in turn. With a uniform pick, each block of len(arms) pods is a
+// random permutation of the arms: every block holds each arm once, and
+// each of the 6 orders of 3 arms comes up about equally often.
+func TestLeastFilledPermutedBlocks(t *testing.T) {
+	arms := []string{"a", "b", "c"}
+	rnd := rand.New(rand.NewPCG(53, 1))
+	counts := map[string]int{}
+	orders := map[string]int{}
+	const blocks = 3000
+	for range blocks {
+		order := ""
+		for range arms {
+			a := LeastFilled(arms, counts, rnd.IntN)
+			counts[a]++
+			order += a
+		}
+		orders[order]++
+		if counts["a"] != counts["b"] || counts["b"] != counts["c"] {
+			t.Fatalf("after block %q: %v, want each arm once a block", order, counts)
+		}
+	}
+	if len(orders) != 6 {
+		t.Errorf("orders %v, want all 6 permutations", orders)
+	}
+	for o, n := range orders {
+		// 500 expected; a binomial sd of about 20: 400 is 5 sd away.
+		if n < 400 || n > 600 {
+			t.Errorf("order %s in %d of %d blocks, want about %d: %v", o, n, blocks, blocks/6, orders)
+		}
+	}
+	// Unequal counts: the least filled still wins, whatever the pick.
+	if a := LeastFilled(arms, map[string]int{"a": 2, "b": 1, "c": 2}, func(int) int { return 0 }); a != "b" {
+		t.Errorf("the least filled: %s, want b", a)
 	}
 }

@@ -1,10 +1,14 @@
 package admission
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // AnnotationGuard on an experiment's Lease is what the guard (gofit
@@ -72,4 +76,80 @@ func (e *Experiment) OpenArms(guard map[string]string, started, now time.Time) [
 func (e *Experiment) Deadline() time.Duration {
 	d, _ := time.ParseDuration(e.MaxDuration) // checked by ParseExperiment
 	return d
+}
+
+// AnnotationRun on an experiment's Lease is its run: the digests of the
+// experiment specs it has run, the current first, and when the current
+// run started. The arm assigner writes it; see RunFor. JSON, see Run.
+const AnnotationRun = "gofit.dev/run"
+
+// maxRuns bounds the digests a Lease keeps.
+const maxRuns = 8
+
+// Run is the value of AnnotationRun.
+type Run struct {
+	// Specs are the Digests of the specs run on the Lease, newest first.
+	Specs []string `json:"specs"`
+	// Start is when the current run's first arm was assigned: its
+	// maxDuration and the guard's looks count from it.
+	Start time.Time `json:"start"`
+}
+
+// Digest names the experiment's spec as parsed (so a re-indented
+// annotation is the same spec): 16 hex digits of its SHA-256.
+func (e *Experiment) Digest() string {
+	b, _ := json.Marshal(e) // of plain fields: cannot fail
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:8])
+}
+
+// ParseRun reads AnnotationRun; no annotation, or one that cannot be
+// read, is the zero Run.
+func ParseRun(annotations map[string]string) Run {
+	var r Run
+	if v := annotations[AnnotationRun]; v != "" {
+		if json.Unmarshal([]byte(v), &r) != nil {
+			return Run{}
+		}
+	}
+	return r
+}
+
+// String is the annotation's value.
+func (r Run) String() string {
+	b, _ := json.Marshal(r) // of plain fields: cannot fail
+	return string(b)
+}
+
+// RunStart is when the Lease's current run started: its AnnotationRun,
+// else (a Lease of an older webhook) its creation.
+func RunStart(lease *metav1.ObjectMeta) time.Time {
+	if r := ParseRun(lease.Annotations); !r.Start.IsZero() {
+		return r.Start
+	}
+	return lease.CreationTimestamp.Time
+}
+
+// RunFor is the rule that keeps a new experiment under an old name from
+// inheriting an old run: a spec the Lease has not run before starts a new
+// run (started now, no arm stopped, nothing pending: fresh is true),
+// while the current spec or an earlier run's (a pod of the old
+// ReplicaSet during a rollout) stays in the current run. A Lease that
+// records no run (an older webhook's) is taken as this spec's, started
+// at its creation.
+func RunFor(lease *metav1.ObjectMeta, e *Experiment, now time.Time) (r Run, fresh bool) {
+	d := e.Digest()
+	r = ParseRun(lease.Annotations)
+	switch {
+	case len(r.Specs) == 0:
+		start := lease.CreationTimestamp.Time
+		if start.IsZero() {
+			start = now
+		}
+		return Run{Specs: []string{d}, Start: start.UTC()}, false
+	case slices.Contains(r.Specs, d):
+		return r, false
+	}
+	specs := append([]string{d}, r.Specs...)
+	return Run{Specs: specs[:min(len(specs), maxRuns)], Start: now.UTC()}, true
 }

@@ -1,10 +1,13 @@
 package admission
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestOpenArms(t *testing.T) {
@@ -34,5 +37,44 @@ func TestOpenArms(t *testing.T) {
 	}
 	if _, err := ParseGuardStatus(map[string]string{AnnotationGuard: "{"}); err == nil || !strings.Contains(err.Error(), AnnotationGuard) {
 		t.Errorf("malformed status: %v", err)
+	}
+}
+
+// TestRunFor: the run rule (issue 53). A Lease without a run (an older
+// webhook's) is the spec's, from its creation; the current spec and an
+// earlier one stay in the run; a new spec starts one now, keeping at most
+// maxRuns digests; an unreadable annotation is no run.
+func TestRunFor(t *testing.T) {
+	created := time.Unix(1_700_000_000, 0).UTC()
+	now := created.Add(3 * time.Hour)
+	spec := func(gogc string) *Experiment {
+		e, err := ParseExperiment("name: g\narms: [{name: a, fit: gofit}, {name: b, env: {GOGC: '" + gogc + "'}}]")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	meta := &metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(created), Annotations: map[string]string{}}
+	r, fresh := RunFor(meta, spec("50"), now)
+	if fresh || !r.Start.Equal(created) || len(r.Specs) != 1 {
+		t.Errorf("an older webhook's Lease: %+v fresh %v, want the spec's from its creation", r, fresh)
+	}
+	meta.Annotations[AnnotationRun] = r.String()
+	if r, fresh := RunFor(meta, spec("50"), now); fresh || !r.Start.Equal(created) {
+		t.Errorf("the current spec: %+v fresh %v", r, fresh)
+	}
+	for i := range maxRuns + 2 {
+		r, fresh := RunFor(meta, spec(fmt.Sprint(100+i)), now)
+		if !fresh || !r.Start.Equal(now) || r.Specs[0] != spec(fmt.Sprint(100+i)).Digest() || len(r.Specs) > maxRuns {
+			t.Fatalf("new spec %d: %+v fresh %v", i, r, fresh)
+		}
+		meta.Annotations[AnnotationRun] = r.String()
+	}
+	if r, fresh := RunFor(meta, spec("105"), now.Add(time.Hour)); fresh || !r.Start.Equal(now) {
+		t.Errorf("an earlier run's spec: %+v fresh %v, want the current run", r, fresh)
+	}
+	meta.Annotations[AnnotationRun] = "{"
+	if r, fresh := RunFor(meta, spec("50"), now); fresh || !r.Start.Equal(created) {
+		t.Errorf("an unreadable run: %+v fresh %v", r, fresh)
 	}
 }

@@ -367,7 +367,7 @@ var matrix = []struct{ name, values string }{
 	{"platform", platformValues},
 	{"components", `{"webhook":{"replicas":1,"pdb":{"minAvailable":0},"experiments":{"enabled":true,"namespaces":["default"]},"ciliumNetworkPolicy":{"enabled":true},
 	  "networkPolicy":{"ingressFrom":[{"ipBlock":{"cidr":"10.0.0.0/24"}},{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]}},
-	  "experimentGuard":{"prometheus":{"caSecret":{"name":"prometheus-ca","key":"ca.crt"},"bearerTokenSecret":{"name":"prometheus-reader","key":"token"}}}}`},
+	  "experimentGuard":{"prometheus":{"url":"https://prometheus-operated.monitoring.svc:9090","caSecret":{"name":"prometheus-ca","key":"ca.crt"},"bearerTokenSecret":{"name":"prometheus-reader","key":"token"}}}}`},
 	// Every name from fullnameOverride (issue 43): checkRender follows each
 	// reference to an object of the render.
 	{"renamed", `{"fullnameOverride":"acme","webhook":{"experiments":{"enabled":true,"namespaces":["default"]},"ciliumNetworkPolicy":{"enabled":true}},
@@ -508,8 +508,9 @@ func checkRender(t *testing.T, name string, objs []*unstructured.Unstructured) {
 		// The experiment guard comes with experiments, leader-elected,
 		// with RBAC for what it uses.
 		has("Deployment gofit-system/gofit-experiment-guard", "experiment", "guard", "--interval=5m",
-			"--prometheus=http://prometheus-operated.monitoring.svc:9090")
-		for _, k := range []string{"ClusterRole /gofit-experiment-guard", "Role gofit-system/gofit-experiment-guard-leader", "ServiceAccount gofit-system/gofit-experiment-guard"} {
+			"--prometheus=https://prometheus-operated.monitoring.svc:9090", "--namespaces=default")
+		for _, k := range []string{"Role default/gofit-experiment-guard", "RoleBinding default/gofit-experiment-guard", "Role gofit-system/gofit-experiment-guard-leader",
+			"ServiceAccount gofit-system/gofit-experiment-guard", "ValidatingAdmissionPolicy /gofit-experiment-guard-leases"} {
 			if kinds[k] == nil {
 				t.Errorf("no %s", k)
 			}
@@ -833,15 +834,17 @@ func pinned(img string) bool {
 // grant of either, a ValidatingAdmissionPolicy (and its binding) that
 // keeps the webhook's Lease writes to gofit-experiment-*, the flag that
 // keeps experiments to those namespaces, and sideEffects NoneOnDryRun.
+// The guard too (issue 53): its Role per namespace, no ClusterRole, a
+// policy over its account's Lease writes, and --namespaces.
 func TestExperimentsLeastPrivilege(t *testing.T) {
 	objs := template(t, `{"webhook":{"experiments":{"enabled":true,"namespaces":["shop","web"]}}}`)
-	roles := map[string]bool{}
-	var vap, vapb bool
-	var args []any
+	roles, guardRoles := map[string]bool{}, map[string]bool{}
+	var vap, vapb, guardVAP, guardVAPB bool
+	var args, guardArgs []any
 	for _, o := range objs {
 		switch o.GetKind() {
 		case "ClusterRole":
-			if !strings.HasPrefix(o.GetName(), "gofit-webhook") {
+			if !strings.HasPrefix(o.GetName(), "gofit-webhook") && !strings.HasPrefix(o.GetName(), "gofit-experiment-guard") {
 				continue // the agent's
 			}
 			rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
@@ -852,6 +855,22 @@ func TestExperimentsLeastPrivilege(t *testing.T) {
 				}
 			}
 		case "Role":
+			if o.GetName() == "gofit-experiment-guard" {
+				// The guard's, per experiment namespace (issue 53).
+				guardRoles[o.GetNamespace()] = true
+				rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+				got := map[string][]string{}
+				for _, r := range rules {
+					res, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resources")
+					verbs, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "verbs")
+					for _, x := range res {
+						got[x] = verbs
+					}
+				}
+				if fmt.Sprint(got) != "map[events:[create] leases:[get list watch update] pods:[get list] pods/eviction:[create] replicasets:[get]]" {
+					t.Errorf("guard Role in %s: %v", o.GetNamespace(), got)
+				}
+			}
 			if o.GetName() != "gofit-webhook-experiments" {
 				continue
 			}
@@ -869,10 +888,20 @@ func TestExperimentsLeastPrivilege(t *testing.T) {
 				t.Errorf("Role in %s: %v", o.GetNamespace(), got)
 			}
 		case "RoleBinding":
+			if o.GetName() == "gofit-experiment-guard" && !guardRoles[o.GetNamespace()] {
+				t.Errorf("guard RoleBinding in %s before its Role", o.GetNamespace())
+			}
 			if o.GetName() == "gofit-webhook-experiments" && !roles[o.GetNamespace()] {
 				t.Errorf("RoleBinding in %s before its Role", o.GetNamespace())
 			}
 		case "ValidatingAdmissionPolicy":
+			if o.GetName() == "gofit-experiment-guard-leases" {
+				guardVAP = true
+				mc, _, _ := unstructured.NestedSlice(o.Object, "spec", "matchConditions")
+				if !strings.Contains(fmt.Sprint(mc), "system:serviceaccount:gofit-system:gofit-experiment-guard") {
+					t.Errorf("guard lease policy matches %v, not the guard's account", mc)
+				}
+			}
 			if o.GetName() == "gofit-webhook-leases" {
 				vap = true
 				v, _, _ := unstructured.NestedSlice(o.Object, "spec", "validations")
@@ -882,10 +911,14 @@ func TestExperimentsLeastPrivilege(t *testing.T) {
 			}
 		case "ValidatingAdmissionPolicyBinding":
 			vapb = vapb || o.GetName() == "gofit-webhook-leases"
+			guardVAPB = guardVAPB || o.GetName() == "gofit-experiment-guard-leases"
 		case "Deployment":
-			if o.GetName() == "gofit-webhook" {
-				cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+			cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+			switch o.GetName() {
+			case "gofit-webhook":
 				args, _, _ = unstructured.NestedSlice(cs[0].(map[string]any), "args")
+			case "gofit-experiment-guard":
+				guardArgs, _, _ = unstructured.NestedSlice(cs[0].(map[string]any), "args")
 			}
 		case "MutatingWebhookConfiguration":
 			whs, _, _ := unstructured.NestedSlice(o.Object, "webhooks")
@@ -899,6 +932,12 @@ func TestExperimentsLeastPrivilege(t *testing.T) {
 	}
 	if !slices.Contains(args, any("--experiment-namespaces=shop,web")) {
 		t.Errorf("args %v: no --experiment-namespaces=shop,web", args)
+	}
+	if fmt.Sprint(guardRoles) != "map[shop:true web:true]" || !guardVAP || !guardVAPB {
+		t.Errorf("guard roles in %v, lease policy %v, binding %v", guardRoles, guardVAP, guardVAPB)
+	}
+	if !slices.Contains(guardArgs, any("--namespaces=shop,web")) {
+		t.Errorf("guard args %v: no --namespaces=shop,web", guardArgs)
 	}
 }
 
@@ -984,7 +1023,7 @@ func TestExperimentGuardSecrets(t *testing.T) {
 			map[string]string{"prometheus-ca": "prom-tls/ca.crt"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			objs := template(t, `{`+on+`,"experimentGuard":{"prometheus":`+tc.guard+`}}`)
+			objs := template(t, `{`+on+`,"experimentGuard":{"prometheus":`+mergeJSON(t, `{"url":"https://prometheus.monitoring.svc:9090"}`, tc.guard)+`}}`)
 			var dep *unstructured.Unstructured
 			for _, o := range objs {
 				if key(o) == "Deployment gofit-system/gofit-experiment-guard" {
@@ -1002,6 +1041,27 @@ func TestExperimentGuardSecrets(t *testing.T) {
 		_, err := run(t, "template", "gofit", chartDir(), "-n", "gofit-system", "-f", f)
 		if err == nil || !strings.Contains(err.Error(), "set one of experimentGuard.prometheus.") {
 			t.Errorf("%s: error %v, want one naming both values", v, err)
+		}
+	}
+	// A token over http:// (issue 53): refused at render, unless
+	// insecureHTTP says so, which passes --prometheus-insecure-http.
+	for _, v := range []string{`{"bearerTokenFile":"/token"}`, `{"bearerTokenSecret":{"name":"prom-reader"}}`, `{"headers":{"Authorization":"Basic eDp5"}}`} {
+		f := filepath.Join(t.TempDir(), "values.json")
+		if err := os.WriteFile(f, []byte(`{`+on+`,"experimentGuard":{"prometheus":`+v+`}}`), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := run(t, "template", "gofit", chartDir(), "-n", "gofit-system", "-f", f)
+		if err == nil || !strings.Contains(err.Error(), "experimentGuard.prometheus.insecureHTTP") {
+			t.Errorf("%s over http://: error %v, want one naming experimentGuard.prometheus.insecureHTTP", v, err)
+		}
+	}
+	for _, o := range template(t, `{`+on+`,"experimentGuard":{"prometheus":{"bearerTokenFile":"/token","insecureHTTP":true}}}`) {
+		if key(o) != "Deployment gofit-system/gofit-experiment-guard" {
+			continue
+		}
+		cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		if args, _, _ := unstructured.NestedStringSlice(cs[0].(map[string]any), "args"); !slices.Contains(args, "--prometheus-insecure-http") {
+			t.Errorf("insecureHTTP: guard args %q lack --prometheus-insecure-http", args)
 		}
 	}
 }

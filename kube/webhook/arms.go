@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	mrand "math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -78,6 +79,9 @@ type ArmAssigner struct {
 	// Attempts bounds the conflict retries; 0 means 20.
 	Attempts int
 	now      func() time.Time
+	// pick breaks ties between the least filled arms (LeastFilled);
+	// nil: math/rand/v2's IntN.
+	pick func(n int) int
 
 	// trustReviews skips verifyOwner: for tests of everything else,
 	// whose pods name owners that need not exist.
@@ -457,6 +461,15 @@ func (a *ArmAssigner) try(ctx context.Context, ns string, owner *metav1.OwnerRef
 	if lease.Annotations == nil {
 		lease.Annotations = map[string]string{}
 	}
+	// A spec the Lease has not run is a new experiment under an old name
+	// (admission.RunFor): it starts now, with no arm stopped and nothing
+	// pending, whatever the old run left.
+	run, fresh := admission.RunFor(&lease.ObjectMeta, e, now())
+	if fresh {
+		delete(lease.Annotations, admission.AnnotationGuard)
+		delete(lease.Annotations, annotationPending)
+	}
+	lease.Annotations[admission.AnnotationRun] = run.String()
 	var pend []pending
 	if s := lease.Annotations[annotationPending]; s != "" {
 		if err := json.Unmarshal([]byte(s), &pend); err != nil {
@@ -499,10 +512,14 @@ func (a *ArmAssigner) try(ctx context.Context, ns string, owner *metav1.OwnerRef
 		return admission.Assignment{}, err
 	}
 	// Only the arms still open: the guard stops a harmful arm on the
-	// Lease, and maxDuration counts from the Lease's creation (the first
+	// Lease, and maxDuration counts from the run's start (its first
 	// assignment).
-	open := e.OpenArms(lease.Annotations, lease.CreationTimestamp.Time, now())
-	as := admission.Assignment{Arm: admission.LeastFilled(open, counts), Ticket: ticket}
+	open := e.OpenArms(lease.Annotations, run.Start, now())
+	pick := a.pick
+	if pick == nil {
+		pick = mrand.IntN
+	}
+	as := admission.Assignment{Arm: admission.LeastFilled(open, counts, pick), Ticket: ticket}
 	kept = append(kept, pending{Ticket: ticket, Arm: as.Arm, At: now().UTC()})
 	b, err := json.Marshal(kept)
 	if err != nil {

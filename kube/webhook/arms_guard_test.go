@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -61,5 +62,124 @@ func TestArmAssignerSkipsStoppedArms(t *testing.T) {
 		if a, _ := as.Assign(ctx, pod, e); a.Arm != "a" {
 			t.Errorf("past maxDuration: %s, want the control a", a.Arm)
 		}
+	}
+}
+
+// TestNewSpecStartsFresh (issue 53): an experiment re-created under its
+// old name with another spec reused the old Lease's start (so it was
+// already past maxDuration) and its stopped arms. A spec the Lease has
+// not run starts a new run; a pod with an earlier run's spec (the old
+// ReplicaSet's, during a rollout) does not, nor does the current one.
+func TestNewSpecStartsFresh(t *testing.T) {
+	ctx := context.Background()
+	parse := func(s string) *admission.Experiment {
+		e, err := admission.ParseExperiment(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	first := parse("name: g\nmaxDuration: 1h\narms: [{name: a, fit: gofit}, {name: b, fit: none}, {name: c, env: {GOGC: '50'}}]")
+	second := parse("name: g\nmaxDuration: 1h\narms: [{name: a, fit: gofit}, {name: b, fit: none}, {name: c, env: {GOGC: '200'}}]")
+	same := parse("name: g\nmaxDuration: 1h\narms:\n  - {name: a, fit: gofit}\n  - {name: b, fit: none}\n  - {name: c, env: {GOGC: '50'}}")
+	cs := fake.NewClientset()
+	now := time.Unix(1_700_000_000, 0)
+	scheme := runtime.NewScheme()
+	if err := metav1.AddMetaToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	as := &ArmAssigner{Client: cs, Metadata: metafake.NewSimpleMetadataClient(scheme), Namespaces: []string{"shop"}, now: func() time.Time { return now }}
+	t.Cleanup(as.Close)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop"}}
+	leases := cs.CoordinationV1().Leases("shop")
+	stop := func(arm string) {
+		t.Helper()
+		l, err := leases.Get(ctx, admission.ExperimentLease("g", ""), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.CreationTimestamp.IsZero() {
+			l.CreationTimestamp = metav1.NewTime(now) // the fake stores none
+		}
+		l.Annotations[admission.AnnotationGuard] = admission.GuardStatus{Stopped: map[string]admission.ArmStop{arm: {At: now, Reason: "harmful"}}}.String()
+		if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	arms := func(e *admission.Experiment, n int) map[string]int {
+		t.Helper()
+		got := map[string]int{}
+		for range n {
+			a, err := as.Assign(ctx, pod, e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[a.Arm]++
+		}
+		return got
+	}
+	arms(first, 1)
+	stop("b")
+	if got := arms(same, 2); got["b"] != 0 {
+		t.Errorf("the same spec, re-indented: %v, want b still stopped", got)
+	}
+	now = now.Add(2 * time.Hour) // the first run is over: the control only
+	if got := arms(first, 2); got["a"] != 2 {
+		t.Errorf("past the first run's maxDuration: %v, want the control only", got)
+	}
+	// The second spec: a new run, from now, every arm open.
+	if got := arms(second, 3); got["a"] != 1 || got["b"] != 1 || got["c"] != 1 {
+		t.Errorf("a new spec under the old name: %v, want each arm once", got)
+	}
+	l, err := leases.Get(ctx, admission.ExperimentLease("g", ""), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := l.Annotations[admission.AnnotationGuard]; ok {
+		t.Errorf("the old run's guard status stayed: %s", l.Annotations[admission.AnnotationGuard])
+	}
+	if s := admission.RunStart(&l.ObjectMeta); !s.Equal(now) {
+		t.Errorf("the new run started at %v, want %v", s, now)
+	}
+	// A pod of the first spec now (the old ReplicaSet's) stays in the
+	// second run: b, stopped there, is not reopened.
+	stop("b")
+	if got := arms(first, 2); got["b"] != 0 {
+		t.Errorf("the first spec again: %v, want b still stopped", got)
+	}
+	if l, err = leases.Get(ctx, admission.ExperimentLease("g", ""), metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if s := admission.RunStart(&l.ObjectMeta); !s.Equal(now) {
+		t.Errorf("the run restarted at %v", s)
+	}
+}
+
+// TestArmAssignerRandomizesTies (issue 53): the assigner breaks ties at
+// random (LeastFilled with math/rand/v2), not in spec order: over 30
+// new experiments the first pod does not always get the first arm (all
+// 30 by chance: 3^-30).
+func TestArmAssignerRandomizesTies(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	if err := metav1.AddMetaToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	as := &ArmAssigner{Client: fake.NewClientset(), Metadata: metafake.NewSimpleMetadataClient(scheme), Namespaces: []string{"shop"}}
+	t.Cleanup(as.Close)
+	first := map[string]int{}
+	for i := range 30 {
+		e, err := admission.ParseExperiment(fmt.Sprintf("name: e%d\narms: [{name: a, fit: gofit}, {name: b, fit: none}, {name: c, env: {GOGC: '50'}}]", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := as.Assign(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop"}}, e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first[a.Arm]++
+	}
+	if first["a"] == 30 {
+		t.Errorf("first arms %v: ties broken in spec order", first)
 	}
 }

@@ -25,7 +25,8 @@ func TestArmAssignerCountsAssignmentsNotYetStored(t *testing.T) {
 	cs := fake.NewClientset()
 	md := metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme())
 	now := time.Unix(1_700_000_000, 0)
-	as := &ArmAssigner{Client: cs, Metadata: md, Namespaces: []string{"shop"}, PendingTTL: time.Minute, now: func() time.Time { return now }}
+	as := &ArmAssigner{Client: cs, Metadata: md, Namespaces: []string{"shop"}, PendingTTL: time.Minute, now: func() time.Time { return now },
+		pick: func(int) int { return 0 }} // spec order on ties, for the expectations below
 	t.Cleanup(as.Close)
 	inShop := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop"}}
 	var got []admission.Assignment

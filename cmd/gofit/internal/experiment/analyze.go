@@ -9,6 +9,7 @@ package experiment
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"sort"
 	"strconv"
@@ -182,6 +183,9 @@ type Input struct {
 	// windows add what Prometheus kept for gone ones).
 	Resamples int
 	Seed      int64
+	// Nodes counts each arm's live pods per node (Spec.Nodes), for the
+	// report's arm × node balance; nil when not known.
+	Nodes map[string]map[string]int
 	// Seq holds the error over the plan's looks, metrics and arms; nil
 	// judges this analysis alone, each test at 95%.
 	Seq *Sequential
@@ -348,7 +352,8 @@ func (f F) MarshalJSON() ([]byte, error) {
 type ArmResult struct {
 	Name    string           `json:"name"`
 	Pods    []string         `json:"pods"`
-	Windows int              `json:"windows"` // windows with data
+	Nodes   map[string]int   `json:"nodes,omitempty"` // live pods per node: an arm crowded on one node measures the node
+	Windows int              `json:"windows"`         // windows with data
 	Metrics map[string]Value `json:"metrics"`
 	// OOMKills and Restarts are counts over the whole span.
 	OOMKills float64 `json:"oom_kills"`
@@ -532,7 +537,7 @@ func Analyze(in Input) (*Results, error) {
 		if len(a.Pods) < MinPods {
 			res.Notes = append(res.Notes, fmt.Sprintf("arm %s has %d pods, fewer than %d: a difference of a pod's own (its node, its neighbours) can hardly be told from the arm's", a.Name, len(a.Pods), MinPods))
 		}
-		ar := ArmResult{Name: a.Name, Pods: append([]string{}, a.Pods...), Metrics: map[string]Value{}, Harms: []string{}, Unready: F(math.NaN())}
+		ar := ArmResult{Name: a.Name, Pods: append([]string{}, a.Pods...), Nodes: maps.Clone(in.Nodes[a.Name]), Metrics: map[string]Value{}, Harms: []string{}, Unready: F(math.NaN())}
 		series := ArmSeries{Arm: a.Name, Values: map[string][]float64{}}
 		for i := range n {
 			any := false

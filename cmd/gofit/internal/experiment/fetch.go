@@ -63,6 +63,9 @@ type Spec struct {
 	Restarts map[string]float64   // arm → container restarts of its live pods
 	OOMKills map[string]float64   // arm → live containers whose last end was an OOM kill
 	Started  map[string]time.Time // pod → when it started
+	// Nodes counts the arm's live pods on each node (arm → node →
+	// pods), scheduled ones only: the arm × node balance.
+	Nodes map[string]map[string]int
 	// MaxDuration is the spec's maxDuration, 0 without one.
 	MaxDuration time.Duration
 }
@@ -242,6 +245,7 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 	sort.Strings(others)
 	order = append(order, others...)
 	in.Planned = spec.MaxDuration
+	in.Nodes = spec.Nodes
 	in.Control = q.Control
 	if in.Control == "" {
 		in.Control = spec.Control

@@ -52,7 +52,7 @@ type Running struct {
 	Lease    *coordinationv1.Lease
 	Spec     *admission.Experiment
 	Pods     []corev1.Pod
-	Started  time.Time // the Lease's creation: the first assignment
+	Started  time.Time // the Lease's current run's start (admission.RunStart): its first assignment
 }
 
 // Judge fetches and analyzes an experiment at one look.
@@ -69,7 +69,10 @@ type Guard struct {
 	Log     *slog.Logger  // nil: silent
 	// Identity names the guard in its Events (the pod's name).
 	Identity string
-	now      func() time.Time
+	// Namespaces are where experiments may run, each with the guard's
+	// Role; empty: every namespace, which takes cluster-wide rights.
+	Namespaces []string
+	now        func() time.Time
 
 	mu   sync.Mutex
 	seqs map[time.Duration]*Sequential // by planned length
@@ -152,19 +155,30 @@ func (g *Guard) sequential(planned time.Duration) (*Sequential, error) {
 // Find lists the running experiments: each Lease of the arm assigner
 // with a live pod of its workload that carries its spec.
 func (g *Guard) Find(ctx context.Context) ([]Running, error) {
-	leases, err := g.Client.CoordinationV1().Leases(metav1.NamespaceAll).List(ctx, metav1.ListOptions{LabelSelector: admission.LabelExperiment})
-	if err != nil {
-		return nil, fmt.Errorf("list experiment leases: %w", err)
+	nss := g.Namespaces
+	if len(nss) == 0 {
+		nss = []string{metav1.NamespaceAll}
+	}
+	var all []coordinationv1.Lease
+	for _, ns := range nss {
+		leases, err := g.Client.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{LabelSelector: admission.LabelExperiment})
+		if err != nil {
+			if ns == metav1.NamespaceAll {
+				return nil, fmt.Errorf("list experiment leases in every namespace (--namespaces names those the guard's Role is in): %w", err)
+			}
+			return nil, fmt.Errorf("list experiment leases in namespace %s: %w", ns, err)
+		}
+		all = append(all, leases.Items...)
 	}
 	var out []Running
-	for i := range leases.Items {
-		l := &leases.Items[i]
+	for i := range all {
+		l := &all[i]
 		name := l.Labels[admission.LabelExperiment]
 		pods, err := g.Client.CoreV1().Pods(l.Namespace).List(ctx, metav1.ListOptions{LabelSelector: admission.LabelExperiment + "=" + name})
 		if err != nil {
 			return nil, fmt.Errorf("list pods of experiment %s/%s: %w", l.Namespace, name, err)
 		}
-		r := Running{Namespace: l.Namespace, Lease: l, Started: l.CreationTimestamp.Time}
+		r := Running{Namespace: l.Namespace, Lease: l, Started: admission.RunStart(&l.ObjectMeta)}
 		if w, ok := l.Annotations[admission.AnnotationWorkload]; ok {
 			r.Workload = w
 			if w == "" {
@@ -371,6 +385,11 @@ func (g *Guard) update(ctx context.Context, r Running, change func(*admission.Gu
 		}
 		if l, err = leases.Get(ctx, r.Lease.Name, metav1.GetOptions{}); err != nil {
 			return fmt.Errorf("lease %s/%s: %w", r.Namespace, r.Lease.Name, err)
+		}
+		if !admission.RunStart(&l.ObjectMeta).Equal(r.Started) {
+			// A new spec started a new run since the look: the
+			// decision was about the old one.
+			return fmt.Errorf("lease %s/%s: a new run started at %v: the look's decision is not written", r.Namespace, r.Lease.Name, admission.RunStart(&l.ObjectMeta))
 		}
 	}
 	return fmt.Errorf("lease %s/%s: still conflicting after 20 attempts", r.Namespace, r.Lease.Name)

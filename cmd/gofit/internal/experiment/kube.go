@@ -46,6 +46,15 @@ func specOf(pods []corev1.Pod, workload string) Spec {
 			continue
 		}
 		s.Pods[arm] = append(s.Pods[arm], p.Name)
+		if n := p.Spec.NodeName; n != "" {
+			if s.Nodes == nil {
+				s.Nodes = map[string]map[string]int{}
+			}
+			if s.Nodes[arm] == nil {
+				s.Nodes[arm] = map[string]int{}
+			}
+			s.Nodes[arm][n]++
+		}
 		if p.Status.StartTime != nil {
 			s.Started[p.Name] = p.Status.StartTime.Time
 		} else {

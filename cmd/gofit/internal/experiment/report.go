@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -121,6 +123,13 @@ func WriteSummary(w io.Writer, r *Results) {
 			fmt.Fprintf(w, " HARMFUL: %s", strings.Join(a.Harms, "; "))
 		}
 		fmt.Fprintln(w)
+		if len(a.Nodes) > 0 {
+			nodes := slices.Sorted(maps.Keys(a.Nodes))
+			for i, n := range nodes {
+				nodes[i] = fmt.Sprintf("%s %d", n, a.Nodes[n])
+			}
+			fmt.Fprintf(w, "  %-24s %s\n", "pods by node", strings.Join(nodes, ", "))
+		}
 		for _, m := range Metrics() {
 			if v, ok := a.Metrics[m.Name]; ok {
 				fmt.Fprintf(w, "  %-24s %s [%s–%s]\n", m.Label, format(m.Name, float64(v.Value)), format(m.Name, float64(v.Low)), format(m.Name, float64(v.High)))
@@ -177,6 +186,7 @@ var tmpl = template.Must(template.New("experiment").Funcs(template.FuncMap{
 <h2>Arms</h2>
 <table><tr><th>metric</th>{{range .R.Arms}}<th>{{.Name}}</th>{{end}}</tr>
 <tr><td>pods</td>{{range .R.Arms}}<td>{{len .Pods}} <span class="ci">{{range .Pods}}{{.}} {{end}}</span></td>{{end}}</tr>
+<tr><td>pods by node</td>{{range .R.Arms}}<td><span class="ci">{{range $n, $c := .Nodes}}{{$n}} {{$c}} {{end}}</span></td>{{end}}</tr>
 {{range .Metrics}}{{$m := .}}<tr><td>{{.Label}}</td>{{range $.R.Arms}}{{with index .Metrics $m.Name}}<td>{{fmt $m.Name .Value}} <span class="ci">[{{fmt $m.Name .Low}}–{{fmt $m.Name .High}}]</span></td>{{else}}<td>–</td>{{end}}{{end}}</tr>{{end}}
 <tr><td>OOM kills</td>{{range .R.Arms}}<td>{{.OOMKills}}</td>{{end}}</tr>
 <tr><td>restarts</td>{{range .R.Arms}}<td>{{.Restarts}}</td>{{end}}</tr>

@@ -3,11 +3,17 @@ package experiment
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math/rand"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gofit-dev/gofit/kube/admission"
 )
 
 func TestReportFiles(t *testing.T) {
@@ -99,5 +105,45 @@ func TestWriteFilesNamesTheDirectory(t *testing.T) {
 	_, err := WriteFiles(filepath.Join(f, "sub"), &Results{})
 	if err == nil || !strings.Contains(err.Error(), f) {
 		t.Errorf("error %v does not name %s", err, f)
+	}
+}
+
+// TestArmNodeBalance (issue 53): the report says each arm's live pods
+// per node, from the API server through the analysis to the summary and
+// results.json, so an arm that lines up with a node shows.
+func TestArmNodeBalance(t *testing.T) {
+	pod := func(name, arm, node string) corev1.Pod {
+		return corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{admission.LabelExperiment: "g", admission.LabelArm: arm}},
+			Spec: corev1.PodSpec{NodeName: node}}
+	}
+	s := specOf([]corev1.Pod{pod("p1", "a", "n1"), pod("p2", "a", "n1"), pod("p3", "b", "n2"), pod("p4", "b", "n1"), pod("p5", "b", "")}, "")
+	if fmt.Sprint(s.Nodes) != "map[a:map[n1:2] b:map[n1:1 n2:1]]" {
+		t.Errorf("nodes %v", s.Nodes)
+	}
+	rng := rand.New(rand.NewSource(53))
+	in := synth(rng, 30, []arm{{name: "a", latency: 1, cpu: 1, oomInWindow: -1}, {name: "b", latency: 1, cpu: 1, oomInWindow: -1}})
+	in.Nodes = s.Nodes
+	r, err := Analyze(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	WriteSummary(&out, r)
+	if !strings.Contains(out.String(), "pods by node             n1 2\n") || !strings.Contains(out.String(), "pods by node             n1 1, n2 1\n") {
+		t.Errorf("summary without the arm × node balance:\n%s", out.String())
+	}
+	h, err := RenderHTML(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(h), `<td>pods by node</td><td><span class="ci">n1 2 </span></td><td><span class="ci">n1 1 n2 1 </span></td>`) {
+		t.Errorf("report.html without the arm × node balance")
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"nodes":{"n1":1,"n2":1}`) {
+		t.Errorf("results.json without nodes: %s", b)
 	}
 }

@@ -8,6 +8,7 @@ package promclient
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -34,7 +35,15 @@ type Config struct {
 	Headers map[string]string
 	// Timeout bounds each request (default 2 minutes).
 	Timeout time.Duration
+	// InsecureHTTP lets a credential (the bearer token, an Authorization
+	// header) go to an http:// URL, in the clear; the commands set it
+	// from --prometheus-insecure-http.
+	InsecureHTTP bool
 }
+
+// ErrCredentialOverHTTP is a credential set for an http:// URL without
+// InsecureHTTP.
+var ErrCredentialOverHTTP = errors.New("a credential over http:// is sent in the clear: use https://, or --prometheus-insecure-http to send it anyway")
 
 // maxToken bounds the token file read.
 const maxToken = 64 << 10
@@ -70,11 +79,18 @@ func (c Config) Client() (api.Client, error) {
 			return nil, fmt.Errorf("prometheus header %s: set both as a header and by the bearer token file", k)
 		}
 	}
+	credential := c.BearerTokenFile != ""
+	for k := range c.Headers {
+		credential = credential || strings.EqualFold(k, "Authorization")
+	}
+	if credential && u.Scheme == "http" && !c.InsecureHTTP {
+		return nil, fmt.Errorf("prometheus URL %q: %w", c.URL, ErrCredentialOverHTTP)
+	}
 	timeout := c.Timeout
 	if timeout <= 0 {
 		timeout = 2 * time.Minute
 	}
-	rt := &roundTripper{next: tr, token: c.BearerTokenFile, headers: c.Headers}
+	rt := &roundTripper{next: tr, origin: origin(u), token: c.BearerTokenFile, headers: c.Headers}
 	return api.NewClient(api.Config{Address: c.URL, Client: &http.Client{Timeout: timeout, Transport: rt}})
 }
 
@@ -98,13 +114,30 @@ func readToken(path string) (string, error) {
 	return tok, nil
 }
 
+// origin is u's scheme, host and port (the scheme's default when
+// absent): where the token and headers may go.
+func origin(u *url.URL) string {
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	return strings.ToLower(u.Scheme) + "://" + strings.ToLower(u.Hostname()) + ":" + port
+}
+
 type roundTripper struct {
 	next    http.RoundTripper
+	origin  string
 	token   string
 	headers map[string]string
 }
 
+// RoundTrip adds the token and headers to requests for the configured
+// origin only: a redirect to another host, port or scheme (https to
+// http) goes without them.
 func (r *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	if origin(req.URL) != r.origin {
+		return r.next.RoundTrip(req)
+	}
 	req = req.Clone(req.Context())
 	for k, v := range r.headers {
 		req.Header.Set(k, v)
