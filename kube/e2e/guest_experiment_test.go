@@ -344,11 +344,27 @@ patches:
       - op: replace
         path: /metadata/namespace
         value: shop
+  - target: {kind: Role, name: gofit-experiment-guard}
+    patch: |-
+      - op: replace
+        path: /metadata/namespace
+        value: shop
+  - target: {kind: RoleBinding, name: gofit-experiment-guard}
+    patch: |-
+      - op: replace
+        path: /metadata/namespace
+        value: shop
   - target: {kind: Deployment, name: gofit-experiment-guard}
     patch: |-
       - op: replace
         path: /spec/replicas
         value: 1
+      - op: test
+        path: /spec/template/spec/containers/0/args/3
+        value: --namespaces=default
+      - op: replace
+        path: /spec/template/spec/containers/0/args/3
+        value: --namespaces=shop
   - target: {kind: Deployment, name: gofit-webhook}
     patch: |-
       - op: add

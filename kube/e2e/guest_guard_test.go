@@ -23,7 +23,7 @@ import (
 // The experiment-guard step's pace: the shipped guard looks every 5
 // minutes over a 2-hour plan; here every 30 s over 10 minutes, so that
 // the error is held over 20 looks (the flags docs/experiment.md names).
-var guardArgs = []string{"experiment", "guard", "--interval=30s", "--window=15s", "--warm-up=15s",
+var guardArgs = []string{"experiment", "guard", "--namespaces=shop", "--interval=30s", "--window=15s", "--warm-up=15s",
 	"--planned=10m", "--resamples=200", "--metrics-addr=:9090"}
 
 // experimentGuard is issue 42's step on the node: the guard, as the
