@@ -30,7 +30,8 @@ func TestArmAssignerSkipsStoppedArms(t *testing.T) {
 	if err := metav1.AddMetaToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	as := &ArmAssigner{Client: cs, Metadata: metafake.NewSimpleMetadataClient(scheme), Namespaces: []string{"shop"}, now: func() time.Time { return now }}
+	as := &ArmAssigner{Client: cs, Metadata: metafake.NewSimpleMetadataClient(scheme), Namespaces: []string{"shop"}, now: func() time.Time { return now },
+		pick: func(int) int { return 0 }} // spec order on ties, for the counts below
 	t.Cleanup(as.Close)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop"}}
 	if _, err := as.Assign(ctx, pod, e); err != nil {
@@ -88,7 +89,8 @@ func TestNewSpecStartsFresh(t *testing.T) {
 	if err := metav1.AddMetaToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	as := &ArmAssigner{Client: cs, Metadata: metafake.NewSimpleMetadataClient(scheme), Namespaces: []string{"shop"}, now: func() time.Time { return now }}
+	as := &ArmAssigner{Client: cs, Metadata: metafake.NewSimpleMetadataClient(scheme), Namespaces: []string{"shop"}, now: func() time.Time { return now },
+		pick: func(int) int { return 0 }} // spec order on ties, for the counts below
 	t.Cleanup(as.Close)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop"}}
 	leases := cs.CoordinationV1().Leases("shop")
