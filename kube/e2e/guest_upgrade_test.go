@@ -34,12 +34,19 @@ func (g *guestRun) chartUpgrade(t *testing.T) {
 	}
 	pods := g.ownerPods(t)
 	defer g.c.run("delete", "pod", "-n", ownersNS, "--all", "--wait=true", "--timeout=3m")
-	out, err := g.helm("install", "gofit", previousChart, "-n", "gofit-system", "--create-namespace", "--wait", "--timeout", "10m",
+	// The previous chart reads gofit-node/slo-controller-config and makes
+	// none; this image's agent takes a missing ConfigMap for a bad one
+	// (issue 51) where the previous agent ran on the defaults. An empty
+	// one, made once the chart has made the namespace, is those defaults.
+	out, err := g.helm("install", "gofit", previousChart, "-n", "gofit-system", "--create-namespace",
 		"--set", "image.tag=e2e", "--set", "image.pullPolicy=Never",
 		"--set-json", `node.extraArgs=["--kubelet-memory-qos=tiered"]`)
 	t.Logf("helm install (the previous chart): %s", tailLines(out, 5))
 	if err != nil {
 		g.describe(t, "gofit-node")
+		t.Fatal(err)
+	}
+	if _, _, err := g.c.run("create", "configmap", "slo-controller-config", "-n", "gofit-node"); err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
@@ -100,7 +107,10 @@ func (g *guestRun) chartUpgrade(t *testing.T) {
 	}
 	uid0 := dsUID()
 	start := time.Now()
-	out, err = g.helm("upgrade", "gofit", "/src/charts/gofit", "-n", "gofit-system", "--reset-then-reuse-values", "--wait", "--timeout", "10m")
+	// As the chart's upgrade check says when that ConfigMap exists: keep
+	// reading it.
+	out, err = g.helm("upgrade", "gofit", "/src/charts/gofit", "-n", "gofit-system", "--reset-then-reuse-values", "--wait", "--timeout", "10m",
+		"--set", "node.qosConfig.name=slo-controller-config")
 	t.Logf("helm upgrade (%.0fs): %s", time.Since(start).Seconds(), tailLines(out, 3))
 	if err == nil {
 		g.waitDaemonSet(t, "gofit-node", "gofit-node")
