@@ -631,25 +631,13 @@ func recommendGofit(o *Observed, p pooled, hpa *HPA, procsOver bool, window stri
 				return r
 			}
 			q := quantile(p.burst, opt.CPULimitPercentile)
-			l := q * (1 + opt.CPULimitMargin)
-			if l >= 1 {
-				l = math.Ceil(l - 1e-9)
-			} else {
-				l = roundUp(l, 0.05)
-			}
-			l = math.Max(l, req)
+			l := cpuLimitFrom(q, opt.CPULimitMargin, req)
 			r.CPULimit, planLim = Num(l), l
 			r.Reasons = append(r.Reasons, fmt.Sprintf("CPU limit %s: %s of each step's highest 1-minute demand %s + %.0f%% (--cpu-limit burst; the steps' means put it at %s)%s", fmtCores(l), pctl(opt.CPULimitPercentile), fmtCores(q), opt.CPULimitMargin*100,
 				fmtCores(quantile(p.demand, opt.CPULimitPercentile)), map[bool]string{true: ", rounded up to whole cores so that GOMAXPROCS uses all of it", false: ""}[l >= 1]))
 		default:
 			q := quantile(p.demand, opt.CPULimitPercentile)
-			l := q * (1 + opt.CPULimitMargin)
-			if l >= 1 {
-				l = math.Ceil(l - 1e-9)
-			} else {
-				l = roundUp(l, 0.05)
-			}
-			l = math.Max(l, req)
+			l := cpuLimitFrom(q, opt.CPULimitMargin, req)
 			r.CPULimit, planLim = Num(l), l
 			r.Reasons = append(r.Reasons, fmt.Sprintf("CPU limit %s: %s of demand %s + %.0f%%%s", fmtCores(l), pctl(opt.CPULimitPercentile), fmtCores(q), opt.CPULimitMargin*100,
 				map[bool]string{true: ", rounded up to whole cores so that GOMAXPROCS uses all of it", false: ""}[l >= 1]))
@@ -903,4 +891,17 @@ func fmtDuration(d time.Duration) string {
 		return fmt.Sprintf("%.1fh", d.Hours())
 	}
 	return d.Round(time.Second).String()
+}
+
+// cpuLimitFrom is a CPU limit from a demand quantile q and its margin:
+// whole cores from one core up (so that GOMAXPROCS uses all of it),
+// 0.05 steps below, and never under the request.
+func cpuLimitFrom(q, margin, req float64) float64 {
+	l := q * (1 + margin)
+	if l >= 1 {
+		l = math.Ceil(l - 1e-9)
+	} else {
+		l = roundUp(l, 0.05)
+	}
+	return math.Max(l, req)
 }
