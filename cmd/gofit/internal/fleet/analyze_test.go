@@ -369,3 +369,46 @@ func TestRoundUp(t *testing.T) {
 		t.Errorf("reason %q", fit.Texts(p.Reasons))
 	}
 }
+
+// TestStaleGoalIsNotTheLiveHeap: a quiet service built its live heap
+// after its last GC and allocates too little to reach the goal again
+// (plainsvc in TestRealFleet: 32MiB kept, goal 46MiB set while the heap was
+// 22MiB). Its goal ÷ 2 is a past live heap, 30% short; in steps where no
+// GC ended the allocated heap's low is the measure. Where GCs do end, the
+// goal (lower than a low that still holds unswept garbage) is used.
+func TestStaleGoalIsNotTheLiveHeap(t *testing.T) {
+	const steps, step = 60, 5 * time.Second
+	live := 32.0 * mib
+	for _, tc := range []struct {
+		name       string
+		gcs        float64 // GCs ended in each step; NaN: the count is not scraped
+		goal, low  float64
+		want       float64
+		wantSource string
+	}{
+		{"no GC since the heap grew", 0, 2 * 0.7 * live, 1.05 * live, 1.05 * live, "its low in each step"},
+		{"a GC in every step", 2, 2 * live, 1.3 * live, live, "in steps where a GC ended"},
+		{"no GC count scraped", math.NaN(), 2 * live, 1.3 * live, live, "in steps where a GC ended"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := shape{cpu: 0.1, gc: 0.01, live: live, nonHeap: 10 * mib, gomaxprocs: 4, gomemlimit: float64(math.MaxInt64), gogc: 100,
+				req: Resources{0.25, 128 * mib}, lim: Resources{0.25, 128 * mib}}.pod("plain-1", steps, step)
+			p.HeapGoal = series(steps, func(int) float64 { return tc.goal })
+			p.HeapAllocLow = series(steps, func(int) float64 { return tc.low })
+			if !math.IsNaN(tc.gcs) {
+				p.GCs = series(steps, func(int) float64 { return tc.gcs })
+			}
+			r := Analyze(input(steps, step, p), Options{MinSpan: 2 * time.Minute, MinSamples: 6})
+			if len(r.Containers) != 1 {
+				t.Fatalf("%d containers", len(r.Containers))
+			}
+			o := r.Containers[0].Observed
+			if got := float64(o.LiveHeap.Max); math.Abs(got-tc.want) > 0.01*mib {
+				t.Errorf("live heap max %s, want %s", fmtBytes(got), fmtBytes(tc.want))
+			}
+			if !strings.Contains(o.LiveHeapSource, tc.wantSource) {
+				t.Errorf("live heap source %q, want it to say %q", o.LiveHeapSource, tc.wantSource)
+			}
+		})
+	}
+}
