@@ -1,0 +1,336 @@
+package rightsize
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/experiment"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/fleet"
+)
+
+const mib = 1 << 20
+
+var (
+	t0  = time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	web = fleet.Workload{Namespace: "shop", Kind: "Deployment", Name: "web"}
+)
+
+// unfitted is the issue's Deployment: GOMAXPROCS=2 at 250m, no
+// GOMEMLIMIT, memory four times what it needs.
+func unfitted() fleet.Container {
+	return fleet.Container{Workload: web, Container: "app",
+		Observed: fleet.Observed{Requests: fleet.Resources{CPU: 0.25, Memory: 128 * mib}, Limits: fleet.Resources{CPU: 0.25, Memory: 128 * mib}},
+		Findings: []fleet.Finding{{Code: fleet.CodeGOMAXPROCSAboveLimit}, {Code: fleet.CodeGOMEMLIMITUnset}, {Code: fleet.CodeOverProvisioned}},
+		Gofit: fleet.Recommendation{CPURequest: 0.2, CPULimit: 0.3, Memory: 32 * mib, GOMAXPROCS: 1, GOMEMLIMIT: 24 * mib,
+			Env: map[string]string{"GOMAXPROCS": "1", "GOMEMLIMIT": fmt.Sprint(24 * mib)}, Reasons: []string{"memory 32MiB: ..."}}}
+}
+
+func TestModeOf(t *testing.T) {
+	for _, tc := range []struct {
+		w, ns     map[string]string
+		want      Mode
+		where     string
+		errSubstr string
+	}{
+		{nil, nil, Off, "", ""},
+		{map[string]string{KeyMode: "auto"}, map[string]string{KeyMode: "recommend"}, Auto, "workload", ""},
+		{nil, map[string]string{KeyMode: "trial"}, Trial, "namespace", ""},
+		{map[string]string{KeyMode: "off"}, map[string]string{KeyMode: "auto"}, Off, "workload", ""},
+		{map[string]string{KeyMode: "Auto!"}, nil, Off, "workload", `workload gofit.dev/rightsize: "Auto!" is not a mode`},
+	} {
+		m, where, err := ModeOf(tc.w, tc.ns)
+		if tc.errSubstr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.errSubstr) {
+				t.Errorf("ModeOf(%v, %v): error %v, want %q", tc.w, tc.ns, err, tc.errSubstr)
+			}
+			continue
+		}
+		if err != nil || m != tc.want || where != tc.where {
+			t.Errorf("ModeOf(%v, %v) = %s from %q, %v; want %s from %q", tc.w, tc.ns, m, where, err, tc.want, tc.where)
+		}
+	}
+}
+
+func TestPolicyCheckNamesTheFlag(t *testing.T) {
+	if err := DefaultPolicy().Check(); err != nil {
+		t.Fatalf("default policy: %v", err)
+	}
+	for flag, change := range map[string]func(*Policy){
+		"--share":          func(p *Policy) { p.Share = 0.75 },
+		"--min-pods":       func(p *Policy) { p.MinPods = 0 },
+		"--saving":         func(p *Policy) { p.Saving = 1 },
+		"--trial-duration": func(p *Policy) { p.Duration = 0 },
+		"--backoff":        func(p *Policy) { p.Backoff = -time.Hour },
+		"--max-trials":     func(p *Policy) { p.PerCluster = 0 },
+	} {
+		p := DefaultPolicy()
+		change(&p)
+		if err := p.Check(); err == nil || !strings.HasPrefix(err.Error(), flag) {
+			t.Errorf("%s out of range: error %v, want it to start with the flag", flag, err)
+		}
+	}
+}
+
+func TestPlanFrom(t *testing.T) {
+	p := PlanFrom(web, []fleet.Container{unfitted()}, 0)
+	if !p.Ready() {
+		t.Fatalf("plan not ready: %v", p.Missing)
+	}
+	if want := []string{fleet.CodeGOMAXPROCSAboveLimit, fleet.CodeGOMEMLIMITUnset}; !slices.Equal(p.Fixes, want) {
+		t.Errorf("fixes %v, want %v (over_provisioned is a saving, not a fix)", p.Fixes, want)
+	}
+	got := p.Proposed["app"]
+	if got.Requests != (fleet.Resources{CPU: 0.2, Memory: 32 * mib}) || got.Limits != (fleet.Resources{CPU: 0.3, Memory: 32 * mib}) || got.Env["GOMAXPROCS"] != "1" {
+		t.Errorf("proposed %+v", got)
+	}
+	if math.Abs(p.CPUSaving-0.2) > 1e-9 || math.Abs(p.MemorySaving-0.75) > 1e-9 {
+		t.Errorf("savings cpu %v memory %v, want 0.2 and 0.75", p.CPUSaving, p.MemorySaving)
+	}
+
+	// A lab floor above the plan raises memory, and GOMEMLIMIT by as much.
+	f := PlanFrom(web, []fleet.Container{unfitted()}, 48*mib)
+	if got := f.Proposed["app"]; got.Limits.Memory != 48*mib || got.Env["GOMEMLIMIT"] != fmt.Sprint(40*mib) {
+		t.Errorf("with a 48MiB floor: %+v, want memory 48MiB and GOMEMLIMIT 40MiB", got)
+	}
+	if f.Hash() == p.Hash() {
+		t.Error("plans with different settings share a hash")
+	}
+	if !strings.Contains(strings.Join(f.Reasons, "\n"), KeyFloor) {
+		t.Errorf("reasons do not say the floor raised memory: %q", f.Reasons)
+	}
+
+	// A container without enough data leaves no plan.
+	thin := unfitted()
+	thin.Gofit.Missing = []string{"30 minutes of data"}
+	if q := PlanFrom(web, []fleet.Container{thin}, 0); q.Ready() || len(q.Missing) != 1 {
+		t.Errorf("plan from thin data: ready %v, missing %q", q.Ready(), q.Missing)
+	}
+	if q := PlanFrom(fleet.Workload{Namespace: "shop", Kind: "Deployment", Name: "other"}, []fleet.Container{unfitted()}, 0); q.Ready() {
+		t.Error("a plan for a workload the analysis does not have")
+	}
+}
+
+func TestWorth(t *testing.T) {
+	c := unfitted()
+	c.Findings = nil
+	c.Gofit.CPURequest, c.Gofit.Memory = 0.24, 120*mib
+	p := PlanFrom(web, []fleet.Container{c}, 0)
+	if ok, why := p.Worth(0.15); ok {
+		t.Errorf("a plan saving 4%% and 6%% with no finding is worth a trial: %s", why)
+	}
+	c.Gofit.Memory = 100 * mib
+	if ok, why := PlanFrom(web, []fleet.Container{c}, 0).Worth(0.15); !ok {
+		t.Errorf("a plan saving 22%% of memory is not worth a trial: %s", why)
+	}
+}
+
+func pods(n int) []Pod {
+	var out []Pod
+	for i := range n {
+		out = append(out, Pod{Name: fmt.Sprintf("web-%d", i), Node: fmt.Sprintf("node-%d", i%2), Ready: true})
+	}
+	return out
+}
+
+// TestLifecycle walks one workload through the loop: a trial on one of
+// four pods, harm, the back-off, a second trial, promotion.
+func TestLifecycle(t *testing.T) {
+	pol := DefaultPolicy()
+	plan := PlanFrom(web, []fleet.Container{unfitted()}, 0)
+	in := Input{Now: t0, Mode: Auto, Plan: plan, Pods: pods(4), Policy: pol}
+
+	a := Next(in)
+	if a.Kind != StartTrial || len(a.Pods) != 1 || a.Next.Phase != Trialling || a.Next.Plan != plan.Hash() || a.Next.Proposed["app"].Env["GOMAXPROCS"] != "1" {
+		t.Fatalf("first look: %+v", a)
+	}
+	in.Status = a.Next
+
+	in.Now = t0.Add(30 * time.Minute)
+	in.Judgement = &Judgement{}
+	if a := Next(in); a.Kind != Wait {
+		t.Errorf("mid-trial with no harm: %+v, want wait", a)
+	}
+	// A plan computed during the trial (it reads the trial's own pods) is
+	// not the one judged.
+	in.Plan = PlanFrom(web, []fleet.Container{unfitted()}, 64*mib)
+	if a := Next(in); a.Kind != Wait {
+		t.Errorf("mid-trial with a new plan: %+v, want wait (the trial keeps its plan)", a)
+	}
+	in.Plan = plan
+
+	in.Judgement = &Judgement{Harmful: true, Reasons: []string{"restarts 3 vs 0"}}
+	a = Next(in)
+	if a.Kind != Rollback || !slices.Equal(a.Pods, in.Status.Pods) || a.Next.Phase != Stopped || !strings.Contains(a.Why, "restarts 3 vs 0") {
+		t.Fatalf("harm: %+v", a)
+	}
+	in.Status, in.Judgement = a.Next, nil
+
+	in.Now = in.Now.Add(24 * time.Hour)
+	if a := Next(in); a.Kind != Wait || !strings.Contains(a.Why, "not tried again before") {
+		t.Errorf("a day after harm: %+v, want the back-off", a)
+	}
+	// Another plan is not held back by the first's harm.
+	other := PlanFrom(web, []fleet.Container{unfitted()}, 64*mib)
+	if a := Next(Input{Now: in.Now, Mode: Auto, Plan: other, Status: in.Status, Pods: pods(4), Policy: pol}); a.Kind != StartTrial {
+		t.Errorf("a different plan during the back-off: %+v, want a trial", a)
+	}
+
+	in.Now = in.Now.Add(pol.Backoff)
+	a = Next(in)
+	if a.Kind != StartTrial {
+		t.Fatalf("after the back-off: %+v", a)
+	}
+	in.Status = a.Next
+	in.Now = in.Now.Add(pol.Duration)
+	in.Judgement = &Judgement{Promote: true, Reasons: []string{"p99_seconds same", "cpu_seconds_per_request better"}}
+	a = Next(in)
+	if a.Kind != Promote || a.Next.Phase != Promoted || a.Next.Proposed["app"].Limits.Memory != 32*mib {
+		t.Fatalf("judged good in auto: %+v", a)
+	}
+	in.Status, in.Judgement = a.Next, nil
+	if a := Next(in); a.Kind != None {
+		t.Errorf("the promoted plan again: %+v, want none", a)
+	}
+}
+
+func TestTrialEnds(t *testing.T) {
+	pol := DefaultPolicy()
+	plan := PlanFrom(web, []fleet.Container{unfitted()}, 0)
+	start := Next(Input{Now: t0, Mode: Trial, Plan: plan, Pods: pods(4), Policy: pol})
+	if start.Kind != StartTrial {
+		t.Fatalf("start: %+v", start)
+	}
+	after := t0.Add(pol.Duration)
+	good := &Judgement{Promote: true}
+	for _, tc := range []struct {
+		name  string
+		in    func(*Input)
+		kind  Kind
+		phase Phase
+	}{
+		{"passed in mode trial", func(in *Input) { in.Judgement = good }, Pass, Passed},
+		{"not good enough", func(in *Input) { in.Judgement = &Judgement{Reasons: []string{"p99_seconds undecided"}} }, EndTrial, Stopped},
+		{"never judged", func(in *Input) {}, EndTrial, Stopped},
+		{"kill switch", func(in *Input) { in.Policy.Paused, in.Now = true, t0.Add(time.Minute) }, Rollback, Stopped},
+		{"opted out", func(in *Input) { in.Mode, in.Now = Off, t0.Add(time.Minute) }, Rollback, Idle},
+		{"down to recommend", func(in *Input) { in.Mode, in.Now = Recommend, t0.Add(time.Minute) }, Rollback, Idle},
+		{"pods gone", func(in *Input) { in.Pods, in.Now = pods(4)[2:], t0.Add(time.Minute) }, EndTrial, Idle},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := Input{Now: after, Mode: Trial, Plan: plan, Status: start.Next, Pods: pods(4), Policy: pol}
+			tc.in(&in)
+			a := Next(in)
+			if a.Kind != tc.kind || a.Next.Phase != tc.phase {
+				t.Errorf("%+v: want %s to phase %q", a, tc.kind, tc.phase)
+			}
+			if (a.Kind == Rollback || a.Kind == EndTrial) && tc.name != "pods gone" && !slices.Equal(a.Pods, start.Pods) {
+				t.Errorf("puts back %v, want the trial's %v", a.Pods, start.Pods)
+			}
+		})
+	}
+}
+
+func TestNoTrial(t *testing.T) {
+	pol := DefaultPolicy()
+	plan := PlanFrom(web, []fleet.Container{unfitted()}, 0)
+	paused := pol
+	paused.Paused = true
+	for _, tc := range []struct {
+		name string
+		in   Input
+		kind Kind
+		why  string
+	}{
+		{"not opted in", Input{Mode: Off, Plan: plan, Pods: pods(4), Policy: pol}, None, "not opted in"},
+		{"one pod: no control", Input{Mode: Auto, Plan: plan, Pods: pods(1), Policy: pol}, Wait, "as many again for the control"},
+		{"namespace full", Input{Mode: Auto, Plan: plan, Pods: pods(4), Policy: pol, Load: Load{Namespace: 1, Cluster: 1}}, Wait, "trials in the namespace"},
+		{"cluster full", Input{Mode: Auto, Plan: plan, Pods: pods(4), Policy: pol, Load: Load{Cluster: 3}}, Wait, "in the cluster already"},
+		{"kill switch", Input{Mode: Auto, Plan: plan, Pods: pods(4), Policy: paused}, Wait, "kill switch"},
+		{"no plan", Input{Mode: Auto, Plan: Plan{Missing: []string{"container app: 30 minutes of data"}}, Pods: pods(4), Policy: pol}, Wait, "30 minutes"},
+		{"recommend", Input{Mode: Recommend, Plan: plan, Pods: pods(4), Policy: pol}, DoRecommend, "answers gomaxprocs_above_limit"},
+		{"recommended already", Input{Mode: Recommend, Plan: plan, Pods: pods(4), Policy: pol, Status: Status{Phase: Recommended, Plan: plan.Hash()}}, None, "already recommended"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.in.Now = t0
+			a := Next(tc.in)
+			if a.Kind != tc.kind || !strings.Contains(a.Why, tc.why) {
+				t.Errorf("%+v: want %s saying %q", a, tc.kind, tc.why)
+			}
+			if a.Kind != StartTrial && len(a.Pods) > 0 {
+				t.Errorf("touches pods %v", a.Pods)
+			}
+		})
+	}
+}
+
+func TestPick(t *testing.T) {
+	pol := DefaultPolicy()
+	ps := pods(8)
+	ps[0].Ready = false
+	got, err := Pick(ps, pol)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 7 ready: a quarter is 1; with 8 ready it is 2, one on each node.
+	if len(got) != 1 || got[0] == "web-0" {
+		t.Errorf("pick of 7 ready: %v", got)
+	}
+	ps[0].Ready = true
+	got, _ = Pick(ps, pol)
+	if len(got) != 2 || got[0] != "web-0" || got[1] != "web-1" {
+		t.Errorf("pick of 8 ready: %v, want one per node", got)
+	}
+	rev := slices.Clone(ps)
+	slices.Reverse(rev)
+	again, _ := Pick(rev, pol)
+	if !slices.Equal(got, again) {
+		t.Errorf("pick depends on the pods' order: %v then %v", got, again)
+	}
+	pol.MinPods = 2
+	if _, err := Pick(pods(3), pol); err == nil {
+		t.Error("a trial of 2 pods from 3 leaves fewer in the control")
+	}
+}
+
+func TestJudge(t *testing.T) {
+	res := func(arm experiment.ArmResult, verdicts ...experiment.Verdict) *experiment.Results {
+		arm.Name = "plan"
+		return &experiment.Results{Experiment: "rightsize-web", Control: "current",
+			Arms: []experiment.ArmResult{{Name: "current", Restarts: 1}, arm}, Verdicts: verdicts}
+	}
+	v := func(metric, verdict string) experiment.Verdict {
+		return experiment.Verdict{Arm: "plan", Metric: metric, Verdict: verdict, Ratio: 1, Low: 0.95, High: 1.04, Level: 0.95}
+	}
+	good := []experiment.Verdict{v("p99_seconds", "same"), v("cpu_seconds_per_request", "better")}
+	for _, tc := range []struct {
+		name             string
+		r                *experiment.Results
+		harmful, promote bool
+		why              string
+	}{
+		{"same and better", res(experiment.ArmResult{}, good...), false, true, "cpu_seconds_per_request better"},
+		{"harmful", res(experiment.ArmResult{Harmful: true, Harms: []string{"restarts 4 vs 1"}}, good...), true, false, "restarts 4 vs 1"},
+		{"p99 undecided", res(experiment.ArmResult{}, v("p99_seconds", "undecided"), v("cpu_seconds_per_request", "same")), false, false, "p99_seconds undecided"},
+		{"CPU worse", res(experiment.ArmResult{}, v("p99_seconds", "same"), v("cpu_seconds_per_request", "worse")), false, false, "cpu_seconds_per_request worse"},
+		{"no latency series", res(experiment.ArmResult{}, v("cpu_seconds_per_request", "same")), false, false, "no verdict on p99_seconds"},
+		{"an OOM kill", res(experiment.ArmResult{OOMKills: 1, Restarts: 1}, good...), false, false, "1 OOM kills"},
+		{"more restarts", res(experiment.ArmResult{Restarts: 2}, good...), false, false, "2 restarts in the trial against 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j, err := Judge(tc.r, "plan")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j.Harmful != tc.harmful || j.Promote != tc.promote || !strings.Contains(strings.Join(j.Reasons, "; "), tc.why) {
+				t.Errorf("%+v: want harmful %v promote %v saying %q", j, tc.harmful, tc.promote, tc.why)
+			}
+		})
+	}
+	if _, err := Judge(res(experiment.ArmResult{}), "other"); err == nil {
+		t.Error("judging an arm the results do not have")
+	}
+}
