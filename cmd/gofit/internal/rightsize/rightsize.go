@@ -204,6 +204,22 @@ func PlanFrom(w fleet.Workload, cs []fleet.Container, floor float64) Plan {
 			p.Reasons = append(p.Reasons, "container "+c.Container+": "+r)
 		}
 	}
+	if from := QoS(p.Current); from == Guaranteed && QoS(p.Proposed) != Guaranteed {
+		// A pod's QoS class cannot change in place, and a team that
+		// chose Guaranteed (exclusive CPUs, last to be evicted) keeps it:
+		// requests rise to the limits.
+		for name, s := range p.Proposed {
+			s.Limits.CPU = math.Max(s.Limits.CPU, s.Requests.CPU)
+			s.Requests = s.Limits
+			p.Proposed[name] = s
+		}
+		cpuNew, memNew = 0, 0
+		for _, s := range p.Proposed {
+			cpuNew += s.Requests.CPU
+			memNew += s.Requests.Memory
+		}
+		p.Reasons = append(p.Reasons, "kept Guaranteed: requests raised to the limits (a pod's QoS class cannot change in place)")
+	}
 	if len(p.Proposed) == 0 && len(p.Missing) == 0 {
 		p.Missing = append(p.Missing, "no Go container of "+w.String()+" in the analysis")
 	}
@@ -217,6 +233,35 @@ func saving(now, next float64) float64 {
 		return 0 // nothing reserved today: nothing to give back
 	}
 	return 1 - next/now
+}
+
+// QoS classes, as Kubernetes names them.
+const (
+	Guaranteed = "Guaranteed"
+	Burstable  = "Burstable"
+	BestEffort = "BestEffort"
+)
+
+// QoS is the QoS class of a pod whose containers have these settings:
+// Guaranteed when every one has CPU and memory limits equal to its
+// requests, BestEffort when none has any, else Burstable.
+func QoS(cs map[string]Setting) string {
+	guaranteed, none := len(cs) > 0, true
+	for _, s := range cs {
+		if s.Requests != (fleet.Resources{}) || s.Limits != (fleet.Resources{}) {
+			none = false
+		}
+		if s.Limits.CPU <= 0 || s.Limits.Memory <= 0 || s.Requests != s.Limits {
+			guaranteed = false
+		}
+	}
+	switch {
+	case guaranteed:
+		return Guaranteed
+	case none:
+		return BestEffort
+	}
+	return Burstable
 }
 
 // Ready reports whether the plan has figures for every container.
@@ -388,6 +433,9 @@ func Next(in Input) Action {
 	}
 	if pol.Paused {
 		return keep(Wait, "the kill switch is on")
+	}
+	if from, to := QoS(in.Plan.Current), QoS(in.Plan.Proposed); from != to {
+		return keep(Wait, fmt.Sprintf("plan %s moves the pods from QoS class %s to %s, which a running pod cannot take in place: apply the recommendation by hand", hash, from, to))
 	}
 	if in.Load.Namespace >= pol.PerNamespace || in.Load.Cluster >= pol.PerCluster {
 		return keep(Wait, fmt.Sprintf("%d trials in the namespace and %d in the cluster already (at most %d and %d)",

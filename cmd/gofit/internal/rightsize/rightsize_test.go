@@ -76,7 +76,9 @@ func TestPolicyCheckNamesTheFlag(t *testing.T) {
 }
 
 func TestPlanFrom(t *testing.T) {
-	p := PlanFrom(web, []fleet.Container{unfitted()}, 0)
+	c := unfitted()
+	c.Observed.Limits.Memory = 256 * mib // Burstable: requests below limits
+	p := PlanFrom(web, []fleet.Container{c}, 0)
 	if !p.Ready() {
 		t.Fatalf("plan not ready: %v", p.Missing)
 	}
@@ -92,7 +94,7 @@ func TestPlanFrom(t *testing.T) {
 	}
 
 	// A lab floor above the plan raises memory, and GOMEMLIMIT by as much.
-	f := PlanFrom(web, []fleet.Container{unfitted()}, 48*mib)
+	f := PlanFrom(web, []fleet.Container{c}, 48*mib)
 	if got := f.Proposed["app"]; got.Limits.Memory != 48*mib || got.Env["GOMEMLIMIT"] != fmt.Sprint(40*mib) {
 		t.Errorf("with a 48MiB floor: %+v, want memory 48MiB and GOMEMLIMIT 40MiB", got)
 	}
@@ -332,5 +334,37 @@ func TestJudge(t *testing.T) {
 	}
 	if _, err := Judge(res(experiment.ArmResult{}), "other"); err == nil {
 		t.Error("judging an arm the results do not have")
+	}
+}
+
+// TestGuaranteedStaysGuaranteed: a pod's QoS class cannot change in
+// place; a Guaranteed workload's plan keeps requests at its limits, and
+// a plan that would change the class anyway is not tried in place.
+func TestGuaranteedStaysGuaranteed(t *testing.T) {
+	p := PlanFrom(web, []fleet.Container{unfitted()}, 0)
+	if QoS(p.Current) != Guaranteed || QoS(p.Proposed) != Guaranteed {
+		t.Fatalf("QoS %s → %s, want Guaranteed kept", QoS(p.Current), QoS(p.Proposed))
+	}
+	if got := p.Proposed["app"]; got.Requests != (fleet.Resources{CPU: 0.3, Memory: 32 * mib}) || got.Limits != got.Requests {
+		t.Errorf("proposed %+v, want requests at the limits (300m, 32MiB)", got)
+	}
+	if math.Abs(p.CPUSaving+0.2) > 1e-9 {
+		t.Errorf("CPU saving %v, want -0.2 (the request rises to the 300m limit)", p.CPUSaving)
+	}
+	burstable := unfitted()
+	burstable.Observed.Requests.CPU = 0.1
+	b := PlanFrom(web, []fleet.Container{burstable}, 0)
+	if QoS(b.Current) != Burstable || QoS(b.Proposed) != Burstable || b.Proposed["app"].Requests.CPU != 0.2 {
+		t.Errorf("a Burstable workload: QoS %s → %s, proposed %+v", QoS(b.Current), QoS(b.Proposed), b.Proposed["app"])
+	}
+	bestEffort := unfitted()
+	bestEffort.Observed.Requests, bestEffort.Observed.Limits = fleet.Resources{}, fleet.Resources{}
+	e := PlanFrom(web, []fleet.Container{bestEffort}, 0)
+	a := Next(Input{Now: t0, Mode: Auto, Plan: e, Pods: pods(4), Policy: DefaultPolicy()})
+	if a.Kind != Wait || !strings.Contains(a.Why, "from QoS class BestEffort to Burstable") {
+		t.Errorf("a BestEffort workload in auto: %+v, want a wait that says the class would change", a)
+	}
+	if a := Next(Input{Now: t0, Mode: Recommend, Plan: e, Pods: pods(4), Policy: DefaultPolicy()}); a.Kind != DoRecommend {
+		t.Errorf("a BestEffort workload in recommend: %+v, want the recommendation", a)
 	}
 }
