@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -27,6 +26,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/gofit-dev/gofit/kube/kubetest"
 )
 
 func TestWebhookFlags(t *testing.T) {
@@ -167,20 +168,7 @@ func TestWebhookServes(t *testing.T) {
 
 // envtestAssets builds (or finds, cached) kube-apiserver and etcd with the
 // kube module's script; KUBEBUILDER_ASSETS wins when set.
-func envtestAssets(t *testing.T) string {
-	t.Helper()
-	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
-		return dir
-	}
-	cmd := exec.Command("bash", filepath.Join("..", "..", "kube", "hack", "envtest-assets.sh"))
-	cmd.Stderr = os.Stderr // progress while a cold build runs
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("build kube-apiserver and etcd for envtest: %v", err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	return lines[len(lines)-1]
-}
+func envtestAssets(t *testing.T) string { return kubetest.Assets(t) }
 
 // gofit webhook --self-managed-secret against a real API server: it fills
 // the Secret, writes caBundle, serves the certificate once the Secret's

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/gofit-dev/gofit/kube/internal/kubetest"
+	"github.com/gofit-dev/gofit/kube/kubetest"
 	"github.com/gofit-dev/gofit/kube/memqos"
 )
 

@@ -32,7 +32,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gofit-dev/gofit/kube/internal/kubetest"
+	"github.com/gofit-dev/gofit/kube/kubetest"
 	"github.com/gofit-dev/gofit/kube/memqos"
 )
 

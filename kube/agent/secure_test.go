@@ -15,7 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/gofit-dev/gofit/kube/internal/kubetest"
+	"github.com/gofit-dev/gofit/kube/kubetest"
 )
 
 // TestEnvtestGuarded (issue 51, item 6): the agent's port served

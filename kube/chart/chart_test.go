@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/kustomize/kyaml/kio"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gofit-dev/gofit/kube/internal/kubetest"
+	"github.com/gofit-dev/gofit/kube/kubetest"
 	"github.com/gofit-dev/gofit/kube/monitoring/monitoringtest"
 )
 

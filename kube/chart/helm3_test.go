@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/gofit-dev/gofit/kube/internal/kubetest"
+	"github.com/gofit-dev/gofit/kube/kubetest"
 )
 
 // helm3Version is the Helm 3 the chart is tested with besides Helm 4:

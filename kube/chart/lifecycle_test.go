@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/gofit-dev/gofit/kube/agent"
-	"github.com/gofit-dev/gofit/kube/internal/kubetest"
+	"github.com/gofit-dev/gofit/kube/kubetest"
 )
 
 // kubeconfig writes a kubeconfig for cfg (envtest's admin) for helm.

@@ -24,7 +24,7 @@ import (
 
 	"github.com/gofit-dev/gofit/fit"
 	"github.com/gofit-dev/gofit/kube/admission"
-	"github.com/gofit-dev/gofit/kube/internal/kubetest"
+	"github.com/gofit-dev/gofit/kube/kubetest"
 )
 
 // replicas forwards each review to one of its backends in turn, as a

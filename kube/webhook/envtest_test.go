@@ -32,7 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gofit-dev/gofit/kube/admission"
-	"github.com/gofit-dev/gofit/kube/internal/kubetest"
+	"github.com/gofit-dev/gofit/kube/kubetest"
 )
 
 // warnings collects what kubectl would print as "Warning: ...".

@@ -22,7 +22,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/gofit-dev/gofit/kube/admission"
-	"github.com/gofit-dev/gofit/kube/internal/kubetest"
+	"github.com/gofit-dev/gofit/kube/kubetest"
 )
 
 // BenchmarkExperimentScaleUp runs `gofit webhook --experiments` (the

@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,37 +17,16 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/gofit-dev/gofit/kube/admission"
+	"github.com/gofit-dev/gofit/kube/kubetest"
 	"github.com/gofit-dev/gofit/kube/webhook"
 )
 
-// startAPIServer runs a real kube-apiserver and etcd (envtest), built or
-// found by the kube module's script; KUBEBUILDER_ASSETS wins when set.
+// startAPIServer runs a real kube-apiserver and etcd (envtest).
 func startAPIServer(t *testing.T) (kubernetes.Interface, metadata.Interface) {
 	t.Helper()
-	dir := os.Getenv("KUBEBUILDER_ASSETS")
-	if dir == "" {
-		cmd := exec.Command("bash", filepath.Join("..", "..", "..", "..", "kube", "hack", "envtest-assets.sh"))
-		cmd.Stderr = os.Stderr
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("build kube-apiserver and etcd for envtest: %v", err)
-		}
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		dir = lines[len(lines)-1]
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: dir}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start kube-apiserver: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stop kube-apiserver: %v", err)
-		}
-	})
+	cfg := kubetest.Start(t, nil)
 	return kubernetes.NewForConfigOrDie(cfg), metadata.NewForConfigOrDie(cfg)
 }
 

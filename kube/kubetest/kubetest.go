@@ -47,7 +47,7 @@ func Hack(t testing.TB, name, what string) string {
 	if !ok {
 		run = sync.OnceValues(func() (string, error) {
 			_, file, _, _ := runtime.Caller(0)
-			cmd := exec.Command("bash", filepath.Join(filepath.Dir(file), "..", "..", "hack", name))
+			cmd := exec.Command("bash", filepath.Join(filepath.Dir(file), "..", "hack", name))
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, os.Stderr
 			if err := cmd.Run(); err != nil {

@@ -1,0 +1,290 @@
+package rightsize
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/fleet"
+	"github.com/gofit-dev/gofit/kube/admission"
+	"github.com/gofit-dev/gofit/kube/kubetest"
+)
+
+// world is a namespace on a real API server with Deployments and their
+// pods as a kubelet would have them (scheduled, ready); no
+// controller-manager runs, so pods stay as the test makes them.
+type world struct {
+	t   *testing.T
+	ctx context.Context
+	cs  kubernetes.Interface
+	ns  string
+}
+
+func (w *world) deployment(name string, annotations map[string]string, pods int) *appsv1.Deployment {
+	w.t.Helper()
+	res := corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
+	}
+	spec := corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "shop/web:1", Resources: res,
+		Env: []corev1.EnvVar{{Name: "GOMAXPROCS", Value: "2"}}}}}
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.ns, Annotations: annotations},
+		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}}, Spec: spec}}}
+	d, err := w.cs.AppsV1().Deployments(w.ns).Create(w.ctx, d, metav1.CreateOptions{})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	for i := range pods {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, i), Namespace: w.ns, Labels: map[string]string{"app": name}},
+			Spec: *spec.DeepCopy()}
+		p.Spec.NodeName = fmt.Sprintf("node-%d", i%2)
+		p, err := w.cs.CoreV1().Pods(w.ns).Create(w.ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		if _, err := w.cs.CoreV1().Pods(w.ns).UpdateStatus(w.ctx, p, metav1.UpdateOptions{}); err != nil {
+			w.t.Fatal(err)
+		}
+	}
+	return d
+}
+
+func (w *world) pod(name string) *corev1.Pod {
+	w.t.Helper()
+	p, err := w.cs.CoreV1().Pods(w.ns).Get(w.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return p
+}
+
+func (w *world) status(name string) Status {
+	w.t.Helper()
+	d, err := w.cs.AppsV1().Deployments(w.ns).Get(w.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	st, err := StatusOf(d)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return st
+}
+
+// events are the reasons of the Events on a Deployment, oldest first.
+func (w *world) events(name string) []string {
+	w.t.Helper()
+	l, err := w.cs.CoreV1().Events(w.ns).List(w.ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	slices.SortFunc(l.Items, func(a, b corev1.Event) int { return strings.Compare(a.Name, b.Name) })
+	var out []string
+	for _, e := range l.Items {
+		out = append(out, e.Reason)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func resourcesString(c corev1.Container) string {
+	return fmt.Sprintf("%s/%s %s/%s", c.Resources.Requests.Cpu(), c.Resources.Limits.Cpu(), c.Resources.Requests.Memory(), c.Resources.Limits.Memory())
+}
+
+// TestControllerOnARealAPIServer walks an opted-in Deployment through a
+// trial on one of its four pods (resized in place), harm and rollback,
+// the back-off, a second trial and promotion, and checks that a workload
+// that did not opt in is never touched.
+func TestControllerOnARealAPIServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping the API server test in -short mode")
+	}
+	cs := kubernetes.NewForConfigOrDie(kubetest.Start(t, nil))
+	ctx := context.Background()
+	w := &world{t: t, ctx: ctx, cs: cs, ns: "shop"}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"node-0", "node-1"} {
+		// The resize subresource's admission reads the pod's node.
+		node, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		node.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("4Gi")}
+		node.Status.Capacity = node.Status.Allocatable
+		if _, err := cs.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.deployment("web", map[string]string{KeyMode: "auto"}, 4)
+	w.deployment("other", nil, 2)
+	w.deployment("typo", map[string]string{KeyMode: "automatic"}, 2)
+
+	now := t0
+	var judgement *Judgement
+	var planned []string
+	out := t.TempDir()
+	c := &Controller{Client: cs, Policy: DefaultPolicy(), Files: out, Identity: "test", Now: func() time.Time { return now },
+		Plan: func(_ context.Context, d *appsv1.Deployment, floor float64) (Plan, error) {
+			planned = append(planned, d.Name)
+			return PlanFrom(fleet.Workload{Namespace: d.Namespace, Kind: "Deployment", Name: d.Name}, []fleet.Container{unfittedOf(d.Name)}, floor), nil
+		},
+		Judge: func(context.Context, *appsv1.Deployment, Status) (*Judgement, error) { return judgement, nil },
+	}
+	look := func(want Kind) Outcome {
+		t.Helper()
+		outs, err := c.Once(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var web *Outcome
+		for i, o := range outs {
+			switch o.Workload {
+			case "shop/Deployment/web":
+				web = &outs[i]
+			case "shop/Deployment/typo":
+				if o.Err == nil || !strings.Contains(o.Err.Error(), `gofit.dev/rightsize: "automatic" is not a mode`) {
+					t.Errorf("typo: %+v, want an error naming the annotation and value", o)
+				}
+			default:
+				t.Errorf("a look touched %s: %+v", o.Workload, o)
+			}
+		}
+		if web == nil {
+			t.Fatalf("no outcome for web in %+v", outs)
+		}
+		if web.Err != nil || web.Action.Kind != want {
+			t.Fatalf("web: %s (%s), error %v; want %s", web.Action.Kind, web.Action.Why, web.Err, want)
+		}
+		return *web
+	}
+
+	// 1. A trial on one pod, resized in place; every ready pod labelled.
+	o := look(StartTrial)
+	if len(o.Action.Pods) != 1 {
+		t.Fatalf("trial pods %v, want 1 of 4", o.Action.Pods)
+	}
+	trial := o.Action.Pods[0]
+	for i := range 4 {
+		p := w.pod(fmt.Sprintf("web-%d", i))
+		arm, res := p.Labels[admission.LabelArm], resourcesString(p.Spec.Containers[0])
+		if p.Name == trial {
+			if arm != ArmPlan || res != "300m/300m 32Mi/32Mi" {
+				t.Errorf("trial pod %s: arm %q, resources %s; want plan, 300m/300m 32Mi/32Mi", p.Name, arm, res)
+			}
+		} else if arm != ArmControl || res != "250m/250m 128Mi/128Mi" {
+			t.Errorf("control pod %s: arm %q, resources %s", p.Name, arm, res)
+		}
+		if p.Labels[admission.LabelExperiment] != Experiment {
+			t.Errorf("pod %s: experiment label %q", p.Name, p.Labels[admission.LabelExperiment])
+		}
+	}
+	if st := w.status("web"); st.Phase != Trialling || !slices.Equal(st.Pods, []string{trial}) {
+		t.Errorf("status %+v", st)
+	}
+	for _, name := range []string{"other-0", "typo-0"} {
+		if p := w.pod(name); len(p.Labels) != 1 || resourcesString(p.Spec.Containers[0]) != "250m/250m 128Mi/128Mi" {
+			t.Errorf("%s touched: labels %v, resources %s", name, p.Labels, resourcesString(p.Spec.Containers[0]))
+		}
+	}
+
+	// 2. The trial keeps its plan: no plan is computed during it.
+	planned = nil
+	now = now.Add(10 * time.Minute)
+	look(Wait)
+	if len(planned) > 0 {
+		t.Errorf("planned %v during the trial", planned)
+	}
+
+	// 3. Harm: the trial's pod is resized back and every label removed.
+	judgement = &Judgement{Harmful: true, Reasons: []string{"restarts 4 vs 0"}}
+	now = now.Add(10 * time.Minute)
+	look(Rollback)
+	for i := range 4 {
+		p := w.pod(fmt.Sprintf("web-%d", i))
+		if _, ok := p.Labels[admission.LabelArm]; ok || resourcesString(p.Spec.Containers[0]) != "250m/250m 128Mi/128Mi" {
+			t.Errorf("after the rollback, %s: labels %v, resources %s", p.Name, p.Labels, resourcesString(p.Spec.Containers[0]))
+		}
+	}
+	if st := w.status("web"); st.Phase != Stopped || !strings.Contains(st.Reason, "restarts 4 vs 0") {
+		t.Errorf("status after harm %+v", st)
+	}
+	judgement = nil
+	now = now.Add(time.Hour)
+	look(Wait)
+
+	// 4. After the back-off, a second trial, judged good, is promoted.
+	now = now.Add(c.Policy.Backoff)
+	look(StartTrial)
+	now = now.Add(c.Policy.Duration)
+	judgement = &Judgement{Promote: true, Reasons: []string{"p99_seconds same", "cpu_seconds_per_request better"}}
+	look(Promote)
+	d, err := cs.AppsV1().Deployments(w.ns).Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctr := d.Spec.Template.Spec.Containers[0]
+	if res := resourcesString(ctr); res != "300m/300m 32Mi/32Mi" {
+		t.Errorf("promoted template resources %s", res)
+	}
+	env := map[string]string{}
+	for _, e := range ctr.Env {
+		env[e.Name] = e.Value
+	}
+	if env["GOMAXPROCS"] != "1" || env["GOMEMLIMIT"] != fmt.Sprint(24*mib) {
+		t.Errorf("promoted template env %v, want GOMAXPROCS=1 and GOMEMLIMIT", env)
+	}
+	if st := w.status("web"); st.Phase != Promoted {
+		t.Errorf("status after promotion %+v", st)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "shop.deployment.web.rightsize.yaml"))
+	if err != nil || !strings.Contains(string(b), "kubectl patch deployment web -n shop --type strategic") {
+		t.Errorf("promotion file: %v\n%s", err, b)
+	}
+	look(None)
+
+	want := []string{"RightsizePromoted", "RightsizeRolledBack", "RightsizeTrialStarted", "RightsizeTrialStarted"}
+	if got := w.events("web"); !slices.Equal(got, want) {
+		t.Errorf("events on web %v, want %v", got, want)
+	}
+	if got := w.events("other"); len(got) > 0 {
+		t.Errorf("events on a workload not opted in: %v", got)
+	}
+	if got := w.events("typo"); len(got) == 0 || got[0] != "RightsizeInvalid" {
+		t.Errorf("events on typo %v, want RightsizeInvalid", got)
+	}
+
+	// A status nobody can read is an error naming the annotation.
+	d.Annotations[KeyStatus] = "{"
+	if _, err := StatusOf(d); err == nil || !strings.Contains(err.Error(), KeyStatus) {
+		t.Errorf("unreadable status: %v", err)
+	}
+	js, _ := json.Marshal(Status{Phase: Trialling})
+	d.Annotations[KeyStatus] = string(js)
+	if st, err := StatusOf(d); err != nil || st.Phase != Trialling {
+		t.Errorf("status round trip: %+v, %v", st, err)
+	}
+}
+
+// unfittedOf is unfitted() for another workload.
+func unfittedOf(name string) fleet.Container {
+	c := unfitted()
+	c.Workload.Name = name
+	return c
+}
