@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/api"
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -264,6 +265,15 @@ func addPromFlags(fs *flag.FlagSet) *promFlags {
 }
 
 func (p *promFlags) client() (v1.API, error) {
+	c, err := p.raw()
+	if err != nil {
+		return nil, err
+	}
+	return v1.NewAPI(c), nil
+}
+
+// raw is the HTTP client fleet.Fetch takes.
+func (p *promFlags) raw() (api.Client, error) {
 	c, err := promclient.Config{URL: p.url, BearerTokenFile: p.token, CAFile: p.ca, Headers: p.header, Timeout: time.Minute, InsecureHTTP: p.insecureHTTP}.Client()
 	if errors.Is(err, promclient.ErrCredentialOverHTTP) {
 		return nil, fmt.Errorf("%w: --prometheus with --bearer-token-file or an Authorization --header: %v", errUsage, err)
@@ -271,7 +281,7 @@ func (p *promFlags) client() (v1.API, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: --prometheus, --bearer-token-file, --ca-file or --header: %v", errUsage, err)
 	}
-	return v1.NewAPI(c), nil
+	return c, nil
 }
 
 // headerFlag is a repeatable NAME=VALUE.

@@ -18,3 +18,5 @@ func runWebhook(args []string, stdout, stderr io.Writer) error { return errNoKub
 func runNode(args []string, stdout, stderr io.Writer) error { return errNoKube }
 
 func runExperiment(args []string, stdout, stderr io.Writer) error { return errNoKube }
+
+func runRightsize(args []string, stdout, stderr io.Writer) error { return errNoKube }

@@ -39,6 +39,7 @@ func commands() []command {
 		{"node", "[plan|experiment] [flags]", "node agent: memory QoS for pod cgroups (DaemonSet)", runNode},
 		{"experiment", "report [flags]", "judge an experiment's arms on live traffic from Prometheus", runExperiment},
 		{"fleet", "--prometheus URL [flags]", "Go-aware requests, limits and Go settings for every Go container, from Prometheus", runFleet},
+		{"rightsize", "--prometheus URL [flags]", "try fleet's plan on a few live pods of opted-in workloads, judge it, promote it", runRightsize},
 		{"version", "[--json]", "print the version, commit, Go version and policy defaults", runVersion},
 	}
 }
@@ -46,7 +47,7 @@ func commands() []command {
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "gofit makes Go services fit their containers.\n\nUsage:")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  gofit %-8s %-26s %s\n", c.name, c.args, c.summary)
+		fmt.Fprintf(w, "  gofit %-10s %-26s %s\n", c.name, c.args, c.summary)
 	}
 	fmt.Fprintln(w, "\nRun 'gofit COMMAND -h' for a command's flags.")
 }

@@ -788,7 +788,7 @@ func TestNoLatest(t *testing.T) {
 	for _, tc := range matrix {
 		renders["chart "+tc.name] = template(t, tc.values)
 	}
-	for _, d := range []string{"webhook/self-managed", "webhook/cert-manager", "node", "monitoring",
+	for _, d := range []string{"webhook/self-managed", "webhook/cert-manager", "node", "monitoring", "rightsize",
 		"webhook/self-managed+webhook/experiments+webhook/cilium+webhook/apiserver-cidr", "node+node/systemd"} {
 		renders["deploy/"+d] = kustomize(t, d)
 	}

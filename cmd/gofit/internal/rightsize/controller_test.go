@@ -13,9 +13,12 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/fleet"
 	"github.com/gofit-dev/gofit/kube/admission"
@@ -114,12 +117,16 @@ func TestControllerOnARealAPIServer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping the API server test in -short mode")
 	}
-	cs := kubernetes.NewForConfigOrDie(kubetest.Start(t, nil))
+	cfg := kubetest.Start(t, nil)
+	cs := kubernetes.NewForConfigOrDie(cfg)
 	ctx := context.Background()
-	w := &world{t: t, ctx: ctx, cs: cs, ns: "shop"}
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	// The controller runs as deploy/rightsize's account, with its Role
+	// in default and nothing else: what it does, it has the rights for.
+	w := &world{t: t, ctx: ctx, cs: cs, ns: "default"}
+	applyRBAC(t, ctx, cs, filepath.Join("..", "..", "..", "..", "deploy", "rightsize", "rightsize.yaml"))
+	as := rest.CopyConfig(cfg)
+	as.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:gofit-system:gofit-rightsize"}
+	asSA := kubernetes.NewForConfigOrDie(as)
 	for _, n := range []string{"node-0", "node-1"} {
 		// The resize subresource's admission reads the pod's node.
 		node, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
@@ -140,10 +147,10 @@ func TestControllerOnARealAPIServer(t *testing.T) {
 	var judgement *Judgement
 	var planned []string
 	out := t.TempDir()
-	c := &Controller{Client: cs, Policy: DefaultPolicy(), Files: out, Identity: "test", Now: func() time.Time { return now },
+	c := &Controller{Client: asSA, Namespaces: []string{"default"}, Policy: DefaultPolicy(), Files: out, Identity: "test", Now: func() time.Time { return now },
 		Plan: func(_ context.Context, d *appsv1.Deployment, floor float64) (Plan, error) {
 			planned = append(planned, d.Name)
-			return PlanFrom(fleet.Workload{Namespace: d.Namespace, Kind: "Deployment", Name: d.Name}, []fleet.Container{unfittedOf(d.Name)}, floor), nil
+			return PlanFrom(fleet.Workload{Namespace: d.Namespace, Kind: "Deployment", Name: d.Name}, []fleet.Container{unfittedOf(d.Namespace, d.Name)}, floor), nil
 		},
 		Judge: func(context.Context, *appsv1.Deployment, Status) (*Judgement, error) { return judgement, nil },
 	}
@@ -156,9 +163,9 @@ func TestControllerOnARealAPIServer(t *testing.T) {
 		var web *Outcome
 		for i, o := range outs {
 			switch o.Workload {
-			case "shop/Deployment/web":
+			case "default/Deployment/web":
 				web = &outs[i]
-			case "shop/Deployment/typo":
+			case "default/Deployment/typo":
 				if o.Err == nil || !strings.Contains(o.Err.Error(), `gofit.dev/rightsize: "automatic" is not a mode`) {
 					t.Errorf("typo: %+v, want an error naming the annotation and value", o)
 				}
@@ -253,8 +260,8 @@ func TestControllerOnARealAPIServer(t *testing.T) {
 	if st := w.status("web"); st.Phase != Promoted {
 		t.Errorf("status after promotion %+v", st)
 	}
-	b, err := os.ReadFile(filepath.Join(out, "shop.deployment.web.rightsize.yaml"))
-	if err != nil || !strings.Contains(string(b), "kubectl patch deployment web -n shop --type strategic") {
+	b, err := os.ReadFile(filepath.Join(out, "default.deployment.web.rightsize.yaml"))
+	if err != nil || !strings.Contains(string(b), "kubectl patch deployment web -n default --type strategic") {
 		t.Errorf("promotion file: %v\n%s", err, b)
 	}
 	look(None)
@@ -283,8 +290,48 @@ func TestControllerOnARealAPIServer(t *testing.T) {
 }
 
 // unfittedOf is unfitted() for another workload.
-func unfittedOf(name string) fleet.Container {
+func unfittedOf(ns, name string) fleet.Container {
 	c := unfitted()
-	c.Workload.Name = name
+	c.Workload.Namespace, c.Workload.Name = ns, name
 	return c
+}
+
+// applyRBAC creates the Roles and RoleBindings of a manifest (and the
+// namespaces their subjects live in).
+func applyRBAC(t *testing.T, ctx context.Context, cs kubernetes.Interface, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &meta); err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		switch meta.Kind {
+		case "Role":
+			var r rbacv1.Role
+			if err := yaml.UnmarshalStrict([]byte(doc), &r); err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			if _, err := cs.RbacV1().Roles(r.Namespace).Create(ctx, &r, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			n++
+		case "RoleBinding":
+			var r rbacv1.RoleBinding
+			if err := yaml.UnmarshalStrict([]byte(doc), &r); err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			if _, err := cs.RbacV1().RoleBindings(r.Namespace).Create(ctx, &r, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("%s: %d Roles and RoleBindings, want 2", path, n)
+	}
 }
