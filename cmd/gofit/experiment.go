@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -23,10 +21,6 @@ import (
 	"github.com/prometheus/client_golang/api"
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/experiment"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
@@ -136,15 +130,9 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 	}
 	var pods experiment.PodSource
 	if !*noKube {
-		rules := clientcmd.NewDefaultClientConfigLoadingRules()
-		rules.ExplicitPath = *kubeconfig
-		rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+		cs, err := kubeClient(*kubeconfig)
 		if err != nil {
-			return fmt.Errorf("the API server (or --no-kube): %w", err)
-		}
-		cs, err := kubernetes.NewForConfig(rc)
-		if err != nil {
-			return fmt.Errorf("the API server: %w", err)
+			return fmt.Errorf("%w (or --no-kube)", err)
 		}
 		pods = experiment.APIServer{Client: cs}
 	}
@@ -367,15 +355,9 @@ func runExperimentGuard(args []string, stdout, stderr io.Writer) error {
 	case !(*harmUnready > 0 && *harmUnready < 1):
 		return fmt.Errorf("%w: --harm-unready %v: want a share more than 0 and less than 1", errUsage, *harmUnready)
 	}
-	var nss []string
-	for _, ns := range strings.Split(*namespaces, ",") {
-		if ns = strings.TrimSpace(ns); ns == "" {
-			continue
-		}
-		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-			return fmt.Errorf("%w: --namespaces: %q is not a namespace name", errUsage, ns)
-		}
-		nss = append(nss, ns)
+	nss, err := namespaceList("namespaces", *namespaces)
+	if err != nil {
+		return err
 	}
 	looks := experiment.Looks{Every: *interval, Planned: *planned, Alpha: *alpha}
 	if _, err := experiment.NewSequential(looks); err != nil {
@@ -385,15 +367,9 @@ func runExperimentGuard(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = *kubeconfig
-	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	cs, err := kubeClient(*kubeconfig)
 	if err != nil {
-		return fmt.Errorf("the API server: %w", err)
-	}
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return fmt.Errorf("the API server: %w", err)
+		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	id, _ := os.Hostname()
@@ -412,17 +388,11 @@ func runExperimentGuard(args []string, stdout, stderr io.Writer) error {
 	if *once {
 		return g.Once(ctx)
 	}
-	if *metricsAddr != "" {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		srv := &http.Server{Addr: *metricsAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		l, err := net.Listen("tcp", *metricsAddr)
-		if err != nil {
-			return fmt.Errorf("--metrics-addr: %w", err)
-		}
-		go srv.Serve(l)
-		defer srv.Close()
+	stopMetrics, err := serveMetrics(*metricsAddr, reg)
+	if err != nil {
+		return err
 	}
+	defer stopMetrics()
 	fmt.Fprintf(stdout, "gofit experiment guard: every %v, %g over %v planned\n", *interval, *alpha, *planned)
 	if *leaderNS == "" {
 		return g.Run(ctx)

@@ -7,23 +7,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/api"
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/model"
 	appsv1 "k8s.io/api/apps/v1"
-	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/experiment"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/fleet"
@@ -98,30 +91,18 @@ func runRightsize(args []string, stdout, stderr io.Writer) error {
 	if err := pol.Check(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	var nss []string
-	for _, ns := range strings.Split(*namespaces, ",") {
-		if ns = strings.TrimSpace(ns); ns == "" {
-			continue
-		}
-		if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-			return fmt.Errorf("%w: --namespaces: %q is not a namespace name", errUsage, ns)
-		}
-		nss = append(nss, ns)
+	nss, err := namespaceList("namespaces", *namespaces)
+	if err != nil {
+		return err
 	}
 	raw, err := pf.raw()
 	if err != nil {
 		return err
 	}
 	prom := v1.NewAPI(raw)
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = *kubeconfig
-	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	cs, err := kubeClient(*kubeconfig)
 	if err != nil {
-		return fmt.Errorf("the API server: %w", err)
-	}
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return fmt.Errorf("the API server: %w", err)
+		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	id, _ := os.Hostname()
@@ -161,17 +142,11 @@ func runRightsize(args []string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	}
-	if *metricsAddr != "" {
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		srv := &http.Server{Addr: *metricsAddr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		l, err := net.Listen("tcp", *metricsAddr)
-		if err != nil {
-			return fmt.Errorf("--metrics-addr: %w", err)
-		}
-		go srv.Serve(l)
-		defer srv.Close()
+	stopMetrics, err := serveMetrics(*metricsAddr, reg)
+	if err != nil {
+		return err
 	}
+	defer stopMetrics()
 	fmt.Fprintf(stdout, "gofit rightsize: every %v, trials of %v on at most %.0f%% of a workload's pods\n", *interval, pol.Duration, 100*pol.Share)
 	if *leaderNS == "" {
 		c.Run(ctx, *interval)

@@ -18,7 +18,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/buildinfo"
 	"github.com/gofit-dev/gofit/fit"
@@ -132,15 +131,9 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 	mopts := []admission.MutatorOption{admission.WithGoVersion(*goVersion)}
 	var warm func(context.Context) // starts the arm assigner's caches
 	if *experiments {
-		var nss []string
-		for _, ns := range strings.Split(*expNamespaces, ",") {
-			if ns = strings.TrimSpace(ns); ns == "" {
-				continue
-			}
-			if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-				return fmt.Errorf("%w: --experiment-namespaces: %q is not a namespace name", errUsage, ns)
-			}
-			nss = append(nss, ns)
+		nss, err := namespaceList("experiment-namespaces", *expNamespaces)
+		if err != nil {
+			return err
 		}
 		arms, err := webhook.NewArmAssigner(*kubeconfig, nss)
 		if err != nil {
