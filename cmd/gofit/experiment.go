@@ -18,13 +18,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/api"
-	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/experiment"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
-	"github.com/gofit-dev/gofit/cmd/gofit/internal/promclient"
 	"github.com/gofit-dev/gofit/kube/admission"
 )
 
@@ -47,6 +44,7 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 	}
 	fs := newFlags("experiment report", stderr)
 	pf := addPromFlags(fs)
+	match := addMatchFlag(fs)
 	ns := fs.String("namespace", "", "the experiment's `NAMESPACE` (required)")
 	name := fs.String("name", "", "the experiment's `NAME` (its spec's name; required)")
 	workload := fs.String("workload", "", "the experiment's `WORKLOAD` (Deployment/web, StatefulSet/db; \"<none>\" for pods without a controller); needed only when several workloads in the namespace run an experiment of this name")
@@ -140,7 +138,7 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 	defer stop()
 	in, err := experiment.Fetch(ctx, pc, pods, experiment.Query{
 		Namespace: *ns, Name: *name, Workload: *workload, From: start, To: end, Window: *window, Latency: *latency,
-		ErrorMatcher: *errMatch, Control: *control, Resamples: *resamples, Seed: *seed, Matchers: pf.match, WarmUp: *warmUp,
+		ErrorMatcher: *errMatch, Control: *control, Resamples: *resamples, Seed: *seed, Matchers: *match, WarmUp: *warmUp,
 	})
 	if err != nil {
 		return err
@@ -233,57 +231,11 @@ func runExperimentLoad(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
-// promFlags are the Prometheus connection flags report and guard share.
-type promFlags struct {
-	url, token, ca string
-	insecureHTTP   bool
-	header         headerFlag
-	match          matchFlag
-}
-
-func addPromFlags(fs *flag.FlagSet) *promFlags {
-	p := &promFlags{header: headerFlag{}}
-	fs.StringVar(&p.url, "prometheus", "", "Prometheus `URL` (required)")
-	fs.StringVar(&p.token, "bearer-token-file", "", "send the token in `FILE` as Authorization: Bearer (re-read each request)")
-	fs.StringVar(&p.ca, "ca-file", "", "verify Prometheus's certificate with the PEM bundle in `FILE`")
-	fs.BoolVar(&p.insecureHTTP, "prometheus-insecure-http", false, "send the bearer token (or an Authorization header) to an http:// --prometheus, in the clear")
-	fs.Var(p.header, "header", "send `NAME=VALUE` with every request (repeatable; X-Scope-OrgID=tenant)")
-	fs.Var(&p.match, "match", "add the label matcher `LABEL=VALUE` to every series (repeatable; cluster=prod)")
-	return p
-}
-
-func (p *promFlags) client() (v1.API, error) {
-	c, err := p.raw()
-	if err != nil {
-		return nil, err
-	}
-	return v1.NewAPI(c), nil
-}
-
-// raw is the HTTP client fleet.Fetch takes.
-func (p *promFlags) raw() (api.Client, error) {
-	c, err := promclient.Config{URL: p.url, BearerTokenFile: p.token, CAFile: p.ca, Headers: p.header, Timeout: time.Minute, InsecureHTTP: p.insecureHTTP}.Client()
-	if errors.Is(err, promclient.ErrCredentialOverHTTP) {
-		return nil, fmt.Errorf("%w: --prometheus with --bearer-token-file or an Authorization --header: %v", errUsage, err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%w: --prometheus, --bearer-token-file, --ca-file or --header: %v", errUsage, err)
-	}
-	return c, nil
-}
-
-// headerFlag is a repeatable NAME=VALUE.
-type headerFlag map[string]string
-
-func (h headerFlag) String() string { return "" }
-
-func (h headerFlag) Set(s string) error {
-	k, v, ok := strings.Cut(s, "=")
-	if k = strings.TrimSpace(k); !ok || k == "" {
-		return errors.New("want NAME=VALUE, such as X-Scope-OrgID=team-a")
-	}
-	h[k] = strings.TrimSpace(v)
-	return nil
+// addMatchFlag is --match: label matchers added to every series.
+func addMatchFlag(fs *flag.FlagSet) *matchFlag {
+	m := &matchFlag{}
+	fs.Var(m, "match", "add the label matcher `LABEL=VALUE` to every series (repeatable; cluster=prod)")
+	return m
 }
 
 // matchFlag is a repeatable label matcher, kept as PromQL.
@@ -314,6 +266,7 @@ func (m *matchFlag) Set(s string) error {
 func runExperimentGuard(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("experiment guard", stderr)
 	pf := addPromFlags(fs)
+	match := addMatchFlag(fs)
 	interval := fs.Duration("interval", 5*time.Minute, "judge every running experiment every `DURATION` (the planned looks' spacing)")
 	planned := fs.Duration("planned", 2*time.Hour, "planned `DURATION` of an experiment without maxDuration: the looks the error is held over")
 	alpha := fs.Float64("alpha", 0.05, "chance of stopping an arm falsely, over every look, metric and arm of an experiment")
@@ -380,7 +333,7 @@ func runExperimentGuard(args []string, stdout, stderr io.Writer) error {
 			Fetch: func(ctx context.Context, q experiment.Query) (experiment.Input, error) {
 				return experiment.Fetch(ctx, prom, pods, q)
 			},
-			Query: experiment.Query{Window: *window, Latency: *latency, ErrorMatcher: *errMatch, Matchers: pf.match, Resamples: *resamples, Seed: 1, WarmUp: *warmUp},
+			Query: experiment.Query{Window: *window, Latency: *latency, ErrorMatcher: *errMatch, Matchers: *match, Resamples: *resamples, Seed: 1, WarmUp: *warmUp},
 			Harm:  experiment.Harm{Rate: *harmRate, ErrorShare: 0.001, Latency: *harmLatency, Unready: *harmUnready},
 		}.Judge}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -17,7 +16,6 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/fleet"
-	"github.com/gofit-dev/gofit/cmd/gofit/internal/promclient"
 )
 
 // exitFleetFailOn is the exit status when a finding hits --fail-on (as
@@ -43,26 +41,9 @@ func (p promDuration) Set(s string) error {
 	return nil
 }
 
-// headers collects repeated --header NAME=VALUE flags.
-type headers map[string]string
-
-func (h headers) String() string { return "" }
-
-func (h headers) Set(s string) error {
-	k, v, ok := strings.Cut(s, "=")
-	if !ok {
-		k, v, ok = strings.Cut(s, ":")
-	}
-	if k = strings.TrimSpace(k); !ok || k == "" {
-		return fmt.Errorf("want NAME=VALUE, such as X-Scope-OrgID=team-a")
-	}
-	h[k] = strings.TrimSpace(v)
-	return nil
-}
-
 func runFleet(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("fleet", stderr)
-	promURL := fs.String("prometheus", "", "Prometheus, Thanos or Mimir query `URL` (required)")
+	pf := addPromFlags(fs)
 	since, step, minSpan := 7*24*time.Hour, 5*time.Minute, 24*time.Hour
 	fs.Var(promDuration{&since}, "since", "read the last `DURATION` (7d, 36h, ...)")
 	fs.Var(promDuration{&step}, "step", "resolution of the series: at least two scrape intervals (`DURATION`)")
@@ -71,11 +52,6 @@ func runFleet(args []string, stdout, stderr io.Writer) error {
 	selector := fs.String("selector", "", "only pods whose labels match `SELECTOR` (k=v,k!=v; through kube_pod_labels)")
 	cluster := fs.String("cluster", "", "only series whose cluster label is `NAME` (Thanos, Mimir)")
 	clusterLabel := fs.String("cluster-label", "cluster", "the `LABEL` that names the cluster")
-	token := fs.String("bearer-token-file", "", "send the token in `FILE` as Authorization: Bearer")
-	ca := fs.String("ca-file", "", "verify Prometheus's certificate with the PEM bundle in `FILE`")
-	insecureHTTP := fs.Bool("prometheus-insecure-http", false, "send the bearer token (or an Authorization header) to an http:// --prometheus, in the clear")
-	hdrs := headers{}
-	fs.Var(hdrs, "header", "send `NAME=VALUE` with every request (repeatable; X-Scope-OrgID=tenant)")
 	maxContainers := fs.Int("max-containers", 10000, "refuse to read more than `N` Go containers")
 	fs.Var(promDuration{&minSpan}, "min-span", "the least `DURATION` of history a figure rests on")
 	minSamples := fs.Int("min-samples", 60, "the least samples (pod-steps) a figure rests on")
@@ -98,7 +74,7 @@ func runFleet(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
 	switch {
-	case *promURL == "":
+	case pf.url == "":
 		return fmt.Errorf("%w: --prometheus is required", errUsage)
 	case since <= 0:
 		return fmt.Errorf("%w: --since %v: want more than 0", errUsage, model.Duration(since))
@@ -150,12 +126,9 @@ func runFleet(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	to = to.Truncate(step)
-	pc, err := promclient.Config{URL: *promURL, BearerTokenFile: *token, CAFile: *ca, Headers: hdrs, InsecureHTTP: *insecureHTTP}.Client()
-	if errors.Is(err, promclient.ErrCredentialOverHTTP) {
-		return fmt.Errorf("%w: --prometheus with --bearer-token-file or an Authorization --header: %v", errUsage, err)
-	}
+	pc, err := pf.raw(0) // promclient's default: a week's range queries take a while
 	if err != nil {
-		return fmt.Errorf("%w: --prometheus, --bearer-token-file, --ca-file or --header: %v", errUsage, err)
+		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

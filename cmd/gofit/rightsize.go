@@ -33,6 +33,7 @@ const rightsizeLease = "gofit-rightsize"
 func runRightsize(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("rightsize", stderr)
 	pf := addPromFlags(fs)
+	match := addMatchFlag(fs)
 	pol := rightsize.DefaultPolicy()
 	interval := fs.Duration("interval", 10*time.Minute, "look at every opted-in workload every `DURATION`")
 	since, step, minSpan := 7*24*time.Hour, 5*time.Minute, 24*time.Hour
@@ -95,7 +96,7 @@ func runRightsize(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	raw, err := pf.raw()
+	raw, err := pf.raw(time.Minute)
 	if err != nil {
 		return err
 	}
@@ -108,7 +109,7 @@ func runRightsize(args []string, stdout, stderr io.Writer) error {
 	id, _ := os.Hostname()
 	reg := prometheus.NewRegistry()
 	fopt := fleet.Options{MinSpan: minSpan, MinSamples: *minSamples}
-	jq := experiment.Query{Window: *window, Latency: *latency, ErrorMatcher: *errMatch, Matchers: pf.match, Resamples: *resamples, Seed: 1, Control: rightsize.ArmControl}
+	jq := experiment.Query{Window: *window, Latency: *latency, ErrorMatcher: *errMatch, Matchers: *match, Resamples: *resamples, Seed: 1, Control: rightsize.ArmControl}
 	c := &rightsize.Controller{Client: cs, Policy: pol, Namespaces: nss, Files: *out, PromoteByFile: *promote == "file",
 		Identity: id, Log: log, Metrics: rightsize.NewMetrics(reg),
 		Plan: func(ctx context.Context, d *appsv1.Deployment, floor float64) (rightsize.Plan, error) {
