@@ -49,6 +49,7 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 	kubeconfig := fs.String("kubeconfig", "", "self-managed certificates and experiments: kubeconfig `FILE` (default: $KUBECONFIG, ~/.kube/config or in-cluster)")
 	experiments := fs.Bool("experiments", false, "give pods that carry the gofit.dev/experiment annotation their experiment arm (needs API access: watches pods' metadata, keeps a Lease per experiment; see docs/experiment.md)")
 	expNamespaces := fs.String("experiment-namespaces", "", "experiments: the comma-separated `NAMESPACES` they may run in (where the webhook's account has its Role); empty: any")
+	guardStale := fs.Duration("experiment-guard-stale", 15*time.Minute, "experiments: once the experiment guard has not judged an experiment for `DURATION`, new pods get its control alone (fail closed; 0: arms need no guard)")
 	clientCA := fs.String("client-ca-file", "", "serve /mutate only to callers with a client certificate from this CA `FILE` (PEM): the API server's, from its AdmissionConfiguration kubeConfigFile")
 	clientToken := fs.String("client-token-file", "", "serve /mutate only to callers with this bearer token (the `FILE`'s content), or a certificate from --client-ca-file")
 	leaderElect := fs.Bool("leader-elect", true, "self-managed certificates: elect one replica to write the certificate")
@@ -92,6 +93,8 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: --shutdown-delay %v: want 0 or more", errUsage, *shutdownDelay)
 	case *certPoll < 100*time.Millisecond:
 		return fmt.Errorf("%w: --cert-poll %v: want at least 100ms", errUsage, *certPoll)
+	case *guardStale < 0:
+		return fmt.Errorf("%w: --experiment-guard-stale %v: want 0 or more", errUsage, *guardStale)
 	case *expNamespaces != "" && !*experiments:
 		return fmt.Errorf("%w: --experiment-namespaces goes with --experiments", errUsage)
 	case *secret == "" && (*whName != "" || *dns != ""):
@@ -139,6 +142,7 @@ func runWebhook(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("--experiments: %w", err)
 		}
+		arms.GuardStale = *guardStale
 		mopts = append(mopts, admission.WithArmAssigner(arms))
 		warm = arms.Warm
 	}

@@ -212,6 +212,9 @@ func (e *Experiment) ArmNames() []string {
 type Assignment struct {
 	Arm    string
 	Ticket string
+	// Note, when set, says why the pod got the arm it got against the
+	// spread (AnnotationArmNote, and an admission warning).
+	Note string
 }
 
 // ArmAssigner gives a new pod of an experiment its arm (pod is the pod
@@ -338,7 +341,12 @@ func (m *Mutator) withArm(pod *corev1.Pod, e *Experiment, as Assignment) Result 
 		res = m.setArmEnv(pod, arm)
 	}
 	res.Patch = append(res.Patch, metaPatch(pod, "labels", pod.Labels, map[string]string{LabelExperiment: e.Name, LabelArm: arm.Name})...)
-	res.Patch = append(res.Patch, metaPatch(pod, "annotations", patchedAnnotations(pod, res.Patch), map[string]string{AnnotationArmTicket: as.Ticket})...)
+	notes := map[string]string{AnnotationArmTicket: as.Ticket}
+	if as.Note != "" {
+		notes[AnnotationArmNote] = as.Note
+		res.Warnings = append(res.Warnings, "experiment "+e.Name+": "+as.Note)
+	}
+	res.Patch = append(res.Patch, metaPatch(pod, "annotations", patchedAnnotations(pod, res.Patch), notes)...)
 	if len(res.Patch) > 0 {
 		res.Outcome = OutcomePatched
 	}

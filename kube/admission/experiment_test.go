@@ -102,7 +102,8 @@ func TestLeastFilledStaysWithinOne(t *testing.T) {
 type fixedArm struct {
 	next  int
 	err   error
-	block bool // until the context ends
+	block bool   // until the context ends
+	note  string // on every assignment
 }
 
 func (f *fixedArm) Assign(ctx context.Context, _ *corev1.Pod, e *Experiment) (Assignment, error) {
@@ -115,7 +116,23 @@ func (f *fixedArm) Assign(ctx context.Context, _ *corev1.Pod, e *Experiment) (As
 	}
 	a := e.Arms[f.next%len(e.Arms)].Name
 	f.next++
-	return Assignment{Arm: a, Ticket: fmt.Sprintf("t%d", f.next)}, nil
+	return Assignment{Arm: a, Ticket: fmt.Sprintf("t%d", f.next), Note: f.note}, nil
+}
+
+// TestAdmitSaysWhyItGaveTheControl: an assignment's note (the guard
+// silent, fail closed) goes on the pod and in a warning.
+func TestAdmitSaysWhyItGaveTheControl(t *testing.T) {
+	const note = "the experiment guard last judged this experiment at 2026-12-06T11:00:00Z, more than 15m0s ago: new pods get the control a until it judges again"
+	m := NewMutator(fit.Policy{}, WithArmAssigner(&fixedArm{note: note}))
+	pod := experimentPod("name: g\narms: [{name: a, fit: gofit}, {name: b, fit: none}]", ctr("app", "250m", "1Gi"))
+	res := m.Admit(context.Background(), pod)
+	got := admissiontest.ApplyPatchOps(t, pod, res.Patch)
+	if got.Labels[LabelArm] != "a" || got.Annotations[AnnotationArmNote] != note {
+		t.Errorf("labels %v annotations %v", got.Labels, got.Annotations)
+	}
+	if len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], note) {
+		t.Errorf("warnings %q, want the note", res.Warnings)
+	}
 }
 
 func experimentPod(spec string, cs ...corev1.Container) *corev1.Pod {

@@ -25,6 +25,11 @@ type GuardStatus struct {
 	// Expired is when the guard first saw the experiment past its
 	// maxDuration (the assigner needs no guard for that: see OpenArms).
 	Expired *time.Time `json:"expired,omitempty"`
+	// Looked is when the guard last judged the experiment on its data
+	// (a look Prometheus failed or had no series for does not count):
+	// the webhook gives new pods the control alone once it is older than
+	// its bound (GuardSilent).
+	Looked *time.Time `json:"looked,omitempty"`
 }
 
 // ArmStop is why and when an arm was stopped.
@@ -70,6 +75,38 @@ func (e *Experiment) OpenArms(guard map[string]string, started, now time.Time) [
 		_, stopped := s.Stopped[a]
 		return stopped && a != e.Control
 	})
+}
+
+// AnnotationArmNote on a pod says why it got the control whatever the
+// spread of arms (the guard has not judged the experiment for too long).
+const AnnotationArmNote = "gofit.dev/arm-note"
+
+// GuardSilent reports whether the guard has judged the experiment on its
+// Lease (annotations guard) within bound of now, counting from the run's
+// start (zero: a run starting now); bound 0 never is. Without a recent
+// judgement nobody would stop a harmful arm: the experiment fails closed
+// and note says so, for the pod's annotation. An unreadable status is
+// silence too.
+func (e *Experiment) GuardSilent(guard map[string]string, started, now time.Time, bound time.Duration) (note string, silent bool) {
+	if bound <= 0 {
+		return "", false
+	}
+	since := started
+	if since.IsZero() {
+		since = now
+	}
+	s, err := ParseGuardStatus(guard)
+	if err == nil && s.Looked != nil && s.Looked.After(since) {
+		since = *s.Looked
+	}
+	if now.Sub(since) <= bound {
+		return "", false
+	}
+	what := "has not judged this experiment since its run started at " + since.UTC().Format(time.RFC3339)
+	if err == nil && s.Looked != nil && !s.Looked.Before(since) {
+		what = "last judged this experiment at " + since.UTC().Format(time.RFC3339)
+	}
+	return fmt.Sprintf("the experiment guard %s, more than %v ago: new pods get the control %s until it judges again", what, bound, e.Control), true
 }
 
 // Deadline is the experiment's maxDuration, 0 without one.

@@ -78,3 +78,42 @@ func TestRunFor(t *testing.T) {
 		t.Errorf("an unreadable run: %+v fresh %v", r, fresh)
 	}
 }
+
+// TestGuardSilent (issue 53, fail closed): arms are given out only while
+// the guard keeps judging; counting from the run's start, so that a new
+// run has the bound to be judged first.
+func TestGuardSilent(t *testing.T) {
+	e, err := ParseExperiment("name: g\narms: [{name: a, fit: gofit}, {name: b, fit: none}]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Date(2026, 12, 6, 10, 0, 0, 0, time.UTC)
+	looked := func(at time.Time) map[string]string {
+		return map[string]string{AnnotationGuard: GuardStatus{Looked: &at}.String()}
+	}
+	for _, tc := range []struct {
+		name    string
+		guard   map[string]string
+		started time.Time
+		now     time.Time
+		bound   time.Duration
+		silent  bool
+		note    string
+	}{
+		{"a new run, within the bound", nil, start, start.Add(10 * time.Minute), 15 * time.Minute, false, ""},
+		{"a new run never judged", nil, start, start.Add(16 * time.Minute), 15 * time.Minute, true, "has not judged this experiment since its run started at 2026-12-06T10:00:00Z"},
+		{"a first assignment (no start yet)", nil, time.Time{}, start, 15 * time.Minute, false, ""},
+		{"judged recently", looked(start.Add(time.Hour)), start, start.Add(70 * time.Minute), 15 * time.Minute, false, ""},
+		{"judged long ago", looked(start.Add(time.Hour)), start, start.Add(80 * time.Minute), 15 * time.Minute, true, "last judged this experiment at 2026-12-06T11:00:00Z, more than 15m0s ago: new pods get the control a"},
+		{"a look from before the run", looked(start.Add(-time.Hour)), start, start.Add(16 * time.Minute), 15 * time.Minute, true, "since its run started"},
+		{"an unreadable status", map[string]string{AnnotationGuard: "{"}, start, start.Add(16 * time.Minute), 15 * time.Minute, true, "since its run started"},
+		{"no bound: no guard needed", nil, start, start.Add(48 * time.Hour), 0, false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			note, silent := e.GuardSilent(tc.guard, tc.started, tc.now, tc.bound)
+			if silent != tc.silent || !strings.Contains(note, tc.note) {
+				t.Errorf("GuardSilent = %v, %q; want %v, %q", silent, note, tc.silent, tc.note)
+			}
+		})
+	}
+}

@@ -78,6 +78,10 @@ type ArmAssigner struct {
 	PendingTTL time.Duration
 	// Attempts bounds the conflict retries; 0 means 20.
 	Attempts int
+	// GuardStale is how long an experiment's arms are given out without
+	// a judgement from the guard (admission.GuardSilent); past it, new
+	// pods get the control alone. 0: arms need no guard.
+	GuardStale time.Duration
 	now      func() time.Time
 	// pick breaks ties between the least filled arms (LeastFilled);
 	// nil: math/rand/v2's IntN.
@@ -515,11 +519,17 @@ func (a *ArmAssigner) try(ctx context.Context, ns string, owner *metav1.OwnerRef
 	// Lease, and maxDuration counts from the run's start (its first
 	// assignment).
 	open := e.OpenArms(lease.Annotations, run.Start, now())
+	// Fail closed: with no judgement from the guard for too long, nobody
+	// would stop a harmful arm.
+	note, silent := e.GuardSilent(lease.Annotations, run.Start, now(), a.GuardStale)
+	if silent {
+		open = []string{e.Control}
+	}
 	pick := a.pick
 	if pick == nil {
 		pick = mrand.IntN
 	}
-	as := admission.Assignment{Arm: admission.LeastFilled(open, counts, pick), Ticket: ticket}
+	as := admission.Assignment{Arm: admission.LeastFilled(open, counts, pick), Ticket: ticket, Note: note}
 	kept = append(kept, pending{Ticket: ticket, Arm: as.Arm, At: now().UTC()})
 	b, err := json.Marshal(kept)
 	if err != nil {

@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -183,5 +184,68 @@ func TestArmAssignerRandomizesTies(t *testing.T) {
 	}
 	if first["a"] == 30 {
 		t.Errorf("first arms %v: ties broken in spec order", first)
+	}
+}
+
+// TestArmAssignerFailsClosed (issue 53): once the guard has not judged an
+// experiment for GuardStale, every new pod gets the control, with a note
+// that says why; a fresh judgement gives the arms out again.
+func TestArmAssignerFailsClosed(t *testing.T) {
+	ctx := context.Background()
+	e, err := admission.ParseExperiment("name: g\narms: [{name: a, fit: gofit}, {name: b, fit: none}]")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := fake.NewClientset()
+	now := time.Unix(1_700_000_000, 0)
+	scheme := runtime.NewScheme()
+	if err := metav1.AddMetaToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	as := &ArmAssigner{Client: cs, Metadata: metafake.NewSimpleMetadataClient(scheme), Namespaces: []string{"shop"}, now: func() time.Time { return now },
+		GuardStale: 15 * time.Minute}
+	t.Cleanup(as.Close)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop"}}
+	assign := func() map[string]int {
+		t.Helper()
+		counts := map[string]int{}
+		for range 4 {
+			a, err := as.Assign(ctx, pod, e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			counts[a.Arm]++
+			if silent := counts["b"] == 0 && a.Note != ""; a.Note != "" && !silent {
+				t.Errorf("arm %s with a note %q", a.Arm, a.Note)
+			}
+		}
+		return counts
+	}
+	if got := assign(); got["a"] != 2 || got["b"] != 2 {
+		t.Errorf("a new run: %v, want both arms", got)
+	}
+	now = now.Add(16 * time.Minute)
+	a, err := as.Assign(ctx, pod, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Arm != "a" || !strings.Contains(a.Note, "has not judged this experiment") {
+		t.Errorf("16 minutes with no look: arm %s, note %q; want the control a and a note", a.Arm, a.Note)
+	}
+	if got := assign(); got["b"] != 0 {
+		t.Errorf("with no look: %v, want the control alone", got)
+	}
+	leases := cs.CoordinationV1().Leases("shop")
+	l, err := leases.Get(ctx, admission.ExperimentLease("g", ""), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	looked := now.Add(-time.Minute)
+	l.Annotations[admission.AnnotationGuard] = admission.GuardStatus{Looked: &looked}.String()
+	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := assign(); got["b"] == 0 {
+		t.Errorf("after a look: %v, want b given out again", got)
 	}
 }

@@ -333,6 +333,14 @@ func (g *Guard) guard(ctx context.Context, r Running) (judged bool, err error) {
 	// Too early for an interval (res nil, no error) is a judgement:
 	// there was nothing yet to judge.
 	judged = err == nil
+	if judged {
+		// The webhook gives out arms only while the guard keeps judging
+		// (admission.GuardSilent): say that it did.
+		at := now.UTC()
+		if err := g.update(ctx, r, func(s *admission.GuardStatus) bool { s.Looked = &at; return true }); err != nil {
+			return false, errors.Join(err, g.evictStopped(ctx, r, st))
+		}
+	}
 	return judged, g.evictStopped(ctx, r, st)
 }
 

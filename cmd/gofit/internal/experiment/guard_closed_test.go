@@ -72,6 +72,11 @@ func TestGuardFailsClosed(t *testing.T) {
 		if v := testutil.ToFloat64(g.Metrics.lastLook); v != started || v < 1_700_000_000 {
 			t.Errorf("%s: last successful look at %v, want the guard's start %v (none judged on data)", tc.name, v, started)
 		}
+		// Nor does the Lease say the guard judged: the webhook fails
+		// closed once it has not for its bound.
+		if st := leaseStatus(t, cs); st.Looked != nil {
+			t.Errorf("%s: the Lease says the guard judged at %v", tc.name, st.Looked)
+		}
 	}
 	// A look with data moves it.
 	cs := fake.NewClientset(pod("web-1", "a"), lease.DeepCopy())
@@ -84,4 +89,20 @@ func TestGuardFailsClosed(t *testing.T) {
 	if v := testutil.ToFloat64(g.Metrics.lastLook); v != 1_700_000_600 {
 		t.Errorf("last successful look at %v, want 1700000600", v)
 	}
+	if st := leaseStatus(t, cs); st.Looked == nil || st.Looked.Unix() != 1_700_000_600 || len(st.Stopped) != 1 {
+		t.Errorf("the Lease's guard status after a judged look: %+v, want looked at 1700000600 and b still stopped", st)
+	}
+}
+
+func leaseStatus(t *testing.T, cs *fake.Clientset) admission.GuardStatus {
+	t.Helper()
+	l, err := cs.CoordinationV1().Leases("shop").Get(context.Background(), admission.ExperimentLease("g", "Deployment/web"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := admission.ParseGuardStatus(l.Annotations)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
