@@ -82,7 +82,7 @@ type ArmAssigner struct {
 	// a judgement from the guard (admission.GuardSilent); past it, new
 	// pods get the control alone. 0: arms need no guard.
 	GuardStale time.Duration
-	now      func() time.Time
+	now        func() time.Time
 	// pick breaks ties between the least filled arms (LeastFilled);
 	// nil: math/rand/v2's IntN.
 	pick func(n int) int
