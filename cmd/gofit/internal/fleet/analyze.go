@@ -629,7 +629,11 @@ func recommendGofit(o *Observed, p pooled, hpa *HPA, procsOver bool, window stri
 			r.CPULimitKept = true
 			planLim = math.Max(planLim, 0)
 			if planLim > 0 && planLim < req {
-				planLim = req
+				// A request above the limit is refused by the API server:
+				// the request stops at the limit kept, and says why.
+				r.CPURequest, planReq = Num(planLim), planLim
+				r.Reasons = append(r.Reasons, fmt.Sprintf("CPU request capped at the kept limit %s: demand's %s is %s, above it, so the limit throttles it (--cpu-limit percentile would raise the limit)",
+					cores0(planLim), pctl(opt.CPURequestPercentile), fmtCores(req)))
 			}
 			r.Reasons = append(r.Reasons, fmt.Sprintf("CPU limit left as it is (--cpu-limit keep): %s", cores0(o.Limits.CPU)))
 		case CPULimitBurst:

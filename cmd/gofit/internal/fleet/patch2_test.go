@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -239,6 +240,38 @@ func TestCPULimitChoices(t *testing.T) {
 	}
 }
 
+// TestKeptLimitBoundsTheRequest: with --cpu-limit keep and demand above
+// the limit kept, the request stops at the limit (the API server refuses a
+// request above its limit), and the reasons say so. Before, the patch
+// asked for 300m under a kept 250m limit.
+func TestKeptLimitBoundsTheRequest(t *testing.T) {
+	const week, step = 7 * 24 * 12, 5 * time.Minute
+	s := shape{cpu: 0.29, wave: 0.01, gc: 0.01, live: 40 * mib, nonHeap: 20 * mib, gomaxprocs: 1, gomemlimit: math.MaxInt64, gogc: 100,
+		req: Resources{0.25, 256 * mib}, lim: Resources{0.25, 256 * mib}}
+	r := Analyze(input(week, step, s.pod("web-1", week, step)), Options{CPULimit: CPULimitKeep})
+	g := r.Containers[0].Gofit
+	if float64(g.CPURequest) != 0.25 || !g.CPULimitKept {
+		t.Fatalf("request %v, limit kept %v: want the kept limit 0.25", g.CPURequest, g.CPULimitKept)
+	}
+	if !strings.Contains(strings.Join(g.Reasons, "\n"), "capped at the kept limit 250m") {
+		t.Errorf("reasons do not say the request was capped: %q", g.Reasons)
+	}
+	d := appsv1.Deployment{}
+	d.Spec.Template.Spec.Containers = []corev1.Container{{Name: "app", Image: "web:1", Resources: corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")},
+		Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")}}}}
+	ps, _, err := Patches(r)
+	if err != nil || len(ps) == 0 {
+		t.Fatalf("%d patches, %v", len(ps), err)
+	}
+	var got appsv1.Deployment
+	applyPatch(t, ps[0], d, &got)
+	res := got.Spec.Template.Spec.Containers[0].Resources
+	if res.Requests.Cpu().Cmp(*res.Limits.Cpu()) > 0 {
+		t.Errorf("patched request %s above the limit %s\n%s", res.Requests.Cpu(), res.Limits.Cpu(), ps[0].Body)
+	}
+}
+
 // TestPatchUnderHPA: under an HPA on CPU utilisation the patch leaves
 // CPU as it is (requests and limit) and sets memory; with AllowHPA it
 // sets both.
@@ -268,5 +301,51 @@ func TestPatchUnderHPA(t *testing.T) {
 		if g := r.Containers[0].Gofit; g.GOMAXPROCS != 1 || g.Env["GOMAXPROCS"] != "1" {
 			t.Errorf("allow %v: GOMAXPROCS %d env %v: want fit's for the limit in force", allow, g.GOMAXPROCS, g.Env)
 		}
+	}
+}
+
+// TestReusedOutDropsStalePatches: a second run into the same --out that
+// no longer patches a workload removes the first run's patch files for it
+// (applied with the rest, one would undo a newer patch), and leaves files
+// that gofit fleet did not write.
+func TestReusedOutDropsStalePatches(t *testing.T) {
+	out := t.TempDir()
+	first := unfittedResults(t, Workload{Namespace: "shop", Kind: "Deployment", Name: "old"})
+	files, _, err := WriteFiles(out, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var oldPatches []string
+	for _, f := range files {
+		if strings.Contains(f, "old") {
+			oldPatches = append(oldPatches, f)
+		}
+	}
+	if len(oldPatches) == 0 {
+		t.Fatalf("the first run wrote no patch for old: %v", files)
+	}
+	mine := filepath.Join(out, "patches", "notes.yaml")
+	if err := os.WriteFile(mine, []byte("# my notes\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	second := unfittedResults(t, Workload{Namespace: "shop", Kind: "Deployment", Name: "new"})
+	_, said, err := WriteFiles(out, second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range oldPatches {
+		if _, err := os.Stat(f); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s from the first run is still there (%v)", f, err)
+		}
+	}
+	if _, err := os.Stat(mine); err != nil {
+		t.Errorf("a file gofit fleet did not write was removed: %v", err)
+	}
+	if n := len(said); n < len(oldPatches) || !strings.Contains(strings.Join(said, "\n"), "removed patches/") {
+		t.Errorf("what was removed is not said: %q", said)
+	}
+	k, err := os.ReadFile(filepath.Join(out, "kustomize", "env", "kustomization.yaml"))
+	if err == nil && strings.Contains(string(k), "deployment.old.") {
+		t.Errorf("the kustomization still lists old:\n%s", k)
 	}
 }

@@ -3,9 +3,11 @@ package fleet
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"html/template"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -233,7 +235,61 @@ func WriteFiles(dir string, r *Results) (files, skipped []string, err error) {
 		files = append(files, p)
 	}
 	sort.Strings(files)
-	return files, skipped, nil
+	removed, err := pruneStale(dir, byName)
+	for _, r := range removed {
+		skipped = append(skipped, "removed "+r+": an earlier run's, not in this one")
+	}
+	return files, skipped, err
+}
+
+// pruneStale removes from a reused --out the patches and kustomize files
+// an earlier run wrote that this one did not: applied with the rest, a
+// stale patch would undo a newer one. Only files gofit fleet writes are
+// removed (its header, or patches/skipped.txt); anything else is left.
+func pruneStale(dir string, written map[string][]byte) ([]string, error) {
+	var removed []string
+	for _, sub := range []string{"patches", "kustomize"} {
+		err := filepath.WalkDir(filepath.Join(dir, sub), func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					return nil
+				}
+				return err
+			}
+			if !d.Type().IsRegular() {
+				return nil
+			}
+			rel, err := filepath.Rel(dir, p)
+			if err != nil {
+				return err
+			}
+			if _, ok := written[rel]; ok {
+				return nil
+			}
+			ours := rel == filepath.Join("patches", "skipped.txt")
+			if !ours {
+				f, err := os.Open(p)
+				if err != nil {
+					return err
+				}
+				head := make([]byte, len("# gofit fleet: "))
+				n, _ := io.ReadFull(f, head)
+				f.Close()
+				ours = string(head[:n]) == "# gofit fleet: "
+			}
+			if ours {
+				if err := os.Remove(p); err != nil {
+					return err
+				}
+				removed = append(removed, rel)
+			}
+			return nil
+		})
+		if err != nil {
+			return removed, fmt.Errorf("remove stale files from %s: %w", dir, err)
+		}
+	}
+	return removed, nil
 }
 
 var tmpl = template.Must(template.New("fleet").Funcs(template.FuncMap{
