@@ -313,7 +313,6 @@ func pool(in Input, g Group) pooled {
 		// is GOMAXPROCS, not more CPU).
 		selfInflicted := gomaxprocsAbove(Num(pod.GOMAXPROCS), pod.Limits.CPU)
 		div, upTo := goalLive(pod)
-		gcCounted := anyValue(pod.GCs)
 		peak, wsPeak := math.NaN(), 0.0
 		for i := range in.Steps {
 			if c, ok := has(pod.CPU, i); ok {
@@ -345,19 +344,12 @@ func pool(in Input, g Group) pooled {
 				wsPeak = math.Max(wsPeak, w)
 			}
 			// The live heap: the runtime's own figure where it is
-			// exported; else the allocated heap's low (an upper bound),
-			// or the heap goal ÷ (1 + GOGC/100) where that is lower and
-			// a GC ended in the step, so the goal was set from the live
-			// heap of the step. Without the GC count (not scraped) any
-			// goal is taken.
+			// exported; else the lower of two bounds above it, the
+			// allocated heap's low and the heap goal ÷ (1 + GOGC/100).
 			lv, ok := has(pod.LiveHeap, i)
 			if !p.liveFromRuntime {
 				lv, ok = has(pod.HeapAllocLow, i)
-				fresh := !gcCounted
-				if n, nok := has(pod.GCs, i); nok {
-					fresh = n > 0
-				}
-				if goal, gok := has(pod.HeapGoal, i); gok && fresh && div > 0 && goal <= upTo && (!ok || goal/div < lv) {
+				if goal, gok := has(pod.HeapGoal, i); gok && div > 0 && goal <= upTo && (!ok || goal/div < lv) {
 					lv, ok = goal/div, true
 					p.anyGoal = true
 				}
@@ -506,7 +498,7 @@ func analyzeGroup(in Input, g Group, containersInPod int, opt Options) Container
 	case p.liveFromRuntime:
 		o.LiveHeapSource = "go_gc_heap_live_bytes"
 	case p.anyGoal:
-		o.LiveHeapSource = "the lower of go_memstats_heap_alloc_bytes's low in each step and go_memstats_next_gc_bytes ÷ (1 + GOGC/100) in steps where a GC ended and no GOMEMLIMIT lowers the goal"
+		o.LiveHeapSource = "the lower of go_memstats_heap_alloc_bytes's low in each step and go_memstats_next_gc_bytes ÷ (1 + GOGC/100) where no GOMEMLIMIT lowers it"
 	case len(p.live) > 0:
 		o.LiveHeapSource = "go_memstats_heap_alloc_bytes, its low in each step (an upper bound: objects not yet swept count)"
 	}

@@ -450,7 +450,6 @@ func Fetch(ctx context.Context, c api.Client, q Query) (Input, error) {
 			func(p *Pod) *[]float32 { return &p.NonHeap }},
 		{"heap_alloc_low", "go_memstats_heap_alloc_bytes, the step's low", over("min_over_time", "go_memstats_heap_alloc_bytes", ""), func(p *Pod) *[]float32 { return &p.HeapAllocLow }},
 		{"heap_goal", "go_memstats_next_gc_bytes, the step's peak", over("max_over_time", "go_memstats_next_gc_bytes", ""), func(p *Pod) *[]float32 { return &p.HeapGoal }},
-		{"gc_cycles", "go_gc_duration_seconds_count, its changes in the step", over("changes", "go_gc_duration_seconds_count", ""), func(p *Pod) *[]float32 { return &p.GCs }},
 		{"live_heap", "go_gc_heap_live_bytes, the step's peak", over("max_over_time", "go_gc_heap_live_bytes", ""), func(p *Pod) *[]float32 { return &p.LiveHeap }},
 		{"gc", "go_cpu_classes_gc_total_cpu_seconds_total", rate("go_cpu_classes_gc_total_cpu_seconds_total", ""), func(p *Pod) *[]float32 { return &p.GC }},
 	} {

@@ -76,12 +76,6 @@ type Pod struct {
 	// GOGC/100) (and a little: stacks and globals) where no GOMEMLIMIT
 	// binds.
 	HeapGoal []float32
-	// GCs is how many times go_gc_duration_seconds_count changed between
-	// the step's scrapes: the GC cycles seen to end in it. A goal is the
-	// live heap's measure only in a step where a GC set it: a heap that
-	// grew since its last GC (a quiet service allocates too little to
-	// reach the goal) has a goal set from a smaller live heap.
-	GCs      []float32
 	LiveHeap []float32 // go_gc_heap_live_bytes, the step's peak (Go ≥ 1.21 with the runtime/metrics collector)
 }
 

@@ -64,7 +64,6 @@ func (g goProc) pod(name string, steps, n int, rng *rand.Rand) Pod {
 		set(&p.WorkingSet, steps, i, wsMax)
 		set(&p.HeapAllocLow, steps, i, allocMin)
 		set(&p.HeapGoal, steps, i, goalMax)
-		set(&p.GCs, steps, i, float64(n)) // a steady sawtooth: GCs in every step
 		set(&p.NonHeap, steps, i, (wsSum-residentSum)/float64(n))
 	}
 	return *p
