@@ -10,6 +10,8 @@ package rightsize
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,7 +27,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -33,13 +38,19 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/fleet"
 	"github.com/gofit-dev/gofit/kube/admission"
 )
 
 // Keys the controller writes, and its experiment's arms.
 const (
-	// KeyStatus on a Deployment is its Status (JSON).
+	// KeyStatus on a workload's status Lease (LeaseName) is its Status
+	// (JSON). Not on the Deployment: its annotations are copied into its
+	// ReplicaSets and bump its generation, and a GitOps tool would see
+	// each write as drift, or undo it.
 	KeyStatus = "gofit.dev/rightsize-status"
+	// LabelStatus marks the status Leases, so a look lists them at once.
+	LabelStatus = "gofit.dev/rightsize-status"
 	// Experiment is the gofit.dev/experiment label of a trial's pods;
 	// ArmControl and ArmPlan their gofit.dev/arm labels. The guard's
 	// analysis (experiment.Fetch) reads them as any experiment's.
@@ -114,10 +125,23 @@ func (c *Controller) Once(ctx context.Context) ([]Outcome, error) {
 	sort.Slice(deps, func(i, j int) bool {
 		return deps[i].Namespace+"/"+deps[i].Name < deps[j].Namespace+"/"+deps[j].Name
 	})
+	leases := map[string]*coordinationv1.Lease{} // by namespace/name
+	for _, ns := range scopes {
+		l, err := c.Client.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{LabelSelector: LabelStatus})
+		if err != nil {
+			return nil, fmt.Errorf("list status Leases in %q: %w", ns, err)
+		}
+		for i := range l.Items {
+			leases[l.Items[i].Namespace+"/"+l.Items[i].Name] = &l.Items[i]
+		}
+	}
+	statusOf := func(d *appsv1.Deployment) (Status, error) {
+		return StatusOf(leases[d.Namespace+"/"+LeaseName(d.Name)], d)
+	}
 	load := map[string]int{}
 	total := 0
 	for i := range deps {
-		if st, err := StatusOf(&deps[i]); err == nil && st.Phase == Trialling {
+		if st, err := statusOf(&deps[i]); err == nil && st.Phase == Trialling {
 			load[deps[i].Namespace]++
 			total++
 		}
@@ -126,27 +150,38 @@ func (c *Controller) Once(ctx context.Context) ([]Outcome, error) {
 	for i := range deps {
 		d := &deps[i]
 		o := Outcome{Workload: d.Namespace + "/Deployment/" + d.Name}
-		mode, _, err := ModeOf(merged(d.Labels, d.Annotations), nsMeta[d.Namespace])
-		st, serr := StatusOf(d)
-		if err == nil {
-			err = serr
-		}
-		if mode == Off && st.Phase != Trialling && err == nil {
-			continue // not opted in: never touched
-		}
+		st, err := statusOf(d)
 		if err != nil {
 			o.Err = err
 			c.event(ctx, d, corev1.EventTypeWarning, "RightsizeInvalid", err.Error())
 			out = append(out, o)
 			continue
 		}
+		mode, _, err := ModeOf(merged(d.Labels, d.Annotations), nsMeta[d.Namespace])
+		if err != nil {
+			// A running trial is rolled back (as for off); nothing else
+			// is done until the value is fixed.
+			c.event(ctx, d, corev1.EventTypeWarning, "RightsizeInvalid", err.Error())
+			if st.Phase != Trialling {
+				o.Err = err
+				out = append(out, o)
+				continue
+			}
+		}
+		if mode == Off && st.Phase != Trialling {
+			continue // not opted in: never touched
+		}
 		in := Input{Now: now, Mode: mode, Status: st, Load: Load{Namespace: load[d.Namespace], Cluster: total}, Policy: c.Policy}
-		if in.Pods, err = c.pods(ctx, d); err != nil {
+		raw, err := c.podList(ctx, d)
+		if err != nil {
 			o.Err = err
 			out = append(out, o)
 			continue
 		}
+		in.Pods = podsOf(raw)
+		in.Blocked = blocked(d, raw)
 		if st.Phase == Trialling {
+			in.Resize = resizeState(raw, st)
 			if in.Judgement, err = c.Judge(ctx, d, st); err != nil {
 				// A trial unjudged for want of data is not promoted;
 				// harm needs evidence, so the look waits.
@@ -165,6 +200,7 @@ func (c *Controller) Once(ctx context.Context) ([]Outcome, error) {
 				out = append(out, o)
 				continue
 			}
+			in.NotInPlace = podQoSChange(d, in.Plan.Proposed)
 		}
 		o.Action = Next(in)
 		o.Err = c.act(ctx, d, in, o.Action)
@@ -208,15 +244,28 @@ func (c *Controller) Run(ctx context.Context, every time.Duration) {
 	}
 }
 
-// StatusOf reads a Deployment's KeyStatus; an absent one is Idle.
-func StatusOf(d *appsv1.Deployment) (Status, error) {
+// LeaseName is the name of a Deployment's status Lease.
+func LeaseName(deployment string) string {
+	const prefix = "gofit-rightsize-"
+	if len(prefix)+len(deployment) <= 253 {
+		return prefix + deployment
+	}
+	h := sha256.Sum256([]byte(deployment))
+	return prefix + deployment[:253-len(prefix)-13] + "-" + hex.EncodeToString(h[:6])
+}
+
+// StatusOf reads the Status on a Deployment's Lease l (nil: none, Idle).
+func StatusOf(l *coordinationv1.Lease, d *appsv1.Deployment) (Status, error) {
 	var st Status
-	v, ok := d.Annotations[KeyStatus]
+	if l == nil {
+		return st, nil
+	}
+	v, ok := l.Annotations[KeyStatus]
 	if !ok {
 		return st, nil
 	}
 	if err := json.Unmarshal([]byte(v), &st); err != nil {
-		return Status{}, fmt.Errorf("annotation %s on %s/%s: %v (remove it to start over)", KeyStatus, d.Namespace, d.Name, err)
+		return Status{}, fmt.Errorf("annotation %s on Lease %s/%s of Deployment %s: %v (delete the Lease to start over)", KeyStatus, l.Namespace, l.Name, d.Name, err)
 	}
 	return st, nil
 }
@@ -246,8 +295,8 @@ func merged(ls, as map[string]string) map[string]string {
 	return m
 }
 
-// pods are the Deployment's live pods.
-func (c *Controller) pods(ctx context.Context, d *appsv1.Deployment) ([]Pod, error) {
+// podList is the Deployment's live pods.
+func (c *Controller) podList(ctx context.Context, d *appsv1.Deployment) ([]corev1.Pod, error) {
 	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
 	if err != nil {
 		return nil, fmt.Errorf("selector of %s/%s: %w", d.Namespace, d.Name, err)
@@ -256,11 +305,19 @@ func (c *Controller) pods(ctx context.Context, d *appsv1.Deployment) ([]Pod, err
 	if err != nil {
 		return nil, fmt.Errorf("list pods of %s/%s: %w", d.Namespace, d.Name, err)
 	}
-	var out []Pod
+	var out []corev1.Pod
 	for _, p := range l.Items {
 		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func podsOf(raw []corev1.Pod) []Pod {
+	var out []Pod
+	for _, p := range raw {
 		ready := false
 		for _, cond := range p.Status.Conditions {
 			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
@@ -269,7 +326,96 @@ func (c *Controller) pods(ctx context.Context, d *appsv1.Deployment) ([]Pod, err
 		}
 		out = append(out, Pod{Name: p.Name, Node: p.Spec.NodeName, Ready: ready})
 	}
-	return out, nil
+	return out
+}
+
+// blocked says why no trial may start on the Deployment now: it is
+// rolling out (the control would mix revisions), or it or its pods run
+// another experiment (whose arm labels a trial would take over).
+func blocked(d *appsv1.Deployment, pods []corev1.Pod) string {
+	want := int32(1)
+	if d.Spec.Replicas != nil {
+		want = *d.Spec.Replicas
+	}
+	if d.Status.ObservedGeneration < d.Generation || d.Status.UpdatedReplicas != want || d.Status.Replicas != want {
+		return fmt.Sprintf("rolling out (%d of %d pods updated, %d in all)", d.Status.UpdatedReplicas, want, d.Status.Replicas)
+	}
+	if _, ok := d.Spec.Template.Annotations[admission.AnnotationExperiment]; ok {
+		return "its pod template runs an experiment (" + admission.AnnotationExperiment + ")"
+	}
+	for _, p := range pods {
+		if e, ok := p.Labels[admission.LabelExperiment]; ok && e != Experiment {
+			return fmt.Sprintf("pod %s is in experiment %s", p.Name, e)
+		}
+	}
+	return ""
+}
+
+// podQoSChange says how the plan would change the QoS class of the whole
+// pod (the template's containers, the plan's over them); "" if it would
+// not.
+func podQoSChange(d *appsv1.Deployment, proposed map[string]Setting) string {
+	now, next := map[string]Setting{}, map[string]Setting{}
+	for _, ctr := range d.Spec.Template.Spec.Containers {
+		s := settingOf(ctr.Resources)
+		now[ctr.Name], next[ctr.Name] = s, s
+		if p, ok := proposed[ctr.Name]; ok {
+			next[ctr.Name] = Setting{Requests: p.Requests, Limits: p.Limits}
+		}
+	}
+	if a, b := QoS(now), QoS(next); a != b {
+		return fmt.Sprintf("it moves the pods (with their other containers) from QoS class %s to %s", a, b)
+	}
+	return ""
+}
+
+func settingOf(r corev1.ResourceRequirements) Setting {
+	return Setting{
+		Requests: fleet.Resources{CPU: r.Requests.Cpu().AsApproximateFloat64(), Memory: r.Requests.Memory().AsApproximateFloat64()},
+		Limits:   fleet.Resources{CPU: r.Limits.Cpu().AsApproximateFloat64(), Memory: r.Limits.Memory().AsApproximateFloat64()},
+	}
+}
+
+// resizeState reads the kubelet's answer to a trial's resizes from its
+// pods' status: applied when every trial pod's containers run with the
+// plan's resources and no resize is pending or in progress.
+func resizeState(pods []corev1.Pod, st Status) Resize {
+	r := Resize{Applied: true}
+	n := 0
+	for _, p := range pods {
+		if !slices.Contains(st.Pods, p.Name) {
+			continue
+		}
+		n++
+		for _, cond := range p.Status.Conditions {
+			switch {
+			case cond.Type == corev1.PodResizePending && cond.Reason == corev1.PodReasonInfeasible:
+				r.Infeasible = fmt.Sprintf("pod %s: %s", p.Name, cond.Message)
+				r.Applied = false
+			case (cond.Type == corev1.PodResizePending || cond.Type == corev1.PodResizeInProgress) && cond.Status == corev1.ConditionTrue:
+				r.Applied = false
+			}
+		}
+		for name, want := range st.Proposed {
+			i := slices.IndexFunc(p.Status.ContainerStatuses, func(cs corev1.ContainerStatus) bool { return cs.Name == name })
+			if i < 0 || p.Status.ContainerStatuses[i].Resources == nil || !sameResources(settingOf(*p.Status.ContainerStatuses[i].Resources), want) {
+				r.Applied = false
+			}
+		}
+	}
+	if n == 0 {
+		r.Applied = false
+	}
+	return r
+}
+
+// sameResources compares as the API rounds: CPU to the millicore,
+// memory to the byte.
+func sameResources(a, b Setting) bool {
+	m := func(x float64) int64 { return int64(math.Ceil(x*1000 - 1e-9)) }
+	by := func(x float64) int64 { return int64(math.Ceil(x)) }
+	return m(a.Requests.CPU) == m(b.Requests.CPU) && m(a.Limits.CPU) == m(b.Limits.CPU) &&
+		by(a.Requests.Memory) == by(b.Requests.Memory) && by(a.Limits.Memory) == by(b.Limits.Memory)
 }
 
 // act carries out a.
@@ -332,7 +478,11 @@ func (c *Controller) act(ctx context.Context, d *appsv1.Deployment, in Input, a 
 			if _, err := c.Client.AppsV1().Deployments(d.Namespace).Patch(ctx, d.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{FieldManager: "gofit-rightsize"}); err != nil {
 				return fmt.Errorf("promote %s: %w", ref, err)
 			}
-			// The rollout replaces every pod; the labels go with them.
+			// The trial's pods already run the template's resources: only
+			// the labels go (a paused Deployment may not roll at once).
+			if err := c.putBack(ctx, d, nil, nil); err != nil {
+				return err
+			}
 		} else if err := c.putBack(ctx, d, in.Status.Current, in.Status.Pods); err != nil {
 			return err
 		}
@@ -363,11 +513,11 @@ func (c *Controller) start(ctx context.Context, d *appsv1.Deployment, a Action) 
 		}
 		done = append(done, p)
 	}
-	pods, err := c.pods(ctx, d)
+	raw, err := c.podList(ctx, d)
 	if err != nil {
 		return errors.Join(err, c.putBack(ctx, d, a.Next.Current, done))
 	}
-	for _, p := range pods {
+	for _, p := range podsOf(raw) {
 		arm := ArmControl
 		if slices.Contains(a.Pods, p.Name) {
 			arm = ArmPlan
@@ -382,18 +532,33 @@ func (c *Controller) start(ctx context.Context, d *appsv1.Deployment, a Action) 
 }
 
 // putBack resizes the trial's pods that are still there to the settings
-// they had and takes every pod of the workload out of the experiment.
+// they had and takes the workload's pods out of the trial (its labels
+// only: another experiment's stay). A pod the API will not resize back is
+// evicted (PodDisruptionBudgets hold), so that its replacement starts
+// from the template; one that cannot be put back either way keeps its
+// labels, and the error leaves the status as it was, for the next look
+// to try again.
 func (c *Controller) putBack(ctx context.Context, d *appsv1.Deployment, current map[string]Setting, trial []string) error {
-	pods, err := c.pods(ctx, d)
+	raw, err := c.podList(ctx, d)
 	if err != nil {
 		return err
 	}
 	var errs []error
-	for _, p := range pods {
+	for _, p := range raw {
 		if slices.Contains(trial, p.Name) {
-			errs = append(errs, c.resize(ctx, d.Namespace, p.Name, current))
+			if err := c.resize(ctx, d.Namespace, p.Name, current); err != nil {
+				ev := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: d.Namespace}}
+				if eerr := c.Client.CoreV1().Pods(d.Namespace).EvictV1(ctx, ev); eerr != nil && !apierrors.IsNotFound(eerr) {
+					errs = append(errs, err, fmt.Errorf("evict pod %s/%s instead: %w", d.Namespace, p.Name, eerr))
+					continue
+				}
+				c.event(ctx, d, corev1.EventTypeWarning, "RightsizeEvicted", fmt.Sprintf("pod %s could not be resized back (%v): evicted, its replacement starts from the template", p.Name, err))
+				continue
+			}
 		}
-		errs = append(errs, c.label(ctx, d.Namespace, p.Name, ""))
+		if p.Labels[admission.LabelExperiment] == Experiment {
+			errs = append(errs, c.label(ctx, d.Namespace, p.Name, ""))
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -432,11 +597,40 @@ func (c *Controller) setStatus(ctx context.Context, d *appsv1.Deployment, st Sta
 	if err != nil {
 		return err
 	}
-	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{KeyStatus: string(v)}}})
-	if _, err := c.Client.AppsV1().Deployments(d.Namespace).Patch(ctx, d.Name, types.MergePatchType, b, metav1.PatchOptions{FieldManager: "gofit-rightsize"}); err != nil {
-		return fmt.Errorf("write %s on %s/%s: %w", KeyStatus, d.Namespace, d.Name, err)
+	leases := c.Client.CoordinationV1().Leases(d.Namespace)
+	name := LeaseName(d.Name)
+	for range 5 {
+		l, err := leases.Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			// Owned by the Deployment: deleting it deletes the status.
+			l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: d.Namespace,
+				Labels:          map[string]string{LabelStatus: "true"},
+				Annotations:     map[string]string{KeyStatus: string(v)},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "Deployment", Name: d.Name, UID: d.UID}}}}
+			if _, err = leases.Create(ctx, l, metav1.CreateOptions{FieldManager: "gofit-rightsize"}); err == nil || !apierrors.IsAlreadyExists(err) {
+				return wrapStatus(err, d)
+			}
+			continue
+		}
+		if err != nil {
+			return wrapStatus(err, d)
+		}
+		if l.Annotations == nil {
+			l.Annotations = map[string]string{}
+		}
+		l.Annotations[KeyStatus] = string(v)
+		if _, err = leases.Update(ctx, l, metav1.UpdateOptions{FieldManager: "gofit-rightsize"}); err == nil || !apierrors.IsConflict(err) {
+			return wrapStatus(err, d)
+		}
 	}
-	return nil
+	return fmt.Errorf("write the status Lease of %s/%s: still conflicting", d.Namespace, d.Name)
+}
+
+func wrapStatus(err error, d *appsv1.Deployment) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("write the status Lease of %s/%s: %w", d.Namespace, d.Name, err)
 }
 
 // resourcesOf is a Setting's requests and limits as the API takes them;

@@ -2,7 +2,6 @@ package rightsize
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -43,11 +42,17 @@ func (w *world) deployment(name string, annotations map[string]string, pods int)
 	}
 	spec := corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "shop/web:1", Resources: res,
 		Env: []corev1.EnvVar{{Name: "GOMAXPROCS", Value: "2"}}}}}
+	n := int32(pods)
 	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.ns, Annotations: annotations},
-		Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
+		Spec: appsv1.DeploymentSpec{Replicas: &n, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": name}},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": name}}, Spec: spec}}}
 	d, err := w.cs.AppsV1().Deployments(w.ns).Create(w.ctx, d, metav1.CreateOptions{})
 	if err != nil {
+		w.t.Fatal(err)
+	}
+	// Rolled out, as the controller-manager would say.
+	d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n}
+	if d, err = w.cs.AppsV1().Deployments(w.ns).UpdateStatus(w.ctx, d, metav1.UpdateOptions{}); err != nil {
 		w.t.Fatal(err)
 	}
 	for i := range pods {
@@ -60,11 +65,25 @@ func (w *world) deployment(name string, annotations map[string]string, pods int)
 		}
 		p.Status.Phase = corev1.PodRunning
 		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", Ready: true, Resources: res.DeepCopy()}}
 		if _, err := w.cs.CoreV1().Pods(w.ns).UpdateStatus(w.ctx, p, metav1.UpdateOptions{}); err != nil {
 			w.t.Fatal(err)
 		}
 	}
 	return d
+}
+
+// kubelet does what a kubelet does with a resize: the container's status
+// takes the spec's resources.
+func (w *world) kubelet(name string) {
+	w.t.Helper()
+	p := w.pod(name)
+	for i := range p.Status.ContainerStatuses {
+		p.Status.ContainerStatuses[i].Resources = p.Spec.Containers[i].Resources.DeepCopy()
+	}
+	if _, err := w.cs.CoreV1().Pods(w.ns).UpdateStatus(w.ctx, p, metav1.UpdateOptions{}); err != nil {
+		w.t.Fatal(err)
+	}
 }
 
 func (w *world) pod(name string) *corev1.Pod {
@@ -82,7 +101,17 @@ func (w *world) status(name string) Status {
 	if err != nil {
 		w.t.Fatal(err)
 	}
-	st, err := StatusOf(d)
+	if _, ok := d.Annotations[KeyStatus]; ok {
+		w.t.Errorf("the status was written on the Deployment: %v", d.Annotations)
+	}
+	l, err := w.cs.CoordinationV1().Leases(w.ns).Get(w.ctx, LeaseName(name), metav1.GetOptions{})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if len(l.OwnerReferences) != 1 || l.OwnerReferences[0].UID != d.UID {
+		w.t.Errorf("status Lease owners %v, want the Deployment", l.OwnerReferences)
+	}
+	st, err := StatusOf(l, d)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -142,6 +171,16 @@ func TestControllerOnARealAPIServer(t *testing.T) {
 	w.deployment("web", map[string]string{KeyMode: "auto"}, 4)
 	w.deployment("other", nil, 2)
 	w.deployment("typo", map[string]string{KeyMode: "automatic"}, 2)
+	// Opted in, but its pods run a webhook experiment: a trial would
+	// take over their arm labels.
+	w.deployment("exp", map[string]string{KeyMode: "auto"}, 2)
+	for _, name := range []string{"exp-0", "exp-1"} {
+		p := w.pod(name)
+		p.Labels[admission.LabelExperiment], p.Labels[admission.LabelArm] = "gmp", "fitted"
+		if _, err := cs.CoreV1().Pods(w.ns).Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	now := t0
 	var judgement *Judgement
@@ -168,6 +207,10 @@ func TestControllerOnARealAPIServer(t *testing.T) {
 			case "default/Deployment/typo":
 				if o.Err == nil || !strings.Contains(o.Err.Error(), `gofit.dev/rightsize: "automatic" is not a mode`) {
 					t.Errorf("typo: %+v, want an error naming the annotation and value", o)
+				}
+			case "default/Deployment/exp":
+				if o.Err != nil || (o.Action.Kind != Wait && o.Action.Kind != None) || (o.Action.Kind == Wait && !strings.Contains(o.Action.Why, "in experiment gmp")) {
+					t.Errorf("exp: %+v, want a wait: its pods are in experiment gmp", o)
 				}
 			default:
 				t.Errorf("a look touched %s: %+v", o.Workload, o)
@@ -205,18 +248,22 @@ func TestControllerOnARealAPIServer(t *testing.T) {
 	if st := w.status("web"); st.Phase != Trialling || !slices.Equal(st.Pods, []string{trial}) {
 		t.Errorf("status %+v", st)
 	}
-	for _, name := range []string{"other-0", "typo-0"} {
-		if p := w.pod(name); len(p.Labels) != 1 || resourcesString(p.Spec.Containers[0]) != "250m/250m 128Mi/128Mi" {
+	for _, name := range []string{"other-0", "typo-0", "exp-0"} {
+		p := w.pod(name)
+		if want := map[bool]int{true: 3, false: 1}[name == "exp-0"]; len(p.Labels) != want || resourcesString(p.Spec.Containers[0]) != "250m/250m 128Mi/128Mi" {
 			t.Errorf("%s touched: labels %v, resources %s", name, p.Labels, resourcesString(p.Spec.Containers[0]))
 		}
+	}
+	if p := w.pod("exp-0"); p.Labels[admission.LabelExperiment] != "gmp" || p.Labels[admission.LabelArm] != "fitted" {
+		t.Errorf("exp-0's experiment labels changed: %v", p.Labels)
 	}
 
 	// 2. The trial keeps its plan: no plan is computed during it.
 	planned = nil
 	now = now.Add(10 * time.Minute)
 	look(Wait)
-	if len(planned) > 0 {
-		t.Errorf("planned %v during the trial", planned)
+	if slices.Contains(planned, "web") {
+		t.Errorf("planned %v during web's trial", planned)
 	}
 
 	// 3. Harm: the trial's pod is resized back and every label removed.
@@ -236,12 +283,35 @@ func TestControllerOnARealAPIServer(t *testing.T) {
 	now = now.Add(time.Hour)
 	look(Wait)
 
-	// 4. After the back-off, a second trial, judged good, is promoted.
+	// 4. After the back-off, a second trial, judged good but never
+	// applied by a kubelet, is not promoted.
 	now = now.Add(c.Policy.Backoff)
 	look(StartTrial)
 	now = now.Add(c.Policy.Duration)
 	judgement = &Judgement{Promote: true, Reasons: []string{"p99_seconds same", "cpu_seconds_per_request better"}}
+	if o := look(EndTrial); !strings.Contains(o.Action.Why, "had not applied the resize") {
+		t.Errorf("end of a trial never applied: %s", o.Action.Why)
+	}
+
+	// Up to the promotion, nothing wrote the Deployment: its generation
+	// (which annotations bump, and GitOps tools watch) is its first.
+	if d, err := cs.AppsV1().Deployments(w.ns).Get(ctx, "web", metav1.GetOptions{}); err != nil || d.Generation != 1 {
+		t.Errorf("web's generation before the promotion: %v (%v), want 1", d.Generation, err)
+	}
+
+	// 5. One the kubelet applied is promoted.
+	now = now.Add(c.Policy.Backoff)
+	judgement = nil
+	o = look(StartTrial)
+	w.kubelet(o.Action.Pods[0])
+	now = now.Add(c.Policy.Duration)
+	judgement = &Judgement{Promote: true, Reasons: []string{"p99_seconds same", "cpu_seconds_per_request better"}}
 	look(Promote)
+	for i := range 4 {
+		if p := w.pod(fmt.Sprintf("web-%d", i)); p.Labels[admission.LabelArm] != "" {
+			t.Errorf("after the promotion, %s keeps its arm label %q", p.Name, p.Labels[admission.LabelArm])
+		}
+	}
 	d, err := cs.AppsV1().Deployments(w.ns).Get(ctx, "web", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -266,7 +336,7 @@ func TestControllerOnARealAPIServer(t *testing.T) {
 	}
 	look(None)
 
-	want := []string{"RightsizePromoted", "RightsizeRolledBack", "RightsizeTrialStarted", "RightsizeTrialStarted"}
+	want := []string{"RightsizePromoted", "RightsizeRolledBack", "RightsizeTrialEnded", "RightsizeTrialStarted", "RightsizeTrialStarted", "RightsizeTrialStarted"}
 	if got := w.events("web"); !slices.Equal(got, want) {
 		t.Errorf("events on web %v, want %v", got, want)
 	}
@@ -277,15 +347,24 @@ func TestControllerOnARealAPIServer(t *testing.T) {
 		t.Errorf("events on typo %v, want RightsizeInvalid", got)
 	}
 
-	// A status nobody can read is an error naming the annotation.
-	d.Annotations[KeyStatus] = "{"
-	if _, err := StatusOf(d); err == nil || !strings.Contains(err.Error(), KeyStatus) {
-		t.Errorf("unreadable status: %v", err)
+	// A status nobody can read is an error naming the annotation, and
+	// the look leaves the workload alone.
+	l, err := cs.CoordinationV1().Leases(w.ns).Get(ctx, LeaseName("web"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	js, _ := json.Marshal(Status{Phase: Trialling})
-	d.Annotations[KeyStatus] = string(js)
-	if st, err := StatusOf(d); err != nil || st.Phase != Trialling {
-		t.Errorf("status round trip: %+v, %v", st, err)
+	l.Annotations[KeyStatus] = "{"
+	if _, err := cs.CoordinationV1().Leases(w.ns).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	outs, err := c.Once(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range outs {
+		if o.Workload == "default/Deployment/web" && (o.Err == nil || !strings.Contains(o.Err.Error(), KeyStatus) || o.Action.Kind != "") {
+			t.Errorf("web with an unreadable status: %+v, want an error naming %s and no action", o, KeyStatus)
+		}
 	}
 }
 

@@ -185,10 +185,16 @@ func PlanFrom(w fleet.Workload, cs []fleet.Container, floor float64) Plan {
 		}
 		next := Setting{Requests: fleet.Resources{CPU: float64(g.CPURequest), Memory: mem}, Limits: fleet.Resources{Memory: mem}, Env: env}
 		switch {
+		case !g.CPURequest.Valid():
+			// Fleet leaves CPU alone (an HPA scales on it): so does the plan.
+			next.Requests.CPU, next.Limits.CPU = now.Requests.CPU, now.Limits.CPU
 		case g.CPULimitKept:
 			next.Limits.CPU = now.Limits.CPU
 		case g.CPULimit.Valid():
 			next.Limits.CPU = float64(g.CPULimit)
+		}
+		if !g.Memory.Valid() {
+			next.Requests.Memory, next.Limits.Memory = now.Requests.Memory, now.Limits.Memory
 		}
 		p.Current[c.Container], p.Proposed[c.Container] = now, next
 		cpuNow += now.Requests.CPU
@@ -262,6 +268,33 @@ func QoS(cs map[string]Setting) string {
 		return BestEffort
 	}
 	return Burstable
+}
+
+// InPlace says why a running pod cannot take the plan by a resize and be
+// put back the same way ("" when it can): a resize may change a value,
+// not add or remove a request or limit (the API refuses removing one, so
+// a trial that added a limit could never be rolled back), nor move the
+// pod to another QoS class.
+func (p Plan) InPlace() string {
+	if from, to := QoS(p.Current), QoS(p.Proposed); from != to {
+		return fmt.Sprintf("it moves the pods from QoS class %s to %s", from, to)
+	}
+	for _, name := range sortedKeys(p.Proposed) {
+		a, b := p.Current[name], p.Proposed[name]
+		for _, f := range []struct {
+			what string
+			x, y float64
+		}{{"CPU request", a.Requests.CPU, b.Requests.CPU}, {"memory request", a.Requests.Memory, b.Requests.Memory},
+			{"CPU limit", a.Limits.CPU, b.Limits.CPU}, {"memory limit", a.Limits.Memory, b.Limits.Memory}} {
+			switch {
+			case f.x <= 0 && f.y > 0:
+				return fmt.Sprintf("container %s: it adds a %s the pods do not have, which a resize could not take away again", name, f.what)
+			case f.x > 0 && f.y <= 0:
+				return fmt.Sprintf("container %s: it removes the %s, which a resize cannot", name, f.what)
+			}
+		}
+	}
+	return ""
 }
 
 // Ready reports whether the plan has figures for every container.
@@ -363,6 +396,22 @@ type Input struct {
 	Policy Policy
 	// Judgement is the trial's, while one runs (nil before its first look).
 	Judgement *Judgement
+	// Resize is how the kubelet took the trial's resizes, while one runs.
+	Resize Resize
+	// Blocked, when set, says why no trial may start now (the workload is
+	// rolling out, or its pods run another experiment); NotInPlace why
+	// its pods could not take the plan in place at all (their whole pod's
+	// QoS class would change): the plan is then recommended instead.
+	Blocked, NotInPlace string
+}
+
+// Resize is the kubelet's answer to a trial's resizes.
+type Resize struct {
+	// Applied: every trial pod runs with the plan's resources (its
+	// containers' status says so, and no resize is pending).
+	Applied bool
+	// Infeasible names a pod whose resize the kubelet refused, and why.
+	Infeasible string
 }
 
 // Next is the controller's one decision for a workload.
@@ -376,9 +425,12 @@ func Next(in Input) Action {
 	if st.Phase == Trialling {
 		switch {
 		case pol.Paused:
-			return to(Rollback, Stopped, "the kill switch is on", st.Pods)
+			// Not a judgement of the plan: no back-off.
+			return to(Rollback, Idle, "the kill switch is on", st.Pods)
 		case in.Mode == Off || in.Mode == Recommend:
 			return to(Rollback, Idle, fmt.Sprintf("the workload's mode is now %s", in.Mode), st.Pods)
+		case in.Resize.Infeasible != "":
+			return to(Rollback, Stopped, "the kubelet cannot take the plan: "+in.Resize.Infeasible, st.Pods)
 		}
 		j := in.Judgement
 		if j != nil && j.Harmful {
@@ -390,16 +442,19 @@ func Next(in Input) Action {
 		if end := st.Since.Add(pol.Duration); in.Now.Before(end) {
 			return keep(Wait, fmt.Sprintf("trial runs until %s", end.UTC().Format(time.RFC3339)))
 		}
-		if j == nil {
-			return to(EndTrial, Stopped, "the trial was never judged: no results from the guard", st.Pods)
-		}
-		if !j.Promote {
+		switch {
+		case !in.Resize.Applied:
+			// A trial whose pods never ran the plan compared the same
+			// settings twice: "same" would promote a plan never run.
+			return to(EndTrial, Stopped, "the kubelet had not applied the resize by the trial's end", st.Pods)
+		case j == nil:
+			return to(EndTrial, Stopped, "the trial was never judged: no results from Prometheus", st.Pods)
+		case !j.Promote:
 			return to(EndTrial, Stopped, "not promoted: "+strings.Join(j.Reasons, "; "), st.Pods)
+		case in.Mode == Auto:
+			return to(Promote, Promoted, "promoted: "+strings.Join(j.Reasons, "; "), st.Pods)
 		}
-		if in.Mode == Auto {
-			return to(Promote, Promoted, "promoted: "+strings.Join(j.Reasons, "; "), nil)
-		}
-		return to(Pass, Passed, "passed (mode trial: promote by hand): "+strings.Join(j.Reasons, "; "), nil)
+		return to(Pass, Passed, "passed (mode trial: promote by hand): "+strings.Join(j.Reasons, "; "), st.Pods)
 	}
 	if in.Mode == Off {
 		return keep(None, "not opted in")
@@ -408,36 +463,51 @@ func Next(in Input) Action {
 		return keep(Wait, "no plan: "+strings.Join(in.Plan.Missing, "; "))
 	}
 	hash := in.Plan.Hash()
-	if st.Plan == hash {
-		switch st.Phase {
-		case Stopped:
-			if until := st.Since.Add(pol.Backoff); in.Now.Before(until) {
-				return keep(Wait, fmt.Sprintf("plan %s was stopped (%s); not tried again before %s", hash, st.Reason, until.UTC().Format(time.RFC3339)))
+	// A stopped trial backs the workload off, whatever plan comes next: a
+	// plan recomputed over a sliding window drifts a little at each look,
+	// and a drift must not start the same trial again. A promotion does
+	// too, until the plan's history is mostly the promoted pods'.
+	switch st.Phase {
+	case Stopped, Promoted, Passed:
+		if until := st.Since.Add(pol.Backoff); in.Now.Before(until) {
+			if st.Plan == hash && st.Phase != Stopped {
+				return keep(None, fmt.Sprintf("plan %s already %s", hash, st.Phase))
 			}
-		case Promoted, Passed:
-			return keep(None, fmt.Sprintf("plan %s already %s", hash, st.Phase))
-		case Recommended:
-			if in.Mode == Recommend {
-				return keep(None, fmt.Sprintf("plan %s already recommended", hash))
-			}
+			return keep(Wait, fmt.Sprintf("%s at %s (%s); no new trial before %s", st.Phase, st.Since.UTC().Format(time.RFC3339), st.Reason, until.UTC().Format(time.RFC3339)))
+		}
+	case Recommended:
+		if in.Mode == Recommend && st.Plan == hash {
+			return keep(None, fmt.Sprintf("plan %s already recommended", hash))
 		}
 	}
 	worth, why := in.Plan.Worth(pol.Saving)
 	if !worth {
 		return keep(None, "plan "+hash+" not worth a trial: "+why)
 	}
-	if in.Mode == Recommend {
+	recommend := func(why string) Action {
+		if st.Phase == Recommended && st.Plan == hash {
+			return keep(Wait, why)
+		}
 		a := to(DoRecommend, Recommended, "plan "+hash+": "+why, nil)
 		a.Next.Plan, a.Next.Current, a.Next.Proposed = hash, in.Plan.Current, in.Plan.Proposed
 		return a
 	}
-	if pol.Paused {
+	if in.Mode == Recommend {
+		return recommend(why)
+	}
+	notInPlace := in.Plan.InPlace()
+	if notInPlace == "" {
+		notInPlace = in.NotInPlace
+	}
+	if notInPlace != "" {
+		return recommend(fmt.Sprintf("%s; not tried: %s, which a running pod cannot take in place and be put back (apply it by hand)", why, notInPlace))
+	}
+	switch {
+	case pol.Paused:
 		return keep(Wait, "the kill switch is on")
-	}
-	if from, to := QoS(in.Plan.Current), QoS(in.Plan.Proposed); from != to {
-		return keep(Wait, fmt.Sprintf("plan %s moves the pods from QoS class %s to %s, which a running pod cannot take in place: apply the recommendation by hand", hash, from, to))
-	}
-	if in.Load.Namespace >= pol.PerNamespace || in.Load.Cluster >= pol.PerCluster {
+	case in.Blocked != "":
+		return keep(Wait, in.Blocked)
+	case in.Load.Namespace >= pol.PerNamespace || in.Load.Cluster >= pol.PerCluster:
 		return keep(Wait, fmt.Sprintf("%d trials in the namespace and %d in the cluster already (at most %d and %d)",
 			in.Load.Namespace, in.Load.Cluster, pol.PerNamespace, pol.PerCluster))
 	}
@@ -545,8 +615,9 @@ func Judge(r *experiment.Results, arm string) (Judgement, error) {
 	if a.OOMKills > 0 {
 		fail("%.0f OOM kills in the trial", a.OOMKills)
 	}
-	if a.Restarts > c.Restarts {
-		fail("%.0f restarts in the trial against %.0f in the control", a.Restarts, c.Restarts)
+	// Per pod: the trial has fewer pods than the control.
+	if perPod(a.Restarts, len(a.Pods)) > perPod(c.Restarts, len(c.Pods)) {
+		fail("%.0f restarts in the trial's %d pods against %.0f in the control's %d", a.Restarts, len(a.Pods), c.Restarts, len(c.Pods))
 	}
 	for _, m := range promoteOn {
 		i := slices.IndexFunc(r.Verdicts, func(v experiment.Verdict) bool { return v.Arm == arm && v.Metric == m })
@@ -564,6 +635,8 @@ func Judge(r *experiment.Results, arm string) (Judgement, error) {
 	}
 	return j, nil
 }
+
+func perPod(n float64, pods int) float64 { return n / float64(max(pods, 1)) }
 
 func bytesOf(b float64) string {
 	const mib = 1 << 20

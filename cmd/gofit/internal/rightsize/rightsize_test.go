@@ -172,13 +172,14 @@ func TestLifecycle(t *testing.T) {
 	in.Status, in.Judgement = a.Next, nil
 
 	in.Now = in.Now.Add(24 * time.Hour)
-	if a := Next(in); a.Kind != Wait || !strings.Contains(a.Why, "not tried again before") {
+	if a := Next(in); a.Kind != Wait || !strings.Contains(a.Why, "no new trial before") {
 		t.Errorf("a day after harm: %+v, want the back-off", a)
 	}
-	// Another plan is not held back by the first's harm.
+	// Nor is another plan (a plan over a sliding window drifts a little
+	// at every look): the back-off is the workload's.
 	other := PlanFrom(web, []fleet.Container{unfitted()}, 64*mib)
-	if a := Next(Input{Now: in.Now, Mode: Auto, Plan: other, Status: in.Status, Pods: pods(4), Policy: pol}); a.Kind != StartTrial {
-		t.Errorf("a different plan during the back-off: %+v, want a trial", a)
+	if a := Next(Input{Now: in.Now, Mode: Auto, Plan: other, Status: in.Status, Pods: pods(4), Policy: pol}); a.Kind != Wait {
+		t.Errorf("a different plan during the back-off: %+v, want a wait", a)
 	}
 
 	in.Now = in.Now.Add(pol.Backoff)
@@ -189,6 +190,7 @@ func TestLifecycle(t *testing.T) {
 	in.Status = a.Next
 	in.Now = in.Now.Add(pol.Duration)
 	in.Judgement = &Judgement{Promote: true, Reasons: []string{"p99_seconds same", "cpu_seconds_per_request better"}}
+	in.Resize = Resize{Applied: true}
 	a = Next(in)
 	if a.Kind != Promote || a.Next.Phase != Promoted || a.Next.Proposed["app"].Limits.Memory != 32*mib {
 		t.Fatalf("judged good in auto: %+v", a)
@@ -196,6 +198,11 @@ func TestLifecycle(t *testing.T) {
 	in.Status, in.Judgement = a.Next, nil
 	if a := Next(in); a.Kind != None {
 		t.Errorf("the promoted plan again: %+v, want none", a)
+	}
+	// A new plan waits until the history is mostly the promoted pods'.
+	in.Plan = other
+	if a := Next(in); a.Kind != Wait || !strings.Contains(a.Why, "no new trial before") {
+		t.Errorf("a new plan right after a promotion: %+v, want a wait", a)
 	}
 }
 
@@ -215,15 +222,19 @@ func TestTrialEnds(t *testing.T) {
 		phase Phase
 	}{
 		{"passed in mode trial", func(in *Input) { in.Judgement = good }, Pass, Passed},
+		{"judged good, resize never applied", func(in *Input) { in.Judgement, in.Resize = good, Resize{} }, EndTrial, Stopped},
+		{"resize infeasible", func(in *Input) {
+			in.Resize, in.Now = Resize{Infeasible: "pod web-0: Node didn't have enough capacity"}, t0.Add(time.Minute)
+		}, Rollback, Stopped},
 		{"not good enough", func(in *Input) { in.Judgement = &Judgement{Reasons: []string{"p99_seconds undecided"}} }, EndTrial, Stopped},
 		{"never judged", func(in *Input) {}, EndTrial, Stopped},
-		{"kill switch", func(in *Input) { in.Policy.Paused, in.Now = true, t0.Add(time.Minute) }, Rollback, Stopped},
+		{"kill switch", func(in *Input) { in.Policy.Paused, in.Now = true, t0.Add(time.Minute) }, Rollback, Idle},
 		{"opted out", func(in *Input) { in.Mode, in.Now = Off, t0.Add(time.Minute) }, Rollback, Idle},
 		{"down to recommend", func(in *Input) { in.Mode, in.Now = Recommend, t0.Add(time.Minute) }, Rollback, Idle},
 		{"pods gone", func(in *Input) { in.Pods, in.Now = pods(4)[2:], t0.Add(time.Minute) }, EndTrial, Idle},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			in := Input{Now: after, Mode: Trial, Plan: plan, Status: start.Next, Pods: pods(4), Policy: pol}
+			in := Input{Now: after, Mode: Trial, Plan: plan, Status: start.Next, Pods: pods(4), Policy: pol, Resize: Resize{Applied: true}}
 			tc.in(&in)
 			a := Next(in)
 			if a.Kind != tc.kind || a.Next.Phase != tc.phase {
@@ -255,6 +266,9 @@ func TestNoTrial(t *testing.T) {
 		{"no plan", Input{Mode: Auto, Plan: Plan{Missing: []string{"container app: 30 minutes of data"}}, Pods: pods(4), Policy: pol}, Wait, "30 minutes"},
 		{"recommend", Input{Mode: Recommend, Plan: plan, Pods: pods(4), Policy: pol}, DoRecommend, "answers gomaxprocs_above_limit"},
 		{"recommended already", Input{Mode: Recommend, Plan: plan, Pods: pods(4), Policy: pol, Status: Status{Phase: Recommended, Plan: plan.Hash()}}, None, "already recommended"},
+		{"rolling out", Input{Mode: Auto, Plan: plan, Pods: pods(4), Policy: pol, Blocked: "rolling out (2 of 4 pods updated, 5 in all)"}, Wait, "rolling out"},
+		{"the whole pod's class would change", Input{Mode: Auto, Plan: plan, Pods: pods(4), Policy: pol,
+			NotInPlace: "it moves the pods (with their other containers) from QoS class Burstable to Guaranteed"}, DoRecommend, "not tried: it moves the pods (with their other containers)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.in.Now = t0
@@ -320,7 +334,7 @@ func TestJudge(t *testing.T) {
 		{"CPU worse", res(experiment.ArmResult{}, v("p99_seconds", "same"), v("cpu_seconds_per_request", "worse")), false, false, "cpu_seconds_per_request worse"},
 		{"no latency series", res(experiment.ArmResult{}, v("cpu_seconds_per_request", "same")), false, false, "no verdict on p99_seconds"},
 		{"an OOM kill", res(experiment.ArmResult{OOMKills: 1, Restarts: 1}, good...), false, false, "1 OOM kills"},
-		{"more restarts", res(experiment.ArmResult{Restarts: 2}, good...), false, false, "2 restarts in the trial against 1"},
+		{"more restarts", res(experiment.ArmResult{Restarts: 2}, good...), false, false, "2 restarts in the trial's 0 pods against 1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			j, err := Judge(tc.r, "plan")
@@ -361,10 +375,62 @@ func TestGuaranteedStaysGuaranteed(t *testing.T) {
 	bestEffort.Observed.Requests, bestEffort.Observed.Limits = fleet.Resources{}, fleet.Resources{}
 	e := PlanFrom(web, []fleet.Container{bestEffort}, 0)
 	a := Next(Input{Now: t0, Mode: Auto, Plan: e, Pods: pods(4), Policy: DefaultPolicy()})
-	if a.Kind != Wait || !strings.Contains(a.Why, "from QoS class BestEffort to Burstable") {
-		t.Errorf("a BestEffort workload in auto: %+v, want a wait that says the class would change", a)
+	if a.Kind != DoRecommend || !strings.Contains(a.Why, "not tried: it moves the pods from QoS class BestEffort to Burstable") {
+		t.Errorf("a BestEffort workload in auto: %+v, want the recommendation, saying why it is not tried", a)
+	}
+	if b := Next(Input{Now: t0, Mode: Auto, Plan: e, Pods: pods(4), Policy: DefaultPolicy(), Status: a.Next}); b.Kind != Wait {
+		t.Errorf("the same plan again: %+v, want a wait (recommended once)", b)
+	}
+	// A plan that adds a limit the pods lack could never be resized
+	// back: recommended, not tried.
+	noLimit := unfitted()
+	noLimit.Observed.Limits.CPU = 0
+	noLimit.Observed.Requests.CPU = 0.25
+	n := PlanFrom(web, []fleet.Container{noLimit}, 0)
+	if a := Next(Input{Now: t0, Mode: Auto, Plan: n, Pods: pods(4), Policy: DefaultPolicy()}); a.Kind != DoRecommend || !strings.Contains(a.Why, "adds a CPU limit") {
+		t.Errorf("a plan adding a CPU limit: %+v, want the recommendation saying why", a)
 	}
 	if a := Next(Input{Now: t0, Mode: Recommend, Plan: e, Pods: pods(4), Policy: DefaultPolicy()}); a.Kind != DoRecommend {
 		t.Errorf("a BestEffort workload in recommend: %+v, want the recommendation", a)
+	}
+}
+
+// TestJudgeRestartsPerPod: the trial has fewer pods than the control;
+// its restarts are weighed per pod.
+func TestJudgeRestartsPerPod(t *testing.T) {
+	v := func(metric string) experiment.Verdict {
+		return experiment.Verdict{Arm: "plan", Metric: metric, Verdict: "same", Ratio: 1, Low: 0.95, High: 1.04, Level: 0.95}
+	}
+	r := &experiment.Results{Experiment: "rightsize", Control: "current", Verdicts: []experiment.Verdict{v("p99_seconds"), v("cpu_seconds_per_request")},
+		Arms: []experiment.ArmResult{{Name: "current", Pods: []string{"a", "b", "c"}, Restarts: 3}, {Name: "plan", Pods: []string{"d"}, Restarts: 2}}}
+	if j, _ := Judge(r, "plan"); j.Promote {
+		t.Errorf("2 restarts on 1 pod against 3 on 3: promoted %+v", j)
+	}
+	r.Arms[1].Restarts = 1
+	if j, _ := Judge(r, "plan"); !j.Promote {
+		t.Errorf("1 restart on 1 pod against 3 on 3: not promoted %+v", j)
+	}
+}
+
+// TestPlanUnderAnHPA: fleet leaves CPU alone under an HPA on CPU (its
+// figures are null); the plan keeps the pods' CPU, and is a plan with a
+// hash and settings the API takes (before, NaN reached the resize).
+func TestPlanUnderAnHPA(t *testing.T) {
+	c := unfitted()
+	c.Gofit.CPURequest, c.Gofit.CPULimit, c.Gofit.CPULimitKept = fleet.Num(math.NaN()), fleet.Num(math.NaN()), true
+	p := PlanFrom(web, []fleet.Container{c}, 0)
+	got := p.Proposed["app"]
+	if got.Requests.CPU != 0.25 || got.Limits.CPU != 0.25 || math.IsNaN(got.Requests.Memory) {
+		t.Fatalf("proposed %+v, want the pods' own CPU (250m)", got)
+	}
+	if p.Hash() == PlanFrom(web, []fleet.Container{unfitted()}, 0).Hash() {
+		t.Error("two different plans share a hash")
+	}
+	for _, q := range resourcesOf(got) {
+		for k, v := range q {
+			if s, ok := v.(string); !ok || strings.HasPrefix(s, "-") {
+				t.Errorf("%s: %v", k, v)
+			}
+		}
 	}
 }
