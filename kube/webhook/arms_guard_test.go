@@ -27,13 +27,8 @@ func TestArmAssignerSkipsStoppedArms(t *testing.T) {
 	}
 	cs := fake.NewClientset()
 	now := time.Unix(1_700_000_000, 0)
-	scheme := runtime.NewScheme()
-	if err := metav1.AddMetaToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	as := &ArmAssigner{Client: cs, Metadata: metafake.NewSimpleMetadataClient(scheme), Namespaces: []string{"shop"}, now: func() time.Time { return now },
-		pick: func(int) int { return 0 }} // spec order on ties, for the counts below
-	t.Cleanup(as.Close)
+	as := testAssigner(t, cs, &now)
+	as.pick = func(int) int { return 0 } // spec order on ties, for the counts below
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop"}}
 	if _, err := as.Assign(ctx, pod, e); err != nil {
 		t.Fatal(err)
@@ -86,13 +81,8 @@ func TestNewSpecStartsFresh(t *testing.T) {
 	same := parse("name: g\nmaxDuration: 1h\narms:\n  - {name: a, fit: gofit}\n  - {name: b, fit: none}\n  - {name: c, env: {GOGC: '50'}}")
 	cs := fake.NewClientset()
 	now := time.Unix(1_700_000_000, 0)
-	scheme := runtime.NewScheme()
-	if err := metav1.AddMetaToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	as := &ArmAssigner{Client: cs, Metadata: metafake.NewSimpleMetadataClient(scheme), Namespaces: []string{"shop"}, now: func() time.Time { return now },
-		pick: func(int) int { return 0 }} // spec order on ties, for the counts below
-	t.Cleanup(as.Close)
+	as := testAssigner(t, cs, &now)
+	as.pick = func(int) int { return 0 } // spec order on ties, for the counts below
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop"}}
 	leases := cs.CoordinationV1().Leases("shop")
 	stop := func(arm string) {
@@ -164,12 +154,7 @@ func TestNewSpecStartsFresh(t *testing.T) {
 // 30 by chance: 3^-30).
 func TestArmAssignerRandomizesTies(t *testing.T) {
 	ctx := context.Background()
-	scheme := runtime.NewScheme()
-	if err := metav1.AddMetaToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	as := &ArmAssigner{Client: fake.NewClientset(), Metadata: metafake.NewSimpleMetadataClient(scheme), Namespaces: []string{"shop"}}
-	t.Cleanup(as.Close)
+	as := testAssigner(t, fake.NewClientset(), nil)
 	first := map[string]int{}
 	for i := range 30 {
 		e, err := admission.ParseExperiment(fmt.Sprintf("name: e%d\narms: [{name: a, fit: gofit}, {name: b, fit: none}, {name: c, env: {GOGC: '50'}}]", i))
@@ -198,13 +183,8 @@ func TestArmAssignerFailsClosed(t *testing.T) {
 	}
 	cs := fake.NewClientset()
 	now := time.Unix(1_700_000_000, 0)
-	scheme := runtime.NewScheme()
-	if err := metav1.AddMetaToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	as := &ArmAssigner{Client: cs, Metadata: metafake.NewSimpleMetadataClient(scheme), Namespaces: []string{"shop"}, now: func() time.Time { return now },
-		GuardStale: 15 * time.Minute}
-	t.Cleanup(as.Close)
+	as := testAssigner(t, cs, &now)
+	as.GuardStale = 15 * time.Minute
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop"}}
 	assign := func() map[string]int {
 		t.Helper()
@@ -248,4 +228,21 @@ func TestArmAssignerFailsClosed(t *testing.T) {
 	if got := assign(); got["b"] == 0 {
 		t.Errorf("after a look: %v, want b given out again", got)
 	}
+}
+
+// testAssigner is an ArmAssigner of experiments in shop on cs, with an
+// empty metadata client, closed with the test; its clock reads *now (nil:
+// the real one).
+func testAssigner(t *testing.T, cs *fake.Clientset, now *time.Time) *ArmAssigner {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := metav1.AddMetaToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	as := &ArmAssigner{Client: cs, Metadata: metafake.NewSimpleMetadataClient(scheme), Namespaces: []string{"shop"}}
+	if now != nil {
+		as.now = func() time.Time { return *now }
+	}
+	t.Cleanup(as.Close)
+	return as
 }

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
@@ -94,9 +95,15 @@ func TestGuardFailsClosed(t *testing.T) {
 	}
 }
 
-func leaseStatus(t *testing.T, cs *fake.Clientset) admission.GuardStatus {
+func leaseStatus(t *testing.T, cs kubernetes.Interface) admission.GuardStatus {
 	t.Helper()
-	l, err := cs.CoordinationV1().Leases("shop").Get(context.Background(), admission.ExperimentLease("g", "Deployment/web"), metav1.GetOptions{})
+	return guardStatusOf(t, cs, admission.ExperimentLease("g", "Deployment/web"))
+}
+
+// guardStatusOf is the guard status on the Lease name in shop.
+func guardStatusOf(t *testing.T, cs kubernetes.Interface, name string) admission.GuardStatus {
+	t.Helper()
+	l, err := cs.CoordinationV1().Leases("shop").Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -191,15 +191,7 @@ func TestGuardStopsAHarmfulArm(t *testing.T) {
 	// lease is the guard status of experiment exp in app's workload.
 	lease := func(exp, app string) admission.GuardStatus {
 		t.Helper()
-		l, err := cs.CoordinationV1().Leases("shop").Get(ctx, admission.ExperimentLease(exp, "ReplicaSet/"+app+"-rs"), metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		st, err := admission.ParseGuardStatus(l.Annotations)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
+		return guardStatusOf(t, cs, admission.ExperimentLease(exp, "ReplicaSet/"+app+"-rs"))
 	}
 	if st := lease("harm", "harm"); len(st.Stopped) != 1 || !strings.Contains(st.Stopped["crash"].Reason, "restarts") {
 		t.Errorf("harm's guard status %+v, want crash stopped for its restarts", st)
