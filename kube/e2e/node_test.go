@@ -152,8 +152,45 @@ func TestNode(t *testing.T) {
 	err = cmd.Run()
 	t.Logf("the run in its network namespace ended after %v (%v since the test started)", time.Since(t0).Round(time.Second), time.Since(start).Round(time.Second))
 	if err != nil {
-		t.Fatalf("the control plane and the node in their network namespace: %v", err)
+		// The components' logs end the run's output when it fails; CI
+		// shows only its last lines. The steps that failed, and why, come
+		// last (the inner run wrote them beside its plan).
+		why, _ := os.ReadFile(planFile + ".failed")
+		t.Fatalf("the control plane and the node in their network namespace: %v\n%s", err, strings.TrimSpace(string(why)))
 	}
+}
+
+// failedSteps reads a guest's `go test -v` output and returns, for each
+// of its steps that failed, the step's name and the last lines it logged
+// (its errors come last), at most perStep lines each.
+func failedSteps(output string, perStep int) string {
+	run := regexp.MustCompile(`^=== (?:RUN|CONT|NAME)\s+(TestGuest/\S+)`)
+	fail := regexp.MustCompile(`^\s*--- FAIL: (TestGuest/\S+) \(([0-9.]+)s\)`)
+	logged := regexp.MustCompile(`^\s+\S+\.go:\d+: `)
+	lines := map[string][]string{}
+	cur := ""
+	var b strings.Builder
+	for _, l := range strings.Split(output, "\n") {
+		if m := run.FindStringSubmatch(l); m != nil {
+			cur = m[1]
+			continue
+		}
+		if m := fail.FindStringSubmatch(l); m != nil {
+			ls := lines[m[1]]
+			if len(ls) > perStep {
+				ls = ls[len(ls)-perStep:]
+			}
+			fmt.Fprintf(&b, "FAILED %s after %ss; its last lines:\n", m[1], m[2])
+			for _, x := range ls {
+				b.WriteString("    " + strings.TrimSpace(x) + "\n")
+			}
+			continue
+		}
+		if cur != "" && logged.MatchString(l) {
+			lines[cur] = append(lines[cur], l)
+		}
+	}
+	return b.String()
 }
 
 // netnsEnv carries the plan of the run to the copy of TestNode that runs
@@ -240,10 +277,19 @@ func runInNetns(t *testing.T, planFile string) {
 	start := time.Now()
 	rep := r.Boot(context.Background())
 	t.Logf("VM booted in %.1fs; the whole run took %.1fs (%v since the control plane started)", rep.Boot.Seconds(), rep.Wall.Seconds(), time.Since(start).Round(time.Second))
+	// What failed, for the half outside the namespace to print last.
+	var why strings.Builder
+	defer func() {
+		if why.Len() > 0 {
+			os.WriteFile(planFile+".failed", []byte(why.String()), 0o600)
+		}
+	}()
 	if rep.Err != nil {
 		t.Errorf("VM: %v; console ends:\n%s", rep.Err, tailLines(rep.Console, 40))
+		fmt.Fprintf(&why, "VM: %v; console ends:\n%s\n", rep.Err, tailLines(rep.Console, 6))
 	}
 	if len(rep.Results) != 1 {
+		why.WriteString("no result from the guest\n")
 		t.Fatalf("no result from the guest")
 	}
 	res := rep.Results[0]
@@ -259,6 +305,11 @@ func runInNetns(t *testing.T, planFile string) {
 	}
 	if res.ExitCode != 0 {
 		t.Errorf("the guest's tests exited %d after %.0fs", res.ExitCode, res.Seconds)
+		if f := failedSteps(res.Output, 6); f != "" {
+			why.WriteString(f)
+		} else {
+			fmt.Fprintf(&why, "the guest's tests exited %d and no step failed; its output ends:\n%s\n", res.ExitCode, tailLines(res.Output, 6))
+		}
 	}
 	for _, name := range mustPass {
 		step := strings.TrimPrefix(name, "TestGuest/")
@@ -268,6 +319,9 @@ func runInNetns(t *testing.T, planFile string) {
 		}
 		if status[name] != "PASS" {
 			t.Errorf("%s must pass on the node, got %q", name, status[name])
+			if status[name] != "FAIL" {
+				fmt.Fprintf(&why, "%s must pass on the node, got %q\n", name, status[name])
+			}
 		}
 	}
 }

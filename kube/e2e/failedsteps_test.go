@@ -1,0 +1,39 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestFailedSteps: a failed node run ends its output with the steps that
+// failed and their last logged lines, not with the components' logs that
+// a failure dumps (CI shows only the end of the output).
+func TestFailedSteps(t *testing.T) {
+	out := strings.Join([]string{
+		"=== RUN   TestGuest",
+		"    guest_test.go:100: phase defaults",
+		"=== RUN   TestGuest/webhook",
+		"    guest_test.go:200: webhook up",
+		"--- PASS: TestGuest/webhook (12.00s)",
+		"=== RUN   TestGuest/fleet",
+		"    guest_fleet_test.go:1: one",
+		"    guest_fleet_test.go:2: two",
+		"some unprefixed line from a child",
+		"    guest_fleet_test.go:3: fleet: no recommendation for payments/api",
+		"--- FAIL: TestGuest/fleet (301.50s)",
+		"=== RUN   TestGuest/uninstall",
+		"    guest_test.go:9: gone",
+		"--- PASS: TestGuest/uninstall (3.00s)",
+		"--- FAIL: TestGuest (400.00s)",
+	}, "\n")
+	got := failedSteps(out, 2)
+	want := "FAILED TestGuest/fleet after 301.50s; its last lines:\n" +
+		"    guest_fleet_test.go:2: two\n" +
+		"    guest_fleet_test.go:3: fleet: no recommendation for payments/api\n"
+	if got != want {
+		t.Errorf("failedSteps:\n%s\nwant:\n%s", got, want)
+	}
+	if s := failedSteps(strings.ReplaceAll(out, "--- FAIL: TestGuest/fleet", "--- PASS: TestGuest/fleet"), 2); s != "" {
+		t.Errorf("no step failed, yet failedSteps said:\n%s", s)
+	}
+}
