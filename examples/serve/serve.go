@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -55,16 +56,27 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Dura
 }
 
 // Work burns CPU: ?n= rounds of SHA-256 over 1 KiB (default 2000, about
-// 2ms), and answers the first 4 bytes of the last sum in hex.
+// 2ms), and answers the first 4 bytes of the last sum in hex. ?garbage=K
+// also allocates K KiB (default 0, at most 65536) on the heap and writes
+// every page of it, as a handler that decodes a body does: garbage once
+// the next request replaces it, so the heap grows with the request rate
+// until a GC runs (with GOGC=off and no GOMEMLIMIT, until the memory
+// limit).
 func Work(w http.ResponseWriter, r *http.Request) {
-	n := 2000
-	if s := r.URL.Query().Get("n"); s != "" {
-		v, err := strconv.Atoi(s)
-		if err != nil || v < 0 || v > 1_000_000 {
-			http.Error(w, "n: want an integer from 0 to 1000000", http.StatusBadRequest)
-			return
+	n, ok := intParam(w, r, "n", 2000, 1_000_000)
+	if !ok {
+		return
+	}
+	kib, ok := intParam(w, r, "garbage", 0, 65536)
+	if !ok {
+		return
+	}
+	if kib > 0 {
+		g := make([]byte, kib<<10)
+		for i := 0; i < len(g); i += 4096 {
+			g[i] = byte(i)
 		}
-		n = v
+		lastGarbage.Store(&g)
 	}
 	buf := make([]byte, 1024)
 	var sum [32]byte
@@ -73,4 +85,24 @@ func Work(w http.ResponseWriter, r *http.Request) {
 		copy(buf, sum[:])
 	}
 	fmt.Fprintf(w, "%x\n", sum[:4])
+}
+
+// lastGarbage keeps the last request's garbage reachable until the next
+// request, so that it is allocated on the heap, never on the stack.
+var lastGarbage atomic.Pointer[[]byte]
+
+// intParam reads the query parameter name as an integer from 0 to max
+// (def when absent); out of range or not a number, it answers 400 naming
+// it and reports false.
+func intParam(w http.ResponseWriter, r *http.Request, name string, def, max int) (int, bool) {
+	s := r.URL.Query().Get(name)
+	if s == "" {
+		return def, true
+	}
+	v, err := strconv.Atoi(s)
+	if err != nil || v < 0 || v > max {
+		http.Error(w, fmt.Sprintf("%s: want an integer from 0 to %d", name, max), http.StatusBadRequest)
+		return 0, false
+	}
+	return v, true
 }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -23,18 +24,21 @@ func TestWork(t *testing.T) {
 		copy(buf, sum[:])
 	}
 	for q, want := range map[string]string{
-		"?n=3":       fmt.Sprintf("%x\n", sum[:4]),
-		"?n=0":       "00000000\n",
-		"?n=-1":      "n: want an integer from 0 to 1000000\n",
-		"?n=1000001": "n: want an integer from 0 to 1000000\n",
-		"?n=x":       "n: want an integer from 0 to 1000000\n",
+		"?n=3":             fmt.Sprintf("%x\n", sum[:4]),
+		"?n=0":             "00000000\n",
+		"?n=-1":            "n: want an integer from 0 to 1000000\n",
+		"?n=1000001":       "n: want an integer from 0 to 1000000\n",
+		"?n=x":             "n: want an integer from 0 to 1000000\n",
+		"?n=3&garbage=64":  fmt.Sprintf("%x\n", sum[:4]),
+		"?n=3&garbage=-1":  "garbage: want an integer from 0 to 65536\n",
+		"?n=3&garbage=1e9": "garbage: want an integer from 0 to 65536\n",
 	} {
 		rec := httptest.NewRecorder()
 		Work(rec, httptest.NewRequest("GET", "/work"+q, nil))
 		if got := rec.Body.String(); got != want {
 			t.Errorf("%s: %q, want %q", q, got, want)
 		}
-		if bad := strings.HasPrefix(want, "n:"); bad != (rec.Code == http.StatusBadRequest) {
+		if bad := strings.Contains(want, "want an integer"); bad != (rec.Code == http.StatusBadRequest) {
 			t.Errorf("%s: status %d", q, rec.Code)
 		}
 	}
@@ -92,5 +96,18 @@ func TestUntilSignalListenError(t *testing.T) {
 	err = UntilSignal(ln.Addr().String(), http.HandlerFunc(Work), 0)
 	if err == nil || !strings.Contains(err.Error(), ln.Addr().String()) {
 		t.Errorf("a taken address: %v, want an error naming %s", err, ln.Addr())
+	}
+}
+
+// TestWorkGarbage: ?garbage=K puts K KiB on the heap per request.
+func TestWorkGarbage(t *testing.T) {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 10 {
+		Work(httptest.NewRecorder(), httptest.NewRequest("GET", "/work?n=0&garbage=512", nil))
+	}
+	runtime.ReadMemStats(&after)
+	if got := after.TotalAlloc - before.TotalAlloc; got < 10*512<<10 {
+		t.Errorf("10 requests of ?garbage=512 allocated %d bytes on the heap, want at least %d", got, 10*512<<10)
 	}
 }
