@@ -216,6 +216,9 @@ func TestParity(t *testing.T) {
 		{"cilium", `{"webhook":{"ciliumNetworkPolicy":{"enabled":true}}}`, []string{"webhook/self-managed+webhook/cilium", "node"}},
 		{"apiserver-cidr", `{"webhook":{"networkPolicy":{"ingressFrom":[{"ipBlock":{"cidr":"10.0.0.0/24"}},{"ipBlock":{"cidr":"10.0.16.0/20"}}]}}}`,
 			[]string{"webhook/self-managed+webhook/apiserver-cidr", "node"}},
+		// gofit rightsize: the chart's value renders deploy/rightsize (its
+		// example namespace, default).
+		{"rightsize", `{"rightsize":{"enabled":true,"namespaces":["default"]}}`, []string{"webhook/self-managed", "node", "rightsize"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			want := map[string]string{}
@@ -1411,5 +1414,60 @@ func TestWebhookHostNetwork(t *testing.T) {
 	}
 	if out, err := run(t, "template", "gofit", chartDir(), "-n", "gofit-system", "-f", f); err == nil || !strings.Contains(string(out)+err.Error(), "webhook.clientAuth") {
 		t.Errorf("hostNetwork without clientAuth: %v, want a refusal naming webhook.clientAuth", err)
+	}
+}
+
+// TestRightsizeValues: rightsize needs its namespaces (no cluster-wide
+// grant), refuses a name that is not a namespace's and a token sent in
+// the clear as the guard does, and passes the kill switch and the
+// Prometheus settings to the controller.
+func TestRightsizeValues(t *testing.T) {
+	for _, tc := range []struct{ values, want string }{
+		{`{"rightsize":{"enabled":true}}`, "rightsize.namespaces"},
+		{`{"rightsize":{"enabled":true,"namespaces":["Shop"]}}`, "/rightsize/namespaces/0"},
+		{`{"rightsize":{"enabled":true,"namespaces":["shop"],"prometheus":{"bearerTokenFile":"/t"}}}`, "rightsize.prometheus.insecureHTTP"},
+		{`{"rightsize":{"enabled":true,"namespaces":["shop"],"prometheus":{"url":"https://p","caFile":"/ca","caSecret":{"name":"ca"}}}}`, "rightsize.prometheus.caFile"},
+	} {
+		f := filepath.Join(t.TempDir(), "values.json")
+		if err := os.WriteFile(f, []byte(tc.values), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := run(t, "template", "gofit", chartDir(), "-n", "gofit-system", "-f", f)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one naming %s", tc.values, err, tc.want)
+		}
+	}
+	objs := template(t, `{"rightsize":{"enabled":true,"namespaces":["shop","web"],"paused":true,
+	  "prometheus":{"url":"https://prometheus:9090","bearerTokenSecret":{"name":"reader"},"match":["cluster=prod"]}}}`)
+	roles := map[string]bool{}
+	var args []string
+	var mounts []any
+	for _, o := range objs {
+		switch key(o) {
+		case "Role shop/gofit-rightsize", "Role web/gofit-rightsize", "RoleBinding shop/gofit-rightsize", "RoleBinding web/gofit-rightsize":
+			roles[key(o)] = true
+		case "Deployment gofit-system/gofit-rightsize":
+			cs, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+			c := cs[0].(map[string]any)
+			for _, a := range c["args"].([]any) {
+				args = append(args, a.(string))
+			}
+			mounts, _ = c["volumeMounts"].([]any)
+		}
+		if o.GetKind() == "ClusterRole" && strings.Contains(o.GetName(), "rightsize") {
+			t.Errorf("%s: rightsize is never granted cluster-wide", key(o))
+		}
+	}
+	if len(roles) != 4 {
+		t.Errorf("Roles and RoleBindings %v: want one of each in shop and web", roles)
+	}
+	for _, want := range []string{"rightsize", "--paused", "--namespaces=shop,web", "--prometheus=https://prometheus:9090",
+		"--bearer-token-file=/etc/gofit/prometheus-token/token", "--match=cluster=prod"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("rightsize's args %q: no %s", args, want)
+		}
+	}
+	if len(mounts) != 1 {
+		t.Errorf("rightsize's volumeMounts %v: want the token's alone", mounts)
 	}
 }

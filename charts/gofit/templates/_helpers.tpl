@@ -269,3 +269,94 @@ maxUnavailable: {{ $p.maxUnavailable }}
 minAvailable: {{ $min }}
 {{- end -}}
 {{- end -}}
+
+{{/*
+A Prometheus reader's settings (experimentGuard.prometheus,
+rightsize.prometheus): the checks at render, the flags, and the Secrets'
+mounts. Each takes (list PROMETHEUS-VALUES "field.prefix").
+*/}}
+{{- define "gofit.prometheusCheck" -}}
+{{- $p := index . 0 }}{{ $f := index . 1 }}
+{{- $ca := merge (deepCopy ($p.caSecret | default dict)) (dict "key" "ca.crt") }}
+{{- $token := merge (deepCopy ($p.bearerTokenSecret | default dict)) (dict "key" "token") }}
+{{- if and $ca.name $p.caFile }}
+{{- fail (printf "set one of %s.caFile and %s.caSecret: both name the CA for --ca-file" $f $f) }}
+{{- end }}
+{{- if and $token.name $p.bearerTokenFile }}
+{{- fail (printf "set one of %s.bearerTokenFile and %s.bearerTokenSecret: both name the token for --bearer-token-file" $f $f) }}
+{{- end }}
+{{- $credential := or $token.name $p.bearerTokenFile }}
+{{- range $k, $v := $p.headers }}{{ if eq (lower $k) "authorization" }}{{ $credential = true }}{{ end }}{{ end }}
+{{- if and $credential (hasPrefix "http://" (lower $p.url)) (not $p.insecureHTTP) }}
+{{- fail (printf "%s.url is http:// and a bearer token (or an Authorization header) is set: it would go in the clear; use https://, or set %s.insecureHTTP" $f $f) }}
+{{- end }}
+{{- end }}
+
+{{- define "gofit.prometheusArgs" -}}
+{{- $p := index . 0 }}
+{{- $ca := merge (deepCopy ($p.caSecret | default dict)) (dict "key" "ca.crt") }}
+{{- $token := merge (deepCopy ($p.bearerTokenSecret | default dict)) (dict "key" "token") }}
+- --prometheus={{ $p.url }}
+{{- if $p.insecureHTTP }}
+- --prometheus-insecure-http
+{{- end }}
+{{- with $p.bearerTokenFile }}
+- --bearer-token-file={{ . }}
+{{- end }}
+{{- if $token.name }}
+- --bearer-token-file=/etc/gofit/prometheus-token/{{ $token.key }}
+{{- end }}
+{{- with $p.caFile }}
+- --ca-file={{ . }}
+{{- end }}
+{{- if $ca.name }}
+- --ca-file=/etc/gofit/prometheus-ca/{{ $ca.key }}
+{{- end }}
+{{- range $k, $v := $p.headers }}
+- --header={{ $k }}={{ $v }}
+{{- end }}
+{{- range $p.match }}
+- --match={{ . }}
+{{- end }}
+{{- end }}
+
+{{- define "gofit.prometheusMounts" -}}
+{{- $p := index . 0 }}
+{{- if or ($p.caSecret | default dict).name ($p.bearerTokenSecret | default dict).name }}
+volumeMounts:
+  {{- if ($p.caSecret | default dict).name }}
+  - name: prometheus-ca
+    mountPath: /etc/gofit/prometheus-ca
+    readOnly: true
+  {{- end }}
+  {{- if ($p.bearerTokenSecret | default dict).name }}
+  - name: prometheus-token
+    mountPath: /etc/gofit/prometheus-token
+    readOnly: true
+  {{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "gofit.prometheusVolumes" -}}
+{{- $p := index . 0 }}
+{{- $ca := merge (deepCopy ($p.caSecret | default dict)) (dict "key" "ca.crt") }}
+{{- $token := merge (deepCopy ($p.bearerTokenSecret | default dict)) (dict "key" "token") }}
+{{- if or $ca.name $token.name }}
+{{- /* Each Secret's key alone: the pod waits for a missing one. */}}
+volumes:
+  {{- if $ca.name }}
+  - name: prometheus-ca
+    secret:
+      secretName: {{ $ca.name }}
+      items:
+        - {key: {{ $ca.key | quote }}, path: {{ $ca.key | quote }}}
+  {{- end }}
+  {{- if $token.name }}
+  - name: prometheus-token
+    secret:
+      secretName: {{ $token.name }}
+      items:
+        - {key: {{ $token.key | quote }}, path: {{ $token.key | quote }}}
+  {{- end }}
+{{- end }}
+{{- end }}
