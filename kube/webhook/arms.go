@@ -92,7 +92,7 @@ type ArmAssigner struct {
 	trustReviews bool
 
 	mu       sync.Mutex
-	verified map[types.UID]bool   // owners the API server has shown
+	verified map[types.UID]time.Time // owners the API server has shown, and when
 	caches   map[string]*podCache // by namespace
 	locks    map[string]*keyLock  // by namespace/experiment
 	stop     chan struct{}
@@ -326,7 +326,7 @@ var ownerResources = map[schema.GroupVersionKind]schema.GroupVersionResource{
 // verifyOwner checks, before anything is written or cached, that the
 // controller the review's pod names exists in the pod's namespace with
 // that UID, by a GET of its metadata from the API server (remembered by
-// UID, so a workload's later pods cost nothing). A GET rather than an
+// UID for verifiedTTL, so a workload's pods admitted together cost one). A GET rather than an
 // informer: a ReplicaSet's first pods are admitted moments after it is
 // stored, before an informer would hold it, and an informer over every
 // ReplicaSet of a namespace costs memory and list rights. A pod without
@@ -351,10 +351,14 @@ func (a *ArmAssigner) verifyOwner(ctx context.Context, pod *corev1.Pod) error {
 	if !ok {
 		return fmt.Errorf("%w: its controller %s %s is not a kind the webhook checks (ReplicaSet, StatefulSet, DaemonSet, Job)", ErrUnverifiedOwner, c.Kind, c.Name)
 	}
+	now := time.Now
+	if a.now != nil {
+		now = a.now
+	}
 	a.mu.Lock()
-	known := a.verified[c.UID]
+	seen, known := a.verified[c.UID]
 	a.mu.Unlock()
-	if known {
+	if known && now().Sub(seen) < verifiedTTL {
 		return nil
 	}
 	if a.Metadata == nil {
@@ -371,12 +375,18 @@ func (a *ArmAssigner) verifyOwner(ctx context.Context, pod *corev1.Pod) error {
 	}
 	a.mu.Lock()
 	if a.verified == nil || len(a.verified) >= 10000 {
-		a.verified = map[types.UID]bool{} // bounded: forget, and check again
+		a.verified = map[types.UID]time.Time{} // bounded: forget, and check again
 	}
-	a.verified[c.UID] = true
+	a.verified[c.UID] = now()
 	a.mu.Unlock()
 	return nil
 }
+
+// verifiedTTL is how long an owner the API server has shown is taken as
+// existing: a workload's pods admitted together cost one GET, and an
+// owner deleted since (whose UID a forged review may still name) is
+// refused again within this long.
+const verifiedTTL = 2 * time.Minute
 
 // leaseOwner is the owner reference the Lease takes from a pod: its
 // controller's, without controller or blockOwnerDeletion (the Lease has
