@@ -27,15 +27,7 @@ func guardSeq(t *testing.T) *Sequential {
 func nogcShape(seed int64, restarts, unready bool) Input {
 	rng := rand.New(rand.NewSource(seed))
 	in := synth(rng, 40, []arm{{name: "base", latency: 1, cpu: 1, oomInWindow: -1}, {name: "nogc", latency: 1, cpu: 1, oomInWindow: -1}})
-	in.Window = 15 * time.Second
-	in.Have["ready"] = true
-	for _, a := range in.Arms {
-		for _, ws := range a.Windows {
-			for i := range ws {
-				ws[i].Has |= HasReady
-			}
-		}
-	}
+	withReadiness(&in)
 	for p, ws := range in.Arms[0].Windows {
 		for i := range ws {
 			if (i+5*p)%5 == 2 {
@@ -71,6 +63,20 @@ func nogcShape(seed int64, restarts, unready bool) Input {
 		}
 	}
 	return in
+}
+
+// withReadiness makes in's windows the guard's on the node: 15 s, each
+// with the pod's time not ready.
+func withReadiness(in *Input) {
+	in.Window = 15 * time.Second
+	in.Have["ready"] = true
+	for _, a := range in.Arms {
+		for _, ws := range a.Windows {
+			for i := range ws {
+				ws[i].Has |= HasReady
+			}
+		}
+	}
 }
 
 // TestGuardStopsTheFailedRunsArm is issue 57's proof: an arm with 10
@@ -176,15 +182,7 @@ func crashLoopShape(pods int, growth float64) (Input, time.Time) {
 	rng := rand.New(rand.NewSource(int64(pods*1000) + int64(growth)))
 	in := synth(rng, 40, []arm{{name: "base", latency: 1, cpu: 1, oomInWindow: -1, pods: pods},
 		{name: "nogc", latency: 1, cpu: 1, oomInWindow: -1, pods: pods}})
-	in.Window = 15 * time.Second
-	in.Have["ready"] = true
-	for _, a := range in.Arms {
-		for _, ws := range a.Windows {
-			for i := range ws {
-				ws[i].Has |= HasReady
-			}
-		}
-	}
+	withReadiness(&in)
 	const span = 40 * 15.0
 	first := math.Inf(1)
 	for p, ws := range in.Arms[1].Windows {
