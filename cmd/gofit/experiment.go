@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -283,6 +284,7 @@ func runExperimentGuard(args []string, stdout, stderr io.Writer) error {
 	metricsAddr := fs.String("metrics-addr", ":9090", "serve /metrics on `ADDR` (empty: none)")
 	once := fs.Bool("once", false, "look once and exit (no leader election)")
 	namespaces := fs.String("namespaces", "", "the comma-separated `NAMESPACES` experiments run in, where the guard's account has its Role; empty: every namespace (cluster-wide rights)")
+	verdictStale := fs.Duration("verdict-stale", 0, "GET /v1/experiments/NS/NAME on --metrics-addr says \"unknown\" once the last judgement on data is older than `DURATION` (default 3 --interval)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: gofit experiment guard --prometheus URL [flags]\n\nJudges every running experiment every --interval and stops an arm that is harmful relative to its\ncontrol: new pods no longer get it, its pods are evicted (PodDisruptionBudgets hold), and an Event\nsays why. It never promotes an arm. See docs/experiment.md.\n\nFlags:")
 		fs.PrintDefaults()
@@ -307,6 +309,11 @@ func runExperimentGuard(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: --harm-rate %v, --harm-latency %v: want at least 0 and more than 0", errUsage, *harmRate, *harmLatency)
 	case !(*harmUnready > 0 && *harmUnready < 1):
 		return fmt.Errorf("%w: --harm-unready %v: want a share more than 0 and less than 1", errUsage, *harmUnready)
+	case *verdictStale < 0 || *verdictStale > 0 && *verdictStale < *interval:
+		return fmt.Errorf("%w: --verdict-stale %v: want at least --interval %v (0: 3 intervals)", errUsage, *verdictStale, *interval)
+	}
+	if *verdictStale == 0 {
+		*verdictStale = 3 * *interval
 	}
 	nss, err := namespaceList("namespaces", *namespaces)
 	if err != nil {
@@ -341,7 +348,10 @@ func runExperimentGuard(args []string, stdout, stderr io.Writer) error {
 	if *once {
 		return g.Once(ctx)
 	}
-	stopMetrics, err := serveMetrics(*metricsAddr, reg)
+	// Every replica answers canary tools from the Leases the leader
+	// writes (docs/experiment.md, Argo Rollouts).
+	stopMetrics, err := serveMetrics(*metricsAddr, reg, map[string]http.Handler{
+		"GET /v1/experiments/": experiment.VerdictHandler(cs, nss, *verdictStale, nil)})
 	if err != nil {
 		return err
 	}

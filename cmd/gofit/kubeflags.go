@@ -48,14 +48,18 @@ func namespaceList(flag, value string) ([]string, error) {
 	return nss, nil
 }
 
-// serveMetrics serves reg's /metrics on addr until the returned stop is
-// called; addr "" serves nothing.
-func serveMetrics(addr string, reg *prometheus.Registry) (stop func(), err error) {
+// serveMetrics serves reg's /metrics, and the more handlers by their
+// patterns, on addr until the returned stop is called; addr "" serves
+// nothing.
+func serveMetrics(addr string, reg *prometheus.Registry, more map[string]http.Handler) (stop func(), err error) {
 	if addr == "" {
 		return func() {}, nil
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	for pattern, h := range more {
+		mux.Handle(pattern, h)
+	}
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {

@@ -143,7 +143,7 @@ func runRightsize(args []string, stdout, stderr io.Writer) error {
 		}
 		return nil
 	}
-	stopMetrics, err := serveMetrics(*metricsAddr, reg)
+	stopMetrics, err := serveMetrics(*metricsAddr, reg, nil)
 	if err != nil {
 		return err
 	}

@@ -4,13 +4,23 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 	"sigs.k8s.io/yaml"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/experiment"
+	"github.com/gofit-dev/gofit/kube/admission"
 )
 
 // TestRolloutTemplates: deploy/rollouts' Argo AnalysisTemplate runs
@@ -24,8 +34,9 @@ func TestRolloutTemplates(t *testing.T) {
 		t.Fatal(err)
 	}
 	var tmpl struct {
-		Kind string
-		Spec struct {
+		Kind     string
+		Metadata struct{ Name string }
+		Spec     struct {
 			Args    []struct{ Name, Value string }
 			Metrics []struct {
 				Provider struct {
@@ -45,17 +56,25 @@ func TestRolloutTemplates(t *testing.T) {
 			}
 		}
 	}
+	var web []byte
 	for _, doc := range bytes.Split(b, []byte("\n---\n")) {
-		var kind struct{ Kind string }
+		var kind struct {
+			Kind     string
+			Metadata struct{ Name string }
+		}
 		if err := yaml.Unmarshal(doc, &kind); err != nil {
 			t.Fatalf("argo-analysistemplate.yaml: %v", err)
 		}
-		if kind.Kind == "AnalysisTemplate" {
+		switch {
+		case kind.Kind == "AnalysisTemplate" && kind.Metadata.Name == "gofit-experiment":
 			if err := yaml.Unmarshal(doc, &tmpl); err != nil {
 				t.Fatal(err)
 			}
+		case kind.Kind == "AnalysisTemplate" && kind.Metadata.Name == "gofit-experiment-guard":
+			web = doc
 		}
 	}
+	checkGuardWebTemplate(t, web)
 	if tmpl.Kind != "AnalysisTemplate" || len(tmpl.Spec.Metrics) != 1 {
 		t.Fatalf("no AnalysisTemplate with one metric: %+v", tmpl)
 	}
@@ -112,4 +131,66 @@ func TestRolloutTemplates(t *testing.T) {
 func pinnedImage(img string) bool {
 	i := strings.LastIndex(img, ":")
 	return i > 0 && img[i+1:] != "latest" && !strings.Contains(img[i:], "/")
+}
+
+// checkGuardWebTemplate: the AnalysisTemplate gofit-experiment-guard asks
+// the guard's verdict endpoint at a URL it serves, reads the field it
+// writes, and maps its three verdicts to Argo's three outcomes: harmful
+// fails, ok passes, unknown (an outage) matches neither and is
+// Inconclusive. The URL is served here by the guard's handler over a
+// fake API server, with the template's arguments filled in.
+func checkGuardWebTemplate(t *testing.T, doc []byte) {
+	t.Helper()
+	var tmpl struct {
+		Spec struct {
+			Args    []struct{ Name, Value string }
+			Metrics []struct {
+				SuccessCondition string `json:"successCondition"`
+				FailureCondition string `json:"failureCondition"`
+				Provider         struct {
+					Web struct {
+						URL      string `json:"url"`
+						JSONPath string `json:"jsonPath"`
+					}
+				}
+			}
+		}
+	}
+	if err := yaml.Unmarshal(doc, &tmpl); err != nil || len(tmpl.Spec.Metrics) != 1 {
+		t.Fatalf("AnalysisTemplate gofit-experiment-guard: %v, %d metrics", err, len(tmpl.Spec.Metrics))
+	}
+	m := tmpl.Spec.Metrics[0]
+	if m.SuccessCondition != `result == "`+experiment.VerdictOK+`"` || m.FailureCondition != `result == "`+experiment.VerdictHarmful+`"` {
+		t.Errorf("conditions %q, %q: want ok to pass and harmful to fail, unknown neither", m.SuccessCondition, m.FailureCondition)
+	}
+	if m.Provider.Web.JSONPath != "{$.verdict}" {
+		t.Errorf("jsonPath %q: the guard writes verdict", m.Provider.Web.JSONPath)
+	}
+	looked := time.Now().Add(-time.Minute)
+	cs := fake.NewClientset(&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "gofit-experiment-gc-1", Namespace: "shop",
+		Labels:      map[string]string{admission.LabelExperiment: "gc"},
+		Annotations: map[string]string{admission.AnnotationWorkload: "Rollout/web", admission.AnnotationGuard: admission.GuardStatus{Looked: &looked}.String()}}})
+	srv := httptest.NewServer(experiment.VerdictHandler(cs, []string{"shop"}, 15*time.Minute, nil))
+	defer srv.Close()
+	vals := map[string]string{"namespace": "shop", "experiment": "gc", "workload": "Rollout/web"}
+	for _, a := range tmpl.Spec.Args {
+		if a.Name == "guard" {
+			if a.Value != "http://gofit-experiment-guard.gofit-system.svc:9090" {
+				t.Errorf("guard's default %q: not the Service deploy/webhook/experiments makes", a.Value)
+			}
+			vals["guard"] = srv.URL
+		}
+	}
+	url := regexp.MustCompile(`\{\{args\.([a-z]+)\}\}`).ReplaceAllStringFunc(m.Provider.Web.URL, func(s string) string {
+		return vals[s[len("{{args."):len(s)-2]]
+	})
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	var v experiment.GuardVerdict
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || resp.StatusCode != 200 || v.Verdict != experiment.VerdictOK {
+		t.Errorf("GET %s: %d, %+v, %v: want the experiment's verdict ok", url, resp.StatusCode, v, err)
+	}
 }

@@ -1,0 +1,113 @@
+//go:build !nokube
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/gofit-dev/gofit/kube/kubetest"
+)
+
+// The Argo Rollouts and Flagger releases whose CRDs deploy/rollouts'
+// templates are created against, from their Go modules.
+const (
+	argoRolloutsVersion = "v1.8.3"
+	flaggerVersion      = "v1.36.1"
+)
+
+// moduleDir downloads module@version into the module cache (once) and
+// returns its directory.
+func moduleDir(t *testing.T, module, version string) string {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "mod", "download", "-json", module+"@"+version)
+	cmd.Dir = t.TempDir() // outside any module: nothing is added to go.mod
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var mod struct{ Dir, Error string }
+	if err != nil || json.Unmarshal(out, &mod) != nil || mod.Dir == "" {
+		t.Fatalf("go mod download %s@%s: %v %s\n%s%s", module, version, err, mod.Error, out, stderr.Bytes())
+	}
+	return mod.Dir
+}
+
+// TestRolloutTemplatesOnTheirCRDs (issue 53): every object in
+// deploy/rollouts is created, with strict field validation, on a real
+// kube-apiserver holding Argo Rollouts' and Flagger's own CRDs: a field
+// the tools do not have (a misspelt inconclusiveLimit, a jsonPath in the
+// wrong place) is refused here, not by the user's cluster.
+func TestRolloutTemplatesOnTheirCRDs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping: starts kube-apiserver and etcd (-short)")
+	}
+	argo := filepath.Join(moduleDir(t, "github.com/argoproj/argo-rollouts", argoRolloutsVersion), "manifests", "crds", "analysis-template-crd.yaml")
+	flagger := filepath.Join(moduleDir(t, "github.com/fluxcd/flagger", flaggerVersion), "artifacts", "flagger", "crd.yaml")
+	cfg := kubetest.Start(t, &envtest.Environment{CRDInstallOptions: envtest.CRDInstallOptions{Paths: []string{argo, flagger}, ErrorIfPathMissing: true}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dyn := dynamic.NewForConfigOrDie(cfg)
+	resources := map[string]string{"ServiceAccount": "serviceaccounts", "Role": "roles", "RoleBinding": "rolebindings",
+		"AnalysisTemplate": "analysistemplates", "MetricTemplate": "metrictemplates"}
+	kinds := map[string]int{}
+	for _, name := range []string{"argo-analysistemplate.yaml", "flagger-metrictemplate.yaml"} {
+		f, err := os.Open(filepath.Join("..", "..", "deploy", "rollouts", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		dec := utilyaml.NewYAMLOrJSONDecoder(f, 64<<10)
+		for {
+			var obj unstructured.Unstructured
+			if err := dec.Decode(&obj.Object); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if obj.Object == nil {
+				continue
+			}
+			gv, err := schema.ParseGroupVersion(obj.GetAPIVersion())
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			res, ok := resources[obj.GetKind()]
+			if !ok {
+				t.Fatalf("%s: %s %s: a kind this test does not know", name, obj.GetKind(), obj.GetName())
+			}
+			_, err = dyn.Resource(gv.WithResource(res)).Namespace("shop").Create(ctx, &obj,
+				metav1.CreateOptions{FieldValidation: "Strict"})
+			if err != nil {
+				t.Errorf("%s: %s %s: %v", name, obj.GetKind(), obj.GetName(), err)
+				continue
+			}
+			kinds[obj.GetKind()]++
+		}
+	}
+	if kinds["AnalysisTemplate"] != 2 || kinds["MetricTemplate"] != 1 {
+		t.Errorf("created %v: want both AnalysisTemplates and the MetricTemplate", kinds)
+	}
+}
