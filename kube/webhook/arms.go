@@ -93,8 +93,8 @@ type ArmAssigner struct {
 
 	mu       sync.Mutex
 	verified map[types.UID]time.Time // owners the API server has shown, and when
-	caches   map[string]*podCache // by namespace
-	locks    map[string]*keyLock  // by namespace/experiment
+	caches   map[string]*podCache    // by namespace
+	locks    map[string]*keyLock     // by namespace/experiment
 	stop     chan struct{}
 }
 
