@@ -887,7 +887,7 @@ func TestExperimentsLeastPrivilege(t *testing.T) {
 					got[x] = verbs
 				}
 			}
-			if fmt.Sprint(got) != "map[daemonsets:[get] jobs:[get] leases:[get create update] pods:[list watch] replicasets:[get] statefulsets:[get]]" {
+			if fmt.Sprint(got) != "map[daemonsets:[get] deployments:[get] jobs:[get] leases:[get create update] pods:[list watch] replicasets:[get] statefulsets:[get]]" {
 				t.Errorf("Role in %s: %v", o.GetNamespace(), got)
 			}
 		case "RoleBinding":

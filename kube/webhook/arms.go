@@ -373,12 +373,43 @@ func (a *ArmAssigner) verifyOwner(ctx context.Context, pod *corev1.Pod) error {
 	case m.UID != c.UID:
 		return fmt.Errorf("%w: %s %s/%s has UID %s, the pod names %s", ErrUnverifiedOwner, c.Kind, pod.Namespace, c.Name, m.UID, c.UID)
 	}
+	if err := a.notFlaggerPrimary(ctx, pod.Namespace, m); err != nil {
+		return err
+	}
 	a.mu.Lock()
 	if a.verified == nil || len(a.verified) >= 10000 {
 		a.verified = map[types.UID]time.Time{} // bounded: forget, and check again
 	}
 	a.verified[c.UID] = now()
 	a.mu.Unlock()
+	return nil
+}
+
+// ErrFlaggerPrimary is the error for a pod of the Deployment Flagger
+// makes from a Canary's target (NAME-primary, controlled by the Canary):
+// Flagger copies the target's pod template into it at each promotion,
+// experiment annotation included, and an experiment there would run on
+// the stable side, which no canary analysis watches. Its pods get the
+// normal fit; the experiment runs on the target's pods.
+var ErrFlaggerPrimary = errors.New("the pod is of Flagger's primary Deployment: experiments run on the canary's target, not on the copy Flagger promotes")
+
+var deploymentsResource = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+
+// notFlaggerPrimary refuses a ReplicaSet whose Deployment is Flagger's
+// primary: named NAME-primary and controlled by a flagger.app Canary.
+// Other ReplicaSets cost no request.
+func (a *ArmAssigner) notFlaggerPrimary(ctx context.Context, ns string, rs *metav1.PartialObjectMetadata) error {
+	d := metav1.GetControllerOfNoCopy(rs)
+	if d == nil || d.Kind != "Deployment" || !strings.HasSuffix(d.Name, "-primary") {
+		return nil
+	}
+	m, err := a.Metadata.Resource(deploymentsResource).Namespace(ns).Get(ctx, d.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("whether Deployment %s/%s is Flagger's primary: %w", ns, d.Name, err)
+	}
+	if c := metav1.GetControllerOfNoCopy(m); c != nil && c.Kind == "Canary" && strings.HasPrefix(c.APIVersion, "flagger.app/") {
+		return fmt.Errorf("%w (Deployment %s/%s, Canary %s)", ErrFlaggerPrimary, ns, d.Name, c.Name)
+	}
 	return nil
 }
 

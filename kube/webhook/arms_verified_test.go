@@ -45,3 +45,43 @@ func TestVerifiedOwnerExpires(t *testing.T) {
 		t.Errorf("past the TTL, a deleted owner: %v, want ErrUnverifiedOwner", err)
 	}
 }
+
+// TestFlaggerPrimaryRunsNoExperiment (issue 53): Flagger copies a
+// Canary's target into NAME-primary at each promotion, experiment
+// annotation included; its pods got arms, and an experiment ran on the
+// stable side that no canary analysis watches. A ReplicaSet of a
+// Deployment that a flagger.app Canary controls now gets none; a
+// Deployment merely named *-primary, and the target's own pods, do.
+func TestFlaggerPrimaryRunsNoExperiment(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	metav1.AddMetaToScheme(scheme)
+	yes := true
+	ctrl := func(apiVersion, kind, name string) []metav1.OwnerReference {
+		return []metav1.OwnerReference{{APIVersion: apiVersion, Kind: kind, Name: name, UID: types.UID(name + "-uid"), Controller: &yes}}
+	}
+	obj := func(kind, name string, owners []metav1.OwnerReference) *metav1.PartialObjectMetadata {
+		return &metav1.PartialObjectMetadata{TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: kind},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "shop", UID: types.UID(name + "-uid"), OwnerReferences: owners}}
+	}
+	md := metadatafake.NewSimpleMetadataClient(scheme,
+		obj("Deployment", "web-primary", ctrl("flagger.app/v1beta1", "Canary", "web")),
+		obj("ReplicaSet", "web-primary-1", ctrl("apps/v1", "Deployment", "web-primary")),
+		obj("Deployment", "web", nil),
+		obj("ReplicaSet", "web-1", ctrl("apps/v1", "Deployment", "web")),
+		obj("Deployment", "db-primary", nil),
+		obj("ReplicaSet", "db-primary-1", ctrl("apps/v1", "Deployment", "db-primary")),
+	)
+	as := &ArmAssigner{Metadata: md}
+	podOf := func(rs string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: rs + "-abc", OwnerReferences: ctrl("apps/v1", "ReplicaSet", rs)}}
+	}
+	if err := as.verifyOwner(ctx, podOf("web-primary-1")); !errors.Is(err, ErrFlaggerPrimary) {
+		t.Errorf("Flagger's primary: %v, want ErrFlaggerPrimary", err)
+	}
+	for _, rs := range []string{"web-1", "db-primary-1"} {
+		if err := as.verifyOwner(ctx, podOf(rs)); err != nil {
+			t.Errorf("%s: %v, want an arm", rs, err)
+		}
+	}
+}

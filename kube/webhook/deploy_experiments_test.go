@@ -56,7 +56,9 @@ func TestExperimentsComponent(t *testing.T) {
 	if r.Namespace != "default" || !slices.Equal(got["pods"], []string{"list", "watch"}) || !slices.Equal(got["leases"], []string{"get", "create", "update"}) ||
 		// The pod's controller, checked before anything is written (issue 51, item 1).
 		!slices.Equal(got["replicasets"], []string{"get"}) || !slices.Equal(got["statefulsets"], []string{"get"}) ||
-		!slices.Equal(got["daemonsets"], []string{"get"}) || !slices.Equal(got["jobs"], []string{"get"}) || len(got) != 6 {
+		!slices.Equal(got["daemonsets"], []string{"get"}) || !slices.Equal(got["jobs"], []string{"get"}) ||
+		// Whether a ReplicaSet's Deployment is Flagger's primary (issue 53).
+		!slices.Equal(got["deployments"], []string{"get"}) || len(got) != 7 {
 		t.Errorf("Role in %q: rules %v", r.Namespace, got)
 	}
 	var rb rbacv1.RoleBinding
