@@ -3,15 +3,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -34,23 +30,6 @@ const (
 	flaggerVersion      = "v1.36.1"
 )
 
-// moduleDir downloads module@version into the module cache (once) and
-// returns its directory.
-func moduleDir(t *testing.T, module, version string) string {
-	t.Helper()
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "mod", "download", "-json", module+"@"+version)
-	cmd.Dir = t.TempDir() // outside any module: nothing is added to go.mod
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	var mod struct{ Dir, Error string }
-	if err != nil || json.Unmarshal(out, &mod) != nil || mod.Dir == "" {
-		t.Fatalf("go mod download %s@%s: %v %s\n%s%s", module, version, err, mod.Error, out, stderr.Bytes())
-	}
-	return mod.Dir
-}
-
 // TestRolloutTemplatesOnTheirCRDs (issue 53): every object in
 // deploy/rollouts is created, with strict field validation, on a real
 // kube-apiserver holding Argo Rollouts' and Flagger's own CRDs: a field
@@ -60,8 +39,8 @@ func TestRolloutTemplatesOnTheirCRDs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping: starts kube-apiserver and etcd (-short)")
 	}
-	argo := filepath.Join(moduleDir(t, "github.com/argoproj/argo-rollouts", argoRolloutsVersion), "manifests", "crds", "analysis-template-crd.yaml")
-	flagger := filepath.Join(moduleDir(t, "github.com/fluxcd/flagger", flaggerVersion), "artifacts", "flagger", "crd.yaml")
+	argo := filepath.Join(kubetest.ModuleDir(t, "github.com/argoproj/argo-rollouts", argoRolloutsVersion), "manifests", "crds", "analysis-template-crd.yaml")
+	flagger := filepath.Join(kubetest.ModuleDir(t, "github.com/fluxcd/flagger", flaggerVersion), "artifacts", "flagger", "crd.yaml")
 	cfg := kubetest.Start(t, &envtest.Environment{CRDInstallOptions: envtest.CRDInstallOptions{Paths: []string{argo, flagger}, ErrorIfPathMissing: true}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

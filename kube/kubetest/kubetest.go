@@ -6,6 +6,7 @@ package kubetest
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,4 +88,23 @@ func Start(t testing.TB, env *envtest.Environment) *rest.Config {
 		}
 	})
 	return cfg
+}
+
+// ModuleDir downloads module@version into the module cache (once; go mod
+// download is a no-op after) and returns its directory: the CRDs of the
+// tools gofit's manifests are made for, from their own modules. It fails
+// the test when the module cannot be had.
+func ModuleDir(t testing.TB, module, version string) string {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "mod", "download", "-json", module+"@"+version)
+	cmd.Dir = t.TempDir() // outside any module: nothing is added to go.mod
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var mod struct{ Dir, Error string }
+	if err != nil || json.Unmarshal(out, &mod) != nil || mod.Dir == "" {
+		t.Fatalf("go mod download %s@%s: %v %s\n%s%s", module, version, err, mod.Error, out, stderr.Bytes())
+	}
+	return mod.Dir
 }
