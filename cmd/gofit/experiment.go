@@ -349,9 +349,14 @@ func runExperimentGuard(args []string, stdout, stderr io.Writer) error {
 		return g.Once(ctx)
 	}
 	// Every replica answers canary tools from the Leases the leader
-	// writes (docs/experiment.md, Argo Rollouts).
+	// writes (docs/experiment.md, Argo Rollouts), through a client of
+	// its own: its rate limit is not the leader election's.
+	vcs, err := kubeClient(*kubeconfig)
+	if err != nil {
+		return err
+	}
 	stopMetrics, err := serveMetrics(*metricsAddr, reg, map[string]http.Handler{
-		"GET /v1/experiments/": experiment.VerdictHandler(cs, nss, *verdictStale, nil)})
+		"GET /v1/experiments/": experiment.VerdictHandler(vcs, nss, *verdictStale, nil)})
 	if err != nil {
 		return err
 	}

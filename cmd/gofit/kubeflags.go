@@ -60,7 +60,7 @@ func serveMetrics(addr string, reg *prometheus.Registry, more map[string]http.Ha
 	for pattern, h := range more {
 		mux.Handle(pattern, h)
 	}
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr: %w", err)

@@ -145,6 +145,7 @@ func checkGuardWebTemplate(t *testing.T, doc []byte) {
 		Spec struct {
 			Args    []struct{ Name, Value string }
 			Metrics []struct {
+				Count            int    `json:"count"`
 				SuccessCondition string `json:"successCondition"`
 				FailureCondition string `json:"failureCondition"`
 				Provider         struct {
@@ -162,6 +163,9 @@ func checkGuardWebTemplate(t *testing.T, doc []byte) {
 	m := tmpl.Spec.Metrics[0]
 	if m.SuccessCondition != `result == "`+experiment.VerdictOK+`"` || m.FailureCondition != `result == "`+experiment.VerdictHarmful+`"` {
 		t.Errorf("conditions %q, %q: want ok to pass and harmful to fail, unknown neither", m.SuccessCondition, m.FailureCondition)
+	}
+	if m.Count < 1 {
+		t.Errorf("count %d: without one Argo measures forever, and an analysis step never ends", m.Count)
 	}
 	if m.Provider.Web.JSONPath != "{$.verdict}" {
 		t.Errorf("jsonPath %q: the guard writes verdict", m.Provider.Web.JSONPath)

@@ -57,7 +57,7 @@ func Serve(ctx context.Context, ln net.Listener, h http.Handler, grace time.Dura
 
 // Work burns CPU: ?n= rounds of SHA-256 over 1 KiB (default 2000, about
 // 2ms), and answers the first 4 bytes of the last sum in hex. ?garbage=K
-// also allocates K KiB (default 0, at most 65536) on the heap and writes
+// also allocates K KiB (default 0, at most 4096) on the heap and writes
 // every page of it, as a handler that decodes a body does: garbage once
 // the next request replaces it, so the heap grows with the request rate
 // until a GC runs (with GOGC=off and no GOMEMLIMIT, until the memory
@@ -67,7 +67,7 @@ func Work(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	kib, ok := intParam(w, r, "garbage", 0, 65536)
+	kib, ok := intParam(w, r, "garbage", 0, 4096)
 	if !ok {
 		return
 	}

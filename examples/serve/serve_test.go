@@ -24,14 +24,14 @@ func TestWork(t *testing.T) {
 		copy(buf, sum[:])
 	}
 	for q, want := range map[string]string{
-		"?n=3":             fmt.Sprintf("%x\n", sum[:4]),
-		"?n=0":             "00000000\n",
-		"?n=-1":            "n: want an integer from 0 to 1000000\n",
-		"?n=1000001":       "n: want an integer from 0 to 1000000\n",
-		"?n=x":             "n: want an integer from 0 to 1000000\n",
-		"?n=3&garbage=64":  fmt.Sprintf("%x\n", sum[:4]),
-		"?n=3&garbage=-1":  "garbage: want an integer from 0 to 65536\n",
-		"?n=3&garbage=1e9": "garbage: want an integer from 0 to 65536\n",
+		"?n=3":              fmt.Sprintf("%x\n", sum[:4]),
+		"?n=0":              "00000000\n",
+		"?n=-1":             "n: want an integer from 0 to 1000000\n",
+		"?n=1000001":        "n: want an integer from 0 to 1000000\n",
+		"?n=x":              "n: want an integer from 0 to 1000000\n",
+		"?n=3&garbage=64":   fmt.Sprintf("%x\n", sum[:4]),
+		"?n=3&garbage=-1":   "garbage: want an integer from 0 to 4096\n",
+		"?n=3&garbage=4097": "garbage: want an integer from 0 to 4096\n",
 	} {
 		rec := httptest.NewRecorder()
 		Work(rec, httptest.NewRequest("GET", "/work"+q, nil))

@@ -33,7 +33,33 @@ func TestFailedSteps(t *testing.T) {
 	if got != want {
 		t.Errorf("failedSteps:\n%s\nwant:\n%s", got, want)
 	}
-	if s := failedSteps(strings.ReplaceAll(out, "--- FAIL: TestGuest/fleet", "--- PASS: TestGuest/fleet"), 2); s != "" {
+	passed := strings.NewReplacer("--- FAIL: TestGuest/fleet", "--- PASS: TestGuest/fleet", "--- FAIL: TestGuest (", "--- PASS: TestGuest (").Replace(out)
+	if s := failedSteps(passed, 2); s != "" {
 		t.Errorf("no step failed, yet failedSteps said:\n%s", s)
+	}
+	// The guest's test timed out mid-step: no FAIL line, a panic.
+	timedOut := strings.Join([]string{
+		"=== RUN   TestGuest",
+		"=== RUN   TestGuest/chart",
+		"    guest_test.go:5: installing",
+		"    guest_test.go:6: waiting for the rollout",
+		"panic: test timed out after 75m0s",
+		"\trunning tests:",
+		"\t\tTestGuest/chart (30m0s)",
+	}, "\n")
+	if got, want := failedSteps(timedOut, 1), "UNFINISHED TestGuest/chart (panic: test timed out after 75m0s); its last lines:\n    guest_test.go:6: waiting for the rollout\n"; got != want {
+		t.Errorf("timed out:\n%s\nwant:\n%s", got, want)
+	}
+	// TestGuest failed outside its steps.
+	outside := strings.Join([]string{
+		"=== RUN   TestGuest",
+		"=== RUN   TestGuest/webhook",
+		"--- PASS: TestGuest/webhook (1.00s)",
+		"=== NAME  TestGuest",
+		"    guest_test.go:60: node NotReady",
+		"--- FAIL: TestGuest (90.00s)",
+	}, "\n")
+	if got, want := failedSteps(outside, 2), "FAILED TestGuest after 90.00s, in no step; its last lines:\n    guest_test.go:60: node NotReady\n"; got != want {
+		t.Errorf("outside the steps:\n%s\nwant:\n%s", got, want)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -162,32 +163,63 @@ func TestNode(t *testing.T) {
 
 // failedSteps reads a guest's `go test -v` output and returns, for each
 // of its steps that failed, the step's name and the last lines it logged
-// (its errors come last), at most perStep lines each.
+// (its errors come last), at most perStep lines each; a step that started
+// and never ended (the guest's test timed out: Go prints no FAIL line
+// then, only its panic); and TestGuest's own lines when it failed outside
+// any step.
 func failedSteps(output string, perStep int) string {
-	run := regexp.MustCompile(`^=== (?:RUN|CONT|NAME)\s+(TestGuest/\S+)`)
-	fail := regexp.MustCompile(`^\s*--- FAIL: (TestGuest/\S+) \(([0-9.]+)s\)`)
+	run := regexp.MustCompile(`^=== (?:RUN|CONT|NAME)\s+(TestGuest(?:/\S+)?)\s*$`)
+	end := regexp.MustCompile(`^\s*--- (PASS|FAIL|SKIP): (TestGuest(?:/\S+)?) \(([0-9.]+)s\)`)
 	logged := regexp.MustCompile(`^\s+\S+\.go:\d+: `)
 	lines := map[string][]string{}
-	cur := ""
+	last := func(name string) []string {
+		ls := lines[name]
+		if len(ls) > perStep {
+			ls = ls[len(ls)-perStep:]
+		}
+		return ls
+	}
+	var started []string
+	ended := map[string]bool{}
+	cur, panicked, stepFailed := "", "", false
 	var b strings.Builder
+	write := func(head string, ls []string) {
+		b.WriteString(head + "\n")
+		for _, x := range ls {
+			b.WriteString("    " + strings.TrimSpace(x) + "\n")
+		}
+	}
 	for _, l := range strings.Split(output, "\n") {
 		if m := run.FindStringSubmatch(l); m != nil {
 			cur = m[1]
+			if !slices.Contains(started, cur) {
+				started = append(started, cur)
+			}
 			continue
 		}
-		if m := fail.FindStringSubmatch(l); m != nil {
-			ls := lines[m[1]]
-			if len(ls) > perStep {
-				ls = ls[len(ls)-perStep:]
+		if m := end.FindStringSubmatch(l); m != nil {
+			ended[m[2]] = true
+			if m[1] != "FAIL" {
+				continue
 			}
-			fmt.Fprintf(&b, "FAILED %s after %ss; its last lines:\n", m[1], m[2])
-			for _, x := range ls {
-				b.WriteString("    " + strings.TrimSpace(x) + "\n")
+			if m[2] != "TestGuest" {
+				stepFailed = true
+				write(fmt.Sprintf("FAILED %s after %ss; its last lines:", m[2], m[3]), last(m[2]))
+			} else if !stepFailed {
+				write(fmt.Sprintf("FAILED %s after %ss, in no step; its last lines:", m[2], m[3]), last(m[2]))
 			}
 			continue
+		}
+		if strings.HasPrefix(l, "panic: ") && panicked == "" {
+			panicked = l
 		}
 		if cur != "" && logged.MatchString(l) {
 			lines[cur] = append(lines[cur], l)
+		}
+	}
+	for _, name := range started {
+		if !ended[name] && name != "TestGuest" {
+			write(fmt.Sprintf("UNFINISHED %s (%s); its last lines:", name, strings.TrimSpace(panicked)), last(name))
 		}
 	}
 	return b.String()

@@ -373,7 +373,7 @@ func (a *ArmAssigner) verifyOwner(ctx context.Context, pod *corev1.Pod) error {
 	case m.UID != c.UID:
 		return fmt.Errorf("%w: %s %s/%s has UID %s, the pod names %s", ErrUnverifiedOwner, c.Kind, pod.Namespace, c.Name, m.UID, c.UID)
 	}
-	if err := a.notFlaggerPrimary(ctx, pod.Namespace, m); err != nil {
+	if err := a.notFlaggerPrimary(ctx, pod.Namespace, c.Kind, m); err != nil {
 		return err
 	}
 	a.mu.Lock()
@@ -395,20 +395,33 @@ var ErrFlaggerPrimary = errors.New("the pod is of Flagger's primary Deployment: 
 
 var deploymentsResource = schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
 
-// notFlaggerPrimary refuses a ReplicaSet whose Deployment is Flagger's
-// primary: named NAME-primary and controlled by a flagger.app Canary.
-// Other ReplicaSets cost no request.
-func (a *ArmAssigner) notFlaggerPrimary(ctx context.Context, ns string, rs *metav1.PartialObjectMetadata) error {
-	d := metav1.GetControllerOfNoCopy(rs)
-	if d == nil || d.Kind != "Deployment" || !strings.HasSuffix(d.Name, "-primary") {
+// notFlaggerPrimary refuses the pod's verified owner when it is, or
+// belongs to, Flagger's primary: a Deployment (above a ReplicaSet) or a
+// DaemonSet named NAME-primary and controlled by a flagger.app Canary.
+// Owners of other names cost no request. kind is the owner's, from the
+// pod's reference (metadata reads say PartialObjectMetadata).
+func (a *ArmAssigner) notFlaggerPrimary(ctx context.Context, ns, kind string, owner *metav1.PartialObjectMetadata) error {
+	canary := func(kind, name string, m *metav1.PartialObjectMetadata) error {
+		if c := metav1.GetControllerOfNoCopy(m); c != nil && c.Kind == "Canary" && strings.HasPrefix(c.APIVersion, "flagger.app/") {
+			return fmt.Errorf("%w (%s %s/%s, Canary %s)", ErrFlaggerPrimary, kind, ns, name, c.Name)
+		}
 		return nil
 	}
-	m, err := a.Metadata.Resource(deploymentsResource).Namespace(ns).Get(ctx, d.Name, metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("whether Deployment %s/%s is Flagger's primary: %w", ns, d.Name, err)
-	}
-	if c := metav1.GetControllerOfNoCopy(m); c != nil && c.Kind == "Canary" && strings.HasPrefix(c.APIVersion, "flagger.app/") {
-		return fmt.Errorf("%w (Deployment %s/%s, Canary %s)", ErrFlaggerPrimary, ns, d.Name, c.Name)
+	switch kind {
+	case "DaemonSet":
+		if strings.HasSuffix(owner.Name, "-primary") {
+			return canary("DaemonSet", owner.Name, owner)
+		}
+	case "ReplicaSet":
+		d := metav1.GetControllerOfNoCopy(owner)
+		if d == nil || d.Kind != "Deployment" || !strings.HasSuffix(d.Name, "-primary") {
+			return nil
+		}
+		m, err := a.Metadata.Resource(deploymentsResource).Namespace(ns).Get(ctx, d.Name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("whether Deployment %s/%s is Flagger's primary: %w", ns, d.Name, err)
+		}
+		return canary("Deployment", d.Name, m)
 	}
 	return nil
 }

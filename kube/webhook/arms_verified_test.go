@@ -71,17 +71,22 @@ func TestFlaggerPrimaryRunsNoExperiment(t *testing.T) {
 		obj("ReplicaSet", "web-1", ctrl("apps/v1", "Deployment", "web")),
 		obj("Deployment", "db-primary", nil),
 		obj("ReplicaSet", "db-primary-1", ctrl("apps/v1", "Deployment", "db-primary")),
+		// Flagger canaries DaemonSets too: NAME-primary is the DaemonSet.
+		obj("DaemonSet", "agent-primary", ctrl("flagger.app/v1beta1", "Canary", "agent")),
+		obj("DaemonSet", "agent", nil),
 	)
 	as := &ArmAssigner{Metadata: md}
-	podOf := func(rs string) *corev1.Pod {
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: rs + "-abc", OwnerReferences: ctrl("apps/v1", "ReplicaSet", rs)}}
+	podOf := func(kind, owner string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: owner + "-abc", OwnerReferences: ctrl("apps/v1", kind, owner)}}
 	}
-	if err := as.verifyOwner(ctx, podOf("web-primary-1")); !errors.Is(err, ErrFlaggerPrimary) {
-		t.Errorf("Flagger's primary: %v, want ErrFlaggerPrimary", err)
+	for _, p := range []*corev1.Pod{podOf("ReplicaSet", "web-primary-1"), podOf("DaemonSet", "agent-primary")} {
+		if err := as.verifyOwner(ctx, p); !errors.Is(err, ErrFlaggerPrimary) {
+			t.Errorf("%s, of Flagger's primary: %v, want ErrFlaggerPrimary", p.Name, err)
+		}
 	}
-	for _, rs := range []string{"web-1", "db-primary-1"} {
-		if err := as.verifyOwner(ctx, podOf(rs)); err != nil {
-			t.Errorf("%s: %v, want an arm", rs, err)
+	for _, p := range []*corev1.Pod{podOf("ReplicaSet", "web-1"), podOf("ReplicaSet", "db-primary-1"), podOf("DaemonSet", "agent")} {
+		if err := as.verifyOwner(ctx, p); err != nil {
+			t.Errorf("%s: %v, want an arm", p.Name, err)
 		}
 	}
 }

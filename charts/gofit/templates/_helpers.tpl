@@ -296,27 +296,27 @@ mounts. Each takes (list PROMETHEUS-VALUES "field.prefix").
 {{- $p := index . 0 }}
 {{- $ca := merge (deepCopy ($p.caSecret | default dict)) (dict "key" "ca.crt") }}
 {{- $token := merge (deepCopy ($p.bearerTokenSecret | default dict)) (dict "key" "token") }}
-- --prometheus={{ $p.url }}
+- {{ printf "--prometheus=%s" $p.url | quote }}
 {{- if $p.insecureHTTP }}
 - --prometheus-insecure-http
 {{- end }}
 {{- with $p.bearerTokenFile }}
-- --bearer-token-file={{ . }}
+- {{ printf "--bearer-token-file=%s" . | quote }}
 {{- end }}
 {{- if $token.name }}
 - --bearer-token-file=/etc/gofit/prometheus-token/{{ $token.key }}
 {{- end }}
 {{- with $p.caFile }}
-- --ca-file={{ . }}
+- {{ printf "--ca-file=%s" . | quote }}
 {{- end }}
 {{- if $ca.name }}
 - --ca-file=/etc/gofit/prometheus-ca/{{ $ca.key }}
 {{- end }}
 {{- range $k, $v := $p.headers }}
-- --header={{ $k }}={{ $v }}
+- {{ printf "--header=%s=%s" $k $v | quote }}
 {{- end }}
 {{- range $p.match }}
-- --match={{ . }}
+- {{ printf "--match=%s" . | quote }}
 {{- end }}
 {{- end }}
 

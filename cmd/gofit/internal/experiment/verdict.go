@@ -1,12 +1,15 @@
 package experiment
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
@@ -45,10 +48,38 @@ const (
 // Kind/NAME] from the experiments' Leases, which every guard replica can
 // read (the leader writes them): any replica behind a Service answers
 // the same. A look older than stale is no judgement. Only the guard's
-// namespaces are answered (404 elsewhere).
+// namespaces are answered (404 elsewhere). An experiment's Leases are
+// read at most once per verdictCache, however many ask: give cs a
+// client of its own, so that no flood of questions can starve the
+// leader's renewals of its client's rate limit.
 func VerdictHandler(cs kubernetes.Interface, namespaces []string, stale time.Duration, now func() time.Time) http.Handler {
 	if now == nil {
 		now = time.Now
+	}
+	type listed struct {
+		at     time.Time
+		leases []coordinationv1.Lease
+		err    error
+	}
+	var mu sync.Mutex
+	cache := map[string]listed{}
+	list := func(ctx context.Context, ns, name string) ([]coordinationv1.Lease, error) {
+		key := ns + "/" + name
+		mu.Lock()
+		defer mu.Unlock()
+		if c, ok := cache[key]; ok && now().Sub(c.at) < verdictCache {
+			return c.leases, c.err
+		}
+		if len(cache) > 1000 {
+			clear(cache)
+		}
+		l, err := cs.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{LabelSelector: admission.LabelExperiment + "=" + name})
+		c := listed{at: now(), err: err}
+		if err == nil {
+			c.leases = l.Items
+		}
+		cache[key] = c
+		return c.leases, c.err
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/experiments/{namespace}/{name}", func(w http.ResponseWriter, r *http.Request) {
@@ -66,15 +97,15 @@ func VerdictHandler(cs kubernetes.Interface, namespaces []string, stale time.Dur
 			return
 		}
 		v := GuardVerdict{Namespace: ns, Experiment: name, Workload: wl, Verdict: VerdictUnknown}
-		leases, err := cs.CoordinationV1().Leases(ns).List(r.Context(), metav1.ListOptions{LabelSelector: admission.LabelExperiment + "=" + name})
+		leases, err := list(r.Context(), ns, name)
 		if err != nil {
 			v.Reason = "the experiment's Lease cannot be read: " + err.Error()
 			writeVerdict(w, v)
 			return
 		}
 		var found []string
-		for i := range leases.Items {
-			l := &leases.Items[i]
+		for i := range leases {
+			l := &leases[i]
 			lw := l.Annotations[admission.AnnotationWorkload]
 			if wl != "" && lw != wl {
 				continue
@@ -111,6 +142,10 @@ func VerdictHandler(cs kubernetes.Interface, namespaces []string, stale time.Dur
 	})
 	return mux
 }
+
+// verdictCache is how long an experiment's Leases, once read, answer
+// every question about it.
+const verdictCache = 5 * time.Second
 
 func writeVerdict(w http.ResponseWriter, v GuardVerdict) {
 	w.Header().Set("Content-Type", "application/json")

@@ -1,6 +1,7 @@
 package experiment
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -69,5 +70,47 @@ func TestVerdictHandler(t *testing.T) {
 		if v.Verdict != tc.want || v.Reason == "" {
 			t.Errorf("%s: verdict %q (%s), want %q", tc.path, v.Verdict, v.Reason, tc.want)
 		}
+	}
+}
+
+// TestVerdictHandlerReadsOncePerExperiment: questions about one
+// experiment within verdictCache cost one List of its Leases, and a
+// change shows after it.
+func TestVerdictHandlerReadsOncePerExperiment(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	looked := now.Add(-time.Minute)
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "gofit-experiment-gc-1", Namespace: "shop",
+		Labels:      map[string]string{admission.LabelExperiment: "gc"},
+		Annotations: map[string]string{admission.AnnotationWorkload: "Deployment/web", admission.AnnotationGuard: admission.GuardStatus{Looked: &looked}.String()}}}
+	cs := fake.NewClientset(l)
+	h := VerdictHandler(cs, nil, 15*time.Minute, func() time.Time { return now })
+	ask := func() string {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/experiments/shop/gc", nil))
+		var v GuardVerdict
+		json.Unmarshal(rec.Body.Bytes(), &v)
+		return v.Verdict
+	}
+	for range 50 {
+		if v := ask(); v != VerdictOK {
+			t.Fatalf("verdict %q, want ok", v)
+		}
+	}
+	lists := 0
+	for _, a := range cs.Actions() {
+		if a.GetVerb() == "list" {
+			lists++
+		}
+	}
+	if lists != 1 {
+		t.Errorf("50 questions listed the Leases %d times, want once", lists)
+	}
+	l.Annotations[admission.AnnotationGuard] = admission.GuardStatus{Looked: &looked, Stopped: map[string]admission.ArmStop{"b": {At: looked}}}.String()
+	if _, err := cs.CoordinationV1().Leases("shop").Update(context.Background(), l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(verdictCache)
+	if v := ask(); v != VerdictHarmful {
+		t.Errorf("after the cache's %v, verdict %q, want harmful", verdictCache, v)
 	}
 }
