@@ -4,18 +4,12 @@ package main
 
 import (
 	"context"
-	"errors"
-	"io"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -53,38 +47,8 @@ func TestRolloutTemplatesOnTheirCRDs(t *testing.T) {
 		"AnalysisTemplate": "analysistemplates", "MetricTemplate": "metrictemplates"}
 	kinds := map[string]int{}
 	for _, name := range []string{"argo-analysistemplate.yaml", "flagger-metrictemplate.yaml"} {
-		f, err := os.Open(filepath.Join("..", "..", "deploy", "rollouts", name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		dec := utilyaml.NewYAMLOrJSONDecoder(f, 64<<10)
-		for {
-			var obj unstructured.Unstructured
-			if err := dec.Decode(&obj.Object); errors.Is(err, io.EOF) {
-				break
-			} else if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			if obj.Object == nil {
-				continue
-			}
-			gv, err := schema.ParseGroupVersion(obj.GetAPIVersion())
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			res, ok := resources[obj.GetKind()]
-			if !ok {
-				t.Fatalf("%s: %s %s: a kind this test does not know", name, obj.GetKind(), obj.GetName())
-			}
-			_, err = dyn.Resource(gv.WithResource(res)).Namespace("shop").Create(ctx, &obj,
-				metav1.CreateOptions{FieldValidation: "Strict"})
-			if err != nil {
-				t.Errorf("%s: %s %s: %v", name, obj.GetKind(), obj.GetName(), err)
-				continue
-			}
-			kinds[obj.GetKind()]++
-		}
+		kubetest.CreateFile(ctx, t, dyn, filepath.Join("..", "..", "deploy", "rollouts", name), "shop", resources,
+			metav1.CreateOptions{FieldValidation: "Strict"}, kinds)
 	}
 	if kinds["AnalysisTemplate"] != 2 || kinds["MetricTemplate"] != 1 {
 		t.Errorf("created %v: want both AnalysisTemplates and the MetricTemplate", kinds)

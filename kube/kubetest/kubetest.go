@@ -6,7 +6,10 @@ package kubetest
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +18,11 @@ import (
 	"sync"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
@@ -107,4 +115,48 @@ func ModuleDir(t testing.TB, module, version string) string {
 		t.Fatalf("go mod download %s@%s: %v %s\n%s%s", module, version, err, mod.Error, out, stderr.Bytes())
 	}
 	return mod.Dir
+}
+
+// CreateFile creates every object of the YAML (or JSON) file path through
+// dyn with opts (a dry run, strict field validation), each in its own
+// namespace or else in ns, and counts them by kind into kinds. resources
+// maps each kind the file may hold to its resource; another kind, or an
+// object that does not decode, fails the test, and a refused create is
+// reported as an error naming the file and the object.
+func CreateFile(ctx context.Context, t testing.TB, dyn dynamic.Interface, path, ns string, resources map[string]string, opts metav1.CreateOptions, kinds map[string]int) {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	name := filepath.Base(path)
+	dec := utilyaml.NewYAMLOrJSONDecoder(f, 64<<10)
+	for {
+		var obj unstructured.Unstructured
+		if err := dec.Decode(&obj.Object); errors.Is(err, io.EOF) {
+			return
+		} else if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if obj.Object == nil {
+			continue
+		}
+		gv, err := schema.ParseGroupVersion(obj.GetAPIVersion())
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		res, ok := resources[obj.GetKind()]
+		if !ok {
+			t.Fatalf("%s: %s %s: a kind this test does not know", name, obj.GetKind(), obj.GetName())
+		}
+		on := obj.GetNamespace()
+		if on == "" {
+			on = ns
+		}
+		if _, err := dyn.Resource(gv.WithResource(res)).Namespace(on).Create(ctx, &obj, opts); err != nil {
+			t.Errorf("%s: %s %s: %v", name, obj.GetKind(), obj.GetName(), err)
+		}
+		kinds[obj.GetKind()]++
+	}
 }

@@ -2,9 +2,7 @@ package monitoring
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -12,9 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -60,34 +56,8 @@ func TestServerSideDryRun(t *testing.T) {
 		t.Fatalf("kustomization.yaml: resources %v, %v", kust.Resources, err)
 	}
 	for _, name := range kust.Resources {
-		f, err := os.Open(filepath.Join(deployDir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(f, 64<<10)
-		for {
-			var obj unstructured.Unstructured
-			if err := dec.Decode(&obj.Object); errors.Is(err, io.EOF) {
-				break
-			} else if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			gv, err := schema.ParseGroupVersion(obj.GetAPIVersion())
-			if err != nil {
-				t.Fatalf("%s: %v", name, err)
-			}
-			res, ok := resources[obj.GetKind()]
-			if !ok {
-				t.Fatalf("%s: unexpected kind %s", name, obj.GetKind())
-			}
-			_, err = dyn.Resource(gv.WithResource(res)).Namespace(obj.GetNamespace()).Create(ctx, &obj,
-				metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"})
-			if err != nil {
-				t.Errorf("%s: %s %s: %v", name, obj.GetKind(), obj.GetName(), err)
-			}
-			kinds[obj.GetKind()]++
-		}
-		f.Close()
+		kubetest.CreateFile(ctx, t, dyn, filepath.Join(deployDir, name), Namespace, resources,
+			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict"}, kinds)
 	}
 	// PodMonitors: the webhook, the agent, gofit-services and the experiment
 	// guard.
