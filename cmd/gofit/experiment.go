@@ -49,7 +49,7 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 	ns := fs.String("namespace", "", "the experiment's `NAMESPACE` (required)")
 	name := fs.String("name", "", "the experiment's `NAME` (its spec's name; required)")
 	workload := fs.String("workload", "", "the experiment's `WORKLOAD` (Deployment/web, StatefulSet/db; \"<none>\" for pods without a controller); needed only when several workloads in the namespace run an experiment of this name")
-	since := fs.Duration("since", time.Hour, "report on the last `DURATION` (unless --from and --to are given)")
+	since := fs.Duration("since", 0, "report on the last `DURATION`, a span that slides (default: from the experiment's start, its Lease's run start, so that the verdicts hold however often the report is run)")
 	from := fs.String("from", "", "start `TIME` (RFC 3339), with --to")
 	to := fs.String("to", "", "end `TIME` (RFC 3339), with --from")
 	window := fs.Duration("window", time.Minute, "length of the paired windows: at least 2 scrape intervals")
@@ -63,9 +63,9 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 	resamples := fs.Int("resamples", 2000, "bootstrap resamples per interval")
 	seed := fs.Int64("seed", 1, "bootstrap seed")
 	warmUp := fs.Duration("warm-up", time.Minute, "leave out each pod's first `DURATION` after it started (caches, connection pools, the heap growing)")
-	lookEvery := fs.Duration("look-every", 5*time.Minute, "the planned looks' spacing: a report is the look its span reaches, and the error is held over all of them")
-	planned := fs.Duration("planned", 2*time.Hour, "the experiment's planned `DURATION` (its maxDuration): the looks the error is held over")
-	alpha := fs.Float64("alpha", 0.05, "chance of any false verdict over every planned look, metric and arm")
+	lookEvery := fs.Duration("look-every", 5*time.Minute, "the looks' spacing, for counting them (the verdicts hold at any number of looks)")
+	planned := fs.Duration("planned", 2*time.Hour, "the experiment's planned `DURATION` (its maxDuration): where the anytime-valid intervals are tightest")
+	alpha := fs.Float64("alpha", 0.05, "chance of any false quality verdict at any look, over every metric and arm")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: gofit experiment report --prometheus URL --namespace NS --name NAME [flags]\n\nJudges each arm of an experiment (pods the webhook gave arms with the gofit.dev/experiment\nannotation) against its control, from Prometheus over paired time windows. See docs/experiment.md.\n\nFlags:")
 		fs.PrintDefaults()
@@ -87,6 +87,12 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: --resamples %d: want at least 100", errUsage, *resamples)
 	case *warmUp < 0:
 		return fmt.Errorf("%w: --warm-up %v: want 0 or more", errUsage, *warmUp)
+	case *since < 0:
+		return fmt.Errorf("%w: --since %v: want more than 0 (or leave it out: from the experiment's start)", errUsage, *since)
+	case *since > 0 && *from != "":
+		return fmt.Errorf("%w: --since and --from: give one span", errUsage)
+	case *noKube && *since == 0 && *from == "":
+		return fmt.Errorf("%w: --no-kube: the experiment's start is read from the API server; give --since, or --from and --to", errUsage)
 	case (*from == "") != (*to == ""):
 		return fmt.Errorf("%w: --from and --to go together", errUsage)
 	}
@@ -105,9 +111,17 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("%w: --fail-on %q: %q is not harmful, worse, better, same or undecided", errUsage, *failOn, k)
 		}
 	}
+	seq, err := experiment.NewSequential(experiment.Looks{Every: *lookEvery, Planned: *planned, Alpha: *alpha})
+	if err != nil {
+		return fmt.Errorf("%w: --look-every, --planned or --alpha: %v", errUsage, err)
+	}
+	// The span: the anytime-valid intervals hold over every report whose
+	// span begins at one fixed start, however often they are run.
 	end := time.Now().Truncate(*window)
-	start := end.Add(-*since)
-	if *from != "" {
+	var start time.Time
+	var spanNote string
+	switch {
+	case *from != "":
 		var err error
 		if start, err = time.Parse(time.RFC3339, *from); err != nil {
 			return fmt.Errorf("%w: --from: %v", errUsage, err)
@@ -115,28 +129,38 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 		if end, err = time.Parse(time.RFC3339, *to); err != nil {
 			return fmt.Errorf("%w: --to: %v", errUsage, err)
 		}
-	}
-	if !end.After(start) {
-		return fmt.Errorf("%w: the span from %v to %v is empty", errUsage, start, end)
-	}
-	seq, err := experiment.NewSequential(experiment.Looks{Every: *lookEvery, Planned: *planned, Alpha: *alpha})
-	if err != nil {
-		return fmt.Errorf("%w: --look-every, --planned or --alpha: %v", errUsage, err)
+		spanNote = "span from --from: the verdicts of every report with this --from hold together, at any look"
+	case *since > 0:
+		start = end.Add(-*since)
+		spanNote = fmt.Sprintf("span of the last %v, which slides: this report is one look at its own span, valid read once; reports over sliding spans are not one sequence (leave out --since to count from the experiment's start)", *since)
 	}
 	pc, err := pf.client()
 	if err != nil {
 		return err
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	var pods experiment.PodSource
+	var api experiment.APIServer
 	if !*noKube {
 		cs, err := kubeClient(*kubeconfig)
 		if err != nil {
 			return fmt.Errorf("%w (or --no-kube)", err)
 		}
-		pods = experiment.APIServer{Client: cs}
+		api = experiment.APIServer{Client: cs}
+		pods = api
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	if start.IsZero() {
+		s, how, err := api.Start(ctx, *ns, *name, *workload)
+		if err != nil {
+			return err
+		}
+		start = s.Truncate(time.Second)
+		spanNote = "span from the experiment's start, " + how + ": its verdicts hold however often the report is run"
+	}
+	if !end.After(start) {
+		return fmt.Errorf("%w: the span from %v to %v is empty", errUsage, start, end)
+	}
 	in, err := experiment.Fetch(ctx, pc, pods, experiment.Query{
 		Namespace: *ns, Name: *name, Workload: *workload, From: start, To: end, Window: *window, Latency: *latency,
 		ErrorMatcher: *errMatch, Control: *control, Resamples: *resamples, Seed: *seed, Matchers: *match, WarmUp: *warmUp,
@@ -153,6 +177,7 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	in.Seq = seq
+	in.Notes = append(in.Notes, spanNote)
 	res, err := experiment.Analyze(in)
 	if err != nil {
 		return err

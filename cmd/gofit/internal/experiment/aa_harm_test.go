@@ -44,8 +44,10 @@ func (hw harmWorld) apply(rng *rand.Rand, in *Input, armStall, armRestart float6
 				w.Has |= HasReady
 				w.Errors = float64(distuv.Poisson{Lambda: w.Requests * 0.001, Src: rng}.Rand())
 				if unequal && a == 1 {
+					// Less traffic, and less of the CPU it costs.
 					w.Requests = math.Round(w.Requests * 0.7)
 					w.Errors = math.Round(w.Errors * 0.7)
+					w.CPUSeconds, w.GoBusy, w.GCSeconds = 0.7*w.CPUSeconds, 0.7*w.GoBusy, 0.7*w.GCSeconds
 					for j := range w.Latency {
 						w.Latency[j].Count = math.Round(w.Latency[j].Count * 0.7)
 					}

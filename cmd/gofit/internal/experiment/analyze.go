@@ -411,12 +411,17 @@ type Results struct {
 	Arms          []ArmResult       `json:"arms"`
 	Verdicts      []Verdict         `json:"verdicts"`
 	Notes         []string          `json:"notes"`
-	// Look of Looks is this analysis in the plan (1 of 1 without one);
-	// Tests is how many tests share Alpha, the plan's error.
-	Look  int     `json:"look"`
-	Looks int     `json:"looks"`
-	Tests int     `json:"tests"`
-	Alpha float64 `json:"alpha"`
+	// Look is this analysis's look, counted from the experiment's start
+	// in the plan's spacing (1 without a plan), and Looks the planned
+	// length's (it may be passed: the intervals hold at any look); Tests
+	// is how many tests share Alpha, the chance of any false verdict.
+	Look  int `json:"look"`
+	Looks int `json:"looks"`
+	// AnytimeValid: the quality intervals are a confidence sequence
+	// from the span's start (with a plan), not one reading's 95%.
+	AnytimeValid bool    `json:"anytime_valid"`
+	Tests        int     `json:"tests"`
+	Alpha        float64 `json:"alpha"`
 	// HarmAlpha is each arm's chance of a false harmful verdict, at any
 	// window, however often it is looked at.
 	HarmAlpha float64 `json:"harm_alpha"`
@@ -516,16 +521,17 @@ func Analyze(in Input) (*Results, error) {
 		}
 	}
 	res.Tests = perArm * (len(in.Arms) - 1)
-	level := func(Shape) float64 { return 0.05 }
+	level := 0.05
 	res.HarmAlpha = 0.05
 	if in.Seq != nil {
-		res.Look, res.Looks, res.Alpha = in.Seq.Look(time.Duration(n)*in.Window), in.Seq.K, in.Seq.Looks.Alpha
-		level = func(sh Shape) float64 { return in.Seq.Level(res.Look, res.Tests, sh) }
+		span := time.Duration(n) * in.Window
+		res.Look, res.Looks, res.Alpha, res.AnytimeValid = in.Seq.Look(span), in.Seq.K, in.Seq.Looks.Alpha, true
+		level = in.Seq.Level(span, res.Tests)
 		// The plan's α again, for harm: anytime-valid over every window
 		// from the start, shared by the arms.
 		res.HarmAlpha = in.Seq.Looks.Alpha / float64(max(len(in.Arms)-1, 1))
-		res.Notes = append(res.Notes, fmt.Sprintf("look %d of %d planned (every %v for %v): %g chance of any false quality verdict over the plan, shared by %d tests a look, intervals at %.4g%%; harm anytime-valid at %.3g an arm over every window from the start",
-			res.Look, res.Looks, in.Seq.Looks.Every, in.Seq.Looks.Planned, res.Alpha, res.Tests, 100*(1-level(OBrienFleming)), res.HarmAlpha))
+		res.Notes = append(res.Notes, fmt.Sprintf("look %d (every %v; %v from the start, the intervals tightest at %v): %g chance of any false quality verdict at any look, ever, shared by %d tests, intervals at %.4g%%; harm anytime-valid at %.3g an arm over every window from the start",
+			res.Look, in.Seq.Looks.Every, span, in.Seq.Looks.Planned, res.Alpha, res.Tests, 100*(1-level), res.HarmAlpha))
 	}
 	harmBar := 1 / res.HarmAlpha
 	if n < stats.MinWindows {
@@ -601,7 +607,7 @@ func Analyze(in Input) (*Results, error) {
 		if in.Have["ready"] && (math.IsNaN(float64(ar.Unready)) || math.IsNaN(float64(cr.Unready))) {
 			res.Notes = append(res.Notes, fmt.Sprintf("arm %s: time not ready not judged: no readiness data for it or for %s (missing, never taken as ready)", a.Name, in.Control))
 		}
-		b.Alpha = level(OBrienFleming)
+		b.Alpha = level
 		// Unequal traffic: a least-request balancer sends less to a
 		// slower arm, whose latency then looks better than it is.
 		if have(rps) {
@@ -614,7 +620,7 @@ func Analyze(in Input) (*Results, error) {
 				ar.Traffic = fmt.Sprintf("%.3g× %s's requests per pod (95%% interval %.3g to %.3g)", iv.Value, in.Control, iv.Low, iv.High)
 				res.Notes = append(res.Notes, fmt.Sprintf("arm %s gets %s: unequal traffic. A least-request balancer sends less to a slower arm, which then looks better; judge its latency with care", a.Name, ar.Traffic))
 			}
-			b.Alpha = level(OBrienFleming)
+			b.Alpha = level
 		}
 		for _, h := range ar.Harms {
 			res.Verdicts = append(res.Verdicts, Verdict{Arm: a.Name, Metric: "harm", Verdict: Harmful, Ratio: F(math.NaN()), Low: F(math.NaN()), High: F(math.NaN()), Level: 1 - 1/harmBar, Detail: h})
@@ -634,6 +640,10 @@ func Analyze(in Input) (*Results, error) {
 				v.Verdict, v.Detail = stats.Undecided, "no data for one side"
 			case math.IsInf(iv.Value, 0):
 				v.Verdict, v.Detail = stats.Undecided, fmt.Sprintf("%s's is 0: no ratio", in.Control)
+			case m.Name == "cpu_cores" && ar.Traffic != "" && (v.Verdict == stats.Better || v.Verdict == stats.Worse):
+				// A pod's CPU follows its requests: with unequal
+				// traffic, the balancer and not the setting moved it.
+				v.Verdict, v.Detail = stats.Undecided, "the arm's traffic differs ("+ar.Traffic+"), and CPU per pod follows it: judge CPU per request"
 			}
 			res.Verdicts = append(res.Verdicts, v)
 		}

@@ -2,8 +2,10 @@ package experiment
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -77,4 +79,55 @@ func specOf(pods []corev1.Pod, workload string) Spec {
 		}
 	}
 	return s
+}
+
+// Start is when the experiment's current run began, for a report whose
+// verdicts are to hold at any look: its Lease's run start (the webhook's
+// first assignment of the run, as the guard counts), else its oldest live
+// pod's start. how says which. Several workloads running an experiment
+// of the name need workload.
+func (a APIServer) Start(ctx context.Context, ns, name, workload string) (start time.Time, how string, err error) {
+	leases, lerr := a.Client.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{LabelSelector: admission.LabelExperiment + "=" + name})
+	if lerr == nil {
+		var found []string
+		for i := range leases.Items {
+			l := &leases.Items[i]
+			w := l.Annotations[admission.AnnotationWorkload]
+			if workload != "" && w != workload {
+				continue
+			}
+			found = append(found, w)
+			start, how = admission.RunStart(&l.ObjectMeta), "the run's start on Lease "+l.Name
+		}
+		switch {
+		case len(found) == 1:
+			return start, how, nil
+		case len(found) > 1:
+			return time.Time{}, "", fmt.Errorf("experiment %s in namespace %s has Leases for workloads %q, each its own experiment: name one with --workload", name, ns, found)
+		}
+	}
+	s, err := a.Experiment(ctx, ns, name, workload)
+	if err != nil {
+		return time.Time{}, "", err
+	}
+	if workload == "" && len(s.Workloads) > 1 {
+		return time.Time{}, "", fmt.Errorf("experiment %s in namespace %s runs in %d workloads (%s), each its own experiment: name one with --workload", name, ns, len(s.Workloads), strings.Join(s.Workloads, ", "))
+	}
+	for _, t := range s.Started {
+		if start.IsZero() || t.Before(start) {
+			start = t
+		}
+	}
+	if start.IsZero() {
+		why := "no Lease and no live pod"
+		if lerr != nil {
+			why = fmt.Sprintf("its Lease unreadable (%v) and no live pod", lerr)
+		}
+		return time.Time{}, "", fmt.Errorf("experiment %s in namespace %s: its start is not known (%s): give --from and --to", name, ns, why)
+	}
+	how = "its oldest live pod's start (no Lease of the run found)"
+	if lerr != nil {
+		how = fmt.Sprintf("its oldest live pod's start (its Lease unreadable: %v)", lerr)
+	}
+	return start, how, nil
 }

@@ -136,8 +136,8 @@ func WriteSummary(w io.Writer, r *Results) {
 			}
 		}
 	}
-	if r.Looks > 1 {
-		fmt.Fprintf(w, "verdicts against %s (look %d of %d: intervals at the look's level, %g chance of any false verdict over the plan; same: within the margin):\n", r.Control, r.Look, r.Looks, r.Alpha)
+	if r.AnytimeValid {
+		fmt.Fprintf(w, "verdicts against %s (look %d from the start: anytime-valid intervals, %g chance of any false verdict at any look; same: within the margin):\n", r.Control, r.Look, r.Alpha)
 	} else {
 		fmt.Fprintf(w, "verdicts against %s (95%% intervals of the ratio; same: within the margin):\n", r.Control)
 	}
@@ -179,7 +179,7 @@ var tmpl = template.Must(template.New("experiment").Funcs(template.FuncMap{
 {{range .R.Notes}}<div class="warn">{{.}}</div>{{end}}
 {{range .R.Arms}}{{if .Harmful}}<div class="alert"><b>{{.Name}} is harmful:</b> {{range .Harms}}{{.}}. {{end}}</div>{{end}}{{end}}
 <h2>Verdicts against {{.R.Control}}</h2>
-<p class="meta">Each cell: the arm's figure ÷ the control's over the same windows, and its interval from a block bootstrap that draws the same windows for both (95%, or the level of this look when the error is held over planned looks, metrics and arms: see the notes). Better or worse only when the interval excludes 1; same when it lies within 1 ± the margin; undecided otherwise.</p>
+<p class="meta">Each cell: the arm's figure ÷ the control's over the same windows, and its interval from a block bootstrap that draws the same windows for both (95% for one reading, or an anytime-valid confidence sequence from the experiment's start, which holds however often the report is read, over every metric and arm: see the notes). Better or worse only when the interval excludes 1; same when it lies within 1 ± the margin; undecided otherwise.</p>
 <table><tr><th>metric</th>{{range .Others}}<th>{{.}}</th>{{end}}</tr>
 {{range .Rows}}<tr><td>{{.Label}}</td>{{range .Cells}}<td class="{{.Class}}">{{.Text}}<br><span class="v">{{.Verdict}}</span></td>{{end}}</tr>{{end}}
 </table>
