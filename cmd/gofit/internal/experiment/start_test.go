@@ -45,7 +45,7 @@ func TestStartIsTheRunsStart(t *testing.T) {
 		how, err string
 	}{
 		{"the Lease's run", []runtime.Object{lease("l1", "Deployment/web", run), pod("web-1", run.Add(time.Hour))}, "", run, "Lease l1", ""},
-		{"no Lease: the oldest live pod", []runtime.Object{pod("web-1", run.Add(time.Hour)), pod("web-2", run.Add(30 * time.Minute))}, "", run.Add(30 * time.Minute), "oldest live pod", ""},
+		{"no Lease: the oldest live pod", []runtime.Object{pod("web-1", run.Add(time.Hour)), pod("web-2", run.Add(30*time.Minute))}, "", run.Add(30 * time.Minute), "oldest live pod", ""},
 		{"two workloads", []runtime.Object{lease("l1", "Deployment/web", run), lease("l2", "Deployment/api", run)}, "", time.Time{}, "", "name one with --workload"},
 		{"two workloads, one named", []runtime.Object{lease("l1", "Deployment/web", run), lease("l2", "Deployment/api", run.Add(time.Hour))}, "Deployment/api", run.Add(time.Hour), "Lease l2", ""},
 		{"nothing", nil, "", time.Time{}, "", "give --from and --to"},
