@@ -16,6 +16,7 @@ import (
 
 	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/cgroup/cgtest"
+	"github.com/gofit-dev/gofit/cgroup/manage"
 )
 
 // Limits are a scrape target's cgroup: a CPU quota of CPU cores per
@@ -84,22 +85,8 @@ func StartProcess(t testing.TB, exe, name string, lim Limits, env []string) Proc
 // "EXE -addr ADDR": argv gives it for the address to listen on.
 func StartCommand(t testing.TB, name string, lim Limits, env []string, argv func(addr string) []string) Process {
 	t.Helper()
-	g := cgtest.NewGroup(t)
-	if err := g.SetCPU(lim.CPU, lim.Period); err != nil {
-		t.Fatal(err)
-	}
-	if err := g.SetCPURequest(lim.Weight); err != nil {
-		t.Fatal(err)
-	}
-	if err := g.SetMemoryMax(lim.Memory); err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	g, paths := newGroup(t, lim)
+	addr := freeLocal(t)
 	args := argv(addr)
 	cmd := g.Command(args[0], args[1:]...)
 	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "GOFIT_LOG=warn"}, env...)
@@ -123,19 +110,54 @@ func StartCommand(t testing.TB, name string, lim Limits, env []string, argv func
 			}
 		}
 	})
+	waitMetrics(t, name, addr)
+	return Process{Addr: addr, Cgroups: paths}
+}
+
+// newGroup is a test cgroup with lim, and its paths as the kernel names
+// them.
+func newGroup(t testing.TB, lim Limits) (*manage.Group, []string) {
+	t.Helper()
+	g := cgtest.NewGroup(t)
+	if err := g.SetCPU(lim.CPU, lim.Period); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.SetCPURequest(lim.Weight); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.SetMemoryMax(lim.Memory); err != nil {
+		t.Fatal(err)
+	}
 	var paths []string
 	for _, n := range []*cgroup.Node{g.CPU, g.CPUAcct, g.Memory, g.Unified} {
 		if n != nil && !slices.Contains(paths, n.Path) {
 			paths = append(paths, n.Path)
 		}
 	}
+	return g, paths
+}
+
+// freeLocal is a free port on the loopback address.
+func freeLocal(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// waitMetrics waits until addr answers /metrics, for 20 s at most.
+func waitMetrics(t testing.TB, name, addr string) {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		resp, err := http.Get("http://" + addr + "/metrics")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return Process{Addr: addr, Cgroups: paths}
+				return
 			}
 		}
 		if time.Now().After(deadline) {

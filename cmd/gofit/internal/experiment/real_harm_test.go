@@ -1,0 +1,210 @@
+package experiment
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/api"
+	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gofit-dev/gofit/fit"
+	"github.com/gofit-dev/gofit/kube/admission"
+	"github.com/gofit-dev/gofit/kube/admission/admissiontest"
+	"github.com/gofit-dev/gofit/tools/promtest"
+)
+
+// TestRealHarmfulArmStopped is issue 53's harmful arm on this machine's
+// processes, outside the emulated node: an experiment whose arm nogc
+// runs GOGC=off with no GOMEMLIMIT in a 32 MiB cgroup, beside the
+// control base (gofit's fit), 3 "pods" an arm, each examples/service in
+// its own cgroup v1 group. Under requests that leave 256 KiB of garbage
+// each, 4 a second a pod, nogc's heap reaches the limit and the kernel
+// OOM-kills it; a supervisor starts it again in the same cgroup after
+// the kubelet's crash-loop back-off (10 s, doubling), and serves what
+// kube-state-metrics would of it (restarts, the last end OOMKilled).
+// A real Prometheus scrapes all of it every second. Every 15 s the
+// guard's own judge (PromJudge: Fetch and Analyze from the run's start,
+// harm alone, anytime-valid at 5%) looks, as the guard does at
+// --interval=15s. nogc must be called harmful, and base never; the time
+// from nogc's first OOM kill to the stop is logged and recorded in
+// docs/results/experiment.md (issue 53 asks for 3 minutes). About 3
+// minutes.
+func TestRealHarmfulArmStopped(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipping: -short (a 3-minute real experiment)")
+	}
+	bins := promtest.Need(t)
+	const (
+		spec     = `{"name":"guarded","control":"base","arms":[{"name":"base","fit":"gofit"},{"name":"nogc","env":{"GOGC":"off"}}]}`
+		perArm   = 3
+		memory   = 32 << 20
+		interval = 15 * time.Second
+		bound    = 6 * time.Minute // the test's own end: twice issue 53's 3 minutes, and the start
+	)
+	exp, err := admission.ParseExperiment(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := promtest.BuildService(t, "../../../..")
+	m := admission.NewMutator(fit.Policy{}, admission.WithArmAssigner(&inTurn{}))
+	var pods []corev1.Pod
+	var targets []promtest.Target
+	procs := map[string]*promtest.Restarting{}
+	for i := range perArm * len(exp.Arms) {
+		pod := admissiontest.Pod(fmt.Sprintf("guarded-%d", i), corev1.Container{Name: "app", Image: "example.com/service:1",
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
+				corev1.ResourceCPU: *resource.NewMilliQuantity(250, resource.DecimalSI), corev1.ResourceMemory: *resource.NewQuantity(memory, resource.BinarySI)}}})
+		pod.Namespace = realNS
+		pod.Annotations = map[string]string{admission.AnnotationExperiment: spec}
+		pod.CreationTimestamp = metav1.Now()
+		res := m.Admit(context.Background(), pod)
+		got := admissiontest.ApplyPatchOps(t, pod, res.Patch)
+		var env []string
+		for _, e := range got.Spec.Containers[0].Env {
+			env = append(env, e.Name+"="+e.Value)
+		}
+		t.Logf("pod %s, arm %s: %v", got.Name, got.Labels[admission.LabelArm], env)
+		procs[got.Name] = promtest.StartRestarting(t, exe, got.Name, promtest.Limits{CPU: 0.25, Period: realPeriod, Weight: realWeight, Memory: memory}, env)
+		targets = append(targets, promtest.Target{Job: got.Name, Addr: procs[got.Name].Addr,
+			Labels: map[string]string{"namespace": realNS, "pod": got.Name, "container": "app"}})
+		pods = append(pods, *got)
+	}
+	// What kube-state-metrics would say of the supervised processes.
+	ksm := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		var b strings.Builder
+		for _, p := range pods {
+			n, oom, _ := procs[p.Name].Restarts()
+			fmt.Fprintf(&b, "kube_pod_container_status_restarts_total{namespace=%q,pod=%q,container=\"app\"} %d\n", realNS, p.Name, n)
+			if n > 0 {
+				v := 0
+				if oom {
+					v = 1
+				}
+				fmt.Fprintf(&b, "kube_pod_container_status_last_terminated_reason{namespace=%q,pod=%q,container=\"app\",reason=\"OOMKilled\"} %d\n", realNS, p.Name, v)
+			}
+		}
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		_, _ = w.Write([]byte(b.String()))
+	}), ReadHeaderTimeout: 5 * time.Second}
+	ksmAddr := serveLocal(t, ksm)
+	targets = append(targets, promtest.Target{Job: "kube-state-metrics", Addr: ksmAddr})
+	prom := promtest.Start(t, bins, promtest.Config{Interval: time.Second, Targets: targets})
+	pc, err := api.NewClient(api.Config{Address: prom.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for _, p := range procs {
+		wg.Go(func() { pacedGarbage(ctx, "http://"+p.Addr+"/work?n=200&garbage=256", 250*time.Millisecond) })
+	}
+	started := time.Now()
+	seq, err := NewSequential(Looks{Every: interval, Planned: 10 * time.Minute, Alpha: 0.05})
+	if err != nil {
+		t.Fatal(err)
+	}
+	judge := PromJudge{
+		Fetch: func(ctx context.Context, q Query) (Input, error) { return Fetch(ctx, v1.NewAPI(pc), livePods(pods), q) },
+		Query: Query{Window: interval, Latency: "http_request_duration_seconds", ErrorMatcher: `code=~"5.."`, Resamples: 200, Seed: 1},
+		Harm:  DefaultHarm(),
+	}
+	run := Running{Namespace: realNS, Spec: exp, Started: started}
+	firstOOM := func() time.Time {
+		var first time.Time
+		for _, p := range pods {
+			if _, _, f := procs[p.Name].Restarts(); !f.IsZero() && (first.IsZero() || f.Before(first)) {
+				first = f
+			}
+		}
+		return first
+	}
+	var stopped *Results
+	for time.Since(started) < bound && stopped == nil {
+		time.Sleep(interval)
+		r, err := judge.Judge(ctx, run, seq)
+		if err != nil {
+			t.Fatalf("look at %.0fs: %v", time.Since(started).Seconds(), err)
+		}
+		if r == nil {
+			continue
+		}
+		for _, a := range r.Arms {
+			if a.Harmful && a.Name == "base" {
+				t.Errorf("the control base was called harmful: %v", a.Harms)
+			}
+			if a.Harmful && a.Name == "nogc" {
+				stopped = r
+			}
+		}
+		var line []string
+		for _, a := range r.Arms {
+			line = append(line, fmt.Sprintf("%s restarts=%.0f oom=%.0f unready=%.2f e=%.3g", a.Name, a.Restarts, a.OOMKills, float64(a.Unready), float64(a.HarmEvidence)))
+		}
+		t.Logf("look at %3.0fs: %s", time.Since(started).Seconds(), strings.Join(line, "; "))
+	}
+	cancel()
+	first := firstOOM()
+	for _, p := range pods {
+		n, oom, _ := procs[p.Name].Restarts()
+		if p.Labels[admission.LabelArm] == "base" && n > 0 {
+			t.Errorf("control pod %s restarted %d times (last an OOM kill: %v): the fitted service must live in 32 MiB", p.Name, n, oom)
+		}
+	}
+	switch {
+	case first.IsZero():
+		t.Fatalf("no pod of nogc was OOM-killed in %v: the arm never became harmful", bound)
+	case stopped == nil:
+		t.Fatalf("nogc, OOM-killed first at %.0fs, was not stopped by %v", first.Sub(started).Seconds(), bound)
+	}
+	var sum strings.Builder
+	WriteSummary(&sum, stopped)
+	t.Logf("nogc stopped %.0fs after its first OOM kill (%.0fs after the load started), at the look of %s:\n%s",
+		time.Since(first).Seconds(), first.Sub(started).Seconds(), stopped.To.UTC().Format(time.RFC3339), sum.String())
+	if v := verdictOf(stopped, "nogc", "harm"); v.Verdict != Harmful {
+		t.Errorf("nogc's harm verdict %q, want harmful", v.Verdict)
+	}
+}
+
+// pacedGarbage asks url every every, each request on its own, until ctx
+// ends: the garbage a request leaves, at a steady rate.
+func pacedGarbage(ctx context.Context, url string, every time.Duration) {
+	c := &http.Client{Timeout: 5 * time.Second}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		go func() {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			if resp, err := c.Do(req); err == nil {
+				resp.Body.Close()
+			}
+		}()
+	}
+}
+
+// serveLocal serves srv on a free loopback port until the test ends.
+func serveLocal(t *testing.T, srv *http.Server) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return ln.Addr().String()
+}
