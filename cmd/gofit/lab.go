@@ -47,6 +47,7 @@ func runLab(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.Namespace, "namespace", "", "with --kube: the namespace of the run's pods (default gofit-lab, the one deploy/lab makes)")
 	fs.StringVar(&o.NodeSelector, "node-selector", "", "with --kube: key=value[,key=value] of the nodes trials may run on")
 	fs.StringVar(&o.AgentNamespace, "agent-namespace", "", "with --kube: the gofit node agent's namespace (default: gofit-node, then gofit-system)")
+	fs.StringVar(&o.AgentAccount, "agent-account", "", "with --kube: the ServiceAccount in --namespace whose short-lived token reads a node agent that serves --metrics-secure, as deploy/node and the chart run it (default gofit-lab, the one deploy/lab makes and binds)")
 	fs.StringVar(&o.KubeOptions.Image, "kube-image", defaultKubeImage(), "with --kube: the gofit image the load pod (and the sample) runs")
 	if err := parseFlags(fs, args); err != nil {
 		return err

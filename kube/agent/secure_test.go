@@ -97,6 +97,25 @@ func TestEnvtestGuarded(t *testing.T) {
 			t.Errorf("%s as %s: %d, want %d", tc.path, tc.who, got, tc.want)
 		}
 	}
+	// Through the API server's pod proxy the token comes in TokenHeader,
+	// reviewed the same way.
+	viaHeader := func(tok string) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/v1/pods/abc", nil)
+		req.Header.Set(TokenHeader, tok)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := viaHeader(reader); got != http.StatusOK {
+		t.Errorf("/v1/pods/abc with the reader's token in %s: %d, want 200", TokenHeader, got)
+	}
+	if got := viaHeader(other); got != http.StatusForbidden {
+		t.Errorf("/v1/pods/abc with another account's token in %s: %d, want 403", TokenHeader, got)
+	}
 	// A token the API server does not accept: refused (controller-runtime's
 	// filter answers 500, as the TokenReview reports an error for it).
 	if got := get("/metrics", "not-a-token"); got == http.StatusOK {

@@ -582,7 +582,10 @@ func checkRender(t *testing.T, name string, objs []*unstructured.Unstructured) {
 		// The webhook's monitor stays beside the Secret whose CA it
 		// verifies the scrape with.
 		want := []string{"PodMonitor fit/gofit-webhook", "PodMonitor monitoring/gofit-node", "PrometheusRule monitoring/gofit",
-			"ConfigMap grafana/gofit-fleet-dashboard", "ConfigMap grafana/gofit-workload-dashboard"}
+			"ConfigMap grafana/gofit-fleet-dashboard", "ConfigMap grafana/gofit-workload-dashboard",
+			// The agent's scrape token, beside its monitor.
+			"ServiceAccount monitoring/gofit-metrics-reader", "Secret monitoring/gofit-metrics-reader",
+			"ClusterRole /gofit-metrics-reader", "ClusterRoleBinding /gofit-metrics-reader"}
 		if got := monitoringKeys(objs); !slices.Equal(got, sorted(want)) {
 			t.Errorf("monitoring objects %q, want %q", got, sorted(want))
 		}
@@ -652,8 +655,8 @@ func checkRender(t *testing.T, name string, objs []*unstructured.Unstructured) {
 			t.Errorf("monitoring objects %q, want only the PrometheusRule", got)
 		}
 	case "cert-manager-monitoring":
-		if got := len(monitoringKeys(objs)); got != 6 {
-			t.Errorf("%d monitoring objects, want deploy/monitoring's 6", got)
+		if got := len(monitoringKeys(objs)); got != 10 {
+			t.Errorf("%d monitoring objects, want deploy/monitoring's 10", got)
 		}
 		for _, k := range []string{"PodMonitor gofit-system/gofit-webhook", "PodMonitor gofit-system/gofit-node", "PodMonitor gofit-system/gofit-services",
 			"PrometheusRule gofit-system/gofit", "ConfigMap gofit-system/gofit-fleet-dashboard", "Certificate gofit-system/gofit-webhook"} {
@@ -1103,7 +1106,12 @@ func TestBoundedScrapes(t *testing.T) {
 			eps, _, _ := unstructured.NestedSlice(o.Object, "spec", "podMetricsEndpoints")
 			for _, ep := range eps {
 				tc, _, _ := unstructured.NestedMap(ep.(map[string]any), "tlsConfig")
-				if tc["insecureSkipVerify"] == true {
+				// The agent's certificate is made at start, so nothing can
+				// pin it (as the kubelet's, which kube-prometheus-stack
+				// scrapes unverified): its scrape must then carry a token
+				// the agent reviews. Any other skip is a defect.
+				_, token, _ := unstructured.NestedMap(ep.(map[string]any), "authorization", "credentials")
+				if tc["insecureSkipVerify"] == true && (o.GetName() != "gofit-node" || !token) {
 					t.Errorf("%s: PodMonitor %s skips TLS verification", name, o.GetName())
 				}
 				if o.GetName() != "gofit-webhook" {

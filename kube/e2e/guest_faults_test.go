@@ -202,16 +202,10 @@ func (g *guestRun) agentPod(t *testing.T, want string, timeout time.Duration) *c
 	return found
 }
 
-// agentHTTP gets a path from the agent's metrics port.
-func agentHTTP(p *corev1.Pod, path string) (int, string, error) {
-	cl := &http.Client{Timeout: 5 * time.Second}
-	resp, err := cl.Get("http://" + p.Status.PodIP + ":9464" + path)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	return resp.StatusCode, strings.TrimSpace(string(b)), err
+// agentHTTP gets a path from the agent's metrics port (over https, with
+// the steps' reader token: --metrics-secure).
+func (g *guestRun) agentHTTP(t *testing.T, p *corev1.Pod, path string) (int, string, error) {
+	return agentGet(p.Status.PodIP, path, g.agentToken(t))
 }
 
 // faultProxy stands between the agent and the API server: TLS with the API
@@ -398,7 +392,7 @@ func (g *guestRun) agentRestartConfigFails(t *testing.T) {
 	var code int
 	var body string
 	err = poll(3*time.Minute, "the agent's /healthz waiting for its ConfigMap", func() (bool, error) {
-		code, body, err = agentHTTP(agent, "/healthz")
+		code, body, err = g.agentHTTP(t, agent, "/healthz")
 		if err != nil {
 			return false, err
 		}
@@ -431,7 +425,7 @@ func (g *guestRun) agentRestartConfigFails(t *testing.T) {
 				diff = append(diff, x)
 			}
 		}
-		code, body, _ = agentHTTP(agent, "/healthz")
+		code, body, _ = g.agentHTTP(t, agent, "/healthz")
 		if strings.Contains(body, "nothing written") && time.Since(watchStart) > 35*time.Second {
 			break
 		}
@@ -464,7 +458,7 @@ func (g *guestRun) agentRestartConfigFails(t *testing.T) {
 	proxy.failing.Store(false)
 	healed := time.Now()
 	err = poll(3*time.Minute, "the agent healthy after the ConfigMap reads succeed", func() (bool, error) {
-		code, body, err = agentHTTP(agent, "/healthz")
+		code, body, err = g.agentHTTP(t, agent, "/healthz")
 		return err == nil && code == 200, fmt.Errorf("%d %q %v", code, body, err)
 	})
 	if err != nil {
@@ -691,7 +685,7 @@ func (g *guestRun) forgedMirror(t *testing.T) {
 					return
 				case <-time.After(time.Second):
 				}
-				if code, body, err := agentHTTP(agent, "/metrics"); err == nil && code == 200 {
+				if code, body, err := g.agentHTTP(t, agent, "/metrics"); err == nil && code == 200 {
 					for _, l := range strings.Split(body, "\n") {
 						if v, ok := strings.CutPrefix(l, "gofit_node_cgroup_conflicts "); ok {
 							x, _ := strconv.ParseFloat(v, 64)

@@ -110,7 +110,10 @@ func (g *guestRun) agentMetrics(t *testing.T) map[string]float64 {
 		if !strings.HasPrefix(p.Name, "gofit-node") || p.Status.PodIP == "" || p.DeletionTimestamp != nil {
 			continue
 		}
-		body, err := httpGet("http://" + p.Status.PodIP + ":9464/metrics")
+		code, body, err := agentGet(p.Status.PodIP, "/metrics", g.agentToken(t))
+		if err == nil && code != 200 {
+			err = fmt.Errorf("agent /metrics: %d %.200s", code, body)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -183,7 +186,7 @@ func (g *guestRun) oneWriter(t *testing.T) {
 			}
 		}
 	}
-	text, err := httpGet("http://" + g.agentIP(t) + ":9464/healthz")
+	_, text, err := agentGet(g.agentIP(t), "/healthz", "")
 	t.Logf("agent /healthz: %s (%v)", strings.TrimSpace(text), err)
 	if len(k.Owned) > 0 && !strings.Contains(text, "defers to the kubelet") {
 		t.Errorf("/healthz does not say what the agent defers to the kubelet")

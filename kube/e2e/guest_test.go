@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -344,6 +345,9 @@ func (g *guestRun) agent(t *testing.T) {
 	g.can(t, sa, false, authzv1.ResourceAttributes{Namespace: "shop", Resource: "pods", Verb: "update"})
 	g.can(t, sa, false, authzv1.ResourceAttributes{Namespace: "kube-system", Resource: "configmaps", Verb: "get"})
 	g.can(t, sa, true, authzv1.ResourceAttributes{Namespace: "gofit-node", Resource: "configmaps", Verb: "list"})
+	// Its port as deploy/node serves it: --metrics-secure (issue 51).
+	g.agentNS = cmp.Or(g.agentNS, "gofit-node")
+	g.agentPortGuarded(t, g.agentIP(t))
 }
 
 func (g *guestRun) service(t *testing.T) {

@@ -123,6 +123,10 @@ func ModuleDir(t testing.TB, module, version string) string {
 // maps each kind the file may hold to its resource; another kind, or an
 // object that does not decode, fails the test, and a refused create is
 // reported as an error naming the file and the object.
+// clusterScoped are the kinds CreateFile creates without a namespace.
+var clusterScoped = map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true, "Namespace": true, "CustomResourceDefinition": true,
+	"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true, "MutatingWebhookConfiguration": true, "ValidatingWebhookConfiguration": true}
+
 func CreateFile(ctx context.Context, t testing.TB, dyn dynamic.Interface, path, ns string, resources map[string]string, opts metav1.CreateOptions, kinds map[string]int) {
 	t.Helper()
 	f, err := os.Open(path)
@@ -150,11 +154,15 @@ func CreateFile(ctx context.Context, t testing.TB, dyn dynamic.Interface, path, 
 		if !ok {
 			t.Fatalf("%s: %s %s: a kind this test does not know", name, obj.GetKind(), obj.GetName())
 		}
-		on := obj.GetNamespace()
-		if on == "" {
-			on = ns
+		var ri dynamic.ResourceInterface = dyn.Resource(gv.WithResource(res))
+		if !clusterScoped[obj.GetKind()] {
+			on := obj.GetNamespace()
+			if on == "" {
+				on = ns
+			}
+			ri = dyn.Resource(gv.WithResource(res)).Namespace(on)
 		}
-		if _, err := dyn.Resource(gv.WithResource(res)).Namespace(on).Create(ctx, &obj, opts); err != nil {
+		if _, err := ri.Create(ctx, &obj, opts); err != nil {
 			t.Errorf("%s: %s %s: %v", name, obj.GetKind(), obj.GetName(), err)
 		}
 		kinds[obj.GetKind()]++

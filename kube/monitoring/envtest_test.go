@@ -43,7 +43,8 @@ func TestServerSideDryRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resources := map[string]string{"PodMonitor": "podmonitors", "PrometheusRule": "prometheusrules", "ConfigMap": "configmaps"}
+	resources := map[string]string{"PodMonitor": "podmonitors", "PrometheusRule": "prometheusrules", "ConfigMap": "configmaps",
+		"ServiceAccount": "serviceaccounts", "Secret": "secrets", "ClusterRole": "clusterroles", "ClusterRoleBinding": "clusterrolebindings"}
 	kinds := map[string]int{}
 	kb, err := os.ReadFile(filepath.Join(deployDir, "kustomization.yaml"))
 	if err != nil {
@@ -61,7 +62,8 @@ func TestServerSideDryRun(t *testing.T) {
 	}
 	// PodMonitors: the webhook, the agent, gofit-services and the experiment
 	// guard.
-	if want := fmt.Sprint(map[string]int{"ConfigMap": 2, "PodMonitor": 4, "PrometheusRule": 1}); fmt.Sprint(kinds) != want {
+	// And the agent's metrics reader: its account, token, role and binding.
+	if want := fmt.Sprint(map[string]int{"ClusterRole": 1, "ClusterRoleBinding": 1, "ConfigMap": 2, "PodMonitor": 4, "PrometheusRule": 1, "Secret": 1, "ServiceAccount": 1}); fmt.Sprint(kinds) != want {
 		t.Errorf("objects dry-run: %v, want %s", kinds, want)
 	}
 	// Dry run means nothing stays.

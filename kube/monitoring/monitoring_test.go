@@ -213,6 +213,18 @@ func TestPromtool(t *testing.T) {
 		}
 		delete(j, "kubernetes_sd_configs")
 		j["static_configs"] = []any{map[string]any{"targets": []string{"127.0.0.1:9"}}}
+		// The pod's token path, which promtool checks exists: a file of
+		// the test's in its place.
+		if a, ok := j["authorization"].(map[string]any); ok {
+			if a["credentials_file"] != "/var/run/secrets/kubernetes.io/serviceaccount/token" {
+				t.Errorf("job %v: authorization %v, want Prometheus's own ServiceAccount token", j["job_name"], a)
+			}
+			tok := filepath.Join(dir, "token")
+			if err := os.WriteFile(tok, []byte("t"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			a["credentials_file"] = tok
+		}
 	}
 	conf, err := yaml.Marshal(map[string]any{"rule_files": []string{"rules.yaml"}, "scrape_configs": sc.Jobs})
 	if err != nil {

@@ -67,7 +67,16 @@ type scrapeTarget struct {
 	scheme      string
 	sampleLimit int
 	labelLimit  int
+	// token: the target serves --metrics-secure (TLS with a certificate
+	// it made at start, and a bearer token the API server vouches for):
+	// scrape with MetricsReader's token.
+	token bool
 }
+
+// MetricsReader is the ServiceAccount whose token scrapes the node
+// agent's --metrics-secure port: its Secret (the token) sits beside the
+// PodMonitors, and a ClusterRole lets it get /metrics and nothing else.
+const MetricsReader = "gofit-metrics-reader"
 
 // The webhook's serving certificate: its Secret (the self-managed
 // rotator's and cert-manager's both hold the CA as ca.crt) and the
@@ -85,8 +94,10 @@ var scrapeTargets = []scrapeTarget{
 	{name: "gofit-webhook", namespaces: []string{"gofit-system"}, match: map[string]string{"app.kubernetes.io/name": "gofit-webhook"}, port: "https", scheme: "https",
 		sampleLimit: 2000, labelLimit: 20},
 	// The agent's series grow with the pods on its node.
-	{name: "gofit-node", namespaces: []string{"gofit-node"}, match: map[string]string{"app.kubernetes.io/name": "gofit-node"}, port: "metrics", scheme: "http",
-		sampleLimit: 20000, labelLimit: 20},
+	// It serves --metrics-secure: TLS, and /metrics only to a token the
+	// API server accepts and lets get it.
+	{name: "gofit-node", namespaces: []string{"gofit-node"}, match: map[string]string{"app.kubernetes.io/name": "gofit-node"}, port: "metrics", scheme: "https",
+		sampleLimit: 20000, labelLimit: 20, token: true},
 	// The experiment guard (deploy/webhook/experiments): its looks'
 	// timestamp is what GofitExperimentGuardLooksStale reads.
 	{name: "gofit-experiment-guard", namespaces: []string{"gofit-system"}, match: map[string]string{"app.kubernetes.io/name": "gofit-experiment-guard"}, port: "metrics", scheme: "http",
@@ -98,7 +109,13 @@ var scrapeTargets = []scrapeTarget{
 
 func podMonitor(t scrapeTarget) map[string]any {
 	ep := map[string]any{"port": t.port, "path": "/metrics", "scheme": t.scheme, "interval": "30s"}
-	if t.scheme == "https" {
+	switch {
+	case t.token:
+		// A certificate made at start pins nothing: the token is what
+		// authenticates, and TLS keeps it off the wire.
+		ep["tlsConfig"] = map[string]any{"insecureSkipVerify": true}
+		ep["authorization"] = map[string]any{"type": "Bearer", "credentials": map[string]any{"name": MetricsReader, "key": "token"}}
+	case t.scheme == "https":
 		ep["tlsConfig"] = map[string]any{
 			"ca":         map[string]any{"secret": map[string]any{"name": WebhookTLSSecret, "key": webhookCAKey}},
 			"serverName": WebhookDNS,
@@ -126,6 +143,28 @@ func podMonitor(t scrapeTarget) map[string]any {
 	}
 }
 
+// metricsReader is MetricsReader: a ServiceAccount beside the
+// PodMonitors, its long-lived token Secret (which the Prometheus Operator
+// reads from the monitor's namespace), and a ClusterRole that lets it get
+// /metrics, bound.
+func metricsReader() []any {
+	m := func(kind string) map[string]any {
+		o := map[string]any{"apiVersion": "v1", "kind": kind, "metadata": meta(MetricsReader, nil)}
+		if kind == "ClusterRole" || kind == "ClusterRoleBinding" {
+			o["apiVersion"] = "rbac.authorization.k8s.io/v1"
+			delete(o["metadata"].(map[string]any), "namespace")
+		}
+		return o
+	}
+	sa, secret, role, binding := m("ServiceAccount"), m("Secret"), m("ClusterRole"), m("ClusterRoleBinding")
+	secret["type"] = "kubernetes.io/service-account-token"
+	secret["metadata"].(map[string]any)["annotations"] = map[string]string{"kubernetes.io/service-account.name": MetricsReader}
+	role["rules"] = []any{map[string]any{"nonResourceURLs": []string{"/metrics"}, "verbs": []string{"get"}}}
+	binding["roleRef"] = map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": MetricsReader}
+	binding["subjects"] = []any{map[string]any{"kind": "ServiceAccount", "name": MetricsReader, "namespace": Namespace}}
+	return []any{sa, secret, role, binding}
+}
+
 // scrapeConfig is t as a plain Prometheus scrape config with Kubernetes
 // service discovery, the same relabelling as the operator's.
 func scrapeConfig(t scrapeTarget) map[string]any {
@@ -148,7 +187,13 @@ func scrapeConfig(t scrapeTarget) map[string]any {
 	}
 	c := map[string]any{"job_name": t.name, "scheme": t.scheme, "metrics_path": "/metrics", "kubernetes_sd_configs": []any{sd}, "relabel_configs": rl,
 		"sample_limit": t.sampleLimit, "label_limit": t.labelLimit}
-	if t.scheme == "https" {
+	switch {
+	case t.token:
+		// Prometheus's own ServiceAccount token: its ClusterRole needs get
+		// on /metrics (kube-prometheus's has it).
+		c["tls_config"] = map[string]any{"insecure_skip_verify": true}
+		c["authorization"] = map[string]any{"credentials_file": "/var/run/secrets/kubernetes.io/serviceaccount/token"}
+	case t.scheme == "https":
 		// The CA of the webhook's Secret, mounted where the Prometheus
 		// Operator mounts spec.secrets (docs/monitoring.md).
 		c["tls_config"] = map[string]any{"ca_file": "/etc/prometheus/secrets/" + WebhookTLSSecret + "/" + webhookCAKey, "server_name": WebhookDNS}
@@ -207,6 +252,7 @@ type objectSet struct {
 	groups     []Group
 	rule       map[string]any
 	monitors   []any
+	readers    []any // MetricsReader's account, token and right
 	scrapes    []any
 	dashboards []any             // the ConfigMaps
 	json       map[string][]byte // dashboards/UID.json
@@ -226,6 +272,7 @@ func objects(p Params) (*objectSet, error) {
 		s.monitors = append(s.monitors, podMonitor(t))
 		s.scrapes = append(s.scrapes, scrapeConfig(t))
 	}
+	s.readers = metricsReader()
 	for _, d := range Dashboards(p) {
 		j, err := json.MarshalIndent(d, "", "  ")
 		if err != nil {
@@ -284,6 +331,9 @@ func Files(p Params) (map[string][]byte, error) {
 	if err := put("podmonitors.yaml", s.monitors...); err != nil {
 		return nil, err
 	}
+	if err := put("metrics-reader.yaml", s.readers...); err != nil {
+		return nil, err
+	}
 	if err := put("scrape-configs.yaml", map[string]any{"scrape_configs": s.scrapes}); err != nil {
 		return nil, err
 	}
@@ -295,7 +345,7 @@ func Files(p Params) (map[string][]byte, error) {
 	}
 	if err := put("kustomization.yaml", map[string]any{
 		"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-		"resources": []string{"prometheusrule.yaml", "podmonitors.yaml", "dashboards.yaml"},
+		"resources": []string{"prometheusrule.yaml", "podmonitors.yaml", "metrics-reader.yaml", "dashboards.yaml"},
 	}); err != nil {
 		return nil, err
 	}

@@ -501,8 +501,16 @@ type KubeOptions struct {
 	Namespace      string // "": DefaultNamespace, the one deploy/lab makes
 	NodeSelector   string // k=v,k2=v2
 	AgentNamespace string // "": where deploy/node or the chart runs it
-	Image          string // the gofit image of the load pod and the sample
+	// AgentAccount is the ServiceAccount in Namespace whose short-lived
+	// token (TokenRequest) reads an agent that serves --metrics-secure
+	// ("": DefaultAgentAccount, the one deploy/lab makes).
+	AgentAccount string
+	Image        string // the gofit image of the load pod and the sample
 }
+
+// DefaultAgentAccount is the ServiceAccount deploy/lab makes, bound to
+// read the node agents' /v1/ paths.
+const DefaultAgentAccount = "gofit-lab"
 
 // parseSelector reads k=v,k2=v2 (--node-selector).
 func parseSelector(s string) (map[string]string, error) {

@@ -3,12 +3,14 @@ package lab
 import (
 	"context"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -63,6 +65,10 @@ type loadRequest struct {
 	// /debug/vars), so that what they count is the window's alone, as
 	// the local lab reads its counters around its load.
 	Marks []string `json:"marks,omitempty"`
+	// MarkAuth is the bearer token for each mark ("" none, or fewer
+	// than Marks): the node agent's under --metrics-secure, read over
+	// https only. A trial's own /debug/vars never gets one.
+	MarkAuth []string `json:"mark_auth,omitempty"`
 }
 
 // mark is one of a window's Marks read at its two edges.
@@ -123,6 +129,14 @@ func (q *loadRequest) check() error {
 			return fmt.Errorf("marks[%d]: %w", i, err)
 		}
 	}
+	if len(q.MarkAuth) > len(q.Marks) {
+		return errors.New("mark_auth: more tokens than marks")
+	}
+	for i, tok := range q.MarkAuth {
+		if tok != "" && !strings.HasPrefix(q.Marks[i], "https://") {
+			return fmt.Errorf("mark_auth[%d]: a token goes over https only, and marks[%d] is %s", i, i, q.Marks[i])
+		}
+	}
 	for i, t := range q.Targets {
 		if err := load.CheckURL(t.URL); err != nil {
 			return fmt.Errorf("targets[%d].url: %w", i, err)
@@ -150,7 +164,7 @@ func runLoad(ctx context.Context, q loadRequest) loadReply {
 		}
 	}
 	marks := make([]mark, len(q.Marks))
-	readMarks(ctx, q.Marks, marks, false)
+	readMarks(ctx, q.Marks, q.MarkAuth, marks, false)
 	t0 := time.Now()
 	mix := load.NewMix(ts, q.Seed)
 	var res load.Result
@@ -159,19 +173,29 @@ func runLoad(ctx context.Context, q loadRequest) loadReply {
 	} else {
 		res = ld.Closed(ctx, mix, q.Requests, q.Window, q.Concurrency)
 	}
-	readMarks(ctx, q.Marks, marks, true)
+	readMarks(ctx, q.Marks, q.MarkAuth, marks, true)
 	return loadReply{Result: res, Blocks: res.Blocks, Marks: marks, WindowSeconds: time.Since(t0).Seconds()}
 }
 
-// markClient reads marks: small JSON documents from the pod network.
-var markClient = &http.Client{Timeout: 5 * time.Second}
+// markClient reads marks: small JSON documents from the pod network. The
+// node agent's https serves a certificate it made at start, which
+// nothing can pin: the token it is sent is what authenticates, and TLS
+// keeps it off the wire.
+var markClient = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+	TLSClientConfig: &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}, //nolint:gosec // see above
+}}
 
-// readMarks reads each URL into its mark's start or end, side by side.
-func readMarks(ctx context.Context, urls []string, into []mark, end bool) {
+// readMarks reads each URL (with its token from auth, if any) into its
+// mark's start or end, side by side.
+func readMarks(ctx context.Context, urls, auth []string, into []mark, end bool) {
 	var wg sync.WaitGroup
 	for i, u := range urls {
+		tok := ""
+		if i < len(auth) {
+			tok = auth[i]
+		}
 		wg.Go(func() {
-			b, err := getMark(ctx, u)
+			b, err := getMark(ctx, u, tok)
 			switch {
 			case err != nil && into[i].Error == "":
 				into[i].Error = err.Error()
@@ -185,10 +209,13 @@ func readMarks(ctx context.Context, urls []string, into []mark, end bool) {
 	wg.Wait()
 }
 
-func getMark(ctx context.Context, u string) (json.RawMessage, error) {
+func getMark(ctx context.Context, u, tok string) (json.RawMessage, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, err
+	}
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
 	}
 	resp, err := markClient.Do(req)
 	if err != nil {

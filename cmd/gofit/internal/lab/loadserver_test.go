@@ -2,6 +2,7 @@ package lab
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -133,5 +134,40 @@ func TestServeLoadNeedsToken(t *testing.T) {
 	err := ServeLoad("127.0.0.1:0")
 	if err == nil || !strings.Contains(err.Error(), "$"+LoadTokenEnv) {
 		t.Errorf("ServeLoad with a 5-character token: %v, want an error naming $%s", err, LoadTokenEnv)
+	}
+}
+
+// TestMarksCarryTheAgentsToken: a mark with a token is read with it as a
+// bearer, over https (the agent's self-made certificate accepted), and a
+// mark without one gets none: the trial's own /debug/vars never sees the
+// agent's token. A token for a plain-http mark is refused, naming it.
+func TestMarksCarryTheAgentsToken(t *testing.T) {
+	const tok = "agent-token"
+	var agentAuth, trialAuth atomic.Value
+	agentSrv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		agentAuth.Store(r.Header.Get("Authorization"))
+		io.WriteString(w, `{"cpu":{}}`)
+	}))
+	defer agentSrv.Close()
+	trial := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		trialAuth.Store(r.Header.Get("Authorization"))
+		io.WriteString(w, `{}`)
+	}))
+	defer trial.Close()
+	marks := make([]mark, 2)
+	readMarks(context.Background(), []string{agentSrv.URL + "/v1/pods/x", trial.URL + "/debug/vars"}, []string{tok, ""}, marks, false)
+	if marks[0].Error != "" || marks[1].Error != "" {
+		t.Fatalf("marks: %+v", marks)
+	}
+	if got := agentAuth.Load(); got != "Bearer "+tok {
+		t.Errorf("the agent got Authorization %q, want the token", got)
+	}
+	if got := trialAuth.Load(); got != "" {
+		t.Errorf("the trial got Authorization %q, want none", got)
+	}
+	q := loadRequest{Targets: []wireTarget{{Target: load.Target{Method: "GET", URL: trial.URL}}}, Window: time.Second, Open: true, Rate: 1, InFlight: 1,
+		Marks: []string{trial.URL + "/v1/pods/x"}, MarkAuth: []string{tok}}
+	if err := q.check(); err == nil || !strings.Contains(err.Error(), "mark_auth[0]") {
+		t.Errorf("a token for a plain-http mark: %v, want an error naming mark_auth[0]", err)
 	}
 }

@@ -4,6 +4,7 @@ package lab
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -22,6 +23,7 @@ import (
 	"sync"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -142,9 +144,15 @@ type podRunner struct {
 	agents      map[string]string // node → agent pod name:port
 	agentIP     map[string]string // node → the agent's IP:port on the pod network
 	agentOf     map[string]string // node → the agent's namespace
-	nodes       map[string]agent.NodeInfo
-	used        []string // nodes trials ran on, in order of first use
-	slowest     time.Duration
+	// agentSecure: the node's agent serves --metrics-secure (TLS, and a
+	// token the API server vouches for); agentToken is the run's token
+	// for it, minted once (agentAccount's).
+	agentSecure  map[string]bool
+	agentAccount string
+	agentToken   string
+	nodes        map[string]agent.NodeInfo
+	used         []string // nodes trials ran on, in order of first use
+	slowest      time.Duration
 	// nodeCPUs and nodeAlloc are nodePlan's cpus and alloc (0: the nodes
 	// could not be listed), less the load pod's request where it shares.
 	nodeCPUs  int
@@ -235,7 +243,8 @@ func newPodRunner(ctx context.Context, cfg Config, ko KubeOptions, progress io.W
 		return nil, err
 	}
 	r := &podRunner{cfg: cfg, cs: cs, ns: ns, selector: sel, image: ko.Image, progress: progress,
-		agents: map[string]string{}, agentIP: map[string]string{}, agentOf: map[string]string{}, nodes: map[string]agent.NodeInfo{}}
+		agents: map[string]string{}, agentIP: map[string]string{}, agentOf: map[string]string{}, nodes: map[string]agent.NodeInfo{},
+		agentSecure: map[string]bool{}, agentAccount: cmp.Or(ko.AgentAccount, DefaultAgentAccount)}
 	r.agentNS = defaultAgentNamespaces
 	if ko.AgentNamespace != "" {
 		r.agentNS = []string{ko.AgentNamespace}
@@ -778,12 +787,19 @@ func (r *podRunner) agentFor(ctx context.Context, node string) (ns, pod string, 
 				}
 			}
 			if pod != "" {
+				secure := servesSecure(&p)
+				tok := ""
+				if secure {
+					if tok, err = r.tokenForAgents(ctx); err != nil {
+						return "", "", fmt.Errorf("the gofit node agent %s/%s on %s serves --metrics-secure: %w", ans, p.Name, node, err)
+					}
+				}
 				var info agent.NodeInfo
-				if err := r.proxyJSON(ctx, ans, pod, agent.NodeInfoPath, &info); err != nil {
-					return "", "", fmt.Errorf("the gofit node agent %s/%s on %s: %w (is it this version or later?)", ans, p.Name, node, err)
+				if err := r.proxyJSON(ctx, ans, pod, secure, tok, agent.NodeInfoPath, &info); err != nil {
+					return "", "", fmt.Errorf("the gofit node agent %s/%s on %s: %w (is it this version or later?%s)", ans, p.Name, node, err, forbiddenHint(err, secure, r.ns, r.agentAccount))
 				}
 				r.mu.Lock()
-				r.agents[node], r.agentOf[node], r.nodes[node] = pod, ans, info
+				r.agents[node], r.agentOf[node], r.nodes[node], r.agentSecure[node] = pod, ans, info, secure
 				r.agentIP[node] = net.JoinHostPort(p.Status.PodIP, pod[strings.LastIndexByte(pod, ':')+1:])
 				r.mu.Unlock()
 				return ans, pod, nil
@@ -794,13 +810,59 @@ func (r *podRunner) agentFor(ctx context.Context, node string) (ns, pod string, 
 	return "", "", fmt.Errorf("node %s: --kube reads each trial's cgroup through the gofit node agent on its node, and found none (%s); install it (docs/install.md) or name its namespace with --agent-namespace", node, strings.Join(tried, "; "))
 }
 
-// proxyJSON GETs path from pod (name:port) in ns through the API server.
-func (r *podRunner) proxyJSON(ctx context.Context, ns, pod, path string, v any) error {
-	b, err := r.cs.CoreV1().RESTClient().Get().Namespace(ns).Resource("pods").Name(pod).SubResource("proxy").Suffix(path).DoRaw(ctx)
+// proxyJSON GETs path from pod (name:port) in ns through the API server:
+// over https with tok in agent.TokenHeader to an agent that serves
+// --metrics-secure (the API server keeps the Authorization header).
+func (r *podRunner) proxyJSON(ctx context.Context, ns, pod string, secure bool, tok, path string, v any) error {
+	req := r.cs.CoreV1().RESTClient().Get().Namespace(ns).Resource("pods").SubResource("proxy").Suffix(path)
+	if secure {
+		req = req.Name("https:"+pod).SetHeader(agent.TokenHeader, tok)
+	} else {
+		req = req.Name(pod)
+	}
+	b, err := req.DoRaw(ctx)
 	if err != nil {
 		return fmt.Errorf("GET %s: %w", path, err)
 	}
 	return json.Unmarshal(b, v)
+}
+
+// servesSecure says whether an agent pod runs with --metrics-secure.
+func servesSecure(p *corev1.Pod) bool {
+	for _, c := range p.Spec.Containers {
+		for _, a := range c.Args {
+			if a == "--metrics-secure" || a == "--metrics-secure=true" || a == "-metrics-secure" || a == "-metrics-secure=true" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// tokenForAgents mints, once, a token of the run's ServiceAccount that
+// lasts the study's budget and an hour more: the agents review it
+// (TokenReview) and check its right to get /v1/ (SubjectAccessReview).
+func (r *podRunner) tokenForAgents(ctx context.Context) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.agentToken != "" {
+		return r.agentToken, nil
+	}
+	secs := int64((r.cfg.Budget + time.Hour) / time.Second)
+	tr, err := r.cs.CoreV1().ServiceAccounts(r.ns).CreateToken(ctx, r.agentAccount, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("a token of ServiceAccount %s/%s to read it (--agent-account; deploy/lab makes it and grants create on its serviceaccounts/token): %w", r.ns, r.agentAccount, err)
+	}
+	r.agentToken = tr.Status.Token
+	return r.agentToken, nil
+}
+
+// forbiddenHint names the binding an agent's 403 asks for.
+func forbiddenHint(err error, secure bool, ns, account string) string {
+	if !secure || !apierrors.IsForbidden(err) {
+		return ""
+	}
+	return fmt.Sprintf("; 403 from the agent: ServiceAccount %s/%s needs get on the nonResourceURLs /v1/* (deploy/lab's ClusterRole gofit-lab-agent-reader)", ns, account)
 }
 
 // cgroupOf reads pod's cgroup through its node's agent.
@@ -810,7 +872,10 @@ func (r *podRunner) cgroupOf(ctx context.Context, p *corev1.Pod) (agent.PodCgrou
 	if err != nil {
 		return out, err
 	}
-	err = r.proxyJSON(ctx, ns, ap, agent.PodStatsPath+string(p.UID), &out)
+	r.mu.Lock()
+	secure, tok := r.agentSecure[p.Spec.NodeName], r.agentToken
+	r.mu.Unlock()
+	err = r.proxyJSON(ctx, ns, ap, secure, tok, agent.PodStatsPath+string(p.UID), &out)
 	return out, err
 }
 
@@ -923,13 +988,16 @@ func (r *podRunner) cpu(ctx context.Context, c cpuConfig, mode result.Mode, offe
 		return result.CPUCell{}, err
 	}
 	r.mu.Lock()
-	counters := "http://" + r.agentIP[tp.pod.Spec.NodeName] + agent.PodStatsPath + string(tp.pod.UID)
+	counters, counterAuth := "http://"+r.agentIP[tp.pod.Spec.NodeName]+agent.PodStatsPath+string(tp.pod.UID), ""
+	if r.agentSecure[tp.pod.Spec.NodeName] {
+		counters, counterAuth = "https"+counters[len("http"):], r.agentToken
+	}
 	r.mu.Unlock()
 	// One request: the warm-up and the window on the same connections,
 	// the counters and /debug/vars read by the load pod right at the
 	// window's edges, so no API server round trip falls inside it.
 	q := loadRequest{Targets: tp.mix, Seed: r.cfg.Seed, Open: mode == result.Open, Rate: offered, Window: window, Warmup: r.cfg.Warmup,
-		Concurrency: r.cfg.Concurrency, InFlight: r.cfg.Concurrency, Marks: []string{counters, tp.vars}}
+		Concurrency: r.cfg.Concurrency, InFlight: r.cfg.Concurrency, Marks: []string{counters, tp.vars}, MarkAuth: []string{counterAuth, ""}}
 	if mode == result.Open {
 		q.InFlight = load.MaxOpenInFlight
 	} else {
@@ -1209,7 +1277,7 @@ func (r *podRunner) record(rec *Records) {
 		CPU float64 `json:"cpu_seconds"`
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	if err := r.proxyJSON(ctx, r.ns, r.load.Name+":"+strconv.Itoa(loadPort), loadCPUPath, &gen); err == nil {
+	if err := r.proxyJSON(ctx, r.ns, r.load.Name+":"+strconv.Itoa(loadPort), false, "", loadCPUPath, &gen); err == nil {
 		rec.Lab.GeneratorCPUSeconds = gen.CPU
 	}
 	cancel()

@@ -446,3 +446,22 @@ func TestRunNamespace(t *testing.T) {
 		t.Errorf("--namespace bench: %q", got)
 	}
 }
+
+// TestServesSecure: the lab reads an agent over https with a token when
+// its pod runs --metrics-secure, and over plain http otherwise.
+func TestServesSecure(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"node", "--root=/host", "--metrics-secure"}, true},
+		{[]string{"node", "--metrics-secure=true"}, true},
+		{[]string{"node", "--metrics-secure=false"}, false},
+		{[]string{"node"}, false},
+	} {
+		p := &corev1.Pod{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "agent", Args: c.args}}}}
+		if got := servesSecure(p); got != c.want {
+			t.Errorf("args %q: secure %v, want %v", c.args, got, c.want)
+		}
+	}
+}
