@@ -134,7 +134,10 @@ func TestRealHarmfulArmStopped(t *testing.T) {
 		time.Sleep(interval)
 		r, err := judge.Judge(ctx, run, seq)
 		if err != nil {
-			t.Fatalf("look at %.0fs: %v", time.Since(started).Seconds(), err)
+			// As the guard: a look without data judges nothing (the first
+			// scrapes may not have landed yet).
+			t.Logf("look at %.0fs failed: %v", time.Since(started).Seconds(), err)
+			continue
 		}
 		if r == nil {
 			continue
