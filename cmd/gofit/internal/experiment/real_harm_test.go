@@ -12,13 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/api"
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gofit-dev/gofit/fit"
 	"github.com/gofit-dev/gofit/kube/admission"
-	"github.com/gofit-dev/gofit/kube/admission/admissiontest"
 	"github.com/gofit-dev/gofit/tools/promtest"
 )
 
@@ -55,28 +50,13 @@ func TestRealHarmfulArmStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	exe := promtest.BuildService(t, "../../../..")
-	m := admission.NewMutator(fit.Policy{}, admission.WithArmAssigner(&inTurn{}))
-	var pods []corev1.Pod
+	pods, envs := admitArms(t, spec, perArm*len(exp.Arms), 0.25, memory)
 	var targets []promtest.Target
 	procs := map[string]*promtest.Restarting{}
-	for i := range perArm * len(exp.Arms) {
-		pod := admissiontest.Pod(fmt.Sprintf("guarded-%d", i), corev1.Container{Name: "app", Image: "example.com/service:1",
-			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
-				corev1.ResourceCPU: *resource.NewMilliQuantity(250, resource.DecimalSI), corev1.ResourceMemory: *resource.NewQuantity(memory, resource.BinarySI)}}})
-		pod.Namespace = realNS
-		pod.Annotations = map[string]string{admission.AnnotationExperiment: spec}
-		pod.CreationTimestamp = metav1.Now()
-		res := m.Admit(context.Background(), pod)
-		got := admissiontest.ApplyPatchOps(t, pod, res.Patch)
-		var env []string
-		for _, e := range got.Spec.Containers[0].Env {
-			env = append(env, e.Name+"="+e.Value)
-		}
-		t.Logf("pod %s, arm %s: %v", got.Name, got.Labels[admission.LabelArm], env)
-		procs[got.Name] = promtest.StartRestarting(t, exe, got.Name, promtest.Limits{CPU: 0.25, Period: realPeriod, Weight: realWeight, Memory: memory}, env)
-		targets = append(targets, promtest.Target{Job: got.Name, Addr: procs[got.Name].Addr,
-			Labels: map[string]string{"namespace": realNS, "pod": got.Name, "container": "app"}})
-		pods = append(pods, *got)
+	for i, p := range pods {
+		procs[p.Name] = promtest.StartRestarting(t, exe, p.Name, promtest.Limits{CPU: 0.25, Period: realPeriod, Weight: realWeight, Memory: memory}, envs[i])
+		targets = append(targets, promtest.Target{Job: p.Name, Addr: procs[p.Name].Addr,
+			Labels: map[string]string{"namespace": realNS, "pod": p.Name, "container": "app"}})
 	}
 	// What kube-state-metrics would say of the supervised processes.
 	ksm := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

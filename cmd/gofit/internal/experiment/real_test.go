@@ -67,31 +67,13 @@ func TestRealPrometheusExperiment(t *testing.T) {
 		t.Fatal(err)
 	}
 	exe := promtest.BuildService(t, "../../../..")
-	m := admission.NewMutator(fit.Policy{}, admission.WithArmAssigner(&inTurn{}))
-	var pods []corev1.Pod
+	pods, envs := admitArms(t, spec, realPerArm*len(exp.Arms), realCPU, realMemory)
 	var targets []promtest.Target
 	addrs := map[string]string{}
-	for i := range realPerArm * len(exp.Arms) {
-		pod := admissiontest.Pod(fmt.Sprintf("web-%d", i), corev1.Container{Name: "app", Image: "example.com/service:1",
-			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
-				corev1.ResourceCPU: *resource.NewMilliQuantity(int64(realCPU*1000), resource.DecimalSI), corev1.ResourceMemory: *resource.NewQuantity(realMemory, resource.BinarySI)}}})
-		pod.Namespace = realNS
-		pod.Annotations = map[string]string{admission.AnnotationExperiment: spec}
-		pod.CreationTimestamp = metav1.Now()
-		res := m.Admit(context.Background(), pod)
-		if len(res.Warnings) > 0 {
-			t.Fatalf("admission warnings: %q", res.Warnings)
-		}
-		got := admissiontest.ApplyPatchOps(t, pod, res.Patch)
-		var env []string
-		for _, e := range got.Spec.Containers[0].Env {
-			env = append(env, e.Name+"="+e.Value)
-		}
-		t.Logf("pod %s, arm %s: %v", got.Name, got.Labels[admission.LabelArm], env)
-		addrs[got.Name] = promtest.StartService(t, exe, got.Name, promtest.Limits{CPU: realCPU, Period: realPeriod, Weight: realWeight, Memory: realMemory}, env)
-		targets = append(targets, promtest.Target{Job: got.Name, Addr: addrs[got.Name],
-			Labels: map[string]string{"namespace": realNS, "pod": got.Name, "container": "app"}})
-		pods = append(pods, *got)
+	for i, p := range pods {
+		addrs[p.Name] = promtest.StartService(t, exe, p.Name, promtest.Limits{CPU: realCPU, Period: realPeriod, Weight: realWeight, Memory: realMemory}, envs[i])
+		targets = append(targets, promtest.Target{Job: p.Name, Addr: addrs[p.Name],
+			Labels: map[string]string{"namespace": realNS, "pod": p.Name, "container": "app"}})
 	}
 	prom := promtest.Start(t, bins, promtest.Config{Interval: time.Second, Targets: targets})
 
@@ -217,6 +199,37 @@ func TestRealPrometheusExperiment(t *testing.T) {
 			t.Logf("arm %s: %.1f requests a second per pod of the %d sent: the generator or the arm fell behind", a.Name, got, rate)
 		}
 	}
+}
+
+// admitArms admits n pods of the experiment spec (realNS, one container
+// "app" limited to cpu cores and memory bytes) through the webhook's
+// Mutator, arms given in turn, and returns them with each one's env as
+// the webhook injected it.
+func admitArms(t *testing.T, spec string, n int, cpu float64, memory int64) ([]corev1.Pod, [][]string) {
+	t.Helper()
+	m := admission.NewMutator(fit.Policy{}, admission.WithArmAssigner(&inTurn{}))
+	var pods []corev1.Pod
+	var envs [][]string
+	for i := range n {
+		pod := admissiontest.Pod(fmt.Sprintf("web-%d", i), corev1.Container{Name: "app", Image: "example.com/service:1",
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
+				corev1.ResourceCPU: *resource.NewMilliQuantity(int64(cpu*1000), resource.DecimalSI), corev1.ResourceMemory: *resource.NewQuantity(memory, resource.BinarySI)}}})
+		pod.Namespace = realNS
+		pod.Annotations = map[string]string{admission.AnnotationExperiment: spec}
+		pod.CreationTimestamp = metav1.Now()
+		res := m.Admit(context.Background(), pod)
+		if len(res.Warnings) > 0 {
+			t.Fatalf("admission warnings: %q", res.Warnings)
+		}
+		got := admissiontest.ApplyPatchOps(t, pod, res.Patch)
+		var env []string
+		for _, e := range got.Spec.Containers[0].Env {
+			env = append(env, e.Name+"="+e.Value)
+		}
+		t.Logf("pod %s, arm %s: %v", got.Name, got.Labels[admission.LabelArm], env)
+		pods, envs = append(pods, *got), append(envs, env)
+	}
+	return pods, envs
 }
 
 // disagrees says how verdict v contradicts its own interval, or "".
