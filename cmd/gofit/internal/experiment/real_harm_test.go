@@ -83,9 +83,11 @@ func TestRealHarmfulArmStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	// On any end, a t.Fatal's too: stop the load, then wait for it. (Two
+	// defers would wait first, for a load that never stops: a failed run
+	// hung until go test's timeout killed it, and its cgroups were left.)
+	defer func() { cancel(); wg.Wait() }()
 	for _, p := range procs {
 		wg.Go(func() { pacedGarbage(ctx, "http://"+p.Addr+"/work?n=200&garbage=256", 250*time.Millisecond) })
 	}
