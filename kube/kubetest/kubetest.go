@@ -6,6 +6,7 @@ package kubetest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -117,16 +118,16 @@ func ModuleDir(t testing.TB, module, version string) string {
 	return mod.Dir
 }
 
+// clusterScoped are the kinds CreateFile creates without a namespace.
+var clusterScoped = map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true, "Namespace": true, "CustomResourceDefinition": true,
+	"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true, "MutatingWebhookConfiguration": true, "ValidatingWebhookConfiguration": true}
+
 // CreateFile creates every object of the YAML (or JSON) file path through
 // dyn with opts (a dry run, strict field validation), each in its own
 // namespace or else in ns, and counts them by kind into kinds. resources
 // maps each kind the file may hold to its resource; another kind, or an
 // object that does not decode, fails the test, and a refused create is
 // reported as an error naming the file and the object.
-// clusterScoped are the kinds CreateFile creates without a namespace.
-var clusterScoped = map[string]bool{"ClusterRole": true, "ClusterRoleBinding": true, "Namespace": true, "CustomResourceDefinition": true,
-	"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true, "MutatingWebhookConfiguration": true, "ValidatingWebhookConfiguration": true}
-
 func CreateFile(ctx context.Context, t testing.TB, dyn dynamic.Interface, path, ns string, resources map[string]string, opts metav1.CreateOptions, kinds map[string]int) {
 	t.Helper()
 	f, err := os.Open(path)
@@ -154,13 +155,10 @@ func CreateFile(ctx context.Context, t testing.TB, dyn dynamic.Interface, path, 
 		if !ok {
 			t.Fatalf("%s: %s %s: a kind this test does not know", name, obj.GetKind(), obj.GetName())
 		}
-		var ri dynamic.ResourceInterface = dyn.Resource(gv.WithResource(res))
+		all := dyn.Resource(gv.WithResource(res))
+		var ri dynamic.ResourceInterface = all
 		if !clusterScoped[obj.GetKind()] {
-			on := obj.GetNamespace()
-			if on == "" {
-				on = ns
-			}
-			ri = dyn.Resource(gv.WithResource(res)).Namespace(on)
+			ri = all.Namespace(cmp.Or(obj.GetNamespace(), ns))
 		}
 		if _, err := ri.Create(ctx, &obj, opts); err != nil {
 			t.Errorf("%s: %s %s: %v", name, obj.GetKind(), obj.GetName(), err)

@@ -3,9 +3,7 @@ package promtest
 import (
 	"context"
 	"errors"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -47,10 +45,7 @@ func StartRestarting(t testing.TB, exe, name string, lim Limits, env []string) *
 	t.Helper()
 	g, paths := newGroup(t, lim)
 	addr := freeLocal(t)
-	logf, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	logf := serviceLog(t, name)
 	r := &Restarting{Process: Process{Addr: addr, Cgroups: paths}}
 	ctx, cancel := context.WithCancel(context.Background())
 	var cmd *exec.Cmd // the running one, under r.mu
@@ -60,11 +55,7 @@ func StartRestarting(t testing.TB, exe, name string, lim Limits, env []string) *
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		c := g.Command(exe, "-addr", addr)
-		c.Env = append([]string{"PATH=/usr/bin:/bin", "GOFIT_LOG=warn"}, env...)
-		c.Stdout, c.Stderr = logf, logf
-		c.SysProcAttr.Setpgid = true
-		c.SysProcAttr.Pdeathsig = syscall.SIGKILL
+		c := serviceCommand(g, []string{exe, "-addr", addr}, env, logf)
 		if err := c.Start(); err != nil {
 			return err
 		}
@@ -112,12 +103,7 @@ func StartRestarting(t testing.TB, exe, name string, lim Limits, env []string) *
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		r.mu.Unlock()
 		<-done
-		logf.Close()
-		if t.Failed() {
-			if b, err := os.ReadFile(logf.Name()); err == nil && len(b) > 0 {
-				t.Logf("%s log:\n%s", name, b)
-			}
-		}
+		closeLog(t, name, logf)
 	})
 	waitMetrics(t, name, addr)
 	return r

@@ -87,31 +87,50 @@ func StartCommand(t testing.TB, name string, lim Limits, env []string, argv func
 	t.Helper()
 	g, paths := newGroup(t, lim)
 	addr := freeLocal(t)
-	args := argv(addr)
-	cmd := g.Command(args[0], args[1:]...)
-	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "GOFIT_LOG=warn"}, env...)
-	logf, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr.Setpgid = true
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	logf := serviceLog(t, name)
+	cmd := serviceCommand(g, argv(addr), env, logf)
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
 	t.Cleanup(func() {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		_ = cmd.Wait()
-		logf.Close()
-		if t.Failed() {
-			if b, err := os.ReadFile(logf.Name()); err == nil && len(b) > 0 {
-				t.Logf("%s log:\n%s", name, b)
-			}
-		}
+		closeLog(t, name, logf)
 	})
 	waitMetrics(t, name, addr)
 	return Process{Addr: addr, Cgroups: paths}
+}
+
+// serviceCommand is args in g with exactly env (and PATH), its output
+// into logf, in a process group of its own that dies with the test.
+func serviceCommand(g *manage.Group, args, env []string, logf *os.File) *exec.Cmd {
+	cmd := g.Command(args[0], args[1:]...)
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "GOFIT_LOG=warn"}, env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr.Setpgid = true
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	return cmd
+}
+
+// serviceLog is the file a service's output goes to, in the test's
+// temporary directory.
+func serviceLog(t testing.TB, name string) *os.File {
+	t.Helper()
+	logf, err := os.Create(filepath.Join(t.TempDir(), name+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return logf
+}
+
+// closeLog closes a service's log and shows it when the test failed.
+func closeLog(t testing.TB, name string, logf *os.File) {
+	logf.Close()
+	if t.Failed() {
+		if b, err := os.ReadFile(logf.Name()); err == nil && len(b) > 0 {
+			t.Logf("%s log:\n%s", name, b)
+		}
+	}
 }
 
 // newGroup is a test cgroup with lim, and its paths as the kernel names

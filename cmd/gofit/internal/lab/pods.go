@@ -795,7 +795,7 @@ func (r *podRunner) agentFor(ctx context.Context, node string) (ns, pod string, 
 					}
 				}
 				var info agent.NodeInfo
-				if err := r.proxyJSON(ctx, ans, pod, secure, tok, agent.NodeInfoPath, &info); err != nil {
+				if err := r.proxyJSON(ctx, ans, pod, tok, agent.NodeInfoPath, &info); err != nil {
 					return "", "", fmt.Errorf("the gofit node agent %s/%s on %s: %w (is it this version or later?%s)", ans, p.Name, node, err, forbiddenHint(err, secure, r.ns, r.agentAccount))
 				}
 				r.mu.Lock()
@@ -810,12 +810,12 @@ func (r *podRunner) agentFor(ctx context.Context, node string) (ns, pod string, 
 	return "", "", fmt.Errorf("node %s: --kube reads each trial's cgroup through the gofit node agent on its node, and found none (%s); install it (docs/install.md) or name its namespace with --agent-namespace", node, strings.Join(tried, "; "))
 }
 
-// proxyJSON GETs path from pod (name:port) in ns through the API server:
-// over https with tok in agent.TokenHeader to an agent that serves
-// --metrics-secure (the API server keeps the Authorization header).
-func (r *podRunner) proxyJSON(ctx context.Context, ns, pod string, secure bool, tok, path string, v any) error {
+// proxyJSON GETs path from pod (name:port) in ns through the API server;
+// with a token, over https with it in agent.TokenHeader, to an agent that
+// serves --metrics-secure (the API server keeps the Authorization header).
+func (r *podRunner) proxyJSON(ctx context.Context, ns, pod, tok, path string, v any) error {
 	req := r.cs.CoreV1().RESTClient().Get().Namespace(ns).Resource("pods").SubResource("proxy").Suffix(path)
-	if secure {
+	if tok != "" {
 		req = req.Name("https:"+pod).SetHeader(agent.TokenHeader, tok)
 	} else {
 		req = req.Name(pod)
@@ -873,9 +873,12 @@ func (r *podRunner) cgroupOf(ctx context.Context, p *corev1.Pod) (agent.PodCgrou
 		return out, err
 	}
 	r.mu.Lock()
-	secure, tok := r.agentSecure[p.Spec.NodeName], r.agentToken
+	tok := ""
+	if r.agentSecure[p.Spec.NodeName] {
+		tok = r.agentToken
+	}
 	r.mu.Unlock()
-	err = r.proxyJSON(ctx, ns, ap, secure, tok, agent.PodStatsPath+string(p.UID), &out)
+	err = r.proxyJSON(ctx, ns, ap, tok, agent.PodStatsPath+string(p.UID), &out)
 	return out, err
 }
 
@@ -1277,7 +1280,7 @@ func (r *podRunner) record(rec *Records) {
 		CPU float64 `json:"cpu_seconds"`
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	if err := r.proxyJSON(ctx, r.ns, r.load.Name+":"+strconv.Itoa(loadPort), false, "", loadCPUPath, &gen); err == nil {
+	if err := r.proxyJSON(ctx, r.ns, r.load.Name+":"+strconv.Itoa(loadPort), "", loadCPUPath, &gen); err == nil {
 		rec.Lab.GeneratorCPUSeconds = gen.CPU
 	}
 	cancel()
