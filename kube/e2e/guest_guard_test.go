@@ -159,20 +159,22 @@ func (g *guestRun) experimentGuard(t *testing.T) {
 	for _, p := range append(append([]corev1.Pod(nil), guarded...), aa...) {
 		targets = append(targets, promtest.Target{Job: "service", Addr: p.Status.PodIP + ":8080",
 			Labels: map[string]string{"namespace": p.Namespace, "pod": p.Name, "container": "service"}})
-		// Requests (the latency histogram) that leave 256 KiB of garbage
+		// Requests (the latency histogram) that leave 1 MiB of garbage
 		// each, and reads of /metrics, which allocate about 150 KiB:
-		// about 1.3 MB/s, so without a GC the heap reaches the limit
-		// about 20 s after each start. With the crash loop's back-off
-		// (10, 20, 40 s) an arm of 3 pods then restarts about 9 times in
-		// the 2 minutes after its first restart: a count test at 5%
-		// that allows the arm 1.5x the control's rate needs 7 or more
-		// against none (docs/results/experiment.md), which 2 pods
-		// reading only /metrics gave in 5 to 6 minutes (issue 57).
+		// about 4.3 MB/s, so without a GC the heap reaches the 32Mi
+		// limit a few seconds after each start. The count tests need 9
+		// restarts against none at 3 pods a side (a weight of 0.35 on
+		// restarts, 0.05 on OOM kills), and the crash loop's back-off
+		// (10, 20, 40 s) allows each pod its third restart about a
+		// minute and a half after its first, if a life is short: at
+		// 256 KiB a request a life under TCG took about 60 s, and the
+		// 9th restart came 157 to 189 s after the first, over issue
+		// 57's 3 minutes in CI (2026-12-06).
 		// Paced, not closed loops: six pods each running flat out at
 		// their limits starved the guest's kubelet until the node went
 		// NotReady and every pod, the controls too, failed its probes
 		// (2026-11-28).
-		pacedLoad(loadCtx, &wg, "http://"+p.Status.PodIP+":8080/work?n=200&garbage=256", 250*time.Millisecond)
+		pacedLoad(loadCtx, &wg, "http://"+p.Status.PodIP+":8080/work?n=200&garbage=1024", 250*time.Millisecond)
 		pacedLoad(loadCtx, &wg, "http://"+p.Status.PodIP+":8080/metrics", 500*time.Millisecond)
 	}
 	prom := promtest.Start(t, promtest.Binaries{Prometheus: "/mnt/prometheus/prometheus"}, promtest.Config{
