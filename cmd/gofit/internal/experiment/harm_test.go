@@ -209,18 +209,20 @@ func crashLoopShape(pods int, growth float64) (Input, time.Time) {
 // TestGuardStopsTheStepsCrashLoopInTime: issue 57 asks the node's step to
 // stop nogc within 3 minutes of its first restart. The guard sees a
 // restart about 45 s late (kube-state-metrics' scrape, the 15 s window,
-// a look every 15 s), so the harm must cross within 135 s of it. With 3
-// pods an arm whose heaps reach the limit 20 s after each start (the
-// step's load since this test), it does. With 2 pods reaching it a
-// minute after each start (the step's load before, which took 315-363 s
-// on the node), no valid test could: the count tests need 7 or more
-// restarts against none, and the back-off spaces them out.
+// a look every 15 s), so the harm must cross within 135 s of it. The
+// guard needs 9 restarts against none, and the back-off spaces each
+// pod's out (10, 20, 40 s): with 5 pods an arm whose lives last 30 s
+// (the step's since 2026-12-06) it crosses in the arm's second round,
+// 60 s after the first restart; with 3 pods it needs every pod's third,
+// 85-105 s after (the node took 108-189 s, once over 3 minutes in CI);
+// with 2 pods whose heaps took a minute to fill (the step's first load,
+// 315-363 s on the node) no valid test could.
 func TestGuardStopsTheStepsCrashLoopInTime(t *testing.T) {
 	for _, tc := range []struct {
 		pods   int
 		growth float64
 		within time.Duration // 0: only say when
-	}{{3, 20, 135 * time.Second}, {2, 20, 0}, {2, 60, 0}} {
+	}{{5, 30, 135 * time.Second}, {3, 20, 135 * time.Second}, {3, 30, 0}, {2, 20, 0}, {2, 60, 0}} {
 		in, first := crashLoopShape(tc.pods, tc.growth)
 		in.Seq, in.VerdictsOnly, in.Resamples = guardSeq(t), true, 200
 		r, err := Analyze(in)
