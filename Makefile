@@ -2,7 +2,7 @@
 GO ?= go
 FUZZTIME ?= 20s
 
-.PHONY: build build-nokube image e2e test test-v2 qos-v2 bench fuzz lab vet test-go-min test-race tidy-check check lab-services lab-real groundtruth vpa-golden
+.PHONY: build build-nokube image e2e test test-v2 qos-v2 bench fuzz lab vet test-go-min test-race tidy-check check lab-services lab-real groundtruth fleet-scale vpa-golden
 
 # The version and commit gofit reports (gofit version, the log's first
 # line, gofit_build_info): make release sets VERSION.
@@ -135,9 +135,10 @@ tidy-check:
 	cd kube && GOWORK=off $(GO) mod tidy -diff
 	cd tools && GOWORK=off $(GO) mod tidy -diff
 	cd tools/vpapeer && GOWORK=off $(GO) mod tidy -diff
+	cd tools/fleetscale && GOWORK=off $(GO) mod tidy -diff
 
 bench:
-	$(GO) test -run '^$$' -bench . -skip FleetGroundTruth -benchmem work
+	$(GO) test -run '^$$' -bench . -skip 'FleetGroundTruth|FleetPrometheus' -benchmem work
 
 # VPA's targets from VPA's own recommender code for gofit fleet's VPA
 # scenarios (its own module, outside go.work: it needs k8s.io v0.37).
@@ -151,6 +152,12 @@ vpa-golden:
 # saw, with a real cAdvisor and Prometheus. About 90 minutes, as root.
 groundtruth:
 	cd tools && $(GO) test -count=1 -run '^$$' -bench FleetGroundTruth -benchtime 1x -timeout 150m -v ./groundtruth
+
+# gofit fleet against a real Prometheus holding 5,000 Go containers over 7
+# days (tools/fleetscale writes the TSDB once, ~1.5 GB under ~/.cache/gofit;
+# docs/results/fleet.md). GOFIT_FLEETSCALE_CONTAINERS=N for another size.
+fleet-scale:
+	cd tools && $(GO) test -count=1 -run '^$$' -bench FleetPrometheus -benchtime 1x -timeout 90m -v ./groundtruth
 
 # Run every fuzz target for FUZZTIME each (go test -fuzz takes one target at a time).
 # check counts executions instead of seconds: Go 1.26's fuzz coordinator

@@ -103,7 +103,7 @@ func (g *guestRun) experimentGuard(t *testing.T) {
 			t.Fatalf("pods by experiment/arm %v: want 5 in each of guarded's arms and 2 in each of aa's", arms)
 		}
 	}
-	phase(fmt.Sprintf("10 pods with their arms %v", arms))
+	phase(fmt.Sprintf("14 pods with their arms %v", arms))
 
 	// nogc's first restart, as its pods' statuses say: the first
 	// termination's end, read while a container has restarted once (a

@@ -154,6 +154,12 @@ type Config struct {
 	// Host is the address to serve on, on a free port (default
 	// 127.0.0.1; a node's address for clients in pods).
 	Host string
+	// DataDir, when set, is the TSDB to serve (blocks written
+	// beforehand); the server writes its head and compactions there.
+	// Default: a new one in the test's temporary directory.
+	DataDir string
+	// Args are more flags for the server (retention, query limits).
+	Args []string
 }
 
 // Server is a running Prometheus.
@@ -167,6 +173,9 @@ type Server struct {
 	Stop func()
 	cmd  *exec.Cmd
 }
+
+// PID is the server's process, for its resource use.
+func (s *Server) PID() int { return s.cmd.Process.Pid }
 
 // Start runs Prometheus with cfg until the test ends, and waits until it
 // is ready. Its data and log stay in the test's temporary directory; the
@@ -189,12 +198,16 @@ func Start(t testing.TB, b Binaries, cfg Config) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(b.Prometheus,
-		"--config.file="+conf,
-		"--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr,
+	data := cfg.DataDir
+	if data == "" {
+		data = filepath.Join(dir, "data")
+	}
+	cmd := exec.Command(b.Prometheus, append([]string{
+		"--config.file=" + conf,
+		"--storage.tsdb.path=" + data,
+		"--web.listen-address=" + addr,
 		"--log.level=warn",
-	)
+	}, cfg.Args...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
