@@ -160,6 +160,9 @@ type Config struct {
 	DataDir string
 	// Args are more flags for the server (retention, query limits).
 	Args []string
+	// QueryLog, when set, is a file the server logs every query to,
+	// with its timings (Prometheus's query_log_file).
+	QueryLog string
 }
 
 // Server is a running Prometheus.
@@ -286,6 +289,9 @@ func configYAML(cfg Config) string {
 	var b strings.Builder
 	iv := strconv.Quote(cfg.Interval.String())
 	fmt.Fprintf(&b, "global:\n  scrape_interval: %s\n  scrape_timeout: %s\n  evaluation_interval: %s\n", iv, iv, iv)
+	if cfg.QueryLog != "" {
+		fmt.Fprintf(&b, "  query_log_file: %s\n", strconv.Quote(cfg.QueryLog))
+	}
 	if len(cfg.RuleFiles) > 0 {
 		b.WriteString("rule_files:\n")
 		for _, f := range cfg.RuleFiles {
