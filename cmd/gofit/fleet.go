@@ -53,6 +53,7 @@ func runFleet(args []string, stdout, stderr io.Writer) error {
 	cluster := fs.String("cluster", "", "only series whose cluster label is `NAME` (Thanos, Mimir)")
 	clusterLabel := fs.String("cluster-label", "cluster", "the `LABEL` that names the cluster")
 	maxContainers := fs.Int("max-containers", 10000, "refuse to read more than `N` Go containers")
+	concurrency := fs.Int("prometheus-concurrency", 2, "range queries in flight at once (`N`, 1 to 16): Prometheus evaluates each on one core")
 	fs.Var(promDuration{&minSpan}, "min-span", "the least `DURATION` of history a figure rests on")
 	minSamples := fs.Int("min-samples", 60, "the least samples (pod-steps) a figure rests on")
 	cpuReqQ := fs.Float64("cpu-request-percentile", 0.95, "the CPU request covers this `QUANTILE` of CPU demand over pod-steps")
@@ -84,6 +85,8 @@ func runFleet(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: --since %v at --step %v is %d steps: want at most 100000 (raise --step)", errUsage, model.Duration(since), model.Duration(step), since/step)
 	case *maxContainers < 1:
 		return fmt.Errorf("%w: --max-containers %d: want at least 1", errUsage, *maxContainers)
+	case *concurrency < 1 || *concurrency > 16:
+		return fmt.Errorf("%w: --prometheus-concurrency %d: want 1 to 16", errUsage, *concurrency)
 	case *minSamples < 1:
 		return fmt.Errorf("%w: --min-samples %d: want at least 1", errUsage, *minSamples)
 	}
@@ -134,7 +137,9 @@ func runFleet(args []string, stdout, stderr io.Writer) error {
 	defer stop()
 	in, err := fleet.Fetch(ctx, pc, fleet.Query{
 		From: to.Add(-since), To: to, Step: step, Namespace: *ns, Selector: *selector, Cluster: *cluster,
-		ClusterLabel: *clusterLabel, MaxContainers: *maxContainers, Found: fitHeap, CPUBurst: *cpuLimit == fleet.CPULimitBurst,
+		ClusterLabel: *clusterLabel, MaxContainers: *maxContainers, Concurrency: *concurrency,
+		Found:    func(containers, steps int) { fitHeap(containers, steps, *concurrency) },
+		CPUBurst: *cpuLimit == fleet.CPULimitBurst,
 	})
 	if err != nil {
 		return err
@@ -177,11 +182,11 @@ func runFleet(args []string, stdout, stderr io.Writer) error {
 // (fleet.HeapGoal), unless GOMEMLIMIT says otherwise or a lower limit is
 // already set (gofit's own fit, in a container): the tool fits itself,
 // as it asks of the services it reads.
-func fitHeap(containers, steps int) {
+func fitHeap(containers, steps, inFlight int) {
 	if os.Getenv("GOMEMLIMIT") != "" {
 		return
 	}
-	if goal := fleet.HeapGoal(containers, steps); goal < debug.SetMemoryLimit(-1) {
+	if goal := fleet.HeapGoal(containers, steps, inFlight); goal < debug.SetMemoryLimit(-1) {
 		debug.SetMemoryLimit(goal)
 	}
 }

@@ -32,6 +32,8 @@ func TestFleetFlagErrors(t *testing.T) {
 		{[]string{"--prometheus", "http://p", "--cpu-request-percentile", "95"}, "--cpu-request-percentile 95: want more than 0 and at most 1"},
 		{[]string{"--prometheus", "http://p", "--cpu-limit-percentile", "0.9", "--cpu-request-percentile", "0.95"}, "--cpu-limit-percentile 0.9: want at least --cpu-request-percentile 0.95"},
 		{[]string{"--prometheus", "http://p", "--cpu-limit", "spiky"}, `--cpu-limit "spiky": want percentile, burst, none or keep`},
+		{[]string{"--prometheus", "http://p", "--prometheus-concurrency", "0"}, "--prometheus-concurrency 0: want 1 to 16"},
+		{[]string{"--prometheus", "http://p", "--prometheus-concurrency", "64"}, "--prometheus-concurrency 64: want 1 to 16"},
 	} {
 		var o, e bytes.Buffer
 		code := Main(append([]string{"fleet"}, tc.args...), &o, &e)

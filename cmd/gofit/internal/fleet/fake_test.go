@@ -7,6 +7,7 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -37,6 +38,11 @@ type fakeProm struct {
 	queries        atomic.Int64
 	mu             sync.Mutex
 	seen           []string
+	// hold keeps each range query open that long; inFlight and most
+	// count them; failRange fails the range queries that contain it.
+	hold           time.Duration
+	inFlight, most atomic.Int64
+	failRange      string
 }
 
 func (f *fakeProm) labels(i int) string {
@@ -88,6 +94,16 @@ func (f *fakeProm) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	bw := bufio.NewWriterSize(w, 1<<16)
 	defer bw.Flush()
 	if strings.HasSuffix(r.URL.Path, "/query_range") {
+		n := f.inFlight.Add(1)
+		defer f.inFlight.Add(-1)
+		for m := f.most.Load(); n > m && !f.most.CompareAndSwap(m, n); m = f.most.Load() {
+		}
+		time.Sleep(f.hold)
+		if f.failRange != "" && strings.Contains(q, f.failRange) {
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			bw.WriteString(`{"status":"error","errorType":"execution","error":"query processing would load too many samples into memory"}`)
+			return
+		}
 		f.rangeAnswer(bw, q, r.Form)
 		return
 	}
@@ -252,8 +268,11 @@ func TestFetchFake(t *testing.T) {
 	}
 	// 5,000 containers over 7 days at 5-minute steps: their 8 series
 	// (323 MB) and a quarter more, and 64 MiB: about 450 MiB.
-	if g := HeapGoal(5000, 2016); g < 430<<20 || g > 470<<20 {
-		t.Errorf("HeapGoal(5000, 2016) = %d MiB, want about 450", g>>20)
+	if g := HeapGoal(5000, 2016, 1); g < 430<<20 || g > 470<<20 {
+		t.Errorf("HeapGoal(5000, 2016, 1) = %d MiB, want about 450", g>>20)
+	}
+	if g, g1 := HeapGoal(5000, 2016, 2), HeapGoal(5000, 2016, 1); g-g1 != 64<<20 {
+		t.Errorf("HeapGoal with 2 chunks in flight = %d MiB, want 64 MiB more than with one (%d MiB)", g>>20, g1>>20)
 	}
 	if in.NonGo != 4 || len(in.Groups) != 3 {
 		t.Fatalf("non-Go %d, groups %d: %+v", in.NonGo, len(in.Groups), in.Sources)
@@ -290,6 +309,37 @@ func TestFetchFake(t *testing.T) {
 // kube_pod_created, and what could not be read is counted and said:
 // series without a container label, and GOGC, GOMEMLIMIT and GOMAXPROCS
 // where client_golang before v1.20 does not export them.
+// TestFetchConcurrent: range queries in flight at once read exactly what
+// one at a time reads, no more than Concurrency of them are open, and a
+// failed one fails the fetch with its own error, not the others'
+// cancellation.
+func TestFetchConcurrent(t *testing.T) {
+	end := time.Date(2026, 11, 8, 0, 0, 0, 0, time.UTC)
+	q := Query{From: end.Add(-3 * 24 * time.Hour), To: end, Step: 10 * time.Minute}
+	var got [2]Input
+	for k, c := range []int{1, 4} {
+		f := &fakeProm{n: 12, nonGo: 2, hold: 30 * time.Millisecond}
+		q.Concurrency = c
+		in, err := Fetch(context.Background(), fakeAPI(t, f), q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := f.most.Load(); m > int64(c) || (c > 1 && m < 2) {
+			t.Errorf("Concurrency %d: %d range queries in flight at most", c, m)
+		}
+		got[k] = in
+	}
+	if !reflect.DeepEqual(got[0], got[1]) {
+		t.Errorf("4 range queries at once read otherwise than one at a time:\n%+v\n%+v", got[1].Sources, got[0].Sources)
+	}
+	f := &fakeProm{n: 12, nonGo: 2, hold: 30 * time.Millisecond, failRange: "go_gc_heap_live_bytes"}
+	q.Concurrency = 4
+	_, err := Fetch(context.Background(), fakeAPI(t, f), q)
+	if err == nil || !strings.Contains(err.Error(), "go_gc_heap_live_bytes") || !strings.Contains(err.Error(), "too many samples") {
+		t.Errorf("a failed range query among 4: %v, want its own query and the server's reason", err)
+	}
+}
+
 func TestFetchCoverage(t *testing.T) {
 	f := &fakeProm{n: 6, nonGo: 4, cron: true, hpa: false, old: true, noContainer: 3}
 	end := time.Date(2026, 11, 8, 0, 0, 0, 0, time.UTC)
@@ -390,7 +440,7 @@ func BenchmarkFleet5000(b *testing.B) {
 		// As gofit fleet does: a soft memory limit of what the series need.
 		old := debug.SetMemoryLimit(-1)
 		in, err := Fetch(context.Background(), prom, Query{From: end.Add(-7 * 24 * time.Hour), To: end, Step: 5 * time.Minute,
-			Found: func(n, steps int) { debug.SetMemoryLimit(HeapGoal(n, steps)) }})
+			Found: func(n, steps int) { debug.SetMemoryLimit(HeapGoal(n, steps, 1)) }})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/api"
@@ -37,6 +38,11 @@ type Query struct {
 	// many steps each series has, before any series is read: gofit fleet
 	// bounds its own heap by HeapGoal of them.
 	Found func(containers, steps int)
+	// Concurrency is how many range queries are in flight at once
+	// (default 1). Prometheus evaluates a query on one core, so a server
+	// with cores to spare answers a fleet's week sooner; each query in
+	// flight holds a chunk's answer here (HeapGoal counts them).
+	Concurrency int
 	// CPUBurst also reads each step's highest 1-minute CPU rate
 	// (Pod.CPUPeak) for --cpu-limit burst: a subquery at BurstResolution,
 	// which costs the server more than the step's mean.
@@ -58,14 +64,15 @@ const seriesKinds = 8
 
 // HeapGoal is the heap Fetch and Analyze need for containers' series of
 // steps steps: the series themselves (a float32 a step) with a quarter
-// more, and 64 MiB for one chunk's answer and the analysis. As a soft
+// more, and 64 MiB for each chunk's answer in flight (inFlight, at least
+// one) and the analysis. As a soft
 // memory limit it keeps the collector from letting the heap run to
 // twice what is live (GOGC=100): for 5,000 containers over 7 days at
 // 5-minute steps, about 450 MiB (with 7 series, 400 MiB where the heap
 // had peaked at 773 MiB).
-func HeapGoal(containers, steps int) int64 {
+func HeapGoal(containers, steps, inFlight int) int64 {
 	series := int64(containers) * seriesKinds * int64(steps) * 4
-	return series + series/4 + 64<<20
+	return series + series/4 + int64(max(1, inFlight))*64<<20
 }
 
 // ErrTooMany is returned when more containers match than MaxContainers.
@@ -118,6 +125,7 @@ type fetcher struct {
 	by      string // the container key's labels
 	filter  string // `and on (…) …`: Go containers (of the selected pods)
 	steps   int
+	mu      sync.Mutex // notes and queries, from concurrent range reads
 	notes   []string
 	queries int
 }
@@ -138,14 +146,14 @@ func (f *fetcher) keyOf(m model.Metric) key {
 }
 
 func (f *fetcher) instant(query string) (model.Vector, error) {
+	f.mu.Lock()
 	f.queries++
+	f.mu.Unlock()
 	v, warns, err := f.prom.Query(f.ctx, query, f.q.To)
 	if err != nil {
 		return nil, fmt.Errorf("prometheus query %s: %w", query, err)
 	}
-	for _, w := range warns {
-		f.notes = append(f.notes, fmt.Sprintf("prometheus: %s (query %s)", w, query))
-	}
+	f.note(warns, query)
 	vec, ok := v.(model.Vector)
 	if !ok {
 		return nil, fmt.Errorf("prometheus query %s: got %s, want a vector", query, v.Type())
@@ -156,13 +164,30 @@ func (f *fetcher) instant(query string) (model.Vector, error) {
 // ranged runs query over the window in chunks, handing each series'
 // points (step index, value) to put.
 func (f *fetcher) ranged(query string, put func(m model.Metric, i int, v float64)) (int, error) {
+	return f.rangedCtx(f.ctx, query, put)
+}
+
+// note keeps the server's warnings about a query.
+func (f *fetcher) note(warns []string, query string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, w := range warns {
+		f.notes = append(f.notes, fmt.Sprintf("prometheus: %s (query %s)", w, query))
+	}
+}
+
+// rangedCtx is ranged under ctx; several may run at once, each handing
+// points to its own put.
+func (f *fetcher) rangedCtx(ctx context.Context, query string, put func(m model.Metric, i int, v float64)) (int, error) {
 	n := 0
 	for c := 0; c < f.steps; c += f.q.ChunkSteps {
 		last := min(c+f.q.ChunkSteps, f.steps) - 1
 		r := v1.Range{Start: f.q.From.Add(time.Duration(c+1) * f.q.Step), End: f.q.From.Add(time.Duration(last+1) * f.q.Step), Step: f.q.Step}
+		f.mu.Lock()
 		f.queries++
+		f.mu.Unlock()
 		from := float64(f.q.From.UnixMilli()) / 1e3
-		warns, err := queryRange(f.ctx, f.raw, query, r.Start, r.End, r.Step, func(m model.Metric, t, v float64) {
+		warns, err := queryRange(ctx, f.raw, query, r.Start, r.End, r.Step, func(m model.Metric, t, v float64) {
 			i := int(math.Round((t-from)/f.q.Step.Seconds())) - 1
 			if i >= 0 && i < f.steps && !math.IsNaN(v) {
 				put(m, i, v)
@@ -172,9 +197,7 @@ func (f *fetcher) ranged(query string, put func(m model.Metric, i int, v float64
 		if err != nil {
 			return n, fmt.Errorf("prometheus query %s: %w", query, err)
 		}
-		for _, w := range warns {
-			f.notes = append(f.notes, fmt.Sprintf("prometheus: %s (query %s)", w, query))
-		}
+		f.note(warns, query)
 	}
 	return n, nil
 }
@@ -199,6 +222,7 @@ func Fetch(ctx context.Context, c api.Client, q Query) (Input, error) {
 	if q.MaxContainers <= 0 {
 		q.MaxContainers = 10000
 	}
+	q.Concurrency = max(1, q.Concurrency)
 	steps := int(q.To.Sub(q.From) / q.Step)
 	if steps < 1 {
 		return Input{}, fmt.Errorf("span %v is shorter than one step of %v", q.To.Sub(q.From), q.Step)
@@ -439,7 +463,7 @@ func Fetch(ctx context.Context, c api.Client, q Query) (Input, error) {
 	over := func(fn, metric, extra string) string {
 		return fmt.Sprintf(`max by (%s) (%s(%s%s[%s]))%s`, f.by, fn, metric, f.m(extra), step, f.filter)
 	}
-	for _, r := range []rq{
+	series := []rq{
 		{"cpu", "container_cpu_usage_seconds_total (cAdvisor)", rate("container_cpu_usage_seconds_total", cadvisor), func(p *Pod) *[]float32 { return &p.CPU }},
 		{"throttling", "container_cpu_cfs_throttled_periods_total ÷ container_cpu_cfs_periods_total (cAdvisor)",
 			fmt.Sprintf(`sum by (%[1]s) (increase(container_cpu_cfs_throttled_periods_total%[2]s[%[3]s])) / sum by (%[1]s) (increase(container_cpu_cfs_periods_total%[2]s[%[3]s]))%[4]s`, f.by, f.m(cadvisor), step, f.filter),
@@ -452,18 +476,47 @@ func Fetch(ctx context.Context, c api.Client, q Query) (Input, error) {
 		{"heap_goal", "go_memstats_next_gc_bytes, the step's peak", over("max_over_time", "go_memstats_next_gc_bytes", ""), func(p *Pod) *[]float32 { return &p.HeapGoal }},
 		{"live_heap", "go_gc_heap_live_bytes, the step's peak", over("max_over_time", "go_gc_heap_live_bytes", ""), func(p *Pod) *[]float32 { return &p.LiveHeap }},
 		{"gc", "go_cpu_classes_gc_total_cpu_seconds_total", rate("go_cpu_classes_gc_total_cpu_seconds_total", ""), func(p *Pod) *[]float32 { return &p.GC }},
-	} {
-		slot := r.slot
-		n, err := f.ranged(r.query, func(m model.Metric, i int, v float64) {
-			if p := pods[f.keyOf(m)]; p != nil {
-				set(slot(p), steps, i, v)
+	}
+	// The range reads, Concurrency at a time: each fills its own slot of
+	// every pod, so they share nothing but the pods' index; the first
+	// error cancels the rest.
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	found := make([]int, len(series))
+	errs := make([]error, len(series))
+	sem := make(chan struct{}, q.Concurrency)
+	var wg sync.WaitGroup
+	for k, r := range series {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			slot := r.slot
+			found[k], errs[k] = f.rangedCtx(rctx, r.query, func(m model.Metric, i int, v float64) {
+				if p := pods[f.keyOf(m)]; p != nil {
+					set(slot(p), steps, i, v)
+				}
+			})
+			if errs[k] != nil {
+				cancel()
 			}
 		})
-		if err != nil {
+	}
+	wg.Wait()
+	// A query's own error, not the cancellation it caused in the others.
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, context.Canceled) {
 			return Input{}, err
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		return Input{}, err
+	}
+	for k, r := range series {
+		if errs[k] != nil {
+			return Input{}, errs[k]
+		}
 		in.Sources[r.what] = r.source
-		if n == 0 {
+		if found[k] == 0 {
 			in.Sources[r.what] = "none found"
 		}
 	}
