@@ -24,7 +24,7 @@ import (
 // catches a broken interval without failing on the luck of the seeds.
 func TestAAFalseVerdictRate(t *testing.T) {
 	if testing.Short() {
-		t.Skip("skipping in -short: 100 simulated analyses (18 s; minutes under -race); make test runs them")
+		t.Skip("skipping in -short: 140 simulated analyses (about 50 s on 2 cores; minutes under -race); make test runs them")
 	}
 	analyses := 100
 	if v, err := strconv.Atoi(os.Getenv("GOFIT_AA_ANALYSES")); err == nil && v >= 20 {
@@ -32,7 +32,11 @@ func TestAAFalseVerdictRate(t *testing.T) {
 	}
 	false_ := map[string]int{}
 	power := map[string]int{}
-	for s := range analyses {
+	// The analyses are independent, each with its own seeds: on every
+	// core at once (100 s one at a time in make test, 2026-12-06), and
+	// counted in order afterwards.
+	results, errs := make([]*Results, analyses), make([]error, analyses)
+	parallel(analyses, func(s int) {
 		rng := rand.New(rand.NewSource(int64(1000 + s)))
 		in := synth(rng, 60, []arm{
 			{name: "a", latency: 1, cpu: 1, oomInWindow: -1, pods: aaPods, podSpread: aaPodSpread},
@@ -40,9 +44,11 @@ func TestAAFalseVerdictRate(t *testing.T) {
 			{name: "slower", latency: 1.2, cpu: 1.15, oomInWindow: -1, pods: aaPods, podSpread: aaPodSpread},
 		})
 		in.Seed = int64(s)
-		r, err := Analyze(in)
-		if err != nil {
-			t.Fatal(err)
+		results[s], errs[s] = Analyze(in)
+	})
+	for s, r := range results {
+		if errs[s] != nil {
+			t.Fatal(errs[s])
 		}
 		for _, v := range r.Verdicts {
 			switch {
@@ -85,16 +91,19 @@ func TestAAFalseVerdictRate(t *testing.T) {
 	// (stats.PairedUnits) must hold the error (without it: 14-23%).
 	const fewAnalyses = 40
 	few := map[string]int{}
-	for s := range fewAnalyses {
+	results, errs = make([]*Results, fewAnalyses), make([]error, fewAnalyses)
+	parallel(fewAnalyses, func(s int) {
 		rng := rand.New(rand.NewSource(int64(5000 + s)))
 		in := synth(rng, 60, []arm{
 			{name: "a", latency: 1, cpu: 1, oomInWindow: -1, pods: 2, podSpread: aaPodSpread},
 			{name: "a-again", latency: 1, cpu: 1, oomInWindow: -1, pods: 2, podSpread: aaPodSpread},
 		})
 		in.Seed = int64(s)
-		r, err := Analyze(in)
-		if err != nil {
-			t.Fatal(err)
+		results[s], errs[s] = Analyze(in)
+	})
+	for s, r := range results {
+		if errs[s] != nil {
+			t.Fatal(errs[s])
 		}
 		for _, v := range r.Verdicts {
 			if v.Verdict == "better" || v.Verdict == "worse" || v.Verdict == Harmful {
