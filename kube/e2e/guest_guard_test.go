@@ -159,22 +159,25 @@ func (g *guestRun) experimentGuard(t *testing.T) {
 	for _, p := range append(append([]corev1.Pod(nil), guarded...), aa...) {
 		targets = append(targets, promtest.Target{Job: "service", Addr: p.Status.PodIP + ":8080",
 			Labels: map[string]string{"namespace": p.Namespace, "pod": p.Name, "container": "service"}})
-		// Requests (the latency histogram) that leave 1 MiB of garbage
-		// each, and reads of /metrics, which allocate about 150 KiB:
-		// about 4.3 MB/s, so without a GC the heap reaches the 32Mi
-		// limit seconds after each start. The guard needs 9 restarts
-		// against none (a weight of 0.35 on restarts, 0.05 on OOM
-		// kills), and CrashLoopBackOff spaces each pod's restarts 10,
-		// 20, 40 s apart: with 3 pods an arm the 9th restart is every
-		// pod's third, and the stop came 108 to 189 s after the first
-		// restart, over issue 57's 3 minutes in CI (2026-12-06); with 5
-		// it is in the arm's second round.
+		// Requests (the latency histogram) that leave 2 MiB of garbage
+		// each, every 500 ms, and reads of /metrics (about 150 KiB)
+		// every second: about 4.3 MB/s, so without a GC the heap reaches
+		// the 32Mi limit seconds after each start. The guard needs 9
+		// restarts against none (a weight of 0.35 on restarts, 0.05 on
+		// OOM kills), and CrashLoopBackOff spaces each pod's restarts
+		// 10, 20, 40 s apart: with 3 pods an arm the 9th restart is
+		// every pod's third, and the stop came 108 to 189 s after the
+		// first restart, over issue 57's 3 minutes in CI (2026-12-06);
+		// with 5 it is in the arm's second round. The same bytes in
+		// half the requests of 1 MiB every 250 ms: in a run where the
+		// guest ran slow from its start, 14 pods at that rate left the
+		// controls unready 90% of the time too (2026-12-06).
 		// Paced, not closed loops: six pods each running flat out at
 		// their limits starved the guest's kubelet until the node went
 		// NotReady and every pod, the controls too, failed its probes
 		// (2026-11-28).
-		pacedLoad(loadCtx, &wg, "http://"+p.Status.PodIP+":8080/work?n=200&garbage=1024", 250*time.Millisecond)
-		pacedLoad(loadCtx, &wg, "http://"+p.Status.PodIP+":8080/metrics", 500*time.Millisecond)
+		pacedLoad(loadCtx, &wg, "http://"+p.Status.PodIP+":8080/work?n=200&garbage=2048", 500*time.Millisecond)
+		pacedLoad(loadCtx, &wg, "http://"+p.Status.PodIP+":8080/metrics", time.Second)
 	}
 	prom := promtest.Start(t, promtest.Binaries{Prometheus: "/mnt/prometheus/prometheus"}, promtest.Config{
 		Interval: 5 * time.Second, Targets: targets, Ready: 5 * time.Minute, Host: nodeIP})
