@@ -72,7 +72,7 @@ hybrid)
 	;;
 *) fail "unknown gofit.layout=$layout";;
 esac
-echo "vmtest-init: $layout ready after $(cut -d' ' -f1 /proc/uptime)s"
+echo "vmtest-init: $layout ready after $(cut -d' ' -f1 /proc/uptime)s, clocksource $(cat /sys/devices/system/clocksource/clocksource0/current_clocksource)"
 sh /share/run.sh
 poweroff -f
 `

@@ -62,17 +62,22 @@ func (s *slowPods) memory(ctx context.Context, specs ...memSpec) []memRun {
 // studies and which --budget would, and the records hold limited
 // trials behind every memory figure.
 func TestSlowPodsKeepTheMemoryStudy(t *testing.T) {
+	// 13 minutes was the e2e step's budget when issue 57 was filed; 8 is
+	// its budget now (kube/e2e's lab-pods).
 	for _, c := range []struct {
-		start time.Duration
-		fits  bool // one CPU round and the memory study's minimum fit in 13 minutes
-	}{{30 * time.Second, true}, {45 * time.Second, true}, {90 * time.Second, false}} {
-		t.Run(c.start.String(), func(t *testing.T) { slowPodsStudy(t, c.start, c.fits) })
+		budget, start time.Duration
+		fits          bool // one CPU round and the memory study's minimum fit in the budget
+	}{
+		{13 * time.Minute, 30 * time.Second, true}, {13 * time.Minute, 45 * time.Second, true}, {13 * time.Minute, 90 * time.Second, false},
+		{8 * time.Minute, 30 * time.Second, true}, {8 * time.Minute, 45 * time.Second, false},
+	} {
+		t.Run(c.budget.String()+"/"+c.start.String(), func(t *testing.T) { slowPodsStudy(t, c.budget, c.start, c.fits) })
 	}
 }
 
-func slowPodsStudy(t *testing.T, start time.Duration, fits bool) {
+func slowPodsStudy(t *testing.T, budget, start time.Duration, fits bool) {
 	cfg := defaultConfig(true)
-	cfg.Budget = 13 * time.Minute
+	cfg.Budget = budget
 	cfg.Resamples = 150
 	var progress bytes.Buffer
 	cfg.Progress = &progress
@@ -99,7 +104,7 @@ func slowPodsStudy(t *testing.T, start time.Duration, fits bool) {
 	// one CPU round fits beside the memory study's minimum, the CPU study
 	// runs as many as fit; where none does, its row is not started.
 	out := progress.String()
-	said := "--budget 13m0s funds "
+	said := "--budget " + budget.String() + " funds "
 	if !fits {
 		said = "not compared at 250m: the budget funds 0 of the 3 runs a verdict needs"
 	}
