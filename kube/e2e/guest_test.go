@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,39 +77,43 @@ func TestGuest(t *testing.T) {
 		steps []guestStep
 	}{
 		{"defaults", []guestStep{
-			{"webhook", g.webhook},
-			{"agent", g.agent},
-			{"service", g.service},
-			{"injected", g.injected},
-			{"protected", g.protected},
-			{"fixtures", g.fixtures},
-			{"plan", g.plan},
-			{"resize", g.resize},
-			{"static", g.static},
-			{"lab-pods", g.labPods},
-			{"fleet-alerts", g.fleetAlerts},
-			{"fleet", g.fleetStep},
-			{"experiment", g.experiment},
-			{"experiment-guard", g.experimentGuard},
-			{"restart-cm-fails", g.agentRestartConfigFails},
-			{"resize-infeasible", g.infeasibleResize},
-			{"forged-mirror", g.forgedMirror},
-			{"webhook-failover", g.webhookFailover},
-			{"webhook-down", g.webhookDown},
-			{"delete", g.deleted},
-			{"one-writer", g.oneWriter},
-			{"uninstall", g.uninstall},
+			{name: "webhook", f: g.webhook},
+			{name: "agent", f: g.agent},
+			{name: "service", f: g.service},
+			{name: "injected", f: g.injected},
+			{name: "protected", f: g.protected},
+			{name: "fixtures", f: g.fixtures},
+			{name: "plan", f: g.plan},
+			{name: "resize", f: g.resize},
+			{name: "static", f: g.static},
+			// lab-pods waits on trial pods' starts, the fleet steps on
+			// Prometheus's history: independent namespaces and objects,
+			// and the guest mostly idle while each waits (issue 50).
+			{name: "lab-pods", f: g.labPods, beside: "lab+fleet"},
+			{name: "fleet-alerts", f: g.fleetAlerts, beside: "lab+fleet", then: "fleet"},
+			{name: "fleet", f: g.fleetStep, beside: "lab+fleet"},
+			{name: "experiment", f: g.experiment},
+			{name: "experiment-guard", f: g.experimentGuard},
+			{name: "restart-cm-fails", f: g.agentRestartConfigFails},
+			{name: "resize-infeasible", f: g.infeasibleResize},
+			{name: "forged-mirror", f: g.forgedMirror},
+			{name: "webhook-failover", f: g.webhookFailover},
+			{name: "webhook-down", f: g.webhookDown},
+			{name: "delete", f: g.deleted},
+			{name: "one-writer", f: g.oneWriter},
+			{name: "uninstall", f: g.uninstall},
 		}},
 		{"tiered", []guestStep{
-			{"tiered", g.tiered},
-			{"chart", g.chart},
-			{"one-writer-tiered", g.oneWriter},
-			{"helm-uninstall", g.helmUninstall},
-			{"chart-upgrade", g.chartUpgrade},
+			{name: "tiered", f: g.tiered},
+			{name: "chart", f: g.chart},
+			{name: "one-writer-tiered", f: g.oneWriter},
+			{name: "helm-uninstall", f: g.helmUninstall},
+			{name: "chart-upgrade", f: g.chartUpgrade},
 		}},
 	}
 	for _, ph := range phases {
 		t.Logf("phase %s", ph.name)
+		var steps []guestStep
 		for _, s := range ph.steps {
 			if stepsRE != nil && !stepsRE.MatchString(s.name) {
 				continue
@@ -117,11 +122,65 @@ func TestGuest(t *testing.T) {
 				t.Logf("%s: LEFT OUT (-e2e.skip %q)", s.name, *skipFlag)
 				continue
 			}
-			t0 := time.Now()
-			ok := t.Run(s.name, s.f)
-			t.Logf("%s: %v in %.1fs", s.name, map[bool]string{true: "ok", false: "FAILED"}[ok], time.Since(t0).Seconds())
+			steps = append(steps, s)
+		}
+		for len(steps) > 0 {
+			n := 1
+			for n < len(steps) && steps[0].beside != "" && steps[n].beside == steps[0].beside {
+				n++
+			}
+			runBeside(t, steps[:n])
+			steps = steps[n:]
 		}
 	}
+}
+
+// runBeside runs one step, or a group of steps marked to run beside each
+// other, each a subtest of t named as the step (t.Run may be called from
+// several goroutines at once). Within a group, a step with then set runs
+// the step of that name after it, in the same goroutine.
+func runBeside(t *testing.T, group []guestStep) {
+	run := func(s guestStep) {
+		t0 := time.Now()
+		ok := t.Run(s.name, s.f)
+		t.Logf("%s: %v in %.1fs", s.name, map[bool]string{true: "ok", false: "FAILED"}[ok], time.Since(t0).Seconds())
+	}
+	if len(group) == 1 {
+		run(group[0])
+		return
+	}
+	byName := map[string]guestStep{}
+	after := map[string]bool{}
+	for _, s := range group {
+		byName[s.name] = s
+		if s.then != "" {
+			after[s.then] = true
+		}
+	}
+	var names []string
+	for _, s := range group {
+		names = append(names, s.name)
+	}
+	t.Logf("beside each other: %s", strings.Join(names, ", "))
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	for _, s := range group {
+		if after[s.name] {
+			continue // run by the step it follows
+		}
+		wg.Go(func() {
+			for {
+				run(s)
+				next, ok := byName[s.then]
+				if s.then == "" || !ok {
+					return
+				}
+				s = next
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%s: together %.1fs", strings.Join(names, ", "), time.Since(t0).Seconds())
 }
 
 // guestStep is one subtest of TestGuest; later steps may use what earlier
@@ -129,6 +188,10 @@ func TestGuest(t *testing.T) {
 type guestStep struct {
 	name string
 	f    func(t *testing.T)
+	// beside names a group: consecutive steps with the same one run at
+	// once. then, inside a group, is the step that follows this one in
+	// its goroutine (the fleet step reads what fleet-alerts started).
+	beside, then string
 }
 
 type guestRun struct {
