@@ -193,13 +193,7 @@ func (r *Run) Boot(ctx context.Context) *Report {
 		tags = append(tags, tag)
 	}
 	sort.Strings(tags)
-	// TCG's qemu64 gives the kernel no TSC it trusts, and it falls back
-	// to the HPET, where every clock read (Go's nanotime, each timer)
-	// traps into QEMU: time.Now took 2.6 µs quiet and 16 µs on a loaded
-	// host, against 0.57 and 3.3 µs on the TSC. QEMU's TSC is one
-	// monotonic counter for every vCPU; a 60 s sleep in the guest
-	// measured 60.06 s on the host (docs/results/test-timings.md).
-	cmdline := "console=ttyS0 quiet loglevel=0 panic=-1 tsc=reliable clocksource=tsc gofit.layout=" + string(r.Layout)
+	cmdline := "console=ttyS0 quiet loglevel=0 panic=-1 gofit.layout=" + string(r.Layout)
 	if len(tags) > 0 {
 		cmdline += " gofit.shares=" + strings.Join(tags, ",")
 	}
