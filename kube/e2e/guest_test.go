@@ -89,9 +89,9 @@ func TestGuest(t *testing.T) {
 			// lab-pods waits on trial pods' starts, the fleet steps on
 			// Prometheus's history: independent namespaces and objects,
 			// and the guest mostly idle while each waits (issue 50).
-			{name: "lab-pods", f: g.labPods, beside: "lab+fleet"},
-			{name: "fleet-alerts", f: g.fleetAlerts, beside: "lab+fleet", then: "fleet"},
-			{name: "fleet", f: g.fleetStep, beside: "lab+fleet"},
+			{name: "lab-pods", f: g.labPods, lane: "lab"},
+			{name: "fleet-alerts", f: g.fleetAlerts, lane: "fleet"},
+			{name: "fleet", f: g.fleetStep, lane: "fleet"},
 			{name: "experiment", f: g.experiment},
 			{name: "experiment-guard", f: g.experimentGuard},
 			{name: "restart-cm-fails", f: g.agentRestartConfigFails},
@@ -124,63 +124,61 @@ func TestGuest(t *testing.T) {
 			}
 			steps = append(steps, s)
 		}
-		for len(steps) > 0 {
-			n := 1
-			for n < len(steps) && steps[0].beside != "" && steps[n].beside == steps[0].beside {
-				n++
-			}
-			runBeside(t, steps[:n])
-			steps = steps[n:]
+		for _, group := range groups(steps) {
+			runLanes(t, group)
 		}
 	}
 }
 
-// runBeside runs one step, or a group of steps marked to run beside each
-// other, each a subtest of t named as the step (t.Run may be called from
-// several goroutines at once). Within a group, a step with then set runs
-// the step of that name after it, in the same goroutine.
-func runBeside(t *testing.T, group []guestStep) {
-	run := func(s guestStep) {
-		t0 := time.Now()
-		ok := t.Run(s.name, s.f)
-		t.Logf("%s: %v in %.1fs", s.name, map[bool]string{true: "ok", false: "FAILED"}[ok], time.Since(t0).Seconds())
+// groups splits steps, in order, into what runs at once: a run of
+// consecutive steps with a lane is one group, and each step without one
+// is a group of its own. A group is its lanes, each lane its steps in
+// order.
+func groups(steps []guestStep) [][][]guestStep {
+	var out [][][]guestStep
+	for i, s := range steps {
+		if s.lane == "" || i == 0 || steps[i-1].lane == "" {
+			out = append(out, nil)
+		}
+		g := out[len(out)-1]
+		k := slices.IndexFunc(g, func(l []guestStep) bool { return l[0].lane == s.lane })
+		if k < 0 {
+			g, k = append(g, nil), len(g)
+		}
+		g[k] = append(g[k], s)
+		out[len(out)-1] = g
 	}
-	if len(group) == 1 {
-		run(group[0])
-		return
-	}
-	byName := map[string]guestStep{}
-	after := map[string]bool{}
-	for _, s := range group {
-		byName[s.name] = s
-		if s.then != "" {
-			after[s.then] = true
+	return out
+}
+
+// runLanes runs a group's lanes at once, each its steps in order, every
+// step a subtest of t named as the step (t.Run may be called from several
+// goroutines at once).
+func runLanes(t *testing.T, lanes [][]guestStep) {
+	var names []string
+	for _, l := range lanes {
+		for _, s := range l {
+			names = append(names, s.name)
 		}
 	}
-	var names []string
-	for _, s := range group {
-		names = append(names, s.name)
+	if len(lanes) > 1 {
+		t.Logf("beside each other: %s", strings.Join(names, ", "))
 	}
-	t.Logf("beside each other: %s", strings.Join(names, ", "))
 	t0 := time.Now()
 	var wg sync.WaitGroup
-	for _, s := range group {
-		if after[s.name] {
-			continue // run by the step it follows
-		}
+	for _, l := range lanes {
 		wg.Go(func() {
-			for {
-				run(s)
-				next, ok := byName[s.then]
-				if s.then == "" || !ok {
-					return
-				}
-				s = next
+			for _, s := range l {
+				t1 := time.Now()
+				ok := t.Run(s.name, s.f)
+				t.Logf("%s: %v in %.1fs", s.name, map[bool]string{true: "ok", false: "FAILED"}[ok], time.Since(t1).Seconds())
 			}
 		})
 	}
 	wg.Wait()
-	t.Logf("%s: together %.1fs", strings.Join(names, ", "), time.Since(t0).Seconds())
+	if len(lanes) > 1 {
+		t.Logf("%s: together %.1fs", strings.Join(names, ", "), time.Since(t0).Seconds())
+	}
 }
 
 // guestStep is one subtest of TestGuest; later steps may use what earlier
@@ -188,10 +186,10 @@ func runBeside(t *testing.T, group []guestStep) {
 type guestStep struct {
 	name string
 	f    func(t *testing.T)
-	// beside names a group: consecutive steps with the same one run at
-	// once. then, inside a group, is the step that follows this one in
-	// its goroutine (the fleet step reads what fleet-alerts started).
-	beside, then string
+	// lane, when set, runs the step beside the steps next to it in the
+	// list that have other lanes; steps of one lane run in order (the
+	// fleet step reads what fleet-alerts started).
+	lane string
 }
 
 type guestRun struct {
