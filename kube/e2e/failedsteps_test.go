@@ -63,3 +63,39 @@ func TestFailedSteps(t *testing.T) {
 		t.Errorf("outside the steps:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// TestStepsSoFar: a run stopped before its end (Ctrl-C, CI's guard) names
+// each step that started, with the result TestGuest logged at its end,
+// and the last lines of a failed step and of the one still running.
+func TestStepsSoFar(t *testing.T) {
+	out := strings.Join([]string{
+		"=== RUN   TestGuest",
+		"    guest_test.go:115: phase defaults",
+		"=== RUN   TestGuest/webhook",
+		"    guest_webhook_test.go:10: webhook up",
+		"=== NAME  TestGuest",
+		"    guest_test.go:174: webhook: ok in 111.7s",
+		"=== RUN   TestGuest/experiment-guard",
+		"    guest_guard_test.go:40: one",
+		"    guest_guard_test.go:232: nogc stopped 180s after its first restart",
+		"        guard's log:",
+		"=== NAME  TestGuest",
+		"    guest_test.go:174: experiment-guard: FAILED in 809.1s",
+		"=== RUN   TestGuest/chart-upgrade",
+		"    guest_upgrade_test.go:44: helm install (the previous chart)",
+		"    guest_upgrade_test.go:114: helm upgrade (99s)",
+	}, "\n")
+	got := stepsSoFar(out, 1)
+	want := "the guest's steps so far:\n" +
+		"  webhook: ok in 111.7s\n" +
+		"  experiment-guard: FAILED in 809.1s\n" +
+		"      guest_guard_test.go:232: nogc stopped 180s after its first restart\n" +
+		"  chart-upgrade: UNFINISHED\n" +
+		"      guest_upgrade_test.go:114: helm upgrade (99s)\n"
+	if got != want {
+		t.Errorf("stepsSoFar:\n%s\nwant:\n%s", got, want)
+	}
+	if got := stepsSoFar("=== RUN   TestGuest\n", 1); got != "no step of the guest had started\n" {
+		t.Errorf("no step: %q", got)
+	}
+}

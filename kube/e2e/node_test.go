@@ -150,7 +150,15 @@ func TestNode(t *testing.T) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
 	out := &lineLog{t: t, prefix: "netns: "}
 	cmd.Stdout, cmd.Stderr = out, out
-	err = cmd.Run()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { err = cmd.Wait(); close(exited) }()
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go onStop(stopped, exited, cmd.Process, planFile, filepath.Dir(planFile))
+	<-exited
 	t.Logf("the run in its network namespace ended after %v (%v since the test started)", time.Since(t0).Round(time.Second), time.Since(start).Round(time.Second))
 	if err != nil {
 		// The components' logs end the run's output when it fails; CI
@@ -159,6 +167,95 @@ func TestNode(t *testing.T) {
 		why, _ := os.ReadFile(planFile + ".failed")
 		t.Fatalf("the control plane and the node in their network namespace: %v\n%s", err, strings.TrimSpace(string(why)))
 	}
+}
+
+// onStop is TestNode's half outside the namespace on SIGINT (Ctrl-C, and
+// CI's guard) or SIGTERM, where the testing package runs no cleanups and
+// this process's death would SIGKILL the run inside (Pdeathsig) before it
+// removed its files (CI, 2026-12-07: the control plane's PKI, etcd's data
+// and the VM's share stayed in /tmp). It passes the signal on, waits for
+// the run inside to stop its control plane, name the steps so far and
+// remove its files, prints those steps, removes this half's temporary
+// directories (every t.TempDir's parent: tmp's) and exits. stopped ends it
+// when the test ends first.
+func onStop(stopped, exited <-chan struct{}, inside *os.Process, planFile, tmp string) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sig)
+	var s os.Signal
+	select {
+	case <-stopped:
+		return
+	case s = <-sig:
+	}
+	// go test, which reads this process's output, may be gone (it dies of
+	// SIGTERM): a write must fail, not kill this process.
+	signal.Ignore(syscall.SIGPIPE)
+	inside.Signal(s)
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		inside.Kill()
+		<-exited
+	}
+	why, _ := os.ReadFile(planFile + ".failed")
+	os.RemoveAll(filepath.Dir(tmp))
+	fmt.Printf("e2e: stopped by %v; %s removed. %s\n", s, filepath.Dir(tmp), strings.TrimSpace(string(why)))
+	os.Exit(130)
+}
+
+// stepsSoFar summarises a guest's output while it still runs (go test
+// prints a subtest's "---" line only when its parent ends): each step
+// that started, with its result and time as TestGuest logs them at its
+// end, and the last lines (at most perStep) of each that failed or had
+// not ended.
+func stepsSoFar(output string, perStep int) string {
+	run := regexp.MustCompile(`^=== (?:RUN|CONT|NAME)\s+(TestGuest(?:/\S+)?)\s*$`)
+	end := regexp.MustCompile(`^\s+guest_test\.go:\d+: (\S+): (ok|FAILED) in ([0-9.]+)s\s*$`)
+	logged := regexp.MustCompile(`^\s+\S+\.go:\d+: `)
+	var started []string
+	result := map[string]string{}
+	lines := map[string][]string{}
+	cur := ""
+	for _, l := range strings.Split(output, "\n") {
+		if m := run.FindStringSubmatch(l); m != nil {
+			cur = m[1]
+			if name := strings.TrimPrefix(cur, "TestGuest/"); cur != "TestGuest" && !slices.Contains(started, name) {
+				started = append(started, name)
+			}
+			continue
+		}
+		if m := end.FindStringSubmatch(l); m != nil {
+			result[m[1]] = m[2] + " in " + m[3] + "s"
+			continue
+		}
+		if strings.HasPrefix(cur, "TestGuest/") && logged.MatchString(l) {
+			name := strings.TrimPrefix(cur, "TestGuest/")
+			lines[name] = append(lines[name], strings.TrimSpace(l))
+		}
+	}
+	if len(started) == 0 {
+		return "no step of the guest had started\n"
+	}
+	var b strings.Builder
+	b.WriteString("the guest's steps so far:\n")
+	for _, name := range started {
+		r, ok := result[name]
+		if !ok {
+			r = "UNFINISHED"
+		}
+		fmt.Fprintf(&b, "  %s: %s\n", name, r)
+		if !strings.HasPrefix(r, "ok") {
+			ls := lines[name]
+			if len(ls) > perStep {
+				ls = ls[len(ls)-perStep:]
+			}
+			for _, l := range ls {
+				b.WriteString("      " + l + "\n")
+			}
+		}
+	}
+	return b.String()
 }
 
 // failedSteps reads a guest's `go test -v` output and returns, for each
@@ -270,6 +367,14 @@ func runInNetns(t *testing.T, planFile string) {
 			return
 		}
 		mu.Lock()
+		// The steps so far, for the half outside to print: CI's guard
+		// stops a run that has not ended by then, and the run's own
+		// summary would never be written.
+		if share != "" {
+			if b, err := os.ReadFile(filepath.Join(share, "out", "e2e.test.log")); err == nil {
+				os.WriteFile(planFile+".failed", []byte(stepsSoFar(string(b), 6)), 0o600)
+			}
+		}
 		if cp != nil {
 			cp.stop()
 		}

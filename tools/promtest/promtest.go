@@ -175,6 +175,8 @@ type Server struct {
 	// too; either may come first).
 	Stop func()
 	cmd  *exec.Cmd
+	conf string
+	cfg  Config
 }
 
 // PID is the server's process, for its resource use.
@@ -219,7 +221,7 @@ func Start(t testing.TB, b Binaries, cfg Config) *Server {
 	}
 	done := make(chan struct{})
 	go func() { cmd.Wait(); close(done) }()
-	s := &Server{URL: "http://" + addr, LogFile: logf.Name(), cmd: cmd}
+	s := &Server{URL: "http://" + addr, LogFile: logf.Name(), cmd: cmd, conf: conf, cfg: cfg}
 	s.Stop = sync.OnceFunc(func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -260,6 +262,46 @@ func Start(t testing.TB, b Binaries, cfg Config) *Server {
 			t.Fatalf("prometheus at %s not ready after %v", addr, cfg.Ready)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// SetTargets replaces what the server scrapes (a SIGHUP reload, as a
+// Prometheus in production takes a new configuration) and waits until
+// every target is active: a test can start Prometheus, and what reads
+// it, before the pods it will scrape exist.
+func (s *Server) SetTargets(ctx context.Context, targets []Target) error {
+	cfg := s.cfg
+	cfg.Targets = targets
+	if err := os.WriteFile(s.conf, []byte(configYAML(cfg)), 0o644); err != nil {
+		return err
+	}
+	if err := s.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		return fmt.Errorf("reload prometheus: %w", err)
+	}
+	s.cfg = cfg
+	for {
+		active, err := s.TargetHealth(ctx)
+		missing := len(targets)
+		if err == nil {
+			missing = 0
+			for _, tg := range targets {
+				found := false
+				for u := range active {
+					found = found || strings.Contains(u, "//"+tg.Addr+"/")
+				}
+				if !found {
+					missing++
+				}
+			}
+			if missing == 0 && len(active) == len(targets) {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("prometheus reloaded with %d targets: %d not active (%d active): %w (last error: %v)", len(targets), missing, len(active), ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
 }
 

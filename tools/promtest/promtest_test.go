@@ -48,4 +48,31 @@ func TestServer(t *testing.T) {
 	if _, err := s.Query(ctx, "vector(1"); err == nil || !strings.Contains(err.Error(), "vector(1") {
 		t.Errorf("a bad query: %v", err)
 	}
+
+	// A target added after the start, by reload: scraped, and the first
+	// one gone.
+	srv2 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "# TYPE demo_value gauge\ndemo_value 7")
+	}))
+	defer srv2.Close()
+	if err := s.SetTargets(ctx, []Target{{Job: "demo", Addr: strings.TrimPrefix(srv2.URL, "http://"), Labels: map[string]string{"pod": "p2"}}}); err != nil {
+		t.Fatal(err)
+	}
+	health, err := s.TargetHealth(ctx)
+	if err != nil || len(health) != 1 {
+		t.Fatalf("targets after the reload: %v (%v), want srv2's alone", health, err)
+	}
+	for {
+		got, err := s.Query(ctx, `demo_value{pod="p2"}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) == 1 && got[0].Value == 7 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no sample from the target added by reload: %v", got)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
