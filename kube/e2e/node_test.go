@@ -16,7 +16,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -157,7 +157,7 @@ func TestNode(t *testing.T) {
 	go func() { err = cmd.Wait(); close(exited) }()
 	stopped := make(chan struct{})
 	defer close(stopped)
-	go onStop(stopped, exited, cmd.Process, planFile, filepath.Dir(planFile))
+	go onStop(stopped, exited, cmd.Process)
 	<-exited
 	t.Logf("the run in its network namespace ended after %v (%v since the test started)", time.Since(t0).Round(time.Second), time.Since(start).Round(time.Second))
 	if err != nil {
@@ -170,38 +170,39 @@ func TestNode(t *testing.T) {
 }
 
 // onStop is TestNode's half outside the namespace on SIGINT (Ctrl-C, and
-// CI's guard) or SIGTERM, where the testing package runs no cleanups and
-// this process's death would SIGKILL the run inside (Pdeathsig) before it
-// removed its files (CI, 2026-12-07: the control plane's PKI, etcd's data
-// and the VM's share stayed in /tmp). It passes the signal on, waits for
-// the run inside to stop its control plane, name the steps so far and
-// remove its files, prints those steps, removes this half's temporary
-// directories (every t.TempDir's parent: tmp's) and exits. stopped ends it
-// when the test ends first.
-func onStop(stopped, exited <-chan struct{}, inside *os.Process, planFile, tmp string) {
+// CI's guard), SIGTERM or SIGHUP, where a test binary would die without
+// its cleanups, and its death would SIGKILL the run inside (Pdeathsig)
+// before that removed its files (CI, 2026-12-07: the control plane's PKI,
+// etcd's data and the VM's share stayed in /tmp). Caught, the signal is
+// passed on to the run inside, which ends its VM and then its test as
+// after a failed boot, with the steps so far in its summary; this half
+// then fails as usual and its own cleanups run. A run inside that has not
+// ended a minute later is killed. stopped ends onStop when the test ends
+// first.
+func onStop(stopped, exited <-chan struct{}, inside *os.Process) {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sig)
-	var s os.Signal
-	select {
-	case <-stopped:
-		return
-	case s = <-sig:
+	for {
+		select {
+		case <-stopped:
+			return
+		case <-exited:
+			return
+		case s := <-sig:
+			// go test, which reads this process's output, dies of
+			// SIGTERM: a write must then fail, not kill this process.
+			signal.Ignore(syscall.SIGPIPE)
+			inside.Signal(s)
+			go func() {
+				select {
+				case <-exited:
+				case <-time.After(time.Minute):
+					inside.Kill()
+				}
+			}()
+		}
 	}
-	// go test, which reads this process's output, may be gone (it dies of
-	// SIGTERM): a write must fail, not kill this process.
-	signal.Ignore(syscall.SIGPIPE)
-	inside.Signal(s)
-	select {
-	case <-exited:
-	case <-time.After(30 * time.Second):
-		inside.Kill()
-		<-exited
-	}
-	why, _ := os.ReadFile(planFile + ".failed")
-	os.RemoveAll(filepath.Dir(tmp))
-	fmt.Printf("e2e: stopped by %v; %s removed. %s\n", s, filepath.Dir(tmp), strings.TrimSpace(string(why)))
-	os.Exit(130)
 }
 
 // stepsSoFar summarises a guest's output while it still runs (go test
@@ -351,46 +352,24 @@ func runInNetns(t *testing.T, planFile string) {
 		t.Fatalf("%s: %v", planFile, err)
 	}
 	root := t.TempDir()
-	// Ctrl-C or CI's TERM: the test's cleanups would not run, and the
-	// control plane's PKI (the CA's and the admin's keys) and etcd's data
-	// would stay in /tmp. The components, QEMU and the network namespace
-	// go with this process whatever ends it.
+	// Ctrl-C or CI's guard: the signal ends the VM (its context), and the
+	// test goes on to its end as after any failed boot, so its cleanups
+	// stop the control plane and remove the PKI, etcd's data and the VM's
+	// share, and its summary names the steps so far. The components, QEMU
+	// and the network namespace go with this process whatever ends it.
+	vmCtx, stopVM := context.WithCancel(context.Background())
+	defer stopVM()
+	var stopped atomic.Value // the signal, once one came
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sig)
-	var cp *cluster
-	var share string
-	var mu sync.Mutex
 	go func() {
-		s, ok := <-sig
-		if !ok {
-			return
+		if s, ok := <-sig; ok {
+			stopped.Store(s)
+			stopVM()
 		}
-		mu.Lock()
-		// The steps so far, for the half outside to print: CI's guard
-		// stops a run that has not ended by then, and the run's own
-		// summary would never be written.
-		if share != "" {
-			if b, err := os.ReadFile(filepath.Join(share, "out", "e2e.test.log")); err == nil {
-				os.WriteFile(planFile+".failed", []byte(stepsSoFar(string(b), 6)), 0o600)
-			}
-		}
-		if cp != nil {
-			cp.stop()
-		}
-		// t.TempDir's own parent (TestNode…) too, and the VM's share.
-		os.RemoveAll(filepath.Dir(root))
-		if share != "" {
-			os.RemoveAll(share)
-		}
-		fmt.Fprintf(os.Stderr, "e2e: %v: the control plane stopped; %s and %q removed\n", s, filepath.Dir(root), share)
-		os.Exit(130)
 	}()
-	func() {
-		mu.Lock()
-		defer mu.Unlock()
-		cp = startControlPlane(t, run.Node, run.Envtest, root)
-	}()
+	cp := startControlPlane(t, run.Node, run.Envtest, root)
 	t.Logf("control plane up in %.1fs; its logs: %s (the guest's /mnt/control)", cp.ready.Seconds(), cp.logs)
 	stopCPU := make(chan struct{})
 	defer close(stopCPU)
@@ -412,10 +391,9 @@ func runInNetns(t *testing.T, planFile string) {
 		Cmdline: "tsc=reliable clocksource=tsc",
 		Binaries: []vmtest.Binary{{Name: "e2e.test", Path: run.Bin, Dir: "kube/e2e", Timeout: 75 * time.Minute,
 			Args: run.GuestArgs}},
-		Console: &lineLog{t: t, prefix: "console: "},
-		OnShare: func(dir string) { mu.Lock(); share = dir; mu.Unlock() }}
+		Console: &lineLog{t: t, prefix: "console: "}}
 	start := time.Now()
-	rep := r.Boot(context.Background())
+	rep := r.Boot(vmCtx)
 	t.Logf("VM booted in %.1fs; the whole run took %.1fs (%v since the control plane started)", rep.Boot.Seconds(), rep.Wall.Seconds(), time.Since(start).Round(time.Second))
 	// What failed, for the half outside the namespace to print last.
 	var why strings.Builder
@@ -424,6 +402,16 @@ func runInNetns(t *testing.T, planFile string) {
 			os.WriteFile(planFile+".failed", []byte(why.String()), 0o600)
 		}
 	}()
+	if s := stopped.Load(); s != nil {
+		out := ""
+		if len(rep.Results) == 1 {
+			out = rep.Results[0].Output
+			t.Logf("the guest's output so far:\n%s", out)
+		}
+		fmt.Fprintf(&why, "stopped by %v; %s", s, stepsSoFar(out, 6))
+		t.Errorf("stopped by %v", s)
+		return
+	}
 	if rep.Err != nil {
 		t.Errorf("VM: %v; console ends:\n%s", rep.Err, tailLines(rep.Console, 40))
 		fmt.Fprintf(&why, "VM: %v; console ends:\n%s\n", rep.Err, tailLines(rep.Console, 6))
