@@ -15,19 +15,30 @@ import (
 // after the kubelet's crash-loop back-off.
 type Restarting struct {
 	Process
-	mu       sync.Mutex
-	restarts int
-	lastOOM  bool
-	first    time.Time
+	mu          sync.Mutex
+	restarts    int
+	ends        int
+	lastOOM     bool
+	first, last time.Time
 }
 
-// Restarts is how many times the service ended and was started again,
-// whether its last end was a SIGKILL (in a test, the kernel's OOM
-// killer: nothing else kills it), and when it first ended (zero before).
-func (r *Restarting) Restarts() (n int, lastOOM bool, first time.Time) {
+// Restarts is how many times the service was started again: the
+// kubelet's restart count, which grows when it starts the next container,
+// after the back-off, not when one ends.
+func (r *Restarting) Restarts() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.restarts, r.lastOOM, r.first
+	return r.restarts
+}
+
+// Ends is how many times the service ended, whether its last end was a
+// SIGKILL (in a test, the kernel's OOM killer: nothing else kills it),
+// and when it first and last ended (zero before): what the kubelet
+// writes as a container's last termination as soon as it ends.
+func (r *Restarting) Ends() (n int, lastOOM bool, first, last time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ends, r.lastOOM, r.first, r.last
 }
 
 // Back-off between restarts, as the kubelet's for a crash-looping
@@ -80,10 +91,11 @@ func StartRestarting(t testing.TB, exe, name string, lim Limits, env []string) *
 			var ee *exec.ExitError
 			oom := errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL
 			r.mu.Lock()
-			r.restarts++
+			r.ends++
 			r.lastOOM = oom
+			r.last = time.Now()
 			if r.first.IsZero() {
-				r.first = time.Now()
+				r.first = r.last
 			}
 			r.mu.Unlock()
 			select {
@@ -95,6 +107,9 @@ func StartRestarting(t testing.TB, exe, name string, lim Limits, env []string) *
 			if start() != nil {
 				return
 			}
+			r.mu.Lock()
+			r.restarts++
+			r.mu.Unlock()
 		}
 	}()
 	t.Cleanup(func() {

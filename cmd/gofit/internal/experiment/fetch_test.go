@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/api"
+	"github.com/prometheus/common/model"
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -455,5 +456,76 @@ func TestFetchRestartsAreWholeAndOOMKillsKnown(t *testing.T) {
 	}
 	if !strings.HasPrefix(in.Sources["oom"], "container_oom_events_total") {
 		t.Errorf("oom source %q", in.Sources["oom"])
+	}
+}
+
+// TestFetchCountsAnEndWhenFirstSeen: the kubelet counts a restart once it
+// has started the next container, after the crash-loop back-off and the
+// start, and on the emulated e2e node the guard saw the first restarts
+// about 80 s after the first OOM kills (2026-12-07): the stop came 180 s
+// after the first death, against issue 57's 3 minutes. Each end, as its
+// container's last termination time, counts in the window it is first
+// seen; the restart counter that follows adds nothing, and makes up for
+// two ends read as one.
+func TestFetchCountsAnEndWhenFirstSeen(t *testing.T) {
+	from := time.Unix(1_700_000_000, 0)
+	nan := math.NaN()
+	const t1, t2, t3 = 1_700_000_030, 1_700_000_100, 1_700_000_110
+	stub := &promStub{t: t, rules: []stubRule{
+		{"process_cpu_seconds_total", "[" + series(from, map[string]string{"pod": "a-1"}, 6, 6, 6) + "," + series(from, map[string]string{"pod": "b-1"}, 9, 9, 9) + "]"},
+		// b-1 ends in the first window, restarts in the second; ends
+		// twice in the second (read as one end), restarts twice in the
+		// third.
+		{"kube_pod_container_status_restarts_total", "[" +
+			boundaries(from, map[string]string{"pod": "b-1", "container": "app"}, 0, 0, 1, 3) + "," +
+			boundaries(from, map[string]string{"pod": "a-1", "container": "app"}, 0, 0, 0, 0) + "]"},
+		{"kube_pod_container_status_last_terminated_timestamp", "[" +
+			boundaries(from, map[string]string{"pod": "b-1", "container": "app"}, nan, t1, t3, t3) + "," +
+			// a-1 ended before the span: not an end in it.
+			boundaries(from, map[string]string{"pod": "a-1", "container": "app"}, t2-200, t2-200, t2-200, t2-200) + "]"},
+		{`kube_pod_container_status_last_terminated_reason{`, "[" +
+			boundaries(from, map[string]string{"pod": "b-1", "container": "app"}, 0, 1, 1, 1) + "]"},
+	}}
+	in := fetchFrom(t, stub, pods{"a": {"a-1"}, "b": {"b-1"}})
+	var got, ooms [2][3]float64
+	for a := range 2 {
+		for i, w := range in.Arms[a].Windows[0] {
+			got[a][i], ooms[a][i] = w.Restarts, w.OOMKills
+		}
+	}
+	if got != [2][3]float64{{0, 0, 0}, {1, 1, 1}} || ooms != [2][3]float64{{0, 0, 0}, {1, 1, 1}} {
+		t.Errorf("restarts per window %v, OOM kills %v; want [[0 0 0] [1 1 1]] for both (each end when first seen, 3 in all)", got, ooms)
+	}
+	if !strings.Contains(in.Sources["restarts"], "last_terminated_timestamp") {
+		t.Errorf("restarts' source %q: want the ends named", in.Sources["restarts"])
+	}
+}
+
+// mergeEnds alone: the sooner of the two counts, never twice.
+func TestMergeEnds(t *testing.T) {
+	at := func(vs ...float64) *model.SampleStream {
+		s := &model.SampleStream{Metric: model.Metric{"pod": "p", "container": "c"}}
+		for i, v := range vs {
+			s.Values = append(s.Values, model.SamplePair{Timestamp: model.Time(i+1) * 1000, Value: model.SampleValue(v)})
+		}
+		return s
+	}
+	for _, c := range []struct {
+		restarts, ends []float64
+		want           string
+	}{
+		{[]float64{0, 1, 1, 0}, []float64{1, 1, 0, 0}, "[1 1 0 0]"},  // ends lead, the counter follows
+		{[]float64{0, 0, 2, 0}, []float64{1, 0, 0, 0}, "[1 0 1 0]"},  // two ends read as one: the counter's second
+		{[]float64{1, 0, 0, 0}, []float64{0, 0, 0, 0}, "[1 0 0 0]"},  // an end ksm never showed
+		{[]float64{0, 0, 0, 1}, []float64{0, 0, 0, 0}, "[0 0 0 1]"},  // the counter alone
+	} {
+		m := mergeEnds(model.Matrix{at(c.restarts...)}, model.Matrix{at(c.ends...)})
+		var got []float64
+		for _, p := range m[0].Values {
+			got = append(got, float64(p.Value))
+		}
+		if fmt.Sprint(got) != c.want {
+			t.Errorf("restarts %v, ends %v: merged %v, want %s", c.restarts, c.ends, got, c.want)
+		}
 	}
 }

@@ -62,14 +62,15 @@ func TestRealHarmfulArmStopped(t *testing.T) {
 	ksm := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		var b strings.Builder
 		for _, p := range pods {
-			n, oom, _ := procs[p.Name].Restarts()
-			fmt.Fprintf(&b, "kube_pod_container_status_restarts_total{namespace=%q,pod=%q,container=\"app\"} %d\n", realNS, p.Name, n)
-			if n > 0 {
+			ends, oom, _, last := procs[p.Name].Ends()
+			fmt.Fprintf(&b, "kube_pod_container_status_restarts_total{namespace=%q,pod=%q,container=\"app\"} %d\n", realNS, p.Name, procs[p.Name].Restarts())
+			if ends > 0 {
 				v := 0
 				if oom {
 					v = 1
 				}
 				fmt.Fprintf(&b, "kube_pod_container_status_last_terminated_reason{namespace=%q,pod=%q,container=\"app\",reason=\"OOMKilled\"} %d\n", realNS, p.Name, v)
+				fmt.Fprintf(&b, "kube_pod_container_status_last_terminated_timestamp{namespace=%q,pod=%q,container=\"app\"} %d\n", realNS, p.Name, last.Unix())
 			}
 		}
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
@@ -105,7 +106,7 @@ func TestRealHarmfulArmStopped(t *testing.T) {
 	firstOOM := func() time.Time {
 		var first time.Time
 		for _, p := range pods {
-			if _, _, f := procs[p.Name].Restarts(); !f.IsZero() && (first.IsZero() || f.Before(first)) {
+			if _, _, f, _ := procs[p.Name].Ends(); !f.IsZero() && (first.IsZero() || f.Before(first)) {
 				first = f
 			}
 		}
@@ -141,9 +142,9 @@ func TestRealHarmfulArmStopped(t *testing.T) {
 	cancel()
 	first := firstOOM()
 	for _, p := range pods {
-		n, oom, _ := procs[p.Name].Restarts()
+		n, oom, _, _ := procs[p.Name].Ends()
 		if p.Labels[admission.LabelArm] == "base" && n > 0 {
-			t.Errorf("control pod %s restarted %d times (last an OOM kill: %v): the fitted service must live in 32 MiB", p.Name, n, oom)
+			t.Errorf("control pod %s ended %d times (last an OOM kill: %v): the fitted service must live in 32 MiB", p.Name, n, oom)
 		}
 	}
 	switch {
