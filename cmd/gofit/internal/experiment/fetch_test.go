@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/api"
-	"github.com/prometheus/common/model"
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -514,10 +514,10 @@ func TestMergeEnds(t *testing.T) {
 		restarts, ends []float64
 		want           string
 	}{
-		{[]float64{0, 1, 1, 0}, []float64{1, 1, 0, 0}, "[1 1 0 0]"},  // ends lead, the counter follows
-		{[]float64{0, 0, 2, 0}, []float64{1, 0, 0, 0}, "[1 0 1 0]"},  // two ends read as one: the counter's second
-		{[]float64{1, 0, 0, 0}, []float64{0, 0, 0, 0}, "[1 0 0 0]"},  // an end ksm never showed
-		{[]float64{0, 0, 0, 1}, []float64{0, 0, 0, 0}, "[0 0 0 1]"},  // the counter alone
+		{[]float64{0, 1, 1, 0}, []float64{1, 1, 0, 0}, "[1 1 0 0]"}, // ends lead, the counter follows
+		{[]float64{0, 0, 2, 0}, []float64{1, 0, 0, 0}, "[1 0 1 0]"}, // two ends read as one: the counter's second
+		{[]float64{1, 0, 0, 0}, []float64{0, 0, 0, 0}, "[1 0 0 0]"}, // an end ksm never showed
+		{[]float64{0, 0, 0, 1}, []float64{0, 0, 0, 0}, "[0 0 0 1]"}, // the counter alone
 	} {
 		m := mergeEnds(model.Matrix{at(c.restarts...)}, model.Matrix{at(c.ends...)})
 		var got []float64
