@@ -73,6 +73,15 @@ type planner struct {
 	// What memory trials have cost so far, each start to stop.
 	memSum time.Duration
 	memN   int
+	// The last CPU run's cost beside its window and the last memory
+	// trial's: a node that gets busier midway makes every trial after
+	// dearer, and the mean since the start would lag behind (kube/e2e's
+	// lab-pods, 2026-12-07: planned at 28 s a trial, 7 minutes over an
+	// 8-minute budget).
+	lastOverhead, lastMem time.Duration
+	// overrunSaid is set once the memory study's minimum was said not
+	// to fit in what the budget has left.
+	overrunSaid bool
 	// shortAt is the rounds each short row was last said to get.
 	shortAt map[float64]int
 }
@@ -111,15 +120,40 @@ func (p *planner) trialStart() time.Duration {
 func (p *planner) ranMemory(took time.Duration) {
 	p.memSum += max(took, 0)
 	p.memN++
+	p.lastMem = max(took, 0)
 }
 
 // memTrialCost is what one memory trial costs: the mean of those run so
-// far, else a start and a closed-loop window's load.
+// far or the last, whichever is more, else a start and a closed-loop
+// window's load.
 func (p *planner) memTrialCost() time.Duration {
 	if p.memN > 0 {
-		return p.memSum / time.Duration(p.memN)
+		return max(p.memSum/time.Duration(p.memN), p.lastMem)
 	}
 	return p.trialStart() + p.cfg.ClosedWindow
+}
+
+// sayOverrun notes, once, that what is left of the memory study's
+// minimum (the probes and the first setting's memMinSurvival limited
+// trials not yet run, and one pair of the check) no longer fits in what
+// the budget has left at what trials cost now, and by how much the study
+// will outrun it: the minimum runs all the same (no memory figure rests
+// on fewer limited trials), and the note names the --budget that would
+// have held it. The memory study asks before its first trial and after
+// each.
+func (p *planner) sayOverrun() {
+	if p.overrunSaid || len(p.cfg.MemSettings) == 0 {
+		return
+	}
+	trials := max(p.cfg.Probes+memMinSurvival-p.memN, 0)
+	need, left := time.Duration(trials)*p.memTrialCost()+p.pairCost(), p.cfg.Budget-p.elapsed()
+	if need <= left {
+		return
+	}
+	p.overrunSaid = true
+	p.note("trials now cost about %v each: what is left of the memory study's minimum (%d trials of its probes and first %d limited survival trials, and one pair of the check) needs %v, and the budget has %v left; it runs all the same, and the study will end about %v past its budget (--budget %v would hold it)",
+		p.memTrialCost().Round(time.Second), trials, memMinSurvival, need.Round(time.Second), max(left, 0).Round(time.Second),
+		(need - max(left, 0)).Round(time.Second), (p.elapsed() + need + time.Minute - 1).Truncate(time.Minute))
 }
 
 // memReserve is the memory study's minimum, kept back from the CPU
@@ -150,6 +184,7 @@ func (p *planner) note(format string, a ...any) {
 func (p *planner) ranCPU(overhead time.Duration) {
 	p.overheadSum += max(overhead, 0)
 	p.overheadRuns++
+	p.lastOverhead = max(overhead, 0)
 }
 
 // ranPair tells the planner what a health pair cost.
@@ -159,12 +194,13 @@ func (p *planner) ranPair(took time.Duration) {
 }
 
 // runOverhead is what a CPU run costs besides its window: start, warm-up,
-// reads, statistics. Measured from the runs so far.
+// reads, statistics. Measured from the runs so far: their mean or the
+// last, whichever is more.
 func (p *planner) runOverhead() time.Duration {
 	if p.overheadRuns == 0 {
 		return p.cfg.Warmup + max(p.startHint, time.Second)
 	}
-	return p.overheadSum / time.Duration(p.overheadRuns)
+	return max(p.overheadSum/time.Duration(p.overheadRuns), p.lastOverhead)
 }
 
 // openFloor is the shortest open-loop window the planner gives a run:

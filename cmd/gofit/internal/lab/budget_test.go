@@ -129,11 +129,18 @@ func TestPlannerFundsRowsInOrder(t *testing.T) {
 	if got := p.runOverhead(); got != cfg.Warmup+time.Second {
 		t.Errorf("overhead before any run %v, want warm-up + 1s", got)
 	}
-	p.ranCPU(3 * time.Second)
 	p.ranCPU(5 * time.Second)
+	p.ranCPU(3 * time.Second)
 	if got := p.runOverhead(); got != 4*time.Second {
-		t.Errorf("overhead after runs of 3s and 5s: %v, want 4s", got)
+		t.Errorf("overhead after runs of 5s and 3s: %v, want their mean, 4s", got)
 	}
+	// A run dearer than the mean prices the next ones: the node got
+	// busier (TestSlowerPodsMidwayKeepTheBudget).
+	p.ranCPU(7 * time.Second)
+	if got := p.runOverhead(); got != 7*time.Second {
+		t.Errorf("overhead after runs of 5s, 3s and 7s: %v, want the last, 7s", got)
+	}
+	p.overheadSum, p.overheadRuns, p.lastOverhead = 8*time.Second, 2, 3*time.Second
 	rows := []cpuRow{{q: 0.5, cells: 3, label: "500m"}, {q: 0.25, cells: 3, label: "250m"}, {q: 1, cells: 3, label: "1000m"}}
 	cost := p.minRowCost(rows[0])
 	// The CPU study's share less the adaptive reserve holds a row and a half.

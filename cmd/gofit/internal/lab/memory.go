@@ -169,6 +169,7 @@ func (l *study) memoryStudy(ctx context.Context) error {
 	// is the pair a pod would get.
 	cpu := summarized(l.cfg, &l.rec).recommendCPU(&result.Recommendation{}).cores
 	l.rec.Target.ProbeCPU = cpu
+	l.plan.sayOverrun()
 	if err := l.runProbes(ctx, cpu); err != nil {
 		return err
 	}
@@ -291,6 +292,7 @@ func (l *study) memTrial(ctx context.Context, s memSpec) memRun {
 	t0 := l.now()
 	run := l.run.memory(ctx, s)[0]
 	l.plan.ranMemory(l.now().Sub(t0))
+	l.plan.sayOverrun()
 	return run
 }
 
