@@ -490,14 +490,13 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 	return in, nil
 }
 
-// restartsAndOOMs reads restarts from kube-state-metrics' counter of
-// each container, as whole increases per window (counterSteps), and
-// calls those whose container's last end at the window's end was
-// OOMKilled (kube_pod_container_status_last_terminated_reason) OOM
-// kills: the kernel killed the container's process at its limit.
-// Without that series, OOM kills come from cAdvisor's
-// container_oom_events_total or gofit's gofit_oom_kills_total, whole
-// increases as well.
+// restartsAndOOMs reads restarts as the soonest whole count of each
+// pod's ends (mergeEnds): kube-state-metrics' restart counter, its last
+// terminations, and cAdvisor's kernel OOM kills. OOM kills are cAdvisor's
+// container_oom_events_total, counted as they happen; without it, the
+// restarts whose container's last end at the window's end was OOMKilled
+// (kube_pod_container_status_last_terminated_reason), else gofit's
+// gofit_oom_kills_total; whole increases all.
 func (f fetcher) restartsAndOOMs(in *Input, put func(model.Matrix, Source, func(*Window, float64)), covered map[string]map[int]bool, loc map[string][2]int) error {
 	const cadvisor = `, container!="", container!="POD"`
 	restarts, err := f.counterSteps(fmt.Sprintf(`max by (pod, container) (kube_pod_container_status_restarts_total{%s})`, f.sel))
@@ -517,28 +516,47 @@ func (f fetcher) restartsAndOOMs(in *Input, put func(model.Matrix, Source, func(
 	if err != nil {
 		return err
 	}
-	if len(restarts) > 0 && len(ends) > 0 {
-		restarts = mergeEnds(restarts, ends)
+	// Kernel OOM kills as cAdvisor sees them, each container's own
+	// counter (a restarted container is a new series, counted from 0).
+	kernel, err := f.counterSteps(fmt.Sprintf(`max by (pod, container, id) (container_oom_events_total{%s%s})`, f.sel, cadvisor))
+	if err != nil {
+		return err
+	}
+	if len(restarts) > 0 {
+		what := []string{"kube_pod_container_status_restarts_total (whole increases per window)"}
+		if len(ends) > 0 {
+			what = append(what, "kube_pod_container_status_last_terminated_timestamp (each end when first seen)")
+		}
+		if len(kernel) > 0 {
+			what = append(what, "container_oom_events_total (each kernel OOM kill when seen)")
+		}
+		restarts = mergeEnds(restarts, ends, kernel)
 		in.Have["restarts"] = true
-		in.Sources["restarts"] = "kube_pod_container_status_restarts_total (whole increases per window), each end counted when first seen in kube_pod_container_status_last_terminated_timestamp"
-		covered["restarts"] = armsOf(restarts)
-		put(restarts, 0, func(w *Window, v float64) { w.Restarts += v })
-	} else if len(restarts) > 0 {
-		in.Have["restarts"] = true
-		in.Sources["restarts"] = "kube_pod_container_status_restarts_total (whole increases per window)"
+		in.Sources["restarts"] = "the soonest count of " + strings.Join(what, ", ")
 		covered["restarts"] = armsOf(restarts)
 		put(restarts, 0, func(w *Window, v float64) { w.Restarts += v })
 	} else {
 		in.Sources["restarts"] = "none found"
+	}
+	if len(kernel) > 0 {
+		// The kernel's own count, as it happens: kube-state-metrics'
+		// reasons come with the restarts, minutes later on a slow node.
+		in.Have["oom"] = true
+		in.Sources["oom"] = "container_oom_events_total (cAdvisor, whole increases per window)"
+		covered["oom"] = armsOf(kernel)
+		put(kernel, 0, func(w *Window, v float64) { w.OOMKills += v })
+		return nil
 	}
 	reason, err := f.matrix(fmt.Sprintf(`max by (pod, container) (kube_pod_container_status_last_terminated_reason{%s, reason="OOMKilled"})`, f.sel), false)
 	if err != nil {
 		return err
 	}
 	if len(reason) > 0 && len(restarts) > 0 {
-		oom := map[[2]string]map[model.Time]bool{}
+		// Per pod, as the restarts are (mergeEnds): a pod one of whose
+		// containers last ended OOMKilled.
+		oom := map[string]map[model.Time]bool{}
 		for _, s := range reason {
-			k := [2]string{string(s.Metric["pod"]), string(s.Metric["container"])}
+			k := string(s.Metric["pod"])
 			for _, v := range s.Values {
 				if v.Value == 1 {
 					if oom[k] == nil {
@@ -550,7 +568,7 @@ func (f fetcher) restartsAndOOMs(in *Input, put func(model.Matrix, Source, func(
 		}
 		var kills model.Matrix
 		for _, s := range restarts {
-			k := [2]string{string(s.Metric["pod"]), string(s.Metric["container"])}
+			k := string(s.Metric["pod"])
 			o := &model.SampleStream{Metric: s.Metric}
 			for _, v := range s.Values {
 				if v.Value > 0 && oom[k][v.Timestamp] {
@@ -566,7 +584,6 @@ func (f fetcher) restartsAndOOMs(in *Input, put func(model.Matrix, Source, func(
 		return nil
 	}
 	for _, c := range [][2]string{
-		{"container_oom_events_total (cAdvisor, whole increases per window)", fmt.Sprintf(`sum by (pod) (container_oom_events_total{%s%s})`, f.sel, cadvisor)},
 		{"gofit_oom_kills_total (whole increases per window)", fmt.Sprintf(`sum by (pod) (gofit_oom_kills_total{%s})`, f.sel)},
 	} {
 		m, err := f.counterSteps(c[1])
@@ -682,38 +699,41 @@ func endsPerWindow(m model.Matrix, start model.Time) model.Matrix {
 	return out
 }
 
-// mergeEnds gives each container's restarts per window as the sooner of
-// two whole counts: its restart counter's increases, and its ends first
-// seen (endsPerWindow). The kubelet counts a restart when it starts the
-// next container, after the crash-loop back-off and the start itself
-// (about 80 s after the end on the emulated e2e node, 2026-12-07), and
-// writes the end as the container's last termination seconds after it.
-// Per container the cumulative count is the larger of the two so far, so
-// an end is counted once, when first seen, and the counter makes up for
-// two ends read as one.
-func mergeEnds(restarts, ends model.Matrix) model.Matrix {
-	type key struct{ pod, ctr model.LabelValue }
-	byKey := map[key]*[2]map[model.Time]float64{}
-	var order []key
-	var metrics = map[key]model.Metric{}
-	add := func(m model.Matrix, which int) {
+// mergeEnds gives each pod's restarts per window as the soonest of
+// whole counts of its containers' ends, each source summed over the pod's
+// containers: the restart counter's increases, ends first seen as a last
+// termination (endsPerWindow), and kernel OOM kills. The kubelet counts a
+// restart when it has started the next container, after the crash-loop
+// back-off and the start itself, and writes an end as the container's
+// last termination only then or in the back-off; cAdvisor sees an OOM
+// kill when it happens. On the emulated e2e node the first OOM kills came
+// 2 minutes before the first restarts (2026-12-07). Per pod the
+// cumulative count is the largest of the sources' so far, so an end is
+// counted once, when first seen anywhere, and a source that reads two
+// ends as one is made up by the others.
+func mergeEnds(sources ...model.Matrix) model.Matrix {
+	byPod := map[model.LabelValue][]map[model.Time]float64{}
+	var order []model.LabelValue
+	metrics := map[model.LabelValue]model.Metric{}
+	for i, m := range sources {
 		for _, s := range m {
-			k := key{s.Metric["pod"], s.Metric["container"]}
-			if byKey[k] == nil {
-				byKey[k] = &[2]map[model.Time]float64{{}, {}}
-				order = append(order, k)
-				metrics[k] = s.Metric
+			pod := s.Metric["pod"]
+			if byPod[pod] == nil {
+				byPod[pod] = make([]map[model.Time]float64, len(sources))
+				for j := range byPod[pod] {
+					byPod[pod][j] = map[model.Time]float64{}
+				}
+				order = append(order, pod)
+				metrics[pod] = model.Metric{"pod": pod}
 			}
 			for _, p := range s.Values {
-				byKey[k][which][p.Timestamp] += float64(p.Value)
+				byPod[pod][i][p.Timestamp] += float64(p.Value)
 			}
 		}
 	}
-	add(restarts, 0)
-	add(ends, 1)
 	var out model.Matrix
-	for _, k := range order {
-		c := byKey[k]
+	for _, pod := range order {
+		c := byPod[pod]
 		var ts []model.Time
 		for _, m := range c {
 			for t := range m {
@@ -723,13 +743,17 @@ func mergeEnds(restarts, ends model.Matrix) model.Matrix {
 			}
 		}
 		slices.Sort(ts)
-		o := &model.SampleStream{Metric: metrics[k]}
-		var r, d, e float64
+		o := &model.SampleStream{Metric: metrics[pod]}
+		cum := make([]float64, len(c))
+		e := 0.0
 		for _, t := range ts {
-			r, d = r+c[0][t], d+c[1][t]
-			inc := max(r, d) - e
-			e = max(r, d)
-			o.Values = append(o.Values, model.SamplePair{Timestamp: t, Value: model.SampleValue(inc)})
+			best := 0.0
+			for i := range c {
+				cum[i] += c[i][t]
+				best = max(best, cum[i])
+			}
+			o.Values = append(o.Values, model.SamplePair{Timestamp: t, Value: model.SampleValue(best - e)})
+			e = best
 		}
 		out = append(out, o)
 	}

@@ -499,6 +499,35 @@ func TestFetchCountsAnEndWhenFirstSeen(t *testing.T) {
 	if !strings.Contains(in.Sources["restarts"], "last_terminated_timestamp") {
 		t.Errorf("restarts' source %q: want the ends named", in.Sources["restarts"])
 	}
+
+	// The first end of a container is restarted at once, with no
+	// back-off: on a slow node its next container takes minutes to
+	// start, and until then it is neither a restart nor a last
+	// termination. cAdvisor saw the kernel's OOM kills 2 minutes before
+	// (the e2e node, 2026-12-07): the kill counts when seen, as an end
+	// and as an OOM kill, and the restart that follows adds nothing.
+	stub.rules = []stubRule{stub.rules[0],
+		{"kube_pod_container_status_restarts_total", "[" +
+			boundaries(from, map[string]string{"pod": "b-1", "container": "app"}, 0, 0, 0, 1) + "," +
+			boundaries(from, map[string]string{"pod": "a-1", "container": "app"}, 0, 0, 0, 0) + "]"},
+		// One series a container: the first, OOM-killed, and the
+		// restarted one, new in the last window.
+		{"container_oom_events_total", "[" +
+			boundaries(from, map[string]string{"pod": "b-1", "container": "app", "id": "/c1"}, 0, 1, 1, 1) + "," +
+			boundaries(from, map[string]string{"pod": "b-1", "container": "app", "id": "/c2"}, nan, nan, nan, 0) + "]"},
+	}
+	in = fetchFrom(t, stub, pods{"a": {"a-1"}, "b": {"b-1"}})
+	for a := range 2 {
+		for i, w := range in.Arms[a].Windows[0] {
+			got[a][i], ooms[a][i] = w.Restarts, w.OOMKills
+		}
+	}
+	if got != [2][3]float64{{0, 0, 0}, {1, 0, 0}} || ooms != [2][3]float64{{0, 0, 0}, {1, 0, 0}} {
+		t.Errorf("with cAdvisor: restarts per window %v, OOM kills %v; want [[0 0 0] [1 0 0]] for both", got, ooms)
+	}
+	if !strings.HasPrefix(in.Sources["oom"], "container_oom_events_total") || !strings.Contains(in.Sources["restarts"], "container_oom_events_total") {
+		t.Errorf("sources %v: want cAdvisor's kills for both", in.Sources)
+	}
 }
 
 // mergeEnds alone: the sooner of the two counts, never twice.
