@@ -583,23 +583,18 @@ func (f fetcher) restartsAndOOMs(in *Input, put func(model.Matrix, Source, func(
 		put(kills, 0, func(w *Window, v float64) { w.OOMKills += v })
 		return nil
 	}
-	for _, c := range [][2]string{
-		{"gofit_oom_kills_total (whole increases per window)", fmt.Sprintf(`sum by (pod) (gofit_oom_kills_total{%s})`, f.sel)},
-	} {
-		m, err := f.counterSteps(c[1])
-		if err != nil {
-			return err
-		}
-		if len(m) == 0 {
-			continue
-		}
-		in.Have["oom"] = true
-		in.Sources["oom"] = c[0]
-		covered["oom"] = armsOf(m)
-		put(m, 0, func(w *Window, v float64) { w.OOMKills += v })
+	m, err := f.counterSteps(fmt.Sprintf(`sum by (pod) (gofit_oom_kills_total{%s})`, f.sel))
+	if err != nil {
+		return err
+	}
+	if len(m) == 0 {
+		in.Sources["oom"] = "none found"
 		return nil
 	}
-	in.Sources["oom"] = "none found"
+	in.Have["oom"] = true
+	in.Sources["oom"] = "gofit_oom_kills_total (whole increases per window)"
+	covered["oom"] = armsOf(m)
+	put(m, 0, func(w *Window, v float64) { w.OOMKills += v })
 	return nil
 }
 
@@ -713,8 +708,8 @@ func endsPerWindow(m model.Matrix, start model.Time) model.Matrix {
 // ends as one is made up by the others.
 func mergeEnds(sources ...model.Matrix) model.Matrix {
 	byPod := map[model.LabelValue][]map[model.Time]float64{}
+	times := map[model.LabelValue]map[model.Time]bool{}
 	var order []model.LabelValue
-	metrics := map[model.LabelValue]model.Metric{}
 	for i, m := range sources {
 		for _, s := range m {
 			pod := s.Metric["pod"]
@@ -723,27 +718,20 @@ func mergeEnds(sources ...model.Matrix) model.Matrix {
 				for j := range byPod[pod] {
 					byPod[pod][j] = map[model.Time]float64{}
 				}
+				times[pod] = map[model.Time]bool{}
 				order = append(order, pod)
-				metrics[pod] = model.Metric{"pod": pod}
 			}
 			for _, p := range s.Values {
 				byPod[pod][i][p.Timestamp] += float64(p.Value)
+				times[pod][p.Timestamp] = true
 			}
 		}
 	}
 	var out model.Matrix
 	for _, pod := range order {
 		c := byPod[pod]
-		var ts []model.Time
-		for _, m := range c {
-			for t := range m {
-				if !slices.Contains(ts, t) {
-					ts = append(ts, t)
-				}
-			}
-		}
-		slices.Sort(ts)
-		o := &model.SampleStream{Metric: metrics[pod]}
+		ts := slices.Sorted(maps.Keys(times[pod]))
+		o := &model.SampleStream{Metric: model.Metric{"pod": pod}}
 		cum := make([]float64, len(c))
 		e := 0.0
 		for _, t := range ts {
