@@ -43,9 +43,13 @@ type labMemory struct {
 		CPUModel string `json:"cpu_model"`
 	} `json:"machine"`
 	Memory []struct {
-		Setting string `json:"setting"`
-		Floor   *int64 `json:"floor_bytes"`
-		Healthy *int64 `json:"healthy_floor_bytes"`
+		Setting  string `json:"setting"`
+		Floor    *int64 `json:"floor_bytes"`
+		Healthy  *int64 `json:"healthy_floor_bytes"`
+		Survival struct {
+			Status string `json:"status"`
+			Trials int    `json:"trials"`
+		} `json:"survival_finding"`
 	} `json:"memory"`
 	Lab struct {
 		Failed string `json:"failed"`
@@ -62,8 +66,12 @@ type labMemory struct {
 // test that asked for one step would fail a correct lab about one run in
 // five; more than two steps apart is a difference of the image's own.
 // The difference is logged. Then it checks that nothing of the image is
-// left behind, after each run and after one interrupted mid-trial. About
-// 6 minutes on 2 cores.
+// left behind, after each run and after one interrupted mid-trial. The
+// survival floors are what is compared, so each study runs at a budget of
+// 100 s, which the memory study's minimum (its probes, the survival
+// descent's first trials and one confirmation) is funded from first; the
+// health descent gets what is left. About 4 minutes on 2 cores (about 6
+// at --quick's whole budget).
 func TestLabImage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping the lab's real study in -short mode")
@@ -103,9 +111,9 @@ func TestLabImage(t *testing.T) {
 	run := func(name string, args ...string) labMemory {
 		out := t.TempDir()
 		// One short CPU repeat: the CPU verdicts are TestLabQuick's; the
-		// memory floors are compared here, and the memory half is the
-		// quick study's own.
-		cmd := gofitCmd(append([]string{"lab", "--quick", "--repeats", "1", "--max-repeats", "1",
+		// survival floors are compared here, and the memory study's
+		// minimum is the quick study's own.
+		cmd := gofitCmd(append([]string{"lab", "--quick", "--budget", "100s", "--repeats", "1", "--max-repeats", "1",
 			"--requests", "100", "--open-duration", "2s", "--json", "--out", out, "--targets", targets}, args...)...)
 		cmd.Dir = filepath.Dir(targets) // the targets file's @body4k.json
 		var stdout, stderr syncBuffer
@@ -137,9 +145,9 @@ func TestLabImage(t *testing.T) {
 	}
 	cmd := run("--cmd", "--cmd", bin+" -host 127.0.0.1 -port {port}")
 	const step, tolerance = 4 << 20, 2 // bytes; steps
-	floors := map[string]*int64{}
+	floors, found := map[string]*int64{}, map[string]string{}
 	for _, m := range cmd.Memory {
-		floors[m.Setting] = m.Floor
+		floors[m.Setting], found[m.Setting] = m.Floor, m.Survival.Status
 	}
 	for _, m := range img.Memory {
 		c, ok := floors[m.Setting]
@@ -148,7 +156,12 @@ func TestLabImage(t *testing.T) {
 			continue
 		}
 		t.Logf("%s: floor %s from the image, %s from the binary; healthy %s and %s", m.Setting, mib(m.Floor), mib(c), mib(m.Healthy), mib(healthyOf(cmd, m.Setting)))
-		if (m.Floor == nil) != (c == nil) || m.Floor != nil && abs(*m.Floor-*c) > tolerance*step {
+		if m.Floor == nil || c == nil || m.Survival.Status != "found" || found[m.Setting] != "found" {
+			// A comparison of floors the budget only bounded, or did not
+			// measure, would pass on nothing.
+			t.Errorf("setting %s: floor %s (%s, %d trials) from the image, %s (%s) from the same binary: want both found",
+				m.Setting, mib(m.Floor), m.Survival.Status, m.Survival.Trials, mib(c), found[m.Setting])
+		} else if abs(*m.Floor-*c) > tolerance*step {
 			t.Errorf("setting %s: floor %s from the image, %s from the same binary: more than %d steps (4 MiB each) apart", m.Setting, mib(m.Floor), mib(c), tolerance)
 		}
 	}

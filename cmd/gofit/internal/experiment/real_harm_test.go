@@ -37,6 +37,10 @@ func TestRealHarmfulArmStopped(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping: -short (a 3-minute real experiment)")
 	}
+	// Beside the package's other real experiment: each mostly waits on
+	// its scrapes and looks (together about 0.75 of a core alone), and
+	// make test's serial pass then spends their longer one, not both.
+	t.Parallel()
 	bins := promtest.Need(t)
 	const (
 		spec     = `{"name":"guarded","control":"base","arms":[{"name":"base","fit":"gofit"},{"name":"nogc","env":{"GOGC":"off"}}]}`

@@ -60,6 +60,10 @@ func TestRealPrometheusExperiment(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipping: -short (a 3.5-minute real experiment)")
 	}
+	// Beside the package's other real experiment: each mostly waits on
+	// its scrapes and looks (together about 0.75 of a core alone), and
+	// make test's serial pass then spends their longer one, not both.
+	t.Parallel()
 	bins := promtest.Need(t)
 	const spec = `{"name":"gmp","control":"fitted","arms":[{"name":"fitted","fit":"gofit"},{"name":"fitted-again","fit":"gofit"},{"name":"starved","env":{"GOMAXPROCS":"1","GOMEMLIMIT":"1MiB"}}]}`
 	exp, err := admission.ParseExperiment(spec)
