@@ -120,7 +120,8 @@ func ownerWorkload(kind, name string) string {
 
 // Fetch finds the arms' pods and reads their series into paired windows.
 // pods may be nil (no API access): Prometheus's kube_pod_labels alone
-// then says which pod was in which arm.
+// then says which pod was in which arm. It runs one fetch's stages in
+// order: the pods by arm, the arms' windows, then each kind of series.
 func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, error) {
 	if q.Window <= 0 || !q.To.After(q.From) {
 		return Input{}, fmt.Errorf("want a window and a span: window %v, from %v to %v", q.Window, q.From, q.To)
@@ -129,51 +130,116 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 	if n < 1 {
 		return Input{}, fmt.Errorf("span %v is shorter than one window of %v", q.To.Sub(q.From), q.Window)
 	}
-	in := Input{Experiment: q.Name, Namespace: q.Namespace, From: q.From, To: q.From.Add(time.Duration(n) * q.Window), Window: q.Window,
-		Have: map[string]bool{}, Sources: map[string]string{}, Resamples: q.Resamples, Seed: q.Seed}
-	f := fetcher{prom: prom, q: q, n: n, ctx: ctx}
-	f.warn = func(s string) { in.Notes = append(in.Notes, s) }
+	r := &fetchRun{
+		in: &Input{Experiment: q.Name, Namespace: q.Namespace, From: q.From, To: q.From.Add(time.Duration(n) * q.Window), Window: q.Window,
+			Have: map[string]bool{}, Sources: map[string]string{}, Resamples: q.Resamples, Seed: q.Seed},
+		f: fetcher{prom: prom, q: q, n: n, ctx: ctx}, q: q,
+		armOf: map[string]string{}, covered: map[string]map[int]bool{},
+	}
+	r.f.warn = func(s string) { r.in.Notes = append(r.in.Notes, s) }
+	for _, m := range q.Matchers {
+		r.extra += ", " + m
+	}
+	if err := r.podsByArm(pods); err != nil {
+		return Input{}, err
+	}
+	if err := r.layOut(); err != nil {
+		return Input{}, err
+	}
+	// Restarts and OOM kills are whole numbers per window, never
+	// extrapolated rates (increase() said 10.3 restarts), and a kernel
+	// OOM kill is one (issue 57).
+	for _, stage := range []func() error{r.latency, r.series, r.restartsAndOOMs, r.companions} {
+		if err := stage(); err != nil {
+			return Input{}, err
+		}
+	}
+	in := r.in
+	if q.WarmUp > 0 {
+		if err := r.f.warmUp(in.Arms, r.spec.Started, q.WarmUp, in.Window); err != nil {
+			return Input{}, err
+		}
+		in.Notes = append(in.Notes, fmt.Sprintf("the first %v after each pod started is left out (--warm-up)", q.WarmUp))
+	}
+	if !in.Have["latency"] && !in.Have["cpu"] {
+		return Input{}, fmt.Errorf("experiment %s in %s, pods %s: %w (latency: %s; cpu: %s)", q.Name, q.Namespace, strings.Join(r.all, ", "), ErrNoData, in.Sources["latency"], in.Sources["cpu"])
+	}
+	r.liveCounts()
+	return *in, nil
+}
 
-	armOf := map[string]string{} // pod → arm
-	var spec Spec
+// fetchRun is one Fetch's state as its stages fill it in.
+type fetchRun struct {
+	in    *Input
+	f     fetcher
+	q     Query // as asked, with the workload once known
+	spec  Spec  // the API server's (empty without one)
+	extra string
+	armOf map[string]string // pod → arm
+	// loc is each pod's arm index and its index in the arm.
+	loc map[string][2]int
+	all []string // the pods, quoted for a regexp
+	// covered is, by kind, the arms the chosen source has data for.
+	covered map[string]map[int]bool
+}
+
+// podsByArm finds the experiment's pods: the live ones from the API
+// server, and gone ones from what kube-state-metrics kept of their
+// labels and owners.
+func (r *fetchRun) podsByArm(pods PodSource) error {
+	q := &r.q
 	var sources []string
 	if pods != nil {
-		var err error
-		spec, err = pods.Experiment(ctx, q.Namespace, q.Name, q.Workload)
+		spec, err := pods.Experiment(r.f.ctx, q.Namespace, q.Name, q.Workload)
 		if err != nil {
-			return Input{}, fmt.Errorf("pods of experiment %s in %s from the API server: %w", q.Name, q.Namespace, err)
+			return fmt.Errorf("pods of experiment %s in %s from the API server: %w", q.Name, q.Namespace, err)
 		}
+		r.spec = spec
 		if q.Workload == "" {
 			if len(spec.Workloads) > 1 {
-				return Input{}, fmt.Errorf("experiment %s in namespace %s runs in %d workloads (%s), each its own experiment: name one with --workload", q.Name, q.Namespace, len(spec.Workloads), strings.Join(spec.Workloads, ", "))
+				return fmt.Errorf("experiment %s in namespace %s runs in %d workloads (%s), each its own experiment: name one with --workload", q.Name, q.Namespace, len(spec.Workloads), strings.Join(spec.Workloads, ", "))
 			}
 			if len(spec.Workloads) == 1 {
 				q.Workload = spec.Workloads[0]
-				f.q.Workload = q.Workload
 			}
 		}
 		for arm, ps := range spec.Pods {
 			for _, p := range ps {
-				armOf[p] = arm
+				r.armOf[p] = arm
 			}
 		}
-		sources = append(sources, fmt.Sprintf("API server (%d live pods)", len(armOf)))
+		sources = append(sources, fmt.Sprintf("API server (%d live pods)", len(r.armOf)))
 	}
-	// Gone pods: what kube-state-metrics kept of their labels.
-	extra := ""
-	for _, m := range q.Matchers {
-		extra += ", " + m
-	}
-	kept, err := f.matrix(fmt.Sprintf(`max by (pod, label_gofit_dev_arm) (kube_pod_labels{namespace=%q, label_gofit_dev_experiment=%q%s})`, q.Namespace, q.Name, extra), false)
+	kept, added, err := r.gonePods()
 	if err != nil {
-		return Input{}, err
+		return err
 	}
-	// Their workloads: kube_pod_owner, exported by default.
+	r.in.Workload = q.Workload
+	if len(kept) > 0 {
+		sources = append(sources, fmt.Sprintf("Prometheus kube_pod_labels (%d pods, %d not live)", len(kept), added))
+	}
+	r.in.Sources["pods"] = strings.Join(sources, "; ")
+	if len(r.armOf) == 0 {
+		return fmt.Errorf("experiment %s in namespace %s: no pods found (API server: %d live; kube_pod_labels: none; kube-state-metrics exports pod labels only with --metric-labels-allowlist=pods=[gofit.dev/experiment,gofit.dev/arm])", q.Name, q.Namespace, len(r.spec.Pods))
+	}
+	return nil
+}
+
+// gonePods adds the pods that kube_pod_labels kept and the API server no
+// longer has, from the experiment's workload (kube_pod_owner, exported
+// by default, says whose). It returns the kept series and how many it
+// added.
+func (r *fetchRun) gonePods() (model.Matrix, int, error) {
+	q := &r.q
+	kept, err := r.f.matrix(fmt.Sprintf(`max by (pod, label_gofit_dev_arm) (kube_pod_labels{namespace=%q, label_gofit_dev_experiment=%q%s})`, q.Namespace, q.Name, r.extra), false)
+	if err != nil {
+		return nil, 0, err
+	}
 	owners := map[string]string{} // gone pod → workload
 	if len(kept) > 0 {
-		ows, err := f.matrix(fmt.Sprintf(`max by (pod, owner_kind, owner_name) (kube_pod_owner{namespace=%q, owner_is_controller=~"true|<none>"%s})`, q.Namespace, extra), false)
+		ows, err := r.f.matrix(fmt.Sprintf(`max by (pod, owner_kind, owner_name) (kube_pod_owner{namespace=%q, owner_is_controller=~"true|<none>"%s})`, q.Namespace, r.extra), false)
 		if err != nil {
-			return Input{}, err
+			return nil, 0, err
 		}
 		for _, s := range ows {
 			owners[string(s.Metric["pod"])] = ownerWorkload(string(s.Metric["owner_kind"]), string(s.Metric["owner_name"]))
@@ -186,15 +252,15 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 		if p == "" || arm == "" {
 			continue
 		}
-		if _, ok := armOf[p]; ok {
+		if _, ok := r.armOf[p]; ok {
 			continue
 		}
-		if _, live := spec.Live[p]; live {
+		if _, live := r.spec.Live[p]; live {
 			continue // live, in another workload: not this experiment's
 		}
 		w, known := owners[p]
 		switch {
-		case !known && (len(owners) > 0 || len(spec.Workloads) > 1):
+		case !known && (len(owners) > 0 || len(r.spec.Workloads) > 1):
 			unknown++
 			continue
 		case !known:
@@ -205,12 +271,12 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 		case q.Workload == "":
 			goneIn[w] = true
 		}
-		armOf[p] = arm
+		r.armOf[p] = arm
 		added++
 	}
 	if q.Workload == "" && len(goneIn) > 1 {
 		ws := slices.Sorted(maps.Keys(goneIn))
-		return Input{}, fmt.Errorf("experiment %s in namespace %s ran in %d workloads (%s), each its own experiment: name one with --workload", q.Name, q.Namespace, len(ws), strings.Join(ws, ", "))
+		return nil, 0, fmt.Errorf("experiment %s in namespace %s ran in %d workloads (%s), each its own experiment: name one with --workload", q.Name, q.Namespace, len(ws), strings.Join(ws, ", "))
 	}
 	if q.Workload == "" && len(goneIn) == 1 {
 		for w := range goneIn {
@@ -218,25 +284,22 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 		}
 	}
 	if unknown > 0 {
-		in.Notes = append(in.Notes, fmt.Sprintf("%d gone pods of experiment %s left out: kube_pod_owner does not say their workload", unknown, q.Name))
+		r.in.Notes = append(r.in.Notes, fmt.Sprintf("%d gone pods of experiment %s left out: kube_pod_owner does not say their workload", unknown, q.Name))
 	}
-	in.Workload = q.Workload
-	if len(kept) > 0 {
-		sources = append(sources, fmt.Sprintf("Prometheus kube_pod_labels (%d pods, %d not live)", len(kept), added))
-	}
-	in.Sources["pods"] = strings.Join(sources, "; ")
-	if len(armOf) == 0 {
-		return Input{}, fmt.Errorf("experiment %s in namespace %s: no pods found (API server: %d live; kube_pod_labels: none; kube-state-metrics exports pod labels only with --metric-labels-allowlist=pods=[gofit.dev/experiment,gofit.dev/arm])", q.Name, q.Namespace, len(spec.Pods))
-	}
+	return kept, added, nil
+}
 
-	// Arms in the spec's order, then any others by name.
-	order := append([]string{}, spec.Arms...)
+// layOut orders the arms (the spec's order, then any others by name),
+// picks the control and gives every pod its windows.
+func (r *fetchRun) layOut() error {
+	in := r.in
+	order := append([]string{}, r.spec.Arms...)
 	seen := map[string]bool{}
 	for _, a := range order {
 		seen[a] = true
 	}
 	var others []string
-	for _, a := range armOf {
+	for _, a := range r.armOf {
 		if !seen[a] {
 			seen[a] = true
 			others = append(others, a)
@@ -244,138 +307,152 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 	}
 	sort.Strings(others)
 	order = append(order, others...)
-	in.Planned = spec.MaxDuration
-	in.Nodes = spec.Nodes
-	in.Control = q.Control
+	in.Planned = r.spec.MaxDuration
+	in.Nodes = r.spec.Nodes
+	in.Control = r.q.Control
 	if in.Control == "" {
-		in.Control = spec.Control
+		in.Control = r.spec.Control
 	}
 	if in.Control == "" {
 		in.Control = order[0]
 	}
 	if !seen[in.Control] {
-		return Input{}, fmt.Errorf("control arm %q has no pods (arms: %s)", in.Control, strings.Join(order, ", "))
+		return fmt.Errorf("control arm %q has no pods (arms: %s)", in.Control, strings.Join(order, ", "))
 	}
 	byArm := map[string][]string{}
-	for p, a := range armOf {
+	for p, a := range r.armOf {
 		byArm[a] = append(byArm[a], p)
 	}
-	loc := map[string][2]int{} // pod → its arm's index, its index in the arm
+	r.loc = map[string][2]int{}
 	for i, a := range order {
 		sort.Strings(byArm[a])
 		arm := Arm{Name: a, Pods: byArm[a]}
 		for j, p := range byArm[a] {
-			arm.Windows = append(arm.Windows, make([]Window, n))
-			loc[p] = [2]int{i, j}
+			arm.Windows = append(arm.Windows, make([]Window, r.f.n))
+			r.loc[p] = [2]int{i, j}
 		}
 		in.Arms = append(in.Arms, arm)
 	}
-	all := make([]string, 0, len(armOf))
-	for p := range armOf {
-		all = append(all, regexp.QuoteMeta(p))
+	for p := range r.armOf {
+		r.all = append(r.all, regexp.QuoteMeta(p))
 	}
-	sort.Strings(all)
-	f.sel = fmt.Sprintf(`namespace=%q, pod=~%q%s`, q.Namespace, strings.Join(all, "|"), extra)
-	// put adds a pod's per-window values into its windows, marking them
-	// as having the source.
-	put := func(ss model.Matrix, has Source, set func(w *Window, v float64)) {
-		for _, s := range ss {
-			l, ok := loc[string(s.Metric["pod"])]
-			if !ok {
-				continue
-			}
-			ws := in.Arms[l[0]].Windows[l[1]]
-			for _, v := range s.Values {
-				if i, ok := f.window(v.Timestamp); ok && !math.IsNaN(float64(v.Value)) {
-					set(&ws[i], float64(v.Value))
-					ws[i].Has |= has
-				}
-			}
-		}
-	}
-	// first runs the candidates in order and keeps the first with data
-	// for every arm; else the one with data for the most arms, saying
-	// which arms it misses (GOFIT=off leaves an arm without gofit's own
-	// metrics: it is missing there, never zero).
-	covered := map[string]map[int]bool{} // kind → arms the chosen source has data for
-	first := func(what string, cands ...[2]string) (model.Matrix, error) {
-		var best model.Matrix
-		var bestArms map[int]bool
-		bestSrc, bestN := "", 0
-		for _, c := range cands {
-			m, err := f.matrix(c[1], true)
-			if err != nil {
-				return nil, err
-			}
-			armsWith := map[int]bool{}
-			for _, s := range m {
-				if l, ok := loc[string(s.Metric["pod"])]; ok {
-					armsWith[l[0]] = true
-				}
-			}
-			if len(armsWith) > bestN {
-				best, bestSrc, bestN, bestArms = m, c[0], len(armsWith), armsWith
-			}
-			if len(armsWith) == len(in.Arms) {
-				break
-			}
-		}
-		if best == nil {
-			return nil, nil
-		}
-		in.Have[what] = true
-		in.Sources[what] = bestSrc
-		covered[what] = bestArms
-		if bestN < len(in.Arms) {
-			in.Sources[what] += fmt.Sprintf(" (missing for %d of %d arms)", len(in.Arms)-bestN, len(in.Arms))
-			in.Notes = append(in.Notes, fmt.Sprintf("%s: no source has data for every arm; %s is missing for some, whose %s figures are left out", what, bestSrc, what))
-		}
-		return best, nil
-	}
-	inc := func(metric string, extra string) string {
-		return fmt.Sprintf(`sum by (pod) (increase(%s{%s%s}[%s]))`, metric, f.sel, extra, f.rng())
-	}
-	avg := func(metric string, extra string) string {
-		return fmt.Sprintf(`sum by (pod) (avg_over_time(%s{%s%s}[%s]))`, metric, f.sel, extra, f.rng())
-	}
-	const cadvisor = `, container!="", container!="POD"`
+	sort.Strings(r.all)
+	r.f.sel = fmt.Sprintf(`namespace=%q, pod=~%q%s`, r.q.Namespace, strings.Join(r.all, "|"), r.extra)
+	return nil
+}
 
-	// Requests and latency: the classic histogram's buckets, else the
-	// native histogram.
-	lat := q.Latency
+// put adds a pod's per-window values into its windows, marking them as
+// having the source.
+func (r *fetchRun) put(ss model.Matrix, has Source, set func(w *Window, v float64)) {
+	for _, s := range ss {
+		l, ok := r.loc[string(s.Metric["pod"])]
+		if !ok {
+			continue
+		}
+		ws := r.in.Arms[l[0]].Windows[l[1]]
+		for _, v := range s.Values {
+			if i, ok := r.f.window(v.Timestamp); ok && !math.IsNaN(float64(v.Value)) {
+				set(&ws[i], float64(v.Value))
+				ws[i].Has |= has
+			}
+		}
+	}
+}
+
+// first runs the candidates in order and keeps the first with data for
+// every arm; else the one with data for the most arms, saying which arms
+// it misses (GOFIT=off leaves an arm without gofit's own metrics: it is
+// missing there, never zero).
+func (r *fetchRun) first(what string, cands ...[2]string) (model.Matrix, error) {
+	in := r.in
+	var best model.Matrix
+	var bestArms map[int]bool
+	bestSrc, bestN := "", 0
+	for _, c := range cands {
+		m, err := r.f.matrix(c[1], true)
+		if err != nil {
+			return nil, err
+		}
+		armsWith := map[int]bool{}
+		for _, s := range m {
+			if l, ok := r.loc[string(s.Metric["pod"])]; ok {
+				armsWith[l[0]] = true
+			}
+		}
+		if len(armsWith) > bestN {
+			best, bestSrc, bestN, bestArms = m, c[0], len(armsWith), armsWith
+		}
+		if len(armsWith) == len(in.Arms) {
+			break
+		}
+	}
+	if best == nil {
+		return nil, nil
+	}
+	in.Have[what] = true
+	in.Sources[what] = bestSrc
+	r.covered[what] = bestArms
+	if bestN < len(in.Arms) {
+		in.Sources[what] += fmt.Sprintf(" (missing for %d of %d arms)", len(in.Arms)-bestN, len(in.Arms))
+		in.Notes = append(in.Notes, fmt.Sprintf("%s: no source has data for every arm; %s is missing for some, whose %s figures are left out", what, bestSrc, what))
+	}
+	return best, nil
+}
+
+// inc and avg are the per-pod, per-window increase and mean of a
+// metric's series of these pods.
+func (r *fetchRun) inc(metric, extra string) string {
+	return fmt.Sprintf(`sum by (pod) (increase(%s{%s%s}[%s]))`, metric, r.f.sel, extra, r.f.rng())
+}
+
+func (r *fetchRun) avg(metric, extra string) string {
+	return fmt.Sprintf(`sum by (pod) (avg_over_time(%s{%s%s}[%s]))`, metric, r.f.sel, extra, r.f.rng())
+}
+
+// cadvisor keeps cAdvisor's containers' own series.
+const cadvisor = `, container!="", container!="POD"`
+
+// latency reads requests and latency: the classic histogram's buckets,
+// else the native histogram; and the errors among them.
+func (r *fetchRun) latency() error {
+	in, f, lat := r.in, r.f, r.q.Latency
 	buckets, err := f.matrix(fmt.Sprintf(`sum by (pod, le) (increase(%s_bucket{%s}[%s]))`, lat, f.sel, f.rng()), true)
 	if err != nil {
-		return Input{}, err
+		return err
+	}
+	errors := func(query string) error {
+		errs, err := f.matrix(query, true)
+		if err != nil {
+			return err
+		}
+		r.put(errs, 0, func(w *Window, v float64) { w.Errors += v })
+		return nil
 	}
 	if len(buckets) > 0 {
 		in.Have["latency"] = true
 		in.Sources["latency"] = lat + " (classic histogram)"
-		if err := addClassic(buckets, loc, in.Arms, f); err != nil {
-			return Input{}, err
+		if err := addClassic(buckets, r.loc, in.Arms, f); err != nil {
+			return err
 		}
-		errs, err := f.matrix(inc(lat+"_count", ", "+q.ErrorMatcher), true)
-		if err != nil {
-			return Input{}, err
-		}
-		put(errs, 0, func(w *Window, v float64) { w.Errors += v })
-	} else {
-		native, err := f.matrix(fmt.Sprintf(`sum by (pod) (increase(%s{%s}[%s]))`, lat, f.sel, f.rng()), true)
-		if err != nil {
-			return Input{}, err
-		}
-		if addNative(native, loc, in.Arms, f) {
-			in.Have["latency"] = true
-			in.Sources["latency"] = lat + " (native histogram)"
-			errs, err := f.matrix(fmt.Sprintf(`histogram_count(sum by (pod) (increase(%s{%s, %s}[%s])))`, lat, f.sel, q.ErrorMatcher, f.rng()), true)
-			if err != nil {
-				return Input{}, err
-			}
-			put(errs, 0, func(w *Window, v float64) { w.Errors += v })
-		} else {
-			in.Sources["latency"] = fmt.Sprintf("none: no %s_bucket or native %s series for these pods (--latency names the histogram)", lat, lat)
-		}
+		return errors(r.inc(lat+"_count", ", "+r.q.ErrorMatcher))
 	}
+	native, err := f.matrix(fmt.Sprintf(`sum by (pod) (increase(%s{%s}[%s]))`, lat, f.sel, f.rng()), true)
+	if err != nil {
+		return err
+	}
+	if !addNative(native, r.loc, in.Arms, f) {
+		in.Sources["latency"] = fmt.Sprintf("none: no %s_bucket or native %s series for these pods (--latency names the histogram)", lat, lat)
+		return nil
+	}
+	in.Have["latency"] = true
+	in.Sources["latency"] = lat + " (native histogram)"
+	return errors(fmt.Sprintf(`histogram_count(sum by (pod) (increase(%s{%s, %s}[%s])))`, lat, f.sel, r.q.ErrorMatcher, f.rng()))
+}
 
+// series reads each kind of series from the first of its sources with
+// data for every arm (first).
+func (r *fetchRun) series() error {
+	inc, avg := r.inc, r.avg
 	steps := []struct {
 		what  string
 		has   Source
@@ -404,26 +481,26 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 		// A pod that stalls near its memory limit fails its readiness
 		// probe and its scrapes long before (if ever) it is killed.
 		{"ready", HasReady, func(w *Window, v float64) { w.Unready = math.Max(w.Unready, min(max(v, 0), 1)) }, [][2]string{
-			{"kube_pod_status_ready{condition=\"false\"}", fmt.Sprintf(`max by (pod) (avg_over_time(kube_pod_status_ready{%s, condition="false"}[%s]))`, f.sel, f.rng())},
-			{"up (scrapes that failed)", fmt.Sprintf(`max by (pod) (1 - avg_over_time(up{%s}[%s]))`, f.sel, f.rng())}}},
+			{"kube_pod_status_ready{condition=\"false\"}", fmt.Sprintf(`max by (pod) (avg_over_time(kube_pod_status_ready{%s, condition="false"}[%s]))`, r.f.sel, r.f.rng())},
+			{"up (scrapes that failed)", fmt.Sprintf(`max by (pod) (1 - avg_over_time(up{%s}[%s]))`, r.f.sel, r.f.rng())}}},
 	}
 	for _, s := range steps {
-		m, err := first(s.what, s.cands...)
+		m, err := r.first(s.what, s.cands...)
 		if err != nil {
-			return Input{}, err
+			return err
 		}
-		put(m, s.has, s.set)
+		r.put(m, s.has, s.set)
 		if m == nil {
-			in.Sources[s.what] = "none found"
+			r.in.Sources[s.what] = "none found"
 		}
 	}
-	// Restarts and OOM kills: whole numbers per window, never
-	// extrapolated rates (increase() said 10.3 restarts), and a kernel
-	// OOM kill as one (issue 57).
-	if err := f.restartsAndOOMs(&in, put, covered, loc); err != nil {
-		return Input{}, err
-	}
-	// The companions of what was found, from the same source.
+	return nil
+}
+
+// companions reads the companions of what series found, from the same
+// source.
+func (r *fetchRun) companions() error {
+	inc, f := r.inc, r.f
 	companions := []struct {
 		what, source, query string
 		set                 func(w *Window, v float64)
@@ -436,46 +513,42 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 		{"pauses", "gofit_go_gc_pause_seconds", inc(countOf("gofit_go_gc_pause_seconds"), ""), func(w *Window, v float64) { w.Pauses += v }},
 	}
 	for _, c := range companions {
-		if !strings.HasPrefix(in.Sources[c.what], c.source) {
+		if !strings.HasPrefix(r.in.Sources[c.what], c.source) {
 			continue
 		}
 		m, err := f.matrix(c.query, true)
 		if err != nil {
-			return Input{}, err
+			return err
 		}
-		put(m, 0, c.set)
+		r.put(m, 0, c.set)
 	}
-	if q.WarmUp > 0 {
-		if err := f.warmUp(in.Arms, spec.Started, q.WarmUp, in.Window); err != nil {
-			return Input{}, err
-		}
-		in.Notes = append(in.Notes, fmt.Sprintf("the first %v after each pod started is left out (--warm-up)", q.WarmUp))
-	}
-	if !in.Have["latency"] && !in.Have["cpu"] {
-		return Input{}, fmt.Errorf("experiment %s in %s, pods %s: %w (latency: %s; cpu: %s)", q.Name, q.Namespace, strings.Join(all, ", "), ErrNoData, in.Sources["latency"], in.Sources["cpu"])
-	}
-	// Restarts and OOM kills of live pods from the API server, for the
-	// arms Prometheus has no source for: harm must not go unseen because
-	// a metric is missing.
+	return nil
+}
+
+// liveCounts adds the restarts and OOM kills of live pods from the API
+// server, for the arms Prometheus has no source for: harm must not go
+// unseen because a metric is missing.
+func (r *fetchRun) liveCounts() {
+	in := r.in
 	for _, k := range []struct {
 		what   string
 		counts map[string]float64
 		set    func(w *Window, v float64)
 	}{
-		{"restarts", spec.Restarts, func(w *Window, v float64) { w.Restarts += v }},
-		{"oom", spec.OOMKills, func(w *Window, v float64) { w.OOMKills += v }},
+		{"restarts", r.spec.Restarts, func(w *Window, v float64) { w.Restarts += v }},
+		{"oom", r.spec.OOMKills, func(w *Window, v float64) { w.OOMKills += v }},
 	} {
 		if k.counts == nil {
 			continue
 		}
 		used := false
 		for i := range in.Arms {
-			if covered[k.what][i] {
+			if r.covered[k.what][i] {
 				continue
 			}
 			used = true
 			if v := k.counts[in.Arms[i].Name]; v > 0 {
-				k.set(&in.Arms[i].Windows[0][n-1], v)
+				k.set(&in.Arms[i].Windows[0][r.f.n-1], v)
 			}
 		}
 		if used {
@@ -487,7 +560,6 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 			in.Have[k.what] = true
 		}
 	}
-	return in, nil
 }
 
 // restartsAndOOMs reads restarts as the soonest whole count of each
@@ -497,8 +569,8 @@ func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, er
 // restarts whose container's last end at the window's end was OOMKilled
 // (kube_pod_container_status_last_terminated_reason), else gofit's
 // gofit_oom_kills_total; whole increases all.
-func (f fetcher) restartsAndOOMs(in *Input, put func(model.Matrix, Source, func(*Window, float64)), covered map[string]map[int]bool, loc map[string][2]int) error {
-	const cadvisor = `, container!="", container!="POD"`
+func (r *fetchRun) restartsAndOOMs() error {
+	f, in, put, covered, loc := r.f, r.in, r.put, r.covered, r.loc
 	restarts, err := f.counterSteps(fmt.Sprintf(`max by (pod, container) (kube_pod_container_status_restarts_total{%s})`, f.sel))
 	if err != nil {
 		return err
