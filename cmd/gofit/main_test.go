@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/gofit-dev/gofit/cgroup/cgtest"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
 	"github.com/gofit-dev/gofit/fit"
 )
 
@@ -27,7 +27,21 @@ func TestMain(m *testing.M) {
 	if addr := os.Getenv("GOFIT_TEST_AS_OFFHEAP"); addr != "" {
 		os.Exit(serveOffHeap(addr))
 	}
-	os.Exit(m.Run())
+	// This binary links envtest (the webhook's tests), whose port
+	// manager makes $XDG_CACHE_HOME/kubebuilder-envtest at init, or
+	// /tmp/kubebuilder-envtest where there is no cache directory: in
+	// every image target the lab starts through this binary
+	// (sandbox.MaybeExec), whose environment is the image's, with no
+	// HOME. gofit itself does not link it. Remove the empty directory
+	// those left, if it was not there before.
+	ports := filepath.Join(os.TempDir(), "kubebuilder-envtest")
+	_, err := os.Stat(ports)
+	had := err == nil
+	code := m.Run()
+	if !had {
+		_ = os.Remove(ports) // only if empty: another process may hold ports there
+	}
+	os.Exit(code)
 }
 
 // gofitCmd returns a command that runs this test binary as gofit.
