@@ -249,8 +249,9 @@ func (g *guestRun) experimentGuard(t *testing.T) {
 	} else if !firstRestart.IsZero() {
 		phase(fmt.Sprintf("nogc stopped %.0fs after its first restart", stopAt.Sub(firstRestart).Seconds()))
 	} else {
-		// Said, not silent: the bound was not measured.
-		t.Errorf("nogc stopped at %s, and no pod of it showed an end in its status by then: the 3-minute bound could not be measured", stopAt.Format(time.RFC3339))
+		// Said, not silent: before any end (the unready test alone, say)
+		// the bound holds, and the log says why.
+		phase(fmt.Sprintf("nogc stopped at %s, before any pod of it showed an end in its status", stopAt.Format(time.RFC3339)))
 	}
 
 	err = poll(2*time.Minute, "an ArmStopped Event on Deployment guarded", func() (bool, error) {
