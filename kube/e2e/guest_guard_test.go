@@ -128,7 +128,7 @@ func (g *guestRun) experimentGuard(t *testing.T) {
 	// statuses say (firstEnd). Watched every 2 s from before the pods
 	// exist: issue 57 asks for the stop within 3 minutes of it.
 	var firstMu sync.Mutex
-	var firstRestart time.Time
+	var firstEndAt time.Time
 	noteRestarts := func() {
 		list, err := c.cs.CoreV1().Pods("shop").List(g.ctx, metav1.ListOptions{LabelSelector: "app=guarded,gofit.dev/arm=nogc"})
 		if err != nil {
@@ -138,8 +138,8 @@ func (g *guestRun) experimentGuard(t *testing.T) {
 		defer firstMu.Unlock()
 		for _, p := range list.Items {
 			for _, cs := range p.Status.ContainerStatuses {
-				if at, ok := firstEnd(cs, time.Now()); ok && (firstRestart.IsZero() || at.Before(firstRestart)) {
-					firstRestart = at
+				if at, ok := firstEnd(cs, time.Now()); ok && (firstEndAt.IsZero() || at.Before(firstEndAt)) {
+					firstEndAt = at
 				}
 			}
 		}
@@ -243,11 +243,11 @@ func (g *guestRun) experimentGuard(t *testing.T) {
 	stopLoad()
 	wg.Wait()
 	phase(fmt.Sprintf("nogc stopped %.0fs after the load started: %s", st.Stopped["nogc"].At.Sub(loaded).Seconds(), st.Stopped["nogc"].Reason))
-	if stopAt := st.Stopped["nogc"].At; !firstRestart.IsZero() && stopAt.Sub(firstRestart) > 3*time.Minute {
+	if stopAt := st.Stopped["nogc"].At; !firstEndAt.IsZero() && stopAt.Sub(firstEndAt) > 3*time.Minute {
 		t.Errorf("nogc stopped at %s, %.0fs after its first restart at %s: want within 3 minutes (issue 57)\nguard's log:\n%s",
-			stopAt.Format(time.RFC3339), stopAt.Sub(firstRestart).Seconds(), firstRestart.Format(time.RFC3339), guardLog())
-	} else if !firstRestart.IsZero() {
-		phase(fmt.Sprintf("nogc stopped %.0fs after its first restart", stopAt.Sub(firstRestart).Seconds()))
+			stopAt.Format(time.RFC3339), stopAt.Sub(firstEndAt).Seconds(), firstEndAt.Format(time.RFC3339), guardLog())
+	} else if !firstEndAt.IsZero() {
+		phase(fmt.Sprintf("nogc stopped %.0fs after its first restart", stopAt.Sub(firstEndAt).Seconds()))
 	} else {
 		// Said, not silent: before any end (the unready test alone, say)
 		// the bound holds, and the log says why.

@@ -420,7 +420,7 @@ func (r *fetchRun) latency() error {
 	if err != nil {
 		return err
 	}
-	errors := func(query string) error {
+	readErrors := func(query string) error {
 		errs, err := f.matrix(query, true)
 		if err != nil {
 			return err
@@ -434,7 +434,7 @@ func (r *fetchRun) latency() error {
 		if err := addClassic(buckets, r.loc, in.Arms, f); err != nil {
 			return err
 		}
-		return errors(r.inc(lat+"_count", ", "+r.q.ErrorMatcher))
+		return readErrors(r.inc(lat+"_count", ", "+r.q.ErrorMatcher))
 	}
 	native, err := f.matrix(fmt.Sprintf(`sum by (pod) (increase(%s{%s}[%s]))`, lat, f.sel, f.rng()), true)
 	if err != nil {
@@ -446,7 +446,7 @@ func (r *fetchRun) latency() error {
 	}
 	in.Have["latency"] = true
 	in.Sources["latency"] = lat + " (native histogram)"
-	return errors(fmt.Sprintf(`histogram_count(sum by (pod) (increase(%s{%s, %s}[%s])))`, lat, f.sel, r.q.ErrorMatcher, f.rng()))
+	return readErrors(fmt.Sprintf(`histogram_count(sum by (pod) (increase(%s{%s, %s}[%s])))`, lat, f.sel, r.q.ErrorMatcher, f.rng()))
 }
 
 // series reads each kind of series from the first of its sources with
