@@ -53,24 +53,23 @@ func (iv Interval) Finite() bool {
 	return true
 }
 
-// Verdict reads a ratio interval (setting ÷ baseline): better or worse
-// only when the interval excludes 1, otherwise same. decided is false while
-// "same" rests on an interval wider than ±margin: more repeats could still
-// tell the two apart.
+// Verdict is RatioVerdict for the lab's statistics (requests/s improve
+// upwards, the rest downwards), said the lab's way: an undecided interval
+// reads "same", with decided false while it is wider than ±margin and
+// more repeats could still tell the two apart. One rule serves both.
 func Verdict(r Interval, st Stat, margin float64) (verdict string, decided bool) {
-	switch {
-	case r.Low > 1:
-		if st == StatRPS {
-			return Better, true
-		}
-		return Worse, true
-	case r.High < 1:
-		if st == StatRPS {
-			return Worse, true
-		}
-		return Better, true
+	if v := RatioVerdict(r, st.Direction(), margin); v != Undecided {
+		return v, true
 	}
-	return Same, r.Low >= 1-margin && r.High <= 1+margin
+	return Same, false
+}
+
+// Direction is the way st improves.
+func (st Stat) Direction() Direction {
+	if st == StatRPS {
+		return HigherIsBetter
+	}
+	return LowerIsBetter
 }
 
 // Bootstrap draws resamples with a fixed seed, so a report can be
