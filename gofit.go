@@ -232,50 +232,33 @@ func (f *Fitter) Stop() {
 	})
 }
 
-// Plan is the plan in force after the last refresh.
-func (f *Fitter) Plan() fit.Plan {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.plan
+// locked reads *p under mu: the getters below read what a refresh writes.
+func locked[T any](mu *sync.Mutex, p *T) T {
+	mu.Lock()
+	defer mu.Unlock()
+	return *p
 }
+
+// Plan is the plan in force after the last refresh.
+func (f *Fitter) Plan() fit.Plan { return locked(&f.mu, &f.plan) }
 
 // Input is what the last plan was computed from.
-func (f *Fitter) Input() fit.Input {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.in
-}
+func (f *Fitter) Input() fit.Input { return locked(&f.mu, &f.in) }
 
 // Limits are the limits read at the last refresh.
-func (f *Fitter) Limits() cgroup.Limits {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.limits
-}
+func (f *Fitter) Limits() cgroup.Limits { return locked(&f.mu, &f.limits) }
 
 // NonGo is the memory charged on the process's behalf outside the Go
 // runtime that the plan budgets, in its parts (zero when there is no
 // memory limit or it cannot be measured).
-func (f *Fitter) NonGo() fit.NonGo {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.in.NonGo
-}
+func (f *Fitter) NonGo() fit.NonGo { return locked(&f.mu, &f.in.NonGo) }
 
 // FileBudget is the state of the feedback step that budgets the hot part
 // of the mapped file pages.
-func (f *Fitter) FileBudget() fit.FileBudget {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.nonGo.file
-}
+func (f *Fitter) FileBudget() fit.FileBudget { return locked(&f.mu, &f.nonGo.file) }
 
 // Errors counts refreshes that failed to read the cgroup.
-func (f *Fitter) Errors() uint64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.errors
-}
+func (f *Fitter) Errors() uint64 { return locked(&f.mu, &f.errors) }
 
 // Cgroups gives access to the process's cgroups, for stats.
 func (f *Fitter) Cgroups() *cgroup.Cgroups { return f.cg }

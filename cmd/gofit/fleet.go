@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -41,6 +42,33 @@ func (p promDuration) Set(s string) error {
 	return nil
 }
 
+// parse parses the flags of a command that reads Prometheus: it takes no
+// arguments, and --prometheus is required.
+func (p *promFlags) parse(fs *flag.FlagSet, args []string) error {
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	case p.url == "":
+		return fmt.Errorf("%w: --prometheus is required", errUsage)
+	}
+	return nil
+}
+
+// checkStep checks --step against --since: at least a second, at most
+// --since, and at most 100000 steps in it.
+func checkStep(since, step time.Duration) error {
+	switch {
+	case step < time.Second || step > since:
+		return fmt.Errorf("%w: --step %v: want at least 1s and at most --since %v", errUsage, model.Duration(step), model.Duration(since))
+	case since/step > 100000:
+		return fmt.Errorf("%w: --since %v at --step %v is %d steps: want at most 100000 (raise --step)", errUsage, model.Duration(since), model.Duration(step), since/step)
+	}
+	return nil
+}
+
 func runFleet(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("fleet", stderr)
 	pf := addPromFlags(fs)
@@ -68,21 +96,16 @@ func runFleet(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "Usage: gofit fleet --prometheus URL [flags]\n\nLists every Go container Prometheus has series for, with its findings and a Go-aware\nrecommendation (requests, limits, GOMAXPROCS, GOMEMLIMIT, GOGC) beside KRR's and VPA's\non the same data. Nothing is applied. See docs/fleet.md.\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := pf.parse(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	if since <= 0 {
+		return fmt.Errorf("%w: --since %v: want more than 0", errUsage, model.Duration(since))
+	}
+	if err := checkStep(since, step); err != nil {
+		return err
 	}
 	switch {
-	case pf.url == "":
-		return fmt.Errorf("%w: --prometheus is required", errUsage)
-	case since <= 0:
-		return fmt.Errorf("%w: --since %v: want more than 0", errUsage, model.Duration(since))
-	case step < time.Second || step > since:
-		return fmt.Errorf("%w: --step %v: want at least 1s and at most --since %v", errUsage, model.Duration(step), model.Duration(since))
-	case since/step > 100000:
-		return fmt.Errorf("%w: --since %v at --step %v is %d steps: want at most 100000 (raise --step)", errUsage, model.Duration(since), model.Duration(step), since/step)
 	case *maxContainers < 1:
 		return fmt.Errorf("%w: --max-containers %d: want at least 1", errUsage, *maxContainers)
 	case *concurrency < 1 || *concurrency > 16:

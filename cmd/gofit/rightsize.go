@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/api"
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/common/model"
 	appsv1 "k8s.io/api/apps/v1"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/experiment"
@@ -64,20 +63,16 @@ func runRightsize(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, "Usage: gofit rightsize --prometheus URL [flags]\n\nFor every Deployment that opts in (gofit.dev/rightsize: recommend, trial or auto on it or its\nnamespace): gofit fleet's plan, tried in place on a few of its pods beside the rest, judged by\nthe guard's rules, then promoted (auto) or written down (trial). See docs/rightsize.md.\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args); err != nil {
+	if err := pf.parse(fs, args); err != nil {
+		return err
+	}
+	if *interval <= 0 {
+		return fmt.Errorf("%w: --interval %v: want more than 0", errUsage, *interval)
+	}
+	if err := checkStep(since, step); err != nil {
 		return err
 	}
 	switch {
-	case fs.NArg() > 0:
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
-	case pf.url == "":
-		return fmt.Errorf("%w: --prometheus is required", errUsage)
-	case *interval <= 0:
-		return fmt.Errorf("%w: --interval %v: want more than 0", errUsage, *interval)
-	case step < time.Second || step > since:
-		return fmt.Errorf("%w: --step %v: want at least 1s and at most --since %v", errUsage, model.Duration(step), model.Duration(since))
-	case since/step > 100000:
-		return fmt.Errorf("%w: --since %v at --step %v is %d steps: want at most 100000 (raise --step)", errUsage, model.Duration(since), model.Duration(step), since/step)
 	case *minSamples < 1:
 		return fmt.Errorf("%w: --min-samples %d: want at least 1", errUsage, *minSamples)
 	case *window < time.Second:

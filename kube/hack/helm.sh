@@ -11,15 +11,9 @@ CACHE=${GOFIT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gofit}
 OUT="$CACHE/helm/v$HELM_VERSION"
 GO=${GO:-go}
 
-if [[ -x "$OUT/helm" ]]; then
-  echo "$OUT/helm"; exit 0
-fi
-mkdir -p "$OUT"
-tmp=$(mktemp -d "$OUT/build.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-
 # shellcheck source=progress.sh
 source "$(dirname "$0")/progress.sh"
+cached helm
 # Helm 3 (HELM_VERSION=3.x) lives at helm.sh/helm/v3: most clusters still
 # run it, and kube/chart's TestHelm3 renders the chart with both. Its
 # default Kubernetes version (helm template, lint) is stamped at build time

@@ -20,3 +20,15 @@ progress() {
   fi
   echo "$name: built $what in $((SECONDS - start))s" >&2
 }
+
+# cached BIN, for a script that builds one binary into $OUT: when $OUT/BIN
+# is built already, print its path and exit; else make $OUT and set tmp to
+# a build directory in it, removed when the script exits.
+cached() {
+  if [[ -x "$OUT/$1" ]]; then
+    echo "$OUT/$1"; exit 0
+  fi
+  mkdir -p "$OUT"
+  tmp=$(mktemp -d "$OUT/build.XXXXXX")
+  trap 'rm -rf "$tmp"' EXIT
+}

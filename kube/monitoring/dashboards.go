@@ -308,26 +308,38 @@ func workload(p Params) Dashboard {
 	rollout := func(kind string) string {
 		return "changes(kube_" + kind + "_status_observed_generation{" + sel2(p.KubeStateSelector, ownerSel, kind+`="$workload"`) + "}[2m]) > 0"
 	}
+	d := dashboard(p, "gofit-workload", "gofit / Workload",
+		"A Go workload against its container, fitted by gofit or not: CPU, throttling, GOMAXPROCS, Go memory against GOMEMLIMIT and the limits, GC, restarts and OOM kills, the fit status and the service's latency; gofit's plan, PSI and memory events where gofit fits it.",
+		"30s", "now-1h", false,
+		queryVar("workload", "Workload", "label_values("+fit+"}, workload)", false),
+		queryVar("pod", "Pod", "label_values("+fit+`, workload="$workload"}, pod)`, true),
+		latency)
+	d.Annotations.List = []Annotation{
+		{Name: "Rollouts", Datasource: ds, Enable: true, IconColor: "blue", Step: "60s", TitleFormat: "Rollout of $workload",
+			TextFormat: "The workload's spec changed (observed generation).",
+			Expr:       rollout("deployment") + " or " + rollout("statefulset") + " or " + rollout("daemonset")},
+		{Name: "GOMAXPROCS changes", Datasource: ds, Enable: true, IconColor: "orange", Step: "60s", TitleFormat: "GOMAXPROCS changed in {{pod}}",
+			TagKeys: "pod", Expr: "changes(" + s("go_sched_gomaxprocs_threads") + "[2m]) > 0 or changes(" + s("gofit_gomaxprocs") + "[2m]) > 0"},
+	}
+	d.Panels = l.panels
+	return d
+}
+
+// dashboard is what gofit's dashboards share: tags, schema, refresh every
+// refresh over from..now, and the data source, cluster and namespace
+// (multi-valued or not) variables ahead of their own vars. The caller adds
+// the panels and any annotations.
+func dashboard(p Params, uid, title, description, refresh, from string, multiNamespace bool, vars ...Variable) Dashboard {
+	c := p.ClusterLabel + `="$cluster"`
 	return Dashboard{
-		UID: "gofit-workload", Title: "gofit / Workload",
-		Description: "A Go workload against its container, fitted by gofit or not: CPU, throttling, GOMAXPROCS, Go memory against GOMEMLIMIT and the limits, GC, restarts and OOM kills, the fit status and the service's latency; gofit's plan, PSI and memory events where gofit fits it.",
-		Tags:        []string{"gofit", "go", "kubernetes"}, SchemaVersion: 39, Refresh: "30s", Time: TimeRange{"now-1h", "now"},
-		Templating: Templating{List: []Variable{
+		UID: uid, Title: title, Description: description,
+		Tags: []string{"gofit", "go", "kubernetes"}, SchemaVersion: 39, Refresh: refresh, Time: TimeRange{from, "now"},
+		Templating: Templating{List: append([]Variable{
 			datasourceVar(),
 			clusterVar(p),
-			queryVar("namespace", "Namespace", "label_values("+recGoFit+"{"+c+"}, namespace)", false),
-			queryVar("workload", "Workload", "label_values("+fit+"}, workload)", false),
-			queryVar("pod", "Pod", "label_values("+fit+`, workload="$workload"}, pod)`, true),
-			latency,
-		}},
-		Annotations: Annotations{List: []Annotation{
-			{Name: "Rollouts", Datasource: ds, Enable: true, IconColor: "blue", Step: "60s", TitleFormat: "Rollout of $workload",
-				TextFormat: "The workload's spec changed (observed generation).",
-				Expr:       rollout("deployment") + " or " + rollout("statefulset") + " or " + rollout("daemonset")},
-			{Name: "GOMAXPROCS changes", Datasource: ds, Enable: true, IconColor: "orange", Step: "60s", TitleFormat: "GOMAXPROCS changed in {{pod}}",
-				TagKeys: "pod", Expr: "changes(" + s("go_sched_gomaxprocs_threads") + "[2m]) > 0 or changes(" + s("gofit_gomaxprocs") + "[2m]) > 0"},
-		}},
-		Panels: l.panels,
+			queryVar("namespace", "Namespace", "label_values("+recGoFit+"{"+c+"}, namespace)", multiNamespace),
+		}, vars...)},
+		Annotations: Annotations{List: []Annotation{}},
 	}
 }
 
@@ -389,16 +401,9 @@ func fleet(p Params) Dashboard {
 		}}, false)
 	l.add(Panel{Title: "Node agent: p99 pass duration", Description: "p99 time to plan and apply one reconcile pass, per node.",
 		FieldConfig: unit("s"), Targets: []Target{{Expr: recAgentPassP99 + "{" + c + "}", LegendFormat: "{{node}}"}}}, false)
-	return Dashboard{
-		UID: "gofit-fleet", Title: "gofit / Fleet",
-		Description: "Every Go workload with its fit status (fitted by gofit, by hand, unfitted, misfitted), ranked by throttling and GC cost, and the health of the gofit webhook and node agent.",
-		Tags:        []string{"gofit", "go", "kubernetes"}, SchemaVersion: 39, Refresh: "1m", Time: TimeRange{"now-6h", "now"},
-		Templating: Templating{List: []Variable{
-			datasourceVar(),
-			clusterVar(p),
-			queryVar("namespace", "Namespace", "label_values("+recGoFit+"{"+c+"}, namespace)", true),
-		}},
-		Annotations: Annotations{List: []Annotation{}},
-		Panels:      l.panels,
-	}
+	d := dashboard(p, "gofit-fleet", "gofit / Fleet",
+		"Every Go workload with its fit status (fitted by gofit, by hand, unfitted, misfitted), ranked by throttling and GC cost, and the health of the gofit webhook and node agent.",
+		"1m", "now-6h", true)
+	d.Panels = l.panels
+	return d
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/sigstore/sigstore/pkg/signature"
 )
@@ -105,6 +106,33 @@ func (r Release) artifacts() (*Layout, *Chart, error) {
 	return l, c, nil
 }
 
+// digests reads the release's image and chart for their digests, computed
+// locally: a Signed that names the index, the chart and each platform's
+// image (Provenance and SBOMs still empty), and their hashes.
+func (r Release) digests() (*Signed, v1.Hash, v1.Hash, map[string]v1.Hash, error) {
+	var none v1.Hash
+	l, c, err := r.artifacts()
+	if err != nil {
+		return nil, none, none, nil, err
+	}
+	defer l.Close()
+	idx, err := l.Index.Digest()
+	if err != nil {
+		return nil, none, none, nil, err
+	}
+	plats, err := Platforms(l.Index)
+	if err != nil {
+		return nil, none, none, nil, err
+	}
+	chart := c.Digest()
+	out := &Signed{Index: r.ImageRepo.Digest(idx.String()), Platforms: map[string]name.Digest{},
+		Chart: r.ChartRepo.Digest(chart.String()), SBOMs: map[string][]byte{}}
+	for p, h := range plats {
+		out.Platforms[p] = r.ImageRepo.Digest(h.String())
+	}
+	return out, idx, chart, plats, nil
+}
+
 // Sign signs the release directory: sha256sums.sig over sha256sums, the
 // SLSA provenance of every file listed there, the image index, its
 // platform images and the chart artifact (provenance.intoto.jsonl), and
@@ -128,27 +156,15 @@ func Sign(s signature.Signer, r Release, b Build) (*Signed, error) {
 			return nil, fmt.Errorf("%s: sha256 %s, %s says %s", f, got, SumsFile, want)
 		}
 	}
-	l, c, err := r.artifacts()
+	out, idx, chart, plats, err := r.digests()
 	if err != nil {
 		return nil, err
 	}
-	defer l.Close()
-	idx, err := l.Index.Digest()
-	if err != nil {
-		return nil, err
-	}
-	out := &Signed{Index: r.ImageRepo.Digest(idx.String()), Platforms: map[string]name.Digest{},
-		Chart: r.ChartRepo.Digest(c.Digest().String()), SBOMs: map[string][]byte{}}
-	subjects := []Subject{{Name: r.ImageRepo.Name(), SHA256: idx.Hex}, {Name: r.ChartRepo.Name(), SHA256: c.Digest().Hex}}
+	subjects := []Subject{{Name: r.ImageRepo.Name(), SHA256: idx.Hex}, {Name: r.ChartRepo.Name(), SHA256: chart.Hex}}
 	for f, sum := range sums {
 		subjects = append(subjects, Subject{Name: f, SHA256: sum})
 	}
-	plats, err := Platforms(l.Index)
-	if err != nil {
-		return nil, err
-	}
 	for p, h := range plats {
-		out.Platforms[p] = r.ImageRepo.Digest(h.String())
 		subjects = append(subjects, Subject{Name: r.ImageRepo.Name() + " " + p, SHA256: h.Hex})
 		arch := strings.TrimPrefix(p, "linux/")
 		sbom, err := os.ReadFile(filepath.Join(r.Dir, "sbom-linux-"+arch+".cdx.json"))
@@ -292,28 +308,17 @@ func VerifyDir(v signature.Verifier, r Release) (*Signed, error) {
 			return nil, fmt.Errorf("%w: %s does not name %s", ErrVerify, ProvenanceFile, f)
 		}
 	}
-	l, c, err := r.artifacts()
+	out, idx, chart, plats, err := r.digests()
 	if err != nil {
 		return nil, err
 	}
-	defer l.Close()
-	idx, err := l.Index.Digest()
-	if err != nil {
-		return nil, err
-	}
-	out := &Signed{Index: r.ImageRepo.Digest(idx.String()), Chart: r.ChartRepo.Digest(c.Digest().String()),
-		Platforms: map[string]name.Digest{}, Provenance: bytes.TrimSpace(envProv), SBOMs: map[string][]byte{}}
-	for what, hex := range map[string]string{"the image index": idx.Hex, "the chart artifact": c.Digest().Hex} {
+	out.Provenance = bytes.TrimSpace(envProv)
+	for what, hex := range map[string]string{"the image index": idx.Hex, "the chart artifact": chart.Hex} {
 		if !prov.Has(hex) {
 			return nil, fmt.Errorf("%w: %s does not name %s", ErrVerify, ProvenanceFile, what)
 		}
 	}
-	plats, err := Platforms(l.Index)
-	if err != nil {
-		return nil, err
-	}
 	for p, h := range plats {
-		out.Platforms[p] = r.ImageRepo.Digest(h.String())
 		f := sbomEnvelopeFile(strings.TrimPrefix(p, "linux/"))
 		env, err := read(f)
 		if err != nil {

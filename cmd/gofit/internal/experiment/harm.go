@@ -278,18 +278,11 @@ func unreadyTest(a, c *Arm, n int, harm Harm) harmTest {
 	ownS, ownT := make([]float64, len(a.Pods)), make([]float64, len(a.Pods))
 	seen := make([]bool, len(a.Pods))
 	ctrlS, ctrlT := make([]float64, len(c.Pods)), make([]float64, len(c.Pods))
+	// A window's share over the pods with readiness in it (unready: NaN
+	// when none has; fetch keeps NaN samples out of Unready).
 	share := func(ws []Window) (float64, bool) {
-		var s, k float64
-		for _, w := range ws {
-			if w.Has&HasReady != 0 {
-				s += w.Unready
-				k++
-			}
-		}
-		if k == 0 {
-			return 0, false
-		}
-		return s / k, true
+		s := unready(ws)
+		return s, !math.IsNaN(s)
 	}
 	col := func(arm *Arm, i int) []Window {
 		out := make([]Window, len(arm.Windows))

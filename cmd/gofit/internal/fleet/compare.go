@@ -58,27 +58,12 @@ func KRR(in Input, g Group, hpa *HPA, opt Options) Recommendation {
 	if first >= 0 {
 		span = time.Duration(last-first+1) * in.Step
 	}
-	short := span < krrMinHistory
-	switch {
-	case nCPU == 0:
-		r.Missing = append(r.Missing, "CPU usage (container_cpu_usage_seconds_total)")
-	case nCPU < krrPointsNeeded || short:
-		r.Missing = append(r.Missing, fmt.Sprintf("CPU history: %d points over %s, KRR wants %d over %s", nCPU, fmtDuration(span), krrPointsNeeded, fmtDuration(krrMinHistory)))
-	case hpa != nil && hpa.CPU && !opt.AllowHPA:
-		r.Reasons = append(r.Reasons, fmt.Sprintf("CPU: none (HPA %s scales on CPU utilisation; KRR says \"HPA detected\")", hpa.Name))
-	default:
+	if r.krrEnough("CPU", "CPU usage (container_cpu_usage_seconds_total)", nCPU, span, hpa, hpa != nil && hpa.CPU && !opt.AllowHPA) {
 		c := math.Max(math.Ceil(cpu*1000-1e-9)/1000, krrMinCPU)
 		r.CPURequest = Num(c)
 		r.Reasons = append(r.Reasons, fmt.Sprintf("CPU request %s: the highest pod's p95 of usage (%d points), at least 10m; no CPU limit", fmtCores(c), nCPU))
 	}
-	switch {
-	case nMem == 0:
-		r.Missing = append(r.Missing, "working set (container_memory_working_set_bytes)")
-	case nMem < krrPointsNeeded || short:
-		r.Missing = append(r.Missing, fmt.Sprintf("memory history: %d points over %s, KRR wants %d over %s", nMem, fmtDuration(span), krrPointsNeeded, fmtDuration(krrMinHistory)))
-	case hpa != nil && hpa.Memory && !opt.AllowHPA:
-		r.Reasons = append(r.Reasons, fmt.Sprintf("memory: none (HPA %s scales on memory utilisation; KRR says \"HPA detected\")", hpa.Name))
-	default:
+	if r.krrEnough("memory", "working set (container_memory_working_set_bytes)", nMem, span, hpa, hpa != nil && hpa.Memory && !opt.AllowHPA) {
 		m := math.Max(math.Ceil(mem*(1+krrMemoryBuffer)/(1<<20)-1e-9)*(1<<20), krrMinMemory)
 		r.Memory = Num(m)
 		r.Reasons = append(r.Reasons, fmt.Sprintf("memory %s: the highest pod's working-set peak %s + 15%%, at least 100MiB", fmtBytes(m), fmtBytes(mem)))
@@ -88,6 +73,23 @@ func KRR(in Input, g Group, hpa *HPA, opt Options) Recommendation {
 	}
 	r.Reasons = append(r.Reasons, "on gofit's window and step (KRR's own defaults: 336h at 1.25m)")
 	return r
+}
+
+// krrEnough reports whether KRR gives a figure for a resource from its n
+// points over span; if not, it notes what is missing (series names them
+// when there are none) or that the HPA scales on it (byHPA).
+func (r *Recommendation) krrEnough(resource, series string, n int, span time.Duration, hpa *HPA, byHPA bool) bool {
+	switch {
+	case n == 0:
+		r.Missing = append(r.Missing, series)
+	case n < krrPointsNeeded || span < krrMinHistory:
+		r.Missing = append(r.Missing, fmt.Sprintf("%s history: %d points over %s, KRR wants %d over %s", resource, n, fmtDuration(span), krrPointsNeeded, fmtDuration(krrMinHistory)))
+	case byHPA:
+		r.Reasons = append(r.Reasons, fmt.Sprintf("%s: none (HPA %s scales on %s utilisation; KRR says \"HPA detected\")", resource, hpa.Name, resource))
+	default:
+		return true
+	}
+	return false
 }
 
 // VPA recommender constants (kubernetes/autoscaler, vertical-pod-autoscaler
