@@ -22,12 +22,18 @@ CACHE=${GOFIT_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gofit}
 OUT="$CACHE/cadvisor/v$CADVISOR_VERSION-$(sha256sum "$0" | cut -c1-8)"
 GO=${GO:-go}
 
-# shellcheck source=progress.sh
-source "$(dirname "$0")/progress.sh"
-cached cadvisor
+if [[ -x "$OUT/cadvisor" ]]; then
+  echo "$OUT/cadvisor"; exit 0
+fi
+mkdir -p "$OUT"
+work=$(mktemp -d "$OUT/build.XXXXXX")
+trap 'rm -rf "$work"' EXIT
 export GOWORK=off GOFLAGS=-mod=mod
 
-cat > "$tmp/main.go" <<'GO'
+# shellcheck source=progress.sh
+source "$(dirname "$0")/progress.sh"
+
+cat > "$work/main.go" <<'GO'
 // Command cadvisor serves cAdvisor's container metrics for the cgroups
 // under -raw-prefix, labelled as the kubelet labels them.
 package main
@@ -99,7 +105,7 @@ func main() {
 	log.Fatal(http.ListenAndServe(*addr, mux))
 }
 GO
-( cd "$tmp" && $GO mod init gofit.local/cadvisor >/dev/null 2>&1 &&
+( cd "$work" && $GO mod init gofit.local/cadvisor >/dev/null 2>&1 &&
   $GO get "github.com/google/cadvisor/lib@v$CADVISOR_VERSION" >/dev/null 2>&1 && $GO mod tidy >&2 )
-progress "cadvisor v$CADVISOR_VERSION" bash -c "cd '$tmp' && CGO_ENABLED=0 $GO build -trimpath -o '$OUT/cadvisor.tmp' . && mv '$OUT/cadvisor.tmp' '$OUT/cadvisor'"
+progress "cadvisor v$CADVISOR_VERSION" bash -c "cd '$work' && CGO_ENABLED=0 $GO build -trimpath -o '$OUT/cadvisor.tmp' . && mv '$OUT/cadvisor.tmp' '$OUT/cadvisor'"
 echo "$OUT/cadvisor"
