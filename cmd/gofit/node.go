@@ -27,6 +27,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
@@ -52,6 +53,33 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 			return runNodeHog(args[1:], stderr)
 		}
 	}
+	o, err := parseNodeFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	return runNodeAgent(o, stderr)
+}
+
+// nodeFlags are the agent's flags, checked.
+type nodeFlags struct {
+	root, cgRoot, driver, nodeName string
+	cmNS, cmName                   string
+	noCM                           bool
+	policy                         memqos.Policy
+	ratio                          float64
+	interval, syncTimeout          time.Duration
+	kubeletConfig, kubeletMode     string
+	takeOver                       bool
+	overrides                      memqos.PodOverrides
+	resetAfter                     time.Duration
+	daemonSet                      string
+	metricsAddr                    string
+	metricsSecure                  bool
+	kubeconfig                     string
+	logLevel                       slog.Level
+}
+
+func parseNodeFlags(args []string, stderr io.Writer) (nodeFlags, error) {
 	fs := newFlags("node", stderr)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: gofit node [flags]            run the memory-QoS agent (a DaemonSet, one per node)")
@@ -82,43 +110,52 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: in-cluster config)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := parseFlags(fs, args); err != nil {
-		return err
+		return nodeFlags{}, err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+		return nodeFlags{}, fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
 	}
 	pol, err := parsePolicy(*policy)
 	if err != nil {
-		return err
+		return nodeFlags{}, err
 	}
 	if err := checkRatio(*ratio); err != nil {
-		return err
+		return nodeFlags{}, err
 	}
 	ov, err := parsePodOverrides(*overrides)
 	if err != nil {
-		return err
+		return nodeFlags{}, err
 	}
 	if *resetAfter < time.Second {
-		return fmt.Errorf("%w: --reset-after %v: must be at least 1s", errUsage, *resetAfter)
+		return nodeFlags{}, fmt.Errorf("%w: --reset-after %v: must be at least 1s", errUsage, *resetAfter)
 	}
 	if *interval < time.Second {
-		return fmt.Errorf("%w: --interval %v: must be at least 1s", errUsage, *interval)
+		return nodeFlags{}, fmt.Errorf("%w: --interval %v: must be at least 1s", errUsage, *interval)
 	}
 	if *syncTimeout < time.Second {
-		return fmt.Errorf("%w: --sync-timeout %v: must be at least 1s", errUsage, *syncTimeout)
+		return nodeFlags{}, fmt.Errorf("%w: --sync-timeout %v: must be at least 1s", errUsage, *syncTimeout)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("%w: --log-level %q: %v", errUsage, *logLevel, err)
+		return nodeFlags{}, fmt.Errorf("%w: --log-level %q: %v", errUsage, *logLevel, err)
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	return nodeFlags{root: *root, cgRoot: *cgRoot, driver: *driver, nodeName: *nodeName, cmNS: *cmNS, cmName: *cmName, noCM: *noCM,
+		policy: pol, ratio: *ratio, interval: *interval, syncTimeout: *syncTimeout, kubeletConfig: *kubeletConfig, kubeletMode: *kubeletMode,
+		takeOver: *takeOver, overrides: ov, resetAfter: *resetAfter, daemonSet: *daemonSet, metricsAddr: *metricsAddr,
+		metricsSecure: *metricsSecure, kubeconfig: *kubeconfig, logLevel: level}, nil
+}
+
+// runNodeAgent runs the agent until a signal, then, with --daemonset,
+// resets what it wrote if the agent is being uninstalled.
+func runNodeAgent(o nodeFlags, stderr io.Writer) error {
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: o.logLevel}))
 	// client-go reports list and watch failures (a forbidden ConfigMap,
 	// say) through klog: the same JSON log, not a second format.
 	klog.SetSlogLogger(log)
 	build := buildinfo.Read()
 	log.Info("gofit node", "version", build.Version, "commit", build.Commit, "go", build.GoVersion)
 
-	layout, err := agent.DetectDriver(*root, *cgRoot, *driver)
+	layout, err := agent.DetectDriver(o.root, o.cgRoot, o.driver)
 	if err != nil {
 		return err
 	}
@@ -129,7 +166,7 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	cfg, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
 	if err != nil {
 		return fmt.Errorf("kubernetes client config: %w", err)
 	}
@@ -146,76 +183,36 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	a := agent.New(layout, agent.Options{Policy: pol, MaxProtectedRatio: *ratio, KernelRelease: kernel, TakeOverKubelet: *takeOver,
-		PodOverrides: &ov, ResetAfter: *resetAfter, Log: log, Metrics: m})
-	if *metricsAddr != "" {
-		ln, err := net.Listen("tcp", *metricsAddr)
+	a := agent.New(layout, agent.Options{Policy: o.policy, MaxProtectedRatio: o.ratio, KernelRelease: kernel, TakeOverKubelet: o.takeOver,
+		PodOverrides: &o.overrides, ResetAfter: o.resetAfter, Log: log, Metrics: m})
+	if o.metricsAddr != "" {
+		srv, err := serveNode(o, a, layout, reg, cfg, log)
 		if err != nil {
-			return fmt.Errorf("--metrics-addr: %w", err)
+			return err
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		// Read-only pod cgroup counters and node facts for `gofit lab
-		// --kube`, reached through the API server's pod proxy.
-		mux.Handle("/v1/", layout.StatsHandler())
-		// Healthy while reconcile passes complete: before the first one
-		// (the API not listed yet) and after three missed intervals it
-		// says why with a 503, so the probes stop passing a stuck agent.
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-			text, err := a.Health(time.Now(), 3**interval)
-			if err != nil {
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
-				return
-			}
-			io.WriteString(w, text+"\n")
-		})
-		// Alive while the loop comes round, whatever it writes: the
-		// liveness and startup probes ask this, so that a bad ConfigMap
-		// (503 on /healthz, the agent unready) does not crash-loop it.
-		mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) {
-			if err := a.Live(time.Now(), 3**interval+*syncTimeout); err != nil {
-				http.Error(w, err.Error(), http.StatusServiceUnavailable)
-				return
-			}
-			io.WriteString(w, "ok\n")
-		})
-		var h http.Handler = mux
-		if *metricsSecure {
-			if h, err = agent.Guarded(cfg, mux, logr.FromSlogHandler(log.Handler()), "/healthz", "/livez"); err != nil {
-				return fmt.Errorf("--metrics-secure: %w", err)
-			}
-			host, _ := os.Hostname()
-			tc, err := agent.SelfSignedTLS(host)
-			if err != nil {
-				return fmt.Errorf("--metrics-secure: %w", err)
-			}
-			ln = tls.NewListener(ln, tc)
-		}
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-		go srv.Serve(ln)
 		defer srv.Close()
 	}
 	var dsUID types.UID
 	podNS := os.Getenv("POD_NAMESPACE")
-	if *daemonSet != "" {
+	if o.daemonSet != "" {
 		if podNS == "" {
 			return fmt.Errorf("%w: --daemonset needs POD_NAMESPACE (from the downward API)", errUsage)
 		}
 		// The UID tells a DaemonSet deleted and created again from the
 		// one this agent belongs to; unknown, it is not compared.
-		if ds, err := cs.AppsV1().DaemonSets(podNS).Get(ctx, *daemonSet, metav1.GetOptions{}); err == nil {
+		if ds, err := cs.AppsV1().DaemonSets(podNS).Get(ctx, o.daemonSet, metav1.GetOptions{}); err == nil {
 			dsUID = ds.UID
 		}
 	}
-	if err := a.Run(ctx, cs, agent.Source{NodeName: *nodeName, ConfigMapNamespace: *cmNS, ConfigMapName: *cmName, NoConfigMap: *noCM, Interval: *interval,
-		SyncTimeout: *syncTimeout, KubeletConfig: *kubeletConfig, KubeletMode: *kubeletMode}); err != nil || *daemonSet == "" {
+	if err := a.Run(ctx, cs, agent.Source{NodeName: o.nodeName, ConfigMapNamespace: o.cmNS, ConfigMapName: o.cmName, NoConfigMap: o.noCM, Interval: o.interval,
+		SyncTimeout: o.syncTimeout, KubeletConfig: o.kubeletConfig, KubeletMode: o.kubeletMode}); err != nil || o.daemonSet == "" {
 		return err
 	}
 	// Stopped by a signal: an uninstall resets, anything else keeps every
 	// value (a rolling update must not drop protection).
 	checkCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	uninstall, why := agent.Uninstalling(checkCtx, cs, podNS, *daemonSet, dsUID)
+	uninstall, why := agent.Uninstalling(checkCtx, cs, podNS, o.daemonSet, dsUID)
 	log.Info("stopping", "uninstall", uninstall, "reason", why)
 	if !uninstall {
 		return nil
@@ -223,6 +220,57 @@ func runNode(args []string, stdout, stderr io.Writer) error {
 	rep := a.Reset()
 	log.Info("reset to kernel defaults", "changed", len(rep.Apply.Changed), "errors", len(rep.Apply.Errors))
 	return errors.Join(rep.Apply.Errors...)
+}
+
+// serveNode serves --metrics-addr: /metrics, the pod cgroup stats under
+// /v1/, /healthz and /livez; over TLS and behind the API server's
+// authorization with --metrics-secure.
+func serveNode(o nodeFlags, a *agent.Agent, layout *agent.Layout, reg *prometheus.Registry, cfg *rest.Config, log *slog.Logger) (*http.Server, error) {
+	ln, err := net.Listen("tcp", o.metricsAddr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	// Read-only pod cgroup counters and node facts for `gofit lab
+	// --kube`, reached through the API server's pod proxy.
+	mux.Handle("/v1/", layout.StatsHandler())
+	// Healthy while reconcile passes complete: before the first one
+	// (the API not listed yet) and after three missed intervals it
+	// says why with a 503, so the probes stop passing a stuck agent.
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		text, err := a.Health(time.Now(), 3*o.interval)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, text+"\n")
+	})
+	// Alive while the loop comes round, whatever it writes: the
+	// liveness and startup probes ask this, so that a bad ConfigMap
+	// (503 on /healthz, the agent unready) does not crash-loop it.
+	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) {
+		if err := a.Live(time.Now(), 3*o.interval+o.syncTimeout); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ok\n")
+	})
+	var h http.Handler = mux
+	if o.metricsSecure {
+		if h, err = agent.Guarded(cfg, mux, logr.FromSlogHandler(log.Handler()), "/healthz", "/livez"); err != nil {
+			return nil, fmt.Errorf("--metrics-secure: %w", err)
+		}
+		host, _ := os.Hostname()
+		tc, err := agent.SelfSignedTLS(host)
+		if err != nil {
+			return nil, fmt.Errorf("--metrics-secure: %w", err)
+		}
+		ln = tls.NewListener(ln, tc)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	return srv, nil
 }
 
 func runNodeReset(args []string, stdout, stderr io.Writer) error {

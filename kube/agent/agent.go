@@ -3,13 +3,9 @@ package agent
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -60,21 +56,18 @@ const DefaultResetAfter = time.Minute
 // Agent reconciles one node's memory cgroups.
 type Agent struct {
 	layout *Layout
-	writer *manage.Writer
 	opts   Options
 	log    *slog.Logger
 	mu     sync.Mutex // one reconcile at a time
 	health health
+	files  cgroupFiles // under mu
 	// absent holds when each pod cgroup was first seen without an API pod
 	// (a pass's working state, kept between passes under mu).
 	absent map[types.UID]time.Time
-	cache  caches // paths and scratch kept between passes, under mu
-	// written is what the last pass left in each file it owns, to tell
-	// when someone else changed one since.
-	written map[fileKey]int64
-	// self holds the cgroups found to be the agent's own cgroup namespace
-	// root (see ownCgroupRefusal), under mu: never written again.
-	self map[string]bool
+	// srcs says where each of a pass's values comes from in its plan
+	// (parallel to Report.Values), to explain the ones it writes; kept
+	// between passes under mu as scratch.
+	srcs []valueSrc
 }
 
 // New returns an Agent for the cgroups described by layout.
@@ -85,7 +78,8 @@ func New(layout *Layout, opts Options) *Agent {
 	}
 	w := manage.NewWriter(log, layout.Version == 1)
 	w.DryRun = opts.DryRun
-	return &Agent{layout: layout, writer: w, opts: opts, log: log}
+	return &Agent{layout: layout, opts: opts, log: log,
+		files: cgroupFiles{layout: layout, writer: w, log: log, metrics: opts.Metrics, dryRun: opts.DryRun}}
 }
 
 // Layout is the cgroup layout the agent manages.
@@ -175,13 +169,59 @@ func (a *Agent) Reconcile(st State) Report {
 	start := time.Now()
 	var rep Report
 	defer func() {
-		a.cache.sweep()
+		a.files.cache.sweep()
 		rep.Duration = time.Since(start)
 		a.health.passed(start, rep.Skip, rep.SkipReason, rep.Unknown, rep.ViewLag, rep.Deferred)
 		if m := a.opts.Metrics; m != nil {
 			m.observe(&rep)
 		}
 	}()
+	p, res, err := a.plan(st, &rep)
+	if err != nil {
+		// Fail closed: a plan without the node's size has no cap and no
+		// throttle for pods without a limit.
+		rep.Skip, rep.SkipReason = SkipBadInput, "no values planned: "+err.Error()
+		if errors.Is(err, memqos.ErrNoAllocatable) {
+			rep.Skip = SkipNoAllocatable
+		}
+		for _, p := range st.Pods {
+			if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+				rep.Unprotected++
+			}
+		}
+		return rep
+	}
+	rep.Result = res
+	rep.Warnings = append(rep.Warnings, res.Warnings...)
+	if seen := a.values(&rep, p); seen != "" {
+		if _, owned := a.opts.Kubelet.Owns(memqos.LevelPod, memqos.FileMin); !owned && a.layout.Version == 2 {
+			// The config (or the version's defaults) said otherwise: what
+			// the kubelet did wins, for this pass and the ones after.
+			a.log.Warn("the kubelet writes TieredReservation's values: deferring to it", "seen", seen, "was", a.opts.Kubelet.Reason)
+			a.opts.Kubelet = tieredSeen(seen, 0)
+		}
+	}
+	rep.Values = a.deferToKubelet(&rep, rep.Values)
+	// The writer checks again what memqos promises: no memory value
+	// outside [0, allocatable] and min ≤ low ≤ high per group.
+	a.files.writer.MaxMemory = st.NodeAllocatable
+	a.write(&rep, p.in)
+	return rep
+}
+
+// pass is what a reconcile plans from: the plan's input (planned again in
+// full to explain a pass that writes) and the pod cgroups on disk, with
+// those whose values go back to the kernel defaults.
+type pass struct {
+	in     memqos.Input
+	dirs   map[types.UID]podDir
+	resets []types.UID
+}
+
+// plan finds the pod cgroups on disk and plans every level's values for
+// st's pods. Pod cgroups no API pod maps to, and those of a conflict, are
+// kept as they are.
+func (a *Agent) plan(st State, rep *Report) (pass, memqos.Result, error) {
 	strategy, name := st.Config.ForNode(st.NodeLabels)
 	fixed, _ := st.Config.NodeStrategy(st.NodeLabels)
 	rep.Strategy = name
@@ -189,12 +229,11 @@ func (a *Agent) Reconcile(st State) Report {
 	if now.IsZero() {
 		now = time.Now()
 	}
-	l := a.layout
-	dirs, err := l.podDirs()
+	dirs, err := a.layout.podDirs()
 	if err != nil {
 		rep.Warnings = append(rep.Warnings, fmt.Sprintf("list pod cgroups: %v", err))
 	}
-	kept, resets := a.absentPods(st, dirs, now, &rep)
+	kept, resets := a.absentPods(st, dirs, now, rep)
 	in := memqos.Input{
 		Pods:              st.Pods,
 		Strategy:          strategy,
@@ -218,64 +257,55 @@ func (a *Agent) Reconcile(st State) Report {
 		// holds must count in the sums above it too.
 		for _, c := range res.Conflicts {
 			if d, ok := dirs[c.UID]; ok {
-				in.Kept = append(in.Kept, a.keep(c.UID, d))
+				in.Kept = append(in.Kept, a.files.kept(c.UID, d))
 			}
 		}
 		res, err = memqos.Compute(in)
 	}
-	if err != nil {
-		// Fail closed: a plan without the node's size has no cap and no
-		// throttle for pods without a limit.
-		rep.Skip, rep.SkipReason = SkipBadInput, "no values planned: "+err.Error()
-		if errors.Is(err, memqos.ErrNoAllocatable) {
-			rep.Skip = SkipNoAllocatable
-		}
-		for _, p := range st.Pods {
-			if p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
-				rep.Unprotected++
-			}
-		}
-		return rep
-	}
-	rep.Result = res
-	rep.Warnings = append(rep.Warnings, res.Warnings...)
+	return pass{in: in, dirs: dirs, resets: resets}, res, err
+}
 
-	srcs := a.cache.srcs[:0]
-	add := func(p string, level memqos.Level, ss []memqos.Setting, pod, ctr int) {
-		rep.Values = memqos.AppendValues(rep.Values, a.dir(p), level, ss)
+// values turns the plan in rep.Result into rep.Values, level by level from
+// kubepods down, with the kernel defaults for p.resets, and a.srcs
+// parallel to them. It returns what shows the kubelet's TieredReservation
+// in a pod cgroup, if anything does.
+func (a *Agent) values(rep *Report, p pass) (seen string) {
+	l, res := a.layout, &rep.Result
+	srcs := a.srcs[:0]
+	add := func(path string, level memqos.Level, ss []memqos.Setting, pod, ctr int) {
+		rep.Values = memqos.AppendValues(rep.Values, a.files.dir(path), level, ss)
 		for i := range ss {
 			srcs = append(srcs, valueSrc{int32(pod), int32(ctr), int32(i)})
 		}
 	}
-	rep.Values = make([]manage.Value, 0, valueCount(&res))
-	seen := "" // TieredReservation's values, where the kubelet wrote them
+	rep.Values = make([]manage.Value, 0, valueCount(res))
 	add(l.Kubepods, memqos.LevelKubepods, res.Kubepods, srcKubepods, -1)
 	add(l.QoSPath(corev1.PodQOSBurstable), memqos.LevelQoS, res.QoS[corev1.PodQOSBurstable], srcBurstable, -1)
 	add(l.QoSPath(corev1.PodQOSBestEffort), memqos.LevelQoS, res.QoS[corev1.PodQOSBestEffort], srcBestEffort, -1)
-	for pi, p := range res.Pods {
-		d, ok := dirs[p.UID]
+	for pi, pod := range res.Pods {
+		d, ok := p.dirs[pod.UID]
 		if !ok {
-			rep.Warnings = append(rep.Warnings, fmt.Sprintf("pod %s/%s: no cgroup %s (not started yet?)", p.Namespace, p.Name, l.PodPath(p.KubeQoS, p.UID)))
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("pod %s/%s: no cgroup %s (not started yet?)", pod.Namespace, pod.Name, l.PodPath(pod.KubeQoS, pod.UID)))
 			rep.Unprotected++
 			continue
 		}
 		if seen == "" {
-			seen = a.kubeletWrote(p, d.path)
+			seen = a.files.kubeletWrote(pod, d.path)
 		}
-		add(d.path, memqos.LevelPod, p.Settings, pi, -1)
-		for ci, c := range p.Containers {
-			cp, ok := a.containerPath(d.path, c.ID)
+		add(d.path, memqos.LevelPod, pod.Settings, pi, -1)
+		for ci, c := range pod.Containers {
+			cp, ok := a.files.containerPath(d.path, c.ID)
 			if !ok {
 				if c.ID != "" {
-					rep.Warnings = append(rep.Warnings, fmt.Sprintf("pod %s/%s container %s: no cgroup for %s under %s", p.Namespace, p.Name, c.Name, c.ID, d.path))
+					rep.Warnings = append(rep.Warnings, fmt.Sprintf("pod %s/%s container %s: no cgroup for %s under %s", pod.Namespace, pod.Name, c.Name, c.ID, d.path))
 				}
 				continue
 			}
 			add(cp, memqos.LevelContainer, c.Settings, pi, ci)
 		}
 	}
-	for _, u := range resets {
-		d := dirs[u]
+	for _, u := range p.resets {
+		d := p.dirs[u]
 		why := "pod " + string(u) + " is gone or finished and its cgroup is empty: kernel default"
 		add(d.path, memqos.LevelPod, []memqos.Setting{{File: memqos.FileMin, Value: 0, Reason: why}, {File: memqos.FileLow, Value: 0, Reason: why}}, srcAgent, -1)
 		for _, cp := range l.children(d.path) {
@@ -286,67 +316,56 @@ func (a *Agent) Reconcile(st State) Report {
 			add(cp, memqos.LevelContainer, ss, srcAgent, -1)
 		}
 	}
-	a.cache.srcs = srcs
+	a.srcs = srcs
+	return seen
+}
 
-	if seen != "" {
-		if _, owned := a.opts.Kubelet.Owns(memqos.LevelPod, memqos.FileMin); !owned && l.Version == 2 {
-			// The config (or the version's defaults) said otherwise: what
-			// the kubelet did wins, for this pass and the ones after.
-			a.log.Warn("the kubelet writes TieredReservation's values: deferring to it", "seen", seen, "was", a.opts.Kubelet.Reason)
-			a.opts.Kubelet = tieredSeen(seen, 0)
-		}
-	}
-	rep.Values = a.deferToKubelet(&rep, rep.Values)
-	// The writer checks again what memqos promises: no memory value
-	// outside [0, allocatable] and min ≤ low ≤ high per group.
-	a.writer.MaxMemory = st.NodeAllocatable
-	if len(a.self) > 0 {
+// write applies rep.Values the agent may write (not its own cgroup, only
+// its files below kubepods), explains the changes of a terse pass, notes
+// other writers, and logs each change and error.
+func (a *Agent) write(rep *Report, in memqos.Input) {
+	if len(a.files.self) > 0 {
 		// The agent's own cgroup, which the kernel refuses it: dropped
-		// as deferToKubelet drops, a.cache.srcs kept parallel.
-		out, srcs := rep.Values[:0], a.cache.srcs[:0]
-		for i, v := range rep.Values {
-			if !a.self[v.Dir] {
-				out = append(out, v)
-				if i < len(a.cache.srcs) {
-					srcs = append(srcs, a.cache.srcs[i])
-				}
-			}
-		}
-		rep.Values, a.cache.srcs = out, srcs
+		// as deferToKubelet drops, a.srcs kept parallel.
+		rep.Values, a.srcs = keepValues(rep.Values, a.srcs, func(v manage.Value) bool { return !a.files.self[v.Dir] })
 	}
 	// Only the files the agent owns, below kubepods: srcs kept parallel.
-	{
-		root := a.kubepodsDir()
-		out, srcs := rep.Values[:0], a.cache.srcs[:0]
-		for i, v := range rep.Values {
-			if a.owns(v, root) {
-				out = append(out, v)
-				if i < len(a.cache.srcs) {
-					srcs = append(srcs, a.cache.srcs[i])
-				}
-			}
-		}
-		rep.Values, a.cache.srcs = out, srcs
-	}
-	rep.Apply = a.writer.Apply(rep.Values)
-	rep.Apply.Errors = a.dropOwnCgroup(rep.Apply.Errors)
+	root := a.files.kubepodsDir()
+	rep.Values, a.srcs = keepValues(rep.Values, a.srcs, func(v manage.Value) bool { return a.files.owns(v, root) })
+	w := a.files.writer
+	rep.Apply = w.Apply(rep.Values)
+	rep.Apply.Errors = a.files.dropOwnCgroup(rep.Apply.Errors)
 	if in.Terse && len(rep.Apply.Changed) > 0 {
-		a.explain(in, &rep)
+		explain(in, rep, a.srcs)
 	}
-	a.noteForeign(&rep)
-	for _, f := range a.writer.MissingFiles() {
+	a.files.noteForeign(rep)
+	for _, f := range w.MissingFiles() {
 		rep.Warnings = append(rep.Warnings, f+": not on this kernel; skipped")
 	}
 	if !a.opts.DryRun {
 		for _, c := range rep.Apply.Changed {
-			a.log.Info("set", "cgroup", a.cgroupPath(c.Dir), "file", c.File, "value", manage.FormatValue(c.Value.Value),
+			a.log.Info("set", "cgroup", a.files.cgroupPath(c.Dir), "file", c.File, "value", manage.FormatValue(c.Value.Value),
 				"old", manage.FormatValue(c.Old), "reason", c.Reason)
 		}
 		for _, e := range rep.Apply.Errors {
 			a.log.Error("cgroup write", "err", e)
 		}
 	}
-	return rep
+}
+
+// keepValues keeps, in place, the values keep accepts, and the sources
+// parallel to them (srcs may be shorter: Reset plans none).
+func keepValues(vs []manage.Value, srcs []valueSrc, keep func(manage.Value) bool) ([]manage.Value, []valueSrc) {
+	out, outSrcs := vs[:0], srcs[:0]
+	for i, v := range vs {
+		if keep(v) {
+			out = append(out, v)
+			if i < len(srcs) {
+				outSrcs = append(outSrcs, srcs[i])
+			}
+		}
+	}
+	return out, outSrcs
 }
 
 // deferToKubelet drops the values of files the kubelet owns at their level (on
@@ -367,75 +386,13 @@ func (a *Agent) deferToKubelet(rep *Report, vs []manage.Value) []manage.Value {
 	if _, owned := k.Owns(memqos.LevelContainer, memqos.FileLow); owned && a.layout.RecursiveProt < 0 {
 		rep.Warnings = append(rep.Warnings, "cgroup2 is mounted without memory_recursiveprot: the pods' memory.min/low protect none of their containers' pages while the kubelet keeps the containers' at its own values; mount it with memory_recursiveprot (systemd does) or use --take-over-kubelet-memory-qos")
 	}
-	// a.cache.srcs stays parallel to the values (explain reads both).
-	out, srcs := vs[:0], a.cache.srcs[:0]
-	for i, v := range vs {
-		if _, owned := k.Owns(memqos.Level(v.Level), v.File); !owned {
-			out = append(out, v)
-			if i < len(a.cache.srcs) {
-				srcs = append(srcs, a.cache.srcs[i])
-			}
-		}
-	}
-	a.cache.srcs = srcs
+	// a.srcs stays parallel to the values (explain reads both).
+	var out []manage.Value
+	out, a.srcs = keepValues(vs, a.srcs, func(v manage.Value) bool {
+		_, owned := k.Owns(memqos.Level(v.Level), v.File)
+		return !owned
+	})
 	return out
-}
-
-// fileKey names a cgroup file: its directory and its name.
-type fileKey struct{ dir, file string }
-
-// noteForeign compares what the agent left in each file last pass with
-// what this pass found there: a change it did not make means another
-// writer (the kubelet, an operator) writes the file too. It then records
-// what this pass left.
-func (a *Agent) noteForeign(rep *Report) {
-	if a.opts.DryRun {
-		return
-	}
-	for _, c := range rep.Apply.Changed {
-		if w, ok := a.written[fileKey{c.Dir, c.File}]; ok && !manage.Same(c.Old, w) {
-			rep.Foreign = append(rep.Foreign, ForeignWrite{Dir: c.Dir, File: c.File, Level: memqos.Level(c.Level), Wrote: w, Found: c.Old})
-		}
-	}
-	if len(rep.Apply.Errors) == 0 {
-		// Refilled in place: a pass that changes nothing allocates
-		// nothing here.
-		if a.written == nil {
-			a.written = make(map[fileKey]int64, len(rep.Values))
-		}
-		clear(a.written)
-		for _, v := range rep.Values {
-			a.written[fileKey{v.Dir, v.File}] = v.Value
-		}
-	} else {
-		// A value this pass did not write (held back by the writer, or a
-		// write error naming its file) keeps what the agent left before,
-		// so that a change by someone else still shows once it is written.
-		failed := func(path string) bool {
-			for _, e := range rep.Apply.Errors {
-				if strings.Contains(e.Error(), path) {
-					return true
-				}
-			}
-			return false
-		}
-		next := make(map[fileKey]int64, len(rep.Values))
-		for _, v := range rep.Values {
-			k := fileKey{v.Dir, v.File}
-			if a.writer.Refused(v) || failed(v.Path()) {
-				if w, ok := a.written[k]; ok {
-					next[k] = w
-				}
-				continue
-			}
-			next[k] = v.Value
-		}
-		a.written = next
-	}
-	for _, f := range rep.Foreign {
-		rep.Warnings = append(rep.Warnings, fmt.Sprintf("%s/%s (%s level): the agent left %s, found %s: another writer changed it",
-			a.cgroupPath(f.Dir), f.File, LevelName(f.Level), manage.FormatValue(f.Wrote), manage.FormatValue(f.Found)))
-	}
 }
 
 // absentPods sorts the pod cgroups that no running API pod maps to. Their
@@ -492,159 +449,7 @@ func (a *Agent) absentPods(st State, dirs map[types.UID]podDir, now time.Time, r
 			resets = append(resets, uid)
 			continue
 		}
-		kept = append(kept, a.keep(uid, d))
+		kept = append(kept, a.files.kept(uid, d))
 	}
 	return kept, resets
-}
-
-// keep reads what a pod cgroup left as it is holds (0 where unreadable,
-// as on cgroup v1).
-func (a *Agent) keep(uid types.UID, d podDir) memqos.Kept {
-	k := memqos.Kept{UID: uid, KubeQoS: d.qos}
-	dir := a.layout.dir(d.path)
-	if v, err := manage.ReadValue(filepath.Join(dir, memqos.FileMin)); err == nil && v > 0 {
-		k.Min = v
-	}
-	if v, err := manage.ReadValue(filepath.Join(dir, memqos.FileLow)); err == nil && v > 0 {
-		k.Low = v
-	}
-	return k
-}
-
-// kubeletWrote recognises the kubelet's TieredReservation in what it wrote:
-// a Guaranteed pod's cgroup holding memory.min equal to the pod's whole
-// request, with memory.low below it. Only cgroup v2 has memory.min, and
-// only there does the kubelet do this.
-//
-// A value the agent itself wrote is never evidence of another writer:
-// after an in-place downsize the memory.min it wrote earlier can equal the
-// new request (LSR at 50% going 2Gi to 1Gi; 10Gi to 9Gi at 100%, kept at
-// 9/10 of the old limit). So the value must not be what the agent left
-// there (Agent.written, this process), nor a pair the agent ever leaves:
-// it keeps memory.low at or above memory.min in every group it writes
-// (memqos raises it; the writer refuses the pair otherwise), while
-// TieredReservation sets only a Guaranteed pod's memory.min. The second
-// test holds across an agent restart, which forgets what it wrote.
-func (a *Agent) kubeletWrote(p memqos.PodResult, podPath string) string {
-	if a.layout.Version != 2 || p.KubeQoS != corev1.PodQOSGuaranteed || p.Request < 1<<20 {
-		return ""
-	}
-	dir := a.dir(podPath)
-	cur, err := a.writer.Read(dir, memqos.FileMin)
-	if err != nil || cur != p.Request {
-		return ""
-	}
-	for _, s := range p.Settings {
-		if s.File == memqos.FileMin && s.Value == cur {
-			return ""
-		}
-	}
-	if w, ok := a.written[fileKey{dir, memqos.FileMin}]; ok && manage.Same(w, cur) {
-		return "" // the agent's own
-	}
-	low, err := a.writer.Read(dir, memqos.FileLow)
-	if err != nil || low >= cur {
-		return "" // a pair the agent may have left (before a restart)
-	}
-	return fmt.Sprintf("%s holds %d, the Guaranteed pod %s/%s's whole memory request, with memory.low %d below it, as the kubelet's memoryReservationPolicy TieredReservation writes it",
-		a.cgroupPath(dir)+"/"+memqos.FileMin, cur, p.Namespace, p.Name, low)
-}
-
-// cgroupPath turns a directory back into its path under the mount.
-func (a *Agent) cgroupPath(dir string) string {
-	rel, err := relSlash(a.layout.Mount, dir)
-	if err != nil {
-		return dir
-	}
-	return rel
-}
-
-// dropOwnCgroup takes out of errs the writes the kernel refused because
-// the cgroup is the agent's own, and remembers that cgroup so that no
-// later pass tries it. Where cgroup2 is mounted with nsdelegate (systemd's
-// default), a container's cgroup is the root of its cgroup namespace, and
-// the kernel refuses (EPERM) any process inside a write to that root's
-// files, memory.high among them, however privileged. The agent's own pod
-// is one of the pods it plans for, so without this every pass on such a
-// node failed a write, logged an error and fed the write-errors alert.
-// The cgroup is the agent's own when its cgroup.procs lists this process.
-func (a *Agent) dropOwnCgroup(errs []error) []error {
-	out := errs[:0]
-	for _, err := range errs {
-		var pe *fs.PathError
-		if errors.Is(err, fs.ErrPermission) && errors.As(err, &pe) {
-			dir := filepath.Dir(pe.Path)
-			if a.self[dir] || ownCgroup(dir) {
-				if a.self == nil {
-					a.self = map[string]bool{}
-				}
-				if !a.self[dir] {
-					a.log.Info("not writing the agent's own cgroup: it is the root of the agent's cgroup namespace, which the kernel keeps from writes inside it (nsdelegate)",
-						"cgroup", a.cgroupPath(dir))
-				}
-				a.self[dir] = true
-				continue
-			}
-		}
-		out = append(out, err)
-	}
-	return out
-}
-
-// ownCgroup says whether dir's cgroup.procs lists this process.
-func ownCgroup(dir string) bool {
-	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-	if err != nil {
-		return false
-	}
-	me := strconv.Itoa(os.Getpid())
-	for _, l := range strings.Fields(string(b)) {
-		if l == me {
-			return true
-		}
-	}
-	return false
-}
-
-// Writable are the only files the agent writes. Its kubepods mount is
-// read-write for uid 0, so the kernel would let it write any file there
-// (cgroup.kill, memory.max, cgroup.procs): the values it owns live in
-// every pod's and container's cgroup, which come and go with the pods,
-// so no narrower mount can hold them. confine keeps the agent's own
-// writes to these, below kubepods (docs/node-agent.md#what-the-agent-writes).
-var Writable = map[string]bool{
-	memqos.FileMin: true, memqos.FileLow: true, memqos.FileHigh: true, memqos.FileSoftLimit: true,
-	memqos.FileWmarkRatio: true, memqos.FileWmarkScale: true, memqos.FileWmarkMin: true,
-	memqos.FilePriority: true, memqos.FilePrioOOM: true, memqos.FileOOMGroup: true,
-}
-
-// owns reports whether v is a file in Writable below the kubepods
-// subtree; if not it logs and counts the refusal: a bug in planning must
-// not become a write of anything else.
-func (a *Agent) owns(v manage.Value, root string) bool {
-	dir := filepath.Clean(v.Dir)
-	if Writable[v.File] && (dir == root || strings.HasPrefix(dir, root+string(filepath.Separator))) {
-		return true
-	}
-	a.log.Error("refused to write a file the agent does not own", "dir", v.Dir, "file", v.File, "kubepods", root)
-	if a.opts.Metrics != nil {
-		a.opts.Metrics.Error()
-	}
-	return false
-}
-
-// kubepodsDir is the kubepods subtree on disk, the only one the agent
-// writes in.
-func (a *Agent) kubepodsDir() string { return filepath.Clean(a.layout.dir(a.layout.Kubepods)) }
-
-// confine keeps of vals those the agent owns.
-func (a *Agent) confine(vals []manage.Value) []manage.Value {
-	root := a.kubepodsDir()
-	out := vals[:0]
-	for _, v := range vals {
-		if a.owns(v, root) {
-			out = append(out, v)
-		}
-	}
-	return out
 }

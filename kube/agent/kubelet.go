@@ -261,7 +261,7 @@ func KubeletMode(mode, kubeletVersion string) (KubeletQoS, error) {
 }
 
 // tieredSeen is what the agent takes the kubelet to do once it has seen
-// TieredReservation's values in a cgroup (Agent.kubeletWrote).
+// TieredReservation's values in a cgroup (cgroupFiles.kubeletWrote).
 func tieredSeen(seen string, minor int) KubeletQoS {
 	return kubeletSettings{minor: minor, gate: true, policy: PolicyTiered}.own(seen)
 }

@@ -482,28 +482,28 @@ func TestForeignWritesNotTheAgentsOwn(t *testing.T) {
 	val := func(file string, v int64) manage.Value { return manage.Value{Dir: dir, File: file, Value: v} }
 
 	// Unlimited left, the kernel's maximum found.
-	a.written = map[fileKey]int64{{dir, memqos.FileHigh}: manage.Unlimited}
+	a.files.written = map[fileKey]int64{{dir, memqos.FileHigh}: manage.Unlimited}
 	rep := Report{Values: []manage.Value{val(memqos.FileHigh, 100<<20)}}
 	rep.Apply.Changed = []manage.Change{{Value: val(memqos.FileHigh, 100<<20), Old: 9223372036854771712}}
-	a.noteForeign(&rep)
+	a.files.noteForeign(&rep)
 	if len(rep.Foreign) != 0 {
 		t.Errorf("Unlimited read back as the v1 maximum: foreign %+v", rep.Foreign)
 	}
 
 	// A group held back (min above low), then written.
-	a.written = nil
+	a.files.written = nil
 	held := []manage.Value{val(memqos.FileMin, 10<<20), val(memqos.FileLow, 5<<20), val(memqos.FileHigh, 50<<20)}
-	rep = Report{Values: held, Apply: a.writer.Apply(held)}
+	rep = Report{Values: held, Apply: a.files.writer.Apply(held)}
 	if len(rep.Apply.Errors) == 0 || len(rep.Apply.Changed) != 0 {
 		t.Fatalf("want the group held back: %+v", rep.Apply)
 	}
-	a.noteForeign(&rep)
+	a.files.noteForeign(&rep)
 	ok := []manage.Value{val(memqos.FileMin, 1<<20), val(memqos.FileLow, 5<<20), val(memqos.FileHigh, 50<<20)}
-	rep = Report{Values: ok, Apply: a.writer.Apply(ok)}
+	rep = Report{Values: ok, Apply: a.files.writer.Apply(ok)}
 	if len(rep.Apply.Errors) != 0 || len(rep.Apply.Changed) == 0 {
 		t.Fatalf("want the group written: %+v", rep.Apply)
 	}
-	a.noteForeign(&rep)
+	a.files.noteForeign(&rep)
 	if len(rep.Foreign) != 0 {
 		t.Errorf("values the writer held back reported as another writer's: %+v", rep.Foreign)
 	}
@@ -644,7 +644,7 @@ func TestConfine(t *testing.T) {
 		{Dir: filepath.Join(pod, "..", "..", "..", "system.slice"), File: memqos.FileLow, Value: 1},
 		{Dir: kp + "-evil", File: memqos.FileLow, Value: 1},
 	}
-	got := a.confine(vals)
+	got := a.files.confine(vals)
 	if len(got) != 2 || got[0].Dir != pod || got[1].Dir != kp {
 		t.Errorf("kept %+v, want the pod's memory.low and kubepods' memory.min only", got)
 	}

@@ -50,13 +50,10 @@ func (c *passCache[K, V]) sweep() {
 	c.pass++
 }
 
-// caches are the Agent's passCaches.
+// caches are cgroupFiles' passCaches.
 type caches struct {
 	dirs passCache[string, string]               // cgroup path → directory on disk
 	ctrs passCache[ctrKey, []containerCandidate] // a container's possible cgroups
-	// srcs says where each of a pass's values comes from in its plan
-	// (parallel to Report.Values), to explain the ones it writes.
-	srcs []valueSrc
 }
 
 type ctrKey struct{ podPath, id string }
@@ -74,18 +71,18 @@ func (c *caches) sweep() {
 }
 
 // dir is Layout.dir through the cache.
-func (a *Agent) dir(p string) string {
-	return a.cache.dirs.get(p, func() string { return a.layout.dir(p) })
+func (f *cgroupFiles) dir(p string) string {
+	return f.cache.dirs.get(p, func() string { return f.layout.dir(p) })
 }
 
 // containerPath is Layout.ContainerPath with the candidate names kept:
 // each pass still checks on disk which one exists, as a container's
 // cgroup can go at any time, but builds no path to do so.
-func (a *Agent) containerPath(podPath, containerID string) (string, bool) {
-	cands := a.cache.ctrs.get(ctrKey{podPath, containerID}, func() []containerCandidate {
+func (f *cgroupFiles) containerPath(podPath, containerID string) (string, bool) {
+	cands := f.cache.ctrs.get(ctrKey{podPath, containerID}, func() []containerCandidate {
 		var out []containerCandidate
-		for _, p := range a.layout.containerCandidates(podPath, containerID) {
-			out = append(out, containerCandidate{path: p, dir: fastread.New(a.layout.dir(p))})
+		for _, p := range f.layout.containerCandidates(podPath, containerID) {
+			out = append(out, containerCandidate{path: p, dir: fastread.New(f.layout.dir(p))})
 		}
 		return out
 	})
@@ -139,9 +136,10 @@ func settingOf(r *memqos.Result, s valueSrc) *memqos.Setting {
 
 // explain fills in the reasons of a pass planned tersely, from the plan
 // made again in full (in, without Terse): the values, the values it
-// changed, and rep.Result. A pass that writes nothing is never explained,
-// which saves formatting a reason for each of its hundreds of values.
-func (a *Agent) explain(in memqos.Input, rep *Report) {
+// changed, and rep.Result. srcs are where each of rep.Values comes from.
+// A pass that writes nothing is never explained, which saves formatting
+// a reason for each of its hundreds of values.
+func explain(in memqos.Input, rep *Report, srcs []valueSrc) {
 	in.Terse = false
 	full, err := memqos.Compute(in)
 	if err != nil || len(full.Pods) != len(rep.Result.Pods) {
@@ -151,7 +149,7 @@ func (a *Agent) explain(in memqos.Input, rep *Report) {
 	why := make(map[key]string, len(rep.Values))
 	for i := range rep.Values {
 		v := &rep.Values[i]
-		if src := a.cache.srcs[i]; src.pod != srcAgent {
+		if src := srcs[i]; src.pod != srcAgent {
 			if s := settingOf(&full, src); s != nil && s.File == v.File && s.Value == v.Value {
 				v.Reason = s.Reason
 			}

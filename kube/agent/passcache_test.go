@@ -57,7 +57,7 @@ func TestExplainWrites(t *testing.T) {
 				t.Fatalf("%d writes, the dry run planned %d", len(rep.Apply.Changed), len(plan.Writes))
 			}
 			for _, c := range rep.Apply.Changed {
-				k := a.cgroupPath(c.Dir) + "/" + c.File
+				k := a.files.cgroupPath(c.Dir) + "/" + c.File
 				if c.Reason == "" || c.Reason != want[k] {
 					t.Errorf("%s: reason %q, the dry run says %q", k, c.Reason, want[k])
 				}
@@ -102,7 +102,7 @@ func TestContainerPathFollowsDisk(t *testing.T) {
 	st.Now = time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
 	pod := "/kubepods/besteffort/pod2222bbbb-0000-4000-8000-000000000002"
 	ctr := filepath.Join(l.Mount, pod, "crio-bbb222")
-	if p, ok := a.containerPath(pod, "cri-o://bbb222"); !ok || p != pod+"/crio-bbb222" {
+	if p, ok := a.files.containerPath(pod, "cri-o://bbb222"); !ok || p != pod+"/crio-bbb222" {
 		t.Fatalf("containerPath = %q, %v", p, ok)
 	}
 	a.Reconcile(st)
@@ -118,13 +118,13 @@ func TestContainerPathFollowsDisk(t *testing.T) {
 	if err := os.Rename(filepath.Join(saved, "c"), filepath.Join(l.Mount, pod, "bbb222")); err != nil {
 		t.Fatal(err)
 	}
-	if p, ok := a.containerPath(pod, "cri-o://bbb222"); !ok || p != pod+"/bbb222" {
+	if p, ok := a.files.containerPath(pod, "cri-o://bbb222"); !ok || p != pod+"/bbb222" {
 		t.Errorf("after the rename containerPath = %q, %v", p, ok)
 	}
 	if err := os.Mkdir(ctr, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if p, ok := a.containerPath(pod, "cri-o://bbb222"); !ok || p != pod+"/crio-bbb222" {
+	if p, ok := a.files.containerPath(pod, "cri-o://bbb222"); !ok || p != pod+"/crio-bbb222" {
 		t.Errorf("with both names containerPath = %q, %v; want the crio- one, as Layout.ContainerPath", p, ok)
 	}
 	if p, _ := l.ContainerPath(pod, "cri-o://bbb222"); p != pod+"/crio-bbb222" {

@@ -43,7 +43,7 @@ func (a *Agent) PlanOf(rep Report) Plan {
 		p.Warnings = append(p.Warnings, rep.SkipReason)
 	}
 	for _, c := range rep.Apply.Changed {
-		p.Writes = append(p.Writes, PlanWrite{Cgroup: a.cgroupPath(c.Dir), File: c.File, Value: manage.FormatValue(c.Value.Value), Reason: c.Reason})
+		p.Writes = append(p.Writes, PlanWrite{Cgroup: a.files.cgroupPath(c.Dir), File: c.File, Value: manage.FormatValue(c.Value.Value), Reason: c.Reason})
 	}
 	for _, e := range rep.Apply.Errors {
 		p.Warnings = append(p.Warnings, e.Error())

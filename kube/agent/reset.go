@@ -78,7 +78,7 @@ func (a *Agent) Reset() Report {
 	// it (it sets them again) or undo its protection. Where its values
 	// show TieredReservation, as in a pass, they are its own whatever the
 	// configuration said.
-	if seen := a.tieredInTree(dirs); seen != "" && l.Version == 2 {
+	if seen := a.files.tieredInTree(dirs); seen != "" && l.Version == 2 {
 		if _, owned := a.opts.Kubelet.Owns(memqos.LevelPod, memqos.FileMin); !owned {
 			a.log.Warn("the kubelet writes TieredReservation's values: leaving them to it", "seen", seen, "was", a.opts.Kubelet.Reason)
 			a.opts.Kubelet = tieredSeen(seen, 0)
@@ -86,15 +86,15 @@ func (a *Agent) Reset() Report {
 	}
 	rep.Values = a.deferToKubelet(&rep, rep.Values)
 	// No bound from the node's size here: every value is 0 or unlimited.
-	a.writer.MaxMemory = 0
-	rep.Values = a.confine(rep.Values)
-	rep.Apply = a.writer.Apply(rep.Values)
-	for _, f := range a.writer.MissingFiles() {
+	a.files.writer.MaxMemory = 0
+	rep.Values = a.files.confine(rep.Values)
+	rep.Apply = a.files.writer.Apply(rep.Values)
+	for _, f := range a.files.writer.MissingFiles() {
 		rep.Warnings = append(rep.Warnings, f+": not on this kernel; skipped")
 	}
 	if !a.opts.DryRun {
 		for _, c := range rep.Apply.Changed {
-			a.log.Info("reset", "cgroup", a.cgroupPath(c.Dir), "file", c.File, "value", manage.FormatValue(c.Value.Value), "old", manage.FormatValue(c.Old))
+			a.log.Info("reset", "cgroup", a.files.cgroupPath(c.Dir), "file", c.File, "value", manage.FormatValue(c.Value.Value), "old", manage.FormatValue(c.Old))
 		}
 		for _, e := range rep.Apply.Errors {
 			a.log.Error("cgroup write", "err", e)
@@ -109,22 +109,22 @@ func (a *Agent) Reset() Report {
 // memory.min above 0 with memory.low below it, a pair the agent never
 // leaves (it keeps memory.low at or above memory.min) and the kubelet
 // writes for every Guaranteed pod it makes. Only cgroup v2 has memory.min.
-func (a *Agent) tieredInTree(dirs map[types.UID]podDir) string {
-	if a.layout.Version != 2 {
+func (f *cgroupFiles) tieredInTree(dirs map[types.UID]podDir) string {
+	if f.layout.Version != 2 {
 		return ""
 	}
 	for _, d := range sortedDirs(dirs) {
 		if d.qos != corev1.PodQOSGuaranteed {
 			continue
 		}
-		dir := a.dir(d.path)
-		mn, err := a.writer.Read(dir, memqos.FileMin)
+		dir := f.dir(d.path)
+		mn, err := f.writer.Read(dir, memqos.FileMin)
 		if err != nil || mn <= 0 || mn == manage.Unlimited {
 			continue
 		}
-		if lo, err := a.writer.Read(dir, memqos.FileLow); err == nil && lo < mn {
+		if lo, err := f.writer.Read(dir, memqos.FileLow); err == nil && lo < mn {
 			return fmt.Sprintf("%s holds %d with memory.low %d below it, as the kubelet's memoryReservationPolicy TieredReservation writes a Guaranteed pod's request",
-				a.cgroupPath(dir)+"/"+memqos.FileMin, mn, lo)
+				f.cgroupPath(dir)+"/"+memqos.FileMin, mn, lo)
 		}
 	}
 	return ""

@@ -54,21 +54,78 @@ func Groups(p Params) ([]Group, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	w := promDuration(p.Window)
+	g := newGofitRules(p)
+	records := g.records()
+	var alerts []Rule
+	add := func(name, severity string, forD string, expr, summary, description string) {
+		alerts = append(alerts, Rule{
+			Alert: name, Expr: expr, For: forD,
+			Labels: map[string]string{"severity": severity},
+			Annotations: map[string]string{
+				"summary":     summary,
+				"description": description,
+				"runbook_url": p.RunbookURL + "#" + strings.ToLower(name),
+			},
+		})
+	}
+	g.containerAlerts(add)
+	g.webhookAlerts(add)
+	g.agentAlerts(add)
+	std := newStandard(p)
+	std.addAlerts(add)
+	return []Group{{Name: "gofit.rules", Rules: records}, {Name: "gofit.go.rules", Rules: std.records()}, {Name: "gofit.alerts", Rules: alerts}}, nil
+}
+
+// gofitRules are the rules over gofit's own metrics (the library's, the
+// webhook's, the node agent's and the guard's), with what their
+// expressions share.
+type gofitRules struct {
+	p Params
+	w string // the rate window
 	// Recording-rule names carry the shipped 5m window; a different
 	// Window keeps the names so the dashboards need no change.
-	cl := p.ClusterLabel
-	bc := cl + ", " + byContainer
-	keep := cl + ", namespace, workload, pod, container"
-	rate := func(metric, sel string) string {
-		return fmt.Sprintf("sum by (%s) (rate(%s%s[%s]))", keep, metric, sel, w)
-	}
-	status := func(name, expr string) Rule {
-		return Rule{Record: recFitStatus, Expr: fmt.Sprintf("(%s) * 0 + 1", expr), Labels: map[string]string{"status": name}}
-	}
-	max := func(metric string) string { return fmt.Sprintf("max by (%s) (%s)", keep, metric) }
-	on := "on (" + bc + ")"
-	records := []Rule{
+	cl        string // the cluster label
+	bc        string // cluster, namespace, pod, container: what an alert is about
+	keep      string // bc and the workload: what a recording rule keeps
+	on        string // on (bc)
+	inCluster string // clusterPhrase(cl)
+	who       string // the container an alert's description names
+}
+
+func newGofitRules(p Params) gofitRules {
+	g := gofitRules{p: p, w: promDuration(p.Window), cl: p.ClusterLabel}
+	g.bc = g.cl + ", " + byContainer
+	g.keep = g.cl + ", namespace, workload, pod, container"
+	g.on = "on (" + g.bc + ")"
+	g.inCluster = clusterPhrase(g.cl)
+	g.who = "{{ $labels.namespace }}/{{ $labels.pod }} container {{ $labels.container }}" + g.inCluster
+	return g
+}
+
+// rate and max aggregate a metric by what a recording rule keeps.
+func (g gofitRules) rate(metric, sel string) string {
+	return fmt.Sprintf("sum by (%s) (rate(%s%s[%s]))", g.keep, metric, sel, g.w)
+}
+
+func (g gofitRules) max(metric string) string { return fmt.Sprintf("max by (%s) (%s)", g.keep, metric) }
+
+// arate and amax aggregate a metric by what an alert is about.
+func (g gofitRules) arate(metric, sel string) string {
+	return fmt.Sprintf("sum by (%s) (rate(%s%s[%s]))", g.bc, metric, sel, g.w)
+}
+
+func (g gofitRules) amax(metric string) string { return fmt.Sprintf("max by (%s) (%s)", g.bc, metric) }
+
+// fitStatus is one status of recFitStatus: 1 for each series of expr.
+func fitStatus(name, expr string) Rule {
+	return Rule{Record: recFitStatus, Expr: fmt.Sprintf("(%s) * 0 + 1", expr), Labels: map[string]string{"status": name}}
+}
+
+// records are the recording rules over gofit's metrics.
+func (g gofitRules) records() []Rule {
+	w, cl, keep, on := g.w, g.cl, g.keep, g.on
+	rate, max, status := g.rate, g.max, fitStatus
+	return []Rule{
 		{Record: recCPU, Expr: rate("gofit_cpu_usage_seconds_total", "")},
 		{Record: recThrottled, Expr: rate("gofit_cpu_throttled_periods_total", "") + "\n/\n" + rate("gofit_cpu_periods_total", "")},
 		{Record: recGC, Expr: rate("gofit_go_cpu_seconds_total", `{class="gc"}`) + "\n/\n" + rate("gofit_go_cpu_seconds_total", `{class=~"gc|scavenge|user"}`)},
@@ -90,25 +147,13 @@ func Groups(p Params) ([]Group, error) {
 		{Record: recWebhookP99, Expr: fmt.Sprintf("histogram_quantile(0.99, sum by (%s, namespace, le) (rate(gofit_webhook_admission_duration_seconds_bucket[%s])))", cl, w)},
 		{Record: recAgentPassP99, Expr: fmt.Sprintf("histogram_quantile(0.99, sum by (%s, node, le) (rate(gofit_node_reconcile_duration_seconds_bucket[%s])))", cl, w)},
 	}
+}
 
-	inCluster := clusterPhrase(cl)
-	who := "{{ $labels.namespace }}/{{ $labels.pod }} container {{ $labels.container }}" + inCluster
-	arate := func(metric, sel string) string {
-		return fmt.Sprintf("sum by (%s) (rate(%s%s[%s]))", bc, metric, sel, w)
-	}
-	amax := func(metric string) string { return fmt.Sprintf("max by (%s) (%s)", bc, metric) }
-	var alerts []Rule
-	add := func(name, severity string, forD string, expr, summary, description string) {
-		alerts = append(alerts, Rule{
-			Alert: name, Expr: expr, For: forD,
-			Labels: map[string]string{"severity": severity},
-			Annotations: map[string]string{
-				"summary":     summary,
-				"description": description,
-				"runbook_url": p.RunbookURL + "#" + strings.ToLower(name),
-			},
-		})
-	}
+// containerAlerts are the alerts about a Go container's fit: CPU,
+// memory, the kernel's reclaim and kills, and gofit's warnings.
+func (g gofitRules) containerAlerts(add addFunc) {
+	p, bc, on, who := g.p, g.bc, g.on, g.who
+	arate, amax := g.arate, g.amax
 	fd := promDuration
 
 	// Above the limit and not what gofit's plan chose: with ceil rounding
@@ -164,6 +209,14 @@ func Groups(p Params) ([]Group, error) {
 		fmt.Sprintf("max by (%s, warning) (gofit_plan_warning) > 0", bc),
 		"gofit's plan for a container carries a warning.",
 		who+" runs with gofit warning {{ $labels.warning }} in force.")
+}
+
+// webhookAlerts are the alerts about the webhook: failed and slow
+// admissions, and its serving certificate.
+func (g gofitRules) webhookAlerts(add addFunc) {
+	p, w, bc, inCluster := g.p, g.w, g.bc, g.inCluster
+	arate, amax := g.arate, g.amax
+	fd := promDuration
 
 	add("GofitWebhookAdmissionErrors", "warning", fd(p.WebhookErrorFor),
 		fmt.Sprintf("%s\n/\n%s\n> %s", arate("gofit_webhook_admissions_total", `{outcome=~"error|busy"}`), arate("gofit_webhook_admissions_total", ""), num(p.WebhookErrorShare)),
@@ -189,6 +242,13 @@ func Groups(p Params) ([]Group, error) {
 		fmt.Sprintf("%s < %s", certLeft, num(p.CertExpiryCritical.Seconds())),
 		"The gofit webhook's serving certificate is about to expire.",
 		"The certificate the gofit webhook {{ $labels.namespace }}/{{ $labels.pod }}"+inCluster+" serves expires in {{ $value | humanizeDuration }} and has not been renewed: once it has, the API server cannot call the webhook and admits every pod unfitted.")
+}
+
+// agentAlerts are the alerts about the node agent, and the experiment
+// guard's, which sits among them so that the rule file keeps its order.
+func (g gofitRules) agentAlerts(add addFunc) {
+	p, w, cl, bc, inCluster := g.p, g.w, g.cl, g.bc, g.inCluster
+	fd := promDuration
 
 	byAgent := bc + ", node"
 	add("GofitNodeAgentPassesFailing", "warning", fd(p.AgentFor),
@@ -230,10 +290,6 @@ func Groups(p Params) ([]Group, error) {
 		fmt.Sprintf("max by (%s) (gofit_node_unprotected_pods) > 0", byAgent),
 		"Pods on a node are left without the memory QoS the gofit node agent plans.",
 		"The gofit node agent {{ $labels.namespace }}/{{ $labels.pod }} on {{ $labels.node }}"+inCluster+" leaves {{ $value | humanize }} pods without their planned memory QoS.")
-
-	std := newStandard(p)
-	std.addAlerts(add)
-	return []Group{{Name: "gofit.rules", Rules: records}, {Name: "gofit.go.rules", Rules: std.records()}, {Name: "gofit.alerts", Rules: alerts}}, nil
 }
 
 // clusterPhrase names the cluster in a description where the alert's
