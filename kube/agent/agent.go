@@ -163,11 +163,12 @@ type ForeignWrite struct {
 // Without the node's allocatable memory it writes nothing and says why.
 // Files the kubelet's own Memory QoS writes at a level are left to it
 // (Report.Deferred).
-func (a *Agent) Reconcile(st State) Report {
+func (a *Agent) Reconcile(st State) (rep Report) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	start := time.Now()
-	var rep Report
+	// rep is the named result, so that what the deferred func sets (the
+	// pass's duration) reaches the caller, not only the metrics.
 	defer func() {
 		a.files.cache.sweep()
 		rep.Duration = time.Since(start)

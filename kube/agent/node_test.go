@@ -72,6 +72,11 @@ func TestNodeFixture(t *testing.T) {
 	if rep.Skip != "" || len(rep.Apply.Errors) != 0 {
 		t.Fatalf("skip %q, errors %v", rep.SkipReason, rep.Apply.Errors)
 	}
+	// The pass's duration reaches the caller (Run's "reconciled" log), not
+	// only the metrics: it was set after the return had copied the report.
+	if rep.Duration <= 0 {
+		t.Errorf("Report.Duration = %v, want the pass's duration", rep.Duration)
+	}
 	for _, w := range rep.Warnings {
 		if strings.Contains(w, "etcd") {
 			t.Errorf("static pod: %s", w)
@@ -112,6 +117,9 @@ func TestNoAllocatable(t *testing.T) {
 	rep := New(l, Options{Policy: memqos.PolicyAuto}).Reconcile(st)
 	if rep.Skip != SkipNoAllocatable || !strings.Contains(rep.SkipReason, "allocatable") {
 		t.Errorf("skip %q (%s)", rep.Skip, rep.SkipReason)
+	}
+	if rep.Duration <= 0 {
+		t.Errorf("Report.Duration = %v on a skipped pass, want its duration", rep.Duration)
 	}
 	after := snapshot(t, l.Mount)
 	for p, v := range before {
