@@ -76,7 +76,7 @@ func (l *study) cpuStudy(ctx context.Context) error {
 	keep := func(c cpuConfig, mode result.Mode, rep int, m measured) error {
 		cell, err := m.cell, m.err
 		if err == nil {
-			l.plan.ranCPU(m.took - time.Duration(cell.Seconds*float64(time.Second)))
+			l.plan.costs.ranCPU(m.took - time.Duration(cell.Seconds*float64(time.Second)))
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -163,7 +163,7 @@ func (l *study) cpuStudy(ctx context.Context) error {
 				return false, nil
 			}
 			for _, t := range todo {
-				if l.elapsed()+l.plan.repeatCost(d, l.rec.CPU, t.key) > l.plan.cpuBudget() {
+				if l.elapsed()+l.plan.rows.repeatCost(d, l.rec.CPU, t.key) > l.plan.cpuBudget() {
 					return true, nil
 				}
 				var c cpuConfig
@@ -187,10 +187,10 @@ func (l *study) cpuStudy(ctx context.Context) error {
 	firstQuota := slices.IndexFunc(planned, func(r cpuRow) bool { return r.q > 0 })
 	for i := 0; i < len(planned); i++ {
 		q := planned[i].q
-		full := l.plan.minRowCost(planned[i])
+		full := l.plan.rows.minCost(planned[i])
 		need := full
 		if i == firstQuota {
-			need = l.plan.roundsCost(planned[i], 1, 1) // rowRepeats takes it on from one round
+			need = l.plan.rows.roundsCost(planned[i], 1, 1) // rowRepeats takes it on from one round
 		}
 		if l.elapsed()+need > l.plan.cpuBudget() {
 			// Slower than planned, or the deciding row's repeats took
@@ -251,7 +251,7 @@ func (l *study) cpuStudy(ctx context.Context) error {
 		return err
 	}
 	if left := len(undecided(l.cfg, &l.rec, all, rows)); left > 0 {
-		l.plan.note("the CPU study's budget (%v of %v) ran out with %d cells undecided or short of samples; they stay undecided, each with the smallest difference it could have shown and the budget that would decide it", l.plan.cpuBudget().Round(time.Second), l.cfg.Budget, left)
+		l.plan.notes.add("the CPU study's budget (%v of %v) ran out with %d cells undecided or short of samples; they stay undecided, each with the smallest difference it could have shown and the budget that would decide it", l.plan.cpuBudget().Round(time.Second), l.cfg.Budget, left)
 	}
 	return nil
 }
