@@ -35,7 +35,7 @@ func TestSlowTargetFitsTheBudget(t *testing.T) {
 	if len(windows) == 0 {
 		t.Fatal("no open-loop run")
 	}
-	want := l.plan.openWindow(15)
+	want := openWindow(&l.cfg, 15)
 	for _, w := range windows {
 		if w >= want {
 			t.Errorf("open window %v: the %v that 5,000 latencies at 15 rps need does not fit a 4m budget", w, want)
@@ -57,19 +57,19 @@ func TestPlanMemoryForASlowTarget(t *testing.T) {
 	l.cfg.MemSettings = []string{result.SetGofit, result.SetAutoMemLimit}
 	l.cfg.ConfirmNeed, l.cfg.ConfirmOf, l.cfg.MemRequests = 1, 1, 800
 	f.now = f.now.Add(110 * time.Second) // the CPU study's share spent
-	p := l.plan.planMemory(25, 40)       // node_exporter: 25 rps, 800 requests took ~40 s
+	p := l.plan.mem.planSurvival(25, 40) // node_exporter: 25 rps, 800 requests took ~40 s
 	if p.requests >= l.cfg.MemRequests || p.requests < minMemRequests {
 		t.Errorf("%d requests per survival trial at 25 rps with ~110 s left", p.requests)
 	}
 	trials := time.Duration(len(l.cfg.MemSettings) * memTrialsPlanned(l.cfg))
-	if total, left := trials*time.Duration(float64(p.requests)/25*float64(time.Second)), l.cfg.Budget-l.elapsed()-l.plan.checkReserve(); total > left/3 {
+	if total, left := trials*time.Duration(float64(p.requests)/25*float64(time.Second)), l.cfg.Budget-l.elapsed()-l.plan.mem.checkReserve(); total > left/3 {
 		t.Errorf("planned survival trials take %v of load, over a third of the %v left", total, left)
 	}
 	if !l.rec.Lab.BudgetLimited {
 		t.Error("no budget note")
 	}
 	l2, _ := newFakeLab(t, 15*time.Minute)
-	if p := l2.plan.planMemory(5000, 1.5); p.requests != l2.cfg.MemRequests || l2.rec.Lab.BudgetLimited {
+	if p := l2.plan.mem.planSurvival(5000, 1.5); p.requests != l2.cfg.MemRequests || l2.rec.Lab.BudgetLimited {
 		t.Errorf("fast target: %d requests, budget_limited %v", p.requests, l2.rec.Lab.BudgetLimited)
 	}
 }
@@ -126,23 +126,23 @@ func TestPlannerFundsRowsInOrder(t *testing.T) {
 	cfg := defaultConfig(true)
 	var lab result.LabInfo
 	p := newPlanner(&cfg, func() time.Duration { return 0 }, &lab)
-	if got := p.runOverhead(); got != cfg.Warmup+time.Second {
+	if got := p.costs.runOverhead(); got != cfg.Warmup+time.Second {
 		t.Errorf("overhead before any run %v, want warm-up + 1s", got)
 	}
-	p.ranCPU(5 * time.Second)
-	p.ranCPU(3 * time.Second)
-	if got := p.runOverhead(); got != 4*time.Second {
+	p.costs.ranCPU(5 * time.Second)
+	p.costs.ranCPU(3 * time.Second)
+	if got := p.costs.runOverhead(); got != 4*time.Second {
 		t.Errorf("overhead after runs of 5s and 3s: %v, want their mean, 4s", got)
 	}
 	// A run dearer than the mean prices the next ones: the node got
 	// busier (TestSlowerPodsMidwayKeepTheBudget).
-	p.ranCPU(7 * time.Second)
-	if got := p.runOverhead(); got != 7*time.Second {
+	p.costs.ranCPU(7 * time.Second)
+	if got := p.costs.runOverhead(); got != 7*time.Second {
 		t.Errorf("overhead after runs of 5s, 3s and 7s: %v, want the last, 7s", got)
 	}
-	p.overheadSum, p.overheadRuns, p.lastOverhead = 8*time.Second, 2, 3*time.Second
+	p.costs.overheadSum, p.costs.overheadRuns, p.costs.lastOverhead = 8*time.Second, 2, 3*time.Second
 	rows := []cpuRow{{q: 0.5, cells: 3, label: "500m"}, {q: 0.25, cells: 3, label: "250m"}, {q: 1, cells: 3, label: "1000m"}}
-	cost := p.minRowCost(rows[0])
+	cost := p.rows.minCost(rows[0])
 	// The CPU study's share less the adaptive reserve holds a row and a half.
 	cfg.Budget = time.Duration(1.5 * float64(cost) / (1 - adaptiveReserve) / cpuShare)
 	funded := p.planRows(rows)
@@ -154,8 +154,8 @@ func TestPlannerFundsRowsInOrder(t *testing.T) {
 	}
 	// Three trial nodes run a round's three cells side by side: a row
 	// costs a third, and the same budget holds all three rows.
-	p.parallel = 3
-	if got := p.minRowCost(rows[0]); got != cost/3 {
+	p.rows.parallel = 3
+	if got := p.rows.minCost(rows[0]); got != cost/3 {
 		t.Errorf("a row of 3 cells on 3 nodes costs %v, want a third of %v", got, cost)
 	}
 	if funded := p.planRows(rows); len(funded) != 3 {
@@ -164,7 +164,7 @@ func TestPlannerFundsRowsInOrder(t *testing.T) {
 	// Rounds are not pooled: each of a row's MinRepeats rounds of 4 cells
 	// on 3 nodes is 2 batches (3 cells, then 1), so its minimum is 6
 	// batches a mode, not the 4 that 12 runs over 3 nodes would be.
-	if got := p.batches(cpuRow{q: 1, cells: 4}); got != 2*cfg.MinRepeats {
+	if got := p.rows.batches(cpuRow{q: 1, cells: 4}); got != 2*cfg.MinRepeats {
 		t.Errorf("4 cells on 3 nodes: %d batches a mode, want %d", got, 2*cfg.MinRepeats)
 	}
 }
@@ -197,11 +197,11 @@ func TestPlannerKeepsTheMemoryReserve(t *testing.T) {
 	var lab result.LabInfo
 	p := newPlanner(&cfg, func() time.Duration { return 0 }, &lab)
 	if got, want := p.cpuBudget(), cfg.Budget/2; got != want {
-		t.Errorf("sandbox, 4m: CPU budget %v, want %v (reserve %v)", got, want, p.memReserve())
+		t.Errorf("sandbox, 4m: CPU budget %v, want %v (reserve %v)", got, want, p.mem.reserve())
 	}
 	cfg.Budget = 13 * time.Minute
-	p.startHint = 40 * time.Second
-	reserve := p.memReserve()
+	p.costs.startHint = 40 * time.Second
+	reserve := p.mem.reserve()
 	// 2 probes and 4 survival trials at a start and a window each, and
 	// the check trial's 2 pairs of two starts each.
 	if want := 6*(40*time.Second+cfg.ClosedWindow) + 2*(cfg.HealthWindow+80*time.Second); reserve != want {
@@ -214,8 +214,8 @@ func TestPlannerKeepsTheMemoryReserve(t *testing.T) {
 	if k := p.repeatsFit(row, time.Duration(float64(p.cpuBudget())*(1-adaptiveReserve)), 0); k != 1 {
 		t.Errorf("%d rounds of 250m fit, want 1", k)
 	}
-	need := p.roundsCost(row, cfg.MinRepeats, cfg.MinRepeats)
-	if b := p.budgetFor(need); time.Duration(float64(b-p.memReserve())*(1-adaptiveReserve)) < need || time.Duration(float64(b)*cpuShare*(1-adaptiveReserve)) < need {
-		t.Errorf("--budget %v named to fund %v of CPU runs and a %v reserve does not", b, need, p.memReserve())
+	need := p.rows.roundsCost(row, cfg.MinRepeats, cfg.MinRepeats)
+	if b := p.budgetFor(need); time.Duration(float64(b-p.mem.reserve())*(1-adaptiveReserve)) < need || time.Duration(float64(b)*cpuShare*(1-adaptiveReserve)) < need {
+		t.Errorf("--budget %v named to fund %v of CPU runs and a %v reserve does not", b, need, p.mem.reserve())
 	}
 }

@@ -52,150 +52,18 @@ func pooled(cs []result.CPUCell) stats.Sample {
 	return s
 }
 
+// cpuStudy runs the CPU study: the rows the planner funds, in the
+// design's order, each to its minimum rounds in both modes, the smallest
+// quota's deciding comparison before the sweep goes on, then adaptive
+// repeats while the CPU study's budget lasts.
 func (l *study) cpuStudy(ctx context.Context) error {
-	d := designOf(l.cfg, &l.rec)
-	offered := map[float64]float64{}
-	windows := map[float64]time.Duration{}
-	all := map[float64][]cpuConfig{}
-	// measure runs one cell; keep records it (in the study's order, one
-	// at a time, whatever ran side by side).
-	type measured struct {
-		cell result.CPUCell
-		took time.Duration
-		err  error
-	}
-	measure := func(c cpuConfig, mode result.Mode, rep int) measured {
-		win := d.closedWindow()
-		if mode == result.Open {
-			win = windows[c.quota]
-		}
-		began := l.now()
-		cell, err := l.run.cpu(ctx, c, mode, offered[c.quota], win, rep)
-		return measured{cell, l.now().Sub(began), err}
-	}
-	keep := func(c cpuConfig, mode result.Mode, rep int, m measured) error {
-		cell, err := m.cell, m.err
-		if err == nil {
-			l.plan.ranCPU(m.took - time.Duration(cell.Seconds*float64(time.Second)))
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			var se *sandbox.StartError
-			if errors.As(err, &se) {
-				// With no memory limit, a start that fails is the target's
-				// fault, and nothing measured after it would be trusted.
-				return fmt.Errorf("%w: cpu trial %s %s %s-loop: %v", errTargetFailed, result.RowLabel(c.quota, c.request), c.setting, mode, err)
-			}
-			return fmt.Errorf("cpu trial %s %s %s-loop: %w", result.RowLabel(c.quota, c.request), c.setting, mode, err)
-		}
-		l.rec.CPU = append(l.rec.CPU, cell)
-		for i, t := range cell.Targets {
-			if i >= len(l.rec.Targets) {
-				// Named as given ({port} and all): each trial has its own port.
-				mix := l.cfg.Target.Mix()
-				l.rec.Targets = append(l.rec.Targets, load.TargetResult{Method: mix[i].Method, URL: mix[i].URL})
-			}
-			l.rec.Targets[i].Merge(t)
-		}
-		l.progress("cpu %-5s %-15s %-6s rep %d: %5.0f rps, p99 %6.1fms", result.RowLabel(c.quota, c.request), c.setting, mode, rep, cell.RPS, cell.P99)
-		if cell.TargetExited {
-			// No memory limit here: an exit is a crash. Stop rather than
-			// measure a dead service for minutes.
-			l.rec.Exited = true
-			return fmt.Errorf("%w: it exited during the %s %s %s-loop window (%d errors: %s)", errTargetFailed, result.RowLabel(c.quota, c.request), c.setting, mode, cell.Errors, errorKinds(cell.ErrorKinds))
-		}
-		return nil
-	}
-	runOne := func(c cpuConfig, mode result.Mode, rep int) error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		return keep(c, mode, rep, measure(c, mode, rep))
-	}
-	par := parallelism(l.run)
-	round := func(cs []cpuConfig, mode result.Mode, rep int) error {
-		order := append([]cpuConfig(nil), cs...)
-		// A fresh order each round, so drift (thermal, noisy neighbours)
-		// spreads over all configurations.
-		l.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-		// In batches of the runner's parallelism, each batch's cells side
-		// by side (on their own nodes), recorded in the round's order.
-		for i := 0; i < len(order); i += par {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			batch := order[i:min(i+par, len(order))]
-			out := make([]measured, len(batch))
-			var wg sync.WaitGroup
-			for j, c := range batch {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					out[j] = measure(c, mode, rep)
-				}()
-			}
-			wg.Wait()
-			for j, c := range batch {
-				if err := keep(c, mode, rep, out[j]); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	}
-	// repeat runs adaptive repeats at rows: first both sides of gofit
-	// against go-default at the deciding rows, a run a side at a time
-	// until each is decided or at MaxRepeats; then, unless decidingOnly,
-	// whatever else is undecided or short of samples, a round at a time
-	// (as many cells of it as fit, comparisons in order, each with its
-	// go-default). It reports whether the CPU budget stopped it.
-	repeat := func(rows []float64, decidingOnly bool) (bool, error) {
-		for {
-			todo := undecided(l.cfg, &l.rec, all, adaptiveOrder(l.cfg, &l.rec, rows))
-			if n := leadingDeciding(todo); n > 0 {
-				todo = todo[:n]
-			} else if decidingOnly {
-				return false, nil
-			}
-			if len(todo) == 0 {
-				return false, nil
-			}
-			for _, t := range todo {
-				if l.elapsed()+l.plan.repeatCost(d, l.rec.CPU, t.key) > l.plan.cpuBudget() {
-					return true, nil
-				}
-				var c cpuConfig
-				for _, x := range all[t.key.q] {
-					if x.setting == t.key.setting {
-						c = x
-					}
-				}
-				if err := runOne(c, t.key.mode, t.rep); err != nil {
-					return false, err
-				}
-			}
-		}
-	}
-	planned := l.plan.planRows(d.order())
-	quotas := make([]float64, len(planned))
-	for i, r := range planned {
-		quotas[i] = r.q
-	}
-	least := smallestQuota(quotas)
+	s := &cpuSweep{l: l, d: designOf(l.cfg, &l.rec), par: parallelism(l.run),
+		offered: map[float64]float64{}, windows: map[float64]time.Duration{}, all: map[float64][]cpuConfig{}}
+	planned := l.plan.planRows(s.d.order())
+	least := smallestQuota(rowQuotas(planned))
 	firstQuota := slices.IndexFunc(planned, func(r cpuRow) bool { return r.q > 0 })
 	for i := 0; i < len(planned); i++ {
-		q := planned[i].q
-		full := l.plan.minRowCost(planned[i])
-		need := full
-		if i == firstQuota {
-			need = l.plan.roundsCost(planned[i], 1, 1) // rowRepeats takes it on from one round
-		}
-		if l.elapsed()+need > l.plan.cpuBudget() {
-			// Slower than planned, or the deciding row's repeats took
-			// it: what is left cannot take this row to a verdict.
-			l.plan.cutRow(planned[i], l.plan.cpuBudget()-l.elapsed(), l.elapsed()+full)
+		if !s.affords(planned[i], i == firstQuota) {
 			planned = slices.Delete(planned, i, i+1)
 			if i < firstQuota {
 				firstQuota--
@@ -203,57 +71,259 @@ func (l *study) cpuStudy(ctx context.Context) error {
 			i--
 			continue
 		}
-		cs := d.configs(q, d.requestAt(q))
-		all[q] = cs
-		// The first quota row runs as many rounds as the CPU study's time
-		// left funds beside the memory study's reserve, re-priced before
-		// each round from what the runs so far cost (a pod's start is
-		// known only once one started); the other rows their minimum.
-		reps := func(done int) int {
-			if i != firstQuota {
-				return l.cfg.MinRepeats
-			}
-			return l.plan.rowRepeats(planned[i], done)
+		if err := s.runRow(ctx, planned, i, i == firstQuota); err != nil {
+			return err
 		}
-		closed := 0
-		for rep := 1; rep <= l.cfg.MinRepeats && rep <= reps(rep-1); rep++ {
-			if err := round(cs, result.Closed, rep); err != nil {
-				return err
-			}
-			closed = rep
-		}
-		if l.cfg.TargetRPS > 0 {
-			offered[q] = l.cfg.TargetRPS
-		} else {
-			offered[q] = openRate(l.cfg, l.rec.CPU, q, cs)
-		}
-		windows[q] = l.plan.planOpenWindow(planned, i, offered[q])
-		for rep, open := 1, min(reps(closed), closed); rep <= open; rep++ {
-			if err := round(cs, result.Open, rep); err != nil {
-				return err
-			}
-		}
-		if q == least {
+		if q := planned[i].q; q == least {
 			// The smallest quota, where gofit's plan and Go's default
 			// differ most, is decided before the sweep goes on: the
 			// rest of it gets what is left.
-			if _, err := repeat([]float64{q}, true); err != nil {
+			if _, err := s.repeat(ctx, []float64{q}, true); err != nil {
 				return err
 			}
 		}
 	}
-	rows := make([]float64, len(planned))
-	for i, r := range planned {
-		rows[i] = r.q
-	}
-	out, err := repeat(rows, false)
+	rows := rowQuotas(planned)
+	out, err := s.repeat(ctx, rows, false)
 	if err != nil || !out {
 		return err
 	}
-	if left := len(undecided(l.cfg, &l.rec, all, rows)); left > 0 {
-		l.plan.note("the CPU study's budget (%v of %v) ran out with %d cells undecided or short of samples; they stay undecided, each with the smallest difference it could have shown and the budget that would decide it", l.plan.cpuBudget().Round(time.Second), l.cfg.Budget, left)
+	if left := len(undecided(l.cfg, &l.rec, s.all, rows)); left > 0 {
+		l.plan.notes.add("the CPU study's budget (%v of %v) ran out with %d cells undecided or short of samples; they stay undecided, each with the smallest difference it could have shown and the budget that would decide it", l.plan.cpuBudget().Round(time.Second), l.cfg.Budget, left)
 	}
 	return nil
+}
+
+// rowQuotas is the quotas of rows, in their order.
+func rowQuotas(rows []cpuRow) []float64 {
+	qs := make([]float64, len(rows))
+	for i, r := range rows {
+		qs[i] = r.q
+	}
+	return qs
+}
+
+// cpuSweep is the CPU study under way: the design it runs, and per row
+// what it chose once the row started.
+type cpuSweep struct {
+	l   *study
+	d   cpuDesign
+	par int // the runner's parallelism: a batch's cells run side by side
+	// Per row: the open loop's offered rate and window, and its
+	// configurations.
+	offered map[float64]float64
+	windows map[float64]time.Duration
+	all     map[float64][]cpuConfig
+}
+
+// measured is one CPU run as it came back from the runner: its cell, its
+// wall time, start to stop, and its error.
+type measured struct {
+	cell result.CPUCell
+	took time.Duration
+	err  error
+}
+
+// affords says whether the CPU study's time left can take row r to a
+// verdict (the first quota row: one round of it, rowRepeats takes it on
+// from there); where it cannot, it notes the row as not compared.
+func (s *cpuSweep) affords(r cpuRow, firstQuota bool) bool {
+	l := s.l
+	full := l.plan.rows.minCost(r)
+	need := full
+	if firstQuota {
+		need = l.plan.rows.roundsCost(r, 1, 1) // rowRepeats takes it on from one round
+	}
+	if l.elapsed()+need > l.plan.cpuBudget() {
+		// Slower than planned, or the deciding row's repeats took
+		// it: what is left cannot take this row to a verdict.
+		l.plan.cutRow(r, l.plan.cpuBudget()-l.elapsed(), l.elapsed()+full)
+		return false
+	}
+	return true
+}
+
+// runRow runs row i of the funded rows: its closed-loop rounds, then its
+// open-loop rounds at a rate the closed loop measured, in a window the
+// planner fits to what is left.
+func (s *cpuSweep) runRow(ctx context.Context, rows []cpuRow, i int, firstQuota bool) error {
+	l := s.l
+	q := rows[i].q
+	cs := s.d.configs(q, s.d.requestAt(q))
+	s.all[q] = cs
+	// The first quota row runs as many rounds as the CPU study's time
+	// left funds beside the memory study's reserve, re-priced before
+	// each round from what the runs so far cost (a pod's start is
+	// known only once one started); the other rows their minimum.
+	reps := func(done int) int {
+		if !firstQuota {
+			return l.cfg.MinRepeats
+		}
+		return l.plan.rowRepeats(rows[i], done)
+	}
+	closed := 0
+	for rep := 1; rep <= l.cfg.MinRepeats && rep <= reps(rep-1); rep++ {
+		if err := s.round(ctx, cs, result.Closed, rep); err != nil {
+			return err
+		}
+		closed = rep
+	}
+	if l.cfg.TargetRPS > 0 {
+		s.offered[q] = l.cfg.TargetRPS
+	} else {
+		s.offered[q] = openRate(l.cfg, l.rec.CPU, q, cs)
+	}
+	s.windows[q] = l.plan.planOpenWindow(rows, i, s.offered[q])
+	for rep, open := 1, min(reps(closed), closed); rep <= open; rep++ {
+		if err := s.round(ctx, cs, result.Open, rep); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// round runs one round of cs in mode.
+func (s *cpuSweep) round(ctx context.Context, cs []cpuConfig, mode result.Mode, rep int) error {
+	order := append([]cpuConfig(nil), cs...)
+	// A fresh order each round, so drift (thermal, noisy neighbours)
+	// spreads over all configurations.
+	s.l.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	// In batches of the runner's parallelism, each batch's cells side
+	// by side (on their own nodes), recorded in the round's order.
+	for i := 0; i < len(order); i += s.par {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := s.runBatch(ctx, order[i:min(i+s.par, len(order))], mode, rep); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runBatch runs batch's cells side by side, then keeps them in batch's
+// order.
+func (s *cpuSweep) runBatch(ctx context.Context, batch []cpuConfig, mode result.Mode, rep int) error {
+	out := make([]measured, len(batch))
+	var wg sync.WaitGroup
+	for j, c := range batch {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[j] = s.measure(ctx, c, mode, rep)
+		}()
+	}
+	wg.Wait()
+	for j, c := range batch {
+		if err := s.keep(ctx, c, mode, rep, out[j]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// repeat runs adaptive repeats at rows: first both sides of gofit
+// against go-default at the deciding rows, a run a side at a time
+// until each is decided or at MaxRepeats; then, unless decidingOnly,
+// whatever else is undecided or short of samples, a round at a time
+// (as many cells of it as fit, comparisons in order, each with its
+// go-default). It reports whether the CPU budget stopped it.
+func (s *cpuSweep) repeat(ctx context.Context, rows []float64, decidingOnly bool) (bool, error) {
+	l := s.l
+	for {
+		todo := undecided(l.cfg, &l.rec, s.all, adaptiveOrder(l.cfg, &l.rec, rows))
+		if n := leadingDeciding(todo); n > 0 {
+			todo = todo[:n]
+		} else if decidingOnly {
+			return false, nil
+		}
+		if len(todo) == 0 {
+			return false, nil
+		}
+		for _, t := range todo {
+			if l.elapsed()+l.plan.rows.repeatCost(s.d, l.rec.CPU, t.key) > l.plan.cpuBudget() {
+				return true, nil
+			}
+			if err := s.runOne(ctx, s.configOf(t.key), t.key.mode, t.rep); err != nil {
+				return false, err
+			}
+		}
+	}
+}
+
+// configOf is the configuration of cell k's row and setting.
+func (s *cpuSweep) configOf(k cellKey) cpuConfig {
+	var c cpuConfig
+	for _, x := range s.all[k.q] {
+		if x.setting == k.setting {
+			c = x
+		}
+	}
+	return c
+}
+
+// runOne runs one cell and keeps it.
+func (s *cpuSweep) runOne(ctx context.Context, c cpuConfig, mode result.Mode, rep int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.keep(ctx, c, mode, rep, s.measure(ctx, c, mode, rep))
+}
+
+// measure runs one cell; keep records it (in the study's order, one at
+// a time, whatever ran side by side).
+func (s *cpuSweep) measure(ctx context.Context, c cpuConfig, mode result.Mode, rep int) measured {
+	win := s.d.closedWindow()
+	if mode == result.Open {
+		win = s.windows[c.quota]
+	}
+	began := s.l.now()
+	cell, err := s.l.run.cpu(ctx, c, mode, s.offered[c.quota], win, rep)
+	return measured{cell, s.l.now().Sub(began), err}
+}
+
+// keep records a measured run: its cost to the planner, its cell and
+// targets to the records, a line of progress. A run that failed, or
+// whose target exited, ends the study.
+func (s *cpuSweep) keep(ctx context.Context, c cpuConfig, mode result.Mode, rep int, m measured) error {
+	l := s.l
+	cell, err := m.cell, m.err
+	if err != nil {
+		return cpuRunError(ctx, c, mode, err)
+	}
+	l.plan.costs.ranCPU(m.took - time.Duration(cell.Seconds*float64(time.Second)))
+	l.rec.CPU = append(l.rec.CPU, cell)
+	for i, t := range cell.Targets {
+		if i >= len(l.rec.Targets) {
+			// Named as given ({port} and all): each trial has its own port.
+			mix := l.cfg.Target.Mix()
+			l.rec.Targets = append(l.rec.Targets, load.TargetResult{Method: mix[i].Method, URL: mix[i].URL})
+		}
+		l.rec.Targets[i].Merge(t)
+	}
+	l.progress("cpu %-5s %-15s %-6s rep %d: %5.0f rps, p99 %6.1fms", result.RowLabel(c.quota, c.request), c.setting, mode, rep, cell.RPS, cell.P99)
+	if cell.TargetExited {
+		// No memory limit here: an exit is a crash. Stop rather than
+		// measure a dead service for minutes.
+		l.rec.Exited = true
+		return fmt.Errorf("%w: it exited during the %s %s %s-loop window (%d errors: %s)", errTargetFailed, result.RowLabel(c.quota, c.request), c.setting, mode, cell.Errors, errorKinds(cell.ErrorKinds))
+	}
+	return nil
+}
+
+// cpuRunError is the study's error for a CPU run of c that failed with
+// err: ctx's own once it ended.
+func cpuRunError(ctx context.Context, c cpuConfig, mode result.Mode, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var se *sandbox.StartError
+	if errors.As(err, &se) {
+		// With no memory limit, a start that fails is the target's
+		// fault, and nothing measured after it would be trusted.
+		return fmt.Errorf("%w: cpu trial %s %s %s-loop: %v", errTargetFailed, result.RowLabel(c.quota, c.request), c.setting, mode, err)
+	}
+	return fmt.Errorf("cpu trial %s %s %s-loop: %w", result.RowLabel(c.quota, c.request), c.setting, mode, err)
 }
 
 // openRate is the open-loop rate at row q, the same for every setting

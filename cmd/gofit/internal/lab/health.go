@@ -62,7 +62,7 @@ func (l *study) healthTrial(ctx context.Context, key string, ref, env map[string
 		if _, more := judgeTrial(l.cfg, key, h); !more {
 			break
 		}
-		if len(h.Pairs) > 0 && l.now().Add(l.plan.pairCost()).After(end) {
+		if len(h.Pairs) > 0 && l.now().Add(l.plan.costs.pairCost()).After(end) {
 			h.BudgetCut = true
 			break
 		}
@@ -71,7 +71,7 @@ func (l *study) healthTrial(ctx context.Context, key string, ref, env map[string
 		if ctx.Err() != nil {
 			break
 		}
-		l.plan.ranPair(l.now().Sub(t0))
+		l.plan.costs.ranPair(l.now().Sub(t0))
 		h.Pairs = append(h.Pairs, healthPair{Ref: runs[1].trial, Limited: runs[0].trial, RefBlocks: runs[1].load.Blocks, LimitedBlocks: runs[0].load.Blocks})
 	}
 	t, _ := judgeTrial(l.cfg, key, h)

@@ -449,7 +449,7 @@ func TestHealthTrialStopsAtTheBudget(t *testing.T) {
 	if end := l.started.Add(l.cfg.Budget); f.clock.After(end) {
 		t.Errorf("the trial ended %v after the budget", f.clock.Sub(end))
 	}
-	if got := l.plan.checkReserve(); got != max(defaultCheckReserve, time.Duration(l.cfg.HealthPairs)*pair) {
+	if got := l.plan.mem.checkReserve(); got != max(defaultCheckReserve, time.Duration(l.cfg.HealthPairs)*pair) {
 		t.Errorf("check reserve %v after pairs of %v each", got, pair)
 	}
 	// With time enough it runs its pairs as before.

@@ -158,23 +158,18 @@ func memShare(left time.Duration, settings []string) time.Duration {
 	return max(left/time.Duration(max(n, 1)), 0)
 }
 
-// survivalLoad is the survival trials' load.
-func (p *planner) survivalLoad(probeRPS float64) memLoad {
-	return memLoad{requests: p.mem.requests, maxDur: p.mem.maxTrial, probeRPS: probeRPS}
-}
-
 func (l *study) memoryStudy(ctx context.Context) error {
 	// Memory trials run under the CPU limit the CPU study recommends: a
 	// slower collector under a small quota needs more headroom, and that
 	// is the pair a pod would get.
 	cpu := summarized(l.cfg, &l.rec).recommendCPU(&result.Recommendation{}).cores
 	l.rec.Target.ProbeCPU = cpu
-	l.plan.sayOverrun()
+	l.plan.mem.sayOverrun()
 	if err := l.runProbes(ctx, cpu); err != nil {
 		return err
 	}
 	peak := int64(l.rec.Target.PeakBytes)
-	survival := l.plan.survivalLoad(l.rec.Target.ProbeRPS)
+	survival := l.plan.mem.survivalLoad(l.rec.Target.ProbeRPS)
 	var noKnobFloor int64
 	var searched time.Duration // the searches so far, to foresee the next
 	for i, setting := range l.cfg.MemSettings {
@@ -184,12 +179,12 @@ func (l *study) memoryStudy(ctx context.Context) error {
 		// long as the ones before it (plus the check trial) still fits. A
 		// setting that does not start is "not measured" in the results.
 		if i > 0 {
-			next := searched/time.Duration(i) + l.plan.checkReserve()
+			next := searched/time.Duration(i) + l.plan.mem.checkReserve()
 			if compared(setting) {
-				next = l.plan.memTrialCost() + l.plan.checkReserve()
+				next = l.plan.costs.memTrialCost() + l.plan.mem.checkReserve()
 			}
 			if l.now().Sub(l.started)+next > l.cfg.Budget {
-				l.plan.note("the budget (%v) ran out before the memory study of %s", l.cfg.Budget, strings.Join(l.cfg.MemSettings[i:], ", "))
+				l.plan.notes.add("the budget (%v) ran out before the memory study of %s", l.cfg.Budget, strings.Join(l.cfg.MemSettings[i:], ", "))
 				break
 			}
 		}
@@ -200,14 +195,14 @@ func (l *study) memoryStudy(ctx context.Context) error {
 		// split it among themselves; any other setting gets what they
 		// leave (with equal shares, GOGC=off's climb once cut gofit's
 		// healthy search after one trial).
-		share := memShare(l.cfg.Budget-l.now().Sub(l.started)-l.plan.checkReserve(), l.cfg.MemSettings[i:])
+		share := memShare(l.cfg.Budget-l.now().Sub(l.started)-l.plan.mem.checkReserve(), l.cfg.MemSettings[i:])
 		l.rec.Memory = append(l.rec.Memory, memRecord{Setting: setting, Survival: []result.MemTrial{}, Health: []healthRecord{}})
 		m := &l.rec.Memory[len(l.rec.Memory)-1]
 		ss := survivalSearch(l.cfg, peak)
-		ss.Deadline, ss.Now, ss.Cost = began.Add(share/2), l.now, l.plan.memTrialCost()
+		ss.Deadline, ss.Now, ss.Cost = began.Add(share/2), l.now, l.plan.costs.memTrialCost()
 		if i == 0 {
 			// The memory study's minimum, kept back from the start
-			// (memReserve): however late the CPU study left it, the first
+			// (memBudget.reserve): however late the CPU study left it, the first
 			// setting's floor rests on limited trials.
 			ss.MinTrials = memMinSurvival
 		}
@@ -220,11 +215,11 @@ func (l *study) memoryStudy(ctx context.Context) error {
 			return t
 		})
 		if sr.BudgetLimited {
-			l.plan.note("the budget cut the survival search of %s short: its floor is the lowest limit that passed so far", setting)
+			l.plan.notes.add("the budget cut the survival search of %s short: its floor is the lowest limit that passed so far", setting)
 		}
 		if err == nil && sr.Floor > 0 {
 			hs := healthySearch(l.cfg, peak, sr.Floor)
-			hs.Deadline, hs.Now, hs.Cost = began.Add(share), l.now, l.plan.pairCost()
+			hs.Deadline, hs.Now, hs.Cost = began.Add(share), l.now, l.plan.costs.pairCost()
 			ref := memEnv(l.cfg, &l.rec, setting, 0)
 			hr, herr := hs.Find(ctx, func(ctx context.Context, limit int64) result.MemTrial {
 				t, h := l.healthTrial(ctx, healthKey(setting, len(m.Health)), ref, memEnv(l.cfg, &l.rec, setting, limit), cpu, limit)
@@ -236,7 +231,7 @@ func (l *study) memoryStudy(ctx context.Context) error {
 			})
 			err = herr
 			if hr.BudgetLimited {
-				l.plan.note("the budget cut the healthy search of %s short: its healthy floor is the lowest limit judged healthy so far", setting)
+				l.plan.notes.add("the budget cut the healthy search of %s short: its healthy floor is the lowest limit judged healthy so far", setting)
 			}
 		}
 		if err != nil {
@@ -269,8 +264,8 @@ func (l *study) memoryStudy(ctx context.Context) error {
 table:
 	for _, mult := range l.cfg.Multiples {
 		for _, setting := range measured {
-			if l.now().Sub(l.started)+cell+l.plan.checkReserve() > l.cfg.Budget {
-				l.plan.note("the budget (%v) ran out during the throughput table, at %gx the floor", l.cfg.Budget, mult)
+			if l.now().Sub(l.started)+cell+l.plan.mem.checkReserve() > l.cfg.Budget {
+				l.plan.notes.add("the budget (%v) ran out during the throughput table, at %gx the floor", l.cfg.Budget, mult)
 				break table
 			}
 			limit := int64(math.Ceil(float64(noKnobFloor)*mult/float64(l.cfg.Resolution))) * l.cfg.Resolution
@@ -291,8 +286,8 @@ table:
 func (l *study) memTrial(ctx context.Context, s memSpec) memRun {
 	t0 := l.now()
 	run := l.run.memory(ctx, s)[0]
-	l.plan.ranMemory(l.now().Sub(t0))
-	l.plan.sayOverrun()
+	l.plan.costs.ranMemory(l.now().Sub(t0))
+	l.plan.mem.sayOverrun()
 	return run
 }
 
@@ -305,7 +300,7 @@ func (l *study) runProbes(ctx context.Context, cpu float64) error {
 	var rpss, p99s, peaks, secs []float64
 	var nonGo []probeNonGo
 	for i := 0; i < l.cfg.Probes; i++ {
-		run := l.memTrial(ctx, memSpec{env: probeEnv(memEnv(l.cfg, &l.rec, result.SetNone, 0)), cpu: cpu, load: memLoad{requests: l.cfg.MemRequests, maxDur: l.plan.probeCap(), measureNonGo: true}})
+		run := l.memTrial(ctx, memSpec{env: probeEnv(memEnv(l.cfg, &l.rec, result.SetNone, 0)), cpu: cpu, load: memLoad{requests: l.cfg.MemRequests, maxDur: l.plan.mem.probeCap(), measureNonGo: true}})
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -323,7 +318,7 @@ func (l *study) runProbes(ctx context.Context, cpu float64) error {
 	l.rec.Target.PeakBytes = uint64(stats.SpreadOf(peaks).Max)
 	l.rec.Target.ProbeRPS, l.rec.Target.ProbeP99 = stats.SpreadOf(rpss).Median, stats.SpreadOf(p99s).Median
 	l.rec.Target.HealthRPS = math.Max(1, math.Round(l.cfg.HealthShare*l.rec.Target.ProbeRPS))
-	l.plan.planMemory(l.rec.Target.ProbeRPS, stats.SpreadOf(secs).Median)
+	l.plan.mem.planSurvival(l.rec.Target.ProbeRPS, stats.SpreadOf(secs).Median)
 	return nil
 }
 
@@ -350,7 +345,7 @@ func (l *study) checkRecommendation(ctx context.Context) error {
 		return err
 	}
 	if t.BudgetCut {
-		l.plan.note("the budget cut the check trial to %d pairs: its verdict rests on them", t.Pairs)
+		l.plan.notes.add("the budget cut the check trial to %d pairs: its verdict rests on them", t.Pairs)
 	}
 	l.rec.Check = &h
 	l.progress("check: %s CPU + %s memory together: %s", result.CPULabel(rec.CPULimitCores), mebi(rec.MemoryLimitBytes), t.Verdict())

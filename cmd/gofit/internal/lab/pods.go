@@ -23,14 +23,8 @@ import (
 	"sync"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -92,17 +86,6 @@ func runNamespace(ko KubeOptions) string {
 	return DefaultNamespace
 }
 
-// podDeadline is every pod's activeDeadlineSeconds: the study ends
-// within its budget plus one trial (at most the budget), and a pod may
-// wait podSchedule to be placed first. Past it the kubelet ends the pod
-// by itself, so a run killed outright (SIGKILL, a lost laptop) leaves no
-// pod running beyond its study's time; the next run's sweep deletes
-// the objects.
-func podDeadline(cfg Config) *int64 {
-	d := int64((2*cfg.Budget + podSchedule + time.Second - 1) / time.Second)
-	return &d
-}
-
 // defaultAgentNamespaces are where deploy/node and the chart run the
 // agent, tried in order when --agent-namespace is not given.
 var defaultAgentNamespaces = []string{"gofit-node", "gofit-system"}
@@ -118,106 +101,24 @@ type podTarget struct {
 	ready string        // the readiness URL, the same
 }
 
-// podRunner is the runner of `gofit lab --kube`.
+// podRunner is the runner of `gofit lab --kube`. Its parts: the run's
+// owner (the object every other is owned by, deleted at close), its pods
+// (their spec and their life through the API server), the trial nodes
+// (one trial on each at a time), the node agents (a trial's counters and
+// cgroup) and the load pod (every trial's load).
 type podRunner struct {
 	cfg      Config
 	cs       kubernetes.Interface
 	ns       string
-	id       string
-	owner    metav1.OwnerReference
 	target   podTarget
-	image    string
-	token    string // the load pod's: it serves this run alone
-	selector map[string]string
-	agentNS  []string
 	progress io.Writer
-	// slots are the nodes trials may run on, one trial each at a time;
-	// "" is one slot the scheduler places (the nodes could not be
-	// listed).
-	slots  chan string
-	nslots int
-	load   *corev1.Pod
-	loadOn string
-	// loadStarted is how long the load pod took to become ready.
-	loadStarted time.Duration
-	mu          sync.Mutex
-	agents      map[string]string // node → agent pod name:port
-	agentIP     map[string]string // node → the agent's IP:port on the pod network
-	agentOf     map[string]string // node → the agent's namespace
-	// agentSecure: the node's agent serves --metrics-secure (TLS, and a
-	// token the API server vouches for); agentToken is the run's token
-	// for it, minted once (agentAccount's).
-	agentSecure  map[string]bool
-	agentAccount string
-	agentToken   string
-	nodes        map[string]agent.NodeInfo
-	used         []string // nodes trials ran on, in order of first use
-	slowest      time.Duration
-	// nodeCPUs and nodeAlloc are nodePlan's cpus and alloc (0: the nodes
-	// could not be listed), less the load pod's request where it shares.
-	nodeCPUs  int
-	nodeAlloc float64
-	// stopHeartbeat ends the owner's heartbeat (close).
-	stopHeartbeat func()
-}
-
-// heartbeat renews the owner's annHeartbeat until ctx ends.
-func (r *podRunner) heartbeat(ctx context.Context, name string) {
-	t := time.NewTicker(heartbeatEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, annHeartbeat, time.Now().UTC().Format(time.RFC3339))
-		if _, err := r.cs.CoreV1().ConfigMaps(r.ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil && ctx.Err() == nil {
-			fmt.Fprintf(r.progress, "lab: warning: renewing %s/%s's heartbeat: %v (a later run may take this one for dead after %v)\n", r.ns, name, err, staleAfter)
-		}
-	}
-}
-
-// sweepStale deletes the owners of lab runs in ns (but keep) whose
-// heartbeat is older than staleAfter at now, in the background, so the
-// garbage collector deletes their pods; it returns their names. Both
-// times are the API server's, never a run's own clock: now is the
-// creation time of this run's owner, and a heartbeat is the latest
-// time the server stamped on an owner's managed fields (each renewal
-// changes its annotation, and the server stamps the change), so that a
-// run on a machine whose clock is behind is not taken for dead.
-func sweepStale(ctx context.Context, cs kubernetes.Interface, ns, keep string, now time.Time) []string {
-	l, err := cs.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: labelApp + "=" + appName})
-	if err != nil {
-		return nil
-	}
-	var out []string
-	bg := metav1.DeletePropagationBackground
-	for _, cm := range l.Items {
-		if cm.Name == keep || cm.Labels[labelRun] == "" {
-			continue
-		}
-		if now.Sub(lastWrite(&cm)) < staleAfter {
-			continue
-		}
-		uid := cm.UID
-		if err := cs.CoreV1().ConfigMaps(ns).Delete(ctx, cm.Name, metav1.DeleteOptions{PropagationPolicy: &bg, Preconditions: &metav1.Preconditions{UID: &uid}}); err == nil {
-			out = append(out, cm.Name)
-		}
-	}
-	return out
-}
-
-// lastWrite is the latest time the API server stamped on o: its
-// creation, or a later write's managed fields.
-func lastWrite(o metav1.Object) time.Time {
-	t := o.GetCreationTimestamp().Time
-	for _, m := range o.GetManagedFields() {
-		if m.Time != nil && m.Time.After(t) {
-			t = m.Time.Time
-		}
-	}
-	return t
+	owner    *runOwner
+	pods     *runPods
+	nodes    *trialNodes
+	agents   *nodeAgents
+	load     *loadPod
+	mu       sync.Mutex
+	slowest  time.Duration // the slowest start without a memory limit so far
 }
 
 // newPodRunner connects, makes the run's owner and its load pod; the
@@ -242,13 +143,16 @@ func newPodRunner(ctx context.Context, cfg Config, ko KubeOptions, progress io.W
 	if err != nil {
 		return nil, err
 	}
-	r := &podRunner{cfg: cfg, cs: cs, ns: ns, selector: sel, image: ko.Image, progress: progress,
-		agents: map[string]string{}, agentIP: map[string]string{}, agentOf: map[string]string{}, nodes: map[string]agent.NodeInfo{},
-		agentSecure: map[string]bool{}, agentAccount: cmp.Or(ko.AgentAccount, DefaultAgentAccount)}
-	r.agentNS = defaultAgentNamespaces
+	agentNS := defaultAgentNamespaces
 	if ko.AgentNamespace != "" {
-		r.agentNS = []string{ko.AgentNamespace}
+		agentNS = []string{ko.AgentNamespace}
 	}
+	owner := &runOwner{cs: cs, ns: ns, progress: progress}
+	r := &podRunner{cfg: cfg, cs: cs, ns: ns, progress: progress, owner: owner,
+		pods:   &runPods{cs: cs, ns: ns, owner: owner, selector: sel, budget: cfg.Budget},
+		nodes:  &trialNodes{cs: cs, selector: sel},
+		agents: newNodeAgents(cs, ns, agentNS, cmp.Or(ko.AgentAccount, DefaultAgentAccount), cfg.Budget),
+		load:   &loadPod{cs: cs, ns: ns, image: ko.Image}}
 	if r.target, err = podTargetOf(cfg, ko.Image); err != nil {
 		return nil, err
 	}
@@ -315,421 +219,41 @@ func runID() string {
 
 // start makes the owner, finds the nodes and starts the load pod.
 func (r *podRunner) start(ctx context.Context) error {
-	r.id = runID()
+	r.owner.id = runID()
 	tok := make([]byte, 16)
 	rand.Read(tok)
-	r.token = hex.EncodeToString(tok)
-	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "gofit-lab-" + r.id, Namespace: r.ns,
-		Labels: map[string]string{labelApp: appName, labelRun: r.id}},
-		Data: map[string]string{"owner": "gofit lab --kube: deleting this deletes the run's pods"}}
-	cm.Annotations = map[string]string{annHeartbeat: time.Now().UTC().Format(time.RFC3339)}
-	cm, err := r.cs.CoreV1().ConfigMaps(r.ns).Create(ctx, cm, metav1.CreateOptions{})
+	r.load.token = hex.EncodeToString(tok)
+	if err := r.owner.create(ctx); err != nil {
+		return err
+	}
+	loadNode, listed, err := r.nodes.choose(ctx)
 	if err != nil {
-		return fmt.Errorf("--namespace %s: create the run's owner: %w", r.ns, err)
+		return err
 	}
-	r.owner = metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: cm.Name, UID: cm.UID}
-	for _, name := range sweepStale(ctx, r.cs, r.ns, cm.Name, cm.CreationTimestamp.Time) {
-		fmt.Fprintf(r.progress, "lab: deleted %s/%s, the owner of a run that stopped renewing its heartbeat (and with it that run's pods)\n", r.ns, name)
+	if err := r.load.start(ctx, r.pods, loadNode, listed); err != nil {
+		return err
 	}
-	hbCtx, stopHB := context.WithCancel(context.Background())
-	r.stopHeartbeat = stopHB
-	go r.heartbeat(hbCtx, cm.Name)
-	nodes, listed := r.listNodes(ctx)
-	loadNode := ""
-	if listed {
-		if len(nodes.trial) == 0 {
-			return fmt.Errorf("--node-selector %q: no Ready, schedulable node without a NoSchedule or NoExecute taint matches (the lab's pods tolerate none)", labels.Set(r.selector).String())
-		}
-		loadNode = nodes.load
-		if loadNode == "" && len(nodes.trial) > 1 {
-			// Give the load a node of its own; the trials keep the rest.
-			loadNode, nodes.trial = nodes.trial[len(nodes.trial)-1], nodes.trial[:len(nodes.trial)-1]
-		}
-	} else {
-		nodes.trial = []string{""}
-	}
-	r.nslots = len(nodes.trial)
-	r.nodeCPUs, r.nodeAlloc = nodes.cpus, nodes.alloc
-	if listed && loadNode == "" {
-		// The load pod's request shares a trial node.
-		q := resource.MustParse(loadCPURequest)
-		r.nodeAlloc -= q.AsApproximateFloat64()
-	}
-	r.slots = make(chan string, r.nslots)
-	for _, n := range nodes.trial {
-		r.slots <- n
-	}
-	lp := r.pod(roleLoad, loadNode, podTarget{image: r.image, flag: "--kube-image", args: []string{LoadCommand, ":" + strconv.Itoa(loadPort)},
-		env: []corev1.EnvVar{{Name: LoadTokenEnv, Value: r.token}}}, nil, 0, 0, 0,
-		&url.URL{Scheme: "http", Host: net.JoinHostPort("0.0.0.0", strconv.Itoa(loadPort)), Path: "/healthz"})
-	// Burstable, not BestEffort: the node neither evicts nor OOM-kills
-	// the generator first, and the scheduler counts a share of CPU for it.
-	lp.Spec.Containers[0].Resources.Requests = corev1.ResourceList{
-		corev1.ResourceCPU: resource.MustParse(loadCPURequest), corev1.ResourceMemory: resource.MustParse(loadMemoryRequest)}
-	if listed {
-		// Anywhere (it shares a trial node), or pinned to its node alone:
-		// that node is usually one the trials' --node-selector does not
-		// match.
-		lp.Spec.NodeSelector = nil
-	}
-	if r.load, err = r.cs.CoreV1().Pods(r.ns).Create(ctx, lp, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create the load pod: %w", err)
-	}
-	began := time.Now()
-	if r.load, err = r.waitReady(ctx, r.load.Name, "--kube-image "+r.image, 2*time.Minute); err != nil {
-		return fmt.Errorf("the load pod %s/%s: %w", r.ns, r.load.Name, err)
-	}
-	r.loadOn = r.load.Spec.NodeName
-	r.loadStarted = time.Since(began)
 	fmt.Fprintf(r.progress, "lab: pods in %s (run %s): trials on %s, one at a time each; load from %s on %s\n",
-		r.ns, r.id, nodeList(nodes.trial), r.load.Name, r.loadOn)
+		r.ns, r.owner.id, nodeList(r.nodes.names), r.load.pod.Name, r.load.on)
 	return nil
 }
 
-func nodeList(ns []string) string {
-	if len(ns) == 1 && ns[0] == "" {
-		return "the node the scheduler picks (nodes cannot be listed)"
-	}
-	return strings.Join(ns, ", ")
-}
-
-type nodePlan struct {
-	trial []string // Ready, schedulable, untainted nodes matching the selector
-	load  string   // such a node outside them, if any
-	// cpus and alloc are the fewest CPUs and allocatable cores of a
-	// trial node: what a pod's runtime counts, and the largest quota a
-	// trial pod can be scheduled with.
-	cpus  int
-	alloc float64
-}
-
-// listNodes finds the trial nodes; listed is false when this user may
-// not list nodes (a namespace-scoped Role): the scheduler then picks.
-// The lab's pods tolerate no taint, so a node with a NoSchedule or
-// NoExecute taint (a control plane, a dedicated pool) is none of them:
-// a trial waiting there would never start.
-func (r *podRunner) listNodes(ctx context.Context) (nodePlan, bool) {
-	var p nodePlan
-	nl, err := r.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return p, false
-	}
-	sel := labels.SelectorFromSet(r.selector)
-	for _, n := range nl.Items {
-		if n.Spec.Unschedulable || !nodeReady(&n) || repels(&n) {
-			continue
-		}
-		if sel.Matches(labels.Set(n.Labels)) {
-			p.trial = append(p.trial, n.Name)
-			// What a pod can still ask for there: allocatable less what
-			// the node's pods already ask (the agent's, the network's),
-			// where this user may list them; else allocatable, and a
-			// pod that will not fit fails its wait naming --quotas.
-			c, a := int(n.Status.Capacity.Cpu().Value()), n.Status.Allocatable.Cpu().AsApproximateFloat64()
-			if asked, err := r.requestedCPU(ctx, n.Name); err == nil {
-				a -= asked
-			}
-			if len(p.trial) == 1 || c < p.cpus {
-				p.cpus = c
-			}
-			if len(p.trial) == 1 || a < p.alloc {
-				p.alloc = a
-			}
-		} else if p.load == "" && len(r.selector) > 0 {
-			p.load = n.Name
-		}
-	}
-	slices.Sort(p.trial)
-	return p, true
-}
-
-// requestedCPU is the CPU the pods on node ask for, as the scheduler
-// counts it: each pod's containers' requests, or its largest init
-// container's if more, and its overhead.
-func (r *podRunner) requestedCPU(ctx context.Context, node string) (float64, error) {
-	pl, err := r.cs.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
-	if err != nil {
-		return 0, err
-	}
-	sum := 0.0
-	for _, p := range pl.Items {
-		if p.Spec.NodeName != node || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			continue
-		}
-		run, ini := 0.0, 0.0
-		for _, c := range p.Spec.Containers {
-			run += c.Resources.Requests.Cpu().AsApproximateFloat64()
-		}
-		for _, c := range p.Spec.InitContainers {
-			ini = max(ini, c.Resources.Requests.Cpu().AsApproximateFloat64())
-		}
-		sum += max(run, ini) + p.Spec.Overhead.Cpu().AsApproximateFloat64()
-	}
-	return sum, nil
-}
-
-// repels says whether a taint keeps pods without tolerations off n.
-func repels(n *corev1.Node) bool {
-	for _, t := range n.Spec.Taints {
-		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
-			return true
-		}
-	}
-	return false
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
-// pod is a trial or load pod: the run's labels and owner, on node (""
-// anywhere the selector allows), with these limits (0: none) and env.
-func (r *podRunner) pod(role, node string, t podTarget, env map[string]string, cpuLimit, cpuRequest float64, memLimit int64, ready *url.URL) *corev1.Pod {
-	no := false
-	port, _ := strconv.Atoi(ready.Port())
-	scheme := corev1.URISchemeHTTP
-	if ready.Scheme == "https" {
-		scheme = corev1.URISchemeHTTPS
-	}
-	c := corev1.Container{Name: "target", Image: t.image, Args: t.args, Env: slices.Clone(t.env),
-		ImagePullPolicy: corev1.PullIfNotPresent,
-		Ports:           []corev1.ContainerPort{{Name: "http", ContainerPort: int32(port)}},
-		ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: ready.RequestURI(), Port: intstr.FromInt32(int32(port)), Scheme: scheme}},
-			PeriodSeconds: 1, TimeoutSeconds: 2, FailureThreshold: 1, SuccessThreshold: 1},
-		Resources:       corev1.ResourceRequirements{Limits: corev1.ResourceList{}, Requests: corev1.ResourceList{}},
-		SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: &no, Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}
-	if role == roleTrial {
-		c.Name = "target"
-	} else {
-		c.Name = "load"
-	}
-	keys := make([]string, 0, len(env))
-	for k := range env {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		c.Env = append(c.Env, corev1.EnvVar{Name: k, Value: env[k]})
-	}
-	if cpuLimit > 0 {
-		q := *resource.NewMilliQuantity(int64(cpuLimit*1000+0.5), resource.DecimalSI)
-		c.Resources.Limits[corev1.ResourceCPU], c.Resources.Requests[corev1.ResourceCPU] = q, q
-	}
-	if cpuRequest > 0 {
-		c.Resources.Requests[corev1.ResourceCPU] = *resource.NewMilliQuantity(int64(cpuRequest*1000+0.5), resource.DecimalSI)
-	}
-	if memLimit > 0 {
-		q := *resource.NewQuantity(memLimit, resource.BinarySI)
-		c.Resources.Limits[corev1.ResourceMemory], c.Resources.Requests[corev1.ResourceMemory] = q, q
-	}
-	sel := map[string]string{}
-	for k, v := range r.selector {
-		sel[k] = v
-	}
-	var aff *corev1.Affinity
-	if node != "" {
-		// By the node's name, which a kubernetes.io/hostname label need
-		// not equal (cloud nodes are often named otherwise).
-		aff = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
-			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}}}}}
-	}
-	grace := int64(1)
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "gofit-lab-" + r.id + "-" + role + "-", Namespace: r.ns,
-			Labels:          map[string]string{labelApp: appName, labelRun: r.id, labelRole: role},
-			OwnerReferences: []metav1.OwnerReference{r.owner}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{c}, RestartPolicy: corev1.RestartPolicyNever, NodeSelector: sel, Affinity: aff,
-			SecurityContext:               &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
-			TerminationGracePeriodSeconds: &grace, EnableServiceLinks: &no, AutomountServiceAccountToken: &no,
-			ActiveDeadlineSeconds: podDeadline(r.cfg)},
-	}
-}
-
-// waitReady waits until pod name is Ready: scheduling and pulling within
-// podSchedule, then readiness within ready. A pod whose container ended,
-// or that waits for what will not come (its image cannot be pulled or
-// named, its config is wrong), fails at once with a *sandbox.StartError
-// naming image (the flag and the image: "--image REF"), as a local
-// target that will not start does: the study then stops on the
-// target's fault. Not ready in time is a StartError with TimedOut.
-func (r *podRunner) waitReady(ctx context.Context, name, image string, ready time.Duration) (*corev1.Pod, error) {
-	var running, unschedulable time.Time
-	deadline := time.Now().Add(podSchedule)
-	for {
-		p, err := r.cs.CoreV1().Pods(r.ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return nil, err
-		}
-		if why := podUnschedulable(p); why == "" {
-			unschedulable = time.Time{}
-		} else if unschedulable.IsZero() {
-			unschedulable = time.Now()
-		} else if time.Since(unschedulable) >= unschedulableFor {
-			return p, fmt.Errorf("pod %s (%s) cannot be scheduled: %s: lower --quotas, or choose nodes with room with --node-selector", name, image, why)
-		}
-		if why := podEnded(p); why != "" {
-			out := result.Errored
-			if oomKilled(p) {
-				out = result.OOMKilled
-			}
-			return p, &sandbox.StartError{Outcome: out, Detail: fmt.Sprintf("pod %s (%s) ended before it was ready: %s", name, image, why)}
-		}
-		if why := podStuck(p); why != "" {
-			return p, &sandbox.StartError{Outcome: result.Errored, Detail: fmt.Sprintf("%s: pod %s cannot start: %s", image, name, why)}
-		}
-		if running.IsZero() && p.Status.Phase == corev1.PodRunning {
-			running = time.Now()
-			deadline = running.Add(ready)
-		}
-		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue && p.Status.PodIP != "" {
-				return p, nil
-			}
-		}
-		if time.Now().After(deadline) {
-			if running.IsZero() {
-				return p, fmt.Errorf("pod %s not running within %v: %s", name, podSchedule, podWaiting(p))
-			}
-			return p, &sandbox.StartError{Outcome: result.Stalled, TimedOut: true, Detail: fmt.Sprintf("pod %s (%s) running, not ready within %v", name, image, ready)}
-		}
-		select {
-		case <-ctx.Done():
-			return p, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
-// unschedulableFor is how long a pod may stay unschedulable before the
-// wait gives up: long enough for a trial pod just deleted on the node to
-// free its CPU, far shorter than podSchedule.
-var unschedulableFor = time.Minute
-
-// podUnschedulable is the scheduler's reason p has no node, or "".
-func podUnschedulable(p *corev1.Pod) string {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-			return c.Message
-		}
-	}
-	return ""
-}
-
-// stuckReasons are a container's waiting reasons that waiting does not
-// cure: the kubelet has given up pulling for now (ImagePullBackOff,
-// after ErrImagePull, which alone may be a registry's hiccup), or the
-// image or the pod's config is wrong. (CreateContainerError and
-// RunContainerError are often a busy runtime's, and retried: they are
-// waited on.)
-var stuckReasons = []string{"ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError"}
-
-// podStuck says why a pod's container waits for what will not come, or "".
-func podStuck(p *corev1.Pod) string {
-	for _, s := range p.Status.ContainerStatuses {
-		if w := s.State.Waiting; w != nil && slices.Contains(stuckReasons, w.Reason) {
-			return strings.TrimSpace(w.Reason + ": " + w.Message)
-		}
-	}
-	return ""
-}
-
-// podEnded says how a pod's container ended ("" while it has not).
-func podEnded(p *corev1.Pod) string {
-	for _, s := range p.Status.ContainerStatuses {
-		if t := s.State.Terminated; t != nil {
-			return fmt.Sprintf("container %s exited %d (%s) %s", s.Name, t.ExitCode, t.Reason, strings.TrimSpace(t.Message))
-		}
-	}
-	if p.Status.Phase == corev1.PodFailed {
-		return "pod failed: " + p.Status.Reason + " " + p.Status.Message
-	}
-	return ""
-}
-
-// oomKilled says whether the kubelet reports the container OOM-killed.
-func oomKilled(p *corev1.Pod) bool {
-	for _, s := range p.Status.ContainerStatuses {
-		if t := s.State.Terminated; t != nil && t.Reason == "OOMKilled" {
-			return true
-		}
-	}
-	return false
-}
-
-func podWaiting(p *corev1.Pod) string {
-	for _, s := range p.Status.ContainerStatuses {
-		if w := s.State.Waiting; w != nil {
-			return w.Reason + ": " + w.Message
-		}
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Status != corev1.ConditionTrue && c.Message != "" {
-			return string(c.Type) + ": " + c.Message
-		}
-	}
-	return "phase " + string(p.Status.Phase)
-}
-
-// delete deletes a pod now and waits until it is gone, so the next
-// trial on its node meets none of its processes.
-func (r *podRunner) delete(name string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	// The pod's own 1 s grace, not 0: a zero grace period force-deletes
-	// the object before the kubelet has stopped the container, and the
-	// node's next trial would meet it.
-	err := r.cs.CoreV1().Pods(r.ns).Delete(ctx, name, metav1.DeleteOptions{})
-	for err == nil && ctx.Err() == nil {
-		_, err = r.cs.CoreV1().Pods(r.ns).Get(ctx, name, metav1.GetOptions{})
-		if err == nil {
-			time.Sleep(250 * time.Millisecond)
-		}
-	}
-}
-
-// close deletes the owner, and with it (the garbage collector's
-// background deletion) every pod of the run; the pods are deleted here
-// too so the run does not end with them still on the nodes.
-func (r *podRunner) close() error {
-	if r.stopHeartbeat != nil {
-		r.stopHeartbeat()
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var errs []error
-	sel := labelRun + "=" + r.id
-	if r.id != "" {
-		zero := int64(0)
-		if err := r.cs.CoreV1().Pods(r.ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{LabelSelector: sel}); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("delete the run's pods (%s): %w", sel, err))
-		}
-		bg := metav1.DeletePropagationBackground
-		if err := r.cs.CoreV1().ConfigMaps(r.ns).Delete(ctx, "gofit-lab-"+r.id, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("delete the run's owner %s/gofit-lab-%s: %w", r.ns, r.id, err))
-		}
-	}
-	return errors.Join(errs...)
-}
+// close deletes the run's owner, and with it every pod of the run.
+func (r *podRunner) close() error { return r.owner.close() }
 
 // where names the nodes the trials ran on, their kernels and CPUs.
 func (r *podRunner) where() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	used := r.nodes.usedNodes()
 	var parts []string
-	for _, n := range r.used {
-		info := r.nodes[n]
+	for _, n := range used {
+		info := r.agents.node(n)
 		parts = append(parts, fmt.Sprintf("%s (kernel %s, %d× %s)", n, info.Kernel, info.CPUs, info.CPUModel))
 	}
 	if len(parts) == 0 {
 		parts = []string{"no node yet"}
 	}
-	load := "load from pod " + r.loadName() + " on " + r.loadOn
-	if slices.Contains(r.used, r.loadOn) {
+	load := "load from pod " + r.load.name() + " on " + r.load.on
+	if slices.Contains(used, r.load.on) {
 		load += ", a trial node: it shares the trials' CPUs"
 	} else {
 		load += ", another node"
@@ -737,169 +261,16 @@ func (r *podRunner) where() string {
 	return fmt.Sprintf("pods in namespace %s on %s; %s", r.ns, strings.Join(parts, ", "), load)
 }
 
-func (r *podRunner) loadName() string {
-	if r.load == nil {
-		return ""
-	}
-	return r.load.Name
-}
-
 // placement is the report's isolation line for a pod run.
 func (r *podRunner) placement() *result.Placement {
-	r.mu.Lock()
-	shared := slices.Contains(r.used, r.loadOn)
-	r.mu.Unlock()
+	shared := slices.Contains(r.nodes.usedNodes(), r.load.on)
 	p := &result.Placement{Isolated: !shared}
 	if shared {
 		p.Note = "the load pod ran on a trial node (no other node was available): it competes with the trial for the node's CPUs"
 	} else {
-		p.Note = "one trial per node at a time; the load pod on node " + r.loadOn + ", apart from every trial"
+		p.Note = "one trial per node at a time; the load pod on node " + r.load.on + ", apart from every trial"
 	}
 	return p
-}
-
-// agentFor finds the gofit node agent on node and reads the node's facts
-// once.
-func (r *podRunner) agentFor(ctx context.Context, node string) (ns, pod string, err error) {
-	r.mu.Lock()
-	pod, ok := r.agents[node]
-	ns = r.agentOf[node]
-	r.mu.Unlock()
-	if ok {
-		return ns, pod, nil
-	}
-	var tried []string
-	for _, ans := range r.agentNS {
-		pl, err := r.cs.CoreV1().Pods(ans).List(ctx, metav1.ListOptions{LabelSelector: agentLabel, FieldSelector: "spec.nodeName=" + node})
-		if err != nil {
-			tried = append(tried, fmt.Sprintf("%s: %v", ans, err))
-			continue
-		}
-		for _, p := range pl.Items {
-			if p.Status.Phase != corev1.PodRunning {
-				continue
-			}
-			for _, c := range p.Spec.Containers {
-				for _, cp := range c.Ports {
-					if cp.Name == "metrics" {
-						pod = p.Name + ":" + strconv.Itoa(int(cp.ContainerPort))
-					}
-				}
-			}
-			if pod != "" {
-				secure := servesSecure(&p)
-				tok := ""
-				if secure {
-					if tok, err = r.tokenForAgents(ctx); err != nil {
-						return "", "", fmt.Errorf("the gofit node agent %s/%s on %s serves --metrics-secure: %w", ans, p.Name, node, err)
-					}
-				}
-				var info agent.NodeInfo
-				if err := r.proxyJSON(ctx, ans, pod, tok, agent.NodeInfoPath, &info); err != nil {
-					return "", "", fmt.Errorf("the gofit node agent %s/%s on %s: %w (is it this version or later?%s)", ans, p.Name, node, err, forbiddenHint(err, secure, r.ns, r.agentAccount))
-				}
-				r.mu.Lock()
-				r.agents[node], r.agentOf[node], r.nodes[node], r.agentSecure[node] = pod, ans, info, secure
-				r.agentIP[node] = net.JoinHostPort(p.Status.PodIP, pod[strings.LastIndexByte(pod, ':')+1:])
-				r.mu.Unlock()
-				return ans, pod, nil
-			}
-		}
-		tried = append(tried, ans+": no running agent pod there")
-	}
-	return "", "", fmt.Errorf("node %s: --kube reads each trial's cgroup through the gofit node agent on its node, and found none (%s); install it (docs/install.md) or name its namespace with --agent-namespace", node, strings.Join(tried, "; "))
-}
-
-// proxyJSON GETs path from pod (name:port) in ns through the API server;
-// with a token, over https with it in agent.TokenHeader, to an agent that
-// serves --metrics-secure (the API server keeps the Authorization header).
-func (r *podRunner) proxyJSON(ctx context.Context, ns, pod, tok, path string, v any) error {
-	req := r.cs.CoreV1().RESTClient().Get().Namespace(ns).Resource("pods").SubResource("proxy").Suffix(path)
-	if tok != "" {
-		req = req.Name("https:"+pod).SetHeader(agent.TokenHeader, tok)
-	} else {
-		req = req.Name(pod)
-	}
-	b, err := req.DoRaw(ctx)
-	if err != nil {
-		return fmt.Errorf("GET %s: %w", path, err)
-	}
-	return json.Unmarshal(b, v)
-}
-
-// servesSecure says whether an agent pod runs with --metrics-secure.
-func servesSecure(p *corev1.Pod) bool {
-	for _, c := range p.Spec.Containers {
-		for _, a := range c.Args {
-			if a == "--metrics-secure" || a == "--metrics-secure=true" || a == "-metrics-secure" || a == "-metrics-secure=true" {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// tokenForAgents mints, once, a token of the run's ServiceAccount that
-// lasts the study's budget and an hour more: the agents review it
-// (TokenReview) and check its right to get /v1/ (SubjectAccessReview).
-func (r *podRunner) tokenForAgents(ctx context.Context) (string, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.agentToken != "" {
-		return r.agentToken, nil
-	}
-	secs := int64((r.cfg.Budget + time.Hour) / time.Second)
-	tr, err := r.cs.CoreV1().ServiceAccounts(r.ns).CreateToken(ctx, r.agentAccount, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &secs}}, metav1.CreateOptions{})
-	if err != nil {
-		return "", fmt.Errorf("a token of ServiceAccount %s/%s to read it (--agent-account; deploy/lab makes it and grants create on its serviceaccounts/token): %w", r.ns, r.agentAccount, err)
-	}
-	r.agentToken = tr.Status.Token
-	return r.agentToken, nil
-}
-
-// forbiddenHint names the binding an agent's 403 asks for.
-func forbiddenHint(err error, secure bool, ns, account string) string {
-	if !secure || !apierrors.IsForbidden(err) {
-		return ""
-	}
-	return fmt.Sprintf("; 403 from the agent: ServiceAccount %s/%s needs get on the nonResourceURLs /v1/* (deploy/lab's ClusterRole gofit-lab-agent-reader)", ns, account)
-}
-
-// cgroupOf reads pod's cgroup through its node's agent.
-func (r *podRunner) cgroupOf(ctx context.Context, p *corev1.Pod) (agent.PodCgroup, error) {
-	var out agent.PodCgroup
-	ns, ap, err := r.agentFor(ctx, p.Spec.NodeName)
-	if err != nil {
-		return out, err
-	}
-	r.mu.Lock()
-	tok := ""
-	if r.agentSecure[p.Spec.NodeName] {
-		tok = r.agentToken
-	}
-	r.mu.Unlock()
-	err = r.proxyJSON(ctx, ns, ap, tok, agent.PodStatsPath+string(p.UID), &out)
-	return out, err
-}
-
-// drive has the load pod run one window.
-func (r *podRunner) drive(ctx context.Context, q loadRequest) (loadReply, error) {
-	var rep loadReply
-	body, err := json.Marshal(q)
-	if err != nil {
-		return rep, err
-	}
-	b, err := r.cs.CoreV1().RESTClient().Post().Namespace(r.ns).Resource("pods").Name(r.load.Name+":"+strconv.Itoa(loadPort)).
-		SubResource("proxy").Suffix(loadPath).Body(body).SetHeader("Content-Type", "application/json").SetHeader(loadTokenHeader, r.token).DoRaw(ctx)
-	if err != nil {
-		return rep, fmt.Errorf("the load pod %s: %w: %s", r.load.Name, err, strings.TrimSpace(string(b)))
-	}
-	if err := json.Unmarshal(b, &rep); err != nil {
-		return rep, fmt.Errorf("the load pod %s: %w", r.load.Name, err)
-	}
-	rep.Result.Blocks = rep.Blocks
-	rep.Result.Duration = time.Duration(rep.Result.Seconds * float64(time.Second))
-	return rep, nil
 }
 
 // trialPod is a started trial: its pod, Ready, and the mix pointed at it.
@@ -914,27 +285,25 @@ type trialPod struct {
 // startTrial takes a node, creates the trial pod there and waits until
 // it is ready; the caller must call r.stopTrial.
 func (r *podRunner) startTrial(ctx context.Context, env map[string]string, cpuLimit, cpuRequest float64, memLimit int64, ready time.Duration) (*trialPod, error) {
-	var node string
-	select {
-	case node = <-r.slots:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	node, err := r.nodes.take(ctx)
+	if err != nil {
+		return nil, err
 	}
 	readyURL, _, err := onPod(r.target.ready, "0.0.0.0")
 	if err != nil {
-		r.slots <- node
+		r.nodes.give(node)
 		return nil, err
 	}
 	u, _ := url.Parse(readyURL)
-	spec := r.pod(roleTrial, node, r.target, env, cpuLimit, cpuRequest, memLimit, u)
+	spec := r.pods.pod(roleTrial, node, r.target, env, cpuLimit, cpuRequest, memLimit, u)
 	p, err := r.cs.CoreV1().Pods(r.ns).Create(ctx, spec, metav1.CreateOptions{})
 	if err != nil {
-		r.slots <- node
+		r.nodes.give(node)
 		return nil, fmt.Errorf("create a trial pod: %w", err)
 	}
 	tp := &trialPod{pod: p, node: node}
 	t0 := time.Now()
-	p, err = r.waitReady(ctx, p.Name, r.target.flag+" "+r.target.image, ready)
+	p, err = r.pods.waitReady(ctx, p.Name, r.target.flag+" "+r.target.image, ready)
 	if p != nil {
 		tp.pod = p
 	}
@@ -945,11 +314,7 @@ func (r *podRunner) startTrial(ctx context.Context, env map[string]string, cpuLi
 	if tp.node == "" {
 		tp.node = p.Spec.NodeName
 	}
-	r.mu.Lock()
-	if !slices.Contains(r.used, p.Spec.NodeName) {
-		r.used = append(r.used, p.Spec.NodeName)
-	}
-	r.mu.Unlock()
+	r.nodes.ranOn(p.Spec.NodeName)
 	for _, t := range r.target.mix {
 		u, _, err := onPod(t.URL, p.Status.PodIP)
 		if err != nil {
@@ -973,8 +338,8 @@ func (r *podRunner) stopTrial(tp *trialPod) {
 	if tp == nil {
 		return
 	}
-	r.delete(tp.pod.Name)
-	r.slots <- tp.node
+	r.pods.delete(tp.pod.Name)
+	r.nodes.give(tp.node)
 }
 
 func (r *podRunner) cpu(ctx context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
@@ -987,15 +352,10 @@ func (r *podRunner) cpu(ctx context.Context, c cpuConfig, mode result.Mode, offe
 	if err != nil {
 		return result.CPUCell{}, err
 	}
-	if _, _, err := r.agentFor(ctx, tp.pod.Spec.NodeName); err != nil {
+	counters, counterAuth, err := r.agents.counters(ctx, tp.pod.Spec.NodeName, tp.pod.UID)
+	if err != nil {
 		return result.CPUCell{}, err
 	}
-	r.mu.Lock()
-	counters, counterAuth := "http://"+r.agentIP[tp.pod.Spec.NodeName]+agent.PodStatsPath+string(tp.pod.UID), ""
-	if r.agentSecure[tp.pod.Spec.NodeName] {
-		counters, counterAuth = "https"+counters[len("http"):], r.agentToken
-	}
-	r.mu.Unlock()
 	// One request: the warm-up and the window on the same connections,
 	// the counters and /debug/vars read by the load pod right at the
 	// window's edges, so no API server round trip falls inside it.
@@ -1006,7 +366,7 @@ func (r *podRunner) cpu(ctx context.Context, c cpuConfig, mode result.Mode, offe
 	} else {
 		q.Requests = r.cfg.Requests
 	}
-	rp, err := r.drive(ctx, q)
+	rp, err := r.load.drive(ctx, q)
 	if err != nil {
 		return result.CPUCell{}, err
 	}
@@ -1014,17 +374,17 @@ func (r *podRunner) cpu(ctx context.Context, c cpuConfig, mode result.Mode, offe
 		return result.CPUCell{}, ctx.Err()
 	}
 	if len(rp.Marks) != len(q.Marks) {
-		return result.CPUCell{}, fmt.Errorf("--kube-image %s: its load pod answered %d of the window's %d counter reads: it is older than this gofit (run the image of this release, or build one from this source)", r.image, len(rp.Marks), len(q.Marks))
+		return result.CPUCell{}, fmt.Errorf("--kube-image %s: its load pod answered %d of the window's %d counter reads: it is older than this gofit (run the image of this release, or build one from this source)", r.load.image, len(rp.Marks), len(q.Marks))
 	}
 	var s0, s1 agent.PodCgroup
 	if m := rp.Marks[0]; m.Error != "" || json.Unmarshal(m.Start, &s0) != nil || json.Unmarshal(m.End, &s1) != nil {
 		return result.CPUCell{}, fmt.Errorf("the load pod %s reads the trial's counters from the gofit node agent at %s at the window's edges, and could not (%s): let pods in namespace %s reach the agent's metrics port (a NetworkPolicy?)",
-			r.load.Name, counters, m.Error, r.ns)
+			r.load.pod.Name, counters, m.Error, r.ns)
 	}
 	procs := c.procs
 	w := cpuWindow{res: rp.Result, periods: s1.CPU.Periods - s0.CPU.Periods, throttledPeriods: s1.CPU.ThrottledPeriods - s0.CPU.ThrottledPeriods,
 		throttledSec: s1.CPU.ThrottledSeconds - s0.CPU.ThrottledSeconds, usedSec: s1.CPU.UsageSeconds - s0.CPU.UsageSeconds, windowSec: rp.WindowSeconds,
-		isolated: r.loadOn != tp.pod.Spec.NodeName}
+		isolated: r.load.on != tp.pod.Spec.NodeName}
 	if m := rp.Marks[1]; m.Error == "" {
 		v0, err0 := sandbox.ParseVars(bytes.NewReader(m.Start), "pod "+tp.pod.Name+" /debug/vars")
 		v1, err1 := sandbox.ParseVars(bytes.NewReader(m.End), "pod "+tp.pod.Name+" /debug/vars")
@@ -1050,7 +410,7 @@ func (r *podRunner) cpu(ctx context.Context, c cpuConfig, mode result.Mode, offe
 // barrier on one node would wait forever for the second trial's slot.
 func (r *podRunner) memory(ctx context.Context, specs ...memSpec) []memRun {
 	out := make([]memRun, len(specs))
-	sideBySide(len(specs), len(specs) > 1 && len(specs) <= r.nslots, func(i int, started func()) {
+	sideBySide(len(specs), len(specs) > 1 && len(specs) <= len(r.nodes.names), func(i int, started func()) {
 		out[i] = r.memTrial(ctx, specs[i], started)
 	})
 	return out
@@ -1117,10 +477,10 @@ func (r *podRunner) memTrial(ctx context.Context, s memSpec, started func()) mem
 	} else {
 		q.Requests, q.Window, q.Concurrency, q.InFlight = ml.requests, ml.maxDur, memConcurrency, memConcurrency
 	}
-	rp, lerr := r.drive(ctx, q)
+	rp, lerr := r.load.drive(ctx, q)
 	res := rp.Result
-	st, serr := r.cgroupOf(ctx, tp.pod)
-	cur := r.settle(ctx, tp.pod, lerr != nil || res.Errors > 0 || res.Stalled)
+	st, serr := r.agents.cgroupOf(ctx, tp.pod)
+	cur := r.pods.settle(ctx, tp.pod, lerr != nil || res.Errors > 0 || res.Stalled)
 	t.RPS, t.P99, t.Errors = res.RPS, res.P99, res.Errors
 	t.PeakBytes, t.PageCacheBytes, t.MajorFaults, t.LimitHits = st.Memory.Peak, st.Memory.File, st.Memory.MajorFaults, st.Memory.MaxHits
 	t.Seconds = time.Since(began).Seconds()
@@ -1143,23 +503,6 @@ func (r *podRunner) memTrial(ctx context.Context, s memSpec, started func()) mem
 	return memRun{trial: t, load: res, nonGo: ng}
 }
 
-// settle reads the pod once more; after a load that went wrong it waits a
-// little for the kubelet to report the container's end (an OOM kill's
-// reason reaches the pod's status a sync later).
-func (r *podRunner) settle(ctx context.Context, p *corev1.Pod, wrong bool) *corev1.Pod {
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		cur, err := r.cs.CoreV1().Pods(r.ns).Get(ctx, p.Name, metav1.GetOptions{})
-		if err != nil {
-			return p
-		}
-		if !wrong || podEnded(cur) != "" || time.Now().After(deadline) || ctx.Err() != nil {
-			return cur
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-}
-
 // runPodStudy runs the study with the trials as pods (gofit lab --kube).
 func runPodStudy(ctx context.Context, cfg Config, ko KubeOptions, progress io.Writer) (*result.Results, *Records, error) {
 	if err := cfg.Validate(); err != nil {
@@ -1170,7 +513,7 @@ func runPodStudy(ctx context.Context, cfg Config, ko KubeOptions, progress io.Wr
 		return &result.Results{}, &Records{}, err
 	}
 	// The study is designed for the nodes' CPUs, not this machine's.
-	cfg, err = nodeQuotas(cfg, r.nodeCPUs, r.nodeAlloc)
+	cfg, err = nodeQuotas(cfg, r.nodes.cpus, r.nodes.alloc)
 	var l *study
 	if err == nil {
 		l, err = newStudy(cfg)
@@ -1178,8 +521,8 @@ func runPodStudy(ctx context.Context, cfg Config, ko KubeOptions, progress io.Wr
 	if err != nil {
 		return &result.Results{}, &Records{}, errors.Join(err, r.close())
 	}
-	if r.nodeCPUs > 0 {
-		l.rec.NCPU = r.nodeCPUs
+	if r.nodes.cpus > 0 {
+		l.rec.NCPU = r.nodes.cpus
 	}
 	bin, err := podBinary(ctx, cfg, progress)
 	if err != nil {
@@ -1276,21 +619,14 @@ func (r *podRunner) record(rec *Records) {
 	rec.Placement = r.placement()
 	rec.Machine.Where = r.where()
 	// The generator is the load pod, not this process.
-	var gen struct {
-		CPU float64 `json:"cpu_seconds"`
+	if cpu, err := r.load.cpuSeconds(); err == nil {
+		rec.Lab.GeneratorCPUSeconds = cpu
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	if err := r.proxyJSON(ctx, r.ns, r.load.Name+":"+strconv.Itoa(loadPort), "", loadCPUPath, &gen); err == nil {
-		rec.Lab.GeneratorCPUSeconds = gen.CPU
-	}
-	cancel()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.used) > 0 {
-		n := r.nodes[r.used[0]]
-		rec.Machine.Host, rec.Machine.Kernel, rec.Machine.CPUModel, rec.Machine.CPUs = r.used[0], n.Kernel, n.CPUModel, n.CPUs
+	if used := r.nodes.usedNodes(); len(used) > 0 {
+		n := r.agents.node(used[0])
+		rec.Machine.Host, rec.Machine.Kernel, rec.Machine.CPUModel, rec.Machine.CPUs = used[0], n.Kernel, n.CPUModel, n.CPUs
 		rec.Machine.CgroupVersion, rec.Machine.LoadAvg = n.Cgroup, ""
-		if r.nodeCPUs == 0 {
+		if r.nodes.cpus == 0 {
 			rec.NCPU = max(n.CPUs, 1) // else as the study was designed: the fewest of the trial nodes'
 		}
 	}
@@ -1304,9 +640,9 @@ func (r *podRunner) record(rec *Records) {
 // startCost is what a pod's start cost before any trial pod started:
 // the load pod's, from its creation to Ready (the planner keeps the
 // memory study's time back at this price until trials measure theirs).
-func (r *podRunner) startCost() time.Duration { return r.loadStarted }
+func (r *podRunner) startCost() time.Duration { return r.load.took }
 
 var _ startCoster = (*podRunner)(nil)
 
 // parallel is the number of trial nodes: one trial on each at a time.
-func (r *podRunner) parallel() int { return r.nslots }
+func (r *podRunner) parallel() int { return len(r.nodes.names) }

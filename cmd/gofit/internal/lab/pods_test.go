@@ -28,8 +28,8 @@ import (
 // TestTrialPod: a trial is an ordinary pod with the trial's limits and
 // env, owned by the run's ConfigMap, on its node, never restarted.
 func TestTrialPod(t *testing.T) {
-	r := &podRunner{id: "ab12", ns: "lab", selector: map[string]string{"pool": "bench"}, cfg: Config{Budget: 15 * time.Minute},
-		owner: metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "gofit-lab-ab12", UID: types.UID("u1")}}
+	r := &runPods{ns: "lab", selector: map[string]string{"pool": "bench"}, budget: 15 * time.Minute,
+		owner: &runOwner{id: "ab12", ref: metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "gofit-lab-ab12", UID: types.UID("u1")}}}
 	tgt := podTarget{image: "registry.example/svc:1", args: []string{"--port", "8080"}, env: []corev1.EnvVar{{Name: "PORT", Value: "8080"}}}
 	p := r.pod(roleTrial, "node-a", tgt, map[string]string{"GOMAXPROCS": "1", "GODEBUG": "x=1"}, 0.25, 0, 64<<20, mustURL(t, "http://0.0.0.0:8080/healthz"))
 	c := p.Spec.Containers[0]
@@ -208,7 +208,7 @@ func TestWaitReadyFailsFast(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "trial-1", Namespace: "lab"},
 				Status: corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{Name: "target", State: c.state}}}}
-			r := &podRunner{cs: kfake.NewSimpleClientset(p), ns: "lab"}
+			r := &runPods{cs: kfake.NewSimpleClientset(p), ns: "lab"}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
 			t0 := time.Now()
@@ -240,7 +240,7 @@ func mustURL(t *testing.T, raw string) *url.URL {
 // TestTrialPodHTTPS: a target that serves TLS (--url https://...) is
 // probed over https on its own port, not http on 8080.
 func TestTrialPodHTTPS(t *testing.T) {
-	r := &podRunner{ns: "lab", id: "abcd"}
+	r := &runPods{ns: "lab", owner: &runOwner{id: "abcd"}}
 	u, _, err := onPod("https://127.0.0.1:8443/ready?deep=1", "0.0.0.0")
 	if err != nil {
 		t.Fatal(err)
@@ -310,8 +310,8 @@ func TestListNodes(t *testing.T) {
 			Status: corev1.PodStatus{Phase: corev1.PodSucceeded}},
 		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere", Namespace: "x"}, Spec: corev1.PodSpec{NodeName: "web-1",
 			Containers: []corev1.Container{{Name: "a", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3")}}}}}})
-	r := &podRunner{cs: cs, selector: bench}
-	p, listed := r.listNodes(context.Background())
+	r := &trialNodes{cs: cs, selector: bench}
+	p, listed := r.list(context.Background())
 	if !listed || strings.Join(p.trial, ",") != "bench-1,bench-4" || p.load != "web-1" {
 		t.Errorf("listed %v, trials %v, load %q: want bench-1,bench-4 and web-1", listed, p.trial, p.load)
 	}
@@ -418,7 +418,7 @@ func TestWaitReadyUnschedulable(t *testing.T) {
 	unschedulableFor = 300 * time.Millisecond
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "trial-1", Namespace: "lab"}, Status: corev1.PodStatus{Phase: corev1.PodPending,
 		Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/3 nodes are available: 3 Insufficient cpu."}}}}
-	r := &podRunner{cs: kfake.NewSimpleClientset(p), ns: "lab"}
+	r := &runPods{cs: kfake.NewSimpleClientset(p), ns: "lab"}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, err := r.waitReady(ctx, "trial-1", "--kube-image gofit:1", time.Minute)

@@ -167,7 +167,7 @@ func (l *analysis) recommend() result.Recommendation {
 	mem := l.recommendMemory(&rec)
 	floor := mem.floor
 	if cpu.cores > 0 || floor > 0 {
-		env, plan := l.planEnv(rec.CPULimitCores, rec.MemoryLimitBytes)
+		env, plan := planEnv(l.cfg, l.rec, rec.CPULimitCores, rec.MemoryLimitBytes)
 		delete(env, "GODEBUG") // the sample's lab setting, not advice
 		switch rec.Setting {
 		case result.SetGoDefault:

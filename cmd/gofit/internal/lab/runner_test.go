@@ -104,7 +104,7 @@ func TestParallelRounds(t *testing.T) {
 		l.rec.NCPU = 4
 		f := &parFake{par: par}
 		l.run = f
-		l.plan.parallel = parallelism(f)
+		l.plan.rows.parallel = parallelism(f)
 		if err := l.cpuStudy(context.Background()); err != nil {
 			t.Fatal(err)
 		}

@@ -133,201 +133,272 @@ func (s floorSearch) replay(trials []result.MemTrial) (r searchResult, next int6
 }
 
 // find is the search, trial by trial from next, which gives the trial at
-// a limit or an error that cuts the search there.
+// a limit or an error that cuts the search there: a bracket (a limit that
+// passes above one that fails), then bisection to the edge, confirmed
+// there, until the edge holds.
 func (s floorSearch) find(next func(int64) (result.MemTrial, error)) (searchResult, error) {
-	res := max(s.Resolution, 1)
-	align := func(v int64) int64 { return max((v+res-1)/res*res, res) }
-	pass := s.Pass
-	if pass == nil {
-		pass = func(t result.MemTrial) bool { return t.Outcome == result.OK }
-	}
-	var out searchResult
-	passes, runs := map[int64]int{}, map[int64]int{} // per limit
-	try := func(limit int64) (bool, error) {
-		if s.MaxTrials > 0 && len(out.Trials) >= s.MaxTrials {
-			return false, errCut
-		}
-		t, err := next(limit)
-		if err != nil {
-			return false, errCut
-		}
-		out.Trials = append(out.Trials, t)
-		ok := pass(t)
-		runs[limit]++
-		if ok {
-			passes[limit]++
-		}
-		return ok, nil
-	}
-	// lowestAbove is the lowest limit above lo that passed: where a climb
-	// that was cut leaves the floor.
-	lowestAbove := func(lo int64) int64 {
-		best := int64(0)
-		for l := range passes {
-			if l > lo && (best == 0 || l < best) {
-				best = l
-			}
-		}
-		return best
-	}
-	// highestFailBelow is the highest limit under v that was tried and
-	// never passed (floor when there is none): where a bisection below a
-	// pass starts.
-	highestFailBelow := func(v, floor int64) int64 {
-		best := floor
-		for l, n := range runs {
-			if l < v && l > best && n > 0 && passes[l] == 0 {
-				best = l
-			}
-		}
-		return best
-	}
-	// tryClimb is try where a failure sends the search up: it counts only
-	// once FailConfirm runs failed.
-	tryClimb := func(limit int64) (bool, error) {
-		for i := 0; ; i++ {
-			ok, err := try(limit)
-			if ok || err != nil || i+1 >= s.FailConfirm {
-				return ok, err
-			}
+	w := newFloorWalk(s, next)
+	if w.passingTop() && w.failingBottom() {
+		for w.bisect() && w.settleEdge() {
 		}
 	}
-	// done ends the search: a cut keeps the best limit so far.
-	done := func(floor int64, err error) (searchResult, error) {
-		if err == errCut {
-			out.BudgetLimited = true
-			err = nil
-		}
-		out.Floor = floor
-		if err != nil {
-			out.Floor = 0
-		}
-		return out, err
+	return w.out, w.err
+}
+
+// floorWalk is a floor search under way: the bracket [lo, hi] (lo fails,
+// or is below Min; hi passes), every limit's runs and passes so far, and
+// once it ended, its result. Each step returns whether the search goes
+// on; one that ends it sets out and err (end).
+type floorWalk struct {
+	s                  floorSearch
+	next               func(int64) (result.MemTrial, error)
+	pass               func(result.MemTrial) bool
+	res                int64 // the resolution, at least a byte
+	minLimit, maxLimit int64
+	lo, hi             int64
+	loFails            bool
+	passes, runs       map[int64]int // per limit
+	out                searchResult
+	err                error
+}
+
+func newFloorWalk(s floorSearch, next func(int64) (result.MemTrial, error)) *floorWalk {
+	w := &floorWalk{s: s, next: next, pass: s.Pass, res: max(s.Resolution, 1), passes: map[int64]int{}, runs: map[int64]int{}}
+	if w.pass == nil {
+		w.pass = func(t result.MemTrial) bool { return t.Outcome == result.OK }
 	}
-	minLimit := align(max(s.Min, res))
-	maxLimit := max(align(s.Max), minLimit)
-	out.Max = maxLimit
-	lo, hi := max(align(s.Lo), minLimit), min(max(align(s.Hi), minLimit), maxLimit)
-	loFails := false
-	// A passing upper bound: raise Hi until a trial passes.
+	w.minLimit = w.align(max(s.Min, w.res))
+	w.maxLimit = max(w.align(s.Max), w.minLimit)
+	w.out.Max = w.maxLimit
+	w.lo, w.hi = max(w.align(s.Lo), w.minLimit), min(max(w.align(s.Hi), w.minLimit), w.maxLimit)
+	return w
+}
+
+// align rounds v up to the resolution, never below one step.
+func (w *floorWalk) align(v int64) int64 { return max((v+w.res-1)/w.res*w.res, w.res) }
+
+// try runs a trial at limit and says whether it passed; errCut once
+// MaxTrials ran or next cut the search.
+func (w *floorWalk) try(limit int64) (bool, error) {
+	if w.s.MaxTrials > 0 && len(w.out.Trials) >= w.s.MaxTrials {
+		return false, errCut
+	}
+	t, err := w.next(limit)
+	if err != nil {
+		return false, errCut
+	}
+	w.out.Trials = append(w.out.Trials, t)
+	ok := w.pass(t)
+	w.runs[limit]++
+	if ok {
+		w.passes[limit]++
+	}
+	return ok, nil
+}
+
+// tryClimb is try where a failure sends the search up: it counts only
+// once FailConfirm runs failed.
+func (w *floorWalk) tryClimb(limit int64) (bool, error) {
+	for i := 0; ; i++ {
+		ok, err := w.try(limit)
+		if ok || err != nil || i+1 >= w.s.FailConfirm {
+			return ok, err
+		}
+	}
+}
+
+// end ends the search at floor and returns false: a cut keeps the best
+// limit so far.
+func (w *floorWalk) end(floor int64, err error) bool {
+	if err == errCut {
+		w.out.BudgetLimited = true
+		err = nil
+	}
+	w.out.Floor = floor
+	if err != nil {
+		w.out.Floor = 0
+	}
+	w.err = err
+	return false
+}
+
+// lowestAbove is the lowest limit above lo that passed: where a climb
+// that was cut leaves the floor.
+func (w *floorWalk) lowestAbove(lo int64) int64 {
+	best := int64(0)
+	for l := range w.passes {
+		if l > lo && (best == 0 || l < best) {
+			best = l
+		}
+	}
+	return best
+}
+
+// highestFailBelow is the highest limit under v that was tried and
+// never passed (floor when there is none): where a bisection below a
+// pass starts.
+func (w *floorWalk) highestFailBelow(v, floor int64) int64 {
+	best := floor
+	for l, n := range w.runs {
+		if l < v && l > best && n > 0 && w.passes[l] == 0 {
+			best = l
+		}
+	}
+	return best
+}
+
+// passingTop finds a passing upper bound: it raises Hi until a trial
+// passes.
+func (w *floorWalk) passingTop() bool {
 	for {
-		ok, err := tryClimb(hi)
+		ok, err := w.tryClimb(w.hi)
 		if err != nil {
-			return done(0, err)
+			return w.end(0, err)
 		}
 		if ok {
-			break
+			return true
 		}
-		if hi >= maxLimit {
-			return done(0, nil)
+		if w.hi >= w.maxLimit {
+			return w.end(0, nil)
 		}
-		lo, hi, loFails = hi, min(align(hi*2), maxLimit), true
+		w.lo, w.hi, w.loFails = w.hi, min(w.align(w.hi*2), w.maxLimit), true
 	}
-	// A failing lower bound: the floor may lie below Lo, so Lo is tried
-	// too, and halved while it passes (never below Min).
-	for !loFails && lo < hi {
-		ok, err := try(lo)
+}
+
+// failingBottom finds a failing lower bound: the floor may lie below Lo,
+// so Lo is tried too, and halved while it passes (never below Min).
+func (w *floorWalk) failingBottom() bool {
+	for !w.loFails && w.lo < w.hi {
+		ok, err := w.try(w.lo)
 		if err != nil {
-			return done(hi, err)
+			return w.end(w.hi, err)
 		}
 		if !ok {
-			loFails = true
+			w.loFails = true
 			break
 		}
-		hi = lo
-		if lo <= minLimit {
+		w.hi = w.lo
+		if w.lo <= w.minLimit {
 			// Nothing below Min is tried, so the floor is Min: it is
-			// confirmed as a bisected edge is, below.
-			lo = hi - res
+			// confirmed as a bisected edge is (settleEdge).
+			w.lo = w.hi - w.res
 			break
 		}
-		lo = max(align(lo/2), minLimit)
-		if lo >= hi {
-			lo = hi - res
+		w.lo = max(w.align(w.lo/2), w.minLimit)
+		if w.lo >= w.hi {
+			w.lo = w.hi - w.res
 		}
 	}
+	return true
+}
+
+// bisect is the coarse step: bisect between a failure and a pass.
+func (w *floorWalk) bisect() bool {
+	for w.hi-w.lo > w.res {
+		mid := w.align(w.lo + (w.hi-w.lo)/2)
+		if mid >= w.hi {
+			mid = w.hi - w.res
+		}
+		ok, err := w.try(mid)
+		if err != nil {
+			return w.end(w.hi, err)
+		}
+		if ok {
+			w.hi = mid
+		} else {
+			w.lo = mid
+		}
+	}
+	return true
+}
+
+// settleEdge is the fine step: it confirms the edge at hi; where it
+// holds, it looks once more below it, and where it does not, it climbs
+// to a limit that passes. It returns whether the search bisects again.
+func (w *floorWalk) settleEdge() bool {
+	held, going := w.confirm()
+	switch {
+	case !going:
+		return false
+	case held:
+		return w.lookBelow()
+	default:
+		return w.climb()
+	}
+}
+
+// confirm confirms the edge k of n times over it and the Span-1 steps
+// above it, counting the runs they already had; the step with the
+// fewest runs goes next. It says whether the edge held, and whether the
+// search goes on.
+func (w *floorWalk) confirm() (held, going bool) {
+	steps := []int64{w.hi}
+	for j := 1; j < w.s.Span && w.hi+int64(j)*w.res <= w.maxLimit; j++ {
+		steps = append(steps, w.hi+int64(j)*w.res)
+	}
+	need, of := w.s.Need*len(steps), w.s.Of*len(steps)
+	p := 0
 	for {
-		// Coarse: bisect between a failure and a pass.
-		for hi-lo > res {
-			mid := align(lo + (hi-lo)/2)
-			if mid >= hi {
-				mid = hi - res
-			}
-			ok, err := try(mid)
-			if err != nil {
-				return done(hi, err)
-			}
-			if ok {
-				hi = mid
-			} else {
-				lo = mid
+		r, next := 0, steps[0]
+		p = 0
+		for _, l := range steps {
+			p, r = p+w.passes[l], r+w.runs[l]
+			if w.runs[l] < w.runs[next] {
+				next = l
 			}
 		}
-		// Fine: confirm the edge k of n times over it and the Span-1
-		// steps above it, counting the runs they already had; the step
-		// with the fewest runs goes next.
-		steps := []int64{hi}
-		for j := 1; j < s.Span && hi+int64(j)*res <= maxLimit; j++ {
-			steps = append(steps, hi+int64(j)*res)
+		if r >= of || p >= need || p+(of-r) < need {
+			break
 		}
-		need, of := s.Need*len(steps), s.Of*len(steps)
-		p := 0
-		for {
-			r, next := 0, steps[0]
-			p = 0
-			for _, l := range steps {
-				p, r = p+passes[l], r+runs[l]
-				if runs[l] < runs[next] {
-					next = l
-				}
-			}
-			if r >= of || p >= need || p+(of-r) < need {
-				break
-			}
-			if _, err := try(next); err != nil {
-				return done(hi, err)
-			}
+		if _, err := w.try(next); err != nil {
+			return false, w.end(w.hi, err)
 		}
-		if p >= need || s.Of <= 1 {
-			// The step below failed once, in bisection, where nothing
-			// confirms a failure: near the edge a trial fails in some runs
-			// and not in others
-			// (docs/results/memory.md#what-set-the-labs-floor-search). It
-			// gets a second look; if it passes, the floor is lower, and
-			// the search bisects again below it.
-			below := hi - res
-			if s.Of <= 1 || below < minLimit || runs[below] != 1 || passes[below] != 0 {
-				return done(hi, nil)
-			}
-			ok, err := try(below)
-			if err != nil {
-				return done(hi, err)
-			}
-			if !ok {
-				return done(hi, nil)
-			}
-			hi, lo = below, highestFailBelow(below, minLimit-res)
-			continue
+	}
+	return p >= need || w.s.Of <= 1, true
+}
+
+// lookBelow follows an edge that held. The step below failed once, in
+// bisection, where nothing confirms a failure: near the edge a trial
+// fails in some runs and not in others
+// (docs/results/memory.md#what-set-the-labs-floor-search). It gets a
+// second look; if it passes, the floor is lower, and the search bisects
+// again below it.
+func (w *floorWalk) lookBelow() bool {
+	below := w.hi - w.res
+	if w.s.Of <= 1 || below < w.minLimit || w.runs[below] != 1 || w.passes[below] != 0 {
+		return w.end(w.hi, nil)
+	}
+	ok, err := w.try(below)
+	if err != nil {
+		return w.end(w.hi, err)
+	}
+	if !ok {
+		return w.end(w.hi, nil)
+	}
+	w.hi, w.lo = below, w.highestFailBelow(below, w.minLimit-w.res)
+	return true
+}
+
+// climb follows an edge that does not hold: the floor is higher. It
+// steps up in doubling steps (so the climb costs log trials, not one per
+// resolution step) to a limit that passes, for the search to bisect
+// again.
+func (w *floorWalk) climb() bool {
+	w.lo = w.hi
+	for step := w.res; ; step *= 2 {
+		if w.lo >= w.maxLimit {
+			return w.end(0, nil)
 		}
-		// It does not hold: the floor is higher. Step up in doubling steps
-		// (so the climb costs log trials, not one per resolution step) to
-		// a limit that passes, then bisect again.
-		lo = hi
-		for step := res; ; step *= 2 {
-			if lo >= maxLimit {
-				return done(0, nil)
-			}
-			next := min(lo+step, maxLimit)
-			ok, err := tryClimb(next)
-			if err != nil {
-				return done(lowestAbove(lo), err)
-			}
-			if ok {
-				hi = next
-				break
-			}
-			lo = next
+		next := min(w.lo+step, w.maxLimit)
+		ok, err := w.tryClimb(next)
+		if err != nil {
+			return w.end(w.lowestAbove(w.lo), err)
 		}
+		if ok {
+			w.hi = next
+			return true
+		}
+		w.lo = next
 	}
 }
 

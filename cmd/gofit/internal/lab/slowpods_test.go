@@ -208,7 +208,7 @@ func slowPodsStudy(t *testing.T, budget time.Duration, run *slowPods, fits bool)
 }
 
 // overrunSaid is the planner's note when the memory study's minimum no
-// longer fits (planner.sayOverrun), and the overrun it foresees.
+// longer fits (memBudget.sayOverrun), and the overrun it foresees.
 var overrunSaid = regexp.MustCompile(`the study will end about (\S+) past its budget`)
 
 // What a floor rests on, from its search: found when the search ran to

@@ -99,8 +99,8 @@ type recorder interface{ record(*Records) }
 
 // execute runs the study's parts with l.run, then analyses the records.
 func (l *study) execute(ctx context.Context) (*result.Results, *Records, error) {
-	l.plan.parallel = parallelism(l.run)
-	l.plan.startHint = startCostOf(l.run)
+	l.plan.rows.parallel = parallelism(l.run)
+	l.plan.costs.startHint = startCostOf(l.run)
 	genStart := load.SelfCPU()
 	err := l.cpuStudy(ctx)
 	if err == nil {

@@ -160,7 +160,7 @@ func (l *analysis) undecidedNote(k cellKey, s *result.CPUSummary, r stats.Interv
 		extra := time.Duration(max(need, 0)) * (designOf(l.cfg, l.rec).runCost(l.rec.CPU, k) + designOf(l.cfg, l.rec).runCost(l.rec.CPU, cellKey{k.q, result.SetGoDefault, k.mode}))
 		s.RunsToDecide = stats.MinRuns
 		return fmt.Sprintf("undecided: %d runs a side, under the %d a verdict needs (about %v more of the CPU study, --budget %v, would fund them)",
-			n, stats.MinRuns, extra.Round(time.Second), l.budgetFor(extra))
+			n, stats.MinRuns, extra.Round(time.Second), budgetWithMore(l.cfg.Budget, extra))
 	}
 	w := math.Max(math.Log(r.High/r.Value), math.Log(r.Value/r.Low))
 	detect := math.Exp(w)
@@ -173,7 +173,7 @@ func (l *analysis) undecidedNote(k cellKey, s *result.CPUSummary, r stats.Interv
 	case runs <= mostRunsProjected:
 		s.RunsToDecide = runs
 		extra := time.Duration(runs-n) * (designOf(l.cfg, l.rec).runCost(l.rec.CPU, k) + designOf(l.cfg, l.rec).runCost(l.rec.CPU, cellKey{k.q, result.SetGoDefault, k.mode}))
-		flags := fmt.Sprintf("--budget %v", l.budgetFor(extra))
+		flags := fmt.Sprintf("--budget %v", budgetWithMore(l.cfg.Budget, extra))
 		if runs > l.cfg.MaxRepeats {
 			flags += fmt.Sprintf(" --max-repeats %d", runs)
 		}
@@ -187,10 +187,10 @@ func (l *analysis) undecidedNote(k cellKey, s *result.CPUSummary, r stats.Interv
 	return msg
 }
 
-// budgetFor is the --budget whose CPU share has extra more than this one's,
-// rounded up to a minute.
-func (l *analysis) budgetFor(extra time.Duration) time.Duration {
-	b := l.cfg.Budget + time.Duration(float64(extra)/cpuShare)
+// budgetWithMore is the --budget whose CPU share has extra more than
+// budget's, rounded up to a minute.
+func budgetWithMore(budget, extra time.Duration) time.Duration {
+	b := budget + time.Duration(float64(extra)/cpuShare)
 	return (b + time.Minute - 1).Truncate(time.Minute)
 }
 

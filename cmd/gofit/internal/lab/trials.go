@@ -19,10 +19,6 @@ func planEnv(cfg Config, rec *Records, cores float64, mem int64) (map[string]str
 	return planEnvNonGo(cfg, rec.NCPU, rec.Binary, declared(rec.Target), cores, 0, mem)
 }
 
-func (l *analysis) planEnv(cores float64, mem int64) (map[string]string, fit.Plan) {
-	return planEnvNonGo(l.cfg, l.ncpu, l.rec.Binary, declared(l.rec.Target), cores, 0, mem)
-}
-
 // planEnvRequest is planEnv for a container that also requests request
 // cores: without a CPU limit, GOMAXPROCS follows the request times
 // Config.CPURequestFactor (GOFIT_CPU_REQUEST_FACTOR's policy).
