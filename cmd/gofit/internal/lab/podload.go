@@ -47,13 +47,20 @@ func (lp *loadPod) start(ctx context.Context, pods *runPods, node string, listed
 		// match.
 		p.Spec.NodeSelector = nil
 	}
-	var err error
-	if lp.pod, err = lp.cs.CoreV1().Pods(lp.ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+	created, err := lp.cs.CoreV1().Pods(lp.ns).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
 		return fmt.Errorf("create the load pod: %w", err)
 	}
+	// The pod as created stays known (its name, for the clean-up) when
+	// the wait cannot read it back.
+	lp.pod = created
 	began := time.Now()
-	if lp.pod, err = pods.waitReady(ctx, lp.pod.Name, "--kube-image "+lp.image, 2*time.Minute); err != nil {
-		return fmt.Errorf("the load pod %s/%s: %w", lp.ns, lp.pod.Name, err)
+	ready, err := pods.waitReady(ctx, created.Name, "--kube-image "+lp.image, 2*time.Minute)
+	if ready != nil {
+		lp.pod = ready
+	}
+	if err != nil {
+		return fmt.Errorf("the load pod %s/%s: %w", lp.ns, created.Name, err)
 	}
 	lp.on = lp.pod.Spec.NodeName
 	lp.took = time.Since(began)

@@ -19,7 +19,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/runtime"
 	kfake "k8s.io/client-go/kubernetes/fake"
+	ktesting "k8s.io/client-go/testing"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
@@ -463,5 +465,30 @@ func TestServesSecure(t *testing.T) {
 		if got := servesSecure(p); got != c.want {
 			t.Errorf("args %q: secure %v, want %v", c.args, got, c.want)
 		}
+	}
+}
+
+// TestLoadPodStartReadFails: when the API server cannot be read while the
+// load pod starts, start says so and keeps the pod it created, so that
+// the clean-up deletes it by name. It used to read the name of the nil
+// pod the failed wait returned, and panic.
+func TestLoadPodStartReadFails(t *testing.T) {
+	cs := kfake.NewSimpleClientset()
+	cs.PrependReactor("create", "pods", func(a ktesting.Action) (bool, runtime.Object, error) {
+		p := a.(ktesting.CreateAction).GetObject().(*corev1.Pod)
+		p.Name = p.GenerateName + "x1"
+		return false, nil, nil
+	})
+	cs.PrependReactor("get", "pods", func(ktesting.Action) (bool, runtime.Object, error) {
+		return true, nil, errors.New("etcdserver: request timed out")
+	})
+	owner := &runOwner{cs: cs, ns: "lab", id: "r1", ref: metav1.OwnerReference{Kind: "ConfigMap", Name: "gofit-lab-r1"}}
+	lp := &loadPod{cs: cs, ns: "lab", image: "gofit:test", token: "t"}
+	err := lp.start(context.Background(), &runPods{cs: cs, ns: "lab", owner: owner}, "", false)
+	if err == nil || !strings.Contains(err.Error(), "gofit-lab-r1-load-x1") || !strings.Contains(err.Error(), "request timed out") {
+		t.Fatalf("start: %v, want an error naming the pod and the cause", err)
+	}
+	if got := lp.name(); got != "gofit-lab-r1-load-x1" {
+		t.Errorf("name() = %q after the failed wait, want the pod created (the clean-up deletes it)", got)
 	}
 }
