@@ -17,10 +17,11 @@ import (
 // A runner runs the lab's trials: it starts the target under a trial's
 // limits and environment, drives the trial's load at it, measures, and
 // stops it. The study decides what to run and the analysis what it
-// means; the runner only runs it. The sandbox on this machine is one
-// (sandboxRunner); tests use fakes; an image runner (the target from an
-// OCI image) and a pod runner (the lab on a cluster's nodes) will be
-// others, each saying where its trials ran.
+// means; the runner only runs it. Two run the lab today, each saying
+// where its trials ran: the sandbox on this machine (sandboxRunner; the
+// target by path or from an OCI image, --image) and the pod runner
+// (podRunner, --kube: the target's image in pods on a cluster's nodes).
+// Tests use fakes.
 type runner interface {
 	// cpu runs one CPU window of c in mode: the target started warm
 	// under c's limits, warmed up, then measured at offered requests a
