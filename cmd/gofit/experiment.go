@@ -29,6 +29,7 @@ import (
 // exitFailOn is the exit status of a report whose verdicts hit --fail-on.
 const exitFailOn = 3
 
+// runExperiment is `gofit experiment`: report, guard or load.
 func runExperiment(args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 		fmt.Fprintln(stderr, "Usage: gofit experiment report [flags]\n       gofit experiment guard [flags]\n       gofit experiment load [flags] URL...\n\nreport judges the arms of an experiment on live traffic from Prometheus (docs/experiment.md);\nguard judges every running experiment every --interval and stops a harmful arm;\nload sends steady traffic to a workload's pods where there is none (a test cluster).\nRun 'gofit experiment report -h', 'gofit experiment guard -h' or 'gofit experiment load -h' for their flags.")
@@ -43,98 +44,145 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "report" {
 		return fmt.Errorf("%w: want `gofit experiment report [flags]`, `gofit experiment guard [flags]` or `gofit experiment load [flags] URL...`", errUsage)
 	}
+	return runExperimentReport(args[1:], stdout, stderr)
+}
+
+// reportFlags are `gofit experiment report`'s flags.
+type reportFlags struct {
+	fs                              *flag.FlagSet
+	prom                            *promFlags
+	match                           *matchFlag
+	ns, name, workload              string
+	since                           time.Duration
+	from, to                        string
+	window                          time.Duration
+	latency, errMatch, control, out string
+	kubeconfig                      string
+	noKube                          bool
+	failOn                          string
+	resamples                       int
+	seed                            int64
+	warmUp, lookEvery, planned      time.Duration
+	alpha                           float64
+}
+
+func newReportFlags(stderr io.Writer) *reportFlags {
 	fs := newFlags("experiment report", stderr)
-	pf := addPromFlags(fs)
-	match := addMatchFlag(fs)
-	ns := fs.String("namespace", "", "the experiment's `NAMESPACE` (required)")
-	name := fs.String("name", "", "the experiment's `NAME` (its spec's name; required)")
-	workload := fs.String("workload", "", "the experiment's `WORKLOAD` (Deployment/web, StatefulSet/db; \"<none>\" for pods without a controller); needed only when several workloads in the namespace run an experiment of this name")
-	since := fs.Duration("since", 0, "report on the last `DURATION`, a span that slides (default: from the experiment's start, its Lease's run start, so that the verdicts hold however often the report is run)")
-	from := fs.String("from", "", "start `TIME` (RFC 3339), with --to")
-	to := fs.String("to", "", "end `TIME` (RFC 3339), with --from")
-	window := fs.Duration("window", time.Minute, "length of the paired windows: at least 2 scrape intervals")
-	latency := fs.String("latency", "http_request_duration_seconds", "the service's latency histogram `METRIC` (seconds; classic or native)")
-	errMatch := fs.String("errors", `code=~"5.."`, "PromQL label `MATCHER` that selects failed requests among the histogram's series")
-	control := fs.String("control", "", "the control `ARM` (default: the spec's control, else the first arm)")
-	out := fs.String("out", "", "write report.html and results.json into `DIR`")
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig `FILE` for the live pods (default: $KUBECONFIG, ~/.kube/config or in-cluster)")
-	noKube := fs.Bool("no-kube", false, "do not ask the API server: pods only from Prometheus's kube_pod_labels")
-	failOn := fs.String("fail-on", "", "exit 3 when a verdict is one of these `KINDS` (comma-separated: harmful, worse, undecided, better, same)")
-	resamples := fs.Int("resamples", 2000, "bootstrap resamples per interval")
-	seed := fs.Int64("seed", 1, "bootstrap seed")
-	warmUp := fs.Duration("warm-up", time.Minute, "leave out each pod's first `DURATION` after it started (caches, connection pools, the heap growing)")
-	lookEvery := fs.Duration("look-every", 5*time.Minute, "the looks' spacing, for counting them (the verdicts hold at any number of looks)")
-	planned := fs.Duration("planned", 2*time.Hour, "the experiment's planned `DURATION` (its maxDuration): where the anytime-valid intervals are tightest")
-	alpha := fs.Float64("alpha", 0.05, "chance of any false quality verdict at any look, over every metric and arm")
+	f := &reportFlags{fs: fs, prom: addPromFlags(fs), match: addMatchFlag(fs)}
+	fs.StringVar(&f.ns, "namespace", "", "the experiment's `NAMESPACE` (required)")
+	fs.StringVar(&f.name, "name", "", "the experiment's `NAME` (its spec's name; required)")
+	fs.StringVar(&f.workload, "workload", "", "the experiment's `WORKLOAD` (Deployment/web, StatefulSet/db; \"<none>\" for pods without a controller); needed only when several workloads in the namespace run an experiment of this name")
+	fs.DurationVar(&f.since, "since", 0, "report on the last `DURATION`, a span that slides (default: from the experiment's start, its Lease's run start, so that the verdicts hold however often the report is run)")
+	fs.StringVar(&f.from, "from", "", "start `TIME` (RFC 3339), with --to")
+	fs.StringVar(&f.to, "to", "", "end `TIME` (RFC 3339), with --from")
+	fs.DurationVar(&f.window, "window", time.Minute, "length of the paired windows: at least 2 scrape intervals")
+	fs.StringVar(&f.latency, "latency", "http_request_duration_seconds", "the service's latency histogram `METRIC` (seconds; classic or native)")
+	fs.StringVar(&f.errMatch, "errors", `code=~"5.."`, "PromQL label `MATCHER` that selects failed requests among the histogram's series")
+	fs.StringVar(&f.control, "control", "", "the control `ARM` (default: the spec's control, else the first arm)")
+	fs.StringVar(&f.out, "out", "", "write report.html and results.json into `DIR`")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig `FILE` for the live pods (default: $KUBECONFIG, ~/.kube/config or in-cluster)")
+	fs.BoolVar(&f.noKube, "no-kube", false, "do not ask the API server: pods only from Prometheus's kube_pod_labels")
+	fs.StringVar(&f.failOn, "fail-on", "", "exit 3 when a verdict is one of these `KINDS` (comma-separated: harmful, worse, undecided, better, same)")
+	fs.IntVar(&f.resamples, "resamples", 2000, "bootstrap resamples per interval")
+	fs.Int64Var(&f.seed, "seed", 1, "bootstrap seed")
+	fs.DurationVar(&f.warmUp, "warm-up", time.Minute, "leave out each pod's first `DURATION` after it started (caches, connection pools, the heap growing)")
+	fs.DurationVar(&f.lookEvery, "look-every", 5*time.Minute, "the looks' spacing, for counting them (the verdicts hold at any number of looks)")
+	fs.DurationVar(&f.planned, "planned", 2*time.Hour, "the experiment's planned `DURATION` (its maxDuration): where the anytime-valid intervals are tightest")
+	fs.Float64Var(&f.alpha, "alpha", 0.05, "chance of any false quality verdict at any look, over every metric and arm")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: gofit experiment report --prometheus URL --namespace NS --name NAME [flags]\n\nJudges each arm of an experiment (pods the webhook gave arms with the gofit.dev/experiment\nannotation) against its control, from Prometheus over paired time windows. See docs/experiment.md.\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	if err := parseFlags(fs, args[1:]); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected argument %q", errUsage, fs.Arg(0))
+	return f
+}
+
+// check checks the flags together; it gives the --fail-on kinds and the
+// sequential plan of the looks.
+func (f *reportFlags) check() ([]string, *experiment.Sequential, error) {
+	if f.fs.NArg() > 0 {
+		return nil, nil, fmt.Errorf("%w: unexpected argument %q", errUsage, f.fs.Arg(0))
 	}
 	switch {
-	case pf.url == "":
-		return fmt.Errorf("%w: --prometheus is required", errUsage)
-	case *ns == "" || *name == "":
-		return fmt.Errorf("%w: --namespace and --name are required", errUsage)
-	case *window < time.Second:
-		return fmt.Errorf("%w: --window %v: want at least 1s", errUsage, *window)
-	case *resamples < 100:
-		return fmt.Errorf("%w: --resamples %d: want at least 100", errUsage, *resamples)
-	case *warmUp < 0:
-		return fmt.Errorf("%w: --warm-up %v: want 0 or more", errUsage, *warmUp)
-	case *since < 0:
-		return fmt.Errorf("%w: --since %v: want more than 0 (or leave it out: from the experiment's start)", errUsage, *since)
-	case *since > 0 && *from != "":
-		return fmt.Errorf("%w: --since and --from: give one span", errUsage)
-	case *noKube && *since == 0 && *from == "":
-		return fmt.Errorf("%w: --no-kube: the experiment's start is read from the API server; give --since, or --from and --to", errUsage)
-	case (*from == "") != (*to == ""):
-		return fmt.Errorf("%w: --from and --to go together", errUsage)
+	case f.prom.url == "":
+		return nil, nil, fmt.Errorf("%w: --prometheus is required", errUsage)
+	case f.ns == "" || f.name == "":
+		return nil, nil, fmt.Errorf("%w: --namespace and --name are required", errUsage)
+	case f.window < time.Second:
+		return nil, nil, fmt.Errorf("%w: --window %v: want at least 1s", errUsage, f.window)
+	case f.resamples < 100:
+		return nil, nil, fmt.Errorf("%w: --resamples %d: want at least 100", errUsage, f.resamples)
+	case f.warmUp < 0:
+		return nil, nil, fmt.Errorf("%w: --warm-up %v: want 0 or more", errUsage, f.warmUp)
+	case f.since < 0:
+		return nil, nil, fmt.Errorf("%w: --since %v: want more than 0 (or leave it out: from the experiment's start)", errUsage, f.since)
+	case f.since > 0 && f.from != "":
+		return nil, nil, fmt.Errorf("%w: --since and --from: give one span", errUsage)
+	case f.noKube && f.since == 0 && f.from == "":
+		return nil, nil, fmt.Errorf("%w: --no-kube: the experiment's start is read from the API server; give --since, or --from and --to", errUsage)
+	case (f.from == "") != (f.to == ""):
+		return nil, nil, fmt.Errorf("%w: --from and --to go together", errUsage)
 	}
-	if w := *workload; w != "" && w != experiment.NoController {
+	if w := f.workload; w != "" && w != experiment.NoController {
 		if kind, n, ok := strings.Cut(w, "/"); !ok || kind == "" || n == "" || strings.Contains(n, "/") {
-			return fmt.Errorf("%w: --workload %q: want KIND/NAME, such as Deployment/web, or %q", errUsage, w, experiment.NoController)
+			return nil, nil, fmt.Errorf("%w: --workload %q: want KIND/NAME, such as Deployment/web, or %q", errUsage, w, experiment.NoController)
 		}
 	}
 	var kinds []string
-	for _, k := range strings.Split(*failOn, ",") {
+	for _, k := range strings.Split(f.failOn, ",") {
 		switch k = strings.TrimSpace(k); k {
 		case "":
 		case experiment.Harmful, "worse", "better", "same", "undecided":
 			kinds = append(kinds, k)
 		default:
-			return fmt.Errorf("%w: --fail-on %q: %q is not harmful, worse, better, same or undecided", errUsage, *failOn, k)
+			return nil, nil, fmt.Errorf("%w: --fail-on %q: %q is not harmful, worse, better, same or undecided", errUsage, f.failOn, k)
 		}
 	}
-	seq, err := experiment.NewSequential(experiment.Looks{Every: *lookEvery, Planned: *planned, Alpha: *alpha})
+	seq, err := experiment.NewSequential(experiment.Looks{Every: f.lookEvery, Planned: f.planned, Alpha: f.alpha})
 	if err != nil {
-		return fmt.Errorf("%w: --look-every, --planned or --alpha: %v", errUsage, err)
+		return nil, nil, fmt.Errorf("%w: --look-every, --planned or --alpha: %v", errUsage, err)
 	}
-	// The span: the anytime-valid intervals hold over every report whose
-	// span begins at one fixed start, however often they are run.
-	end := time.Now().Truncate(*window)
-	var start time.Time
-	var spanNote string
+	return kinds, seq, nil
+}
+
+// span is the report's span from the flags, and the note that says what
+// its verdicts hold over; a zero start is the experiment's, from the API
+// server. The anytime-valid intervals hold over every report whose span
+// begins at one fixed start, however often they are run.
+func (f *reportFlags) span() (start, end time.Time, note string, err error) {
+	end = time.Now().Truncate(f.window)
 	switch {
-	case *from != "":
-		var err error
-		if start, err = time.Parse(time.RFC3339, *from); err != nil {
-			return fmt.Errorf("%w: --from: %v", errUsage, err)
+	case f.from != "":
+		if start, err = time.Parse(time.RFC3339, f.from); err != nil {
+			return start, end, "", fmt.Errorf("%w: --from: %v", errUsage, err)
 		}
-		if end, err = time.Parse(time.RFC3339, *to); err != nil {
-			return fmt.Errorf("%w: --to: %v", errUsage, err)
+		if end, err = time.Parse(time.RFC3339, f.to); err != nil {
+			return start, end, "", fmt.Errorf("%w: --to: %v", errUsage, err)
 		}
-		spanNote = "span from --from: the verdicts of every report with this --from hold together, at any look"
-	case *since > 0:
-		start = end.Add(-*since)
-		spanNote = fmt.Sprintf("span of the last %v, which slides: this report is one look at its own span, valid read once; reports over sliding spans are not one sequence (leave out --since to count from the experiment's start)", *since)
+		note = "span from --from: the verdicts of every report with this --from hold together, at any look"
+	case f.since > 0:
+		start = end.Add(-f.since)
+		note = fmt.Sprintf("span of the last %v, which slides: this report is one look at its own span, valid read once; reports over sliding spans are not one sequence (leave out --since to count from the experiment's start)", f.since)
 	}
-	pc, err := pf.client()
+	return start, end, note, nil
+}
+
+// runExperimentReport is `gofit experiment report`: the experiment's
+// pods and series over its span, judged, written, and checked against
+// --fail-on.
+func runExperimentReport(args []string, stdout, stderr io.Writer) error {
+	f := newReportFlags(stderr)
+	if err := parseFlags(f.fs, args); err != nil {
+		return err
+	}
+	kinds, seq, err := f.check()
+	if err != nil {
+		return err
+	}
+	start, end, spanNote, err := f.span()
+	if err != nil {
+		return err
+	}
+	pc, err := f.prom.client()
 	if err != nil {
 		return err
 	}
@@ -142,8 +190,8 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 	defer stop()
 	var pods experiment.PodSource
 	var api experiment.APIServer
-	if !*noKube {
-		cs, err := kubeClient(*kubeconfig)
+	if !f.noKube {
+		cs, err := kubeClient(f.kubeconfig)
 		if err != nil {
 			return fmt.Errorf("%w (or --no-kube)", err)
 		}
@@ -151,7 +199,7 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 		pods = api
 	}
 	if start.IsZero() {
-		s, how, err := api.Start(ctx, *ns, *name, *workload)
+		s, how, err := api.Start(ctx, f.ns, f.name, f.workload)
 		if err != nil {
 			return err
 		}
@@ -162,29 +210,44 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: the span from %v to %v is empty", errUsage, start, end)
 	}
 	in, err := experiment.Fetch(ctx, pc, pods, experiment.Query{
-		Namespace: *ns, Name: *name, Workload: *workload, From: start, To: end, Window: *window, Latency: *latency,
-		ErrorMatcher: *errMatch, Control: *control, Resamples: *resamples, Seed: *seed, Matchers: *match, WarmUp: *warmUp,
+		Namespace: f.ns, Name: f.name, Workload: f.workload, From: start, To: end, Window: f.window, Latency: f.latency,
+		ErrorMatcher: f.errMatch, Control: f.control, Resamples: f.resamples, Seed: f.seed, Matchers: *f.match, WarmUp: f.warmUp,
 	})
 	if err != nil {
 		return err
 	}
-	plannedSet := false
-	fs.Visit(func(f *flag.Flag) { plannedSet = plannedSet || f.Name == "planned" })
-	if !plannedSet && in.Planned > 0 && in.Planned != *planned {
-		// The spec's maxDuration is the plan unless --planned says otherwise.
-		if seq, err = experiment.NewSequential(experiment.Looks{Every: *lookEvery, Planned: max(in.Planned, *lookEvery), Alpha: *alpha}); err != nil {
-			return fmt.Errorf("maxDuration %v of experiment %s: %w", in.Planned, *name, err)
-		}
+	if in.Seq, err = f.specPlan(seq, in.Planned); err != nil {
+		return err
 	}
-	in.Seq = seq
 	in.Notes = append(in.Notes, spanNote)
 	res, err := experiment.Analyze(in)
 	if err != nil {
 		return err
 	}
+	return f.write(res, kinds, stdout, stderr)
+}
+
+// specPlan is the looks' plan with the spec's maxDuration (planned) as
+// the planned length, unless --planned says otherwise.
+func (f *reportFlags) specPlan(seq *experiment.Sequential, planned time.Duration) (*experiment.Sequential, error) {
+	plannedSet := false
+	f.fs.Visit(func(fl *flag.Flag) { plannedSet = plannedSet || fl.Name == "planned" })
+	if plannedSet || planned <= 0 || planned == f.planned {
+		return seq, nil
+	}
+	seq, err := experiment.NewSequential(experiment.Looks{Every: f.lookEvery, Planned: max(planned, f.lookEvery), Alpha: f.alpha})
+	if err != nil {
+		return nil, fmt.Errorf("maxDuration %v of experiment %s: %w", planned, f.name, err)
+	}
+	return seq, nil
+}
+
+// write prints the summary, writes the files to --out, and fails with
+// exitFailOn where a verdict is one of --fail-on's kinds.
+func (f *reportFlags) write(res *experiment.Results, kinds []string, stdout, stderr io.Writer) error {
 	experiment.WriteSummary(stdout, res)
-	if *out != "" {
-		files, err := experiment.WriteFiles(*out, res)
+	if f.out != "" {
+		files, err := experiment.WriteFiles(f.out, res)
 		if err != nil {
 			return err
 		}
@@ -192,7 +255,7 @@ func runExperiment(args []string, stdout, stderr io.Writer) error {
 	}
 	if bad := experiment.Failing(res, kinds); len(bad) > 0 {
 		for _, v := range bad {
-			fmt.Fprintf(stderr, "gofit experiment report: --fail-on %s: arm %s %s is %s\n", *failOn, v.Arm, v.Metric, v.Verdict)
+			fmt.Fprintf(stderr, "gofit experiment report: --fail-on %s: arm %s %s is %s\n", f.failOn, v.Arm, v.Metric, v.Verdict)
 		}
 		return exitError{exitFailOn}
 	}

@@ -319,141 +319,159 @@ func (f *fleet) writeDay(out string, d int) (int64, error) {
 // turn, refs kept, so the head looks each up once.
 // dayFrom and dayTo bound the day's series that outlive a pod (an HPA's).
 func (f *fleet) appendPod(app storage.Appender, p *pod, from, to, dayFrom, dayTo int64, seenRS, seenHPA map[string]bool) (int64, error) {
-	var n int64
-	put := func(ls labels.Labels, value func(t int64, rng *rand.Rand) float64, salt uint64) error {
-		return f.put(app, &n, p.seed, ls, value, salt, from, to)
-	}
-	hpaPut := func(ls labels.Labels, value func(t int64, rng *rand.Rand) float64, salt uint64) error {
-		return f.put(app, &n, p.seed, ls, value, salt, dayFrom, dayTo)
-	}
-	base := []string{"namespace", p.ns, "pod", p.name}
-	cadv := func(name string) labels.Labels {
-		return labels.FromStrings(append([]string{"__name__", name, "job", "kubelet", "metrics_path", "/metrics/cadvisor", "container", p.container,
-			"image", "registry.example.com/" + p.container + ":v1", "id", "/kubepods/burstable/pod" + p.name + "/" + p.container}, base...)...)
-	}
-	secs := func(t int64) float64 { return float64(t-p.born) / 1000 }
-	// Demand through the day: a daily cycle with noise, the same for
-	// every series of the pod at a time (u is deterministic in t).
-	load := func(t int64, _ *rand.Rand) float64 {
-		h := float64(t%(24*3600*1000)) / (24 * 3600 * 1000)
-		noise := (u(p.seed, t, 1) + u(p.seed, t, 2) + u(p.seed, t, 3) - 1.5) * 2 * 0.15
-		return math.Max(0.05, 1+0.5*math.Sin(2*math.Pi*h+p.phase)+noise)
-	}
-	// Where the heap is between its live part and the GC's goal at a
-	// scrape, shared by the series that see it.
-	cycle := func(t int64) float64 { return u(p.seed, t, 4) }
-	cpuAt := func(t int64) float64 { // a counter: the mean demand's integral
-		h := float64(t%(24*3600*1000)) / (24 * 3600 * 1000)
-		return p.cpu * (secs(t) + 0.5*24*3600/(2*math.Pi)*(math.Cos(p.phase)-math.Cos(2*math.Pi*h+p.phase)))
-	}
+	s := &podSeries{f: f, app: app, p: p, from: from, to: to}
 	if !p.goPod {
-		if err := put(cadv("container_cpu_usage_seconds_total"), func(t int64, _ *rand.Rand) float64 { return math.Max(0, cpuAt(t)) }, 1); err != nil {
-			return n, err
+		err := s.nonGo()
+		return s.n, err
+	}
+	for _, step := range []func() error{s.cadvisor, s.goRuntime, s.kubeState} {
+		if err := step(); err != nil {
+			return s.n, err
 		}
-		return n, put(cadv("container_memory_working_set_bytes"), func(t int64, rng *rand.Rand) float64 { return p.outside * (0.95 + 0.1*rng.Float64()) }, 2)
 	}
-	heapLive := func(t int64, rng *rand.Rand) float64 { return p.live * math.Pow(load(t, rng), 0.3) }
-	goal := func(live float64) float64 {
-		return math.Min(live*(1+p.gogc/100), math.Max(live, p.gomemlimit-p.outside))
+	err := s.owners(seenRS, seenHPA, dayFrom, dayTo)
+	return s.n, err
+}
+
+// valueAt is a series' value at time t (ms); rng is the series' own.
+type valueAt = func(t int64, rng *rand.Rand) float64
+
+// gauge is a constant series.
+func gauge(v float64) valueAt { return func(int64, *rand.Rand) float64 { return v } }
+
+// podSeries appends one pod's series over [from, to), counting the
+// samples in n.
+type podSeries struct {
+	f        *fleet
+	app      storage.Appender
+	p        *pod
+	from, to int64
+	n        int64
+}
+
+func (s *podSeries) put(ls labels.Labels, value valueAt, salt uint64) error {
+	return s.f.put(s.app, &s.n, s.p.seed, ls, value, salt, s.from, s.to)
+}
+
+// nonGo appends a non-Go container's: cAdvisor's CPU and working set.
+func (s *podSeries) nonGo() error {
+	p := s.p
+	if err := s.put(p.cadvisorLabels("container_cpu_usage_seconds_total"), func(t int64, _ *rand.Rand) float64 { return math.Max(0, p.cpuAt(t)) }, 1); err != nil {
+		return err
 	}
-	gauge := func(v float64) func(int64, *rand.Rand) float64 { return func(int64, *rand.Rand) float64 { return v } }
-	restarts := func(t int64, _ *rand.Rand) float64 {
-		if p.restartAt != 0 && t >= p.restartAt {
-			return 1
-		}
-		return 0
-	}
+	return s.put(p.cadvisorLabels("container_memory_working_set_bytes"), func(t int64, rng *rand.Rand) float64 { return p.outside * (0.95 + 0.1*rng.Float64()) }, 2)
+}
+
+// cadvisor appends a Go container's cAdvisor series.
+func (s *podSeries) cadvisor() error {
+	p := s.p
 	ooms := func(t int64, _ *rand.Rand) float64 {
 		if p.oomAt != 0 && t >= p.oomAt {
 			return 1
 		}
 		return 0
 	}
-	for _, s := range []struct {
+	for _, c := range []struct {
 		name  string
-		value func(int64, *rand.Rand) float64
+		value valueAt
 	}{
-		{"container_cpu_usage_seconds_total", func(t int64, _ *rand.Rand) float64 { return math.Max(0, cpuAt(t)) }},
-		{"container_cpu_cfs_periods_total", func(t int64, _ *rand.Rand) float64 { return math.Floor(secs(t) * 10) }},
+		{"container_cpu_usage_seconds_total", func(t int64, _ *rand.Rand) float64 { return math.Max(0, p.cpuAt(t)) }},
+		{"container_cpu_cfs_periods_total", func(t int64, _ *rand.Rand) float64 { return math.Floor(p.secs(t) * 10) }},
 		{"container_cpu_cfs_throttled_periods_total", func(t int64, _ *rand.Rand) float64 {
-			return math.Floor(secs(t) * 10 * p.throttle)
+			return math.Floor(p.secs(t) * 10 * p.throttle)
 		}},
-		{"container_memory_working_set_bytes", func(t int64, rng *rand.Rand) float64 {
-			l := heapLive(t, rng)
-			return p.outside + l + (goal(l)-l)*cycle(t)
+		{"container_memory_working_set_bytes", func(t int64, _ *rand.Rand) float64 {
+			l := p.heapLive(t)
+			return p.outside + l + (p.goal(l)-l)*p.cycle(t)
 		}},
 		{"container_oom_events_total", ooms},
 	} {
-		if s.name != "container_cpu_usage_seconds_total" && s.name != "container_memory_working_set_bytes" && s.name != "container_oom_events_total" && p.cpuLim == 0 {
+		if c.name != "container_cpu_usage_seconds_total" && c.name != "container_memory_working_set_bytes" && c.name != "container_oom_events_total" && p.cpuLim == 0 {
 			continue // cAdvisor has CFS series only under a quota
 		}
-		if err := put(cadv(s.name), s.value, hash(s.name)); err != nil {
-			return n, err
+		if err := s.put(p.cadvisorLabels(c.name), c.value, hash(c.name)); err != nil {
+			return err
 		}
 	}
-	gol := func(name string, extra ...string) labels.Labels {
-		return labels.FromStrings(append(append([]string{"__name__", name, "job", "pods", "container", p.container, "instance", p.name + ":8080"}, base...), extra...)...)
-	}
-	for _, s := range []struct {
+	return nil
+}
+
+// goRuntime appends client_golang's go_* series.
+func (s *podSeries) goRuntime() error {
+	p := s.p
+	for _, g := range []struct {
 		name  string
 		extra []string
-		value func(int64, *rand.Rand) float64
+		value valueAt
 	}{
 		{"go_info", []string{"version", "go1.25.4"}, gauge(1)},
 		{"go_sched_gomaxprocs_threads", nil, gauge(p.gomaxprocs)},
 		{"go_gc_gomemlimit_bytes", nil, gauge(p.gomemlimit)},
 		{"go_gc_gogc_percent", nil, gauge(p.gogc)},
-		{"go_memstats_heap_alloc_bytes", nil, func(t int64, rng *rand.Rand) float64 { l := heapLive(t, rng); return l + (goal(l)-l)*cycle(t) }},
-		{"go_memstats_heap_inuse_bytes", nil, func(t int64, rng *rand.Rand) float64 {
-			l := heapLive(t, rng)
-			return 1.05 * (l + (goal(l)-l)*cycle(t))
+		{"go_memstats_heap_alloc_bytes", nil, func(t int64, _ *rand.Rand) float64 { l := p.heapLive(t); return l + (p.goal(l)-l)*p.cycle(t) }},
+		{"go_memstats_heap_inuse_bytes", nil, func(t int64, _ *rand.Rand) float64 {
+			l := p.heapLive(t)
+			return 1.05 * (l + (p.goal(l)-l)*p.cycle(t))
 		}},
-		{"go_memstats_heap_idle_bytes", nil, func(t int64, rng *rand.Rand) float64 { return 0.4 * heapLive(t, rng) }},
-		{"go_memstats_heap_released_bytes", nil, func(t int64, rng *rand.Rand) float64 { return 0.3 * heapLive(t, rng) }},
-		{"go_memstats_next_gc_bytes", nil, func(t int64, rng *rand.Rand) float64 { return goal(heapLive(t, rng)) }},
-		{"go_gc_heap_live_bytes", nil, heapLive},
-		{"go_cpu_classes_gc_total_cpu_seconds_total", nil, func(t int64, _ *rand.Rand) float64 { return 0.08 * math.Max(0, cpuAt(t)) }},
+		{"go_memstats_heap_idle_bytes", nil, func(t int64, _ *rand.Rand) float64 { return 0.4 * p.heapLive(t) }},
+		{"go_memstats_heap_released_bytes", nil, func(t int64, _ *rand.Rand) float64 { return 0.3 * p.heapLive(t) }},
+		{"go_memstats_next_gc_bytes", nil, func(t int64, _ *rand.Rand) float64 { return p.goal(p.heapLive(t)) }},
+		{"go_gc_heap_live_bytes", nil, func(t int64, _ *rand.Rand) float64 { return p.heapLive(t) }},
+		{"go_cpu_classes_gc_total_cpu_seconds_total", nil, func(t int64, _ *rand.Rand) float64 { return 0.08 * math.Max(0, p.cpuAt(t)) }},
 	} {
-		if err := put(gol(s.name, s.extra...), s.value, hash(s.name)); err != nil {
-			return n, err
+		if err := s.put(p.goLabels(g.name, g.extra...), g.value, hash(g.name)); err != nil {
+			return err
 		}
 	}
-	ksm := func(name string, extra ...string) labels.Labels {
-		return labels.FromStrings(append(append([]string{"__name__", name, "job", "kube-state-metrics", "instance", "kube-state-metrics:8080"}, base...), extra...)...)
+	return nil
+}
+
+// kubeState appends kube-state-metrics' series of the pod.
+func (s *podSeries) kubeState() error {
+	p := s.p
+	restarts := func(t int64, _ *rand.Rand) float64 {
+		if p.restartAt != 0 && t >= p.restartAt {
+			return 1
+		}
+		return 0
 	}
-	ksmSeries := []struct {
+	type series struct {
 		ls    labels.Labels
-		value func(int64, *rand.Rand) float64
-	}{
-		{ksm("kube_pod_container_resource_requests", "container", p.container, "node", "node-1", "resource", "cpu", "unit", "core"), gauge(p.cpuReq)},
-		{ksm("kube_pod_container_resource_requests", "container", p.container, "node", "node-1", "resource", "memory", "unit", "byte"), gauge(p.memLim / 2)},
-		{ksm("kube_pod_container_resource_limits", "container", p.container, "node", "node-1", "resource", "memory", "unit", "byte"), gauge(p.memLim)},
-		{ksm("kube_pod_container_status_restarts_total", "container", p.container, "uid", p.name), restarts},
-		{ksm("kube_pod_created", "uid", p.name), gauge(float64(p.born / 1000))},
-		{ksm("kube_pod_owner", "owner_kind", "ReplicaSet", "owner_name", p.rs, "owner_is_controller", "true", "uid", p.name), gauge(1)},
-		{ksm("kube_pod_status_ready", "condition", "true", "uid", p.name), gauge(1)},
-		{ksm("kube_pod_info", "node", "node-1", "uid", p.name, "created_by_kind", "ReplicaSet", "created_by_name", p.rs), gauge(1)},
+		value valueAt
+	}
+	ksm := []series{
+		{p.ksmLabels("kube_pod_container_resource_requests", "container", p.container, "node", "node-1", "resource", "cpu", "unit", "core"), gauge(p.cpuReq)},
+		{p.ksmLabels("kube_pod_container_resource_requests", "container", p.container, "node", "node-1", "resource", "memory", "unit", "byte"), gauge(p.memLim / 2)},
+		{p.ksmLabels("kube_pod_container_resource_limits", "container", p.container, "node", "node-1", "resource", "memory", "unit", "byte"), gauge(p.memLim)},
+		{p.ksmLabels("kube_pod_container_status_restarts_total", "container", p.container, "uid", p.name), restarts},
+		{p.ksmLabels("kube_pod_created", "uid", p.name), gauge(float64(p.born / 1000))},
+		{p.ksmLabels("kube_pod_owner", "owner_kind", "ReplicaSet", "owner_name", p.rs, "owner_is_controller", "true", "uid", p.name), gauge(1)},
+		{p.ksmLabels("kube_pod_status_ready", "condition", "true", "uid", p.name), gauge(1)},
+		{p.ksmLabels("kube_pod_info", "node", "node-1", "uid", p.name, "created_by_kind", "ReplicaSet", "created_by_name", p.rs), gauge(1)},
 	}
 	if p.cpuLim > 0 {
-		ksmSeries = append(ksmSeries, struct {
-			ls    labels.Labels
-			value func(int64, *rand.Rand) float64
-		}{ksm("kube_pod_container_resource_limits", "container", p.container, "node", "node-1", "resource", "cpu", "unit", "core"), gauge(p.cpuLim)})
+		ksm = append(ksm, series{p.ksmLabels("kube_pod_container_resource_limits", "container", p.container, "node", "node-1", "resource", "cpu", "unit", "core"), gauge(p.cpuLim)})
 	}
-	for k, s := range ksmSeries {
-		if err := put(s.ls, s.value, uint64(100+k)); err != nil {
-			return n, err
+	for k, ks := range ksm {
+		if err := s.put(ks.ls, ks.value, uint64(100+k)); err != nil {
+			return err
 		}
 	}
-	// Per ReplicaSet and per HPA, once a day's block: kube-state-metrics'
-	// own series carry no pod.
+	return nil
+}
+
+// owners appends the pod's ReplicaSet's owner and its Deployment's HPA,
+// once a day's block each (seenRS, seenHPA): kube-state-metrics' own
+// series carry no pod. An HPA's span the day's, [dayFrom, dayTo).
+func (s *podSeries) owners(seenRS, seenHPA map[string]bool, dayFrom, dayTo int64) error {
+	p := s.p
 	rsKey := p.ns + "/" + p.rs
 	if !seenRS[rsKey] {
 		seenRS[rsKey] = true
 		ls := labels.FromStrings("__name__", "kube_replicaset_owner", "job", "kube-state-metrics", "instance", "kube-state-metrics:8080",
 			"namespace", p.ns, "replicaset", p.rs, "owner_kind", "Deployment", "owner_name", p.deploy, "owner_is_controller", "true")
-		if err := put(ls, gauge(1), 200); err != nil {
-			return n, err
+		if err := s.put(ls, gauge(1), 200); err != nil {
+			return err
 		}
 	}
 	if hk := p.ns + "/" + p.deploy; p.hpa && !seenHPA[hk] {
@@ -464,12 +482,57 @@ func (f *fleet) appendPod(app storage.Appender, p *pod, from, to, dayFrom, dayTo
 			labels.FromStrings("__name__", "kube_horizontalpodautoscaler_spec_target_metric", "job", "kube-state-metrics", "instance", "kube-state-metrics:8080",
 				"namespace", p.ns, "horizontalpodautoscaler", p.deploy, "metric_name", "cpu", "metric_target_type", "utilization"),
 		} {
-			if err := hpaPut(ls, gauge([]float64{1, 70}[k]), uint64(300+k)); err != nil {
-				return n, err
+			if err := s.f.put(s.app, &s.n, p.seed, ls, gauge([]float64{1, 70}[k]), uint64(300+k), dayFrom, dayTo); err != nil {
+				return err
 			}
 		}
 	}
-	return n, nil
+	return nil
+}
+
+// cadvisorLabels are the labels of cAdvisor's series name of the pod.
+func (p *pod) cadvisorLabels(name string) labels.Labels {
+	return labels.FromStrings("__name__", name, "job", "kubelet", "metrics_path", "/metrics/cadvisor", "container", p.container,
+		"image", "registry.example.com/"+p.container+":v1", "id", "/kubepods/burstable/pod"+p.name+"/"+p.container, "namespace", p.ns, "pod", p.name)
+}
+
+// goLabels are the labels of the pod's own series name (client_golang's).
+func (p *pod) goLabels(name string, extra ...string) labels.Labels {
+	return labels.FromStrings(append([]string{"__name__", name, "job", "pods", "container", p.container, "instance", p.name + ":8080", "namespace", p.ns, "pod", p.name}, extra...)...)
+}
+
+// ksmLabels are the labels of kube-state-metrics' series name of the pod.
+func (p *pod) ksmLabels(name string, extra ...string) labels.Labels {
+	return labels.FromStrings(append([]string{"__name__", name, "job", "kube-state-metrics", "instance", "kube-state-metrics:8080", "namespace", p.ns, "pod", p.name}, extra...)...)
+}
+
+// secs is the pod's age at t, in seconds.
+func (p *pod) secs(t int64) float64 { return float64(t-p.born) / 1000 }
+
+// load is the demand through the day: a daily cycle with noise, the same
+// for every series of the pod at a time (u is deterministic in t).
+func (p *pod) load(t int64) float64 {
+	h := float64(t%(24*3600*1000)) / (24 * 3600 * 1000)
+	noise := (u(p.seed, t, 1) + u(p.seed, t, 2) + u(p.seed, t, 3) - 1.5) * 2 * 0.15
+	return math.Max(0.05, 1+0.5*math.Sin(2*math.Pi*h+p.phase)+noise)
+}
+
+// cycle is where the heap is between its live part and the GC's goal at
+// a scrape, shared by the series that see it.
+func (p *pod) cycle(t int64) float64 { return u(p.seed, t, 4) }
+
+// cpuAt is the CPU counter: the mean demand's integral.
+func (p *pod) cpuAt(t int64) float64 {
+	h := float64(t%(24*3600*1000)) / (24 * 3600 * 1000)
+	return p.cpu * (p.secs(t) + 0.5*24*3600/(2*math.Pi)*(math.Cos(p.phase)-math.Cos(2*math.Pi*h+p.phase)))
+}
+
+// heapLive is the live heap at t, growing with the load.
+func (p *pod) heapLive(t int64) float64 { return p.live * math.Pow(p.load(t), 0.3) }
+
+// goal is the GC's goal for a live heap: GOGC's, or less under GOMEMLIMIT.
+func (p *pod) goal(live float64) float64 {
+	return math.Min(live*(1+p.gogc/100), math.Max(live, p.gomemlimit-p.outside))
 }
 
 // put appends one series' samples on the grid over [from, to), its ref

@@ -439,65 +439,103 @@ type ArmSeries struct {
 // Analyze judges every arm against the control. It is pure: the same
 // input and seed give the same results.
 func Analyze(in Input) (*Results, error) {
-	ctrl := -1
+	ctrl, n, err := checkArms(in)
+	if err != nil {
+		return nil, err
+	}
+	if in.Resamples <= 0 {
+		in.Resamples = 1000
+	}
+	// Analyze must not change its input: the windows get their grid on
+	// copies.
+	in.Arms = copyArms(in.Arms)
+	newGrid(in.Arms)
+	a := newAnalysis(in, n)
+	for i := range in.Arms {
+		a.describe(&in.Arms[i])
+	}
+	for i := range in.Arms {
+		if i != ctrl {
+			a.compare(i, ctrl)
+		}
+	}
+	return a.res, nil
+}
+
+// checkArms finds the control and checks that every arm's pods have
+// windows, paired: it gives the control's index and the windows.
+func checkArms(in Input) (ctrl, n int, err error) {
+	ctrl = -1
 	for i, a := range in.Arms {
 		if a.Name == in.Control {
 			ctrl = i
 		}
 	}
 	if ctrl < 0 {
-		return nil, fmt.Errorf("control arm %q has no data", in.Control)
+		return 0, 0, fmt.Errorf("control arm %q has no data", in.Control)
 	}
-	n := -1
+	n = -1
 	for _, a := range in.Arms {
 		if len(a.Pods) == 0 || len(a.Windows) != len(a.Pods) {
-			return nil, fmt.Errorf("arm %s: %d pods, %d pods' windows", a.Name, len(a.Pods), len(a.Windows))
+			return 0, 0, fmt.Errorf("arm %s: %d pods, %d pods' windows", a.Name, len(a.Pods), len(a.Windows))
 		}
 		for p, ws := range a.Windows {
 			if n < 0 {
 				n = len(ws)
 			}
 			if len(ws) != n {
-				return nil, fmt.Errorf("arm %s pod %s has %d windows, others %d: windows must be paired", a.Name, a.Pods[p], len(ws), n)
+				return 0, 0, fmt.Errorf("arm %s pod %s has %d windows, others %d: windows must be paired", a.Name, a.Pods[p], len(ws), n)
 			}
 		}
 	}
-	if in.Resamples <= 0 {
-		in.Resamples = 1000
-	}
-	sec := in.Window.Seconds()
-	// Analyze must not change its input: the windows get their grid on
-	// copies.
-	arms := make([]Arm, len(in.Arms))
-	for i, a := range in.Arms {
+	return ctrl, n, nil
+}
+
+// copyArms copies the arms with their windows.
+func copyArms(in []Arm) []Arm {
+	arms := make([]Arm, len(in))
+	for i, a := range in {
 		arms[i] = a
 		arms[i].Windows = make([][]Window, len(a.Windows))
 		for p, ws := range a.Windows {
 			arms[i].Windows[p] = append([]Window(nil), ws...)
 		}
 	}
-	in.Arms = arms
-	newGrid(in.Arms)
-	ms := Metrics()
-	for i := range ms {
-		switch ms[i].Name {
+	return arms
+}
+
+// analysis is one Analyze's state: its input (the windows on their
+// grid), the metrics it has data for, its levels, the bootstrap (whose
+// draws follow the order of the calls) and the results as they fill in.
+type analysis struct {
+	in    Input
+	n     int // windows
+	ms    []Metric
+	rps   Metric
+	harm  Harm
+	level float64 // the quality verdicts' α at this look
+	// harmBar is the e-value that makes an arm harmful: 1 / HarmAlpha.
+	harmBar    float64
+	b          *stats.Bootstrap
+	bufA, bufC []Window
+	res        *Results
+}
+
+// newAnalysis sets the metrics, the tests of this look and their levels
+// (the sequential plan's where there is one), and the notes they need.
+func newAnalysis(in Input, n int) *analysis {
+	sec := in.Window.Seconds()
+	a := &analysis{in: in, n: n, ms: Metrics(), harm: in.Harm, b: stats.NewBootstrap(in.Resamples, in.Seed)}
+	for i := range a.ms {
+		switch a.ms[i].Name {
 		case "requests_per_second":
-			ms[i].of = perPodSecond(HasLatency, func(w Window) float64 { return w.Requests }, sec)
+			a.ms[i].of = perPodSecond(HasLatency, func(w Window) float64 { return w.Requests }, sec)
 		case "cpu_cores":
-			ms[i].of = perPodSecond(HasCPU, func(w Window) float64 { return w.CPUSeconds }, sec)
+			a.ms[i].of = perPodSecond(HasCPU, func(w Window) float64 { return w.CPUSeconds }, sec)
 		}
 	}
-	have := func(m Metric) bool {
-		for _, need := range splitPlus(m.Needs) {
-			if !in.Have[need] {
-				return false
-			}
-		}
-		return true
-	}
-	harm := in.Harm
-	if harm == (Harm{}) {
-		harm = DefaultHarm()
+	if a.harm == (Harm{}) {
+		a.harm = DefaultHarm()
 	}
 	res := &Results{
 		Experiment: in.Experiment, Namespace: in.Namespace, Workload: in.Workload, Control: in.Control, From: in.From, To: in.To,
@@ -505,150 +543,171 @@ func Analyze(in Input) (*Results, error) {
 		Sources: in.Sources, Notes: append([]string{}, in.Notes...), Verdicts: []Verdict{},
 		Look: 1, Looks: 1, Alpha: 0.05,
 	}
-	var rps Metric
-	for _, m := range ms {
+	a.res = res
+	for _, m := range a.ms {
 		if m.Name == "requests_per_second" {
-			rps = m
+			a.rps = m
 		}
 	}
 	// The tests of this look: every quality verdict of every arm but the
 	// control. Harm has its own α (harm.go), never shared with them: the
 	// guard acts on harm alone.
 	perArm := 0
-	for _, m := range ms {
-		if m.Verdict && have(m) {
+	for _, m := range a.ms {
+		if m.Verdict && a.have(m) {
 			perArm++
 		}
 	}
 	res.Tests = perArm * (len(in.Arms) - 1)
-	level := 0.05
+	a.level = 0.05
 	res.HarmAlpha = 0.05
 	if in.Seq != nil {
 		span := time.Duration(n) * in.Window
 		res.Look, res.Looks, res.Alpha, res.AnytimeValid = in.Seq.Look(span), in.Seq.K, in.Seq.Looks.Alpha, true
-		level = in.Seq.Level(span, res.Tests)
+		a.level = in.Seq.Level(span, res.Tests)
 		// The plan's α again, for harm: anytime-valid over every window
 		// from the start, shared by the arms.
 		res.HarmAlpha = in.Seq.Looks.Alpha / float64(max(len(in.Arms)-1, 1))
 		res.Notes = append(res.Notes, fmt.Sprintf("look %d (every %v; %v from the start, the intervals tightest at %v): %g chance of any false quality verdict at any look, ever, shared by %d tests: each interval reaches %.2f standard errors (a single reading's 95%%: 1.96); harm anytime-valid at %.3g an arm over every window from the start",
 			res.Look, in.Seq.Looks.Every, span, in.Seq.Looks.Planned, res.Alpha, res.Tests, in.Seq.Z(span, res.Tests), res.HarmAlpha))
 	}
-	harmBar := 1 / res.HarmAlpha
+	a.harmBar = 1 / res.HarmAlpha
 	if n < stats.MinWindows {
 		res.Notes = append(res.Notes, fmt.Sprintf("only %d windows: at least %d are needed for an interval; every verdict is undecided (run longer or use a shorter --window)", n, stats.MinWindows))
 	}
-	b := stats.NewBootstrap(in.Resamples, in.Seed)
-	var bufA, bufC []Window
-	for _, a := range in.Arms {
-		if len(a.Pods) < MinPods {
-			res.Notes = append(res.Notes, fmt.Sprintf("arm %s has %d pods, fewer than %d: a difference of a pod's own (its node, its neighbours) can hardly be told from the arm's", a.Name, len(a.Pods), MinPods))
+	return a
+}
+
+// have reports whether the input has every series m needs.
+func (a *analysis) have(m Metric) bool {
+	for _, need := range splitPlus(m.Needs) {
+		if !a.in.Have[need] {
+			return false
 		}
-		ar := ArmResult{Name: a.Name, Pods: append([]string{}, a.Pods...), Nodes: maps.Clone(in.Nodes[a.Name]), Metrics: map[string]Value{}, Harms: []string{}, Unready: F(math.NaN())}
-		series := ArmSeries{Arm: a.Name, Values: map[string][]float64{}}
-		for i := range n {
-			any := false
-			for _, ws := range a.Windows {
-				ar.OOMKills += ws[i].OOMKills
-				ar.Restarts += ws[i].Restarts
-				any = any || ws[i].Has != 0
-			}
-			if any {
-				ar.Windows++
-			}
-			series.T = append(series.T, in.From.Add(time.Duration(i)*in.Window))
-		}
-		if in.Have["ready"] {
-			all := allUnits(len(a.Pods))
-			bufA = a.flat(allUnits(n), all, bufA)
-			ar.Unready = F(unready(bufA))
-		}
-		units := []int{len(a.Pods)}
-		for _, m := range ms {
-			if !have(m) || in.VerdictsOnly {
-				continue
-			}
-			iv := b.PairedUnits(n, units, func(idx []int, u [][]int) float64 {
-				bufA = a.flat(idx, u[0], bufA)
-				return m.of(bufA)
-			})
-			ar.Metrics[m.Name] = Value{F(iv.Value), F(iv.Low), F(iv.High)}
-			all := allUnits(len(a.Pods))
-			vs := make([]float64, n)
-			for i := range vs {
-				bufA = a.flat([]int{i}, all, bufA)
-				vs[i] = m.of(bufA)
-			}
-			series.Values[m.Name] = vs
-		}
-		res.Arms = append(res.Arms, ar)
-		res.Series = append(res.Series, series)
 	}
-	c := &in.Arms[ctrl]
-	cr := &res.Arms[ctrl]
-	for i := range in.Arms {
-		if i == ctrl {
+	return true
+}
+
+// describe adds arm's own figures: its counts, its windows with data,
+// its time not ready, and each metric's value with its interval and per
+// window (the plots' series).
+func (a *analysis) describe(arm *Arm) {
+	in, n, res := a.in, a.n, a.res
+	if len(arm.Pods) < MinPods {
+		res.Notes = append(res.Notes, fmt.Sprintf("arm %s has %d pods, fewer than %d: a difference of a pod's own (its node, its neighbours) can hardly be told from the arm's", arm.Name, len(arm.Pods), MinPods))
+	}
+	ar := ArmResult{Name: arm.Name, Pods: append([]string{}, arm.Pods...), Nodes: maps.Clone(in.Nodes[arm.Name]), Metrics: map[string]Value{}, Harms: []string{}, Unready: F(math.NaN())}
+	series := ArmSeries{Arm: arm.Name, Values: map[string][]float64{}}
+	for i := range n {
+		any := false
+		for _, ws := range arm.Windows {
+			ar.OOMKills += ws[i].OOMKills
+			ar.Restarts += ws[i].Restarts
+			any = any || ws[i].Has != 0
+		}
+		if any {
+			ar.Windows++
+		}
+		series.T = append(series.T, in.From.Add(time.Duration(i)*in.Window))
+	}
+	all := allUnits(len(arm.Pods))
+	if in.Have["ready"] {
+		a.bufA = arm.flat(allUnits(n), all, a.bufA)
+		ar.Unready = F(unready(a.bufA))
+	}
+	units := []int{len(arm.Pods)}
+	for _, m := range a.ms {
+		if !a.have(m) || in.VerdictsOnly {
 			continue
 		}
-		a := &in.Arms[i]
-		ar := &res.Arms[i]
-		units := []int{len(a.Pods), len(c.Pods)}
-		// Harm first: an arm that kills pods or fails requests beyond
-		// what the control does is flagged whatever its latency or CPU.
-		// Anytime-valid (harm.go): the e-process from the first window,
-		// at the harm's own α, shared by the arms under test.
-		ev := harmEvidence(a, c, n, harm, in.Have, in.Seed, harmBar)
-		ar.HarmEvidence = F(ev.E)
-		if ev.First >= 0 {
-			at := in.From.Add(time.Duration(ev.First+1) * in.Window)
-			ar.Harms = append(ar.Harms, harmSummary(ev, n, fmt.Sprintf("window %d of %d (%s)", ev.First+1, n, at.UTC().Format(time.RFC3339))))
-			ar.HarmfulAt = &at
+		iv := a.b.PairedUnits(n, units, func(idx []int, u [][]int) float64 {
+			a.bufA = arm.flat(idx, u[0], a.bufA)
+			return m.of(a.bufA)
+		})
+		ar.Metrics[m.Name] = Value{F(iv.Value), F(iv.Low), F(iv.High)}
+		vs := make([]float64, n)
+		for i := range vs {
+			a.bufA = arm.flat([]int{i}, all, a.bufA)
+			vs[i] = m.of(a.bufA)
 		}
-		ar.Harmful = len(ar.Harms) > 0
-		if in.Have["ready"] && (math.IsNaN(float64(ar.Unready)) || math.IsNaN(float64(cr.Unready))) {
-			res.Notes = append(res.Notes, fmt.Sprintf("arm %s: time not ready not judged: no readiness data for it or for %s (missing, never taken as ready)", a.Name, in.Control))
-		}
-		b.Alpha = level
-		// Unequal traffic: a least-request balancer sends less to a
-		// slower arm, whose latency then looks better than it is.
-		if have(rps) {
-			b.Alpha = 0.05
-			iv := b.PairedUnits(n, units, func(idx []int, u [][]int) float64 {
-				bufA, bufC = a.flat(idx, u[0], bufA), c.flat(idx, u[1], bufC)
-				return div(rps.of(bufA), rps.of(bufC))
-			})
-			if iv.Low > 1+rps.Margin || iv.High < 1-rps.Margin {
-				ar.Traffic = fmt.Sprintf("%.3g× %s's requests per pod (95%% interval %.3g to %.3g)", iv.Value, in.Control, iv.Low, iv.High)
-				res.Notes = append(res.Notes, fmt.Sprintf("arm %s gets %s: unequal traffic. A least-request balancer sends less to a slower arm, which then looks better; judge its latency with care", a.Name, ar.Traffic))
-			}
-			b.Alpha = level
-		}
-		for _, h := range ar.Harms {
-			res.Verdicts = append(res.Verdicts, Verdict{Arm: a.Name, Metric: "harm", Verdict: Harmful, Ratio: F(math.NaN()), Low: F(math.NaN()), High: F(math.NaN()), Level: 1 - 1/harmBar, Detail: h})
-		}
-		for _, m := range ms {
-			if !m.Verdict || !have(m) {
-				continue
-			}
-			iv := b.PairedUnits(n, units, func(idx []int, u [][]int) float64 {
-				bufA, bufC = a.flat(idx, u[0], bufA), c.flat(idx, u[1], bufC)
-				return div(m.of(bufA), m.of(bufC))
-			})
-			v := Verdict{Arm: a.Name, Metric: m.Name, Ratio: F(iv.Value), Low: F(iv.Low), High: F(iv.High), Margin: m.Margin,
-				Level: 1 - b.Alpha, Verdict: stats.RatioVerdict(iv, m.Dir, m.Margin)}
-			switch {
-			case math.IsNaN(iv.Value):
-				v.Verdict, v.Detail = stats.Undecided, "no data for one side"
-			case math.IsInf(iv.Value, 0):
-				v.Verdict, v.Detail = stats.Undecided, fmt.Sprintf("%s's is 0: no ratio", in.Control)
-			case m.Name == "cpu_cores" && ar.Traffic != "" && (v.Verdict == stats.Better || v.Verdict == stats.Worse):
-				// A pod's CPU follows its requests: with unequal
-				// traffic, the balancer and not the setting moved it.
-				v.Verdict, v.Detail = stats.Undecided, "the arm's traffic differs ("+ar.Traffic+"), and CPU per pod follows it: judge CPU per request"
-			}
-			res.Verdicts = append(res.Verdicts, v)
+		series.Values[m.Name] = vs
+	}
+	res.Arms = append(res.Arms, ar)
+	res.Series = append(res.Series, series)
+}
+
+// compare judges arm i against the control: harm first, then whether
+// its traffic is the control's, then each quality verdict.
+func (a *analysis) compare(i, ctrl int) {
+	in, n, res := a.in, a.n, a.res
+	arm, c := &in.Arms[i], &in.Arms[ctrl]
+	ar, cr := &res.Arms[i], &res.Arms[ctrl]
+	// Harm first: an arm that kills pods or fails requests beyond
+	// what the control does is flagged whatever its latency or CPU.
+	// Anytime-valid (harm.go): the e-process from the first window,
+	// at the harm's own α, shared by the arms under test.
+	ev := harmEvidence(arm, c, n, a.harm, in.Have, in.Seed, a.harmBar)
+	ar.HarmEvidence = F(ev.E)
+	if ev.First >= 0 {
+		at := in.From.Add(time.Duration(ev.First+1) * in.Window)
+		ar.Harms = append(ar.Harms, harmSummary(ev, n, fmt.Sprintf("window %d of %d (%s)", ev.First+1, n, at.UTC().Format(time.RFC3339))))
+		ar.HarmfulAt = &at
+	}
+	ar.Harmful = len(ar.Harms) > 0
+	if in.Have["ready"] && (math.IsNaN(float64(ar.Unready)) || math.IsNaN(float64(cr.Unready))) {
+		res.Notes = append(res.Notes, fmt.Sprintf("arm %s: time not ready not judged: no readiness data for it or for %s (missing, never taken as ready)", arm.Name, in.Control))
+	}
+	a.b.Alpha = a.level
+	a.traffic(arm, c, ar)
+	for _, h := range ar.Harms {
+		res.Verdicts = append(res.Verdicts, Verdict{Arm: arm.Name, Metric: "harm", Verdict: Harmful, Ratio: F(math.NaN()), Low: F(math.NaN()), High: F(math.NaN()), Level: 1 - 1/a.harmBar, Detail: h})
+	}
+	for _, m := range a.ms {
+		if m.Verdict && a.have(m) {
+			res.Verdicts = append(res.Verdicts, a.verdict(m, arm, c, ar))
 		}
 	}
-	return res, nil
+}
+
+// traffic says whether arm gets the control's requests per pod.
+// Unequal traffic: a least-request balancer sends less to a slower arm,
+// whose latency then looks better than it is.
+func (a *analysis) traffic(arm, c *Arm, ar *ArmResult) {
+	if !a.have(a.rps) {
+		return
+	}
+	rps := a.rps
+	a.b.Alpha = 0.05
+	iv := a.b.PairedUnits(a.n, []int{len(arm.Pods), len(c.Pods)}, func(idx []int, u [][]int) float64 {
+		a.bufA, a.bufC = arm.flat(idx, u[0], a.bufA), c.flat(idx, u[1], a.bufC)
+		return div(rps.of(a.bufA), rps.of(a.bufC))
+	})
+	if iv.Low > 1+rps.Margin || iv.High < 1-rps.Margin {
+		ar.Traffic = fmt.Sprintf("%.3g× %s's requests per pod (95%% interval %.3g to %.3g)", iv.Value, a.in.Control, iv.Low, iv.High)
+		a.res.Notes = append(a.res.Notes, fmt.Sprintf("arm %s gets %s: unequal traffic. A least-request balancer sends less to a slower arm, which then looks better; judge its latency with care", arm.Name, ar.Traffic))
+	}
+	a.b.Alpha = a.level
+}
+
+// verdict is m's verdict on arm against the control c.
+func (a *analysis) verdict(m Metric, arm, c *Arm, ar *ArmResult) Verdict {
+	iv := a.b.PairedUnits(a.n, []int{len(arm.Pods), len(c.Pods)}, func(idx []int, u [][]int) float64 {
+		a.bufA, a.bufC = arm.flat(idx, u[0], a.bufA), c.flat(idx, u[1], a.bufC)
+		return div(m.of(a.bufA), m.of(a.bufC))
+	})
+	v := Verdict{Arm: arm.Name, Metric: m.Name, Ratio: F(iv.Value), Low: F(iv.Low), High: F(iv.High), Margin: m.Margin,
+		Level: 1 - a.b.Alpha, Verdict: stats.RatioVerdict(iv, m.Dir, m.Margin)}
+	switch {
+	case math.IsNaN(iv.Value):
+		v.Verdict, v.Detail = stats.Undecided, "no data for one side"
+	case math.IsInf(iv.Value, 0):
+		v.Verdict, v.Detail = stats.Undecided, fmt.Sprintf("%s's is 0: no ratio", a.in.Control)
+	case m.Name == "cpu_cores" && ar.Traffic != "" && (v.Verdict == stats.Better || v.Verdict == stats.Worse):
+		// A pod's CPU follows its requests: with unequal
+		// traffic, the balancer and not the setting moved it.
+		v.Verdict, v.Detail = stats.Undecided, "the arm's traffic differs ("+ar.Traffic+"), and CPU per pod follows it: judge CPU per request"
+	}
+	return v
 }
 
 // unready is the share of the windows' pod-time not ready, over the

@@ -588,157 +588,191 @@ func missing(o *Observed, p pooled, opt Options, needGo bool) []string {
 	return m
 }
 
-// recommendGofit is the Go-aware recommendation.
+// recommendGofit is the Go-aware recommendation: CPU, then memory, then
+// GOMAXPROCS and GOMEMLIMIT for them through fit.
 func recommendGofit(o *Observed, p pooled, hpa *HPA, procsOver bool, window string, opt Options) Recommendation {
 	r := Recommendation{Method: "gofit", CPURequest: nan, CPULimit: nan, Memory: nan}
 	if r.Missing = missing(o, p, opt, true); len(r.Missing) > 0 {
 		r.Reasons = []string{"not enough data: missing " + strings.Join(r.Missing, "; ")}
 		return r
 	}
-	// CPU: the request covers a quantile of demand (p95), the limit a
-	// higher one (p99) with a margin; a limit of a core or more is whole
-	// cores, so that GOMAXPROCS (its floor) leaves none of it unusable.
-	// Under an HPA that scales on CPU utilisation, CPU is left alone: a
-	// new request changes what its target means.
-	planReq, planLim := o.Requests.CPU, o.Limits.CPU
+	planReq, planLim, ok := r.recommendCPU(o, p, hpa, procsOver, window, opt)
+	if !ok {
+		return r
+	}
+	m := r.recommendMemory(o, p, hpa, opt)
+	r.planRuntime(o, opt, m, planReq, planLim)
+	return r
+}
+
+// recommendCPU sets the CPU request and limit and gives what the plan is
+// to assume of them; false when the data lacks what --cpu-limit needs.
+//
+// The request covers a quantile of demand (p95), the limit a higher one
+// (p99) with a margin; a limit of a core or more is whole cores, so that
+// GOMAXPROCS (its floor) leaves none of it unusable. Under an HPA that
+// scales on CPU utilisation, CPU is left alone: a new request changes
+// what its target means.
+func (r *Recommendation) recommendCPU(o *Observed, p pooled, hpa *HPA, procsOver bool, window string, opt Options) (planReq, planLim float64, ok bool) {
+	planReq, planLim = o.Requests.CPU, o.Limits.CPU
 	if hpa != nil && hpa.CPU && !opt.AllowHPA {
 		r.CPULimitKept = true
 		r.Reasons = append(r.Reasons, fmt.Sprintf("CPU left as it is: HorizontalPodAutoscaler %s scales on CPU utilisation, whose meaning a new request changes (--allow-hpa sizes it anyway)", hpa.Name))
-	} else {
-		req := roundUp(quantile(p.demand, opt.CPURequestPercentile), 0.01)
-		req = math.Max(req, 0.01)
-		r.CPURequest, planReq = Num(req), req
-		corr := "usage raised by its throttled share where a CFS quota capped it"
-		if procsOver {
-			corr = "usage as measured: the throttling came from GOMAXPROCS above the limit, which the plan fixes"
-		}
-		r.Reasons = append(r.Reasons, fmt.Sprintf("CPU request %s: %s of demand (%s; %s)", fmtCores(req), pctl(opt.CPURequestPercentile), corr, window))
-		switch opt.CPULimit {
-		case CPULimitNone:
-			planLim = 0
-			r.Reasons = append(r.Reasons, "no CPU limit (--cpu-limit none): the patches remove it; GOMAXPROCS follows the node")
-		case CPULimitKeep:
-			r.CPULimitKept = true
-			planLim = math.Max(planLim, 0)
-			if planLim > 0 && planLim < req {
-				// A request above the limit is refused by the API server:
-				// the request stops at the limit kept, and says why.
-				r.CPURequest, planReq = Num(planLim), planLim
-				r.Reasons = append(r.Reasons, fmt.Sprintf("CPU request capped at the kept limit %s: demand's %s is %s, above it, so the limit throttles it (--cpu-limit percentile would raise the limit)",
-					cores0(planLim), pctl(opt.CPURequestPercentile), fmtCores(req)))
-			}
-			r.Reasons = append(r.Reasons, fmt.Sprintf("CPU limit left as it is (--cpu-limit keep): %s", cores0(o.Limits.CPU)))
-		case CPULimitBurst:
-			if len(p.burst) == 0 {
-				r.Missing = append(r.Missing, "CPU bursts (the step's highest 1-minute rate of container_cpu_usage_seconds_total, read with --cpu-limit burst)")
-				r.CPURequest, r.Reasons = nan, []string{"not enough data: missing " + strings.Join(r.Missing, "; ")}
-				return r
-			}
-			q := quantile(p.burst, opt.CPULimitPercentile)
-			l := cpuLimitFrom(q, opt.CPULimitMargin, req)
-			r.CPULimit, planLim = Num(l), l
-			r.Reasons = append(r.Reasons, fmt.Sprintf("CPU limit %s: %s of each step's highest 1-minute demand %s + %.0f%% (--cpu-limit burst; the steps' means put it at %s)%s", fmtCores(l), pctl(opt.CPULimitPercentile), fmtCores(q), opt.CPULimitMargin*100,
-				fmtCores(quantile(p.demand, opt.CPULimitPercentile)), map[bool]string{true: ", rounded up to whole cores so that GOMAXPROCS uses all of it", false: ""}[l >= 1]))
-		default:
-			q := quantile(p.demand, opt.CPULimitPercentile)
-			l := cpuLimitFrom(q, opt.CPULimitMargin, req)
-			r.CPULimit, planLim = Num(l), l
-			r.Reasons = append(r.Reasons, fmt.Sprintf("CPU limit %s: %s of demand %s + %.0f%%%s", fmtCores(l), pctl(opt.CPULimitPercentile), fmtCores(q), opt.CPULimitMargin*100,
-				map[bool]string{true: ", rounded up to whole cores so that GOMAXPROCS uses all of it", false: ""}[l >= 1]))
-		}
+		return planReq, planLim, true
 	}
+	req := roundUp(quantile(p.demand, opt.CPURequestPercentile), 0.01)
+	req = math.Max(req, 0.01)
+	r.CPURequest, planReq = Num(req), req
+	corr := "usage raised by its throttled share where a CFS quota capped it"
+	if procsOver {
+		corr = "usage as measured: the throttling came from GOMAXPROCS above the limit, which the plan fixes"
+	}
+	r.Reasons = append(r.Reasons, fmt.Sprintf("CPU request %s: %s of demand (%s; %s)", fmtCores(req), pctl(opt.CPURequestPercentile), corr, window))
+	wholeCores := map[bool]string{true: ", rounded up to whole cores so that GOMAXPROCS uses all of it", false: ""}
+	switch opt.CPULimit {
+	case CPULimitNone:
+		planLim = 0
+		r.Reasons = append(r.Reasons, "no CPU limit (--cpu-limit none): the patches remove it; GOMAXPROCS follows the node")
+	case CPULimitKeep:
+		r.CPULimitKept = true
+		planLim = math.Max(planLim, 0)
+		if planLim > 0 && planLim < req {
+			// A request above the limit is refused by the API server:
+			// the request stops at the limit kept, and says why.
+			r.CPURequest, planReq = Num(planLim), planLim
+			r.Reasons = append(r.Reasons, fmt.Sprintf("CPU request capped at the kept limit %s: demand's %s is %s, above it, so the limit throttles it (--cpu-limit percentile would raise the limit)",
+				cores0(planLim), pctl(opt.CPURequestPercentile), fmtCores(req)))
+		}
+		r.Reasons = append(r.Reasons, fmt.Sprintf("CPU limit left as it is (--cpu-limit keep): %s", cores0(o.Limits.CPU)))
+	case CPULimitBurst:
+		if len(p.burst) == 0 {
+			r.Missing = append(r.Missing, "CPU bursts (the step's highest 1-minute rate of container_cpu_usage_seconds_total, read with --cpu-limit burst)")
+			r.CPURequest, r.Reasons = nan, []string{"not enough data: missing " + strings.Join(r.Missing, "; ")}
+			return planReq, planLim, false
+		}
+		q := quantile(p.burst, opt.CPULimitPercentile)
+		l := cpuLimitFrom(q, opt.CPULimitMargin, req)
+		r.CPULimit, planLim = Num(l), l
+		r.Reasons = append(r.Reasons, fmt.Sprintf("CPU limit %s: %s of each step's highest 1-minute demand %s + %.0f%% (--cpu-limit burst; the steps' means put it at %s)%s", fmtCores(l), pctl(opt.CPULimitPercentile), fmtCores(q), opt.CPULimitMargin*100,
+			fmtCores(quantile(p.demand, opt.CPULimitPercentile)), wholeCores[l >= 1]))
+	default:
+		q := quantile(p.demand, opt.CPULimitPercentile)
+		l := cpuLimitFrom(q, opt.CPULimitMargin, req)
+		r.CPULimit, planLim = Num(l), l
+		r.Reasons = append(r.Reasons, fmt.Sprintf("CPU limit %s: %s of demand %s + %.0f%%%s", fmtCores(l), pctl(opt.CPULimitPercentile), fmtCores(q), opt.CPULimitMargin*100,
+			wholeCores[l >= 1]))
+	}
+	return planReq, planLim, true
+}
 
-	// Memory: the live heap (a high quantile over pod-steps) with the GC's
-	// headroom (GOGC), plus what lies outside the heap, plus a margin.
-	// Never the working set's peak: a heap the GC was let grow (GOGC=off,
-	// a GOMEMLIMIT at the limit) fills whatever limit it gets.
+// memoryPlan is what the memory recommendation hands the runtime's plan.
+type memoryPlan struct {
+	limit   float64 // the memory limit to plan for (the current one where memory is left alone)
+	nonHeap float64
+	gogc    string // GOGC to set, "" to leave it
+	gcWhy   string // why GOGC is raised or left alone, "" when the GC is not high
+}
+
+// recommendMemory sets the memory: the live heap (a high quantile over
+// pod-steps) with the GC's headroom (GOGC), plus what lies outside the
+// heap, plus a margin. Never the working set's peak: a heap the GC was let
+// grow (GOGC=off, a GOMEMLIMIT at the limit) fills whatever limit it gets.
+func (r *Recommendation) recommendMemory(o *Observed, p pooled, hpa *HPA, opt Options) memoryPlan {
 	gogc, gogcKnown := 100.0, o.GOGC.Valid()
 	if gogcKnown {
 		gogc = float64(o.GOGC)
 	}
 	live := quantile(p.live, opt.MemoryPercentile)
-	nonHeap := quantile(p.nonHeap, opt.MemoryPercentile)
+	m := memoryPlan{limit: o.Limits.Memory, nonHeap: quantile(p.nonHeap, opt.MemoryPercentile)}
 	need := func(gogc float64) (float64, float64) {
 		h := 2.0 // GOGC=off: a GOMEMLIMIT bounds the heap; give it GOGC=100's room
 		if gogc >= 0 {
 			h = 1 + math.Min(math.Max(gogc, 25), 400)/100
 		}
-		base := live*h + nonHeap
+		base := live*h + m.nonHeap
 		return roundUp(base+math.Max(base*opt.MemoryMargin, opt.MinMemoryMargin), 1<<20), h
 	}
 	mem, h := need(gogc)
-	gogcPlan := ""
-	gcWhy := ""
 	memHPA := hpa != nil && hpa.Memory && !opt.AllowHPA
 	if o.GCShare.Valid() && float64(o.GCShare) >= opt.GCHigh && gogc >= 0 && !memHPA {
-		more := math.Min(gogc*2, 400)
-		mem2, _ := need(more)
-		switch {
-		case !gogcKnown:
-			// Raising an unknown GOGC could halve the headroom the heap
-			// has: a live heap read as goal ÷ 2 is a quarter short at
-			// GOGC=50.
-			gcWhy = fmt.Sprintf("GOGC left alone: the GC takes %.0f%% of the CPU, but GOGC is unknown (go_gc_gogc_percent not exported)", 100*float64(o.GCShare))
-		case o.Limits.Memory >= mem2:
-			gogcPlan, mem, h = strconv.Itoa(int(more)), mem2, 1+more/100
-			gcWhy = fmt.Sprintf("GOGC=%s: the GC takes %.0f%% of the CPU and the current limit %s has room for the heap to grow to %.1f× the live heap",
-				gogcPlan, 100*float64(o.GCShare), fmtBytes(o.Limits.Memory), h)
-		default:
-			gcWhy = fmt.Sprintf("GOGC left alone: the GC takes %.0f%% of the CPU, but GOGC=%.0f would need %s, more than the current limit %s",
-				100*float64(o.GCShare), more, fmtBytes(mem2), fmtBytes(o.Limits.Memory))
-		}
+		mem, h, m.gogc, m.gcWhy = raiseGOGC(o, gogc, gogcKnown, mem, h, need)
+	}
+	if memHPA {
+		r.Reasons = append(r.Reasons, fmt.Sprintf("memory left as it is: HorizontalPodAutoscaler %s scales on memory utilisation (--allow-hpa sizes it anyway); it would be %s", hpa.Name, fmtBytes(mem)))
+		return m
 	}
 	gogcWhy := "GOGC=" + gogcText(gogc) + "'s headroom"
 	if !gogcKnown {
 		gogcWhy = "GOGC assumed 100: go_gc_gogc_percent not exported (client_golang before v1.20)"
 	}
-	planMem := o.Limits.Memory
-	if memHPA {
-		r.Reasons = append(r.Reasons, fmt.Sprintf("memory left as it is: HorizontalPodAutoscaler %s scales on memory utilisation (--allow-hpa sizes it anyway); it would be %s", hpa.Name, fmtBytes(mem)))
-	} else {
-		r.Reasons = append(r.Reasons, fmt.Sprintf("memory %s: live heap %s %s × %.2f (%s) + %s outside the heap (%s) + a %.0f%% margin (at least %s); not the working set (peak %s), which a GC may grow into any limit",
-			fmtBytes(mem), pctl(opt.MemoryPercentile), fmtBytes(live), h, gogcWhy, fmtBytes(nonHeap), pctl(opt.MemoryPercentile), opt.MemoryMargin*100, fmtBytes(opt.MinMemoryMargin), fmtBytes(float64(o.WorkingSet.Max))))
-		if len(p.podLive) > 1 {
-			var above []string
-			for _, pl := range p.podLive {
-				if pl.max > 1.5*live {
-					above = append(above, fmt.Sprintf("%s (%s)", pl.name, fmtBytes(pl.max)))
-				}
-			}
-			if len(above) > 0 {
-				r.Reasons = append(r.Reasons, fmt.Sprintf("pods whose live heap peaked above 1.5× the %s, left to that quantile (a leak, or a burst; --memory-percentile 1 sizes for the peak): %s",
-					pctl(opt.MemoryPercentile), strings.Join(above, ", ")))
+	r.Reasons = append(r.Reasons, fmt.Sprintf("memory %s: live heap %s %s × %.2f (%s) + %s outside the heap (%s) + a %.0f%% margin (at least %s); not the working set (peak %s), which a GC may grow into any limit",
+		fmtBytes(mem), pctl(opt.MemoryPercentile), fmtBytes(live), h, gogcWhy, fmtBytes(m.nonHeap), pctl(opt.MemoryPercentile), opt.MemoryMargin*100, fmtBytes(opt.MinMemoryMargin), fmtBytes(float64(o.WorkingSet.Max))))
+	if len(p.podLive) > 1 {
+		var above []string
+		for _, pl := range p.podLive {
+			if pl.max > 1.5*live {
+				above = append(above, fmt.Sprintf("%s (%s)", pl.name, fmtBytes(pl.max)))
 			}
 		}
-		// A container the kernel killed is never planned below the limit
-		// it died at: that limit was too small, whatever the heap says.
-		if p.oomAt > 0 && mem < p.oomAt*opt.OOMBump {
-			mem = roundUp(p.oomAt*opt.OOMBump, 1<<20)
-			r.Reasons = append(r.Reasons, fmt.Sprintf("memory raised to %s: %.0f OOM kills at a limit of %s, and never below %.1f× it", fmtBytes(mem), o.OOMKills, fmtBytes(p.oomAt), opt.OOMBump))
+		if len(above) > 0 {
+			r.Reasons = append(r.Reasons, fmt.Sprintf("pods whose live heap peaked above 1.5× the %s, left to that quantile (a leak, or a burst; --memory-percentile 1 sizes for the peak): %s",
+				pctl(opt.MemoryPercentile), strings.Join(above, ", ")))
 		}
-		r.Memory, planMem = Num(mem), mem
 	}
+	// A container the kernel killed is never planned below the limit
+	// it died at: that limit was too small, whatever the heap says.
+	if p.oomAt > 0 && mem < p.oomAt*opt.OOMBump {
+		mem = roundUp(p.oomAt*opt.OOMBump, 1<<20)
+		r.Reasons = append(r.Reasons, fmt.Sprintf("memory raised to %s: %.0f OOM kills at a limit of %s, and never below %.1f× it", fmtBytes(mem), o.OOMKills, fmtBytes(p.oomAt), opt.OOMBump))
+	}
+	r.Memory, m.limit = Num(mem), mem
+	return m
+}
 
+// raiseGOGC decides, for a GC that takes much of the CPU, whether GOGC
+// goes up (doubled, at most 400) within the current limit: it gives the
+// memory and headroom to plan for, the GOGC to set ("" for none) and why.
+func raiseGOGC(o *Observed, gogc float64, gogcKnown bool, mem, h float64, need func(gogc float64) (float64, float64)) (float64, float64, string, string) {
+	more := math.Min(gogc*2, 400)
+	mem2, _ := need(more)
+	switch {
+	case !gogcKnown:
+		// Raising an unknown GOGC could halve the headroom the heap
+		// has: a live heap read as goal ÷ 2 is a quarter short at
+		// GOGC=50.
+		return mem, h, "", fmt.Sprintf("GOGC left alone: the GC takes %.0f%% of the CPU, but GOGC is unknown (go_gc_gogc_percent not exported)", 100*float64(o.GCShare))
+	case o.Limits.Memory >= mem2:
+		plan, h := strconv.Itoa(int(more)), 1+more/100
+		return mem2, h, plan, fmt.Sprintf("GOGC=%s: the GC takes %.0f%% of the CPU and the current limit %s has room for the heap to grow to %.1f× the live heap",
+			plan, 100*float64(o.GCShare), fmtBytes(o.Limits.Memory), h)
+	default:
+		return mem, h, "", fmt.Sprintf("GOGC left alone: the GC takes %.0f%% of the CPU, but GOGC=%.0f would need %s, more than the current limit %s",
+			100*float64(o.GCShare), more, fmtBytes(mem2), fmtBytes(o.Limits.Memory))
+	}
+}
+
+// planRuntime plans GOMAXPROCS, GOMEMLIMIT and GOGC through fit for the
+// CPU and memory recommended (or kept), with GOGC raised where m says.
+func (r *Recommendation) planRuntime(o *Observed, opt Options, m memoryPlan, planReq, planLim float64) {
 	pol := opt.Policy
-	if gogcPlan != "" {
+	if m.gogc != "" {
 		po := pol.Options()
-		po.GOGC = gogcPlan
+		po.GOGC = m.gogc
 		if np, err := fit.New(po); err == nil {
 			pol = np
 		}
 	}
 	plan := pol.PlanContainer(fit.Container{
-		CPULimit: planLim, LeafCPULimit: planLim, CPURequest: planReq, MemoryLimit: int64(planMem), NonGo: int64(nonHeap), GoVersion: goRelease(o.GoVersion),
+		CPULimit: planLim, LeafCPULimit: planLim, CPURequest: planReq, MemoryLimit: int64(m.limit), NonGo: int64(m.nonHeap), GoVersion: goRelease(o.GoVersion),
 	})
-	r.GOMAXPROCS, r.GOMEMLIMIT, r.GOGC, r.NonGo = plan.GOMAXPROCS, plan.GOMEMLIMIT, plan.GOGC, int64(nonHeap)
+	r.GOMAXPROCS, r.GOMEMLIMIT, r.GOGC, r.NonGo = plan.GOMAXPROCS, plan.GOMEMLIMIT, plan.GOGC, int64(m.nonHeap)
 	r.Env = plan.Export
 	for _, n := range plan.Reasons {
 		r.Reasons = append(r.Reasons, "fit: "+n.Text)
 	}
-	if gcWhy != "" {
-		r.Reasons = append(r.Reasons, gcWhy)
+	if m.gcWhy != "" {
+		r.Reasons = append(r.Reasons, m.gcWhy)
 	}
-	return r
 }
 
 // pctl names a quantile as the reasons print it: p95, p99.9, max.

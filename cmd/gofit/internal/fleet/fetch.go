@@ -123,7 +123,10 @@ type fetcher struct {
 	q       Query
 	sel     string // the namespace and cluster matchers, maybe empty
 	by      string // the container key's labels
+	podBy   string // the pod key's labels
 	filter  string // `and on (…) …`: Go containers (of the selected pods)
+	since   string // the window, as PromQL's duration
+	step    string // the step, as PromQL's duration
 	steps   int
 	mu      sync.Mutex // notes and queries, from concurrent range reads
 	notes   []string
@@ -161,12 +164,6 @@ func (f *fetcher) instant(query string) (model.Vector, error) {
 	return vec, nil
 }
 
-// ranged runs query over the window in chunks, handing each series'
-// points (step index, value) to put.
-func (f *fetcher) ranged(query string, put func(m model.Metric, i int, v float64)) (int, error) {
-	return f.rangedCtx(f.ctx, query, put)
-}
-
 // note keeps the server's warnings about a query.
 func (f *fetcher) note(warns []string, query string) {
 	f.mu.Lock()
@@ -176,9 +173,10 @@ func (f *fetcher) note(warns []string, query string) {
 	}
 }
 
-// rangedCtx is ranged under ctx; several may run at once, each handing
-// points to its own put.
-func (f *fetcher) rangedCtx(ctx context.Context, query string, put func(m model.Metric, i int, v float64)) (int, error) {
+// ranged runs query over the window in chunks under ctx, handing each
+// series' points (step index, value) to put and giving how many it
+// handed; several may run at once, each handing points to its own put.
+func (f *fetcher) ranged(ctx context.Context, query string, put func(m model.Metric, i int, v float64)) (int, error) {
 	n := 0
 	for c := 0; c < f.steps; c += f.q.ChunkSteps {
 		last := min(c+f.q.ChunkSteps, f.steps) - 1
@@ -204,17 +202,48 @@ func (f *fetcher) rangedCtx(ctx context.Context, query string, put func(m model.
 
 // Fetch reads the fleet's series. Every query aggregates on the server to
 // one series per container and is limited to Go containers there, and
-// range queries go in chunks of ChunkSteps.
+// range queries go in chunks of ChunkSteps. It runs one fetch's stages in
+// order: the Go containers and those left out, their last values (the
+// spec, the runtime's settings, restarts and OOM kills), the owners and
+// HPAs, then the series per step; then it groups the containers by
+// workload.
 func Fetch(ctx context.Context, c api.Client, q Query) (Input, error) {
-	prom := v1.NewAPI(c)
+	q, steps, err := q.withDefaults()
+	if err != nil {
+		return Input{}, err
+	}
+	r, err := newFetchRun(ctx, c, q, steps)
+	if err != nil {
+		return Input{}, err
+	}
+	for _, stage := range []func() error{
+		r.goContainers, r.leftOut, r.found,
+		r.settings, r.creation, r.counts,
+		r.readOwners, r.hpas,
+		r.series, r.burst, r.gcFallback,
+	} {
+		if err := stage(); err != nil {
+			return Input{}, err
+		}
+	}
+	in, f := r.in, r.f
+	in.Notes = append(in.Notes, f.notes...)
+	in.Sources["queries"] = fmt.Sprintf("%d (range queries in chunks of %d steps of %s)", f.queries, q.ChunkSteps, f.step)
+	in.Groups = r.groups()
+	return *in, nil
+}
+
+// withDefaults checks q and fills in its defaults; it gives the steps in
+// its span.
+func (q Query) withDefaults() (Query, int, error) {
 	if q.Step <= 0 || !q.To.After(q.From) {
-		return Input{}, fmt.Errorf("want a step and a span: step %v, from %v to %v", q.Step, q.From, q.To)
+		return q, 0, fmt.Errorf("want a step and a span: step %v, from %v to %v", q.Step, q.From, q.To)
 	}
 	if q.ClusterLabel == "" {
 		q.ClusterLabel = "cluster"
 	}
 	if !labelName.MatchString(q.ClusterLabel) {
-		return Input{}, fmt.Errorf("cluster label %q: not a label name", q.ClusterLabel)
+		return q, 0, fmt.Errorf("cluster label %q: not a label name", q.ClusterLabel)
 	}
 	if q.ChunkSteps <= 0 {
 		q.ChunkSteps = int(max(1, min(10000, 24*time.Hour/q.Step)))
@@ -225,9 +254,31 @@ func Fetch(ctx context.Context, c api.Client, q Query) (Input, error) {
 	q.Concurrency = max(1, q.Concurrency)
 	steps := int(q.To.Sub(q.From) / q.Step)
 	if steps < 1 {
-		return Input{}, fmt.Errorf("span %v is shorter than one step of %v", q.To.Sub(q.From), q.Step)
+		return q, 0, fmt.Errorf("span %v is shorter than one step of %v", q.To.Sub(q.From), q.Step)
 	}
-	f := &fetcher{ctx: ctx, prom: prom, raw: c, q: q, steps: steps}
+	return q, steps, nil
+}
+
+// fetchRun is one Fetch's state as its stages fill it in.
+type fetchRun struct {
+	f  *fetcher
+	in *Input
+	// podSel is the selector's kube_pod_labels matchers ("" without one);
+	// podFilter limits a query to the selected pods.
+	podSel, podFilter string
+	pods              map[key]*Pod    // the Go containers
+	created           map[key]float64 // pod key (container "") → kube_pod_created
+	owners            owners
+	hpa               map[key]*HPA // workload key (pod = kind/name)
+}
+
+// owners are what kube-state-metrics says owns pods, ReplicaSets and
+// Jobs, keyed by the object's name as a pod's (container "") → kind,
+// name.
+type owners struct{ pod, rs, job map[key][2]string }
+
+func newFetchRun(ctx context.Context, c api.Client, q Query, steps int) (*fetchRun, error) {
+	f := &fetcher{ctx: ctx, prom: v1.NewAPI(c), raw: c, q: q, steps: steps}
 	var sel []string
 	if q.Namespace != "" {
 		sel = append(sel, fmt.Sprintf("namespace=%q", q.Namespace))
@@ -237,209 +288,257 @@ func Fetch(ctx context.Context, c api.Client, q Query) (Input, error) {
 	}
 	f.sel = strings.Join(sel, ", ")
 	f.by = q.ClusterLabel + ", namespace, pod, container"
-	podBy := q.ClusterLabel + ", namespace, pod"
-	since := model.Duration(q.To.Sub(q.From)).String()
-	step := model.Duration(q.Step).String()
-	in := Input{Start: q.From, Step: q.Step, Steps: steps, Sources: map[string]string{}}
-
+	f.podBy = q.ClusterLabel + ", namespace, pod"
+	f.since = model.Duration(q.To.Sub(q.From)).String()
+	f.step = model.Duration(q.Step).String()
+	r := &fetchRun{f: f, in: &Input{Start: q.From, Step: q.Step, Steps: steps, Sources: map[string]string{}}, pods: map[key]*Pod{}}
 	goSeries := fmt.Sprintf(`group by (%s) (go_info%s)`, f.by, f.m(`container!=""`))
-	podFilter := ""
 	if q.Selector != "" {
 		ms, err := ParseSelector(q.Selector)
 		if err != nil {
-			return Input{}, err
+			return nil, err
 		}
-		podFilter = fmt.Sprintf(` and on (%s) group by (%s) (kube_pod_labels%s)`, podBy, podBy, f.m(ms))
+		r.podSel = ms
+		r.podFilter = fmt.Sprintf(` and on (%s) group by (%s) (kube_pod_labels%s)`, f.podBy, f.podBy, f.m(ms))
 	}
-	f.filter = fmt.Sprintf(` and on (%s) (%s%s)`, f.by, goSeries, podFilter)
+	f.filter = fmt.Sprintf(` and on (%s) (%s%s)`, f.by, goSeries, r.podFilter)
+	return r, nil
+}
 
-	// The Go containers: go_info at any time in the window.
-	goQ := fmt.Sprintf(`max by (%s, version) (last_over_time(go_info%s[%s]))`, f.by, f.m(`container!=""`), since)
-	if podFilter != "" {
-		goQ += fmt.Sprintf(` and on (%s) group by (%s) (last_over_time(kube_pod_labels%s[%s]))`, podBy, podBy, f.m(mustSel(q.Selector)), since)
+// goContainers finds the Go containers: go_info at any time in the window.
+func (r *fetchRun) goContainers() error {
+	f := r.f
+	goQ := fmt.Sprintf(`max by (%s, version) (last_over_time(go_info%s[%s]))`, f.by, f.m(`container!=""`), f.since)
+	if r.podFilter != "" {
+		goQ += fmt.Sprintf(` and on (%s) group by (%s) (last_over_time(kube_pod_labels%s[%s]))`, f.podBy, f.podBy, f.m(r.podSel), f.since)
 	}
 	vec, err := f.instant(goQ)
 	if err != nil {
-		return Input{}, err
+		return err
 	}
-	pods := map[key]*Pod{}
 	for _, s := range vec {
 		k := f.keyOf(s.Metric)
-		if pods[k] == nil {
-			pods[k] = newPod(k.pod)
+		if r.pods[k] == nil {
+			r.pods[k] = newPod(k.pod)
 		}
-		pods[k].GoVersion = string(s.Metric["version"])
+		r.pods[k].GoVersion = string(s.Metric["version"])
 	}
-	if len(pods) > q.MaxContainers {
-		return Input{}, fmt.Errorf("%w: %d Go containers match, more than %d (narrow it with --namespace, --selector or --cluster, or raise --max-containers)", ErrTooMany, len(pods), q.MaxContainers)
+	if len(r.pods) > f.q.MaxContainers {
+		return fmt.Errorf("%w: %d Go containers match, more than %d (narrow it with --namespace, --selector or --cluster, or raise --max-containers)", ErrTooMany, len(r.pods), f.q.MaxContainers)
 	}
-	// Containers without go_* series, counted.
+	return nil
+}
+
+// leftOut counts the containers without go_* series, and the Go series
+// that cannot be read as a container's, by reason: they are left out, and
+// the report says so.
+func (r *fetchRun) leftOut() error {
+	f, in := r.f, r.in
 	all, err := f.instant(fmt.Sprintf(`count(group by (%s) (last_over_time(container_cpu_usage_seconds_total%s[%s])) unless on (%s) group by (%s) (last_over_time(go_info%s[%s])))`,
-		f.by, f.m(`container!="", container!="POD"`), since, f.by, f.by, f.m(`container!=""`), since))
+		f.by, f.m(`container!="", container!="POD"`), f.since, f.by, f.by, f.m(`container!=""`), f.since))
 	if err != nil {
-		return Input{}, err
+		return err
 	}
 	if len(all) > 0 {
 		in.NonGo = int(all[0].Value)
 	}
-	// Go series that cannot be read as a container's, counted by reason:
-	// they are left out, and the report says so.
 	in.Unread = map[string]int{}
 	for _, u := range []struct{ why, query string }{
-		{UnreadNoContainer, fmt.Sprintf(`count(group by (%s) (last_over_time(go_info%s[%s])))`, podBy, f.m(`pod!="", container=""`), since)},
-		{UnreadNoPod, fmt.Sprintf(`count(group by (job, instance) (last_over_time(go_info%s[%s])))`, f.m(`pod=""`), since)},
+		{UnreadNoContainer, fmt.Sprintf(`count(group by (%s) (last_over_time(go_info%s[%s])))`, f.podBy, f.m(`pod!="", container=""`), f.since)},
+		{UnreadNoPod, fmt.Sprintf(`count(group by (job, instance) (last_over_time(go_info%s[%s])))`, f.m(`pod=""`), f.since)},
 	} {
 		vec, err := f.instant(u.query)
 		if err != nil {
-			return Input{}, err
+			return err
 		}
 		if len(vec) > 0 && vec[0].Value > 0 {
 			in.Unread[u.why] = int(vec[0].Value)
 		}
 	}
-	if len(pods) == 0 {
+	return nil
+}
+
+// found fails without Go containers, and else says how many there are
+// before any series is read (Query.Found).
+func (r *fetchRun) found() error {
+	f, in := r.f, r.in
+	if len(r.pods) == 0 {
 		where := "in Prometheus"
 		if f.sel != "" {
 			where = "matching " + f.sel
 		}
-		return Input{}, fmt.Errorf("%w %s: no container has go_info series over the last %s (a Go container counts when client_golang's go_* series are scraped with namespace, pod and container labels, as a PodMonitor gives them); %d containers without them", ErrNoGo, where, since, in.NonGo)
+		return fmt.Errorf("%w %s: no container has go_info series over the last %s (a Go container counts when client_golang's go_* series are scraped with namespace, pod and container labels, as a PodMonitor gives them); %d containers without them", ErrNoGo, where, f.since, in.NonGo)
 	}
-	in.Sources["go"] = fmt.Sprintf("go_info: %d Go containers; %d without go_* series left out", len(pods), in.NonGo)
-	if q.Found != nil {
-		q.Found(len(pods), steps)
+	in.Sources["go"] = fmt.Sprintf("go_info: %d Go containers; %d without go_* series left out", len(r.pods), in.NonGo)
+	if f.q.Found != nil {
+		f.q.Found(len(r.pods), f.steps)
 	}
+	return nil
+}
 
-	// Last values over the window: the spec and the runtime's settings.
-	last := func(what, query string, set func(p *Pod, m model.Metric, v float64)) error {
-		vec, err := f.instant(query)
+// lastRead is an instant query of one value per container over the
+// window, and where it goes.
+type lastRead struct {
+	what, source, query string
+	set                 func(p *Pod, m model.Metric, v float64)
+}
+
+// last runs l's query and sets each Go container's value; its source says
+// how many series answered ("none found" for none).
+func (r *fetchRun) last(l lastRead) error {
+	vec, err := r.f.instant(l.query)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for _, s := range vec {
+		if p := r.pods[r.f.keyOf(s.Metric)]; p != nil {
+			l.set(p, s.Metric, float64(s.Value))
+			n++
+		}
+	}
+	r.in.Sources[l.what] = fmt.Sprintf("%s (%d series)", l.source, n)
+	if n == 0 {
+		r.in.Sources[l.what] = "none found"
+	}
+	return nil
+}
+
+// lastOf is metric's last value per container over the window.
+func (f *fetcher) lastOf(metric, extra string) string {
+	return fmt.Sprintf(`max by (%s) (last_over_time(%s%s[%s]))`, f.by, metric, f.m(extra), f.since)
+}
+
+// settings reads the last values over the window of the runtime's
+// settings and the spec's requests and limits.
+func (r *fetchRun) settings() error {
+	f := r.f
+	resources := func(kind string) lastRead {
+		return lastRead{kind, "kube_pod_container_resource_" + kind,
+			fmt.Sprintf(`max by (%s, resource) (last_over_time(kube_pod_container_resource_%s%s[%s]))`, f.by, kind, f.m(`resource=~"cpu|memory"`), f.since),
+			func(p *Pod, m model.Metric, v float64) {
+				res := &p.Requests
+				if kind == "limits" {
+					res = &p.Limits
+				}
+				if m["resource"] == "cpu" {
+					res.CPU = v
+				} else {
+					res.Memory = v
+				}
+			}}
+	}
+	for _, l := range []lastRead{
+		{"gomaxprocs", "go_sched_gomaxprocs_threads", f.lastOf("go_sched_gomaxprocs_threads", ""), func(p *Pod, _ model.Metric, v float64) { p.GOMAXPROCS = v }},
+		{"gomemlimit", "go_gc_gomemlimit_bytes", f.lastOf("go_gc_gomemlimit_bytes", ""), func(p *Pod, _ model.Metric, v float64) { p.GOMEMLIMIT = v }},
+		{"gogc", "go_gc_gogc_percent", f.lastOf("go_gc_gogc_percent", ""), func(p *Pod, _ model.Metric, v float64) { p.GOGC = v }},
+		resources("requests"),
+		resources("limits"),
+	} {
+		if err := r.last(l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// creation reads when each pod was created: the newest pod's spec is the
+// workload's.
+func (r *fetchRun) creation() error {
+	f := r.f
+	vec, err := f.instant(fmt.Sprintf(`max by (%s) (last_over_time(kube_pod_created%s[%s]))`, f.podBy, f.m(""), f.since))
+	if err != nil {
+		return err
+	}
+	r.created = map[key]float64{}
+	for _, s := range vec {
+		r.created[f.keyOf(s.Metric)] = float64(s.Value)
+	}
+	r.in.Sources["created"] = fmt.Sprintf("kube_pod_created (%d pods)", len(r.created))
+	return nil
+}
+
+// counts reads each container's restarts and OOM kills over the window:
+// cAdvisor's kernel OOM events, else kube-state-metrics' last
+// termination reason (at least one kill when seen).
+func (r *fetchRun) counts() error {
+	f := r.f
+	if err := r.last(lastRead{"restarts", "kube_pod_container_status_restarts_total",
+		fmt.Sprintf(`max by (%s) (increase(kube_pod_container_status_restarts_total%s[%s]))`, f.by, f.m(""), f.since),
+		func(p *Pod, _ model.Metric, v float64) { p.Restarts = math.Round(v) }}); err != nil {
+		return err
+	}
+	if err := r.last(lastRead{"oom", "container_oom_events_total (cAdvisor)",
+		fmt.Sprintf(`max by (%s) (increase(container_oom_events_total%s[%s]))`, f.by, f.m(`container!=""`), f.since),
+		func(p *Pod, _ model.Metric, v float64) { p.OOMKills = math.Round(v) }}); err != nil {
+		return err
+	}
+	if !strings.HasPrefix(r.in.Sources["oom"], "none") {
+		return nil
+	}
+	return r.last(lastRead{"oom", "kube_pod_container_status_last_terminated_reason{reason=\"OOMKilled\"} (at least one kill when seen)",
+		fmt.Sprintf(`max by (%s) (max_over_time(kube_pod_container_status_last_terminated_reason%s[%s]))`, f.by, f.m(`reason="OOMKilled"`), f.since),
+		func(p *Pod, _ model.Metric, v float64) { p.OOMKills = v }})
+}
+
+// readOwners reads the owners: a pod's, a ReplicaSet's (its Deployment) and
+// a Job's (a CronJob: its jobTemplate is what can be patched).
+func (r *fetchRun) readOwners() error {
+	o := &r.owners
+	var err error
+	if o.pod, err = r.f.ownersOf("kube_pod_owner", "pod"); err != nil {
+		return err
+	}
+	if o.rs, err = r.f.ownersOf("kube_replicaset_owner", "replicaset"); err != nil {
+		return err
+	}
+	if o.job, err = r.f.ownersOf("kube_job_owner", "job_name"); err != nil {
+		return err
+	}
+	r.in.Sources["owners"] = fmt.Sprintf("kube_pod_owner (%d pods), kube_replicaset_owner (%d), kube_job_owner (%d)", len(o.pod), len(o.rs), len(o.job))
+	return nil
+}
+
+// ownersOf reads metric's owner of each object its label name names,
+// keyed by the object's name (as a pod's, with no container).
+func (f *fetcher) ownersOf(metric, name string) (map[key][2]string, error) {
+	vec, err := f.instant(fmt.Sprintf(`max by (%s, %s, owner_kind, owner_name) (last_over_time(%s%s[%s]))`, f.q.ClusterLabel+", namespace", name, metric, f.m(`owner_kind!="", owner_kind!="<none>"`), f.since))
+	if err != nil {
+		return nil, err
+	}
+	owners := map[key][2]string{}
+	for _, s := range vec {
+		k := key{string(s.Metric[model.LabelName(f.q.ClusterLabel)]), string(s.Metric["namespace"]), string(s.Metric[model.LabelName(name)]), ""}
+		owners[k] = [2]string{string(s.Metric["owner_kind"]), string(s.Metric["owner_name"])}
+	}
+	return owners, nil
+}
+
+// hpas reads the HorizontalPodAutoscalers: what each scales, and on which
+// resources' utilisation (the targets whose meaning a new request
+// changes).
+func (r *fetchRun) hpas() error {
+	f := r.f
+	nsBy := f.q.ClusterLabel + ", namespace"
+	r.hpa = map[key]*HPA{}
+	byName := map[key]*HPA{}
+	vec, err := f.instant(fmt.Sprintf(`max by (%s, horizontalpodautoscaler, scaletargetref_kind, scaletargetref_name) (last_over_time(kube_horizontalpodautoscaler_info%s[%s]))`, nsBy, f.m(""), f.since))
+	if err != nil {
+		return err
+	}
+	for _, s := range vec {
+		c, ns := string(s.Metric[model.LabelName(f.q.ClusterLabel)]), string(s.Metric["namespace"])
+		h := &HPA{Name: string(s.Metric["horizontalpodautoscaler"])}
+		r.hpa[key{c, ns, string(s.Metric["scaletargetref_kind"]) + "/" + string(s.Metric["scaletargetref_name"]), ""}] = h
+		byName[key{c, ns, h.Name, ""}] = h
+	}
+	if len(r.hpa) > 0 {
+		vec, err = f.instant(fmt.Sprintf(`max by (%s, horizontalpodautoscaler, metric_name) (last_over_time(kube_horizontalpodautoscaler_spec_target_metric%s[%s]))`, nsBy, f.m(`metric_name=~"cpu|memory", metric_target_type="utilization"`), f.since))
 		if err != nil {
 			return err
 		}
-		n := 0
 		for _, s := range vec {
-			if p := pods[f.keyOf(s.Metric)]; p != nil {
-				set(p, s.Metric, float64(s.Value))
-				n++
-			}
-		}
-		in.Sources[what] = fmt.Sprintf("%s (%d series)", in.Sources[what], n)
-		if n == 0 {
-			in.Sources[what] = "none found"
-		}
-		return nil
-	}
-	lastOf := func(metric, extra string) string {
-		return fmt.Sprintf(`max by (%s) (last_over_time(%s%s[%s]))`, f.by, metric, f.m(extra), since)
-	}
-	for _, r := range []struct {
-		what, metric string
-		set          func(p *Pod, v float64)
-	}{
-		{"gomaxprocs", "go_sched_gomaxprocs_threads", func(p *Pod, v float64) { p.GOMAXPROCS = v }},
-		{"gomemlimit", "go_gc_gomemlimit_bytes", func(p *Pod, v float64) { p.GOMEMLIMIT = v }},
-		{"gogc", "go_gc_gogc_percent", func(p *Pod, v float64) { p.GOGC = v }},
-	} {
-		in.Sources[r.what] = r.metric
-		set := r.set
-		if err := last(r.what, lastOf(r.metric, ""), func(p *Pod, _ model.Metric, v float64) { set(p, v) }); err != nil {
-			return Input{}, err
-		}
-	}
-	for _, kind := range []string{"requests", "limits"} {
-		in.Sources[kind] = "kube_pod_container_resource_" + kind
-		q := fmt.Sprintf(`max by (%s, resource) (last_over_time(kube_pod_container_resource_%s%s[%s]))`, f.by, kind, f.m(`resource=~"cpu|memory"`), since)
-		if err := last(kind, q, func(p *Pod, m model.Metric, v float64) {
-			r := &p.Requests
-			if kind == "limits" {
-				r = &p.Limits
-			}
-			if m["resource"] == "cpu" {
-				r.CPU = v
-			} else {
-				r.Memory = v
-			}
-		}); err != nil {
-			return Input{}, err
-		}
-	}
-	in.Sources["created"] = "kube_pod_created"
-	created := map[key]float64{}
-	vec, err = f.instant(fmt.Sprintf(`max by (%s) (last_over_time(kube_pod_created%s[%s]))`, podBy, f.m(""), since))
-	if err != nil {
-		return Input{}, err
-	}
-	for _, s := range vec {
-		created[f.keyOf(s.Metric)] = float64(s.Value)
-	}
-	in.Sources["created"] = fmt.Sprintf("kube_pod_created (%d pods)", len(created))
-	in.Sources["restarts"] = "kube_pod_container_status_restarts_total"
-	if err := last("restarts", fmt.Sprintf(`max by (%s) (increase(kube_pod_container_status_restarts_total%s[%s]))`, f.by, f.m(""), since),
-		func(p *Pod, _ model.Metric, v float64) { p.Restarts = math.Round(v) }); err != nil {
-		return Input{}, err
-	}
-	in.Sources["oom"] = "container_oom_events_total (cAdvisor)"
-	if err := last("oom", fmt.Sprintf(`max by (%s) (increase(container_oom_events_total%s[%s]))`, f.by, f.m(`container!=""`), since),
-		func(p *Pod, _ model.Metric, v float64) { p.OOMKills = math.Round(v) }); err != nil {
-		return Input{}, err
-	}
-	if strings.HasPrefix(in.Sources["oom"], "none") {
-		in.Sources["oom"] = "kube_pod_container_status_last_terminated_reason{reason=\"OOMKilled\"} (at least one kill when seen)"
-		if err := last("oom", fmt.Sprintf(`max by (%s) (max_over_time(kube_pod_container_status_last_terminated_reason%s[%s]))`, f.by, f.m(`reason="OOMKilled"`), since),
-			func(p *Pod, _ model.Metric, v float64) { p.OOMKills = v }); err != nil {
-			return Input{}, err
-		}
-	}
-
-	// Owners: a pod's, and a ReplicaSet's (its Deployment).
-	owners := map[key][2]string{} // pod key (container "") → kind, name
-	vec, err = f.instant(fmt.Sprintf(`max by (%s, owner_kind, owner_name) (last_over_time(kube_pod_owner%s[%s]))`, podBy, f.m(`owner_kind!="", owner_kind!="<none>"`), since))
-	if err != nil {
-		return Input{}, err
-	}
-	for _, s := range vec {
-		k := f.keyOf(s.Metric)
-		owners[k] = [2]string{string(s.Metric["owner_kind"]), string(s.Metric["owner_name"])}
-	}
-	rsOwner := map[key][2]string{}
-	vec, err = f.instant(fmt.Sprintf(`max by (%s, replicaset, owner_kind, owner_name) (last_over_time(kube_replicaset_owner%s[%s]))`, q.ClusterLabel+", namespace", f.m(`owner_kind!="", owner_kind!="<none>"`), since))
-	if err != nil {
-		return Input{}, err
-	}
-	for _, s := range vec {
-		rsOwner[key{string(s.Metric[model.LabelName(q.ClusterLabel)]), string(s.Metric["namespace"]), string(s.Metric["replicaset"]), ""}] = [2]string{string(s.Metric["owner_kind"]), string(s.Metric["owner_name"])}
-	}
-	// A Job's owner, a CronJob: its jobTemplate is what can be patched.
-	jobOwner := map[key][2]string{}
-	vec, err = f.instant(fmt.Sprintf(`max by (%s, job_name, owner_kind, owner_name) (last_over_time(kube_job_owner%s[%s]))`, q.ClusterLabel+", namespace", f.m(`owner_kind!="", owner_kind!="<none>"`), since))
-	if err != nil {
-		return Input{}, err
-	}
-	for _, s := range vec {
-		jobOwner[key{string(s.Metric[model.LabelName(q.ClusterLabel)]), string(s.Metric["namespace"]), string(s.Metric["job_name"]), ""}] = [2]string{string(s.Metric["owner_kind"]), string(s.Metric["owner_name"])}
-	}
-	in.Sources["owners"] = fmt.Sprintf("kube_pod_owner (%d pods), kube_replicaset_owner (%d), kube_job_owner (%d)", len(owners), len(rsOwner), len(jobOwner))
-
-	// HorizontalPodAutoscalers: what each scales, and on which resources'
-	// utilisation (the targets whose meaning a new request changes).
-	hpas := map[key]*HPA{} // workload key (pod = kind/name)
-	hpaByName := map[key]*HPA{}
-	vec, err = f.instant(fmt.Sprintf(`max by (%s, horizontalpodautoscaler, scaletargetref_kind, scaletargetref_name) (last_over_time(kube_horizontalpodautoscaler_info%s[%s]))`, q.ClusterLabel+", namespace", f.m(""), since))
-	if err != nil {
-		return Input{}, err
-	}
-	for _, s := range vec {
-		c, ns := string(s.Metric[model.LabelName(q.ClusterLabel)]), string(s.Metric["namespace"])
-		h := &HPA{Name: string(s.Metric["horizontalpodautoscaler"])}
-		hpas[key{c, ns, string(s.Metric["scaletargetref_kind"]) + "/" + string(s.Metric["scaletargetref_name"]), ""}] = h
-		hpaByName[key{c, ns, h.Name, ""}] = h
-	}
-	if len(hpas) > 0 {
-		vec, err = f.instant(fmt.Sprintf(`max by (%s, horizontalpodautoscaler, metric_name) (last_over_time(kube_horizontalpodautoscaler_spec_target_metric%s[%s]))`, q.ClusterLabel+", namespace", f.m(`metric_name=~"cpu|memory", metric_target_type="utilization"`), since))
-		if err != nil {
-			return Input{}, err
-		}
-		for _, s := range vec {
-			if h := hpaByName[key{string(s.Metric[model.LabelName(q.ClusterLabel)]), string(s.Metric["namespace"]), string(s.Metric["horizontalpodautoscaler"]), ""}]; h != nil {
+			if h := byName[key{string(s.Metric[model.LabelName(f.q.ClusterLabel)]), string(s.Metric["namespace"]), string(s.Metric["horizontalpodautoscaler"]), ""}]; h != nil {
 				switch s.Metric["metric_name"] {
 				case "cpu":
 					h.CPU = true
@@ -449,53 +548,76 @@ func Fetch(ctx context.Context, c api.Client, q Query) (Input, error) {
 			}
 		}
 	}
-	in.Sources["hpa"] = fmt.Sprintf("kube_horizontalpodautoscaler_info, kube_horizontalpodautoscaler_spec_target_metric (%d HPAs)", len(hpas))
+	r.in.Sources["hpa"] = fmt.Sprintf("kube_horizontalpodautoscaler_info, kube_horizontalpodautoscaler_spec_target_metric (%d HPAs)", len(r.hpa))
+	return nil
+}
 
-	// The series, per step.
-	cadvisor := `container!="", container!="POD"`
-	type rq struct {
-		what, source, query string
-		slot                func(p *Pod) *[]float32
-	}
-	rate := func(metric, extra string) string {
-		return fmt.Sprintf(`sum by (%s) (rate(%s%s[%s]))%s`, f.by, metric, f.m(extra), step, f.filter)
-	}
-	over := func(fn, metric, extra string) string {
-		return fmt.Sprintf(`max by (%s) (%s(%s%s[%s]))%s`, f.by, fn, metric, f.m(extra), step, f.filter)
-	}
-	series := []rq{
-		{"cpu", "container_cpu_usage_seconds_total (cAdvisor)", rate("container_cpu_usage_seconds_total", cadvisor), func(p *Pod) *[]float32 { return &p.CPU }},
+// cadvisor keeps cAdvisor's containers' own series.
+const cadvisor = `container!="", container!="POD"`
+
+// rangeRead is a range query of one series per container, and the
+// slot of each Go container it fills.
+type rangeRead struct {
+	what, source, query string
+	slot                func(p *Pod) *[]float32
+}
+
+// rate is metric's rate per container over each step, of Go containers.
+func (f *fetcher) rate(metric, extra string) string {
+	return fmt.Sprintf(`sum by (%s) (rate(%s%s[%s]))%s`, f.by, metric, f.m(extra), f.step, f.filter)
+}
+
+// over is fn (max_over_time, min_over_time) of metric per container over
+// each step, of Go containers.
+func (f *fetcher) over(fn, metric, extra string) string {
+	return fmt.Sprintf(`max by (%s) (%s(%s%s[%s]))%s`, f.by, fn, metric, f.m(extra), f.step, f.filter)
+}
+
+// seriesReads are the series per step every fetch reads.
+func (f *fetcher) seriesReads() []rangeRead {
+	return []rangeRead{
+		{"cpu", "container_cpu_usage_seconds_total (cAdvisor)", f.rate("container_cpu_usage_seconds_total", cadvisor), func(p *Pod) *[]float32 { return &p.CPU }},
 		{"throttling", "container_cpu_cfs_throttled_periods_total ÷ container_cpu_cfs_periods_total (cAdvisor)",
-			fmt.Sprintf(`sum by (%[1]s) (increase(container_cpu_cfs_throttled_periods_total%[2]s[%[3]s])) / sum by (%[1]s) (increase(container_cpu_cfs_periods_total%[2]s[%[3]s]))%[4]s`, f.by, f.m(cadvisor), step, f.filter),
+			fmt.Sprintf(`sum by (%[1]s) (increase(container_cpu_cfs_throttled_periods_total%[2]s[%[3]s])) / sum by (%[1]s) (increase(container_cpu_cfs_periods_total%[2]s[%[3]s]))%[4]s`, f.by, f.m(cadvisor), f.step, f.filter),
 			func(p *Pod) *[]float32 { return &p.Throttled }},
-		{"working_set", "container_memory_working_set_bytes (cAdvisor), the step's peak", over("max_over_time", "container_memory_working_set_bytes", cadvisor), func(p *Pod) *[]float32 { return &p.WorkingSet }},
+		{"working_set", "container_memory_working_set_bytes (cAdvisor), the step's peak", f.over("max_over_time", "container_memory_working_set_bytes", cadvisor), func(p *Pod) *[]float32 { return &p.WorkingSet }},
 		{"non_heap", "container_memory_working_set_bytes less the heap's resident spans (go_memstats_heap_inuse_bytes + go_memstats_heap_idle_bytes − go_memstats_heap_released_bytes), the step's averages",
-			fmt.Sprintf(`max by (%[1]s) (avg_over_time(container_memory_working_set_bytes%[2]s[%[4]s])) - on (%[1]s) (max by (%[1]s) (avg_over_time(go_memstats_heap_inuse_bytes%[3]s[%[4]s])) + on (%[1]s) max by (%[1]s) (avg_over_time(go_memstats_heap_idle_bytes%[3]s[%[4]s])) - on (%[1]s) max by (%[1]s) (avg_over_time(go_memstats_heap_released_bytes%[3]s[%[4]s])))`, f.by, f.m(cadvisor), f.m(""), step),
+			fmt.Sprintf(`max by (%[1]s) (avg_over_time(container_memory_working_set_bytes%[2]s[%[4]s])) - on (%[1]s) (max by (%[1]s) (avg_over_time(go_memstats_heap_inuse_bytes%[3]s[%[4]s])) + on (%[1]s) max by (%[1]s) (avg_over_time(go_memstats_heap_idle_bytes%[3]s[%[4]s])) - on (%[1]s) max by (%[1]s) (avg_over_time(go_memstats_heap_released_bytes%[3]s[%[4]s])))`, f.by, f.m(cadvisor), f.m(""), f.step),
 			func(p *Pod) *[]float32 { return &p.NonHeap }},
-		{"heap_alloc_low", "go_memstats_heap_alloc_bytes, the step's low", over("min_over_time", "go_memstats_heap_alloc_bytes", ""), func(p *Pod) *[]float32 { return &p.HeapAllocLow }},
-		{"heap_goal", "go_memstats_next_gc_bytes, the step's peak", over("max_over_time", "go_memstats_next_gc_bytes", ""), func(p *Pod) *[]float32 { return &p.HeapGoal }},
-		{"live_heap", "go_gc_heap_live_bytes, the step's peak", over("max_over_time", "go_gc_heap_live_bytes", ""), func(p *Pod) *[]float32 { return &p.LiveHeap }},
-		{"gc", "go_cpu_classes_gc_total_cpu_seconds_total", rate("go_cpu_classes_gc_total_cpu_seconds_total", ""), func(p *Pod) *[]float32 { return &p.GC }},
+		{"heap_alloc_low", "go_memstats_heap_alloc_bytes, the step's low", f.over("min_over_time", "go_memstats_heap_alloc_bytes", ""), func(p *Pod) *[]float32 { return &p.HeapAllocLow }},
+		{"heap_goal", "go_memstats_next_gc_bytes, the step's peak", f.over("max_over_time", "go_memstats_next_gc_bytes", ""), func(p *Pod) *[]float32 { return &p.HeapGoal }},
+		{"live_heap", "go_gc_heap_live_bytes, the step's peak", f.over("max_over_time", "go_gc_heap_live_bytes", ""), func(p *Pod) *[]float32 { return &p.LiveHeap }},
+		{"gc", "go_cpu_classes_gc_total_cpu_seconds_total", f.rate("go_cpu_classes_gc_total_cpu_seconds_total", ""), func(p *Pod) *[]float32 { return &p.GC }},
 	}
-	// The range reads, Concurrency at a time: each fills its own slot of
-	// every pod, so they share nothing but the pods' index; the first
-	// error cancels the rest.
+}
+
+// fill runs a range query under ctx and puts each Go container's points
+// in its slot; it gives how many points it put.
+func (r *fetchRun) fill(ctx context.Context, query string, slot func(p *Pod) *[]float32) (int, error) {
+	return r.f.ranged(ctx, query, func(m model.Metric, i int, v float64) {
+		if p := r.pods[r.f.keyOf(m)]; p != nil {
+			set(slot(p), r.f.steps, i, v)
+		}
+	})
+}
+
+// series reads the series per step (seriesReads), Concurrency at a time:
+// each fills its own slot of every pod, so they share nothing but the
+// pods' index; the first error cancels the rest.
+func (r *fetchRun) series() error {
+	reads := r.f.seriesReads()
+	ctx := r.f.ctx
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	found := make([]int, len(series))
-	errs := make([]error, len(series))
-	sem := make(chan struct{}, q.Concurrency)
+	found := make([]int, len(reads))
+	errs := make([]error, len(reads))
+	sem := make(chan struct{}, r.f.q.Concurrency)
 	var wg sync.WaitGroup
-	for k, r := range series {
+	for k, rr := range reads {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			slot := r.slot
-			found[k], errs[k] = f.rangedCtx(rctx, r.query, func(m model.Metric, i int, v float64) {
-				if p := pods[f.keyOf(m)]; p != nil {
-					set(slot(p), steps, i, v)
-				}
-			})
+			found[k], errs[k] = r.fill(rctx, rr.query, rr.slot)
 			if errs[k] != nil {
 				cancel()
 			}
@@ -505,82 +627,80 @@ func Fetch(ctx context.Context, c api.Client, q Query) (Input, error) {
 	// A query's own error, not the cancellation it caused in the others.
 	for _, err := range errs {
 		if err != nil && !errors.Is(err, context.Canceled) {
-			return Input{}, err
+			return err
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return Input{}, err
+		return err
 	}
-	for k, r := range series {
+	for k, rr := range reads {
 		if errs[k] != nil {
-			return Input{}, errs[k]
+			return errs[k]
 		}
-		in.Sources[r.what] = r.source
+		r.in.Sources[rr.what] = rr.source
 		if found[k] == 0 {
-			in.Sources[r.what] = "none found"
+			r.in.Sources[rr.what] = "none found"
 		}
 	}
-	if q.CPUBurst {
-		burst := fmt.Sprintf(`max_over_time((sum by (%s) (rate(container_cpu_usage_seconds_total%s[%s])))[%s:%s])%s`,
-			f.by, f.m(cadvisor), model.Duration(BurstWindow), step, model.Duration(BurstResolution), f.filter)
-		n, err := f.ranged(burst, func(m model.Metric, i int, v float64) {
-			if p := pods[f.keyOf(m)]; p != nil {
-				set(&p.CPUPeak, steps, i, v)
-			}
-		})
-		if err != nil {
-			return Input{}, err
-		}
-		in.Sources["cpu_burst"] = fmt.Sprintf("container_cpu_usage_seconds_total (cAdvisor), the step's highest %s rate every %s", model.Duration(BurstWindow), model.Duration(BurstResolution))
-		if n == 0 {
-			in.Sources["cpu_burst"] = "none found"
-		}
-	}
-	in.GCSource = "go_cpu_classes_gc_total_cpu_seconds_total"
-	if strings.HasPrefix(in.Sources["gc"], "none") {
-		// client_golang's default collector: stop-the-world pauses only,
-		// a floor of the GC's CPU.
-		n, err := f.ranged(rate("go_gc_duration_seconds_sum", ""), func(m model.Metric, i int, v float64) {
-			if p := pods[f.keyOf(m)]; p != nil {
-				set(&p.GC, steps, i, v)
-			}
-		})
-		if err != nil {
-			return Input{}, err
-		}
-		in.GCSource = "go_gc_duration_seconds (stop-the-world pauses only: a floor of the GC's CPU)"
-		in.Sources["gc"] = in.GCSource
-		if n == 0 {
-			in.Sources["gc"], in.GCSource = "none found", ""
-		}
-	}
-	in.Notes = append(in.Notes, f.notes...)
-	in.Sources["queries"] = fmt.Sprintf("%d (range queries in chunks of %d steps of %s)", f.queries, q.ChunkSteps, step)
+	return nil
+}
 
+// burst reads each step's highest 1-minute CPU rate, with
+// Query.CPUBurst only.
+func (r *fetchRun) burst() error {
+	f := r.f
+	if !f.q.CPUBurst {
+		return nil
+	}
+	burst := fmt.Sprintf(`max_over_time((sum by (%s) (rate(container_cpu_usage_seconds_total%s[%s])))[%s:%s])%s`,
+		f.by, f.m(cadvisor), model.Duration(BurstWindow), f.step, model.Duration(BurstResolution), f.filter)
+	n, err := r.fill(f.ctx, burst, func(p *Pod) *[]float32 { return &p.CPUPeak })
+	if err != nil {
+		return err
+	}
+	r.in.Sources["cpu_burst"] = fmt.Sprintf("container_cpu_usage_seconds_total (cAdvisor), the step's highest %s rate every %s", model.Duration(BurstWindow), model.Duration(BurstResolution))
+	if n == 0 {
+		r.in.Sources["cpu_burst"] = "none found"
+	}
+	return nil
+}
+
+// gcFallback reads the GC's CPU from client_golang's default collector
+// where the runtime/metrics one is missing: stop-the-world pauses only,
+// a floor of the GC's CPU.
+func (r *fetchRun) gcFallback() error {
+	in := r.in
+	in.GCSource = "go_cpu_classes_gc_total_cpu_seconds_total"
+	if !strings.HasPrefix(in.Sources["gc"], "none") {
+		return nil
+	}
+	n, err := r.fill(r.f.ctx, r.f.rate("go_gc_duration_seconds_sum", ""), func(p *Pod) *[]float32 { return &p.GC })
+	if err != nil {
+		return err
+	}
+	in.GCSource = "go_gc_duration_seconds (stop-the-world pauses only: a floor of the GC's CPU)"
+	in.Sources["gc"] = in.GCSource
+	if n == 0 {
+		in.Sources["gc"], in.GCSource = "none found", ""
+	}
+	return nil
+}
+
+// groups pools the Go containers by workload and container name: a pod's
+// owner, or its ReplicaSet's or Job's where kube-state-metrics knows it;
+// the pods in each by name, the groups by workload and container.
+func (r *fetchRun) groups() []Group {
 	groups := map[string]*Group{}
-	for k, p := range pods {
-		w := Workload{Cluster: k.cluster, Namespace: k.ns, Kind: "Pod", Name: k.pod}
-		if o, ok := owners[key{k.cluster, k.ns, k.pod, ""}]; ok {
-			w.Kind, w.Name = o[0], o[1]
-			switch o[0] {
-			case "ReplicaSet":
-				if d, ok := rsOwner[key{k.cluster, k.ns, o[1], ""}]; ok {
-					w.Kind, w.Name = d[0], d[1]
-				}
-			case "Job":
-				if d, ok := jobOwner[key{k.cluster, k.ns, o[1], ""}]; ok {
-					w.Kind, w.Name = d[0], d[1]
-				}
-			}
-		}
-		if c, ok := created[key{k.cluster, k.ns, k.pod, ""}]; ok {
+	for k, p := range r.pods {
+		w := r.owners.workload(k)
+		if c, ok := r.created[key{k.cluster, k.ns, k.pod, ""}]; ok {
 			p.Created = c
 		}
 		gk := w.String() + "\x00" + k.container
 		g := groups[gk]
 		if g == nil {
 			g = &Group{Workload: w, Container: k.container}
-			if h := hpas[key{w.Cluster, w.Namespace, w.Kind + "/" + w.Name, ""}]; h != nil {
+			if h := r.hpa[key{w.Cluster, w.Namespace, w.Kind + "/" + w.Name, ""}]; h != nil {
 				hc := *h
 				g.HPA = &hc
 			}
@@ -588,18 +708,39 @@ func Fetch(ctx context.Context, c api.Client, q Query) (Input, error) {
 		}
 		g.Pods = append(g.Pods, *p)
 	}
+	var out []Group
 	for _, g := range groups {
 		sort.Slice(g.Pods, func(i, j int) bool { return g.Pods[i].Name < g.Pods[j].Name })
-		in.Groups = append(in.Groups, *g)
+		out = append(out, *g)
 	}
-	sort.Slice(in.Groups, func(i, j int) bool {
-		a, b := in.Groups[i], in.Groups[j]
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
 		return a.Workload.String()+"\x00"+a.Container < b.Workload.String()+"\x00"+b.Container
 	})
-	return in, nil
+	return out
 }
 
-func mustSel(s string) string { m, _ := ParseSelector(s); return m }
+// workload is the workload of container k's pod (the pod itself without
+// an owner).
+func (o owners) workload(k key) Workload {
+	w := Workload{Cluster: k.cluster, Namespace: k.ns, Kind: "Pod", Name: k.pod}
+	po, ok := o.pod[key{k.cluster, k.ns, k.pod, ""}]
+	if !ok {
+		return w
+	}
+	w.Kind, w.Name = po[0], po[1]
+	switch po[0] {
+	case "ReplicaSet":
+		if d, ok := o.rs[key{k.cluster, k.ns, po[1], ""}]; ok {
+			w.Kind, w.Name = d[0], d[1]
+		}
+	case "Job":
+		if d, ok := o.job[key{k.cluster, k.ns, po[1], ""}]; ok {
+			w.Kind, w.Name = d[0], d[1]
+		}
+	}
+	return w
+}
 
 // newPod is a pod with no figures yet: its series are allocated as
 // their first points come (most fleets lack some of them: a fleet's

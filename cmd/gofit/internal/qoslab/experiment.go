@@ -163,41 +163,84 @@ func trial(ctx context.Context, self *cgroup.Cgroups, cfg Config, mode string, r
 	if err != nil {
 		return tr, nil, err
 	}
-	var cleanups []func()
-	defer func() {
-		for i := len(cleanups) - 1; i >= 0; i-- {
-			cleanups[i]()
-		}
-		rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = node.Remove(rctx)
-	}()
-	if err := node.SetMemoryMax(cfg.NodeLimit); err != nil {
-		return tr, nil, err
-	}
-	ls, err := manage.NewChild(node.Cgroups, "ls")
-	if err != nil {
-		return tr, nil, err
-	}
-	cleanups = append(cleanups, func() { _ = ls.Remove(context.Background()) })
-	be, err := manage.NewChild(node.Cgroups, "be")
-	if err != nil {
-		return tr, nil, err
-	}
-	cleanups = append(cleanups, func() { _ = be.Remove(context.Background()) })
-	if err := ls.SetMemoryMax(cfg.LSLimit); err != nil {
+	r := &trialRun{cfg: cfg, node: node}
+	defer r.cleanup()
+	if err := r.groups(); err != nil {
 		return tr, nil, err
 	}
 	var vals []string
 	if mode == "auto" {
-		if vals, err = applyAuto(node, ls, be, cfg); err != nil {
+		if vals, err = applyAuto(r.node, r.ls, r.be, cfg); err != nil {
 			return tr, nil, err
 		}
 	}
-
-	port, err := load.FreePort()
+	url, svcDone, err := r.startService(ctx)
 	if err != nil {
 		return tr, nil, err
+	}
+	hogErr, restarts := r.startHog(ctx)
+	if err := r.fillNode(ctx, hogErr); err != nil {
+		return tr, nil, err
+	}
+	if err := r.measure(ctx, &tr, url, hogErr); err != nil {
+		return tr, nil, err
+	}
+	tr.HogOOMs = int(restarts.Load())
+	if err := r.events(&tr); err != nil {
+		return tr, nil, err
+	}
+	select {
+	case <-svcDone:
+		tr.LSOOMKill = true
+	default:
+	}
+	return tr, vals, nil
+}
+
+// trialRun is one trial's groups, and what undoes what it started, last
+// first.
+type trialRun struct {
+	cfg          Config
+	node, ls, be *manage.Group
+	cleanups     []func()
+}
+
+// cleanup stops what the trial started and removes its groups.
+func (r *trialRun) cleanup() {
+	for i := len(r.cleanups) - 1; i >= 0; i-- {
+		r.cleanups[i]()
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = r.node.Remove(rctx)
+}
+
+// groups limits the node and makes its ls and be groups, ls limited.
+func (r *trialRun) groups() error {
+	if err := r.node.SetMemoryMax(r.cfg.NodeLimit); err != nil {
+		return err
+	}
+	var err error
+	if r.ls, err = manage.NewChild(r.node.Cgroups, "ls"); err != nil {
+		return err
+	}
+	ls := r.ls
+	r.cleanups = append(r.cleanups, func() { _ = ls.Remove(context.Background()) })
+	if r.be, err = manage.NewChild(r.node.Cgroups, "be"); err != nil {
+		return err
+	}
+	be := r.be
+	r.cleanups = append(r.cleanups, func() { _ = be.Remove(context.Background()) })
+	return r.ls.SetMemoryMax(r.cfg.LSLimit)
+}
+
+// startService starts the LS service (the lab's sample) in ls and waits
+// until it answers: it gives its URL and a channel closed when it exits.
+func (r *trialRun) startService(ctx context.Context) (string, <-chan struct{}, error) {
+	cfg, ls := r.cfg, r.ls
+	port, err := load.FreePort()
+	if err != nil {
+		return "", nil, err
 	}
 	addr := "127.0.0.1:" + port
 	svc := ls.Command(cfg.Exe, cfg.SampleArgs(addr)...)
@@ -206,25 +249,30 @@ func trial(ctx context.Context, self *cgroup.Cgroups, cfg Config, mode string, r
 	// group through these attributes (CLONE_INTO_CGROUP).
 	svc.SysProcAttr.Setpgid, svc.SysProcAttr.Pdeathsig = true, syscall.SIGKILL
 	if err := svc.Start(); err != nil {
-		return tr, nil, err
+		return "", nil, err
 	}
 	svcDone := make(chan struct{})
 	go func() { _ = svc.Wait(); close(svcDone) }()
-	cleanups = append(cleanups, func() { _ = svc.Process.Kill(); <-svcDone })
+	r.cleanups = append(r.cleanups, func() { _ = svc.Process.Kill(); <-svcDone })
 	url := "http://" + addr + "/work"
 	if err := load.WaitReady(ctx, load.Readiness{URL: url, Exited: svcDone}); err != nil {
-		return tr, nil, fmt.Errorf("the LS service: %w", err)
+		return "", nil, fmt.Errorf("the LS service: %w", err)
 	}
 	// The service must run in its own group, or the trial measures nothing.
 	if pids, err := ls.PIDs(); err != nil || !slices.Contains(pids, svc.Process.Pid) {
-		return tr, nil, fmt.Errorf("the LS service (pid %d) is not in %s: %v %v", svc.Process.Pid, ls.Memory.Dir, pids, err)
+		return "", nil, fmt.Errorf("the LS service (pid %d) is not in %s: %v %v", svc.Process.Pid, ls.Memory.Dir, pids, err)
 	}
+	return url, svcDone, nil
+}
 
-	// The hog is restarted whenever the OOM killer takes it, so the node
-	// stays overcommitted for the whole window.
+// startHog starts the BE hog in be. It is restarted whenever the OOM
+// killer takes it, so the node stays overcommitted for the whole window:
+// it gives the channel a failed start is sent on and the restarts.
+func (r *trialRun) startHog(ctx context.Context) (<-chan error, *atomic.Int64) {
+	cfg, be := r.cfg, r.be
 	hctx, stopHog := context.WithCancel(ctx)
 	var hogWG sync.WaitGroup
-	var restarts atomic.Int64
+	restarts := new(atomic.Int64)
 	hogErr := make(chan error, 1)
 	hogWG.Add(1)
 	go func() {
@@ -252,70 +300,79 @@ func trial(ctx context.Context, self *cgroup.Cgroups, cfg Config, mode string, r
 			}
 		}
 	}()
-	cleanups = append(cleanups, func() { stopHog(); hogWG.Wait() })
-	// Let the hog fill the node: at least 2s, and until it holds a
-	// quarter of what it can (memory.high may stop it at half the node),
-	// however slow the machine (an emulated one is ~50x slower). A hog
-	// that never gets there is not running in its group, and the trial
-	// would measure nothing.
-	fill := uint64(min(cfg.HogBytes, cfg.NodeLimit) / 4)
+	r.cleanups = append(r.cleanups, func() { stopHog(); hogWG.Wait() })
+	return hogErr, restarts
+}
+
+// fillNode lets the hog fill the node: at least 2s, and until it holds a
+// quarter of what it can (memory.high may stop it at half the node),
+// however slow the machine (an emulated one is ~50x slower). A hog that
+// never gets there is not running in its group, and the trial would
+// measure nothing.
+func (r *trialRun) fillNode(ctx context.Context, hogErr <-chan error) error {
+	be := r.be
+	fill := uint64(min(r.cfg.HogBytes, r.cfg.NodeLimit) / 4)
 	time.Sleep(2 * time.Second)
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(250 * time.Millisecond) {
 		select {
 		case err := <-hogErr:
-			return tr, nil, err
+			return err
 		case <-ctx.Done():
-			return tr, nil, ctx.Err()
+			return ctx.Err()
 		default:
 		}
 		ms, err := be.MemoryStats()
 		if err != nil {
-			return tr, nil, fmt.Errorf("the BE hog's group: %w", err)
+			return fmt.Errorf("the BE hog's group: %w", err)
 		}
 		if ms.Peak >= fill {
-			break
+			return nil
 		}
 		if time.Now().After(deadline) {
-			return tr, nil, fmt.Errorf("the BE hog did not fill %s: peak %d bytes after a minute, want %d", be.Memory.Dir, ms.Peak, fill)
+			return fmt.Errorf("the BE hog did not fill %s: peak %d bytes after a minute, want %d", be.Memory.Dir, ms.Peak, fill)
 		}
 	}
+}
 
+// measure drives the open-loop load at the LS service and puts its
+// figures in tr; it fails if a hog restart failed meanwhile (the node was
+// not kept full).
+func (r *trialRun) measure(ctx context.Context, tr *Trial, url string, hogErr <-chan error) error {
 	ld := load.NewLoader(load.MaxOpenInFlight, nil)
-	r := ld.Open(ctx, load.NewMix(load.Get(url, nil), 1), cfg.Rate, cfg.Duration)
+	res := ld.Open(ctx, load.NewMix(load.Get(url, nil), 1), r.cfg.Rate, r.cfg.Duration)
 	ld.Close()
 	select {
 	case err := <-hogErr: // a restart failed: the node was not kept full
-		return tr, nil, err
+		return err
 	default:
 	}
 	// Failed and cut-short requests count in the latencies with the time
 	// they took, so a service the OOM killer took is as slow as the
 	// client's patience, not missing from the figures.
-	tr.P50, tr.P99, tr.RPS, tr.Errors, tr.blocks = r.P50, r.P99, r.RPS, r.Errors, r.Blocks
-	if r.Requests == 0 {
+	tr.P50, tr.P99, tr.RPS, tr.Errors, tr.blocks = res.P50, res.P99, res.RPS, res.Errors, res.Blocks
+	if res.Requests == 0 {
 		// A service that answered nothing (killed at once) refuses
 		// connections fast: it is as slow as the client's patience.
 		ms := float64(load.RequestTimeout.Milliseconds())
 		tr.P50, tr.P99 = ms, ms
 	}
-	tr.HogOOMs = int(restarts.Load())
-	// The groups were made for this trial, so their counters are its own.
+	return nil
+}
+
+// events puts in tr what the kernel counted in each group: the groups
+// were made for this trial, so their counters are its own.
+func (r *trialRun) events(tr *Trial) error {
 	for _, c := range []struct {
 		g   *manage.Group
 		out *Events
-	}{{ls, &tr.LS}, {be, &tr.BE}, {node, &tr.Node}} {
+	}{{r.ls, &tr.LS}, {r.be, &tr.BE}, {r.node, &tr.Node}} {
 		ms, err := c.g.MemoryStats()
 		if err != nil {
-			return tr, nil, fmt.Errorf("read memory events: %w", err)
+			return fmt.Errorf("read memory events: %w", err)
 		}
 		*c.out = Events{High: ms.HighHits, Max: ms.MaxHits, OOMKills: ms.OOMKills}
 	}
-	select {
-	case <-svcDone:
-		tr.LSOOMKill = true
-	default:
-	}
-	return tr, vals, nil
+	return nil
 }
 
 // applyAuto writes what the agent's auto policy gives an LS pod (the
