@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/common/model"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/promclient"
 	"github.com/gofit-dev/gofit/kube/admission"
 )
 
@@ -100,22 +101,16 @@ func sameWorkload(gone, want string) bool {
 }
 
 // ownerWorkload is the workload of a gone pod from its kube_pod_owner
-// series: a ReplicaSet NAME-HASH whose HASH is a pod-template-hash's is
-// taken for Deployment NAME, as for live pods (where the
-// pod-template-hash label says so); another ReplicaSet is itself.
+// series, by the one rule every reader shares (promclient.Workload): a
+// ReplicaSet NAME-HASH whose HASH is a pod-template-hash's is taken for
+// Deployment NAME, as for live pods (where the pod-template-hash label
+// says so); another ReplicaSet is itself.
 func ownerWorkload(kind, name string) string {
-	switch {
-	case kind == "" || kind == NoController:
+	k, n, ok := promclient.Workload(kind, name, nil)
+	if !ok {
 		return NoController
-	case kind == "ReplicaSet":
-		// A Deployment names its ReplicaSets NAME-HASH, HASH of
-		// Kubernetes' safe alphabet (no vowels, no 0, 1 or 3).
-		if i := strings.LastIndexByte(name, '-'); i > 0 && len(name)-i-1 >= 4 && len(name)-i-1 <= 10 &&
-			strings.Trim(name[i+1:], "bcdfghjklmnpqrstvwxz2456789") == "" {
-			return "Deployment/" + name[:i]
-		}
 	}
-	return kind + "/" + name
+	return k + "/" + n
 }
 
 // Fetch finds the arms' pods and reads their series into paired windows.

@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/api"
 	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/promclient"
 )
 
 // Query is what to read.
@@ -721,23 +723,29 @@ func (r *fetchRun) groups() []Group {
 }
 
 // workload is the workload of container k's pod (the pod itself without
-// an owner).
+// an owner), by the rule every reader shares (promclient.Workload): its
+// ReplicaSet's or Job's owner where kube-state-metrics knows it, else a
+// Deployment's ReplicaSet by its name.
 func (o owners) workload(k key) Workload {
 	w := Workload{Cluster: k.cluster, Namespace: k.ns, Kind: "Pod", Name: k.pod}
 	po, ok := o.pod[key{k.cluster, k.ns, k.pod, ""}]
 	if !ok {
 		return w
 	}
-	w.Kind, w.Name = po[0], po[1]
-	switch po[0] {
-	case "ReplicaSet":
-		if d, ok := o.rs[key{k.cluster, k.ns, po[1], ""}]; ok {
-			w.Kind, w.Name = d[0], d[1]
+	up := func(kind, name string) (string, string, bool) {
+		var d [2]string
+		switch kind {
+		case "ReplicaSet":
+			d, ok = o.rs[key{k.cluster, k.ns, name, ""}]
+		case "Job":
+			d, ok = o.job[key{k.cluster, k.ns, name, ""}]
+		default:
+			return "", "", false
 		}
-	case "Job":
-		if d, ok := o.job[key{k.cluster, k.ns, po[1], ""}]; ok {
-			w.Kind, w.Name = d[0], d[1]
-		}
+		return d[0], d[1], ok
+	}
+	if kind, name, ok := promclient.Workload(po[0], po[1], up); ok {
+		w.Kind, w.Name = kind, name
 	}
 	return w
 }

@@ -2,7 +2,9 @@
 // read Prometheus share (`gofit fleet`, `gofit experiment report`): one
 // place for the address, a bearer token file, a TLS CA and extra headers
 // (X-Scope-OrgID for Mimir, Cortex and Thanos tenants), so Prometheus,
-// Thanos and Mimir answer every command alike.
+// Thanos and Mimir answer every command alike; and the one rule by which
+// each of them finds a pod's workload from kube-state-metrics' owners
+// (Workload).
 package promclient
 
 import (
