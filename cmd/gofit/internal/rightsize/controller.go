@@ -39,6 +39,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/fleet"
+	labreport "github.com/gofit-dev/gofit/cmd/gofit/internal/lab/report"
 	"github.com/gofit-dev/gofit/kube/admission"
 )
 
@@ -692,19 +693,8 @@ func (c *Controller) writeFile(d *appsv1.Deployment, s map[string]Setting, what 
 		return "", fmt.Errorf("--out: %w", err)
 	}
 	path := filepath.Join(c.Files, name)
-	tmp, err := os.CreateTemp(c.Files, "."+name+".*")
-	if err != nil {
-		return "", fmt.Errorf("--out: %w", err)
-	}
-	_, werr := tmp.WriteString(body)
-	cerr := tmp.Close()
-	if err := errors.Join(werr, cerr); err != nil {
-		os.Remove(tmp.Name())
-		return "", fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		os.Remove(tmp.Name())
-		return "", fmt.Errorf("write %s: %w", path, err)
+	if err := labreport.WriteAtomic(path, []byte(body)); err != nil {
+		return "", err
 	}
 	return path, nil
 }

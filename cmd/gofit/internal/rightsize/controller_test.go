@@ -334,6 +334,16 @@ func TestControllerOnARealAPIServer(t *testing.T) {
 	if err != nil || !strings.Contains(string(b), "kubectl patch deployment web -n default --type strategic") {
 		t.Errorf("promotion file: %v\n%s", err, b)
 	}
+	// Written as every gofit report is (lab/report.WriteAtomic): readable
+	// by the team that applies it, no temporary file left beside it.
+	if fi, err := os.Stat(filepath.Join(out, "default.deployment.web.rightsize.yaml")); err != nil {
+		t.Error(err)
+	} else if fi.Mode().Perm() != 0o644 {
+		t.Errorf("promotion file's mode %v, want 0644", fi.Mode().Perm())
+	}
+	if left, _ := filepath.Glob(filepath.Join(out, ".*")); len(left) > 0 {
+		t.Errorf("temporary files left in --out: %v", left)
+	}
 	look(None)
 
 	want := []string{"RightsizePromoted", "RightsizeRolledBack", "RightsizeTrialEnded", "RightsizeTrialStarted", "RightsizeTrialStarted", "RightsizeTrialStarted"}
