@@ -259,11 +259,13 @@ func serveNode(o nodeFlags, a *agent.Agent, layout *agent.Layout, reg *prometheu
 	var h http.Handler = mux
 	if o.metricsSecure {
 		if h, err = agent.Guarded(cfg, mux, logr.FromSlogHandler(log.Handler()), "/healthz", "/livez"); err != nil {
+			ln.Close()
 			return nil, fmt.Errorf("--metrics-secure: %w", err)
 		}
 		host, _ := os.Hostname()
 		tc, err := agent.SelfSignedTLS(host)
 		if err != nil {
+			ln.Close()
 			return nil, fmt.Errorf("--metrics-secure: %w", err)
 		}
 		ln = tls.NewListener(ln, tc)

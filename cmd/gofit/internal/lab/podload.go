@@ -51,8 +51,9 @@ func (lp *loadPod) start(ctx context.Context, pods *runPods, node string, listed
 	if err != nil {
 		return fmt.Errorf("create the load pod: %w", err)
 	}
-	// The pod as created stays known (its name, for the clean-up) when
-	// the wait cannot read it back.
+	// The pod as created stays known (its name, in the error and in
+	// where the study ran) when the wait cannot read it back; the run's
+	// clean-up deletes it with the rest, by the run's label.
 	lp.pod = created
 	began := time.Now()
 	ready, err := pods.waitReady(ctx, created.Name, "--kube-image "+lp.image, 2*time.Minute)

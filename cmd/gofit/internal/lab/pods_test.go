@@ -469,9 +469,9 @@ func TestServesSecure(t *testing.T) {
 }
 
 // TestLoadPodStartReadFails: when the API server cannot be read while the
-// load pod starts, start says so and keeps the pod it created, so that
-// the clean-up deletes it by name. It used to read the name of the nil
-// pod the failed wait returned, and panic.
+// load pod starts, start says so, naming the pod it created, and keeps
+// it. It used to read the name of the nil pod the failed wait returned,
+// and panic.
 func TestLoadPodStartReadFails(t *testing.T) {
 	cs := kfake.NewSimpleClientset()
 	cs.PrependReactor("create", "pods", func(a ktesting.Action) (bool, runtime.Object, error) {
@@ -489,6 +489,6 @@ func TestLoadPodStartReadFails(t *testing.T) {
 		t.Fatalf("start: %v, want an error naming the pod and the cause", err)
 	}
 	if got := lp.name(); got != "gofit-lab-r1-load-x1" {
-		t.Errorf("name() = %q after the failed wait, want the pod created (the clean-up deletes it)", got)
+		t.Errorf("name() = %q after the failed wait, want the pod created", got)
 	}
 }
