@@ -161,7 +161,7 @@ func runFleet(args []string, stdout, stderr io.Writer) error {
 	in, err := fleet.Fetch(ctx, pc, fleet.Query{
 		From: to.Add(-since), To: to, Step: step, Namespace: *ns, Selector: *selector, Cluster: *cluster,
 		ClusterLabel: *clusterLabel, MaxContainers: *maxContainers, Concurrency: *concurrency,
-		Found:    func(containers, steps int) { fitHeap(containers, steps, *concurrency) },
+		Found:    func(_, steps int) { fitHeap(steps, *concurrency) },
 		CPUBurst: *cpuLimit == fleet.CPULimitBurst,
 	})
 	if err != nil {
@@ -205,11 +205,11 @@ func runFleet(args []string, stdout, stderr io.Writer) error {
 // (fleet.HeapGoal), unless GOMEMLIMIT says otherwise or a lower limit is
 // already set (gofit's own fit, in a container): the tool fits itself,
 // as it asks of the services it reads.
-func fitHeap(containers, steps, inFlight int) {
+func fitHeap(steps, inFlight int) {
 	if os.Getenv("GOMEMLIMIT") != "" {
 		return
 	}
-	if goal := fleet.HeapGoal(containers, steps, inFlight); goal < debug.SetMemoryLimit(-1) {
+	if goal := fleet.HeapGoal(steps, inFlight); goal < debug.SetMemoryLimit(-1) {
 		debug.SetMemoryLimit(goal)
 	}
 }

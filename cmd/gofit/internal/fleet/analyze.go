@@ -269,13 +269,6 @@ type podPeak struct {
 	max  float64
 }
 
-func has(s []float32, i int) (float64, bool) {
-	if i >= len(s) || math.IsNaN(float64(s[i])) {
-		return 0, false
-	}
-	return float64(s[i]), true
-}
-
 // goalLive is the divisor that turns a pod's heap goal into a bound of its
 // live heap, 1 + GOGC/100, and the highest goal it holds for; 0 where the
 // goal says nothing of the live heap (GOGC off). A GOMEMLIMIT lowers the
@@ -302,7 +295,7 @@ func goalLive(pod Pod) (div, upTo float64) {
 func pool(in Input, g Group) pooled {
 	p := pooled{first: -1, last: -1}
 	for _, pod := range g.Pods {
-		if anyValue(pod.LiveHeap) {
+		if pod.LiveHeap.Any() {
 			p.liveFromRuntime = true
 		}
 	}
@@ -315,10 +308,10 @@ func pool(in Input, g Group) pooled {
 		div, upTo := goalLive(pod)
 		peak, wsPeak := math.NaN(), 0.0
 		for i := range in.Steps {
-			if c, ok := has(pod.CPU, i); ok {
+			if c, ok := pod.CPU.At(i); ok {
 				p.cpu = append(p.cpu, c)
 				d := c
-				if t, ok := has(pod.Throttled, i); ok {
+				if t, ok := pod.Throttled.At(i); ok {
 					p.thrSum += t
 					p.thrN++
 					if !selfInflicted {
@@ -326,11 +319,11 @@ func pool(in Input, g Group) pooled {
 					}
 				}
 				p.demand = append(p.demand, d)
-				if pk, ok := has(pod.CPUPeak, i); ok {
+				if pk, ok := pod.CPUPeak.At(i); ok {
 					// The peak minute's demand: raised as the step's mean is.
 					p.burst = append(p.burst, math.Max(pk, c)*d/math.Max(c, 1e-9))
 				}
-				if gc, ok := has(pod.GC, i); ok {
+				if gc, ok := pod.GC.At(i); ok {
 					p.gcSum += gc
 					p.gcCPU += c
 				}
@@ -339,17 +332,17 @@ func pool(in Input, g Group) pooled {
 				}
 				p.last = max(p.last, i)
 			}
-			if w, ok := has(pod.WorkingSet, i); ok {
+			if w, ok := pod.WorkingSet.At(i); ok {
 				p.ws = append(p.ws, w)
 				wsPeak = math.Max(wsPeak, w)
 			}
 			// The live heap: the runtime's own figure where it is
 			// exported; else the lower of two bounds above it, the
 			// allocated heap's low and the heap goal ÷ (1 + GOGC/100).
-			lv, ok := has(pod.LiveHeap, i)
+			lv, ok := pod.LiveHeap.At(i)
 			if !p.liveFromRuntime {
-				lv, ok = has(pod.HeapAllocLow, i)
-				if goal, gok := has(pod.HeapGoal, i); gok && div > 0 && goal <= upTo && (!ok || goal/div < lv) {
+				lv, ok = pod.HeapAllocLow.At(i)
+				if goal, gok := pod.HeapGoal.At(i); gok && div > 0 && goal <= upTo && (!ok || goal/div < lv) {
 					lv, ok = goal/div, true
 					p.anyGoal = true
 				}
@@ -360,7 +353,7 @@ func pool(in Input, g Group) pooled {
 					peak = lv
 				}
 			}
-			if nh, ok := has(pod.NonHeap, i); ok {
+			if nh, ok := pod.NonHeap.At(i); ok {
 				p.nonHeap = append(p.nonHeap, math.Max(0, nh))
 			}
 		}
@@ -430,18 +423,7 @@ func newestLast(pods []Pod) []Pod {
 }
 
 // lastStep is the last step a pod has CPU or working-set data at; -1 for none.
-func lastStep(p Pod) int {
-	last := -1
-	for _, s := range [][]float32{p.CPU, p.WorkingSet} {
-		for i := len(s) - 1; i > last; i-- {
-			if !math.IsNaN(float64(s[i])) {
-				last = i
-				break
-			}
-		}
-	}
-	return last
-}
+func lastStep(p Pod) int { return max(p.CPU.Last(), p.WorkingSet.Last()) }
 
 func analyzeGroup(in Input, g Group, containersInPod int, opt Options) Container {
 	c := Container{Workload: g.Workload, Container: g.Container}
@@ -874,30 +856,21 @@ func seriesOf(in Input, g Group) Series {
 	}
 	for _, pod := range g.Pods {
 		live := pod.LiveHeap
-		if !anyValue(live) {
+		if !live.Any() {
 			live = pod.HeapAllocLow
 		}
 		for i := range in.Steps {
 			for _, x := range []struct {
 				dst *float64
-				src []float32
+				src Track
 			}{{&s.CPU[i/per], pod.CPU}, {&s.WorkingSet[i/per], pod.WorkingSet}, {&s.LiveHeap[i/per], live}} {
-				if i < len(x.src) && !math.IsNaN(float64(x.src[i])) && (math.IsNaN(*x.dst) || float64(x.src[i]) > *x.dst) {
-					*x.dst = float64(x.src[i])
+				if v, ok := x.src.At(i); ok && (math.IsNaN(*x.dst) || v > *x.dst) {
+					*x.dst = v
 				}
 			}
 		}
 	}
 	return s
-}
-
-func anyValue(s []float32) bool {
-	for _, v := range s {
-		if !math.IsNaN(float64(v)) {
-			return true
-		}
-	}
-	return false
 }
 
 // roundUp rounds x up to a multiple of unit, without float noise in the

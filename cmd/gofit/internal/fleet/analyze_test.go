@@ -26,12 +26,12 @@ type shape struct {
 	noHeap, noWS                 bool
 }
 
-func series(n int, f func(i int) float64) []float32 {
+func series(n int, f func(i int) float64) Track {
 	s := make([]float32, n)
 	for i := range s {
 		s[i] = float32(f(i))
 	}
-	return s
+	return Track{V: s}
 }
 
 func (s shape) pod(name string, steps int, step time.Duration) Pod {
@@ -254,10 +254,10 @@ func TestKRRAndVPA(t *testing.T) {
 	ksteps := 100
 	in := input(ksteps, kstep, Pod{Name: "a"}, Pod{Name: "b"})
 	for i := range ksteps {
-		set(&in.Groups[0].Pods[0].CPU, ksteps, i, float64(i+1)/100) // 0.01 … 1.00: p95 0.9505
-		set(&in.Groups[0].Pods[1].CPU, ksteps, i, 0.5)
-		set(&in.Groups[0].Pods[0].WorkingSet, ksteps, i, 100*mib)
-		set(&in.Groups[0].Pods[1].WorkingSet, ksteps, i, float64(200+i%3*50)*mib) // peak 300MiB
+		in.Groups[0].Pods[0].CPU.put(i, ksteps, float64(i+1)/100) // 0.01 … 1.00: p95 0.9505
+		in.Groups[0].Pods[1].CPU.put(i, ksteps, 0.5)
+		in.Groups[0].Pods[0].WorkingSet.put(i, ksteps, 100*mib)
+		in.Groups[0].Pods[1].WorkingSet.put(i, ksteps, float64(200+i%3*50)*mib) // peak 300MiB
 	}
 	k := KRR(in, in.Groups[0], nil, Options{})
 	if got := float64(k.CPURequest); got != 0.951 {
@@ -271,8 +271,8 @@ func TestKRRAndVPA(t *testing.T) {
 	}
 	// Its minimums: 10m and 100MiB.
 	for i := range ksteps {
-		in.Groups[0].Pods[0].CPU[i], in.Groups[0].Pods[1].CPU[i] = 0.001, 0.001
-		in.Groups[0].Pods[0].WorkingSet[i], in.Groups[0].Pods[1].WorkingSet[i] = 20*mib, 20*mib
+		in.Groups[0].Pods[0].CPU.V[i], in.Groups[0].Pods[1].CPU.V[i] = 0.001, 0.001
+		in.Groups[0].Pods[0].WorkingSet.V[i], in.Groups[0].Pods[1].WorkingSet.V[i] = 20*mib, 20*mib
 	}
 	if k := KRR(in, in.Groups[0], nil, Options{}); float64(k.CPURequest) != 0.01 || float64(k.Memory) != 100*mib {
 		t.Errorf("KRR minimums: %v %v, want 10m and 100MiB", k.CPURequest, fmtBytes(float64(k.Memory)))

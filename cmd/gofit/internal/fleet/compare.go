@@ -35,14 +35,14 @@ func KRR(in Input, g Group, hpa *HPA, opt Options) Recommendation {
 	for _, pod := range g.Pods {
 		var xs []float64
 		for i := range in.Steps {
-			if v, ok := has(pod.CPU, i); ok {
+			if v, ok := pod.CPU.At(i); ok {
 				xs = append(xs, v)
 				if first < 0 || i < first {
 					first = i
 				}
 				last = max(last, i)
 			}
-			if v, ok := has(pod.WorkingSet, i); ok {
+			if v, ok := pod.WorkingSet.At(i); ok {
 				nMem++
 				if math.IsNaN(mem) || v > mem {
 					mem = v
@@ -197,15 +197,15 @@ func vpa(in Input, g Group, containersInPod int) Recommendation {
 		lastPeak, lastAt := math.NaN(), time.Time{}
 		for i := range in.Steps {
 			t := in.Start.Add(time.Duration(i+1) * in.Step)
-			if i < len(pod.CPU) && !math.IsNaN(float64(pod.CPU[i])) {
-				cpu.add(float64(pod.CPU[i]), w, t)
+			if v, ok := pod.CPU.At(i); ok {
+				cpu.add(v, w, t)
 				nCPU++
 			}
 		}
 		for s := 0; s < in.Steps; s += per {
 			peak := math.NaN()
-			for i := s; i < min(s+per, in.Steps, len(pod.WorkingSet)); i++ {
-				if v := float64(pod.WorkingSet[i]); !math.IsNaN(v) && (math.IsNaN(peak) || v > peak) {
+			for i := s; i < min(s+per, in.Steps, pod.WorkingSet.End()); i++ {
+				if v, ok := pod.WorkingSet.At(i); ok && (math.IsNaN(peak) || v > peak) {
 					peak = v
 				}
 			}

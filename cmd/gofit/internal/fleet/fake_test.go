@@ -261,17 +261,18 @@ func TestFetchFake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// gofit fleet sizes its heap before any series is read: 6 containers'
-	// 432 steps (3 days of 10 minutes).
-	if found != [2]int{6, 432} {
-		t.Errorf("Found(%d, %d), want 6 containers of 432 steps", found[0], found[1])
+	// gofit fleet sizes its heap before any series is read: 6 containers
+	// of 432 steps each (3 days of 10 minutes; their pods are older than
+	// the window).
+	if found != [2]int{6, 6 * 432} {
+		t.Errorf("Found(%d, %d), want 6 containers of 432 steps each", found[0], found[1])
 	}
 	// 5,000 containers over 7 days at 5-minute steps: their 8 series
 	// (323 MB) and a quarter more, and 64 MiB: about 450 MiB.
-	if g := HeapGoal(5000, 2016, 1); g < 430<<20 || g > 470<<20 {
-		t.Errorf("HeapGoal(5000, 2016, 1) = %d MiB, want about 450", g>>20)
+	if g := HeapGoal(5000*2016, 1); g < 430<<20 || g > 470<<20 {
+		t.Errorf("HeapGoal(5000 × 2016 steps, 1) = %d MiB, want about 450", g>>20)
 	}
-	if g, g1 := HeapGoal(5000, 2016, 2), HeapGoal(5000, 2016, 1); g-g1 != 64<<20 {
+	if g, g1 := HeapGoal(5000*2016, 2), HeapGoal(5000*2016, 1); g-g1 != 64<<20 {
 		t.Errorf("HeapGoal with 2 chunks in flight = %d MiB, want 64 MiB more than with one (%d MiB)", g>>20, g1>>20)
 	}
 	if in.NonGo != 4 || len(in.Groups) != 3 {
@@ -397,7 +398,7 @@ func TestFetchCoverage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(in.Sources["cpu_burst"], "highest 1m rate") || !anyValue(in.Groups[1].Pods[0].CPUPeak) {
+	if !strings.Contains(in.Sources["cpu_burst"], "highest 1m rate") || !in.Groups[1].Pods[0].CPUPeak.Any() {
 		t.Errorf("burst series: %q", in.Sources["cpu_burst"])
 	}
 	b := Analyze(in, Options{CPULimit: CPULimitBurst}).Containers[1].Gofit
@@ -440,7 +441,7 @@ func BenchmarkFleet5000(b *testing.B) {
 		// As gofit fleet does: a soft memory limit of what the series need.
 		old := debug.SetMemoryLimit(-1)
 		in, err := Fetch(context.Background(), prom, Query{From: end.Add(-7 * 24 * time.Hour), To: end, Step: 5 * time.Minute,
-			Found: func(n, steps int) { debug.SetMemoryLimit(HeapGoal(n, steps, 1)) }})
+			Found: func(_, steps int) { debug.SetMemoryLimit(HeapGoal(steps, 1)) }})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -37,8 +37,10 @@ type Query struct {
 	// bounded whatever --since is.
 	ChunkSteps int
 	// Found, if set, is told how many Go containers were found and how
-	// many steps each series has, before any series is read: gofit fleet
-	// bounds its own heap by HeapGoal of them.
+	// many steps their series can hold in all, before any series is read:
+	// each container's from its pod's creation (kube_pod_created; the
+	// window's start where older or unknown) to the window's end. gofit
+	// fleet bounds its own heap by HeapGoal of them.
 	Found func(containers, steps int)
 	// Concurrency is how many range queries are in flight at once
 	// (default 1). Prometheus evaluates a query on one core, so a server
@@ -64,16 +66,16 @@ const (
 // goal, live heap, GC).
 const seriesKinds = 8
 
-// HeapGoal is the heap Fetch and Analyze need for containers' series of
-// steps steps: the series themselves (a float32 a step) with a quarter
+// HeapGoal is the heap Fetch and Analyze need for series that hold steps
+// steps in all (Query.Found: the containers' steps, each from its pod's
+// creation): seriesKinds series of them (a float32 a step) with a quarter
 // more, and 64 MiB for each chunk's answer in flight (inFlight, at least
-// one) and the analysis. As a soft
-// memory limit it keeps the collector from letting the heap run to
-// twice what is live (GOGC=100): for 5,000 containers over 7 days at
-// 5-minute steps, about 450 MiB (with 7 series, 400 MiB where the heap
-// had peaked at 773 MiB).
-func HeapGoal(containers, steps, inFlight int) int64 {
-	series := int64(containers) * seriesKinds * int64(steps) * 4
+// one) and the analysis. As a soft memory limit it keeps the collector
+// from letting the heap run to twice what is live (GOGC=100): for 5,000
+// containers over 7 days at 5-minute steps, about 450 MiB (with 7 series,
+// 400 MiB where the heap had peaked at 773 MiB).
+func HeapGoal(steps, inFlight int) int64 {
+	series := int64(steps) * seriesKinds * 4
 	return series + series/4 + int64(max(1, inFlight))*64<<20
 }
 
@@ -178,7 +180,7 @@ func (f *fetcher) note(warns []string, query string) {
 // ranged runs query over the window in chunks under ctx, handing each
 // series' points (step index, value) to put and giving how many it
 // handed; several may run at once, each handing points to its own put.
-func (f *fetcher) ranged(ctx context.Context, query string, put func(m model.Metric, i int, v float64)) (int, error) {
+func (f *fetcher) ranged(ctx context.Context, query string, put func(m model.Metric, i, end int, v float64)) (int, error) {
 	n := 0
 	for c := 0; c < f.steps; c += f.q.ChunkSteps {
 		last := min(c+f.q.ChunkSteps, f.steps) - 1
@@ -190,7 +192,7 @@ func (f *fetcher) ranged(ctx context.Context, query string, put func(m model.Met
 		warns, err := queryRange(ctx, f.raw, query, r.Start, r.End, r.Step, func(m model.Metric, t, v float64) {
 			i := int(math.Round((t-from)/f.q.Step.Seconds())) - 1
 			if i >= 0 && i < f.steps && !math.IsNaN(v) {
-				put(m, i, v)
+				put(m, i, last+1, v)
 				n++
 			}
 		})
@@ -220,7 +222,7 @@ func Fetch(ctx context.Context, c api.Client, q Query) (Input, error) {
 	}
 	for _, stage := range []func() error{
 		r.goContainers, r.leftOut, r.found,
-		r.settings, r.creation, r.counts,
+		r.settings, r.creation, r.sized, r.counts,
 		r.readOwners, r.hpas,
 		r.series, r.burst, r.gcFallback,
 	} {
@@ -360,8 +362,7 @@ func (r *fetchRun) leftOut() error {
 	return nil
 }
 
-// found fails without Go containers, and else says how many there are
-// before any series is read (Query.Found).
+// found fails without Go containers, and else says how many there are.
 func (r *fetchRun) found() error {
 	f, in := r.f, r.in
 	if len(r.pods) == 0 {
@@ -372,10 +373,35 @@ func (r *fetchRun) found() error {
 		return fmt.Errorf("%w %s: no container has go_info series over the last %s (a Go container counts when client_golang's go_* series are scraped with namespace, pod and container labels, as a PodMonitor gives them); %d containers without them", ErrNoGo, where, f.since, in.NonGo)
 	}
 	in.Sources["go"] = fmt.Sprintf("go_info: %d Go containers; %d without go_* series left out", len(r.pods), in.NonGo)
-	if f.q.Found != nil {
-		f.q.Found(len(r.pods), f.steps)
+	return nil
+}
+
+// sized tells Query.Found how many Go containers there are and the steps
+// their series can hold, once the pods' creation is known and before any
+// series is read.
+func (r *fetchRun) sized() error {
+	if r.f.q.Found != nil {
+		r.f.q.Found(len(r.pods), r.heldSteps())
 	}
 	return nil
+}
+
+// heldSteps is how many steps the Go containers' series can hold in all
+// (Track): each from the step its pod was created in, the window's first
+// where the pod is older or kube_pod_created does not say, to the last.
+func (r *fetchRun) heldSteps() int {
+	f := r.f
+	from, step := float64(f.q.From.UnixMilli())/1e3, f.q.Step.Seconds()
+	n := 0
+	for k := range r.pods {
+		first := 0
+		if c, ok := r.created[key{k.cluster, k.ns, k.pod, ""}]; ok && c > from {
+			// Step i's point is at the window's start + (i+1) steps.
+			first = min(f.steps-1, max(0, int(math.Ceil((c-from)/step))-1))
+		}
+		n += f.steps - first
+	}
+	return n
 }
 
 // lastRead is an instant query of one value per container over the
@@ -502,15 +528,22 @@ func (r *fetchRun) readOwners() error {
 }
 
 // ownersOf reads metric's owner of each object its label name names,
-// keyed by the object's name (as a pod's, with no container).
+// keyed by the object's name (as a pod's, with no container); "<none>"
+// for an object kube-state-metrics says has none, so that a bare
+// ReplicaSet stays itself (promclient.Workload).
 func (f *fetcher) ownersOf(metric, name string) (map[key][2]string, error) {
-	vec, err := f.instant(fmt.Sprintf(`max by (%s, %s, owner_kind, owner_name) (last_over_time(%s%s[%s]))`, f.q.ClusterLabel+", namespace", name, metric, f.m(`owner_kind!="", owner_kind!="<none>"`), f.since))
+	vec, err := f.instant(fmt.Sprintf(`max by (%s, %s, owner_kind, owner_name) (last_over_time(%s%s[%s]))`, f.q.ClusterLabel+", namespace", name, metric, f.m(`owner_kind!=""`), f.since))
 	if err != nil {
 		return nil, err
 	}
 	owners := map[key][2]string{}
 	for _, s := range vec {
 		k := key{string(s.Metric[model.LabelName(f.q.ClusterLabel)]), string(s.Metric["namespace"]), string(s.Metric[model.LabelName(name)]), ""}
+		// "<none>" says the object has no owner; an owner it had at
+		// another time in the window wins over it.
+		if o, ok := owners[k]; ok && o[0] != "<none>" {
+			continue
+		}
 		owners[k] = [2]string{string(s.Metric["owner_kind"]), string(s.Metric["owner_name"])}
 	}
 	return owners, nil
@@ -561,7 +594,7 @@ const cadvisor = `container!="", container!="POD"`
 // slot of each Go container it fills.
 type rangeRead struct {
 	what, source, query string
-	slot                func(p *Pod) *[]float32
+	slot                func(p *Pod) *Track
 }
 
 // rate is metric's rate per container over each step, of Go containers.
@@ -578,27 +611,27 @@ func (f *fetcher) over(fn, metric, extra string) string {
 // seriesReads are the series per step every fetch reads.
 func (f *fetcher) seriesReads() []rangeRead {
 	return []rangeRead{
-		{"cpu", "container_cpu_usage_seconds_total (cAdvisor)", f.rate("container_cpu_usage_seconds_total", cadvisor), func(p *Pod) *[]float32 { return &p.CPU }},
+		{"cpu", "container_cpu_usage_seconds_total (cAdvisor)", f.rate("container_cpu_usage_seconds_total", cadvisor), func(p *Pod) *Track { return &p.CPU }},
 		{"throttling", "container_cpu_cfs_throttled_periods_total ÷ container_cpu_cfs_periods_total (cAdvisor)",
 			fmt.Sprintf(`sum by (%[1]s) (increase(container_cpu_cfs_throttled_periods_total%[2]s[%[3]s])) / sum by (%[1]s) (increase(container_cpu_cfs_periods_total%[2]s[%[3]s]))%[4]s`, f.by, f.m(cadvisor), f.step, f.filter),
-			func(p *Pod) *[]float32 { return &p.Throttled }},
-		{"working_set", "container_memory_working_set_bytes (cAdvisor), the step's peak", f.over("max_over_time", "container_memory_working_set_bytes", cadvisor), func(p *Pod) *[]float32 { return &p.WorkingSet }},
+			func(p *Pod) *Track { return &p.Throttled }},
+		{"working_set", "container_memory_working_set_bytes (cAdvisor), the step's peak", f.over("max_over_time", "container_memory_working_set_bytes", cadvisor), func(p *Pod) *Track { return &p.WorkingSet }},
 		{"non_heap", "container_memory_working_set_bytes less the heap's resident spans (go_memstats_heap_inuse_bytes + go_memstats_heap_idle_bytes − go_memstats_heap_released_bytes), the step's averages",
 			fmt.Sprintf(`max by (%[1]s) (avg_over_time(container_memory_working_set_bytes%[2]s[%[4]s])) - on (%[1]s) (max by (%[1]s) (avg_over_time(go_memstats_heap_inuse_bytes%[3]s[%[4]s])) + on (%[1]s) max by (%[1]s) (avg_over_time(go_memstats_heap_idle_bytes%[3]s[%[4]s])) - on (%[1]s) max by (%[1]s) (avg_over_time(go_memstats_heap_released_bytes%[3]s[%[4]s])))`, f.by, f.m(cadvisor), f.m(""), f.step),
-			func(p *Pod) *[]float32 { return &p.NonHeap }},
-		{"heap_alloc_low", "go_memstats_heap_alloc_bytes, the step's low", f.over("min_over_time", "go_memstats_heap_alloc_bytes", ""), func(p *Pod) *[]float32 { return &p.HeapAllocLow }},
-		{"heap_goal", "go_memstats_next_gc_bytes, the step's peak", f.over("max_over_time", "go_memstats_next_gc_bytes", ""), func(p *Pod) *[]float32 { return &p.HeapGoal }},
-		{"live_heap", "go_gc_heap_live_bytes, the step's peak", f.over("max_over_time", "go_gc_heap_live_bytes", ""), func(p *Pod) *[]float32 { return &p.LiveHeap }},
-		{"gc", "go_cpu_classes_gc_total_cpu_seconds_total", f.rate("go_cpu_classes_gc_total_cpu_seconds_total", ""), func(p *Pod) *[]float32 { return &p.GC }},
+			func(p *Pod) *Track { return &p.NonHeap }},
+		{"heap_alloc_low", "go_memstats_heap_alloc_bytes, the step's low", f.over("min_over_time", "go_memstats_heap_alloc_bytes", ""), func(p *Pod) *Track { return &p.HeapAllocLow }},
+		{"heap_goal", "go_memstats_next_gc_bytes, the step's peak", f.over("max_over_time", "go_memstats_next_gc_bytes", ""), func(p *Pod) *Track { return &p.HeapGoal }},
+		{"live_heap", "go_gc_heap_live_bytes, the step's peak", f.over("max_over_time", "go_gc_heap_live_bytes", ""), func(p *Pod) *Track { return &p.LiveHeap }},
+		{"gc", "go_cpu_classes_gc_total_cpu_seconds_total", f.rate("go_cpu_classes_gc_total_cpu_seconds_total", ""), func(p *Pod) *Track { return &p.GC }},
 	}
 }
 
 // fill runs a range query under ctx and puts each Go container's points
 // in its slot; it gives how many points it put.
-func (r *fetchRun) fill(ctx context.Context, query string, slot func(p *Pod) *[]float32) (int, error) {
-	return r.f.ranged(ctx, query, func(m model.Metric, i int, v float64) {
+func (r *fetchRun) fill(ctx context.Context, query string, slot func(p *Pod) *Track) (int, error) {
+	return r.f.ranged(ctx, query, func(m model.Metric, i, end int, v float64) {
 		if p := r.pods[r.f.keyOf(m)]; p != nil {
-			set(slot(p), r.f.steps, i, v)
+			slot(p).put(i, end, v)
 		}
 	})
 }
@@ -656,7 +689,7 @@ func (r *fetchRun) burst() error {
 	}
 	burst := fmt.Sprintf(`max_over_time((sum by (%s) (rate(container_cpu_usage_seconds_total%s[%s])))[%s:%s])%s`,
 		f.by, f.m(cadvisor), model.Duration(BurstWindow), f.step, model.Duration(BurstResolution), f.filter)
-	n, err := r.fill(f.ctx, burst, func(p *Pod) *[]float32 { return &p.CPUPeak })
+	n, err := r.fill(f.ctx, burst, func(p *Pod) *Track { return &p.CPUPeak })
 	if err != nil {
 		return err
 	}
@@ -676,7 +709,7 @@ func (r *fetchRun) gcFallback() error {
 	if !strings.HasPrefix(in.Sources["gc"], "none") {
 		return nil
 	}
-	n, err := r.fill(r.f.ctx, r.f.rate("go_gc_duration_seconds_sum", ""), func(p *Pod) *[]float32 { return &p.GC })
+	n, err := r.fill(r.f.ctx, r.f.rate("go_gc_duration_seconds_sum", ""), func(p *Pod) *Track { return &p.GC })
 	if err != nil {
 		return err
 	}
@@ -724,8 +757,9 @@ func (r *fetchRun) groups() []Group {
 
 // workload is the workload of container k's pod (the pod itself without
 // an owner), by the rule every reader shares (promclient.Workload): its
-// ReplicaSet's or Job's owner where kube-state-metrics knows it, else a
-// Deployment's ReplicaSet by its name.
+// ReplicaSet's or Job's owner where kube-state-metrics says, else (no
+// kube_replicaset_owner series at all: a kube-state-metrics that leaves
+// it out) a Deployment's ReplicaSet by its name.
 func (o owners) workload(k key) Workload {
 	w := Workload{Cluster: k.cluster, Namespace: k.ns, Kind: "Pod", Name: k.pod}
 	po, ok := o.pod[key{k.cluster, k.ns, k.pod, ""}]
@@ -734,15 +768,14 @@ func (o owners) workload(k key) Workload {
 	}
 	up := func(kind, name string) (string, string, bool) {
 		var d [2]string
+		var known bool
 		switch kind {
 		case "ReplicaSet":
-			d, ok = o.rs[key{k.cluster, k.ns, name, ""}]
+			d, known = o.rs[key{k.cluster, k.ns, name, ""}]
 		case "Job":
-			d, ok = o.job[key{k.cluster, k.ns, name, ""}]
-		default:
-			return "", "", false
+			d, known = o.job[key{k.cluster, k.ns, name, ""}]
 		}
-		return d[0], d[1], ok
+		return d[0], d[1], known
 	}
 	if kind, name, ok := promclient.Workload(po[0], po[1], up); ok {
 		w.Kind, w.Name = kind, name
@@ -755,15 +788,4 @@ func (o owners) workload(k key) Workload {
 // week of a series it does not have would be 8 KiB a container of NaN).
 func newPod(name string) *Pod {
 	return &Pod{Name: name, GOMAXPROCS: math.NaN(), GOMEMLIMIT: math.NaN(), GOGC: math.NaN()}
-}
-
-// set puts step i's value in *s, allocating it (every step NaN) first.
-func set(s *[]float32, steps, i int, v float64) {
-	if *s == nil {
-		*s = make([]float32, steps)
-		for j := range *s {
-			(*s)[j] = float32(math.NaN())
-		}
-	}
-	(*s)[i] = float32(v)
 }

@@ -21,11 +21,11 @@ func TestOnePodDoesNotSetTheFigure(t *testing.T) {
 	}
 	calm := Analyze(input(week, step, pods...), Options{}).Containers[0].Gofit
 	leak := pods[2]
-	leak.HeapAllocLow = append([]float32(nil), leak.HeapAllocLow...)
-	leak.HeapGoal = append([]float32(nil), leak.HeapGoal...)
+	leak.HeapAllocLow = Track{V: append([]float32(nil), leak.HeapAllocLow.V...)}
+	leak.HeapGoal = Track{V: append([]float32(nil), leak.HeapGoal.V...)}
 	for i := 1000; i < 1012; i++ {
-		leak.HeapAllocLow[i] *= 4
-		leak.HeapGoal[i] *= 4
+		leak.HeapAllocLow.V[i] *= 4
+		leak.HeapGoal.V[i] *= 4
 	}
 	pods[2] = leak
 	c := Analyze(input(week, step, pods...), Options{}).Containers[0]
@@ -69,10 +69,10 @@ func TestNewestPodSpec(t *testing.T) {
 	newS := oldS
 	newS.gomaxprocs, newS.gomemlimit, newS.req, newS.lim = 1, 460*mib, Resources{0.5, 512 * mib}, Resources{1, 512 * mib}
 	cut := func(p Pod, from, to int) Pod {
-		for _, s := range []*[]float32{&p.CPU, &p.Throttled, &p.GC, &p.WorkingSet, &p.NonHeap, &p.HeapAllocLow, &p.HeapGoal} {
-			for i := range *s {
-				if i < from || i >= to {
-					(*s)[i] = float32(math.NaN())
+		for _, s := range []*Track{&p.CPU, &p.Throttled, &p.GC, &p.WorkingSet, &p.NonHeap, &p.HeapAllocLow, &p.HeapGoal} {
+			for j := range s.V {
+				if i := s.From + j; i < from || i >= to {
+					s.V[j] = float32(math.NaN())
 				}
 			}
 		}
@@ -115,7 +115,7 @@ func TestCPULimitBurst(t *testing.T) {
 	if why := strings.Join(c.Reasons, "\n"); !strings.Contains(why, "highest 1-minute demand") {
 		t.Errorf("reasons:\n%s", why)
 	}
-	p.CPUPeak = nil
+	p.CPUPeak = Track{}
 	if c := Analyze(input(week, step, p), Options{CPULimit: CPULimitBurst}).Containers[0].Gofit; c.Enough() || !strings.Contains(strings.Join(c.Missing, ""), "CPU bursts") {
 		t.Errorf("no burst series: %+v", c)
 	}

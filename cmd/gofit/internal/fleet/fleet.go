@@ -56,27 +56,27 @@ type Pod struct {
 	// seconds; 0 when unknown): the newest pod's spec is the workload's.
 	Created float64
 
-	CPU        []float32 // cores used, averaged over the step
-	CPUPeak    []float32 // the step's highest 1-minute rate (Query.CPUBurst only)
-	Throttled  []float32 // share of CFS periods throttled in the step
-	GC         []float32 // GC CPU, cores averaged over the step
-	WorkingSet []float32 // working set, the step's peak
+	CPU        Track // cores used, averaged over the step
+	CPUPeak    Track // the step's highest 1-minute rate (Query.CPUBurst only)
+	Throttled  Track // share of CFS periods throttled in the step
+	GC         Track // GC CPU, cores averaged over the step
+	WorkingSet Track // working set, the step's peak
 	// NonHeap is the memory outside the Go heap: the working set's
 	// average over the step less the heap's resident spans' (in use, and
 	// idle but not yet released to the OS: both are Go's heap).
-	NonHeap []float32
+	NonHeap Track
 	// HeapAllocLow is go_memstats_heap_alloc_bytes's low in the step: an
 	// upper bound of the live heap (objects marked at the last GC stay
 	// allocated until the next one). Not the heap in use: its spans are
 	// not swept free of dead objects right after a GC, so its low sits
 	// near the heap's peak.
-	HeapAllocLow []float32
+	HeapAllocLow Track
 	// HeapGoal is go_memstats_next_gc_bytes's peak in the step: the heap
 	// the GC lets grow before the next cycle, the live heap × (1 +
 	// GOGC/100) (and a little: stacks and globals) where no GOMEMLIMIT
 	// binds.
-	HeapGoal []float32
-	LiveHeap []float32 // go_gc_heap_live_bytes, the step's peak (Go ≥ 1.21 with the runtime/metrics collector)
+	HeapGoal Track
+	LiveHeap Track // go_gc_heap_live_bytes, the step's peak (Go ≥ 1.21 with the runtime/metrics collector)
 }
 
 // Group is one container of a workload: its pods pooled, as KRR and VPA

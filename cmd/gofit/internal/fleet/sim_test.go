@@ -60,11 +60,11 @@ func (g goProc) pod(name string, steps, n int, rng *rand.Rand) Pod {
 			goalMax = math.Max(goalMax, s.nextGC)
 			residentSum += s.inuse + s.idle - s.released
 		}
-		set(&p.CPU, steps, i, 0.2)
-		set(&p.WorkingSet, steps, i, wsMax)
-		set(&p.HeapAllocLow, steps, i, allocMin)
-		set(&p.HeapGoal, steps, i, goalMax)
-		set(&p.NonHeap, steps, i, (wsSum-residentSum)/float64(n))
+		p.CPU.put(i, steps, 0.2)
+		p.WorkingSet.put(i, steps, wsMax)
+		p.HeapAllocLow.put(i, steps, allocMin)
+		p.HeapGoal.put(i, steps, goalMax)
+		p.NonHeap.put(i, steps, (wsSum-residentSum)/float64(n))
 	}
 	return *p
 }

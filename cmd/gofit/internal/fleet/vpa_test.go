@@ -81,7 +81,7 @@ func (s vpaScenario) input() (Input, Group) {
 	steps := 0
 	for _, p := range s.Pods {
 		g.Pods = append(g.Pods, Pod{Name: p.Name, Requests: Resources{p.CPURequest, p.MemoryRequest}, OOMKills: p.OOMKills,
-			CPU: p.CPU, WorkingSet: p.WorkingSet, GOMAXPROCS: math.NaN(), GOMEMLIMIT: math.NaN(), GOGC: math.NaN()})
+			CPU: Track{V: p.CPU}, WorkingSet: Track{V: p.WorkingSet}, GOMAXPROCS: math.NaN(), GOMEMLIMIT: math.NaN(), GOGC: math.NaN()})
 		steps = max(steps, len(p.CPU))
 	}
 	return Input{Start: s.Start, Step: step, Steps: steps, Groups: []Group{g}}, g

@@ -6,22 +6,27 @@ import "strings"
 // as kube-state-metrics's kube_pod_owner names it (owner_kind,
 // owner_name), for every reader that groups pods by workload (the fleet,
 // the experiments and their guard):
-//   - up, where given, knows the controller's own controller
-//     (kube_replicaset_owner: a ReplicaSet's Deployment or Rollout;
-//     kube_job_owner: a Job's CronJob), and its answer wins;
-//   - else a ReplicaSet named NAME-HASH, HASH a pod-template-hash, is
-//     Deployment NAME: a Deployment names its ReplicaSets so, and the
-//     series of a ReplicaSet deleted since (past its revision history
-//     limit) are gone with it;
+//   - up, where given, says what kube-state-metrics knows of the
+//     controller's own owner (kube_replicaset_owner: a ReplicaSet's
+//     Deployment or Rollout; kube_job_owner: a Job's CronJob): known with
+//     an owner, that owner is the workload; known with none ("<none>"),
+//     the controller is;
+//   - else (up not given, or its series absent: a pod gone with its
+//     ReplicaSet, or a kube-state-metrics that leaves the metric out) a
+//     ReplicaSet named NAME-HASH, HASH a pod-template-hash, is
+//     Deployment NAME, as a Deployment names its ReplicaSets;
 //   - else the controller is the workload.
 //
 // kind is "" or "<none>" for a pod without a controller: ok is false.
-func Workload(kind, name string, up func(kind, name string) (upKind, upName string, ok bool)) (wkind, wname string, ok bool) {
+func Workload(kind, name string, up func(kind, name string) (upKind, upName string, known bool)) (wkind, wname string, ok bool) {
 	if kind == "" || kind == "<none>" {
 		return "", "", false
 	}
 	if up != nil {
-		if k, n, ok := up(kind, name); ok && k != "" && k != "<none>" {
+		if k, n, known := up(kind, name); known {
+			if k == "" || k == "<none>" {
+				return kind, name, true
+			}
 			return k, n, true
 		}
 	}

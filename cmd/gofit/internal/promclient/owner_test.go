@@ -28,11 +28,12 @@ func TestWorkload(t *testing.T) {
 		{"ReplicaSet", "web-5d8f7c", known, "Rollout/web"},
 		{"Job", "nightly-29100", known, "CronJob/nightly"},
 		{"Job", "once", known, "Job/once"},
-		// Its ReplicaSet's series gone (past the revision history limit):
-		// the name still says which Deployment.
+		// No kube_replicaset_owner series for it: the name still says
+		// which Deployment.
 		{"ReplicaSet", "shop-6c9d4", known, "Deployment/shop"},
-		// A ReplicaSet whose owner series says none falls to the name rule.
-		{"ReplicaSet", "api-7bb9x", known, "Deployment/api"},
+		// A bare ReplicaSet (its owner series says none) stays itself,
+		// whatever its name.
+		{"ReplicaSet", "api-7bb9x", known, "ReplicaSet/api-7bb9x"},
 	} {
 		k, n, ok := Workload(c.kind, c.name, c.up)
 		if got := k + "/" + n; !ok || got != c.want {
