@@ -570,6 +570,7 @@ func (g *guestRun) protected(t *testing.T) {
 	// memory.low while its container still had memory.high max.
 	var rep agent.Report
 	var ctrHigh int64
+	waited := time.Now()
 	err = poll(45*time.Second, "the service container's memory.high as the agent computes it", func() (bool, error) {
 		rep = g.dryRun(t)
 		ctrHigh = num(readValue(t, ctr, "memory.high"))
@@ -578,7 +579,7 @@ func (g *guestRun) protected(t *testing.T) {
 				if v.Value != ctrHigh {
 					return false, fmt.Errorf("container memory.high %d, the agent computes %d (%s)", ctrHigh, v.Value, v.Reason)
 				}
-				t.Logf("container memory.high %d as computed: %s", ctrHigh, v.Reason)
+				t.Logf("container memory.high %d as computed, %.1fs after the pod's memory.low: %s", ctrHigh, time.Since(waited).Seconds(), v.Reason)
 				return true, nil
 			}
 		}
