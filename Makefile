@@ -99,7 +99,7 @@ test:
 # (tools/vmtest; part of make test too). GOFIT_VM_PKGS=REGEXP narrows the
 # packages, GOFIT_VM_KERNEL=6.1.0-N picks the Debian kernel.
 test-v2:
-	$(GO) test -count=1 -v -timeout 30m -run '^TestVM$$' ./tools/vmtest
+	GOFIT_VM_LAYOUTS=v2,hybrid $(GO) test -count=1 -v -timeout 30m -run '^TestVM$$' ./tools/vmtest
 
 # The node agent's memory-QoS experiment (gofit node experiment) on cgroup v2
 # in the test VM, where memory.low/high exist: about 6 minutes. TCG slows
