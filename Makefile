@@ -126,7 +126,7 @@ test-race:
 # What CI runs after make test.
 check: test-race test-go-min tidy-check
 	$(GO) vet -tags nokube ./cmd/gofit
-	$(MAKE) fuzz FUZZTIME=100000x
+	$(MAKE) fuzz FUZZTIME=30000x
 
 # go.mod and go.sum of each module exactly as go mod tidy would write them.
 tidy-check:
