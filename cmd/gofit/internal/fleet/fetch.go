@@ -381,25 +381,25 @@ func (r *fetchRun) found() error {
 // series is read.
 func (r *fetchRun) sized() error {
 	if r.f.q.Found != nil {
-		r.f.q.Found(len(r.pods), r.heldSteps())
+		r.f.q.Found(len(r.pods), heldSteps(r.pods, r.created, r.f.q, r.f.steps))
 	}
 	return nil
 }
 
 // heldSteps is how many steps the Go containers' series can hold in all
-// (Track): each from the step its pod was created in, the window's first
-// where the pod is older or kube_pod_created does not say, to the last.
-func (r *fetchRun) heldSteps() int {
-	f := r.f
-	from, step := float64(f.q.From.UnixMilli())/1e3, f.q.Step.Seconds()
+// (Track), over steps steps of q: each from the step its pod was created
+// in, the window's first where the pod is older or kube_pod_created does
+// not say (created, by pod key), to the last.
+func heldSteps(pods map[key]*Pod, created map[key]float64, q Query, steps int) int {
+	from, step := float64(q.From.UnixMilli())/1e3, q.Step.Seconds()
 	n := 0
-	for k := range r.pods {
+	for k := range pods {
 		first := 0
-		if c, ok := r.created[key{k.cluster, k.ns, k.pod, ""}]; ok && c > from {
+		if c, ok := created[key{k.cluster, k.ns, k.pod, ""}]; ok && c > from {
 			// Step i's point is at the window's start + (i+1) steps.
-			first = min(f.steps-1, max(0, int(math.Ceil((c-from)/step))-1))
+			first = min(steps-1, max(0, int(math.Ceil((c-from)/step))-1))
 		}
-		n += f.steps - first
+		n += steps - first
 	}
 	return n
 }

@@ -58,20 +58,17 @@ func TestHeldSteps(t *testing.T) {
 	older := key{"", "a", "old-1", ""}
 	born := key{"", "a", "new-1", ""}
 	last := key{"", "a", "late-1", ""}
-	r := &fetchRun{
-		f: &fetcher{q: Query{From: t0, Step: 5 * time.Minute}, steps: 12},
-		pods: map[key]*Pod{
-			{"", "a", "old-1", "app"}: {}, {"", "a", "old-1", "sidecar"}: {},
-			{"", "a", "new-1", "app"}: {}, {"", "a", "unknown-1", "app"}: {},
-			{"", "a", "late-1", "app"}: {},
-		},
-		created: map[key]float64{
-			older: float64(t0.Unix() - 3600),
-			born:  float64(t0.Unix() + 1800), // step 5's point is at t0+30m: 7 steps
-			last:  float64(t0.Unix() + 7200), // after the window: its last step only
-		},
+	pods := map[key]*Pod{
+		{"", "a", "old-1", "app"}: {}, {"", "a", "old-1", "sidecar"}: {},
+		{"", "a", "new-1", "app"}: {}, {"", "a", "unknown-1", "app"}: {},
+		{"", "a", "late-1", "app"}: {},
 	}
-	if got, want := r.heldSteps(), 12+12+7+12+1; got != want {
+	created := map[key]float64{
+		older: float64(t0.Unix() - 3600),
+		born:  float64(t0.Unix() + 1800), // step 5's point is at t0+30m: 7 steps
+		last:  float64(t0.Unix() + 7200), // after the window: its last step only
+	}
+	if got, want := heldSteps(pods, created, Query{From: t0, Step: 5 * time.Minute}, 12), 12+12+7+12+1; got != want {
 		t.Errorf("heldSteps = %d, want %d", got, want)
 	}
 }
