@@ -10,6 +10,7 @@ import (
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/experiment"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/fleet"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
 
 const mib = 1 << 20
@@ -312,45 +313,6 @@ func TestPick(t *testing.T) {
 	}
 }
 
-func TestJudge(t *testing.T) {
-	res := func(arm experiment.ArmResult, verdicts ...experiment.Verdict) *experiment.Results {
-		arm.Name = "plan"
-		return &experiment.Results{Experiment: "rightsize-web", Control: "current",
-			Arms: []experiment.ArmResult{{Name: "current", Restarts: 1}, arm}, Verdicts: verdicts}
-	}
-	v := func(metric, verdict string) experiment.Verdict {
-		return experiment.Verdict{Arm: "plan", Metric: metric, Verdict: verdict, Ratio: 1, Low: 0.95, High: 1.04, Level: 0.95}
-	}
-	good := []experiment.Verdict{v("p99_seconds", "same"), v("cpu_seconds_per_request", "better")}
-	for _, tc := range []struct {
-		name             string
-		r                *experiment.Results
-		harmful, promote bool
-		why              string
-	}{
-		{"same and better", res(experiment.ArmResult{}, good...), false, true, "cpu_seconds_per_request better"},
-		{"harmful", res(experiment.ArmResult{Harmful: true, Harms: []string{"restarts 4 vs 1"}}, good...), true, false, "restarts 4 vs 1"},
-		{"p99 undecided", res(experiment.ArmResult{}, v("p99_seconds", "undecided"), v("cpu_seconds_per_request", "same")), false, false, "p99_seconds undecided"},
-		{"CPU worse", res(experiment.ArmResult{}, v("p99_seconds", "same"), v("cpu_seconds_per_request", "worse")), false, false, "cpu_seconds_per_request worse"},
-		{"no latency series", res(experiment.ArmResult{}, v("cpu_seconds_per_request", "same")), false, false, "no verdict on p99_seconds"},
-		{"an OOM kill", res(experiment.ArmResult{OOMKills: 1, Restarts: 1}, good...), false, false, "1 OOM kills"},
-		{"more restarts", res(experiment.ArmResult{Restarts: 2}, good...), false, false, "2 restarts in the trial's 0 pods against 1"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			j, err := Judge(tc.r, "plan")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if j.Harmful != tc.harmful || j.Promote != tc.promote || !strings.Contains(strings.Join(j.Reasons, "; "), tc.why) {
-				t.Errorf("%+v: want harmful %v promote %v saying %q", j, tc.harmful, tc.promote, tc.why)
-			}
-		})
-	}
-	if _, err := Judge(res(experiment.ArmResult{}), "other"); err == nil {
-		t.Error("judging an arm the results do not have")
-	}
-}
-
 // TestGuaranteedStaysGuaranteed: a pod's QoS class cannot change in
 // place; a Guaranteed workload's plan keeps requests at its limits, and
 // a plan that would change the class anyway is not tried in place.
@@ -399,7 +361,7 @@ func TestGuaranteedStaysGuaranteed(t *testing.T) {
 // its restarts are weighed per pod.
 func TestJudgeRestartsPerPod(t *testing.T) {
 	v := func(metric string) experiment.Verdict {
-		return experiment.Verdict{Arm: "plan", Metric: metric, Verdict: "same", Ratio: 1, Low: 0.95, High: 1.04, Level: 0.95}
+		return experiment.Verdict{Arm: "plan", Metric: metric, Verdict: "same", Ratio: 1, Low: 0.95, High: 1.04, Level: 0.95, Margin: 0.10}
 	}
 	r := &experiment.Results{Experiment: "rightsize", Control: "current", Verdicts: []experiment.Verdict{v("p99_seconds"), v("cpu_seconds_per_request")},
 		Arms: []experiment.ArmResult{{Name: "current", Pods: []string{"a", "b", "c"}, Restarts: 3}, {Name: "plan", Pods: []string{"d"}, Restarts: 2}}}
@@ -432,5 +394,65 @@ func TestPlanUnderAnHPA(t *testing.T) {
 				t.Errorf("%s: %v", k, v)
 			}
 		}
+	}
+}
+
+// TestJudge: promotion is a non-inferiority test on p99 and CPU per
+// request, beside harm, OOM kills and restarts.
+func TestJudge(t *testing.T) {
+	results := func(p99, cpu [2]float64, mut func(a, c *experiment.ArmResult)) *experiment.Results {
+		r := &experiment.Results{Experiment: "rightsize-web", Control: ArmControl,
+			Arms: []experiment.ArmResult{{Name: ArmControl, Pods: []string{"c1", "c2", "c3"}}, {Name: ArmPlan, Pods: []string{"t1"}}}}
+		if mut != nil {
+			mut(&r.Arms[1], &r.Arms[0])
+		}
+		for _, v := range []struct {
+			m      string
+			iv     [2]float64
+			margin float64
+		}{{"p99_seconds", p99, 0.10}, {"cpu_seconds_per_request", cpu, 0.05}} {
+			if v.iv == [2]float64{} {
+				continue
+			}
+			ratio := (v.iv[0] + v.iv[1]) / 2
+			r.Verdicts = append(r.Verdicts, experiment.Verdict{Arm: ArmPlan, Metric: v.m, Ratio: experiment.F(ratio),
+				Low: experiment.F(v.iv[0]), High: experiment.F(v.iv[1]), Margin: v.margin, Level: 0.95,
+				Verdict: stats.RatioVerdict(stats.Interval{Value: ratio, Low: v.iv[0], High: v.iv[1]}, stats.LowerIsBetter, v.margin)})
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name             string
+		r                *experiment.Results
+		promote, harmful bool
+		reason           string
+	}{
+		// Neither "same" nor "better" (the interval crosses 1 and reaches
+		// below 1 - margin), yet no more than 5% and 10% worse: promoted.
+		{"wide but not worse", results([2]float64{0.70, 1.08}, [2]float64{0.80, 1.04}, nil), true, false, "at most 5% worse"},
+		{"better", results([2]float64{0.40, 0.60}, [2]float64{0.85, 0.95}, nil), true, false, "at most 10% worse"},
+		// Worse, but by less than the margin: the margin is the cost a
+		// cheaper size may have.
+		{"worse within the margin", results([2]float64{1.01, 1.09}, [2]float64{0.98, 1.02}, nil), true, false, "at most 10% worse"},
+		{"p99 may be 12% worse", results([2]float64{0.90, 1.12}, [2]float64{0.98, 1.02}, nil), false, false, "p99_seconds ×1.010 (95% interval 0.900–1.120, undecided): may be more than 10% worse"},
+		{"CPU worse", results([2]float64{0.90, 1.05}, [2]float64{1.10, 1.30}, nil), false, false, "may be more than 5% worse"},
+		{"no CPU verdict", results([2]float64{0.90, 1.05}, [2]float64{}, nil), false, false, "no verdict on cpu_seconds_per_request"},
+		{"no interval", results([2]float64{math.NaN(), math.NaN()}, [2]float64{0.98, 1.02}, nil), false, false, "no interval"},
+		{"an OOM kill", results([2]float64{0.9, 1.0}, [2]float64{0.9, 1.0}, func(a, c *experiment.ArmResult) { a.OOMKills = 1 }), false, false, "1 OOM kills"},
+		{"more restarts per pod", results([2]float64{0.9, 1.0}, [2]float64{0.9, 1.0}, func(a, c *experiment.ArmResult) { a.Restarts, c.Restarts = 1, 2 }), false, false, "1 restarts in the trial's 1 pods against 2 in the control's 3"},
+		{"harm", results([2]float64{0.9, 1.0}, [2]float64{0.9, 1.0}, func(a, c *experiment.ArmResult) { a.Harmful, a.Harms = true, []string{"restarts 4 vs 0"} }), false, true, "restarts 4 vs 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j, err := Judge(tc.r, ArmPlan)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j.Promote != tc.promote || j.Harmful != tc.harmful || !strings.Contains(strings.Join(j.Reasons, "; "), tc.reason) {
+				t.Errorf("Judge: %+v, want promote %v, harmful %v, a reason with %q", j, tc.promote, tc.harmful, tc.reason)
+			}
+		})
+	}
+	if _, err := Judge(results([2]float64{0.9, 1}, [2]float64{0.9, 1}, nil), "other"); err == nil || !strings.Contains(err.Error(), `no arm "other"`) {
+		t.Errorf("Judge of a missing arm: %v", err)
 	}
 }
