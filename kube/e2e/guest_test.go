@@ -94,6 +94,7 @@ func TestGuest(t *testing.T) {
 			{name: "fleet", f: g.fleetStep, lane: "fleet"},
 			{name: "experiment", f: g.experiment},
 			{name: "experiment-guard", f: g.experimentGuard},
+			{name: "rightsize", f: g.rightsize},
 			{name: "restart-cm-fails", f: g.agentRestartConfigFails},
 			{name: "resize-infeasible", f: g.infeasibleResize},
 			{name: "forged-mirror", f: g.forgedMirror},
