@@ -207,7 +207,7 @@ func (g *guestRun) experimentGuard(t *testing.T) {
 		// stop came 113-281 s after the first end (2026-12-07). Nine
 		// pods an arm, for a stop on the first round, were too many:
 		// 22 pods under this load left every pod of both arms unready
-		// 77% of the time, and in 12 minutes of load no nogc container
+		// 77-86% of the time, and in 12 minutes of load no nogc container
 		// ended once (2026-12-07, tenth session). The same bytes in
 		// half the requests of 1 MiB every 250 ms: in a run where the
 		// guest ran slow from its start, 14 pods at that rate left the
