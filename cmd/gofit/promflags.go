@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/api"
-	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/promclient"
 )
@@ -31,13 +30,8 @@ func addPromFlags(fs *flag.FlagSet) *promFlags {
 	return p
 }
 
-func (p *promFlags) client() (v1.API, error) {
-	c, err := p.raw(time.Minute)
-	if err != nil {
-		return nil, err
-	}
-	return v1.NewAPI(c), nil
-}
+// client is the HTTP client experiment.Fetch takes: a minute a request.
+func (p *promFlags) client() (api.Client, error) { return p.raw(time.Minute) }
 
 // raw is the HTTP client fleet.Fetch takes; timeout bounds each request
 // (0: promclient's default).

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/api"
-	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
 
@@ -95,7 +94,6 @@ func runRightsize(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	prom := v1.NewAPI(raw)
 	cs, err := kubeClient(*kubeconfig)
 	if err != nil {
 		return err
@@ -111,7 +109,7 @@ func runRightsize(args []string, stdout, stderr io.Writer) error {
 			return planFromPrometheus(ctx, raw, d, floor, since, step, fopt)
 		},
 		Judge: func(ctx context.Context, d *appsv1.Deployment, st rightsize.Status) (*rightsize.Judgement, error) {
-			return judgeFromPrometheus(ctx, prom, experiment.APIServer{Client: cs}, d, st, jq)
+			return judgeFromPrometheus(ctx, raw, experiment.APIServer{Client: cs}, d, st, jq)
 		},
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -170,7 +168,7 @@ func planFromPrometheus(ctx context.Context, prom api.Client, d *appsv1.Deployme
 
 // judgeFromPrometheus is the trial's standing: the experiment analysis of
 // its two arms from the trial's start, with the guard's harm rules.
-func judgeFromPrometheus(ctx context.Context, prom v1.API, pods experiment.PodSource, d *appsv1.Deployment, st rightsize.Status, q experiment.Query) (*rightsize.Judgement, error) {
+func judgeFromPrometheus(ctx context.Context, prom api.Client, pods experiment.PodSource, d *appsv1.Deployment, st rightsize.Status, q experiment.Query) (*rightsize.Judgement, error) {
 	q.Namespace, q.Name, q.Workload = d.Namespace, rightsize.Experiment, "Deployment/"+d.Name
 	q.To = time.Now().Truncate(q.Window)
 	q.From = st.Since.Truncate(q.Window)

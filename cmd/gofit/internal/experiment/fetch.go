@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/client_golang/api"
 	"github.com/prometheus/common/model"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -45,6 +45,9 @@ type Query struct {
 	WarmUp    time.Duration
 	Resamples int
 	Seed      int64
+	// chunkSteps bounds the windows one range query asks for (0:
+	// promclient.DefaultChunkSteps, a day's).
+	chunkSteps int
 }
 
 // Spec is what the API server knows of an experiment: its live pods by
@@ -117,7 +120,7 @@ func ownerWorkload(kind, name string) string {
 // pods may be nil (no API access): Prometheus's kube_pod_labels alone
 // then says which pod was in which arm. It runs one fetch's stages in
 // order: the pods by arm, the arms' windows, then each kind of series.
-func Fetch(ctx context.Context, prom v1.API, pods PodSource, q Query) (Input, error) {
+func Fetch(ctx context.Context, prom api.Client, pods PodSource, q Query) (Input, error) {
 	if q.Window <= 0 || !q.To.After(q.From) {
 		return Input{}, fmt.Errorf("want a window and a span: window %v, from %v to %v", q.Window, q.From, q.To)
 	}
@@ -705,19 +708,8 @@ func (f fetcher) counterSteps(query string) (model.Matrix, error) {
 // atBoundaries runs query at every window boundary from From (the start
 // included) and gives the start's model time.
 func (f fetcher) atBoundaries(query string) (model.Matrix, model.Time, error) {
-	r := v1.Range{Start: f.q.From, End: f.q.From.Add(time.Duration(f.n) * f.q.Window), Step: f.q.Window}
-	v, warns, err := f.prom.QueryRange(f.ctx, query, r)
-	if err != nil {
-		return nil, 0, fmt.Errorf("prometheus query %s: %w", query, err)
-	}
-	for _, w := range warns {
-		f.warn(fmt.Sprintf("prometheus: %s (query %s)", w, query))
-	}
-	m, ok := v.(model.Matrix)
-	if !ok {
-		return nil, 0, fmt.Errorf("prometheus query %s: got %s, want a matrix", query, v.Type())
-	}
-	return m, model.TimeFromUnixNano(f.q.From.UnixNano()), nil
+	m, err := f.read(query, f.q.From)
+	return m, model.TimeFromUnixNano(f.q.From.UnixNano()), err
 }
 
 // endSteps runs query (each container's last end as a Unix time:
@@ -852,7 +844,7 @@ func (f fetcher) warmUp(arms []Arm, live map[string]time.Time, d, win time.Durat
 
 type fetcher struct {
 	ctx  context.Context
-	prom v1.API
+	prom api.Client
 	q    Query
 	n    int
 	sel  string
@@ -871,19 +863,42 @@ func (f fetcher) window(ts model.Time) (int, bool) {
 // matrix runs a range query over the windows: evaluated at each window's
 // end; ranged ones look back one window.
 func (f fetcher) matrix(query string, ranged bool) (model.Matrix, error) {
-	r := v1.Range{Start: f.q.From.Add(f.q.Window), End: f.q.From.Add(time.Duration(f.n) * f.q.Window), Step: f.q.Window}
-	v, warns, err := f.prom.QueryRange(f.ctx, query, r)
-	if err != nil {
-		return nil, fmt.Errorf("prometheus query %s: %w", query, err)
-	}
-	for _, w := range warns {
-		f.warn(fmt.Sprintf("prometheus: %s (query %s)", w, query))
-	}
-	m, ok := v.(model.Matrix)
-	if !ok {
-		return nil, fmt.Errorf("prometheus query %s: got %s, want a matrix", query, v.Type())
-	}
-	return m, nil
+	return f.read(query, f.q.From.Add(f.q.Window))
+}
+
+// read runs query at every window boundary from start to the span's end,
+// in chunks (promclient.ReadRange), and gives each series' points of
+// every chunk, in time order, as one series: the series in the order the
+// server first gave them, and each warning once.
+func (f fetcher) read(query string, start time.Time) (model.Matrix, error) {
+	r := promclient.Range{Query: query, Start: start, End: f.q.From.Add(time.Duration(f.n) * f.q.Window), Step: f.q.Window, ChunkSteps: f.q.chunkSteps}
+	var out model.Matrix
+	seen := map[string]*model.SampleStream{}
+	warned := map[string]bool{}
+	err := promclient.ReadRange(f.ctx, f.prom, r, func(c *promclient.Chunk) error {
+		for _, w := range c.Warnings {
+			if !warned[w] {
+				warned[w] = true
+				f.warn(fmt.Sprintf("prometheus: %s (query %s)", w, query))
+			}
+		}
+		m, err := c.Matrix()
+		if err != nil {
+			return err
+		}
+		for _, s := range m {
+			k := s.Metric.String()
+			if o := seen[k]; o != nil {
+				o.Values = append(o.Values, s.Values...)
+				o.Histograms = append(o.Histograms, s.Histograms...)
+				continue
+			}
+			seen[k] = s
+			out = append(out, s)
+		}
+		return nil
+	})
+	return out, err
 }
 
 // addClassic turns per-pod cumulative bucket increases into per-window

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/api"
-	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -85,7 +84,7 @@ func fetchFrom(t *testing.T, stub *promStub, live PodSource) Input {
 		t.Fatal(err)
 	}
 	from := time.Unix(1_700_000_000, 0)
-	in, err := Fetch(context.Background(), v1.NewAPI(c), live, Query{Namespace: "shop", Name: "g", From: from, To: from.Add(3 * time.Minute),
+	in, err := Fetch(context.Background(), c, live, Query{Namespace: "shop", Name: "g", From: from, To: from.Add(3 * time.Minute),
 		Window: time.Minute, Latency: "http_request_duration_seconds", ErrorMatcher: `code=~"5.."`})
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +170,7 @@ func TestFetchNoPods(t *testing.T) {
 	defer srv.Close()
 	c, _ := api.NewClient(api.Config{Address: srv.URL})
 	from := time.Unix(1_700_000_000, 0)
-	_, err := Fetch(context.Background(), v1.NewAPI(c), nil, Query{Namespace: "shop", Name: "g", From: from, To: from.Add(time.Hour), Window: time.Minute, Latency: "x"})
+	_, err := Fetch(context.Background(), c, nil, Query{Namespace: "shop", Name: "g", From: from, To: from.Add(time.Hour), Window: time.Minute, Latency: "x"})
 	if err == nil || !strings.Contains(err.Error(), "--metric-labels-allowlist") {
 		t.Errorf("error %v does not say how to keep gone pods' arms", err)
 	}
@@ -190,7 +189,7 @@ func TestFetchExtraMatchers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Fetch(context.Background(), v1.NewAPI(c), pods{"a": {"a-1"}, "b": {"b-1"}}, Query{Namespace: "shop", Name: "g", From: from, To: from.Add(3 * time.Minute),
+	if _, err := Fetch(context.Background(), c, pods{"a": {"a-1"}, "b": {"b-1"}}, Query{Namespace: "shop", Name: "g", From: from, To: from.Add(3 * time.Minute),
 		Window: time.Minute, Latency: "http_request_duration_seconds", ErrorMatcher: `code=~"5.."`, Matchers: []string{`cluster="prod"`}}); err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +222,7 @@ func TestFetchLeavesOutWarmUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, err := Fetch(context.Background(), v1.NewAPI(c), startedPods{pods{"a": {"a-1"}, "b": {"b-1"}}}, Query{Namespace: "shop", Name: "g", From: from, To: from.Add(3 * time.Minute),
+	in, err := Fetch(context.Background(), c, startedPods{pods{"a": {"a-1"}, "b": {"b-1"}}}, Query{Namespace: "shop", Name: "g", From: from, To: from.Add(3 * time.Minute),
 		Window: time.Minute, Latency: "http_request_duration_seconds", ErrorMatcher: `code=~"5.."`, WarmUp: time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -296,12 +295,12 @@ func TestFetchPerWorkload(t *testing.T) {
 		t.Fatal(err)
 	}
 	q := Query{Namespace: "shop", Name: "g", From: from, To: from.Add(3 * time.Minute), Window: time.Minute, Latency: "http_request_duration_seconds", ErrorMatcher: `code=~"5.."`}
-	_, err = Fetch(context.Background(), v1.NewAPI(c), live, q)
+	_, err = Fetch(context.Background(), c, live, q)
 	if err == nil || !strings.Contains(err.Error(), "Deployment/api, Deployment/web") || !strings.Contains(err.Error(), "--workload") {
 		t.Fatalf("two workloads, none named: %v, want an error naming both and --workload", err)
 	}
 	q.Workload = "Deployment/web"
-	in, err := Fetch(context.Background(), v1.NewAPI(c), live, q)
+	in, err := Fetch(context.Background(), c, live, q)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +315,7 @@ func TestFetchPerWorkload(t *testing.T) {
 		t.Errorf("notes %q: want the gone pod without an owner named", in.Notes)
 	}
 	// One workload live: it is the experiment, and its gone pods only.
-	in, err = Fetch(context.Background(), v1.NewAPI(c), live[2:], Query{Namespace: "shop", Name: "g", From: from, To: from.Add(3 * time.Minute), Window: time.Minute, Latency: "x", ErrorMatcher: `code=~"5.."`})
+	in, err = Fetch(context.Background(), c, live[2:], Query{Namespace: "shop", Name: "g", From: from, To: from.Add(3 * time.Minute), Window: time.Minute, Latency: "x", ErrorMatcher: `code=~"5.."`})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +345,7 @@ func TestFetchPerWorkloadWithoutOwners(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, err := Fetch(context.Background(), v1.NewAPI(c), live, Query{Namespace: "shop", Name: "g", Workload: "Deployment/web", From: from, To: from.Add(3 * time.Minute),
+	in, err := Fetch(context.Background(), c, live, Query{Namespace: "shop", Name: "g", Workload: "Deployment/web", From: from, To: from.Add(3 * time.Minute),
 		Window: time.Minute, Latency: "x", ErrorMatcher: `code=~"5.."`})
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/api"
-	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 
 	"github.com/gofit-dev/gofit/kube/admission"
 	"github.com/gofit-dev/gofit/tools/promtest"
@@ -102,7 +101,7 @@ func TestRealHarmfulArmStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	judge := PromJudge{
-		Fetch: func(ctx context.Context, q Query) (Input, error) { return Fetch(ctx, v1.NewAPI(pc), livePods(pods), q) },
+		Fetch: func(ctx context.Context, q Query) (Input, error) { return Fetch(ctx, pc, livePods(pods), q) },
 		Query: Query{Window: interval, Latency: "http_request_duration_seconds", ErrorMatcher: `code=~"5.."`, Resamples: 200, Seed: 1},
 		Harm:  DefaultHarm(),
 	}

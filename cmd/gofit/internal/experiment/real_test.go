@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/api"
-	v1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -103,7 +102,7 @@ func TestRealPrometheusExperiment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, err := Fetch(context.Background(), v1.NewAPI(pc), livePods(pods), Query{
+	in, err := Fetch(context.Background(), pc, livePods(pods), Query{
 		Namespace: realNS, Name: "gmp", From: from, To: from.Add(realSpan), Window: realWindow,
 		Latency: "http_request_duration_seconds", ErrorMatcher: `code=~"5.."`, Resamples: 2000, Seed: 1,
 	})

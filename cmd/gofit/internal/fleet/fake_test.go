@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/api"
-	"github.com/prometheus/common/model"
 )
 
 // fakeProm answers the Prometheus HTTP API as a server holding a
@@ -341,6 +340,33 @@ func TestFetchConcurrent(t *testing.T) {
 	}
 }
 
+// TestFetchChunks: the series read in chunks of any size (a day's, one
+// for the whole window, or 100 steps with a last partial chunk) are the
+// same, step for step; only the count of queries tells them apart.
+func TestFetchChunks(t *testing.T) {
+	end := time.Date(2026, 11, 8, 0, 0, 0, 0, time.UTC)
+	var want Input
+	for _, c := range []struct{ steps, queries int }{{0, 3}, {432, 1}, {100, 5}} {
+		f := &fakeProm{n: 4}
+		in, err := Fetch(context.Background(), fakeAPI(t, f), Query{From: end.Add(-3 * 24 * time.Hour), To: end, Step: 10 * time.Minute, ChunkSteps: c.steps})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Count(strings.Join(f.seen, "\n"), "container_cpu_usage_seconds_total{") - 1; got != c.queries {
+			t.Errorf("chunks of %d steps: %d CPU range queries, want %d", c.steps, got, c.queries)
+		}
+		delete(in.Sources, "queries")
+		if c.steps == 0 {
+			want = in
+		} else if !reflect.DeepEqual(in, want) {
+			t.Errorf("chunks of %d steps read otherwise than a day's", c.steps)
+		}
+	}
+	if p := want.Groups[0].Pods[0].CPU; p.From != 0 || len(p.V) != 432 || !p.Any() {
+		t.Errorf("CPU from step %d, %d steps", p.From, len(p.V))
+	}
+}
+
 func TestFetchCoverage(t *testing.T) {
 	f := &fakeProm{n: 6, nonGo: 4, cron: true, hpa: false, old: true, noContainer: 3}
 	end := time.Date(2026, 11, 8, 0, 0, 0, 0, time.UTC)
@@ -453,25 +479,5 @@ func BenchmarkFleet5000(b *testing.B) {
 			b.Fatalf("%d workload containers", len(r.Containers))
 		}
 		b.ReportMetric(float64(peak.Load())/(1<<20), "peak-heap-MiB")
-	}
-}
-
-func TestScanMatrix(t *testing.T) {
-	var got []string
-	put := func(m model.Metric, ts, v float64) { got = append(got, fmt.Sprintf("%s %g %g", m["pod"], ts, v)) }
-	body := `{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"pod":"a"},"values":[[1.5,"2"],[3,"NaN"]]},{"metric":{"pod":"b"},"values":[]}]},"warnings":["w"]}`
-	warns, err := scanMatrix(200, []byte(body), put)
-	if err != nil || strings.Join(got, ";") != "a 1.5 2;a 3 NaN" || len(warns) != 1 {
-		t.Errorf("got %q warnings %q err %v", got, warns, err)
-	}
-	for _, tc := range []struct{ body, want string }{
-		{`{"status":"error","errorType":"bad_data","error":"parse error"}`, "bad_data: parse error (HTTP 400)"},
-		{`{"status":"success","data":{"resultType":"vector","result":[]}}`, "want a matrix"},
-		{`{"status":"success","data":{"resultType":"matrix","result":[{"metric":{},"values":[[1,2]]}]}}`, `want '"'`},
-		{`<html>`, "HTTP 400: invalid character"},
-	} {
-		if _, err := scanMatrix(400, []byte(tc.body), put); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: error %v, want %q", tc.body, err, tc.want)
-		}
 	}
 }

@@ -177,31 +177,30 @@ func (f *fetcher) note(warns []string, query string) {
 	}
 }
 
-// ranged runs query over the window in chunks under ctx, handing each
-// series' points (step index, value) to put and giving how many it
-// handed; several may run at once, each handing points to its own put.
+// ranged runs query over the window in chunks of ChunkSteps under ctx
+// (promclient.ReadRange), handing each series' points (step index, the
+// end of the chunk, value) to put and giving how many it handed; several
+// may run at once, each handing points to its own put.
 func (f *fetcher) ranged(ctx context.Context, query string, put func(m model.Metric, i, end int, v float64)) (int, error) {
 	n := 0
-	for c := 0; c < f.steps; c += f.q.ChunkSteps {
-		last := min(c+f.q.ChunkSteps, f.steps) - 1
-		r := v1.Range{Start: f.q.From.Add(time.Duration(c+1) * f.q.Step), End: f.q.From.Add(time.Duration(last+1) * f.q.Step), Step: f.q.Step}
+	from := float64(f.q.From.UnixMilli()) / 1e3
+	r := promclient.Range{Query: query, Start: f.q.From.Add(f.q.Step), End: f.q.From.Add(time.Duration(f.steps) * f.q.Step), Step: f.q.Step, ChunkSteps: f.q.ChunkSteps}
+	err := promclient.ReadRange(ctx, f.raw, r, func(c *promclient.Chunk) error {
 		f.mu.Lock()
 		f.queries++
 		f.mu.Unlock()
-		from := float64(f.q.From.UnixMilli()) / 1e3
-		warns, err := queryRange(ctx, f.raw, query, r.Start, r.End, r.Step, func(m model.Metric, t, v float64) {
+		f.note(c.Warnings, query)
+		// Step i's point is at the window's start + (i+1) steps: the
+		// range's Start is step 0.
+		return c.Points(func(m model.Metric, t, v float64) {
 			i := int(math.Round((t-from)/f.q.Step.Seconds())) - 1
 			if i >= 0 && i < f.steps && !math.IsNaN(v) {
-				put(m, i, last+1, v)
+				put(m, i, c.To, v)
 				n++
 			}
 		})
-		if err != nil {
-			return n, fmt.Errorf("prometheus query %s: %w", query, err)
-		}
-		f.note(warns, query)
-	}
-	return n, nil
+	})
+	return n, err
 }
 
 // Fetch reads the fleet's series. Every query aggregates on the server to
@@ -250,7 +249,7 @@ func (q Query) withDefaults() (Query, int, error) {
 		return q, 0, fmt.Errorf("cluster label %q: not a label name", q.ClusterLabel)
 	}
 	if q.ChunkSteps <= 0 {
-		q.ChunkSteps = int(max(1, min(10000, 24*time.Hour/q.Step)))
+		q.ChunkSteps = promclient.DefaultChunkSteps(q.Step)
 	}
 	if q.MaxContainers <= 0 {
 		q.MaxContainers = 10000

@@ -2,9 +2,11 @@
 // read Prometheus share (`gofit fleet`, `gofit experiment report`): one
 // place for the address, a bearer token file, a TLS CA and extra headers
 // (X-Scope-OrgID for Mimir, Cortex and Thanos tenants), so Prometheus,
-// Thanos and Mimir answer every command alike; and the one rule by which
-// each of them finds a pod's workload from kube-state-metrics' owners
-// (Workload).
+// Thanos and Mimir answer every command alike; the one range reader
+// (ReadRange), which reads a range query in chunks and hands each
+// chunk's answer on as it comes, so a long range is never one giant
+// query nor held whole; and the one rule by which each of them finds a
+// pod's workload from kube-state-metrics' owners (Workload).
 package promclient
 
 import (
