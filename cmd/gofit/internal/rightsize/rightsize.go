@@ -22,6 +22,7 @@ import (
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/experiment"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/fleet"
+	"github.com/gofit-dev/gofit/fit"
 )
 
 // Label or annotation keys on a workload or its namespace.
@@ -179,6 +180,7 @@ func PlanFrom(w fleet.Workload, cs []fleet.Container, floor float64) Plan {
 			if gomemlimit > 0 {
 				gomemlimit += int64(floor - mem)
 				env["GOMEMLIMIT"] = fmt.Sprint(gomemlimit)
+				remark(env, "GOMEMLIMIT")
 			}
 			p.Reasons = append(p.Reasons, fmt.Sprintf("container %s: memory %s raised to the lab floor %s (%s)", c.Container, bytesOf(mem), bytesOf(floor), KeyFloor))
 			mem = floor
@@ -232,6 +234,24 @@ func PlanFrom(w fleet.Workload, cs []fleet.Container, floor float64) Plan {
 	p.CPUSaving, p.MemorySaving = saving(cpuNow, cpuNew), saving(memNow, memNew)
 	sort.Strings(p.Fixes)
 	return p
+}
+
+// remark writes env[name]'s new value into gofit's marker (fit.MarkerVar),
+// where the marker names it: the runtime library follows as the limits
+// move only the values the marker says gofit chose, and takes any other
+// for the user's.
+func remark(env map[string]string, name string) {
+	m, ok := env[fit.MarkerVar]
+	if !ok {
+		return
+	}
+	kvs := strings.Split(m, ",")
+	for i, kv := range kvs {
+		if k, _, ok := strings.Cut(kv, "="); ok && k == name {
+			kvs[i] = name + "=" + env[name]
+		}
+	}
+	env[fit.MarkerVar] = strings.Join(kvs, ",")
 }
 
 func saving(now, next float64) float64 {

@@ -11,6 +11,7 @@ import (
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/experiment"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/fleet"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
+	"github.com/gofit-dev/gofit/fit"
 )
 
 const mib = 1 << 20
@@ -104,6 +105,18 @@ func TestPlanFrom(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(f.Reasons, "\n"), KeyFloor) {
 		t.Errorf("reasons do not say the floor raised memory: %q", f.Reasons)
+	}
+
+	// Where the plan carries gofit's marker (GOFIT_RUN: the values gofit
+	// chose, which the runtime library then follows as the limits move),
+	// the raised GOMEMLIMIT is in it too: a marker that still named the
+	// old value would make the library take the new one for the user's,
+	// and leave it alone on every resize after the promotion.
+	marked := unfitted()
+	marked.Gofit.Env[fit.MarkerVar] = fmt.Sprintf("GOMAXPROCS=1,GOMEMLIMIT=%d", 24*mib)
+	m := PlanFrom(web, []fleet.Container{marked}, 48*mib).Proposed["app"].Env
+	if want := fmt.Sprintf("GOMAXPROCS=1,GOMEMLIMIT=%d", 40*mib); m[fit.MarkerVar] != want || m["GOMEMLIMIT"] != fmt.Sprint(40*mib) {
+		t.Errorf("with a 48MiB floor: env %v, want %s=%s", m, fit.MarkerVar, want)
 	}
 
 	// A container without enough data leaves no plan.
