@@ -216,6 +216,15 @@ func (g *guestRun) rightsize(t *testing.T) {
 	if plan.Env["GOMAXPROCS"] == "" || plan.Env["GOMAXPROCS"] == "2" || plan.Env["GOMEMLIMIT"] == "" {
 		t.Errorf("plan's env %v: want GOMAXPROCS fitted to the limit and a GOMEMLIMIT", plan.Env)
 	}
+	// gofit's marker names the values gofit chose, which the runtime
+	// library follows as the limits move: every one must be the env's.
+	if m := plan.Env["GOFIT_RUN"]; m != "" {
+		for _, kv := range strings.Split(m, ",") {
+			if k, v, _ := strings.Cut(kv, "="); plan.Env[k] != v {
+				t.Errorf("plan's env %v: GOFIT_RUN says %s=%s, the env %q", plan.Env, k, v, plan.Env[k])
+			}
+		}
+	}
 	byName := map[string]corev1.Pod{}
 	for _, p := range pods {
 		byName[p.Name] = p
