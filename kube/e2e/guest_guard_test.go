@@ -124,11 +124,13 @@ func (g *guestRun) experimentGuard(t *testing.T) {
 	}
 	phase("guard " + gp[0].Name + " running and leading")
 
-	// nogc's first end (its first restart's cause), as its pods'
-	// statuses say (firstEnd). Watched every 2 s from before the pods
-	// exist: issue 57 asks for the stop within 3 minutes of it.
+	// nogc's first end (a container's first exit) and first restart (the
+	// kubelet's next container of it, RESTARTS 1), as its pods' statuses
+	// say (firstEnd, firstRestart). Watched every 2 s from before the
+	// pods exist. Issue 57 asks for the stop within 3 minutes of the
+	// first restart; the step says both.
 	var firstMu sync.Mutex
-	var firstEndAt time.Time
+	var firstEndAt, firstRestartAt time.Time
 	noteRestarts := func() {
 		list, err := c.cs.CoreV1().Pods("shop").List(g.ctx, metav1.ListOptions{LabelSelector: "app=guarded,gofit.dev/arm=nogc"})
 		if err != nil {
@@ -140,6 +142,9 @@ func (g *guestRun) experimentGuard(t *testing.T) {
 			for _, cs := range p.Status.ContainerStatuses {
 				if at, ok := firstEnd(cs, time.Now()); ok && (firstEndAt.IsZero() || at.Before(firstEndAt)) {
 					firstEndAt = at
+				}
+				if at, ok := firstRestart(cs, time.Now()); ok && (firstRestartAt.IsZero() || at.Before(firstRestartAt)) {
+					firstRestartAt = at
 				}
 			}
 		}
@@ -249,15 +254,16 @@ func (g *guestRun) experimentGuard(t *testing.T) {
 	stopLoad()
 	wg.Wait()
 	phase(fmt.Sprintf("nogc stopped %.0fs after the load started: %s", st.Stopped["nogc"].At.Sub(loaded).Seconds(), st.Stopped["nogc"].Reason))
-	if stopAt := st.Stopped["nogc"].At; !firstEndAt.IsZero() && stopAt.Sub(firstEndAt) > 3*time.Minute {
-		t.Errorf("nogc stopped at %s, %.0fs after its first restart at %s: want within 3 minutes (issue 57)\nguard's log:\n%s",
-			stopAt.Format(time.RFC3339), stopAt.Sub(firstEndAt).Seconds(), firstEndAt.Format(time.RFC3339), guardLog())
-	} else if !firstEndAt.IsZero() {
-		phase(fmt.Sprintf("nogc stopped %.0fs after its first restart", stopAt.Sub(firstEndAt).Seconds()))
-	} else {
-		// Said, not silent: before any end (the unready test alone, say)
-		// the bound holds, and the log says why.
-		phase(fmt.Sprintf("nogc stopped at %s, before any pod of it showed an end in its status", stopAt.Format(time.RFC3339)))
+	stopAt := st.Stopped["nogc"].At
+	since := func(at time.Time, what string) string {
+		if at.IsZero() {
+			return "before any " + what
+		}
+		return fmt.Sprintf("%.0fs after its %s at %s", stopAt.Sub(at).Seconds(), what, at.Format(time.RFC3339))
+	}
+	phase(fmt.Sprintf("nogc stopped at %s: %s, %s", stopAt.Format(time.RFC3339), since(firstEndAt, "first end"), since(firstRestartAt, "first restart")))
+	if !firstRestartAt.IsZero() && stopAt.Sub(firstRestartAt) > 3*time.Minute {
+		t.Errorf("nogc stopped %s: want within 3 minutes of it (issue 57)\nguard's log:\n%s", since(firstRestartAt, "first restart"), guardLog())
 	}
 
 	err = poll(2*time.Minute, "an ArmStopped Event on Deployment guarded", func() (bool, error) {
@@ -360,6 +366,30 @@ func (g *guestRun) podsOf(ns, selector string) string {
 		s = append(s, p.Labels["gofit.dev/arm"]+":"+podSummary([]corev1.Pod{p}))
 	}
 	return strings.Join(s, "; ")
+}
+
+// firstRestart is when the kubelet first restarted a container of the
+// guard step's nogc arm (its next container's start), as its status says,
+// read at now: the running container's start while it has restarted
+// once, or, once that one has ended too, the last termination's start;
+// else, restarted more often, now (when the step first saw it: later
+// than the truth, so kinder to the bound, but the step watches every 2 s
+// and a second restart comes minutes after the first). ok is false for a
+// container never restarted.
+func firstRestart(cs corev1.ContainerStatus, now time.Time) (at time.Time, ok bool) {
+	switch {
+	case cs.RestartCount == 0:
+		return time.Time{}, false
+	case cs.RestartCount > 1:
+		return now, true
+	case cs.State.Running != nil && !cs.State.Running.StartedAt.IsZero():
+		return cs.State.Running.StartedAt.Time, true
+	case cs.State.Terminated != nil && !cs.State.Terminated.StartedAt.IsZero():
+		return cs.State.Terminated.StartedAt.Time, true
+	case cs.LastTerminationState.Terminated != nil && !cs.LastTerminationState.Terminated.StartedAt.IsZero():
+		return cs.LastTerminationState.Terminated.StartedAt.Time, true
+	}
+	return now, true
 }
 
 // firstEnd is when a container of the guard step's nogc arm first
