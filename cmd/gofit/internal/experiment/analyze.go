@@ -567,7 +567,7 @@ func newAnalysis(in Input, n int) *analysis {
 		a.level = in.Seq.Level(span, res.Tests)
 		// The plan's α again, for harm: anytime-valid over every window
 		// from the start, shared by the arms.
-		res.HarmAlpha = in.Seq.Looks.Alpha / float64(max(len(in.Arms)-1, 1))
+		res.HarmAlpha = in.Seq.Rule.Share(len(in.Arms) - 1)
 		res.Notes = append(res.Notes, fmt.Sprintf("look %d (every %v; %v from the start, the intervals tightest at %v): %g chance of any false quality verdict at any look, ever, shared by %d tests: each interval reaches %.2f standard errors (a single reading's 95%%: 1.96); harm anytime-valid at %.3g an arm over every window from the start",
 			res.Look, in.Seq.Looks.Every, span, in.Seq.Looks.Planned, res.Alpha, res.Tests, in.Seq.Z(span, res.Tests), res.HarmAlpha))
 	}

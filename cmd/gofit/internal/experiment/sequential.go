@@ -3,8 +3,9 @@ package experiment
 import (
 	"errors"
 	"fmt"
-	"math"
 	"time"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
 
 // Honest however often and however long it is read. The guard judges an
@@ -14,32 +15,16 @@ import (
 // experiments. Sequential keeps the chance of any false quality verdict
 // (worse or better), over every reading from the experiment's start,
 // every metric and every arm, at Looks.Alpha, with no planned number of
-// looks and no end:
-//
-//   - across metrics and arms, Bonferroni: each of the m tests gets
-//     Alpha/m;
-//   - across time, an asymptotic confidence sequence (Waudby-Smith,
-//     Arnold, Wu, Howard and Ramdas, "Time-uniform central limit theory
-//     and asymptotic confidence sequences", Annals of Statistics 2024,
-//     Theorem 2.2): an estimate θ̂_t with standard error σ̂/√t is covered,
-//     at every t at once with chance 1-α, by θ̂_t ± z_t·σ̂/√t, where
-//
-//     z_t = √((1 + 1/(tρ²)) · (2·log(1/α) + log(1 + tρ²)))
-//
-//     (the two-sided normal mixture of Robbins, with mixing variance ρ²).
-//     ρ only decides where the sequence is tightest; it is chosen for the
-//     planned length, so z depends on t only through t/Planned and the
-//     unit of time does not matter. Past the planned length the
-//     intervals stay valid and widen slowly (√log t).
+// looks and no end: the plan configures stats.Sequential's confidence
+// sequence (stats.ConfidenceSequence), which shares Alpha among the m
+// tests of a look by Bonferroni (each gets Alpha/m) and holds each one
+// across time, tightest at the planned length and valid past it.
 //
 // Harm is apart (harm.go): e-processes at their own α, never shared with
 // quality verdicts.
 //
 // The span t is counted from the experiment's start (or the report's
 // fixed --from): reports over sliding windows are not one sequence.
-// z becomes an interval level 1-2(1-Φ(z)) for the bootstrap
-// (stats.Bootstrap.Alpha), whose 95% percentiles it widens by the ratio
-// of the quantiles (a Student's t one, which only adds width).
 
 // Looks is what the error is held over.
 type Looks struct {
@@ -52,13 +37,16 @@ type Looks struct {
 // at 2 hours, 5% in all.
 func DefaultLooks() Looks { return Looks{Every: 5 * time.Minute, Planned: 2 * time.Hour, Alpha: 0.05} }
 
-// Sequential is a plan's confidence sequence. It is safe for concurrent
-// reads.
+// Sequential is a plan's confidence sequence, read by the span from the
+// start. It is safe for concurrent reads.
 type Sequential struct {
 	Looks Looks
 	// K is the number of looks the planned length holds: for people, not
 	// a limit.
 	K int
+	// Rule is the confidence sequence Looks configures, its t a span's
+	// nanoseconds.
+	Rule stats.Sequential
 }
 
 // NewSequential checks the plan.
@@ -71,35 +59,28 @@ func NewSequential(l Looks) (*Sequential, error) {
 	case !(l.Alpha > 0 && l.Alpha < 0.5):
 		return nil, fmt.Errorf("alpha %v: want more than 0 and less than 0.5", l.Alpha)
 	}
-	k := int(math.Ceil(float64(l.Planned) / float64(l.Every)))
+	rule := stats.ConfidenceSequence(float64(l.Every), float64(l.Planned), l.Alpha)
+	k := rule.K()
 	if k > 100_000 {
 		return nil, errors.New("more than 100000 looks in the planned length: look less often or plan shorter")
 	}
-	return &Sequential{Looks: l, K: k}, nil
+	return &Sequential{Looks: l, K: k, Rule: rule}, nil
 }
 
 // Look is which look an analysis of span from the start is, counted in
 // Every: 1 for a span of up to one look. It grows past K.
-func (s *Sequential) Look(span time.Duration) int {
-	return max(int(math.Ceil(float64(span)/float64(s.Looks.Every)-1e-9)), 1)
-}
+func (s *Sequential) Look(span time.Duration) int { return s.Rule.Look(float64(span)) }
 
 // Z is the confidence sequence's boundary for one test of m after span
 // from the start.
-func (s *Sequential) Z(span time.Duration, m int) float64 {
-	a := s.Looks.Alpha / float64(max(m, 1))
-	l := 2 * math.Log(1/a)
-	// ρ² at the planned length t*: (2·log(1/α) + log(2·log(1/α) + 1))/t*,
-	// the choice that makes the width least there (Theorem 2.2's remark).
-	c := l + math.Log(l+1)
-	tr := c * math.Max(float64(span), float64(time.Second)) / float64(s.Looks.Planned) // tρ²
-	return math.Sqrt((1 + 1/tr) * (l + math.Log1p(tr)))
-}
+func (s *Sequential) Z(span time.Duration, m int) float64 { return s.Rule.Z(since(span), m) }
 
 // Level is the two-sided nominal error of one test of m after span: the
-// test's interval is at level 1-Level.
+// test's interval is at level 1-Level (stats.Bootstrap.Alpha).
 func (s *Sequential) Level(span time.Duration, m int) float64 {
-	// erfc keeps the far tail (1e-25 at z = 10), where 1-Φ(z) would be 0:
-	// a level of 0 would read as "no level given".
-	return math.Erfc(s.Z(span, m) / math.Sqrt2)
+	return s.Rule.Level(since(span), m)
 }
+
+// since is the sequence's t of span: at least a second, since at 0
+// nothing has been seen and the boundary is infinite.
+func since(span time.Duration) float64 { return float64(max(span, time.Second)) }

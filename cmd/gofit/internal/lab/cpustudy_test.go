@@ -323,7 +323,9 @@ func TestDecidingComparisonsFirst(t *testing.T) {
 	}
 }
 
-func TestLooksAt(t *testing.T) {
+// TestLooks: the CPU study's schedule from --repeats to --max-repeats,
+// each look read at lookAlpha.
+func TestLooks(t *testing.T) {
 	for _, c := range []struct {
 		min, max int
 		want     []int
@@ -331,15 +333,18 @@ func TestLooksAt(t *testing.T) {
 		l := Config{MinRepeats: c.min, MaxRepeats: c.max}
 		var got []int
 		for n := 1; n <= c.max; n++ {
-			if l.looksAt(n) {
+			if l.looks().IsLook(float64(n)) {
 				got = append(got, n)
 			}
 		}
 		if !slices.Equal(got, c.want) {
 			t.Errorf("min %d, max %d: looks at %v, want %v", c.min, c.max, got, c.want)
 		}
-		if !l.looksAt(c.max + 3) {
+		if !l.looks().IsLook(float64(c.max + 3)) {
 			t.Errorf("min %d, max %d: no look past the cap", c.min, c.max)
+		}
+		if lv := l.looks().Level(float64(c.min), 1); lv != lookAlpha {
+			t.Errorf("min %d, max %d: the first look read at %g, want lookAlpha %g", c.min, c.max, lv, lookAlpha)
 		}
 	}
 }

@@ -355,7 +355,7 @@ func (l *analysis) cpuVerdicts() []string {
 			case *s.Verdict == stats.Same:
 				same++
 			case s.VerdictRatio != nil:
-				parts = append(parts, fmt.Sprintf("%s %s on %s (×%.2f, %g%% CI %.2f–%.2f)", result.SummaryLabel(s), *s.Verdict, what, s.VerdictRatio.Value, 100*(1-lookAlpha), s.VerdictRatio.Low, s.VerdictRatio.High))
+				parts = append(parts, fmt.Sprintf("%s %s on %s (×%.2f, %g%% CI %.2f–%.2f)", result.SummaryLabel(s), *s.Verdict, what, s.VerdictRatio.Value, 100*(1-l.cfg.looks().Level(float64(s.VerdictRuns), 1)), s.VerdictRatio.Low, s.VerdictRatio.High))
 			}
 		}
 		if len(parts) == 0 && len(undecided) == 0 && same > 0 {

@@ -9,37 +9,33 @@ import (
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
 
-// The sequential rule of the CPU study's comparisons: when the adaptive
-// repeats look at a comparison's interval (Config.looksAt), at what level
-// (lookAlpha), which look the verdict is read at (stoppedRatio), how many
-// runs a side would decide it (runsToDecide), and when the repeats give up
-// on it (Config.futile). The study stops on it and the analysis reports
-// it; TestAAFalseVerdictRate measures its false verdicts. The health
-// trials' looks (judgeTrial, health.go) read their intervals at
-// lookAlpha too.
+// The sequential rule of the CPU study's comparisons, configured in
+// stats.Sequential: when the adaptive repeats look at a comparison's
+// interval and at what level (Config.looks, lookAlpha), which look the
+// verdict is read at (stoppedRatio), how many runs a side would decide it
+// (runsToDecide), and when the repeats give up on it (Config.futile). The
+// study stops on it and the analysis reports it; TestAAFalseVerdictRate
+// measures its false verdicts. The health trials' looks (judgeTrial,
+// health.go) read their intervals at lookAlpha too.
 
-// looksAt reports whether the adaptive repeats look at a comparison's
-// interval after n runs a side, to stop it if decided: at MinRepeats, then
-// at about ×1.5 more runs each time (3, 5, 8, 12 by default), and at
-// MaxRepeats. Every look is a chance of a false verdict: in the A/A study
-// (TestAAFalseVerdictRate, docs/results/lab-verdicts.md) looking after
-// every run from 3 to 12 gave false verdicts in 4.8% of comparisons (95%
-// upper bound 7.3%). The analysis reads a comparison at these looks only
-// (stoppedRatio), each with a 97% interval (lookAlpha), so the study and
-// its report stop on the same interval, and gives up on a comparison that
-// cannot decide by MaxRepeats (Config.futile): 3.3% (at most 4.2%).
-func (c Config) looksAt(n int) bool {
-	for at := c.MinRepeats; at < c.MaxRepeats; at = max(at+1, (3*at+1)/2) {
-		if n == at {
-			return true
-		}
-	}
-	return n >= c.MaxRepeats
+// looks is when the adaptive repeats look at a comparison's interval, to
+// stop it if decided, and at what level: a schedule (stats.Schedule) at
+// MinRepeats, then at about ×1.5 more runs each time (3, 5, 8, 12 by
+// default), and at MaxRepeats, each look at lookAlpha. Every look is a
+// chance of a false verdict: in the A/A study (TestAAFalseVerdictRate,
+// docs/results/lab-verdicts.md) looking after every run from 3 to 12 gave
+// false verdicts in 4.8% of comparisons (95% upper bound 7.3%). The
+// analysis reads a comparison at these looks only (stoppedRatio), each
+// with a 97% interval, so the study and its report stop on the same
+// interval, and gives up on a comparison that cannot decide by MaxRepeats
+// (Config.futile): 3.3% (at most 4.2%).
+func (c Config) looks() stats.Sequential {
+	return stats.Schedule(c.MinRepeats, c.MaxRepeats, lookAlpha)
 }
 
 // lookAlpha is the two-sided error rate of the interval read at each look
-// of the adaptive repeats (Config.looksAt): 97% intervals. The study
-// stops at the first look that decides, so a false verdict has up to four
+// of the adaptive repeats (Config.looks): 97% intervals. The study stops
+// at the first look that decides, so a false verdict has up to four
 // chances; at 95% a look, the A/A study of the whole procedure
 // (TestAAFalseVerdictRate, docs/results/lab-verdicts.md) gave 6.2% false
 // verdicts, over the 5% promised, and at 97% it gives the rate there.
@@ -48,7 +44,7 @@ const lookAlpha = 0.03
 
 // stoppedRatio is a comparison's ratio interval (runs ÷ base, in the
 // order they ran) as the adaptive repeats stopped on it, and the runs a
-// side it rests on: the first look (Config.looksAt) whose interval
+// side it rests on: the first look (Config.looks) whose interval
 // decided it, else the last look its runs reached, else (under the first
 // look) all of them. Runs after that, an open loop topped up to its
 // latency count or a budget that ran out between looks, inform each
@@ -61,17 +57,18 @@ const lookAlpha = 0.03
 // read the same interval at the same look.
 func (l *analysis) stoppedRatio(k cellKey, runs, base []result.CPUCell, st stats.Stat) (stats.Interval, int) {
 	m := min(len(runs), len(base))
+	looks := l.cfg.looks()
 	ratio := func(n int) stats.Interval {
 		h := fnv.New64a()
 		fmt.Fprintf(h, "%d/%g/%s/%s/%d", l.cfg.Seed, k.q, k.setting, k.mode, n)
 		b := stats.NewBootstrap(l.cfg.Resamples, int64(h.Sum64()))
-		b.Alpha = lookAlpha
+		b.Alpha = looks.Level(float64(n), 1)
 		return b.Ratio(pooled(runs[:n]), pooled(base[:n]), st)
 	}
 	var r stats.Interval
 	n := 0
 	for at := 1; at <= m; at++ {
-		if !l.cfg.looksAt(at) {
+		if !looks.IsLook(float64(at)) {
 			continue
 		}
 		r, n = ratio(at), at
@@ -92,11 +89,12 @@ func (l *analysis) stoppedRatio(k cellKey, runs, base []result.CPUCell, st stats
 // projected on the side of the interval that stands in its way: a
 // difference on the side facing 1, which must shrink under |log ratio|;
 // "same" on both sides, each of which must shrink inside its bound of the
-// margin. It is the smaller of the two counts, the smallest up to limit
-// whose projected half-width fits, else more than limit (and than n); ok
-// is false where r cannot be projected (an infinite or non-positive
-// interval, or under 2 runs a side).
-func runsToDecide(r stats.Interval, n int, st stats.Stat, limit int) (runs int, ok bool) {
+// margin. Each count's width is read at its look's level (looks). It is
+// the smaller of the two counts, the smallest up to limit whose projected
+// half-width fits, else more than limit (and than n); ok is false where r
+// cannot be projected (an infinite or non-positive interval, or under 2
+// runs a side).
+func runsToDecide(r stats.Interval, n int, st stats.Stat, looks stats.Sequential, limit int) (runs int, ok bool) {
 	if !r.Finite() || r.Value <= 0 || r.Low <= 0 || r.Low > r.Value || r.High < r.Value || n < 2 {
 		return 0, false
 	}
@@ -108,9 +106,9 @@ func runsToDecide(r stats.Interval, n int, st stats.Stat, limit int) (runs int, 
 		if w <= target {
 			return n
 		}
-		raw := w / stats.Expansion(n, lookAlpha)
+		raw := w / stats.Expansion(n, looks.Level(float64(n), 1))
 		for m := n + 1; m <= limit; m++ {
-			if raw*math.Sqrt(float64(n)/float64(m))*stats.Expansion(m, lookAlpha) <= target {
+			if raw*math.Sqrt(float64(n)/float64(m))*stats.Expansion(m, looks.Level(float64(m), 1)) <= target {
 				return m
 			}
 		}
@@ -143,6 +141,6 @@ func (c Config) futile(r stats.Interval, n int, st stats.Stat) bool {
 	if n <= max(c.MinRepeats, stats.MinRuns) || n >= c.MaxRepeats {
 		return false
 	}
-	runs, ok := runsToDecide(r, n, st, c.MaxRepeats)
+	runs, ok := runsToDecide(r, n, st, c.looks(), c.MaxRepeats)
 	return ok && runs > c.MaxRepeats
 }

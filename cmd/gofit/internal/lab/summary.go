@@ -167,7 +167,7 @@ func (l *analysis) undecidedNote(k cellKey, s *result.CPUSummary, r stats.Interv
 	s.DetectableRatio = &detect
 	st := headline(k.mode)
 	msg := fmt.Sprintf("undecided: a difference under ×%.2f would not show here", detect)
-	runs, ok := runsToDecide(r, n, st, mostRunsProjected)
+	runs, ok := runsToDecide(r, n, st, l.cfg.looks(), mostRunsProjected)
 	switch {
 	case !ok || runs <= n:
 	case runs <= mostRunsProjected:

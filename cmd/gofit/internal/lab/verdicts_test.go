@@ -313,15 +313,16 @@ func TestFutileComparisonStopsEarly(t *testing.T) {
 // taken out and put back: an interval already narrow enough needs no more
 // runs, and a wider one needs more the wider it is.
 func TestRunsToDecide(t *testing.T) {
-	if n, ok := runsToDecide(stats.Interval{Value: 1, Low: 0.98, High: 1.02}, 5, stats.StatRPS, 12); !ok || n != 5 {
+	looks := defaultConfig(false).looks()
+	if n, ok := runsToDecide(stats.Interval{Value: 1, Low: 0.98, High: 1.02}, 5, stats.StatRPS, looks, 12); !ok || n != 5 {
 		t.Errorf("inside ±5%% at 5 runs: %d, %v; want 5, true", n, ok)
 	}
-	if _, ok := runsToDecide(stats.Interval{Value: 1, Low: math.Inf(-1), High: math.Inf(1)}, 2, stats.StatRPS, 12); ok {
+	if _, ok := runsToDecide(stats.Interval{Value: 1, Low: math.Inf(-1), High: math.Inf(1)}, 2, stats.StatRPS, looks, 12); ok {
 		t.Errorf("an infinite interval was projected")
 	}
 	prev := 0
 	for _, half := range []float64{0.06, 0.08, 0.12, 0.2} {
-		n, ok := runsToDecide(stats.Interval{Value: 1, Low: 1 / (1 + half), High: 1 + half}, 5, stats.StatRPS, 1000)
+		n, ok := runsToDecide(stats.Interval{Value: 1, Low: 1 / (1 + half), High: 1 + half}, 5, stats.StatRPS, looks, 1000)
 		if !ok || n <= 5 || n < prev {
 			t.Errorf("±%.0f%% at 5 runs: %d runs (after %d for a narrower one)", half*100, n, prev)
 		}
@@ -330,10 +331,10 @@ func TestRunsToDecide(t *testing.T) {
 	// A skewed p99 interval a small step from "worse": only the side
 	// facing 1 stands in its way, not the long far tail.
 	skewed := stats.Interval{Value: 1.15, Low: 0.995, High: 1.6}
-	if n, ok := runsToDecide(skewed, 5, stats.StatP99, 12); !ok || n > 8 {
+	if n, ok := runsToDecide(skewed, 5, stats.StatP99, looks, 12); !ok || n > 8 {
 		t.Errorf("p99 ×1.15 [0.995–1.6] at 5 runs: %d runs, want a few more (the low side is 0.5%% from deciding)", n)
 	}
-	if n, _ := runsToDecide(stats.Interval{Value: 1, Low: 0.5, High: 2}, 150, stats.StatRPS, 100); n <= 150 {
+	if n, _ := runsToDecide(stats.Interval{Value: 1, Low: 0.5, High: 2}, 150, stats.StatRPS, looks, 100); n <= 150 {
 		t.Errorf("undecidable past limit 100 at 150 runs: %d, want more than the 150 it had", n)
 	}
 	// The futility stop: past the first look, before the last, and only
@@ -353,13 +354,13 @@ func TestRunsToDecide(t *testing.T) {
 		{stats.Interval{Value: 1.08, Low: 0.99, High: 1.18}, 5, false}, // 8% at 5 runs: decided within 12
 	} {
 		if got := cfg.futile(c.r, c.n, stats.StatRPS); got != c.want {
-			runs, _ := runsToDecide(c.r, c.n, stats.StatRPS, cfg.MaxRepeats)
+			runs, _ := runsToDecide(c.r, c.n, stats.StatRPS, cfg.looks(), cfg.MaxRepeats)
 			t.Errorf("futile(%+v at %d runs) = %v, want %v (projected %d runs)", c.r, c.n, got, c.want, runs)
 		}
 	}
 	// Without the widening, ±8% at 5 runs a side would project to
 	// 5×(0.077/0.049)² ≈ 13; with it taken out and put back, to fewer.
-	if n, _ := runsToDecide(stats.Interval{Value: 1, Low: 1 / 1.08, High: 1.08}, 5, stats.StatRPS, 1000); n >= 13 {
+	if n, _ := runsToDecide(stats.Interval{Value: 1, Low: 1 / 1.08, High: 1.08}, 5, stats.StatRPS, looks, 1000); n >= 13 {
 		t.Errorf("±8%% at 5 runs: %d runs, want under the plain square-root law's 13", n)
 	}
 }

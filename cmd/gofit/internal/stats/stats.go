@@ -1,7 +1,10 @@
-// Package stats is the statistics the lab and the QoS experiment share:
-// nearest-rank quantiles, load windows cut into blocks, block bootstrap
-// intervals (resampling runs, then blocks within them) and the verdict rule
-// that calls a difference only where its interval excludes "none".
+// Package stats is the statistics the lab, the QoS experiment and the
+// experiments share: nearest-rank quantiles, load windows cut into blocks,
+// block bootstrap intervals (resampling runs, then blocks within them), the
+// verdict rule that calls a difference only where its interval excludes
+// "none", and the sequential rule for reading an interval again as its
+// data grow (Sequential: a fixed schedule of looks or an anytime-valid
+// confidence sequence).
 package stats
 
 import (
