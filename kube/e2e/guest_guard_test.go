@@ -201,16 +201,18 @@ func (g *guestRun) experimentGuard(t *testing.T) {
 		// Requests (the latency histogram) that leave 2 MiB of garbage
 		// each, every 500 ms, and reads of /metrics (about 150 KiB)
 		// every second: about 4.3 MB/s, so without a GC the heap reaches
-		// the 32Mi limit seconds after each start. The guard needs 9
-		// restarts against none (a weight of 0.35 on restarts, 0.05 on
-		// OOM kills), and CrashLoopBackOff spaces each pod's restarts
-		// 10, 20, 40 s apart: with 3 pods an arm the 9th restart is
-		// every pod's third, and the stop came 108 to 189 s after the
-		// first restart, over issue 57's 3 minutes in CI (2026-12-06);
-		// with 5 it is in the arm's second round, which comes after
-		// each pod's next container start, 1-2 minutes under TCG: the
-		// stop came 113-281 s after the first end (2026-12-07). Nine
-		// pods an arm, for a stop on the first round, were too many:
+		// the 32Mi limit seconds after each start. The guard's count
+		// test needed 9 restarts against none, and CrashLoopBackOff
+		// spaces each pod's restarts 10, 20, 40 s apart: with 3 pods an
+		// arm the 9th restart is every pod's third, and the stop came
+		// 108 to 189 s after the first restart, over issue 57's 3
+		// minutes in CI (2026-12-06); with 5 it was in the arm's second
+		// round, which comes after each pod's next container start, 1-2
+		// minutes under TCG: the stop came 113-281 s after the first end
+		// (2026-12-07). Its first-end test (a log-rank test on the pods
+		// still at risk) now calls 5 of 5 first ends against none, the
+		// first round (eleventh session). Nine pods an arm, for a stop
+		// on the first round by counts alone, were too many:
 		// 22 pods under this load left every pod of both arms unready
 		// 77-86% of the time, and in 12 minutes of load no nogc container
 		// ended once (2026-12-07, tenth session). The same bytes in

@@ -41,6 +41,10 @@ import (
 //     mixture SPRT (Robbins 1970; Lindon and Malek, "Anytime-valid
 //     inference for multinomial count data", NeurIPS 2022), on
 //     conditional binomials as for Poisson rates.
+//   - Each pod's first end (endsTest): a log-rank test, anytime-valid,
+//     on the pods still at risk of their first end. Five of five pods
+//     ending against none is strong evidence the count test cannot
+//     see, since it treats the fifth end as no rarer than the first.
 //   - Time not ready: D = arm's share − ((1+rate)·control's + floor)
 //     per window, in [−(1+rate+floor), 1] (the bar is not capped at 1,
 //     which would break the null's linearity); the e-process is a
@@ -71,7 +75,11 @@ var harmBets = []float64{0.1, 0.2, 0.35, 0.5, 0.7, 0.9}
 // harmWeights are the tests' weights in the arm's mean e-value, fixed
 // in advance (they sum to 1): a restart and time not ready are what a
 // harmful Go setting (no GC, a memory limit too tight) shows first.
-var harmWeights = map[string]float64{"restarts": 0.35, "unready": 0.45, "oom": 0.05, "errors": 0.075, "p99": 0.075}
+// A pod's first end carries the most: every pod of an arm ending once
+// while no control pod does is the first thing a crash-looping arm
+// shows, and at 5 pods a side only the risk-set test below can call it
+// (issue 57).
+var harmWeights = map[string]float64{"ends": 0.38, "restarts": 0.2, "unready": 0.34, "oom": 0.02, "errors": 0.03, "p99": 0.03}
 
 // harmTest is one test's e-process over the windows.
 type harmTest struct {
@@ -95,6 +103,7 @@ type HarmEvidence struct {
 // first n windows.
 func harmEvidence(a, c *Arm, n int, harm Harm, have map[string]bool, seed int64, bar float64) HarmEvidence {
 	var tests []harmTest
+	tests = append(tests, endsTest(a, c, n, harm.Rate))
 	tests = append(tests, countTest("restarts", a, c, n, harm.Rate, func(w Window) float64 { return w.Restarts }))
 	tests = append(tests, countTest("oom", a, c, n, harm.Rate, func(w Window) float64 { return w.OOMKills }))
 	if have["ready"] {
