@@ -562,11 +562,11 @@ func (r *fetchRun) liveCounts() {
 
 // restartsAndOOMs reads restarts as the soonest whole count of each
 // pod's ends (mergeEnds): kube-state-metrics' restart counter, its last
-// terminations, and cAdvisor's kernel OOM kills. OOM kills are cAdvisor's
-// container_oom_events_total, counted as they happen; without it, the
-// restarts whose container's last end at the window's end was OOMKilled
-// (kube_pod_container_status_last_terminated_reason), else gofit's
-// gofit_oom_kills_total; whole increases all.
+// terminations, and cAdvisor's kernel OOM kills. OOM kills are, per
+// pod, the soonest count of cAdvisor's container_oom_events_total and
+// of the restarts whose container's last end at the window's end was
+// OOMKilled (kube_pod_container_status_last_terminated_reason); with
+// neither, gofit's gofit_oom_kills_total; whole increases all.
 func (r *fetchRun) restartsAndOOMs() error {
 	f, in, put, covered, loc := r.f, r.in, r.put, r.covered, r.loc
 	restarts, err := f.counterSteps(fmt.Sprintf(`max by (pod, container) (kube_pod_container_status_restarts_total{%s})`, f.sel))
@@ -608,19 +608,19 @@ func (r *fetchRun) restartsAndOOMs() error {
 	} else {
 		in.Sources["restarts"] = "none found"
 	}
-	if len(kernel) > 0 {
-		// The kernel's own count, as it happens: kube-state-metrics'
-		// reasons come with the restarts, minutes later on a slow node.
-		in.Have["oom"] = true
-		in.Sources["oom"] = "container_oom_events_total (cAdvisor, whole increases per window)"
-		covered["oom"] = armsOf(kernel)
-		put(kernel, 0, func(w *Window, v float64) { w.OOMKills += v })
-		return nil
-	}
+	// OOM kills: per pod, the soonest whole count of the kernel's (as
+	// cAdvisor sees them, when they happen) and of the restarts whose
+	// container last ended OOMKilled (kube-state-metrics, with the
+	// restart). Either alone misses kills: a container OOM-killed seconds
+	// after its start can be gone before cAdvisor's next scrape shows its
+	// counter at 1, and the guard then logged oom_kills=0 beside 9
+	// restarts of an arm growing into its limit (the e2e node, 2026-12-07,
+	// eleventh session); the reasons come minutes late on a slow node.
 	reason, err := f.matrix(fmt.Sprintf(`max by (pod, container) (kube_pod_container_status_last_terminated_reason{%s, reason="OOMKilled"})`, f.sel), false)
 	if err != nil {
 		return err
 	}
+	var kills model.Matrix
 	if len(reason) > 0 && len(restarts) > 0 {
 		// Per pod, as the restarts are (mergeEnds): a pod one of whose
 		// containers last ended OOMKilled.
@@ -636,7 +636,6 @@ func (r *fetchRun) restartsAndOOMs() error {
 				}
 			}
 		}
-		var kills model.Matrix
 		for _, s := range restarts {
 			k := string(s.Metric["pod"])
 			o := &model.SampleStream{Metric: s.Metric}
@@ -647,10 +646,24 @@ func (r *fetchRun) restartsAndOOMs() error {
 			}
 			kills = append(kills, o)
 		}
+	}
+	if len(kernel) > 0 || len(kills) > 0 {
+		var what []string
+		if len(kernel) > 0 {
+			what = append(what, "container_oom_events_total (cAdvisor, whole increases per window)")
+			covered["oom"] = armsOf(kernel)
+		}
+		if len(kills) > 0 {
+			what = append(what, `kube_pod_container_status_last_terminated_reason{reason="OOMKilled"} at each restart`)
+			covered["oom"] = covered["restarts"]
+		}
 		in.Have["oom"] = true
-		in.Sources["oom"] = `kube_pod_container_status_last_terminated_reason{reason="OOMKilled"} at each restart`
-		covered["oom"] = covered["restarts"]
-		put(kills, 0, func(w *Window, v float64) { w.OOMKills += v })
+		in.Sources["oom"] = what[0]
+		if len(what) > 1 {
+			in.Sources["oom"] = "the soonest count, per pod, of " + strings.Join(what, " and ")
+			covered["oom"] = union(armsOf(kernel), covered["restarts"])
+		}
+		put(mergeEnds(kernel, kills), 0, func(w *Window, v float64) { w.OOMKills += v })
 		return nil
 	}
 	m, err := f.counterSteps(fmt.Sprintf(`sum by (pod) (gofit_oom_kills_total{%s})`, f.sel))
@@ -803,6 +816,18 @@ func mergeEnds(sources ...model.Matrix) model.Matrix {
 			e = best
 		}
 		out = append(out, o)
+	}
+	return out
+}
+
+// union is the arms in either set.
+func union(a, b map[int]bool) map[int]bool {
+	out := map[int]bool{}
+	for k, v := range a {
+		out[k] = out[k] || v
+	}
+	for k, v := range b {
+		out[k] = out[k] || v
 	}
 	return out
 }

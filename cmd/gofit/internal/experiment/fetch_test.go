@@ -529,6 +529,44 @@ func TestFetchCountsAnEndWhenFirstSeen(t *testing.T) {
 	}
 }
 
+// TestFetchOOMKillsFromBothSources: on the e2e node (2026-12-07, eleventh
+// session) the guard logged oom_kills=0 beside 9 restarts of an arm
+// whose containers the kernel OOM-killed seconds after each start:
+// cAdvisor's series were there, each container's at 0, and went before
+// a scrape showed 1, and the guard read OOM kills from cAdvisor alone.
+// Each pod's OOM kills are the soonest count of cAdvisor's and of the
+// restarts kube-state-metrics says ended OOMKilled.
+func TestFetchOOMKillsFromBothSources(t *testing.T) {
+	from := time.Unix(1_700_000_000, 0)
+	nan := math.NaN()
+	stub := &promStub{t: t, rules: []stubRule{
+		{"process_cpu_seconds_total", "[" + series(from, map[string]string{"pod": "a-1"}, 6, 6, 6) + "," + series(from, map[string]string{"pod": "b-1"}, 9, 9, 9) + "]"},
+		{"kube_pod_container_status_restarts_total", "[" +
+			boundaries(from, map[string]string{"pod": "b-1", "container": "app"}, 0, 1, 2, 3) + "," +
+			boundaries(from, map[string]string{"pod": "a-1", "container": "app"}, 0, 0, 0, 0) + "]"},
+		{`kube_pod_container_status_last_terminated_reason{`, "[" +
+			boundaries(from, map[string]string{"pod": "b-1", "container": "app"}, 0, 1, 1, 1) + "]"},
+		// cAdvisor saw b-1's third container's kill, not the first two.
+		{"container_oom_events_total", "[" +
+			boundaries(from, map[string]string{"pod": "b-1", "container": "app", "id": "/c1"}, 0, nan, nan, nan) + "," +
+			boundaries(from, map[string]string{"pod": "b-1", "container": "app", "id": "/c3"}, nan, nan, 0, 1) + "," +
+			boundaries(from, map[string]string{"pod": "a-1", "container": "app", "id": "/a1"}, 0, 0, 0, 0) + "]"},
+	}}
+	in := fetchFrom(t, stub, pods{"a": {"a-1"}, "b": {"b-1"}})
+	var ooms [2][3]float64
+	for a := range 2 {
+		for i, w := range in.Arms[a].Windows[0] {
+			ooms[a][i] = w.OOMKills
+		}
+	}
+	if ooms != [2][3]float64{{0, 0, 0}, {1, 1, 1}} {
+		t.Errorf("OOM kills per window %v; want [[0 0 0] [1 1 1]]: three restarts that ended OOMKilled, one of them seen by cAdvisor too", ooms)
+	}
+	if !strings.Contains(in.Sources["oom"], "container_oom_events_total") || !strings.Contains(in.Sources["oom"], "OOMKilled") {
+		t.Errorf("oom source %q: want both named", in.Sources["oom"])
+	}
+}
+
 // mergeEnds alone: the sooner of the two counts, never twice.
 func TestMergeEnds(t *testing.T) {
 	at := func(vs ...float64) *model.SampleStream {
