@@ -9,11 +9,15 @@ import (
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/buildinfo"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/local"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/pods"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/trial"
 )
 
 func runLab(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("lab", stderr)
 	var o lab.Options
+	var ko pods.Options
 	fs.BoolVar(&o.Quick, "quick", false, "a reduced study: one quota, within 4 minutes on 2 cores")
 	fs.StringVar(&o.Cmd, "cmd", "", "your service's command; {port} is replaced by a free port (no shell quoting: use sh -c '...' for that)")
 	fs.StringVar(&o.Image, "image", "", "an OCI image to study instead of --cmd: oci:DIR, oci-archive:FILE, docker-archive:FILE or a registry reference (docker config credentials); run as its entrypoint, cmd, env, working directory and user, with $PORT set to {port}")
@@ -42,13 +46,13 @@ func runLab(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&o.ReadyURL, "ready-url", "", "URL polled until the service is ready (default: --url, or the first GET target); 503 means still starting")
 	fs.DurationVar(&o.ReadyTimeout, "ready-timeout", 0, "how long the service may take to become ready (default 30s)")
 	fs.BoolVar(&o.Kube, "kube", false, "run the trials as pods through the API server (one trial per node at a time; the load from a pod; counters from the gofit node agent): --image must be a registry reference, or none for the sample")
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "with --kube: the kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster)")
-	fs.StringVar(&o.Context, "context", "", "with --kube: the kubeconfig context (default: its current one)")
-	fs.StringVar(&o.Namespace, "namespace", "", "with --kube: the namespace of the run's pods (default gofit-lab, the one deploy/lab makes)")
-	fs.StringVar(&o.NodeSelector, "node-selector", "", "with --kube: key=value[,key=value] of the nodes trials may run on")
-	fs.StringVar(&o.AgentNamespace, "agent-namespace", "", "with --kube: the gofit node agent's namespace (default: gofit-node, then gofit-system)")
-	fs.StringVar(&o.AgentAccount, "agent-account", "", "with --kube: the ServiceAccount in --namespace whose short-lived token reads a node agent that serves --metrics-secure, as deploy/node and the chart run it (default gofit-lab, the one deploy/lab makes and binds)")
-	fs.StringVar(&o.KubeOptions.Image, "kube-image", defaultKubeImage(), "with --kube: the gofit image the load pod (and the sample) runs")
+	fs.StringVar(&ko.Kubeconfig, "kubeconfig", "", "with --kube: the kubeconfig (default: $KUBECONFIG, ~/.kube/config, or in-cluster)")
+	fs.StringVar(&ko.Context, "context", "", "with --kube: the kubeconfig context (default: its current one)")
+	fs.StringVar(&ko.Namespace, "namespace", "", "with --kube: the namespace of the run's pods (default gofit-lab, the one deploy/lab makes)")
+	fs.StringVar(&ko.NodeSelector, "node-selector", "", "with --kube: key=value[,key=value] of the nodes trials may run on")
+	fs.StringVar(&ko.AgentNamespace, "agent-namespace", "", "with --kube: the gofit node agent's namespace (default: gofit-node, then gofit-system)")
+	fs.StringVar(&ko.AgentAccount, "agent-account", "", "with --kube: the ServiceAccount in --namespace whose short-lived token reads a node agent that serves --metrics-secure, as deploy/node and the chart run it (default gofit-lab, the one deploy/lab makes and binds)")
+	fs.StringVar(&ko.Image, "kube-image", defaultKubeImage(), "with --kube: the gofit image the load pod (and the sample) runs")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -59,7 +63,13 @@ func runLab(args []string, stdout, stderr io.Writer) error {
 	fs.Visit(func(f *flag.Flag) { o.Given[f.Name] = true })
 	ctx, stop := cleanupContext()
 	defer stop()
-	err := lab.Main(ctx, o, stdout, stderr)
+	// The trials run in the sandbox on this machine, or with --kube as
+	// pods on a cluster's nodes.
+	var op trial.Opener = local.New()
+	if o.Kube {
+		op = pods.New(ko)
+	}
+	err := lab.Main(ctx, o, op, stdout, stderr)
 	switch {
 	case errors.Is(err, lab.ErrInterrupted):
 		return exitError{130} // the shell's code for SIGINT; lab.Main said the rest
@@ -85,9 +95,9 @@ func runLabSample(args []string, stdout, stderr io.Writer) error {
 
 func runLabLoad(args []string, stdout, stderr io.Writer) error {
 	if len(args) != 1 {
-		return fmt.Errorf("%w: gofit %s ADDR", errUsage, lab.LoadCommand)
+		return fmt.Errorf("%w: gofit %s ADDR", errUsage, pods.LoadCommand)
 	}
-	return lab.ServeLoad(args[0])
+	return pods.ServeLoad(args[0])
 }
 
 // defaultKubeImage is this release's image, "" for a build without a

@@ -15,11 +15,13 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
 	"io"
 	"os"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
+
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/pods"
 )
 
 // errUsage marks errors that come from bad command-line input (exit 2).
@@ -68,7 +70,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	// Hidden: the lab's sample service, and its load pod's server
 	// (gofit lab --kube).
-	cmds := append(commands(), command{name: lab.SampleCommand, run: runLabSample}, command{name: lab.LoadCommand, run: runLabLoad})
+	cmds := append(commands(), command{name: lab.SampleCommand, run: runLabSample}, command{name: pods.LoadCommand, run: runLabLoad})
 	for _, c := range cmds {
 		if c.name != args[0] {
 			continue

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/trial"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
@@ -108,10 +109,10 @@ func TestHealthAAFalseVerdictRate(t *testing.T) {
 				l.cfg.Seed = int64(3000 + i)
 				l.rec.Target.HealthRPS, l.rec.Target.ProbeRPS = 100, 400
 				rng := f.rng
-				fakeOf(l).pair = func(_ context.Context, _, _ map[string]string, _ float64, limit int64, ml memLoad) (result.MemTrial, load.Result, result.MemTrial, load.Result) {
+				fakeOf(l).pair = func(_ context.Context, _, _ map[string]string, _ float64, limit int64, ml trial.MemLoad) (result.MemTrial, load.Result, result.MemTrial, load.Result) {
 					moment := math.Exp(0.3 * rng.NormFloat64())
 					run := func(ms float64) (result.MemTrial, load.Result) {
-						bs := fakeBlocks(rng, int(ml.window.Seconds()), ml.rate, 0.02, ms*moment*math.Exp(0.15*rng.NormFloat64()))
+						bs := fakeBlocks(rng, int(ml.Window.Seconds()), ml.Rate, 0.02, ms*moment*math.Exp(0.15*rng.NormFloat64()))
 						s := stats.Sample{bs}
 						return result.MemTrial{Outcome: result.OK, RPS: s.RPS(), P99: s.Quantile(0.99)}, load.Result{RPS: s.RPS(), P99: s.Quantile(0.99), Blocks: bs}
 					}

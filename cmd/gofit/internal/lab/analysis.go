@@ -23,7 +23,7 @@ import (
 //	runner ─▶ trials ─▶ Records ─▶ analyse(Config, Records) ─▶ Results ─▶ report
 //
 // The study (study.go, cpustudy.go, memory.go, health.go) has its runner
-// (runner.go: the sandbox, package lab/sandbox, or a fake) run trials
+// (a trial.Runner: lab/local's sandbox, lab/pods's pods, or a fake) run trials
 // and appends what they measured to its Records; the budget planner
 // (budget.go) decides what it can still afford. analyse is the pure half:
 // the CPU summary and verdicts, the memory floors and health verdicts
@@ -53,7 +53,7 @@ type Records struct {
 	// build info says (the plan depends on both).
 	NCPU   int           `json:"ncpu"`
 	Binary target.Binary `json:"binary"`
-	// Runner is where the trials ran (runner.where).
+	// Runner is where the trials ran (trial.Where.Runner).
 	Runner string `json:"runner"`
 }
 

@@ -6,9 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
-
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/trial"
 )
 
 // A slow target (node_exporter at 250m: ~25 rps closed loop, 15 rps
@@ -23,7 +22,7 @@ func TestSlowTargetFitsTheBudget(t *testing.T) {
 	f.rps = map[string]float64{result.SetGoDefault: 25, result.SetGofit: 25, result.SetProcsNCPU: 25}
 	var windows []time.Duration
 	inner := f.measure
-	fakeOf(l).measure = func(ctx context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
+	fakeOf(l).measure = func(ctx context.Context, c trial.CPUConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
 		if mode == result.Open {
 			windows = append(windows, window)
 		}
@@ -94,28 +93,6 @@ func TestMemShareComparedFirst(t *testing.T) {
 	}
 	if got := memShare(-time.Minute, all); got != 0 {
 		t.Errorf("share of an overspent budget: %v, want 0", got)
-	}
-}
-
-// A start under a memory limit waits 4 × the slowest start without one
-// (at least 5 s), never longer than the target's own readiness timeout;
-// without a limit, or before any start without one, the target's own.
-func TestStartWait(t *testing.T) {
-	for _, tc := range []struct {
-		slowest, own time.Duration
-		limit        int64
-		want         time.Duration
-	}{
-		{0, 0, 64 * mib, sandbox.DefaultReadyTimeout},
-		{800 * time.Millisecond, 0, 0, sandbox.DefaultReadyTimeout},
-		{800 * time.Millisecond, 0, 64 * mib, minStartWait},
-		{3 * time.Second, 0, 64 * mib, 12 * time.Second},
-		{3 * time.Second, 10 * time.Second, 64 * mib, 10 * time.Second},
-		{20 * time.Second, 0, 64 * mib, sandbox.DefaultReadyTimeout},
-	} {
-		if got := startWait(sandbox.Target{ReadyTimeout: tc.own}, tc.limit, tc.slowest); got != tc.want {
-			t.Errorf("slowest start %v, --ready-timeout %v, limit %d MiB: waits %v, want %v", tc.slowest, tc.own, tc.limit/mib, got, tc.want)
-		}
 	}
 }
 

@@ -2,6 +2,8 @@ package lab
 
 import (
 	"time"
+
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/trial"
 )
 
 // memBudget is the memory study's side of the budget: its minimum, kept
@@ -135,6 +137,6 @@ func (m *memBudget) planSurvival(probeRPS, probeSeconds float64) memPlan {
 }
 
 // survivalLoad is the survival trials' load.
-func (m *memBudget) survivalLoad(probeRPS float64) memLoad {
-	return memLoad{requests: m.plan.requests, maxDur: m.plan.maxTrial, probeRPS: probeRPS}
+func (m *memBudget) survivalLoad(probeRPS float64) trial.MemLoad {
+	return trial.MemLoad{Requests: m.plan.requests, MaxDur: m.plan.maxTrial, ProbeRPS: probeRPS}
 }

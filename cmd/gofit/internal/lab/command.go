@@ -13,10 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/image"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
-	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
-	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/trial"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/report"
 )
@@ -25,11 +23,13 @@ import (
 // (or could not be) and one line on stderr said which.
 var ErrInterrupted = errors.New("interrupted")
 
-// Main is `gofit lab`: it checks the options, runs the study in a fresh
-// sandbox, writes results.json and report.html into o.Out and prints the
-// summary (or, with o.JSON, results.json) to stdout. Errors from bad
-// options wrap ErrUsage; an interrupted study returns ErrInterrupted.
-func Main(ctx context.Context, o Options, stdout, stderr io.Writer) error {
+// Main is `gofit lab`: it checks the options, runs the study on the
+// runner op opens (the sandbox on this machine, or pods on a cluster's
+// nodes: the command chooses), writes results.json and report.html into
+// o.Out and prints the summary (or, with o.JSON, results.json) to stdout.
+// Errors from bad options wrap ErrUsage; an interrupted study returns
+// ErrInterrupted.
+func Main(ctx context.Context, o Options, op trial.Opener, stdout, stderr io.Writer) error {
 	if o.Replay != "" {
 		return replay(o, stdout)
 	}
@@ -45,20 +45,6 @@ func Main(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 	// A run that ends before writing anything leaves no new directory.
 	defer undoOut()
 
-	if o.Kube {
-		if cfg.ImageRef == "" {
-			cfg.Sample = true
-			cfg.Target = sandbox.Target{URL: "http://127.0.0.1:{port}/work", ReadyTimeout: cfg.Target.ReadyTimeout}
-		}
-		cfg.Image = cfg.ImageRef
-		start := time.Now()
-		cfg.Progress = stderr
-		for _, w := range cfg.Warnings {
-			fmt.Fprintf(stderr, "gofit lab: warning: %s\n", w)
-		}
-		res, rec, runErr := runPodStudy(ctx, cfg, o.KubeOptions, stderr)
-		return finish(ctx, o, cfg, res, rec, runErr, start, stdout, stderr)
-	}
 	if cfg.Target.Path != "" {
 		path, err := exec.LookPath(cfg.Target.Path)
 		if err != nil {
@@ -69,68 +55,19 @@ func Main(ctx context.Context, o Options, stdout, stderr io.Writer) error {
 		}
 		cfg.Target.Path = path
 	}
-
-	sb, err := sandbox.New()
-	if err != nil {
-		if errors.Is(err, iofs.ErrPermission) {
-			return fmt.Errorf("%w; the lab needs root on Linux with cgroupfs mounted writable (try: sudo gofit lab)", err)
-		}
-		return err
-	}
-	defer func() {
-		// A trial group that would not go away is left behind: say so,
-		// naming it, rather than exit as if all was clean.
-		if err := sb.Close(); err != nil {
-			fmt.Fprintf(stderr, "gofit lab: warning: cleanup: %v\n", err)
-		}
-	}()
-	// A temporary directory named for this process, so a later lab sweeps
-	// it if this one is killed: the sample's binary and the reference's
-	// copy live there.
-	dir, err := sandbox.TempDir()
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	if cfg.ImageRef != "" {
-		if err := fromImage(ctx, &cfg, dir); err != nil {
-			return err
-		}
-	}
-	if cfg.Target.Path == "" {
-		// The embedded sample: this very binary, copied so its page cache
-		// can be evicted before each trial without touching the running
-		// lab.
-		self, err := os.Executable()
-		if err != nil {
-			return err
-		}
-		path := filepath.Join(dir, "gofit-sample")
-		if err := copyFile(self, path); err != nil {
-			return err
-		}
-		cfg.Target = sandbox.Target{Path: path, Args: []string{SampleCommand, "127.0.0.1:{port}"}, URL: "http://127.0.0.1:{port}/work"}
-		cfg.Sample = true
-	}
-	// The health trials' reference runs beside the limited target: from
-	// its own copy, so neither is charged for the other's page cache.
-	cfg.RefTarget = cfg.Target
-	cfg.RefTarget.Path = filepath.Join(dir, "reference-"+filepath.Base(cfg.Target.Path))
-	if cfg.Target.Root != nil {
-		// Inside the image's root, beside the original.
-		cfg.RefTarget.Path = filepath.Join(filepath.Dir(cfg.Target.Path), ".gofit-reference-"+filepath.Base(cfg.Target.Path))
-	}
-	if err := copyFile(cfg.Target.Path, cfg.RefTarget.Path); err != nil {
-		cfg.RefTarget = sandbox.Target{}
-		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("the health trials' reference shares %s with the limited run (%v): page cache one faults in is charged to the other", cfg.Target.Path, err))
-	}
 	cfg.Progress = stderr
+	if err := op.Prepare(ctx, &cfg.Study); err != nil {
+		return errors.Join(err, op.Close())
+	}
 	for _, w := range cfg.Warnings {
 		fmt.Fprintf(stderr, "gofit lab: warning: %s\n", w)
 	}
 
 	start := time.Now()
-	res, rec, runErr := runStudy(ctx, sb, cfg)
+	res, rec, runErr := runStudy(ctx, cfg, op)
+	if err := op.Close(); err != nil {
+		runErr = errors.Join(runErr, err)
+	}
 	return finish(ctx, o, cfg, res, rec, runErr, start, stdout, stderr)
 }
 
@@ -172,11 +109,6 @@ func finish(ctx context.Context, o Options, cfg Config, res *result.Results, rec
 	return nil
 }
 
-// maxCopy bounds the executable copied for the reference.
-const maxCopy = 1 << 30
-
-// copyFile copies the executable src to dst, flushed so that dst's page
-// cache can be dropped before each trial.
 // replay is `gofit lab --replay DIR`: the records.json of an earlier run
 // analysed again, by this gofit, into results.json and report.html in
 // o.Out. Nothing runs: no sandbox, no root.
@@ -218,32 +150,6 @@ func replay(o Options, stdout io.Writer) error {
 	return nil
 }
 
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	if st, err := in.Stat(); err != nil {
-		return err
-	} else if !st.Mode().IsRegular() || st.Size() > maxCopy {
-		return fmt.Errorf("%s: not a regular file of at most %d bytes", src, maxCopy)
-	}
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	if err := out.Sync(); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
-}
-
 // checkOut makes sure results can be written to dir before a study
 // spends minutes: it creates dir if needed and writes and removes a file
 // there. undo removes the directories it created while they are still
@@ -283,32 +189,4 @@ func checkOut(dir string) (undo func(), err error) {
 		return nil, err
 	}
 	return undo, nil
-}
-
-// fromImage opens --image, unpacks it into dir and makes it the target:
-// its entrypoint and cmd (or --args), env with PORT={port}, working
-// directory and user, run in its root filesystem. Every check is made
-// before any trial starts.
-func fromImage(ctx context.Context, cfg *Config, dir string) error {
-	im, err := image.Load(ctx, cfg.ImageRef, filepath.Join(dir, "rootfs"), dir)
-	if err != nil {
-		return err
-	}
-	argv := im.Command(cfg.ImageArgs)
-	if len(argv) == 0 {
-		return fmt.Errorf("%w: --image %s: --args is empty and the image has no entrypoint: nothing to run", ErrUsage, cfg.ImageRef)
-	}
-	_, onHost, err := im.Resolve(argv[0])
-	if err != nil {
-		return fmt.Errorf("--image %s: its command %q: %w", cfg.ImageRef, strings.Join(argv, " "), err)
-	}
-	env, dropped := load.WithoutRuntimeVars(im.Env)
-	if len(dropped) > 0 {
-		cfg.Warnings = append(cfg.Warnings, fmt.Sprintf("the image sets %s: left out, since each trial sets its own (the baseline none)", strings.Join(dropped, ", ")))
-	}
-	env = append(env, "PORT={port}")
-	cfg.Target.Path, cfg.Target.Args, cfg.Target.Env = onHost, argv[1:], env
-	cfg.Target.Root = &sandbox.Root{Dir: im.Root, Cwd: im.WorkingDir, UID: im.UID, GID: im.GID}
-	cfg.Image = fmt.Sprintf("%s (%s, %s)", cfg.ImageRef, im.Digest, im.Platform)
-	return nil
 }

@@ -1,9 +1,7 @@
 package lab
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"math"
 	"net/http"
 	"runtime"
@@ -15,6 +13,7 @@ import (
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/trial"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
@@ -22,11 +21,7 @@ import (
 )
 
 const (
-	sampleGODEBUG  = "containermaxprocs=1,updatemaxprocs=1"
-	memConcurrency = 8
-	// A memory trial whose throughput falls below this share of the
-	// unlimited probe's, while it faults pages in, is stalled.
-	stallShare = 0.1
+	sampleGODEBUG = "containermaxprocs=1,updatemaxprocs=1"
 	// automemlimitRatio is the share of the limit automemlimit gives GOMEMLIMIT.
 	automemlimitRatio = 0.9
 	// cfsPeriod is the kernel's default CFS period; a closed-loop window
@@ -34,49 +29,25 @@ const (
 	// throughput by at most 2%.
 	cfsPeriod  = 100 * time.Millisecond
 	minPeriods = 50
-	// maxErrorShare is the error rate above which a cell is marked failed.
-	maxErrorShare = 0.01
 )
 
-// Config is a study.
+// Config is a study: what its runner sees of it (trial.Study: the
+// target, the quotas, how each window's load is driven), and the design
+// the study and the analysis read.
 type Config struct {
-	Target sandbox.Target
-	// RefTarget is Target from its own copy of the binary: the health
-	// trials' reference runs beside the limited one, and one file's page
-	// cache would be charged to whichever touched it first. Zero: Target.
-	RefTarget sandbox.Target
-	// Sample is set when Target is the embedded sample, whose main module
-	// is run with Go ≥ 1.25's GOMAXPROCS default (see README).
-	Sample bool
-	// Image describes the OCI image Target runs from (--image): reference,
-	// digest and platform. Empty: a --cmd binary or the sample.
-	Image string
-	// ImageRef is --image: Main opens it and sets Target from it;
-	// ImageArgs is --args, which replaces the image's cmd (nil: not given).
-	ImageRef  string
-	ImageArgs []string
+	trial.Study
 
-	Quotas []float64 // CPU quotas in cores
-	// CPURequest adds the row "no limit, request R": no CPU quota, the CPU
-	// weight the kubelet gives R cores (cpu.shares), and gofit's
-	// GOMAXPROCS from the request times CPURequestFactor (opted in, as
-	// GOFIT_CPU_REQUEST_FACTOR does). 0: no such row.
-	CPURequest       float64
 	CPURequestFactor float64
 	CPUSettings      []string      // of SetProcs1, SetGoDefault, SetGofit, SetProcsNCPU
 	MinRepeats       int           // of each CPU cell, interleaved
 	MaxRepeats       int           // adaptive repeats stop here
-	Requests         int           // closed loop: requests per window (0: ClosedWindow decides)
 	ClosedWindow     time.Duration // closed loop: window length (≥ 50 CFS periods)
-	Concurrency      int           // closed loop: workers
-	Warmup           time.Duration // before every window; excluded from every figure
 	OpenFraction     float64       // open loop: share of the lower closed-loop capacity of gofit and go-default at the quota
 	OpenSamples      int           // open loop: latencies per summary cell, pooled over repeats
 	OpenDuration     time.Duration // open loop: fixed window per run (0: OpenSamples decides)
 	MinOpenWindow    time.Duration
 	TargetRPS        float64       // open loop at this rate at every quota, and recommend for it
 	SLOP99           time.Duration // with TargetRPS: the p99 the recommendation must meet
-	Budget           time.Duration // wall time the whole study must fit in (budget.go)
 	MemSettings      []string      // of SetNone, SetGofit, SetLimitGCOff, SetAutoMemLimit
 	MemRequests      int           // requests per memory trial
 	Probes           int           // unlimited memory probes: the peak, and the capacity HealthShare is of
@@ -96,38 +67,28 @@ type Config struct {
 	// ConfirmOf×ConfirmSpan runs (see floorSearch.Span).
 	ConfirmSpan int
 	Resamples   int // bootstrap resamples
-	// Seed orders the CPU cells, the request mix and the bootstrap's
-	// resamples; the same seed replays a run's random choices.
-	Seed     int64
-	Warnings []string  // minimums the user overrode (from the command line)
-	Progress io.Writer `json:"-"` // progress lines; nil for none
-	// QuotasGiven: Quotas came from --quotas, not the defaults (whose
-	// last row is this machine's CPUs, which --kube replaces with its
-	// nodes').
-	QuotasGiven bool `json:"-"`
-	// WholeRow: the default study measures the whole machine too (its
-	// CPUs as a quota, left out where that is 1 or fewer); --kube makes it
-	// the trial nodes'.
-	WholeRow bool `json:"-"`
 }
 
 // defaultConfig is the default study, or with quick the reduced one.
 func defaultConfig(quick bool) Config {
 	ncpu := float64(runtime.NumCPU())
 	c := Config{
-		Quotas:           []float64{0.25, 0.5, 1, ncpu},
+		Study: trial.Study{
+			Quotas:      []float64{0.25, 0.5, 1, ncpu},
+			CPURequest:  0.25,
+			Concurrency: 16,
+			Warmup:      time.Second,
+			Budget:      15 * time.Minute,
+			Seed:        1,
+		},
 		CPUSettings:      []string{result.SetProcs1, result.SetGoDefault, result.SetGofit, result.SetProcsNCPU},
-		CPURequest:       0.25,
 		CPURequestFactor: 1,
 		MinRepeats:       stats.MinRuns, // fewer, and no verdict could be decided
 		MaxRepeats:       12,
 		ClosedWindow:     minPeriods * cfsPeriod,
-		Concurrency:      16,
-		Warmup:           time.Second,
 		OpenFraction:     0.6,
 		OpenSamples:      5000,
 		MinOpenWindow:    minPeriods * cfsPeriod,
-		Budget:           15 * time.Minute,
 		MemSettings:      []string{result.SetGofit, result.SetNone, result.SetAutoMemLimit, result.SetLimitGCOff},
 		Probes:           3,
 		HealthShare:      0.3,
@@ -152,7 +113,6 @@ func defaultConfig(quick bool) Config {
 		ConfirmOf:   7,
 		ConfirmSpan: 2,
 		Resamples:   1000,
-		Seed:        1,
 	}
 	c.WholeRow = !quick
 	if ncpu <= 1 {
@@ -182,8 +142,8 @@ func defaultConfig(quick bool) Config {
 }
 
 // ErrUsage marks a configuration the command line got wrong; the error
-// names the flag.
-var ErrUsage = errors.New("usage")
+// names the flag. A runner's usage errors are the same (trial.ErrUsage).
+var ErrUsage = trial.ErrUsage
 
 // Options are the command line's choices, before defaults and checks.
 type Options struct {
@@ -211,10 +171,10 @@ type Options struct {
 	ReadyTimeout time.Duration // how long a start may take
 	Image        string        // an OCI image to run instead of --cmd: oci:DIR, oci-archive:FILE, docker-archive:FILE or a registry reference
 	Args         string        // with Image: replaces the image's cmd; {port} is replaced
-	// Kube runs the trials as pods through the API server (--kube), as
-	// KubeOptions say.
+	// Kube runs the trials as pods through the API server (--kube, whose
+	// other flags are lab/pods's Options): it only changes which options
+	// go together; the command chooses the runner.
 	Kube bool
-	KubeOptions
 	// Given names the options the user set, by flag name ("repeats"): a
 	// count or duration given as 0 is a mistake, not the default.
 	Given map[string]bool
@@ -314,9 +274,6 @@ func (o Options) target(cfg *Config) error {
 	}
 	if o.Kube && o.Cmd != "" {
 		return usagef("--kube runs images: give --image (a registry reference the nodes can pull), or neither for the sample")
-	}
-	if _, err := parseSelector(o.NodeSelector); err != nil {
-		return err
 	}
 	for _, f := range []string{"kubeconfig", "context", "namespace", "node-selector", "agent-namespace", "kube-image"} {
 		if set(f) && !o.Kube {
@@ -483,47 +440,4 @@ func (c Config) Validate() error {
 		return usagef("Config.Resolution %d, Config.HealthResolution %d: must be positive", c.Resolution, c.HealthResolution)
 	}
 	return nil
-}
-
-// checkTarget says what a target lacks to be studied: a command, and a URL or a
-// request mix.
-func checkTarget(t sandbox.Target) error {
-	if t.Path == "" || t.URL == "" && len(t.Requests) == 0 {
-		return usagef("--cmd with --url or --targets: no target")
-	}
-	return nil
-}
-
-// KubeOptions are --kube's flags.
-type KubeOptions struct {
-	Kubeconfig     string
-	Context        string
-	Namespace      string // "": DefaultNamespace, the one deploy/lab makes
-	NodeSelector   string // k=v,k2=v2
-	AgentNamespace string // "": where deploy/node or the chart runs it
-	// AgentAccount is the ServiceAccount in Namespace whose short-lived
-	// token (TokenRequest) reads an agent that serves --metrics-secure
-	// ("": DefaultAgentAccount, the one deploy/lab makes).
-	AgentAccount string
-	Image        string // the gofit image of the load pod and the sample
-}
-
-// DefaultAgentAccount is the ServiceAccount deploy/lab makes, bound to
-// read the node agents' /v1/ paths.
-const DefaultAgentAccount = "gofit-lab"
-
-// parseSelector reads k=v,k2=v2 (--node-selector).
-func parseSelector(s string) (map[string]string, error) {
-	out := map[string]string{}
-	if strings.TrimSpace(s) == "" {
-		return out, nil
-	}
-	for _, kv := range strings.Split(s, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
-		if !ok || k == "" {
-			return nil, usagef("--node-selector %q: want key=value[,key=value]", s)
-		}
-		out[k] = v
-	}
-	return out, nil
 }

@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/local"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
 )
 
 // What newLab used to clamp in silence (repeats under 1, max-repeats
 // under repeats, no resamples) is an error naming the flag or field, and
-// runStudy refuses it before touching a sandbox.
+// runStudy refuses it before opening a runner.
 func TestConfigValidate(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -42,8 +43,8 @@ func TestConfigValidate(t *testing.T) {
 			if err == nil || !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("Validate: %v; want a usage error naming %q", err, tc.want)
 			}
-			// A nil sandbox: runStudy must refuse before using it.
-			if _, _, err := runStudy(context.Background(), nil, cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			// No runner: runStudy must refuse before opening one.
+			if _, _, err := runStudy(context.Background(), cfg, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("runStudy: %v; want the same error", err)
 			}
 		})
@@ -72,8 +73,8 @@ func TestOptionsConfig(t *testing.T) {
 		{Options{Cmd: "x", Args: "-v", URL: "http://h/", Given: given("cmd", "args", "url")}, "--args goes with --image"},
 		{Options{Image: "oci:d", Given: given("image")}, "--image goes with --url or --targets"},
 		{Options{Kube: true, Cmd: "svc", URL: "http://h/", Given: given("kube", "cmd", "url")}, "--kube runs images"},
-		{Options{KubeOptions: KubeOptions{Namespace: "lab"}, Given: given("namespace")}, "--namespace goes with --kube"},
-		{Options{KubeOptions: KubeOptions{NodeSelector: "a=b"}, Given: given("node-selector")}, "--node-selector goes with --kube"},
+		{Options{Given: given("namespace")}, "--namespace goes with --kube"},
+		{Options{Given: given("node-selector")}, "--node-selector goes with --kube"},
 		{Options{Cmd: " ", URL: "http://h/", Given: given("cmd", "url")}, `--cmd " ": no command`},
 		{Options{Cmd: "svc", URL: "ftp://h/", Given: given("cmd", "url")}, "--url"},
 		{Options{Quotas: "0.5,fast", Given: given("quotas")}, `--quotas: "fast"`},
@@ -129,10 +130,10 @@ func TestOptionsConfig(t *testing.T) {
 	}
 	// A mix without --url is a target the study accepts (it refused it
 	// as "no target" once, after the options had passed).
-	if err := checkTarget(cfg.Target); err != nil {
+	if err := local.CheckTarget(cfg.Target); err != nil {
 		t.Errorf("a --targets mix: %v", err)
 	}
-	if err := checkTarget(sandbox.Target{Path: "svc"}); err == nil {
+	if err := local.CheckTarget(sandbox.Target{Path: "svc"}); err == nil {
 		t.Error("a command without a URL or a mix is a target")
 	}
 }

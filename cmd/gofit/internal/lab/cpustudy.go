@@ -10,22 +10,13 @@ import (
 	"time"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/trial"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
-
-type cpuConfig struct {
-	quota   float64
-	request float64 // the request row: no limit (quota 0), CPU weight of this many cores
-	setting string
-	sameAs  []string
-	env     map[string]string
-	procs   int
-	from    string
-}
 
 type cellKey struct {
 	q       float64
@@ -58,7 +49,7 @@ func pooled(cs []result.CPUCell) stats.Sample {
 // repeats while the CPU study's budget lasts.
 func (l *study) cpuStudy(ctx context.Context) error {
 	s := &cpuSweep{l: l, d: designOf(l.cfg, &l.rec), par: parallelism(l.run),
-		offered: map[float64]float64{}, windows: map[float64]time.Duration{}, all: map[float64][]cpuConfig{}}
+		offered: map[float64]float64{}, windows: map[float64]time.Duration{}, all: map[float64][]trial.CPUConfig{}}
 	planned := l.plan.planRows(s.d.order())
 	least := smallestQuota(rowQuotas(planned))
 	firstQuota := slices.IndexFunc(planned, func(r cpuRow) bool { return r.q > 0 })
@@ -113,7 +104,7 @@ type cpuSweep struct {
 	// configurations.
 	offered map[float64]float64
 	windows map[float64]time.Duration
-	all     map[float64][]cpuConfig
+	all     map[float64][]trial.CPUConfig
 }
 
 // measured is one CPU run as it came back from the runner: its cell, its
@@ -183,8 +174,8 @@ func (s *cpuSweep) runRow(ctx context.Context, rows []cpuRow, i int, firstQuota 
 }
 
 // round runs one round of cs in mode.
-func (s *cpuSweep) round(ctx context.Context, cs []cpuConfig, mode result.Mode, rep int) error {
-	order := append([]cpuConfig(nil), cs...)
+func (s *cpuSweep) round(ctx context.Context, cs []trial.CPUConfig, mode result.Mode, rep int) error {
+	order := append([]trial.CPUConfig(nil), cs...)
 	// A fresh order each round, so drift (thermal, noisy neighbours)
 	// spreads over all configurations.
 	s.l.rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
@@ -203,7 +194,7 @@ func (s *cpuSweep) round(ctx context.Context, cs []cpuConfig, mode result.Mode, 
 
 // runBatch runs batch's cells side by side, then keeps them in batch's
 // order.
-func (s *cpuSweep) runBatch(ctx context.Context, batch []cpuConfig, mode result.Mode, rep int) error {
+func (s *cpuSweep) runBatch(ctx context.Context, batch []trial.CPUConfig, mode result.Mode, rep int) error {
 	out := make([]measured, len(batch))
 	var wg sync.WaitGroup
 	for j, c := range batch {
@@ -252,10 +243,10 @@ func (s *cpuSweep) repeat(ctx context.Context, rows []float64, decidingOnly bool
 }
 
 // configOf is the configuration of cell k's row and setting.
-func (s *cpuSweep) configOf(k cellKey) cpuConfig {
-	var c cpuConfig
+func (s *cpuSweep) configOf(k cellKey) trial.CPUConfig {
+	var c trial.CPUConfig
 	for _, x := range s.all[k.q] {
-		if x.setting == k.setting {
+		if x.Setting == k.setting {
 			c = x
 		}
 	}
@@ -263,7 +254,7 @@ func (s *cpuSweep) configOf(k cellKey) cpuConfig {
 }
 
 // runOne runs one cell and keeps it.
-func (s *cpuSweep) runOne(ctx context.Context, c cpuConfig, mode result.Mode, rep int) error {
+func (s *cpuSweep) runOne(ctx context.Context, c trial.CPUConfig, mode result.Mode, rep int) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -272,20 +263,20 @@ func (s *cpuSweep) runOne(ctx context.Context, c cpuConfig, mode result.Mode, re
 
 // measure runs one cell; keep records it (in the study's order, one at
 // a time, whatever ran side by side).
-func (s *cpuSweep) measure(ctx context.Context, c cpuConfig, mode result.Mode, rep int) measured {
+func (s *cpuSweep) measure(ctx context.Context, c trial.CPUConfig, mode result.Mode, rep int) measured {
 	win := s.d.closedWindow()
 	if mode == result.Open {
-		win = s.windows[c.quota]
+		win = s.windows[c.Quota]
 	}
 	began := s.l.now()
-	cell, err := s.l.run.cpu(ctx, c, mode, s.offered[c.quota], win, rep)
+	cell, err := s.l.run.CPU(ctx, c, mode, s.offered[c.Quota], win, rep)
 	return measured{cell, s.l.now().Sub(began), err}
 }
 
 // keep records a measured run: its cost to the planner, its cell and
 // targets to the records, a line of progress. A run that failed, or
 // whose target exited, ends the study.
-func (s *cpuSweep) keep(ctx context.Context, c cpuConfig, mode result.Mode, rep int, m measured) error {
+func (s *cpuSweep) keep(ctx context.Context, c trial.CPUConfig, mode result.Mode, rep int, m measured) error {
 	l := s.l
 	cell, err := m.cell, m.err
 	if err != nil {
@@ -301,19 +292,19 @@ func (s *cpuSweep) keep(ctx context.Context, c cpuConfig, mode result.Mode, rep 
 		}
 		l.rec.Targets[i].Merge(t)
 	}
-	l.progress("cpu %-5s %-15s %-6s rep %d: %5.0f rps, p99 %6.1fms", result.RowLabel(c.quota, c.request), c.setting, mode, rep, cell.RPS, cell.P99)
+	l.progress("cpu %-5s %-15s %-6s rep %d: %5.0f rps, p99 %6.1fms", result.RowLabel(c.Quota, c.Request), c.Setting, mode, rep, cell.RPS, cell.P99)
 	if cell.TargetExited {
 		// No memory limit here: an exit is a crash. Stop rather than
 		// measure a dead service for minutes.
 		l.rec.Exited = true
-		return fmt.Errorf("%w: it exited during the %s %s %s-loop window (%d errors: %s)", errTargetFailed, result.RowLabel(c.quota, c.request), c.setting, mode, cell.Errors, errorKinds(cell.ErrorKinds))
+		return fmt.Errorf("%w: it exited during the %s %s %s-loop window (%d errors: %s)", errTargetFailed, result.RowLabel(c.Quota, c.Request), c.Setting, mode, cell.Errors, errorKinds(cell.ErrorKinds))
 	}
 	return nil
 }
 
 // cpuRunError is the study's error for a CPU run of c that failed with
 // err: ctx's own once it ended.
-func cpuRunError(ctx context.Context, c cpuConfig, mode result.Mode, err error) error {
+func cpuRunError(ctx context.Context, c trial.CPUConfig, mode result.Mode, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -321,9 +312,9 @@ func cpuRunError(ctx context.Context, c cpuConfig, mode result.Mode, err error) 
 	if errors.As(err, &se) {
 		// With no memory limit, a start that fails is the target's
 		// fault, and nothing measured after it would be trusted.
-		return fmt.Errorf("%w: cpu trial %s %s %s-loop: %v", errTargetFailed, result.RowLabel(c.quota, c.request), c.setting, mode, err)
+		return fmt.Errorf("%w: cpu trial %s %s %s-loop: %v", errTargetFailed, result.RowLabel(c.Quota, c.Request), c.Setting, mode, err)
 	}
-	return fmt.Errorf("cpu trial %s %s %s-loop: %w", result.RowLabel(c.quota, c.request), c.setting, mode, err)
+	return fmt.Errorf("cpu trial %s %s %s-loop: %w", result.RowLabel(c.Quota, c.Request), c.Setting, mode, err)
 }
 
 // openRate is the open-loop rate at row q, the same for every setting
@@ -333,15 +324,15 @@ func cpuRunError(ctx context.Context, c cpuConfig, mode result.Mode, err error) 
 // and both p99s are measured, not a queue. Other settings may be
 // saturated at it (saturated). Without gofit and go-default among the
 // settings, the lowest capacity of all.
-func openRate(cfg Config, cells []result.CPUCell, q float64, cs []cpuConfig) float64 {
+func openRate(cfg Config, cells []result.CPUCell, q float64, cs []trial.CPUConfig) float64 {
 	var deciding, all []float64
 	for _, c := range cs {
-		r := pooled(runsOf(cells, cellKey{q, c.setting, result.Closed})).RPS()
+		r := pooled(runsOf(cells, cellKey{q, c.Setting, result.Closed})).RPS()
 		if r <= 0 {
 			continue
 		}
 		all = append(all, r)
-		if c.setting == result.SetGoDefault || c.setting == result.SetGofit {
+		if c.Setting == result.SetGoDefault || c.Setting == result.SetGofit {
 			deciding = append(deciding, r)
 		}
 	}
@@ -421,7 +412,7 @@ func smallestQuota(rows []float64) float64 {
 // loop is not repeated: more of it measures the same queue. Both sides of
 // gofit against go-default at the deciding rows come first, marked
 // deciding.
-func undecided(cfg Config, rec *Records, all map[float64][]cpuConfig, rows []float64) []repeatTask {
+func undecided(cfg Config, rec *Records, all map[float64][]trial.CPUConfig, rows []float64) []repeatTask {
 	want := map[cellKey]bool{}
 	deciding := map[cellKey]bool{}
 	var order []cellKey
@@ -453,7 +444,7 @@ func undecided(cfg Config, rec *Records, all map[float64][]cpuConfig, rows []flo
 	modes := []result.Mode{result.Closed, result.Open}
 	dr := decidingRows(rows)
 	for _, q := range rows {
-		if !dr[q] || !slices.ContainsFunc(all[q], func(c cpuConfig) bool { return c.setting == result.SetGofit }) {
+		if !dr[q] || !slices.ContainsFunc(all[q], func(c trial.CPUConfig) bool { return c.Setting == result.SetGofit }) {
 			continue // gofit shares go-default's cell here: nothing to decide
 		}
 		for _, mode := range modes {
@@ -470,14 +461,14 @@ func undecided(cfg Config, rec *Records, all map[float64][]cpuConfig, rows []flo
 	for _, q := range rows {
 		for _, mode := range modes {
 			for _, c := range all[q] {
-				k := cellKey{q, c.setting, mode}
-				if saturated(q, c.setting, mode) {
+				k := cellKey{q, c.Setting, mode}
+				if saturated(q, c.Setting, mode) {
 					continue
 				}
 				if mode == result.Open && pooled(runsOf(rec.CPU, k)).Count() < cfg.OpenSamples && cfg.OpenDuration == 0 {
 					add(k)
 				}
-				if open(q, c.setting, mode) {
+				if open(q, c.Setting, mode) {
 					add(k)
 					add(cellKey{q, result.SetGoDefault, mode})
 				}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/trial"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
 
@@ -54,21 +55,21 @@ type fakeCPU struct {
 	runNoise float64
 }
 
-func (f *fakeCPU) measure(_ context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
-	f.runs[c.setting+"/"+string(mode)]++
+func (f *fakeCPU) measure(_ context.Context, c trial.CPUConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
+	f.runs[c.Setting+"/"+string(mode)]++
 	secs := window.Seconds()
 	f.now = f.now.Add(window + time.Second)
 	n := int(secs)
 	speed := math.Max(0.5, 1+f.runNoise*f.rng.NormFloat64())
 	var bs []stats.Block
 	if mode == result.Closed {
-		bs = fakeBlocks(f.rng, n, f.rps[c.setting]*speed, f.noise[c.setting], 1)
+		bs = fakeBlocks(f.rng, n, f.rps[c.Setting]*speed, f.noise[c.Setting], 1)
 	} else {
-		f.rates[c.quota] = append(f.rates[c.quota], offered)
-		bs = fakeBlocks(f.rng, n, offered, 0.01, f.ms[c.setting]/speed)
+		f.rates[c.Quota] = append(f.rates[c.Quota], offered)
+		bs = fakeBlocks(f.rng, n, offered, 0.01, f.ms[c.Setting]/speed)
 	}
 	s := stats.Sample{bs}
-	return result.CPUCell{QuotaCores: c.quota, Setting: c.setting, SameAs: c.sameAs, Mode: mode, Repeat: rep, OfferedRPS: offered, RPS: s.RPS(), P99: s.Quantile(0.99),
+	return result.CPUCell{QuotaCores: c.Quota, Setting: c.Setting, SameAs: c.SameAs, Mode: mode, Repeat: rep, OfferedRPS: offered, RPS: s.RPS(), P99: s.Quantile(0.99),
 		Requests: int(s.RPS() * secs), Seconds: secs, Blocks: bs}, nil
 }
 
@@ -213,14 +214,14 @@ func hasNote(notes []string, prefix string) bool {
 
 func TestRecommendationRefusesFailedCells(t *testing.T) {
 	l, _ := newFakeLab(t, time.Hour)
-	fakeOf(l).measure = func(_ context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
+	fakeOf(l).measure = func(_ context.Context, c trial.CPUConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
 		bs := []stats.Block{{Seconds: 1, OK: 10, Errors: 400}, {Seconds: 1, OK: 10, Errors: 400}}
 		for i := range bs {
 			for j := 0; j < 410; j++ {
 				bs[i].Lat = append(bs[i].Lat, 1)
 			}
 		}
-		return result.CPUCell{QuotaCores: c.quota, Setting: c.setting, Mode: mode, RPS: 10, Requests: 20, Errors: 800, ErrorKinds: map[string]int{"HTTP 500 Internal Server Error": 800}, Seconds: 2, Blocks: bs}, nil
+		return result.CPUCell{QuotaCores: c.Quota, Setting: c.Setting, Mode: mode, RPS: 10, Requests: 20, Errors: 800, ErrorKinds: map[string]int{"HTTP 500 Internal Server Error": 800}, Seconds: 2, Blocks: bs}, nil
 	}
 	if err := l.cpuStudy(context.Background()); err != nil {
 		t.Fatal(err)
@@ -244,12 +245,12 @@ func TestRecommendForTargetRPS(t *testing.T) {
 	l.cfg.Quotas = []float64{0.25, 0.5}
 	l.cfg.TargetRPS, l.cfg.SLOP99 = 300, 20*time.Millisecond
 	inner := f.measure
-	fakeOf(l).measure = func(ctx context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
+	fakeOf(l).measure = func(ctx context.Context, c trial.CPUConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
 		if offered != 0 && offered != 300 {
 			t.Errorf("open loop at %v rps, want the target rate 300", offered)
 		}
 		// 250m is too slow for the SLO: five times the latency.
-		if c.quota == 0.25 {
+		if c.Quota == 0.25 {
 			f.ms = map[string]float64{result.SetGoDefault: 50, result.SetGofit: 25, result.SetProcsNCPU: 150}
 		} else {
 			f.ms = map[string]float64{result.SetGoDefault: 10, result.SetGofit: 2, result.SetProcsNCPU: 30}
@@ -284,8 +285,8 @@ func TestDecidingComparisonsFirst(t *testing.T) {
 	}
 	var order []ran
 	measure := fakeOf(l).measure
-	fakeOf(l).measure = func(ctx context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
-		order = append(order, ran{c.quota, rep})
+	fakeOf(l).measure = func(ctx context.Context, c trial.CPUConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
+		order = append(order, ran{c.Quota, rep})
 		return measure(ctx, c, mode, offered, window, rep)
 	}
 	if err := l.cpuStudy(context.Background()); err != nil {

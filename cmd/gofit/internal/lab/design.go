@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/trial"
 	"github.com/gofit-dev/gofit/target"
 )
 
@@ -44,8 +45,8 @@ func envKey(env map[string]string) string {
 // giving the target the same environment are one cell: measuring both
 // would only measure the noise twice. go-default, then gofit, names a
 // shared cell.
-func (d cpuDesign) configs(q, request float64) []cpuConfig {
-	var out []cpuConfig
+func (d cpuDesign) configs(q, request float64) []trial.CPUConfig {
+	var out []trial.CPUConfig
 	idx := map[string]int{}
 	order := append([]string(nil), d.cfg.CPUSettings...)
 	rank := func(s string) int {
@@ -70,11 +71,11 @@ func (d cpuDesign) configs(q, request float64) []cpuConfig {
 			k = envKey(defaultEnv)
 		}
 		if i, ok := idx[k]; ok {
-			out[i].sameAs = append(out[i].sameAs, s)
+			out[i].SameAs = append(out[i].SameAs, s)
 			continue
 		}
 		idx[k] = len(out)
-		out = append(out, cpuConfig{quota: q, request: request, setting: s, sameAs: []string{}, env: env, procs: procs, from: from})
+		out = append(out, trial.CPUConfig{Quota: q, Request: request, Setting: s, SameAs: []string{}, Env: env, Procs: procs, From: from})
 	}
 	return out
 }
@@ -98,7 +99,7 @@ func (d cpuDesign) order() []cpuRow {
 	rank := func(q float64) int {
 		differs := false
 		for _, c := range d.configs(q, d.requestAt(q)) {
-			if c.setting == result.SetGofit {
+			if c.Setting == result.SetGofit {
 				differs = true // gofit names a cell of its own: not go-default's
 			}
 		}

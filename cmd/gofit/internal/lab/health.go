@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/trial"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
@@ -56,7 +57,7 @@ type healthPair struct {
 // record it rests on.
 func (l *study) healthTrial(ctx context.Context, key string, ref, env map[string]string, cpu float64, limit int64) (result.MemTrial, healthRecord) {
 	h := healthRecord{LimitBytes: limit, OfferedRPS: l.rec.Target.HealthRPS, Pairs: []healthPair{}}
-	ml := memLoad{rate: l.rec.Target.HealthRPS, window: l.cfg.HealthWindow, probeRPS: l.rec.Target.ProbeRPS}
+	ml := trial.MemLoad{Rate: l.rec.Target.HealthRPS, Window: l.cfg.HealthWindow, ProbeRPS: l.rec.Target.ProbeRPS}
 	end := l.started.Add(l.cfg.Budget)
 	for ctx.Err() == nil {
 		if _, more := judgeTrial(l.cfg, key, h); !more {
@@ -67,12 +68,12 @@ func (l *study) healthTrial(ctx context.Context, key string, ref, env map[string
 			break
 		}
 		t0 := l.now()
-		runs := l.run.memory(ctx, memSpec{env: env, cpu: cpu, limit: limit, load: ml}, memSpec{env: ref, cpu: cpu, load: ml, reference: true})
+		runs := l.run.Memory(ctx, trial.MemSpec{Env: env, CPU: cpu, Limit: limit, Load: ml}, trial.MemSpec{Env: ref, CPU: cpu, Load: ml, Reference: true})
 		if ctx.Err() != nil {
 			break
 		}
 		l.plan.costs.ranPair(l.now().Sub(t0))
-		h.Pairs = append(h.Pairs, healthPair{Ref: runs[1].trial, Limited: runs[0].trial, RefBlocks: runs[1].load.Blocks, LimitedBlocks: runs[0].load.Blocks})
+		h.Pairs = append(h.Pairs, healthPair{Ref: runs[1].Trial, Limited: runs[0].Trial, RefBlocks: runs[1].Load.Blocks, LimitedBlocks: runs[0].Load.Blocks})
 	}
 	t, _ := judgeTrial(l.cfg, key, h)
 	return t, h

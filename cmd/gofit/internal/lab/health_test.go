@@ -12,6 +12,7 @@ import (
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/report"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/trial"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
@@ -93,9 +94,9 @@ type fakeMem struct {
 	bandP float64
 }
 
-func (f *fakeMem) run(_ context.Context, _ map[string]string, _ float64, limit int64, ml memLoad) (result.MemTrial, load.Result) {
-	secs := ml.window.Seconds()
-	if ml.rate == 0 {
+func (f *fakeMem) run(_ context.Context, _ map[string]string, _ float64, limit int64, ml trial.MemLoad) (result.MemTrial, load.Result) {
+	secs := ml.Window.Seconds()
+	if ml.Rate == 0 {
 		secs = 2
 	}
 	*f.clock = f.clock.Add(time.Duration(secs+1) * time.Second)
@@ -105,8 +106,8 @@ func (f *fakeMem) run(_ context.Context, _ map[string]string, _ float64, limit i
 // pair runs the reference and the limited run side by side: the moment
 // of the machine (shared) reaches both, and each has a little noise of
 // its own.
-func (f *fakeMem) pair(_ context.Context, _, _ map[string]string, _ float64, limit int64, ml memLoad) (result.MemTrial, load.Result, result.MemTrial, load.Result) {
-	*f.clock = f.clock.Add(ml.window + 2*time.Second)
+func (f *fakeMem) pair(_ context.Context, _, _ map[string]string, _ float64, limit int64, ml trial.MemLoad) (result.MemTrial, load.Result, result.MemTrial, load.Result) {
+	*f.clock = f.clock.Add(ml.Window + 2*time.Second)
 	moment := math.Exp(f.mood * f.rng.NormFloat64())
 	own := func() float64 { return moment * math.Exp(f.own*f.rng.NormFloat64()) }
 	rt, rr := f.runAt(0, ml, own())
@@ -114,11 +115,11 @@ func (f *fakeMem) pair(_ context.Context, _, _ map[string]string, _ float64, lim
 	return rt, rr, lt, lr
 }
 
-func (f *fakeMem) runAt(limit int64, ml memLoad, mood float64) (result.MemTrial, load.Result) {
+func (f *fakeMem) runAt(limit int64, ml trial.MemLoad, mood float64) (result.MemTrial, load.Result) {
 	f.runs++
 	f.maxRunLimit = max(f.maxRunLimit, limit)
-	secs := ml.window.Seconds()
-	if ml.rate == 0 {
+	secs := ml.Window.Seconds()
+	if ml.Rate == 0 {
 		secs = 2
 	}
 	t := result.MemTrial{LimitBytes: limit, Outcome: result.OK, PeakBytes: uint64(f.peak)}
@@ -137,7 +138,7 @@ func (f *fakeMem) runAt(limit int64, ml memLoad, mood float64) (result.MemTrial,
 	if limit > 0 {
 		ms *= 1 + math.Pow(float64(f.edge-f.floor)/float64(limit-f.floor+1), 3)
 	}
-	rate := ml.rate
+	rate := ml.Rate
 	if rate == 0 {
 		rate = 600
 	}
@@ -282,10 +283,10 @@ func TestHealthTrialPairs(t *testing.T) {
 	l.rec.Target.HealthRPS, l.rec.Target.ProbeRPS = 200, 400
 	calls := 0
 	pair := f.pair
-	fakeOf(l).pair = func(ctx context.Context, ref, env map[string]string, cpu float64, limit int64, ml memLoad) (result.MemTrial, load.Result, result.MemTrial, load.Result) {
+	fakeOf(l).pair = func(ctx context.Context, ref, env map[string]string, cpu float64, limit int64, ml trial.MemLoad) (result.MemTrial, load.Result, result.MemTrial, load.Result) {
 		calls++
-		if ml.rate != 200 || ml.window != l.cfg.HealthWindow {
-			t.Errorf("health run at %g rps for %v, want 200 for %v", ml.rate, ml.window, l.cfg.HealthWindow)
+		if ml.Rate != 200 || ml.Window != l.cfg.HealthWindow {
+			t.Errorf("health run at %g rps for %v, want 200 for %v", ml.Rate, ml.Window, l.cfg.HealthWindow)
 		}
 		return pair(ctx, ref, env, cpu, limit, ml)
 	}
@@ -381,13 +382,13 @@ func TestRequestRow(t *testing.T) {
 	l.cfg.MaxRepeats = 2
 	var requests []float64
 	measure := fakeOf(l).measure
-	fakeOf(l).measure = func(ctx context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
-		if c.quota == 0 {
-			requests = append(requests, c.request)
+	fakeOf(l).measure = func(ctx context.Context, c trial.CPUConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
+		if c.Quota == 0 {
+			requests = append(requests, c.Request)
 		}
 		cell, err := measure(ctx, c, mode, offered, window, rep)
-		cell.RequestCores = c.request
-		cell.GOMAXPROCS = c.procs
+		cell.RequestCores = c.Request
+		cell.GOMAXPROCS = c.Procs
 		return cell, err
 	}
 	if err := l.cpuStudy(context.Background()); err != nil {

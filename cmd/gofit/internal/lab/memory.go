@@ -11,6 +11,7 @@ import (
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/trial"
 
 	"github.com/gofit-dev/gofit/fit"
 )
@@ -207,7 +208,7 @@ func (l *study) memoryStudy(ctx context.Context) error {
 			ss.MinTrials = memMinSurvival
 		}
 		sr, err := ss.Find(ctx, func(ctx context.Context, limit int64) result.MemTrial {
-			t := l.memTrial(ctx, memSpec{env: memEnv(l.cfg, &l.rec, setting, limit), cpu: cpu, limit: limit, load: survival}).trial
+			t := l.memTrial(ctx, trial.MemSpec{Env: memEnv(l.cfg, &l.rec, setting, limit), CPU: cpu, Limit: limit, Load: survival}).Trial
 			if ctx.Err() == nil {
 				m.Survival = append(m.Survival, t)
 			}
@@ -269,12 +270,12 @@ table:
 				break table
 			}
 			limit := int64(math.Ceil(float64(noKnobFloor)*mult/float64(l.cfg.Resolution))) * l.cfg.Resolution
-			run := l.memTrial(ctx, memSpec{env: memEnv(l.cfg, &l.rec, setting, limit), cpu: cpu, limit: limit, load: survival})
+			run := l.memTrial(ctx, trial.MemSpec{Env: memEnv(l.cfg, &l.rec, setting, limit), CPU: cpu, Limit: limit, Load: survival})
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			r := run.load
-			l.rec.Throughput = append(l.rec.Throughput, result.ThroughputCell{Setting: setting, Multiple: mult, LimitBytes: limit, Outcome: run.trial.Outcome, RPS: r.RPS, P50: r.P50, P99: r.P99})
+			r := run.Load
+			l.rec.Throughput = append(l.rec.Throughput, result.ThroughputCell{Setting: setting, Multiple: mult, LimitBytes: limit, Outcome: run.Trial.Outcome, RPS: r.RPS, P50: r.P50, P99: r.P99})
 			l.progress("throughput %-26s at %gx floor (%s): %.0f rps", setting, mult, fit.FormatBytes(limit), r.RPS)
 		}
 	}
@@ -283,9 +284,9 @@ table:
 
 // memTrial runs one memory trial (a probe, a survival trial, a
 // throughput cell) and tells the planner what it cost.
-func (l *study) memTrial(ctx context.Context, s memSpec) memRun {
+func (l *study) memTrial(ctx context.Context, s trial.MemSpec) trial.MemRun {
 	t0 := l.now()
-	run := l.run.memory(ctx, s)[0]
+	run := l.run.Memory(ctx, s)[0]
 	l.plan.costs.ranMemory(l.now().Sub(t0))
 	l.plan.mem.sayOverrun()
 	return run
@@ -298,15 +299,15 @@ func (l *study) runProbes(ctx context.Context, cpu float64) error {
 	// Their median, not one probe: one that met a quiet moment would set
 	// the rate high.
 	var rpss, p99s, peaks, secs []float64
-	var nonGo []probeNonGo
+	var nonGo []trial.NonGoProbe
 	for i := 0; i < l.cfg.Probes; i++ {
-		run := l.memTrial(ctx, memSpec{env: probeEnv(memEnv(l.cfg, &l.rec, result.SetNone, 0)), cpu: cpu, load: memLoad{requests: l.cfg.MemRequests, maxDur: l.plan.mem.probeCap(), measureNonGo: true}})
+		run := l.memTrial(ctx, trial.MemSpec{Env: probeEnv(memEnv(l.cfg, &l.rec, result.SetNone, 0)), CPU: cpu, Load: trial.MemLoad{Requests: l.cfg.MemRequests, MaxDur: l.plan.mem.probeCap(), MeasureNonGo: true}})
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		probe, r := run.trial, run.load
-		if run.nonGo.m != nil || run.nonGo.err != nil {
-			nonGo = append(nonGo, run.nonGo)
+		probe, r := run.Trial, run.Load
+		if run.NonGo.Measurement != nil || run.NonGo.Err != nil {
+			nonGo = append(nonGo, run.NonGo)
 		}
 		l.progress("memory probe %d at %s CPU, no memory limit: peak %s, %.0f rps, p99 %.1fms", i+1, result.CPULabel(cpu), fit.FormatBytes(int64(probe.PeakBytes)), r.RPS, r.P99)
 		if probe.Outcome != result.OK {

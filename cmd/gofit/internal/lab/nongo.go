@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/trial"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/nongo"
 	"github.com/gofit-dev/gofit/fit"
 )
@@ -35,25 +36,18 @@ func probeEnv(env map[string]string) map[string]string {
 	return out
 }
 
-// probeNonGo is one unlimited probe's measurement of the target's non-Go
-// memory, or why there is none.
-type probeNonGo struct {
-	m   *nongo.Measurement
-	err error
-}
-
 // chooseNonGo records the probes' measurement: the largest of them, as
 // gofit's library keeps the largest of its last minute, so that a probe
 // that ended between two fills of a cache does not set it low.
-func chooseNonGo(t *result.TargetInfo, probes []probeNonGo, progress io.Writer) {
+func chooseNonGo(t *result.TargetInfo, probes []trial.NonGoProbe, progress io.Writer) {
 	var best *nongo.Measurement
 	var errs []string
 	for _, p := range probes {
 		switch {
-		case p.m != nil && (best == nil || p.m.Bytes+p.m.AnonBytes > best.Bytes+best.AnonBytes):
-			best = p.m
-		case p.err != nil:
-			errs = append(errs, p.err.Error())
+		case p.Measurement != nil && (best == nil || p.Measurement.Bytes+p.Measurement.AnonBytes > best.Bytes+best.AnonBytes):
+			best = p.Measurement
+		case p.Err != nil:
+			errs = append(errs, p.Err.Error())
 		}
 	}
 	if best == nil {

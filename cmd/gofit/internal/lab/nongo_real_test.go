@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/local"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/nongo"
@@ -49,7 +50,7 @@ func TestGofitHealthyBelowTheRatioOffHeap(t *testing.T) {
 	cfg.Probes = 2
 	cfg.HealthMaxPairs = 5
 	l := newLab(cfg)
-	l.run = newSandboxRunner(cfg, sb, nil)
+	l.run = local.OnSandbox(cfg.Study, sb)
 	const cpu = 1
 	l.rec.Target.ProbeCPU = cpu
 	ctx := context.Background()

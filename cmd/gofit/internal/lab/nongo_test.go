@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
-	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/trial"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/nongo"
 	"github.com/gofit-dev/gofit/fit"
 )
@@ -21,7 +21,7 @@ func TestNonGoDeclared(t *testing.T) {
 	p := func(v int64) *int64 { return &v }
 	l := newLab(defaultConfig(true))
 	m := &nongo.Measurement{Bytes: 52 * mib, AnonBytes: 50 * mib, KernelBytes: 1 * mib, Method: nongo.Arenas, Trusted: true}
-	chooseNonGo(&l.rec.Target, []probeNonGo{{err: errors.New("first probe exited")}, {m: m}}, l.cfg.Progress)
+	chooseNonGo(&l.rec.Target, []trial.NonGoProbe{{Err: errors.New("first probe exited")}, {Measurement: m}}, l.cfg.Progress)
 	if l.rec.Target.NonGoBytes != 52*mib || l.rec.Target.NonGo != m || declared(l.rec.Target) != (fit.NonGo{Anon: 52 * mib}) {
 		t.Fatalf("chosen %d, %+v", l.rec.Target.NonGoBytes, l.rec.Target.NonGo)
 	}
@@ -55,7 +55,7 @@ func TestNonGoDeclared(t *testing.T) {
 // setting plans the ratio alone, and the results say why.
 func TestNonGoNotMeasured(t *testing.T) {
 	l := newLab(defaultConfig(true))
-	chooseNonGo(&l.rec.Target, []probeNonGo{{err: nongo.ErrNotGo}}, l.cfg.Progress)
+	chooseNonGo(&l.rec.Target, []trial.NonGoProbe{{Err: nongo.ErrNotGo}}, l.cfg.Progress)
 	if l.rec.Target.NonGo != nil || l.rec.Target.NonGoError != nongo.ErrNotGo.Error() || declared(l.rec.Target).Total() != 0 {
 		t.Errorf("%+v", l.rec.Target)
 	}
@@ -74,12 +74,3 @@ func TestProbeEnvKeepsGODEBUG(t *testing.T) {
 }
 
 var limit128 int64 = 128 * mib
-
-// A probe whose referenced bits cannot be cleared (the process is gone,
-// or no permission) does not claim a measured window for its file pages.
-func TestStartNonGoWithoutClearRefs(t *testing.T) {
-	r := newSandboxRunner(defaultConfig(true), nil, nil)
-	if began := r.startNonGo(&sandbox.Trial{Pid: 1 << 30}); !began.IsZero() {
-		t.Errorf("clear_refs of no process: window began %v, want none", began)
-	}
-}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/trial"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
@@ -18,28 +19,29 @@ import (
 
 // fakeRunner is the tests' runner: scripted trials, no processes.
 type fakeRunner struct {
-	measure func(ctx context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error)
+	measure func(ctx context.Context, c trial.CPUConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error)
 	// mem runs one memory trial; pair a health pair.
-	mem  func(ctx context.Context, env map[string]string, cpu float64, limit int64, ml memLoad) (result.MemTrial, load.Result)
-	pair func(ctx context.Context, ref, env map[string]string, cpu float64, limit int64, ml memLoad) (result.MemTrial, load.Result, result.MemTrial, load.Result)
+	mem  func(ctx context.Context, env map[string]string, cpu float64, limit int64, ml trial.MemLoad) (result.MemTrial, load.Result)
+	pair func(ctx context.Context, ref, env map[string]string, cpu float64, limit int64, ml trial.MemLoad) (result.MemTrial, load.Result, result.MemTrial, load.Result)
 }
 
-func (f *fakeRunner) cpu(ctx context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
+func (f *fakeRunner) CPU(ctx context.Context, c trial.CPUConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
 	return f.measure(ctx, c, mode, offered, window, rep)
 }
 
-func (f *fakeRunner) memory(ctx context.Context, specs ...memSpec) []memRun {
+func (f *fakeRunner) Memory(ctx context.Context, specs ...trial.MemSpec) []trial.MemRun {
 	if len(specs) == 2 {
 		l, ref := specs[0], specs[1]
-		rt, rr, lt, lr := f.pair(ctx, ref.env, l.env, l.cpu, l.limit, l.load)
-		return []memRun{{trial: lt, load: lr}, {trial: rt, load: rr}}
+		rt, rr, lt, lr := f.pair(ctx, ref.Env, l.Env, l.CPU, l.Limit, l.Load)
+		return []trial.MemRun{{Trial: lt, Load: lr}, {Trial: rt, Load: rr}}
 	}
 	s := specs[0]
-	t, r := f.mem(ctx, s.env, s.cpu, s.limit, s.load)
-	return []memRun{{trial: t, load: r}}
+	t, r := f.mem(ctx, s.Env, s.CPU, s.Limit, s.Load)
+	return []trial.MemRun{{Trial: t, Load: r}}
 }
 
-func (f *fakeRunner) where() string { return "fake" }
+func (f *fakeRunner) Info() trial.Info   { return trial.Info{} }
+func (f *fakeRunner) Where() trial.Where { return trial.Where{Runner: "fake"} }
 
 // fakeOf is l's fake runner.
 func fakeOf(l *study) *fakeRunner { return l.run.(*fakeRunner) }
@@ -59,13 +61,13 @@ type parFake struct {
 	most     atomic.Int32
 }
 
-func (f *parFake) parallel() int { return f.par }
-func (f *parFake) where() string { return "parallel fake" }
-func (f *parFake) memory(ctx context.Context, specs ...memSpec) []memRun {
+func (f *parFake) Info() trial.Info   { return trial.Info{Parallel: f.par} }
+func (f *parFake) Where() trial.Where { return trial.Where{Runner: "parallel fake"} }
+func (f *parFake) Memory(ctx context.Context, specs ...trial.MemSpec) []trial.MemRun {
 	panic("no memory trials here")
 }
 
-func (f *parFake) cpu(_ context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
+func (f *parFake) CPU(_ context.Context, c trial.CPUConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
 	n := f.inFlight.Add(1)
 	defer f.inFlight.Add(-1)
 	for {
@@ -76,7 +78,7 @@ func (f *parFake) cpu(_ context.Context, c cpuConfig, mode result.Mode, offered 
 	}
 	time.Sleep(30 * time.Millisecond)
 	h := fnv.New64a()
-	fmt.Fprintf(h, "%s/%s/%d", c.setting, mode, rep)
+	fmt.Fprintf(h, "%s/%s/%d", c.Setting, mode, rep)
 	rng := rand.New(rand.NewSource(int64(h.Sum64())))
 	rate := 1000.0
 	if mode == result.Open {
@@ -84,7 +86,7 @@ func (f *parFake) cpu(_ context.Context, c cpuConfig, mode result.Mode, offered 
 	}
 	bs := fakeBlocks(rng, 5, rate, 0.05, 5)
 	s := stats.Sample{bs}
-	return result.CPUCell{QuotaCores: c.quota, Setting: c.setting, SameAs: c.sameAs, Mode: mode, Repeat: rep, OfferedRPS: offered, RPS: s.RPS(), P99: s.Quantile(0.99),
+	return result.CPUCell{QuotaCores: c.Quota, Setting: c.Setting, SameAs: c.SameAs, Mode: mode, Repeat: rep, OfferedRPS: offered, RPS: s.RPS(), P99: s.Quantile(0.99),
 		Requests: int(s.RPS() * 5), Seconds: 5, Blocks: bs}, nil
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/trial"
 	"github.com/gofit-dev/gofit/examples/serve"
 )
 
@@ -31,7 +32,7 @@ const (
 )
 
 // SampleCommand is the gofit subcommand that serves the sample.
-const SampleCommand = "lab-sample"
+const SampleCommand = trial.SampleCommand
 
 var sampleCache [][]byte
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/trial"
 )
 
 // slowPods is a runner whose every trial starts as slowly as a pod on
@@ -43,32 +44,32 @@ func (s *slowPods) startOne() {
 	s.advance(d)
 }
 
-func (s *slowPods) where() string                { return "slow pods" }
-func (s *slowPods) startCost() time.Duration     { return s.hint }
+func (s *slowPods) Info() trial.Info             { return trial.Info{StartCost: s.hint} }
+func (s *slowPods) Where() trial.Where           { return trial.Where{Runner: "slow pods"} }
 func (s *slowPods) advance(d time.Duration)      { *s.clock = s.clock.Add(d); s.cpuF.now = *s.clock }
 func (s *slowPods) sync()                        { *s.clock = s.cpuF.now }
 func (s *slowPods) elapsedSince(t time.Time) int { return int(s.clock.Sub(t).Seconds()) }
 
-func (s *slowPods) cpu(ctx context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
+func (s *slowPods) CPU(ctx context.Context, c trial.CPUConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
 	s.startOne()
 	cell, err := s.cpuF.measure(ctx, c, mode, offered, window, rep)
 	s.sync()
 	return cell, err
 }
 
-func (s *slowPods) memory(ctx context.Context, specs ...memSpec) []memRun {
-	out := make([]memRun, len(specs))
+func (s *slowPods) Memory(ctx context.Context, specs ...trial.MemSpec) []trial.MemRun {
+	out := make([]trial.MemRun, len(specs))
 	for i, sp := range specs {
 		// One trial node: a pair's two pods start one after the other.
 		began := *s.clock
 		s.startOne()
-		if sp.limit > 0 {
+		if sp.Limit > 0 {
 			s.limited++
 		}
-		t, r := s.memF.run(ctx, sp.env, sp.cpu, sp.limit, sp.load)
+		t, r := s.memF.run(ctx, sp.Env, sp.CPU, sp.Limit, sp.Load)
 		s.cpuF.now = *s.clock
 		t.Seconds = s.clock.Sub(began).Seconds()
-		out[i] = memRun{trial: t, load: r}
+		out[i] = trial.MemRun{Trial: t, Load: r}
 	}
 	return out
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"math/rand"
 	"os"
 	"runtime"
@@ -13,13 +12,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
-
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/trial"
 
 	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
-	"github.com/gofit-dev/gofit/target"
 )
 
 // study runs a study: it decides which trials to run, has its runner
@@ -29,7 +26,7 @@ import (
 // asks the analysis's own functions of the records so far.
 type study struct {
 	cfg     Config
-	run     runner
+	run     trial.Runner
 	rec     Records
 	done    int
 	total   int
@@ -44,36 +41,37 @@ type study struct {
 // the recommendation would rest; the results say where.
 var errTargetFailed = errors.New("the target failed")
 
-// runStudy runs the study. It stops early, returning ctx's error and what was
-// measured so far, when ctx ends.
-func runStudy(ctx context.Context, sb *sandbox.Sandbox, cfg Config) (*result.Results, *Records, error) {
+// runStudy runs a study of cfg on the runner op opens (op prepared:
+// its target settled): the one entry point for every runner. It stops
+// early, returning ctx's error and what was measured so far, when ctx
+// ends. The caller closes op.
+func runStudy(ctx context.Context, cfg Config, op trial.Opener) (*result.Results, *Records, error) {
+	if err := cfg.Validate(); err != nil {
+		return &result.Results{}, &Records{}, err
+	}
+	// The runner may fit the study to where its trials run (a cluster's
+	// nodes' CPUs, not this machine's).
+	r, err := op.Open(ctx, &cfg.Study)
+	if err != nil {
+		return &result.Results{}, &Records{}, err
+	}
 	l, err := newStudy(cfg)
 	if err != nil {
 		return &result.Results{}, &Records{}, err
 	}
-	if err := checkTarget(cfg.Target); err != nil {
-		return &result.Results{}, &Records{}, err
+	info := r.Info()
+	if info.NCPU > 0 {
+		l.rec.NCPU = info.NCPU
 	}
-	if st, err := os.Stat(cfg.Target.Path); err == nil {
-		l.rec.Target.BinaryBytes = st.Size()
+	l.rec.Placement = info.Placement
+	l.rec.Binary, l.rec.Target.BinaryBytes = info.Binary, info.BinaryBytes
+	if info.BinaryErr != nil {
+		l.rec.Lab.Warnings = append(l.rec.Lab.Warnings, info.BinaryErr.Error())
+		if cfg.Progress != nil {
+			fmt.Fprintf(cfg.Progress, "gofit lab: warning: %v\n", info.BinaryErr)
+		}
 	}
-	if b, err := target.Read(cfg.Target.Path); err == nil {
-		l.rec.Binary = b
-	}
-	need := 2 // Go ≥ 1.25 never defaults below 2
-	for _, q := range cfg.Quotas {
-		need = max(need, int(math.Ceil(q-1e-9)))
-	}
-	place, err := sb.Isolate(need)
-	if err != nil {
-		res := analyse(l.cfg, l.rec)
-		return &res, &l.rec, err
-	}
-	l.run = newSandboxRunner(cfg, sb, place)
-	l.rec.Placement, l.rec.NCPU = place, max(len(place.Target), 1)
-	if len(place.Target) == 0 {
-		l.rec.NCPU = runtime.NumCPU()
-	}
+	l.run = r
 	return l.execute(ctx)
 }
 
@@ -93,14 +91,10 @@ func newStudy(cfg Config) (*study, error) {
 	return l, nil
 }
 
-// recorder is a runner with more to say in the records than where()
-// (the pod runner: the nodes its trials ran on).
-type recorder interface{ record(*Records) }
-
 // execute runs the study's parts with l.run, then analyses the records.
 func (l *study) execute(ctx context.Context) (*result.Results, *Records, error) {
 	l.plan.rows.parallel = parallelism(l.run)
-	l.plan.costs.startHint = startCostOf(l.run)
+	l.plan.costs.startHint = l.run.Info().StartCost
 	genStart := load.SelfCPU()
 	err := l.cpuStudy(ctx)
 	if err == nil {
@@ -113,15 +107,41 @@ func (l *study) execute(ctx context.Context) (*result.Results, *Records, error) 
 	l.rec.Lab.Trials = l.done
 	l.rec.Lab.WallSeconds = time.Since(l.started).Seconds()
 	l.rec.Lab.GeneratorCPUSeconds = (load.SelfCPU() - genStart).Seconds()
-	l.rec.Runner = l.run.where()
-	if r, ok := l.run.(recorder); ok {
-		r.record(&l.rec)
-	}
+	l.record(l.run.Where())
 	res := analyse(l.cfg, l.rec)
 	if err == nil && res.Lab.Failed != "" {
 		err = fmt.Errorf("%w: %s", errTargetFailed, res.Lab.Failed)
 	}
 	return &res, &l.rec, err
+}
+
+// parallelism is how many trials r runs at once: 1 unless it says more.
+func parallelism(r trial.Runner) int { return max(r.Info().Parallel, 1) }
+
+// record says in the records where the trials ran: the runner's line,
+// and where they ran elsewhere (a cluster's nodes), the first trial
+// node's facts as the machine, the load's placement, the target as it
+// ran there.
+func (l *study) record(w trial.Where) {
+	rec := &l.rec
+	rec.Runner = w.Runner
+	e := w.Remote
+	if e == nil {
+		return
+	}
+	rec.Placement = e.Placement
+	rec.Machine.Where = w.Runner
+	if e.GeneratorCPUSeconds != nil {
+		rec.Lab.GeneratorCPUSeconds = *e.GeneratorCPUSeconds // the generator is not this process
+	}
+	if n := e.Node; n != nil {
+		rec.Machine.Host, rec.Machine.Kernel, rec.Machine.CPUModel, rec.Machine.CPUs = n.Host, n.Kernel, n.CPUModel, n.CPUs
+		rec.Machine.CgroupVersion, rec.Machine.LoadAvg = n.CgroupVersion, ""
+	}
+	if e.NCPU > 0 {
+		rec.NCPU = e.NCPU
+	}
+	rec.Target.Command, rec.Target.Image, rec.Target.PageCache, rec.Target.BinaryBytes = e.Command, e.Image, e.PageCache, 0
 }
 
 // elapsed is the study's wall time so far, statistics included.
@@ -240,7 +260,7 @@ func errorKinds(k map[string]int) string {
 
 func cellFailed(c result.CPUCell) bool {
 	n := c.Requests + c.Errors
-	return c.TargetExited || n == 0 || float64(c.Errors) > maxErrorShare*float64(n)
+	return c.TargetExited || n == 0 || float64(c.Errors) > trial.MaxErrorShare*float64(n)
 }
 
 // baseEnv is every trial's extra environment.
@@ -250,5 +270,3 @@ func baseEnv(cfg Config) map[string]string {
 	}
 	return map[string]string{}
 }
-
-// cpuConfig is one distinct environment at one quota, with every setting

@@ -5,8 +5,6 @@ import (
 	"strconv"
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
-	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
-	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 
 	"github.com/gofit-dev/gofit/cgroup"
 	"github.com/gofit-dev/gofit/fit"
@@ -80,86 +78,4 @@ func memEnv(cfg Config, rec *Records, setting string, limit int64) map[string]st
 		return env
 	}
 	return baseEnv(cfg)
-}
-
-// cpuWindow is what a CPU trial's window measured, whichever runner ran
-// it: the load's result, the target cgroup's counters' deltas over the
-// window, the window's length, and the target's /debug/vars at its edges
-// (nil when it has none).
-type cpuWindow struct {
-	res              load.Result
-	periods          uint64
-	throttledPeriods uint64
-	throttledSec     float64
-	usedSec          float64
-	windowSec        float64
-	v0, v1           *sandbox.RuntimeVars
-	exited, isolated bool
-}
-
-// cpuCell is one CPU cell from a window: the one place its figures are
-// derived, for the sandbox's runner and the pods'.
-func cpuCell(c cpuConfig, mode result.Mode, offered float64, rep, procs int, w cpuWindow) result.CPUCell {
-	res := w.res
-	cell := result.CPUCell{QuotaCores: c.quota, RequestCores: c.request, Setting: c.setting, SameAs: c.sameAs, Repeat: rep, GOMAXPROCS: procs, GOMAXPROCSFrom: c.from, Mode: mode,
-		Isolated: w.isolated, RPS: res.RPS, P50: res.P50, P90: res.P90, P99: res.P99, P999: res.P999,
-		Requests: res.Requests, Errors: res.Errors, Cancelled: res.Cancelled, ErrorKinds: res.ErrorKinds, Seconds: res.Seconds, GeneratorCPUSec: res.GenCPUSec,
-		TargetExited: w.exited, Blocks: res.Blocks, Targets: res.Targets,
-		Periods: w.periods, ThrottledPeriods: w.throttledPeriods, ThrottledSeconds: w.throttledSec,
-		CPUSeconds: w.usedSec, CPUWindowSeconds: w.windowSec, CPUEfficiency: efficiency(w.usedSec, w.windowSec, c.quota)}
-	if mode == result.Open {
-		cell.OfferedRPS = offered
-	}
-	if res.Requests > 0 {
-		cell.CPUMsPerRequest = w.usedSec * 1000 / float64(res.Requests)
-	}
-	if w.v0 != nil && w.v1 != nil {
-		cell.GCCPUShare = gcShare(*w.v0, *w.v1)
-	}
-	return cell
-}
-
-// efficiency is the share of the quota the cgroup used over the window.
-func efficiency(used, window, quota float64) float64 {
-	if window <= 0 || quota <= 0 {
-		return 0
-	}
-	return used / (window * quota)
-}
-
-// gcShare is the GC's share of the time the target's Ps were busy. The
-// runtime counts its CPU classes as GOMAXPROCS × wall time, idle Ps
-// included, so a share of that total shrinks as GOMAXPROCS grows at the
-// same work; without the idle time, every setting is measured alike.
-func gcShare(a, b sandbox.RuntimeVars) *float64 {
-	busy := (b.TotalCPUSeconds - a.TotalCPUSeconds) - (b.IdleCPUSeconds - a.IdleCPUSeconds)
-	gc := b.GCCPUSeconds - a.GCCPUSeconds
-	if busy <= 0 || gc < 0 || b.IdleCPUSeconds == 0 {
-		return nil // a target without the idle class (not the sample) cannot say
-	}
-	s := gc / busy
-	return &s
-}
-
-// overlapShare is the share of the target's CPU time (between two
-// cpuacct.usage_percpu reads) spent on the generator's CPUs.
-func overlapShare(a, b []uint64, gen []int) *float64 {
-	if len(a) == 0 || len(a) != len(b) {
-		return nil
-	}
-	var on, all uint64
-	for i := range a {
-		d := b[i] - a[i]
-		all += d
-		for _, g := range gen {
-			if g == i {
-				on += d
-			}
-		}
-	}
-	if all == 0 {
-		return nil
-	}
-	s := float64(on) / float64(all)
-	return &s
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/report"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/trial"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/stats"
 )
 
@@ -147,7 +148,7 @@ func TestNCPUFoldsIntoAKnownGoDefault(t *testing.T) {
 		l.rec.NCPU, l.rec.Binary.GoVersion = tc.ncpu, tc.goVersion
 		folded := false
 		for _, c := range designOf(l.cfg, &l.rec).configs(0.5, 0) {
-			if c.setting == result.SetGoDefault && slices.Contains(c.sameAs, result.SetProcsNCPU) {
+			if c.Setting == result.SetGoDefault && slices.Contains(c.SameAs, result.SetProcsNCPU) {
 				folded = true
 			}
 		}
@@ -250,7 +251,7 @@ func TestDecidedAtALookStaysDecided(t *testing.T) {
 	// The study sees the same: the comparison is closed, not repeated.
 	l := newLab(cfg)
 	l.rec = rec
-	all2 := map[float64][]cpuConfig{0.25: {{quota: 0.25, setting: result.SetGoDefault}, {quota: 0.25, setting: result.SetGofit}}}
+	all2 := map[float64][]trial.CPUConfig{0.25: {{Quota: 0.25, Setting: result.SetGoDefault}, {Quota: 0.25, Setting: result.SetGofit}}}
 	for _, task := range undecided(l.cfg, &l.rec, all2, []float64{0.25}) {
 		if task.key.mode == result.Closed {
 			t.Errorf("the study would run %+v again, of a comparison decided at its first look", task)

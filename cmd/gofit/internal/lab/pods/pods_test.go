@@ -1,6 +1,6 @@
 //go:build !nokube
 
-package lab
+package pods
 
 import (
 	"context"
@@ -25,6 +25,7 @@ import (
 
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/trial"
 )
 
 // TestTrialPod: a trial is an ordinary pod with the trial's limits and
@@ -78,21 +79,21 @@ func TestTrialPod(t *testing.T) {
 }
 
 func TestPodTargetOf(t *testing.T) {
-	cfg := Config{}
+	cfg := trial.Study{}
 	pt, err := podTargetOf(cfg, "ghcr.io/gofit-dev/gofit:v1")
-	if err != nil || pt.image != "ghcr.io/gofit-dev/gofit:v1" || strings.Join(pt.args, " ") != SampleCommand+" :8080" {
+	if err != nil || pt.image != "ghcr.io/gofit-dev/gofit:v1" || strings.Join(pt.args, " ") != trial.SampleCommand+" :8080" {
 		t.Errorf("sample: %+v %v", pt, err)
 	}
 	if _, err := podTargetOf(cfg, ""); err == nil || !strings.Contains(err.Error(), "--kube-image") {
 		t.Errorf("sample without an image: %v", err)
 	}
 	for _, ref := range []string{"oci:dir", "oci-archive:a.tar", "docker-archive:b.tar"} {
-		cfg := Config{ImageRef: ref}
+		cfg := trial.Study{ImageRef: ref}
 		if _, err := podTargetOf(cfg, "g"); err == nil || !strings.Contains(err.Error(), "registry reference") {
 			t.Errorf("%s: %v", ref, err)
 		}
 	}
-	cfg = Config{ImageRef: "registry.example/svc:1", ImageArgs: []string{"-listen", ":{port}"},
+	cfg = trial.Study{ImageRef: "registry.example/svc:1", ImageArgs: []string{"-listen", ":{port}"},
 		Target: sandbox.Target{URL: "http://127.0.0.1:{port}/api"}}
 	pt, err = podTargetOf(cfg, "g")
 	if err != nil || strings.Join(pt.args, " ") != "-listen :8080" || pt.ready != "http://127.0.0.1:{port}/api" {
@@ -327,11 +328,11 @@ func TestListNodes(t *testing.T) {
 // allocate), quotas no node can allocate are dropped from the defaults
 // and refused from --quotas, naming the flag.
 func TestNodeQuotas(t *testing.T) {
-	def := Config{Quotas: []float64{0.25, 0.5, 1, 16}, CPURequest: 0.25, WholeRow: true} // a 16-CPU laptop's defaults
-	one := Config{Quotas: []float64{0.25, 0.5, 1}, CPURequest: 0.25, WholeRow: true}     // a 1-CPU laptop's
+	def := trial.Study{Quotas: []float64{0.25, 0.5, 1, 16}, CPURequest: 0.25, WholeRow: true} // a 16-CPU laptop's defaults
+	one := trial.Study{Quotas: []float64{0.25, 0.5, 1}, CPURequest: 0.25, WholeRow: true}     // a 1-CPU laptop's
 	for _, c := range []struct {
 		name   string
-		cfg    Config
+		cfg    trial.Study
 		cpus   int
 		alloc  float64
 		want   []float64
@@ -342,10 +343,10 @@ func TestNodeQuotas(t *testing.T) {
 		{"64-CPU nodes", def, 64, 63.5, []float64{0.25, 0.5, 1, 63.5}, ""},
 		{"2-CPU node shared with the load", def, 2, 1.65, []float64{0.25, 0.5, 1, 1.65}, ""},
 		{"1-CPU node", def, 1, 0.9, []float64{0.25, 0.5}, ""},
-		{"quick", Config{Quotas: []float64{0.25}}, 8, 7.5, []float64{0.25}, ""},
+		{"quick", trial.Study{Quotas: []float64{0.25}}, 8, 7.5, []float64{0.25}, ""},
 		{"1-CPU laptop, 8-CPU nodes", one, 8, 7.5, []float64{0.25, 0.5, 1, 7.5}, ""},
-		{"given, fits", Config{Quotas: []float64{0.5, 2}, QuotasGiven: true}, 4, 3.9, []float64{0.5, 2}, ""},
-		{"given, too large", Config{Quotas: []float64{0.5, 4}, QuotasGiven: true}, 4, 3.9, nil, "--quotas: 4 cores"},
+		{"given, fits", trial.Study{Quotas: []float64{0.5, 2}, QuotasGiven: true}, 4, 3.9, []float64{0.5, 2}, ""},
+		{"given, too large", trial.Study{Quotas: []float64{0.5, 4}, QuotasGiven: true}, 4, 3.9, nil, "--quotas: 4 cores"},
 		{"no room at all", def, 1, 0.1, nil, "less than the smallest quota"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -433,18 +434,18 @@ func TestWaitReadyUnschedulable(t *testing.T) {
 // kubeconfig context's namespace, else default, not the one deploy/lab
 // makes with the lab's Roles (issue 51, item 9).
 func TestRunNamespace(t *testing.T) {
-	if got := runNamespace(KubeOptions{Context: "team"}); got != "gofit-lab" {
+	if got := runNamespace(Options{Context: "team"}); got != "gofit-lab" {
 		t.Errorf("no --namespace: %q, want gofit-lab (deploy/lab's)", got)
 	}
 	// The namespace deploy/lab makes.
-	b, err := os.ReadFile("../../../../deploy/lab/rbac.yaml")
+	b, err := os.ReadFile("../../../../../deploy/lab/rbac.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(b), "kind: Namespace\nmetadata:\n  name: "+DefaultNamespace+"\n") {
 		t.Errorf("deploy/lab/rbac.yaml makes no namespace %s", DefaultNamespace)
 	}
-	if got := runNamespace(KubeOptions{Namespace: "bench"}); got != "bench" {
+	if got := runNamespace(Options{Namespace: "bench"}); got != "bench" {
 		t.Errorf("--namespace bench: %q", got)
 	}
 }

@@ -1,6 +1,6 @@
 //go:build !nokube
 
-package lab
+package pods
 
 import (
 	"context"

@@ -1,6 +1,6 @@
 //go:build !nokube
 
-package lab
+package pods
 
 import (
 	"bytes"
@@ -12,11 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,12 +25,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/image"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/sandbox"
+	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/trial"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/load"
 	"github.com/gofit-dev/gofit/kube/agent"
-	"github.com/gofit-dev/gofit/target"
 )
 
 // The pod runner: `gofit lab --kube` runs each trial as an ordinary pod
@@ -72,14 +68,9 @@ const (
 	podSchedule    = 5 * time.Minute // scheduling and pulling, not counted against readiness
 )
 
-// DefaultNamespace is the namespace deploy/lab makes, with the Roles the
-// lab needs: --namespace's default, not the kubeconfig context's nor
-// "default", where the run's pods would land beside the user's own.
-const DefaultNamespace = "gofit-lab"
-
 // runNamespace is where the run's pods go: --namespace, else
 // DefaultNamespace (never the kubeconfig context's).
-func runNamespace(ko KubeOptions) string {
+func runNamespace(ko Options) string {
 	if ko.Namespace != "" {
 		return ko.Namespace
 	}
@@ -107,7 +98,7 @@ type podTarget struct {
 // (one trial on each at a time), the node agents (a trial's counters and
 // cgroup) and the load pod (every trial's load).
 type podRunner struct {
-	cfg      Config
+	cfg      trial.Study
 	cs       kubernetes.Interface
 	ns       string
 	target   podTarget
@@ -119,11 +110,14 @@ type podRunner struct {
 	load     *loadPod
 	mu       sync.Mutex
 	slowest  time.Duration // the slowest start without a memory limit so far
+	// info is what the study is designed by: the trial nodes' CPUs, the
+	// target's binary (Open read them).
+	info trial.Info
 }
 
 // newPodRunner connects, makes the run's owner and its load pod; the
 // caller must call close, which deletes everything.
-func newPodRunner(ctx context.Context, cfg Config, ko KubeOptions, progress io.Writer) (*podRunner, error) {
+func newPodRunner(ctx context.Context, cfg trial.Study, ko Options, progress io.Writer) (*podRunner, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if ko.Kubeconfig != "" {
 		rules.ExplicitPath = ko.Kubeconfig
@@ -165,14 +159,14 @@ func newPodRunner(ctx context.Context, cfg Config, ko KubeOptions, progress io.W
 
 // podTargetOf is the trial pods' container: --image with --args, or the
 // embedded sample from the gofit image.
-func podTargetOf(cfg Config, gofitImage string) (podTarget, error) {
+func podTargetOf(cfg trial.Study, gofitImage string) (podTarget, error) {
 	port := strconv.Itoa(podPort)
 	t := podTarget{env: []corev1.EnvVar{{Name: "PORT", Value: port}}}
 	if cfg.ImageRef == "" {
 		if gofitImage == "" {
 			return t, usagef("--kube-image: no gofit image to run the sample and the load from (this build has no release version to default to)")
 		}
-		t.image, t.flag, t.args = gofitImage, "--kube-image", []string{SampleCommand, ":" + port}
+		t.image, t.flag, t.args = gofitImage, "--kube-image", []string{trial.SampleCommand, ":" + port}
 		t.mix, t.ready = load.Get("http://127.0.0.1:{port}/work", nil), "http://127.0.0.1:{port}/work"
 		return t, nil
 	}
@@ -240,6 +234,16 @@ func (r *podRunner) start(ctx context.Context) error {
 
 // close deletes the run's owner, and with it every pod of the run.
 func (r *podRunner) close() error { return r.owner.close() }
+
+// Info says one trial on each trial node at a time, and what a pod's
+// start cost before any trial pod started: the load pod's, from its
+// creation to Ready (the planner keeps the memory study's time back at
+// this price until trials measure theirs). Open read the rest.
+func (r *podRunner) Info() trial.Info {
+	info := r.info
+	info.Parallel, info.StartCost = len(r.nodes.names), r.load.took
+	return info
+}
 
 // where names the nodes the trials ran on, their kernels and CPUs.
 func (r *podRunner) where() string {
@@ -342,12 +346,12 @@ func (r *podRunner) stopTrial(tp *trialPod) {
 	r.nodes.give(tp.node)
 }
 
-func (r *podRunner) cpu(ctx context.Context, c cpuConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
+func (r *podRunner) CPU(ctx context.Context, c trial.CPUConfig, mode result.Mode, offered float64, window time.Duration, rep int) (result.CPUCell, error) {
 	ready := r.cfg.Target.ReadyTimeout
 	if ready <= 0 {
 		ready = sandbox.DefaultReadyTimeout
 	}
-	tp, err := r.startTrial(ctx, c.env, c.quota, c.request, 0, ready)
+	tp, err := r.startTrial(ctx, c.Env, c.Quota, c.Request, 0, ready)
 	defer r.stopTrial(tp)
 	if err != nil {
 		return result.CPUCell{}, err
@@ -381,26 +385,26 @@ func (r *podRunner) cpu(ctx context.Context, c cpuConfig, mode result.Mode, offe
 		return result.CPUCell{}, fmt.Errorf("the load pod %s reads the trial's counters from the gofit node agent at %s at the window's edges, and could not (%s): let pods in namespace %s reach the agent's metrics port (a NetworkPolicy?)",
 			r.load.pod.Name, counters, m.Error, r.ns)
 	}
-	procs := c.procs
-	w := cpuWindow{res: rp.Result, periods: s1.CPU.Periods - s0.CPU.Periods, throttledPeriods: s1.CPU.ThrottledPeriods - s0.CPU.ThrottledPeriods,
-		throttledSec: s1.CPU.ThrottledSeconds - s0.CPU.ThrottledSeconds, usedSec: s1.CPU.UsageSeconds - s0.CPU.UsageSeconds, windowSec: rp.WindowSeconds,
-		isolated: r.load.on != tp.pod.Spec.NodeName}
+	procs := c.Procs
+	w := trial.Window{Load: rp.Result, Periods: s1.CPU.Periods - s0.CPU.Periods, ThrottledPeriods: s1.CPU.ThrottledPeriods - s0.CPU.ThrottledPeriods,
+		ThrottledSec: s1.CPU.ThrottledSeconds - s0.CPU.ThrottledSeconds, UsedSec: s1.CPU.UsageSeconds - s0.CPU.UsageSeconds, WindowSec: rp.WindowSeconds,
+		Isolated: r.load.on != tp.pod.Spec.NodeName}
 	if m := rp.Marks[1]; m.Error == "" {
 		v0, err0 := sandbox.ParseVars(bytes.NewReader(m.Start), "pod "+tp.pod.Name+" /debug/vars")
 		v1, err1 := sandbox.ParseVars(bytes.NewReader(m.End), "pod "+tp.pod.Name+" /debug/vars")
 		if err0 == nil && err1 == nil {
-			w.v0, w.v1 = v0, v1
+			w.V0, w.V1 = v0, v1
 			if v0.GOMAXPROCS > 0 {
 				procs = v0.GOMAXPROCS // what the target really runs with
 			}
 		}
 	}
 	cur, _ := r.cs.CoreV1().Pods(r.ns).Get(ctx, tp.pod.Name, metav1.GetOptions{})
-	w.exited = cur != nil && podEnded(cur) != ""
-	return cpuCell(c, mode, offered, rep, procs, w), nil
+	w.Exited = cur != nil && podEnded(cur) != ""
+	return trial.Cell(c, mode, offered, rep, procs, w), nil
 }
 
-// memory runs the specs side by side where there are nodes for them, one
+// Memory runs the specs side by side where there are nodes for them, one
 // per node; with fewer nodes, the rest wait for one (trials never share
 // a node's CPUs).
 //
@@ -408,8 +412,8 @@ func (r *podRunner) cpu(ctx context.Context, c cpuConfig, mode result.Mode, offe
 // ready (or failed to be), as the sandbox starts a pair and then drives
 // both: the pair's two windows see the same moment of the cluster. A
 // barrier on one node would wait forever for the second trial's slot.
-func (r *podRunner) memory(ctx context.Context, specs ...memSpec) []memRun {
-	out := make([]memRun, len(specs))
+func (r *podRunner) Memory(ctx context.Context, specs ...trial.MemSpec) []trial.MemRun {
+	out := make([]trial.MemRun, len(specs))
 	sideBySide(len(specs), len(specs) > 1 && len(specs) <= len(r.nodes.names), func(i int, started func()) {
 		out[i] = r.memTrial(ctx, specs[i], started)
 	})
@@ -441,17 +445,17 @@ func sideBySide(n int, together bool, run func(i int, started func())) {
 
 // memTrial runs one memory trial, calling started between its pod's
 // start and its load.
-func (r *podRunner) memTrial(ctx context.Context, s memSpec, started func()) memRun {
-	t := result.MemTrial{LimitBytes: s.limit}
+func (r *podRunner) memTrial(ctx context.Context, s trial.MemSpec, started func()) trial.MemRun {
+	t := result.MemTrial{LimitBytes: s.Limit}
 	began := time.Now()
 	r.mu.Lock()
 	slowest := r.slowest
 	r.mu.Unlock()
-	wait := startWait(r.cfg.Target, s.limit, slowest)
-	tp, err := r.startTrial(ctx, s.env, s.cpu, 0, s.limit, wait)
+	wait := trial.StartWait(r.cfg.Target, s.Limit, slowest)
+	tp, err := r.startTrial(ctx, s.Env, s.CPU, 0, s.Limit, wait)
 	defer r.stopTrial(tp)
 	started()
-	ng := probeNonGo{err: errors.New("not measured in pods: the lab reads the target's memory maps on this machine only")}
+	ng := trial.NonGoProbe{Err: errors.New("not measured in pods: the lab reads the target's memory maps on this machine only")}
 	if err != nil {
 		t.Seconds = time.Since(began).Seconds()
 		t.Outcome, t.Detail = result.Errored, err.Error()
@@ -459,23 +463,23 @@ func (r *podRunner) memTrial(ctx context.Context, s memSpec, started func()) mem
 		switch {
 		case tp != nil && oomKilled(tp.pod):
 			t.Outcome, t.Detail = result.OOMKilled, "OOM-killed while starting: "+podEnded(tp.pod)
-		case errors.As(err, &se) && se.TimedOut && s.limit > 0 && slowest > 0:
+		case errors.As(err, &se) && se.TimedOut && s.Limit > 0 && slowest > 0:
 			t.Outcome = result.Stalled
 			t.Detail = fmt.Sprintf("not ready within %v (its slowest start without a limit took %v)", wait, slowest.Round(10*time.Millisecond))
 		}
-		return memRun{trial: t, nonGo: ng}
+		return trial.MemRun{Trial: t, NonGo: ng}
 	}
-	if s.limit == 0 {
+	if s.Limit == 0 {
 		r.mu.Lock()
 		r.slowest = max(r.slowest, tp.took)
 		r.mu.Unlock()
 	}
-	ml := s.load
-	q := loadRequest{Targets: tp.mix, Seed: r.cfg.Seed, MinRate: ml.probeRPS * stallShare}
-	if ml.rate > 0 {
-		q.Open, q.Rate, q.Window, q.InFlight = true, ml.rate, ml.window, load.MaxOpenInFlight
+	ml := s.Load
+	q := loadRequest{Targets: tp.mix, Seed: r.cfg.Seed, MinRate: ml.ProbeRPS * trial.StallShare}
+	if ml.Rate > 0 {
+		q.Open, q.Rate, q.Window, q.InFlight = true, ml.Rate, ml.Window, load.MaxOpenInFlight
 	} else {
-		q.Requests, q.Window, q.Concurrency, q.InFlight = ml.requests, ml.maxDur, memConcurrency, memConcurrency
+		q.Requests, q.Window, q.Concurrency, q.InFlight = ml.Requests, ml.MaxDur, trial.MemConcurrency, trial.MemConcurrency
 	}
 	rp, lerr := r.load.drive(ctx, q)
 	res := rp.Result
@@ -493,156 +497,33 @@ func (r *podRunner) memTrial(ctx context.Context, s memSpec, started func()) mem
 		t.Outcome, t.Detail = result.Stalled, fmt.Sprintf("no request completed for %v while major faults reached %d", 2*load.StallWindow, st.Memory.MajorFaults)
 	case podEnded(cur) != "":
 		t.Outcome, t.Detail = result.Errored, "the target exited during the load: "+podEnded(cur)
-	case float64(res.Errors) > maxErrorShare*float64(res.Errors+res.Requests) || res.Requests == 0:
+	case float64(res.Errors) > trial.MaxErrorShare*float64(res.Errors+res.Requests) || res.Requests == 0:
 		t.Outcome, t.Detail = result.Errored, fmt.Sprintf("%d errors in %d requests (%s)", res.Errors, res.Errors+res.Requests, res.ErrorSummary())
 	case serr != nil:
 		t.Outcome, t.Detail = result.Errored, "could not read the pod's cgroup: "+serr.Error()
 	default:
 		t.Outcome = result.OK
 	}
-	return memRun{trial: t, load: res, nonGo: ng}
+	return trial.MemRun{Trial: t, Load: res, NonGo: ng}
 }
 
-// runPodStudy runs the study with the trials as pods (gofit lab --kube).
-func runPodStudy(ctx context.Context, cfg Config, ko KubeOptions, progress io.Writer) (*result.Results, *Records, error) {
-	if err := cfg.Validate(); err != nil {
-		return &result.Results{}, &Records{}, err
-	}
-	r, err := newPodRunner(ctx, cfg, ko, progress)
-	if err != nil {
-		return &result.Results{}, &Records{}, err
-	}
-	// The study is designed for the nodes' CPUs, not this machine's.
-	cfg, err = nodeQuotas(cfg, r.nodes.cpus, r.nodes.alloc)
-	var l *study
-	if err == nil {
-		l, err = newStudy(cfg)
-	}
-	if err != nil {
-		return &result.Results{}, &Records{}, errors.Join(err, r.close())
-	}
-	if r.nodes.cpus > 0 {
-		l.rec.NCPU = r.nodes.cpus
-	}
-	bin, err := podBinary(ctx, cfg, progress)
-	if err != nil {
-		l.rec.Lab.Warnings = append(l.rec.Lab.Warnings, err.Error())
-		fmt.Fprintf(progress, "gofit lab: warning: %v\n", err)
-	}
-	l.rec.Binary = bin
-	l.run = r
-	res, rec, err := l.execute(ctx)
-	if cerr := r.close(); cerr != nil {
-		err = errors.Join(err, cerr)
-	}
-	return res, rec, err
-}
-
-// nodeQuotas fits the study's CPU quotas to the trial nodes: cpus CPUs
-// each, alloc cores a pod can still ask for (both 0: unknown, nothing
-// changes). The default study's whole-machine row becomes the nodes'
-// (their CPUs, or what a pod can ask for there if less); a quota from
-// --quotas above that is an error, since its trial pod would never
-// schedule.
-func nodeQuotas(cfg Config, cpus int, alloc float64) (Config, error) {
-	if cpus <= 0 {
-		return cfg, nil
-	}
-	if cfg.QuotasGiven {
-		for _, q := range cfg.Quotas {
-			if q > alloc+1e-9 {
-				return cfg, usagef("--quotas: %g cores is more than a trial node has allocatable (%.2f of %d CPUs, the load pod's request counted where it shares the node): its trial pod would never be scheduled", q, alloc, cpus)
-			}
-		}
-		return cfg, nil
-	}
-	var qs []float64
-	for _, q := range cfg.Quotas {
-		// The defaults' only row above 1 is this machine's CPUs.
-		if q <= 1 && q <= alloc+1e-9 {
-			qs = append(qs, q)
-		}
-	}
-	if top := math.Floor(min(float64(cpus), alloc)*100) / 100; cfg.WholeRow && top > 1 {
-		qs = append(qs, top)
-	}
-	if len(qs) == 0 {
-		return cfg, fmt.Errorf("--node-selector: the trial nodes have %.2f cores allocatable, less than the smallest quota %g", alloc, slices.Min(cfg.Quotas))
-	}
-	cfg.Quotas = qs
-	if cfg.CPURequest > 0 {
-		cfg.CPURequest = slices.Min(qs)
-	}
-	return cfg, nil
-}
-
-// podBinary is what the trial pods run, read here: this gofit for the
-// sample (the image of this release runs this build's sample), else
-// --image pulled and unpacked into a temporary directory, its entrypoint
-// read. It is the Go version and module facts the study designs by; an
-// error says why they are unknown.
-func podBinary(ctx context.Context, cfg Config, progress io.Writer) (target.Binary, error) {
-	if cfg.ImageRef == "" {
-		self, err := os.Executable()
-		if err != nil {
-			return target.Binary{}, err
-		}
-		return target.Read(self)
-	}
-	dir, err := sandbox.TempDir() // a later lab run removes it if this one is killed
-	if err != nil {
-		return target.Binary{}, err
-	}
-	defer os.RemoveAll(dir)
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	fmt.Fprintf(progress, "lab: reading --image %s here for its Go version\n", cfg.ImageRef)
-	im, err := image.Load(ctx, cfg.ImageRef, filepath.Join(dir, "rootfs"), dir)
-	if err != nil {
-		return target.Binary{}, fmt.Errorf("%w: its Go version is unknown here, and the study plans as for an unknown one", err)
-	}
-	argv := im.Command(cfg.ImageArgs)
-	if len(argv) == 0 {
-		return target.Binary{}, fmt.Errorf("--image %s: no entrypoint to read", cfg.ImageRef)
-	}
-	_, onHost, err := im.Resolve(argv[0])
-	if err != nil {
-		return target.Binary{}, fmt.Errorf("--image %s: its command %q: %w", cfg.ImageRef, argv[0], err)
-	}
-	return target.Read(onHost)
-}
-
-// record says in the records where the trials ran: the first trial
-// node's facts as the machine, the load's placement, the target as the
-// image the pods ran.
-func (r *podRunner) record(rec *Records) {
-	rec.Placement = r.placement()
-	rec.Machine.Where = r.where()
+// Where names the nodes the trials ran on and the load pod, with the
+// first trial node's facts as the machine, the load's placement and the
+// target as the image the pods ran.
+func (r *podRunner) Where() trial.Where {
+	e := &trial.Remote{Placement: r.placement(),
+		Command: strings.Join(append([]string{r.target.image}, r.target.args...), " "), Image: r.target.image,
+		PageCache: "as the node has it (pods start with whatever page cache the node holds)"}
 	// The generator is the load pod, not this process.
 	if cpu, err := r.load.cpuSeconds(); err == nil {
-		rec.Lab.GeneratorCPUSeconds = cpu
+		e.GeneratorCPUSeconds = &cpu
 	}
 	if used := r.nodes.usedNodes(); len(used) > 0 {
 		n := r.agents.node(used[0])
-		rec.Machine.Host, rec.Machine.Kernel, rec.Machine.CPUModel, rec.Machine.CPUs = used[0], n.Kernel, n.CPUModel, n.CPUs
-		rec.Machine.CgroupVersion, rec.Machine.LoadAvg = n.Cgroup, ""
+		e.Node = &result.Machine{Host: used[0], Kernel: n.Kernel, CPUModel: n.CPUModel, CPUs: n.CPUs, CgroupVersion: n.Cgroup}
 		if r.nodes.cpus == 0 {
-			rec.NCPU = max(n.CPUs, 1) // else as the study was designed: the fewest of the trial nodes'
+			e.NCPU = max(n.CPUs, 1) // else as the study was designed: the fewest of the trial nodes'
 		}
 	}
-
-	rec.Target.Command = strings.Join(append([]string{r.target.image}, r.target.args...), " ")
-	rec.Target.Image = r.target.image
-	rec.Target.PageCache = "as the node has it (pods start with whatever page cache the node holds)"
-	rec.Target.BinaryBytes = 0
+	return trial.Where{Runner: r.where(), Remote: e}
 }
-
-// startCost is what a pod's start cost before any trial pod started:
-// the load pod's, from its creation to Ready (the planner keeps the
-// memory study's time back at this price until trials measure theirs).
-func (r *podRunner) startCost() time.Duration { return r.load.took }
-
-var _ startCoster = (*podRunner)(nil)
-
-// parallel is the number of trial nodes: one trial on each at a time.
-func (r *podRunner) parallel() int { return len(r.nodes.names) }
