@@ -64,7 +64,7 @@ func Main(ctx context.Context, o Options, op trial.Opener, stdout, stderr io.Wri
 	}
 
 	start := time.Now()
-	res, rec, runErr := runStudy(ctx, cfg, op)
+	res, rec, runErr := runStudy(ctx, &cfg, op)
 	if err := op.Close(); err != nil {
 		runErr = errors.Join(runErr, err)
 	}

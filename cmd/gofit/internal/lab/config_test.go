@@ -44,7 +44,7 @@ func TestConfigValidate(t *testing.T) {
 				t.Fatalf("Validate: %v; want a usage error naming %q", err, tc.want)
 			}
 			// No runner: runStudy must refuse before opening one.
-			if _, _, err := runStudy(context.Background(), cfg, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+			if _, _, err := runStudy(context.Background(), &cfg, nil); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("runStudy: %v; want the same error", err)
 			}
 		})

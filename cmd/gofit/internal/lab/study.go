@@ -45,17 +45,18 @@ var errTargetFailed = errors.New("the target failed")
 // its target settled): the one entry point for every runner. It stops
 // early, returning ctx's error and what was measured so far, when ctx
 // ends. The caller closes op.
-func runStudy(ctx context.Context, cfg Config, op trial.Opener) (*result.Results, *Records, error) {
+func runStudy(ctx context.Context, cfg *Config, op trial.Opener) (*result.Results, *Records, error) {
 	if err := cfg.Validate(); err != nil {
 		return &result.Results{}, &Records{}, err
 	}
 	// The runner may fit the study to where its trials run (a cluster's
-	// nodes' CPUs, not this machine's).
+	// nodes' CPUs, not this machine's): cfg is then the study that ran,
+	// which records.json must hold for a replay.
 	r, err := op.Open(ctx, &cfg.Study)
 	if err != nil {
 		return &result.Results{}, &Records{}, err
 	}
-	l, err := newStudy(cfg)
+	l, err := newStudy(*cfg)
 	if err != nil {
 		return &result.Results{}, &Records{}, err
 	}
