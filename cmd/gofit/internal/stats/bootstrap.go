@@ -4,9 +4,6 @@ import (
 	"math"
 	"math/rand"
 	"slices"
-	"sort"
-
-	"gonum.org/v1/gonum/stat/distuv"
 )
 
 // Stat picks the statistic a comparison is about.
@@ -34,7 +31,8 @@ const (
 	Same   = "same"
 )
 
-// Interval is a point estimate and its 95% bootstrap interval.
+// Interval is a point estimate and its bootstrap interval (95% unless
+// Bootstrap.Alpha says otherwise).
 type Interval struct {
 	// snake_case like the rest of the lab's results.json.
 	Value float64 `json:"value"`
@@ -76,55 +74,36 @@ func (st Stat) Direction() Direction {
 // reproduced from its results.
 type Bootstrap struct {
 	Resamples int
-	// Alpha is the two-sided error rate of Ratio's intervals: 0.05 for
-	// 95%. A procedure that looks at an interval several times before it
-	// stops divides its 5% among the looks (see the lab's CPU study).
+	// Alpha is the two-sided error rate of every interval it draws: 0.05
+	// for 95%. A procedure that looks at an interval several times before
+	// it stops divides its 5% among the looks (see the lab's CPU study
+	// and the experiments' confidence sequence); how an interval is read
+	// at any α is the core's one rule (core.go).
 	Alpha  float64
 	rng    *rand.Rand
 	counts []int32 // scratch: one resample's latency histogram
 }
 
 // NewBootstrap returns a Bootstrap of n resamples seeded with seed, whose
-// Ratio intervals are 95% ones.
+// intervals are 95% ones.
 func NewBootstrap(n int, seed int64) *Bootstrap {
 	return &Bootstrap{Resamples: n, Alpha: 0.05, rng: rand.New(rand.NewSource(seed))}
 }
 
-// Expansion widens a ratio's percentile interval for the few runs a side
-// it rests on (Ratio's independent runs: 2(n−1) degrees of freedom).
-// Resampling n runs sees their spread times (n−1)/n, and its percentiles
-// have the normal's tails where the truth, estimated from n runs, has
-// Student's t ones; an A/A simulation of the lab's CPU study
-// (lab/aa_test.go) gave 12.5% false verdicts at a nominal 5% without it.
-// The factor is sqrt(n/(n−1)) × t(1−α/2, 2(n−1)) ÷ z(1−α/2): 1.73 at 3
-// runs a side and α = 5%, 1.31 at 5, → 1 as runs grow.
-func Expansion(n int, alpha float64) float64 { return expansion(n, 2*(n-1), alpha) }
-
-func expansion(n, df int, alpha float64) float64 {
-	if n < 2 || df < 1 {
-		return math.Inf(1)
-	}
-	t := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(df)}.Quantile(1 - alpha/2)
-	z := distuv.UnitNormal.Quantile(1 - alpha/2)
-	return math.Sqrt(float64(n)/float64(n-1)) * t / z
-}
-
-// CI is the percentile interval of st over resamples of s.
+// CI is the percentile interval of st over resamples of s (runs, then
+// blocks within them), at level 1−b.Alpha and not widened: a cell's own
+// figure for its report, which no verdict reads.
 func (b *Bootstrap) CI(s Sample, st Stat) Interval {
 	p := prepare(s, st)
-	iv := Interval{Value: b.of(p.all(), st)}
+	v := b.of(p.all(), st)
 	if s.Blocks() < 2 {
-		iv.Low, iv.High = iv.Value, iv.Value
-		return iv
+		return Interval{Value: v, Low: v, High: v}
 	}
-	xs := make([]float64, b.Resamples)
 	buf := make([]*pblock, 0, s.Blocks())
-	for i := range xs {
+	return b.interval(v, draws{resample: func() float64 {
 		buf = b.resample(p, buf[:0])
-		xs[i] = b.of(buf, st)
-	}
-	iv.Low, iv.High = percentiles(xs)
-	return iv
+		return b.of(buf, st)
+	}})
 }
 
 // MinRuns is the fewest runs a side a verdict may rest on. Two were too
@@ -142,7 +121,7 @@ const MinRuns = 3
 // of blocks has a handful of distinct resamples.
 func (b *Bootstrap) Ratio(a, base Sample, st Stat) Interval {
 	ok := len(a) >= MinRuns && len(base) >= MinRuns
-	return b.ratio(a, base, st, ok, Expansion(min(len(a), len(base)), b.alpha()), func(pa, pb prepared, ba, bb []*pblock) ([]*pblock, []*pblock) {
+	return b.ratio(a, base, st, ok, runsLevel(min(len(a), len(base))), func(pa, pb prepared, ba, bb []*pblock) ([]*pblock, []*pblock) {
 		return b.resample(pa, ba), b.resample(pb, bb)
 	})
 }
@@ -158,7 +137,7 @@ func (b *Bootstrap) Ratio(a, base Sample, st Stat) Interval {
 // than two pairs or fewer than MinBlocks blocks a side give (-Inf, +Inf).
 func (b *Bootstrap) PairedRatio(a, base Sample, st Stat) Interval {
 	ok := len(a) == len(base) && len(a) >= 2
-	return b.ratio(a, base, st, ok, Expansion(len(a), b.alpha()), func(pa, pb prepared, ba, bb []*pblock) ([]*pblock, []*pblock) {
+	return b.ratio(a, base, st, ok, runsLevel(len(a)), func(pa, pb prepared, ba, bb []*pblock) ([]*pblock, []*pblock) {
 		for range pa {
 			k := b.rng.Intn(len(pa))
 			for range pa[k] {
@@ -172,41 +151,23 @@ func (b *Bootstrap) PairedRatio(a, base Sample, st Stat) Interval {
 	})
 }
 
-// alpha is b.Alpha, or 5% where it is not a rate.
-func (b *Bootstrap) alpha() float64 {
-	if !(b.Alpha > 0 && b.Alpha < 1) {
-		return 0.05
-	}
-	return b.Alpha
-}
-
-// ratio is the resampling core of Ratio and PairedRatio: the estimate
-// from all blocks; unless ok is false or a side has under MinBlocks
-// blocks (then (-Inf, +Inf)), the percentile interval at b.Alpha of the
-// ratios of b.Resamples resamples, each drawn by draw (appending to the
-// two buffers it is given), widened by k in log space about the estimate:
-// ratios are multiplicative.
-func (b *Bootstrap) ratio(a, base Sample, st Stat, ok bool, k float64, draw func(pa, pb prepared, ba, bb []*pblock) ([]*pblock, []*pblock)) Interval {
+// ratio is Ratio's and PairedRatio's draw: the estimate from all
+// blocks; unless ok is false or a side has under MinBlocks blocks (then
+// (-Inf, +Inf)), the core's interval (interval) over resamples each
+// drawn by draw (appending to the two buffers it is given), widened for
+// the runs or pairs few rests on.
+func (b *Bootstrap) ratio(a, base Sample, st Stat, ok bool, few level, draw func(pa, pb prepared, ba, bb []*pblock) ([]*pblock, []*pblock)) Interval {
 	pa, pb := prepare(a, st), prepare(base, st)
-	iv := Interval{Value: safeDiv(b.of(pa.all(), st), b.of(pb.all(), st))}
+	v := safeDiv(b.of(pa.all(), st), b.of(pb.all(), st))
 	if !ok || a.Blocks() < MinBlocks || base.Blocks() < MinBlocks {
-		iv.Low, iv.High = math.Inf(-1), math.Inf(1)
-		return iv
+		return Interval{Value: v, Low: math.Inf(-1), High: math.Inf(1)}
 	}
-	xs := make([]float64, b.Resamples)
 	ba := make([]*pblock, 0, a.Blocks())
 	bb := make([]*pblock, 0, base.Blocks())
-	for i := range xs {
+	return b.interval(v, draws{few: few, resample: func() float64 {
 		ba, bb = draw(pa, pb, ba[:0], bb[:0])
-		xs[i] = safeDiv(b.of(ba, st), b.of(bb, st))
-	}
-	iv.Low, iv.High = percentilesAt(xs, b.alpha())
-	if iv.Value > 0 && iv.Low > 0 && !math.IsInf(iv.High, 0) {
-		v := math.Log(iv.Value)
-		iv.Low = math.Exp(v - k*math.Max(v-math.Log(iv.Low), 0))
-		iv.High = math.Exp(v + k*math.Max(math.Log(iv.High)-v, 0))
-	}
-	return iv
+		return safeDiv(b.of(ba, st), b.of(bb, st))
+	}})
 }
 
 // Latency quantiles in resamples are read from a histogram of log-spaced
@@ -330,14 +291,4 @@ func safeDiv(a, b float64) float64 {
 		return math.Inf(1)
 	}
 	return a / b
-}
-
-func percentiles(xs []float64) (lo, hi float64) { return percentilesAt(xs, 0.05) }
-
-// percentilesAt is the percentile interval that leaves alpha/2 in each
-// tail.
-func percentilesAt(xs []float64, alpha float64) (lo, hi float64) {
-	sort.Float64s(xs)
-	at := func(q float64) float64 { return xs[min(int(q*float64(len(xs))), len(xs)-1)] }
-	return at(alpha / 2), at(1 - alpha/2)
 }

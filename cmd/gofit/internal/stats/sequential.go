@@ -131,9 +131,9 @@ func (s Sequential) Z(t float64, m int) float64 {
 // Level is the two-sided nominal error of one test of m read at t: its
 // interval is at level 1-Level (Bootstrap.Alpha). On a schedule it is
 // the look's share of α; in a confidence sequence it is Z's as an
-// interval level, 1-2(1-Φ(z)), whose 95% percentiles the bootstrap
-// widens by the ratio of the quantiles (a Student's t one, which only
-// adds width).
+// interval level, 1-2(1-Φ(z)), which the bootstrap reads no further out
+// than MinReadAlpha and carries the rest of the way by the ratio of the
+// quantiles (a Student's t one, which only adds width: core.go).
 func (s Sequential) Level(t float64, m int) float64 {
 	if !s.anytime {
 		return s.Share(m)

@@ -1,10 +1,12 @@
 // Package stats is the statistics the lab, the QoS experiment and the
 // experiments share: nearest-rank quantiles, load windows cut into blocks,
-// block bootstrap intervals (resampling runs, then blocks within them), the
-// verdict rule that calls a difference only where its interval excludes
-// "none", and the sequential rule for reading an interval again as its
-// data grow (Sequential: a fixed schedule of looks or an anytime-valid
-// confidence sequence).
+// one block bootstrap core (core.go) that draws its resamples as each
+// caller needs (runs then blocks within them, pairs of runs, circular
+// blocks of paired windows and their pods) and reads and widens every
+// interval by one rule, the verdict rule that calls a difference only
+// where its interval excludes "none", and the sequential rule for reading
+// an interval again as its data grow (Sequential: a fixed schedule of
+// looks or an anytime-valid confidence sequence).
 package stats
 
 import (

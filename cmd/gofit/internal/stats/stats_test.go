@@ -288,7 +288,7 @@ func TestDefinedPercentiles(t *testing.T) {
 	}
 	// A few undefined resamples are left out.
 	xs := append(seq(95), math.NaN(), math.NaN(), math.NaN(), math.NaN(), math.NaN())
-	if lo, hi := definedPercentiles(xs); lo != 3 || hi != 93 {
+	if lo, hi := definedPercentiles(xs, 0.05); lo != 3 || hi != 93 {
 		t.Errorf("5 NaN of 100: [%v, %v], want [3, 93]", lo, hi)
 	}
 	// Many widen both ends.
@@ -296,7 +296,7 @@ func TestDefinedPercentiles(t *testing.T) {
 	for range 20 {
 		xs = append(xs, math.NaN())
 	}
-	if lo, hi := definedPercentiles(xs); !math.IsInf(lo, -1) || !math.IsInf(hi, 1) {
+	if lo, hi := definedPercentiles(xs, 0.05); !math.IsInf(lo, -1) || !math.IsInf(hi, 1) {
 		t.Errorf("20 NaN of 100: [%v, %v], want both ends infinite", lo, hi)
 	}
 	// An infinite resample counts at its own end only.
@@ -304,11 +304,11 @@ func TestDefinedPercentiles(t *testing.T) {
 	for range 10 {
 		xs = append(xs, math.Inf(1))
 	}
-	if lo, hi := definedPercentiles(xs); lo != 3 || !math.IsInf(hi, 1) {
+	if lo, hi := definedPercentiles(xs, 0.05); lo != 3 || !math.IsInf(hi, 1) {
 		t.Errorf("10 +Inf of 100: [%v, %v], want [3, +Inf]", lo, hi)
 	}
 	// All undefined: no interval.
-	if lo, hi := definedPercentiles([]float64{math.NaN(), math.NaN()}); !math.IsInf(lo, -1) || !math.IsInf(hi, 1) {
+	if lo, hi := definedPercentiles([]float64{math.NaN(), math.NaN()}, 0.05); !math.IsInf(lo, -1) || !math.IsInf(hi, 1) {
 		t.Errorf("all NaN: [%v, %v]", lo, hi)
 	}
 }
