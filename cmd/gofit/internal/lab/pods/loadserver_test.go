@@ -171,3 +171,41 @@ func TestMarksCarryTheAgentsToken(t *testing.T) {
 		t.Errorf("a token for a plain-http mark: %v, want an error naming mark_auth[0]", err)
 	}
 }
+
+// TestMarksSurviveOneSlowAnswer: on the e2e node a busy agent once
+// answered a window's edge after the client's timeout, and the whole
+// study ended on it (2026-12-07). One slow answer is read again; an
+// agent that never answers is still an error, and a refusal (a 403) is
+// not retried.
+func TestMarksSurviveOneSlowAnswer(t *testing.T) {
+	old := markClient
+	markClient = &http.Client{Timeout: 200 * time.Millisecond}
+	defer func() { markClient = old }()
+	var calls atomic.Int32
+	slowOnce := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			time.Sleep(time.Second)
+		}
+		io.WriteString(w, `{"cpu":{}}`)
+	}))
+	defer slowOnce.Close()
+	never := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { time.Sleep(time.Second) }))
+	defer never.Close()
+	var denied atomic.Int32
+	refuses := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		denied.Add(1)
+		w.WriteHeader(http.StatusForbidden)
+	}))
+	defer refuses.Close()
+	marks := make([]mark, 3)
+	readMarks(context.Background(), []string{slowOnce.URL, never.URL, refuses.URL}, nil, marks, false)
+	if marks[0].Error != "" || string(marks[0].Start) != `{"cpu":{}}` {
+		t.Errorf("one slow answer: %+v, want the second read's value", marks[0])
+	}
+	if marks[1].Error == "" {
+		t.Errorf("an agent that never answers: no error")
+	}
+	if marks[2].Error == "" || denied.Load() != 1 {
+		t.Errorf("a 403: %+v after %d reads, want an error after one", marks[2], denied.Load())
+	}
+}
