@@ -616,36 +616,9 @@ func (r *fetchRun) restartsAndOOMs() error {
 	// counter at 1, and the guard then logged oom_kills=0 beside 9
 	// restarts of an arm growing into its limit (the e2e node, 2026-12-07,
 	// eleventh session); the reasons come minutes late on a slow node.
-	reason, err := f.matrix(fmt.Sprintf(`max by (pod, container) (kube_pod_container_status_last_terminated_reason{%s, reason="OOMKilled"})`, f.sel), false)
+	kills, err := f.oomRestarts(restarts)
 	if err != nil {
 		return err
-	}
-	var kills model.Matrix
-	if len(reason) > 0 && len(restarts) > 0 {
-		// Per pod, as the restarts are (mergeEnds): a pod one of whose
-		// containers last ended OOMKilled.
-		oom := map[string]map[model.Time]bool{}
-		for _, s := range reason {
-			k := string(s.Metric["pod"])
-			for _, v := range s.Values {
-				if v.Value == 1 {
-					if oom[k] == nil {
-						oom[k] = map[model.Time]bool{}
-					}
-					oom[k][v.Timestamp] = true
-				}
-			}
-		}
-		for _, s := range restarts {
-			k := string(s.Metric["pod"])
-			o := &model.SampleStream{Metric: s.Metric}
-			for _, v := range s.Values {
-				if v.Value > 0 && oom[k][v.Timestamp] {
-					o.Values = append(o.Values, v)
-				}
-			}
-			kills = append(kills, o)
-		}
 	}
 	if len(kernel) > 0 || len(kills) > 0 {
 		var what []string
@@ -679,6 +652,45 @@ func (r *fetchRun) restartsAndOOMs() error {
 	covered["oom"] = armsOf(m)
 	put(m, 0, func(w *Window, v float64) { w.OOMKills += v })
 	return nil
+}
+
+// oomRestarts is, per pod, the restarts (whole counts per window) whose
+// container last ended OOMKilled as kube-state-metrics says at the
+// window's end (kube_pod_container_status_last_terminated_reason); nil
+// without reasons or restarts.
+func (f fetcher) oomRestarts(restarts model.Matrix) (model.Matrix, error) {
+	reason, err := f.matrix(fmt.Sprintf(`max by (pod, container) (kube_pod_container_status_last_terminated_reason{%s, reason="OOMKilled"})`, f.sel), false)
+	if err != nil {
+		return nil, err
+	}
+	var kills model.Matrix
+	if len(reason) > 0 && len(restarts) > 0 {
+		// Per pod, as the restarts are (mergeEnds): a pod one of whose
+		// containers last ended OOMKilled.
+		oom := map[string]map[model.Time]bool{}
+		for _, s := range reason {
+			k := string(s.Metric["pod"])
+			for _, v := range s.Values {
+				if v.Value == 1 {
+					if oom[k] == nil {
+						oom[k] = map[model.Time]bool{}
+					}
+					oom[k][v.Timestamp] = true
+				}
+			}
+		}
+		for _, s := range restarts {
+			k := string(s.Metric["pod"])
+			o := &model.SampleStream{Metric: s.Metric}
+			for _, v := range s.Values {
+				if v.Value > 0 && oom[k][v.Timestamp] {
+					o.Values = append(o.Values, v)
+				}
+			}
+			kills = append(kills, o)
+		}
+	}
+	return kills, nil
 }
 
 // counterSteps runs query (a counter per series) at every window
