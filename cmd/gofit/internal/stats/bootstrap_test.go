@@ -10,9 +10,13 @@ import (
 // stored run replayed (gofit lab --replay) must give the same
 // results.json, so the core may not change the lab's draws, the level
 // it reads them at or their widening. The figures were recorded from the
-// lab's own loop before the experiments' intervals joined the core; the
-// last three are intervals that reach 0 or infinity (a run that served
-// nothing), which the lab leaves as drawn.
+// lab's own loop before the experiments' intervals joined the core. The
+// last three reach 0 or infinity at one end (a run that served nothing):
+// the lab left them as drawn, and the core now carries the other, finite
+// end to α as for any interval (the experiments' pod-paired windows had
+// widened each end on its own; leaving them as drawn read rare-event
+// ratios at 98% where a sequential look asks far more, review of
+// 2026-12-07). Their finite ends are recorded from the core as it is.
 func TestLabIntervalsUnchanged(t *testing.T) {
 	rng := rand.New(rand.NewSource(11))
 	a, base := runs(3, fakeBlocks(rng, 30, 300, 0.1, 3)), runs(3, fakeBlocks(rng, 30, 300, 0.1, 3.3))
@@ -40,9 +44,9 @@ func TestLabIntervalsUnchanged(t *testing.T) {
 		{"paired rps", at(0.05).PairedRatio(pa, pb, StatRPS), Interval{0.9896736885584468, 0.9532519333772548, 1.030163692720282}},
 		{"ci p99", at(0.05).CI(a, StatP99), Interval{14.16633006587417, 13.145176749865414, 15.040078306487516}},
 		{"ci rps", at(0.05).CI(base, StatRPS), Interval{297.7, 285.03333333333336, 310.1666666666667}},
-		{"base that served nothing in a run", at(0.05).Ratio(a, dead, StatP99), Interval{1.0050000000000012, 0.8916215972356258, inf}},
-		{"arm that served nothing in a run", at(0.05).Ratio(dead, base, StatP99), Interval{0.9050629042666527, 0, 1.0303775093937642}},
-		{"arm that served nothing in a run, rps at 3%", at(0.03).Ratio(dead, base, StatRPS), Interval{0.6694659052737656, 0, 1.0474381116868163}},
+		{"base that served nothing in a run", at(0.05).Ratio(a, dead, StatP99), Interval{1.0050000000000012, 0.8165333335715148, inf}},
+		{"arm that served nothing in a run", at(0.05).Ratio(dead, base, StatP99), Interval{0.9050629042666527, 0, 1.1334096860655298}},
+		{"arm that served nothing in a run, rps at 3%", at(0.03).Ratio(dead, base, StatRPS), Interval{0.6694659052737656, 0, 1.5400191568513633}},
 	} {
 		for _, x := range [][2]float64{{tc.got.Value, tc.want.Value}, {tc.got.Low, tc.want.Low}, {tc.got.High, tc.want.High}} {
 			if math.Float64bits(x[0]) != math.Float64bits(x[1]) {

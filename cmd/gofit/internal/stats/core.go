@@ -130,23 +130,46 @@ func (b *Bootstrap) interval(value float64, d draws) Interval {
 			uLow, uHigh = definedPercentiles(xs, read)
 		}
 	}
-	if value > 0 && !math.IsInf(value, 0) && iv.Low > 0 && !math.IsInf(iv.High, 0) {
-		v := math.Log(value)
-		iv.Low = widen(v, iv.Low, uLow, -1, f, fu)
-		iv.High = widen(v, iv.High, uHigh, 1, f, fu)
+	// Each finite end is widened on its own: an interval with one end at
+	// 0 or infinity (a ratio over a control that had none of it, a run
+	// that served nothing) still carries its other end to α. Ratios and
+	// the positive quantities here widen on the log scale; an estimate at
+	// 0 (none on the arm's side) widens on the linear one, and an end at 0
+	// of a positive estimate stays there.
+	if math.IsNaN(value) || math.IsInf(value, 0) {
+		return iv
+	}
+	logs := value > 0
+	for _, e := range []struct {
+		end  *float64
+		u    float64
+		side float64
+	}{{&iv.Low, uLow, -1}, {&iv.High, uHigh, 1}} {
+		if math.IsNaN(*e.end) || math.IsInf(*e.end, 0) || logs && *e.end <= 0 {
+			continue
+		}
+		*e.end = widen(logs, value, *e.end, e.u, e.side, f, fu)
 	}
 	return iv
 }
 
 // widen carries one end of a percentile interval (side −1 the low one, 1
-// the high one) away from the estimate exp(v) on the log scale: by f, or
+// the high one) away from the estimate value, on the log scale if logs:
+// by f, or
 // with a second level whose own end is uEnd, by f on the first level's
 // part and fu on the second's. An end on the estimate's wrong side (a
 // skewed handful of resamples) is taken to the estimate: an interval
-// holds its estimate. An interval that reaches 0 or infinity has no
-// finite reach on the log scale and is not widened (interval).
-func widen(v, end, uEnd, side, f, fu float64) float64 {
-	j := math.Log(end) - v
+// holds its estimate. An end at 0 or infinity has no finite reach on
+// the log scale and is not widened (interval).
+func widen(logs bool, value, end, uEnd, side, f, fu float64) float64 {
+	at := func(x float64) float64 { return x - value }
+	back := func(d float64) float64 { return value + d }
+	if logs {
+		v := math.Log(value)
+		at = func(x float64) float64 { return math.Log(x) - v }
+		back = func(d float64) float64 { return math.Exp(v + d) }
+	}
+	j := at(end)
 	if j*side < 0 {
 		j = 0
 	}
@@ -155,14 +178,14 @@ func widen(v, end, uEnd, side, f, fu float64) float64 {
 		// The second level's part can come out larger than the whole by
 		// chance, or undefined (an end at 0 or infinite): it is then the
 		// whole.
-		u := math.Log(uEnd) - v
+		u := at(uEnd)
 		if math.IsNaN(u) || math.IsInf(u, 0) {
 			u = j
 		}
 		u = math.Copysign(math.Min(math.Abs(u), math.Abs(j)), j)
 		d = math.Copysign(math.Sqrt(f*f*j*j+(fu*fu-f*f)*u*u), j)
 	}
-	return math.Exp(v + d)
+	return back(d)
 }
 
 // alpha is b.Alpha, or 5% where it is not a rate.
