@@ -66,6 +66,11 @@ const (
 	HasMemory
 	HasHeap
 	HasReady
+	// HasPod: the pod existed in the window, whose figures are left out
+	// (its warm-up): it was at risk of its harms' events, which still
+	// count, so the harm tests' risk sets and exposure do not depend on
+	// whether an event came.
+	HasPod
 	HasAll = HasLatency | HasCPU | HasThrottling | HasGC | HasPauses | HasMemory | HasHeap
 )
 
@@ -603,7 +608,7 @@ func (a *analysis) describe(arm *Arm) {
 		for _, ws := range arm.Windows {
 			ar.OOMKills += ws[i].OOMKills
 			ar.Restarts += ws[i].Restarts
-			any = any || ws[i].Has != 0
+			any = any || ws[i].Has&^HasPod != 0
 		}
 		if any {
 			ar.Windows++

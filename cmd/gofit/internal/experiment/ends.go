@@ -27,12 +27,18 @@ import (
 // null: the same round gives about 50.
 //
 // The gate: every pod of the arm with data has ended at least once.
+// A pod is at risk in a window where it has data or existed (HasPod),
+// whether or not it ends there.
 func endsTest(a, c *Arm, n int, margin float64) harmTest {
 	t := harmTest{name: "ends", e: make([]float64, n), gate: make([]bool, n)}
 	psi0 := 1 + margin
 	logs := make([]float64, len(harmThetas))
 	ended := func(w Window) bool { return w.Restarts >= 0.5 || w.OOMKills >= 0.5 }
-	live := func(w Window) bool { return w.Has != 0 || ended(w) }
+	// At risk where the pod has data or existed (HasPod, its warm-up),
+	// never because it ended: a risk set that holds only the pods that
+	// end in a window makes each end look like the arm's alone (review,
+	// 2026-12-07). An end in a window without either is left out here.
+	live := func(w Window) bool { return w.Has != 0 }
 	armEnd, armSeen := make([]bool, len(a.Pods)), make([]bool, len(a.Pods))
 	ctrlEnd := make([]bool, len(c.Pods))
 	// at counts a side's pods at risk in window i, and those that end.

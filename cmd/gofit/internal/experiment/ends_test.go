@@ -157,3 +157,32 @@ func TestEndsFactorIsASupermartingale(t *testing.T) {
 		}
 	}
 }
+
+// TestEndsTestWarmUpIsNotTheOutcome: the guard leaves out each pod's
+// first windows (--warm-up) but keeps its ends. The pods at risk there
+// must be the pods that existed, not only those that ended: with only
+// the ending pods at risk, three arm pods ending in their warm-up, the
+// control's five still running, read as about 80 where the same windows
+// with data give about 6 (review, 2026-12-07).
+func TestEndsTestWarmUpIsNotTheOutcome(t *testing.T) {
+	const n = 8
+	full := func() (*Arm, *Arm) {
+		a, c := endsArmsOnce(n, []int{1, 2, 3, -1, -1}, []int{-1, -1, -1, -1, -1}, true)
+		return a, c
+	}
+	a, c := full()
+	want := endsTest(a, c, n, 0.5).e[3]
+	// The arm's pods started later than the control's: only theirs are in
+	// their warm-up.
+	a, c = full()
+	for _, ws := range a.Windows {
+		for i := range 4 {
+			ws[i] = blank(ws[i], true)
+		}
+	}
+	got := endsTest(a, c, n, 0.5).e[3]
+	t.Logf("three of five arm pods ending in the warm-up: e-value %.3g; with the windows' data %.3g", got, want)
+	if got > want*(1+1e-9) {
+		t.Errorf("warm-up windows: e-value %.3g, want at most %.3g, the same windows' with data", got, want)
+	}
+}

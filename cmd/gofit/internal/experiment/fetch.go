@@ -870,13 +870,23 @@ func (f fetcher) warmUp(arms []Arm, live map[string]time.Time, d, win time.Durat
 			}
 			ws := arms[ai].Windows[pi]
 			for i := range ws {
-				if f.q.From.Add(time.Duration(i) * win).Before(t.Add(d)) {
-					ws[i] = Window{Restarts: ws[i].Restarts, OOMKills: ws[i].OOMKills}
+				if start := f.q.From.Add(time.Duration(i) * win); start.Before(t.Add(d)) {
+					ws[i] = blank(ws[i], start.Add(win).After(t))
 				}
 			}
 		}
 	}
 	return nil
+}
+
+// blank is a window of a pod's warm-up: its figures left out, its ends
+// kept, and, if the pod existed in it, HasPod.
+func blank(w Window, existed bool) Window {
+	b := Window{Restarts: w.Restarts, OOMKills: w.OOMKills}
+	if existed {
+		b.Has = HasPod
+	}
+	return b
 }
 
 type fetcher struct {
