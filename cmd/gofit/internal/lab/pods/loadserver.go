@@ -219,11 +219,12 @@ func readMarks(ctx context.Context, urls, auth []string, into []mark, end bool) 
 	wg.Wait()
 }
 
-// transient says whether a mark's read failed in the network (a timeout,
-// a reset), not in what the server answered.
+// transient says whether a mark's read timed out or was cut off (a
+// reset), not refused or answered: every error of an http.Client is a
+// net.Error, so only its timeouts count.
 func transient(err error) bool {
 	var ne net.Error
-	return errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
+	return errors.As(err, &ne) && ne.Timeout() || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
 }
 
 func getMark(ctx context.Context, u, tok string) (json.RawMessage, error) {

@@ -197,6 +197,15 @@ func TestMarksSurviveOneSlowAnswer(t *testing.T) {
 		w.WriteHeader(http.StatusForbidden)
 	}))
 	defer refuses.Close()
+	// A port nothing listens on: refused at once, not read again.
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close()
+	if _, err := markClient.Get(gone.URL); err == nil || transient(err) {
+		t.Errorf("a refused connection: %v, want an error not read again", err)
+	}
+	if _, err := markClient.Get(never.URL); err == nil || !transient(err) {
+		t.Errorf("a timeout: %v, want an error read again", err)
+	}
 	marks := make([]mark, 3)
 	readMarks(context.Background(), []string{slowOnce.URL, never.URL, refuses.URL}, nil, marks, false)
 	if marks[0].Error != "" || string(marks[0].Start) != `{"cpu":{}}` {
