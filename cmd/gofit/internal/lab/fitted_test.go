@@ -3,13 +3,11 @@ package lab
 import (
 	"bytes"
 	"context"
-	"math/rand"
 	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
-	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/result"
 	"github.com/gofit-dev/gofit/cmd/gofit/internal/lab/trial"
 )
 
@@ -31,12 +29,8 @@ func (fittingOpener) Close() error { return nil }
 // from before the runner opened.
 func TestMainRecordsTheStudyItRan(t *testing.T) {
 	clock := time.Unix(0, 0)
-	cf := &fakeCPU{rng: rand.New(rand.NewSource(3)), now: clock, runs: map[string]int{}, rates: map[float64][]float64{},
-		rps:   map[string]float64{result.SetGoDefault: 300, result.SetGofit: 330, result.SetProcs1: 330},
-		noise: map[string]float64{result.SetGoDefault: 0.05, result.SetGofit: 0.05, result.SetProcs1: 0.05},
-		ms:    map[string]float64{result.SetGoDefault: 10, result.SetGofit: 8, result.SetProcs1: 8}}
-	mf := &fakeMem{rng: rand.New(rand.NewSource(3)), floor: 24 * mib, edge: 32 * mib, peak: 40 * mib, base: 5, mood: 0.1, own: 0.05, clock: &clock}
-	run := &slowPods{cpuF: cf, memF: mf, clock: &clock, start: time.Second}
+	run := &slowPods{start: time.Second}
+	run.onFakes(&clock)
 	out := filepath.Join(t.TempDir(), "out")
 	var stdout, stderr bytes.Buffer
 	o := Options{Quick: true, Quotas: "0.5,1,4", Out: out, Budget: 10 * time.Minute, Given: map[string]bool{"quotas": true, "budget": true}}

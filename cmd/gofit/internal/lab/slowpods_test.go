@@ -34,6 +34,16 @@ type slowPods struct {
 	trials    int
 }
 
+// onFakes gives s its fake CPU cells and memory trials, on clock.
+func (s *slowPods) onFakes(clock *time.Time) {
+	s.cpuF = &fakeCPU{rng: rand.New(rand.NewSource(3)), now: *clock, runs: map[string]int{}, rates: map[float64][]float64{},
+		rps:   map[string]float64{result.SetGoDefault: 300, result.SetGofit: 330, result.SetProcs1: 330},
+		noise: map[string]float64{result.SetGoDefault: 0.05, result.SetGofit: 0.05, result.SetProcs1: 0.05},
+		ms:    map[string]float64{result.SetGoDefault: 10, result.SetGofit: 8, result.SetProcs1: 8}}
+	s.memF = &fakeMem{rng: rand.New(rand.NewSource(3)), floor: 24 * mib, edge: 32 * mib, peak: 40 * mib, base: 5, mood: 0.1, own: 0.05, clock: clock}
+	s.clock = clock
+}
+
 // startOne advances the clock by one trial pod's start.
 func (s *slowPods) startOne() {
 	s.trials++
@@ -122,12 +132,7 @@ func slowPodsStudy(t *testing.T, budget time.Duration, run *slowPods, fits bool)
 	l := newLab(cfg)
 	l.rec.NCPU = 2
 	clock := time.Unix(0, 0)
-	cf := &fakeCPU{rng: rand.New(rand.NewSource(3)), now: clock, runs: map[string]int{}, rates: map[float64][]float64{},
-		rps:   map[string]float64{result.SetGoDefault: 300, result.SetGofit: 330, result.SetProcs1: 330},
-		noise: map[string]float64{result.SetGoDefault: 0.05, result.SetGofit: 0.05, result.SetProcs1: 0.05},
-		ms:    map[string]float64{result.SetGoDefault: 10, result.SetGofit: 8, result.SetProcs1: 8}}
-	mf := &fakeMem{rng: rand.New(rand.NewSource(3)), floor: 24 * mib, edge: 32 * mib, peak: 40 * mib, base: 5, mood: 0.1, own: 0.05, clock: &clock}
-	run.cpuF, run.memF, run.clock = cf, mf, &clock
+	run.onFakes(&clock)
 	l.started = clock
 	l.now = func() time.Time { return clock }
 	l.run = run
